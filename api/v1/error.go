@@ -1,0 +1,79 @@
+package apiv1
+
+import (
+	"fmt"
+	"net/http"
+	"strings"
+)
+
+// Error codes of the error body (API.md, "Errors").
+const (
+	CodeInvalidJSON        = "INVALID_JSON"
+	CodeInvalidRequest     = "INVALID_REQUEST"
+	CodeUnauthenticated    = "UNAUTHENTICATED"
+	CodeForbidden          = "FORBIDDEN"
+	CodeInstanceNotFound   = "INSTANCE_NOT_FOUND"
+	CodeNotFound           = "NOT_FOUND"
+	CodeMethodNotAllowed   = "METHOD_NOT_ALLOWED"
+	CodeGenerationMismatch = "GENERATION_MISMATCH"
+	CodePayloadTooLarge    = "PAYLOAD_TOO_LARGE"
+	CodeValidationFailed   = "VALIDATION_FAILED"
+	CodeRateLimited        = "RATE_LIMITED"
+	CodeUnavailable        = "UNAVAILABLE"
+	CodeInternal           = "INTERNAL"
+)
+
+// Detail is one per-field problem of a rejected request.
+type Detail struct {
+	// Path names the field, for example "capabilities[0].capability_version".
+	Path string `json:"path"`
+	// Message says what is wrong with it, in lower case.
+	Message string `json:"message"`
+}
+
+// Error is the body of every non-2xx response, and the error type the SDKs return for one.
+// Status is the HTTP status; it is not part of the JSON body.
+type Error struct {
+	Status  int      `json:"-"`
+	Code    string   `json:"code"`
+	Message string   `json:"message"`
+	Details []Detail `json:"details,omitempty"`
+}
+
+// Error implements error: the code, the message and every detail on one line.
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString(strings.ToLower(e.Code))
+	b.WriteString(": ")
+	b.WriteString(e.Message)
+	for i, d := range e.Details {
+		if i == 0 {
+			b.WriteString(": ")
+		} else {
+			b.WriteString("; ")
+		}
+		b.WriteString(d.Path)
+		b.WriteString(": ")
+		b.WriteString(d.Message)
+	}
+	return b.String()
+}
+
+// ErrorBody is the JSON envelope of an Error: {"error": {...}}.
+type ErrorBody struct {
+	Error *Error `json:"error"`
+}
+
+// Errorf returns an Error with the given status and code and a formatted message.
+func Errorf(status int, code, format string, args ...any) *Error {
+	return &Error{Status: status, Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// InvalidRequest returns the 400 INVALID_REQUEST error that carries every detail at once.
+func InvalidRequest(details []Detail) *Error {
+	msg := "the request has 1 problem"
+	if len(details) != 1 {
+		msg = fmt.Sprintf("the request has %d problems", len(details))
+	}
+	return &Error{Status: http.StatusBadRequest, Code: CodeInvalidRequest, Message: msg, Details: details}
+}

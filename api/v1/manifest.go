@@ -1,0 +1,293 @@
+package apiv1
+
+import (
+	"bytes"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/Masterminds/semver/v3"
+)
+
+// FARPVersion is the only manifest format version this contract knows.
+const FARPVersion = "1.0"
+
+// Manifest codes: a manifest that breaks any rule is rejected whole, with the code of the
+// first rule it breaks, in this order (conformance/README.md, "Manifest validation").
+const (
+	CodeUnsupportedVersion = "UNSUPPORTED_VERSION"
+	CodeInvalidService     = "INVALID_SERVICE"
+	CodeInvalidHealth      = "INVALID_HEALTH"
+	CodeInvalidRoute       = "INVALID_ROUTE"
+	CodePathNotAuthorized  = "PATH_NOT_AUTHORIZED"
+)
+
+// Manifest is a FARP manifest: the routes and health check a service publishes.
+type Manifest struct {
+	FARP    string          `json:"farp"`
+	Service ManifestService `json:"service"`
+	Health  *ManifestHealth `json:"health,omitempty"`
+	Routes  []ManifestRoute `json:"routes"`
+}
+
+// ManifestService names the instance a manifest belongs to.
+type ManifestService struct {
+	Name     string `json:"name"`
+	Instance string `json:"instance"`
+	Version  string `json:"version"`
+}
+
+// ManifestHealth is the health check a service declares for the registry's prober.
+type ManifestHealth struct {
+	Path           string  `json:"path"`
+	Interval       string  `json:"interval"`
+	UnhealthyAfter *Number `json:"unhealthy_after,omitempty"`
+}
+
+// ManifestRoute is one path a service asks the gateways to route to it.
+type ManifestRoute struct {
+	Path       string   `json:"path"`
+	Methods    []string `json:"methods"`
+	Idempotent []string `json:"idempotent,omitempty"`
+	// Weight is 0..1000; nil means 100.
+	Weight *Number `json:"weight,omitempty"`
+}
+
+// Number is a JSON value kept exactly as written, for fields the contract requires to be
+// a JSON integer: a manifest with "weight": 1.5 or "weight": "100" must be rejected by the
+// manifest rules (INVALID_ROUTE), not fail to decode as a whole.
+type Number string
+
+// Int returns a *Number holding n, for building manifests in Go.
+func Int(n int64) *Number {
+	v := Number(strconv.FormatInt(n, 10))
+	return &v
+}
+
+// UnmarshalJSON keeps any JSON value as written; Int64 decides whether it is an integer.
+func (n *Number) UnmarshalJSON(b []byte) error {
+	*n = Number(bytes.TrimSpace(b))
+	return nil
+}
+
+// MarshalJSON writes the value as it was read (or built by Int).
+func (n Number) MarshalJSON() ([]byte, error) {
+	if n == "" {
+		return []byte("null"), nil
+	}
+	return []byte(n), nil
+}
+
+// Int64 returns the value when it is a JSON integer (no fraction, no exponent, no quotes).
+func (n Number) Int64() (int64, bool) {
+	s := string(n)
+	if s == "" || strings.ContainsAny(s, ".eE\"") {
+		return 0, false
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	return v, err == nil
+}
+
+// Methods a manifest route may list.
+var routeMethods = map[string]bool{
+	"GET": true, "HEAD": true, "POST": true, "PUT": true, "PATCH": true, "DELETE": true, "OPTIONS": true,
+}
+
+// SegmentKind tells what a path segment matches.
+type SegmentKind int
+
+// Segment kinds, in order of decreasing specificity.
+const (
+	Literal  SegmentKind = iota // matches itself
+	Param                       // {name}: exactly one segment
+	Wildcard                    // {name...}: zero or more segments, last only
+)
+
+// Segment is one segment of a route path.
+type Segment struct {
+	Kind SegmentKind
+	// Value is the literal text, or the parameter's name.
+	Value string
+}
+
+// ParsePath splits a route path into segments and checks the path rules: it starts with
+// "/", has no empty segment, does not end with "/" (other than "/" itself), and every
+// {param} is well formed and unique, with a {rest...} wildcard only as the last segment.
+// The path "/" has no segments.
+func ParsePath(p string) ([]Segment, error) {
+	if !strings.HasPrefix(p, "/") {
+		return nil, fmt.Errorf("path %q does not start with /", p)
+	}
+	if p == "/" {
+		return nil, nil
+	}
+	parts := strings.Split(p[1:], "/")
+	segs := make([]Segment, 0, len(parts))
+	names := map[string]bool{}
+	for i, s := range parts {
+		if s == "" {
+			if i == len(parts)-1 {
+				return nil, fmt.Errorf("path %q ends with /", p)
+			}
+			return nil, fmt.Errorf("path %q has an empty segment", p)
+		}
+		if !strings.ContainsAny(s, "{}") {
+			segs = append(segs, Segment{Kind: Literal, Value: s})
+			continue
+		}
+		if s[0] != '{' || s[len(s)-1] != '}' {
+			return nil, fmt.Errorf("path %q: malformed parameter %q", p, s)
+		}
+		name, kind := s[1:len(s)-1], Param
+		if rest, ok := strings.CutSuffix(name, "..."); ok {
+			name, kind = rest, Wildcard
+			if i != len(parts)-1 {
+				return nil, fmt.Errorf("path %q: wildcard %q is not the last segment", p, s)
+			}
+		}
+		if !isParamName(name) {
+			return nil, fmt.Errorf("path %q: malformed parameter %q", p, s)
+		}
+		if names[name] {
+			return nil, fmt.Errorf("path %q: parameter %q appears twice", p, name)
+		}
+		names[name] = true
+		segs = append(segs, Segment{Kind: kind, Value: name})
+	}
+	return segs, nil
+}
+
+// PathKey is the key of a parsed path: parameter names erased, "{}" for a parameter and
+// "{...}" for a wildcard, so "/v2/assets/{id}" and "/v2/assets/{assetId}" share a key.
+func PathKey(segs []Segment) string {
+	if len(segs) == 0 {
+		return "/"
+	}
+	var b strings.Builder
+	for _, s := range segs {
+		b.WriteByte('/')
+		switch s.Kind {
+		case Literal:
+			b.WriteString(s.Value)
+		case Param:
+			b.WriteString("{}")
+		case Wildcard:
+			b.WriteString("{...}")
+		}
+	}
+	return b.String()
+}
+
+func isParamName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i, r := range s {
+		letter := r == '_' || (r >= 'a' && r <= 'z') || (r >= 'A' && r <= 'Z')
+		if !letter && (i == 0 || r < '0' || r > '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// ManifestProblem is one broken manifest rule.
+type ManifestProblem struct {
+	Code    string
+	Path    string // the field, relative to the manifest ("routes[1].methods[0]")
+	Message string
+}
+
+// Problems checks the manifest rules that need no policy (every rule of
+// conformance/README.md but PATH_NOT_AUTHORIZED) and returns every problem found, in rule
+// order: the first problem's Code is the manifest's rejection code.
+func (m *Manifest) Problems() []ManifestProblem {
+	var ps []ManifestProblem
+	add := func(code, path, format string, args ...any) {
+		ps = append(ps, ManifestProblem{Code: code, Path: path, Message: fmt.Sprintf(format, args...)})
+	}
+	if m.FARP != FARPVersion {
+		add(CodeUnsupportedVersion, "farp", "farp version %q is not supported (want %q)", m.FARP, FARPVersion)
+	}
+	if !isDNSLabel(m.Service.Name) {
+		add(CodeInvalidService, "service.name", "not a DNS label: %q", m.Service.Name)
+	}
+	if m.Service.Instance == "" {
+		add(CodeInvalidService, "service.instance", "must not be empty")
+	}
+	if !isSemver(m.Service.Version) {
+		add(CodeInvalidService, "service.version", "not a semantic version: %q", m.Service.Version)
+	}
+	if h := m.Health; h != nil {
+		if !strings.HasPrefix(h.Path, "/") {
+			add(CodeInvalidHealth, "health.path", "must start with /: %q", h.Path)
+		}
+		if d, err := time.ParseDuration(h.Interval); err != nil || d <= 0 {
+			add(CodeInvalidHealth, "health.interval", "not a positive duration: %q", h.Interval)
+		}
+		if h.UnhealthyAfter == nil {
+			add(CodeInvalidHealth, "health.unhealthy_after", "is required")
+		} else if v, ok := h.UnhealthyAfter.Int64(); !ok || v < 1 {
+			add(CodeInvalidHealth, "health.unhealthy_after", "not an integer >= 1: %s", *h.UnhealthyAfter)
+		}
+	}
+	claimed := map[string]string{} // key+" "+method -> the route path that claimed it
+	for i, r := range m.Routes {
+		at := fmt.Sprintf("routes[%d]", i)
+		segs, err := ParsePath(r.Path)
+		if err != nil {
+			add(CodeInvalidRoute, at+".path", "%v", err)
+		}
+		if len(r.Methods) == 0 {
+			add(CodeInvalidRoute, at+".methods", "must not be empty")
+		}
+		listed := map[string]bool{}
+		for j, meth := range r.Methods {
+			if !routeMethods[meth] {
+				add(CodeInvalidRoute, fmt.Sprintf("%s.methods[%d]", at, j), "method %q is not one of GET HEAD POST PUT PATCH DELETE OPTIONS", meth)
+				continue
+			}
+			if listed[meth] {
+				add(CodeInvalidRoute, fmt.Sprintf("%s.methods[%d]", at, j), "method %s is listed twice", meth)
+				continue
+			}
+			listed[meth] = true
+			if err == nil {
+				k := PathKey(segs) + " " + meth
+				if prev, dup := claimed[k]; dup {
+					add(CodeInvalidRoute, fmt.Sprintf("%s.methods[%d]", at, j), "%s %s is already claimed by %q", meth, r.Path, prev)
+				} else {
+					claimed[k] = r.Path
+				}
+			}
+		}
+		for j, meth := range r.Idempotent {
+			if !listed[meth] {
+				add(CodeInvalidRoute, fmt.Sprintf("%s.idempotent[%d]", at, j), "method %q is not in methods", meth)
+			}
+		}
+		if r.Weight != nil {
+			if v, ok := r.Weight.Int64(); !ok || v < 0 || v > 1000 {
+				add(CodeInvalidRoute, at+".weight", "not an integer in 0..1000: %s", *r.Weight)
+			}
+		}
+	}
+	return ps
+}
+
+// WeightOr returns the route's weight, or def when it is omitted or invalid.
+func (r ManifestRoute) WeightOr(def int) int {
+	if r.Weight == nil {
+		return def
+	}
+	if v, ok := r.Weight.Int64(); ok {
+		return int(v)
+	}
+	return def
+}
+
+func isSemver(s string) bool {
+	_, err := semver.StrictNewVersion(s)
+	return err == nil
+}

@@ -1,0 +1,175 @@
+package apiv1
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// Health values an instance reports about itself in a heartbeat.
+const (
+	HealthOK       = "ok"
+	HealthDegraded = "degraded"
+	HealthFailing  = "failing"
+)
+
+// Eligibility verdicts (ELIGIBILITY.md). Until the eligibility engine exists every instance
+// with a live lease is EligibilityServing at weight 100.
+const (
+	EligibilityUnknown     = "unknown"
+	EligibilityServing     = "serving"
+	EligibilityDegraded    = "degraded"
+	EligibilityWithdrawn   = "withdrawn"
+	EligibilityQuarantined = "quarantined"
+	EligibilitySlowStart   = "slow-start"
+)
+
+// Capability is one versioned capability an instance offers.
+type Capability struct {
+	CapabilityID          string `json:"capability_id"`
+	CapabilityVersion     string `json:"capability_version"`
+	ContractSchemaVersion string `json:"contract_schema_version"`
+	Provider              string `json:"provider"`
+	// Metadata is a free JSON object (constraints, validate_supported, priority,
+	// public_paths, payload hints), kept as sent.
+	Metadata json.RawMessage `json:"metadata,omitempty"`
+}
+
+// RegisterRequest is the body of POST /v1/services/register.
+type RegisterRequest struct {
+	InstanceID     string       `json:"instance_id"`
+	ServiceName    string       `json:"service_name"`
+	ServiceVersion string       `json:"service_version"`
+	Endpoint       string       `json:"endpoint"`
+	Zone           string       `json:"zone,omitempty"`
+	Capabilities   []Capability `json:"capabilities"`
+	Manifest       *Manifest    `json:"manifest,omitempty"`
+}
+
+// RegisterResponse is the 200 answer to a registration.
+type RegisterResponse struct {
+	Accepted                 bool   `json:"accepted"`
+	LeaseTTLSeconds          int64  `json:"lease_ttl_seconds"`
+	HeartbeatIntervalSeconds int64  `json:"heartbeat_interval_seconds"`
+	Generation               int64  `json:"generation"`
+	RegistryEpoch            string `json:"registry_epoch"`
+}
+
+// HeartbeatRequest is the body of PUT /v1/services/{instance_id}/heartbeat.
+type HeartbeatRequest struct {
+	Generation int64 `json:"generation"`
+	// Health is ok, degraded or failing; empty means ok.
+	Health string `json:"health,omitempty"`
+}
+
+// HeartbeatResponse is the 200 answer to a heartbeat.
+type HeartbeatResponse struct {
+	Generation     int64     `json:"generation"`
+	LeaseExpiresAt time.Time `json:"lease_expires_at"`
+	RegistryEpoch  string    `json:"registry_epoch"`
+}
+
+// Instance is one registered instance as the catalog shows it.
+type Instance struct {
+	InstanceID     string       `json:"instance_id"`
+	ServiceName    string       `json:"service_name"`
+	ServiceVersion string       `json:"service_version"`
+	Endpoint       string       `json:"endpoint"`
+	Zone           string       `json:"zone,omitempty"`
+	Generation     int64        `json:"generation"`
+	RegisteredAt   time.Time    `json:"registered_at"`
+	LeaseExpiresAt time.Time    `json:"lease_expires_at"`
+	Health         string       `json:"health"`
+	Eligibility    string       `json:"eligibility"`
+	Weight         int          `json:"weight"`
+	Capabilities   []Capability `json:"capabilities"`
+	Manifest       *Manifest    `json:"manifest,omitempty"`
+}
+
+// CatalogResponse is the answer of GET /v1/services.
+type CatalogResponse struct {
+	RegistryEpoch string     `json:"registry_epoch"`
+	Revision      int64      `json:"revision"`
+	Instances     []Instance `json:"instances"`
+}
+
+// CapabilityEntry is one (instance, capability) pair in a discovery answer.
+type CapabilityEntry struct {
+	CapabilityID          string          `json:"capability_id"`
+	CapabilityVersion     string          `json:"capability_version"`
+	ContractSchemaVersion string          `json:"contract_schema_version"`
+	Provider              string          `json:"provider"`
+	Metadata              json.RawMessage `json:"metadata"`
+	InstanceID            string          `json:"instance_id"`
+	ServiceName           string          `json:"service_name"`
+	ServiceVersion        string          `json:"service_version"`
+	Endpoint              string          `json:"endpoint"`
+	Zone                  string          `json:"zone,omitempty"`
+	Generation            int64           `json:"generation"`
+	// LeaseExpiresAt is the lease expiry as of the answer's revision: heartbeats that change
+	// nothing else do not advance the revision, so the catalog has the live value.
+	LeaseExpiresAt time.Time `json:"lease_expires_at"`
+	Health         string    `json:"health"`
+	Eligibility    string    `json:"eligibility"`
+	Weight         int       `json:"weight"`
+}
+
+// DiscoveryResponse is the answer of GET /v1/discovery/capabilities.
+type DiscoveryResponse struct {
+	RegistryEpoch string `json:"registry_epoch"`
+	Revision      int64  `json:"revision"`
+	// Complete is false while a registry whose state started empty is inside its warm-up
+	// window: instances that are alive may be missing, so consumers must not drop endpoints.
+	Complete     bool              `json:"complete"`
+	Capabilities []CapabilityEntry `json:"capabilities"`
+}
+
+// ManifestEntry is one instance's manifest in a routes answer.
+type ManifestEntry struct {
+	InstanceID     string    `json:"instance_id"`
+	ServiceName    string    `json:"service_name"`
+	ServiceVersion string    `json:"service_version"`
+	Endpoint       string    `json:"endpoint"`
+	Generation     int64     `json:"generation"`
+	Manifest       *Manifest `json:"manifest"`
+}
+
+// PublicPath is a path a capability declares public in its metadata (public_paths).
+type PublicPath struct {
+	Path         string `json:"path"`
+	CapabilityID string `json:"capability_id"`
+	Provider     string `json:"provider"`
+	InstanceID   string `json:"instance_id"`
+	Endpoint     string `json:"endpoint"`
+	Generation   int64  `json:"generation"`
+}
+
+// RoutesResponse is the answer of GET /v1/discovery/routes: the inputs from which every
+// gateway derives its own routing table.
+type RoutesResponse struct {
+	RegistryEpoch string          `json:"registry_epoch"`
+	Revision      int64           `json:"revision"`
+	Complete      bool            `json:"complete"`
+	Manifests     []ManifestEntry `json:"manifests"`
+	PublicPaths   []PublicPath    `json:"public_paths"`
+}
+
+// HealthResponse is the answer of GET /v1/discovery/health.
+type HealthResponse struct {
+	Status             string `json:"status"`
+	RegistryEpoch      string `json:"registry_epoch"`
+	Revision           int64  `json:"revision"`
+	ActiveInstances    int    `json:"active_instances"`
+	ActiveCapabilities int    `json:"active_capabilities"`
+	Store              string `json:"store"`
+	UptimeSeconds      int64  `json:"uptime_seconds"`
+}
+
+// SnapshotResponse is the answer of POST /v1/admin/snapshot.
+type SnapshotResponse struct {
+	Path          string    `json:"path"`
+	Timestamp     time.Time `json:"timestamp"`
+	RegistryEpoch string    `json:"registry_epoch"`
+	Revision      int64     `json:"revision"`
+	Instances     int       `json:"instances"`
+	Capabilities  int       `json:"capabilities"`
+}

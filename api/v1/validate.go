@@ -1,0 +1,161 @@
+package apiv1
+
+import (
+	"bytes"
+	"fmt"
+	"net/url"
+	"regexp"
+	"strings"
+)
+
+// Limits of a registration (API.md, "POST /v1/services/register").
+const (
+	MaxInstanceIDLen = 253
+	MaxCapabilities  = 64
+	MaxMetadataBytes = 16 << 10
+)
+
+var (
+	capabilityIDRe    = regexp.MustCompile(`^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$`)
+	schemaVersionRe   = regexp.MustCompile(`^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$`)
+	validHealthValues = map[string]bool{"": true, HealthOK: true, HealthDegraded: true, HealthFailing: true}
+)
+
+// Validate checks every shape and value rule of a registration and returns nil, or an
+// *Error with code INVALID_REQUEST and one Detail per problem, all of them at once.
+func (r *RegisterRequest) Validate() error {
+	var ds []Detail
+	add := func(path, format string, args ...any) {
+		ds = append(ds, Detail{Path: path, Message: fmt.Sprintf(format, args...)})
+	}
+	if msg := InstanceIDProblem(r.InstanceID); msg != "" {
+		add("instance_id", "%s", msg)
+	}
+	if !isDNSLabel(r.ServiceName) {
+		add("service_name", "not a DNS label (lower-case letters, digits and '-', 1-63 chars): %q", r.ServiceName)
+	}
+	if !isSemver(r.ServiceVersion) {
+		add("service_version", "not a semantic version: %q", r.ServiceVersion)
+	}
+	if msg := endpointProblem(r.Endpoint); msg != "" {
+		add("endpoint", "%s", msg)
+	}
+	if r.Zone != "" && !isDNSLabel(r.Zone) {
+		add("zone", "not a DNS label: %q", r.Zone)
+	}
+	switch n := len(r.Capabilities); {
+	case n == 0:
+		add("capabilities", "at least one capability is required")
+	case n > MaxCapabilities:
+		add("capabilities", "%d capabilities, at most %d allowed", n, MaxCapabilities)
+	}
+	seen := make(map[[3]string]int, len(r.Capabilities))
+	for i, c := range r.Capabilities {
+		at := fmt.Sprintf("capabilities[%d]", i)
+		if !capabilityIDRe.MatchString(c.CapabilityID) {
+			add(at+".capability_id", "not a dotted capability id like messaging.publish: %q", c.CapabilityID)
+		}
+		if !isSemver(c.CapabilityVersion) {
+			add(at+".capability_version", "not a semantic version: %q", c.CapabilityVersion)
+		}
+		if !schemaVersionRe.MatchString(c.ContractSchemaVersion) {
+			add(at+".contract_schema_version", "not MAJOR.MINOR: %q", c.ContractSchemaVersion)
+		}
+		if !isDNSLabel(c.Provider) {
+			add(at+".provider", "not a DNS label: %q", c.Provider)
+		}
+		if m := bytes.TrimSpace(c.Metadata); len(m) > 0 && !bytes.Equal(m, []byte("null")) {
+			if m[0] != '{' {
+				add(at+".metadata", "must be a JSON object")
+			} else if len(m) > MaxMetadataBytes {
+				add(at+".metadata", "%d bytes encoded, at most %d allowed", len(m), MaxMetadataBytes)
+			}
+		}
+		k := [3]string{c.CapabilityID, c.Provider, c.CapabilityVersion}
+		if j, dup := seen[k]; dup {
+			add(at, "duplicates capabilities[%d] (same capability_id, provider and capability_version)", j)
+		} else {
+			seen[k] = i
+		}
+	}
+	if m := r.Manifest; m != nil {
+		for _, p := range m.Problems() {
+			add("manifest."+p.Path, "%s (%s)", p.Message, p.Code)
+		}
+		if m.Service.Name != r.ServiceName {
+			add("manifest.service.name", "%q does not equal service_name %q", m.Service.Name, r.ServiceName)
+		}
+		if m.Service.Instance != r.InstanceID {
+			add("manifest.service.instance", "%q does not equal instance_id %q", m.Service.Instance, r.InstanceID)
+		}
+	}
+	if len(ds) > 0 {
+		return InvalidRequest(ds)
+	}
+	return nil
+}
+
+// Validate checks a heartbeat body.
+func (h *HeartbeatRequest) Validate() error {
+	var ds []Detail
+	if h.Generation < 1 {
+		ds = append(ds, Detail{Path: "generation", Message: fmt.Sprintf("must be the generation the registration returned (>= 1), got %d", h.Generation)})
+	}
+	if !validHealthValues[h.Health] {
+		ds = append(ds, Detail{Path: "health", Message: fmt.Sprintf("must be ok, degraded or failing, got %q", h.Health)})
+	}
+	if len(ds) > 0 {
+		return InvalidRequest(ds)
+	}
+	return nil
+}
+
+// InstanceIDProblem says what is wrong with an instance id, or "" when it is valid:
+// 1-253 characters of [A-Za-z0-9._:-].
+func InstanceIDProblem(id string) string {
+	if id == "" || len(id) > MaxInstanceIDLen {
+		return fmt.Sprintf("must be 1-%d characters, got %d", MaxInstanceIDLen, len(id))
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-') {
+			return fmt.Sprintf("character %q at offset %d is not one of [A-Za-z0-9._:-]", c, i)
+		}
+	}
+	return ""
+}
+
+// isDNSLabel reports whether s matches ^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$.
+func isDNSLabel(s string) bool {
+	if len(s) == 0 || len(s) > 63 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		alnum := c >= 'a' && c <= 'z' || c >= '0' && c <= '9'
+		if !alnum && (c != '-' || i == 0 || i == len(s)-1) {
+			return false
+		}
+	}
+	return true
+}
+
+func endpointProblem(s string) string {
+	if s == "" {
+		return "is required"
+	}
+	u, err := url.Parse(s)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("not a URL: %v", err)
+	case u.Scheme != "http" && u.Scheme != "https":
+		return fmt.Sprintf("scheme must be http or https: %q", s)
+	case u.Host == "" || u.Hostname() == "":
+		return fmt.Sprintf("has no host: %q", s)
+	case u.User != nil:
+		return "must not carry user info"
+	case strings.ContainsAny(s, " \t\r\n"):
+		return "must not contain white space"
+	}
+	return ""
+}

@@ -1,0 +1,85 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/meshflows/meshflows/internal/registry"
+	"github.com/meshflows/meshflows/internal/server"
+	"github.com/meshflows/meshflows/internal/telemetry"
+)
+
+// Port plan of 'meshflows dev', fixed for good: offsets from --base-port.
+const (
+	devRegistryOffset     = 0
+	devOrchestratorOffset = 1
+	devGatewayOffset      = 2
+	devDashboardOffset    = 3
+	devProviderOffsetJMS  = 10
+	devProviderOffsetRMQ  = 11
+)
+
+func newDevCmd() *cobra.Command {
+	var basePort int
+	var logCfg telemetry.LogConfig
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run the whole product on loopback, open and in memory, for trying it out",
+		Long: fmt.Sprintf(`Run every MeshFlows component in one process on 127.0.0.1, with an in-memory store and
+no authentication. Ports are fixed offsets from --base-port:
+
+  registry      N+%d
+  orchestrator  N+%d
+  gateway       N+%d
+  dashboard     N+%d
+  providers     N+%d (jms), N+%d (rabbitmq)
+
+Components that are not built yet are listed as such. Stop with Ctrl-C.`,
+			devRegistryOffset, devOrchestratorOffset, devGatewayOffset, devDashboardOffset, devProviderOffsetJMS, devProviderOffsetRMQ),
+		Example: "  meshflows dev\n  meshflows dev --base-port 8400",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if basePort < 1 || basePort+devProviderOffsetRMQ > 65535 {
+				return fmt.Errorf("--base-port %d: the port plan needs %d..%d within 1..65535", basePort, basePort, basePort+devProviderOffsetRMQ)
+			}
+			logger, err := telemetry.NewLogger(cmd.ErrOrStderr(), logCfg)
+			if err != nil {
+				return err
+			}
+			regAddr := fmt.Sprintf("127.0.0.1:%d", basePort+devRegistryOffset)
+			ln, err := net.Listen("tcp", regAddr)
+			if err != nil {
+				return fmt.Errorf("registry port: %w (pick another --base-port)", err)
+			}
+			g, ctx := errgroup.WithContext(cmd.Context())
+			f := registryFlags{
+				leaseTTL: registry.DefaultLeaseTTL, heartbeatInterval: registry.DefaultHeartbeatInterval,
+				sweepInterval: time.Second, maxBodyBytes: server.DefaultMaxBodyBytes, insecure: true,
+			}
+			if err := startRegistry(ctx, g, &f, ln, logger); err != nil {
+				ln.Close()
+				return err
+			}
+			out := cmd.OutOrStdout()
+			fmt.Fprintf(out, "MeshFlows dev — open mode: NO AUTHENTICATION, loopback only, state in memory.\n\n")
+			fmt.Fprintf(out, "  registry      http://%s   (try: curl http://%s/v1/discovery/capabilities)\n", regAddr, regAddr)
+			fmt.Fprintf(out, "  orchestrator  http://127.0.0.1:%d   (not built yet)\n", basePort+devOrchestratorOffset)
+			fmt.Fprintf(out, "  gateway       http://127.0.0.1:%d   (not built yet)\n", basePort+devGatewayOffset)
+			fmt.Fprintf(out, "  dashboard     http://127.0.0.1:%d   (not built yet)\n", basePort+devDashboardOffset)
+			fmt.Fprintf(out, "  providers     http://127.0.0.1:%d (jms), http://127.0.0.1:%d (rabbitmq)   (not built yet)\n\n",
+				basePort+devProviderOffsetJMS, basePort+devProviderOffsetRMQ)
+			fmt.Fprintf(out, "Press Ctrl-C to stop.\n")
+			err = g.Wait()
+			fmt.Fprintf(out, "meshflows dev stopped.\n")
+			return err
+		},
+	}
+	cmd.Flags().IntVar(&basePort, "base-port", 7400, "first port of the port plan (registry N, orchestrator N+1, gateway N+2, dashboard N+3, providers N+10 and N+11)")
+	cmd.Flags().StringVar(&logCfg.Level, "log-level", "info", "log level: debug, info, warn or error")
+	cmd.Flags().StringVar(&logCfg.Format, "log-format", "text", "log format: json or text")
+	return cmd
+}

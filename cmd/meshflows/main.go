@@ -1,0 +1,39 @@
+// Command meshflows is the MeshFlows control plane: one binary whose subcommands run the
+// registry, the development stack and the load generators. It only parses flags into the
+// components' Configs and wires them; the logic lives in the packages.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := newRootCmd().ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "meshflows:", err)
+		stop()
+		os.Exit(1)
+	}
+}
+
+func newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "meshflows",
+		Short: "MeshFlows: a capability registry and the control plane around it",
+		Long: `MeshFlows lets provider services register versioned capabilities, keeps their leases,
+and answers discovery queries for gateways and workflow orchestrators.
+
+Start everything on loopback with 'meshflows dev'.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(newVersionCmd(), newRegistryCmd(), newDevCmd(), newBenchCmd())
+	return root
+}

@@ -1,0 +1,62 @@
+package registry
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	registerSuccess  prometheus.Counter
+	registerFail     *prometheus.CounterVec
+	heartbeatSuccess prometheus.Counter
+	heartbeatFail    *prometheus.CounterVec
+	evictions        prometheus.Counter
+}
+
+// newMetrics creates the registry's collectors and registers them with reg (none when nil).
+// The gauges read the store when scraped, so the hot paths pay nothing for them.
+func newMetrics(reg prometheus.Registerer, r *Registry) (*metrics, error) {
+	const ns, sub = "meshflows", "registry"
+	m := &metrics{
+		registerSuccess: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "register_success_total", Help: "Registrations accepted."}),
+		registerFail: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "register_fail_total", Help: "Registrations refused, by reason (invalid, store)."}, []string{"reason"}),
+		heartbeatSuccess: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "heartbeat_success_total", Help: "Heartbeats accepted."}),
+		heartbeatFail: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "heartbeat_fail_total", Help: "Heartbeats refused, by reason (invalid, not_found, generation_mismatch, store)."}, []string{"reason"}),
+		evictions: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "stale_evictions_total", Help: "Instances evicted because their lease expired."}),
+	}
+	for _, reason := range []string{"invalid", "store"} {
+		m.registerFail.WithLabelValues(reason)
+	}
+	for _, reason := range []string{"invalid", "not_found", "generation_mismatch", "store"} {
+		m.heartbeatFail.WithLabelValues(reason)
+	}
+	if reg == nil {
+		return m, nil
+	}
+	gauges := []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+			Name: "active_instances", Help: "Instances with a live registration."},
+			func() float64 { n, _ := r.store.Counts(); return float64(n) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+			Name: "active_capabilities", Help: "Capabilities of the instances with a live registration."},
+			func() float64 { _, c := r.store.Counts(); return float64(c) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+			Name: "watchers", Help: "Discovery requests waiting in a long poll."},
+			func() float64 { return float64(r.watchers.Load()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+			Name: "revision", Help: "Current revision of the visible state."},
+			func() float64 { rev, _ := r.store.Watch(); return float64(rev) }),
+	}
+	for _, c := range append(gauges, m.registerSuccess, m.registerFail, m.heartbeatSuccess, m.heartbeatFail, m.evictions) {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("register registry metrics: %w", err)
+		}
+	}
+	return m, nil
+}

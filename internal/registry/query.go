@@ -1,0 +1,124 @@
+package registry
+
+import (
+	"cmp"
+	"fmt"
+	"net/url"
+	"slices"
+	"strings"
+
+	"github.com/Masterminds/semver/v3"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+)
+
+// Query selects discovery entries; every field set must match (AND).
+type Query struct {
+	CapabilityID string
+	Provider     string
+	ServiceName  string
+	Zone         string
+	// MinVersion keeps capability versions >= it (semantic version precedence).
+	MinVersion *semver.Version
+	// Constraint keeps capability versions that satisfy it (Masterminds semantics:
+	// pre-releases only when the constraint names one).
+	Constraint *semver.Constraints
+}
+
+// queryParams are the parameters of GET /v1/discovery/capabilities that select entries.
+var queryParams = []string{"capability_id", "provider", "min_version", "version", "service_name", "zone"}
+
+// ParseQuery reads a Query from URL parameters. A malformed min_version or version is an
+// INVALID_REQUEST error, never an empty answer. Other parameters (index, wait) are ignored.
+func ParseQuery(v url.Values) (*Query, error) {
+	q := &Query{
+		CapabilityID: v.Get("capability_id"),
+		Provider:     v.Get("provider"),
+		ServiceName:  v.Get("service_name"),
+		Zone:         v.Get("zone"),
+	}
+	var ds []apiv1.Detail
+	if s := v.Get("min_version"); s != "" {
+		mv, err := semver.NewVersion(s)
+		if err != nil {
+			ds = append(ds, apiv1.Detail{Path: "min_version", Message: fmt.Sprintf("not a version: %q", s)})
+		}
+		q.MinVersion = mv
+	}
+	if s := v.Get("version"); s != "" {
+		c, err := ParseConstraint(s)
+		if err != nil {
+			ds = append(ds, apiv1.Detail{Path: "version", Message: err.Error()})
+		}
+		q.Constraint = c
+	}
+	if len(ds) > 0 {
+		return nil, apiv1.InvalidRequest(ds)
+	}
+	return q, nil
+}
+
+// ParseConstraint parses a version constraint: space- or comma-separated AND, "||" for OR
+// (">=1.0 <2.0", ">=1.0, <2.0", "1.x || >=3.0").
+func ParseConstraint(s string) (*semver.Constraints, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, fmt.Errorf("empty version constraint")
+	}
+	c, err := semver.NewConstraint(s)
+	if err != nil {
+		return nil, fmt.Errorf("not a version constraint: %q: %v", s, err)
+	}
+	return c, nil
+}
+
+// CanonicalQuery returns the selecting parameters of v in a fixed order, so that equal
+// queries share one key (the server caches encoded answers by it).
+func CanonicalQuery(v url.Values) string {
+	var b strings.Builder
+	for _, k := range queryParams {
+		if s := v.Get(k); s != "" {
+			if b.Len() > 0 {
+				b.WriteByte('&')
+			}
+			b.WriteString(k)
+			b.WriteByte('=')
+			b.WriteString(url.QueryEscape(s))
+		}
+	}
+	return b.String()
+}
+
+// Matches reports whether the record's capability c satisfies q.
+func (q *Query) Matches(r *Record, c *Capability) bool {
+	switch {
+	case q.CapabilityID != "" && c.CapabilityID != q.CapabilityID,
+		q.Provider != "" && c.Provider != q.Provider,
+		q.ServiceName != "" && r.ServiceName != q.ServiceName,
+		q.Zone != "" && r.Zone != q.Zone,
+		q.MinVersion != nil && c.Version.LessThan(q.MinVersion),
+		q.Constraint != nil && !q.Constraint.Check(c.Version):
+		return false
+	}
+	return true
+}
+
+// SortEntries puts entries in API.md's deterministic order: capability_id, provider,
+// metadata.priority descending, capability_version descending, generation ascending.
+func SortEntries(es []Entry) {
+	slices.SortFunc(es, func(a, b Entry) int {
+		ca, cb := a.Capability(), b.Capability()
+		if c := strings.Compare(ca.CapabilityID, cb.CapabilityID); c != 0 {
+			return c
+		}
+		if c := strings.Compare(ca.Provider, cb.Provider); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(cb.Priority, ca.Priority); c != 0 {
+			return c
+		}
+		if c := cb.Version.Compare(ca.Version); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Record.Generation, b.Record.Generation)
+	})
+}

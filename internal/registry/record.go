@@ -1,0 +1,200 @@
+package registry
+
+import (
+	"bytes"
+	"encoding/json"
+	"sync/atomic"
+	"time"
+
+	"github.com/Masterminds/semver/v3"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+)
+
+// emptyObject is the metadata of a capability registered without any.
+var emptyObject = json.RawMessage(`{}`)
+
+// Capability is a registered capability with the values queries sort and filter on parsed
+// once, at registration.
+type Capability struct {
+	apiv1.Capability
+	// Version is CapabilityVersion parsed.
+	Version *semver.Version
+	// Priority is metadata.priority (an integer, default 0); higher sorts first.
+	Priority int64
+	// PublicPaths is metadata.public_paths, when it is a list of strings.
+	PublicPaths []string
+}
+
+// Record is one incarnation of an instance. Everything but the lease expiry and the
+// self-reported health is fixed when the record is built; a re-registration makes a new
+// Record. The lease and health are atomics so that heartbeats never take a write lock.
+type Record struct {
+	InstanceID     string
+	ServiceName    string
+	ServiceVersion string
+	Endpoint       string
+	Zone           string
+	Capabilities   []Capability
+	Manifest       *apiv1.Manifest
+	// Generation is assigned by the Store when the record is stored.
+	Generation   int64
+	RegisteredAt time.Time
+
+	lease  atomic.Int64 // unix nanoseconds
+	health atomic.Int32 // index into healthNames
+}
+
+var healthNames = [...]string{apiv1.HealthOK, apiv1.HealthDegraded, apiv1.HealthFailing}
+
+func healthIndex(h string) int32 {
+	for i, n := range healthNames {
+		if n == h {
+			return int32(i)
+		}
+	}
+	return 0
+}
+
+// LeaseExpiresAt returns when the record's lease ends.
+func (r *Record) LeaseExpiresAt() time.Time { return time.Unix(0, r.lease.Load()).UTC() }
+
+// SetLeaseExpiresAt moves the end of the lease.
+func (r *Record) SetLeaseExpiresAt(t time.Time) { r.lease.Store(t.UnixNano()) }
+
+// Expired reports whether the lease has ended at now.
+func (r *Record) Expired(now time.Time) bool { return r.lease.Load() <= now.UnixNano() }
+
+// Health returns the self-reported health: ok, degraded or failing.
+func (r *Record) Health() string { return healthNames[r.health.Load()] }
+
+// SetHealth stores the self-reported health and reports whether it changed.
+func (r *Record) SetHealth(h string) bool {
+	i := healthIndex(h)
+	return r.health.Swap(i) != i
+}
+
+// newRecord builds a record from a validated registration.
+func newRecord(req *apiv1.RegisterRequest, now time.Time, lease time.Duration) *Record {
+	rec := &Record{
+		InstanceID:     req.InstanceID,
+		ServiceName:    req.ServiceName,
+		ServiceVersion: req.ServiceVersion,
+		Endpoint:       req.Endpoint,
+		Zone:           req.Zone,
+		Manifest:       req.Manifest,
+		RegisteredAt:   now.UTC(),
+		Capabilities:   make([]Capability, len(req.Capabilities)),
+	}
+	for i, c := range req.Capabilities {
+		rec.Capabilities[i] = newCapability(c)
+	}
+	rec.SetLeaseExpiresAt(now.Add(lease))
+	return rec
+}
+
+func newCapability(c apiv1.Capability) Capability {
+	out := Capability{Capability: c}
+	out.Version, _ = semver.StrictNewVersion(c.CapabilityVersion)
+	if m := bytes.TrimSpace(c.Metadata); len(m) == 0 || bytes.Equal(m, []byte("null")) {
+		out.Metadata = emptyObject
+	} else {
+		var hints struct {
+			Priority    json.RawMessage `json:"priority"`
+			PublicPaths json.RawMessage `json:"public_paths"`
+		}
+		if json.Unmarshal(m, &hints) == nil {
+			var p int64
+			if json.Unmarshal(hints.Priority, &p) == nil {
+				out.Priority = p
+			}
+			var paths []string
+			if json.Unmarshal(hints.PublicPaths, &paths) == nil {
+				out.PublicPaths = paths
+			}
+		}
+		// Compact once here so that every answer that carries it is cheap to encode.
+		var buf bytes.Buffer
+		if json.Compact(&buf, m) == nil {
+			out.Metadata = buf.Bytes()
+		}
+	}
+	return out
+}
+
+// Instance returns the catalog form of the record.
+func (r *Record) Instance() apiv1.Instance {
+	caps := make([]apiv1.Capability, len(r.Capabilities))
+	for i, c := range r.Capabilities {
+		caps[i] = c.Capability
+	}
+	return apiv1.Instance{
+		InstanceID:     r.InstanceID,
+		ServiceName:    r.ServiceName,
+		ServiceVersion: r.ServiceVersion,
+		Endpoint:       r.Endpoint,
+		Zone:           r.Zone,
+		Generation:     r.Generation,
+		RegisteredAt:   r.RegisteredAt,
+		LeaseExpiresAt: r.LeaseExpiresAt(),
+		Health:         r.Health(),
+		Eligibility:    apiv1.EligibilityServing,
+		Weight:         100,
+		Capabilities:   caps,
+		Manifest:       r.Manifest,
+	}
+}
+
+// RecordFromInstance rebuilds a record from its catalog form (a snapshot), keeping its
+// generation and giving it the lease end given.
+func RecordFromInstance(in apiv1.Instance, leaseEnd time.Time) *Record {
+	rec := &Record{
+		InstanceID:     in.InstanceID,
+		ServiceName:    in.ServiceName,
+		ServiceVersion: in.ServiceVersion,
+		Endpoint:       in.Endpoint,
+		Zone:           in.Zone,
+		Manifest:       in.Manifest,
+		Generation:     in.Generation,
+		RegisteredAt:   in.RegisteredAt,
+		Capabilities:   make([]Capability, len(in.Capabilities)),
+	}
+	for i, c := range in.Capabilities {
+		rec.Capabilities[i] = newCapability(c)
+	}
+	rec.SetHealth(in.Health)
+	rec.SetLeaseExpiresAt(leaseEnd)
+	return rec
+}
+
+// Entry is one (record, capability) pair a query matched.
+type Entry struct {
+	Record *Record
+	// Cap indexes Record.Capabilities.
+	Cap int
+}
+
+// Capability returns the entry's capability.
+func (e Entry) Capability() *Capability { return &e.Record.Capabilities[e.Cap] }
+
+// Wire returns the discovery form of the entry.
+func (e Entry) Wire() apiv1.CapabilityEntry {
+	r, c := e.Record, &e.Record.Capabilities[e.Cap]
+	return apiv1.CapabilityEntry{
+		CapabilityID:          c.CapabilityID,
+		CapabilityVersion:     c.CapabilityVersion,
+		ContractSchemaVersion: c.ContractSchemaVersion,
+		Provider:              c.Provider,
+		Metadata:              c.Metadata,
+		InstanceID:            r.InstanceID,
+		ServiceName:           r.ServiceName,
+		ServiceVersion:        r.ServiceVersion,
+		Endpoint:              r.Endpoint,
+		Zone:                  r.Zone,
+		Generation:            r.Generation,
+		LeaseExpiresAt:        r.LeaseExpiresAt(),
+		Health:                r.Health(),
+		Eligibility:           apiv1.EligibilityServing,
+		Weight:                100,
+	}
+}

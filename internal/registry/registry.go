@@ -1,0 +1,352 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+)
+
+// Defaults of Config.
+const (
+	DefaultLeaseTTL          = 90 * time.Second
+	DefaultHeartbeatInterval = 30 * time.Second
+	DefaultSweepInterval     = time.Second
+)
+
+// Config configures a Registry. The zero value gets the defaults.
+type Config struct {
+	// LeaseTTL is how long a lease lives without a heartbeat (default 90 s); it is also the
+	// warm-up window after an empty start.
+	LeaseTTL time.Duration
+	// HeartbeatInterval is what providers are told to heartbeat at (default 30 s); it must
+	// be shorter than LeaseTTL.
+	HeartbeatInterval time.Duration
+	// SweepInterval is how often Run evicts expired leases (default 1 s).
+	SweepInterval time.Duration
+	// SnapshotDir, when set with SnapshotInterval > 0, makes Run write a snapshot there on
+	// that interval; WriteSnapshot uses it too.
+	SnapshotDir      string
+	SnapshotInterval time.Duration
+	// Now is the clock (default time.Now). Tests inject a fake one.
+	Now func() time.Time
+	// Logger receives register, deregister and eviction events; nil is silent.
+	Logger *slog.Logger
+	// Registerer receives the registry's metrics; nil registers none.
+	Registerer prometheus.Registerer
+}
+
+func (c *Config) setDefaults() {
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = DefaultLeaseTTL
+	}
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = min(DefaultHeartbeatInterval, c.LeaseTTL/3)
+	}
+	if c.SweepInterval == 0 {
+		c.SweepInterval = DefaultSweepInterval
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Validate reports a configuration that cannot work.
+func (c *Config) Validate() error {
+	var errs []error
+	if c.LeaseTTL < time.Second {
+		errs = append(errs, fmt.Errorf("lease ttl %s is under 1s", c.LeaseTTL))
+	}
+	if c.HeartbeatInterval <= 0 || c.HeartbeatInterval >= c.LeaseTTL {
+		errs = append(errs, fmt.Errorf("heartbeat interval %s must be positive and shorter than the lease ttl %s", c.HeartbeatInterval, c.LeaseTTL))
+	}
+	if c.SweepInterval <= 0 {
+		errs = append(errs, fmt.Errorf("sweep interval %s must be positive", c.SweepInterval))
+	}
+	if c.SnapshotInterval < 0 {
+		errs = append(errs, fmt.Errorf("snapshot interval %s is negative", c.SnapshotInterval))
+	}
+	if c.SnapshotInterval > 0 && c.SnapshotDir == "" {
+		errs = append(errs, errors.New("a snapshot interval needs a snapshot dir"))
+	}
+	return errors.Join(errs...)
+}
+
+// Registry is the registry core over a Store.
+type Registry struct {
+	cfg      Config
+	store    Store
+	metrics  *metrics
+	watchers atomic.Int64
+}
+
+// New returns a Registry over store.
+func New(store Store, cfg Config) (*Registry, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("registry config: %w", err)
+	}
+	r := &Registry{cfg: cfg, store: store}
+	m, err := newMetrics(cfg.Registerer, r)
+	if err != nil {
+		return nil, err
+	}
+	r.metrics = m
+	return r, nil
+}
+
+// Config returns the configuration in force, defaults filled in.
+func (r *Registry) Config() Config { return r.cfg }
+
+// Store returns the store the registry runs on.
+func (r *Registry) Store() Store { return r.store }
+
+// State is what every discovery answer carries about the registry.
+type State struct {
+	Epoch    string
+	Revision int64
+	// Complete is false inside the warm-up window after an empty start.
+	Complete bool
+}
+
+// State returns the current epoch, revision and completeness.
+func (r *Registry) State() State {
+	rev, _ := r.store.Watch()
+	return r.stateAt(rev)
+}
+
+func (r *Registry) stateAt(rev int64) State {
+	ep := r.store.Epoch()
+	complete := !ep.Empty || !r.cfg.Now().Before(ep.Start.Add(r.cfg.LeaseTTL))
+	return State{Epoch: ep.ID, Revision: rev, Complete: complete}
+}
+
+// Register validates req and stores it as the current incarnation of its instance.
+func (r *Registry) Register(ctx context.Context, req *apiv1.RegisterRequest) (*apiv1.RegisterResponse, error) {
+	if err := req.Validate(); err != nil {
+		r.metrics.registerFail.WithLabelValues("invalid").Inc()
+		return nil, err
+	}
+	now := r.cfg.Now()
+	rec := newRecord(req, now, r.cfg.LeaseTTL)
+	if err := r.store.Register(ctx, rec); err != nil {
+		r.metrics.registerFail.WithLabelValues("store").Inc()
+		return nil, fmt.Errorf("register %s: %w", req.InstanceID, err)
+	}
+	r.metrics.registerSuccess.Inc()
+	if r.cfg.Logger.Enabled(ctx, slog.LevelInfo) {
+		r.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "register",
+			slog.String("instance_id", rec.InstanceID), slog.String("service_name", rec.ServiceName),
+			slog.Int64("generation", rec.Generation), slog.Int("capabilities", len(rec.Capabilities)),
+			slog.Time("at", now))
+	}
+	return &apiv1.RegisterResponse{
+		Accepted:                 true,
+		LeaseTTLSeconds:          int64(r.cfg.LeaseTTL / time.Second),
+		HeartbeatIntervalSeconds: int64(r.cfg.HeartbeatInterval / time.Second),
+		Generation:               rec.Generation,
+		RegistryEpoch:            r.store.Epoch().ID,
+	}, nil
+}
+
+// Heartbeat extends the lease of the instance's current generation.
+func (r *Registry) Heartbeat(ctx context.Context, id string, req *apiv1.HeartbeatRequest) (*apiv1.HeartbeatResponse, error) {
+	if err := req.Validate(); err != nil {
+		r.metrics.heartbeatFail.WithLabelValues("invalid").Inc()
+		return nil, err
+	}
+	health := req.Health
+	if health == "" {
+		health = apiv1.HealthOK
+	}
+	expires := r.cfg.Now().Add(r.cfg.LeaseTTL)
+	rec, err := r.store.Heartbeat(ctx, id, req.Generation, health, expires)
+	if err != nil {
+		r.metrics.heartbeatFail.WithLabelValues(failReason(err)).Inc()
+		return nil, err
+	}
+	r.metrics.heartbeatSuccess.Inc()
+	return &apiv1.HeartbeatResponse{
+		Generation:     rec.Generation,
+		LeaseExpiresAt: expires.UTC(),
+		RegistryEpoch:  r.store.Epoch().ID,
+	}, nil
+}
+
+func failReason(err error) string {
+	switch {
+	case errors.Is(err, ErrInstanceNotFound):
+		return "not_found"
+	case errors.Is(err, ErrGenerationMismatch):
+		return "generation_mismatch"
+	default:
+		return "store"
+	}
+}
+
+// Deregister removes an instance; a generation > 0 must be the current one, so that a late
+// deregister of an old incarnation never removes its replacement.
+func (r *Registry) Deregister(ctx context.Context, id string, generation int64) error {
+	rec, err := r.store.Deregister(ctx, id, generation)
+	if err != nil {
+		return err
+	}
+	r.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "deregister",
+		slog.String("instance_id", rec.InstanceID), slog.String("service_name", rec.ServiceName),
+		slog.Int64("generation", rec.Generation), slog.Time("at", r.cfg.Now()))
+	return nil
+}
+
+// Sweep evicts every instance whose lease has ended and returns how many it evicted.
+func (r *Registry) Sweep(ctx context.Context) (int, error) {
+	now := r.cfg.Now()
+	gone, err := r.store.Expire(ctx, now)
+	if err != nil {
+		return 0, fmt.Errorf("sweep: %w", err)
+	}
+	for _, rec := range gone {
+		r.metrics.evictions.Inc()
+		r.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "evict",
+			slog.String("instance_id", rec.InstanceID), slog.String("service_name", rec.ServiceName),
+			slog.Int64("generation", rec.Generation), slog.Time("lease_expired_at", rec.LeaseExpiresAt()),
+			slog.Time("at", now))
+	}
+	return len(gone), nil
+}
+
+// Run sweeps expired leases every SweepInterval and, when configured, writes a snapshot
+// every SnapshotInterval, until ctx ends. Errors of one round are logged, not fatal.
+func (r *Registry) Run(ctx context.Context) error {
+	sweep := time.NewTicker(r.cfg.SweepInterval)
+	defer sweep.Stop()
+	var snap <-chan time.Time
+	if r.cfg.SnapshotInterval > 0 {
+		t := time.NewTicker(r.cfg.SnapshotInterval)
+		defer t.Stop()
+		snap = t.C
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-sweep.C:
+			if _, err := r.Sweep(ctx); err != nil {
+				r.cfg.Logger.Error("sweep failed", slog.Any("error", err))
+			}
+		case <-snap:
+			if _, err := r.WriteSnapshot(ctx); err != nil {
+				r.cfg.Logger.Error("snapshot failed", slog.Any("error", err))
+			}
+		}
+	}
+}
+
+// Answer is a discovery answer: the matching entries in API.md's order and the state they
+// were read at.
+type Answer struct {
+	State
+	Entries []Entry
+}
+
+// Query returns the entries that match q, sorted.
+func (r *Registry) Query(q *Query) Answer {
+	rev, _ := r.store.Watch()
+	es := r.store.Query(q)
+	SortEntries(es)
+	return Answer{State: r.stateAt(rev), Entries: es}
+}
+
+// Wait blocks until the revision exceeds index, ctx ends or wait passes, and returns the
+// revision then. An index from the future (another epoch) returns at once.
+func (r *Registry) Wait(ctx context.Context, index int64, wait time.Duration) int64 {
+	rev, changed := r.store.Watch()
+	if rev != index {
+		return rev
+	}
+	r.watchers.Add(1)
+	defer r.watchers.Add(-1)
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-changed:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+	rev, _ = r.store.Watch()
+	return rev
+}
+
+// Watchers returns how many requests are waiting in Wait.
+func (r *Registry) Watchers() int64 { return r.watchers.Load() }
+
+// Instance returns the catalog form of one instance.
+func (r *Registry) Instance(id string) (apiv1.Instance, error) {
+	rec, ok := r.store.Get(id)
+	if !ok {
+		return apiv1.Instance{}, fmt.Errorf("instance %q: %w", id, ErrInstanceNotFound)
+	}
+	return rec.Instance(), nil
+}
+
+// Catalog returns every instance, sorted by service name and instance id.
+func (r *Registry) Catalog() apiv1.CatalogResponse {
+	rev, _ := r.store.Watch()
+	recs := sortedRecords(r.store.Records())
+	out := apiv1.CatalogResponse{RegistryEpoch: r.store.Epoch().ID, Revision: rev, Instances: make([]apiv1.Instance, len(recs))}
+	for i, rec := range recs {
+		out.Instances[i] = rec.Instance()
+	}
+	return out
+}
+
+func sortedRecords(recs []*Record) []*Record {
+	slices.SortFunc(recs, func(a, b *Record) int {
+		if c := strings.Compare(a.ServiceName, b.ServiceName); c != 0 {
+			return c
+		}
+		return strings.Compare(a.InstanceID, b.InstanceID)
+	})
+	return recs
+}
+
+// Routes returns the inputs of route derivation: every manifest and every public path,
+// in instance order.
+func (r *Registry) Routes() apiv1.RoutesResponse {
+	rev, _ := r.store.Watch()
+	st := r.stateAt(rev)
+	out := apiv1.RoutesResponse{RegistryEpoch: st.Epoch, Revision: st.Revision, Complete: st.Complete,
+		Manifests: []apiv1.ManifestEntry{}, PublicPaths: []apiv1.PublicPath{}}
+	for _, rec := range sortedRecords(r.store.Records()) {
+		if rec.Manifest != nil {
+			out.Manifests = append(out.Manifests, apiv1.ManifestEntry{InstanceID: rec.InstanceID, ServiceName: rec.ServiceName,
+				ServiceVersion: rec.ServiceVersion, Endpoint: rec.Endpoint, Generation: rec.Generation, Manifest: rec.Manifest})
+		}
+		for _, c := range rec.Capabilities {
+			for _, p := range c.PublicPaths {
+				out.PublicPaths = append(out.PublicPaths, apiv1.PublicPath{Path: p, CapabilityID: c.CapabilityID, Provider: c.Provider,
+					InstanceID: rec.InstanceID, Endpoint: rec.Endpoint, Generation: rec.Generation})
+			}
+		}
+	}
+	return out
+}
+
+// Health returns the answer of /v1/discovery/health.
+func (r *Registry) Health(startedAt time.Time) apiv1.HealthResponse {
+	rev, _ := r.store.Watch()
+	n, c := r.store.Counts()
+	return apiv1.HealthResponse{Status: "ok", RegistryEpoch: r.store.Epoch().ID, Revision: rev,
+		ActiveInstances: n, ActiveCapabilities: c, Store: r.store.Name(),
+		UptimeSeconds: int64(r.cfg.Now().Sub(startedAt) / time.Second)}
+}

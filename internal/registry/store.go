@@ -1,0 +1,68 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Errors a Store returns; the server maps them to API.md's codes.
+var (
+	// ErrInstanceNotFound: no record with that instance id (404 INSTANCE_NOT_FOUND).
+	ErrInstanceNotFound = errors.New("instance not found")
+	// ErrGenerationMismatch: the generation named is not the current one (410).
+	ErrGenerationMismatch = errors.New("generation mismatch")
+)
+
+// Epoch identifies one life of a store's state.
+type Epoch struct {
+	// ID is the opaque registry_epoch; it changes whenever the state starts from empty.
+	ID string
+	// Start is when this life began (the store's start, or the restore of a snapshot).
+	Start time.Time
+	// Empty is true when the state started empty: the registry then answers
+	// complete=false for one lease TTL from Start.
+	Empty bool
+}
+
+// Store keeps the registered records, their indexes, the generation counter and the
+// revision. All methods are safe for concurrent use. Records handed out are shared: callers
+// read them and never change them, except through the lease and health atomics.
+type Store interface {
+	// Name is the store's kind, reported by /v1/discovery/health ("memory", "etcd").
+	Name() string
+	// Epoch returns the current epoch.
+	Epoch() Epoch
+
+	// Register stores rec as the current incarnation of rec.InstanceID, replacing any
+	// other, sets rec.Generation to the next generation (strictly increasing for the life
+	// of the store) and advances the revision.
+	Register(ctx context.Context, rec *Record) error
+	// Heartbeat extends the lease of the record with that id and generation to expires and
+	// stores its health; it advances the revision only when the health changed. It returns
+	// ErrInstanceNotFound or ErrGenerationMismatch (wrapped).
+	Heartbeat(ctx context.Context, id string, generation int64, health string, expires time.Time) (*Record, error)
+	// Deregister removes the record with that id; a generation > 0 must be the current one
+	// (ErrGenerationMismatch otherwise). It advances the revision.
+	Deregister(ctx context.Context, id string, generation int64) (*Record, error)
+	// Expire removes every record whose lease ended at or before now and returns them.
+	Expire(ctx context.Context, now time.Time) ([]*Record, error)
+	// Restore replaces the whole state with recs, the epoch, the revision and a generation
+	// counter no lower than generation, as a snapshot recorded them.
+	Restore(ctx context.Context, epoch Epoch, revision, generation int64, recs []*Record) error
+
+	// Get returns the current record of an instance.
+	Get(id string) (*Record, bool)
+	// Records returns every record, in no particular order.
+	Records() []*Record
+	// Query returns the entries that match q, in no particular order.
+	Query(q *Query) []Entry
+	// Counts returns how many instances and capabilities are registered.
+	Counts() (instances, capabilities int)
+	// Generation returns the last generation assigned.
+	Generation() int64
+	// Watch returns the current revision and a channel that is closed when the revision
+	// next changes. The channel is never sent on, only closed; one channel serves every
+	// watcher of a revision, so thousands of waiters cost one close.
+	Watch() (revision int64, changed <-chan struct{})
+}

@@ -1,0 +1,76 @@
+package server
+
+import (
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"sync"
+
+	"github.com/meshflows/meshflows/internal/registry"
+)
+
+// maxCachedAnswers bounds the answer cache; past it the cache starts over.
+const maxCachedAnswers = 4096
+
+// encoded is a discovery answer encoded once for one (query, epoch, revision, complete).
+type encoded struct {
+	state registry.State
+	etag  string
+	body  []byte
+}
+
+func newEncoded(st registry.State, v any) (*encoded, error) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	return &encoded{state: st, etag: `"` + st.Epoch + "/" + strconv.FormatInt(st.Revision, 10) + `"`, body: append(body, '\n')}, nil
+}
+
+// write answers with the encoded body, or 304 when the client already holds it. While the
+// registry is incomplete (warm-up) no 304 is given: the same revision can turn complete.
+func (e *encoded) write(w http.ResponseWriter, r *http.Request) {
+	h := w.Header()
+	h.Set("ETag", e.etag)
+	h.Set("X-Registry-Revision", strconv.FormatInt(e.state.Revision, 10))
+	h.Set("Cache-Control", "no-cache")
+	if e.state.Complete && r.Header.Get("If-None-Match") == e.etag {
+		w.WriteHeader(http.StatusNotModified)
+		return
+	}
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(e.body)))
+	w.WriteHeader(http.StatusOK)
+	w.Write(e.body)
+}
+
+// answerCache holds the latest encoded answer per query: while the revision stands, every
+// request for the same query is a map lookup and a write.
+type answerCache struct {
+	mu sync.RWMutex
+	m  map[string]*encoded
+}
+
+func newAnswerCache() *answerCache { return &answerCache{m: map[string]*encoded{}} }
+
+func (c *answerCache) get(key string, st registry.State) *encoded {
+	c.mu.RLock()
+	e := c.m[key]
+	c.mu.RUnlock()
+	if e != nil && e.state == st {
+		return e
+	}
+	return nil
+}
+
+func (c *answerCache) put(key string, e *encoded) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if old := c.m[key]; old != nil && old.state.Epoch == e.state.Epoch && old.state.Revision > e.state.Revision {
+		return // a newer answer is already there
+	}
+	if len(c.m) >= maxCachedAnswers {
+		clear(c.m)
+	}
+	c.m[key] = e
+}

@@ -1,0 +1,154 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/internal/registry"
+)
+
+func (s *Server) register(w http.ResponseWriter, r *http.Request) (any, error) {
+	var req apiv1.RegisterRequest
+	if err := s.decode(w, r, &req); err != nil {
+		return nil, err
+	}
+	return s.reg.Register(r.Context(), &req)
+}
+
+func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) (any, error) {
+	var req apiv1.HeartbeatRequest
+	if err := s.decode(w, r, &req); err != nil {
+		return nil, err
+	}
+	return s.reg.Heartbeat(r.Context(), r.PathValue("instance_id"), &req)
+}
+
+func (s *Server) deregister(_ http.ResponseWriter, r *http.Request) (any, error) {
+	var gen int64
+	if g := r.URL.Query().Get("generation"); g != "" {
+		v, err := strconv.ParseInt(g, 10, 64)
+		if err != nil || v < 1 {
+			return nil, apiv1.InvalidRequest([]apiv1.Detail{{Path: "generation", Message: fmt.Sprintf("must be an integer >= 1, got %q", g)}})
+		}
+		gen = v
+	}
+	return nil, s.reg.Deregister(r.Context(), r.PathValue("instance_id"), gen)
+}
+
+func (s *Server) catalog(_ http.ResponseWriter, _ *http.Request) (any, error) {
+	return s.reg.Catalog(), nil
+}
+
+func (s *Server) instance(_ http.ResponseWriter, r *http.Request) (any, error) {
+	return s.reg.Instance(r.PathValue("instance_id"))
+}
+
+// longPoll reads index and wait and, when an index is given, waits for a revision past it.
+func (s *Server) longPoll(ctx context.Context, v url.Values) error {
+	is := v.Get("index")
+	if is == "" {
+		return nil
+	}
+	var ds []apiv1.Detail
+	index, err := strconv.ParseInt(is, 10, 64)
+	if err != nil || index < 0 {
+		ds = append(ds, apiv1.Detail{Path: "index", Message: fmt.Sprintf("must be an integer >= 0, got %q", is)})
+	}
+	wait := DefaultWait
+	if ws := v.Get("wait"); ws != "" {
+		wait, err = time.ParseDuration(ws)
+		if err != nil || wait <= 0 {
+			ds = append(ds, apiv1.Detail{Path: "wait", Message: fmt.Sprintf("must be a positive duration like 30s, got %q", ws)})
+		}
+		wait = min(wait, MaxWait)
+	}
+	if len(ds) > 0 {
+		return apiv1.InvalidRequest(ds)
+	}
+	s.reg.Wait(ctx, index, wait)
+	return nil
+}
+
+func (s *Server) capabilities(_ http.ResponseWriter, r *http.Request) (any, error) {
+	v := r.URL.Query()
+	q, err := registry.ParseQuery(v)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.longPoll(r.Context(), v); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	defer func() { s.metrics.discovery.WithLabelValues("capabilities").Observe(time.Since(start).Seconds()) }()
+	key := registry.CanonicalQuery(v)
+	if e := s.cache.get(key, s.reg.State()); e != nil {
+		return e, nil
+	}
+	ans := s.reg.Query(q)
+	resp := apiv1.DiscoveryResponse{RegistryEpoch: ans.Epoch, Revision: ans.Revision, Complete: ans.Complete,
+		Capabilities: make([]apiv1.CapabilityEntry, len(ans.Entries))}
+	for i, e := range ans.Entries {
+		resp.Capabilities[i] = e.Wire()
+	}
+	e, err := newEncoded(ans.State, resp)
+	if err != nil {
+		return nil, fmt.Errorf("encode discovery answer: %w", err)
+	}
+	s.cache.put(key, e)
+	return e, nil
+}
+
+// routesKey is the answer cache's key of /v1/discovery/routes; it cannot collide with a
+// canonical query, which never starts with a space.
+const routesKey = " routes"
+
+func (s *Server) discoveryRoutes(_ http.ResponseWriter, r *http.Request) (any, error) {
+	if err := s.longPoll(r.Context(), r.URL.Query()); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	defer func() { s.metrics.discovery.WithLabelValues("routes").Observe(time.Since(start).Seconds()) }()
+	if e := s.cache.get(routesKey, s.reg.State()); e != nil {
+		return e, nil
+	}
+	resp := s.reg.Routes()
+	e, err := newEncoded(registry.State{Epoch: resp.RegistryEpoch, Revision: resp.Revision, Complete: resp.Complete}, resp)
+	if err != nil {
+		return nil, fmt.Errorf("encode routes answer: %w", err)
+	}
+	s.cache.put(routesKey, e)
+	return e, nil
+}
+
+func (s *Server) discoveryHealth(_ http.ResponseWriter, _ *http.Request) (any, error) {
+	return s.reg.Health(s.startedAt), nil
+}
+
+func (s *Server) snapshot(_ http.ResponseWriter, r *http.Request) (any, error) {
+	return s.reg.WriteSnapshot(r.Context())
+}
+
+func (s *Server) healthz(_ http.ResponseWriter, _ *http.Request) (any, error) {
+	return map[string]string{"status": "ok"}, nil
+}
+
+// pinger is a Store that can tell whether it is reachable.
+type pinger interface {
+	Ping(ctx context.Context) error
+}
+
+func (s *Server) readyz(_ http.ResponseWriter, r *http.Request) (any, error) {
+	if p, ok := s.reg.Store().(pinger); ok {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := p.Ping(ctx); err != nil {
+			return nil, apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable, "store %s unreachable: %v", s.reg.Store().Name(), err)
+		}
+	}
+	return map[string]string{"status": "ready", "store": s.reg.Store().Name()}, nil
+}

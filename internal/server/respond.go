@@ -1,0 +1,147 @@
+package server
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/internal/registry"
+)
+
+// handlerFunc answers a request with a value to encode as JSON (200), nil (204), an
+// *encoded answer, or an error that respond maps to API.md's error body.
+type handlerFunc func(w http.ResponseWriter, r *http.Request) (any, error)
+
+func (s *Server) handle(pattern string, h handlerFunc) {
+	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+		v, err := h(w, r)
+		if err != nil {
+			s.writeError(w, r, err)
+			return
+		}
+		switch v := v.(type) {
+		case nil:
+			w.WriteHeader(http.StatusNoContent)
+		case *encoded:
+			v.write(w, r)
+		default:
+			writeJSON(w, http.StatusOK, v)
+		}
+	})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		// Every value written here is built by this package; failing to encode one is a bug.
+		status = http.StatusInternalServerError
+		body, _ = json.Marshal(apiv1.ErrorBody{Error: apiv1.Errorf(status, apiv1.CodeInternal, "encode answer: %v", err)})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)+1))
+	w.WriteHeader(status)
+	w.Write(append(body, '\n'))
+}
+
+// apiError maps an error to the wire error and its status.
+func apiError(err error) *apiv1.Error {
+	var ae *apiv1.Error
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &ae):
+		if ae.Status == 0 {
+			ae.Status = http.StatusBadRequest
+		}
+		return ae
+	case errors.Is(err, registry.ErrInstanceNotFound):
+		return &apiv1.Error{Status: http.StatusNotFound, Code: apiv1.CodeInstanceNotFound, Message: err.Error()}
+	case errors.Is(err, registry.ErrGenerationMismatch):
+		return &apiv1.Error{Status: http.StatusGone, Code: apiv1.CodeGenerationMismatch, Message: err.Error()}
+	case errors.As(err, &mbe):
+		return apiv1.Errorf(http.StatusRequestEntityTooLarge, apiv1.CodePayloadTooLarge, "request body is over the limit of %d bytes", mbe.Limit)
+	case errors.Is(err, registry.ErrNoSnapshotDir):
+		return apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable, "%v: start the registry with --snapshot-dir", err)
+	default:
+		return nil
+	}
+}
+
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	ae := apiError(err)
+	if ae == nil {
+		s.cfg.Logger.LogAttrs(r.Context(), slog.LevelError, "request failed",
+			slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("error", err))
+		ae = apiv1.Errorf(http.StatusInternalServerError, apiv1.CodeInternal, "internal error")
+	}
+	if ae.Status == http.StatusTooManyRequests || ae.Status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
+	writeJSON(w, ae.Status, apiv1.ErrorBody{Error: ae})
+}
+
+// notRouted answers a request no pattern takes: 405 with Allow when the path exists under
+// other methods, 404 otherwise. It runs only off the hot path, so probing the mux once per
+// method is cheap enough.
+func (s *Server) notRouted(w http.ResponseWriter, r *http.Request) {
+	var allow []string
+	for _, m := range []string{"DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT"} {
+		probe := *r
+		probe.Method = m
+		if _, p := s.mux.Handler(&probe); p != "" && p != "/" {
+			allow = append(allow, m)
+		}
+	}
+	if len(allow) > 0 {
+		w.Header().Set("Allow", strings.Join(allow, ", "))
+		s.writeError(w, r, apiv1.Errorf(http.StatusMethodNotAllowed, apiv1.CodeMethodNotAllowed,
+			"method %s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, strings.Join(allow, ", ")))
+		return
+	}
+	s.writeError(w, r, apiv1.Errorf(http.StatusNotFound, apiv1.CodeNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path))
+}
+
+// decode reads a JSON body of at most the configured size into v. Syntax and type errors
+// are INVALID_JSON (with the field when known); an oversized body is PAYLOAD_TOO_LARGE.
+func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return err
+		}
+		return apiv1.Errorf(http.StatusBadRequest, apiv1.CodeInvalidJSON, "read body: %v", err)
+	}
+	return decodeJSON(body, v)
+}
+
+func decodeJSON(body []byte, v any) error {
+	if len(body) == 0 {
+		return apiv1.Errorf(http.StatusBadRequest, apiv1.CodeInvalidJSON, "the request body is empty; a JSON object is expected")
+	}
+	err := json.Unmarshal(body, v)
+	if err == nil {
+		return nil
+	}
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &se):
+		return apiv1.Errorf(http.StatusBadRequest, apiv1.CodeInvalidJSON, "body is not valid JSON at offset %d: %v", se.Offset, se)
+	case errors.As(err, &te):
+		e := apiv1.Errorf(http.StatusBadRequest, apiv1.CodeInvalidJSON, "body has the wrong JSON type at offset %d", te.Offset)
+		path := te.Field
+		if path == "" {
+			path = "(body)"
+		}
+		e.Details = []apiv1.Detail{{Path: path, Message: fmt.Sprintf("expected %s, got JSON %s", te.Type, te.Value)}}
+		return e
+	default:
+		return apiv1.Errorf(http.StatusBadRequest, apiv1.CodeInvalidJSON, "body is not the expected JSON: %v", err)
+	}
+}

@@ -1,0 +1,29 @@
+package server
+
+import (
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// routes is the whole surface of the registry API.
+func (s *Server) routes() {
+	s.handle("POST /v1/services/register", s.register)
+	s.handle("PUT /v1/services/{instance_id}/heartbeat", s.heartbeat)
+	s.handle("DELETE /v1/services/{instance_id}", s.deregister)
+	s.handle("GET /v1/services", s.catalog)
+	s.handle("GET /v1/services/{instance_id}", s.instance)
+
+	s.handle("GET /v1/discovery/capabilities", s.capabilities)
+	s.handle("GET /v1/discovery/routes", s.discoveryRoutes)
+	s.handle("GET /v1/discovery/health", s.discoveryHealth)
+
+	s.handle("POST /v1/admin/snapshot", s.snapshot)
+
+	s.handle("GET /healthz", s.healthz)
+	s.handle("GET /readyz", s.readyz)
+	if s.cfg.Gatherer != nil {
+		s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
+	}
+	// Everything else: API.md's 404 or 405 body.
+	s.mux.HandleFunc("/", s.notRouted)
+}
+

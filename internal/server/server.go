@@ -1,0 +1,135 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/meshflows/meshflows/internal/registry"
+)
+
+// Defaults of Config.
+const (
+	DefaultMaxBodyBytes    = 64 << 10
+	DefaultShutdownTimeout = 10 * time.Second
+	// MaxWait bounds a long poll's wait (API.md: at most 5 minutes).
+	MaxWait = 5 * time.Minute
+	// DefaultWait is a long poll's wait when the request names an index but no wait.
+	DefaultWait = 30 * time.Second
+)
+
+// Config configures a Server. The zero value gets the defaults.
+type Config struct {
+	// MaxBodyBytes limits request bodies (default 64 KiB); larger ones get 413.
+	MaxBodyBytes int64
+	// ShutdownTimeout bounds the graceful shutdown (default 10 s).
+	ShutdownTimeout time.Duration
+	// Logger receives server errors; nil is silent.
+	Logger *slog.Logger
+	// Registerer receives the server's metrics; Gatherer, when set, is served at /metrics.
+	Registerer prometheus.Registerer
+	Gatherer   prometheus.Gatherer
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+func (c *Config) setDefaults() {
+	if c.MaxBodyBytes == 0 {
+		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.ShutdownTimeout == 0 {
+		c.ShutdownTimeout = DefaultShutdownTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+// Validate reports a configuration that cannot work.
+func (c *Config) Validate() error {
+	if c.MaxBodyBytes < 1024 {
+		return fmt.Errorf("max body bytes %d is under 1024", c.MaxBodyBytes)
+	}
+	if c.ShutdownTimeout < 0 {
+		return fmt.Errorf("shutdown timeout %s is negative", c.ShutdownTimeout)
+	}
+	return nil
+}
+
+// Server serves the registry API of one Registry.
+type Server struct {
+	cfg       Config
+	reg       *registry.Registry
+	mux       *http.ServeMux
+	cache     *answerCache
+	metrics   *metrics
+	startedAt time.Time
+}
+
+// New returns a Server for reg.
+func New(reg *registry.Registry, cfg Config) (*Server, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("server config: %w", err)
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{cfg: cfg, reg: reg, mux: http.NewServeMux(), cache: newAnswerCache(), metrics: m, startedAt: cfg.Now()}
+	s.routes()
+	return s, nil
+}
+
+// ServeHTTP serves the registry API.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
+
+// Run listens on addr and serves until ctx ends, then shuts down gracefully.
+func (s *Server) Run(ctx context.Context, addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	return s.Serve(ctx, ln)
+}
+
+// Serve serves on ln until ctx ends. On shutdown it first wakes every long poll (they
+// answer with the current state), then waits up to ShutdownTimeout for requests to finish.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	base, wake := context.WithCancel(context.WithoutCancel(ctx))
+	defer wake()
+	srv := &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		BaseContext:       func(net.Listener) context.Context { return base },
+		ErrorLog:          slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelWarn),
+	}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	wake()
+	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
+		err = serr
+	}
+	if err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	return nil
+}
