@@ -26,4 +26,3 @@ func (s *Server) routes() {
 	// Everything else: API.md's 404 or 405 body.
 	s.mux.HandleFunc("/", s.notRouted)
 }
-

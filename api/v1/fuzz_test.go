@@ -1,0 +1,63 @@
+package apiv1_test
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+)
+
+// FuzzRegisterDecodeValidate feeds arbitrary bodies through the registration decoder and
+// validator: they must never panic, a rejection must be a well-formed INVALID_REQUEST, and
+// an accepted request must survive an encode/decode round trip and still validate.
+func FuzzRegisterDecodeValidate(f *testing.F) {
+	seed, _ := json.Marshal(validRequest())
+	f.Add(seed)
+	f.Add([]byte(`{"instance_id":"a","service_name":"b","service_version":"1.0.0","endpoint":"http://h","capabilities":[{"capability_id":"a.b","capability_version":"1.0.0","contract_schema_version":"1.0","provider":"p"}]}`))
+	f.Add([]byte(`{"capabilities":[{"metadata":[]}],"manifest":{"routes":[{"path":"/{a...}/{a}","weight":"x"}],"health":{"unhealthy_after":1e3}}}`))
+	f.Add([]byte(`{"endpoint":"http://[::1]:80","zone":"-"}`))
+	f.Add([]byte(`null`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var req apiv1.RegisterRequest
+		if json.Unmarshal(body, &req) != nil {
+			return
+		}
+		err := req.Validate()
+		if err != nil {
+			var ae *apiv1.Error
+			if !errors.As(err, &ae) || ae.Code != apiv1.CodeInvalidRequest || len(ae.Details) == 0 {
+				t.Fatalf("Validate() = %v, want INVALID_REQUEST with details", err)
+			}
+			return
+		}
+		again, err := json.Marshal(&req)
+		if err != nil {
+			t.Fatalf("Marshal of a valid request: %v", err)
+		}
+		var back apiv1.RegisterRequest
+		if err := json.Unmarshal(again, &back); err != nil {
+			t.Fatalf("Unmarshal of %s: %v", again, err)
+		}
+		if err := back.Validate(); err != nil {
+			t.Fatalf("valid request %s no longer validates after a round trip: %v", again, err)
+		}
+	})
+}
+
+// FuzzManifestProblems: arbitrary manifests never panic the rule checker.
+func FuzzManifestProblems(f *testing.F) {
+	f.Add([]byte(`{"farp":"1.0","service":{"name":"a","instance":"a","version":"1.0.0"},"routes":[{"path":"/a/{b}/{c...}","methods":["GET"],"weight":5}]}`))
+	f.Add([]byte(`{"routes":[{"path":"/{}","methods":["GET","GET"],"idempotent":["PUT"]},{"path":"/{...}"}]}`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var m apiv1.Manifest
+		if json.Unmarshal(body, &m) != nil {
+			return
+		}
+		for _, p := range m.Problems() {
+			if p.Code == "" || p.Path == "" {
+				t.Fatalf("problem without code or path: %+v", p)
+			}
+		}
+	})
+}

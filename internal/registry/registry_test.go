@@ -1,0 +1,409 @@
+package registry_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/internal/registry"
+	"github.com/meshflows/meshflows/internal/registry/registrytest"
+	"github.com/meshflows/meshflows/internal/store/memstore"
+)
+
+type fixture struct {
+	reg   *registry.Registry
+	clock *registrytest.Clock
+	prom  *prometheus.Registry
+}
+
+func newFixture(t testing.TB, cfg registry.Config) *fixture {
+	t.Helper()
+	clock := registrytest.NewClock(registrytest.Epoch0)
+	prom := prometheus.NewRegistry()
+	cfg.Now, cfg.Registerer = clock.Now, prom
+	reg, err := registry.New(memstore.New(clock.Now), cfg)
+	if err != nil {
+		t.Fatalf("registry.New: %v", err)
+	}
+	return &fixture{reg: reg, clock: clock, prom: prom}
+}
+
+func request(id, service string, caps ...apiv1.Capability) *apiv1.RegisterRequest {
+	if len(caps) == 0 {
+		caps = []apiv1.Capability{capability("messaging.publish", "jms", "1.0.0", "")}
+	}
+	return &apiv1.RegisterRequest{InstanceID: id, ServiceName: service, ServiceVersion: "0.1.3",
+		Endpoint: "http://" + id + ":8080", Zone: "a", Capabilities: caps}
+}
+
+func capability(id, provider, version, metadata string) apiv1.Capability {
+	c := apiv1.Capability{CapabilityID: id, Provider: provider, CapabilityVersion: version, ContractSchemaVersion: "1.0"}
+	if metadata != "" {
+		c.Metadata = json.RawMessage(metadata)
+	}
+	return c
+}
+
+func mustRegister(t testing.TB, f *fixture, req *apiv1.RegisterRequest) *apiv1.RegisterResponse {
+	t.Helper()
+	resp, err := f.reg.Register(context.Background(), req)
+	if err != nil {
+		t.Fatalf("Register(%s): %v", req.InstanceID, err)
+	}
+	return resp
+}
+
+func TestLifecycle(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, registry.Config{LeaseTTL: 90 * time.Second, HeartbeatInterval: 30 * time.Second})
+
+	// register
+	r1 := mustRegister(t, f, request("jms-1", "egress-jms"))
+	want := &apiv1.RegisterResponse{Accepted: true, LeaseTTLSeconds: 90, HeartbeatIntervalSeconds: 30, Generation: 1,
+		RegistryEpoch: f.reg.State().Epoch}
+	if diff := cmp.Diff(want, r1); diff != "" {
+		t.Fatalf("Register (-want +got):\n%s", diff)
+	}
+
+	// heartbeat extends the lease
+	f.clock.Advance(60 * time.Second)
+	hb, err := f.reg.Heartbeat(ctx, "jms-1", &apiv1.HeartbeatRequest{Generation: 1})
+	if err != nil {
+		t.Fatalf("Heartbeat: %v", err)
+	}
+	if wantExp := registrytest.Epoch0.Add(150 * time.Second); !hb.LeaseExpiresAt.Equal(wantExp) {
+		t.Errorf("lease_expires_at = %v, want %v", hb.LeaseExpiresAt, wantExp)
+	}
+	f.clock.Advance(89 * time.Second)
+	if n, err := f.reg.Sweep(ctx); err != nil || n != 0 {
+		t.Fatalf("Sweep before expiry = %d, %v; want 0", n, err)
+	}
+
+	// a heartbeat naming another generation is 410
+	if _, err := f.reg.Heartbeat(ctx, "jms-1", &apiv1.HeartbeatRequest{Generation: 7}); !errors.Is(err, registry.ErrGenerationMismatch) {
+		t.Errorf("Heartbeat(generation 7) = %v, want ErrGenerationMismatch", err)
+	}
+
+	// the lease ends: eviction, then 404 for the heartbeat
+	f.clock.Advance(time.Second)
+	if n, err := f.reg.Sweep(ctx); err != nil || n != 1 {
+		t.Fatalf("Sweep at expiry = %d, %v; want 1", n, err)
+	}
+	if _, err := f.reg.Heartbeat(ctx, "jms-1", &apiv1.HeartbeatRequest{Generation: 1}); !errors.Is(err, registry.ErrInstanceNotFound) {
+		t.Errorf("Heartbeat after eviction = %v, want ErrInstanceNotFound", err)
+	}
+
+	// re-register: a new, higher generation
+	r2 := mustRegister(t, f, request("jms-1", "egress-jms"))
+	if r2.Generation <= r1.Generation {
+		t.Errorf("re-registration generation %d, want > %d", r2.Generation, r1.Generation)
+	}
+	if _, err := f.reg.Heartbeat(ctx, "jms-1", &apiv1.HeartbeatRequest{Generation: r2.Generation, Health: "degraded"}); err != nil {
+		t.Errorf("Heartbeat of the new generation: %v", err)
+	}
+	in, err := f.reg.Instance("jms-1")
+	if err != nil || in.Health != "degraded" || in.Generation != r2.Generation {
+		t.Errorf("Instance = %+v, %v; want degraded at generation %d", in, err, r2.Generation)
+	}
+
+	metrics := `
+# HELP meshflows_registry_stale_evictions_total Instances evicted because their lease expired.
+# TYPE meshflows_registry_stale_evictions_total counter
+meshflows_registry_stale_evictions_total 1
+# HELP meshflows_registry_register_success_total Registrations accepted.
+# TYPE meshflows_registry_register_success_total counter
+meshflows_registry_register_success_total 2
+# HELP meshflows_registry_active_instances Instances with a live registration.
+# TYPE meshflows_registry_active_instances gauge
+meshflows_registry_active_instances 1
+`
+	if err := testutil.GatherAndCompare(f.prom, strings.NewReader(metrics),
+		"meshflows_registry_stale_evictions_total", "meshflows_registry_register_success_total", "meshflows_registry_active_instances"); err != nil {
+		t.Error(err)
+	}
+	fails := `
+# HELP meshflows_registry_heartbeat_fail_total Heartbeats refused, by reason (invalid, not_found, generation_mismatch, store).
+# TYPE meshflows_registry_heartbeat_fail_total counter
+meshflows_registry_heartbeat_fail_total{reason="generation_mismatch"} 1
+meshflows_registry_heartbeat_fail_total{reason="invalid"} 0
+meshflows_registry_heartbeat_fail_total{reason="not_found"} 1
+meshflows_registry_heartbeat_fail_total{reason="store"} 0
+`
+	if err := testutil.GatherAndCompare(f.prom, strings.NewReader(fails), "meshflows_registry_heartbeat_fail_total"); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestDeregisterFencing(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, registry.Config{})
+	old := mustRegister(t, f, request("jms-1", "egress-jms"))
+	cur := mustRegister(t, f, request("jms-1", "egress-jms"))
+	if err := f.reg.Deregister(ctx, "jms-1", old.Generation); !errors.Is(err, registry.ErrGenerationMismatch) {
+		t.Fatalf("late Deregister = %v, want ErrGenerationMismatch", err)
+	}
+	if _, err := f.reg.Instance("jms-1"); err != nil {
+		t.Fatalf("the new incarnation is gone after a late deregister: %v", err)
+	}
+	if err := f.reg.Deregister(ctx, "jms-1", cur.Generation); err != nil {
+		t.Fatalf("Deregister(current): %v", err)
+	}
+	if err := f.reg.Deregister(ctx, "jms-1", 0); !errors.Is(err, registry.ErrInstanceNotFound) {
+		t.Errorf("Deregister(unknown) = %v, want ErrInstanceNotFound", err)
+	}
+}
+
+func TestRegisterInvalidChangesNothing(t *testing.T) {
+	f := newFixture(t, registry.Config{})
+	mustRegister(t, f, request("jms-1", "egress-jms"))
+	before := f.reg.State()
+	bad := request("jms-1", "egress-jms", capability("messaging.publish", "jms", "1.x", ""))
+	_, err := f.reg.Register(context.Background(), bad)
+	var ae *apiv1.Error
+	if !errors.As(err, &ae) || ae.Code != apiv1.CodeInvalidRequest {
+		t.Fatalf("Register(bad) = %v, want INVALID_REQUEST", err)
+	}
+	if after := f.reg.State(); after != before {
+		t.Errorf("state changed after a rejected registration: %+v -> %+v", before, after)
+	}
+	if in, _ := f.reg.Instance("jms-1"); in.Capabilities[0].CapabilityVersion != "1.0.0" {
+		t.Errorf("the rejected registration replaced the record: %+v", in.Capabilities)
+	}
+}
+
+func TestWarmUpComplete(t *testing.T) {
+	f := newFixture(t, registry.Config{LeaseTTL: 90 * time.Second, HeartbeatInterval: 30 * time.Second})
+	if f.reg.State().Complete {
+		t.Fatal("a registry that started empty is complete at once")
+	}
+	f.clock.Advance(89 * time.Second)
+	if f.reg.Query(&registry.Query{}).Complete {
+		t.Fatal("complete before one lease TTL passed")
+	}
+	f.clock.Advance(time.Second)
+	if !f.reg.Query(&registry.Query{}).Complete {
+		t.Fatal("not complete after one lease TTL")
+	}
+}
+
+func TestQueryOrderAndFilters(t *testing.T) {
+	f := newFixture(t, registry.Config{})
+	mustRegister(t, f, request("r-1", "egress-rabbitmq", capability("messaging.publish", "rabbitmq", "1.0.0", "")))
+	mustRegister(t, f, request("j-1", "egress-jms", capability("messaging.publish", "jms", "1.0.0", "")))
+	mustRegister(t, f, request("j-2", "egress-jms", capability("messaging.publish", "jms", "1.0.0", `{"priority": 5}`)))
+	mustRegister(t, f, request("j-3", "egress-jms", capability("messaging.publish", "jms", "1.10.0", "")))
+	mustRegister(t, f, request("j-4", "egress-jms", capability("messaging.publish", "jms", "1.2.0", ""),
+		capability("messaging.publish", "jms", "2.0.0-rc.1", ""), capability("audit.write", "jms", "1.0.0", "")))
+	mustRegister(t, f, request("j-5", "egress-jms", capability("messaging.publish", "jms", "1.0.0", "")))
+	tests := []struct {
+		query string
+		want  []string
+	}{
+		// capability_id, provider, priority desc, version desc (numeric), generation asc
+		{"capability_id=messaging.publish", []string{
+			"j-2@1.0.0", "j-4@2.0.0-rc.1", "j-3@1.10.0", "j-4@1.2.0", "j-1@1.0.0", "j-5@1.0.0", "r-1@1.0.0"}},
+		{"", []string{"j-4@1.0.0", "j-2@1.0.0", "j-4@2.0.0-rc.1", "j-3@1.10.0", "j-4@1.2.0", "j-1@1.0.0", "j-5@1.0.0", "r-1@1.0.0"}},
+		{"provider=rabbitmq", []string{"r-1@1.0.0"}},
+		{"capability_id=messaging.publish&version=>=1.1 <2.0", []string{"j-3@1.10.0", "j-4@1.2.0"}},
+		{"capability_id=messaging.publish&version=>=1.1,<2.0", []string{"j-3@1.10.0", "j-4@1.2.0"}},
+		{"capability_id=messaging.publish&version=1.10.x || >=2.0.0-0", []string{"j-4@2.0.0-rc.1", "j-3@1.10.0"}},
+		{"capability_id=messaging.publish&min_version=1.2", []string{"j-4@2.0.0-rc.1", "j-3@1.10.0", "j-4@1.2.0"}},
+		{"service_name=egress-rabbitmq&zone=a", []string{"r-1@1.0.0"}},
+		{"zone=b", nil},
+		{"capability_id=audit.write", []string{"j-4@1.0.0"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.query, func(t *testing.T) {
+			v, _ := url.ParseQuery(tt.query)
+			q, err := registry.ParseQuery(v)
+			if err != nil {
+				t.Fatalf("ParseQuery: %v", err)
+			}
+			var got []string
+			for _, e := range f.reg.Query(q).Entries {
+				got = append(got, e.Record.InstanceID+"@"+e.Capability().CapabilityVersion)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("Query(%s) (-want +got):\n%s", tt.query, diff)
+			}
+		})
+	}
+}
+
+func TestParseQueryRejectsMalformedVersions(t *testing.T) {
+	for _, q := range []string{"version=abc", "version=>=1.0 <<2", "min_version=one", "version=%20", "min_version=1.0&version=1.2.3.4"} {
+		t.Run(q, func(t *testing.T) {
+			v, _ := url.ParseQuery(q)
+			_, err := registry.ParseQuery(v)
+			var ae *apiv1.Error
+			if !errors.As(err, &ae) || ae.Code != apiv1.CodeInvalidRequest || len(ae.Details) == 0 {
+				t.Errorf("ParseQuery(%s) = %v, want INVALID_REQUEST with details", q, err)
+			}
+		})
+	}
+}
+
+func TestWaitWakesOnChange(t *testing.T) {
+	f := newFixture(t, registry.Config{})
+	rev := f.reg.State().Revision
+	woke := make(chan int64)
+	go func() { woke <- f.reg.Wait(context.Background(), rev, time.Hour) }()
+	for f.reg.Watchers() == 0 { // the waiter is parked before the change is made
+		time.Sleep(time.Millisecond)
+	}
+	mustRegister(t, f, request("jms-1", "egress-jms"))
+	if got := <-woke; got != rev+1 {
+		t.Errorf("Wait woke at revision %d, want %d", got, rev+1)
+	}
+	// an index that is not the current revision answers at once
+	if got := f.reg.Wait(context.Background(), rev, time.Hour); got != rev+1 {
+		t.Errorf("Wait(old index) = %d, want %d at once", got, rev+1)
+	}
+	if got := f.reg.Wait(context.Background(), rev+1000, time.Hour); got != rev+1 {
+		t.Errorf("Wait(future index) = %d, want %d at once", got, rev+1)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if got := f.reg.Wait(ctx, rev+1, time.Hour); got != rev+1 {
+		t.Errorf("Wait(cancelled) = %d", got)
+	}
+}
+
+func TestSnapshotRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	f := newFixture(t, registry.Config{SnapshotDir: dir, LeaseTTL: 90 * time.Second, HeartbeatInterval: 30 * time.Second})
+	mustRegister(t, f, request("j-1", "egress-jms", capability("messaging.publish", "jms", "1.0.0", `{"priority": 2, "public_paths": ["/p"]}`)))
+	r2 := mustRegister(t, f, request("r-1", "egress-rabbitmq", capability("messaging.publish", "rabbitmq", "1.0.0", "")))
+	f.reg.Heartbeat(ctx, "r-1", &apiv1.HeartbeatRequest{Generation: r2.Generation, Health: "degraded"})
+	before := f.reg.Catalog()
+	wrote, err := f.reg.WriteSnapshot(ctx)
+	if err != nil {
+		t.Fatalf("WriteSnapshot: %v", err)
+	}
+	if wrote.Instances != 2 || wrote.Capabilities != 2 || wrote.Path != filepath.Join(dir, registry.SnapshotFile) {
+		t.Errorf("WriteSnapshot = %+v", wrote)
+	}
+
+	// a new registry restores it: same epoch, revision, generations; leases get a full TTL
+	g := newFixture(t, registry.Config{LeaseTTL: 90 * time.Second, HeartbeatInterval: 30 * time.Second})
+	g.clock.Advance(time.Hour)
+	if _, err := g.reg.RestoreSnapshot(ctx, wrote.Path); err != nil {
+		t.Fatalf("RestoreSnapshot: %v", err)
+	}
+	after := g.reg.Catalog()
+	for i := range before.Instances {
+		before.Instances[i].LeaseExpiresAt = registrytest.Epoch0.Add(time.Hour + 90*time.Second)
+	}
+	if diff := cmp.Diff(before, after); diff != "" {
+		t.Errorf("catalog after restore (-before +after):\n%s", diff)
+	}
+	if !g.reg.State().Complete {
+		t.Errorf("a restored registry is in warm-up; it did not start empty")
+	}
+	if _, err := g.reg.Heartbeat(ctx, "r-1", &apiv1.HeartbeatRequest{Generation: r2.Generation}); err != nil {
+		t.Errorf("heartbeat of a restored instance: %v", err)
+	}
+	if r3 := mustRegister(t, g, request("x-1", "other")); r3.Generation <= r2.Generation {
+		t.Errorf("generation after restore %d, want > %d", r3.Generation, r2.Generation)
+	}
+	if got := g.reg.Query(&registry.Query{CapabilityID: "messaging.publish"}).Entries; len(got) != 3 || got[0].Capability().Priority != 2 {
+		t.Errorf("restored capabilities lost their parsed metadata: %d entries, %+v", len(got), got[0].Capability())
+	}
+}
+
+func TestRestoreRefusesBadFiles(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	inst := `{"instance_id":"a","service_name":"svc","service_version":"1.0.0","endpoint":"http://a","generation":3,"health":"ok",
+		"capabilities":[{"capability_id":"a.b","capability_version":"1.0.0","contract_schema_version":"1.0","provider":"p"}]}`
+	tests := map[string]string{
+		"missing":           filepath.Join(dir, "nope.json"),
+		"not json":          write("garbage.json", "{"),
+		"no epoch":          write("noepoch.json", `{"revision":1,"instances":[]}`),
+		"invalid instance":  write("invalid.json", `{"registry_epoch":"e","instances":[`+strings.Replace(inst, `"1.0.0"`, `"1.x"`, 1)+`]}`),
+		"duplicate":         write("dup.json", `{"registry_epoch":"e","instances":[`+inst+`,`+inst+`]}`),
+		"generation absent": write("nogen.json", `{"registry_epoch":"e","instances":[`+strings.Replace(inst, `"generation":3`, `"generation":0`, 1)+`]}`),
+	}
+	for name, path := range tests {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, registry.Config{})
+			mustRegister(t, f, request("keep", "svc"))
+			if _, err := f.reg.RestoreSnapshot(ctx, path); err == nil {
+				t.Fatal("RestoreSnapshot accepted a bad file")
+			}
+			if _, err := f.reg.Instance("keep"); err != nil {
+				t.Errorf("a refused restore changed the state: %v", err)
+			}
+		})
+	}
+	f := newFixture(t, registry.Config{})
+	if _, err := f.reg.WriteSnapshot(ctx); !errors.Is(err, registry.ErrNoSnapshotDir) {
+		t.Errorf("WriteSnapshot without a dir = %v, want ErrNoSnapshotDir", err)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		cfg  registry.Config
+		ok   bool
+	}{
+		{"defaults", registry.Config{}, true},
+		{"short ttl gets a fitting interval", registry.Config{LeaseTTL: 3 * time.Second}, true},
+		{"interval not under ttl", registry.Config{LeaseTTL: 10 * time.Second, HeartbeatInterval: 10 * time.Second}, false},
+		{"ttl under a second", registry.Config{LeaseTTL: time.Millisecond, HeartbeatInterval: time.Microsecond}, false},
+		{"snapshot interval without dir", registry.Config{SnapshotInterval: time.Minute}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := registry.New(memstore.New(nil), tt.cfg)
+			if (err == nil) != tt.ok {
+				t.Errorf("New(%+v) error = %v, want ok=%v", tt.cfg, err, tt.ok)
+			}
+		})
+	}
+}
+
+func TestRoutesInputs(t *testing.T) {
+	f := newFixture(t, registry.Config{})
+	req := request("j-1", "egress-jms", capability("messaging.publish", "jms", "1.0.0", `{"public_paths":["/api/messaging/jms/publish"]}`))
+	req.Manifest = &apiv1.Manifest{FARP: "1.0", Service: apiv1.ManifestService{Name: "egress-jms", Instance: "j-1", Version: "0.1.3"},
+		Routes: []apiv1.ManifestRoute{{Path: "/api/messaging/jms/publish", Methods: []string{"POST"}}}}
+	gen := mustRegister(t, f, req).Generation
+	mustRegister(t, f, request("r-1", "egress-rabbitmq"))
+	got := f.reg.Routes()
+	if len(got.Manifests) != 1 || got.Manifests[0].InstanceID != "j-1" || got.Manifests[0].Generation != gen {
+		t.Errorf("Routes().Manifests = %+v", got.Manifests)
+	}
+	want := []apiv1.PublicPath{{Path: "/api/messaging/jms/publish", CapabilityID: "messaging.publish", Provider: "jms",
+		InstanceID: "j-1", Endpoint: "http://j-1:8080", Generation: gen}}
+	if diff := cmp.Diff(want, got.PublicPaths); diff != "" {
+		t.Errorf("Routes().PublicPaths (-want +got):\n%s", diff)
+	}
+}
+
+func ExampleParseConstraint() {
+	c, _ := registry.ParseConstraint(">=1.0, <2.0")
+	fmt.Println(c)
+	// Output: >=1.0 <2.0
+}
