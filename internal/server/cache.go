@@ -24,17 +24,22 @@ func newEncoded(st registry.State, v any) (*encoded, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &encoded{state: st, etag: `"` + st.Epoch + "/" + strconv.FormatInt(st.Revision, 10) + `"`, body: append(body, '\n')}, nil
+	etag := st.Epoch + "/" + strconv.FormatInt(st.Revision, 10)
+	if !st.Complete {
+		// The same revision turns complete when the warm-up ends; a client holding the
+		// incomplete answer must not be told 304 then.
+		etag += "/incomplete"
+	}
+	return &encoded{state: st, etag: `"` + etag + `"`, body: append(body, '\n')}, nil
 }
 
-// write answers with the encoded body, or 304 when the client already holds it. While the
-// registry is incomplete (warm-up) no 304 is given: the same revision can turn complete.
+// write answers with the encoded body, or 304 when the client already holds it.
 func (e *encoded) write(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
 	h.Set("ETag", e.etag)
 	h.Set("X-Registry-Revision", strconv.FormatInt(e.state.Revision, 10))
 	h.Set("Cache-Control", "no-cache")
-	if e.state.Complete && r.Header.Get("If-None-Match") == e.etag {
+	if r.Header.Get("If-None-Match") == e.etag {
 		w.WriteHeader(http.StatusNotModified)
 		return
 	}
