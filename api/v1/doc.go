@@ -2,8 +2,8 @@
 // registry, providers, gateways and the orchestrator, the error body every component answers
 // with, and the shape rules of a registration (see shared/API.md).
 //
-// The package is public and depends only on the standard library and Masterminds/semver, so
-// that provider SDKs and third-party gateways can import it without the server:
+// The package is public and depends only on the standard library, so that provider SDKs
+// and third-party gateways can import it without the server:
 //
 //	var req apiv1.RegisterRequest
 //	if err := json.Unmarshal(body, &req); err != nil { … }

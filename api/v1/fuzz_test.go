@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/Masterminds/semver/v3"
+
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 )
 
@@ -58,6 +60,20 @@ func FuzzManifestProblems(f *testing.F) {
 			if p.Code == "" || p.Path == "" {
 				t.Fatalf("problem without code or path: %+v", p)
 			}
+		}
+	})
+}
+
+// FuzzIsSemver checks the hand-written semantic version check against Masterminds' strict
+// parser, which the registry uses to order versions.
+func FuzzIsSemver(f *testing.F) {
+	for _, s := range []string{"1.0.0", "v1.0.0", "1.0", "01.0.0", "1.0.0-rc.1", "1.0.0-01", "1.0.0+b.01", "1.0.0-", "1.0.0+", "1.0.0-a..b", "0.0.0-0.a-b+c-d"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		_, err := semver.StrictNewVersion(s)
+		if got, want := apiv1.IsSemver(s), err == nil; got != want {
+			t.Fatalf("IsSemver(%q) = %v, StrictNewVersion says %v (%v)", s, got, want, err)
 		}
 	})
 }

@@ -6,8 +6,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/Masterminds/semver/v3"
 )
 
 // FARPVersion is the only manifest format version this contract knows.
@@ -216,7 +214,7 @@ func (m *Manifest) Problems() []ManifestProblem {
 	if m.Service.Instance == "" {
 		add(CodeInvalidService, "service.instance", "must not be empty")
 	}
-	if !isSemver(m.Service.Version) {
+	if !IsSemver(m.Service.Version) {
 		add(CodeInvalidService, "service.version", "not a semantic version: %q", m.Service.Version)
 	}
 	if h := m.Health; h != nil {
@@ -287,7 +285,66 @@ func (r ManifestRoute) WeightOr(def int) int {
 	return def
 }
 
-func isSemver(s string) bool {
-	_, err := semver.StrictNewVersion(s)
+// IsSemver reports whether s is a semantic version 2.0.0 (no leading v, no leading zeros,
+// optional pre-release and build metadata). It is checked by hand, without allocating,
+// because every registration checks several.
+func IsSemver(s string) bool {
+	if len(s) > 256 {
+		return false
+	}
+	core, build, hasBuild := strings.Cut(s, "+")
+	if hasBuild && !dotIdentifiers(build, false) {
+		return false
+	}
+	core, pre, hasPre := strings.Cut(core, "-")
+	if hasPre && !dotIdentifiers(pre, true) {
+		return false
+	}
+	major, rest, ok := strings.Cut(core, ".")
+	if !ok {
+		return false
+	}
+	minor, patch, ok := strings.Cut(rest, ".")
+	return ok && isUint64(major) && isUint64(minor) && isUint64(patch)
+}
+
+// isUint64 is isNumber for a value that must also fit in 64 bits.
+func isUint64(s string) bool {
+	if !isNumber(s) {
+		return false
+	}
+	if len(s) < 20 {
+		return true
+	}
+	_, err := strconv.ParseUint(s, 10, 64)
 	return err == nil
+}
+
+// dotIdentifiers checks dot-separated identifiers of [0-9A-Za-z-]; pre-release numeric
+// identifiers must not have leading zeros.
+func dotIdentifiers(s string, prerelease bool) bool {
+	for {
+		id, rest, more := strings.Cut(s, ".")
+		if id == "" {
+			return false
+		}
+		numeric := true
+		for i := 0; i < len(id); i++ {
+			c := id[i]
+			switch {
+			case c >= '0' && c <= '9':
+			case c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '-':
+				numeric = false
+			default:
+				return false
+			}
+		}
+		if prerelease && numeric && len(id) > 1 && id[0] == '0' {
+			return false
+		}
+		if !more {
+			return true
+		}
+		s = rest
+	}
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"net/url"
-	"regexp"
 	"strings"
 )
 
@@ -15,11 +14,7 @@ const (
 	MaxMetadataBytes = 16 << 10
 )
 
-var (
-	capabilityIDRe    = regexp.MustCompile(`^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$`)
-	schemaVersionRe   = regexp.MustCompile(`^(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$`)
-	validHealthValues = map[string]bool{"": true, HealthOK: true, HealthDegraded: true, HealthFailing: true}
-)
+var validHealthValues = map[string]bool{"": true, HealthOK: true, HealthDegraded: true, HealthFailing: true}
 
 // Validate checks every shape and value rule of a registration and returns nil, or an
 // *Error with code INVALID_REQUEST and one Detail per problem, all of them at once.
@@ -34,7 +29,7 @@ func (r *RegisterRequest) Validate() error {
 	if !isDNSLabel(r.ServiceName) {
 		add("service_name", "not a DNS label (lower-case letters, digits and '-', 1-63 chars): %q", r.ServiceName)
 	}
-	if !isSemver(r.ServiceVersion) {
+	if !IsSemver(r.ServiceVersion) {
 		add("service_version", "not a semantic version: %q", r.ServiceVersion)
 	}
 	if msg := endpointProblem(r.Endpoint); msg != "" {
@@ -49,33 +44,34 @@ func (r *RegisterRequest) Validate() error {
 	case n > MaxCapabilities:
 		add("capabilities", "%d capabilities, at most %d allowed", n, MaxCapabilities)
 	}
-	seen := make(map[[3]string]int, len(r.Capabilities))
 	for i, c := range r.Capabilities {
-		at := fmt.Sprintf("capabilities[%d]", i)
-		if !capabilityIDRe.MatchString(c.CapabilityID) {
-			add(at+".capability_id", "not a dotted capability id like messaging.publish: %q", c.CapabilityID)
+		// The path is built only for a problem: this loop is on the registration hot path.
+		at := func(field string) string { return fmt.Sprintf("capabilities[%d]%s", i, field) }
+		if !IsCapabilityID(c.CapabilityID) {
+			add(at(".capability_id"), "not a dotted capability id like messaging.publish: %q", c.CapabilityID)
 		}
-		if !isSemver(c.CapabilityVersion) {
-			add(at+".capability_version", "not a semantic version: %q", c.CapabilityVersion)
+		if !IsSemver(c.CapabilityVersion) {
+			add(at(".capability_version"), "not a semantic version: %q", c.CapabilityVersion)
 		}
-		if !schemaVersionRe.MatchString(c.ContractSchemaVersion) {
-			add(at+".contract_schema_version", "not MAJOR.MINOR: %q", c.ContractSchemaVersion)
+		if !isSchemaVersion(c.ContractSchemaVersion) {
+			add(at(".contract_schema_version"), "not MAJOR.MINOR: %q", c.ContractSchemaVersion)
 		}
 		if !isDNSLabel(c.Provider) {
-			add(at+".provider", "not a DNS label: %q", c.Provider)
+			add(at(".provider"), "not a DNS label: %q", c.Provider)
 		}
 		if m := bytes.TrimSpace(c.Metadata); len(m) > 0 && !bytes.Equal(m, []byte("null")) {
 			if m[0] != '{' {
-				add(at+".metadata", "must be a JSON object")
+				add(at(".metadata"), "must be a JSON object")
 			} else if len(m) > MaxMetadataBytes {
-				add(at+".metadata", "%d bytes encoded, at most %d allowed", len(m), MaxMetadataBytes)
+				add(at(".metadata"), "%d bytes encoded, at most %d allowed", len(m), MaxMetadataBytes)
 			}
 		}
-		k := [3]string{c.CapabilityID, c.Provider, c.CapabilityVersion}
-		if j, dup := seen[k]; dup {
-			add(at, "duplicates capabilities[%d] (same capability_id, provider and capability_version)", j)
-		} else {
-			seen[k] = i
+		// At most 64 entries: a quadratic scan beats building a map on every registration.
+		for j, d := range r.Capabilities[:i] {
+			if d.CapabilityID == c.CapabilityID && d.Provider == c.Provider && d.CapabilityVersion == c.CapabilityVersion {
+				add(at(""), "duplicates capabilities[%d] (same capability_id, provider and capability_version)", j)
+				break
+			}
 		}
 	}
 	if m := r.Manifest; m != nil {
@@ -123,6 +119,49 @@ func InstanceIDProblem(id string) string {
 		}
 	}
 	return ""
+}
+
+// IsCapabilityID reports whether s is a dotted capability id:
+// ^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$ (checked by hand: it is on the registration hot path).
+func IsCapabilityID(s string) bool {
+	dots, start := 0, true
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '.':
+			if start {
+				return false
+			}
+			dots, start = dots+1, true
+		case c >= 'a' && c <= 'z':
+			start = false
+		case c >= '0' && c <= '9' || c == '_':
+			if start {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return dots > 0 && !start
+}
+
+// isSchemaVersion reports whether s is MAJOR.MINOR without leading zeros.
+func isSchemaVersion(s string) bool {
+	major, minor, ok := strings.Cut(s, ".")
+	return ok && isNumber(major) && isNumber(minor)
+}
+
+func isNumber(s string) bool {
+	if s == "" || len(s) > 1 && s[0] == '0' {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 // isDNSLabel reports whether s matches ^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$.

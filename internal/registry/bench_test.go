@@ -1,0 +1,167 @@
+package registry_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"testing"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/internal/registry"
+)
+
+// benchSizes are the registry sizes the issue asks figures for.
+var benchSizes = []int{1000, 60000}
+
+// benchRequest is instance i of a fleet: 100 instances per service, three capabilities each
+// (the first is shared by the whole fleet, the second by the instance's service, the third
+// by the whole fleet in three versions).
+func benchRequest(i int) *apiv1.RegisterRequest {
+	svc := fmt.Sprintf("svc-%d", i/100)
+	return request(fmt.Sprintf("inst-%d", i), svc,
+		capability("orders.read", "grpc", "2.0.0", `{"owner":"team-a","build":"1234"}`),
+		capability("orders."+fmt.Sprintf("s%d", i/100), "http", "1.0.0", `{"path":"/v1/orders"}`),
+		capability("audit.write", "kafka", fmt.Sprintf("1.%d.0", i%3), ""))
+}
+
+func fill(b *testing.B, n int) (*fixture, []int64) {
+	b.Helper()
+	f := newFixture(b, registry.Config{})
+	gens := make([]int64, n)
+	for i := range n {
+		gens[i] = mustRegister(b, f, benchRequest(i)).Generation
+	}
+	return f, gens
+}
+
+func BenchmarkRegister(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run(fmt.Sprintf("instances=%d", n), func(b *testing.B) {
+			f, _ := fill(b, n)
+			reqs := make([]*apiv1.RegisterRequest, n)
+			for i := range reqs {
+				reqs[i] = benchRequest(i)
+			}
+			ctx := context.Background()
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				// re-registration of existing instances keeps the size at n
+				if _, err := f.reg.Register(ctx, reqs[i%n]); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+	}
+}
+
+func BenchmarkHeartbeat(b *testing.B) {
+	for _, n := range benchSizes {
+		b.Run(fmt.Sprintf("instances=%d", n), func(b *testing.B) {
+			f, gens := fill(b, n)
+			ids := make([]string, n)
+			for i := range ids {
+				ids[i] = fmt.Sprintf("inst-%d", i)
+			}
+			ctx := context.Background()
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				if _, err := f.reg.Heartbeat(ctx, ids[i%n], &apiv1.HeartbeatRequest{Generation: gens[i%n], Health: "ok"}); err != nil {
+					b.Fatal(err)
+				}
+				i++
+			}
+		})
+		b.Run(fmt.Sprintf("instances=%d/parallel", n), func(b *testing.B) {
+			f, gens := fill(b, n)
+			ids := make([]string, n)
+			for i := range ids {
+				ids[i] = fmt.Sprintf("inst-%d", i)
+			}
+			ctx := context.Background()
+			var worker atomic.Int64
+			b.ReportAllocs()
+			b.ResetTimer()
+			b.RunParallel(func(pb *testing.PB) {
+				i := int(worker.Add(1)) * 7919 // spread the workers over the fleet
+				for pb.Next() {
+					k := i % n
+					if _, err := f.reg.Heartbeat(ctx, ids[k], &apiv1.HeartbeatRequest{Generation: gens[k]}); err != nil {
+						b.Error(err)
+						return
+					}
+					i++
+				}
+			})
+		})
+	}
+}
+
+func BenchmarkQuery(b *testing.B) {
+	for _, n := range benchSizes {
+		f, _ := fill(b, n)
+		queries := map[string]*registry.Query{
+			// 100 matching instances among n: the capability only svc-3 offers
+			"capability": {CapabilityID: "orders.s3"},
+			// 100 of n, through the service index (what peerbench asks)
+			"capability+service": {CapabilityID: "orders.read", ServiceName: "svc-3"},
+			// 100 of n in three versions: the full sort order, not the replicas' fast path
+			"capability+service/3-versions": {CapabilityID: "audit.write", ServiceName: "svc-3"},
+		}
+		for name, q := range queries {
+			b.Run(fmt.Sprintf("instances=%d/%s", n, name), func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					if got := len(f.reg.Query(q).Entries); got != 100 {
+						b.Fatalf("%d entries, want 100", got)
+					}
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkMemoryPerInstance reports the live heap each registered instance (three
+// capabilities, one manifest-free registration) costs at 60,000 instances.
+func BenchmarkMemoryPerInstance(b *testing.B) {
+	const n = 60000
+	reqs := make([]*apiv1.RegisterRequest, n)
+	for i := range reqs {
+		reqs[i] = benchRequest(i)
+	}
+	for b.Loop() {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		f := newFixture(b, registry.Config{})
+		for _, r := range reqs {
+			mustRegister(b, f, r)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "heap-bytes/instance")
+		runtime.KeepAlive(f)
+	}
+}
+
+// BenchmarkRestoreSnapshot60k measures loading a 60,000-instance snapshot file.
+func BenchmarkRestoreSnapshot60k(b *testing.B) {
+	dir := b.TempDir()
+	f := newFixture(b, registry.Config{SnapshotDir: dir})
+	for i := range 60000 {
+		mustRegister(b, f, benchRequest(i))
+	}
+	wrote, err := f.reg.WriteSnapshot(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		g := newFixture(b, registry.Config{})
+		if _, err := g.reg.RestoreSnapshot(context.Background(), wrote.Path); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
