@@ -96,27 +96,28 @@ func newRecord(req *apiv1.RegisterRequest, now time.Time, lease time.Duration) *
 func newCapability(c apiv1.Capability) Capability {
 	out := Capability{Capability: c}
 	out.Version, _ = semver.StrictNewVersion(c.CapabilityVersion)
-	if m := bytes.TrimSpace(c.Metadata); len(m) == 0 || bytes.Equal(m, []byte("null")) {
+	m := bytes.TrimSpace(c.Metadata)
+	if len(m) == 0 || bytes.Equal(m, []byte("null")) {
 		out.Metadata = emptyObject
-	} else {
-		var hints struct {
-			Priority    json.RawMessage `json:"priority"`
-			PublicPaths json.RawMessage `json:"public_paths"`
+		return out
+	}
+	// Most metadata names neither hint; skip decoding it then (registration hot path).
+	// The bytes are kept as sent: JSON encoding compacts them on the way out.
+	if !bytes.Contains(m, []byte(`"priority"`)) && !bytes.Contains(m, []byte(`"public_paths"`)) {
+		return out
+	}
+	var hints struct {
+		Priority    json.RawMessage `json:"priority"`
+		PublicPaths json.RawMessage `json:"public_paths"`
+	}
+	if json.Unmarshal(m, &hints) == nil {
+		var p int64
+		if json.Unmarshal(hints.Priority, &p) == nil {
+			out.Priority = p
 		}
-		if json.Unmarshal(m, &hints) == nil {
-			var p int64
-			if json.Unmarshal(hints.Priority, &p) == nil {
-				out.Priority = p
-			}
-			var paths []string
-			if json.Unmarshal(hints.PublicPaths, &paths) == nil {
-				out.PublicPaths = paths
-			}
-		}
-		// Compact once here so that every answer that carries it is cheap to encode.
-		var buf bytes.Buffer
-		if json.Compact(&buf, m) == nil {
-			out.Metadata = buf.Bytes()
+		var paths []string
+		if json.Unmarshal(hints.PublicPaths, &paths) == nil {
+			out.PublicPaths = paths
 		}
 	}
 	return out
