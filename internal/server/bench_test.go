@@ -1,0 +1,103 @@
+package server_test
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+
+	"github.com/meshflows/meshflows/internal/registry"
+	"github.com/meshflows/meshflows/internal/registry/registrytest"
+)
+
+// benchBody is the registration of instance i: 100 instances per service, three capabilities.
+func benchBody(i int) []byte {
+	return fmt.Appendf(nil, `{"instance_id":"inst-%d","service_name":"svc-%d","service_version":"1.4.2","endpoint":"http://127.0.0.1:%d","zone":"a",
+"capabilities":[{"capability_id":"orders.read","capability_version":"2.0.0","contract_schema_version":"1.0","provider":"grpc","metadata":{"owner":"team-a","build":"1234"}},
+{"capability_id":"orders.http","capability_version":"1.0.0","contract_schema_version":"1.0","provider":"http","metadata":{"path":"/v1/orders"}},
+{"capability_id":"audit.write","capability_version":"1.3.0","contract_schema_version":"1.0","provider":"kafka"}]}`, i, i/100, 10000+i%50000)
+}
+
+// serve runs one request through the handler, without a network.
+func serve(b *testing.B, h http.Handler, method, target string, body []byte, want int) *httptest.ResponseRecorder {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	w := httptest.NewRecorder()
+	h.ServeHTTP(w, httptest.NewRequest(method, target, rd))
+	if w.Code != want {
+		b.Fatalf("%s %s = %d %s", method, target, w.Code, w.Body)
+	}
+	return w
+}
+
+func filled(b *testing.B, n int) (*registrytest.Server, [][]byte) {
+	s := registrytest.NewServer(b, registry.Config{})
+	bodies := make([][]byte, n)
+	for i := range n {
+		bodies[i] = benchBody(i)
+		serve(b, s.Config.Handler, "POST", "/v1/services/register", bodies[i], 200)
+	}
+	return s, bodies
+}
+
+func BenchmarkHTTPRegister(b *testing.B) {
+	for _, n := range []int{1000, 60000} {
+		b.Run(fmt.Sprintf("instances=%d", n), func(b *testing.B) {
+			s, bodies := filled(b, n)
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				serve(b, s.Config.Handler, "POST", "/v1/services/register", bodies[i%n], 200)
+				i++
+			}
+		})
+	}
+}
+
+func BenchmarkHTTPHeartbeat(b *testing.B) {
+	for _, n := range []int{1000, 60000} {
+		b.Run(fmt.Sprintf("instances=%d", n), func(b *testing.B) {
+			s, _ := filled(b, n)
+			paths, bodies := make([]string, n), make([][]byte, n)
+			for i := range n {
+				paths[i] = "/v1/services/inst-" + strconv.Itoa(i) + "/heartbeat"
+				bodies[i] = []byte(`{"generation":` + strconv.Itoa(i+1) + `,"health":"ok"}`)
+			}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				serve(b, s.Config.Handler, "PUT", paths[i%n], bodies[i%n], 200)
+				i++
+			}
+		})
+	}
+}
+
+func BenchmarkHTTPQuery(b *testing.B) {
+	for _, n := range []int{1000, 60000} {
+		s, _ := filled(b, n)
+		target := "/v1/discovery/capabilities?capability_id=orders.read&service_name=svc-3"
+		b.Run(fmt.Sprintf("instances=%d/cached", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				serve(b, s.Config.Handler, "GET", target, nil, 200)
+			}
+		})
+		// every answer after a change: the query and the encoding are paid each time
+		b.Run(fmt.Sprintf("instances=%d/after-change", n), func(b *testing.B) {
+			body := benchBody(n + 1)
+			b.ReportAllocs()
+			for b.Loop() {
+				b.StopTimer()
+				serve(b, s.Config.Handler, "POST", "/v1/services/register", body, 200)
+				b.StartTimer()
+				serve(b, s.Config.Handler, "GET", target, nil, 200)
+			}
+		})
+	}
+}
