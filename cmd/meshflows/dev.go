@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"time"
@@ -46,7 +47,8 @@ Components that are not built yet are listed as such. Stop with Ctrl-C.`,
 			if basePort < 1 || basePort+devProviderOffsetRMQ > 65535 {
 				return fmt.Errorf("--base-port %d: the port plan needs %d..%d within 1..65535", basePort, basePort, basePort+devProviderOffsetRMQ)
 			}
-			logger, err := telemetry.NewLogger(cmd.ErrOrStderr(), logCfg)
+			logOut := telemetry.NewBufferedWriter(cmd.ErrOrStderr())
+			logger, err := telemetry.NewLogger(logOut, logCfg)
 			if err != nil {
 				return err
 			}
@@ -56,12 +58,14 @@ Components that are not built yet are listed as such. Stop with Ctrl-C.`,
 				return fmt.Errorf("registry port: %w (pick another --base-port)", err)
 			}
 			g, ctx := errgroup.WithContext(cmd.Context())
+			g.Go(func() error { return logOut.Run(ctx, logFlushInterval) })
 			f := registryFlags{
 				leaseTTL: registry.DefaultLeaseTTL, heartbeatInterval: registry.DefaultHeartbeatInterval,
 				sweepInterval: time.Second, maxBodyBytes: server.DefaultMaxBodyBytes, insecure: true,
 			}
 			if err := startRegistry(ctx, g, &f, ln, logger); err != nil {
 				ln.Close()
+				logOut.Flush()
 				return err
 			}
 			out := cmd.OutOrStdout()
@@ -75,7 +79,7 @@ Components that are not built yet are listed as such. Stop with Ctrl-C.`,
 			fmt.Fprintf(out, "Press Ctrl-C to stop.\n")
 			err = g.Wait()
 			fmt.Fprintf(out, "meshflows dev stopped.\n")
-			return err
+			return errors.Join(err, logOut.Flush())
 		},
 	}
 	cmd.Flags().IntVar(&basePort, "base-port", 7400, "first port of the port plan (registry N, orchestrator N+1, gateway N+2, dashboard N+3, providers N+10 and N+11)")

@@ -19,6 +19,9 @@ import (
 	"github.com/meshflows/meshflows/internal/telemetry"
 )
 
+// logFlushInterval is how long a log line may wait in the buffer before it is written.
+const logFlushInterval = 100 * time.Millisecond
+
 // registryFlags are the flags of 'meshflows registry'.
 type registryFlags struct {
 	listen            string
@@ -62,7 +65,8 @@ Authentication (mTLS, JWT) is not built yet, so the registry refuses to start un
   meshflows registry --insecure --listen 127.0.0.1:7400 --snapshot-dir /var/lib/meshflows --snapshot-interval 1m`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			logger, err := telemetry.NewLogger(cmd.ErrOrStderr(), f.log)
+			logOut := telemetry.NewBufferedWriter(cmd.ErrOrStderr())
+			logger, err := telemetry.NewLogger(logOut, f.log)
 			if err != nil {
 				return err
 			}
@@ -74,11 +78,15 @@ Authentication (mTLS, JWT) is not built yet, so the registry refuses to start un
 				return fmt.Errorf("listen on %s: %w", f.listen, err)
 			}
 			g, ctx := errgroup.WithContext(cmd.Context())
+			g.Go(func() error { return logOut.Run(ctx, logFlushInterval) })
 			if err := startRegistry(ctx, g, &f, ln, logger); err != nil {
 				ln.Close()
+				logOut.Flush()
 				return err
 			}
-			return g.Wait()
+			err = g.Wait()
+			logger.Info("registry stopped")
+			return errors.Join(err, logOut.Flush())
 		},
 	}
 	f.bind(cmd.Flags())

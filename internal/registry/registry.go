@@ -148,8 +148,7 @@ func (r *Registry) Register(ctx context.Context, req *apiv1.RegisterRequest) (*a
 	if r.cfg.Logger.Enabled(ctx, slog.LevelInfo) {
 		r.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "register",
 			slog.String("instance_id", rec.InstanceID), slog.String("service_name", rec.ServiceName),
-			slog.Int64("generation", rec.Generation), slog.Int("capabilities", len(rec.Capabilities)),
-			slog.Time("at", now))
+			slog.Int64("generation", rec.Generation), slog.Int("capabilities", len(rec.Capabilities)))
 	}
 	return &apiv1.RegisterResponse{
 		Accepted:                 true,
@@ -204,7 +203,7 @@ func (r *Registry) Deregister(ctx context.Context, id string, generation int64) 
 	}
 	r.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "deregister",
 		slog.String("instance_id", rec.InstanceID), slog.String("service_name", rec.ServiceName),
-		slog.Int64("generation", rec.Generation), slog.Time("at", r.cfg.Now()))
+		slog.Int64("generation", rec.Generation))
 	return nil
 }
 

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// syncBuffer is a bytes.Buffer that the command's output and its log flusher may share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func run(ctx context.Context, args ...string) (string, error) {
+	cmd := newRootCmd()
+	var out syncBuffer
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	cmd.SetArgs(args)
+	err := cmd.ExecuteContext(ctx)
+	return out.String(), err
+}
+
+func TestHelpReadsWell(t *testing.T) {
+	tests := []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--help"}, []string{"registry", "dev", "bench", "version"}},
+		{[]string{"registry", "--help"}, []string{"--listen", "--lease-ttl", "--heartbeat-interval", "--sweep-interval",
+			"--max-body-bytes", "--snapshot-dir", "--snapshot-interval", "--restore-snapshot", "--insecure"}},
+		{[]string{"dev", "--help"}, []string{"--base-port", "registry      N+0", "providers     N+10"}},
+		{[]string{"bench", "registry", "--help"}, []string{"--registry", "--instances", "--concurrency", "--json"}},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			out, err := run(context.Background(), tt.args...)
+			if err != nil {
+				t.Fatalf("meshflows %v: %v", tt.args, err)
+			}
+			for _, w := range tt.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("meshflows %v does not mention %q:\n%s", tt.args, w, out)
+				}
+			}
+		})
+	}
+}
+
+func TestRegistryRefusesToRunOpenByAccident(t *testing.T) {
+	_, err := run(context.Background(), "registry", "--listen", "127.0.0.1:0")
+	if err == nil || !strings.Contains(err.Error(), "--insecure") {
+		t.Fatalf("meshflows registry without --insecure = %v, want a refusal naming --insecure", err)
+	}
+}
+
+func TestBadFlagsAreRefused(t *testing.T) {
+	for _, args := range [][]string{
+		{"registry", "--insecure", "--listen", "127.0.0.1:0", "--lease-ttl", "10s", "--heartbeat-interval", "20s"},
+		{"registry", "--insecure", "--listen", "127.0.0.1:0", "--log-level", "loud"},
+		{"registry", "--insecure", "--listen", "127.0.0.1:0", "--restore-snapshot", "/does/not/exist.json"},
+		{"dev", "--base-port", "65530"},
+		{"bench", "registry", "--registry", "not a url"},
+	} {
+		if _, err := run(context.Background(), args...); err == nil {
+			t.Errorf("meshflows %v succeeded, want an error", args)
+		}
+	}
+}
+
+// freePort returns a port that was free a moment ago.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func TestDevServesAndStopsCleanly(t *testing.T) {
+	base := freePort(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	type result struct {
+		out string
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, err := run(ctx, "dev", "--base-port", strconv.Itoa(base), "--log-level", "error")
+		done <- result{out, err}
+	}()
+	url := "http://127.0.0.1:" + strconv.Itoa(base) + "/v1/discovery/health"
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		resp, err := http.Get(url)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				t.Fatalf("GET %s = %d", url, resp.StatusCode)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatalf("dev did not serve %s: %v", url, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("dev ended with %v", r.err)
+	}
+	for _, w := range []string{"NO AUTHENTICATION", "http://127.0.0.1:" + strconv.Itoa(base), "stopped"} {
+		if !strings.Contains(r.out, w) {
+			t.Errorf("dev output lacks %q:\n%s", w, r.out)
+		}
+	}
+}
+
+func TestVersion(t *testing.T) {
+	out, err := run(context.Background(), "version")
+	if err != nil || !strings.HasPrefix(out, "meshflows ") {
+		t.Errorf("meshflows version = %q, %v", out, err)
+	}
+}
