@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/internal/registry"
@@ -163,5 +165,29 @@ func BenchmarkRestoreSnapshot60k(b *testing.B) {
 		if _, err := g.reg.RestoreSnapshot(context.Background(), wrote.Path); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkWatchFanOut measures one change waking 1,000 parked long polls: the time from
+// the registration to the last waiter's return.
+func BenchmarkWatchFanOut(b *testing.B) {
+	const waiters = 1000
+	f := newFixture(b, registry.Config{})
+	ctx := context.Background()
+	i := 0
+	for b.Loop() {
+		b.StopTimer()
+		rev := f.reg.State().Revision
+		var wg sync.WaitGroup
+		for range waiters {
+			wg.Go(func() { f.reg.Wait(ctx, rev, time.Hour) })
+		}
+		for f.reg.Watchers() < waiters {
+			runtime.Gosched()
+		}
+		b.StartTimer()
+		mustRegister(b, f, benchRequest(i))
+		wg.Wait()
+		i++
 	}
 }

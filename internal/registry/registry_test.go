@@ -410,3 +410,25 @@ func ExampleParseConstraint() {
 	fmt.Println(c)
 	// Output: >=1.0 <2.0
 }
+
+func TestThousandsOfWaitersWakeOnOneChange(t *testing.T) {
+	const waiters = 5000
+	f := newFixture(t, registry.Config{})
+	rev := f.reg.State().Revision
+	woke := make(chan int64, waiters)
+	for range waiters {
+		go func() { woke <- f.reg.Wait(context.Background(), rev, time.Hour) }()
+	}
+	for f.reg.Watchers() < waiters {
+		time.Sleep(time.Millisecond)
+	}
+	mustRegister(t, f, request("jms-1", "egress-jms"))
+	for range waiters {
+		if got := <-woke; got != rev+1 {
+			t.Fatalf("a waiter woke at revision %d, want %d", got, rev+1)
+		}
+	}
+	if n := f.reg.Watchers(); n != 0 {
+		t.Errorf("Watchers() = %d after every waiter woke", n)
+	}
+}
