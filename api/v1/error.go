@@ -1,6 +1,7 @@
 package apiv1
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -76,4 +77,47 @@ func InvalidRequest(details []Detail) *Error {
 		msg = fmt.Sprintf("the request has %d problems", len(details))
 	}
 	return &Error{Status: http.StatusBadRequest, Code: CodeInvalidRequest, Message: msg, Details: details}
+}
+
+// ErrorFromResponse turns a non-2xx answer into an *Error: the body's error when it has
+// API.md's shape, otherwise one built from the status and the start of the body.
+func ErrorFromResponse(status int, body []byte) *Error {
+	var eb ErrorBody
+	if json.Unmarshal(body, &eb) == nil && eb.Error != nil && eb.Error.Code != "" {
+		eb.Error.Status = status
+		return eb.Error
+	}
+	const maxBody = 200
+	text := strings.TrimSpace(string(body))
+	if len(text) > maxBody {
+		text = text[:maxBody] + "…"
+	}
+	return &Error{Status: status, Code: codeForStatus(status), Message: fmt.Sprintf("status %d: %s", status, text)}
+}
+
+func codeForStatus(status int) string {
+	switch status {
+	case http.StatusBadRequest:
+		return CodeInvalidRequest
+	case http.StatusUnauthorized:
+		return CodeUnauthenticated
+	case http.StatusForbidden:
+		return CodeForbidden
+	case http.StatusNotFound:
+		return CodeNotFound
+	case http.StatusMethodNotAllowed:
+		return CodeMethodNotAllowed
+	case http.StatusGone:
+		return CodeGenerationMismatch
+	case http.StatusRequestEntityTooLarge:
+		return CodePayloadTooLarge
+	case http.StatusUnprocessableEntity:
+		return CodeValidationFailed
+	case http.StatusTooManyRequests:
+		return CodeRateLimited
+	case http.StatusServiceUnavailable:
+		return CodeUnavailable
+	default:
+		return CodeInternal
+	}
 }

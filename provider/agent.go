@@ -1,0 +1,458 @@
+package provider
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+)
+
+// Defaults of Config.
+const (
+	DefaultFailureThreshold = 3
+	DefaultStopTimeout      = 5 * time.Second
+	DefaultRequestTimeout   = 5 * time.Second
+)
+
+// ErrInvalidRegistration is returned by Run when the registry refuses the registration as
+// malformed (400): retrying the same document cannot succeed.
+var ErrInvalidRegistration = errors.New("registration refused as invalid")
+
+// Config configures an Agent.
+type Config struct {
+	// Registries are registry base URLs; the agent uses the first and fails over to the
+	// next on transport errors, 5xx and 429.
+	Registries []string
+	// Registration is the instance to keep registered. UpdateCapabilities changes its
+	// capabilities later.
+	Registration apiv1.RegisterRequest
+	// Client sends the requests (default: a client without a global timeout; every request
+	// is bounded by RequestTimeout). The security issue sets TLS on it.
+	Client *http.Client
+	// BearerToken, when set, is sent as "Authorization: Bearer …".
+	BearerToken string
+	// HeartbeatInterval overrides the interval the registry returns (0: use the registry's).
+	HeartbeatInterval time.Duration
+	// Backoff is the registration retry schedule (default DefaultBackoff).
+	Backoff Backoff
+	// FailureThreshold is how many heartbeat failures in a row make the agent register
+	// again (default 3).
+	FailureThreshold int
+	// RequestTimeout bounds each request (default 5 s).
+	RequestTimeout time.Duration
+	// StopTimeout bounds the deregistration when Run's context ends (default 5 s).
+	StopTimeout time.Duration
+	// Logger receives lifecycle events; nil is silent.
+	Logger *slog.Logger
+	// Registerer receives the agent's metrics; nil registers none. Several agents in one
+	// process need distinct registerers (or nil).
+	Registerer prometheus.Registerer
+	// Clock is what the agent waits on (default: the real clock).
+	Clock Clock
+	// Rand returns uniform values in [0, 1) for jitter (default math/rand/v2).
+	Rand func() float64
+}
+
+func (c *Config) setDefaults() {
+	if c.Client == nil {
+		c.Client = &http.Client{}
+	}
+	if c.Backoff == (Backoff{}) {
+		c.Backoff = DefaultBackoff
+	}
+	if c.FailureThreshold == 0 {
+		c.FailureThreshold = DefaultFailureThreshold
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = DefaultRequestTimeout
+	}
+	if c.StopTimeout == 0 {
+		c.StopTimeout = DefaultStopTimeout
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Clock == nil {
+		c.Clock = realClock{}
+	}
+	if c.Rand == nil {
+		c.Rand = rand.Float64
+	}
+	for i, r := range c.Registries {
+		c.Registries[i] = strings.TrimRight(r, "/")
+	}
+}
+
+// Validate reports a configuration that cannot work, the registration included.
+func (c *Config) Validate() error {
+	var errs []error
+	if len(c.Registries) == 0 {
+		errs = append(errs, errors.New("no registry URL"))
+	}
+	for _, r := range c.Registries {
+		if u, err := url.Parse(r); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("registry URL %q: want http(s)://host:port", r))
+		}
+	}
+	if err := c.Registration.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("registration: %w", err))
+	}
+	if c.Backoff.Initial <= 0 || c.Backoff.Multiplier < 1 || c.Backoff.Max < c.Backoff.Initial || c.Backoff.Jitter < 0 {
+		errs = append(errs, fmt.Errorf("backoff %+v: want Initial > 0, Multiplier >= 1, Max >= Initial, Jitter >= 0", c.Backoff))
+	}
+	if c.FailureThreshold < 1 || c.HeartbeatInterval < 0 || c.RequestTimeout <= 0 || c.StopTimeout <= 0 {
+		errs = append(errs, errors.New("failure threshold, request timeout and stop timeout must be positive; heartbeat interval not negative"))
+	}
+	return errors.Join(errs...)
+}
+
+// Status is what an Agent knows of its registration.
+type Status struct {
+	Registered    bool
+	Generation    int64
+	RegistryEpoch string
+	// Registry is the base URL the agent talks to now.
+	Registry string
+	// LeaseExpiresAt is the end of the lease as of the last heartbeat or registration.
+	LeaseExpiresAt time.Time
+	// Registrations counts successful registrations, the first included.
+	Registrations int
+}
+
+// Agent keeps one instance registered. Run drives it; the other methods are safe to call
+// from any goroutine.
+type Agent struct {
+	cfg     Config
+	metrics *metrics
+	updated chan struct{} // capacity 1: a burst of updates is one re-registration
+
+	mu               sync.Mutex
+	reg              apiv1.RegisterRequest
+	status           Status
+	registryInterval time.Duration // what the last registration answer said
+	url              int           // index into cfg.Registries
+}
+
+// New returns an Agent for cfg.
+func New(cfg Config) (*Agent, error) {
+	cfg.Registries = slices.Clone(cfg.Registries)
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("provider config: %w", err)
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	a := &Agent{cfg: cfg, metrics: m, updated: make(chan struct{}, 1), reg: cfg.Registration}
+	a.status.Registry = cfg.Registries[0]
+	return a, nil
+}
+
+// Status returns a copy of the agent's registration status.
+func (a *Agent) Status() Status {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.status
+}
+
+// UpdateCapabilities replaces the instance's capabilities; the agent registers again with
+// them at once. The new set is validated first and refused whole when invalid.
+func (a *Agent) UpdateCapabilities(caps []apiv1.Capability) error {
+	a.mu.Lock()
+	next := a.reg
+	next.Capabilities = slices.Clone(caps)
+	if err := next.Validate(); err != nil {
+		a.mu.Unlock()
+		return err
+	}
+	a.reg = next
+	a.mu.Unlock()
+	select {
+	case a.updated <- struct{}{}:
+	default: // a re-registration is already pending; it will carry this set
+	}
+	return nil
+}
+
+// Run keeps the instance registered until ctx ends, then deregisters it (bounded by
+// StopTimeout) and returns nil. It returns early only with ErrInvalidRegistration.
+func (a *Agent) Run(ctx context.Context) error {
+	defer a.deregister(ctx)
+	for ctx.Err() == nil {
+		if err := a.registerWithBackoff(ctx); err != nil {
+			if errors.Is(err, ErrInvalidRegistration) {
+				return err
+			}
+			return nil // ctx ended
+		}
+		reason := a.heartbeatLoop(ctx)
+		if reason == "" {
+			return nil
+		}
+		a.metrics.reregister.WithLabelValues(reason).Inc()
+		a.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "registering again", slog.String("reason", reason),
+			slog.String("instance_id", a.cfg.Registration.InstanceID))
+		if reason == ReasonNotFound || reason == ReasonEpochChanged {
+			// The registry lost its state (a restart or an eviction): the whole fleet notices
+			// within one interval. A uniform delay over one more interval spreads the herd.
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-a.cfg.Clock.After(time.Duration(a.cfg.Rand() * float64(a.interval()))):
+			}
+		}
+	}
+	return nil
+}
+
+// interval is the heartbeat interval in force.
+func (a *Agent) interval() time.Duration {
+	if a.cfg.HeartbeatInterval > 0 {
+		return a.cfg.HeartbeatInterval
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.registryInterval <= 0 {
+		return 30 * time.Second // DESIGN.md's default, until a registry has answered
+	}
+	return a.registryInterval
+}
+
+// registerWithBackoff registers, retrying until it succeeds or ctx ends.
+func (a *Agent) registerWithBackoff(ctx context.Context) error {
+	for attempt := 0; ; attempt++ {
+		err := a.register(ctx)
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, ErrInvalidRegistration) {
+			return err
+		}
+		wait := a.cfg.Backoff.Delay(attempt, a.cfg.Rand)
+		var ra *retryAfterError
+		if errors.As(err, &ra) && ra.after > wait {
+			wait = ra.after
+		}
+		a.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "registration failed", slog.Any("error", err),
+			slog.Int("attempt", attempt+1), slog.String("retry_in", wait.String()))
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-a.cfg.Clock.After(wait):
+		}
+	}
+}
+
+// retryAfterError carries a registry's Retry-After.
+type retryAfterError struct {
+	err   error
+	after time.Duration
+}
+
+func (e *retryAfterError) Error() string { return e.err.Error() }
+func (e *retryAfterError) Unwrap() error { return e.err }
+
+func (a *Agent) register(ctx context.Context) error {
+	a.mu.Lock()
+	req := a.reg
+	a.mu.Unlock()
+	body, err := json.Marshal(&req)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrInvalidRegistration, err)
+	}
+	a.metrics.registerAttempts.Inc()
+	var resp apiv1.RegisterResponse
+	if err := a.call(ctx, http.MethodPost, "/v1/services/register", body, &resp); err != nil {
+		var ae *apiv1.Error
+		if errors.As(err, &ae) && ae.Status == http.StatusBadRequest {
+			return fmt.Errorf("%w: %v", ErrInvalidRegistration, err)
+		}
+		return err
+	}
+	a.metrics.registerSuccess.Inc()
+	a.mu.Lock()
+	a.status.Registered = true
+	a.status.Generation = resp.Generation
+	a.status.RegistryEpoch = resp.RegistryEpoch
+	a.status.Registrations++
+	a.status.LeaseExpiresAt = a.cfg.Clock.Now().Add(time.Duration(resp.LeaseTTLSeconds) * time.Second)
+	a.registryInterval = time.Duration(resp.HeartbeatIntervalSeconds) * time.Second
+	a.mu.Unlock()
+	a.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "registered", slog.String("instance_id", req.InstanceID),
+		slog.Int64("generation", resp.Generation), slog.String("registry_epoch", resp.RegistryEpoch))
+	return nil
+}
+
+// heartbeatLoop heartbeats until the agent must register again (the reason) or ctx ends ("").
+func (a *Agent) heartbeatLoop(ctx context.Context) string {
+	failures := 0
+	for {
+		// 80–100 % of the interval: agents started together drift apart instead of
+		// heartbeating (and, after a registry restart, re-registering) in lockstep.
+		wait := time.Duration((0.8 + 0.2*a.cfg.Rand()) * float64(a.interval()))
+		select {
+		case <-ctx.Done():
+			return ""
+		case <-a.updated:
+			return ReasonUpdated
+		case <-a.cfg.Clock.After(wait):
+		}
+		reason, err := a.heartbeat(ctx)
+		if reason != "" {
+			return reason
+		}
+		if err == nil {
+			failures = 0
+			continue
+		}
+		if ctx.Err() != nil {
+			return ""
+		}
+		failures++
+		a.metrics.heartbeatFailures.Inc()
+		a.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "heartbeat failed", slog.Any("error", err), slog.Int("failures_in_a_row", failures))
+		if failures >= a.cfg.FailureThreshold {
+			return ReasonHeartbeatFailures
+		}
+	}
+}
+
+// heartbeat sends one heartbeat; a non-empty reason means: register again.
+func (a *Agent) heartbeat(ctx context.Context) (string, error) {
+	a.mu.Lock()
+	id, gen, epoch := a.reg.InstanceID, a.status.Generation, a.status.RegistryEpoch
+	a.mu.Unlock()
+	body := []byte(`{"generation":` + strconv.FormatInt(gen, 10) + `,"health":"ok"}`)
+	start := a.cfg.Clock.Now()
+	var resp apiv1.HeartbeatResponse
+	err := a.call(ctx, http.MethodPut, "/v1/services/"+url.PathEscape(id)+"/heartbeat", body, &resp)
+	a.metrics.heartbeatDuration.Observe(a.cfg.Clock.Now().Sub(start).Seconds())
+	var ae *apiv1.Error
+	switch {
+	case err == nil && resp.RegistryEpoch != epoch:
+		return ReasonEpochChanged, nil
+	case err == nil:
+		a.mu.Lock()
+		a.status.LeaseExpiresAt = resp.LeaseExpiresAt
+		a.mu.Unlock()
+		return "", nil
+	case errors.As(err, &ae) && ae.Status == http.StatusNotFound:
+		return ReasonNotFound, nil
+	case errors.As(err, &ae) && ae.Status == http.StatusGone:
+		return ReasonGenerationMismatch, nil
+	default:
+		return "", err
+	}
+}
+
+// deregister removes the registration when Run ends, bounded by StopTimeout.
+func (a *Agent) deregister(ctx context.Context) {
+	a.mu.Lock()
+	st := a.status
+	a.status.Registered = false
+	a.mu.Unlock()
+	if !st.Registered {
+		return
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.StopTimeout)
+	defer cancel()
+	path := "/v1/services/" + url.PathEscape(a.cfg.Registration.InstanceID) + "?generation=" + strconv.FormatInt(st.Generation, 10)
+	if err := a.call(dctx, http.MethodDelete, path, nil, nil); err != nil {
+		a.cfg.Logger.LogAttrs(dctx, slog.LevelWarn, "deregistration failed; the lease will expire", slog.Any("error", err))
+		return
+	}
+	a.cfg.Logger.LogAttrs(dctx, slog.LevelInfo, "deregistered", slog.String("instance_id", a.cfg.Registration.InstanceID),
+		slog.Int64("generation", st.Generation))
+}
+
+// call sends one request to the current registry and decodes a 2xx JSON answer into out.
+// Transport errors, 5xx and 429 move the agent to the next registry for the next call.
+func (a *Agent) call(ctx context.Context, method, path string, body []byte, out any) error {
+	a.mu.Lock()
+	base := a.cfg.Registries[a.url]
+	a.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.RequestTimeout)
+	defer cancel()
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
+	if err != nil {
+		return err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if a.cfg.BearerToken != "" {
+		req.Header.Set("Authorization", "Bearer "+a.cfg.BearerToken)
+	}
+	resp, err := a.cfg.Client.Do(req)
+	if err != nil {
+		a.failover(base)
+		return fmt.Errorf("%s %s: %w", method, base+path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		a.failover(base)
+		return fmt.Errorf("%s %s: read answer: %w", method, base+path, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		ae := apiv1.ErrorFromResponse(resp.StatusCode, b)
+		if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests {
+			a.failover(base)
+			if d, ok := parseRetryAfter(resp.Header.Get("Retry-After"), a.cfg.Clock.Now()); ok {
+				return &retryAfterError{err: ae, after: d}
+			}
+		}
+		return ae
+	}
+	if out == nil || resp.StatusCode == http.StatusNoContent {
+		return nil
+	}
+	if err := json.Unmarshal(b, out); err != nil {
+		return fmt.Errorf("%s %s: decode answer: %w", method, base+path, err)
+	}
+	return nil
+}
+
+// failover moves to the registry after base, unless another call moved already.
+func (a *Agent) failover(base string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.cfg.Registries) > 1 && a.cfg.Registries[a.url] == base {
+		a.url = (a.url + 1) % len(a.cfg.Registries)
+		a.status.Registry = a.cfg.Registries[a.url]
+	}
+}
+
+// parseRetryAfter reads a Retry-After header: delay seconds or an HTTP date.
+func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
+	if v == "" {
+		return 0, false
+	}
+	if s, err := strconv.Atoi(v); err == nil && s >= 0 {
+		return time.Duration(s) * time.Second, true
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(t.Sub(now), 0), true
+	}
+	return 0, false
+}
