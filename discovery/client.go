@@ -1,0 +1,522 @@
+package discovery
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+)
+
+// Defaults of Config.
+const (
+	DefaultTTL            = 30 * time.Second
+	DefaultStaleAllowance = 10 * time.Minute
+	DefaultRetryInterval  = time.Second
+	DefaultRequestTimeout = 5 * time.Second
+	DefaultWatchWait      = 30 * time.Second
+)
+
+// ErrUnavailable is returned when the registry cannot answer and no last-known-good view
+// within the stale allowance exists: nothing is known, so nothing is served.
+var ErrUnavailable = errors.New("discovery unavailable")
+
+// UnavailableError is the ErrUnavailable a read returns, with the state and cause.
+type UnavailableError struct {
+	// State is uninitialized (never answered) or expired (older than the stale allowance).
+	State State
+	// Age of the last-known-good view, when there is one.
+	Age time.Duration
+	// Cause is the last refresh's error.
+	Cause error
+}
+
+func (e *UnavailableError) Error() string {
+	if e.State == StateExpired {
+		return fmt.Sprintf("discovery unavailable: last-known-good view is %s old, past the stale allowance: %v", e.Age.Round(time.Second), e.Cause)
+	}
+	return fmt.Sprintf("discovery unavailable: the registry has never answered: %v", e.Cause)
+}
+
+// Is makes errors.Is(err, ErrUnavailable) hold.
+func (e *UnavailableError) Is(target error) bool { return target == ErrUnavailable }
+
+// Unwrap returns the cause.
+func (e *UnavailableError) Unwrap() error { return e.Cause }
+
+// Config configures a Client.
+type Config struct {
+	// Registries are registry base URLs; the client fails over to the next on errors.
+	Registries []string
+	// Consumer names the client in its metrics (label consumer), e.g. "gateway".
+	Consumer string
+	// Client sends the requests (default: a plain client; each request is bounded by
+	// RequestTimeout, long polls by their wait plus RequestTimeout).
+	Client *http.Client
+	// BearerToken, when set, is sent as "Authorization: Bearer …".
+	BearerToken string
+	// TTL is how long a view is served from cache without asking the registry (default 30 s).
+	TTL time.Duration
+	// StaleAllowance is how long the last-known-good view is served when the registry cannot
+	// be reached (default 10 min); past it, reads fail with ErrUnavailable.
+	StaleAllowance time.Duration
+	// RetryInterval is how long after a failed refresh the next read tries again (default
+	// 1 s): a registry outage is not hammered by every read.
+	RetryInterval time.Duration
+	// RequestTimeout bounds each request (default 5 s).
+	RequestTimeout time.Duration
+	// WatchWait is the long-poll wait of Watch (default 30 s, at most 5 min).
+	WatchWait time.Duration
+	// Logger, Registerer: nil is silent / no metrics.
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+	// Now is the clock (default time.Now); Sleep waits between watch retries (default a
+	// timer); Rand returns uniform values in [0, 1) for jitter.
+	Now   func() time.Time
+	Sleep func(ctx context.Context, d time.Duration)
+	Rand  func() float64
+}
+
+func (c *Config) setDefaults() {
+	if c.Client == nil {
+		c.Client = &http.Client{}
+	}
+	if c.TTL == 0 {
+		c.TTL = DefaultTTL
+	}
+	if c.StaleAllowance == 0 {
+		c.StaleAllowance = DefaultStaleAllowance
+	}
+	if c.RetryInterval == 0 {
+		c.RetryInterval = DefaultRetryInterval
+	}
+	if c.RequestTimeout == 0 {
+		c.RequestTimeout = DefaultRequestTimeout
+	}
+	if c.WatchWait == 0 {
+		c.WatchWait = DefaultWatchWait
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Sleep == nil {
+		c.Sleep = func(ctx context.Context, d time.Duration) {
+			t := time.NewTimer(d)
+			defer t.Stop()
+			select {
+			case <-ctx.Done():
+			case <-t.C:
+			}
+		}
+	}
+	if c.Rand == nil {
+		c.Rand = rand.Float64
+	}
+	for i, r := range c.Registries {
+		c.Registries[i] = strings.TrimRight(r, "/")
+	}
+}
+
+// Validate reports a configuration that cannot work.
+func (c *Config) Validate() error {
+	var errs []error
+	if len(c.Registries) == 0 {
+		errs = append(errs, errors.New("no registry URL"))
+	}
+	for _, r := range c.Registries {
+		if u, err := url.Parse(r); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			errs = append(errs, fmt.Errorf("registry URL %q: want http(s)://host:port", r))
+		}
+	}
+	if c.TTL < 0 || c.StaleAllowance < 0 || c.RetryInterval < 0 || c.RequestTimeout <= 0 || c.WatchWait <= 0 || c.WatchWait > 5*time.Minute {
+		errs = append(errs, errors.New("durations must not be negative, the request timeout positive, the watch wait within (0, 5m]"))
+	}
+	return errors.Join(errs...)
+}
+
+// Query selects capabilities; empty fields do not filter (API.md, discovery query).
+type Query struct {
+	CapabilityID string
+	Provider     string
+	ServiceName  string
+	Zone         string
+	// MinVersion keeps versions >= it; Version is a constraint (">=1.0 <2.0", "1.x || >=3.0").
+	MinVersion string
+	Version    string
+}
+
+func (q Query) values() url.Values {
+	v := url.Values{}
+	for k, s := range map[string]string{"capability_id": q.CapabilityID, "provider": q.Provider, "service_name": q.ServiceName,
+		"zone": q.Zone, "min_version": q.MinVersion, "version": q.Version} {
+		if s != "" {
+			v.Set(k, s)
+		}
+	}
+	return v
+}
+
+// Meta is what every Result says about where its view came from.
+type Meta struct {
+	Source Source
+	State  State
+	// Age is the time since the view's last successful refresh.
+	Age           time.Duration
+	RegistryEpoch string
+	Revision      int64
+	// Complete is false while the view holds answers of a registry still warming up.
+	Complete bool
+}
+
+// Result is a capabilities view.
+type Result struct {
+	Meta
+	Entries []apiv1.CapabilityEntry
+}
+
+// Routes is the routes view: the inputs of route derivation.
+type Routes struct {
+	Manifests   []apiv1.ManifestEntry
+	PublicPaths []apiv1.PublicPath
+}
+
+// RoutesResult is a routes view.
+type RoutesResult struct {
+	Meta
+	Routes
+}
+
+// Client reads discovery views with a cache. It is safe for concurrent use.
+type Client struct {
+	cfg     Config
+	metrics *metrics
+
+	mu     sync.Mutex
+	caps   map[string]*view[[]apiv1.CapabilityEntry] // by canonical query
+	routes *view[Routes]
+	url    int // index into cfg.Registries
+}
+
+// New returns a Client for cfg.
+func New(cfg Config) (*Client, error) {
+	cfg.Registries = slices.Clone(cfg.Registries)
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("discovery config: %w", err)
+	}
+	c := &Client{cfg: cfg, caps: map[string]*view[[]apiv1.CapabilityEntry]{}}
+	c.routes = &view[Routes]{kind: routesKind}
+	m, err := newMetrics(cfg.Registerer, cfg.Consumer, c)
+	if err != nil {
+		return nil, err
+	}
+	c.metrics = m
+	return c, nil
+}
+
+var capsKind = kind[[]apiv1.CapabilityEntry]{
+	size: func(es []apiv1.CapabilityEntry) int { return len(es) },
+	merge: func(lkg, inc []apiv1.CapabilityEntry) []apiv1.CapabilityEntry {
+		type key struct{ instance, capability, provider, version string }
+		k := func(e apiv1.CapabilityEntry) key {
+			return key{e.InstanceID, e.CapabilityID, e.Provider, e.CapabilityVersion}
+		}
+		seen := make(map[key]bool, len(inc))
+		out := slices.Clone(inc)
+		for _, e := range inc {
+			seen[k(e)] = true
+		}
+		for _, e := range lkg {
+			if !seen[k(e)] {
+				out = append(out, e)
+			}
+		}
+		return out
+	},
+}
+
+var routesKind = kind[Routes]{
+	size: func(r Routes) int { return len(r.Manifests) + len(r.PublicPaths) },
+	merge: func(lkg, inc Routes) Routes {
+		out := Routes{Manifests: slices.Clone(inc.Manifests), PublicPaths: slices.Clone(inc.PublicPaths)}
+		have := map[string]bool{}
+		for _, m := range inc.Manifests {
+			have[m.InstanceID] = true
+		}
+		for _, m := range lkg.Manifests {
+			if !have[m.InstanceID] {
+				out.Manifests = append(out.Manifests, m)
+			}
+		}
+		type pk struct{ path, instance string }
+		paths := map[pk]bool{}
+		for _, p := range inc.PublicPaths {
+			paths[pk{p.Path, p.InstanceID}] = true
+		}
+		for _, p := range lkg.PublicPaths {
+			if !paths[pk{p.Path, p.InstanceID}] && !have[p.InstanceID] {
+				out.PublicPaths = append(out.PublicPaths, p)
+			}
+		}
+		return out
+	},
+}
+
+func (c *Client) capsView(key string) *view[[]apiv1.CapabilityEntry] {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	v := c.caps[key]
+	if v == nil {
+		v = &view[[]apiv1.CapabilityEntry]{kind: capsKind}
+		c.caps[key] = v
+	}
+	return v
+}
+
+// Capabilities returns the capabilities that match q, from cache within the TTL, from the
+// registry otherwise, and from the last-known-good view while the registry is unreachable.
+func (c *Client) Capabilities(ctx context.Context, q Query) (*Result, error) {
+	vals := q.values()
+	v := c.capsView(vals.Encode())
+	a, meta, err := read(ctx, c, v, func(ctx context.Context) (answer[[]apiv1.CapabilityEntry], error) {
+		return c.fetchCapabilities(ctx, vals, -1)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &Result{Meta: meta, Entries: a.body}, nil
+}
+
+// Routes returns the routes view (manifests and public paths) with the same rules.
+func (c *Client) Routes(ctx context.Context) (*RoutesResult, error) {
+	a, meta, err := read(ctx, c, c.routes, func(ctx context.Context) (answer[Routes], error) {
+		return c.fetchRoutes(ctx, -1)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &RoutesResult{Meta: meta, Routes: a.body}, nil
+}
+
+// read serves a view by the cache rules.
+func read[T any](ctx context.Context, c *Client, v *view[T], fetch func(context.Context) (answer[T], error)) (*answer[T], Meta, error) {
+	now := c.cfg.Now()
+	v.mu.Lock()
+	useCache := v.lkg != nil && !v.invalid &&
+		((v.lastErr == nil && now.Sub(v.lkgAt) < c.cfg.TTL) || (v.lastErr != nil && now.Sub(v.checkedAt) < c.cfg.RetryInterval))
+	v.mu.Unlock()
+	source := SourceCache
+	if useCache {
+		c.metrics.hits.Inc()
+	} else {
+		c.metrics.misses.Inc()
+		source = SourceFresh
+		if _, err := v.refresh(ctx, c.cfg.Now, fetch); err != nil {
+			c.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "discovery refresh failed", slog.Any("error", err))
+		}
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	st, age := v.snapshotLocked(c.cfg.Now(), c.cfg.StaleAllowance)
+	switch st {
+	case StateUninitialized, StateExpired:
+		return nil, Meta{}, &UnavailableError{State: st, Age: age, Cause: v.lastErr}
+	case StateStale:
+		source = SourceSnapshot
+		c.metrics.staleServed.Inc()
+	}
+	a := v.lkg
+	return a, Meta{Source: source, State: st, Age: age, RegistryEpoch: a.epoch, Revision: a.revision, Complete: a.complete}, nil
+}
+
+// Invalidate drops every cached view's freshness: the next read asks the registry. The
+// last-known-good views are kept until a valid answer replaces them.
+func (c *Client) Invalidate() {
+	c.mu.Lock()
+	views := make([]interface{ invalidate() }, 0, len(c.caps)+1)
+	for _, v := range c.caps {
+		views = append(views, v)
+	}
+	views = append(views, c.routes)
+	c.mu.Unlock()
+	for _, v := range views {
+		v.invalidate()
+	}
+}
+
+func (v *view[T]) invalidate() {
+	v.mu.Lock()
+	v.invalid = true
+	v.mu.Unlock()
+}
+
+// Watch keeps the view of q current with long polls until ctx ends, calling onChange (from
+// its own goroutine, one call at a time) with every new view. Failures are retried with
+// jittered backoff; readers meanwhile get the cache rules (stale, then expired).
+func (c *Client) Watch(ctx context.Context, q Query, onChange func(*Result)) error {
+	vals := q.values()
+	v := c.capsView(vals.Encode())
+	return watch(ctx, c, v, func(ctx context.Context, index int64) (answer[[]apiv1.CapabilityEntry], error) {
+		return c.fetchCapabilities(ctx, vals, index)
+	}, func(a *answer[[]apiv1.CapabilityEntry], m Meta) {
+		if onChange != nil {
+			onChange(&Result{Meta: m, Entries: a.body})
+		}
+	})
+}
+
+// WatchRoutes is Watch for the routes view.
+func (c *Client) WatchRoutes(ctx context.Context, onChange func(*RoutesResult)) error {
+	return watch(ctx, c, c.routes, c.fetchRoutes, func(a *answer[Routes], m Meta) {
+		if onChange != nil {
+			onChange(&RoutesResult{Meta: m, Routes: a.body})
+		}
+	})
+}
+
+func watch[T any](ctx context.Context, c *Client, v *view[T], fetch func(context.Context, int64) (answer[T], error), notify func(*answer[T], Meta)) error {
+	failures := 0
+	for ctx.Err() == nil {
+		v.mu.Lock()
+		index := int64(-1)
+		if v.lkg != nil && !v.invalid {
+			index = v.lkg.revision
+		}
+		v.mu.Unlock()
+		changed, err := v.refresh(ctx, c.cfg.Now, func(ctx context.Context) (answer[T], error) { return fetch(ctx, index) })
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			failures++
+			// 100 ms doubling to 5 s, with full jitter: a fleet of consumers reconnecting
+			// after a registry restart does not arrive at once.
+			d := time.Duration(c.cfg.Rand() * float64(min(100*time.Millisecond<<min(failures-1, 6), 5*time.Second)))
+			c.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "discovery watch failed", slog.Any("error", err), slog.String("retry_in", d.String()))
+			c.cfg.Sleep(ctx, d)
+			continue
+		}
+		failures = 0
+		if changed {
+			v.mu.Lock()
+			a := v.lkg
+			st, age := v.snapshotLocked(c.cfg.Now(), c.cfg.StaleAllowance)
+			v.mu.Unlock()
+			notify(a, Meta{Source: SourceFresh, State: st, Age: age, RegistryEpoch: a.epoch, Revision: a.revision, Complete: a.complete})
+		}
+	}
+	return nil
+}
+
+// State returns the state of the view of q now.
+func (c *Client) State(q Query) State {
+	v := c.capsView(q.values().Encode())
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	st, _ := v.snapshotLocked(c.cfg.Now(), c.cfg.StaleAllowance)
+	return st
+}
+
+func (c *Client) fetchCapabilities(ctx context.Context, vals url.Values, index int64) (answer[[]apiv1.CapabilityEntry], error) {
+	var resp apiv1.DiscoveryResponse
+	if err := c.get(ctx, "/v1/discovery/capabilities", vals, index, &resp); err != nil {
+		return answer[[]apiv1.CapabilityEntry]{}, err
+	}
+	if resp.RegistryEpoch == "" || resp.Capabilities == nil {
+		return answer[[]apiv1.CapabilityEntry]{}, errors.New("discovery answer without registry_epoch or capabilities")
+	}
+	return answer[[]apiv1.CapabilityEntry]{epoch: resp.RegistryEpoch, revision: resp.Revision, complete: resp.Complete, body: resp.Capabilities}, nil
+}
+
+func (c *Client) fetchRoutes(ctx context.Context, index int64) (answer[Routes], error) {
+	var resp apiv1.RoutesResponse
+	if err := c.get(ctx, "/v1/discovery/routes", url.Values{}, index, &resp); err != nil {
+		return answer[Routes]{}, err
+	}
+	if resp.RegistryEpoch == "" || resp.Manifests == nil || resp.PublicPaths == nil {
+		return answer[Routes]{}, errors.New("routes answer without registry_epoch, manifests or public_paths")
+	}
+	return answer[Routes]{epoch: resp.RegistryEpoch, revision: resp.Revision, complete: resp.Complete,
+		body: Routes{Manifests: resp.Manifests, PublicPaths: resp.PublicPaths}}, nil
+}
+
+// get fetches a discovery answer into out; index >= 0 makes it a long poll. Any failure —
+// transport, status, decoding — is an error, never an empty answer.
+func (c *Client) get(ctx context.Context, path string, vals url.Values, index int64, out any) error {
+	timeout := c.cfg.RequestTimeout
+	if index >= 0 {
+		vals = maps(vals)
+		vals.Set("index", strconv.FormatInt(index, 10))
+		vals.Set("wait", c.cfg.WatchWait.String())
+		timeout += c.cfg.WatchWait
+	}
+	c.mu.Lock()
+	base := c.cfg.Registries[c.url]
+	c.mu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	target := base + path
+	if len(vals) > 0 {
+		target += "?" + vals.Encode()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
+	if err != nil {
+		return err
+	}
+	if c.cfg.BearerToken != "" {
+		req.Header.Set("Authorization", "Bearer "+c.cfg.BearerToken)
+	}
+	resp, err := c.cfg.Client.Do(req)
+	if err != nil {
+		c.failover(base)
+		return fmt.Errorf("GET %s: %w", target, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if err != nil {
+		c.failover(base)
+		return fmt.Errorf("GET %s: read answer: %w", target, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests {
+			c.failover(base)
+		}
+		return fmt.Errorf("GET %s: %w", target, apiv1.ErrorFromResponse(resp.StatusCode, body))
+	}
+	if err := json.Unmarshal(body, out); err != nil {
+		return fmt.Errorf("GET %s: decode answer: %w", target, err)
+	}
+	return nil
+}
+
+func maps(v url.Values) url.Values {
+	out := make(url.Values, len(v)+2)
+	for k, s := range v {
+		out[k] = s
+	}
+	return out
+}
+
+func (c *Client) failover(base string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.cfg.Registries) > 1 && c.cfg.Registries[c.url] == base {
+		c.url = (c.url + 1) % len(c.cfg.Registries)
+	}
+}

@@ -1,0 +1,81 @@
+package discovery
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	hits, misses, staleServed prometheus.Counter
+}
+
+// stats is read when metrics are scraped: the oldest view's age, the newest revision and
+// the number of entries cached.
+func (c *Client) stats() (age float64, revision float64, entries float64) {
+	now := c.cfg.Now()
+	c.mu.Lock()
+	views := make([]interface {
+		stats() (ok bool, lkgAt time.Time, rev int64, n int)
+	}, 0, len(c.caps)+1)
+	for _, v := range c.caps {
+		views = append(views, v)
+	}
+	views = append(views, c.routes)
+	c.mu.Unlock()
+	for _, v := range views {
+		ok, at, rev, n := v.stats()
+		if !ok {
+			continue
+		}
+		age = max(age, now.Sub(at).Seconds())
+		revision = max(revision, float64(rev))
+		entries += float64(n)
+	}
+	return age, revision, entries
+}
+
+func (v *view[T]) stats() (bool, time.Time, int64, int) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.lkg == nil {
+		return false, time.Time{}, 0, 0
+	}
+	return true, v.lkgAt, v.lkg.revision, v.kind.size(v.lkg.body)
+}
+
+func newMetrics(reg prometheus.Registerer, consumer string, c *Client) (*metrics, error) {
+	const ns, sub = "meshflows", "discovery"
+	m := &metrics{
+		hits: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "cache_hits_total", Help: "Reads served from a view refreshed within the TTL."}),
+		misses: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "cache_misses_total", Help: "Reads that asked the registry."}),
+		staleServed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "stale_served_total", Help: "Reads answered from the last-known-good view because the registry could not be reached."}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	if consumer != "" {
+		reg = prometheus.WrapRegistererWith(prometheus.Labels{"consumer": consumer}, reg)
+	}
+	gauges := []prometheus.Collector{
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "age_seconds",
+			Help: "Time since the oldest cached view's last successful refresh."},
+			func() float64 { a, _, _ := c.stats(); return a }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "revision",
+			Help: "Newest registry revision held."},
+			func() float64 { _, r, _ := c.stats(); return r }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "entries",
+			Help: "Entries held in all cached views."},
+			func() float64 { _, _, n := c.stats(); return n }),
+	}
+	for _, col := range append(gauges, m.hits, m.misses, m.staleServed) {
+		if err := reg.Register(col); err != nil {
+			return nil, fmt.Errorf("register discovery metrics: %w", err)
+		}
+	}
+	return m, nil
+}
