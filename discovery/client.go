@@ -318,7 +318,9 @@ func (c *Client) Routes(ctx context.Context) (*RoutesResult, error) {
 func read[T any](ctx context.Context, c *Client, v *view[T], fetch func(context.Context) (answer[T], error)) (*answer[T], Meta, error) {
 	now := c.cfg.Now()
 	v.mu.Lock()
-	useCache := v.lkg != nil && !v.invalid &&
+	// Within the TTL the view is served as is; after a failed refresh the registry is asked
+	// again only every RetryInterval, unless the view is no longer usable at all.
+	useCache := v.lkg != nil && !v.invalid && now.Sub(v.lkgAt) <= c.cfg.StaleAllowance &&
 		((v.lastErr == nil && now.Sub(v.lkgAt) < c.cfg.TTL) || (v.lastErr != nil && now.Sub(v.checkedAt) < c.cfg.RetryInterval))
 	v.mu.Unlock()
 	source := SourceCache

@@ -51,7 +51,14 @@ var Epoch0 = time.Date(2026, 4, 27, 8, 15, 0, 0, time.UTC)
 // server that is closed when the test ends.
 func NewServer(t testing.TB, cfg registry.Config) *Server {
 	t.Helper()
-	clock := NewClock(Epoch0)
+	return NewServerAt(t, cfg, Epoch0)
+}
+
+// NewServerAt is NewServer with the fake clock started at start: two servers started at
+// different times have different epochs, as a registry restarted with empty state has.
+func NewServerAt(t testing.TB, cfg registry.Config, start time.Time) *Server {
+	t.Helper()
+	clock := NewClock(start)
 	cfg.Now = clock.Now
 	store := memstore.New(clock.Now)
 	reg, err := registry.New(store, cfg)

@@ -1,0 +1,452 @@
+package discovery_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/discovery"
+	"github.com/meshflows/meshflows/internal/registry"
+	"github.com/meshflows/meshflows/internal/registry/registrytest"
+)
+
+// clock is a fake clock for the client.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time          { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+func (c *clock) Advance(d time.Duration) { c.mu.Lock(); c.now = c.now.Add(d); c.mu.Unlock() }
+
+func newClient(t *testing.T, url string, cfg discovery.Config) (*discovery.Client, *clock) {
+	t.Helper()
+	clk := &clock{now: time.Date(2026, 5, 1, 0, 0, 0, 0, time.UTC)}
+	cfg.Registries = []string{url}
+	cfg.Now = clk.Now
+	if cfg.RequestTimeout == 0 {
+		cfg.RequestTimeout = 5 * time.Second
+	}
+	c, err := discovery.New(cfg)
+	if err != nil {
+		t.Fatalf("discovery.New: %v", err)
+	}
+	return c, clk
+}
+
+// counting wraps a handler and counts the discovery requests it sees.
+type counting struct {
+	h    atomic.Pointer[http.Handler]
+	hits atomic.Int64
+}
+
+func (c *counting) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method == http.MethodGet {
+		c.hits.Add(1)
+	}
+	(*c.h.Load()).ServeHTTP(w, r)
+}
+
+func (c *counting) set(h http.Handler) { c.h.Store(&h) }
+
+var down = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	w.WriteHeader(http.StatusServiceUnavailable)
+})
+
+func registerOne(t *testing.T, reg *registry.Registry, id string) {
+	t.Helper()
+	req := apiv1.RegisterRequest{InstanceID: id, ServiceName: "egress-jms", ServiceVersion: "0.1.3", Endpoint: "http://" + id + ":8080",
+		Capabilities: []apiv1.Capability{{CapabilityID: "messaging.publish", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0", Provider: "jms"}}}
+	if _, err := reg.Register(context.Background(), &req); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func ids(es []apiv1.CapabilityEntry) []string {
+	var out []string
+	for _, e := range es {
+		out = append(out, e.InstanceID)
+	}
+	sort.Strings(out)
+	return out
+}
+
+var publish = discovery.Query{CapabilityID: "messaging.publish"}
+
+func TestFreshCacheAndAuthoritativeEmpty(t *testing.T) {
+	s := registrytest.NewServer(t, registry.Config{})
+	s.Clock.Advance(registry.DefaultLeaseTTL) // past the warm-up: answers are complete
+	c, clk := newClient(t, s.URL, discovery.Config{})
+	ctx := context.Background()
+
+	res, err := c.Capabilities(ctx, publish)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Source != discovery.SourceFresh || res.State != discovery.StateAuthoritativeEmpty || res.Entries == nil || len(res.Entries) != 0 {
+		t.Errorf("empty registry: %+v", res)
+	}
+	registerOne(t, s.Registry, "jms-1")
+	res, _ = c.Capabilities(ctx, publish)
+	if res.Source != discovery.SourceCache || len(res.Entries) != 0 {
+		t.Errorf("within the TTL: %+v, want the cached empty view", res.Meta)
+	}
+	clk.Advance(discovery.DefaultTTL)
+	res, _ = c.Capabilities(ctx, publish)
+	if res.Source != discovery.SourceFresh || res.State != discovery.StateFresh || cmp.Diff([]string{"jms-1"}, ids(res.Entries)) != "" {
+		t.Errorf("after the TTL: %+v %v", res.Meta, ids(res.Entries))
+	}
+}
+
+func TestNeverAnsweredIsUnavailable(t *testing.T) {
+	srv := httptest.NewServer(down)
+	defer srv.Close()
+	c, _ := newClient(t, srv.URL, discovery.Config{})
+	_, err := c.Capabilities(context.Background(), publish)
+	var ue *discovery.UnavailableError
+	if !errors.Is(err, discovery.ErrUnavailable) || !errors.As(err, &ue) || ue.State != discovery.StateUninitialized {
+		t.Fatalf("Capabilities with the registry down from the start = %v, want ErrUnavailable (uninitialized)", err)
+	}
+	if st := c.State(publish); st != discovery.StateUninitialized {
+		t.Errorf("State = %s", st)
+	}
+}
+
+func TestTenMinuteOutageCompressed(t *testing.T) {
+	s := registrytest.NewServer(t, registry.Config{})
+	registerOne(t, s.Registry, "jms-1")
+	front := &counting{}
+	front.set(s.Config.Handler)
+	srv := httptest.NewServer(front)
+	defer srv.Close()
+	prom := prometheus.NewRegistry()
+	c, clk := newClient(t, srv.URL, discovery.Config{Registerer: prom, Consumer: "test"})
+	ctx := context.Background()
+	if _, err := c.Capabilities(ctx, publish); err != nil {
+		t.Fatal(err)
+	}
+	front.set(down)
+	// one lookup every 15 s for 10 minutes: all answered from last-known-good, marked snapshot
+	for elapsed := 15 * time.Second; elapsed <= discovery.DefaultStaleAllowance; elapsed += 15 * time.Second {
+		clk.Advance(15 * time.Second)
+		res, err := c.Capabilities(ctx, publish)
+		if elapsed < discovery.DefaultTTL {
+			if err != nil || res.Source != discovery.SourceCache {
+				t.Fatalf("at %v (within the TTL): %v %+v", elapsed, err, res)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("at %v: %v, want the last-known-good view", elapsed, err)
+		}
+		if res.Source != discovery.SourceSnapshot || res.State != discovery.StateStale || res.Age != elapsed || cmp.Diff([]string{"jms-1"}, ids(res.Entries)) != "" {
+			t.Fatalf("at %v: %+v %v", elapsed, res.Meta, ids(res.Entries))
+		}
+	}
+	clk.Advance(15 * time.Second)
+	_, err := c.Capabilities(ctx, publish)
+	var ue *discovery.UnavailableError
+	if !errors.As(err, &ue) || ue.State != discovery.StateExpired {
+		t.Fatalf("past the stale allowance: %v, want ErrUnavailable (expired)", err)
+	}
+	if got := testutil.ToFloat64(counter(t, prom, "meshflows_discovery_stale_served_total")); got != 39 {
+		t.Errorf("stale_served_total = %v, want 39", got)
+	}
+	// back: fresh again
+	front.set(s.Config.Handler)
+	if res, err := c.Capabilities(ctx, publish); err != nil || res.Source != discovery.SourceFresh {
+		t.Errorf("after the outage: %v %+v", err, res)
+	}
+}
+
+func counter(t *testing.T, g prometheus.Gatherer, name string) prometheus.Collector {
+	t.Helper()
+	mfs, err := g.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "copy"})
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			c.Add(mf.GetMetric()[0].GetCounter().GetValue())
+		}
+	}
+	return c
+}
+
+func TestSteadyStateHitRate(t *testing.T) {
+	s := registrytest.NewServer(t, registry.Config{})
+	registerOne(t, s.Registry, "jms-1")
+	front := &counting{}
+	front.set(s.Config.Handler)
+	srv := httptest.NewServer(front)
+	defer srv.Close()
+	c, clk := newClient(t, srv.URL, discovery.Config{TTL: 30 * time.Second})
+	const lookups = 1000
+	for range lookups {
+		if _, err := c.Capabilities(context.Background(), publish); err != nil {
+			t.Fatal(err)
+		}
+		clk.Advance(600 * time.Millisecond) // 10 minutes of lookups, 100 per minute
+	}
+	hitRate := 1 - float64(front.hits.Load())/lookups
+	if hitRate < 0.95 {
+		t.Errorf("cache hit rate %.3f (%d registry requests for %d lookups), want >= 0.95", hitRate, front.hits.Load(), lookups)
+	}
+}
+
+// scripted is a fake registry that answers discovery requests from a queue.
+type scripted struct {
+	mu      sync.Mutex
+	answers []any // apiv1.DiscoveryResponse, or a string body
+}
+
+func (s *scripted) push(a ...any) { s.mu.Lock(); s.answers = append(s.answers, a...); s.mu.Unlock() }
+
+func (s *scripted) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.answers) == 0 {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
+	a := s.answers[0]
+	s.answers = s.answers[1:]
+	if body, ok := a.(string); ok {
+		w.Write([]byte(body))
+		return
+	}
+	json.NewEncoder(w).Encode(a)
+}
+
+func answer(epoch string, rev int64, complete bool, instances ...string) apiv1.DiscoveryResponse {
+	r := apiv1.DiscoveryResponse{RegistryEpoch: epoch, Revision: rev, Complete: complete, Capabilities: []apiv1.CapabilityEntry{}}
+	for _, id := range instances {
+		r.Capabilities = append(r.Capabilities, apiv1.CapabilityEntry{InstanceID: id, CapabilityID: "messaging.publish", Provider: "jms", CapabilityVersion: "1.0.0"})
+	}
+	return r
+}
+
+func TestOrderingAndMerging(t *testing.T) {
+	type step struct {
+		answer any
+		want   []string
+		rev    int64
+		epoch  string
+		state  discovery.State
+		source discovery.Source
+	}
+	tests := []struct {
+		name  string
+		steps []step
+	}{
+		{"an older revision never replaces a newer view", []step{
+			{answer("e1", 5, true, "a", "b"), []string{"a", "b"}, 5, "e1", discovery.StateFresh, discovery.SourceFresh},
+			{answer("e1", 3, true, "a"), []string{"a", "b"}, 5, "e1", discovery.StateFresh, discovery.SourceFresh},
+			{answer("e1", 6, true, "a"), []string{"a"}, 6, "e1", discovery.StateFresh, discovery.SourceFresh},
+		}},
+		{"an epoch change resets, whatever its revision", []step{
+			{answer("e1", 50, true, "a", "b"), []string{"a", "b"}, 50, "e1", discovery.StateFresh, discovery.SourceFresh},
+			{answer("e2", 2, true, "c"), []string{"c"}, 2, "e2", discovery.StateFresh, discovery.SourceFresh},
+		}},
+		{"an incomplete answer after a restart is merged, not applied", []step{
+			{answer("e1", 9, true, "a", "b"), []string{"a", "b"}, 9, "e1", discovery.StateFresh, discovery.SourceFresh},
+			{answer("e2", 0, false), []string{"a", "b"}, 0, "e2", discovery.StateFresh, discovery.SourceFresh},
+			{answer("e2", 1, false, "c"), []string{"a", "b", "c"}, 1, "e2", discovery.StateFresh, discovery.SourceFresh},
+			{answer("e2", 2, true, "a", "c"), []string{"a", "c"}, 2, "e2", discovery.StateFresh, discovery.SourceFresh},
+		}},
+		{"a decode failure is not an empty answer", []step{
+			{answer("e1", 4, true, "a"), []string{"a"}, 4, "e1", discovery.StateFresh, discovery.SourceFresh},
+			{`{"registry_epoch": "e1", "revision": 5, "capabilities": [`, []string{"a"}, 4, "e1", discovery.StateStale, discovery.SourceSnapshot},
+			{`<html>oops</html>`, []string{"a"}, 4, "e1", discovery.StateStale, discovery.SourceSnapshot},
+			{`{}`, []string{"a"}, 4, "e1", discovery.StateStale, discovery.SourceSnapshot},
+		}},
+		{"authoritative empty only when complete", []step{
+			{answer("e1", 1, false), nil, 1, "e1", discovery.StateFresh, discovery.SourceFresh},
+			{answer("e1", 2, true), nil, 2, "e1", discovery.StateAuthoritativeEmpty, discovery.SourceFresh},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fake := &scripted{}
+			srv := httptest.NewServer(fake)
+			defer srv.Close()
+			c, clk := newClient(t, srv.URL, discovery.Config{})
+			for i, st := range tt.steps {
+				fake.push(st.answer)
+				clk.Advance(discovery.DefaultTTL) // every read asks the registry
+				res, err := c.Capabilities(context.Background(), publish)
+				if err != nil {
+					t.Fatalf("step %d: %v", i, err)
+				}
+				if diff := cmp.Diff(st.want, ids(res.Entries)); diff != "" {
+					t.Errorf("step %d entries (-want +got):\n%s", i, diff)
+				}
+				if res.Revision != st.rev || res.RegistryEpoch != st.epoch || res.State != st.state || res.Source != st.source {
+					t.Errorf("step %d: %+v, want rev %d epoch %s state %s source %s", i, res.Meta, st.rev, st.epoch, st.state, st.source)
+				}
+			}
+		})
+	}
+}
+
+func TestRestartedRegistryDoesNotEmptyConsumers(t *testing.T) {
+	s := registrytest.NewServer(t, registry.Config{})
+	registerOne(t, s.Registry, "jms-1")
+	s.Clock.Advance(registry.DefaultLeaseTTL)
+	front := &counting{}
+	front.set(s.Config.Handler)
+	srv := httptest.NewServer(front)
+	defer srv.Close()
+	c, clk := newClient(t, srv.URL, discovery.Config{})
+	if res, err := c.Capabilities(context.Background(), publish); err != nil || !res.Complete || len(res.Entries) != 1 {
+		t.Fatalf("before the restart: %v %+v", err, res)
+	}
+	restarted := registrytest.NewServerAt(t, registry.Config{}, registrytest.Epoch0.Add(time.Hour)) // a new epoch, empty, warming up
+	front.set(restarted.Config.Handler)
+	clk.Advance(discovery.DefaultTTL)
+	res, err := c.Capabilities(context.Background(), publish)
+	if err != nil || res.Complete || cmp.Diff([]string{"jms-1"}, ids(res.Entries)) != "" {
+		t.Fatalf("after the restart: %v %+v %v, want jms-1 kept, incomplete", err, res.Meta, ids(res.Entries))
+	}
+	// the warm-up ends without jms-1 coming back: now it is gone for real
+	restarted.Clock.Advance(registry.DefaultLeaseTTL)
+	clk.Advance(discovery.DefaultTTL)
+	if res, err := c.Capabilities(context.Background(), publish); err != nil || !res.Complete || len(res.Entries) != 0 {
+		t.Fatalf("after the warm-up: %v %+v", err, res)
+	}
+}
+
+func TestInvalidateKeepsLastKnownGood(t *testing.T) {
+	s := registrytest.NewServer(t, registry.Config{})
+	registerOne(t, s.Registry, "jms-1")
+	front := &counting{}
+	front.set(s.Config.Handler)
+	srv := httptest.NewServer(front)
+	defer srv.Close()
+	c, _ := newClient(t, srv.URL, discovery.Config{})
+	ctx := context.Background()
+	c.Capabilities(ctx, publish)
+	registerOne(t, s.Registry, "jms-2")
+	c.Invalidate()
+	res, err := c.Capabilities(ctx, publish)
+	if err != nil || res.Source != discovery.SourceFresh || len(res.Entries) != 2 {
+		t.Fatalf("after Invalidate: %v %+v", err, res)
+	}
+	front.set(down)
+	c.Invalidate()
+	res, err = c.Capabilities(ctx, publish)
+	if err != nil || res.Source != discovery.SourceSnapshot || len(res.Entries) != 2 {
+		t.Fatalf("Invalidate with the registry down: %v %+v, want the last-known-good view", err, res)
+	}
+}
+
+func TestConcurrentReadsShareOneRefresh(t *testing.T) {
+	release := make(chan struct{})
+	var requests atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		requests.Add(1)
+		<-release
+		json.NewEncoder(w).Encode(answer("e1", 1, true, "a"))
+	}))
+	defer srv.Close()
+	c, _ := newClient(t, srv.URL, discovery.Config{})
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() {
+			if _, err := c.Capabilities(context.Background(), publish); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	for requests.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(10 * time.Millisecond) // let the other readers join the refresh in flight
+	close(release)
+	wg.Wait()
+	if n := requests.Load(); n != 1 {
+		t.Errorf("%d registry requests for 20 concurrent reads, want 1", n)
+	}
+}
+
+func TestWatchDeliversChanges(t *testing.T) {
+	s := registrytest.NewServer(t, registry.Config{})
+	c, err := discovery.New(discovery.Config{Registries: []string{s.URL}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	changes := make(chan *discovery.Result, 16)
+	done := make(chan error, 1)
+	go func() { done <- c.Watch(ctx, publish, func(r *discovery.Result) { changes <- r }) }()
+	first := <-changes
+	if len(first.Entries) != 0 {
+		t.Fatalf("first view: %v", ids(first.Entries))
+	}
+	for s.Registry.Watchers() == 0 { // the long poll is parked
+		time.Sleep(time.Millisecond)
+	}
+	registerOne(t, s.Registry, "jms-1")
+	got := <-changes
+	if cmp.Diff([]string{"jms-1"}, ids(got.Entries)) != "" || got.Revision != 1 {
+		t.Errorf("change: %+v %v", got.Meta, ids(got.Entries))
+	}
+	// readers are served from the view the watch keeps
+	if res, err := c.Capabilities(context.Background(), publish); err != nil || res.Source != discovery.SourceCache || len(res.Entries) != 1 {
+		t.Errorf("read during a watch: %v %+v", err, res)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Watch = %v", err)
+	}
+}
+
+func TestWatchRoutes(t *testing.T) {
+	s := registrytest.NewServer(t, registry.Config{})
+	c, _ := discovery.New(discovery.Config{Registries: []string{s.URL}})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	changes := make(chan *discovery.RoutesResult, 16)
+	go c.WatchRoutes(ctx, func(r *discovery.RoutesResult) { changes <- r })
+	<-changes
+	for s.Registry.Watchers() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	req := apiv1.RegisterRequest{InstanceID: "jms-1", ServiceName: "egress-jms", ServiceVersion: "0.1.3", Endpoint: "http://jms-1:8080",
+		Capabilities: []apiv1.Capability{{CapabilityID: "messaging.publish", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0", Provider: "jms"}},
+		Manifest: &apiv1.Manifest{FARP: "1.0", Service: apiv1.ManifestService{Name: "egress-jms", Instance: "jms-1", Version: "0.1.3"},
+			Routes: []apiv1.ManifestRoute{{Path: "/api/messaging/jms/publish", Methods: []string{"POST"}}}}}
+	if _, err := s.Registry.Register(context.Background(), &req); err != nil {
+		t.Fatal(err)
+	}
+	got := <-changes
+	if len(got.Manifests) != 1 || got.Manifests[0].InstanceID != "jms-1" {
+		t.Errorf("routes change: %+v", got)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	for name, cfg := range map[string]discovery.Config{
+		"no registry":  {},
+		"bad url":      {Registries: []string{"localhost:7400"}},
+		"negative ttl": {Registries: []string{"http://r"}, TTL: -time.Second},
+		"long wait":    {Registries: []string{"http://r"}, WatchWait: time.Hour},
+	} {
+		if _, err := discovery.New(cfg); err == nil {
+			t.Errorf("%s: New succeeded", name)
+		}
+	}
+}
