@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -57,16 +58,41 @@ Components that are not built yet are listed as such. Stop with Ctrl-C.`,
 			if err != nil {
 				return fmt.Errorf("registry port: %w (pick another --base-port)", err)
 			}
-			g, ctx := errgroup.WithContext(cmd.Context())
-			g.Go(func() error { return logOut.Run(ctx, logFlushInterval) })
+			// Two groups, so that Ctrl-C stops the providers first (they deregister) and the
+			// registry after them; a registry that fails stops the providers too.
+			regCtx, regCancel := context.WithCancel(context.WithoutCancel(cmd.Context()))
+			defer regCancel()
+			gReg, regCtx := errgroup.WithContext(regCtx)
+			provCtx, provCancel := context.WithCancel(cmd.Context())
+			defer provCancel()
+			stopProviders := context.AfterFunc(regCtx, provCancel)
+			defer stopProviders()
+			gProv, provCtx := errgroup.WithContext(provCtx)
+			stopAll := func() error { provCancel(); perr := gProv.Wait(); regCancel(); return errors.Join(perr, gReg.Wait()) }
+
+			gReg.Go(func() error { return logOut.Run(regCtx, logFlushInterval) })
 			f := registryFlags{
 				leaseTTL: registry.DefaultLeaseTTL, heartbeatInterval: registry.DefaultHeartbeatInterval,
 				sweepInterval: time.Second, maxBodyBytes: server.DefaultMaxBodyBytes, insecure: true,
 			}
-			if err := startRegistry(ctx, g, &f, ln, logger); err != nil {
+			if err := startRegistry(regCtx, gReg, &f, ln, logger); err != nil {
 				ln.Close()
-				logOut.Flush()
-				return err
+				return errors.Join(err, stopAll(), logOut.Flush())
+			}
+			regURL := "http://" + regAddr
+			providers := []struct {
+				kind   string
+				offset int
+			}{{"jms", devProviderOffsetJMS}, {"rabbitmq", devProviderOffsetRMQ}}
+			for _, pr := range providers {
+				pln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", basePort+pr.offset))
+				if err != nil {
+					return errors.Join(fmt.Errorf("%s provider port: %w (pick another --base-port)", pr.kind, err), stopAll(), logOut.Flush())
+				}
+				if err := startExampleProvider(provCtx, gProv, exampleProviderOptions{kind: pr.kind, registries: []string{regURL}, zone: "a"}, pln, logger); err != nil {
+					pln.Close()
+					return errors.Join(err, stopAll(), logOut.Flush())
+				}
 			}
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "MeshFlows dev — open mode: NO AUTHENTICATION, loopback only, state in memory.\n\n")
@@ -74,10 +100,13 @@ Components that are not built yet are listed as such. Stop with Ctrl-C.`,
 			fmt.Fprintf(out, "  orchestrator  http://127.0.0.1:%d   (not built yet)\n", basePort+devOrchestratorOffset)
 			fmt.Fprintf(out, "  gateway       http://127.0.0.1:%d   (not built yet)\n", basePort+devGatewayOffset)
 			fmt.Fprintf(out, "  dashboard     http://127.0.0.1:%d   (not built yet)\n", basePort+devDashboardOffset)
-			fmt.Fprintf(out, "  providers     http://127.0.0.1:%d (jms), http://127.0.0.1:%d (rabbitmq)   (not built yet)\n\n",
+			fmt.Fprintf(out, "  providers     http://127.0.0.1:%d (jms), http://127.0.0.1:%d (rabbitmq)\n",
 				basePort+devProviderOffsetJMS, basePort+devProviderOffsetRMQ)
+			fmt.Fprintf(out, "                (try: curl -X POST http://127.0.0.1:%d/api/messaging/jms/publish -d '{\"destination\":\"orders.events\",\"payload\":{\"id\":1}}')\n\n",
+				basePort+devProviderOffsetJMS)
 			fmt.Fprintf(out, "Press Ctrl-C to stop.\n")
-			err = g.Wait()
+			<-provCtx.Done()
+			err = stopAll()
 			fmt.Fprintf(out, "meshflows dev stopped.\n")
 			return errors.Join(err, logOut.Flush())
 		},

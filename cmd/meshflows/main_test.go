@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"net"
 	"net/http"
 	"strconv"
@@ -107,7 +108,7 @@ func TestDevServesAndStopsCleanly(t *testing.T) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		out, err := run(ctx, "dev", "--base-port", strconv.Itoa(base), "--log-level", "error")
+		out, err := run(ctx, "dev", "--base-port", strconv.Itoa(base))
 		done <- result{out, err}
 	}()
 	url := "http://127.0.0.1:" + strconv.Itoa(base) + "/v1/discovery/health"
@@ -127,12 +128,35 @@ func TestDevServesAndStopsCleanly(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	// both example providers register themselves
+	capsURL := "http://127.0.0.1:" + strconv.Itoa(base) + "/v1/discovery/capabilities?capability_id=messaging.publish"
+	for {
+		resp, err := http.Get(capsURL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d struct {
+			Capabilities []struct {
+				Provider string `json:"provider"`
+			} `json:"capabilities"`
+		}
+		json.NewDecoder(resp.Body).Decode(&d)
+		resp.Body.Close()
+		if len(d.Capabilities) == 2 && d.Capabilities[0].Provider == "jms" && d.Capabilities[1].Provider == "rabbitmq" {
+			break
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatalf("the example providers did not register: %+v", d)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	cancel()
 	r := <-done
 	if r.err != nil {
 		t.Fatalf("dev ended with %v", r.err)
 	}
-	for _, w := range []string{"NO AUTHENTICATION", "http://127.0.0.1:" + strconv.Itoa(base), "stopped"} {
+	for _, w := range []string{"NO AUTHENTICATION", "http://127.0.0.1:" + strconv.Itoa(base), "stopped", "deregistered"} {
 		if !strings.Contains(r.out, w) {
 			t.Errorf("dev output lacks %q:\n%s", w, r.out)
 		}

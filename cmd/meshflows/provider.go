@@ -1,0 +1,103 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/meshflows/meshflows/examples/providers/jms"
+	"github.com/meshflows/meshflows/examples/providers/messaging"
+	"github.com/meshflows/meshflows/examples/providers/rabbitmq"
+	"github.com/meshflows/meshflows/internal/telemetry"
+	"github.com/meshflows/meshflows/provider"
+)
+
+func newExampleProviderCmd() *cobra.Command {
+	var (
+		kind, listen, advertise, zone string
+		registries                    []string
+		heartbeat                     time.Duration
+		logCfg                        telemetry.LogConfig
+	)
+	cmd := &cobra.Command{
+		Use:   "example-provider",
+		Short: "Run an example messaging provider (jms or rabbitmq) that registers itself",
+		Long: `Run one of the example providers: an in-memory messaging publisher that registers
+messaging.publish@1.0.0 with the registry, heartbeats, re-registers after a registry restart
+and deregisters on Ctrl-C. It serves POST /api/messaging/KIND/publish,
+GET /api/messaging/KIND/messages, the capability's validate and invoke endpoints, /healthz
+and /metrics.`,
+		Example: "  meshflows example-provider --kind jms --registry http://127.0.0.1:7400 --listen 127.0.0.1:7410",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			logOut := telemetry.NewBufferedWriter(cmd.ErrOrStderr())
+			logger, err := telemetry.NewLogger(logOut, logCfg)
+			if err != nil {
+				return err
+			}
+			ln, err := net.Listen("tcp", listen)
+			if err != nil {
+				return fmt.Errorf("listen on %s: %w", listen, err)
+			}
+			g, ctx := errgroup.WithContext(cmd.Context())
+			g.Go(func() error { return logOut.Run(ctx, logFlushInterval) })
+			if err := startExampleProvider(ctx, g, exampleProviderOptions{kind: kind, advertise: advertise, zone: zone,
+				registries: registries, heartbeat: heartbeat}, ln, logger); err != nil {
+				ln.Close()
+				logOut.Flush()
+				return err
+			}
+			err = g.Wait()
+			return errors.Join(err, logOut.Flush())
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&kind, "kind", "jms", "which example: jms or rabbitmq")
+	f.StringSliceVar(&registries, "registry", []string{"http://127.0.0.1:7400"}, "registry base URL; repeat or comma-separate for failover")
+	f.StringVar(&listen, "listen", "127.0.0.1:7410", "address to serve on")
+	f.StringVar(&advertise, "advertise", "", "endpoint URL to register (default http://<listen address>)")
+	f.StringVar(&zone, "zone", "", "zone to register in")
+	f.DurationVar(&heartbeat, "heartbeat-interval", 0, "heartbeat interval (0: the one the registry returns)")
+	f.StringVar(&logCfg.Level, "log-level", "info", "log level: debug, info, warn or error")
+	f.StringVar(&logCfg.Format, "log-format", "json", "log format: json or text")
+	return cmd
+}
+
+type exampleProviderOptions struct {
+	kind, advertise, zone string
+	registries            []string
+	heartbeat             time.Duration
+}
+
+// startExampleProvider builds an example provider on ln and runs it in g until ctx ends.
+func startExampleProvider(ctx context.Context, g *errgroup.Group, o exampleProviderOptions, ln net.Listener, logger *slog.Logger) error {
+	endpoint := o.advertise
+	if endpoint == "" {
+		endpoint = "http://" + ln.Addr().String()
+	}
+	var p *messaging.Provider
+	var err error
+	switch o.kind {
+	case "jms":
+		p, err = jms.New(endpoint, o.zone)
+	case "rabbitmq":
+		p, err = rabbitmq.New(endpoint, o.zone)
+	default:
+		return fmt.Errorf("--kind %q: want jms or rabbitmq", o.kind)
+	}
+	if err != nil {
+		return err
+	}
+	agentCfg := provider.Config{Registries: o.registries, HeartbeatInterval: o.heartbeat,
+		Logger: logger.With(slog.String("provider", o.kind))}
+	logger.Info("example provider listening", slog.String("kind", o.kind), slog.String("addr", ln.Addr().String()),
+		slog.String("endpoint", endpoint))
+	g.Go(func() error { return p.Run(ctx, ln, agentCfg, logger) })
+	return nil
+}

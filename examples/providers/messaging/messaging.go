@@ -1,0 +1,259 @@
+package messaging
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/provider"
+)
+
+// CapabilityID is the capability every messaging example offers.
+const CapabilityID = "messaging.publish"
+
+// ServiceVersion is the examples' service version.
+const ServiceVersion = "0.1.3"
+
+// Config configures a messaging provider.
+type Config struct {
+	// Kind is the provider name: "jms" or "rabbitmq". It names the service (egress-KIND),
+	// the capability's provider and the API paths (/api/messaging/KIND/…).
+	Kind string
+	// InstanceID defaults to egress-KIND-<port of Endpoint>.
+	InstanceID string
+	// Endpoint is the URL the provider is reached at, as registered.
+	Endpoint string
+	Zone     string
+	// Metadata is added to the capability's metadata (validate_supported is always set).
+	Metadata map[string]any
+	// Lint returns kind-specific diagnostics for a publish request (warnings, say).
+	Lint func(req *PublishRequest) []apiv1.Diagnostic
+	// Now is the clock of published_at (default time.Now).
+	Now func() time.Time
+}
+
+// PublishRequest is the body of POST /api/messaging/KIND/publish and the request of an
+// invocation of messaging.publish.
+type PublishRequest struct {
+	Destination string            `json:"destination"`
+	Payload     json.RawMessage   `json:"payload,omitempty"`
+	Headers     map[string]string `json:"headers,omitempty"`
+}
+
+// Message is a published message.
+type Message struct {
+	MessageID   string            `json:"message_id"`
+	Destination string            `json:"destination"`
+	Payload     json.RawMessage   `json:"payload,omitempty"`
+	Headers     map[string]string `json:"headers,omitempty"`
+	PublishedAt time.Time         `json:"published_at"`
+}
+
+// PublishResult is the answer to a publish.
+type PublishResult struct {
+	MessageID   string `json:"message_id"`
+	Destination string `json:"destination"`
+}
+
+// Provider is one example messaging provider: its broker, HTTP surface and registration.
+type Provider struct {
+	cfg       Config
+	published prometheus.Counter
+	reg       *prometheus.Registry
+
+	mu       sync.Mutex
+	seq      int
+	messages []Message
+}
+
+// New returns a provider for cfg.
+func New(cfg Config) (*Provider, error) {
+	if cfg.Kind == "" || strings.ContainsAny(cfg.Kind, "/ ") {
+		return nil, fmt.Errorf("messaging provider: kind %q", cfg.Kind)
+	}
+	if cfg.InstanceID == "" {
+		port := "0"
+		if i := strings.LastIndex(cfg.Endpoint, ":"); i >= 0 {
+			port = cfg.Endpoint[i+1:]
+		}
+		cfg.InstanceID = "egress-" + cfg.Kind + "-" + port
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	p := &Provider{cfg: cfg, reg: prometheus.NewRegistry()}
+	p.published = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "meshflows", Subsystem: "example_provider",
+		Name: "published_total", Help: "Messages published.", ConstLabels: prometheus.Labels{"kind": cfg.Kind}})
+	p.reg.MustRegister(p.published)
+	if reg := p.Registration(); reg.Validate() != nil {
+		err := reg.Validate()
+		return nil, fmt.Errorf("messaging provider: %w", err)
+	}
+	return p, nil
+}
+
+// Metrics is the provider's own Prometheus registry, served at /metrics; give it to the
+// agent's Config.Registerer so its metrics are served too.
+func (p *Provider) Metrics() *prometheus.Registry { return p.reg }
+
+func (p *Provider) serviceName() string { return "egress-" + p.cfg.Kind }
+
+func (p *Provider) publishPath() string  { return "/api/messaging/" + p.cfg.Kind + "/publish" }
+func (p *Provider) messagesPath() string { return "/api/messaging/" + p.cfg.Kind + "/messages" }
+
+// Registration is what the provider registers: messaging.publish@1.0.0 and a manifest with
+// its two routes.
+func (p *Provider) Registration() apiv1.RegisterRequest {
+	meta := map[string]any{"validate_supported": true, "validate_endpoint": "/v1/capabilities/" + CapabilityID + "/validate",
+		"max_payload_bytes": 1048576}
+	for k, v := range p.cfg.Metadata {
+		meta[k] = v
+	}
+	rawMeta, _ := json.Marshal(meta)
+	return apiv1.RegisterRequest{
+		InstanceID: p.cfg.InstanceID, ServiceName: p.serviceName(), ServiceVersion: ServiceVersion,
+		Endpoint: p.cfg.Endpoint, Zone: p.cfg.Zone,
+		Capabilities: []apiv1.Capability{{CapabilityID: CapabilityID, CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0",
+			Provider: p.cfg.Kind, Metadata: rawMeta}},
+		Manifest: &apiv1.Manifest{
+			FARP:    apiv1.FARPVersion,
+			Service: apiv1.ManifestService{Name: p.serviceName(), Instance: p.cfg.InstanceID, Version: ServiceVersion},
+			Health:  &apiv1.ManifestHealth{Path: "/healthz", Interval: "5s", UnhealthyAfter: apiv1.Int(3)},
+			Routes: []apiv1.ManifestRoute{
+				{Path: p.publishPath(), Methods: []string{"POST"}},
+				{Path: p.messagesPath(), Methods: []string{"GET"}, Idempotent: []string{"GET"}},
+			},
+		},
+	}
+}
+
+// Handler serves the provider's whole HTTP surface.
+func (p *Provider) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST "+p.publishPath(), p.handlePublish)
+	mux.HandleFunc("GET "+p.messagesPath(), p.handleMessages)
+	mux.Handle("/v1/capabilities/", provider.NewHandler(provider.Capability{ID: CapabilityID, Validate: p.validate, Invoke: p.invoke}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		provider.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(p.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		provider.WriteError(w, apiv1.Errorf(http.StatusNotFound, apiv1.CodeNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path))
+	})
+	return mux
+}
+
+func (p *Provider) handlePublish(w http.ResponseWriter, r *http.Request) {
+	var req PublishRequest
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&req); err != nil {
+		provider.WriteError(w, apiv1.Errorf(http.StatusBadRequest, apiv1.CodeInvalidJSON, "body is not a publish request: %v", err))
+		return
+	}
+	res, err := p.Publish(&req)
+	if err != nil {
+		provider.WriteError(w, err)
+		return
+	}
+	provider.WriteJSON(w, http.StatusAccepted, res)
+}
+
+func (p *Provider) handleMessages(w http.ResponseWriter, r *http.Request) {
+	provider.WriteJSON(w, http.StatusOK, map[string][]Message{"messages": p.Messages(r.URL.Query().Get("destination"))})
+}
+
+// Publish stores a message; an empty destination is a 400 INVALID_REQUEST.
+func (p *Provider) Publish(req *PublishRequest) (*PublishResult, error) {
+	if strings.TrimSpace(req.Destination) == "" {
+		return nil, apiv1.InvalidRequest([]apiv1.Detail{{Path: "destination", Message: "must not be empty"}})
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.seq++
+	m := Message{MessageID: p.cfg.Kind + "-" + strconv.Itoa(p.seq), Destination: req.Destination, Payload: req.Payload,
+		Headers: req.Headers, PublishedAt: p.cfg.Now().UTC()}
+	p.messages = append(p.messages, m)
+	p.published.Inc()
+	return &PublishResult{MessageID: m.MessageID, Destination: m.Destination}, nil
+}
+
+// Messages returns the messages published to destination (all when empty), oldest first.
+func (p *Provider) Messages(destination string) []Message {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := []Message{}
+	for _, m := range p.messages {
+		if destination == "" || m.Destination == destination {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func (p *Provider) validate(_ context.Context, req *apiv1.ValidateRequest) ([]apiv1.Diagnostic, error) {
+	var pr PublishRequest
+	if len(req.Step.Request) > 0 {
+		if err := json.Unmarshal(req.Step.Request, &pr); err != nil {
+			return []apiv1.Diagnostic{{Severity: apiv1.SeverityError, Code: "REQUEST_NOT_AN_OBJECT",
+				Message: "the step's request is not a publish request: " + err.Error(), Path: "request"}}, nil
+		}
+	}
+	var diags []apiv1.Diagnostic
+	if strings.TrimSpace(pr.Destination) == "" {
+		diags = append(diags, apiv1.Diagnostic{Severity: apiv1.SeverityError, Code: "DESTINATION_REQUIRED",
+			Message: "a destination is required", Path: "request.destination"})
+	}
+	if p.cfg.Lint != nil {
+		diags = append(diags, p.cfg.Lint(&pr)...)
+	}
+	return diags, nil
+}
+
+func (p *Provider) invoke(_ context.Context, req *apiv1.InvokeRequest) (any, error) {
+	var pr PublishRequest
+	if len(req.Request) > 0 {
+		if err := json.Unmarshal(req.Request, &pr); err != nil {
+			return nil, apiv1.InvalidRequest([]apiv1.Detail{{Path: "request", Message: "not a publish request: " + err.Error()}})
+		}
+	}
+	if len(req.Payload) > 0 {
+		pr.Payload = req.Payload
+	}
+	return p.Publish(&pr)
+}
+
+// Run serves the provider on ln and keeps it registered until ctx ends; then it
+// deregisters first and stops serving after, so that no consumer is sent to a closed port.
+func (p *Provider) Run(ctx context.Context, ln net.Listener, agentCfg provider.Config, logger *slog.Logger) error {
+	agentCfg.Registration = p.Registration()
+	if agentCfg.Registerer == nil {
+		agentCfg.Registerer = p.reg
+	}
+	agent, err := provider.New(agentCfg)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: p.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	agentErr := agent.Run(ctx)
+	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	shutErr := srv.Shutdown(sctx)
+	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("serve: %w", err)
+	}
+	logger.Info("example provider stopped", slog.String("instance_id", p.cfg.InstanceID))
+	return errors.Join(agentErr, shutErr)
+}
