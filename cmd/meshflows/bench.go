@@ -18,7 +18,7 @@ func newBenchCmd() *cobra.Command {
 		Long: `Load generators that drive a running MeshFlows component through its public HTTP API,
 for operators sizing a deployment. Every run is bounded by its counts and --timeout.`,
 	}
-	cmd.AddCommand(newBenchRegistryCmd())
+	cmd.AddCommand(newBenchRegistryCmd(), newBenchHerdCmd())
 	return cmd
 }
 
@@ -64,6 +64,48 @@ throughput and p50/p99/max per phase. It leaves nothing registered behind.`,
 	f.IntVar(&cfg.Queries, "queries", 2000, "discovery queries")
 	f.IntVar(&cfg.Changes, "changes", 200, "deregistrations timed until a watcher sees them")
 	f.DurationVar(&cfg.OpTimeout, "op-timeout", 10*time.Second, "timeout of one request")
+	f.DurationVar(&timeout, "timeout", 10*time.Minute, "deadline of the whole run")
+	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	return cmd
+}
+
+func newBenchHerdCmd() *cobra.Command {
+	var cfg bench.HerdConfig
+	var asJSON bool
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "herd",
+		Short: "Restart a registry under N provider agents and measure the re-registration wave",
+		Long: `Start --providers provider SDK agents in this process, wait until all are registered,
+restart the registry with empty state, and report how long until every agent is back, the
+peak and mean registrations per second, and the registration latency.
+
+Without --registry the registry runs in this process (on --listen) and the command restarts
+it itself; with --registry URL it waits for you to restart that registry.`,
+		Example: "  meshflows bench herd --providers 1000\n  meshflows bench herd --providers 1000 --heartbeat-interval 30s",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			cfg.Notify = func(format string, args ...any) { fmt.Fprintf(cmd.ErrOrStderr(), format+"\n", args...) }
+			rep, err := bench.RunHerd(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				return enc.Encode(rep)
+			}
+			return bench.WriteHerd(cmd.OutOrStdout(), rep)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&cfg.Providers, "providers", 1000, "provider agents to run")
+	f.StringVar(&cfg.Registry, "registry", "", "external registry URL (default: run one in this process and restart it)")
+	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:0", "address of the in-process registry")
+	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", 5*time.Second, "heartbeat interval of the in-process registry (whole seconds)")
+	f.DurationVar(&cfg.LeaseTTL, "lease-ttl", 0, "lease TTL of the in-process registry (default 3 heartbeat intervals)")
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "deadline of the whole run")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	return cmd
