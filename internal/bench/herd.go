@@ -138,7 +138,7 @@ func RunHerd(ctx context.Context, cfg HerdConfig) (*HerdReport, error) {
 		a, err := provider.New(provider.Config{
 			Registries: []string{url}, Client: client,
 			Registration: apiv1.RegisterRequest{InstanceID: fmt.Sprintf("herd-%d", i), ServiceName: "herd", ServiceVersion: "1.0.0",
-				Endpoint: fmt.Sprintf("http://127.0.0.1:%d", 20000+i%40000),
+				Endpoint:     fmt.Sprintf("http://127.0.0.1:%d", 20000+i%40000),
 				Capabilities: []apiv1.Capability{{CapabilityID: "herd.work", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0", Provider: "herd"}}},
 		})
 		if err != nil {
