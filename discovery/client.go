@@ -2,23 +2,21 @@ package discovery
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/client"
 )
 
 // Defaults of Config.
@@ -128,21 +126,13 @@ func (c *Config) setDefaults() {
 	if c.Rand == nil {
 		c.Rand = rand.Float64
 	}
-	for i, r := range c.Registries {
-		c.Registries[i] = strings.TrimRight(r, "/")
-	}
 }
 
 // Validate reports a configuration that cannot work.
 func (c *Config) Validate() error {
 	var errs []error
-	if len(c.Registries) == 0 {
-		errs = append(errs, errors.New("no registry URL"))
-	}
-	for _, r := range c.Registries {
-		if u, err := url.Parse(r); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			errs = append(errs, fmt.Errorf("registry URL %q: want http(s)://host:port", r))
-		}
+	if _, err := client.New(client.Config{Registries: c.Registries}); err != nil {
+		errs = append(errs, err)
 	}
 	if c.TTL < 0 || c.StaleAllowance < 0 || c.RetryInterval < 0 || c.RequestTimeout <= 0 || c.WatchWait <= 0 || c.WatchWait > 5*time.Minute {
 		errs = append(errs, errors.New("durations must not be negative, the request timeout positive, the watch wait within (0, 5m]"))
@@ -205,22 +195,25 @@ type RoutesResult struct {
 // Client reads discovery views with a cache. It is safe for concurrent use.
 type Client struct {
 	cfg     Config
+	client  *client.Client
 	metrics *metrics
 
 	mu     sync.Mutex
 	caps   map[string]*view[[]apiv1.CapabilityEntry] // by canonical query
 	routes *view[Routes]
-	url    int // index into cfg.Registries
 }
 
 // New returns a Client for cfg.
 func New(cfg Config) (*Client, error) {
-	cfg.Registries = slices.Clone(cfg.Registries)
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("discovery config: %w", err)
 	}
-	c := &Client{cfg: cfg, caps: map[string]*view[[]apiv1.CapabilityEntry]{}}
+	rc, err := client.New(client.Config{Registries: cfg.Registries, HTTPClient: cfg.Client, BearerToken: cfg.BearerToken, Now: cfg.Now})
+	if err != nil {
+		return nil, fmt.Errorf("discovery config: %w", err)
+	}
+	c := &Client{cfg: cfg, client: rc, caps: map[string]*view[[]apiv1.CapabilityEntry]{}}
 	c.routes = &view[Routes]{kind: routesKind}
 	m, err := newMetrics(cfg.Registerer, cfg.Consumer, c)
 	if err != nil {
@@ -461,64 +454,15 @@ func (c *Client) fetchRoutes(ctx context.Context, index int64) (answer[Routes], 
 // get fetches a discovery answer into out; index >= 0 makes it a long poll. Any failure —
 // transport, status, decoding — is an error, never an empty answer.
 func (c *Client) get(ctx context.Context, path string, vals url.Values, index int64, out any) error {
-	timeout := c.cfg.RequestTimeout
+	req := client.Request{Method: http.MethodGet, Path: path, Query: vals, Timeout: c.cfg.RequestTimeout}
 	if index >= 0 {
-		vals = maps(vals)
-		vals.Set("index", strconv.FormatInt(index, 10))
-		vals.Set("wait", c.cfg.WatchWait.String())
-		timeout += c.cfg.WatchWait
-	}
-	c.mu.Lock()
-	base := c.cfg.Registries[c.url]
-	c.mu.Unlock()
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	target := base + path
-	if len(vals) > 0 {
-		target += "?" + vals.Encode()
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, target, nil)
-	if err != nil {
-		return err
-	}
-	if c.cfg.BearerToken != "" {
-		req.Header.Set("Authorization", "Bearer "+c.cfg.BearerToken)
-	}
-	resp, err := c.cfg.Client.Do(req)
-	if err != nil {
-		c.failover(base)
-		return fmt.Errorf("GET %s: %w", target, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		c.failover(base)
-		return fmt.Errorf("GET %s: read answer: %w", target, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests {
-			c.failover(base)
+		q := make(url.Values, len(vals)+2)
+		for k, v := range vals {
+			q[k] = v
 		}
-		return fmt.Errorf("GET %s: %w", target, apiv1.ErrorFromResponse(resp.StatusCode, body))
+		q.Set("index", strconv.FormatInt(index, 10))
+		q.Set("wait", c.cfg.WatchWait.String())
+		req.Query, req.Timeout = q, c.cfg.RequestTimeout+c.cfg.WatchWait
 	}
-	if err := json.Unmarshal(body, out); err != nil {
-		return fmt.Errorf("GET %s: decode answer: %w", target, err)
-	}
-	return nil
-}
-
-func maps(v url.Values) url.Values {
-	out := make(url.Values, len(v)+2)
-	for k, s := range v {
-		out[k] = s
-	}
-	return out
-}
-
-func (c *Client) failover(base string) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.cfg.Registries) > 1 && c.cfg.Registries[c.url] == base {
-		c.url = (c.url + 1) % len(c.cfg.Registries)
-	}
+	return c.client.Do(ctx, req, out)
 }

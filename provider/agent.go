@@ -1,25 +1,23 @@
 package provider
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/client"
 )
 
 // Defaults of Config.
@@ -41,8 +39,8 @@ type Config struct {
 	// Registration is the instance to keep registered. UpdateCapabilities changes its
 	// capabilities later.
 	Registration apiv1.RegisterRequest
-	// Client sends the requests (default: a client without a global timeout; every request
-	// is bounded by RequestTimeout). The security issue sets TLS on it.
+	// Client sends the requests (default: a plain client; every request is bounded by
+	// RequestTimeout). The security issue sets TLS on it.
 	Client *http.Client
 	// BearerToken, when set, is sent as "Authorization: Bearer …".
 	BearerToken string
@@ -93,21 +91,13 @@ func (c *Config) setDefaults() {
 	if c.Rand == nil {
 		c.Rand = rand.Float64
 	}
-	for i, r := range c.Registries {
-		c.Registries[i] = strings.TrimRight(r, "/")
-	}
 }
 
 // Validate reports a configuration that cannot work, the registration included.
 func (c *Config) Validate() error {
 	var errs []error
-	if len(c.Registries) == 0 {
-		errs = append(errs, errors.New("no registry URL"))
-	}
-	for _, r := range c.Registries {
-		if u, err := url.Parse(r); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-			errs = append(errs, fmt.Errorf("registry URL %q: want http(s)://host:port", r))
-		}
+	if _, err := client.New(client.Config{Registries: c.Registries}); err != nil {
+		errs = append(errs, err)
 	}
 	if err := c.Registration.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("registration: %w", err))
@@ -138,6 +128,7 @@ type Status struct {
 // from any goroutine.
 type Agent struct {
 	cfg     Config
+	client  *client.Client
 	metrics *metrics
 	updated chan struct{} // capacity 1: a burst of updates is one re-registration
 
@@ -145,12 +136,10 @@ type Agent struct {
 	reg              apiv1.RegisterRequest
 	status           Status
 	registryInterval time.Duration // what the last registration answer said
-	url              int           // index into cfg.Registries
 }
 
 // New returns an Agent for cfg.
 func New(cfg Config) (*Agent, error) {
-	cfg.Registries = slices.Clone(cfg.Registries)
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("provider config: %w", err)
@@ -159,16 +148,20 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	a := &Agent{cfg: cfg, metrics: m, updated: make(chan struct{}, 1), reg: cfg.Registration}
-	a.status.Registry = cfg.Registries[0]
-	return a, nil
+	c, err := client.New(client.Config{Registries: cfg.Registries, HTTPClient: cfg.Client, BearerToken: cfg.BearerToken, Now: cfg.Clock.Now})
+	if err != nil {
+		return nil, fmt.Errorf("provider config: %w", err)
+	}
+	return &Agent{cfg: cfg, client: c, metrics: m, updated: make(chan struct{}, 1), reg: cfg.Registration}, nil
 }
 
 // Status returns a copy of the agent's registration status.
 func (a *Agent) Status() Status {
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.status
+	st := a.status
+	a.mu.Unlock()
+	st.Registry = a.client.Registry()
+	return st
 }
 
 // UpdateCapabilities replaces the instance's capabilities; the agent registers again with
@@ -245,9 +238,9 @@ func (a *Agent) registerWithBackoff(ctx context.Context) error {
 			return err
 		}
 		wait := a.cfg.Backoff.Delay(attempt, a.cfg.Rand)
-		var ra *retryAfterError
-		if errors.As(err, &ra) && ra.after > wait {
-			wait = ra.after
+		var ra *client.RetryAfterError
+		if errors.As(err, &ra) && ra.After > wait {
+			wait = ra.After
 		}
 		a.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "registration failed", slog.Any("error", err),
 			slog.Int("attempt", attempt+1), slog.String("retry_in", wait.String()))
@@ -259,15 +252,6 @@ func (a *Agent) registerWithBackoff(ctx context.Context) error {
 	}
 }
 
-// retryAfterError carries a registry's Retry-After.
-type retryAfterError struct {
-	err   error
-	after time.Duration
-}
-
-func (e *retryAfterError) Error() string { return e.err.Error() }
-func (e *retryAfterError) Unwrap() error { return e.err }
-
 func (a *Agent) register(ctx context.Context) error {
 	a.mu.Lock()
 	req := a.reg
@@ -278,7 +262,7 @@ func (a *Agent) register(ctx context.Context) error {
 	}
 	a.metrics.registerAttempts.Inc()
 	var resp apiv1.RegisterResponse
-	if err := a.call(ctx, http.MethodPost, "/v1/services/register", body, &resp); err != nil {
+	if err := a.client.Do(ctx, client.Request{Method: http.MethodPost, Path: "/v1/services/register", Body: body, Timeout: a.cfg.RequestTimeout}, &resp); err != nil {
 		var ae *apiv1.Error
 		if errors.As(err, &ae) && ae.Status == http.StatusBadRequest {
 			return fmt.Errorf("%w: %v", ErrInvalidRegistration, err)
@@ -341,7 +325,7 @@ func (a *Agent) heartbeat(ctx context.Context) (string, error) {
 	body := []byte(`{"generation":` + strconv.FormatInt(gen, 10) + `,"health":"ok"}`)
 	start := a.cfg.Clock.Now()
 	var resp apiv1.HeartbeatResponse
-	err := a.call(ctx, http.MethodPut, "/v1/services/"+url.PathEscape(id)+"/heartbeat", body, &resp)
+	err := a.client.Do(ctx, client.Request{Method: http.MethodPut, Path: "/v1/services/" + url.PathEscape(id) + "/heartbeat", Body: body, Timeout: a.cfg.RequestTimeout}, &resp)
 	a.metrics.heartbeatDuration.Observe(a.cfg.Clock.Now().Sub(start).Seconds())
 	var ae *apiv1.Error
 	switch {
@@ -372,87 +356,12 @@ func (a *Agent) deregister(ctx context.Context) {
 	}
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.StopTimeout)
 	defer cancel()
-	path := "/v1/services/" + url.PathEscape(a.cfg.Registration.InstanceID) + "?generation=" + strconv.FormatInt(st.Generation, 10)
-	if err := a.call(dctx, http.MethodDelete, path, nil, nil); err != nil {
+	req := client.Request{Method: http.MethodDelete, Path: "/v1/services/" + url.PathEscape(a.cfg.Registration.InstanceID),
+		Query: url.Values{"generation": {strconv.FormatInt(st.Generation, 10)}}, Timeout: a.cfg.StopTimeout}
+	if err := a.client.Do(dctx, req, nil); err != nil {
 		a.cfg.Logger.LogAttrs(dctx, slog.LevelWarn, "deregistration failed; the lease will expire", slog.Any("error", err))
 		return
 	}
 	a.cfg.Logger.LogAttrs(dctx, slog.LevelInfo, "deregistered", slog.String("instance_id", a.cfg.Registration.InstanceID),
 		slog.Int64("generation", st.Generation))
-}
-
-// call sends one request to the current registry and decodes a 2xx JSON answer into out.
-// Transport errors, 5xx and 429 move the agent to the next registry for the next call.
-func (a *Agent) call(ctx context.Context, method, path string, body []byte, out any) error {
-	a.mu.Lock()
-	base := a.cfg.Registries[a.url]
-	a.mu.Unlock()
-	ctx, cancel := context.WithTimeout(ctx, a.cfg.RequestTimeout)
-	defer cancel()
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, base+path, rd)
-	if err != nil {
-		return err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	if a.cfg.BearerToken != "" {
-		req.Header.Set("Authorization", "Bearer "+a.cfg.BearerToken)
-	}
-	resp, err := a.cfg.Client.Do(req)
-	if err != nil {
-		a.failover(base)
-		return fmt.Errorf("%s %s: %w", method, base+path, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if err != nil {
-		a.failover(base)
-		return fmt.Errorf("%s %s: read answer: %w", method, base+path, err)
-	}
-	if resp.StatusCode/100 != 2 {
-		ae := apiv1.ErrorFromResponse(resp.StatusCode, b)
-		if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests {
-			a.failover(base)
-			if d, ok := parseRetryAfter(resp.Header.Get("Retry-After"), a.cfg.Clock.Now()); ok {
-				return &retryAfterError{err: ae, after: d}
-			}
-		}
-		return ae
-	}
-	if out == nil || resp.StatusCode == http.StatusNoContent {
-		return nil
-	}
-	if err := json.Unmarshal(b, out); err != nil {
-		return fmt.Errorf("%s %s: decode answer: %w", method, base+path, err)
-	}
-	return nil
-}
-
-// failover moves to the registry after base, unless another call moved already.
-func (a *Agent) failover(base string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if len(a.cfg.Registries) > 1 && a.cfg.Registries[a.url] == base {
-		a.url = (a.url + 1) % len(a.cfg.Registries)
-		a.status.Registry = a.cfg.Registries[a.url]
-	}
-}
-
-// parseRetryAfter reads a Retry-After header: delay seconds or an HTTP date.
-func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
-	if v == "" {
-		return 0, false
-	}
-	if s, err := strconv.Atoi(v); err == nil && s >= 0 {
-		return time.Duration(s) * time.Second, true
-	}
-	if t, err := http.ParseTime(v); err == nil {
-		return max(t.Sub(now), 0), true
-	}
-	return 0, false
 }

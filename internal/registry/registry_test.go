@@ -432,3 +432,30 @@ func TestThousandsOfWaitersWakeOnOneChange(t *testing.T) {
 		t.Errorf("Watchers() = %d after every waiter woke", n)
 	}
 }
+
+func TestRunSweepsAndSnapshots(t *testing.T) {
+	dir := t.TempDir()
+	f := newFixture(t, registry.Config{SweepInterval: time.Millisecond, SnapshotInterval: time.Millisecond, SnapshotDir: dir})
+	mustRegister(t, f, request("jms-1", "egress-jms"))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.reg.Run(ctx) }()
+	snapshot := filepath.Join(dir, registry.SnapshotFile)
+	for {
+		if _, err := os.Stat(snapshot); err == nil {
+			break
+		}
+		time.Sleep(time.Millisecond) // the loop's own tickers are real; nothing here is timed
+	}
+	f.clock.Advance(registry.DefaultLeaseTTL)
+	for {
+		if _, err := f.reg.Instance("jms-1"); err != nil {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run = %v", err)
+	}
+}

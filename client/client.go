@@ -1,0 +1,183 @@
+// Package client is a small HTTP client for the MeshFlows registry API, shared by the
+// provider and discovery SDKs: JSON requests against one of several registries, failover to
+// the next one on transport errors, 5xx and 429, API.md's error body as *apiv1.Error, and a
+// registry's Retry-After as a RetryAfterError. It is public and imports only api/v1.
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+)
+
+// DefaultTimeout bounds a request when the caller gives no timeout.
+const DefaultTimeout = 5 * time.Second
+
+// maxAnswer bounds the answers read (a discovery answer of a large fleet included).
+const maxAnswer = 64 << 20
+
+// Config configures a Client.
+type Config struct {
+	// Registries are base URLs; the client uses one at a time and moves to the next on
+	// transport errors, 5xx and 429.
+	Registries []string
+	// HTTPClient sends the requests (default: a plain client). TLS is configured on it.
+	HTTPClient *http.Client
+	// BearerToken, when set, is sent as "Authorization: Bearer …".
+	BearerToken string
+	// Now is the clock Retry-After dates are read against (default time.Now).
+	Now func() time.Time
+}
+
+// Client sends requests to the registry API. It is safe for concurrent use.
+type Client struct {
+	cfg Config
+
+	mu  sync.Mutex
+	cur int // index into cfg.Registries
+}
+
+// New returns a Client; every registry URL must be an absolute http(s) URL.
+func New(cfg Config) (*Client, error) {
+	if len(cfg.Registries) == 0 {
+		return nil, errors.New("no registry URL")
+	}
+	regs := make([]string, len(cfg.Registries))
+	for i, r := range cfg.Registries {
+		u, err := url.Parse(r)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("registry URL %q: want http(s)://host:port", r)
+		}
+		regs[i] = strings.TrimRight(r, "/")
+	}
+	cfg.Registries = regs
+	if cfg.HTTPClient == nil {
+		cfg.HTTPClient = &http.Client{}
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Client{cfg: cfg}, nil
+}
+
+// Registry returns the base URL requests go to now.
+func (c *Client) Registry() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cfg.Registries[c.cur]
+}
+
+// RetryAfterError is a 429 or 503 answer that said when to try again.
+type RetryAfterError struct {
+	Err   *apiv1.Error
+	After time.Duration
+}
+
+func (e *RetryAfterError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the registry's error.
+func (e *RetryAfterError) Unwrap() error { return e.Err }
+
+// Request is one call.
+type Request struct {
+	Method string
+	Path   string
+	Query  url.Values
+	// Body is sent as JSON when not nil.
+	Body []byte
+	// Timeout bounds the call (default DefaultTimeout).
+	Timeout time.Duration
+}
+
+// Do sends r and decodes a 2xx JSON answer into out (when out is not nil). A non-2xx
+// answer is an *apiv1.Error (wrapped in a *RetryAfterError when it said Retry-After); a
+// transport or decoding failure is an error that is neither.
+func (c *Client) Do(ctx context.Context, r Request, out any) error {
+	base := c.Registry()
+	timeout := r.Timeout
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	target := base + r.Path
+	if len(r.Query) > 0 {
+		target += "?" + r.Query.Encode()
+	}
+	var rd io.Reader
+	if r.Body != nil {
+		rd = bytes.NewReader(r.Body)
+	}
+	req, err := http.NewRequestWithContext(ctx, r.Method, target, rd)
+	if err != nil {
+		return err
+	}
+	if r.Body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if c.cfg.BearerToken != "" {
+		req.Header.Set("Authorization", "Bearer "+c.cfg.BearerToken)
+	}
+	resp, err := c.cfg.HTTPClient.Do(req)
+	if err != nil {
+		c.failover(base)
+		return fmt.Errorf("%s %s: %w", r.Method, target, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
+	if err != nil {
+		c.failover(base)
+		return fmt.Errorf("%s %s: read answer: %w", r.Method, target, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		ae := apiv1.ErrorFromResponse(resp.StatusCode, body)
+		if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests {
+			c.failover(base)
+			if d, ok := parseRetryAfter(resp.Header.Get("Retry-After"), c.cfg.Now()); ok {
+				return &RetryAfterError{Err: ae, After: d}
+			}
+		}
+		return ae
+	}
+	if out == nil || resp.StatusCode == http.StatusNoContent {
+		return nil
+	}
+	if err := json.Unmarshal(body, out); err != nil {
+		return fmt.Errorf("%s %s: decode answer: %w", r.Method, target, err)
+	}
+	return nil
+}
+
+// failover moves to the registry after base, unless another call moved already.
+func (c *Client) failover(base string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.cfg.Registries) > 1 && c.cfg.Registries[c.cur] == base {
+		c.cur = (c.cur + 1) % len(c.cfg.Registries)
+	}
+}
+
+// parseRetryAfter reads a Retry-After header: delay seconds or an HTTP date.
+func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
+	if v == "" {
+		return 0, false
+	}
+	if s, err := strconv.Atoi(v); err == nil && s >= 0 {
+		return time.Duration(s) * time.Second, true
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		return max(t.Sub(now), 0), true
+	}
+	return 0, false
+}
