@@ -7,12 +7,15 @@ package client
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -180,4 +183,42 @@ func parseRetryAfter(v string, now time.Time) (time.Duration, bool) {
 		return max(t.Sub(now), 0), true
 	}
 	return 0, false
+}
+
+// TLSConfig builds the client side of mTLS: the CA bundle that the registry's certificate
+// must chain to (caFile; empty uses the system roots) and, when certFile and keyFile are
+// given, the client certificate that carries the caller's identity.
+func TLSConfig(caFile, certFile, keyFile string) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if caFile != "" {
+		data, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("CA bundle: %w", err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(data) {
+			return nil, fmt.Errorf("CA bundle %s holds no PEM certificate", caFile)
+		}
+		cfg.RootCAs = pool
+	}
+	if (certFile == "") != (keyFile == "") {
+		return nil, errors.New("a client certificate needs both the certificate and the key file")
+	}
+	if certFile != "" {
+		pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("client certificate: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	return cfg, nil
+}
+
+// HTTPClient returns an *http.Client for tlsCfg (nil: plain HTTP) with keep-alive pools
+// sized for an agent or a consumer.
+func HTTPClient(tlsCfg *tls.Config) *http.Client {
+	return &http.Client{Transport: &http.Transport{
+		TLSClientConfig: tlsCfg, MaxIdleConnsPerHost: 16, IdleConnTimeout: 90 * time.Second,
+		TLSHandshakeTimeout: 10 * time.Second, ForceAttemptHTTP2: false,
+	}}
 }

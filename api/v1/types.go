@@ -83,6 +83,8 @@ type Instance struct {
 	Weight         int          `json:"weight"`
 	Capabilities   []Capability `json:"capabilities"`
 	Manifest       *Manifest    `json:"manifest,omitempty"`
+	// Owner is the identity that registered the instance (empty when the registry runs open).
+	Owner string `json:"owner,omitempty"`
 }
 
 // CatalogResponse is the answer of GET /v1/services.

@@ -34,6 +34,6 @@ Start everything on loopback with 'meshflows dev'.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCmd(), newRegistryCmd(), newDevCmd(), newExampleProviderCmd(), newBenchCmd())
+	root.AddCommand(newVersionCmd(), newRegistryCmd(), newDevCmd(), newExampleProviderCmd(), newCertsCmd(), newBenchCmd())
 	return root
 }

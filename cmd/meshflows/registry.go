@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -34,6 +35,18 @@ type registryFlags struct {
 	restoreSnapshot   string
 	insecure          bool
 	log               telemetry.LogConfig
+	security          securityFlags
+}
+
+// securityFlags configure authentication, authorisation, audit and rate limits.
+type securityFlags struct {
+	tlsCert, tlsKey, clientCA, trustDomain string
+	jwtKeys, jwtAudience, jwtIssuer        string
+	rbac                                   string
+	rbacReload                             time.Duration
+	auditLog                               string
+	registerRate                           float64
+	registerBurst                          int
 }
 
 func (f *registryFlags) bind(fs *pflag.FlagSet) {
@@ -46,6 +59,18 @@ func (f *registryFlags) bind(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.snapshotInterval, "snapshot-interval", 0, "write a snapshot to --snapshot-dir this often (0: only on demand)")
 	fs.StringVar(&f.restoreSnapshot, "restore-snapshot", "", "load this snapshot file at start; restored leases get a full TTL")
 	fs.BoolVar(&f.insecure, "insecure", false, "serve without authentication (development only: anyone who reaches the port can register and deregister)")
+	fs.StringVar(&f.security.tlsCert, "tls-cert", "", "server certificate (PEM); with --tls-key turns on TLS")
+	fs.StringVar(&f.security.tlsKey, "tls-key", "", "server private key (PEM)")
+	fs.StringVar(&f.security.clientCA, "client-ca", "", "CA bundle that client certificates must chain to (mTLS identities)")
+	fs.StringVar(&f.security.trustDomain, "trust-domain", "", "accept only SPIFFE IDs of this trust domain (default: any)")
+	fs.StringVar(&f.security.jwtKeys, "jwt-keys", "", "public keys for bearer tokens: a PEM file or a JWKS file (RS256, ES256, EdDSA)")
+	fs.StringVar(&f.security.jwtAudience, "jwt-audience", "", "audience bearer tokens must carry")
+	fs.StringVar(&f.security.jwtIssuer, "jwt-issuer", "", "issuer bearer tokens must carry")
+	fs.StringVar(&f.security.rbac, "rbac", "", "RBAC policy file (YAML); reloaded when it changes, an invalid new version is refused")
+	fs.DurationVar(&f.security.rbacReload, "rbac-reload-interval", 2*time.Second, "how often the RBAC file is checked for changes")
+	fs.StringVar(&f.security.auditLog, "audit-log", "", "audit log: a file to append JSON lines to, or - for stdout (default: none)")
+	fs.Float64Var(&f.security.registerRate, "register-rate", 10, "registrations per second allowed per identity")
+	fs.IntVar(&f.security.registerBurst, "register-burst", 20, "registration burst allowed per identity")
 	fs.StringVar(&f.log.Level, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&f.log.Format, "log-format", "json", "log format: json or text")
 }
@@ -59,9 +84,12 @@ func newRegistryCmd() *cobra.Command {
 consumers discover them (API.md, "Registry"). State lives in memory; use --snapshot-dir and
 --restore-snapshot to carry it over a restart.
 
-Authentication (mTLS, JWT) is not built yet, so the registry refuses to start unless
---insecure says that running open is intended.`,
-		Example: `  meshflows registry --insecure
+Outside development the registry runs with TLS: --tls-cert/--tls-key, client certificates
+verified against --client-ca (the identity is the SPIFFE URI SAN's name, else the CN) and/or
+bearer tokens checked with --jwt-keys, and an --rbac policy. Without TLS it refuses to start
+unless --insecure says that running open is intended.`,
+		Example: `  meshflows certs init --dir certs
+  meshflows registry --tls-cert certs/server.pem --tls-key certs/server-key.pem --client-ca certs/ca.pem --rbac rbac.yaml --audit-log audit.jsonl
   meshflows registry --insecure --listen 127.0.0.1:7400 --snapshot-dir /var/lib/meshflows --snapshot-interval 1m`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -69,9 +97,6 @@ Authentication (mTLS, JWT) is not built yet, so the registry refuses to start un
 			logger, err := telemetry.NewLogger(logOut, f.log)
 			if err != nil {
 				return err
-			}
-			if !f.insecure {
-				return errors.New("refusing to run without authentication: mTLS and JWT are not available yet; pass --insecure to run the registry open (development only)")
 			}
 			ln, err := net.Listen("tcp", f.listen)
 			if err != nil {
@@ -96,7 +121,13 @@ Authentication (mTLS, JWT) is not built yet, so the registry refuses to start un
 // startRegistry builds the registry on a memory store and starts its loops and its HTTP
 // server on ln in g; they stop when ctx ends.
 func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln net.Listener, logger *slog.Logger) error {
-	if f.insecure {
+	sec, err := buildSecurity(ctx, g, f, logger)
+	if err != nil {
+		return err
+	}
+	if sec.tls != nil {
+		ln = tls.NewListener(ln, sec.tls)
+	} else {
 		logger.Warn("INSECURE: the registry runs without authentication; anyone who reaches " + ln.Addr().String() +
 			" can register, heartbeat and deregister any instance. Never use --insecure outside development.")
 	}
@@ -124,14 +155,14 @@ func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln 
 			slog.String("registry_epoch", snap.RegistryEpoch), slog.Int64("revision", snap.Revision),
 			slog.String("took", time.Since(start).String()))
 	}
-	srv, err := server.New(reg, server.Config{MaxBodyBytes: f.maxBodyBytes, Logger: logger, Registerer: promReg, Gatherer: promReg})
+	srv, err := server.New(reg, sec.apply(server.Config{MaxBodyBytes: f.maxBodyBytes, Logger: logger, Registerer: promReg, Gatherer: promReg}))
 	if err != nil {
 		return err
 	}
-	logger.Info("registry listening", slog.String("addr", ln.Addr().String()), slog.String("store", store.Name()),
+	logger.Info("registry listening", slog.String("addr", ln.Addr().String()), slog.Bool("tls", sec.tls != nil), slog.String("store", store.Name()),
 		slog.String("registry_epoch", store.Epoch().ID), slog.String("lease_ttl", reg.Config().LeaseTTL.String()),
 		slog.Int("pid", os.Getpid()))
 	g.Go(func() error { return reg.Run(ctx) })
-	g.Go(func() error { return srv.Serve(ctx, ln) })
+	g.Go(func() error { return errors.Join(srv.Serve(ctx, ln), sec.close()) })
 	return nil
 }

@@ -22,18 +22,18 @@ func newMetrics(reg prometheus.Registerer, r *Registry) (*metrics, error) {
 		registerSuccess: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "register_success_total", Help: "Registrations accepted."}),
 		registerFail: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
-			Name: "register_fail_total", Help: "Registrations refused, by reason (invalid, store)."}, []string{"reason"}),
+			Name: "register_fail_total", Help: "Registrations refused, by reason (invalid, forbidden, store)."}, []string{"reason"}),
 		heartbeatSuccess: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "heartbeat_success_total", Help: "Heartbeats accepted."}),
 		heartbeatFail: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
-			Name: "heartbeat_fail_total", Help: "Heartbeats refused, by reason (invalid, not_found, generation_mismatch, store)."}, []string{"reason"}),
+			Name: "heartbeat_fail_total", Help: "Heartbeats refused, by reason (invalid, not_found, generation_mismatch, forbidden, store)."}, []string{"reason"}),
 		evictions: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "stale_evictions_total", Help: "Instances evicted because their lease expired."}),
 	}
-	for _, reason := range []string{"invalid", "store"} {
+	for _, reason := range []string{"invalid", "forbidden", "store"} {
 		m.registerFail.WithLabelValues(reason)
 	}
-	for _, reason := range []string{"invalid", "not_found", "generation_mismatch", "store"} {
+	for _, reason := range []string{"invalid", "not_found", "generation_mismatch", "forbidden", "store"} {
 		m.heartbeatFail.WithLabelValues(reason)
 	}
 	if reg == nil {

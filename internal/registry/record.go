@@ -40,6 +40,9 @@ type Record struct {
 	// Generation is assigned by the Store when the record is stored.
 	Generation   int64
 	RegisteredAt time.Time
+	// Owner is the identity that registered the instance ("" in open mode); only it may
+	// heartbeat or re-register the instance.
+	Owner string
 
 	lease  atomic.Int64 // unix nanoseconds
 	health atomic.Int32 // index into healthNames
@@ -143,6 +146,7 @@ func (r *Record) Instance() apiv1.Instance {
 		Weight:         100,
 		Capabilities:   caps,
 		Manifest:       r.Manifest,
+		Owner:          r.Owner,
 	}
 }
 
@@ -158,6 +162,7 @@ func RecordFromInstance(in apiv1.Instance, leaseEnd time.Time) *Record {
 		Manifest:       in.Manifest,
 		Generation:     in.Generation,
 		RegisteredAt:   in.RegisteredAt,
+		Owner:          in.Owner,
 		Capabilities:   make([]Capability, len(in.Capabilities)),
 	}
 	for i, c := range in.Capabilities {

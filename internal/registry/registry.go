@@ -138,8 +138,13 @@ func (r *Registry) Register(ctx context.Context, req *apiv1.RegisterRequest) (*a
 		r.metrics.registerFail.WithLabelValues("invalid").Inc()
 		return nil, err
 	}
+	if err := r.mayTouch(ctx, req.InstanceID, true); err != nil {
+		r.metrics.registerFail.WithLabelValues("forbidden").Inc()
+		return nil, err
+	}
 	now := r.cfg.Now()
 	rec := newRecord(req, now, r.cfg.LeaseTTL)
+	rec.Owner = CallerFrom(ctx).Identity
 	if err := r.store.Register(ctx, rec); err != nil {
 		r.metrics.registerFail.WithLabelValues("store").Inc()
 		return nil, fmt.Errorf("register %s: %w", req.InstanceID, err)
@@ -169,6 +174,10 @@ func (r *Registry) Heartbeat(ctx context.Context, id string, req *apiv1.Heartbea
 	if health == "" {
 		health = apiv1.HealthOK
 	}
+	if err := r.mayTouch(ctx, id, false); err != nil {
+		r.metrics.heartbeatFail.WithLabelValues("forbidden").Inc()
+		return nil, err
+	}
 	expires := r.cfg.Now().Add(r.cfg.LeaseTTL)
 	rec, err := r.store.Heartbeat(ctx, id, req.Generation, health, expires)
 	if err != nil {
@@ -189,6 +198,8 @@ func failReason(err error) string {
 		return "not_found"
 	case errors.Is(err, ErrGenerationMismatch):
 		return "generation_mismatch"
+	case errors.Is(err, ErrForbidden):
+		return "forbidden"
 	default:
 		return "store"
 	}
@@ -197,6 +208,9 @@ func failReason(err error) string {
 // Deregister removes an instance; a generation > 0 must be the current one, so that a late
 // deregister of an old incarnation never removes its replacement.
 func (r *Registry) Deregister(ctx context.Context, id string, generation int64) error {
+	if err := r.mayTouch(ctx, id, true); err != nil {
+		return err
+	}
 	rec, err := r.store.Deregister(ctx, id, generation)
 	if err != nil {
 		return err

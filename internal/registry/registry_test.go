@@ -134,8 +134,9 @@ meshflows_registry_active_instances 1
 		t.Error(err)
 	}
 	fails := `
-# HELP meshflows_registry_heartbeat_fail_total Heartbeats refused, by reason (invalid, not_found, generation_mismatch, store).
+# HELP meshflows_registry_heartbeat_fail_total Heartbeats refused, by reason (invalid, not_found, generation_mismatch, forbidden, store).
 # TYPE meshflows_registry_heartbeat_fail_total counter
+meshflows_registry_heartbeat_fail_total{reason="forbidden"} 0
 meshflows_registry_heartbeat_fail_total{reason="generation_mismatch"} 1
 meshflows_registry_heartbeat_fail_total{reason="invalid"} 0
 meshflows_registry_heartbeat_fail_total{reason="not_found"} 1
@@ -457,5 +458,38 @@ func TestRunSweepsAndSnapshots(t *testing.T) {
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Run = %v", err)
+	}
+}
+
+func TestOwnership(t *testing.T) {
+	f := newFixture(t, registry.Config{})
+	asA := registry.WithCaller(context.Background(), registry.Caller{Identity: "egress-jms"})
+	asB := registry.WithCaller(context.Background(), registry.Caller{Identity: "intruder"})
+	asAdmin := registry.WithCaller(context.Background(), registry.Caller{Identity: "ops", Admin: true})
+	resp, err := f.reg.Register(asA, request("jms-1", "egress-jms"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in, _ := f.reg.Instance("jms-1"); in.Owner != "egress-jms" {
+		t.Errorf("owner = %q", in.Owner)
+	}
+	hb := &apiv1.HeartbeatRequest{Generation: resp.Generation}
+	if _, err := f.reg.Heartbeat(asB, "jms-1", hb); !errors.Is(err, registry.ErrForbidden) {
+		t.Errorf("someone else's heartbeat = %v, want ErrForbidden", err)
+	}
+	if _, err := f.reg.Heartbeat(asAdmin, "jms-1", hb); !errors.Is(err, registry.ErrForbidden) {
+		t.Errorf("an admin's heartbeat = %v, want ErrForbidden (only the owner keeps a lease alive)", err)
+	}
+	if _, err := f.reg.Register(asB, request("jms-1", "egress-jms")); !errors.Is(err, registry.ErrForbidden) {
+		t.Errorf("someone else's re-registration = %v, want ErrForbidden", err)
+	}
+	if err := f.reg.Deregister(asB, "jms-1", 0); !errors.Is(err, registry.ErrForbidden) {
+		t.Errorf("someone else's deregister = %v, want ErrForbidden", err)
+	}
+	if _, err := f.reg.Heartbeat(asA, "jms-1", hb); err != nil {
+		t.Errorf("the owner's heartbeat: %v", err)
+	}
+	if err := f.reg.Deregister(asAdmin, "jms-1", 0); err != nil {
+		t.Errorf("an admin's deregister: %v", err)
 	}
 }

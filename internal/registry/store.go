@@ -12,6 +12,8 @@ var (
 	ErrInstanceNotFound = errors.New("instance not found")
 	// ErrGenerationMismatch: the generation named is not the current one (410).
 	ErrGenerationMismatch = errors.New("generation mismatch")
+	// ErrForbidden: the caller does not own the instance (403).
+	ErrForbidden = errors.New("forbidden")
 )
 
 // Epoch identifies one life of a store's state.

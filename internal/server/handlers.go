@@ -17,6 +17,22 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) (any, error) {
 	if err := s.decode(w, r, &req); err != nil {
 		return nil, err
 	}
+	noteInstance(r.Context(), req.InstanceID)
+	if c := registry.CallerFrom(r.Context()); c.Identity != "" {
+		if s.cfg.Limiter != nil {
+			if ok, after := s.cfg.Limiter.Allow(c.Identity); !ok {
+				return nil, &rateLimited{err: apiv1.Errorf(http.StatusTooManyRequests, apiv1.CodeRateLimited,
+					"identity %q is over its registration rate; retry in %s", c.Identity, after), after: after}
+			}
+		}
+		// Shape first (400 with every problem), then permission (403 with every offence).
+		if err := req.Validate(); err != nil {
+			return nil, err
+		}
+		if err := s.cfg.Policy.CanRegister(c.Identity, &req); err != nil {
+			return nil, err
+		}
+	}
 	return s.reg.Register(r.Context(), &req)
 }
 

@@ -18,8 +18,12 @@ import (
 // *encoded answer, or an error that respond maps to API.md's error body.
 type handlerFunc func(w http.ResponseWriter, r *http.Request) (any, error)
 
-func (s *Server) handle(pattern string, h handlerFunc) {
-	s.mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+func (s *Server) handle(pattern string, acc access, h handlerFunc) {
+	s.mux.HandleFunc(pattern, s.audited(func(w http.ResponseWriter, r *http.Request) {
+		r, ok := s.guard(w, r, acc)
+		if !ok {
+			return
+		}
 		v, err := h(w, r)
 		if err != nil {
 			s.writeError(w, r, err)
@@ -33,7 +37,7 @@ func (s *Server) handle(pattern string, h handlerFunc) {
 		default:
 			writeJSON(w, http.StatusOK, v)
 		}
-	})
+	}))
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -63,6 +67,8 @@ func apiError(err error) *apiv1.Error {
 		return &apiv1.Error{Status: http.StatusNotFound, Code: apiv1.CodeInstanceNotFound, Message: err.Error()}
 	case errors.Is(err, registry.ErrGenerationMismatch):
 		return &apiv1.Error{Status: http.StatusGone, Code: apiv1.CodeGenerationMismatch, Message: err.Error()}
+	case errors.Is(err, registry.ErrForbidden):
+		return &apiv1.Error{Status: http.StatusForbidden, Code: apiv1.CodeForbidden, Message: err.Error()}
 	case errors.As(err, &mbe):
 		return apiv1.Errorf(http.StatusRequestEntityTooLarge, apiv1.CodePayloadTooLarge, "request body is over the limit of %d bytes", mbe.Limit)
 	case errors.Is(err, registry.ErrNoSnapshotDir):
@@ -79,7 +85,9 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 			slog.String("method", r.Method), slog.String("path", r.URL.Path), slog.Any("error", err))
 		ae = apiv1.Errorf(http.StatusInternalServerError, apiv1.CodeInternal, "internal error")
 	}
-	if ae.Status == http.StatusTooManyRequests || ae.Status == http.StatusServiceUnavailable {
+	if after, ok := retryAfter(err); ok {
+		w.Header().Set("Retry-After", after)
+	} else if ae.Status == http.StatusTooManyRequests || ae.Status == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", "1")
 	}
 	writeJSON(w, ae.Status, apiv1.ErrorBody{Error: ae})

@@ -6,20 +6,20 @@ import (
 
 // routes is the whole surface of the registry API.
 func (s *Server) routes() {
-	s.handle("POST /v1/services/register", s.register)
-	s.handle("PUT /v1/services/{instance_id}/heartbeat", s.heartbeat)
-	s.handle("DELETE /v1/services/{instance_id}", s.deregister)
-	s.handle("GET /v1/services", s.catalog)
-	s.handle("GET /v1/services/{instance_id}", s.instance)
+	s.handle("POST /v1/services/register", provider, s.register)
+	s.handle("PUT /v1/services/{instance_id}/heartbeat", provider, s.heartbeat)
+	s.handle("DELETE /v1/services/{instance_id}", provider, s.deregister)
+	s.handle("GET /v1/services", discover, s.catalog)
+	s.handle("GET /v1/services/{instance_id}", discover, s.instance)
 
-	s.handle("GET /v1/discovery/capabilities", s.capabilities)
-	s.handle("GET /v1/discovery/routes", s.discoveryRoutes)
-	s.handle("GET /v1/discovery/health", s.discoveryHealth)
+	s.handle("GET /v1/discovery/capabilities", discover, s.capabilities)
+	s.handle("GET /v1/discovery/routes", discover, s.discoveryRoutes)
+	s.handle("GET /v1/discovery/health", discover, s.discoveryHealth)
 
-	s.handle("POST /v1/admin/snapshot", s.snapshot)
+	s.handle("POST /v1/admin/snapshot", admin, s.snapshot)
 
-	s.handle("GET /healthz", s.healthz)
-	s.handle("GET /readyz", s.readyz)
+	s.handle("GET /healthz", open, s.healthz)
+	s.handle("GET /readyz", open, s.readyz)
 	if s.cfg.Gatherer != nil {
 		s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
 	}

@@ -37,6 +37,16 @@ type Config struct {
 	Gatherer   prometheus.Gatherer
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+
+	// Authenticator, when set, makes every endpoint but /healthz, /readyz and /metrics
+	// require a credential and Policy decide what each identity may do. Nil runs the
+	// registry open (--insecure).
+	Authenticator Authenticator
+	Policy        Policy
+	// Limiter rate-limits registrations per identity (nil: unlimited).
+	Limiter Limiter
+	// Audit, when set, receives one line per request to every /v1 endpoint.
+	Audit Auditor
 }
 
 func (c *Config) setDefaults() {
@@ -56,6 +66,9 @@ func (c *Config) setDefaults() {
 
 // Validate reports a configuration that cannot work.
 func (c *Config) Validate() error {
+	if c.Authenticator != nil && c.Policy == nil {
+		return errors.New("an authenticator needs a policy (--rbac)")
+	}
 	if c.MaxBodyBytes < 1024 {
 		return fmt.Errorf("max body bytes %d is under 1024", c.MaxBodyBytes)
 	}

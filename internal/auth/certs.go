@@ -1,0 +1,214 @@
+package auth
+
+import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// DefaultTrustDomain is the SPIFFE trust domain of development certificates.
+const DefaultTrustDomain = "meshflows.local"
+
+// Files of a development CA directory.
+const (
+	CAFile        = "ca.pem"
+	CAKeyFile     = "ca-key.pem"
+	ServerFile    = "server.pem"
+	ServerKeyFile = "server-key.pem"
+)
+
+// DevCA is a development certificate authority.
+type DevCA struct {
+	Cert *x509.Certificate
+	Key  crypto.Signer
+}
+
+// NewDevCA creates a CA valid for ten years from now.
+func NewDevCA(now time.Time) (*DevCA, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial(),
+		Subject:               pkix.Name{CommonName: "MeshFlows development CA", Organization: []string{"MeshFlows"}},
+		NotBefore:             now.Add(-time.Hour),
+		NotAfter:              now.Add(10 * 365 * 24 * time.Hour),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
+	if err != nil {
+		return nil, err
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, err
+	}
+	return &DevCA{Cert: cert, Key: key}, nil
+}
+
+func serial() *big.Int {
+	n, _ := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 120))
+	return n
+}
+
+// Leaf describes a certificate to issue.
+type Leaf struct {
+	// Identity becomes the subject CN and, with TrustDomain, the SPIFFE URI SAN.
+	Identity    string
+	TrustDomain string
+	// Hosts are DNS names or IP addresses (server certificates).
+	Hosts []string
+	// Server and Client select the extended key usages.
+	Server, Client bool
+	NotBefore      time.Time
+	NotAfter       time.Time
+}
+
+// Issue signs a new key pair for l.
+func (ca *DevCA) Issue(l Leaf) (tls.Certificate, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      pkix.Name{CommonName: l.Identity, Organization: []string{"MeshFlows"}},
+		NotBefore:    l.NotBefore,
+		NotAfter:     l.NotAfter,
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+	}
+	if l.Server {
+		tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageServerAuth)
+	}
+	if l.Client {
+		tmpl.ExtKeyUsage = append(tmpl.ExtKeyUsage, x509.ExtKeyUsageClientAuth)
+	}
+	for _, h := range l.Hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else {
+			tmpl.DNSNames = append(tmpl.DNSNames, h)
+		}
+	}
+	if l.TrustDomain != "" {
+		tmpl.URIs = []*url.URL{{Scheme: "spiffe", Host: l.TrustDomain, Path: "/" + l.Identity}}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, key.Public(), ca.Key)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, nil
+}
+
+// Pool returns a pool holding the CA.
+func (ca *DevCA) Pool() *x509.CertPool {
+	p := x509.NewCertPool()
+	p.AddCert(ca.Cert)
+	return p
+}
+
+// InitDir creates a development CA and a server certificate for localhost and 127.0.0.1 in
+// dir. Existing files are never overwritten.
+func InitDir(dir string, now time.Time) error {
+	for _, f := range []string{CAFile, CAKeyFile, ServerFile, ServerKeyFile} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
+			return fmt.Errorf("%s already exists; not overwriting a CA", filepath.Join(dir, f))
+		}
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	ca, err := NewDevCA(now)
+	if err != nil {
+		return err
+	}
+	if err := writePEM(filepath.Join(dir, CAFile), "CERTIFICATE", ca.Cert.Raw, 0o644); err != nil {
+		return err
+	}
+	if err := writeKey(filepath.Join(dir, CAKeyFile), ca.Key); err != nil {
+		return err
+	}
+	srv, err := ca.Issue(Leaf{Identity: "meshflows-registry", TrustDomain: DefaultTrustDomain, Hosts: []string{"localhost", "127.0.0.1", "::1"},
+		Server: true, Client: true, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(365 * 24 * time.Hour)})
+	if err != nil {
+		return err
+	}
+	return writePair(dir, "server", srv)
+}
+
+// IssueInDir issues a client certificate for identity with the CA in dir, as
+// IDENTITY.pem and IDENTITY-key.pem.
+func IssueInDir(dir, identity, trustDomain string, now time.Time) (certPath, keyPath string, err error) {
+	if identity == "" || filepath.Base(identity) != identity || identity == "server" || identity == "ca" {
+		return "", "", fmt.Errorf("identity %q cannot name a certificate file", identity)
+	}
+	ca, err := LoadDevCA(dir)
+	if err != nil {
+		return "", "", err
+	}
+	leaf, err := ca.Issue(Leaf{Identity: identity, TrustDomain: trustDomain, Client: true,
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(365 * 24 * time.Hour)})
+	if err != nil {
+		return "", "", err
+	}
+	if err := writePair(dir, identity, leaf); err != nil {
+		return "", "", err
+	}
+	return filepath.Join(dir, identity+".pem"), filepath.Join(dir, identity+"-key.pem"), nil
+}
+
+// LoadDevCA reads the CA of dir.
+func LoadDevCA(dir string) (*DevCA, error) {
+	pair, err := tls.LoadX509KeyPair(filepath.Join(dir, CAFile), filepath.Join(dir, CAKeyFile))
+	if err != nil {
+		return nil, fmt.Errorf("load CA from %s (run 'meshflows certs init' first): %w", dir, err)
+	}
+	cert, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		return nil, err
+	}
+	signer, ok := pair.PrivateKey.(crypto.Signer)
+	if !ok || !cert.IsCA {
+		return nil, errors.New("the CA key cannot sign, or the certificate is not a CA")
+	}
+	return &DevCA{Cert: cert, Key: signer}, nil
+}
+
+func writePair(dir, name string, c tls.Certificate) error {
+	if err := writePEM(filepath.Join(dir, name+".pem"), "CERTIFICATE", c.Certificate[0], 0o644); err != nil {
+		return err
+	}
+	return writeKey(filepath.Join(dir, name+"-key.pem"), c.PrivateKey.(crypto.Signer))
+}
+
+func writeKey(path string, key crypto.Signer) error {
+	der, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		return err
+	}
+	return writePEM(path, "PRIVATE KEY", der, 0o600)
+}
+
+func writePEM(path, typ string, der []byte, mode os.FileMode) error {
+	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), mode)
+}

@@ -1,0 +1,257 @@
+package auth
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/goccy/go-yaml"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+)
+
+// Role is what a role allows.
+type Role struct {
+	// Capabilities are globs over dotted capability ids: "messaging.*" matches
+	// "messaging.publish" ('*' stays within one dotted segment); "**" matches every id.
+	Capabilities []string `yaml:"capabilities"`
+	// PathPrefixes are what the role's manifest routes may claim (conformance README rule).
+	PathPrefixes []string `yaml:"path_prefixes"`
+	// Discover allows discovery queries.
+	Discover bool `yaml:"discover"`
+	// Admin allows everything, admin endpoints included.
+	Admin bool `yaml:"admin"`
+}
+
+// Policy is a parsed RBAC file: identities to roles, roles to permissions.
+type Policy struct {
+	Identities map[string][]string `yaml:"identities"`
+	Roles      map[string]Role     `yaml:"roles"`
+}
+
+// ParsePolicy reads and checks an RBAC document: unknown fields, roles that do not exist,
+// malformed globs and prefixes are all errors, reported together.
+func ParsePolicy(data []byte) (*Policy, error) {
+	var p Policy
+	if err := yaml.UnmarshalWithOptions(data, &p, yaml.Strict()); err != nil {
+		return nil, fmt.Errorf("rbac: %w", err)
+	}
+	var errs []error
+	if len(p.Identities) == 0 && len(p.Roles) == 0 {
+		errs = append(errs, errors.New("rbac: no identities and no roles"))
+	}
+	for id, roles := range p.Identities {
+		if id == "" {
+			errs = append(errs, errors.New("rbac: an empty identity"))
+		}
+		for _, r := range roles {
+			if _, ok := p.Roles[r]; !ok {
+				errs = append(errs, fmt.Errorf("rbac: identity %q has role %q, which is not defined", id, r))
+			}
+		}
+	}
+	for name, r := range p.Roles {
+		for _, g := range r.Capabilities {
+			if _, err := path.Match(globPath(g), "x"); err != nil || g == "" {
+				errs = append(errs, fmt.Errorf("rbac: role %q: capability pattern %q is malformed", name, g))
+			}
+		}
+		for _, pre := range r.PathPrefixes {
+			segs, err := apiv1.ParsePath(strings.TrimSuffix(pre, "/"))
+			if pre != "/" && err != nil {
+				errs = append(errs, fmt.Errorf("rbac: role %q: path prefix %q: %v", name, pre, err))
+				continue
+			}
+			for _, s := range segs {
+				if s.Kind != apiv1.Literal {
+					errs = append(errs, fmt.Errorf("rbac: role %q: path prefix %q must be literal segments only", name, pre))
+					break
+				}
+			}
+		}
+	}
+	if len(errs) > 0 {
+		sort.Slice(errs, func(i, j int) bool { return errs[i].Error() < errs[j].Error() })
+		return nil, errors.Join(errs...)
+	}
+	return &p, nil
+}
+
+// globPath turns a dotted glob into a path.Match pattern ('.' as the separator).
+func globPath(g string) string { return strings.ReplaceAll(g, ".", "/") }
+
+// CapabilityMatches reports whether a capability id matches a role's glob.
+func CapabilityMatches(glob, id string) bool {
+	if glob == "**" {
+		return true
+	}
+	ok, err := path.Match(globPath(glob), globPath(id))
+	return err == nil && ok
+}
+
+func (p *Policy) roles(identity string) []Role {
+	var out []Role
+	for _, name := range p.Identities[identity] {
+		out = append(out, p.Roles[name])
+	}
+	return out
+}
+
+// IsAdmin reports whether identity has an admin role.
+func (p *Policy) IsAdmin(identity string) bool {
+	return slices.ContainsFunc(p.roles(identity), func(r Role) bool { return r.Admin })
+}
+
+// CanDiscover reports whether identity may query discovery: a role with discover, a
+// provider role (one that grants capabilities) or admin.
+func (p *Policy) CanDiscover(identity string) bool {
+	return slices.ContainsFunc(p.roles(identity), func(r Role) bool { return r.Discover || r.Admin || len(r.Capabilities) > 0 })
+}
+
+// PathPrefixes returns every prefix identity's roles grant (for the gateway's path policy).
+func (p *Policy) PathPrefixes(identity string) []string {
+	var out []string
+	for _, r := range p.roles(identity) {
+		if r.Admin {
+			return []string{"/"}
+		}
+		out = append(out, r.PathPrefixes...)
+	}
+	return out
+}
+
+// CanRegister checks a registration against identity's roles: the service name must be the
+// identity (admin excepted), every capability must match a pattern and every manifest route
+// must lie inside a prefix. It returns nil or a 403 FORBIDDEN naming every offending field.
+func (p *Policy) CanRegister(identity string, req *apiv1.RegisterRequest) error {
+	roles := p.roles(identity)
+	if len(roles) == 0 {
+		return apiv1.Errorf(http.StatusForbidden, apiv1.CodeForbidden, "identity %q has no roles", identity)
+	}
+	if p.IsAdmin(identity) {
+		return nil
+	}
+	var ds []apiv1.Detail
+	if req.ServiceName != identity {
+		ds = append(ds, apiv1.Detail{Path: "service_name", Message: fmt.Sprintf("identity %q may only register service %q, not %q", identity, identity, req.ServiceName)})
+	}
+	for i, c := range req.Capabilities {
+		allowed := slices.ContainsFunc(roles, func(r Role) bool {
+			return slices.ContainsFunc(r.Capabilities, func(g string) bool { return CapabilityMatches(g, c.CapabilityID) })
+		})
+		if !allowed {
+			ds = append(ds, apiv1.Detail{Path: fmt.Sprintf("capabilities[%d].capability_id", i),
+				Message: fmt.Sprintf("capability %q is outside every role of identity %q", c.CapabilityID, identity)})
+		}
+	}
+	if req.Manifest != nil {
+		prefixes := p.PathPrefixes(identity)
+		for i, rt := range req.Manifest.Routes {
+			segs, err := apiv1.ParsePath(rt.Path)
+			if err != nil {
+				continue // shape errors are INVALID_REQUEST, reported by validation
+			}
+			if !slices.ContainsFunc(prefixes, func(pre string) bool { return apiv1.PathWithin(segs, pre) }) {
+				ds = append(ds, apiv1.Detail{Path: fmt.Sprintf("manifest.routes[%d].path", i),
+					Message: fmt.Sprintf("path %q is outside every path prefix of identity %q (%s)", rt.Path, identity, strings.Join(prefixes, ", "))})
+			}
+		}
+	}
+	if len(ds) > 0 {
+		return &apiv1.Error{Status: http.StatusForbidden, Code: apiv1.CodeForbidden,
+			Message: fmt.Sprintf("identity %q may not register this", identity), Details: ds}
+	}
+	return nil
+}
+
+// PolicyFile is a Policy read from a file and reloaded when the file changes; an invalid
+// new version is refused with a logged error and the old policy stays in force.
+type PolicyFile struct {
+	path    string
+	logger  *slog.Logger
+	current atomic.Pointer[Policy]
+
+	mu     sync.Mutex // serialises reloads
+	loaded []byte     // the bytes of the policy in force
+}
+
+// LoadPolicyFile reads the policy at path; an invalid file is an error.
+func LoadPolicyFile(path string, logger *slog.Logger) (*PolicyFile, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	f := &PolicyFile{path: path, logger: logger}
+	if _, err := f.Reload(); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// Policy returns the policy in force.
+func (f *PolicyFile) Policy() *Policy { return f.current.Load() }
+
+// Reload reads the file again; it reports whether the policy changed. An invalid file
+// leaves the current policy in force and returns the error.
+func (f *PolicyFile) Reload() (bool, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	data, err := os.ReadFile(f.path)
+	if err != nil {
+		return false, fmt.Errorf("rbac file: %w", err)
+	}
+	if f.current.Load() != nil && bytes.Equal(data, f.loaded) {
+		return false, nil
+	}
+	p, err := ParsePolicy(data)
+	if err != nil {
+		return false, fmt.Errorf("rbac file %s: %w", f.path, err)
+	}
+	f.current.Store(p)
+	f.loaded = data
+	return true, nil
+}
+
+// Run checks the file every interval until ctx ends, reloading it when its content
+// changed; a refused file is logged and the old policy stays.
+func (f *PolicyFile) Run(ctx context.Context, every time.Duration) error {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			changed, err := f.Reload()
+			switch {
+			case err != nil:
+				f.logger.Error("rbac reload refused; the previous policy stays in force", slog.Any("error", err))
+			case changed:
+				f.logger.Info("rbac policy reloaded", slog.String("path", f.path))
+			}
+		}
+	}
+}
+
+// Each PolicyFile method reads the policy in force at the moment of the call.
+
+// CanRegister implements the server's policy with the policy in force.
+func (f *PolicyFile) CanRegister(identity string, req *apiv1.RegisterRequest) error {
+	return f.Policy().CanRegister(identity, req)
+}
+
+// CanDiscover implements the server's policy with the policy in force.
+func (f *PolicyFile) CanDiscover(identity string) bool { return f.Policy().CanDiscover(identity) }
+
+// IsAdmin implements the server's policy with the policy in force.
+func (f *PolicyFile) IsAdmin(identity string) bool { return f.Policy().IsAdmin(identity) }
