@@ -24,7 +24,8 @@ import (
 // Role is what a role allows.
 type Role struct {
 	// Capabilities are globs over dotted capability ids: "messaging.*" matches
-	// "messaging.publish" ('*' stays within one dotted segment); "**" matches every id.
+	// "messaging.publish" ('*' stays within one dotted segment), "messaging.**" matches
+	// "messaging.publish.batch" too, and "**" matches every id.
 	Capabilities []string `yaml:"capabilities"`
 	// PathPrefixes are what the role's manifest routes may claim (conformance README rule).
 	PathPrefixes []string `yaml:"path_prefixes"`
@@ -44,7 +45,7 @@ type Policy struct {
 // malformed globs and prefixes are all errors, reported together.
 func ParsePolicy(data []byte) (*Policy, error) {
 	var p Policy
-	if err := yaml.UnmarshalWithOptions(data, &p, yaml.Strict()); err != nil {
+	if err := decodeYAML(data, &p); err != nil {
 		return nil, fmt.Errorf("rbac: %w", err)
 	}
 	var errs []error
@@ -88,16 +89,48 @@ func ParsePolicy(data []byte) (*Policy, error) {
 	return &p, nil
 }
 
+// decodeYAML decodes strictly and turns a decoder panic into an error: goccy/go-yaml
+// v1.19.2 panics on a tag over a scalar where a sequence is expected (goccy/go-yaml#735,
+// fixed upstream after that release; our fuzz target found it, testdata/fuzz keeps the case).
+// A bad RBAC file must be refused, never crash the registry on reload.
+func decodeYAML(data []byte, v any) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("malformed YAML (decoder panic: %v)", r)
+		}
+	}()
+	return yaml.UnmarshalWithOptions(data, v, yaml.Strict())
+}
+
 // globPath turns a dotted glob into a path.Match pattern ('.' as the separator).
 func globPath(g string) string { return strings.ReplaceAll(g, ".", "/") }
 
-// CapabilityMatches reports whether a capability id matches a role's glob.
+// CapabilityMatches reports whether a capability id matches a role's glob, segment by
+// dotted segment: a "**" segment matches one or more segments, any other segment matches
+// one segment with path.Match rules ("*", "?", "[a-z]").
 func CapabilityMatches(glob, id string) bool {
-	if glob == "**" {
-		return true
+	return matchSegments(strings.Split(glob, "."), strings.Split(id, "."))
+}
+
+func matchSegments(glob, id []string) bool {
+	for len(glob) > 0 {
+		if glob[0] == "**" {
+			for i := 1; i <= len(id); i++ {
+				if matchSegments(glob[1:], id[i:]) {
+					return true
+				}
+			}
+			return false
+		}
+		if len(id) == 0 {
+			return false
+		}
+		if ok, err := path.Match(glob[0], id[0]); err != nil || !ok {
+			return false
+		}
+		glob, id = glob[1:], id[1:]
 	}
-	ok, err := path.Match(globPath(glob), globPath(id))
-	return err == nil && ok
+	return len(id) == 0
 }
 
 func (p *Policy) roles(identity string) []Role {
