@@ -1,0 +1,323 @@
+package server_test
+
+import (
+	"bytes"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/internal/auth"
+	"github.com/meshflows/meshflows/internal/registry"
+	"github.com/meshflows/meshflows/internal/server"
+	"github.com/meshflows/meshflows/internal/store/memstore"
+)
+
+const rbacYAML = `
+identities:
+  egress-jms: [messaging-provider]
+  reports: [reports-provider]
+  intruder: [messaging-provider]
+  gateway: [consumer]
+  ops: [admin]
+  lonely: []
+roles:
+  messaging-provider:
+    capabilities: ["messaging.*"]
+    path_prefixes: ["/api/messaging/jms"]
+  reports-provider:
+    capabilities: ["reports.*"]
+    path_prefixes: ["/reports"]
+  consumer:
+    discover: true
+  admin:
+    admin: true
+`
+
+// lockedBuffer collects audit lines from concurrent requests.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) { l.mu.Lock(); defer l.mu.Unlock(); return l.b.Write(p) }
+func (l *lockedBuffer) String() string              { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
+
+type secure struct {
+	url      string
+	ca       *auth.DevCA
+	policy   *auth.PolicyFile
+	rbacPath string
+	audit    *lockedBuffer
+	jwtKey   *ecdsa.PrivateKey
+}
+
+func newSecure(t *testing.T, limiter server.Limiter) *secure {
+	t.Helper()
+	now := time.Now()
+	ca, err := auth.NewDevCA(now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srvCert, err := ca.Issue(auth.Leaf{Identity: "registry", Hosts: []string{"127.0.0.1"}, Server: true, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	rbacPath := filepath.Join(dir, "rbac.yaml")
+	os.WriteFile(rbacPath, []byte(rbacYAML), 0o600)
+	policy, err := auth.LoadPolicyFile(rbacPath, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	jwtKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	der, _ := x509.MarshalPKIXPublicKey(jwtKey.Public())
+	keysPath := filepath.Join(dir, "jwt.pem")
+	os.WriteFile(keysPath, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o600)
+	verifier, err := auth.NewJWTVerifier(auth.JWTConfig{KeysFile: keysPath, Audience: "meshflows"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, _ := registry.New(memstore.New(nil), registry.Config{SnapshotDir: dir})
+	audit := &lockedBuffer{}
+	cfg := server.Config{Authenticator: &auth.Authenticator{TrustDomain: auth.DefaultTrustDomain, JWT: verifier}, Policy: policy,
+		Audit: auth.NewAuditLog(audit)}
+	if limiter != nil {
+		cfg.Limiter = limiter
+	}
+	srv, err := server.New(reg, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts := httptest.NewUnstartedServer(srv)
+	ts.TLS = &tls.Config{Certificates: []tls.Certificate{srvCert}, ClientCAs: ca.Pool(), ClientAuth: tls.VerifyClientCertIfGiven}
+	ts.StartTLS()
+	t.Cleanup(ts.Close)
+	return &secure{url: ts.URL, ca: ca, policy: policy, rbacPath: rbacPath, audit: audit, jwtKey: jwtKey}
+}
+
+// client returns an HTTPS client presenting a certificate for identity ("" for none),
+// signed by ca (the registry's CA when nil), valid until notAfter.
+func (s *secure) client(t *testing.T, identity string, ca *auth.DevCA, notAfter time.Time) *http.Client {
+	t.Helper()
+	cfg := &tls.Config{RootCAs: s.ca.Pool()}
+	if identity != "" {
+		if ca == nil {
+			ca = s.ca
+		}
+		c, err := ca.Issue(auth.Leaf{Identity: identity, TrustDomain: auth.DefaultTrustDomain, Client: true,
+			NotBefore: time.Now().Add(-2 * time.Hour), NotAfter: notAfter})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Certificates = []tls.Certificate{c}
+	}
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}}
+}
+
+func (s *secure) token(t *testing.T, sub string, exp time.Time) string {
+	tok, err := jwt.NewWithClaims(jwt.SigningMethodES256, jwt.MapClaims{"sub": sub, "aud": "meshflows", "exp": exp.Unix()}).SignedString(s.jwtKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+type call struct {
+	method, path, body, bearer string
+}
+
+func (s *secure) do(t *testing.T, c *http.Client, cl call) (int, *apiv1.Error, http.Header, error) {
+	t.Helper()
+	var rd io.Reader
+	if cl.body != "" {
+		rd = strings.NewReader(cl.body)
+	}
+	req, _ := http.NewRequest(cl.method, s.url+cl.path, rd)
+	if cl.bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+cl.bearer)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var eb apiv1.ErrorBody
+	if resp.StatusCode >= 400 {
+		json.Unmarshal(b, &eb)
+	}
+	return resp.StatusCode, eb.Error, resp.Header, nil
+}
+
+func registration(id, service, capability string, paths ...string) string {
+	req := apiv1.RegisterRequest{InstanceID: id, ServiceName: service, ServiceVersion: "1.0.0", Endpoint: "http://127.0.0.1:9000",
+		Capabilities: []apiv1.Capability{{CapabilityID: capability, CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0", Provider: "p"}}}
+	if len(paths) > 0 {
+		req.Manifest = &apiv1.Manifest{FARP: "1.0", Service: apiv1.ManifestService{Name: service, Instance: id, Version: "1.0.0"}}
+		for _, p := range paths {
+			req.Manifest.Routes = append(req.Manifest.Routes, apiv1.ManifestRoute{Path: p, Methods: []string{"GET"}})
+		}
+	}
+	b, _ := json.Marshal(req)
+	return string(b)
+}
+
+func TestSecurity(t *testing.T) {
+	s := newSecure(t, nil)
+	hour := time.Now().Add(time.Hour)
+	otherCA, _ := auth.NewDevCA(time.Now())
+	var (
+		anonymous = s.client(t, "", nil, hour)
+		jms       = s.client(t, "egress-jms", nil, hour)
+		reports   = s.client(t, "reports", nil, hour)
+		intruder  = s.client(t, "intruder", nil, hour)
+		gateway   = s.client(t, "gateway", nil, hour)
+		ops       = s.client(t, "ops", nil, hour)
+		lonely    = s.client(t, "lonely", nil, hour)
+		foreign   = s.client(t, "egress-jms", otherCA, hour)
+		expired   = s.client(t, "egress-jms", nil, time.Now().Add(-time.Hour))
+	)
+	// the owner registers first
+	if code, e, _, err := s.do(t, jms, call{"POST", "/v1/services/register", registration("jms-1", "egress-jms", "messaging.publish", "/api/messaging/jms/publish"), ""}); err != nil || code != 200 {
+		t.Fatalf("owner registration = %d %v %v", code, e, err)
+	}
+	tests := []struct {
+		name    string
+		client  *http.Client
+		call    call
+		status  int // 0: the TLS handshake must fail
+		details []string
+	}{
+		{"no credential: register", anonymous, call{"POST", "/v1/services/register", registration("x-1", "egress-jms", "messaging.publish"), ""}, 401, nil},
+		{"no credential: discovery", anonymous, call{"GET", "/v1/discovery/capabilities", "", ""}, 401, nil},
+		{"no credential: health stays open", anonymous, call{"GET", "/healthz", "", ""}, 200, nil},
+		{"certificate of another CA", foreign, call{"GET", "/v1/discovery/capabilities", "", ""}, 0, nil},
+		{"expired certificate", expired, call{"GET", "/v1/discovery/capabilities", "", ""}, 0, nil},
+		{"identity with no roles: register", lonely, call{"POST", "/v1/services/register", registration("l-1", "lonely", "messaging.publish"), ""}, 403, nil},
+		{"identity with no roles: discovery", lonely, call{"GET", "/v1/discovery/capabilities", "", ""}, 403, nil},
+		{"capability outside role", jms, call{"POST", "/v1/services/register", registration("jms-2", "egress-jms", "payments.charge"), ""}, 403, []string{"capabilities[0].capability_id"}},
+		{"service name not own", intruder, call{"POST", "/v1/services/register", registration("i-1", "egress-jms", "messaging.publish"), ""}, 403, []string{"service_name"}},
+		{"route outside prefix (admin-path attack)", reports, call{"POST", "/v1/services/register", registration("r-1", "reports", "reports.daily", "/reports/daily", "/admin/users"), ""}, 403, []string{"manifest.routes[1].path"}},
+		{"shape errors before permission", jms, call{"POST", "/v1/services/register", `{"instance_id":"bad id"}`, ""}, 400, nil},
+		{"someone else's heartbeat", intruder, call{"PUT", "/v1/services/jms-1/heartbeat", `{"generation":1}`, ""}, 403, nil},
+		{"someone else's deregister", intruder, call{"DELETE", "/v1/services/jms-1?generation=1", "", ""}, 403, nil},
+		{"someone else's instance id", intruder, call{"POST", "/v1/services/register", registration("jms-1", "intruder", "messaging.publish"), ""}, 403, nil},
+		{"the owner's heartbeat", jms, call{"PUT", "/v1/services/jms-1/heartbeat", `{"generation":1}`, ""}, 200, nil},
+		{"consumer discovery", gateway, call{"GET", "/v1/discovery/capabilities?capability_id=messaging.publish", "", ""}, 200, nil},
+		{"consumer catalog", gateway, call{"GET", "/v1/services", "", ""}, 200, nil},
+		{"provider discovery", jms, call{"GET", "/v1/discovery/routes", "", ""}, 200, nil},
+		{"consumer may not register", gateway, call{"POST", "/v1/services/register", registration("g-1", "gateway", "messaging.publish"), ""}, 403, []string{"capabilities[0].capability_id"}},
+		{"snapshot needs admin", gateway, call{"POST", "/v1/admin/snapshot", "", ""}, 403, nil},
+		{"snapshot by admin", ops, call{"POST", "/v1/admin/snapshot", "", ""}, 200, nil},
+		{"bearer token", anonymous, call{"GET", "/v1/discovery/capabilities", "", s.token(t, "gateway", hour)}, 200, nil},
+		{"bearer token expired", anonymous, call{"GET", "/v1/discovery/capabilities", "", s.token(t, "gateway", time.Now().Add(-time.Hour))}, 401, nil},
+		{"bearer token of a stranger", anonymous, call{"GET", "/v1/discovery/capabilities", "", s.token(t, "stranger", hour)}, 403, nil},
+		{"not a bearer token", anonymous, call{"GET", "/v1/discovery/capabilities", "", "x"}, 401, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, e, hdr, err := s.do(t, tt.client, tt.call)
+			if tt.status == 0 {
+				if err == nil {
+					t.Fatalf("the handshake succeeded (status %d)", code)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if code != tt.status {
+				t.Fatalf("status = %d (%v), want %d", code, e, tt.status)
+			}
+			if code == 401 && hdr.Get("WWW-Authenticate") == "" {
+				t.Error("401 without WWW-Authenticate")
+			}
+			if code >= 400 && (e == nil || e.Code == "") {
+				t.Fatal("no error body")
+			}
+			var got []string
+			if e != nil {
+				for _, d := range e.Details {
+					got = append(got, d.Path)
+				}
+			}
+			if tt.details != nil && strings.Join(got, ",") != strings.Join(tt.details, ",") {
+				t.Errorf("details = %v, want %v", got, tt.details)
+			}
+		})
+	}
+	// every request above is in the audit log, the refused ones included
+	lines := strings.Split(strings.TrimSpace(s.audit.String()), "\n")
+	var sawRefused, sawAllowed bool
+	for _, l := range lines {
+		var e map[string]any
+		if err := json.Unmarshal([]byte(l), &e); err != nil {
+			t.Fatalf("audit line is not JSON: %s", l)
+		}
+		if e["identity"] == "intruder" && e["status"] == 403.0 && e["instance_id"] == "jms-1" && e["method"] == "PUT" {
+			sawRefused = true
+		}
+		if e["identity"] == "egress-jms" && e["status"] == 200.0 && e["path"] == "/v1/services/jms-1/heartbeat" {
+			sawAllowed = true
+		}
+	}
+	if !sawRefused || !sawAllowed {
+		t.Errorf("audit log lacks the refused (%v) or the allowed (%v) heartbeat:\n%s", sawRefused, sawAllowed, s.audit.String())
+	}
+}
+
+func TestRBACHotReload(t *testing.T) {
+	s := newSecure(t, nil)
+	lonely := s.client(t, "lonely", nil, time.Now().Add(time.Hour))
+	if code, _, _, _ := s.do(t, lonely, call{"GET", "/v1/discovery/capabilities", "", ""}); code != 403 {
+		t.Fatalf("before the change: %d", code)
+	}
+	os.WriteFile(s.rbacPath, []byte(strings.Replace(rbacYAML, "lonely: []", "lonely: [consumer]", 1)), 0o600)
+	if _, err := s.policy.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, _, _ := s.do(t, lonely, call{"GET", "/v1/discovery/capabilities", "", ""}); code != 200 {
+		t.Fatalf("after the reload: %d", code)
+	}
+	os.WriteFile(s.rbacPath, []byte("identities: {lonely: [nope]}"), 0o600)
+	if _, err := s.policy.Reload(); err == nil {
+		t.Fatal("an invalid policy was accepted")
+	}
+	if code, _, _, _ := s.do(t, lonely, call{"GET", "/v1/discovery/capabilities", "", ""}); code != 200 {
+		t.Fatalf("after a refused reload the old policy must stay: %d", code)
+	}
+}
+
+func TestRegistrationRateLimit(t *testing.T) {
+	s := newSecure(t, auth.NewRateLimiter(0.5, 2, nil))
+	jms := s.client(t, "egress-jms", nil, time.Now().Add(time.Hour))
+	for i := range 2 {
+		if code, e, _, _ := s.do(t, jms, call{"POST", "/v1/services/register", registration("jms-1", "egress-jms", "messaging.publish"), ""}); code != 200 {
+			t.Fatalf("registration %d = %d %v", i, code, e)
+		}
+	}
+	code, e, hdr, _ := s.do(t, jms, call{"POST", "/v1/services/register", registration("jms-1", "egress-jms", "messaging.publish"), ""})
+	if code != 429 || e.Code != apiv1.CodeRateLimited || hdr.Get("Retry-After") != "2" {
+		t.Fatalf("over the limit: %d %v Retry-After %q; want 429 RATE_LIMITED, Retry-After 2", code, e, hdr.Get("Retry-After"))
+	}
+	// heartbeats are not limited
+	if code, _, _, _ := s.do(t, jms, call{"PUT", "/v1/services/jms-1/heartbeat", `{"generation":2}`, ""}); code != 200 {
+		t.Errorf("heartbeat while registrations are limited = %d", code)
+	}
+}
