@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/meshflows/meshflows/client"
 	"github.com/meshflows/meshflows/examples/providers/jms"
 	"github.com/meshflows/meshflows/examples/providers/messaging"
 	"github.com/meshflows/meshflows/examples/providers/rabbitmq"
@@ -24,6 +27,7 @@ func newExampleProviderCmd() *cobra.Command {
 		registries                    []string
 		heartbeat                     time.Duration
 		logCfg                        telemetry.LogConfig
+		creds                         clientCreds
 	)
 	cmd := &cobra.Command{
 		Use:   "example-provider",
@@ -47,8 +51,13 @@ and /metrics.`,
 			}
 			g, ctx := errgroup.WithContext(cmd.Context())
 			g.Go(func() error { return logOut.Run(ctx, logFlushInterval) })
+			httpClient, err := creds.httpClient()
+			if err != nil {
+				ln.Close()
+				return err
+			}
 			if err := startExampleProvider(ctx, g, exampleProviderOptions{kind: kind, advertise: advertise, zone: zone,
-				registries: registries, heartbeat: heartbeat}, ln, logger); err != nil {
+				registries: registries, heartbeat: heartbeat, client: httpClient, token: creds.token}, ln, logger); err != nil {
 				ln.Close()
 				logOut.Flush()
 				return err
@@ -66,13 +75,40 @@ and /metrics.`,
 	f.DurationVar(&heartbeat, "heartbeat-interval", 0, "heartbeat interval (0: the one the registry returns)")
 	f.StringVar(&logCfg.Level, "log-level", "info", "log level: debug, info, warn or error")
 	f.StringVar(&logCfg.Format, "log-format", "json", "log format: json or text")
+	creds.bind(f)
 	return cmd
+}
+
+// clientCreds are the flags with which a client of the registry authenticates.
+type clientCreds struct {
+	ca, cert, key, token string
+}
+
+func (c *clientCreds) bind(f *pflag.FlagSet) {
+	f.StringVar(&c.ca, "ca", "", "CA bundle the registry's certificate must chain to (https registries)")
+	f.StringVar(&c.cert, "tls-cert", "", "client certificate carrying this provider's identity (mTLS)")
+	f.StringVar(&c.key, "tls-key", "", "key of --tls-cert")
+	f.StringVar(&c.token, "token", "", "bearer token to send instead of a client certificate")
+}
+
+// httpClient returns a client for the credentials (a plain one when none are given).
+func (c *clientCreds) httpClient() (*http.Client, error) {
+	if c.ca == "" && c.cert == "" && c.key == "" {
+		return client.HTTPClient(nil), nil
+	}
+	tlsCfg, err := client.TLSConfig(c.ca, c.cert, c.key)
+	if err != nil {
+		return nil, err
+	}
+	return client.HTTPClient(tlsCfg), nil
 }
 
 type exampleProviderOptions struct {
 	kind, advertise, zone string
 	registries            []string
 	heartbeat             time.Duration
+	client                *http.Client // nil: a plain client
+	token                 string
 }
 
 // startExampleProvider builds an example provider on ln and runs it in g until ctx ends.
@@ -94,7 +130,7 @@ func startExampleProvider(ctx context.Context, g *errgroup.Group, o exampleProvi
 	if err != nil {
 		return err
 	}
-	agentCfg := provider.Config{Registries: o.registries, HeartbeatInterval: o.heartbeat,
+	agentCfg := provider.Config{Registries: o.registries, HeartbeatInterval: o.heartbeat, Client: o.client, BearerToken: o.token,
 		Logger: logger.With(slog.String("provider", o.kind))}
 	logger.Info("example provider listening", slog.String("kind", o.kind), slog.String("addr", ln.Addr().String()),
 		slog.String("endpoint", endpoint))
