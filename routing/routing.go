@@ -1,0 +1,363 @@
+package routing
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/Masterminds/semver/v3"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+)
+
+// StaticRoute is an operator's explicit route; it wins over every dynamic claim.
+type StaticRoute struct {
+	Path     string   `json:"path" yaml:"path"`
+	Methods  []string `json:"methods" yaml:"methods"`
+	Upstream string   `json:"upstream" yaml:"upstream"`
+}
+
+// ManifestInput is one instance's manifest as the registry recorded it: generation and
+// endpoint come from the registry, not from the manifest.
+type ManifestInput struct {
+	InstanceID string          `json:"instance_id,omitempty"`
+	Generation int64           `json:"generation"`
+	Endpoint   string          `json:"endpoint"`
+	Manifest   json.RawMessage `json:"manifest"`
+}
+
+// Policy maps a service name to the path prefixes it may claim. A service missing from it
+// may claim nothing.
+type Policy map[string][]string
+
+// Input is everything a table is derived from.
+type Input struct {
+	Static    []StaticRoute
+	Manifests []ManifestInput
+	Policy    Policy
+}
+
+// Route is one row of the canonical table.
+type Route struct {
+	Pattern    string   `json:"pattern"`
+	Method     string   `json:"method"`
+	Source     string   `json:"source"`
+	Upstream   string   `json:"upstream,omitempty"`
+	Service    string   `json:"service,omitempty"`
+	Version    string   `json:"version,omitempty"`
+	Instances  []string `json:"instances,omitempty"`
+	Idempotent bool     `json:"idempotent"`
+	Weight     *int     `json:"weight,omitempty"`
+}
+
+// Rejected is a manifest that was rejected whole, with the first rule it broke.
+type Rejected struct {
+	Instance string `json:"instance"`
+	Service  string `json:"service"`
+	Code     string `json:"code"`
+	// Reason says what was wrong, for operators; it is not part of the canonical form.
+	Reason string `json:"-"`
+}
+
+// Conflict is a (pattern, method) that several claimants wanted.
+type Conflict struct {
+	Pattern string   `json:"pattern"`
+	Method  string   `json:"method"`
+	Winner  string   `json:"winner"`
+	Losers  []string `json:"losers"`
+}
+
+// Canonical is the canonical form of a table.
+type Canonical struct {
+	Routes    []Route    `json:"routes"`
+	Rejected  []Rejected `json:"rejected"`
+	Conflicts []Conflict `json:"conflicts"`
+}
+
+// Upstream is one instance a dynamic route may send a request to.
+type Upstream struct {
+	Instance string
+	Endpoint string
+}
+
+// Entry is a route of a derived table with what a proxy needs to serve it.
+type Entry struct {
+	Route
+	// Segments of the pattern.
+	Segments []apiv1.Segment
+	// Upstreams, sorted by instance (dynamic routes); Route.Upstream for static ones.
+	Upstreams []Upstream
+	// IdempotentRetry says whether a failed connection may be retried on another instance.
+	IdempotentRetry bool
+}
+
+// Table is a derived routing table. It is immutable and safe for concurrent use.
+type Table struct {
+	entries   []*Entry // in canonical order
+	rejected  []Rejected
+	conflicts []Conflict
+	root      *node
+}
+
+var staticIdempotent = map[string]bool{"GET": true, "HEAD": true, "OPTIONS": true, "PUT": true, "DELETE": true}
+
+// claim is one method of one valid manifest route.
+type claim struct {
+	key, method, pattern string
+	segs                 []apiv1.Segment
+	service, version     string
+	ver                  *semver.Version
+	weight               int
+	idempotent           bool
+	instance, endpoint   string
+	generation           int64
+}
+
+// group is the claims of one (key, method, service, version): replicas.
+type group struct {
+	newest     *claim
+	seniority  int64 // lowest generation
+	upstreams  []Upstream
+	service    string
+	version    string
+	ver        *semver.Version
+	pattern    string
+	segs       []apiv1.Segment
+	weight     int
+	idempotent bool
+}
+
+func (g *group) label() string { return g.service + "@" + g.version }
+
+// Derive computes the table of in. It never fails: bad manifests are rejected, bad static
+// routes are reported by ValidateStatic beforehand.
+func Derive(in Input) *Table {
+	t := &Table{rejected: []Rejected{}, conflicts: []Conflict{}}
+	var claims []*claim
+	for _, mi := range in.Manifests {
+		cs, rej := claimsOf(mi, in.Policy)
+		if rej != nil {
+			t.rejected = append(t.rejected, *rej)
+			continue
+		}
+		claims = append(claims, cs...)
+	}
+	slices.SortFunc(t.rejected, func(a, b Rejected) int { return cmp.Compare(a.Instance, b.Instance) })
+
+	// Group replicas per (key, method, service, version).
+	type gk struct{ key, method, service, version string }
+	groups := map[gk]*group{}
+	byKM := map[[2]string][]*group{}
+	for _, c := range claims {
+		k := gk{c.key, c.method, c.service, c.ver.String()}
+		g := groups[k]
+		if g == nil {
+			g = &group{service: c.service, ver: c.ver, seniority: c.generation}
+			groups[k] = g
+			byKM[[2]string{c.key, c.method}] = append(byKM[[2]string{c.key, c.method}], g)
+		}
+		g.upstreams = append(g.upstreams, Upstream{Instance: c.instance, Endpoint: c.endpoint})
+		g.seniority = min(g.seniority, c.generation)
+		if g.newest == nil || c.generation > g.newest.generation {
+			g.newest = c
+		}
+	}
+	for _, g := range groups {
+		n := g.newest
+		g.version, g.pattern, g.segs, g.weight, g.idempotent = n.version, n.pattern, n.segs, n.weight, n.idempotent
+		slices.SortFunc(g.upstreams, func(a, b Upstream) int { return cmp.Compare(a.Instance, b.Instance) })
+	}
+
+	statics := map[[2]string]*Entry{}
+	for _, s := range in.Static {
+		segs, err := apiv1.ParsePath(s.Path)
+		if err != nil {
+			continue
+		}
+		key := apiv1.PathKey(segs)
+		for _, m := range s.Methods {
+			statics[[2]string{key, m}] = &Entry{Route: Route{Pattern: s.Path, Method: m, Source: "static", Upstream: s.Upstream,
+				Idempotent: staticIdempotent[m]}, Segments: segs, Upstreams: []Upstream{{Instance: "static", Endpoint: s.Upstream}},
+				IdempotentRetry: false}
+		}
+	}
+
+	keys := map[[2]string]bool{}
+	for k := range byKM {
+		keys[k] = true
+	}
+	for k := range statics {
+		keys[k] = true
+	}
+	for k := range keys {
+		gs := byKM[k]
+		slices.SortFunc(gs, func(a, b *group) int {
+			if c := b.ver.Compare(a.ver); c != 0 {
+				return c
+			}
+			if c := cmp.Compare(b.weight, a.weight); c != 0 {
+				return c
+			}
+			return cmp.Compare(a.seniority, b.seniority)
+		})
+		var e *Entry
+		var losers []string
+		if s := statics[k]; s != nil {
+			e = s
+			for _, g := range gs {
+				losers = append(losers, g.label())
+			}
+		} else {
+			w := gs[0]
+			weight := w.weight
+			ids := make([]string, len(w.upstreams))
+			for i, u := range w.upstreams {
+				ids[i] = u.Instance
+			}
+			e = &Entry{Route: Route{Pattern: w.pattern, Method: k[1], Source: "dynamic", Service: w.service, Version: w.version,
+				Instances: ids, Idempotent: w.idempotent, Weight: &weight}, Segments: w.segs, Upstreams: w.upstreams, IdempotentRetry: w.idempotent}
+			for _, g := range gs[1:] {
+				losers = append(losers, g.label())
+			}
+		}
+		t.entries = append(t.entries, e)
+		if len(losers) > 0 {
+			slices.Sort(losers)
+			winner := "static"
+			if e.Source == "dynamic" {
+				winner = e.Service + "@" + e.Version
+			}
+			t.conflicts = append(t.conflicts, Conflict{Pattern: e.Pattern, Method: e.Method, Winner: winner, Losers: losers})
+		}
+	}
+	slices.SortFunc(t.entries, func(a, b *Entry) int {
+		if c := strings.Compare(apiv1.PathKey(a.Segments), apiv1.PathKey(b.Segments)); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Method, b.Method)
+	})
+	slices.SortFunc(t.conflicts, func(a, b Conflict) int {
+		ka, kb := keyOf(a.Pattern), keyOf(b.Pattern)
+		if c := strings.Compare(ka, kb); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Method, b.Method)
+	})
+	t.root = compile(t.entries)
+	return t
+}
+
+func keyOf(pattern string) string {
+	segs, _ := apiv1.ParsePath(pattern)
+	return apiv1.PathKey(segs)
+}
+
+// claimsOf validates one manifest and returns its claims, or why it is rejected.
+func claimsOf(mi ManifestInput, policy Policy) ([]*claim, *Rejected) {
+	m, rej := decodeManifest(mi.Manifest)
+	if rej != nil {
+		return nil, rej
+	}
+	reject := func(code, reason string) *Rejected {
+		return &Rejected{Instance: m.Service.Instance, Service: m.Service.Name, Code: code, Reason: reason}
+	}
+	if ps := m.Problems(); len(ps) > 0 {
+		return nil, reject(ps[0].Code, ps[0].Path+": "+ps[0].Message)
+	}
+	ver, _ := semver.StrictNewVersion(m.Service.Version)
+	prefixes := policy[m.Service.Name]
+	var out []*claim
+	for _, r := range m.Routes {
+		segs, _ := apiv1.ParsePath(r.Path)
+		if !slices.ContainsFunc(prefixes, func(p string) bool { return apiv1.PathWithin(segs, p) }) {
+			return nil, reject(apiv1.CodePathNotAuthorized, fmt.Sprintf("path %q is outside the prefixes granted to %q (%s)", r.Path, m.Service.Name, strings.Join(prefixes, ", ")))
+		}
+		key := apiv1.PathKey(segs)
+		for _, meth := range r.Methods {
+			out = append(out, &claim{key: key, method: meth, pattern: r.Path, segs: segs, service: m.Service.Name,
+				version: m.Service.Version, ver: ver, weight: r.WeightOr(100), idempotent: slices.Contains(r.Idempotent, meth),
+				instance: m.Service.Instance, endpoint: mi.Endpoint, generation: mi.Generation})
+		}
+	}
+	return out, nil
+}
+
+// decodeManifest decodes a manifest; a value of the wrong JSON type rejects it with the
+// code of the section it is in.
+func decodeManifest(raw json.RawMessage) (*apiv1.Manifest, *Rejected) {
+	var m apiv1.Manifest
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	err := dec.Decode(&m)
+	if err == nil {
+		return &m, nil
+	}
+	var loose struct {
+		Service struct {
+			Name     any `json:"name"`
+			Instance any `json:"instance"`
+		} `json:"service"`
+	}
+	json.Unmarshal(raw, &loose)
+	name, _ := loose.Service.Name.(string)
+	inst, _ := loose.Service.Instance.(string)
+	code := apiv1.CodeInvalidService
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		switch {
+		case te.Field == "farp":
+			code = apiv1.CodeUnsupportedVersion
+		case strings.HasPrefix(te.Field, "health"):
+			code = apiv1.CodeInvalidHealth
+		case strings.HasPrefix(te.Field, "routes"):
+			code = apiv1.CodeInvalidRoute
+		}
+	}
+	return nil, &Rejected{Instance: inst, Service: name, Code: code, Reason: err.Error()}
+}
+
+// Canonical returns the canonical form of the table.
+func (t *Table) Canonical() Canonical {
+	c := Canonical{Routes: make([]Route, len(t.entries)), Rejected: t.rejected, Conflicts: t.conflicts}
+	for i, e := range t.entries {
+		c.Routes[i] = e.Route
+	}
+	return c
+}
+
+// Entries returns the routes with what serving them needs, in canonical order.
+func (t *Table) Entries() []*Entry { return t.entries }
+
+// ValidateStatic checks static routes: a path by the route rules, methods from the known
+// set, an absolute http(s) upstream, and no (key, method) twice.
+func ValidateStatic(routes []StaticRoute) error {
+	var errs []error
+	seen := map[[2]string]bool{}
+	for i, s := range routes {
+		segs, err := apiv1.ParsePath(s.Path)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("static route %d: %w", i, err))
+			continue
+		}
+		if len(s.Methods) == 0 {
+			errs = append(errs, fmt.Errorf("static route %d (%s): no methods", i, s.Path))
+		}
+		for _, m := range s.Methods {
+			if !slices.Contains([]string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}, m) {
+				errs = append(errs, fmt.Errorf("static route %d (%s): method %q", i, s.Path, m))
+			}
+			k := [2]string{apiv1.PathKey(segs), m}
+			if seen[k] {
+				errs = append(errs, fmt.Errorf("static route %d: %s %s is declared twice", i, m, s.Path))
+			}
+			seen[k] = true
+		}
+		if !strings.HasPrefix(s.Upstream, "http://") && !strings.HasPrefix(s.Upstream, "https://") {
+			errs = append(errs, fmt.Errorf("static route %d (%s): upstream %q is not an http(s) URL", i, s.Path, s.Upstream))
+		}
+	}
+	return errors.Join(errs...)
+}
