@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -19,7 +20,12 @@ func main() {
 	if err := newRootCmd().ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "meshflows:", err)
 		stop()
-		os.Exit(1)
+		code := 1
+		var ee *exitError
+		if errors.As(err, &ee) {
+			code = ee.code
+		}
+		os.Exit(code)
 	}
 }
 
@@ -34,6 +40,6 @@ Start everything on loopback with 'meshflows dev'.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCmd(), newRegistryCmd(), newDevCmd(), newExampleProviderCmd(), newCertsCmd(), newBenchCmd())
+	root.AddCommand(newVersionCmd(), newRegistryCmd(), newDevCmd(), newExampleProviderCmd(), newCertsCmd(), newRoutesCmd(), newBenchCmd())
 	return root
 }

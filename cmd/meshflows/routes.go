@@ -1,0 +1,168 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/goccy/go-yaml"
+	"github.com/spf13/cobra"
+
+	"github.com/meshflows/meshflows/routing"
+)
+
+// exitError carries the exit status a command asks for.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+func newRoutesCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "routes", Short: "Routing table tools"}
+	var caseFile, manifests, static, policy string
+	derive := &cobra.Command{
+		Use:   "derive",
+		Short: "Print the routing table derived from a conformance case or from loose files",
+		Long: `Derive the routing table ρ(static routes, manifests, policy) and print its canonical form
+(routes, rejected, conflicts) and the case's requests with their results, as
+conformance/README.md describes. Exit status 0 when the input could be read, whatever the
+table holds; 2 when it could not.
+
+--manifests takes a JSON file holding a list of {generation, endpoint, manifest} objects, or a
+directory of such files (or of single objects); --static a YAML or JSON file
+{routes: [{path, methods, upstream}]}; --policy a YAML or JSON file {path_prefixes: {service: [prefix, …]}}.`,
+		Example: "  meshflows routes derive --case conformance/cases/static-wins.json\n" +
+			"  meshflows routes derive --manifests manifests/ --static static.yaml --policy policy.yaml",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var c *routing.Case
+			var err error
+			if caseFile != "" {
+				c, err = readCase(caseFile)
+			} else {
+				c, err = looseCase(manifests, static, policy)
+			}
+			if err != nil {
+				return &exitError{code: 2, err: err}
+			}
+			enc := json.NewEncoder(cmd.OutOrStdout())
+			enc.SetIndent("", "  ")
+			return enc.Encode(c.Run())
+		},
+	}
+	f := derive.Flags()
+	f.StringVar(&caseFile, "case", "", "a conformance case file")
+	f.StringVar(&manifests, "manifests", "", "manifests: a JSON file or a directory of them")
+	f.StringVar(&static, "static", "", "static routes file (YAML or JSON)")
+	f.StringVar(&policy, "policy", "", "path policy file (YAML or JSON)")
+	cmd.AddCommand(derive)
+	return cmd
+}
+
+func readCase(path string) (*routing.Case, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return routing.ParseCase(data)
+}
+
+// StaticFile is the static routes file of the gateway and of routes derive.
+type staticFile struct {
+	Routes []routing.StaticRoute `yaml:"routes" json:"routes"`
+}
+
+// policyFile is the path policy file of the gateway and of routes derive.
+type policyFile struct {
+	PathPrefixes routing.Policy `yaml:"path_prefixes" json:"path_prefixes"`
+}
+
+func readStatic(path string) ([]routing.StaticRoute, error) {
+	if path == "" {
+		return nil, nil
+	}
+	var f staticFile
+	if err := readYAML(path, &f); err != nil {
+		return nil, err
+	}
+	if err := routing.ValidateStatic(f.Routes); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return f.Routes, nil
+}
+
+func readPolicy(path string) (routing.Policy, error) {
+	if path == "" {
+		return routing.Policy{}, nil
+	}
+	var f policyFile
+	if err := readYAML(path, &f); err != nil {
+		return nil, err
+	}
+	return f.PathPrefixes, nil
+}
+
+func readYAML(path string, v any) (err error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	defer func() { // goccy/go-yaml#735: a panic on malformed input must be an error
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%s: malformed YAML: %v", path, r)
+		}
+	}()
+	if err := yaml.UnmarshalWithOptions(data, v, yaml.Strict()); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
+func looseCase(manifests, static, policy string) (*routing.Case, error) {
+	if manifests == "" && static == "" {
+		return nil, errors.New("give --case FILE, or --manifests and/or --static (with --policy)")
+	}
+	c := &routing.Case{Name: "loose"}
+	var err error
+	if c.Static, err = readStatic(static); err != nil {
+		return nil, err
+	}
+	if c.Policy, err = readPolicy(policy); err != nil {
+		return nil, err
+	}
+	if manifests == "" {
+		return c, nil
+	}
+	files := []string{manifests}
+	if st, err := os.Stat(manifests); err != nil {
+		return nil, err
+	} else if st.IsDir() {
+		files, _ = filepath.Glob(filepath.Join(manifests, "*.json"))
+	}
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		if strings.HasPrefix(strings.TrimSpace(string(data)), "[") {
+			var ms []routing.ManifestInput
+			if err := json.Unmarshal(data, &ms); err != nil {
+				return nil, fmt.Errorf("%s: %w", f, err)
+			}
+			c.Manifests = append(c.Manifests, ms...)
+			continue
+		}
+		var m routing.ManifestInput
+		if err := json.Unmarshal(data, &m); err != nil {
+			return nil, fmt.Errorf("%s: %w", f, err)
+		}
+		c.Manifests = append(c.Manifests, m)
+	}
+	return c, nil
+}
