@@ -28,6 +28,9 @@ type ManifestInput struct {
 	Generation int64           `json:"generation"`
 	Endpoint   string          `json:"endpoint"`
 	Manifest   json.RawMessage `json:"manifest"`
+	// Parsed, when set, is used instead of Manifest: a gateway gets manifests already
+	// decoded from the registry and need not encode them again.
+	Parsed *apiv1.Manifest `json:"-"`
 }
 
 // Policy maps a service name to the path prefixes it may claim. A service missing from it
@@ -69,6 +72,7 @@ type Conflict struct {
 	Method  string   `json:"method"`
 	Winner  string   `json:"winner"`
 	Losers  []string `json:"losers"`
+	key     string
 }
 
 // Canonical is the canonical form of a table.
@@ -87,6 +91,8 @@ type Upstream struct {
 // Entry is a route of a derived table with what a proxy needs to serve it.
 type Entry struct {
 	Route
+	// Key is the pattern's key (parameter names erased), the table's sort key.
+	Key string
 	// Segments of the pattern.
 	Segments []apiv1.Segment
 	// Upstreams, sorted by instance (dynamic routes); Route.Upstream for static ones.
@@ -138,8 +144,9 @@ func (g *group) label() string { return g.service + "@" + g.version }
 func Derive(in Input) *Table {
 	t := &Table{rejected: []Rejected{}, conflicts: []Conflict{}}
 	var claims []*claim
+	grants := parsePolicy(in.Policy)
 	for _, mi := range in.Manifests {
-		cs, rej := claimsOf(mi, in.Policy)
+		cs, rej := claimsOf(mi, grants)
 		if rej != nil {
 			t.rejected = append(t.rejected, *rej)
 			continue
@@ -148,28 +155,37 @@ func Derive(in Input) *Table {
 	}
 	slices.SortFunc(t.rejected, func(a, b Rejected) int { return cmp.Compare(a.Instance, b.Instance) })
 
-	// Group replicas per (key, method, service, version).
-	type gk struct{ key, method, service, version string }
-	groups := map[gk]*group{}
-	byKM := map[[2]string][]*group{}
+	// Group replicas per (key, method, service, version). Most (key, method) pairs have one
+	// claimant, so the groups of a pair sit in a short slice rather than a second map.
+	byKM := make(map[[2]string][]*group, len(claims))
 	for _, c := range claims {
-		k := gk{c.key, c.method, c.service, c.ver.String()}
-		g := groups[k]
+		km := [2]string{c.key, c.method}
+		gs := byKM[km]
+		var g *group
+		for _, x := range gs {
+			if x.service == c.service && x.newest.version == c.version {
+				g = x
+				break
+			}
+		}
 		if g == nil {
-			g = &group{service: c.service, ver: c.ver, seniority: c.generation}
-			groups[k] = g
-			byKM[[2]string{c.key, c.method}] = append(byKM[[2]string{c.key, c.method}], g)
+			g = &group{service: c.service, ver: c.ver, seniority: c.generation, newest: c}
+			byKM[km] = append(gs, g)
 		}
 		g.upstreams = append(g.upstreams, Upstream{Instance: c.instance, Endpoint: c.endpoint})
 		g.seniority = min(g.seniority, c.generation)
-		if g.newest == nil || c.generation > g.newest.generation {
+		if c.generation > g.newest.generation {
 			g.newest = c
 		}
 	}
-	for _, g := range groups {
-		n := g.newest
-		g.version, g.pattern, g.segs, g.weight, g.idempotent = n.version, n.pattern, n.segs, n.weight, n.idempotent
-		slices.SortFunc(g.upstreams, func(a, b Upstream) int { return cmp.Compare(a.Instance, b.Instance) })
+	for _, gs := range byKM {
+		for _, g := range gs {
+			n := g.newest
+			g.version, g.pattern, g.segs, g.weight, g.idempotent = n.version, n.pattern, n.segs, n.weight, n.idempotent
+			if len(g.upstreams) > 1 {
+				slices.SortFunc(g.upstreams, func(a, b Upstream) int { return cmp.Compare(a.Instance, b.Instance) })
+			}
+		}
 	}
 
 	statics := map[[2]string]*Entry{}
@@ -181,29 +197,34 @@ func Derive(in Input) *Table {
 		key := apiv1.PathKey(segs)
 		for _, m := range s.Methods {
 			statics[[2]string{key, m}] = &Entry{Route: Route{Pattern: s.Path, Method: m, Source: "static", Upstream: s.Upstream,
-				Idempotent: staticIdempotent[m]}, Segments: segs, Upstreams: []Upstream{{Instance: "static", Endpoint: s.Upstream}},
+				Idempotent: staticIdempotent[m]}, Key: key, Segments: segs, Upstreams: []Upstream{{Instance: "static", Endpoint: s.Upstream}},
 				IdempotentRetry: false}
 		}
 	}
 
-	keys := map[[2]string]bool{}
+	t.entries = make([]*Entry, 0, len(byKM)+len(statics))
+	keys := make([][2]string, 0, len(byKM)+len(statics))
 	for k := range byKM {
-		keys[k] = true
+		keys = append(keys, k)
 	}
 	for k := range statics {
-		keys[k] = true
+		if _, ok := byKM[k]; !ok {
+			keys = append(keys, k)
+		}
 	}
-	for k := range keys {
+	for _, k := range keys {
 		gs := byKM[k]
-		slices.SortFunc(gs, func(a, b *group) int {
-			if c := b.ver.Compare(a.ver); c != 0 {
-				return c
-			}
-			if c := cmp.Compare(b.weight, a.weight); c != 0 {
-				return c
-			}
-			return cmp.Compare(a.seniority, b.seniority)
-		})
+		if len(gs) > 1 {
+			slices.SortFunc(gs, func(a, b *group) int {
+				if c := b.ver.Compare(a.ver); c != 0 {
+					return c
+				}
+				if c := cmp.Compare(b.weight, a.weight); c != 0 {
+					return c
+				}
+				return cmp.Compare(a.seniority, b.seniority)
+			})
+		}
 		var e *Entry
 		var losers []string
 		if s := statics[k]; s != nil {
@@ -219,7 +240,7 @@ func Derive(in Input) *Table {
 				ids[i] = u.Instance
 			}
 			e = &Entry{Route: Route{Pattern: w.pattern, Method: k[1], Source: "dynamic", Service: w.service, Version: w.version,
-				Instances: ids, Idempotent: w.idempotent, Weight: &weight}, Segments: w.segs, Upstreams: w.upstreams, IdempotentRetry: w.idempotent}
+				Instances: ids, Idempotent: w.idempotent, Weight: &weight}, Key: k[0], Segments: w.segs, Upstreams: w.upstreams, IdempotentRetry: w.idempotent}
 			for _, g := range gs[1:] {
 				losers = append(losers, g.label())
 			}
@@ -231,18 +252,17 @@ func Derive(in Input) *Table {
 			if e.Source == "dynamic" {
 				winner = e.Service + "@" + e.Version
 			}
-			t.conflicts = append(t.conflicts, Conflict{Pattern: e.Pattern, Method: e.Method, Winner: winner, Losers: losers})
+			t.conflicts = append(t.conflicts, Conflict{Pattern: e.Pattern, Method: e.Method, Winner: winner, Losers: losers, key: k[0]})
 		}
 	}
 	slices.SortFunc(t.entries, func(a, b *Entry) int {
-		if c := strings.Compare(apiv1.PathKey(a.Segments), apiv1.PathKey(b.Segments)); c != 0 {
+		if c := strings.Compare(a.Key, b.Key); c != 0 {
 			return c
 		}
 		return strings.Compare(a.Method, b.Method)
 	})
 	slices.SortFunc(t.conflicts, func(a, b Conflict) int {
-		ka, kb := keyOf(a.Pattern), keyOf(b.Pattern)
-		if c := strings.Compare(ka, kb); c != 0 {
+		if c := strings.Compare(a.key, b.key); c != 0 {
 			return c
 		}
 		return strings.Compare(a.Method, b.Method)
@@ -251,16 +271,45 @@ func Derive(in Input) *Table {
 	return t
 }
 
-func keyOf(pattern string) string {
-	segs, _ := apiv1.ParsePath(pattern)
-	return apiv1.PathKey(segs)
+// claimsOf validates one manifest and returns its claims, or why it is rejected.
+// parsePolicy parses every granted prefix once per derivation.
+func parsePolicy(p Policy) map[string][][]apiv1.Segment {
+	out := make(map[string][][]apiv1.Segment, len(p))
+	for svc, prefixes := range p {
+		for _, pre := range prefixes {
+			if pre == "/" {
+				out[svc] = append(out[svc], nil)
+				continue
+			}
+			segs, err := apiv1.ParsePath(strings.TrimSuffix(pre, "/"))
+			if err == nil && !slices.ContainsFunc(segs, func(s apiv1.Segment) bool { return s.Kind != apiv1.Literal }) {
+				out[svc] = append(out[svc], segs)
+			}
+		}
+	}
+	return out
 }
 
-// claimsOf validates one manifest and returns its claims, or why it is rejected.
-func claimsOf(mi ManifestInput, policy Policy) ([]*claim, *Rejected) {
-	m, rej := decodeManifest(mi.Manifest)
-	if rej != nil {
-		return nil, rej
+// within reports whether a route path lies inside a parsed prefix (nil is "/").
+func within(path, prefix []apiv1.Segment) bool {
+	if len(prefix) > len(path) {
+		return false
+	}
+	for i, p := range prefix {
+		if path[i].Kind != apiv1.Literal || path[i].Value != p.Value {
+			return false
+		}
+	}
+	return true
+}
+
+func claimsOf(mi ManifestInput, grants map[string][][]apiv1.Segment) ([]*claim, *Rejected) {
+	m := mi.Parsed
+	if m == nil {
+		var rej *Rejected
+		if m, rej = decodeManifest(mi.Manifest); rej != nil {
+			return nil, rej
+		}
 	}
 	reject := func(code, reason string) *Rejected {
 		return &Rejected{Instance: m.Service.Instance, Service: m.Service.Name, Code: code, Reason: reason}
@@ -269,12 +318,12 @@ func claimsOf(mi ManifestInput, policy Policy) ([]*claim, *Rejected) {
 		return nil, reject(ps[0].Code, ps[0].Path+": "+ps[0].Message)
 	}
 	ver, _ := semver.StrictNewVersion(m.Service.Version)
-	prefixes := policy[m.Service.Name]
-	var out []*claim
+	prefixes := grants[m.Service.Name]
+	out := make([]*claim, 0, 2*len(m.Routes))
 	for _, r := range m.Routes {
 		segs, _ := apiv1.ParsePath(r.Path)
-		if !slices.ContainsFunc(prefixes, func(p string) bool { return apiv1.PathWithin(segs, p) }) {
-			return nil, reject(apiv1.CodePathNotAuthorized, fmt.Sprintf("path %q is outside the prefixes granted to %q (%s)", r.Path, m.Service.Name, strings.Join(prefixes, ", ")))
+		if !slices.ContainsFunc(prefixes, func(p []apiv1.Segment) bool { return within(segs, p) }) {
+			return nil, reject(apiv1.CodePathNotAuthorized, fmt.Sprintf("path %q is outside every prefix granted to %q", r.Path, m.Service.Name))
 		}
 		key := apiv1.PathKey(segs)
 		for _, meth := range r.Methods {

@@ -232,7 +232,7 @@ func (m *Manifest) Problems() []ManifestProblem {
 	}
 	claimed := map[string]string{} // key+" "+method -> the route path that claimed it
 	for i, r := range m.Routes {
-		at := fmt.Sprintf("routes[%d]", i)
+		at := "routes[" + strconv.Itoa(i) + "]"
 		segs, err := ParsePath(r.Path)
 		if err != nil {
 			add(CodeInvalidRoute, at+".path", "%v", err)
