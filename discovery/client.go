@@ -419,6 +419,15 @@ func watch[T any](ctx context.Context, c *Client, v *view[T], fetch func(context
 	return nil
 }
 
+// RoutesState returns the state and age of the routes view now, without asking the
+// registry: what a gateway reports with every response.
+func (c *Client) RoutesState() (State, time.Duration) {
+	v := c.routes
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.snapshotLocked(c.cfg.Now(), c.cfg.StaleAllowance)
+}
+
 // State returns the state of the view of q now.
 func (c *Client) State(q Query) State {
 	v := c.capsView(q.values().Encode())

@@ -10,9 +10,11 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/meshflows/meshflows/discovery"
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/server"
 	"github.com/meshflows/meshflows/internal/telemetry"
+	"github.com/meshflows/meshflows/routing"
 )
 
 // Port plan of 'meshflows dev', fixed for good: offsets from --base-port.
@@ -80,6 +82,17 @@ Components that are not built yet are listed as such. Stop with Ctrl-C.`,
 				return errors.Join(err, stopAll(), logOut.Flush())
 			}
 			regURL := "http://" + regAddr
+			gwAddr := fmt.Sprintf("127.0.0.1:%d", basePort+devGatewayOffset)
+			gln, err := net.Listen("tcp", gwAddr)
+			if err != nil {
+				return errors.Join(fmt.Errorf("gateway port: %w (pick another --base-port)", err), stopAll(), logOut.Flush())
+			}
+			gwFlags := gatewayFlags{registries: []string{regURL}, cacheTTL: discovery.DefaultTTL, maxStale: discovery.DefaultStaleAllowance,
+				policy: routing.Policy{"egress-jms": {"/api/messaging/jms"}, "egress-rabbitmq": {"/api/messaging/rabbitmq"}}}
+			if err := startGateway(regCtx, gReg, &gwFlags, gln, logger); err != nil {
+				gln.Close()
+				return errors.Join(err, stopAll(), logOut.Flush())
+			}
 			providers := []struct {
 				kind   string
 				offset int
@@ -98,12 +111,12 @@ Components that are not built yet are listed as such. Stop with Ctrl-C.`,
 			fmt.Fprintf(out, "MeshFlows dev — open mode: NO AUTHENTICATION, loopback only, state in memory.\n\n")
 			fmt.Fprintf(out, "  registry      http://%s   (try: curl http://%s/v1/discovery/capabilities)\n", regAddr, regAddr)
 			fmt.Fprintf(out, "  orchestrator  http://127.0.0.1:%d   (not built yet)\n", basePort+devOrchestratorOffset)
-			fmt.Fprintf(out, "  gateway       http://127.0.0.1:%d   (not built yet)\n", basePort+devGatewayOffset)
+			fmt.Fprintf(out, "  gateway       http://%s   (try: curl http://%s/v1/gateway/routes)\n", gwAddr, gwAddr)
 			fmt.Fprintf(out, "  dashboard     http://127.0.0.1:%d   (not built yet)\n", basePort+devDashboardOffset)
 			fmt.Fprintf(out, "  providers     http://127.0.0.1:%d (jms), http://127.0.0.1:%d (rabbitmq)\n",
 				basePort+devProviderOffsetJMS, basePort+devProviderOffsetRMQ)
-			fmt.Fprintf(out, "                (try: curl -X POST http://127.0.0.1:%d/api/messaging/jms/publish -d '{\"destination\":\"orders.events\",\"payload\":{\"id\":1}}')\n\n",
-				basePort+devProviderOffsetJMS)
+			fmt.Fprintf(out, "                (try: curl -X POST http://%s/api/messaging/jms/publish -d '{\"destination\":\"orders.events\",\"payload\":{\"id\":1}}')\n\n",
+				gwAddr)
 			fmt.Fprintf(out, "Press Ctrl-C to stop.\n")
 			<-provCtx.Done()
 			err = stopAll()

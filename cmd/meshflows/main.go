@@ -40,6 +40,6 @@ Start everything on loopback with 'meshflows dev'.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCmd(), newRegistryCmd(), newDevCmd(), newExampleProviderCmd(), newCertsCmd(), newRoutesCmd(), newBenchCmd())
+	root.AddCommand(newVersionCmd(), newRegistryCmd(), newDevCmd(), newExampleProviderCmd(), newGatewayCmd(), newCertsCmd(), newRoutesCmd(), newBenchCmd())
 	return root
 }

@@ -1,0 +1,164 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/meshflows/meshflows/discovery"
+	"github.com/meshflows/meshflows/internal/auth"
+	"github.com/meshflows/meshflows/internal/gateway"
+	"github.com/meshflows/meshflows/internal/telemetry"
+	"github.com/meshflows/meshflows/routing"
+)
+
+type gatewayFlags struct {
+	listen, routesFile, policyFile, rbacFile string
+	registries                               []string
+	cacheTTL, maxStale                       time.Duration
+	creds                                    clientCreds
+	log                                      telemetry.LogConfig
+	// policy, when set, is used as is (meshflows dev grants the example providers theirs).
+	policy routing.Policy
+}
+
+func newGatewayCmd() *cobra.Command {
+	var f gatewayFlags
+	cmd := &cobra.Command{
+		Use:   "gateway",
+		Short: "Run the API gateway: routes derived from the manifests services publish",
+		Long: `Run the API gateway. It watches the registry's routes view, derives its routing table as
+ρ(static routes, manifests, policy) on every change and proxies requests by it. When the
+registry cannot be reached it keeps serving the last valid table and says so on every response
+(X-Cache-Source: snapshot, X-Route-Table-Age). GET /v1/gateway/routes shows the table with
+rejected manifests and conflicts; DELETE /v1/discovery/invalidate refetches now.
+
+The path policy (which prefixes each service may claim) comes from --policy
+(path_prefixes: {service: [prefix…]}) or from the registry's --rbac file (roles' path_prefixes;
+the identity is the service name). Without either, services may claim nothing.`,
+		Example: "  meshflows gateway --registry http://127.0.0.1:7400 --policy policy.yaml --routes static.yaml",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			logOut := telemetry.NewBufferedWriter(cmd.ErrOrStderr())
+			logger, err := telemetry.NewLogger(logOut, f.log)
+			if err != nil {
+				return err
+			}
+			ln, err := net.Listen("tcp", f.listen)
+			if err != nil {
+				return fmt.Errorf("listen on %s: %w", f.listen, err)
+			}
+			g, ctx := errgroup.WithContext(cmd.Context())
+			g.Go(func() error { return logOut.Run(ctx, logFlushInterval) })
+			if err := startGateway(ctx, g, &f, ln, logger); err != nil {
+				ln.Close()
+				logOut.Flush()
+				return err
+			}
+			return errors.Join(g.Wait(), logOut.Flush())
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.listen, "listen", "127.0.0.1:7402", "address to serve on")
+	fl.StringSliceVar(&f.registries, "registry", []string{"http://127.0.0.1:7400"}, "registry base URL; repeat or comma-separate for failover")
+	fl.StringVar(&f.routesFile, "routes", "", "static routes file (YAML): routes: [{path, methods, upstream}]")
+	fl.StringVar(&f.policyFile, "policy", "", "path policy file (YAML): path_prefixes: {service: [prefix, …]}")
+	fl.StringVar(&f.rbacFile, "rbac", "", "take the path policy from the registry's RBAC file instead (reloaded when it changes)")
+	fl.DurationVar(&f.cacheTTL, "cache-ttl", discovery.DefaultTTL, "how long a routes view is used without asking the registry")
+	fl.DurationVar(&f.maxStale, "max-stale", discovery.DefaultStaleAllowance, "how long the last valid view is served while the registry is unreachable")
+	fl.StringVar(&f.log.Level, "log-level", "info", "log level: debug, info, warn or error")
+	fl.StringVar(&f.log.Format, "log-format", "json", "log format: json or text")
+	f.creds.bind(fl)
+	return cmd
+}
+
+// startGateway builds the gateway and runs it and its HTTP server in g until ctx ends.
+func startGateway(ctx context.Context, g *errgroup.Group, f *gatewayFlags, ln net.Listener, logger *slog.Logger) error {
+	static, err := readStatic(f.routesFile)
+	if err != nil {
+		return err
+	}
+	policy := func() routing.Policy { return routing.Policy{} }
+	switch {
+	case f.policy != nil:
+		policy = func() routing.Policy { return f.policy }
+	case f.policyFile != "" && f.rbacFile != "":
+		return errors.New("--policy and --rbac are alternatives; give one")
+	case f.policyFile != "":
+		p, err := readPolicy(f.policyFile)
+		if err != nil {
+			return err
+		}
+		policy = func() routing.Policy { return p }
+	case f.rbacFile != "":
+		pf, err := auth.LoadPolicyFile(f.rbacFile, logger)
+		if err != nil {
+			return err
+		}
+		g.Go(func() error { return pf.Run(ctx, 2*time.Second) })
+		policy = func() routing.Policy {
+			p := pf.Policy()
+			out := routing.Policy{}
+			for id := range p.Identities {
+				out[id] = p.PathPrefixes(id)
+			}
+			return out
+		}
+	default:
+		logger.Warn("no --policy or --rbac: services may claim no path; only static routes are served")
+	}
+	httpClient, err := f.creds.httpClient()
+	if err != nil {
+		return err
+	}
+	promReg := telemetry.NewRegistry()
+	disc, err := discovery.New(discovery.Config{Registries: f.registries, Consumer: "gateway", Client: httpClient, BearerToken: f.creds.token,
+		TTL: f.cacheTTL, StaleAllowance: f.maxStale, Logger: logger, Registerer: promReg})
+	if err != nil {
+		return err
+	}
+	gw, err := gateway.New(gateway.Config{Discovery: disc, Static: static, Policy: policy, Logger: logger, Registerer: promReg})
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promHandler(promReg))
+	mux.Handle("/", gw)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	logger.Info("gateway listening", slog.String("addr", ln.Addr().String()), slog.Any("registries", f.registries))
+	g.Go(func() error { return gw.Run(ctx) })
+	g.Go(func() error { return serveUntil(ctx, srv, ln) })
+	return nil
+}
+
+// serveUntil serves srv on ln until ctx ends, then shuts it down gracefully.
+func serveUntil(ctx context.Context, srv *http.Server, ln net.Listener) error {
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
+		err = errors.Join(err, serr)
+	}
+	return err
+}
+
+func promHandler(reg *prometheus.Registry) http.Handler {
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{})
+}

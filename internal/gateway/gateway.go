@@ -1,0 +1,283 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/discovery"
+	"github.com/meshflows/meshflows/routing"
+)
+
+// Config configures a Gateway.
+type Config struct {
+	// Discovery reads the registry's routes view (the gateway calls WatchRoutes on it).
+	Discovery *discovery.Client
+	// Static routes win over every dynamic claim.
+	Static []routing.StaticRoute
+	// Policy returns the path prefixes each service may claim; it is called at every
+	// derivation, so a reloaded policy applies at the next one.
+	Policy func() routing.Policy
+	// PolicyCheck is how often the gateway checks whether Policy changed (default 2 s).
+	PolicyCheck time.Duration
+	// Transport sends requests upstream (default: a tuned keep-alive transport).
+	Transport http.RoundTripper
+	// MaxRetryBody is the largest request body buffered so that an idempotent request can
+	// be retried on another instance (default 1 MiB); larger ones are not retried.
+	MaxRetryBody int64
+	Logger       *slog.Logger
+	Registerer   prometheus.Registerer
+	Now          func() time.Time
+}
+
+// state is one derived table and what it was derived from.
+type state struct {
+	table     *routing.Table
+	canonical routing.Canonical
+	revision  int64
+	epoch     string
+	policy    string // fingerprint of the policy it was derived with
+	derivedAt time.Time
+	rr        map[*routing.Entry]*atomic.Uint64
+}
+
+// Gateway serves requests by the current table.
+type Gateway struct {
+	cfg     Config
+	metrics *metrics
+	state   atomic.Pointer[state]
+	proxy   *proxy
+	routes  atomic.Pointer[discovery.RoutesResult] // the inputs of the current table
+}
+
+// New returns a Gateway; it serves 503 until Run has derived a first table.
+func New(cfg Config) (*Gateway, error) {
+	if cfg.Discovery == nil {
+		return nil, errors.New("gateway: no discovery client")
+	}
+	if err := routing.ValidateStatic(cfg.Static); err != nil {
+		return nil, fmt.Errorf("gateway: %w", err)
+	}
+	if cfg.Policy == nil {
+		cfg.Policy = func() routing.Policy { return routing.Policy{} }
+	}
+	if cfg.PolicyCheck == 0 {
+		cfg.PolicyCheck = 2 * time.Second
+	}
+	if cfg.Transport == nil {
+		cfg.Transport = NewTransport()
+	}
+	if cfg.MaxRetryBody == 0 {
+		cfg.MaxRetryBody = 1 << 20
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	g := &Gateway{cfg: cfg}
+	m, err := newMetrics(cfg.Registerer, g)
+	if err != nil {
+		return nil, err
+	}
+	g.metrics = m
+	g.proxy = newProxy(cfg.Transport, cfg.MaxRetryBody, m, cfg.Logger)
+	return g, nil
+}
+
+// NewTransport returns the upstream transport: keep-alive pools sized for a gateway and
+// timeouts on everything but the response body.
+func NewTransport() *http.Transport {
+	return &http.Transport{
+		Proxy:                 nil,
+		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		MaxIdleConns:          1024,
+		MaxIdleConnsPerHost:   256,
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   5 * time.Second,
+		ResponseHeaderTimeout: 30 * time.Second,
+		ExpectContinueTimeout: time.Second,
+	}
+}
+
+// Run keeps the table current until ctx ends: a long-poll watch of the routes view, and a
+// re-derivation when the policy changes.
+func (g *Gateway) Run(ctx context.Context) error {
+	done := make(chan error, 1)
+	go func() {
+		done <- g.cfg.Discovery.WatchRoutes(ctx, func(r *discovery.RoutesResult) {
+			g.routes.Store(r)
+			g.derive()
+		})
+	}()
+	t := time.NewTicker(g.cfg.PolicyCheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return <-done
+		case <-t.C:
+			if st := g.state.Load(); st != nil && st.policy != fingerprint(g.cfg.Policy()) {
+				g.derive()
+			}
+		}
+	}
+}
+
+// Invalidate makes the discovery client ask the registry again at once; the current
+// table stays until a valid answer replaces it.
+func (g *Gateway) Invalidate(ctx context.Context) error {
+	g.cfg.Discovery.Invalidate()
+	r, err := g.cfg.Discovery.Routes(ctx)
+	if err != nil {
+		return err
+	}
+	g.routes.Store(r)
+	g.derive()
+	return nil
+}
+
+// derive builds a table from the current inputs and swaps it in.
+func (g *Gateway) derive() {
+	r := g.routes.Load()
+	if r == nil {
+		return
+	}
+	policy := g.cfg.Policy()
+	in := routing.Input{Static: g.cfg.Static, Policy: policy, Manifests: make([]routing.ManifestInput, 0, len(r.Manifests))}
+	for _, m := range r.Manifests {
+		in.Manifests = append(in.Manifests, routing.ManifestInput{InstanceID: m.InstanceID, Generation: m.Generation, Endpoint: m.Endpoint, Parsed: m.Manifest})
+	}
+	start := g.cfg.Now()
+	t := routing.Derive(in)
+	st := &state{table: t, canonical: t.Canonical(), revision: r.Revision, epoch: r.RegistryEpoch, policy: fingerprint(policy),
+		derivedAt: g.cfg.Now(), rr: make(map[*routing.Entry]*atomic.Uint64, len(t.Entries()))}
+	for _, e := range t.Entries() {
+		st.rr[e] = new(atomic.Uint64)
+	}
+	g.state.Store(st)
+	g.metrics.derivations.Inc()
+	g.cfg.Logger.Info("routing table derived", slog.Int64("registry_revision", r.Revision), slog.Int("routes", len(st.canonical.Routes)),
+		slog.Int("rejected", len(st.canonical.Rejected)), slog.Int("conflicts", len(st.canonical.Conflicts)),
+		slog.String("took", g.cfg.Now().Sub(start).String()))
+}
+
+func fingerprint(p routing.Policy) string {
+	return fmt.Sprint(p) // fmt prints maps in key order: equal policies print alike
+}
+
+// ServeHTTP serves the gateway: its own endpoints under /v1/gateway and
+// /v1/discovery/invalidate, everything else by the table.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case r.URL.Path == "/v1/gateway/routes":
+		g.serveRoutes(w, r)
+		return
+	case r.URL.Path == "/v1/discovery/invalidate":
+		g.serveInvalidate(w, r)
+		return
+	}
+	st := g.state.Load()
+	if st == nil {
+		writeError(w, apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable, "no routing table yet: the registry has not answered"))
+		return
+	}
+	source, age := g.source()
+	w.Header().Set("X-Cache-Source", string(source))
+	if source == discovery.SourceSnapshot {
+		w.Header().Set("X-Route-Table-Age", strconv.Itoa(int(age/time.Second)))
+	}
+	m := st.table.Match(r.Method, r.URL.Path)
+	switch m.Status {
+	case http.StatusNotFound:
+		g.metrics.requests.WithLabelValues("none", "404").Inc()
+		writeError(w, apiv1.Errorf(http.StatusNotFound, apiv1.CodeNotFound, "no route for %s %s", r.Method, m.Path))
+		return
+	case http.StatusMethodNotAllowed:
+		g.metrics.requests.WithLabelValues("none", "405").Inc()
+		w.Header().Set("Allow", joinComma(m.Allow))
+		writeError(w, apiv1.Errorf(http.StatusMethodNotAllowed, apiv1.CodeMethodNotAllowed, "%s is not allowed on %s", r.Method, m.Path))
+		return
+	}
+	if len(m.Entry.Upstreams) == 0 {
+		writeError(w, apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable, "route %s %s has no upstream", m.Entry.Method, m.Entry.Pattern))
+		return
+	}
+	g.proxy.serve(w, r, m, st.rr[m.Entry].Add(1)-1)
+}
+
+// source says whether the table comes from a fresh view or the last-known-good one.
+func (g *Gateway) source() (discovery.Source, time.Duration) {
+	st, age := g.cfg.Discovery.RoutesState()
+	if st == discovery.StateStale || st == discovery.StateExpired {
+		return discovery.SourceSnapshot, age
+	}
+	return discovery.SourceFresh, age
+}
+
+// RoutesAnswer is the body of GET /v1/gateway/routes.
+type RoutesAnswer struct {
+	routing.Canonical
+	Source           discovery.Source `json:"source"`
+	AgeSeconds       int64            `json:"age_seconds"`
+	RegistryRevision int64            `json:"registry_revision"`
+	RegistryEpoch    string           `json:"registry_epoch"`
+	DerivedAt        time.Time        `json:"derived_at"`
+	// Reasons explain each rejected manifest, by instance.
+	Reasons map[string]string `json:"rejection_reasons"`
+}
+
+func (g *Gateway) serveRoutes(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		writeError(w, apiv1.Errorf(http.StatusMethodNotAllowed, apiv1.CodeMethodNotAllowed, "use GET"))
+		return
+	}
+	st := g.state.Load()
+	if st == nil {
+		writeError(w, apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable, "no routing table yet"))
+		return
+	}
+	source, age := g.source()
+	ans := RoutesAnswer{Canonical: st.canonical, Source: source, AgeSeconds: int64(age / time.Second), RegistryRevision: st.revision,
+		RegistryEpoch: st.epoch, DerivedAt: st.derivedAt.UTC(), Reasons: map[string]string{}}
+	for _, rj := range st.canonical.Rejected {
+		ans.Reasons[rj.Instance] = rj.Reason
+	}
+	writeJSON(w, http.StatusOK, ans)
+}
+
+func (g *Gateway) serveInvalidate(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodDelete && r.Method != http.MethodGet {
+		w.Header().Set("Allow", "DELETE, GET")
+		writeError(w, apiv1.Errorf(http.StatusMethodNotAllowed, apiv1.CodeMethodNotAllowed, "use DELETE"))
+		return
+	}
+	if err := g.Invalidate(r.Context()); err != nil {
+		writeError(w, apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable, "refetch failed, the last-known-good table stays: %v", err))
+		return
+	}
+	st := g.state.Load()
+	writeJSON(w, http.StatusOK, map[string]any{"registry_revision": st.revision, "routes": len(st.canonical.Routes)})
+}
+
+func joinComma(ss []string) string {
+	out := ""
+	for i, s := range ss {
+		if i > 0 {
+			out += ", "
+		}
+		out += s
+	}
+	return out
+}

@@ -1,0 +1,54 @@
+package gateway
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	requests    *prometheus.CounterVec
+	upstream    *prometheus.HistogramVec
+	retries     prometheus.Counter
+	derivations prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer, g *Gateway) (*metrics, error) {
+	const ns, sub = "meshflows", "gateway"
+	m := &metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "requests_total",
+			Help: "Requests by route source (static, dynamic, none) and status code."}, []string{"source", "code"}),
+		upstream: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "upstream_duration_seconds",
+			Help: "Time from forwarding a request to the end of its response, by route source.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)},
+			[]string{"source"}),
+		retries: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "retries_total",
+			Help: "Idempotent requests retried on another instance after a connection failure."}),
+		derivations: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "table_derivations_total",
+			Help: "Routing tables derived."}),
+	}
+	if reg == nil {
+		return m, nil
+	}
+	gauge := func(name, help string, f func(*state) float64) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: name, Help: help}, func() float64 {
+			if st := g.state.Load(); st != nil {
+				return f(st)
+			}
+			return 0
+		})
+	}
+	cs := []prometheus.Collector{m.requests, m.upstream, m.retries, m.derivations,
+		gauge("table_age_seconds", "Age of the routes view the table was derived from (grows while the registry is unreachable).",
+			func(*state) float64 { _, age := g.source(); return age.Seconds() }),
+		gauge("table_revision", "Registry revision the table was derived from.", func(st *state) float64 { return float64(st.revision) }),
+		gauge("table_routes", "Routes in the table.", func(st *state) float64 { return float64(len(st.canonical.Routes)) }),
+		gauge("rejected_manifests", "Manifests rejected by the last derivation.", func(st *state) float64 { return float64(len(st.canonical.Rejected)) }),
+		gauge("conflicts", "Contested (pattern, method) pairs in the table.", func(st *state) float64 { return float64(len(st.canonical.Conflicts)) }),
+	}
+	for _, c := range cs {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("register gateway metrics: %w", err)
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,169 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strconv"
+	"time"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/routing"
+)
+
+// proxy forwards requests with httputil.ReverseProxy over a retrying transport.
+type proxy struct {
+	rp           *httputil.ReverseProxy
+	maxRetryBody int64
+	metrics      *metrics
+}
+
+type targetKey struct{}
+
+// target is where one request goes: the upstreams to try, in order, and the cleaned path.
+type target struct {
+	upstreams []*url.URL
+	path      string
+	retry     bool // idempotent and more than one upstream
+	source    string
+}
+
+func newProxy(rt http.RoundTripper, maxRetryBody int64, m *metrics, logger *slog.Logger) *proxy {
+	p := &proxy{maxRetryBody: maxRetryBody, metrics: m}
+	p.rp = &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			t := pr.In.Context().Value(targetKey{}).(*target)
+			pr.SetURL(t.upstreams[0])
+			pr.Out.URL.Path = joinPath(t.upstreams[0].Path, t.path)
+			pr.Out.URL.RawPath = ""
+			pr.SetXForwarded()
+		},
+		Transport:     &retrying{next: rt, metrics: m},
+		FlushInterval: -1, // stream
+		ErrorLog:      slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			status := http.StatusBadGateway
+			if errors.Is(err, context.DeadlineExceeded) {
+				status = http.StatusGatewayTimeout
+			}
+			writeError(w, apiv1.Errorf(status, apiv1.CodeUnavailable, "upstream failed: %v", err))
+		},
+		ModifyResponse: func(resp *http.Response) error {
+			t := resp.Request.Context().Value(targetKey{}).(*target)
+			m.requests.WithLabelValues(t.source, strconv.Itoa(resp.StatusCode)).Inc()
+			return nil
+		},
+	}
+	return p
+}
+
+func joinPath(base, p string) string {
+	if base == "" || base == "/" {
+		return p
+	}
+	if p == "/" {
+		return base
+	}
+	return base[:len(base)-boolInt(base[len(base)-1] == '/')] + p
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// serve proxies r to the route of m, starting at upstream number start (round robin).
+func (p *proxy) serve(w http.ResponseWriter, r *http.Request, m routing.Match, start uint64) {
+	e := m.Entry
+	t := &target{path: m.Path, source: e.Source}
+	n := len(e.Upstreams)
+	for i := range n {
+		u, err := url.Parse(e.Upstreams[(int(start)+i)%n].Endpoint)
+		if err != nil {
+			continue
+		}
+		t.upstreams = append(t.upstreams, u)
+	}
+	if len(t.upstreams) == 0 {
+		writeError(w, apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable, "no usable upstream for %s", e.Pattern))
+		return
+	}
+	t.retry = e.IdempotentRetry && len(t.upstreams) > 1
+	if t.retry && r.Body != nil && r.Body != http.NoBody {
+		// Buffer a small body so that a retry can send it again; a large one is not retried.
+		if r.ContentLength < 0 || r.ContentLength > p.maxRetryBody {
+			t.retry = false
+		} else {
+			body, err := io.ReadAll(io.LimitReader(r.Body, p.maxRetryBody+1))
+			if err != nil || int64(len(body)) > p.maxRetryBody {
+				writeError(w, apiv1.Errorf(http.StatusBadRequest, apiv1.CodeInvalidRequest, "could not read the request body"))
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+		}
+	}
+	start2 := time.Now()
+	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, t)))
+	p.metrics.upstream.WithLabelValues(e.Source).Observe(time.Since(start2).Seconds())
+}
+
+// retrying sends a request to its first upstream and, when that fails to connect and the
+// route is idempotent, once more to the next one.
+type retrying struct {
+	next    http.RoundTripper
+	metrics *metrics
+}
+
+func (rt *retrying) RoundTrip(req *http.Request) (*http.Response, error) {
+	t, _ := req.Context().Value(targetKey{}).(*target)
+	retry := t != nil && t.retry
+	var body func() (io.ReadCloser, error)
+	if retry {
+		body = req.GetBody
+		if req.Body != nil && req.Body != http.NoBody && body == nil {
+			retry = false
+		}
+	}
+	resp, err := rt.next.RoundTrip(req)
+	if err == nil || !retry || !connectFailure(err) || req.Context().Err() != nil {
+		return resp, err
+	}
+	rt.metrics.retries.Inc()
+	again := req.Clone(req.Context())
+	next := t.upstreams[1]
+	again.URL.Scheme, again.URL.Host, again.Host = next.Scheme, next.Host, ""
+	again.URL.Path = joinPath(next.Path, t.path)
+	if body != nil {
+		if again.Body, err = body(); err != nil {
+			return nil, err
+		}
+	}
+	return rt.next.RoundTrip(again)
+}
+
+// connectFailure reports an error that happened before the request reached the upstream.
+func connectFailure(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, _ := json.Marshal(v)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}
+
+func writeError(w http.ResponseWriter, e *apiv1.Error) {
+	writeJSON(w, e.Status, apiv1.ErrorBody{Error: e})
+}
