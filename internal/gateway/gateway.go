@@ -142,6 +142,9 @@ func (g *Gateway) Invalidate(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if r.Source == discovery.SourceSnapshot {
+		return errors.New("the registry did not answer; the last-known-good view is kept")
+	}
 	g.routes.Store(r)
 	g.derive()
 	return nil

@@ -1,0 +1,277 @@
+package gateway_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/discovery"
+	"github.com/meshflows/meshflows/internal/gateway"
+	"github.com/meshflows/meshflows/internal/registry"
+	"github.com/meshflows/meshflows/internal/registry/registrytest"
+	"github.com/meshflows/meshflows/routing"
+)
+
+// switchable serves the registry, or 503 while it is "down".
+type switchable struct {
+	h    http.Handler
+	down atomic.Bool
+}
+
+func (s *switchable) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if s.down.Load() {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
+	s.h.ServeHTTP(w, r)
+}
+
+type env struct {
+	reg   *registrytest.Server
+	front *switchable
+	gw    *gateway.Gateway
+	srv   *httptest.Server
+	prom  *prometheus.Registry
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	reg := registrytest.NewServer(t, registry.Config{})
+	reg.Clock.Advance(registry.DefaultLeaseTTL) // past the warm-up: answers are complete, withdrawals apply
+	front := &switchable{h: reg.Config.Handler}
+	fs := httptest.NewServer(front)
+	t.Cleanup(fs.Close)
+	disc, err := discovery.New(discovery.Config{Registries: []string{fs.URL}, WatchWait: 200 * time.Millisecond, RequestTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prom := prometheus.NewRegistry()
+	gw, err := gateway.New(gateway.Config{Discovery: disc, Registerer: prom,
+		Static:      []routing.StaticRoute{{Path: "/static/{rest...}", Methods: []string{"GET"}, Upstream: upstream(t, "static").URL}},
+		Policy:      func() routing.Policy { return routing.Policy{"orders": {"/orders"}} },
+		PolicyCheck: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- gw.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	srv := httptest.NewServer(gw)
+	t.Cleanup(srv.Close)
+	return &env{reg: reg, front: front, gw: gw, srv: srv, prom: prom}
+}
+
+// upstream is a backend that answers with its name, the path it got and X-Forwarded-For.
+func upstream(t *testing.T, name string) *httptest.Server {
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "%s %s %s %s", name, r.URL.Path, r.Header.Get("X-Forwarded-For"), body)
+	}))
+	t.Cleanup(s.Close)
+	return s
+}
+
+func (e *env) register(t *testing.T, id, endpoint string, routes ...apiv1.ManifestRoute) {
+	t.Helper()
+	req := apiv1.RegisterRequest{InstanceID: id, ServiceName: "orders", ServiceVersion: "1.0.0", Endpoint: endpoint,
+		Capabilities: []apiv1.Capability{{CapabilityID: "orders.read", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0", Provider: "http"}},
+		Manifest:     &apiv1.Manifest{FARP: "1.0", Service: apiv1.ManifestService{Name: "orders", Instance: id, Version: "1.0.0"}, Routes: routes}}
+	if _, err := e.reg.Registry.Register(context.Background(), &req); err != nil {
+		t.Fatal(err)
+	}
+}
+
+var ordersRoutes = []apiv1.ManifestRoute{
+	{Path: "/orders/{id}", Methods: []string{"GET", "POST"}, Idempotent: []string{"GET"}},
+}
+
+type answer struct {
+	status int
+	body   string
+	header http.Header
+}
+
+func (e *env) do(t *testing.T, method, path, body string) answer {
+	t.Helper()
+	req, _ := http.NewRequest(method, e.srv.URL+path, strings.NewReader(body))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return answer{resp.StatusCode, string(b), resp.Header}
+}
+
+// until polls cond; it asserts no timing, the 10 s bound only ends a broken test.
+func until(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("never: %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestRoutesFollowTheRegistry(t *testing.T) {
+	e := newEnv(t)
+	a := upstream(t, "a")
+	e.register(t, "orders-a", a.URL, ordersRoutes...)
+	until(t, "the new provider's route is served", func() bool { return e.do(t, "GET", "/orders/1", "").status == 200 })
+	got := e.do(t, "GET", "//orders/./7/", "")
+	if !strings.HasPrefix(got.body, "a /orders/7 127.0.0.1") || got.header.Get("X-Cache-Source") != "fresh" {
+		t.Errorf("GET //orders/./7/ = %d %q %v", got.status, got.body, got.header)
+	}
+	if got := e.do(t, "GET", "/static/x/y", ""); got.status != 200 || !strings.HasPrefix(got.body, "static /static/x/y") {
+		t.Errorf("static route = %d %q", got.status, got.body)
+	}
+	if got := e.do(t, "PUT", "/orders/7", ""); got.status != 405 || got.header.Get("Allow") != "GET, POST" || !strings.Contains(got.body, "METHOD_NOT_ALLOWED") {
+		t.Errorf("PUT = %d %q Allow %q", got.status, got.body, got.header.Get("Allow"))
+	}
+	if got := e.do(t, "GET", "/nothing", ""); got.status != 404 || !strings.Contains(got.body, "NOT_FOUND") {
+		t.Errorf("unknown path = %d %q", got.status, got.body)
+	}
+	// the table explains itself
+	var routes gateway.RoutesAnswer
+	json.Unmarshal([]byte(e.do(t, "GET", "/v1/gateway/routes", "").body), &routes)
+	if len(routes.Routes) != 3 || routes.Source != discovery.SourceFresh || routes.RegistryRevision != 1 {
+		t.Errorf("routes = %+v", routes)
+	}
+	// deregistration withdraws the route
+	if err := e.reg.Registry.Deregister(context.Background(), "orders-a", 0); err != nil {
+		t.Fatal(err)
+	}
+	until(t, "the route is withdrawn", func() bool { return e.do(t, "GET", "/orders/1", "").status == 404 })
+}
+
+func TestLastKnownGoodDuringAnOutage(t *testing.T) {
+	e := newEnv(t)
+	a := upstream(t, "a")
+	e.register(t, "orders-a", a.URL, ordersRoutes...)
+	until(t, "served", func() bool { return e.do(t, "GET", "/orders/1", "").status == 200 })
+	e.front.down.Store(true)
+	until(t, "the gateway notices the outage", func() bool {
+		return e.do(t, "GET", "/orders/1", "").header.Get("X-Cache-Source") == "snapshot"
+	})
+	for range 20 {
+		got := e.do(t, "GET", "/orders/1", "")
+		if got.status != 200 || got.header.Get("X-Cache-Source") != "snapshot" || got.header.Get("X-Route-Table-Age") == "" {
+			t.Fatalf("during the outage: %d %q %v", got.status, got.body, got.header)
+		}
+	}
+	// an invalidation during the outage keeps the table
+	if got := e.do(t, "DELETE", "/v1/discovery/invalidate", ""); got.status != 503 {
+		t.Errorf("invalidate during the outage = %d", got.status)
+	}
+	if got := e.do(t, "GET", "/orders/1", ""); got.status != 200 {
+		t.Errorf("after a failed invalidation: %d", got.status)
+	}
+	e.front.down.Store(false)
+	until(t, "fresh again", func() bool { return e.do(t, "GET", "/orders/1", "").header.Get("X-Cache-Source") == "fresh" })
+	if got := e.do(t, "DELETE", "/v1/discovery/invalidate", ""); got.status != 200 {
+		t.Errorf("invalidate = %d %s", got.status, got.body)
+	}
+}
+
+func TestIdempotentRetryOnly(t *testing.T) {
+	e := newEnv(t)
+	dead := httptest.NewServer(http.NotFoundHandler())
+	dead.Close() // connection refused
+	a := upstream(t, "a")
+	e.register(t, "orders-a", a.URL, ordersRoutes...)
+	e.register(t, "orders-dead", dead.URL, ordersRoutes...)
+	until(t, "two instances in the table", func() bool {
+		var r gateway.RoutesAnswer
+		json.Unmarshal([]byte(e.do(t, "GET", "/v1/gateway/routes", "").body), &r)
+		return len(r.Routes) > 0 && len(r.Routes[0].Instances) == 2
+	})
+	for i := range 10 {
+		if got := e.do(t, "GET", "/orders/1", ""); got.status != 200 {
+			t.Fatalf("GET %d = %d %q: an idempotent request must be retried on the live instance", i, got.status, got.body)
+		}
+	}
+	failed := 0
+	for range 10 {
+		switch got := e.do(t, "POST", "/orders/1", "payload"); got.status {
+		case 200:
+			if !strings.HasSuffix(got.body, "payload") {
+				t.Errorf("POST body lost: %q", got.body)
+			}
+		case 502:
+			failed++
+		default:
+			t.Fatalf("POST = %d", got.status)
+		}
+	}
+	if failed != 5 {
+		t.Errorf("%d of 10 POSTs failed, want the 5 sent to the dead instance (no retry for POST)", failed)
+	}
+	if got := testutil.ToFloat64(counter(t, e.prom, "meshflows_gateway_retries_total")); got < 5 {
+		t.Errorf("retries_total = %v, want >= 5", got)
+	}
+}
+
+func counter(t *testing.T, g prometheus.Gatherer, name string) prometheus.Collector {
+	mfs, _ := g.Gather()
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "copy"})
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			c.Add(mf.GetMetric()[0].GetCounter().GetValue())
+		}
+	}
+	return c
+}
+
+// TestTableSwapUnderLoad registers and deregisters instances while clients send requests:
+// with -race, every swap must be safe, and every answer a route's or a clean 404.
+func TestTableSwapUnderLoad(t *testing.T) {
+	e := newEnv(t)
+	a := upstream(t, "a")
+	e.register(t, "orders-a", a.URL, ordersRoutes...)
+	until(t, "served", func() bool { return e.do(t, "GET", "/orders/1", "").status == 200 })
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var bad atomic.Int64
+	for range 8 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				resp, err := http.Get(e.srv.URL + "/orders/1")
+				if err != nil {
+					bad.Add(1)
+					continue
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					bad.Add(1)
+				}
+			}
+		})
+	}
+	for i := range 50 {
+		b := upstream(t, fmt.Sprintf("b%d", i))
+		id := fmt.Sprintf("orders-b%d", i)
+		e.register(t, id, b.URL, ordersRoutes...)
+		e.reg.Registry.Deregister(context.Background(), id, 0)
+	}
+	cancel()
+	wg.Wait()
+	if n := bad.Load(); n != 0 {
+		t.Errorf("%d requests failed while the table was swapped", n)
+	}
+}
