@@ -37,10 +37,24 @@ type ManifestInput struct {
 // may claim nothing.
 type Policy map[string][]string
 
+// Alias is a public path a capability declares (metadata.public_paths): POST <Path> is
+// forwarded to the instance's /v1/capabilities/<CapabilityID>/invoke. Aliases take part in
+// precedence like manifest routes of their service.
+type Alias struct {
+	Path         string `json:"path"`
+	CapabilityID string `json:"capability_id"`
+	Service      string `json:"service"`
+	Version      string `json:"version"`
+	Instance     string `json:"instance"`
+	Endpoint     string `json:"endpoint"`
+	Generation   int64  `json:"generation"`
+}
+
 // Input is everything a table is derived from.
 type Input struct {
 	Static    []StaticRoute
 	Manifests []ManifestInput
+	Aliases   []Alias
 	Policy    Policy
 }
 
@@ -93,6 +107,9 @@ type Entry struct {
 	Route
 	// Key is the pattern's key (parameter names erased), the table's sort key.
 	Key string
+	// Rewrite, when set, is the path requests are forwarded to instead of their own (a
+	// public alias forwards to the capability's invoke endpoint).
+	Rewrite string
 	// Segments of the pattern.
 	Segments []apiv1.Segment
 	// Upstreams, sorted by instance (dynamic routes); Route.Upstream for static ones.
@@ -121,12 +138,14 @@ type claim struct {
 	idempotent           bool
 	instance, endpoint   string
 	generation           int64
+	rewrite              string
 }
 
 // group is the claims of one (key, method, service, version): replicas.
 type group struct {
 	newest     *claim
 	seniority  int64 // lowest generation
+	rewrite    string
 	upstreams  []Upstream
 	service    string
 	version    string
@@ -153,6 +172,11 @@ func Derive(in Input) *Table {
 		}
 		claims = append(claims, cs...)
 	}
+	for _, a := range in.Aliases {
+		if c := aliasClaim(a, grants); c != nil {
+			claims = append(claims, c)
+		}
+	}
 	slices.SortFunc(t.rejected, func(a, b Rejected) int { return cmp.Compare(a.Instance, b.Instance) })
 
 	// Group replicas per (key, method, service, version). Most (key, method) pairs have one
@@ -169,7 +193,7 @@ func Derive(in Input) *Table {
 			}
 		}
 		if g == nil {
-			g = &group{service: c.service, ver: c.ver, seniority: c.generation, newest: c}
+			g = &group{service: c.service, ver: c.ver, seniority: c.generation, newest: c, rewrite: c.rewrite}
 			byKM[km] = append(gs, g)
 		}
 		g.upstreams = append(g.upstreams, Upstream{Instance: c.instance, Endpoint: c.endpoint})
@@ -240,7 +264,7 @@ func Derive(in Input) *Table {
 				ids[i] = u.Instance
 			}
 			e = &Entry{Route: Route{Pattern: w.pattern, Method: k[1], Source: "dynamic", Service: w.service, Version: w.version,
-				Instances: ids, Idempotent: w.idempotent, Weight: &weight}, Key: k[0], Segments: w.segs, Upstreams: w.upstreams, IdempotentRetry: w.idempotent}
+				Instances: ids, Idempotent: w.idempotent, Weight: &weight}, Key: k[0], Rewrite: w.rewrite, Segments: w.segs, Upstreams: w.upstreams, IdempotentRetry: w.idempotent}
 			for _, g := range gs[1:] {
 				losers = append(losers, g.label())
 			}
@@ -333,6 +357,19 @@ func claimsOf(mi ManifestInput, grants map[string][][]apiv1.Segment) ([]*claim, 
 		}
 	}
 	return out, nil
+}
+
+// aliasClaim turns a public path into a POST claim; an alias outside the service's
+// prefixes, or with a malformed path or version, claims nothing.
+func aliasClaim(a Alias, grants map[string][][]apiv1.Segment) *claim {
+	segs, err := apiv1.ParsePath(a.Path)
+	ver, verr := semver.StrictNewVersion(a.Version)
+	if err != nil || verr != nil || !slices.ContainsFunc(grants[a.Service], func(p []apiv1.Segment) bool { return within(segs, p) }) {
+		return nil
+	}
+	return &claim{key: apiv1.PathKey(segs), method: "POST", pattern: a.Path, segs: segs, service: a.Service, version: a.Version,
+		ver: ver, weight: 100, instance: a.Instance, endpoint: a.Endpoint, generation: a.Generation,
+		rewrite: "/v1/capabilities/" + a.CapabilityID + "/invoke"}
 }
 
 // decodeManifest decodes a manifest; a value of the wrong JSON type rejects it with the

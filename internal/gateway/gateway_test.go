@@ -275,3 +275,22 @@ func TestTableSwapUnderLoad(t *testing.T) {
 		t.Errorf("%d requests failed while the table was swapped", n)
 	}
 }
+
+func TestPublicAliasForwardsToInvoke(t *testing.T) {
+	e := newEnv(t)
+	a := upstream(t, "a")
+	req := apiv1.RegisterRequest{InstanceID: "orders-a", ServiceName: "orders", ServiceVersion: "1.0.0", Endpoint: a.URL,
+		Capabilities: []apiv1.Capability{{CapabilityID: "orders.submit", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0", Provider: "http",
+			Metadata: json.RawMessage(`{"public_paths": ["/orders/submit", "/admin/steal"]}`)}},
+		Manifest: &apiv1.Manifest{FARP: "1.0", Service: apiv1.ManifestService{Name: "orders", Instance: "orders-a", Version: "1.0.0"}, Routes: ordersRoutes}}
+	if _, err := e.reg.Registry.Register(context.Background(), &req); err != nil {
+		t.Fatal(err)
+	}
+	until(t, "alias served", func() bool { return e.do(t, "POST", "/orders/submit", "{}").status == 200 })
+	if got := e.do(t, "POST", "/orders/submit", `{"x":1}`); !strings.HasPrefix(got.body, "a /v1/capabilities/orders.submit/invoke") {
+		t.Errorf("alias forwarded as %q", got.body)
+	}
+	if got := e.do(t, "POST", "/admin/steal", "{}"); got.status != 404 {
+		t.Errorf("an alias outside the service's prefixes = %d, want 404", got.status)
+	}
+}

@@ -85,6 +85,9 @@ func boolInt(b bool) int {
 func (p *proxy) serve(w http.ResponseWriter, r *http.Request, m routing.Match, start uint64) {
 	e := m.Entry
 	t := &target{path: m.Path, source: e.Source}
+	if e.Rewrite != "" {
+		t.path = e.Rewrite
+	}
 	n := len(e.Upstreams)
 	for i := range n {
 		u, err := url.Parse(e.Upstreams[(int(start)+i)%n].Endpoint)
