@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -29,6 +30,7 @@ type gatewayFlags struct {
 	log                                      telemetry.LogConfig
 	// policy, when set, is used as is (meshflows dev grants the example providers theirs).
 	policy routing.Policy
+	debug  string
 }
 
 func newGatewayCmd() *cobra.Command {
@@ -75,6 +77,7 @@ the identity is the service name). Without either, services may claim nothing.`,
 	fl.StringVar(&f.rbacFile, "rbac", "", "take the path policy from the registry's RBAC file instead (reloaded when it changes)")
 	fl.DurationVar(&f.cacheTTL, "cache-ttl", discovery.DefaultTTL, "how long a routes view is used without asking the registry")
 	fl.DurationVar(&f.maxStale, "max-stale", discovery.DefaultStaleAllowance, "how long the last valid view is served while the registry is unreachable")
+	fl.StringVar(&f.debug, "debug-listen", "", "serve Go profiling (/debug/pprof/) on this address, e.g. 127.0.0.1:6060 (off by default)")
 	fl.StringVar(&f.log.Level, "log-level", "info", "log level: debug, info, warn or error")
 	fl.StringVar(&f.log.Format, "log-format", "json", "log format: json or text")
 	f.creds.bind(fl)
@@ -136,6 +139,18 @@ func startGateway(ctx context.Context, g *errgroup.Group, f *gatewayFlags, ln ne
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 	logger.Info("gateway listening", slog.String("addr", ln.Addr().String()), slog.Any("registries", f.registries))
+	if f.debug != "" {
+		dln, err := net.Listen("tcp", f.debug)
+		if err != nil {
+			return fmt.Errorf("--debug-listen: %w", err)
+		}
+		dmux := http.NewServeMux()
+		dmux.HandleFunc("/debug/pprof/", pprof.Index)
+		dmux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		dmux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		dmux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		g.Go(func() error { return serveUntil(ctx, &http.Server{Handler: dmux, ReadHeaderTimeout: 10 * time.Second}, dln) })
+	}
 	g.Go(func() error { return gw.Run(ctx) })
 	g.Go(func() error { return serveUntil(ctx, srv, ln) })
 	return nil

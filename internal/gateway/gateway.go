@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -47,7 +48,22 @@ type state struct {
 	epoch     string
 	policy    string // fingerprint of the policy it was derived with
 	derivedAt time.Time
-	rr        map[*routing.Entry]*atomic.Uint64
+	serving   map[*routing.Entry]*serving
+}
+
+// serving is what the proxy needs per route, prepared once per table: parsed upstream
+// URLs and the round-robin counter.
+type serving struct {
+	upstreams []*url.URL
+	next      atomic.Uint64
+}
+
+// freshness is the source of the table and its age, refreshed by Run so that requests
+// read one atomic instead of locking the discovery view.
+type freshness struct {
+	source discovery.Source
+	age    time.Duration
+	header string // X-Route-Table-Age value, when snapshot
 }
 
 // Gateway serves requests by the current table.
@@ -57,6 +73,7 @@ type Gateway struct {
 	state   atomic.Pointer[state]
 	proxy   *proxy
 	routes  atomic.Pointer[discovery.RoutesResult] // the inputs of the current table
+	fresh   atomic.Pointer[freshness]
 }
 
 // New returns a Gateway; it serves 503 until Run has derived a first table.
@@ -122,16 +139,30 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}()
 	t := time.NewTicker(g.cfg.PolicyCheck)
 	defer t.Stop()
+	fresh := time.NewTicker(250 * time.Millisecond)
+	defer fresh.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return <-done
+		case <-fresh.C:
+			g.updateFreshness()
 		case <-t.C:
 			if st := g.state.Load(); st != nil && st.policy != fingerprint(g.cfg.Policy()) {
 				g.derive()
 			}
 		}
 	}
+}
+
+// updateFreshness reads the discovery view's state into the atomic the requests read.
+func (g *Gateway) updateFreshness() {
+	st, age := g.cfg.Discovery.RoutesState()
+	f := &freshness{source: discovery.SourceFresh, age: age}
+	if st == discovery.StateStale || st == discovery.StateExpired {
+		f.source, f.header = discovery.SourceSnapshot, strconv.Itoa(int(age/time.Second))
+	}
+	g.fresh.Store(f)
 }
 
 // Invalidate makes the discovery client ask the registry again at once; the current
@@ -174,11 +205,18 @@ func (g *Gateway) derive() {
 	start := g.cfg.Now()
 	t := routing.Derive(in)
 	st := &state{table: t, canonical: t.Canonical(), revision: r.Revision, epoch: r.RegistryEpoch, policy: fingerprint(policy),
-		derivedAt: g.cfg.Now(), rr: make(map[*routing.Entry]*atomic.Uint64, len(t.Entries()))}
+		derivedAt: g.cfg.Now(), serving: make(map[*routing.Entry]*serving, len(t.Entries()))}
 	for _, e := range t.Entries() {
-		st.rr[e] = new(atomic.Uint64)
+		sv := &serving{}
+		for _, u := range e.Upstreams {
+			if pu, err := url.Parse(u.Endpoint); err == nil && pu.Host != "" {
+				sv.upstreams = append(sv.upstreams, pu)
+			}
+		}
+		st.serving[e] = sv
 	}
 	g.state.Store(st)
+	g.updateFreshness()
 	g.metrics.derivations.Inc()
 	g.cfg.Logger.Info("routing table derived", slog.Int64("registry_revision", r.Revision), slog.Int("routes", len(st.canonical.Routes)),
 		slog.Int("rejected", len(st.canonical.Rejected)), slog.Int("conflicts", len(st.canonical.Conflicts)),
@@ -205,37 +243,43 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable, "no routing table yet: the registry has not answered"))
 		return
 	}
-	source, age := g.source()
-	w.Header().Set("X-Cache-Source", string(source))
-	if source == discovery.SourceSnapshot {
-		w.Header().Set("X-Route-Table-Age", strconv.Itoa(int(age/time.Second)))
+	if f := g.fresh.Load(); f != nil && f.source == discovery.SourceSnapshot {
+		w.Header()["X-Cache-Source"] = snapshotHeader
+		w.Header().Set("X-Route-Table-Age", f.header)
+	} else {
+		w.Header()["X-Cache-Source"] = freshHeader
 	}
 	m := st.table.Match(r.Method, r.URL.Path)
 	switch m.Status {
 	case http.StatusNotFound:
-		g.metrics.requests.WithLabelValues("none", "404").Inc()
+		g.metrics.count("none", 404)
 		writeError(w, apiv1.Errorf(http.StatusNotFound, apiv1.CodeNotFound, "no route for %s %s", r.Method, m.Path))
 		return
 	case http.StatusMethodNotAllowed:
-		g.metrics.requests.WithLabelValues("none", "405").Inc()
+		g.metrics.count("none", 405)
 		w.Header().Set("Allow", joinComma(m.Allow))
 		writeError(w, apiv1.Errorf(http.StatusMethodNotAllowed, apiv1.CodeMethodNotAllowed, "%s is not allowed on %s", r.Method, m.Path))
 		return
 	}
-	if len(m.Entry.Upstreams) == 0 {
-		writeError(w, apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable, "route %s %s has no upstream", m.Entry.Method, m.Entry.Pattern))
+	sv := st.serving[m.Entry]
+	if len(sv.upstreams) == 0 {
+		writeError(w, apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable, "route %s %s has no usable upstream", m.Entry.Method, m.Entry.Pattern))
 		return
 	}
-	g.proxy.serve(w, r, m, st.rr[m.Entry].Add(1)-1)
+	g.proxy.serve(w, r, m, sv, sv.next.Add(1)-1)
 }
+
+// Header values shared by every response (header maps hold slices; these are never changed).
+var (
+	freshHeader    = []string{string(discovery.SourceFresh)}
+	snapshotHeader = []string{string(discovery.SourceSnapshot)}
+)
 
 // source says whether the table comes from a fresh view or the last-known-good one.
 func (g *Gateway) source() (discovery.Source, time.Duration) {
-	st, age := g.cfg.Discovery.RoutesState()
-	if st == discovery.StateStale || st == discovery.StateExpired {
-		return discovery.SourceSnapshot, age
-	}
-	return discovery.SourceFresh, age
+	g.updateFreshness()
+	f := g.fresh.Load()
+	return f.source, f.age
 }
 
 // RoutesAnswer is the body of GET /v1/gateway/routes.

@@ -2,6 +2,9 @@ package gateway
 
 import (
 	"fmt"
+	"strconv"
+	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -11,6 +14,28 @@ type metrics struct {
 	upstream    *prometheus.HistogramVec
 	retries     prometheus.Counter
 	derivations prometheus.Counter
+
+	// Resolved series for the hot path: a label lookup per request costs more than the
+	// counter itself.
+	byCode     sync.Map // "source code" -> prometheus.Counter
+	upstreamBy map[string]prometheus.Observer
+}
+
+func (m *metrics) count(source string, code int) {
+	key := source + " " + strconv.Itoa(code)
+	if c, ok := m.byCode.Load(key); ok {
+		c.(prometheus.Counter).Inc()
+		return
+	}
+	c := m.requests.WithLabelValues(source, strconv.Itoa(code))
+	m.byCode.Store(key, c)
+	c.Inc()
+}
+
+func (m *metrics) observe(source string, d time.Duration) {
+	if o, ok := m.upstreamBy[source]; ok {
+		o.Observe(d.Seconds())
+	}
 }
 
 func newMetrics(reg prometheus.Registerer, g *Gateway) (*metrics, error) {
@@ -26,6 +51,7 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) (*metrics, error) {
 		derivations: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "table_derivations_total",
 			Help: "Routing tables derived."}),
 	}
+	m.upstreamBy = map[string]prometheus.Observer{"static": m.upstream.WithLabelValues("static"), "dynamic": m.upstream.WithLabelValues("dynamic")}
 	if reg == nil {
 		return m, nil
 	}

@@ -11,7 +11,6 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
-	"strconv"
 	"time"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
@@ -29,7 +28,7 @@ type targetKey struct{}
 
 // target is where one request goes: the upstreams to try, in order, and the cleaned path.
 type target struct {
-	upstreams []*url.URL
+	upstreams [2]*url.URL // the chosen instance and the one a retry goes to
 	path      string
 	retry     bool // idempotent and more than one upstream
 	source    string
@@ -45,8 +44,10 @@ func newProxy(rt http.RoundTripper, maxRetryBody int64, m *metrics, logger *slog
 			pr.Out.URL.RawPath = ""
 			pr.SetXForwarded()
 		},
-		Transport:     &retrying{next: rt, metrics: m},
-		FlushInterval: -1, // stream
+		Transport: &retrying{next: rt, metrics: m},
+		// Zero: responses of unknown length and event streams are still flushed at once by
+		// ReverseProxy; others are written in as few calls as possible.
+		FlushInterval: 0,
 		ErrorLog:      slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			status := http.StatusBadGateway
@@ -57,7 +58,7 @@ func newProxy(rt http.RoundTripper, maxRetryBody int64, m *metrics, logger *slog
 		},
 		ModifyResponse: func(resp *http.Response) error {
 			t := resp.Request.Context().Value(targetKey{}).(*target)
-			m.requests.WithLabelValues(t.source, strconv.Itoa(resp.StatusCode)).Inc()
+			m.count(t.source, resp.StatusCode)
 			return nil
 		},
 	}
@@ -82,25 +83,16 @@ func boolInt(b bool) int {
 }
 
 // serve proxies r to the route of m, starting at upstream number start (round robin).
-func (p *proxy) serve(w http.ResponseWriter, r *http.Request, m routing.Match, start uint64) {
+func (p *proxy) serve(w http.ResponseWriter, r *http.Request, m routing.Match, sv *serving, start uint64) {
 	e := m.Entry
 	t := &target{path: m.Path, source: e.Source}
 	if e.Rewrite != "" {
 		t.path = e.Rewrite
 	}
-	n := len(e.Upstreams)
-	for i := range n {
-		u, err := url.Parse(e.Upstreams[(int(start)+i)%n].Endpoint)
-		if err != nil {
-			continue
-		}
-		t.upstreams = append(t.upstreams, u)
-	}
-	if len(t.upstreams) == 0 {
-		writeError(w, apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable, "no usable upstream for %s", e.Pattern))
-		return
-	}
-	t.retry = e.IdempotentRetry && len(t.upstreams) > 1
+	n := len(sv.upstreams)
+	first := int(start % uint64(n))
+	t.upstreams = [2]*url.URL{sv.upstreams[first], sv.upstreams[(first+1)%n]}
+	t.retry = e.IdempotentRetry && n > 1
 	if t.retry && r.Body != nil && r.Body != http.NoBody {
 		// Buffer a small body so that a retry can send it again; a large one is not retried.
 		if r.ContentLength < 0 || r.ContentLength > p.maxRetryBody {
@@ -115,9 +107,9 @@ func (p *proxy) serve(w http.ResponseWriter, r *http.Request, m routing.Match, s
 			r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
 		}
 	}
-	start2 := time.Now()
+	begin := time.Now()
 	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, t)))
-	p.metrics.upstream.WithLabelValues(e.Source).Observe(time.Since(start2).Seconds())
+	p.metrics.observe(e.Source, time.Since(begin))
 }
 
 // retrying sends a request to its first upstream and, when that fails to connect and the
