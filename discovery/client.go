@@ -2,6 +2,7 @@ package discovery
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -417,6 +418,16 @@ func watch[T any](ctx context.Context, c *Client, v *view[T], fetch func(context
 		}
 	}
 	return nil
+}
+
+// Ack tells the registry that this consumer's view (a gateway's table) reflects revision of
+// epoch: the gateway's half of the drain handshake.
+func (c *Client) Ack(ctx context.Context, consumerID, epoch string, revision int64) error {
+	body, err := json.Marshal(apiv1.AckRequest{GatewayID: consumerID, RegistryEpoch: epoch, Revision: revision})
+	if err != nil {
+		return err
+	}
+	return c.client.Do(ctx, client.Request{Method: http.MethodPost, Path: "/v1/discovery/ack", Body: body, Timeout: c.cfg.RequestTimeout}, nil)
 }
 
 // RoutesState returns the state and age of the routes view now, without asking the

@@ -55,6 +55,10 @@ type Config struct {
 	RequestTimeout time.Duration
 	// StopTimeout bounds the deregistration when Run's context ends (default 5 s).
 	StopTimeout time.Duration
+	// DrainTimeout bounds how long Run, after deregistering, waits for every live gateway
+	// to acknowledge the withdrawal before it returns and the provider stops serving
+	// (default 10 s; negative: do not wait).
+	DrainTimeout time.Duration
 	// Logger receives lifecycle events; nil is silent.
 	Logger *slog.Logger
 	// Registerer receives the agent's metrics; nil registers none. Several agents in one
@@ -81,6 +85,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.StopTimeout == 0 {
 		c.StopTimeout = DefaultStopTimeout
+	}
+	if c.DrainTimeout == 0 {
+		c.DrainTimeout = 10 * time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -364,4 +371,36 @@ func (a *Agent) deregister(ctx context.Context) {
 	}
 	a.cfg.Logger.LogAttrs(dctx, slog.LevelInfo, "deregistered", slog.String("instance_id", a.cfg.Registration.InstanceID),
 		slog.Int64("generation", st.Generation))
+	if a.cfg.DrainTimeout > 0 {
+		a.awaitDrain(context.WithoutCancel(ctx), st.Generation)
+	}
+}
+
+// awaitDrain waits until every live gateway has applied the withdrawal of generation, or
+// DrainTimeout passes: until then consumers may still send requests, so the provider keeps
+// serving (the FARP withdrawal rule).
+func (a *Agent) awaitDrain(ctx context.Context, generation int64) {
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.DrainTimeout)
+	defer cancel()
+	req := client.Request{Method: http.MethodGet, Path: "/v1/services/" + url.PathEscape(a.cfg.Registration.InstanceID) + "/withdrawal",
+		Query: url.Values{"generation": {strconv.FormatInt(generation, 10)}}, Timeout: a.cfg.RequestTimeout}
+	for {
+		var w apiv1.WithdrawalResponse
+		err := a.client.Do(ctx, req, &w)
+		var ae *apiv1.Error
+		switch {
+		case err == nil && w.Acknowledged:
+			a.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "withdrawal acknowledged by every gateway", slog.String("instance_id", w.InstanceID))
+			return
+		case errors.As(err, &ae) && ae.Status == http.StatusNotFound:
+			return // a registry that does not remember it (restarted, or older): nothing to wait for
+		}
+		select {
+		case <-ctx.Done():
+			a.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "gave up waiting for gateways to acknowledge the withdrawal",
+				slog.Any("pending", w.Pending), slog.String("bound", a.cfg.DrainTimeout.String()))
+			return
+		case <-a.cfg.Clock.After(50 * time.Millisecond):
+		}
+	}
 }

@@ -175,3 +175,22 @@ type SnapshotResponse struct {
 	Instances     int       `json:"instances"`
 	Capabilities  int       `json:"capabilities"`
 }
+
+// AckRequest is the body of POST /v1/discovery/ack: a gateway reports the registry revision
+// its routing table now reflects (the drain handshake).
+type AckRequest struct {
+	GatewayID     string `json:"gateway_id"`
+	RegistryEpoch string `json:"registry_epoch"`
+	Revision      int64  `json:"revision"`
+}
+
+// WithdrawalResponse is the answer of GET /v1/services/{instance_id}/withdrawal: whether
+// every live gateway has applied the deregistration of that incarnation.
+type WithdrawalResponse struct {
+	InstanceID   string `json:"instance_id"`
+	Generation   int64  `json:"generation"`
+	Revision     int64  `json:"revision"`
+	Acknowledged bool   `json:"acknowledged"`
+	// Pending names the live gateways that have not applied it yet.
+	Pending []string `json:"pending"`
+}

@@ -129,7 +129,7 @@ func startGateway(ctx context.Context, g *errgroup.Group, f *gatewayFlags, ln ne
 	if err != nil {
 		return err
 	}
-	gw, err := gateway.New(gateway.Config{Discovery: disc, Static: static, Policy: policy, Logger: logger, Registerer: promReg})
+	gw, err := gateway.New(gateway.Config{ID: "gateway@" + ln.Addr().String(), Discovery: disc, Static: static, Policy: policy, Logger: logger, Registerer: promReg})
 	if err != nil {
 		return err
 	}

@@ -32,6 +32,12 @@ type Config struct {
 	PolicyCheck time.Duration
 	// Transport sends requests upstream (default: a tuned keep-alive transport).
 	Transport http.RoundTripper
+	// ID names the gateway in the drain handshake (default "gateway"); every gateway of a
+	// fleet needs its own.
+	ID string
+	// AckInterval is how often the gateway repeats its acknowledgement, which keeps it
+	// counted as live by the registry (default 10 s; it also acks after every new table).
+	AckInterval time.Duration
 	// MaxRetryBody is the largest request body buffered so that an idempotent request can
 	// be retried on another instance (default 1 MiB); larger ones are not retried.
 	MaxRetryBody int64
@@ -74,6 +80,7 @@ type Gateway struct {
 	proxy   *proxy
 	routes  atomic.Pointer[discovery.RoutesResult] // the inputs of the current table
 	fresh   atomic.Pointer[freshness]
+	ackNow  chan struct{} // capacity 1: a burst of new tables is one acknowledgement
 }
 
 // New returns a Gateway; it serves 503 until Run has derived a first table.
@@ -93,6 +100,12 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.Transport == nil {
 		cfg.Transport = NewTransport()
 	}
+	if cfg.ID == "" {
+		cfg.ID = "gateway"
+	}
+	if cfg.AckInterval == 0 {
+		cfg.AckInterval = 10 * time.Second
+	}
 	if cfg.MaxRetryBody == 0 {
 		cfg.MaxRetryBody = 1 << 20
 	}
@@ -102,7 +115,7 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	g := &Gateway{cfg: cfg}
+	g := &Gateway{cfg: cfg, ackNow: make(chan struct{}, 1)}
 	m, err := newMetrics(cfg.Registerer, g)
 	if err != nil {
 		return nil, err
@@ -141,10 +154,16 @@ func (g *Gateway) Run(ctx context.Context) error {
 	defer t.Stop()
 	fresh := time.NewTicker(250 * time.Millisecond)
 	defer fresh.Stop()
+	acks := time.NewTicker(g.cfg.AckInterval)
+	defer acks.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return <-done
+		case <-g.ackNow:
+			g.ack(ctx)
+		case <-acks.C:
+			g.ack(ctx)
 		case <-fresh.C:
 			g.updateFreshness()
 		case <-t.C:
@@ -152,6 +171,20 @@ func (g *Gateway) Run(ctx context.Context) error {
 				g.derive()
 			}
 		}
+	}
+}
+
+// ack tells the registry which revision the current table reflects. Only a table derived
+// from a complete view is acknowledged: one merged from a warming-up registry's answers may
+// still hold withdrawn instances, and a provider must not stop serving on its strength.
+func (g *Gateway) ack(ctx context.Context) {
+	st := g.state.Load()
+	r := g.routes.Load()
+	if st == nil || r == nil || !r.Complete {
+		return
+	}
+	if err := g.cfg.Discovery.Ack(ctx, g.cfg.ID, st.epoch, st.revision); err != nil && ctx.Err() == nil {
+		g.cfg.Logger.Warn("drain acknowledgement failed", slog.Any("error", err))
 	}
 }
 
@@ -217,6 +250,10 @@ func (g *Gateway) derive() {
 	}
 	g.state.Store(st)
 	g.updateFreshness()
+	select {
+	case g.ackNow <- struct{}{}:
+	default:
+	}
 	g.metrics.derivations.Inc()
 	g.cfg.Logger.Info("routing table derived", slog.Int64("registry_revision", r.Revision), slog.Int("routes", len(st.canonical.Routes)),
 		slog.Int("rejected", len(st.canonical.Rejected)), slog.Int("conflicts", len(st.canonical.Conflicts)),

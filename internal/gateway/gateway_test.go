@@ -21,6 +21,7 @@ import (
 	"github.com/meshflows/meshflows/internal/gateway"
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/registry/registrytest"
+	"github.com/meshflows/meshflows/provider"
 	"github.com/meshflows/meshflows/routing"
 )
 
@@ -292,5 +293,69 @@ func TestPublicAliasForwardsToInvoke(t *testing.T) {
 	}
 	if got := e.do(t, "POST", "/admin/steal", "{}"); got.status != 404 {
 		t.Errorf("an alias outside the service's prefixes = %d, want 404", got.status)
+	}
+}
+
+// TestDrainHandshakeLosesNoRequest stops one of two providers while a client sends a steady
+// stream of POSTs (never retried) through the gateway: the provider deregisters, keeps
+// serving until the gateway has acknowledged the withdrawal, and only then stops. No request
+// may fail.
+func TestDrainHandshakeLosesNoRequest(t *testing.T) {
+	e := newEnv(t)
+	start := func(name string) (*httptest.Server, context.CancelFunc, chan error) {
+		up := upstream(t, name)
+		a, err := provider.New(provider.Config{Registries: []string{e.reg.URL}, HeartbeatInterval: time.Hour,
+			Registration: apiv1.RegisterRequest{InstanceID: name, ServiceName: "orders", ServiceVersion: "1.0.0", Endpoint: up.URL,
+				Capabilities: []apiv1.Capability{{CapabilityID: "orders.write", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0", Provider: "http"}},
+				Manifest: &apiv1.Manifest{FARP: "1.0", Service: apiv1.ManifestService{Name: "orders", Instance: name, Version: "1.0.0"},
+					Routes: []apiv1.ManifestRoute{{Path: "/orders/{id}", Methods: []string{"POST"}}}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- a.Run(ctx) }()
+		return up, cancel, done
+	}
+	_, stopA, doneA := start("orders-a")
+	defer func() { stopA(); <-doneA }()
+	upB, stopB, doneB := start("orders-b")
+	until(t, "both instances in the table", func() bool {
+		var r gateway.RoutesAnswer
+		json.Unmarshal([]byte(e.do(t, "GET", "/v1/gateway/routes", "").body), &r)
+		return len(r.Routes) == 2 && len(r.Routes[0].Instances) == 2
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	var sent, failed atomic.Int64
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				resp, err := http.Post(e.srv.URL+"/orders/1", "text/plain", strings.NewReader("x"))
+				sent.Add(1)
+				if err != nil {
+					failed.Add(1)
+					continue
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					failed.Add(1)
+				}
+			}
+		})
+	}
+	until(t, "traffic flowing", func() bool { return sent.Load() > 50 })
+	stopB()
+	if err := <-doneB; err != nil { // returns once the gateway has acknowledged the withdrawal
+		t.Fatal(err)
+	}
+	upB.Close() // the provider stops serving only now
+	before := sent.Load()
+	until(t, "more traffic after the stop", func() bool { return sent.Load() > before+200 })
+	cancel()
+	wg.Wait()
+	if n := failed.Load(); n != 0 {
+		t.Errorf("%d of %d requests failed while a provider drained", n, sent.Load())
 	}
 }

@@ -89,6 +89,7 @@ type Registry struct {
 	store    Store
 	metrics  *metrics
 	watchers atomic.Int64
+	drain    drain
 }
 
 // New returns a Registry over store.
@@ -215,6 +216,8 @@ func (r *Registry) Deregister(ctx context.Context, id string, generation int64) 
 	if err != nil {
 		return err
 	}
+	rev, _ := r.store.Watch()
+	r.drain.recordWithdrawal(rec.InstanceID, rec.Generation, r.store.Epoch().ID, rev, r.cfg.Now(), r.cfg.LeaseTTL)
 	r.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "deregister",
 		slog.String("instance_id", rec.InstanceID), slog.String("service_name", rec.ServiceName),
 		slog.Int64("generation", rec.Generation))

@@ -168,3 +168,19 @@ func (s *Server) readyz(_ http.ResponseWriter, r *http.Request) (any, error) {
 	}
 	return map[string]string{"status": "ready", "store": s.reg.Store().Name()}, nil
 }
+
+func (s *Server) ack(w http.ResponseWriter, r *http.Request) (any, error) {
+	var req apiv1.AckRequest
+	if err := s.decode(w, r, &req); err != nil {
+		return nil, err
+	}
+	return nil, s.reg.Ack(&req)
+}
+
+func (s *Server) withdrawal(_ http.ResponseWriter, r *http.Request) (any, error) {
+	g, err := strconv.ParseInt(r.URL.Query().Get("generation"), 10, 64)
+	if err != nil || g < 1 {
+		return nil, apiv1.InvalidRequest([]apiv1.Detail{{Path: "generation", Message: "the generation that was deregistered is required"}})
+	}
+	return s.reg.Withdrawal(r.PathValue("instance_id"), g)
+}

@@ -9,12 +9,14 @@ func (s *Server) routes() {
 	s.handle("POST /v1/services/register", provider, s.register)
 	s.handle("PUT /v1/services/{instance_id}/heartbeat", provider, s.heartbeat)
 	s.handle("DELETE /v1/services/{instance_id}", provider, s.deregister)
+	s.handle("GET /v1/services/{instance_id}/withdrawal", provider, s.withdrawal)
 	s.handle("GET /v1/services", discover, s.catalog)
 	s.handle("GET /v1/services/{instance_id}", discover, s.instance)
 
 	s.handle("GET /v1/discovery/capabilities", discover, s.capabilities)
 	s.handle("GET /v1/discovery/routes", discover, s.discoveryRoutes)
 	s.handle("GET /v1/discovery/health", discover, s.discoveryHealth)
+	s.handle("POST /v1/discovery/ack", discover, s.ack)
 
 	s.handle("POST /v1/admin/snapshot", admin, s.snapshot)
 
