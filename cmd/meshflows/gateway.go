@@ -149,7 +149,9 @@ func startGateway(ctx context.Context, g *errgroup.Group, f *gatewayFlags, ln ne
 		dmux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 		dmux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		dmux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		g.Go(func() error { return serveUntil(ctx, &http.Server{Handler: dmux, ReadHeaderTimeout: 10 * time.Second}, dln) })
+		g.Go(func() error {
+			return serveUntil(ctx, &http.Server{Handler: dmux, ReadHeaderTimeout: 10 * time.Second}, dln)
+		})
 	}
 	g.Go(func() error { return gw.Run(ctx) })
 	g.Go(func() error { return serveUntil(ctx, srv, ln) })
