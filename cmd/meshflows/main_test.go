@@ -51,6 +51,9 @@ func TestHelpReadsWell(t *testing.T) {
 			"--max-body-bytes", "--snapshot-dir", "--snapshot-interval", "--restore-snapshot", "--insecure"}},
 		{[]string{"dev", "--help"}, []string{"--base-port", "registry      N+0", "providers     N+10"}},
 		{[]string{"bench", "registry", "--help"}, []string{"--registry", "--instances", "--concurrency", "--json"}},
+		{[]string{"gateway", "--help"}, []string{"--listen", "--registry", "--routes", "--policy", "--rbac", "--cache-ttl", "--max-stale", "--ca", "--tls-cert"}},
+		{[]string{"routes", "derive", "--help"}, []string{"--case", "--manifests", "--static", "--policy"}},
+		{[]string{"certs", "--help"}, []string{"init", "issue"}},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
@@ -148,6 +151,22 @@ func TestDevServesAndStopsCleanly(t *testing.T) {
 		if time.Now().After(deadline) {
 			cancel()
 			t.Fatalf("the example providers did not register: %+v", d)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// the gateway routes to them
+	gw := "http://127.0.0.1:" + strconv.Itoa(base+devGatewayOffset) + "/api/messaging/rabbitmq/messages"
+	for {
+		resp, err := http.Get(gw)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 && resp.Header.Get("X-Cache-Source") == "fresh" {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatalf("the gateway never routed to the example provider: %v", err)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
