@@ -61,6 +61,15 @@ func (c *counting) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func (c *counting) set(h http.Handler) { c.h.Store(&h) }
 
+// newFront puts a counting, switchable front in front of h.
+func newFront(t *testing.T, h http.Handler) (*counting, *httptest.Server) {
+	front := &counting{}
+	front.set(h)
+	srv := httptest.NewServer(front)
+	t.Cleanup(srv.Close)
+	return front, srv
+}
+
 var down = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 	w.WriteHeader(http.StatusServiceUnavailable)
 })
@@ -127,10 +136,7 @@ func TestNeverAnsweredIsUnavailable(t *testing.T) {
 func TestTenMinuteOutageCompressed(t *testing.T) {
 	s := registrytest.NewServer(t, registry.Config{})
 	registerOne(t, s.Registry, "jms-1")
-	front := &counting{}
-	front.set(s.Config.Handler)
-	srv := httptest.NewServer(front)
-	defer srv.Close()
+	front, srv := newFront(t, s.Config.Handler)
 	prom := prometheus.NewRegistry()
 	c, clk := newClient(t, srv.URL, discovery.Config{Registerer: prom, Consumer: "test"})
 	ctx := context.Background()
@@ -189,10 +195,7 @@ func counter(t *testing.T, g prometheus.Gatherer, name string) prometheus.Collec
 func TestSteadyStateHitRate(t *testing.T) {
 	s := registrytest.NewServer(t, registry.Config{})
 	registerOne(t, s.Registry, "jms-1")
-	front := &counting{}
-	front.set(s.Config.Handler)
-	srv := httptest.NewServer(front)
-	defer srv.Close()
+	front, srv := newFront(t, s.Config.Handler)
 	c, clk := newClient(t, srv.URL, discovery.Config{TTL: 30 * time.Second})
 	const lookups = 1000
 	for range lookups {
@@ -306,10 +309,7 @@ func TestRestartedRegistryDoesNotEmptyConsumers(t *testing.T) {
 	s := registrytest.NewServer(t, registry.Config{})
 	registerOne(t, s.Registry, "jms-1")
 	s.Clock.Advance(registry.DefaultLeaseTTL)
-	front := &counting{}
-	front.set(s.Config.Handler)
-	srv := httptest.NewServer(front)
-	defer srv.Close()
+	front, srv := newFront(t, s.Config.Handler)
 	c, clk := newClient(t, srv.URL, discovery.Config{})
 	if res, err := c.Capabilities(context.Background(), publish); err != nil || !res.Complete || len(res.Entries) != 1 {
 		t.Fatalf("before the restart: %v %+v", err, res)
@@ -332,10 +332,7 @@ func TestRestartedRegistryDoesNotEmptyConsumers(t *testing.T) {
 func TestInvalidateKeepsLastKnownGood(t *testing.T) {
 	s := registrytest.NewServer(t, registry.Config{})
 	registerOne(t, s.Registry, "jms-1")
-	front := &counting{}
-	front.set(s.Config.Handler)
-	srv := httptest.NewServer(front)
-	defer srv.Close()
+	front, srv := newFront(t, s.Config.Handler)
 	c, _ := newClient(t, srv.URL, discovery.Config{})
 	ctx := context.Background()
 	c.Capabilities(ctx, publish)

@@ -50,23 +50,9 @@ the identity is the service name). Without either, services may claim nothing.`,
 		Example: "  meshflows gateway --registry http://127.0.0.1:7400 --policy policy.yaml --routes static.yaml",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			logOut := telemetry.NewBufferedWriter(cmd.ErrOrStderr())
-			logger, err := telemetry.NewLogger(logOut, f.log)
-			if err != nil {
-				return err
-			}
-			ln, err := net.Listen("tcp", f.listen)
-			if err != nil {
-				return fmt.Errorf("listen on %s: %w", f.listen, err)
-			}
-			g, ctx := errgroup.WithContext(cmd.Context())
-			g.Go(func() error { return logOut.Run(ctx, logFlushInterval) })
-			if err := startGateway(ctx, g, &f, ln, logger); err != nil {
-				ln.Close()
-				logOut.Flush()
-				return err
-			}
-			return errors.Join(g.Wait(), logOut.Flush())
+			return runComponent(cmd, f.log, f.listen, func(ctx context.Context, g *errgroup.Group, ln net.Listener, logger *slog.Logger) error {
+				return startGateway(ctx, g, &f, ln, logger)
+			})
 		},
 	}
 	fl := cmd.Flags()

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -40,30 +39,14 @@ and /metrics.`,
 		Example: "  meshflows example-provider --kind jms --registry http://127.0.0.1:7400 --listen 127.0.0.1:7410",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			logOut := telemetry.NewBufferedWriter(cmd.ErrOrStderr())
-			logger, err := telemetry.NewLogger(logOut, logCfg)
-			if err != nil {
-				return err
-			}
-			ln, err := net.Listen("tcp", listen)
-			if err != nil {
-				return fmt.Errorf("listen on %s: %w", listen, err)
-			}
-			g, ctx := errgroup.WithContext(cmd.Context())
-			g.Go(func() error { return logOut.Run(ctx, logFlushInterval) })
-			httpClient, err := creds.httpClient()
-			if err != nil {
-				ln.Close()
-				return err
-			}
-			if err := startExampleProvider(ctx, g, exampleProviderOptions{kind: kind, advertise: advertise, zone: zone,
-				registries: registries, heartbeat: heartbeat, client: httpClient, token: creds.token}, ln, logger); err != nil {
-				ln.Close()
-				logOut.Flush()
-				return err
-			}
-			err = g.Wait()
-			return errors.Join(err, logOut.Flush())
+			return runComponent(cmd, logCfg, listen, func(ctx context.Context, g *errgroup.Group, ln net.Listener, logger *slog.Logger) error {
+				httpClient, err := creds.httpClient()
+				if err != nil {
+					return err
+				}
+				return startExampleProvider(ctx, g, exampleProviderOptions{kind: kind, advertise: advertise, zone: zone,
+					registries: registries, heartbeat: heartbeat, client: httpClient, token: creds.token}, ln, logger)
+			})
 		},
 	}
 	f := cmd.Flags()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"os"
@@ -93,25 +92,13 @@ unless --insecure says that running open is intended.`,
   meshflows registry --insecure --listen 127.0.0.1:7400 --snapshot-dir /var/lib/meshflows --snapshot-interval 1m`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			logOut := telemetry.NewBufferedWriter(cmd.ErrOrStderr())
-			logger, err := telemetry.NewLogger(logOut, f.log)
-			if err != nil {
-				return err
-			}
-			ln, err := net.Listen("tcp", f.listen)
-			if err != nil {
-				return fmt.Errorf("listen on %s: %w", f.listen, err)
-			}
-			g, ctx := errgroup.WithContext(cmd.Context())
-			g.Go(func() error { return logOut.Run(ctx, logFlushInterval) })
-			if err := startRegistry(ctx, g, &f, ln, logger); err != nil {
-				ln.Close()
-				logOut.Flush()
-				return err
-			}
-			err = g.Wait()
-			logger.Info("registry stopped")
-			return errors.Join(err, logOut.Flush())
+			return runComponent(cmd, f.log, f.listen, func(ctx context.Context, g *errgroup.Group, ln net.Listener, logger *slog.Logger) error {
+				if err := startRegistry(ctx, g, &f, ln, logger); err != nil {
+					return err
+				}
+				g.Go(func() error { <-ctx.Done(); logger.Info("registry stopping"); return nil })
+				return nil
+			})
 		},
 	}
 	f.bind(cmd.Flags())

@@ -1,0 +1,39 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/meshflows/meshflows/internal/telemetry"
+)
+
+// startFunc starts a component's goroutines in g, serving on ln, until ctx ends.
+type startFunc func(ctx context.Context, g *errgroup.Group, ln net.Listener, logger *slog.Logger) error
+
+// runComponent is the life of one long-running command: a buffered JSON logger, a listener
+// on addr, the component started in an errgroup, and a wait until Ctrl-C or a failure, with
+// the last log lines flushed at the end.
+func runComponent(cmd *cobra.Command, logCfg telemetry.LogConfig, addr string, start startFunc) error {
+	logOut := telemetry.NewBufferedWriter(cmd.ErrOrStderr())
+	logger, err := telemetry.NewLogger(logOut, logCfg)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	g, ctx := errgroup.WithContext(cmd.Context())
+	g.Go(func() error { return logOut.Run(ctx, logFlushInterval) })
+	if err := start(ctx, g, ln, logger); err != nil {
+		ln.Close()
+		return errors.Join(err, logOut.Flush())
+	}
+	return errors.Join(g.Wait(), logOut.Flush())
+}
