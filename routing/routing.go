@@ -131,6 +131,7 @@ var staticIdempotent = map[string]bool{"GET": true, "HEAD": true, "OPTIONS": tru
 // claim is one method of one valid manifest route.
 type claim struct {
 	key, method, pattern string
+	mi                   int // index of method in apiv1.Methods
 	segs                 []apiv1.Segment
 	service, version     string
 	ver                  *semver.Version
@@ -179,12 +180,30 @@ func Derive(in Input) *Table {
 	}
 	slices.SortFunc(t.rejected, func(a, b Rejected) int { return cmp.Compare(a.Instance, b.Instance) })
 
-	// Group replicas per (key, method, service, version). Most (key, method) pairs have one
-	// claimant, so the groups of a pair sit in a short slice rather than a second map.
-	byKM := make(map[[2]string][]*group, len(claims))
+	// One slot per path key, holding per method the static route and the claimant groups
+	// (replicas of one service and version). Most pairs have one group, so a short slice.
+	type slot struct {
+		key    string
+		groups [len(apiv1.Methods)][]*group
+		static [len(apiv1.Methods)]*Entry
+	}
+	slots := make(map[string]*slot, len(claims)/2+len(in.Static))
+	slotOf := func(key string) *slot {
+		sl := slots[key]
+		if sl == nil {
+			sl = &slot{key: key}
+			slots[key] = sl
+		}
+		return sl
+	}
+	var last *slot // claims of one route come together: skip the map for its other methods
 	for _, c := range claims {
-		km := [2]string{c.key, c.method}
-		gs := byKM[km]
+		sl := last
+		if sl == nil || sl.key != c.key {
+			sl = slotOf(c.key)
+			last = sl
+		}
+		gs := sl.groups[c.mi]
 		var g *group
 		for _, x := range gs {
 			if x.service == c.service && x.newest.version == c.version {
@@ -194,7 +213,7 @@ func Derive(in Input) *Table {
 		}
 		if g == nil {
 			g = &group{service: c.service, ver: c.ver, seniority: c.generation, newest: c, rewrite: c.rewrite}
-			byKM[km] = append(gs, g)
+			sl.groups[c.mi] = append(gs, g)
 		}
 		g.upstreams = append(g.upstreams, Upstream{Instance: c.instance, Endpoint: c.endpoint})
 		g.seniority = min(g.seniority, c.generation)
@@ -202,95 +221,83 @@ func Derive(in Input) *Table {
 			g.newest = c
 		}
 	}
-	for _, gs := range byKM {
-		for _, g := range gs {
-			n := g.newest
-			g.version, g.pattern, g.segs, g.weight, g.idempotent = n.version, n.pattern, n.segs, n.weight, n.idempotent
-			if len(g.upstreams) > 1 {
-				slices.SortFunc(g.upstreams, func(a, b Upstream) int { return cmp.Compare(a.Instance, b.Instance) })
-			}
-		}
-	}
-
-	statics := map[[2]string]*Entry{}
-	for _, s := range in.Static {
-		segs, err := apiv1.ParsePath(s.Path)
+	for _, st := range in.Static {
+		segs, err := apiv1.ParsePath(st.Path)
 		if err != nil {
 			continue
 		}
-		key := apiv1.PathKey(segs)
-		for _, m := range s.Methods {
-			statics[[2]string{key, m}] = &Entry{Route: Route{Pattern: s.Path, Method: m, Source: "static", Upstream: s.Upstream,
-				Idempotent: staticIdempotent[m]}, Key: key, Segments: segs, Upstreams: []Upstream{{Instance: "static", Endpoint: s.Upstream}},
-				IdempotentRetry: false}
+		sl := slotOf(apiv1.PathKey(segs))
+		for _, m := range st.Methods {
+			if mi := apiv1.MethodIndex(m); mi >= 0 {
+				sl.static[mi] = &Entry{Route: Route{Pattern: st.Path, Method: m, Source: "static", Upstream: st.Upstream,
+					Idempotent: staticIdempotent[m]}, Key: sl.key, Segments: segs, Upstreams: []Upstream{{Instance: "static", Endpoint: st.Upstream}}}
+			}
 		}
 	}
 
-	t.entries = make([]*Entry, 0, len(byKM)+len(statics))
-	keys := make([][2]string, 0, len(byKM)+len(statics))
-	for k := range byKM {
+	keys := make([]string, 0, len(slots))
+	for k := range slots {
 		keys = append(keys, k)
 	}
-	for k := range statics {
-		if _, ok := byKM[k]; !ok {
-			keys = append(keys, k)
-		}
-	}
+	slices.Sort(keys)
+	t.entries = make([]*Entry, 0, len(claims))
 	for _, k := range keys {
-		gs := byKM[k]
-		if len(gs) > 1 {
-			slices.SortFunc(gs, func(a, b *group) int {
-				if c := b.ver.Compare(a.ver); c != 0 {
-					return c
-				}
-				if c := cmp.Compare(b.weight, a.weight); c != 0 {
-					return c
-				}
-				return cmp.Compare(a.seniority, b.seniority)
-			})
-		}
-		var e *Entry
-		var losers []string
-		if s := statics[k]; s != nil {
-			e = s
+		sl := slots[k]
+		for mi := range apiv1.Methods { // byte order of methods: the table's order within a key
+			gs := sl.groups[mi]
+			if len(gs) == 0 && sl.static[mi] == nil {
+				continue
+			}
 			for _, g := range gs {
-				losers = append(losers, g.label())
+				n := g.newest
+				g.version, g.pattern, g.segs, g.weight, g.idempotent = n.version, n.pattern, n.segs, n.weight, n.idempotent
+				if len(g.upstreams) > 1 {
+					slices.SortFunc(g.upstreams, func(a, b Upstream) int { return cmp.Compare(a.Instance, b.Instance) })
+				}
 			}
-		} else {
-			w := gs[0]
-			weight := w.weight
-			ids := make([]string, len(w.upstreams))
-			for i, u := range w.upstreams {
-				ids[i] = u.Instance
+			if len(gs) > 1 {
+				slices.SortFunc(gs, func(a, b *group) int {
+					if c := b.ver.Compare(a.ver); c != 0 {
+						return c
+					}
+					if c := cmp.Compare(b.weight, a.weight); c != 0 {
+						return c
+					}
+					return cmp.Compare(a.seniority, b.seniority)
+				})
 			}
-			e = &Entry{Route: Route{Pattern: w.pattern, Method: k[1], Source: "dynamic", Service: w.service, Version: w.version,
-				Instances: ids, Idempotent: w.idempotent, Weight: &weight}, Key: k[0], Rewrite: w.rewrite, Segments: w.segs, Upstreams: w.upstreams, IdempotentRetry: w.idempotent}
-			for _, g := range gs[1:] {
-				losers = append(losers, g.label())
+			var e *Entry
+			var losers []string
+			if s := sl.static[mi]; s != nil {
+				e = s
+				for _, g := range gs {
+					losers = append(losers, g.label())
+				}
+			} else {
+				w := gs[0]
+				weight := w.weight
+				ids := make([]string, len(w.upstreams))
+				for i, u := range w.upstreams {
+					ids[i] = u.Instance
+				}
+				e = &Entry{Route: Route{Pattern: w.pattern, Method: apiv1.Methods[mi], Source: "dynamic", Service: w.service, Version: w.version,
+					Instances: ids, Idempotent: w.idempotent, Weight: &weight}, Key: k, Rewrite: w.rewrite, Segments: w.segs,
+					Upstreams: w.upstreams, IdempotentRetry: w.idempotent}
+				for _, g := range gs[1:] {
+					losers = append(losers, g.label())
+				}
 			}
-		}
-		t.entries = append(t.entries, e)
-		if len(losers) > 0 {
-			slices.Sort(losers)
-			winner := "static"
-			if e.Source == "dynamic" {
-				winner = e.Service + "@" + e.Version
+			t.entries = append(t.entries, e)
+			if len(losers) > 0 {
+				slices.Sort(losers)
+				winner := "static"
+				if e.Source == "dynamic" {
+					winner = e.Service + "@" + e.Version
+				}
+				t.conflicts = append(t.conflicts, Conflict{Pattern: e.Pattern, Method: e.Method, Winner: winner, Losers: losers, key: k})
 			}
-			t.conflicts = append(t.conflicts, Conflict{Pattern: e.Pattern, Method: e.Method, Winner: winner, Losers: losers, key: k[0]})
 		}
 	}
-	slices.SortFunc(t.entries, func(a, b *Entry) int {
-		if c := strings.Compare(a.Key, b.Key); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Method, b.Method)
-	})
-	slices.SortFunc(t.conflicts, func(a, b Conflict) int {
-		if c := strings.Compare(a.key, b.key); c != 0 {
-			return c
-		}
-		return strings.Compare(a.Method, b.Method)
-	})
 	t.root = compile(t.entries)
 	return t
 }
@@ -338,22 +345,29 @@ func claimsOf(mi ManifestInput, grants map[string][][]apiv1.Segment) ([]*claim, 
 	reject := func(code, reason string) *Rejected {
 		return &Rejected{Instance: m.Service.Instance, Service: m.Service.Name, Code: code, Reason: reason}
 	}
-	if ps := m.Problems(); len(ps) > 0 {
+	ps, infos := m.Analyze()
+	if len(ps) > 0 {
 		return nil, reject(ps[0].Code, ps[0].Path+": "+ps[0].Message)
 	}
 	ver, _ := semver.StrictNewVersion(m.Service.Version)
 	prefixes := grants[m.Service.Name]
-	out := make([]*claim, 0, 2*len(m.Routes))
+	n := 0
 	for _, r := range m.Routes {
-		segs, _ := apiv1.ParsePath(r.Path)
+		n += len(r.Methods)
+	}
+	block := make([]claim, n) // one allocation for the manifest's claims
+	out := make([]*claim, 0, n)
+	for i, r := range m.Routes {
+		segs := infos[i].Segments
 		if !slices.ContainsFunc(prefixes, func(p []apiv1.Segment) bool { return within(segs, p) }) {
 			return nil, reject(apiv1.CodePathNotAuthorized, fmt.Sprintf("path %q is outside every prefix granted to %q", r.Path, m.Service.Name))
 		}
-		key := apiv1.PathKey(segs)
 		for _, meth := range r.Methods {
-			out = append(out, &claim{key: key, method: meth, pattern: r.Path, segs: segs, service: m.Service.Name,
+			c := &block[len(out)]
+			*c = claim{key: infos[i].Key, method: meth, mi: apiv1.MethodIndex(meth), pattern: r.Path, segs: segs, service: m.Service.Name,
 				version: m.Service.Version, ver: ver, weight: r.WeightOr(100), idempotent: slices.Contains(r.Idempotent, meth),
-				instance: m.Service.Instance, endpoint: mi.Endpoint, generation: mi.Generation})
+				instance: m.Service.Instance, endpoint: mi.Endpoint, generation: mi.Generation}
+			out = append(out, c)
 		}
 	}
 	return out, nil
@@ -367,7 +381,7 @@ func aliasClaim(a Alias, grants map[string][][]apiv1.Segment) *claim {
 	if err != nil || verr != nil || !slices.ContainsFunc(grants[a.Service], func(p []apiv1.Segment) bool { return within(segs, p) }) {
 		return nil
 	}
-	return &claim{key: apiv1.PathKey(segs), method: "POST", pattern: a.Path, segs: segs, service: a.Service, version: a.Version,
+	return &claim{key: apiv1.PathKey(segs), method: "POST", mi: apiv1.MethodIndex("POST"), pattern: a.Path, segs: segs, service: a.Service, version: a.Version,
 		ver: ver, weight: 100, instance: a.Instance, endpoint: a.Endpoint, generation: a.Generation,
 		rewrite: "/v1/capabilities/" + a.CapabilityID + "/invoke"}
 }

@@ -87,11 +87,6 @@ func (n Number) Int64() (int64, bool) {
 	return v, err == nil
 }
 
-// Methods a manifest route may list.
-var routeMethods = map[string]bool{
-	"GET": true, "HEAD": true, "POST": true, "PUT": true, "PATCH": true, "DELETE": true, "OPTIONS": true,
-}
-
 // SegmentKind tells what a path segment matches.
 type SegmentKind int
 
@@ -197,10 +192,49 @@ type ManifestProblem struct {
 	Message string
 }
 
+// Methods is every method a route may list, in byte order; MethodIndex gives a method's
+// place in it.
+var Methods = [...]string{"DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT"}
+
+// MethodIndex returns the index of m in Methods, or -1.
+func MethodIndex(m string) int {
+	switch m {
+	case "DELETE":
+		return 0
+	case "GET":
+		return 1
+	case "HEAD":
+		return 2
+	case "OPTIONS":
+		return 3
+	case "PATCH":
+		return 4
+	case "POST":
+		return 5
+	case "PUT":
+		return 6
+	}
+	return -1
+}
+
+// RouteInfo is a manifest route's path, parsed once by Analyze.
+type RouteInfo struct {
+	Segments []Segment
+	// Key is PathKey(Segments).
+	Key string
+}
+
 // Problems checks the manifest rules that need no policy (every rule of
 // conformance/README.md but PATH_NOT_AUTHORIZED) and returns every problem found, in rule
 // order: the first problem's Code is the manifest's rejection code.
 func (m *Manifest) Problems() []ManifestProblem {
+	ps, _ := m.Analyze()
+	return ps
+}
+
+// Analyze is Problems that also returns each route's parsed path, so that a caller that
+// goes on to use the routes (route derivation) parses each path once.
+func (m *Manifest) Analyze() ([]ManifestProblem, []RouteInfo) {
 	var ps []ManifestProblem
 	add := func(code, path, format string, args ...any) {
 		ps = append(ps, ManifestProblem{Code: code, Path: path, Message: fmt.Sprintf(format, args...)})
@@ -230,48 +264,61 @@ func (m *Manifest) Problems() []ManifestProblem {
 			add(CodeInvalidHealth, "health.unhealthy_after", "not an integer >= 1: %s", *h.UnhealthyAfter)
 		}
 	}
-	claimed := map[string]string{} // key+" "+method -> the route path that claimed it
+	infos := make([]RouteInfo, len(m.Routes))
+	claimed := make([]uint8, len(m.Routes)) // per route: the methods it claims, as bits
 	for i, r := range m.Routes {
-		at := "routes[" + strconv.Itoa(i) + "]"
+		// Field paths are built only for a problem: derivation analyses every manifest.
+		at := func(field string, j int) string {
+			if j < 0 {
+				return "routes[" + strconv.Itoa(i) + "]." + field
+			}
+			return "routes[" + strconv.Itoa(i) + "]." + field + "[" + strconv.Itoa(j) + "]"
+		}
 		segs, err := ParsePath(r.Path)
 		if err != nil {
-			add(CodeInvalidRoute, at+".path", "%v", err)
+			add(CodeInvalidRoute, at("path", -1), "%v", err)
+		} else {
+			infos[i] = RouteInfo{Segments: segs, Key: PathKey(segs)}
 		}
 		if len(r.Methods) == 0 {
-			add(CodeInvalidRoute, at+".methods", "must not be empty")
+			add(CodeInvalidRoute, at("methods", -1), "must not be empty")
 		}
-		listed := map[string]bool{}
+		var listed uint8
 		for j, meth := range r.Methods {
-			if !routeMethods[meth] {
-				add(CodeInvalidRoute, fmt.Sprintf("%s.methods[%d]", at, j), "method %q is not one of GET HEAD POST PUT PATCH DELETE OPTIONS", meth)
+			mi := MethodIndex(meth)
+			if mi < 0 {
+				add(CodeInvalidRoute, at("methods", j), "method %q is not one of GET HEAD POST PUT PATCH DELETE OPTIONS", meth)
 				continue
 			}
-			if listed[meth] {
-				add(CodeInvalidRoute, fmt.Sprintf("%s.methods[%d]", at, j), "method %s is listed twice", meth)
+			bit := uint8(1) << mi
+			if listed&bit != 0 {
+				add(CodeInvalidRoute, at("methods", j), "method %s is listed twice", meth)
 				continue
 			}
-			listed[meth] = true
-			if err == nil {
-				k := PathKey(segs) + " " + meth
-				if prev, dup := claimed[k]; dup {
-					add(CodeInvalidRoute, fmt.Sprintf("%s.methods[%d]", at, j), "%s %s is already claimed by %q", meth, r.Path, prev)
-				} else {
-					claimed[k] = r.Path
+			listed |= bit
+			if err != nil {
+				continue
+			}
+			for k := range i {
+				if claimed[k]&bit != 0 && infos[k].Key == infos[i].Key {
+					add(CodeInvalidRoute, at("methods", j), "%s %s is already claimed by %q", meth, r.Path, m.Routes[k].Path)
+					break
 				}
 			}
 		}
+		claimed[i] = listed
 		for j, meth := range r.Idempotent {
-			if !listed[meth] {
-				add(CodeInvalidRoute, fmt.Sprintf("%s.idempotent[%d]", at, j), "method %q is not in methods", meth)
+			if mi := MethodIndex(meth); mi < 0 || listed&(1<<mi) == 0 {
+				add(CodeInvalidRoute, at("idempotent", j), "method %q is not in methods", meth)
 			}
 		}
 		if r.Weight != nil {
 			if v, ok := r.Weight.Int64(); !ok || v < 0 || v > 1000 {
-				add(CodeInvalidRoute, at+".weight", "not an integer in 0..1000: %s", *r.Weight)
+				add(CodeInvalidRoute, at("weight", -1), "not an integer in 0..1000: %s", *r.Weight)
 			}
 		}
 	}
-	return ps
+	return ps, infos
 }
 
 // WeightOr returns the route's weight, or def when it is omitted or invalid.
