@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"sync"
 	"time"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
@@ -162,3 +163,12 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 func writeError(w http.ResponseWriter, e *apiv1.Error) {
 	writeJSON(w, e.Status, apiv1.ErrorBody{Error: e})
 }
+
+// bufferPool reuses the 32 KiB buffers ReverseProxy copies bodies through; without it each
+// request allocates one.
+type bufferPool struct{}
+
+var buffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func (bufferPool) Get() []byte  { return *buffers.Get().(*[]byte) }
+func (bufferPool) Put(b []byte) { buffers.Put(&b) }
