@@ -1,6 +1,9 @@
 package apiv1
 
-import "encoding/json"
+import (
+	"encoding/json"
+	"time"
+)
 
 // Diagnostic severities.
 const (
@@ -55,4 +58,38 @@ type InvokeRequest struct {
 // InvokeResponse is the 200 answer of an invocation.
 type InvokeResponse struct {
 	Output json.RawMessage `json:"output"`
+}
+
+// Validation statuses (API.md, "Validation result").
+const (
+	StatusPassed        = "passed"
+	StatusWarning       = "warning"
+	StatusFailed        = "failed"
+	StatusSkipped       = "skipped"
+	StatusNotApplicable = "not_applicable"
+)
+
+// LayerResult is one validation layer's verdict on a step.
+type LayerResult struct {
+	Status      string       `json:"status"`
+	Diagnostics []Diagnostic `json:"diagnostics"`
+}
+
+// StepValidation is a step's validation result.
+type StepValidation struct {
+	StepID   string      `json:"step_id"`
+	Contract LayerResult `json:"contract"`
+	Provider LayerResult `json:"provider"`
+}
+
+// ValidationResult is the result of validating a workflow (API.md).
+type ValidationResult struct {
+	Workflow       string    `json:"workflow"`
+	File           string    `json:"file,omitempty"`
+	ContractStatus string    `json:"contract_status"`
+	ProviderStatus string    `json:"provider_status"`
+	ValidatedAt    time.Time `json:"validated_at"`
+	// Diagnostics about the workflow as a whole (not about one step).
+	Diagnostics []Diagnostic     `json:"diagnostics"`
+	Steps       []StepValidation `json:"steps"`
 }

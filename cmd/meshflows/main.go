@@ -18,13 +18,15 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := newRootCmd().ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "meshflows:", err)
-		stop()
 		code := 1
 		var ee *exitError
 		if errors.As(err, &ee) {
 			code = ee.code
 		}
+		if ee == nil || !ee.quiet {
+			fmt.Fprintln(os.Stderr, "meshflows:", err)
+		}
+		stop()
 		os.Exit(code)
 	}
 }
@@ -40,6 +42,6 @@ Start everything on loopback with 'meshflows dev'.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCmd(), newRegistryCmd(), newDevCmd(), newExampleProviderCmd(), newGatewayCmd(), newCertsCmd(), newRoutesCmd(), newBenchCmd())
+	root.AddCommand(newVersionCmd(), newRegistryCmd(), newDevCmd(), newExampleProviderCmd(), newGatewayCmd(), newCertsCmd(), newRoutesCmd(), newValidateCmd(), newBenchCmd())
 	return root
 }

@@ -18,6 +18,8 @@ import (
 type exitError struct {
 	code int
 	err  error
+	// quiet: the command has said everything already (validate's diagnostics).
+	quiet bool
 }
 
 func (e *exitError) Error() string { return e.err.Error() }

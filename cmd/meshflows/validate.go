@@ -1,0 +1,112 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/discovery"
+	"github.com/meshflows/meshflows/internal/workflow"
+)
+
+// strictEnv is the environment variable with the default provider strictness.
+const strictEnv = "WORKFLOW_VALIDATE_PROVIDER_STRICT"
+
+func newValidateCmd() *cobra.Command {
+	var (
+		registries       []string
+		strict, noStrict bool
+		format           string
+		timeout          time.Duration
+		creds            clientCreds
+	)
+	cmd := &cobra.Command{
+		Use:   "validate [flags] FILE...",
+		Short: "Validate workflow files (contract, and with --registry resolution and providers)",
+		Long: `Validate workflow YAML files as WORKFLOW.md says. The contract layer always runs and needs no
+network. With --registry, each service_call step is resolved against discovery and, where the
+provider supports it, validated by the provider itself (concurrently, --provider-timeout each).
+
+Provider failures are errors in strict mode and warnings otherwise. Strictness comes from the
+workflow's validation.provider_strict, else --strict/--no-strict, else $` + strictEnv + `,
+else strict.
+
+Exit status: 0 no errors (warnings allowed), 1 at least one error, 2 a usage or I/O problem.
+Text output is one line a diagnostic: FILE:LINE:COLUMN: SEVERITY CODE: MESSAGE.`,
+		Example: "  meshflows validate workflows/*.yaml\n  meshflows validate --registry http://127.0.0.1:7400 --no-strict --format json order.yaml",
+		Args:    cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, files []string) error {
+			if strict && noStrict {
+				return &exitError{code: 2, err: errors.New("--strict and --no-strict contradict each other")}
+			}
+			if format != "text" && format != "json" {
+				return &exitError{code: 2, err: fmt.Errorf("--format %q: want text or json", format)}
+			}
+			opts := workflow.Options{Strict: true, ProviderTimeout: timeout}
+			if v, ok := os.LookupEnv(strictEnv); ok {
+				b, err := strconv.ParseBool(v)
+				if err != nil {
+					return &exitError{code: 2, err: fmt.Errorf("$%s=%q: want true or false", strictEnv, v)}
+				}
+				opts.Strict = b
+			}
+			if strict || noStrict {
+				opts.Strict = strict
+			}
+			if len(registries) > 0 {
+				httpClient, err := creds.httpClient()
+				if err != nil {
+					return &exitError{code: 2, err: err}
+				}
+				disc, err := discovery.New(discovery.Config{Registries: registries, Client: httpClient, BearerToken: creds.token, Consumer: "validate"})
+				if err != nil {
+					return &exitError{code: 2, err: err}
+				}
+				opts.Resolver, opts.Client = disc, httpClient
+			}
+			var results []*apiv1.ValidationResult
+			failed := false
+			for _, f := range files {
+				src, err := os.ReadFile(f)
+				if err != nil {
+					return &exitError{code: 2, err: err}
+				}
+				_, res := workflow.Validate(cmd.Context(), src, opts)
+				res.File = f
+				results = append(results, res)
+				ds := workflow.Diagnostics(res)
+				failed = failed || workflow.HasErrors(ds)
+				if format == "text" {
+					if err := workflow.WriteText(cmd.OutOrStdout(), f, ds); err != nil {
+						return &exitError{code: 2, err: err}
+					}
+				}
+			}
+			if format == "json" {
+				enc := json.NewEncoder(cmd.OutOrStdout())
+				enc.SetIndent("", "  ")
+				if err := enc.Encode(results); err != nil {
+					return &exitError{code: 2, err: err}
+				}
+			}
+			if failed {
+				return &exitError{code: 1, err: errors.New("validation found errors"), quiet: true}
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringSliceVar(&registries, "registry", nil, "registry base URL for resolution and provider validation (default: contract layer only)")
+	f.BoolVar(&strict, "strict", false, "provider failures are errors")
+	f.BoolVar(&noStrict, "no-strict", false, "provider failures are warnings")
+	f.StringVar(&format, "format", "text", "output: text or json")
+	f.DurationVar(&timeout, "provider-timeout", workflow.DefaultProviderTimeout, "timeout of each provider's validation")
+	creds.bind(f)
+	return cmd
+}

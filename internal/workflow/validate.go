@@ -1,0 +1,276 @@
+package workflow
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/discovery"
+)
+
+// Codes of the resolution and provider layers (WORKFLOW.md).
+const (
+	CodeCapabilityUnavailable = "CAPABILITY_UNAVAILABLE"
+	CodeDiscoveryUnavailable  = "DISCOVERY_UNAVAILABLE"
+	CodeProviderUnreachable   = "PROVIDER_UNREACHABLE"
+	CodeProviderTimeout       = "PROVIDER_TIMEOUT"
+	CodeProviderRejected      = "PROVIDER_REJECTED"
+)
+
+// DefaultProviderTimeout bounds each provider's validation.
+const DefaultProviderTimeout = 5 * time.Second
+
+// Resolver answers capability queries (a *discovery.Client).
+type Resolver interface {
+	Capabilities(ctx context.Context, q discovery.Query) (*discovery.Result, error)
+}
+
+// Options configures Validate.
+type Options struct {
+	// Resolver, when set, runs the resolution and provider layers.
+	Resolver Resolver
+	// Client calls the providers' validate endpoints (default: a plain client).
+	Client *http.Client
+	// ProviderTimeout bounds each provider call (default 5 s); the calls run concurrently,
+	// so a whole workflow waits at most one timeout.
+	ProviderTimeout time.Duration
+	// Strict is the default provider strictness; the workflow's validation.provider_strict
+	// wins over it.
+	Strict bool
+	// Now stamps validated_at (default time.Now).
+	Now func() time.Time
+}
+
+// Validate runs every layer that opts allow on a workflow and returns the result object of
+// API.md, diagnostics placed on their YAML lines.
+func Validate(ctx context.Context, src []byte, opts Options) (*Workflow, *apiv1.ValidationResult) {
+	if opts.Client == nil {
+		opts.Client = &http.Client{}
+	}
+	if opts.ProviderTimeout == 0 {
+		opts.ProviderTimeout = DefaultProviderTimeout
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	w, contract := Parse(src)
+	res := &apiv1.ValidationResult{Workflow: w.Name, ContractStatus: apiv1.StatusPassed, ProviderStatus: apiv1.StatusNotApplicable,
+		ValidatedAt: opts.Now().UTC(), Diagnostics: []apiv1.Diagnostic{}, Steps: make([]apiv1.StepValidation, len(w.Steps))}
+	for i, st := range w.Steps {
+		res.Steps[i] = apiv1.StepValidation{StepID: st.ID, Contract: apiv1.LayerResult{Status: apiv1.StatusPassed, Diagnostics: []apiv1.Diagnostic{}},
+			Provider: apiv1.LayerResult{Status: apiv1.StatusNotApplicable, Diagnostics: []apiv1.Diagnostic{}}}
+	}
+	// Contract diagnostics go to their step, the rest to the workflow.
+	for _, d := range contract {
+		if i, ok := stepOf(d.Path); ok && i < len(res.Steps) {
+			res.Steps[i].Contract.Diagnostics = append(res.Steps[i].Contract.Diagnostics, d)
+			if d.Severity == apiv1.SeverityError {
+				res.Steps[i].Contract.Status = apiv1.StatusFailed
+			}
+		} else {
+			res.Diagnostics = append(res.Diagnostics, d)
+		}
+	}
+	if HasErrors(contract) {
+		res.ContractStatus = apiv1.StatusFailed
+		return w, res
+	}
+	if opts.Resolver == nil {
+		return w, res
+	}
+	strict := opts.Strict
+	if w.ProviderStrict != nil {
+		strict = *w.ProviderStrict
+	}
+	type job struct {
+		step  *Step
+		entry apiv1.CapabilityEntry
+	}
+	var jobs []job
+	for i := range w.Steps {
+		st := &w.Steps[i]
+		q := discovery.Query{CapabilityID: st.Capability.ID, Provider: st.Capability.Provider, Version: st.Capability.Constraint}
+		r, err := opts.Resolver.Capabilities(ctx, q)
+		if err != nil {
+			res.Diagnostics = append(res.Diagnostics, apiv1.Diagnostic{Severity: apiv1.SeverityWarning, Code: CodeDiscoveryUnavailable,
+				Message: fmt.Sprintf("discovery unavailable, resolution and provider validation skipped: %v", err), Line: 1, Column: 1})
+			return w, res
+		}
+		if len(r.Entries) == 0 {
+			pos := w.Locate(fmt.Sprintf("steps[%d].capability", i))
+			d := apiv1.Diagnostic{Severity: apiv1.SeverityError, Code: CodeCapabilityUnavailable, Path: fmt.Sprintf("steps[%d].capability", i),
+				Message: unavailableMessage(ctx, opts.Resolver, st.Capability), Line: pos.Line, Column: pos.Column}
+			res.Steps[i].Contract.Diagnostics = append(res.Steps[i].Contract.Diagnostics, d)
+			res.Steps[i].Contract.Status = apiv1.StatusFailed
+			res.ContractStatus = apiv1.StatusFailed
+			continue
+		}
+		if supportsValidate(r.Entries[0].Metadata) {
+			jobs = append(jobs, job{step: st, entry: r.Entries[0]})
+		}
+	}
+	if len(jobs) == 0 {
+		return w, res
+	}
+	var wg sync.WaitGroup
+	for _, j := range jobs {
+		wg.Go(func() {
+			res.Steps[j.step.Index].Provider = callProvider(ctx, opts, w, j.step, j.entry, strict)
+		})
+	}
+	wg.Wait()
+	res.ProviderStatus = worst(res.Steps)
+	return w, res
+}
+
+// stepOf returns the step index a diagnostic path starts with.
+func stepOf(path string) (int, bool) {
+	var i int
+	if _, err := fmt.Sscanf(path, "steps[%d]", &i); err != nil {
+		return 0, false
+	}
+	return i, true
+}
+
+func supportsValidate(meta json.RawMessage) bool {
+	var m struct {
+		ValidateSupported bool `json:"validate_supported"`
+	}
+	return json.Unmarshal(meta, &m) == nil && m.ValidateSupported
+}
+
+// unavailableMessage says what a step requires and what the registry has instead.
+func unavailableMessage(ctx context.Context, r Resolver, c CapabilityRef) string {
+	want := strings.TrimSpace(c.Provider + " " + c.ID + " " + c.Constraint)
+	all, err := r.Capabilities(ctx, discovery.Query{CapabilityID: c.ID, Provider: c.Provider})
+	if err != nil || len(all.Entries) == 0 {
+		if c.Provider != "" {
+			return fmt.Sprintf("workflow requires %s; registry has no %s provider of %s", want, c.Provider, c.ID)
+		}
+		return fmt.Sprintf("workflow requires %s; registry has no provider of %s", want, c.ID)
+	}
+	var versions []string
+	for _, e := range all.Entries {
+		v := e.CapabilityVersion
+		if c.Provider == "" {
+			v = e.Provider + " " + v
+		}
+		if !contains(versions, v) {
+			versions = append(versions, v)
+		}
+	}
+	only := ""
+	if len(versions) == 1 {
+		only = " only"
+	}
+	return fmt.Sprintf("workflow requires %s; registry has %s%s", want, strings.Join(versions, ", "), only)
+}
+
+func contains(ss []string, s string) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+// callProvider asks one provider to validate one step.
+func callProvider(ctx context.Context, opts Options, w *Workflow, st *Step, e apiv1.CapabilityEntry, strict bool) apiv1.LayerResult {
+	out := apiv1.LayerResult{Status: apiv1.StatusPassed, Diagnostics: []apiv1.Diagnostic{}}
+	capPos := w.Locate(fmt.Sprintf("steps[%d].capability", st.Index))
+	failure := func(code, format string, args ...any) apiv1.LayerResult {
+		d := apiv1.Diagnostic{Severity: apiv1.SeverityError, Code: code, Message: fmt.Sprintf(format, args...),
+			Path: fmt.Sprintf("steps[%d].capability", st.Index), Line: capPos.Line, Column: capPos.Column}
+		out.Status = apiv1.StatusFailed
+		if !strict {
+			d.Severity = apiv1.SeverityWarning
+			out.Status = apiv1.StatusSkipped
+		}
+		out.Diagnostics = append(out.Diagnostics, d)
+		return out
+	}
+	body, _ := json.Marshal(apiv1.ValidateRequest{WorkflowName: w.Name, StepID: st.ID, StepVersion: st.StepVersion,
+		CapabilityVersion: e.CapabilityVersion, Step: apiv1.StepSpec{Type: st.Type, Request: st.Request}})
+	cctx, cancel := context.WithTimeout(ctx, opts.ProviderTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(cctx, http.MethodPost, strings.TrimRight(e.Endpoint, "/")+"/v1/capabilities/"+st.Capability.ID+"/validate", bytes.NewReader(body))
+	if err != nil {
+		return failure(CodeProviderUnreachable, "provider %s at %s: %v", e.InstanceID, e.Endpoint, err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := opts.Client.Do(req)
+	if err != nil {
+		var ne net.Error
+		if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
+			return failure(CodeProviderTimeout, "provider %s did not answer within %s", e.InstanceID, opts.ProviderTimeout)
+		}
+		return failure(CodeProviderUnreachable, "provider %s at %s is unreachable: %v", e.InstanceID, e.Endpoint, err)
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	var vr apiv1.ValidateResponse
+	if err != nil || resp.StatusCode != http.StatusOK || json.Unmarshal(raw, &vr) != nil {
+		return failure(CodeProviderUnreachable, "provider %s answered %d and no validation result", e.InstanceID, resp.StatusCode)
+	}
+	for _, d := range vr.Diagnostics {
+		path := fmt.Sprintf("steps[%d]", st.Index)
+		if d.Path != "" {
+			path += "." + d.Path
+		}
+		pos := w.Locate(path)
+		d.Path, d.Line, d.Column = path, pos.Line, pos.Column
+		if !strict && d.Severity == apiv1.SeverityError {
+			d.Severity = apiv1.SeverityWarning
+		}
+		out.Diagnostics = append(out.Diagnostics, d)
+	}
+	if !vr.Valid {
+		sev := apiv1.SeverityError
+		if !strict {
+			sev = apiv1.SeverityWarning
+		}
+		out.Diagnostics = append(out.Diagnostics, apiv1.Diagnostic{Severity: sev, Code: CodeProviderRejected,
+			Message: fmt.Sprintf("provider %s (%s) rejected the step", e.InstanceID, e.Provider), Path: fmt.Sprintf("steps[%d]", st.Index),
+			Line: capPos.Line, Column: capPos.Column})
+	}
+	switch {
+	case HasErrors(out.Diagnostics):
+		out.Status = apiv1.StatusFailed
+	case len(out.Diagnostics) > 0:
+		out.Status = apiv1.StatusWarning
+	}
+	return out
+}
+
+// worst is the workflow's provider_status: failed > skipped > warning > passed.
+func worst(steps []apiv1.StepValidation) string {
+	rank := map[string]int{apiv1.StatusNotApplicable: 0, apiv1.StatusPassed: 1, apiv1.StatusWarning: 2, apiv1.StatusSkipped: 3, apiv1.StatusFailed: 4}
+	out := apiv1.StatusNotApplicable
+	for _, s := range steps {
+		if rank[s.Provider.Status] > rank[out] {
+			out = s.Provider.Status
+		}
+	}
+	return out
+}
+
+// Diagnostics returns every diagnostic of a result, sorted by position.
+func Diagnostics(r *apiv1.ValidationResult) []apiv1.Diagnostic {
+	out := append([]apiv1.Diagnostic(nil), r.Diagnostics...)
+	for _, s := range r.Steps {
+		out = append(out, s.Contract.Diagnostics...)
+		out = append(out, s.Provider.Diagnostics...)
+	}
+	sortDiagnostics(out)
+	return out
+}

@@ -1,0 +1,237 @@
+package workflow_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/Masterminds/semver/v3"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/discovery"
+	"github.com/meshflows/meshflows/examples/providers/jms"
+	"github.com/meshflows/meshflows/internal/registry"
+	"github.com/meshflows/meshflows/internal/registry/registrytest"
+	"github.com/meshflows/meshflows/internal/workflow"
+)
+
+const stepTmpl = `  - id: step_%d
+    type: service_call
+    step_version: "1.1"
+    capability:
+      id: messaging.publish
+      provider: %s
+      capability_version: "%s"
+    request:
+      destination: "%s"
+      headers:
+        content-type: application/json
+`
+
+func workflowYAML(strict string, steps ...string) []byte {
+	var b strings.Builder
+	b.WriteString("name: demo\ninvocation:\n  type: http\n")
+	if strict != "" {
+		b.WriteString("validation:\n  provider_strict: " + strict + "\n")
+	}
+	b.WriteString("steps:\n")
+	for _, s := range steps {
+		b.WriteString(s)
+	}
+	return []byte(b.String())
+}
+
+func step(i int, provider, constraint, destination string) string {
+	return fmt.Sprintf(stepTmpl, i, provider, constraint, destination)
+}
+
+// env is a registry with the jms example provider registered at endpoint.
+func newResolver(t *testing.T, endpoint string) *discovery.Client {
+	t.Helper()
+	s := registrytest.NewServer(t, registry.Config{})
+	p, _ := jms.New(endpoint, "")
+	reg := p.Registration()
+	if _, err := s.Registry.Register(context.Background(), &reg); err != nil {
+		t.Fatal(err)
+	}
+	c, err := discovery.New(discovery.Config{Registries: []string{s.URL}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func codes(ds []apiv1.Diagnostic) []string {
+	var out []string
+	for _, d := range ds {
+		out = append(out, d.Severity+" "+d.Code)
+	}
+	return out
+}
+
+func TestProviderLayer(t *testing.T) {
+	p, err := jms.New("http://127.0.0.1:7410", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	provider := httptest.NewServer(p.Handler())
+	defer provider.Close()
+	r := newResolver(t, provider.URL)
+	tests := []struct {
+		name           string
+		src            []byte
+		strict         bool
+		want           []string
+		providerStatus string
+	}{
+		{"valid with a warning", workflowYAML("", step(0, "jms", ">=1.0 <2.0", "orders")), true,
+			[]string{"warning JMS_HEADER_NON_STANDARD"}, apiv1.StatusWarning},
+		{"strict blocks a rejected step", workflowYAML("", step(0, "jms", ">=1.0 <2.0", "")), true,
+			[]string{"error PROVIDER_REJECTED", "error DESTINATION_REQUIRED", "warning JMS_HEADER_NON_STANDARD"}, apiv1.StatusFailed},
+		{"non-strict allows it with warnings", workflowYAML("", step(0, "jms", ">=1.0 <2.0", "")), false,
+			[]string{"warning PROVIDER_REJECTED", "warning DESTINATION_REQUIRED", "warning JMS_HEADER_NON_STANDARD"}, apiv1.StatusWarning},
+		{"the workflow's own strictness wins", workflowYAML("true", step(0, "jms", ">=1.0 <2.0", "")), false,
+			[]string{"error PROVIDER_REJECTED", "error DESTINATION_REQUIRED", "warning JMS_HEADER_NON_STANDARD"}, apiv1.StatusFailed},
+		{"unavailable capability says what exists", workflowYAML("", step(0, "jms", ">=2.0", "orders")), true,
+			[]string{"error CAPABILITY_UNAVAILABLE"}, apiv1.StatusNotApplicable},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, res := workflow.Validate(context.Background(), tt.src, workflow.Options{Resolver: r, Strict: tt.strict})
+			if got := codes(workflow.Diagnostics(res)); strings.Join(got, ",") != strings.Join(tt.want, ",") {
+				t.Errorf("diagnostics = %v, want %v", got, tt.want)
+			}
+			if res.ProviderStatus != tt.providerStatus {
+				t.Errorf("provider_status = %s, want %s", res.ProviderStatus, tt.providerStatus)
+			}
+			for _, d := range workflow.Diagnostics(res) {
+				if d.Line == 0 || d.Column == 0 {
+					t.Errorf("%s without a position", d.Code)
+				}
+				if d.Code == "CAPABILITY_UNAVAILABLE" && d.Message != "workflow requires jms messaging.publish >=2.0; registry has 1.0.0 only" {
+					t.Errorf("message = %q", d.Message)
+				}
+				if want := lineOf(tt.src, "content-type"); d.Code == "JMS_HEADER_NON_STANDARD" && d.Line != want {
+					t.Errorf("provider diagnostic on line %d, want %d (the header)", d.Line, want)
+				}
+			}
+		})
+	}
+}
+
+func TestProviderTimeoutAndUnreachable(t *testing.T) {
+	release := make(chan struct{})
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-release }))
+	defer slow.Close()
+	defer close(release)
+	dead := httptest.NewServer(http.NotFoundHandler())
+	dead.Close()
+	for name, tc := range map[string]struct {
+		endpoint string
+		code     string
+	}{"timeout": {slow.URL, "PROVIDER_TIMEOUT"}, "unreachable": {dead.URL, "PROVIDER_UNREACHABLE"}} {
+		t.Run(name, func(t *testing.T) {
+			r := newResolver(t, tc.endpoint)
+			// 20 steps against one slow provider: bounded by one timeout, not twenty
+			var steps []string
+			for i := range 20 {
+				steps = append(steps, step(i, "jms", ">=1.0", "d"))
+			}
+			src := workflowYAML("", steps...)
+			for _, strict := range []bool{true, false} {
+				_, res := workflow.Validate(context.Background(), src, workflow.Options{Resolver: r, Strict: strict, ProviderTimeout: 50 * time.Millisecond})
+				ds := workflow.Diagnostics(res)
+				if len(ds) != 20 || ds[0].Code != tc.code {
+					t.Fatalf("strict=%v: %v", strict, codes(ds))
+				}
+				want, status := "error", apiv1.StatusFailed
+				if !strict {
+					want, status = "warning", apiv1.StatusSkipped
+				}
+				if ds[0].Severity != want || res.ProviderStatus != status {
+					t.Errorf("strict=%v: %s / %s, want %s / %s", strict, ds[0].Severity, res.ProviderStatus, want, status)
+				}
+			}
+		})
+	}
+}
+
+func TestDiscoveryUnavailable(t *testing.T) {
+	c, _ := discovery.New(discovery.Config{Registries: []string{"http://127.0.0.1:1"}})
+	_, res := workflow.Validate(context.Background(), workflowYAML("", step(0, "jms", ">=1.0", "d")), workflow.Options{Resolver: c, Strict: true})
+	ds := workflow.Diagnostics(res)
+	if len(ds) != 1 || ds[0].Code != "DISCOVERY_UNAVAILABLE" || ds[0].Severity != "warning" || res.ContractStatus != "passed" {
+		t.Errorf("%v %s", codes(ds), res.ContractStatus)
+	}
+}
+
+func TestHundredSteps(t *testing.T) {
+	var steps []string
+	for i := range 100 {
+		steps = append(steps, step(i, "jms", ">=1.0 <2.0", "d"))
+	}
+	w, ds := workflow.Parse(workflowYAML("", steps...))
+	if len(ds) != 0 || len(w.Steps) != 100 || w.Steps[99].ID != "step_99" {
+		t.Fatalf("%d steps, diagnostics %v", len(w.Steps), codes(ds))
+	}
+	var req map[string]any
+	json.Unmarshal(w.Steps[5].Request, &req)
+	if req["destination"] != "d" {
+		t.Errorf("request = %s", w.Steps[5].Request)
+	}
+}
+
+func BenchmarkContractPerStep(b *testing.B) {
+	var steps []string
+	for i := range 100 {
+		steps = append(steps, step(i, "jms", ">=1.0 <2.0", "d"))
+	}
+	src := workflowYAML("", steps...)
+	b.ReportAllocs()
+	for b.Loop() {
+		workflow.Parse(src)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/100, "ns/step")
+}
+
+func FuzzParse(f *testing.F) {
+	f.Add(workflowYAML("", step(0, "jms", ">=1.0", "d")))
+	f.Add([]byte("name: x\nsteps: [ {id: a, request: {payload_from: a}} ]"))
+	f.Add([]byte("a: !00\n  b"))
+	f.Add([]byte("- [\n"))
+	f.Fuzz(func(t *testing.T, src []byte) {
+		w, ds := workflow.Parse(src)
+		if w == nil {
+			t.Fatal("no workflow")
+		}
+		for _, d := range ds {
+			if d.Code == "" || d.Line < 1 || d.Column < 1 {
+				t.Fatalf("diagnostic without code or position: %+v", d)
+			}
+		}
+	})
+}
+
+// lineOf is the 1-based line of the first occurrence of s in src.
+func lineOf(src []byte, s string) int {
+	i := strings.Index(string(src), s)
+	return strings.Count(string(src[:i]), "\n") + 1
+}
+
+// BenchmarkConstraintMatch is the per-step cost of matching a step's constraint against a
+// registered version (parse the constraint, check the version).
+func BenchmarkConstraintMatch(b *testing.B) {
+	v := semver.MustParse("1.4.2")
+	b.ReportAllocs()
+	for b.Loop() {
+		c, err := registry.ParseConstraint(">=1.0 <2.0")
+		if err != nil || !c.Check(v) {
+			b.Fatal("no match")
+		}
+	}
+}
