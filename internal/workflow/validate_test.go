@@ -235,3 +235,14 @@ func BenchmarkConstraintMatch(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkConstraintCheck is the match alone, the constraint parsed once per workflow.
+func BenchmarkConstraintCheck(b *testing.B) {
+	v := semver.MustParse("1.4.2")
+	c, _ := registry.ParseConstraint(">=1.0 <2.0")
+	for b.Loop() {
+		if !c.Check(v) {
+			b.Fatal("no match")
+		}
+	}
+}
