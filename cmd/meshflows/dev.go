@@ -11,9 +11,11 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/meshflows/meshflows/discovery"
+	"github.com/meshflows/meshflows/examples/workflows"
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/server"
 	"github.com/meshflows/meshflows/internal/telemetry"
+	"github.com/meshflows/meshflows/internal/workflow"
 	"github.com/meshflows/meshflows/routing"
 )
 
@@ -82,6 +84,16 @@ Components that are not built yet are listed as such. Stop with Ctrl-C.`,
 				return errors.Join(err, stopAll(), logOut.Flush())
 			}
 			regURL := "http://" + regAddr
+			orAddr := fmt.Sprintf("127.0.0.1:%d", basePort+devOrchestratorOffset)
+			oln, err := net.Listen("tcp", orAddr)
+			if err != nil {
+				return errors.Join(fmt.Errorf("orchestrator port: %w (pick another --base-port)", err), stopAll(), logOut.Flush())
+			}
+			orFlags := orchestratorFlags{registries: []string{regURL}, timeout: workflow.DefaultProviderTimeout, preload: [][]byte{workflows.OrderPublish}}
+			if err := startOrchestrator(regCtx, gReg, &orFlags, oln, logger); err != nil {
+				oln.Close()
+				return errors.Join(err, stopAll(), logOut.Flush())
+			}
 			gwAddr := fmt.Sprintf("127.0.0.1:%d", basePort+devGatewayOffset)
 			gln, err := net.Listen("tcp", gwAddr)
 			if err != nil {
@@ -110,7 +122,7 @@ Components that are not built yet are listed as such. Stop with Ctrl-C.`,
 			out := cmd.OutOrStdout()
 			fmt.Fprintf(out, "MeshFlows dev — open mode: NO AUTHENTICATION, loopback only, state in memory.\n\n")
 			fmt.Fprintf(out, "  registry      http://%s   (try: curl http://%s/v1/discovery/capabilities)\n", regAddr, regAddr)
-			fmt.Fprintf(out, "  orchestrator  http://127.0.0.1:%d   (not built yet)\n", basePort+devOrchestratorOffset)
+			fmt.Fprintf(out, "  orchestrator  http://%s   (try: curl -X POST http://%s/v1/workflows/order-publish/run -d '{\"order\":1}')\n", orAddr, orAddr)
 			fmt.Fprintf(out, "  gateway       http://%s   (try: curl http://%s/v1/gateway/routes)\n", gwAddr, gwAddr)
 			fmt.Fprintf(out, "  dashboard     http://127.0.0.1:%d   (not built yet)\n", basePort+devDashboardOffset)
 			fmt.Fprintf(out, "  providers     http://127.0.0.1:%d (jms), http://127.0.0.1:%d (rabbitmq)\n",

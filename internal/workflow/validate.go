@@ -109,6 +109,13 @@ func Validate(ctx context.Context, src []byte, opts Options) (*Workflow, *apiv1.
 			pos := w.Locate(fmt.Sprintf("steps[%d].capability", i))
 			d := apiv1.Diagnostic{Severity: apiv1.SeverityError, Code: CodeCapabilityUnavailable, Path: fmt.Sprintf("steps[%d].capability", i),
 				Message: unavailableMessage(ctx, opts.Resolver, st.Capability), Line: pos.Line, Column: pos.Column}
+			if !r.Complete {
+				// A registry still warming up after a restart may not know every provider yet.
+				d.Severity = apiv1.SeverityWarning
+				d.Message += " (the registry is still warming up after a restart; this may change)"
+				res.Steps[i].Contract.Diagnostics = append(res.Steps[i].Contract.Diagnostics, d)
+				continue
+			}
 			res.Steps[i].Contract.Diagnostics = append(res.Steps[i].Contract.Diagnostics, d)
 			res.Steps[i].Contract.Status = apiv1.StatusFailed
 			res.ContractStatus = apiv1.StatusFailed

@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/discovery"
+	"github.com/meshflows/meshflows/internal/orchestrator"
+	"github.com/meshflows/meshflows/internal/telemetry"
+	"github.com/meshflows/meshflows/internal/workflow"
+)
+
+type orchestratorFlags struct {
+	listen, dir, staticFile string
+	registries              []string
+	timeout                 time.Duration
+	creds                   clientCreds
+	log                     telemetry.LogConfig
+	// preload are workflows to upload and publish at start (meshflows dev's example).
+	preload [][]byte
+}
+
+func newOrchestratorCmd() *cobra.Command {
+	var f orchestratorFlags
+	cmd := &cobra.Command{
+		Use:   "orchestrator",
+		Short: "Run the workflow orchestrator: store, validate, publish and run workflows",
+		Long: `Run the orchestrator. Workflows are uploaded as YAML (POST /v1/workflows), validated in three
+layers (contract, resolution, providers), published, and run over HTTP or on their schedule;
+each service_call step goes to an instance that qualifies, resolved through the registry —
+or through --static-capabilities when the registry has never answered.
+
+Provider strictness for workflows that do not set validation.provider_strict comes from
+$` + strictEnv + ` (default strict).`,
+		Example: "  meshflows orchestrator --registry http://127.0.0.1:7400 --workflows-dir /var/lib/meshflows/workflows",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runComponent(cmd, f.log, f.listen, func(ctx context.Context, g *errgroup.Group, ln net.Listener, logger *slog.Logger) error {
+				return startOrchestrator(ctx, g, &f, ln, logger)
+			})
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.listen, "listen", "127.0.0.1:7401", "address to serve on")
+	fl.StringSliceVar(&f.registries, "registry", []string{"http://127.0.0.1:7400"}, "registry base URL; repeat or comma-separate for failover")
+	fl.StringVar(&f.dir, "workflows-dir", "", "directory where workflows and their results persist (loaded and re-validated at start)")
+	fl.StringVar(&f.staticFile, "static-capabilities", "", "YAML list of {capability_id, provider, version, endpoint}: used when the registry has never answered")
+	fl.DurationVar(&f.timeout, "provider-timeout", workflow.DefaultProviderTimeout, "timeout of each provider validation")
+	fl.StringVar(&f.log.Level, "log-level", "info", "log level: debug, info, warn or error")
+	fl.StringVar(&f.log.Format, "log-format", "json", "log format: json or text")
+	f.creds.bind(fl)
+	return cmd
+}
+
+func startOrchestrator(ctx context.Context, g *errgroup.Group, f *orchestratorFlags, ln net.Listener, logger *slog.Logger) error {
+	var static []orchestrator.StaticCapability
+	if f.staticFile != "" {
+		if err := readYAML(f.staticFile, &static); err != nil {
+			return err
+		}
+	}
+	strict := true
+	if v, ok := os.LookupEnv(strictEnv); ok {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("$%s=%q: want true or false", strictEnv, v)
+		}
+		strict = b
+	}
+	httpClient, err := f.creds.httpClient()
+	if err != nil {
+		return err
+	}
+	promReg := telemetry.NewRegistry()
+	disc, err := discovery.New(discovery.Config{Registries: f.registries, Consumer: "orchestrator", Client: httpClient, BearerToken: f.creds.token,
+		Logger: logger, Registerer: promReg})
+	if err != nil {
+		return err
+	}
+	o, err := orchestrator.New(orchestrator.Config{Discovery: disc, Static: static, Dir: f.dir, ProviderTimeout: f.timeout, Strict: strict, Logger: logger})
+	if err != nil {
+		return err
+	}
+	if err := o.Load(ctx); err != nil {
+		logger.Warn("some stored workflows were not loaded", slog.Any("error", err))
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promHandler(promReg))
+	mux.Handle("/", o.Handler())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
+	logger.Info("orchestrator listening", slog.String("addr", ln.Addr().String()))
+	g.Go(func() error { return o.Run(ctx) })
+	g.Go(func() error { return serveUntil(ctx, srv, ln) })
+	if len(f.preload) > 0 {
+		g.Go(func() error { preload(ctx, o, f.preload, logger); return nil })
+	}
+	return nil
+}
+
+// preload uploads and publishes workflows once their providers can be resolved (meshflows
+// dev starts them together), retrying for a while.
+func preload(ctx context.Context, o *orchestrator.Orchestrator, srcs [][]byte, logger *slog.Logger) {
+	for _, src := range srcs {
+		var err error
+		for attempt := 0; attempt < 50 && ctx.Err() == nil; attempt++ {
+			o.Invalidate() // the providers start with us: ask the registry afresh each time
+			r, uerr := o.Upload(ctx, src)
+			if err = uerr; err == nil && !hasWarning(r, "CAPABILITY_UNAVAILABLE") {
+				_, err = o.Publish(r.Workflow)
+			} else if err == nil {
+				err = fmt.Errorf("providers not registered yet")
+			}
+			if err == nil {
+				logger.Info("example workflow loaded and published", slog.String("workflow", r.Workflow))
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+		}
+		if err != nil {
+			logger.Warn("example workflow not loaded", slog.Any("error", err))
+		}
+	}
+}
+
+func hasWarning(r *apiv1.ValidationResult, code string) bool {
+	for _, d := range workflow.Diagnostics(r) {
+		if d.Code == code {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,238 @@
+package orchestrator
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/Masterminds/semver/v3"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/discovery"
+	"github.com/meshflows/meshflows/internal/workflow"
+)
+
+// StaticCapability is a capability the orchestrator may use when the registry has never
+// answered (--static-capabilities).
+type StaticCapability struct {
+	CapabilityID string          `json:"capability_id" yaml:"capability_id"`
+	Provider     string          `json:"provider" yaml:"provider"`
+	Version      string          `json:"version" yaml:"version"`
+	Endpoint     string          `json:"endpoint" yaml:"endpoint"`
+	Metadata     json.RawMessage `json:"metadata,omitempty" yaml:"-"`
+}
+
+// Run is one execution of a workflow (API.md, run).
+type Run struct {
+	RunID      string          `json:"run_id"`
+	Workflow   string          `json:"workflow"`
+	Trigger    string          `json:"trigger"`
+	Status     string          `json:"status"`
+	StartedAt  time.Time       `json:"started_at"`
+	DurationMS float64         `json:"duration_ms"`
+	Steps      []StepRun       `json:"steps"`
+	Output     json.RawMessage `json:"output"`
+}
+
+// StepRun is one step of a run.
+type StepRun struct {
+	StepID     string          `json:"step_id"`
+	Status     string          `json:"status"`
+	InstanceID string          `json:"instance_id,omitempty"`
+	DurationMS float64         `json:"duration_ms"`
+	Output     json.RawMessage `json:"output,omitempty"`
+	Error      *apiv1.Error    `json:"error,omitempty"`
+}
+
+// Run and step statuses.
+const (
+	RunSucceeded = "succeeded"
+	RunFailed    = "failed"
+	StepSkipped  = "skipped"
+)
+
+// candidate is an instance a step may be sent to.
+type candidate struct {
+	instance, endpoint string
+	priority           int64
+	version            *semver.Version
+	generation         int64
+}
+
+// execute runs w's steps in order with input.
+func (o *Orchestrator) execute(ctx context.Context, w *workflow.Workflow, runID, trigger string, input json.RawMessage) *Run {
+	start := o.cfg.Now()
+	run := &Run{RunID: runID, Workflow: w.Name, Trigger: trigger, Status: RunSucceeded, StartedAt: start.UTC(), Steps: make([]StepRun, len(w.Steps)), Output: json.RawMessage("null")}
+	if len(input) == 0 {
+		input = json.RawMessage("null")
+	}
+	outputs := map[string]json.RawMessage{}
+	var previous json.RawMessage = input
+	failed := false
+	for i := range w.Steps {
+		st := &w.Steps[i]
+		sr := &run.Steps[i]
+		sr.StepID = st.ID
+		if failed {
+			sr.Status = StepSkipped
+			continue
+		}
+		t0 := o.cfg.Now()
+		out, inst, err := o.step(ctx, w, st, runID, payloadFor(st, input, previous, outputs))
+		sr.DurationMS = ms(o.cfg.Now().Sub(t0))
+		sr.InstanceID = inst
+		if err != nil {
+			var ae *apiv1.Error
+			if !errors.As(err, &ae) {
+				ae = apiv1.Errorf(http.StatusBadGateway, apiv1.CodeUnavailable, "%v", err)
+			}
+			sr.Status, sr.Error = RunFailed, ae
+			run.Status, failed = RunFailed, true
+			continue
+		}
+		sr.Status, sr.Output = RunSucceeded, out
+		outputs[st.ID], previous, run.Output = out, out, out
+	}
+	run.DurationMS = ms(o.cfg.Now().Sub(start))
+	return run
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// payloadFor picks a step's payload: payload_from when set, else request.payload.
+func payloadFor(st *workflow.Step, input, previous json.RawMessage, outputs map[string]json.RawMessage) json.RawMessage {
+	switch st.PayloadFrom {
+	case "input":
+		return input
+	case "previous":
+		return previous
+	case "":
+		var r struct {
+			Payload json.RawMessage `json:"payload"`
+		}
+		json.Unmarshal(st.Request, &r)
+		return r.Payload
+	default:
+		return outputs[st.PayloadFrom]
+	}
+}
+
+// step resolves and invokes one step, failing over to the next candidate only when the
+// connection failed before the request was sent.
+func (o *Orchestrator) step(ctx context.Context, w *workflow.Workflow, st *workflow.Step, runID string, payload json.RawMessage) (json.RawMessage, string, error) {
+	cands, err := o.candidates(ctx, st)
+	if err != nil {
+		return nil, "", err
+	}
+	body, _ := json.Marshal(apiv1.InvokeRequest{WorkflowName: w.Name, RunID: runID, StepID: st.ID, StepVersion: st.StepVersion,
+		Request: st.Request, Payload: payload})
+	var lastErr error
+	for _, c := range cands {
+		out, err := o.invoke(ctx, st, c, body)
+		if err == nil {
+			return out, c.instance, nil
+		}
+		lastErr = err
+		if !dialFailure(err) {
+			return nil, c.instance, err
+		}
+	}
+	return nil, "", fmt.Errorf("every candidate for %s was unreachable: %w", st.Capability.ID, lastErr)
+}
+
+func dialFailure(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
+}
+
+func (o *Orchestrator) invoke(ctx context.Context, st *workflow.Step, c candidate, body []byte) (json.RawMessage, error) {
+	ctx, cancel := context.WithTimeout(ctx, st.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(c.endpoint, "/")+"/v1/capabilities/"+st.Capability.ID+"/invoke", bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := o.cfg.Client.Do(req)
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return nil, apiv1.Errorf(http.StatusGatewayTimeout, apiv1.CodeUnavailable, "step %s: no answer from %s within %s", st.ID, c.instance, st.Timeout)
+		}
+		return nil, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, apiv1.ErrorFromResponse(resp.StatusCode, raw)
+	}
+	var ir apiv1.InvokeResponse
+	if err := json.Unmarshal(raw, &ir); err != nil {
+		return nil, apiv1.Errorf(http.StatusBadGateway, apiv1.CodeUnavailable, "step %s: %s answered no invoke result: %v", st.ID, c.instance, err)
+	}
+	return ir.Output, nil
+}
+
+// candidates resolves a step: through discovery, or the static capabilities when the
+// registry has never answered; in order metadata.priority desc, capability_version desc,
+// registration order.
+func (o *Orchestrator) candidates(ctx context.Context, st *workflow.Step) ([]candidate, error) {
+	cons, err := semver.NewConstraint(st.Capability.Constraint)
+	if err != nil {
+		return nil, apiv1.Errorf(http.StatusBadRequest, apiv1.CodeInvalidRequest, "step %s: %v", st.ID, err)
+	}
+	var out []candidate
+	res, err := o.cfg.Discovery.Capabilities(ctx, discovery.Query{CapabilityID: st.Capability.ID, Provider: st.Capability.Provider, Version: st.Capability.Constraint})
+	var ue *discovery.UnavailableError
+	switch {
+	case err == nil:
+		for _, e := range res.Entries {
+			v, _ := semver.NewVersion(e.CapabilityVersion)
+			out = append(out, candidate{instance: e.InstanceID, endpoint: e.Endpoint, priority: priority(e.Metadata), version: v, generation: e.Generation})
+		}
+	case errors.As(err, &ue) && ue.State == discovery.StateUninitialized && len(o.cfg.Static) > 0:
+		for i, s := range o.cfg.Static {
+			v, verr := semver.NewVersion(s.Version)
+			if s.CapabilityID != st.Capability.ID || (st.Capability.Provider != "" && s.Provider != st.Capability.Provider) || verr != nil || !cons.Check(v) {
+				continue
+			}
+			out = append(out, candidate{instance: "static-" + strconv.Itoa(i), endpoint: s.Endpoint, priority: priority(s.Metadata), version: v, generation: int64(i)})
+		}
+	default:
+		return nil, apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable, "step %s: discovery unavailable: %v", st.ID, err)
+	}
+	if len(out) == 0 {
+		return nil, apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable, "step %s: no instance offers %s %s %s",
+			st.ID, st.Capability.Provider, st.Capability.ID, st.Capability.Constraint)
+	}
+	slices.SortStableFunc(out, func(a, b candidate) int {
+		if c := cmp.Compare(b.priority, a.priority); c != 0 {
+			return c
+		}
+		if c := b.version.Compare(a.version); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.generation, b.generation)
+	})
+	return out, nil
+}
+
+func priority(meta json.RawMessage) int64 {
+	var m struct {
+		Priority int64 `json:"priority"`
+	}
+	json.Unmarshal(meta, &m)
+	return m.Priority
+}

@@ -1,0 +1,123 @@
+package orchestrator
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+)
+
+// MaxWorkflowBytes bounds an uploaded workflow.
+const MaxWorkflowBytes = 1 << 20
+
+// Handler serves the orchestrator API of API.md.
+func (o *Orchestrator) Handler() http.Handler {
+	mux := http.NewServeMux()
+	handle := func(pattern string, h func(w http.ResponseWriter, r *http.Request) (int, any, error)) {
+		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+			status, v, err := h(w, r)
+			if err != nil {
+				writeErr(w, err)
+				return
+			}
+			writeJSON(w, status, v)
+		})
+	}
+	handle("POST /v1/workflows", func(w http.ResponseWriter, r *http.Request) (int, any, error) {
+		src, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxWorkflowBytes))
+		if err != nil {
+			return 0, nil, apiv1.Errorf(http.StatusRequestEntityTooLarge, apiv1.CodePayloadTooLarge, "workflow over %d bytes", MaxWorkflowBytes)
+		}
+		res, err := o.Upload(r.Context(), src)
+		return http.StatusCreated, res, err
+	})
+	handle("GET /v1/workflows", func(http.ResponseWriter, *http.Request) (int, any, error) {
+		return http.StatusOK, map[string]any{"workflows": o.List()}, nil
+	})
+	handle("GET /v1/workflows/{name}", func(_ http.ResponseWriter, r *http.Request) (int, any, error) {
+		d, err := o.Get(r.PathValue("name"))
+		return http.StatusOK, d, err
+	})
+	handle("GET /v1/workflows/{name}/validation", func(_ http.ResponseWriter, r *http.Request) (int, any, error) {
+		v, err := o.Validation(r.PathValue("name"))
+		return http.StatusOK, v, err
+	})
+	handle("POST /v1/workflows/{name}/validate", func(_ http.ResponseWriter, r *http.Request) (int, any, error) {
+		v, err := o.Revalidate(r.Context(), r.PathValue("name"))
+		return http.StatusOK, v, err
+	})
+	handle("POST /v1/workflows/{name}/publish", func(_ http.ResponseWriter, r *http.Request) (int, any, error) {
+		v, err := o.Publish(r.PathValue("name"))
+		return http.StatusOK, v, err
+	})
+	handle("POST /v1/workflows/{name}/run", func(w http.ResponseWriter, r *http.Request) (int, any, error) {
+		input, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxWorkflowBytes))
+		if err != nil {
+			return 0, nil, apiv1.Errorf(http.StatusRequestEntityTooLarge, apiv1.CodePayloadTooLarge, "input over %d bytes", MaxWorkflowBytes)
+		}
+		if len(input) > 0 && !json.Valid(input) {
+			return 0, nil, apiv1.Errorf(http.StatusBadRequest, apiv1.CodeInvalidJSON, "the run input is not JSON")
+		}
+		run, err := o.RunNow(r.Context(), r.PathValue("name"), "http", input)
+		return http.StatusOK, run, err
+	})
+	handle("GET /v1/workflows/{name}/runs", func(_ http.ResponseWriter, r *http.Request) (int, any, error) {
+		h, err := o.Runs(r.PathValue("name"))
+		return http.StatusOK, h, err
+	})
+	invalidate := func(http.ResponseWriter, *http.Request) (int, any, error) {
+		o.cfg.Discovery.Invalidate()
+		return http.StatusOK, map[string]string{"status": "invalidated"}, nil
+	}
+	handle("GET /v1/discovery/invalidate", invalidate)
+	handle("DELETE /v1/discovery/invalidate", invalidate)
+	handle("GET /healthz", func(http.ResponseWriter, *http.Request) (int, any, error) {
+		return http.StatusOK, map[string]string{"status": "ok"}, nil
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeErr(w, apiv1.Errorf(http.StatusNotFound, apiv1.CodeNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path))
+	})
+	return mux
+}
+
+// blockedBody is the 422 answer: the error body and the validation result.
+type blockedBody struct {
+	Error      *apiv1.Error            `json:"error"`
+	Validation *apiv1.ValidationResult `json:"validation"`
+}
+
+func writeErr(w http.ResponseWriter, err error) {
+	var be *BlockedError
+	if errors.As(err, &be) {
+		e := apiv1.Errorf(http.StatusUnprocessableEntity, apiv1.CodeValidationFailed, "workflow blocked: %s", be.Reason)
+		for _, s := range be.Result.Steps {
+			for _, d := range append(s.Contract.Diagnostics, s.Provider.Diagnostics...) {
+				if d.Severity == apiv1.SeverityError {
+					e.Details = append(e.Details, apiv1.Detail{Path: d.Path, Message: fmt.Sprintf("%d:%d: %s: %s", d.Line, d.Column, d.Code, d.Message)})
+				}
+			}
+		}
+		for _, d := range be.Result.Diagnostics {
+			if d.Severity == apiv1.SeverityError {
+				e.Details = append(e.Details, apiv1.Detail{Path: d.Path, Message: fmt.Sprintf("%d:%d: %s: %s", d.Line, d.Column, d.Code, d.Message)})
+			}
+		}
+		writeJSON(w, e.Status, blockedBody{Error: e, Validation: be.Result})
+		return
+	}
+	var ae *apiv1.Error
+	if !errors.As(err, &ae) {
+		ae = apiv1.Errorf(http.StatusInternalServerError, apiv1.CodeInternal, "%v", err)
+	}
+	writeJSON(w, ae.Status, apiv1.ErrorBody{Error: ae})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, _ := json.Marshal(v)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(append(b, '\n'))
+}

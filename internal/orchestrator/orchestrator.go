@@ -1,0 +1,365 @@
+package orchestrator
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/discovery"
+	"github.com/meshflows/meshflows/internal/workflow"
+)
+
+// Config configures an Orchestrator.
+type Config struct {
+	// Discovery resolves capabilities (and is invalidated by /v1/discovery/invalidate).
+	Discovery *discovery.Client
+	// Static is the fallback when the registry has never answered.
+	Static []StaticCapability
+	// Dir, when set, persists workflows (NAME.yaml) and their state (NAME.json); they are
+	// loaded and re-validated by Load.
+	Dir string
+	// Client calls providers (default: a plain client).
+	Client *http.Client
+	// ProviderTimeout bounds each provider validation (default 5 s).
+	ProviderTimeout time.Duration
+	// Strict is the default provider strictness for workflows that do not set one.
+	Strict bool
+	// MaxRuns is how many runs per workflow the history keeps (default 100).
+	MaxRuns int
+	Logger  *slog.Logger
+	Now     func() time.Time
+}
+
+// Orchestrator holds workflows and runs them.
+type Orchestrator struct {
+	cfg Config
+
+	mu        sync.Mutex
+	workflows map[string]*entry
+}
+
+// entry is a stored workflow.
+type entry struct {
+	src       []byte
+	wf        *workflow.Workflow
+	result    *apiv1.ValidationResult
+	published bool
+	running   atomic.Bool
+	runs      []*Run // newest last, at most MaxRuns
+	nextRun   time.Time
+}
+
+// ErrValidationFailed: a workflow is blocked by validation (422).
+var ErrValidationFailed = errors.New("validation failed")
+
+// New returns an Orchestrator.
+func New(cfg Config) (*Orchestrator, error) {
+	if cfg.Discovery == nil {
+		return nil, errors.New("orchestrator: no discovery client")
+	}
+	if cfg.Client == nil {
+		cfg.Client = &http.Client{}
+	}
+	if cfg.MaxRuns == 0 {
+		cfg.MaxRuns = 100
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Orchestrator{cfg: cfg, workflows: map[string]*entry{}}, nil
+}
+
+func (o *Orchestrator) validate(ctx context.Context, src []byte) (*workflow.Workflow, *apiv1.ValidationResult) {
+	return workflow.Validate(ctx, src, workflow.Options{Resolver: o.cfg.Discovery, Client: o.cfg.Client,
+		ProviderTimeout: o.cfg.ProviderTimeout, Strict: o.cfg.Strict, Now: o.cfg.Now})
+}
+
+// blocked says why a validation result blocks upload or publication, or "".
+func (o *Orchestrator) blocked(w *workflow.Workflow, r *apiv1.ValidationResult) string {
+	strict := o.cfg.Strict
+	if w.ProviderStrict != nil {
+		strict = *w.ProviderStrict
+	}
+	switch {
+	case r.ContractStatus == apiv1.StatusFailed:
+		return "contract validation failed"
+	case strict && (r.ProviderStatus == apiv1.StatusFailed || r.ProviderStatus == apiv1.StatusSkipped):
+		return "provider validation failed (strict)"
+	}
+	return ""
+}
+
+// BlockedError is a 422 VALIDATION_FAILED with the validation result.
+type BlockedError struct {
+	Reason string
+	Result *apiv1.ValidationResult
+}
+
+func (e *BlockedError) Error() string { return e.Reason }
+
+// Unwrap makes errors.Is(err, ErrValidationFailed) hold.
+func (e *BlockedError) Unwrap() error { return ErrValidationFailed }
+
+// Upload validates and stores a workflow (replacing one of the same name, which keeps its
+// run history but must be published again).
+func (o *Orchestrator) Upload(ctx context.Context, src []byte) (*apiv1.ValidationResult, error) {
+	w, res := o.validate(ctx, src)
+	if why := o.blocked(w, res); why != "" {
+		return res, &BlockedError{Reason: why, Result: res}
+	}
+	o.mu.Lock()
+	e := o.workflows[w.Name]
+	if e == nil {
+		e = &entry{}
+		o.workflows[w.Name] = e
+	}
+	e.src, e.wf, e.result, e.published = src, w, res, false
+	e.nextRun = time.Time{}
+	o.mu.Unlock()
+	return res, o.persist(w.Name)
+}
+
+func (o *Orchestrator) get(name string) (*entry, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	e := o.workflows[name]
+	if e == nil {
+		return nil, apiv1.Errorf(http.StatusNotFound, apiv1.CodeNotFound, "no workflow %q", name)
+	}
+	return e, nil
+}
+
+// Revalidate validates a stored workflow again and stores the result.
+func (o *Orchestrator) Revalidate(ctx context.Context, name string) (*apiv1.ValidationResult, error) {
+	e, err := o.get(name)
+	if err != nil {
+		return nil, err
+	}
+	o.mu.Lock()
+	src := e.src
+	o.mu.Unlock()
+	w, res := o.validate(ctx, src)
+	o.mu.Lock()
+	e.wf, e.result = w, res
+	o.mu.Unlock()
+	return res, o.persist(name)
+}
+
+// Publish makes a workflow runnable; contract errors always block it, provider failures in
+// strict mode.
+func (o *Orchestrator) Publish(name string) (*apiv1.ValidationResult, error) {
+	e, err := o.get(name)
+	if err != nil {
+		return nil, err
+	}
+	o.mu.Lock()
+	w, res := e.wf, e.result
+	o.mu.Unlock()
+	if why := o.blocked(w, res); why != "" {
+		return res, &BlockedError{Reason: why, Result: res}
+	}
+	o.mu.Lock()
+	e.published = true
+	o.mu.Unlock()
+	return res, o.persist(name)
+}
+
+// RunNow runs a published workflow once; a workflow already running is refused.
+func (o *Orchestrator) RunNow(ctx context.Context, name, trigger string, input json.RawMessage) (*Run, error) {
+	e, err := o.get(name)
+	if err != nil {
+		return nil, err
+	}
+	o.mu.Lock()
+	w, published := e.wf, e.published
+	o.mu.Unlock()
+	if !published {
+		return nil, apiv1.Errorf(http.StatusBadRequest, apiv1.CodeInvalidRequest, "workflow %q is not published", name)
+	}
+	if !e.running.CompareAndSwap(false, true) {
+		return nil, apiv1.Errorf(http.StatusTooManyRequests, apiv1.CodeRateLimited, "workflow %q is running; one run at a time", name)
+	}
+	defer e.running.Store(false)
+	run := o.execute(ctx, w, newRunID(), trigger, input)
+	o.mu.Lock()
+	e.runs = append(e.runs, run)
+	if len(e.runs) > o.cfg.MaxRuns {
+		e.runs = slices.Clone(e.runs[len(e.runs)-o.cfg.MaxRuns:])
+	}
+	o.mu.Unlock()
+	o.cfg.Logger.Info("workflow run", slog.String("workflow", name), slog.String("run_id", run.RunID), slog.String("status", run.Status),
+		slog.String("trigger", trigger), slog.Float64("duration_ms", run.DurationMS))
+	return run, nil
+}
+
+func newRunID() string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return "run-" + hex.EncodeToString(b)
+}
+
+// Invalidate drops the discovery cache: the next resolution asks the registry.
+func (o *Orchestrator) Invalidate() { o.cfg.Discovery.Invalidate() }
+
+// Summary is one row of the workflow list.
+type Summary struct {
+	Name           string    `json:"name"`
+	Published      bool      `json:"published"`
+	ContractStatus string    `json:"contract_status"`
+	ProviderStatus string    `json:"provider_status"`
+	ValidatedAt    time.Time `json:"validated_at"`
+}
+
+// List returns every workflow, by name.
+func (o *Orchestrator) List() []Summary {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := make([]Summary, 0, len(o.workflows))
+	for name, e := range o.workflows {
+		out = append(out, Summary{Name: name, Published: e.published, ContractStatus: e.result.ContractStatus,
+			ProviderStatus: e.result.ProviderStatus, ValidatedAt: e.result.ValidatedAt})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Detail is one workflow with its source and validation.
+type Detail struct {
+	Summary
+	YAML       string                  `json:"yaml"`
+	Triggers   []string                `json:"triggers"`
+	Schedule   string                  `json:"schedule,omitempty"`
+	Validation *apiv1.ValidationResult `json:"validation"`
+}
+
+// Get returns one workflow.
+func (o *Orchestrator) Get(name string) (*Detail, error) {
+	e, err := o.get(name)
+	if err != nil {
+		return nil, err
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return &Detail{Summary: Summary{Name: name, Published: e.published, ContractStatus: e.result.ContractStatus,
+		ProviderStatus: e.result.ProviderStatus, ValidatedAt: e.result.ValidatedAt}, YAML: string(e.src),
+		Triggers: e.wf.Triggers, Schedule: e.wf.Schedule, Validation: e.result}, nil
+}
+
+// Validation returns a workflow's last validation result.
+func (o *Orchestrator) Validation(name string) (*apiv1.ValidationResult, error) {
+	e, err := o.get(name)
+	if err != nil {
+		return nil, err
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return e.result, nil
+}
+
+// History is a workflow's recent runs with their health.
+type History struct {
+	Workflow    string  `json:"workflow"`
+	Runs        []*Run  `json:"runs"`
+	SuccessRate float64 `json:"success_rate"`
+	P95MS       float64 `json:"p95_ms"`
+}
+
+// Runs returns a workflow's recent runs, newest first.
+func (o *Orchestrator) Runs(name string) (*History, error) {
+	e, err := o.get(name)
+	if err != nil {
+		return nil, err
+	}
+	o.mu.Lock()
+	runs := slices.Clone(e.runs)
+	o.mu.Unlock()
+	slices.Reverse(runs)
+	h := &History{Workflow: name, Runs: runs}
+	if len(runs) > 0 {
+		var ok int
+		ds := make([]float64, len(runs))
+		for i, r := range runs {
+			if r.Status == RunSucceeded {
+				ok++
+			}
+			ds[i] = r.DurationMS
+		}
+		slices.Sort(ds)
+		h.SuccessRate = float64(ok) / float64(len(runs))
+		h.P95MS = ds[min(len(ds)-1, int(float64(len(ds))*0.95+0.999999)-1)]
+	}
+	return h, nil
+}
+
+// persisted is a workflow's state file.
+type persisted struct {
+	Published  bool                    `json:"published"`
+	Validation *apiv1.ValidationResult `json:"validation"`
+}
+
+func (o *Orchestrator) persist(name string) error {
+	if o.cfg.Dir == "" {
+		return nil
+	}
+	o.mu.Lock()
+	e := o.workflows[name]
+	src, st := e.src, persisted{Published: e.published, Validation: e.result}
+	o.mu.Unlock()
+	if err := os.MkdirAll(o.cfg.Dir, 0o755); err != nil {
+		return err
+	}
+	state, _ := json.MarshalIndent(st, "", "  ")
+	if err := os.WriteFile(filepath.Join(o.cfg.Dir, name+".yaml"), src, 0o644); err != nil {
+		return fmt.Errorf("persist workflow: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(o.cfg.Dir, name+".json"), state, 0o644); err != nil {
+		return fmt.Errorf("persist workflow: %w", err)
+	}
+	return nil
+}
+
+// Load reads the workflows of Dir, re-validates each and restores its published state
+// unless validation now blocks it. It reports the files it could not load.
+func (o *Orchestrator) Load(ctx context.Context) error {
+	if o.cfg.Dir == "" {
+		return nil
+	}
+	files, _ := filepath.Glob(filepath.Join(o.cfg.Dir, "*.yaml"))
+	var errs []error
+	for _, f := range files {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		res, err := o.Upload(ctx, src)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", f, err))
+			continue
+		}
+		var st persisted
+		if data, err := os.ReadFile(strings.TrimSuffix(f, ".yaml") + ".json"); err == nil && json.Unmarshal(data, &st) == nil && st.Published {
+			if _, err := o.Publish(res.Workflow); err != nil {
+				errs = append(errs, fmt.Errorf("%s: publish: %w", f, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
