@@ -54,6 +54,7 @@ func step(i int, provider, constraint, destination string) string {
 func newResolver(t *testing.T, endpoint string) *discovery.Client {
 	t.Helper()
 	s := registrytest.NewServer(t, registry.Config{})
+	s.Clock.Advance(registry.DefaultLeaseTTL) // past the warm-up: answers are complete
 	p, _ := jms.New(endpoint, "")
 	reg := p.Registration()
 	if _, err := s.Registry.Register(context.Background(), &reg); err != nil {
@@ -158,6 +159,16 @@ func TestProviderTimeoutAndUnreachable(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestWarmingUpRegistryOnlyWarns(t *testing.T) {
+	s := registrytest.NewServer(t, registry.Config{}) // just started: incomplete answers
+	c, _ := discovery.New(discovery.Config{Registries: []string{s.URL}})
+	_, res := workflow.Validate(context.Background(), workflowYAML("", step(0, "jms", ">=1.0", "d")), workflow.Options{Resolver: c, Strict: true})
+	ds := workflow.Diagnostics(res)
+	if len(ds) != 1 || ds[0].Code != "CAPABILITY_UNAVAILABLE" || ds[0].Severity != "warning" || res.ContractStatus != "passed" {
+		t.Errorf("%v %s", codes(ds), res.ContractStatus)
 	}
 }
 
