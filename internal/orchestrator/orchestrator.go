@@ -349,13 +349,16 @@ func (o *Orchestrator) Load(ctx context.Context) error {
 			errs = append(errs, err)
 			continue
 		}
+		var st persisted // read before Upload rewrites it
+		if data, err := os.ReadFile(strings.TrimSuffix(f, ".yaml") + ".json"); err == nil {
+			json.Unmarshal(data, &st)
+		}
 		res, err := o.Upload(ctx, src)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", f, err))
 			continue
 		}
-		var st persisted
-		if data, err := os.ReadFile(strings.TrimSuffix(f, ".yaml") + ".json"); err == nil && json.Unmarshal(data, &st) == nil && st.Published {
+		if st.Published {
 			if _, err := o.Publish(res.Workflow); err != nil {
 				errs = append(errs, fmt.Errorf("%s: publish: %w", f, err))
 			}

@@ -1,0 +1,247 @@
+package orchestrator_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/discovery"
+	"github.com/meshflows/meshflows/examples/providers/jms"
+	"github.com/meshflows/meshflows/examples/providers/messaging"
+	"github.com/meshflows/meshflows/examples/providers/rabbitmq"
+	"github.com/meshflows/meshflows/examples/workflows"
+	"github.com/meshflows/meshflows/internal/orchestrator"
+	"github.com/meshflows/meshflows/internal/registry"
+	"github.com/meshflows/meshflows/internal/registry/registrytest"
+)
+
+type env struct {
+	reg  *registrytest.Server
+	o    *orchestrator.Orchestrator
+	srv  *httptest.Server
+	jms  *messaging.Provider
+	rmq  *messaging.Provider
+	dir  string
+	disc *discovery.Client
+}
+
+// serveProvider serves p on a listener whose address p was built for.
+func serveProvider(t *testing.T, build func(endpoint string) (*messaging.Provider, error)) (*messaging.Provider, string) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := build("http://" + ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: p.Handler()}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return p, "http://" + ln.Addr().String()
+}
+
+func newEnv(t *testing.T, static []orchestrator.StaticCapability, registryURL string) *env {
+	t.Helper()
+	e := &env{dir: t.TempDir()}
+	e.reg = registrytest.NewServer(t, registry.Config{})
+	e.reg.Clock.Advance(registry.DefaultLeaseTTL)
+	e.jms, _ = serveProvider(t, func(ep string) (*messaging.Provider, error) { return jms.New(ep, "") })
+	e.rmq, _ = serveProvider(t, func(ep string) (*messaging.Provider, error) { return rabbitmq.New(ep, "") })
+	for _, p := range []*messaging.Provider{e.jms, e.rmq} {
+		req := p.Registration()
+		if _, err := e.reg.Registry.Register(context.Background(), &req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if registryURL == "" {
+		registryURL = e.reg.URL
+	}
+	e.disc, _ = discovery.New(discovery.Config{Registries: []string{registryURL}, RequestTimeout: time.Second})
+	o, err := orchestrator.New(orchestrator.Config{Discovery: e.disc, Static: static, Dir: e.dir, Strict: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.o = o
+	e.srv = httptest.NewServer(o.Handler())
+	t.Cleanup(e.srv.Close)
+	return e
+}
+
+func (e *env) do(t *testing.T, method, path, body string) (int, map[string]any) {
+	t.Helper()
+	req, _ := http.NewRequest(method, e.srv.URL+path, strings.NewReader(body))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var out map[string]any
+	json.Unmarshal(b, &out)
+	return resp.StatusCode, out
+}
+
+func TestUploadPublishRun(t *testing.T) {
+	e := newEnv(t, nil, "")
+	code, body := e.do(t, "POST", "/v1/workflows", string(workflows.OrderPublish))
+	if code != 201 || body["contract_status"] != "passed" || body["provider_status"] != "warning" {
+		t.Fatalf("upload = %d %v", code, body)
+	}
+	if code, _ := e.do(t, "POST", "/v1/workflows/order-publish/run", `{"order": 7}`); code != 400 {
+		t.Errorf("run before publish = %d, want 400", code)
+	}
+	if code, body := e.do(t, "POST", "/v1/workflows/order-publish/publish", ""); code != 200 {
+		t.Fatalf("publish = %d %v", code, body)
+	}
+	code, run := e.do(t, "POST", "/v1/workflows/order-publish/run", `{"order": 7}`)
+	if code != 200 || run["status"] != "succeeded" {
+		t.Fatalf("run = %d %v", code, run)
+	}
+	if msgs := e.rmq.Messages("orders.mirror"); len(msgs) != 1 || string(msgs[0].Payload) != `{"order":7}` {
+		t.Errorf("rabbitmq got %+v", msgs)
+	}
+	if msgs := e.jms.Messages("orders.events"); len(msgs) != 1 || msgs[0].Headers["content-type"] != "application/json" {
+		t.Errorf("jms got %+v", msgs)
+	}
+	code, hist := e.do(t, "GET", "/v1/workflows/order-publish/runs", "")
+	if code != 200 || hist["success_rate"] != 1.0 || len(hist["runs"].([]any)) != 1 {
+		t.Errorf("runs = %d %v", code, hist)
+	}
+	code, list := e.do(t, "GET", "/v1/workflows", "")
+	if code != 200 || len(list["workflows"].([]any)) != 1 {
+		t.Errorf("list = %v", list)
+	}
+	if code, _ := e.do(t, "GET", "/v1/workflows/order-publish/validation", ""); code != 200 {
+		t.Errorf("validation = %d", code)
+	}
+	if code, _ := e.do(t, "POST", "/v1/workflows/order-publish/validate", ""); code != 200 {
+		t.Errorf("re-validate = %d", code)
+	}
+	if code, _ := e.do(t, "DELETE", "/v1/discovery/invalidate", ""); code != 200 {
+		t.Errorf("invalidate = %d", code)
+	}
+	// persisted: a new orchestrator on the same dir loads it published
+	o2, _ := orchestrator.New(orchestrator.Config{Discovery: e.disc, Dir: e.dir, Strict: true})
+	if err := o2.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if l := o2.List(); len(l) != 1 || !l[0].Published {
+		t.Errorf("after Load: %+v", l)
+	}
+}
+
+func TestBlockedUploads(t *testing.T) {
+	e := newEnv(t, nil, "")
+	bad := strings.Replace(string(workflows.OrderPublish), "id: publish_jms", "id: 1bad", 1)
+	code, body := e.do(t, "POST", "/v1/workflows", bad)
+	errBody, _ := body["error"].(map[string]any)
+	if code != 422 || errBody["code"] != "VALIDATION_FAILED" || body["validation"] == nil {
+		t.Fatalf("contract error upload = %d %v", code, body)
+	}
+	// strict provider validation blocks a step the provider rejects
+	strict := strings.Replace(string(workflows.OrderPublish), "provider_strict: false", "provider_strict: true", 1)
+	strict = strings.Replace(strict, "destination: orders.events", `destination: ""`, 1)
+	if code, body := e.do(t, "POST", "/v1/workflows", strict); code != 422 {
+		t.Errorf("strict rejected upload = %d %v", code, body)
+	}
+	nonStrict := strings.Replace(string(workflows.OrderPublish), "destination: orders.events", `destination: ""`, 1)
+	if code, body := e.do(t, "POST", "/v1/workflows", nonStrict); code != 201 || body["provider_status"] != "warning" {
+		t.Errorf("non-strict upload = %d %v", code, body)
+	}
+	if code, _ := e.do(t, "GET", "/v1/workflows/nope", ""); code != 404 {
+		t.Errorf("unknown workflow = %d", code)
+	}
+}
+
+func TestStaticFallbackWhenTheRegistryNeverAnswered(t *testing.T) {
+	// providers serve, but the orchestrator's registry never answers
+	dead := httptest.NewServer(http.NotFoundHandler())
+	dead.Close()
+	e := newEnv(t, nil, dead.URL)
+	static := []orchestrator.StaticCapability{
+		{CapabilityID: "messaging.publish", Provider: "jms", Version: "1.0.0", Endpoint: e.jms.Registration().Endpoint},
+		{CapabilityID: "messaging.publish", Provider: "rabbitmq", Version: "1.0.0", Endpoint: e.rmq.Registration().Endpoint},
+	}
+	o, _ := orchestrator.New(orchestrator.Config{Discovery: e.disc, Static: static, Strict: true})
+	if _, err := o.Upload(context.Background(), workflows.OrderPublish); err != nil {
+		t.Fatalf("upload with the registry down (contract only, DISCOVERY_UNAVAILABLE warns): %v", err)
+	}
+	if _, err := o.Publish("order-publish"); err != nil {
+		t.Fatal(err)
+	}
+	run, err := o.RunNow(context.Background(), "order-publish", "http", json.RawMessage(`{"order":1}`))
+	if err != nil || run.Status != "succeeded" || !strings.HasPrefix(run.Steps[0].InstanceID, "static-") {
+		t.Fatalf("run = %+v, %v", run, err)
+	}
+}
+
+func TestFailoverAndStepErrors(t *testing.T) {
+	e := newEnv(t, nil, "")
+	// a dead jms instance with a higher priority is tried first, then the live one
+	dead := httptest.NewServer(http.NotFoundHandler())
+	dead.Close()
+	ghost := apiv1.RegisterRequest{InstanceID: "ghost", ServiceName: "egress-jms", ServiceVersion: "0.1.3", Endpoint: dead.URL,
+		Capabilities: []apiv1.Capability{{CapabilityID: "messaging.publish", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0",
+			Provider: "jms", Metadata: json.RawMessage(`{"priority": 10}`)}}}
+	if _, err := e.reg.Registry.Register(context.Background(), &ghost); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.o.Upload(context.Background(), workflows.OrderPublish); err != nil {
+		t.Fatal(err)
+	}
+	e.o.Publish("order-publish")
+	run, err := e.o.RunNow(context.Background(), "order-publish", "http", json.RawMessage(`{"order":2}`))
+	if err != nil || run.Status != "succeeded" || run.Steps[0].InstanceID == "ghost" {
+		t.Fatalf("failover run = %+v, %v", run, err)
+	}
+	// a provider error stops the run: later steps are skipped
+	bad := strings.Replace(string(workflows.OrderPublish), "destination: orders.events", `destination: " "`, 1)
+	if _, err := e.o.Upload(context.Background(), []byte(bad)); err != nil {
+		t.Fatal(err)
+	}
+	e.o.Publish("order-publish")
+	run, _ = e.o.RunNow(context.Background(), "order-publish", "http", nil)
+	if run.Status != "failed" || run.Steps[0].Status != "failed" || run.Steps[0].Error == nil || run.Steps[1].Status != "skipped" {
+		t.Fatalf("failing run = %+v", run)
+	}
+	h, _ := e.o.Runs("order-publish")
+	if len(h.Runs) != 2 || h.SuccessRate != 0.5 {
+		t.Errorf("history = %+v", h)
+	}
+}
+
+func TestScheduledRuns(t *testing.T) {
+	e := newEnv(t, nil, "")
+	src := strings.Replace(string(workflows.OrderPublish), "  type: http\n", "  type: [http, schedule]\n  schedule: \"@every 1s\"\n", 1)
+	if _, err := e.o.Upload(context.Background(), []byte(src)); err != nil {
+		t.Fatal(err)
+	}
+	e.o.Publish("order-publish")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- e.o.Run(ctx) }()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		h, _ := e.o.Runs("order-publish")
+		if len(h.Runs) > 0 {
+			if h.Runs[0].Trigger != "schedule" || h.Runs[0].Status != "succeeded" {
+				t.Errorf("scheduled run = %+v", h.Runs[0])
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no scheduled run")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	cancel()
+	<-done
+}
