@@ -170,6 +170,26 @@ func TestDevServesAndStopsCleanly(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	// the orchestrator has loaded the example workflow and runs it to success
+	runURL := "http://127.0.0.1:" + strconv.Itoa(base+devOrchestratorOffset) + "/v1/workflows/order-publish/run"
+	for {
+		resp, err := http.Post(runURL, "application/json", strings.NewReader(`{"order": 1}`))
+		if err == nil {
+			var run struct {
+				Status string `json:"status"`
+			}
+			json.NewDecoder(resp.Body).Decode(&run)
+			resp.Body.Close()
+			if run.Status == "succeeded" {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			cancel()
+			t.Fatalf("the example workflow never ran to success: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 	cancel()
 	r := <-done
 	if r.err != nil {
