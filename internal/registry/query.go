@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 
 	"github.com/Masterminds/semver/v3"
 
@@ -59,8 +61,12 @@ func ParseQuery(v url.Values) (*Query, error) {
 }
 
 // ParseConstraint parses a version constraint: space- or comma-separated AND, "||" for OR
-// (">=1.0 <2.0", ">=1.0, <2.0", "1.x || >=3.0").
+// (">=1.0 <2.0", ">=1.0, <2.0", "1.x || >=3.0"). Parsed constraints are cached: a fleet
+// asks the same few constraints over and over, and parsing costs a hundred times the check.
 func ParseConstraint(s string) (*semver.Constraints, error) {
+	if c, ok := constraints.Load(s); ok {
+		return c.(*semver.Constraints), nil
+	}
 	if strings.TrimSpace(s) == "" {
 		return nil, fmt.Errorf("empty version constraint")
 	}
@@ -68,8 +74,20 @@ func ParseConstraint(s string) (*semver.Constraints, error) {
 	if err != nil {
 		return nil, fmt.Errorf("not a version constraint: %q: %v", s, err)
 	}
+	if constraintCount.Add(1) > maxCachedConstraints {
+		constraints.Clear() // a flood of distinct constraints: start over rather than grow
+		constraintCount.Store(0)
+	}
+	constraints.Store(s, c) // shared read-only: nothing mutates a parsed constraint
 	return c, nil
 }
+
+const maxCachedConstraints = 1024
+
+var (
+	constraints     sync.Map // constraint text -> *semver.Constraints
+	constraintCount atomic.Int64
+)
 
 // CanonicalQuery returns the selecting parameters of v in a fixed order, so that equal
 // queries share one key (the server caches encoded answers by it).

@@ -1,11 +1,14 @@
 package workflow_test
 
 import (
+	"context"
+	"encoding/json"
 	"flag"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -40,6 +43,21 @@ func TestContractGolden(t *testing.T) {
 			}
 			if diff := cmp.Diff(string(want), b.String()); diff != "" {
 				t.Errorf("diagnostics (-golden +got):\n%s", diff)
+			}
+
+			// the JSON result object, contract layer only, at a fixed time
+			_, res := workflow.Validate(context.Background(), src, workflow.Options{Now: func() time.Time { return time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC) }})
+			got, _ := json.MarshalIndent(res, "", "  ")
+			jgolden := strings.TrimSuffix(f, ".yaml") + ".json.golden"
+			if *update {
+				os.WriteFile(jgolden, append(got, '\n'), 0o644)
+			}
+			jwant, err := os.ReadFile(jgolden)
+			if err != nil {
+				t.Fatalf("%v (run with -update)", err)
+			}
+			if diff := cmp.Diff(string(jwant), string(got)+"\n"); diff != "" {
+				t.Errorf("JSON result (-golden +got):\n%s", diff)
 			}
 		})
 	}
