@@ -1,0 +1,193 @@
+package memstore
+
+import (
+	"sync"
+
+	"github.com/meshflows/meshflows/internal/registry"
+)
+
+type set map[*registry.Record]struct{}
+
+// Index is the in-memory view of the registered records with the indexes queries use, a
+// revision and the channel watchers wait on. The memory store is an Index plus a generation
+// counter; the etcd store keeps one current from its watch. It is safe for concurrent use.
+type Index struct {
+	mu        sync.RWMutex
+	records   map[string]*registry.Record
+	byService map[string]set
+	byCap     map[string]set
+	caps      int
+	revision  int64
+	changed   chan struct{}
+}
+
+// NewIndex returns an empty index at revision 0.
+func NewIndex() *Index {
+	return &Index{records: map[string]*registry.Record{}, byService: map[string]set{}, byCap: map[string]set{}, changed: make(chan struct{})}
+}
+
+// bumpLocked moves the revision to rev (or one past the current one when rev is 0) and wakes
+// every watcher; ix.mu must be held for writing.
+func (ix *Index) bumpLocked(rev int64) {
+	if rev > 0 {
+		ix.revision = max(rev, ix.revision)
+	} else {
+		ix.revision++
+	}
+	close(ix.changed)
+	ix.changed = make(chan struct{})
+}
+
+func (ix *Index) indexLocked(rec *registry.Record) {
+	if old, ok := ix.records[rec.InstanceID]; ok {
+		ix.unindexLocked(old)
+	}
+	ix.records[rec.InstanceID] = rec
+	add(ix.byService, rec.ServiceName, rec)
+	for _, c := range rec.Capabilities {
+		add(ix.byCap, c.CapabilityID, rec)
+	}
+	ix.caps += len(rec.Capabilities)
+}
+
+func (ix *Index) unindexLocked(rec *registry.Record) {
+	delete(ix.records, rec.InstanceID)
+	remove(ix.byService, rec.ServiceName, rec)
+	for _, c := range rec.Capabilities {
+		remove(ix.byCap, c.CapabilityID, rec)
+	}
+	ix.caps -= len(rec.Capabilities)
+}
+
+func add(m map[string]set, k string, rec *registry.Record) {
+	b := m[k]
+	if b == nil {
+		b = set{}
+		m[k] = b
+	}
+	b[rec] = struct{}{}
+}
+
+func remove(m map[string]set, k string, rec *registry.Record) {
+	if b := m[k]; b != nil {
+		delete(b, rec)
+		if len(b) == 0 {
+			delete(m, k)
+		}
+	}
+}
+
+// Put stores rec (replacing the record of its instance) and moves the revision to rev (0:
+// one more).
+func (ix *Index) Put(rec *registry.Record, rev int64) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	ix.indexLocked(rec)
+	ix.bumpLocked(rev)
+}
+
+// Remove deletes the record of id, if it is the one given (nil: any), and moves the
+// revision to rev (0: one more). It returns the record removed.
+func (ix *Index) Remove(id string, only *registry.Record, rev int64) *registry.Record {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	rec, ok := ix.records[id]
+	if !ok || (only != nil && rec != only) {
+		return nil
+	}
+	ix.unindexLocked(rec)
+	ix.bumpLocked(rev)
+	return rec
+}
+
+// Reset replaces every record and sets the revision.
+func (ix *Index) Reset(recs []*registry.Record, rev int64) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	ix.records = make(map[string]*registry.Record, len(recs))
+	ix.byService, ix.byCap, ix.caps = map[string]set{}, map[string]set{}, 0
+	for _, rec := range recs {
+		ix.indexLocked(rec)
+	}
+	ix.revision = rev - 1
+	ix.bumpLocked(0)
+}
+
+// Touch moves the revision without changing a record (a visible change of health).
+func (ix *Index) Touch(rev int64) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	ix.bumpLocked(rev)
+}
+
+// Get returns the current record of an instance.
+func (ix *Index) Get(id string) (*registry.Record, bool) {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	rec, ok := ix.records[id]
+	return rec, ok
+}
+
+// Records returns every record, in no particular order.
+func (ix *Index) Records() []*registry.Record {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	out := make([]*registry.Record, 0, len(ix.records))
+	for _, rec := range ix.records {
+		out = append(out, rec)
+	}
+	return out
+}
+
+// Query returns the entries that match q: it scans the smaller of the service and
+// capability indexes that the query names, or every record when it names neither.
+func (ix *Index) Query(q *registry.Query) []registry.Entry {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	var cands set
+	switch {
+	case q.ServiceName != "" && q.CapabilityID != "":
+		cands = ix.byService[q.ServiceName]
+		if c := ix.byCap[q.CapabilityID]; len(c) < len(cands) {
+			cands = c
+		}
+	case q.ServiceName != "":
+		cands = ix.byService[q.ServiceName]
+	case q.CapabilityID != "":
+		cands = ix.byCap[q.CapabilityID]
+	default:
+		out := make([]registry.Entry, 0, ix.caps)
+		for _, rec := range ix.records {
+			out = appendMatches(out, q, rec)
+		}
+		return out
+	}
+	out := make([]registry.Entry, 0, len(cands))
+	for rec := range cands {
+		out = appendMatches(out, q, rec)
+	}
+	return out
+}
+
+func appendMatches(out []registry.Entry, q *registry.Query, rec *registry.Record) []registry.Entry {
+	for i := range rec.Capabilities {
+		if q.Matches(rec, &rec.Capabilities[i]) {
+			out = append(out, registry.Entry{Record: rec, Cap: i})
+		}
+	}
+	return out
+}
+
+// Counts returns how many instances and capabilities are indexed.
+func (ix *Index) Counts() (instances, capabilities int) {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	return len(ix.records), ix.caps
+}
+
+// Watch returns the current revision and a channel closed at the next change.
+func (ix *Index) Watch() (int64, <-chan struct{}) {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	return ix.revision, ix.changed
+}
