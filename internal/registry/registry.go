@@ -244,6 +244,13 @@ func (r *Registry) Sweep(ctx context.Context) (int, error) {
 // Run sweeps expired leases every SweepInterval and, when configured, writes a snapshot
 // every SnapshotInterval, until ctx ends. Errors of one round are logged, not fatal.
 func (r *Registry) Run(ctx context.Context) error {
+	// A store with work of its own (the etcd store's watch and election) runs beside.
+	if sr, ok := r.store.(interface{ Run(context.Context) error }); ok {
+		ctx, cancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- sr.Run(ctx) }()
+		defer func() { cancel(); <-done }()
+	}
 	sweep := time.NewTicker(r.cfg.SweepInterval)
 	defer sweep.Stop()
 	var snap <-chan time.Time
@@ -261,6 +268,9 @@ func (r *Registry) Run(ctx context.Context) error {
 				r.cfg.Logger.Error("sweep failed", slog.Any("error", err))
 			}
 		case <-snap:
+			if l, ok := r.store.(interface{ Leader() bool }); ok && !l.Leader() {
+				continue // one elected replica writes the snapshots
+			}
 			if _, err := r.WriteSnapshot(ctx); err != nil {
 				r.cfg.Logger.Error("snapshot failed", slog.Any("error", err))
 			}

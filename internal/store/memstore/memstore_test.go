@@ -10,7 +10,7 @@ import (
 )
 
 func TestStore(t *testing.T) {
-	storetest.Run(t, func(t *testing.T, now func() time.Time) registry.Store { return memstore.New(now) })
+	storetest.Run(t, func(t *testing.T, now func() time.Time) registry.Store { return memstore.New(now) }, storetest.Options{})
 }
 
 func TestNewStoreStartsAnEmptyEpoch(t *testing.T) {

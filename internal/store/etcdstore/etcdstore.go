@@ -1,0 +1,453 @@
+package etcdstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/internal/registry"
+	"github.com/meshflows/meshflows/internal/store/memstore"
+)
+
+var _ registry.Store = (*Store)(nil)
+
+// tombstone is written over an instance key by a deregistration just before its lease is
+// revoked, so that watchers tell a deregistration from a lease expiry.
+const tombstone = `{"deregistered":true}`
+
+// Config configures a Store.
+type Config struct {
+	Client *clientv3.Client
+	// Prefix of every key (default "/meshflows/").
+	Prefix string
+	// LeaseTTL is the lease of each registration (default 90 s).
+	LeaseTTL time.Duration
+	// ReplicaID names this replica in the election (default: the epoch load time).
+	ReplicaID string
+	Logger    *slog.Logger
+	Now       func() time.Time
+}
+
+// Store is the etcd registry.Store.
+type Store struct {
+	cfg   Config
+	index *memstore.Index
+	epoch registry.Epoch
+
+	leases  sync.Map // instance id -> clientv3.LeaseID
+	healthM sync.Mutex
+	health  map[string]string // instance id -> health, from health keys
+
+	evictM  sync.Mutex
+	evicted []*registry.Record
+
+	startRev int64 // the revision the initial view was read at
+	leader   atomic.Bool
+}
+
+func (s *Store) key(parts ...string) string { return s.cfg.Prefix + strings.Join(parts, "") }
+
+// New connects the store: it creates the epoch if the cluster has none, and reads the whole
+// current view. Run must run to keep the view current.
+func New(ctx context.Context, cfg Config) (*Store, error) {
+	if cfg.Client == nil {
+		return nil, errors.New("etcdstore: no client")
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = "/meshflows/"
+	}
+	if !strings.HasSuffix(cfg.Prefix, "/") {
+		cfg.Prefix += "/"
+	}
+	if cfg.LeaseTTL == 0 {
+		cfg.LeaseTTL = registry.DefaultLeaseTTL
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	s := &Store{cfg: cfg, index: memstore.NewIndex(), health: map[string]string{}}
+	if s.cfg.ReplicaID == "" {
+		s.cfg.ReplicaID = cfg.Now().UTC().Format(time.RFC3339Nano)
+	}
+	if err := s.loadEpoch(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.resync(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+type epochDoc struct {
+	ID    string    `json:"id"`
+	Start time.Time `json:"start"`
+}
+
+// loadEpoch reads the cluster's epoch, creating it (once, in a transaction) when absent.
+func (s *Store) loadEpoch(ctx context.Context) error {
+	now := s.cfg.Now().UTC()
+	doc, _ := json.Marshal(epochDoc{ID: now.Format(time.RFC3339Nano), Start: now})
+	k := s.key("epoch")
+	resp, err := s.cfg.Client.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
+		Then(clientv3.OpPut(k, string(doc))).Else(clientv3.OpGet(k)).Commit()
+	if err != nil {
+		return fmt.Errorf("etcdstore: epoch: %w", err)
+	}
+	if resp.Succeeded {
+		s.epoch = registry.Epoch{ID: now.Format(time.RFC3339Nano), Start: now, Empty: true}
+		return nil
+	}
+	var d epochDoc
+	kvs := resp.Responses[0].GetResponseRange().Kvs
+	if len(kvs) == 0 || json.Unmarshal(kvs[0].Value, &d) != nil {
+		return errors.New("etcdstore: the epoch key is unreadable")
+	}
+	s.epoch = registry.Epoch{ID: d.ID, Start: d.Start, Empty: false}
+	return nil
+}
+
+// resync reads the complete view and replaces the local index with it.
+func (s *Store) resync(ctx context.Context) error {
+	resp, err := s.cfg.Client.Get(ctx, s.key(""), clientv3.WithPrefix())
+	if err != nil {
+		return fmt.Errorf("etcdstore: read the view: %w", err)
+	}
+	health := map[string]string{}
+	var insts []*mvccpb.KeyValue
+	for _, kv := range resp.Kvs {
+		k := string(kv.Key)
+		switch {
+		case strings.HasPrefix(k, s.key("health/")):
+			health[strings.TrimPrefix(k, s.key("health/"))] = string(kv.Value)
+		case strings.HasPrefix(k, s.key("instances/")):
+			insts = append(insts, kv)
+		}
+	}
+	s.healthM.Lock()
+	s.health = health
+	s.healthM.Unlock()
+	var recs []*registry.Record
+	for _, kv := range insts {
+		if rec := s.record(kv); rec != nil {
+			recs = append(recs, rec)
+		}
+	}
+	s.index.Reset(recs, resp.Header.Revision)
+	s.startRev = resp.Header.Revision
+	return nil
+}
+
+// record decodes an instance key; nil for a tombstone or an unreadable value.
+func (s *Store) record(kv *mvccpb.KeyValue) *registry.Record {
+	if string(kv.Value) == tombstone {
+		return nil
+	}
+	var in apiv1.Instance
+	if err := json.Unmarshal(kv.Value, &in); err != nil {
+		s.cfg.Logger.Warn("unreadable instance record in etcd", slog.String("key", string(kv.Key)), slog.Any("error", err))
+		return nil
+	}
+	in.Generation = kv.ModRevision
+	s.healthM.Lock()
+	if h, ok := s.health[in.InstanceID]; ok {
+		in.Health = h
+	}
+	s.healthM.Unlock()
+	rec := registry.RecordFromInstance(in, s.cfg.Now().Add(s.cfg.LeaseTTL))
+	s.leases.Store(in.InstanceID, clientv3.LeaseID(kv.Lease))
+	return rec
+}
+
+// Run keeps the local view current from a watch of the prefix, resyncing after a
+// compaction or a broken watch, and campaigns for leadership, until ctx ends.
+func (s *Store) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	done := make(chan struct{})
+	go func() { defer close(done); s.campaign(ctx) }()
+	defer func() { <-done }()
+	rev := s.startRev
+	for ctx.Err() == nil {
+		wch := s.cfg.Client.Watch(clientv3.WithRequireLeader(ctx), s.key(""), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
+		for resp := range wch {
+			if err := resp.Err(); err != nil {
+				s.cfg.Logger.Warn("etcd watch broken; resyncing", slog.Any("error", err))
+				break
+			}
+			for _, ev := range resp.Events {
+				s.apply(ev)
+			}
+			rev = resp.Header.Revision
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		// A compaction or a reconnect may have lost events: read a complete view first.
+		for ctx.Err() == nil {
+			if err := s.resync(ctx); err == nil {
+				rev = s.startRev
+				break
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
+// apply folds one watch event into the local view.
+func (s *Store) apply(ev *clientv3.Event) {
+	k := string(ev.Kv.Key)
+	switch {
+	case strings.HasPrefix(k, s.key("health/")):
+		id := strings.TrimPrefix(k, s.key("health/"))
+		s.healthM.Lock()
+		if ev.Type == clientv3.EventTypeDelete {
+			delete(s.health, id)
+		} else {
+			s.health[id] = string(ev.Kv.Value)
+		}
+		s.healthM.Unlock()
+		if rec, ok := s.index.Get(id); ok && ev.Type == clientv3.EventTypePut && rec.SetHealth(string(ev.Kv.Value)) {
+			s.index.Touch(ev.Kv.ModRevision)
+		}
+	case strings.HasPrefix(k, s.key("instances/")):
+		id := strings.TrimPrefix(k, s.key("instances/"))
+		cur, exists := s.index.Get(id)
+		if exists && cur.Generation > ev.Kv.ModRevision {
+			return // a newer incarnation is already known (written by this replica)
+		}
+		if ev.Type == clientv3.EventTypeDelete {
+			if exists {
+				s.index.Remove(id, cur, ev.Kv.ModRevision)
+				// Not tombstoned first: the lease expired. Count it as an eviction.
+				s.evictM.Lock()
+				s.evicted = append(s.evicted, cur)
+				s.evictM.Unlock()
+			}
+			s.leases.Delete(id)
+			return
+		}
+		if string(ev.Kv.Value) == tombstone {
+			if exists {
+				s.index.Remove(id, cur, ev.Kv.ModRevision)
+			}
+			return
+		}
+		if exists && cur.Generation == ev.Kv.ModRevision {
+			return // this replica's own write, already applied
+		}
+		if rec := s.record(ev.Kv); rec != nil {
+			s.index.Put(rec, ev.Kv.ModRevision)
+		}
+	}
+}
+
+// campaign keeps this replica in the election for the singleton duties.
+func (s *Store) campaign(ctx context.Context) {
+	for ctx.Err() == nil {
+		sess, err := concurrency.NewSession(s.cfg.Client, concurrency.WithTTL(10), concurrency.WithContext(ctx))
+		if err != nil {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+				continue
+			}
+		}
+		e := concurrency.NewElection(sess, s.key("leader"))
+		if err := e.Campaign(ctx, s.cfg.ReplicaID); err == nil {
+			s.leader.Store(true)
+			s.cfg.Logger.Info("elected for the singleton duties", slog.String("replica", s.cfg.ReplicaID))
+			select {
+			case <-ctx.Done():
+			case <-sess.Done():
+				s.cfg.Logger.Warn("leadership lost", slog.String("replica", s.cfg.ReplicaID))
+			}
+			s.leader.Store(false)
+		}
+		sess.Close() // resigns, when still leader, so that another replica takes over at once
+	}
+}
+
+// Leader reports whether this replica holds the singleton duties now.
+func (s *Store) Leader() bool { return s.leader.Load() }
+
+// Name implements registry.Store.
+func (s *Store) Name() string { return "etcd" }
+
+// Epoch implements registry.Store.
+func (s *Store) Epoch() registry.Epoch { return s.epoch }
+
+// Ping reports whether etcd answers (the registry's /readyz).
+func (s *Store) Ping(ctx context.Context) error {
+	_, err := s.cfg.Client.Get(ctx, s.key("epoch"))
+	return err
+}
+
+func (s *Store) ttlSeconds() int64 { return int64(math.Ceil(s.cfg.LeaseTTL.Seconds())) }
+
+// Register implements registry.Store: a new lease, the record and its health put under it
+// in one transaction; the revision of that transaction is the generation.
+func (s *Store) Register(ctx context.Context, rec *registry.Record) error {
+	lease, err := s.cfg.Client.Grant(ctx, s.ttlSeconds())
+	if err != nil {
+		return fmt.Errorf("etcd lease: %w", err)
+	}
+	in := rec.Instance()
+	in.Generation = 0
+	val, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	k := s.key("instances/", rec.InstanceID)
+	resp, err := s.cfg.Client.Txn(ctx).Then(
+		clientv3.OpPut(k, string(val), clientv3.WithLease(lease.ID), clientv3.WithPrevKV()),
+		clientv3.OpPut(s.key("health/", rec.InstanceID), rec.Health(), clientv3.WithLease(lease.ID)),
+	).Commit()
+	if err != nil {
+		s.cfg.Client.Revoke(context.WithoutCancel(ctx), lease.ID)
+		return fmt.Errorf("etcd put: %w", err)
+	}
+	rec.Generation = resp.Header.Revision
+	if prev := resp.Responses[0].GetResponsePut().GetPrevKv(); prev != nil && prev.Lease != 0 && clientv3.LeaseID(prev.Lease) != lease.ID {
+		s.cfg.Client.Revoke(context.WithoutCancel(ctx), clientv3.LeaseID(prev.Lease)) // the replaced incarnation's lease holds nothing now
+	}
+	s.leases.Store(rec.InstanceID, lease.ID)
+	s.index.Put(rec, rec.Generation) // read your own writes; the watch event is recognised later
+	return nil
+}
+
+// current returns the record of id at generation (0: any), from the local view or, when
+// the view has not seen it yet, from etcd.
+func (s *Store) current(ctx context.Context, id string, generation int64) (*registry.Record, error) {
+	rec, ok := s.index.Get(id)
+	if !ok || (generation != 0 && rec.Generation < generation) {
+		resp, err := s.cfg.Client.Get(ctx, s.key("instances/", id))
+		if err != nil {
+			return nil, fmt.Errorf("etcd get: %w", err)
+		}
+		if len(resp.Kvs) == 0 || string(resp.Kvs[0].Value) == tombstone {
+			return nil, fmt.Errorf("instance %q: %w", id, registry.ErrInstanceNotFound)
+		}
+		if rec = s.record(resp.Kvs[0]); rec == nil {
+			return nil, fmt.Errorf("instance %q: %w", id, registry.ErrInstanceNotFound)
+		}
+	}
+	if generation != 0 && rec.Generation != generation {
+		return nil, fmt.Errorf("instance %q: generation %d is not the current generation %d: %w", id, generation, rec.Generation, registry.ErrGenerationMismatch)
+	}
+	return rec, nil
+}
+
+// Heartbeat implements registry.Store: a keep-alive of the instance's lease, plus a health
+// key update when the health changed.
+func (s *Store) Heartbeat(ctx context.Context, id string, generation int64, health string, expires time.Time) (*registry.Record, error) {
+	rec, err := s.current(ctx, id, generation)
+	if err != nil {
+		return nil, err
+	}
+	l, ok := s.leases.Load(id)
+	if !ok {
+		return nil, fmt.Errorf("instance %q: %w", id, registry.ErrInstanceNotFound)
+	}
+	if _, err := s.cfg.Client.KeepAliveOnce(ctx, l.(clientv3.LeaseID)); err != nil {
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			return nil, fmt.Errorf("instance %q: lease expired: %w", id, registry.ErrInstanceNotFound)
+		}
+		return nil, fmt.Errorf("etcd keep-alive: %w", err)
+	}
+	rec.SetLeaseExpiresAt(expires)
+	if rec.Health() != health {
+		if _, err := s.cfg.Client.Put(ctx, s.key("health/", id), health, clientv3.WithLease(l.(clientv3.LeaseID))); err != nil {
+			return nil, fmt.Errorf("etcd put health: %w", err)
+		}
+	}
+	return rec, nil
+}
+
+// Deregister implements registry.Store: in one transaction that compares the generation, a
+// tombstone over the record; then the lease is revoked, which deletes both keys.
+func (s *Store) Deregister(ctx context.Context, id string, generation int64) (*registry.Record, error) {
+	k := s.key("instances/", id)
+	cmp := clientv3.Compare(clientv3.CreateRevision(k), ">", 0)
+	if generation != 0 {
+		cmp = clientv3.Compare(clientv3.ModRevision(k), "=", generation)
+	}
+	resp, err := s.cfg.Client.Txn(ctx).If(cmp, clientv3.Compare(clientv3.Value(k), "!=", tombstone)).
+		Then(clientv3.OpPut(k, tombstone, clientv3.WithIgnoreLease())).
+		Else(clientv3.OpGet(k)).Commit()
+	if err != nil {
+		return nil, fmt.Errorf("etcd deregister: %w", err)
+	}
+	if !resp.Succeeded {
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 0 || string(kvs[0].Value) == tombstone {
+			return nil, fmt.Errorf("instance %q: %w", id, registry.ErrInstanceNotFound)
+		}
+		return nil, fmt.Errorf("instance %q: generation %d is not the current generation %d: %w", id, generation, kvs[0].ModRevision, registry.ErrGenerationMismatch)
+	}
+	rec, _ := s.index.Get(id)
+	if l, ok := s.leases.Load(id); ok {
+		if _, err := s.cfg.Client.Revoke(ctx, l.(clientv3.LeaseID)); err != nil {
+			s.cfg.Logger.Warn("revoking a deregistered instance's lease failed; it will expire", slog.String("instance_id", id), slog.Any("error", err))
+		}
+	}
+	if rec != nil {
+		s.index.Remove(id, rec, resp.Header.Revision)
+	} else {
+		rec = &registry.Record{InstanceID: id, Generation: generation}
+	}
+	return rec, nil
+}
+
+// Expire implements registry.Store: etcd expires the leases; this returns the instances
+// whose expiry the watch has seen since the last call.
+func (s *Store) Expire(context.Context, time.Time) ([]*registry.Record, error) {
+	s.evictM.Lock()
+	defer s.evictM.Unlock()
+	out := s.evicted
+	s.evicted = nil
+	return out, nil
+}
+
+// Restore implements registry.Store: etcd keeps the state; a snapshot is not restored into it.
+func (s *Store) Restore(context.Context, registry.Epoch, int64, int64, []*registry.Record) error {
+	return errors.New("the etcd store keeps its own state: restoring a snapshot into it is not supported")
+}
+
+// Get implements registry.Store.
+func (s *Store) Get(id string) (*registry.Record, bool) { return s.index.Get(id) }
+
+// Records implements registry.Store.
+func (s *Store) Records() []*registry.Record { return s.index.Records() }
+
+// Query implements registry.Store.
+func (s *Store) Query(q *registry.Query) []registry.Entry { return s.index.Query(q) }
+
+// Counts implements registry.Store.
+func (s *Store) Counts() (int, int) { return s.index.Counts() }
+
+// Generation implements registry.Store: generations are etcd revisions.
+func (s *Store) Generation() int64 { rev, _ := s.index.Watch(); return rev }
+
+// Watch implements registry.Store.
+func (s *Store) Watch() (int64, <-chan struct{}) { return s.index.Watch() }

@@ -1,0 +1,191 @@
+package etcdstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/internal/registry"
+	"github.com/meshflows/meshflows/internal/store/etcdstore"
+	"github.com/meshflows/meshflows/internal/store/storetest"
+)
+
+func freePort(t testing.TB) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// startEtcd runs a single-member etcd on loopback for the test and returns a client.
+func startEtcd(t testing.TB) *clientv3.Client {
+	t.Helper()
+	cfg := embed.NewConfig()
+	cfg.Name = "test"
+	cfg.Dir = t.TempDir()
+	cfg.LogLevel = "error"
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	cfg.UnsafeNoFsync = true
+	cu, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", freePort(t)))
+	pu, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", freePort(t)))
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
+	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.Close)
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-time.After(30 * time.Second):
+		e.Server.Stop()
+		t.Fatal("etcd not ready")
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{cu.String()}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+var prefixes atomic.Int64
+
+// newStore connects a store under a prefix of its own and runs it until the test ends.
+func newStore(t testing.TB, cli *clientv3.Client, ttl time.Duration) *etcdstore.Store {
+	t.Helper()
+	s, err := etcdstore.New(context.Background(), etcdstore.Config{Client: cli, Prefix: fmt.Sprintf("/t%d/", prefixes.Add(1)), LeaseTTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return s
+}
+
+func TestStoreSuite(t *testing.T) {
+	cli := startEtcd(t)
+	storetest.Run(t, func(t *testing.T, now func() time.Time) registry.Store {
+		return newStore(t, cli, time.Minute)
+	}, storetest.Options{RealTimeLeases: true, NoRestore: true})
+}
+
+func record(id string) *registry.Record {
+	return registry.RecordFromInstance(apiv1.Instance{InstanceID: id, ServiceName: "svc", ServiceVersion: "1.0.0", Endpoint: "http://" + id,
+		Health: "ok", Capabilities: []apiv1.Capability{{CapabilityID: "a.b", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0", Provider: "p"}}},
+		time.Now().Add(time.Minute))
+}
+
+// eventually polls cond; the bound only ends a broken test.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("never: %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestLeaseExpiryIsAnEviction(t *testing.T) {
+	cli := startEtcd(t)
+	s := newStore(t, cli, 2*time.Second)
+	ctx := context.Background()
+	gone, kept := record("gone"), record("kept")
+	s.Register(ctx, gone)
+	s.Register(ctx, kept)
+	if _, err := s.Deregister(ctx, "kept", kept.Generation); err != nil {
+		t.Fatal(err)
+	}
+	var evicted []*registry.Record
+	eventually(t, "the lease expires", func() bool {
+		ev, _ := s.Expire(ctx, time.Now())
+		evicted = append(evicted, ev...)
+		return len(evicted) > 0
+	})
+	if len(evicted) != 1 || evicted[0].InstanceID != "gone" {
+		t.Errorf("evicted %v, want only gone (kept was deregistered, not evicted)", evicted)
+	}
+	if _, ok := s.Get("gone"); ok {
+		t.Error("gone is still in the view")
+	}
+}
+
+// TestTwoReplicas: two stores on one prefix, as two registry replicas over one cluster.
+func TestTwoReplicas(t *testing.T) {
+	cli := startEtcd(t)
+	prefix := fmt.Sprintf("/shared%d/", prefixes.Add(1))
+	open := func() *etcdstore.Store {
+		s, err := etcdstore.New(context.Background(), etcdstore.Config{Client: cli, Prefix: prefix, LeaseTTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- s.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-done })
+		return s
+	}
+	a, b := open(), open()
+	if a.Epoch().ID != b.Epoch().ID || b.Epoch().Empty {
+		t.Fatalf("epochs %+v and %+v: one cluster has one epoch, created once", a.Epoch(), b.Epoch())
+	}
+	ctx := context.Background()
+	_, wake := b.Watch()
+	rec := record("x")
+	if err := a.Register(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	select { // a long poll on B is woken by a write on A
+	case <-wake:
+	case <-time.After(10 * time.Second):
+		t.Fatal("B's watchers were not woken by A's write")
+	}
+	eventually(t, "B sees the instance", func() bool { got, ok := b.Get("x"); return ok && got.Generation == rec.Generation })
+	if _, err := b.Heartbeat(ctx, "x", rec.Generation, "ok", time.Now().Add(time.Minute)); err != nil {
+		t.Errorf("heartbeat on B: %v", err)
+	}
+	// fencing across replicas: B re-registers, A's late deregister of the old generation fails
+	rec2 := record("x")
+	if err := b.Register(ctx, rec2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Deregister(ctx, "x", rec.Generation); !errors.Is(err, registry.ErrGenerationMismatch) {
+		t.Errorf("late deregister on A = %v, want ErrGenerationMismatch", err)
+	}
+	// a replica restarted later keeps the epoch and sees the state: no re-registration storm
+	c := open()
+	if c.Epoch().ID != a.Epoch().ID {
+		t.Error("a restarted replica got a new epoch")
+	}
+	if got, ok := c.Get("x"); !ok || got.Generation != rec2.Generation {
+		t.Errorf("restarted replica's view: %+v %v", got, ok)
+	}
+	eventually(t, "one replica is elected", func() bool { return a.Leader() || b.Leader() || c.Leader() })
+	if n := btoi(a.Leader()) + btoi(b.Leader()) + btoi(c.Leader()); n != 1 {
+		t.Errorf("%d leaders", n)
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
