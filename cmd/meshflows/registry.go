@@ -15,7 +15,6 @@ import (
 
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/server"
-	"github.com/meshflows/meshflows/internal/store/memstore"
 	"github.com/meshflows/meshflows/internal/telemetry"
 )
 
@@ -35,6 +34,16 @@ type registryFlags struct {
 	insecure          bool
 	log               telemetry.LogConfig
 	security          securityFlags
+	etcd              etcdFlags
+}
+
+// etcdFlags select and configure the etcd store.
+type etcdFlags struct {
+	store             string
+	endpoints         []string
+	prefix            string
+	cacert, cert, key string
+	dialTimeout       time.Duration
 }
 
 // securityFlags configure authentication, authorisation, audit and rate limits.
@@ -70,6 +79,13 @@ func (f *registryFlags) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&f.security.auditLog, "audit-log", "", "audit log: a file to append JSON lines to, or - for stdout (default: none)")
 	fs.Float64Var(&f.security.registerRate, "register-rate", 10, "registrations per second allowed per identity")
 	fs.IntVar(&f.security.registerBurst, "register-burst", 20, "registration burst allowed per identity")
+	fs.StringVar(&f.etcd.store, "store", "memory", "where the state lives: memory (this process) or etcd (replicas over an etcd cluster)")
+	fs.StringSliceVar(&f.etcd.endpoints, "etcd-endpoints", []string{"http://127.0.0.1:2379"}, "etcd client URLs (with --store etcd)")
+	fs.StringVar(&f.etcd.prefix, "etcd-prefix", "/meshflows/", "key prefix of the registry in etcd")
+	fs.StringVar(&f.etcd.cacert, "etcd-cacert", "", "CA bundle of the etcd servers")
+	fs.StringVar(&f.etcd.cert, "etcd-cert", "", "client certificate for etcd")
+	fs.StringVar(&f.etcd.key, "etcd-key", "", "key of --etcd-cert")
+	fs.DurationVar(&f.etcd.dialTimeout, "etcd-dial-timeout", 5*time.Second, "timeout of connecting to etcd")
 	fs.StringVar(&f.log.Level, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&f.log.Format, "log-format", "json", "log format: json or text")
 }
@@ -119,7 +135,16 @@ func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln 
 			" can register, heartbeat and deregister any instance. Never use --insecure outside development.")
 	}
 	promReg := telemetry.NewRegistry()
-	store := memstore.New(time.Now)
+	store, closeStore, err := openStore(ctx, f, logger)
+	if err != nil {
+		return err
+	}
+	started := false
+	defer func() {
+		if !started {
+			closeStore()
+		}
+	}()
 	reg, err := registry.New(store, registry.Config{
 		LeaseTTL:          f.leaseTTL,
 		HeartbeatInterval: f.heartbeatInterval,
@@ -149,7 +174,8 @@ func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln 
 	logger.Info("registry listening", slog.String("addr", ln.Addr().String()), slog.Bool("tls", sec.tls != nil), slog.String("store", store.Name()),
 		slog.String("registry_epoch", store.Epoch().ID), slog.String("lease_ttl", reg.Config().LeaseTTL.String()),
 		slog.Int("pid", os.Getpid()))
+	started = true
 	g.Go(func() error { return reg.Run(ctx) })
-	g.Go(func() error { return errors.Join(srv.Serve(ctx, ln), sec.close()) })
+	g.Go(func() error { return errors.Join(srv.Serve(ctx, ln), sec.close(), closeStore()) })
 	return nil
 }

@@ -118,7 +118,9 @@ func (s *Store) loadEpoch(ctx context.Context) error {
 	if len(kvs) == 0 || json.Unmarshal(kvs[0].Value, &d) != nil {
 		return errors.New("etcdstore: the epoch key is unreadable")
 	}
-	s.epoch = registry.Epoch{ID: d.ID, Start: d.Start, Empty: false}
+	// Every replica counts the warm-up from the epoch's creation: Empty holds, and the warm-up
+	// ends one lease TTL after Start whoever created it.
+	s.epoch = registry.Epoch{ID: d.ID, Start: d.Start, Empty: true}
 	return nil
 }
 
