@@ -21,7 +21,7 @@ import (
 func openStore(ctx context.Context, f *registryFlags, logger *slog.Logger) (registry.Store, func() error, error) {
 	noClose := func() error { return nil }
 	switch f.etcd.store {
-	case "memory":
+	case "memory", "":
 		return memstore.New(time.Now), noClose, nil
 	case "etcd":
 	default:
