@@ -1,0 +1,165 @@
+package etcdstore_test
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+)
+
+// cluster is a three-member etcd cluster in this process.
+type cluster struct {
+	members   []*embed.Etcd
+	endpoints []string
+}
+
+func startCluster(t *testing.T) *cluster {
+	t.Helper()
+	const n = 3
+	names := make([]string, n)
+	cus, pus := make([]url.URL, n), make([]url.URL, n)
+	var initial []string
+	for i := range n {
+		names[i] = fmt.Sprintf("m%d", i)
+		cu, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", freePort(t)))
+		pu, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", freePort(t)))
+		cus[i], pus[i] = *cu, *pu
+		initial = append(initial, names[i]+"="+pu.String())
+	}
+	c := &cluster{members: make([]*embed.Etcd, n)}
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		cfg := embed.NewConfig()
+		cfg.Name = names[i]
+		cfg.Dir = t.TempDir()
+		cfg.LogLevel = "error"
+		cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+		cfg.UnsafeNoFsync = true
+		cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{cus[i]}, []url.URL{cus[i]}
+		cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pus[i]}, []url.URL{pus[i]}
+		cfg.InitialCluster = strings.Join(initial, ",")
+		cfg.InitialClusterToken = "meshflows-test"
+		c.endpoints = append(c.endpoints, cus[i].String())
+		wg.Go(func() {
+			e, err := embed.StartEtcd(cfg)
+			c.members[i], errs[i] = e, err
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("member %d: %v", i, err)
+		}
+	}
+	for _, m := range c.members {
+		select {
+		case <-m.Server.ReadyNotify():
+		case <-time.After(60 * time.Second):
+			t.Fatal("cluster not ready")
+		}
+	}
+	t.Cleanup(func() {
+		for _, m := range c.members {
+			if m != nil {
+				m.Close()
+			}
+		}
+	})
+	return c
+}
+
+// leader returns the index of the member that leads, or -1.
+func (c *cluster) leader() int {
+	for i, m := range c.members {
+		if m != nil && m.Server.Leader() == m.Server.MemberID() {
+			return i
+		}
+	}
+	return -1
+}
+
+func (c *cluster) kill(i int) {
+	c.members[i].Close()
+	c.members[i] = nil
+}
+
+// TestClusterFailures: with a three-member cluster, a follower or the leader dies while
+// registrations go on; no acknowledged registration is lost, and after the leader's death
+// registrations resume once etcd has elected another.
+func TestClusterFailures(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts three-member etcd clusters")
+	}
+	for _, victim := range []string{"follower", "leader"} {
+		t.Run(victim, func(t *testing.T) {
+			c := startCluster(t)
+			cli, err := clientv3.New(clientv3.Config{Endpoints: c.endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cli.Close()
+			s := newStore(t, cli, time.Minute)
+			acked := map[string]int64{}
+			register := func(id string) {
+				deadline := time.Now().Add(30 * time.Second)
+				for {
+					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+					rec := record(id)
+					err := s.Register(ctx, rec)
+					cancel()
+					if err == nil {
+						acked[id] = rec.Generation
+						return
+					}
+					if time.Now().After(deadline) {
+						t.Fatalf("register %s: %v", id, err)
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+			}
+			for i := range 20 {
+				register(fmt.Sprintf("before-%d", i))
+			}
+			lead := c.leader()
+			if lead < 0 {
+				t.Fatal("no leader")
+			}
+			if victim == "leader" {
+				c.kill(lead)
+			} else {
+				c.kill((lead + 1) % 3)
+			}
+			start := time.Now()
+			register("first-after")
+			t.Logf("first registration after the %s died took %s", victim, time.Since(start).Round(time.Millisecond))
+			for i := range 20 {
+				register(fmt.Sprintf("after-%d", i))
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			resp, err := cli.Get(ctx, "/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+			if err != nil {
+				t.Fatalf("read after the failure: %v", err)
+			}
+			have := map[string]int64{}
+			for _, kv := range resp.Kvs {
+				if i := strings.Index(string(kv.Key), "/instances/"); i >= 0 {
+					have[string(kv.Key)[i+len("/instances/"):]] = kv.ModRevision
+				}
+			}
+			for id, gen := range acked {
+				if have[id] != gen {
+					t.Errorf("acknowledged registration %s (generation %d) is lost", id, gen)
+				}
+			}
+		})
+	}
+}
