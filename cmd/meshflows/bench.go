@@ -62,6 +62,7 @@ throughput and p50/p99/max per phase. It leaves nothing registered behind.`,
 	f.IntVar(&cfg.Instances, "instances", 1000, "instances to register")
 	f.IntVar(&cfg.Concurrency, "concurrency", 32, "concurrent requests in the register, heartbeat and discovery phases")
 	f.IntVar(&cfg.Queries, "queries", 2000, "discovery queries")
+	f.IntVar(&cfg.QueryConcurrency, "query-concurrency", 0, "concurrent discovery queries (default --concurrency; 1 for unloaded latency)")
 	f.IntVar(&cfg.Changes, "changes", 200, "deregistrations timed until a watcher sees them")
 	f.DurationVar(&cfg.OpTimeout, "op-timeout", 10*time.Second, "timeout of one request")
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "deadline of the whole run")

@@ -30,6 +30,9 @@ type RegistryConfig struct {
 	Concurrency int
 	// Queries is the number of discovery queries for one service (default 2,000).
 	Queries int
+	// QueryConcurrency of the discovery phase (default Concurrency); 1 measures unloaded
+	// latency.
+	QueryConcurrency int
 	// Changes is the number of deregistrations timed until a long-polling watcher sees them
 	// (default 200, at most Instances).
 	Changes int
@@ -52,6 +55,9 @@ func (c *RegistryConfig) setDefaults() {
 	}
 	if c.Queries == 0 {
 		c.Queries = 2000
+	}
+	if c.QueryConcurrency == 0 {
+		c.QueryConcurrency = c.Concurrency
 	}
 	if c.Changes == 0 {
 		c.Changes = 200
@@ -125,7 +131,7 @@ func RunRegistry(ctx context.Context, cfg RegistryConfig) (*RegistryReport, erro
 	target := insts[0].service
 	query := "/v1/discovery/capabilities?capability_id=bench.read&service_name=" + target
 	want := min(cfg.ServiceSize, cfg.Instances)
-	rep.Phases = append(rep.Phases, d.parallel(ctx, "discovery", cfg.Queries, func(ctx context.Context, _ int) error {
+	rep.Phases = append(rep.Phases, d.parallelN(ctx, "discovery", cfg.Queries, cfg.QueryConcurrency, func(ctx context.Context, _ int) error {
 		// Count the entries instead of decoding them: the load generator shares the machine
 		// with the registry and must not be the bottleneck.
 		var raw json.RawMessage
@@ -206,10 +212,15 @@ func (d *driver) do(ctx context.Context, method, path string, body []byte, want 
 
 // parallel runs op for 0..n-1 on cfg.Concurrency workers and times each call.
 func (d *driver) parallel(ctx context.Context, name string, n int, op func(ctx context.Context, i int) error) Phase {
+	return d.parallelN(ctx, name, n, d.cfg.Concurrency, op)
+}
+
+// parallelN is parallel on workers workers.
+func (d *driver) parallelN(ctx context.Context, name string, n, workers int, op func(ctx context.Context, i int) error) Phase {
 	rec := newRecorder(name, n)
 	var next atomic.Int64
 	var wg sync.WaitGroup
-	for range min(d.cfg.Concurrency, max(n, 1)) {
+	for range min(workers, max(n, 1)) {
 		wg.Go(func() {
 			for ctx.Err() == nil {
 				i := int(next.Add(1)) - 1
