@@ -263,10 +263,12 @@ func (s *Store) apply(ev *clientv3.Event) {
 	}
 }
 
-// campaign keeps this replica in the election for the singleton duties.
+// campaign keeps this replica in the election for the singleton duties. On the way out it
+// resigns, so that another replica takes over at once rather than after the session's TTL.
 func (s *Store) campaign(ctx context.Context) {
 	for ctx.Err() == nil {
-		sess, err := concurrency.NewSession(s.cfg.Client, concurrency.WithTTL(10), concurrency.WithContext(ctx))
+		// The session outlives ctx just long enough to resign and revoke its lease.
+		sess, err := concurrency.NewSession(s.cfg.Client, concurrency.WithTTL(10), concurrency.WithContext(context.WithoutCancel(ctx)))
 		if err != nil {
 			select {
 			case <-ctx.Done():
@@ -285,8 +287,11 @@ func (s *Store) campaign(ctx context.Context) {
 				s.cfg.Logger.Warn("leadership lost", slog.String("replica", s.cfg.ReplicaID))
 			}
 			s.leader.Store(false)
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+			e.Resign(rctx)
+			cancel()
 		}
-		sess.Close() // resigns, when still leader, so that another replica takes over at once
+		sess.Close()
 	}
 }
 

@@ -54,7 +54,7 @@ func startEtcd(t testing.TB) *clientv3.Client {
 		e.Server.Stop()
 		t.Fatal("etcd not ready")
 	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{cu.String()}, DialTimeout: 5 * time.Second})
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{cu.String()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +143,7 @@ func TestTwoReplicas(t *testing.T) {
 		return s
 	}
 	a, b := open(), open()
-	if a.Epoch().ID != b.Epoch().ID || b.Epoch().Empty {
+	if a.Epoch().ID != b.Epoch().ID || !a.Epoch().Start.Equal(b.Epoch().Start) {
 		t.Fatalf("epochs %+v and %+v: one cluster has one epoch, created once", a.Epoch(), b.Epoch())
 	}
 	ctx := context.Background()
@@ -188,4 +188,35 @@ func btoi(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+func TestLeadershipMovesWhenTheLeaderGoes(t *testing.T) {
+	cli := startEtcd(t)
+	prefix := fmt.Sprintf("/elect%d/", prefixes.Add(1))
+	type replica struct {
+		s      *etcdstore.Store
+		cancel context.CancelFunc
+		done   chan error
+	}
+	start := func(id string) *replica {
+		s, err := etcdstore.New(context.Background(), etcdstore.Config{Client: cli, Prefix: prefix, ReplicaID: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		r := &replica{s: s, cancel: cancel, done: make(chan error, 1)}
+		go func() { r.done <- s.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-r.done })
+		return r
+	}
+	a, b := start("a"), start("b")
+	eventually(t, "a leader", func() bool { return a.s.Leader() || b.s.Leader() })
+	lead, other := a, b
+	if b.s.Leader() {
+		lead, other = b, a
+	}
+	lead.cancel() // the leader's replica stops: it resigns
+	<-lead.done
+	lead.done <- nil
+	eventually(t, "the other replica takes over", other.s.Leader)
 }
