@@ -220,3 +220,36 @@ func TestLeadershipMovesWhenTheLeaderGoes(t *testing.T) {
 	lead.done <- nil
 	eventually(t, "the other replica takes over", other.s.Leader)
 }
+
+// TestResyncAfterCompaction: a replica whose watch resumes from a revision etcd has
+// compacted away reads a complete view again instead of missing the changes.
+func TestResyncAfterCompaction(t *testing.T) {
+	cli := startEtcd(t)
+	prefix := fmt.Sprintf("/compact%d/", prefixes.Add(1))
+	lagging, err := etcdstore.New(context.Background(), etcdstore.Config{Client: cli, Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writer, err := etcdstore.New(context.Background(), etcdstore.Config{Client: cli, Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for i := range 5 {
+		if err := writer.Register(ctx, record(fmt.Sprintf("late-%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resp, err := cli.Get(ctx, "any")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Compact(ctx, resp.Header.Revision); err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- lagging.Run(rctx) }() // its watch starts before the compaction point
+	defer func() { cancel(); <-done }()
+	eventually(t, "the lagging replica resyncs", func() bool { n, _ := lagging.Counts(); return n == 5 })
+}
