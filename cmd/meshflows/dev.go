@@ -84,6 +84,18 @@ Components that are not built yet are listed as such. Stop with Ctrl-C.`,
 				return errors.Join(err, stopAll(), logOut.Flush())
 			}
 			regURL := "http://" + regAddr
+			dbAddr := fmt.Sprintf("127.0.0.1:%d", basePort+devDashboardOffset)
+			dln, err := net.Listen("tcp", dbAddr)
+			if err != nil {
+				return errors.Join(fmt.Errorf("dashboard port: %w (pick another --base-port)", err), stopAll(), logOut.Flush())
+			}
+			dbFlags := dashboardFlags{registry: regURL, insecure: true,
+				orchestrator: fmt.Sprintf("http://127.0.0.1:%d", basePort+devOrchestratorOffset),
+				gateway:      fmt.Sprintf("http://127.0.0.1:%d", basePort+devGatewayOffset)}
+			if err := startDashboard(regCtx, gReg, &dbFlags, dln, logger); err != nil {
+				dln.Close()
+				return errors.Join(err, stopAll(), logOut.Flush())
+			}
 			orAddr := fmt.Sprintf("127.0.0.1:%d", basePort+devOrchestratorOffset)
 			oln, err := net.Listen("tcp", orAddr)
 			if err != nil {
@@ -124,7 +136,7 @@ Components that are not built yet are listed as such. Stop with Ctrl-C.`,
 			fmt.Fprintf(out, "  registry      http://%s   (try: curl http://%s/v1/discovery/capabilities)\n", regAddr, regAddr)
 			fmt.Fprintf(out, "  orchestrator  http://%s   (try: curl -X POST http://%s/v1/workflows/order-publish/run -d '{\"order\":1}')\n", orAddr, orAddr)
 			fmt.Fprintf(out, "  gateway       http://%s   (try: curl http://%s/v1/gateway/routes)\n", gwAddr, gwAddr)
-			fmt.Fprintf(out, "  dashboard     http://127.0.0.1:%d   (not built yet)\n", basePort+devDashboardOffset)
+			fmt.Fprintf(out, "  dashboard     http://%s   (open it in a browser)\n", dbAddr)
 			fmt.Fprintf(out, "  providers     http://127.0.0.1:%d (jms), http://127.0.0.1:%d (rabbitmq)\n",
 				basePort+devProviderOffsetJMS, basePort+devProviderOffsetRMQ)
 			fmt.Fprintf(out, "                (try: curl -X POST http://%s/api/messaging/jms/publish -d '{\"destination\":\"orders.events\",\"payload\":{\"id\":1}}')\n\n",

@@ -1,0 +1,36 @@
+// MeshFlows console: live catalog updates by long poll, the admin token on write actions,
+// and a progress state on buttons. Every page works without it.
+(function () {
+  "use strict";
+  function token() {
+    var t = document.getElementById("token");
+    if (t && t.value) { sessionStorage.setItem("mf-token", t.value); }
+    return sessionStorage.getItem("mf-token") || "";
+  }
+  document.addEventListener("submit", function (e) {
+    var f = e.target;
+    if (!f.classList.contains("write")) { return; }
+    var tok = token();
+    if (tok) {
+      var h = document.createElement("input");
+      h.type = "hidden"; h.name = "token"; h.value = tok; f.appendChild(h);
+    }
+    var b = f.querySelector("button");
+    if (b) { b.disabled = true; b.classList.add("busy"); b.textContent = b.textContent + "…"; }
+  });
+  var tableBox = document.getElementById("captable");
+  if (!tableBox) { return; }
+  function poll() {
+    var rev = tableBox.getAttribute("data-revision") || "0";
+    var q = new URLSearchParams(window.location.search);
+    q.set("index", rev);
+    fetch("/capabilities/fragment?" + q.toString()).then(function (r) {
+      if (!r.ok) { throw new Error(r.status); }
+      var next = r.headers.get("X-Registry-Revision");
+      return r.text().then(function (html) {
+        if (next && next !== rev) { tableBox.innerHTML = html; tableBox.setAttribute("data-revision", next); }
+      });
+    }).then(poll, function () { setTimeout(poll, 2000); });
+  }
+  poll();
+})();

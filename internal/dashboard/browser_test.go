@@ -1,0 +1,290 @@
+package dashboard_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/discovery"
+	"github.com/meshflows/meshflows/examples/providers/jms"
+	"github.com/meshflows/meshflows/examples/providers/messaging"
+	"github.com/meshflows/meshflows/examples/providers/rabbitmq"
+	"github.com/meshflows/meshflows/examples/workflows"
+	"github.com/meshflows/meshflows/internal/dashboard"
+	"github.com/meshflows/meshflows/internal/gateway"
+	"github.com/meshflows/meshflows/internal/orchestrator"
+	"github.com/meshflows/meshflows/internal/registry"
+	"github.com/meshflows/meshflows/internal/registry/registrytest"
+	"github.com/meshflows/meshflows/routing"
+)
+
+// stack is the whole product in this process: registry, two example providers, gateway,
+// orchestrator with the example workflow, and the dashboard over them.
+type stack struct {
+	reg       *registrytest.Server
+	dashboard *httptest.Server
+}
+
+func newStack(t testing.TB) *stack {
+	t.Helper()
+	reg := registrytest.NewServer(t, registry.Config{})
+	reg.Clock.Advance(registry.DefaultLeaseTTL) // complete answers
+	for _, build := range []func(string) (*messaging.Provider, error){
+		func(ep string) (*messaging.Provider, error) { return jms.New(ep, "a") },
+		func(ep string) (*messaging.Provider, error) { return rabbitmq.New(ep, "a") },
+	} {
+		srv := httptest.NewUnstartedServer(nil)
+		p, err := build("http://" + srv.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv.Config.Handler = p.Handler()
+		srv.Start()
+		t.Cleanup(srv.Close)
+		req := p.Registration()
+		if _, err := reg.Registry.Register(context.Background(), &req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	gdisc, _ := discovery.New(discovery.Config{Registries: []string{reg.URL}})
+	gw, err := gateway.New(gateway.Config{Discovery: gdisc, Policy: func() routing.Policy {
+		return routing.Policy{"egress-jms": {"/api/messaging/jms"}, "egress-rabbitmq": {"/api/messaging/rabbitmq"}}
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gdone := make(chan error, 1)
+	go func() { gdone <- gw.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-gdone })
+	gsrv := httptest.NewServer(gw)
+	t.Cleanup(gsrv.Close)
+	odisc, _ := discovery.New(discovery.Config{Registries: []string{reg.URL}})
+	o, _ := orchestrator.New(orchestrator.Config{Discovery: odisc, Strict: true})
+	if _, err := o.Upload(context.Background(), workflows.OrderPublish); err != nil {
+		t.Fatal(err)
+	}
+	o.Publish("order-publish")
+	if _, err := o.RunNow(context.Background(), "order-publish", "http", json.RawMessage(`{"order":1}`)); err != nil {
+		t.Fatal(err)
+	}
+	osrv := httptest.NewServer(o.Handler())
+	t.Cleanup(osrv.Close)
+	d, err := dashboard.New(dashboard.Config{RegistryURL: reg.URL, GatewayURL: gsrv.URL, OrchestratorURL: osrv.URL, Insecure: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dsrv := httptest.NewServer(d.Handler())
+	t.Cleanup(dsrv.Close)
+	// the gateway's first table
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get(gsrv.URL + "/v1/gateway/routes")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("gateway never derived a table")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return &stack{reg: reg, dashboard: dsrv}
+}
+
+// browser starts Debian's Chromium headless; the test is skipped only where it is absent
+// (.ci/run installs it).
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	const exe = "/usr/bin/chromium"
+	if _, err := os.Stat(exe); err != nil {
+		t.Skip("no " + exe + " (apt-get install chromium)")
+	}
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-component-update", true),
+		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 900))
+	actx, cancelA := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx)
+	ctx, cancelT := context.WithTimeout(ctx, 90*time.Second)
+	t.Cleanup(func() { cancelT(); cancel(); cancelA() })
+	return ctx
+}
+
+// shots is where the screenshots go: a temporary folder, never the repository.
+var shots = filepath.Join(os.TempDir(), "meshflows-dashboard-screenshots")
+
+func screenshot(t *testing.T, ctx context.Context, name string) {
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Logf("screenshot %s: %v", name, err)
+		return
+	}
+	os.MkdirAll(shots, 0o755)
+	p := filepath.Join(shots, name+".png")
+	os.WriteFile(p, png, 0o644)
+	t.Logf("screenshot: %s", p)
+}
+
+func text(t *testing.T, ctx context.Context, sel string) string {
+	t.Helper()
+	s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(sel)))
+	if err != nil {
+		t.Fatalf("text of %s: %v", sel, err)
+	}
+	return s
+}
+
+func count(t *testing.T, ctx context.Context, sel string) int {
+	t.Helper()
+	n, err := chromedp.Run(ctx, chromedp.Evaluate[int]("document.querySelectorAll(" + strconv.Quote(sel) + ").length"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// submit clicks a button that submits a form and waits for the next document to load: the
+// old document is marked, and the wait ends when the mark is gone.
+func submit(t *testing.T, ctx context.Context, sel string) {
+	t.Helper()
+	if err := chromedp.Do(ctx, chromedp.Evaluate[chromedp.Void]("window.__mfOld = true"), chromedp.Click(chromedp.CSS(sel))); err != nil {
+		t.Fatalf("click %s: %v", sel, err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		gone, err := chromedp.Run(ctx, chromedp.Evaluate[bool]("window.__mfOld === undefined && document.readyState === 'complete'"))
+		if err == nil && gone {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no new page after clicking %s", sel)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func TestDashboardInABrowser(t *testing.T) {
+	s := newStack(t)
+	ctx := browser(t) // cleaned up first: the browser's long polls end before the servers close
+	base := s.dashboard.URL
+	nav := func(path string) {
+		t.Helper()
+		if err := chromedp.Do(ctx, chromedp.Navigate(base+path), chromedp.WaitReady(chromedp.CSS("main"))); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	t.Run("overview", func(t *testing.T) {
+		nav("/")
+		if got := text(t, ctx, "#instances"); got != "2" {
+			t.Errorf("instances = %q, want 2", got)
+		}
+		if got := text(t, ctx, "#complete"); got != "complete" {
+			t.Errorf("complete = %q", got)
+		}
+		if got := text(t, ctx, "#table-source"); got != "fresh" {
+			t.Errorf("gateway table source = %q", got)
+		}
+		screenshot(t, ctx, "overview")
+	})
+
+	t.Run("catalog, filter and live update", func(t *testing.T) {
+		nav("/capabilities")
+		if n := count(t, ctx, "#catalog tbody tr"); n != 2 {
+			t.Fatalf("catalog rows = %d, want 2", n)
+		}
+		if err := chromedp.Do(ctx, chromedp.SetValue(chromedp.CSS(`select[name="provider"]`), "jms")); err != nil {
+			t.Fatal(err)
+		}
+		submit(t, ctx, "#filter")
+		if n := count(t, ctx, "#catalog tbody tr"); n != 1 || !strings.Contains(text(t, ctx, "#catalog tbody"), "egress-jms") {
+			t.Errorf("filtered rows = %d", n)
+		}
+		nav("/capabilities")
+		req := apiv1.RegisterRequest{InstanceID: "webhook-1", ServiceName: "webhook", ServiceVersion: "1.0.0", Endpoint: "http://127.0.0.1:9",
+			Capabilities: []apiv1.Capability{{CapabilityID: "webhook.send", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0", Provider: "http"}}}
+		if _, err := s.reg.Registry.Register(context.Background(), &req); err != nil {
+			t.Fatal(err)
+		}
+		if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`tr[data-instance="webhook-1"]`))); err != nil {
+			t.Fatalf("the new provider did not appear live: %v", err)
+		}
+		screenshot(t, ctx, "capabilities")
+	})
+
+	t.Run("validation console", func(t *testing.T) {
+		nav("/validation")
+		if !strings.Contains(text(t, ctx, "#wf-order-publish"), "contract passed") {
+			t.Errorf("workflow section: %s", text(t, ctx, "#wf-order-publish"))
+		}
+		// a warning marker on the content-type header line of the example workflow
+		if n := count(t, ctx, "#wf-order-publish li.sev-warning"); n < 1 {
+			t.Errorf("no warning marker in the example workflow")
+		}
+		bad := "name: broken\ninvocation:\n  type: http\nsteps:\n  - id: 1st\n    type: service_call\n    capability:\n      id: Nope\n"
+		if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS("details.upload summary")), chromedp.SetValue(chromedp.ID("upload-yaml"), bad)); err != nil {
+			t.Fatal(err)
+		}
+		submit(t, ctx, "#upload")
+		for _, line := range []string{"5", "8"} { // 1st (bad step id) and Nope (bad capability id)
+			if n := count(t, ctx, `#uploaded li.sev-error[data-line="`+line+`"]`); n != 1 {
+				t.Errorf("no error marker on line %s of the uploaded workflow", line)
+			}
+		}
+		screenshot(t, ctx, "validation")
+		nav("/validation")
+		submit(t, ctx, "#wf-order-publish .revalidate")
+		resp, err := http.Get(base + "/validation/order-publish/export")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var res apiv1.ValidationResult
+		json.NewDecoder(resp.Body).Decode(&res)
+		resp.Body.Close()
+		if res.Workflow != "order-publish" || len(res.Steps) != 2 {
+			t.Errorf("export = %+v", res)
+		}
+	})
+
+	t.Run("routes and route map", func(t *testing.T) {
+		nav("/routes")
+		if n := count(t, ctx, "#routes tbody tr"); n != 4 {
+			t.Errorf("routes = %d, want 4", n)
+		}
+		screenshot(t, ctx, "routes")
+		nav("/routes/map")
+		if n := count(t, ctx, "#routemap g.node.route"); n != 4 {
+			t.Errorf("route nodes = %d, want 4", n)
+		}
+		if n := count(t, ctx, "#routemap g.node.instance"); n != 2 {
+			t.Errorf("instance nodes = %d, want 2", n)
+		}
+		screenshot(t, ctx, "routemap")
+	})
+
+	t.Run("workflows", func(t *testing.T) {
+		nav("/workflows")
+		if !strings.Contains(text(t, ctx, "#wfrow-order-publish"), "100%") {
+			t.Errorf("workflow row: %s", text(t, ctx, "#wfrow-order-publish"))
+		}
+		submit(t, ctx, "#wfrow-order-publish .run-now")
+		if n := count(t, ctx, "#wfrow-order-publish .run"); n != 2 {
+			t.Errorf("runs after Run now = %d, want 2", n)
+		}
+		screenshot(t, ctx, "workflows")
+	})
+}

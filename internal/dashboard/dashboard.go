@@ -1,0 +1,498 @@
+package dashboard
+
+import (
+	"context"
+	"crypto/subtle"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"io"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+)
+
+//go:embed assets templates.html
+var files embed.FS
+
+// Config configures a Dashboard.
+type Config struct {
+	// RegistryURL, GatewayURL and OrchestratorURL are the components' base URLs; an empty
+	// one leaves its pages saying so.
+	RegistryURL, GatewayURL, OrchestratorURL string
+	// Client talks to them (default: a plain client).
+	Client *http.Client
+	// AdminToken guards the write actions; Insecure opens them to anyone (meshflows dev).
+	AdminToken string
+	Insecure   bool
+	// ExpiringWithin marks an instance "expiring soon" (default 30 s, one heartbeat interval).
+	ExpiringWithin time.Duration
+	// MapLimit is the most routes the route map draws (default 50).
+	MapLimit int
+	Now      func() time.Time
+}
+
+// Dashboard serves the console.
+type Dashboard struct {
+	cfg                    Config
+	tmpl                   *template.Template
+	registry, gateway, orc source
+}
+
+// New returns a Dashboard.
+func New(cfg Config) (*Dashboard, error) {
+	if !cfg.Insecure && cfg.AdminToken == "" {
+		return nil, errors.New("dashboard: give an admin token (--admin-token-file) or run --insecure")
+	}
+	if cfg.Client == nil {
+		cfg.Client = &http.Client{}
+	}
+	if cfg.ExpiringWithin == 0 {
+		cfg.ExpiringWithin = 30 * time.Second
+	}
+	if cfg.MapLimit == 0 {
+		cfg.MapLimit = 50
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	t, err := template.New("").Funcs(template.FuncMap{
+		"json": func(v any) string { b, _ := json.MarshalIndent(v, "", "  "); return string(b) },
+		"ago":  func(t time.Time) string { return cfg.Now().Sub(t).Round(time.Second).String() },
+		"in":   func(t time.Time) string { return t.Sub(cfg.Now()).Round(time.Second).String() },
+		"join": strings.Join,
+		"pct":  func(f float64) string { return strconv.FormatFloat(f*100, 'f', 0, 64) + "%" },
+		"ms":   func(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) + " ms" },
+	}).ParseFS(files, "templates.html")
+	if err != nil {
+		return nil, err
+	}
+	return &Dashboard{cfg: cfg, tmpl: t,
+		registry: source{cfg.RegistryURL, cfg.Client}, gateway: source{cfg.GatewayURL, cfg.Client}, orc: source{cfg.OrchestratorURL, cfg.Client}}, nil
+}
+
+// Handler serves every page, the fragments the JS fetches, the write actions and the assets.
+func (d *Dashboard) Handler() http.Handler {
+	mux := http.NewServeMux()
+	assets, _ := fs.Sub(files, "assets")
+	mux.Handle("GET /assets/", http.StripPrefix("/assets/", http.FileServerFS(assets)))
+	mux.HandleFunc("GET /{$}", d.overview)
+	mux.HandleFunc("GET /capabilities", d.capabilities)
+	mux.HandleFunc("GET /capabilities/fragment", d.capabilitiesFragment)
+	mux.HandleFunc("POST /capabilities/refresh", d.write(d.refresh))
+	mux.HandleFunc("GET /validation", d.validation)
+	mux.HandleFunc("GET /validation/{name}/export", d.export)
+	mux.HandleFunc("POST /validation/{name}/revalidate", d.write(d.revalidate))
+	mux.HandleFunc("POST /validation/upload", d.write(d.upload))
+	mux.HandleFunc("GET /routes", d.routes)
+	mux.HandleFunc("GET /routes/map", d.routeMap)
+	mux.HandleFunc("GET /workflows", d.workflows)
+	mux.HandleFunc("POST /workflows/{name}/run", d.write(d.run))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
+	return mux
+}
+
+// page is what every template gets.
+type page struct {
+	Title    string
+	Path     string
+	Insecure bool
+	Errors   []string
+	Data     any
+}
+
+func (d *Dashboard) render(w http.ResponseWriter, r *http.Request, name, title string, data any, errs []string) {
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Content-Security-Policy", "default-src 'self'; style-src 'self'; script-src 'self'; img-src 'self' data:")
+	if err := d.tmpl.ExecuteTemplate(w, name, page{Title: title, Path: r.URL.Path, Insecure: d.cfg.Insecure, Errors: errs, Data: data}); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+	}
+}
+
+// write guards a write action with the admin token (header or form field "token").
+func (d *Dashboard) write(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !d.cfg.Insecure {
+			tok := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
+			if tok == "" {
+				tok = r.FormValue("token")
+			}
+			if subtle.ConstantTimeCompare([]byte(tok), []byte(d.cfg.AdminToken)) != 1 {
+				http.Error(w, "write actions need the admin token", http.StatusUnauthorized)
+				return
+			}
+		}
+		h(w, r)
+	}
+}
+
+func errString(what string, err error) []string {
+	if err == nil {
+		return nil
+	}
+	return []string{what + ": " + err.Error()}
+}
+
+// --- overview ---
+
+type overviewData struct {
+	Health   *apiv1.HealthResponse
+	Complete bool
+	Routes   *gatewayRoutes
+	Failing  []string
+	Counts   map[string]int
+}
+
+func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	var data overviewData
+	var errs []string
+	var h apiv1.HealthResponse
+	if err := d.registry.get(ctx, "/v1/discovery/health", &h); err != nil {
+		errs = append(errs, errString("registry", err)...)
+	} else {
+		data.Health = &h
+		var caps apiv1.DiscoveryResponse
+		if d.registry.get(ctx, "/v1/discovery/capabilities?capability_id=none.none", &caps) == nil {
+			data.Complete = caps.Complete
+		}
+	}
+	var gr gatewayRoutes
+	if err := d.gateway.get(ctx, "/v1/gateway/routes", &gr); err != nil {
+		errs = append(errs, errString("gateway", err)...)
+	} else {
+		data.Routes = &gr
+	}
+	var wl workflowList
+	if err := d.orc.get(ctx, "/v1/workflows", &wl); err != nil {
+		errs = append(errs, errString("orchestrator", err)...)
+	}
+	for _, wf := range wl.Workflows {
+		if wf.ContractStatus == apiv1.StatusFailed || wf.ProviderStatus == apiv1.StatusFailed {
+			data.Failing = append(data.Failing, wf.Name)
+		}
+	}
+	d.render(w, r, "overview", "Overview", data, errs)
+}
+
+// --- capabilities ---
+
+type capRow struct {
+	Instance apiv1.Instance
+	Status   string
+	Caps     []apiv1.Capability
+}
+
+type capsData struct {
+	Revision              int64
+	Rows                  []capRow
+	Provider, Cap, Svc    string
+	Providers, CapIDs     []string
+	Detail                *apiv1.Instance
+	Total, Shown          int
+	ExpiringSoon, Expired int
+}
+
+func (d *Dashboard) catalog(ctx context.Context, v url.Values) (*capsData, error) {
+	var cat apiv1.CatalogResponse
+	if err := d.registry.get(ctx, "/v1/services", &cat); err != nil {
+		return nil, err
+	}
+	data := &capsData{Revision: cat.Revision, Provider: v.Get("provider"), Cap: v.Get("capability_id"), Svc: v.Get("service_name"), Total: len(cat.Instances)}
+	now := d.cfg.Now()
+	for _, in := range cat.Instances {
+		for _, c := range in.Capabilities {
+			if !slices.Contains(data.Providers, c.Provider) {
+				data.Providers = append(data.Providers, c.Provider)
+			}
+			if !slices.Contains(data.CapIDs, c.CapabilityID) {
+				data.CapIDs = append(data.CapIDs, c.CapabilityID)
+			}
+		}
+		if id := v.Get("instance"); id != "" && in.InstanceID == id {
+			in := in
+			data.Detail = &in
+		}
+		if data.Svc != "" && in.ServiceName != data.Svc {
+			continue
+		}
+		var caps []apiv1.Capability
+		for _, c := range in.Capabilities {
+			if (data.Provider == "" || c.Provider == data.Provider) && (data.Cap == "" || c.CapabilityID == data.Cap) {
+				caps = append(caps, c)
+			}
+		}
+		if len(caps) == 0 {
+			continue
+		}
+		status := "active"
+		switch left := in.LeaseExpiresAt.Sub(now); {
+		case left <= 0:
+			status = "stale"
+			data.Expired++
+		case left < d.cfg.ExpiringWithin:
+			status = "expiring soon"
+			data.ExpiringSoon++
+		}
+		data.Rows = append(data.Rows, capRow{Instance: in, Status: status, Caps: caps})
+	}
+	slices.Sort(data.Providers)
+	slices.Sort(data.CapIDs)
+	data.Shown = len(data.Rows)
+	return data, nil
+}
+
+func (d *Dashboard) capabilities(w http.ResponseWriter, r *http.Request) {
+	data, err := d.catalog(r.Context(), r.URL.Query())
+	if data == nil {
+		data = &capsData{}
+	}
+	d.render(w, r, "capabilities", "Capabilities", data, errString("registry", err))
+}
+
+// capabilitiesFragment answers the live table once the registry's revision passes index.
+func (d *Dashboard) capabilitiesFragment(w http.ResponseWriter, r *http.Request) {
+	v := r.URL.Query()
+	if idx, err := strconv.ParseInt(v.Get("index"), 10, 64); err == nil {
+		// a long poll on the registry, then the fresh catalog
+		d.registry.get(r.Context(), "/v1/discovery/capabilities?capability_id=none.none&index="+strconv.FormatInt(idx, 10)+"&wait=25s", nil)
+	}
+	data, err := d.catalog(r.Context(), v)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("X-Registry-Revision", strconv.FormatInt(data.Revision, 10))
+	d.tmpl.ExecuteTemplate(w, "captable", data)
+}
+
+func (d *Dashboard) refresh(w http.ResponseWriter, r *http.Request) {
+	var errs []error
+	for _, s := range []source{d.gateway, d.orc} {
+		if s.base != "" {
+			if err := s.do(r.Context(), http.MethodDelete, "/v1/discovery/invalidate", nil, "", nil); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		http.Error(w, "refresh: "+err.Error(), http.StatusBadGateway)
+		return
+	}
+	http.Redirect(w, r, "/capabilities", http.StatusSeeOther)
+}
+
+// --- validation ---
+
+// srcLine is one line of a workflow's YAML with its diagnostics.
+type srcLine struct {
+	N           int
+	Text        string
+	Severity    string // worst on the line: error, warning, info or ""
+	Diagnostics []apiv1.Diagnostic
+}
+
+type wfView struct {
+	Detail workflowDetail
+	Lines  []srcLine
+	Steps  []stepView
+}
+
+type stepView struct {
+	apiv1.StepValidation
+	Capability string
+}
+
+type validationData struct {
+	Workflows    []wfView
+	ByCapability map[string][]string // capability -> "workflow/step (status)"
+	Uploaded     *apiv1.ValidationResult
+	UploadLines  []srcLine
+	View         string
+}
+
+func annotate(src string, ds []apiv1.Diagnostic) []srcLine {
+	lines := strings.Split(strings.TrimRight(src, "\n"), "\n")
+	out := make([]srcLine, len(lines))
+	rank := map[string]int{"": 0, "info": 1, "warning": 2, "error": 3}
+	for i, l := range lines {
+		out[i] = srcLine{N: i + 1, Text: l}
+	}
+	for _, dg := range ds {
+		if dg.Line >= 1 && dg.Line <= len(out) {
+			l := &out[dg.Line-1]
+			l.Diagnostics = append(l.Diagnostics, dg)
+			if rank[dg.Severity] > rank[l.Severity] {
+				l.Severity = dg.Severity
+			}
+		}
+	}
+	return out
+}
+
+func allDiagnostics(r *apiv1.ValidationResult) []apiv1.Diagnostic {
+	if r == nil {
+		return nil
+	}
+	out := slices.Clone(r.Diagnostics)
+	for _, s := range r.Steps {
+		out = append(out, s.Contract.Diagnostics...)
+		out = append(out, s.Provider.Diagnostics...)
+	}
+	return out
+}
+
+// stepCapabilities reads each step's capability id from the YAML the orchestrator holds.
+func stepCapabilities(src string) map[string]string {
+	out := map[string]string{}
+	var cur string
+	for _, l := range strings.Split(src, "\n") {
+		t := strings.TrimSpace(l)
+		if strings.HasPrefix(t, "- id:") {
+			cur = strings.Trim(strings.TrimSpace(strings.TrimPrefix(t, "- id:")), `"'`)
+		} else if strings.HasPrefix(t, "id:") && cur != "" && out[cur] == "" {
+			out[cur] = strings.Trim(strings.TrimSpace(strings.TrimPrefix(t, "id:")), `"'`)
+		}
+	}
+	return out
+}
+
+func (d *Dashboard) validationData(ctx context.Context) (*validationData, error) {
+	var wl workflowList
+	if err := d.orc.get(ctx, "/v1/workflows", &wl); err != nil {
+		return nil, err
+	}
+	data := &validationData{ByCapability: map[string][]string{}}
+	for _, wf := range wl.Workflows {
+		var det workflowDetail
+		if err := d.orc.get(ctx, "/v1/workflows/"+url.PathEscape(wf.Name), &det); err != nil {
+			return nil, err
+		}
+		v := wfView{Detail: det, Lines: annotate(det.YAML, allDiagnostics(det.Validation))}
+		caps := stepCapabilities(det.YAML)
+		if det.Validation != nil {
+			for _, s := range det.Validation.Steps {
+				v.Steps = append(v.Steps, stepView{StepValidation: s, Capability: caps[s.StepID]})
+				data.ByCapability[caps[s.StepID]] = append(data.ByCapability[caps[s.StepID]],
+					fmt.Sprintf("%s/%s (contract %s, provider %s)", det.Name, s.StepID, s.Contract.Status, s.Provider.Status))
+			}
+		}
+		data.Workflows = append(data.Workflows, v)
+	}
+	return data, nil
+}
+
+func (d *Dashboard) validation(w http.ResponseWriter, r *http.Request) {
+	data, err := d.validationData(r.Context())
+	if data == nil {
+		data = &validationData{}
+	}
+	data.View = r.URL.Query().Get("view")
+	d.render(w, r, "validation", "Validation", data, errString("orchestrator", err))
+}
+
+func (d *Dashboard) export(w http.ResponseWriter, r *http.Request) {
+	var res apiv1.ValidationResult
+	if err := d.orc.get(r.Context(), "/v1/workflows/"+url.PathEscape(r.PathValue("name"))+"/validation", &res); err != nil {
+		http.Error(w, err.Error(), http.StatusBadGateway)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Disposition", `attachment; filename="`+r.PathValue("name")+`-validation.json"`)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(res)
+}
+
+func (d *Dashboard) revalidate(w http.ResponseWriter, r *http.Request) {
+	if err := d.orc.do(r.Context(), http.MethodPost, "/v1/workflows/"+url.PathEscape(r.PathValue("name"))+"/validate", nil, "", nil); err != nil {
+		http.Error(w, "re-validate: "+err.Error(), http.StatusBadGateway)
+		return
+	}
+	http.Redirect(w, r, "/validation#wf-"+r.PathValue("name"), http.StatusSeeOther)
+}
+
+func (d *Dashboard) upload(w http.ResponseWriter, r *http.Request) {
+	if err := r.ParseMultipartForm(1 << 20); err != nil && !errors.Is(err, http.ErrNotMultipart) {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	src := r.FormValue("yaml")
+	if f, _, err := r.FormFile("file"); err == nil {
+		b, _ := io.ReadAll(io.LimitReader(f, 1<<20))
+		f.Close()
+		if len(b) > 0 {
+			src = string(b)
+		}
+	}
+	var raw json.RawMessage
+	err := d.orc.do(r.Context(), http.MethodPost, "/v1/workflows", []byte(src), "application/yaml", &raw)
+	var res apiv1.ValidationResult
+	var blocked struct {
+		Validation *apiv1.ValidationResult `json:"validation"`
+	}
+	if json.Unmarshal(raw, &blocked) == nil && blocked.Validation != nil {
+		res = *blocked.Validation
+	} else {
+		json.Unmarshal(raw, &res)
+	}
+	data, derr := d.validationData(r.Context())
+	if data == nil {
+		data = &validationData{}
+	}
+	data.Uploaded = &res
+	data.UploadLines = annotate(src, allDiagnostics(&res))
+	d.render(w, r, "validation", "Validation", data, append(errString("upload", err), errString("orchestrator", derr)...))
+}
+
+// --- routes ---
+
+func (d *Dashboard) routes(w http.ResponseWriter, r *http.Request) {
+	var gr gatewayRoutes
+	err := d.gateway.get(r.Context(), "/v1/gateway/routes", &gr)
+	d.render(w, r, "routes", "Routes", &gr, errString("gateway", err))
+}
+
+// --- workflows ---
+
+type wfRow struct {
+	Name      string
+	Published bool
+	History   runHistory
+}
+
+func (d *Dashboard) workflows(w http.ResponseWriter, r *http.Request) {
+	var wl workflowList
+	err := d.orc.get(r.Context(), "/v1/workflows", &wl)
+	var rows []wfRow
+	for _, wf := range wl.Workflows {
+		row := wfRow{Name: wf.Name, Published: wf.Published}
+		d.orc.get(r.Context(), "/v1/workflows/"+url.PathEscape(wf.Name)+"/runs", &row.History)
+		if len(row.History.Runs) > 10 {
+			row.History.Runs = row.History.Runs[:10]
+		}
+		rows = append(rows, row)
+	}
+	d.render(w, r, "workflows", "Workflows", rows, errString("orchestrator", err))
+}
+
+func (d *Dashboard) run(w http.ResponseWriter, r *http.Request) {
+	input := r.FormValue("input")
+	if input == "" {
+		input = "{}"
+	}
+	if err := d.orc.do(r.Context(), http.MethodPost, "/v1/workflows/"+url.PathEscape(r.PathValue("name"))+"/run", []byte(input), "application/json", nil); err != nil {
+		http.Error(w, "run: "+err.Error(), http.StatusBadGateway)
+		return
+	}
+	http.Redirect(w, r, "/workflows", http.StatusSeeOther)
+}

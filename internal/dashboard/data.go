@@ -1,0 +1,113 @@
+package dashboard
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+)
+
+// source fetches JSON from one component.
+type source struct {
+	base   string
+	client *http.Client
+}
+
+func (s source) get(ctx context.Context, path string, out any) error {
+	return s.do(ctx, http.MethodGet, path, nil, "", out)
+}
+
+func (s source) do(ctx context.Context, method, path string, body []byte, contentType string, out any) error {
+	if s.base == "" {
+		return fmt.Errorf("not configured")
+	}
+	ctx, cancel := context.WithTimeout(ctx, 35*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(s.base, "/")+path, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	resp, err := s.client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, 32<<20))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode/100 != 2 && resp.StatusCode != http.StatusUnprocessableEntity {
+		return apiv1.ErrorFromResponse(resp.StatusCode, raw)
+	}
+	if out != nil {
+		return json.Unmarshal(raw, out)
+	}
+	return nil
+}
+
+// gatewayRoutes is the gateway's /v1/gateway/routes answer.
+type gatewayRoutes struct {
+	Routes []struct {
+		Pattern    string   `json:"pattern"`
+		Method     string   `json:"method"`
+		Source     string   `json:"source"`
+		Upstream   string   `json:"upstream"`
+		Service    string   `json:"service"`
+		Version    string   `json:"version"`
+		Instances  []string `json:"instances"`
+		Idempotent bool     `json:"idempotent"`
+		Weight     *int     `json:"weight"`
+	} `json:"routes"`
+	Rejected []struct {
+		Instance, Service, Code string
+	} `json:"rejected"`
+	Conflicts []struct {
+		Pattern, Method, Winner string
+		Losers                  []string
+	} `json:"conflicts"`
+	Source           string            `json:"source"`
+	AgeSeconds       int64             `json:"age_seconds"`
+	RegistryRevision int64             `json:"registry_revision"`
+	Reasons          map[string]string `json:"rejection_reasons"`
+}
+
+// workflowList is the orchestrator's /v1/workflows answer.
+type workflowList struct {
+	Workflows []struct {
+		Name           string    `json:"name"`
+		Published      bool      `json:"published"`
+		ContractStatus string    `json:"contract_status"`
+		ProviderStatus string    `json:"provider_status"`
+		ValidatedAt    time.Time `json:"validated_at"`
+	} `json:"workflows"`
+}
+
+// workflowDetail is the orchestrator's /v1/workflows/{name} answer.
+type workflowDetail struct {
+	Name       string                  `json:"name"`
+	Published  bool                    `json:"published"`
+	YAML       string                  `json:"yaml"`
+	Validation *apiv1.ValidationResult `json:"validation"`
+}
+
+// runHistory is the orchestrator's runs answer.
+type runHistory struct {
+	Runs []struct {
+		RunID      string    `json:"run_id"`
+		Trigger    string    `json:"trigger"`
+		Status     string    `json:"status"`
+		StartedAt  time.Time `json:"started_at"`
+		DurationMS float64   `json:"duration_ms"`
+	} `json:"runs"`
+	SuccessRate float64 `json:"success_rate"`
+	P95MS       float64 `json:"p95_ms"`
+}
