@@ -150,7 +150,7 @@ func text(t *testing.T, ctx context.Context, sel string) string {
 
 func count(t *testing.T, ctx context.Context, sel string) int {
 	t.Helper()
-	n, err := chromedp.Run(ctx, chromedp.Evaluate[int]("document.querySelectorAll(" + strconv.Quote(sel) + ").length"))
+	n, err := chromedp.Run(ctx, chromedp.Evaluate[int]("document.querySelectorAll("+strconv.Quote(sel)+").length"))
 	if err != nil {
 		t.Fatal(err)
 	}
