@@ -28,7 +28,7 @@ type mapData struct {
 }
 
 const (
-	nodeW, nodeH, rowH, colGap, margin = 230, 24, 32, 250, 10
+	nodeW, nodeH, rowH, colGap, margin = 270, 24, 32, 320, 10
 )
 
 // layout lays the map out in four columns — route, service@version, provider, instance —

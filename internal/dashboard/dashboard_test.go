@@ -1,0 +1,83 @@
+package dashboard_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/meshflows/meshflows/internal/dashboard"
+)
+
+func TestWriteActionsNeedTheToken(t *testing.T) {
+	if _, err := dashboard.New(dashboard.Config{}); err == nil {
+		t.Error("a dashboard without a token and not insecure was built")
+	}
+	d, err := dashboard.New(dashboard.Config{AdminToken: "s3cret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(d.Handler())
+	defer srv.Close()
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, tc := range []struct {
+		token string
+		want  int
+	}{{"", 401}, {"wrong", 401}, {"s3cret", 502}} { // 502: no gateway or orchestrator configured
+		resp, err := noRedirect.PostForm(srv.URL+"/capabilities/refresh", url.Values{"token": {tc.token}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want && !(tc.want == 502 && resp.StatusCode == http.StatusSeeOther) {
+			t.Errorf("token %q: status %d, want %d", tc.token, resp.StatusCode, tc.want)
+		}
+	}
+	// read-only pages render without the components, saying what is unavailable
+	resp, err := http.Get(srv.URL + "/capabilities")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("/capabilities without a registry = %d", resp.StatusCode)
+	}
+}
+
+// BenchmarkCatalogPage renders /capabilities for 1,000 instances × 3 capabilities (server
+// time, the registry answering from memory).
+func BenchmarkCatalogPage(b *testing.B) {
+	s := newStack(b)
+	for i := range 1000 {
+		body := fmt.Sprintf(`{"instance_id":"b-%d","service_name":"svc-%d","service_version":"1.0.0","endpoint":"http://127.0.0.1:%d","capabilities":[
+{"capability_id":"a.read","capability_version":"1.0.0","contract_schema_version":"1.0","provider":"p1"},
+{"capability_id":"a.write","capability_version":"1.0.0","contract_schema_version":"1.0","provider":"p2"},
+{"capability_id":"a.audit","capability_version":"1.0.0","contract_schema_version":"1.0","provider":"p3"}]}`, i, i/10, 10000+i)
+		resp, err := http.Post(s.reg.URL+"/v1/services/register", "application/json", strings.NewReader(body))
+		if err != nil || resp.StatusCode != 200 {
+			b.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	for b.Loop() {
+		resp, err := http.Get(s.dashboard.URL + "/capabilities")
+		if err != nil {
+			b.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+}
+
+// BenchmarkRouteMapPage renders /routes/map for the stack's routes.
+func BenchmarkRouteMapPage(b *testing.B) {
+	s := newStack(b)
+	for b.Loop() {
+		resp, err := http.Get(s.dashboard.URL + "/routes/map")
+		if err != nil {
+			b.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+}
