@@ -57,11 +57,15 @@ Components that are not built yet are listed as such. Stop with Ctrl-C.`,
 			if err != nil {
 				return err
 			}
-			regAddr := fmt.Sprintf("127.0.0.1:%d", basePort+devRegistryOffset)
-			ln, err := net.Listen("tcp", regAddr)
+			// Bind the whole port plan before starting anything, so that a busy port fails
+			// the command at once instead of after half of the product came up.
+			lns, err := listenDevPlan(basePort)
 			if err != nil {
-				return fmt.Errorf("registry port: %w (pick another --base-port)", err)
+				return err
 			}
+			defer closeListeners(lns) // closing a listener a server has already closed is harmless
+			regAddr := fmt.Sprintf("127.0.0.1:%d", basePort+devRegistryOffset)
+			ln := lns[devRegistryOffset]
 			// Two groups, so that Ctrl-C stops the providers first (they deregister) and the
 			// registry after them; a registry that fails stops the providers too.
 			regCtx, regCancel := context.WithCancel(context.WithoutCancel(cmd.Context()))
@@ -80,41 +84,28 @@ Components that are not built yet are listed as such. Stop with Ctrl-C.`,
 				sweepInterval: time.Second, maxBodyBytes: server.DefaultMaxBodyBytes, insecure: true,
 			}
 			if err := startRegistry(regCtx, gReg, &f, ln, logger); err != nil {
-				ln.Close()
 				return errors.Join(err, stopAll(), logOut.Flush())
 			}
 			regURL := "http://" + regAddr
 			dbAddr := fmt.Sprintf("127.0.0.1:%d", basePort+devDashboardOffset)
-			dln, err := net.Listen("tcp", dbAddr)
-			if err != nil {
-				return errors.Join(fmt.Errorf("dashboard port: %w (pick another --base-port)", err), stopAll(), logOut.Flush())
-			}
+			dln := lns[devDashboardOffset]
 			dbFlags := dashboardFlags{registry: regURL, insecure: true,
 				orchestrator: fmt.Sprintf("http://127.0.0.1:%d", basePort+devOrchestratorOffset),
 				gateway:      fmt.Sprintf("http://127.0.0.1:%d", basePort+devGatewayOffset)}
 			if err := startDashboard(regCtx, gReg, &dbFlags, dln, logger); err != nil {
-				dln.Close()
 				return errors.Join(err, stopAll(), logOut.Flush())
 			}
 			orAddr := fmt.Sprintf("127.0.0.1:%d", basePort+devOrchestratorOffset)
-			oln, err := net.Listen("tcp", orAddr)
-			if err != nil {
-				return errors.Join(fmt.Errorf("orchestrator port: %w (pick another --base-port)", err), stopAll(), logOut.Flush())
-			}
+			oln := lns[devOrchestratorOffset]
 			orFlags := orchestratorFlags{registries: []string{regURL}, timeout: workflow.DefaultProviderTimeout, preload: [][]byte{workflows.OrderPublish}}
 			if err := startOrchestrator(regCtx, gReg, &orFlags, oln, logger); err != nil {
-				oln.Close()
 				return errors.Join(err, stopAll(), logOut.Flush())
 			}
 			gwAddr := fmt.Sprintf("127.0.0.1:%d", basePort+devGatewayOffset)
-			gln, err := net.Listen("tcp", gwAddr)
-			if err != nil {
-				return errors.Join(fmt.Errorf("gateway port: %w (pick another --base-port)", err), stopAll(), logOut.Flush())
-			}
+			gln := lns[devGatewayOffset]
 			gwFlags := gatewayFlags{registries: []string{regURL}, cacheTTL: discovery.DefaultTTL, maxStale: discovery.DefaultStaleAllowance,
 				policy: routing.Policy{"egress-jms": {"/api/messaging/jms"}, "egress-rabbitmq": {"/api/messaging/rabbitmq"}}}
 			if err := startGateway(regCtx, gReg, &gwFlags, gln, logger); err != nil {
-				gln.Close()
 				return errors.Join(err, stopAll(), logOut.Flush())
 			}
 			providers := []struct {
@@ -122,12 +113,8 @@ Components that are not built yet are listed as such. Stop with Ctrl-C.`,
 				offset int
 			}{{"jms", devProviderOffsetJMS}, {"rabbitmq", devProviderOffsetRMQ}}
 			for _, pr := range providers {
-				pln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", basePort+pr.offset))
-				if err != nil {
-					return errors.Join(fmt.Errorf("%s provider port: %w (pick another --base-port)", pr.kind, err), stopAll(), logOut.Flush())
-				}
+				pln := lns[pr.offset]
 				if err := startExampleProvider(provCtx, gProv, exampleProviderOptions{kind: pr.kind, registries: []string{regURL}, zone: "a"}, pln, logger); err != nil {
-					pln.Close()
 					return errors.Join(err, stopAll(), logOut.Flush())
 				}
 			}
@@ -152,4 +139,37 @@ Components that are not built yet are listed as such. Stop with Ctrl-C.`,
 	cmd.Flags().StringVar(&logCfg.Level, "log-level", "info", "log level: debug, info, warn or error")
 	cmd.Flags().StringVar(&logCfg.Format, "log-format", "text", "log format: json or text")
 	return cmd
+}
+
+// devPlan names each port of the dev port plan, by offset from --base-port.
+var devPlan = []struct {
+	offset int
+	name   string
+}{
+	{devRegistryOffset, "registry"}, {devOrchestratorOffset, "orchestrator"}, {devGatewayOffset, "gateway"},
+	{devDashboardOffset, "dashboard"}, {devProviderOffsetJMS, "jms provider"}, {devProviderOffsetRMQ, "rabbitmq provider"},
+}
+
+// errDevPortBusy marks a port of the dev plan that could not be bound.
+var errDevPortBusy = errors.New("pick another --base-port")
+
+// listenDevPlan binds every port of the dev plan on loopback, or none of them.
+func listenDevPlan(base int) (map[int]net.Listener, error) {
+	lns := make(map[int]net.Listener, len(devPlan))
+	for _, p := range devPlan {
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", base+p.offset))
+		if err != nil {
+			closeListeners(lns)
+			return nil, fmt.Errorf("%s port %d: %w (%w)", p.name, base+p.offset, err, errDevPortBusy)
+		}
+		lns[p.offset] = ln
+	}
+	return lns, nil
+}
+
+// closeListeners closes every listener in lns.
+func closeListeners(lns map[int]net.Listener) {
+	for _, ln := range lns {
+		ln.Close()
+	}
 }

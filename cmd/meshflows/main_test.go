@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net"
 	"net/http"
 	"strconv"
@@ -102,35 +103,61 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-func TestDevServesAndStopsCleanly(t *testing.T) {
-	base := freePort(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	type result struct {
-		out string
-		err error
-	}
-	done := make(chan result, 1)
-	go func() {
-		out, err := run(ctx, "dev", "--base-port", strconv.Itoa(base))
-		done <- result{out, err}
-	}()
-	url := "http://127.0.0.1:" + strconv.Itoa(base) + "/v1/discovery/health"
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := http.Get(url)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode != 200 {
-				t.Fatalf("GET %s = %d", url, resp.StatusCode)
+// startDev runs 'meshflows dev' on a free port plan, trying another base port when
+// something else on the machine holds one of the plan's six ports.
+func startDev(t *testing.T, ctx context.Context) (base int, done <-chan devResult) {
+	t.Helper()
+	for attempt := 0; attempt < 10; attempt++ {
+		base = freePort(t)
+		if base+devProviderOffsetRMQ > 65535 {
+			continue
+		}
+		ch := make(chan devResult, 1)
+		go func() {
+			out, err := run(ctx, "dev", "--base-port", strconv.Itoa(base))
+			ch <- devResult{out, err}
+		}()
+		url := "http://127.0.0.1:" + strconv.Itoa(base) + "/v1/discovery/health"
+		deadline := time.Now().Add(20 * time.Second)
+	wait:
+		for {
+			select {
+			case r := <-ch:
+				if !errors.Is(r.err, errDevPortBusy) {
+					t.Fatalf("dev ended before serving: %v\n%s", r.err, r.out)
+				}
+				t.Logf("port plan at %d busy, trying another: %v", base, r.err)
+				break wait
+			default:
 			}
-			break
+			resp, err := http.Get(url)
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					t.Fatalf("GET %s = %d", url, resp.StatusCode)
+				}
+				return base, ch
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("dev did not serve %s: %v", url, err)
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
-		if time.Now().After(deadline) {
-			cancel()
-			t.Fatalf("dev did not serve %s: %v", url, err)
-		}
-		time.Sleep(20 * time.Millisecond)
 	}
+	t.Fatal("no free port plan for dev after 10 attempts")
+	return 0, nil
+}
+
+type devResult struct {
+	out string
+	err error
+}
+
+func TestDevServesAndStopsCleanly(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	base, done := startDev(t, ctx)
+	deadline := time.Now().Add(20 * time.Second)
 	// both example providers register themselves
 	capsURL := "http://127.0.0.1:" + strconv.Itoa(base) + "/v1/discovery/capabilities?capability_id=messaging.publish"
 	for {
@@ -206,5 +233,35 @@ func TestVersion(t *testing.T) {
 	out, err := run(context.Background(), "version")
 	if err != nil || !strings.HasPrefix(out, "meshflows ") {
 		t.Errorf("meshflows version = %q, %v", out, err)
+	}
+}
+
+func TestDevPortPlanIsAllOrNothing(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	// make the gateway's port the busy one
+	base := busy.Addr().(*net.TCPAddr).Port - devGatewayOffset
+	for _, off := range []int{devRegistryOffset, devOrchestratorOffset} {
+		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(base+off))
+		if err != nil {
+			t.Skipf("port %d is held by another process: %v", base+off, err)
+		}
+		ln.Close()
+	}
+	_, err = listenDevPlan(base)
+	if !errors.Is(err, errDevPortBusy) || !strings.Contains(err.Error(), "gateway port") {
+		t.Fatalf("listenDevPlan over a busy gateway port = %v, want a gateway errDevPortBusy", err)
+	}
+	// the ports bound before the failure were released
+	for _, off := range []int{devRegistryOffset, devOrchestratorOffset} {
+		ln, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(base+off))
+		if err != nil {
+			t.Errorf("port %d still held after a failed plan: %v", base+off, err)
+			continue
+		}
+		ln.Close()
 	}
 }
