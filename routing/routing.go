@@ -6,8 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/Masterminds/semver/v3"
 
@@ -128,18 +131,23 @@ type Table struct {
 
 var staticIdempotent = map[string]bool{"GET": true, "HEAD": true, "OPTIONS": true, "PUT": true, "DELETE": true}
 
+// origin is what every claim of one manifest (or alias) shares.
+type origin struct {
+	service, version   string
+	ver                *semver.Version
+	instance, endpoint string
+	generation         int64
+	rewrite            string
+}
+
 // claim is one method of one valid manifest route.
 type claim struct {
-	key, method, pattern string
-	mi                   int // index of method in apiv1.Methods
-	segs                 []apiv1.Segment
-	service, version     string
-	ver                  *semver.Version
-	weight               int
-	idempotent           bool
-	instance, endpoint   string
-	generation           int64
-	rewrite              string
+	key, pattern string
+	mi           int // index of method in apiv1.Methods
+	segs         []apiv1.Segment
+	weight       int
+	idempotent   bool
+	*origin
 }
 
 // group is the claims of one (key, method, service, version): replicas.
@@ -163,15 +171,36 @@ func (g *group) label() string { return g.service + "@" + g.version }
 // routes are reported by ValidateStatic beforehand.
 func Derive(in Input) *Table {
 	t := &Table{rejected: []Rejected{}, conflicts: []Conflict{}}
-	var claims []*claim
 	grants := parsePolicy(in.Policy)
-	for _, mi := range in.Manifests {
-		cs, rej := claimsOf(mi, grants)
-		if rej != nil {
-			t.rejected = append(t.rejected, *rej)
+	// Validating and analysing a manifest is independent of every other one: share the
+	// work between the cores, then gather the results in input order.
+	type result struct {
+		claims []claim
+		rej    *Rejected
+	}
+	results := make([]result, len(in.Manifests))
+	var wg sync.WaitGroup
+	for lo, hi := range chunks(len(in.Manifests), runtime.GOMAXPROCS(0), minParallelManifests) {
+		wg.Go(func() {
+			for i := lo; i < hi; i++ {
+				results[i].claims, results[i].rej = claimsOf(in.Manifests[i], grants)
+			}
+		})
+	}
+	wg.Wait()
+	n := 0
+	for _, r := range results {
+		n += len(r.claims)
+	}
+	claims := make([]*claim, 0, n+len(in.Aliases))
+	for _, r := range results {
+		if r.rej != nil {
+			t.rejected = append(t.rejected, *r.rej)
 			continue
 		}
-		claims = append(claims, cs...)
+		for i := range r.claims {
+			claims = append(claims, &r.claims[i])
+		}
 	}
 	for _, a := range in.Aliases {
 		if c := aliasClaim(a, grants); c != nil {
@@ -188,10 +217,13 @@ func Derive(in Input) *Table {
 		static [len(apiv1.Methods)]*Entry
 	}
 	slots := make(map[string]*slot, len(claims)/2+len(in.Static))
+	var slotArena arena[slot]
+	var groupArena arena[group]
 	slotOf := func(key string) *slot {
 		sl := slots[key]
 		if sl == nil {
-			sl = &slot{key: key}
+			sl = slotArena.new()
+			sl.key = key
 			slots[key] = sl
 		}
 		return sl
@@ -212,7 +244,8 @@ func Derive(in Input) *Table {
 			}
 		}
 		if g == nil {
-			g = &group{service: c.service, ver: c.ver, seniority: c.generation, newest: c, rewrite: c.rewrite}
+			g = groupArena.new()
+			*g = group{service: c.service, ver: c.ver, seniority: c.generation, newest: c, rewrite: c.rewrite}
 			sl.groups[c.mi] = append(gs, g)
 		}
 		g.upstreams = append(g.upstreams, Upstream{Instance: c.instance, Endpoint: c.endpoint})
@@ -241,6 +274,8 @@ func Derive(in Input) *Table {
 	}
 	slices.Sort(keys)
 	t.entries = make([]*Entry, 0, len(claims))
+	var entryArena arena[Entry]
+	var idArena []string
 	for _, k := range keys {
 		sl := slots[k]
 		for mi := range apiv1.Methods { // byte order of methods: the table's order within a key
@@ -275,13 +310,17 @@ func Derive(in Input) *Table {
 				}
 			} else {
 				w := gs[0]
-				weight := w.weight
-				ids := make([]string, len(w.upstreams))
+				if len(idArena) < len(w.upstreams) {
+					idArena = make([]string, max(arenaBlock, len(w.upstreams)))
+				}
+				ids := idArena[:len(w.upstreams):len(w.upstreams)]
+				idArena = idArena[len(w.upstreams):]
 				for i, u := range w.upstreams {
 					ids[i] = u.Instance
 				}
-				e = &Entry{Route: Route{Pattern: w.pattern, Method: apiv1.Methods[mi], Source: "dynamic", Service: w.service, Version: w.version,
-					Instances: ids, Idempotent: w.idempotent, Weight: &weight}, Key: k, Rewrite: w.rewrite, Segments: w.segs,
+				e = entryArena.new()
+				*e = Entry{Route: Route{Pattern: w.pattern, Method: apiv1.Methods[mi], Source: "dynamic", Service: w.service, Version: w.version,
+					Instances: ids, Idempotent: w.idempotent, Weight: &w.weight}, Key: k, Rewrite: w.rewrite, Segments: w.segs,
 					Upstreams: w.upstreams, IdempotentRetry: w.idempotent}
 				for _, g := range gs[1:] {
 					losers = append(losers, g.label())
@@ -334,7 +373,7 @@ func within(path, prefix []apiv1.Segment) bool {
 	return true
 }
 
-func claimsOf(mi ManifestInput, grants map[string][][]apiv1.Segment) ([]*claim, *Rejected) {
+func claimsOf(mi ManifestInput, grants map[string][][]apiv1.Segment) ([]claim, *Rejected) {
 	m := mi.Parsed
 	if m == nil {
 		var rej *Rejected
@@ -355,19 +394,17 @@ func claimsOf(mi ManifestInput, grants map[string][][]apiv1.Segment) ([]*claim, 
 	for _, r := range m.Routes {
 		n += len(r.Methods)
 	}
-	block := make([]claim, n) // one allocation for the manifest's claims
-	out := make([]*claim, 0, n)
+	o := &origin{service: m.Service.Name, version: m.Service.Version, ver: ver,
+		instance: m.Service.Instance, endpoint: mi.Endpoint, generation: mi.Generation}
+	out := make([]claim, 0, n) // one allocation for the manifest's claims
 	for i, r := range m.Routes {
 		segs := infos[i].Segments
 		if !slices.ContainsFunc(prefixes, func(p []apiv1.Segment) bool { return within(segs, p) }) {
 			return nil, reject(apiv1.CodePathNotAuthorized, fmt.Sprintf("path %q is outside every prefix granted to %q", r.Path, m.Service.Name))
 		}
 		for _, meth := range r.Methods {
-			c := &block[len(out)]
-			*c = claim{key: infos[i].Key, method: meth, mi: apiv1.MethodIndex(meth), pattern: r.Path, segs: segs, service: m.Service.Name,
-				version: m.Service.Version, ver: ver, weight: r.WeightOr(100), idempotent: slices.Contains(r.Idempotent, meth),
-				instance: m.Service.Instance, endpoint: mi.Endpoint, generation: mi.Generation}
-			out = append(out, c)
+			out = append(out, claim{key: infos[i].Key, mi: apiv1.MethodIndex(meth), pattern: r.Path, segs: segs,
+				weight: r.WeightOr(100), idempotent: slices.Contains(r.Idempotent, meth), origin: o})
 		}
 	}
 	return out, nil
@@ -381,9 +418,9 @@ func aliasClaim(a Alias, grants map[string][][]apiv1.Segment) *claim {
 	if err != nil || verr != nil || !slices.ContainsFunc(grants[a.Service], func(p []apiv1.Segment) bool { return within(segs, p) }) {
 		return nil
 	}
-	return &claim{key: apiv1.PathKey(segs), method: "POST", mi: apiv1.MethodIndex("POST"), pattern: a.Path, segs: segs, service: a.Service, version: a.Version,
-		ver: ver, weight: 100, instance: a.Instance, endpoint: a.Endpoint, generation: a.Generation,
-		rewrite: "/v1/capabilities/" + a.CapabilityID + "/invoke"}
+	return &claim{key: apiv1.PathKey(segs), mi: apiv1.MethodIndex("POST"), pattern: a.Path, segs: segs, weight: 100,
+		origin: &origin{service: a.Service, version: a.Version, ver: ver, instance: a.Instance, endpoint: a.Endpoint,
+			generation: a.Generation, rewrite: "/v1/capabilities/" + a.CapabilityID + "/invoke"}}
 }
 
 // decodeManifest decodes a manifest; a value of the wrong JSON type rejects it with the
@@ -460,4 +497,36 @@ func ValidateStatic(routes []StaticRoute) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// minParallelManifests is the fewest manifests per worker worth a goroutine.
+const minParallelManifests = 512
+
+// chunks splits [0, n) into at most workers contiguous ranges of at least least items
+// each (one range when n is smaller).
+func chunks(n, workers, least int) iter.Seq2[int, int] {
+	return func(yield func(int, int) bool) {
+		w := max(1, min(workers, n/max(1, least)))
+		size := (n + w - 1) / w
+		for lo := 0; lo < n; lo += size {
+			if !yield(lo, lo+min(size, n-lo)) {
+				return
+			}
+		}
+	}
+}
+
+// arenaBlock is how many values an arena allocates at once.
+const arenaBlock = 1024
+
+// arena hands out pointers to zero values allocated arenaBlock at a time: one
+// allocation, instead of one each, for the many small values of a derivation.
+type arena[T any] struct{ block []T }
+
+func (a *arena[T]) new() *T {
+	if len(a.block) == cap(a.block) {
+		a.block = make([]T, 0, arenaBlock)
+	}
+	a.block = a.block[:len(a.block)+1]
+	return &a.block[len(a.block)-1]
 }
