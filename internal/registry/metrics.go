@@ -52,6 +52,14 @@ func newMetrics(reg prometheus.Registerer, r *Registry) (*metrics, error) {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "revision", Help: "Current revision of the visible state."},
 			func() float64 { rev, _ := r.store.Watch(); return float64(rev) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+			Name: "complete", Help: "1 when discovery answers are complete, 0 inside the warm-up window after an empty start."},
+			func() float64 {
+				if r.State().Complete {
+					return 1
+				}
+				return 0
+			}),
 	}
 	for _, c := range append(gauges, m.registerSuccess, m.registerFail, m.heartbeatSuccess, m.heartbeatFail, m.evictions) {
 		if err := reg.Register(c); err != nil {

@@ -193,11 +193,21 @@ func TestWarmUpComplete(t *testing.T) {
 	if f.reg.Query(&registry.Query{}).Complete {
 		t.Fatal("complete before one lease TTL passed")
 	}
+	if err := testutil.GatherAndCompare(f.prom, strings.NewReader(completeGauge+"meshflows_registry_complete 0\n"), "meshflows_registry_complete"); err != nil {
+		t.Errorf("in warm-up: %v", err)
+	}
 	f.clock.Advance(time.Second)
 	if !f.reg.Query(&registry.Query{}).Complete {
 		t.Fatal("not complete after one lease TTL")
 	}
+	if err := testutil.GatherAndCompare(f.prom, strings.NewReader(completeGauge+"meshflows_registry_complete 1\n"), "meshflows_registry_complete"); err != nil {
+		t.Errorf("after warm-up: %v", err)
+	}
 }
+
+const completeGauge = `# HELP meshflows_registry_complete 1 when discovery answers are complete, 0 inside the warm-up window after an empty start.
+# TYPE meshflows_registry_complete gauge
+`
 
 func TestQueryOrderAndFilters(t *testing.T) {
 	f := newFixture(t, registry.Config{})
