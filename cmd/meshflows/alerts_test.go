@@ -1,0 +1,135 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/goccy/go-yaml"
+)
+
+// alertRules is the part of a Prometheus rule file the checks below read.
+type alertRules struct {
+	Groups []struct {
+		Name  string `yaml:"name"`
+		Rules []struct {
+			Alert       string            `yaml:"alert"`
+			Expr        string            `yaml:"expr"`
+			Annotations map[string]string `yaml:"annotations"`
+		} `yaml:"rules"`
+	} `yaml:"groups"`
+}
+
+const runbookBase = "https://github.com/meshflows/meshflows/blob/main/"
+
+// TestAlertRulesMatchTheStack: every metric an alert queries is exported by the running
+// product, and every alert explains itself and links a runbook page that exists.
+// (promtool checks the rules' syntax and behaviour; .ci/run runs it.)
+func TestAlertRulesMatchTheStack(t *testing.T) {
+	root := filepath.Join("..", "..")
+	raw, err := os.ReadFile(filepath.Join(root, "deploy", "prometheus", "alerts.yml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rules alertRules
+	if err := yaml.Unmarshal(raw, &rules); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	base, done := startDev(t, ctx)
+	defer func() { cancel(); <-done }()
+	// one request through the gateway, so that its per-code request counter has a series
+	gw := "http://127.0.0.1:" + strconv.Itoa(base+devGatewayOffset) + "/api/messaging/jms/messages"
+	waitFor(t, func() bool {
+		resp, err := http.Get(gw)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	exported := map[string]bool{}
+	for _, off := range []int{devRegistryOffset, devOrchestratorOffset, devGatewayOffset, devProviderOffsetJMS} {
+		for name := range scrapeNames(t, "http://127.0.0.1:"+strconv.Itoa(base+off)+"/metrics") {
+			exported[name] = true
+		}
+	}
+
+	metricName := regexp.MustCompile(`\bmeshflows_[a-z_]+\b`)
+	n := 0
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			n++
+			t.Run(r.Alert, func(t *testing.T) {
+				for _, m := range metricName.FindAllString(r.Expr, -1) {
+					if !exported[m] {
+						t.Errorf("queries %s, which no component of meshflows dev exports", m)
+					}
+				}
+				for _, a := range []string{"summary", "description", "runbook_url"} {
+					if strings.TrimSpace(r.Annotations[a]) == "" {
+						t.Errorf("no %s annotation", a)
+					}
+				}
+				page, ok := strings.CutPrefix(r.Annotations["runbook_url"], runbookBase)
+				if !ok {
+					t.Fatalf("runbook_url %q is not under %s", r.Annotations["runbook_url"], runbookBase)
+				}
+				body, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(page)))
+				if err != nil {
+					t.Fatalf("runbook page: %v", err)
+				}
+				if !strings.Contains(string(body), r.Alert) {
+					t.Errorf("%s does not mention the alert", page)
+				}
+			})
+		}
+	}
+	if n == 0 {
+		t.Fatal("alerts.yml holds no rules")
+	}
+}
+
+// scrapeNames returns the metric names a /metrics endpoint exposes (histograms by their base name).
+func scrapeNames(t *testing.T, url string) map[string]bool {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	names := map[string]bool{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
+	for sc.Scan() {
+		if f := strings.Fields(sc.Text()); len(f) >= 3 && f[0] == "#" && f[1] == "TYPE" {
+			names[f[2]] = true
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return names
+}
+
+// waitFor polls cond until it holds, failing the test after 60 s (a bound for slow CI
+// machines, not a timing assertion).
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 60 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
