@@ -99,7 +99,8 @@ func TestAlertRulesMatchTheStack(t *testing.T) {
 	}
 }
 
-// scrapeNames returns the metric names a /metrics endpoint exposes (histograms by their base name).
+// scrapeNames returns the metric and series names a /metrics endpoint exposes (a histogram
+// by its name and by its _bucket, _sum and _count series).
 func scrapeNames(t *testing.T, url string) map[string]bool {
 	t.Helper()
 	resp, err := http.Get(url)
@@ -111,8 +112,11 @@ func scrapeNames(t *testing.T, url string) map[string]bool {
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 0, 64*1024), 1<<20)
 	for sc.Scan() {
-		if f := strings.Fields(sc.Text()); len(f) >= 3 && f[0] == "#" && f[1] == "TYPE" {
+		line := sc.Text()
+		if f := strings.Fields(line); len(f) >= 3 && f[0] == "#" && f[1] == "TYPE" {
 			names[f[2]] = true
+		} else if line != "" && !strings.HasPrefix(line, "#") {
+			names[line[:strings.IndexAny(line+" ", "{ ")]] = true
 		}
 	}
 	if err := sc.Err(); err != nil {

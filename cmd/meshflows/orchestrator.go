@@ -87,7 +87,7 @@ func startOrchestrator(ctx context.Context, g *errgroup.Group, f *orchestratorFl
 	if err != nil {
 		return err
 	}
-	o, err := orchestrator.New(orchestrator.Config{Discovery: disc, Static: static, Dir: f.dir, ProviderTimeout: f.timeout, Strict: strict, Logger: logger})
+	o, err := orchestrator.New(orchestrator.Config{Discovery: disc, Static: static, Dir: f.dir, ProviderTimeout: f.timeout, Strict: strict, Registerer: promReg, Logger: logger})
 	if err != nil {
 		return err
 	}

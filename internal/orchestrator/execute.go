@@ -104,6 +104,7 @@ func (o *Orchestrator) execute(ctx context.Context, w *workflow.Workflow, runID,
 		outputs[st.ID], previous, run.Output = out, out, out
 	}
 	run.DurationMS = ms(o.cfg.Now().Sub(start))
+	o.metrics.ran(run)
 	return run
 }
 

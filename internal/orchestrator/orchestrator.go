@@ -18,6 +18,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/discovery"
 	"github.com/meshflows/meshflows/internal/workflow"
@@ -40,13 +42,16 @@ type Config struct {
 	Strict bool
 	// MaxRuns is how many runs per workflow the history keeps (default 100).
 	MaxRuns int
-	Logger  *slog.Logger
-	Now     func() time.Time
+	// Registerer receives the orchestrator's metrics (none when nil).
+	Registerer prometheus.Registerer
+	Logger     *slog.Logger
+	Now        func() time.Time
 }
 
 // Orchestrator holds workflows and runs them.
 type Orchestrator struct {
-	cfg Config
+	cfg     Config
+	metrics *metrics
 
 	mu        sync.Mutex
 	workflows map[string]*entry
@@ -83,12 +88,19 @@ func New(cfg Config) (*Orchestrator, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Orchestrator{cfg: cfg, workflows: map[string]*entry{}}, nil
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	return &Orchestrator{cfg: cfg, metrics: m, workflows: map[string]*entry{}}, nil
 }
 
 func (o *Orchestrator) validate(ctx context.Context, src []byte) (*workflow.Workflow, *apiv1.ValidationResult) {
-	return workflow.Validate(ctx, src, workflow.Options{Resolver: o.cfg.Discovery, Client: o.cfg.Client,
+	start := o.cfg.Now()
+	w, r := workflow.Validate(ctx, src, workflow.Options{Resolver: o.cfg.Discovery, Client: o.cfg.Client,
 		ProviderTimeout: o.cfg.ProviderTimeout, Strict: o.cfg.Strict, Now: o.cfg.Now})
+	o.metrics.validated(r, o.cfg.Now().Sub(start))
+	return w, r
 }
 
 // blocked says why a validation result blocks upload or publication, or "".

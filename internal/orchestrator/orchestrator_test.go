@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/discovery"
 	"github.com/meshflows/meshflows/examples/providers/jms"
@@ -30,6 +33,7 @@ type env struct {
 	rmq  *messaging.Provider
 	dir  string
 	disc *discovery.Client
+	prom *prometheus.Registry
 }
 
 // serveProvider serves p on a listener whose address p was built for.
@@ -50,7 +54,7 @@ func serveProvider(t *testing.T, build func(endpoint string) (*messaging.Provide
 
 func newEnv(t *testing.T, static []orchestrator.StaticCapability, registryURL string) *env {
 	t.Helper()
-	e := &env{dir: t.TempDir()}
+	e := &env{dir: t.TempDir(), prom: prometheus.NewRegistry()}
 	e.reg = registrytest.NewServer(t, registry.Config{})
 	e.reg.Clock.Advance(registry.DefaultLeaseTTL)
 	e.jms, _ = serveProvider(t, func(ep string) (*messaging.Provider, error) { return jms.New(ep, "") })
@@ -65,7 +69,7 @@ func newEnv(t *testing.T, static []orchestrator.StaticCapability, registryURL st
 		registryURL = e.reg.URL
 	}
 	e.disc, _ = discovery.New(discovery.Config{Registries: []string{registryURL}, RequestTimeout: time.Second})
-	o, err := orchestrator.New(orchestrator.Config{Discovery: e.disc, Static: static, Dir: e.dir, Strict: true})
+	o, err := orchestrator.New(orchestrator.Config{Discovery: e.disc, Static: static, Dir: e.dir, Strict: true, Registerer: e.prom})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,6 +131,22 @@ func TestUploadPublishRun(t *testing.T) {
 	}
 	if code, _ := e.do(t, "DELETE", "/v1/discovery/invalidate", ""); code != 200 {
 		t.Errorf("invalidate = %d", code)
+	}
+	runs := `
+# HELP meshflows_orchestrator_runs_total Workflow runs finished, by workflow and status (succeeded, failed).
+# TYPE meshflows_orchestrator_runs_total counter
+meshflows_orchestrator_runs_total{status="succeeded",workflow="order-publish"} 1
+`
+	if err := testutil.GatherAndCompare(e.prom, strings.NewReader(runs), "meshflows_orchestrator_runs_total"); err != nil {
+		t.Error(err)
+	}
+	// the upload and the re-validation were timed, both passed the contract
+	counts := histogramCounts(t, e.prom, "meshflows_orchestrator_validation_duration_seconds", "contract_status")
+	if counts["passed"] < 2 || counts["failed"] != 0 {
+		t.Errorf("validations observed by contract status = %v, want passed ≥ 2, failed 0", counts)
+	}
+	if c := histogramCounts(t, e.prom, "meshflows_orchestrator_run_duration_seconds", "workflow"); c["order-publish"] != 1 {
+		t.Errorf("run durations observed = %v, want one for order-publish", c)
 	}
 	// persisted: a new orchestrator on the same dir loads it published
 	o2, _ := orchestrator.New(orchestrator.Config{Discovery: e.disc, Dir: e.dir, Strict: true})
@@ -244,4 +264,27 @@ func TestScheduledRuns(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+// histogramCounts returns the sample count of each series of a histogram, by one label.
+func histogramCounts(t *testing.T, reg *prometheus.Registry, name, label string) map[string]uint64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]uint64{}
+	for _, mf := range families {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == label {
+					out[lp.GetValue()] = m.GetHistogram().GetSampleCount()
+				}
+			}
+		}
+	}
+	return out
 }

@@ -1,0 +1,53 @@
+package orchestrator
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+)
+
+// metrics are the orchestrator's collectors.
+type metrics struct {
+	validation *prometheus.HistogramVec
+	runs       *prometheus.CounterVec
+	runTime    *prometheus.HistogramVec
+}
+
+// newMetrics creates the collectors and registers them with reg (none when nil).
+func newMetrics(reg prometheus.Registerer) (*metrics, error) {
+	const ns, sub = "meshflows", "orchestrator"
+	m := &metrics{
+		validation: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "validation_duration_seconds",
+			Help:    "Time to validate a workflow in all three layers (contract, resolution, providers), by contract status (passed, failed).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}, []string{"contract_status"}),
+		runs: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "runs_total",
+			Help: "Workflow runs finished, by workflow and status (succeeded, failed)."}, []string{"workflow", "status"}),
+		runTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "run_duration_seconds",
+			Help:    "Duration of finished workflow runs, by workflow.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}, []string{"workflow"}),
+	}
+	for _, status := range []string{apiv1.StatusPassed, apiv1.StatusFailed} {
+		m.validation.WithLabelValues(status)
+	}
+	if reg == nil {
+		return m, nil
+	}
+	for _, c := range []prometheus.Collector{m.validation, m.runs, m.runTime} {
+		if err := reg.Register(c); err != nil {
+			return nil, fmt.Errorf("register orchestrator metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+func (m *metrics) validated(r *apiv1.ValidationResult, d time.Duration) {
+	m.validation.WithLabelValues(r.ContractStatus).Observe(d.Seconds())
+}
+
+func (m *metrics) ran(r *Run) {
+	m.runs.WithLabelValues(r.Workflow, r.Status).Inc()
+	m.runTime.WithLabelValues(r.Workflow).Observe(r.DurationMS / 1000)
+}
