@@ -43,28 +43,7 @@ func TestAlertRulesMatchTheStack(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	base, done := startDev(t, ctx)
-	defer func() { cancel(); <-done }()
-	// one request through the gateway, so that its per-code request counter has a series
-	gw := "http://127.0.0.1:" + strconv.Itoa(base+devGatewayOffset) + "/api/messaging/jms/messages"
-	waitFor(t, func() bool {
-		resp, err := http.Get(gw)
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
-	exported := map[string]bool{}
-	for _, off := range []int{devRegistryOffset, devOrchestratorOffset, devGatewayOffset, devProviderOffsetJMS} {
-		for name := range scrapeNames(t, "http://127.0.0.1:"+strconv.Itoa(base+off)+"/metrics") {
-			exported[name] = true
-		}
-	}
-
-	metricName := regexp.MustCompile(`\bmeshflows_[a-z_]+\b`)
+	exported := devMetricNames(t)
 	n := 0
 	for _, g := range rules.Groups {
 		for _, r := range g.Rules {
@@ -97,6 +76,44 @@ func TestAlertRulesMatchTheStack(t *testing.T) {
 	if n == 0 {
 		t.Fatal("alerts.yml holds no rules")
 	}
+}
+
+// metricName matches the MeshFlows metric names in a PromQL expression.
+var metricName = regexp.MustCompile(`\bmeshflows_[a-z_]+\b`)
+
+// devMetricNames runs 'meshflows dev', sends a request through its gateway and runs its
+// example workflow (so that every labelled series exists), and returns the names its
+// registry, orchestrator, gateway and a provider expose.
+func devMetricNames(t *testing.T) map[string]bool {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	base, done := startDev(t, ctx)
+	t.Cleanup(func() { cancel(); <-done })
+	gw := "http://127.0.0.1:" + strconv.Itoa(base+devGatewayOffset) + "/api/messaging/jms/messages"
+	waitFor(t, func() bool {
+		resp, err := http.Get(gw)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	run := "http://127.0.0.1:" + strconv.Itoa(base+devOrchestratorOffset) + "/v1/workflows/order-publish/run"
+	waitFor(t, func() bool {
+		resp, err := http.Post(run, "application/json", strings.NewReader(`{"order": 1}`))
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	})
+	exported := map[string]bool{}
+	for _, off := range []int{devRegistryOffset, devOrchestratorOffset, devGatewayOffset, devProviderOffsetJMS} {
+		for name := range scrapeNames(t, "http://127.0.0.1:"+strconv.Itoa(base+off)+"/metrics") {
+			exported[name] = true
+		}
+	}
+	return exported
 }
 
 // scrapeNames returns the metric and series names a /metrics endpoint exposes (a histogram

@@ -9,7 +9,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -97,6 +99,46 @@ scrape_configs:
 	} {
 		t.Logf("waiting for %s == %v", tc.query, tc.want)
 		waitFor(t, func() bool { v, ok := query(tc.query); return ok && v == tc.want })
+	}
+	// every dashboard panel's query and every runbook's PromQL is accepted by Prometheus
+	accepts := func(where, q string) {
+		resp, err := http.Get("http://" + promAddr + "/api/v1/query?query=" + url.QueryEscape(q))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var body struct {
+			Status string `json:"status"`
+			Error  string `json:"error"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || body.Status != "success" {
+			t.Errorf("%s: Prometheus refuses %q: %s %v", where, q, body.Error, err)
+		}
+	}
+	for file, d := range loadDashboards(t) {
+		for _, p := range d.Panels {
+			for _, q := range p.Targets {
+				accepts(fmt.Sprintf("%s, panel %q", file, p.Title), q.Expr)
+			}
+		}
+	}
+	pages, _ := filepath.Glob(filepath.Join("..", "..", "docs", "runbooks", "*.md"))
+	promql := regexp.MustCompile("(?s)```promql\n(.*?)```")
+	n := 0
+	for _, page := range pages {
+		raw, err := os.ReadFile(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, block := range promql.FindAllStringSubmatch(string(raw), -1) {
+			for _, q := range strings.Split(strings.TrimSpace(block[1]), "\n") {
+				accepts(filepath.Base(page), q)
+				n++
+			}
+		}
+	}
+	if n == 0 {
+		t.Error("no PromQL found in docs/runbooks")
 	}
 	// every alert rule loaded and evaluates without error against the real series
 	t.Log("waiting for every alert rule to evaluate")
