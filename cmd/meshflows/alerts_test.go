@@ -107,6 +107,13 @@ func devMetricNames(t *testing.T) map[string]bool {
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
 	})
+	// validated again now that both providers are registered, so that they are asked
+	revalidate := "http://127.0.0.1:" + strconv.Itoa(base+devOrchestratorOffset) + "/v1/workflows/order-publish/validate"
+	resp, err := http.Post(revalidate, "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
 	exported := map[string]bool{}
 	for _, off := range []int{devRegistryOffset, devOrchestratorOffset, devGatewayOffset, devProviderOffsetJMS} {
 		for name := range scrapeNames(t, "http://127.0.0.1:"+strconv.Itoa(base+off)+"/metrics") {

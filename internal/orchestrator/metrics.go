@@ -12,6 +12,7 @@ import (
 // metrics are the orchestrator's collectors.
 type metrics struct {
 	validation *prometheus.HistogramVec
+	providers  *prometheus.HistogramVec
 	runs       *prometheus.CounterVec
 	runTime    *prometheus.HistogramVec
 }
@@ -23,6 +24,9 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		validation: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "validation_duration_seconds",
 			Help:    "Time to validate a workflow in all three layers (contract, resolution, providers), by contract status (passed, failed).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}, []string{"contract_status"}),
+		providers: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "provider_validation_duration_seconds",
+			Help:    "Time a provider took to validate one workflow step, by capability, provider and resulting status (passed, warning, failed, skipped).",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}, []string{"capability_id", "provider", "status"}),
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "runs_total",
 			Help: "Workflow runs finished, by workflow and status (succeeded, failed)."}, []string{"workflow", "status"}),
 		runTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "run_duration_seconds",
@@ -35,7 +39,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.validation, m.runs, m.runTime} {
+	for _, c := range []prometheus.Collector{m.validation, m.providers, m.runs, m.runTime} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register orchestrator metrics: %w", err)
 		}
@@ -45,6 +49,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 
 func (m *metrics) validated(r *apiv1.ValidationResult, d time.Duration) {
 	m.validation.WithLabelValues(r.ContractStatus).Observe(d.Seconds())
+}
+
+func (m *metrics) providerValidated(capabilityID, provider, status string, d time.Duration) {
+	m.providers.WithLabelValues(capabilityID, provider, status).Observe(d.Seconds())
 }
 
 func (m *metrics) ran(r *Run) {

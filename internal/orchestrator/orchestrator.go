@@ -98,7 +98,7 @@ func New(cfg Config) (*Orchestrator, error) {
 func (o *Orchestrator) validate(ctx context.Context, src []byte) (*workflow.Workflow, *apiv1.ValidationResult) {
 	start := o.cfg.Now()
 	w, r := workflow.Validate(ctx, src, workflow.Options{Resolver: o.cfg.Discovery, Client: o.cfg.Client,
-		ProviderTimeout: o.cfg.ProviderTimeout, Strict: o.cfg.Strict, Now: o.cfg.Now})
+		ProviderTimeout: o.cfg.ProviderTimeout, Strict: o.cfg.Strict, Now: o.cfg.Now, ObserveProvider: o.metrics.providerValidated})
 	o.metrics.validated(r, o.cfg.Now().Sub(start))
 	return w, r
 }

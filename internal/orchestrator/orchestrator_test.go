@@ -145,6 +145,10 @@ meshflows_orchestrator_runs_total{status="succeeded",workflow="order-publish"} 1
 	if counts["passed"] < 2 || counts["failed"] != 0 {
 		t.Errorf("validations observed by contract status = %v, want passed ≥ 2, failed 0", counts)
 	}
+	// each validation asked both providers
+	if c := histogramCounts(t, e.prom, "meshflows_orchestrator_provider_validation_duration_seconds", "provider"); c["jms"] < 2 || c["rabbitmq"] < 2 {
+		t.Errorf("provider validations observed = %v, want ≥ 2 for jms and for rabbitmq", c)
+	}
 	if c := histogramCounts(t, e.prom, "meshflows_orchestrator_run_duration_seconds", "workflow"); c["order-publish"] != 1 {
 		t.Errorf("run durations observed = %v, want one for order-publish", c)
 	}
@@ -266,7 +270,7 @@ func TestScheduledRuns(t *testing.T) {
 	<-done
 }
 
-// histogramCounts returns the sample count of each series of a histogram, by one label.
+// histogramCounts returns the sample counts of a histogram summed by the values of one label.
 func histogramCounts(t *testing.T, reg *prometheus.Registry, name, label string) map[string]uint64 {
 	t.Helper()
 	families, err := reg.Gather()
@@ -281,7 +285,7 @@ func histogramCounts(t *testing.T, reg *prometheus.Registry, name, label string)
 		for _, m := range mf.GetMetric() {
 			for _, lp := range m.GetLabel() {
 				if lp.GetName() == label {
-					out[lp.GetValue()] = m.GetHistogram().GetSampleCount()
+					out[lp.GetValue()] += m.GetHistogram().GetSampleCount()
 				}
 			}
 		}

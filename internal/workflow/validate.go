@@ -46,8 +46,12 @@ type Options struct {
 	// Strict is the default provider strictness; the workflow's validation.provider_strict
 	// wins over it.
 	Strict bool
-	// Now stamps validated_at (default time.Now).
+	// Now stamps validated_at and times provider calls (default time.Now).
 	Now func() time.Time
+	// ObserveProvider, when set, is told of every provider validation call: the capability,
+	// the provider, the layer status it produced (passed, warning, failed, skipped) and how
+	// long it took. The orchestrator turns it into a histogram.
+	ObserveProvider func(capabilityID, provider, status string, d time.Duration)
 }
 
 // Validate runs every layer that opts allow on a workflow and returns the result object of
@@ -192,8 +196,12 @@ func contains(ss []string, s string) bool {
 }
 
 // callProvider asks one provider to validate one step.
-func callProvider(ctx context.Context, opts Options, w *Workflow, st *Step, e apiv1.CapabilityEntry, strict bool) apiv1.LayerResult {
-	out := apiv1.LayerResult{Status: apiv1.StatusPassed, Diagnostics: []apiv1.Diagnostic{}}
+func callProvider(ctx context.Context, opts Options, w *Workflow, st *Step, e apiv1.CapabilityEntry, strict bool) (out apiv1.LayerResult) {
+	if opts.ObserveProvider != nil {
+		start := opts.Now()
+		defer func() { opts.ObserveProvider(st.Capability.ID, e.Provider, out.Status, opts.Now().Sub(start)) }()
+	}
+	out = apiv1.LayerResult{Status: apiv1.StatusPassed, Diagnostics: []apiv1.Diagnostic{}}
 	capPos := w.Locate(fmt.Sprintf("steps[%d].capability", st.Index))
 	failure := func(code, format string, args ...any) apiv1.LayerResult {
 		d := apiv1.Diagnostic{Severity: apiv1.SeverityError, Code: code, Message: fmt.Sprintf(format, args...),
