@@ -395,7 +395,14 @@ func watch[T any](ctx context.Context, c *Client, v *view[T], fetch func(context
 			index = v.lkg.revision
 		}
 		v.mu.Unlock()
-		changed, err := v.refresh(ctx, c.cfg.Now, func(ctx context.Context) (answer[T], error) { return fetch(ctx, index) })
+		get := func(ctx context.Context) (answer[T], error) { return fetch(ctx, index) }
+		var changed bool
+		var err error
+		if index < 0 {
+			changed, err = v.refresh(ctx, c.cfg.Now, get) // a plain fetch: readers may share it
+		} else {
+			changed, err = v.longPoll(ctx, c.cfg.Now, get)
+		}
 		if err != nil {
 			if ctx.Err() != nil {
 				break

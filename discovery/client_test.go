@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"sort"
@@ -445,5 +446,47 @@ func TestConfigValidate(t *testing.T) {
 		if _, err := discovery.New(cfg); err == nil {
 			t.Errorf("%s: New succeeded", name)
 		}
+	}
+}
+
+// TestReadDoesNotQueueBehindALongPoll: a read that must ask the registry (here after
+// Invalidate) gets its own request; it does not wait for the watch's long poll, which the
+// registry may hold for the whole wait.
+func TestReadDoesNotQueueBehindALongPoll(t *testing.T) {
+	held := make(chan struct{})    // closed when the watch's long poll is being held
+	release := make(chan struct{}) // closed at the end of the test
+	var once sync.Once
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Has("index") {
+			once.Do(func() { close(held) })
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"registry_epoch":"e1","revision":1,"complete":true,"manifests":[],"public_paths":[]}`)
+	}))
+	defer srv.Close()
+	defer close(release)
+	c, err := discovery.New(discovery.Config{Registries: []string{srv.URL}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go c.WatchRoutes(ctx, nil)
+	<-held
+
+	c.Invalidate()
+	rctx, rcancel := context.WithTimeout(context.Background(), 10*time.Second) // a hang bound, not a timing assertion
+	defer rcancel()
+	res, err := c.Routes(rctx)
+	if err != nil {
+		t.Fatalf("Routes after Invalidate while a long poll is held: %v", err)
+	}
+	if res.Source != discovery.SourceFresh || rctx.Err() != nil {
+		t.Errorf("Routes answered from %s (context: %v), want a fresh answer of its own", res.Source, rctx.Err())
 	}
 }

@@ -105,19 +105,33 @@ func (v *view[T]) refresh(ctx context.Context, now func() time.Time, fetch func(
 	v.inflight = f
 	v.mu.Unlock()
 
-	a, err := fetch(ctx)
+	changed, err = v.fetchAndApply(ctx, now, fetch)
 
 	v.mu.Lock()
-	if err != nil {
-		v.checkedAt, v.lastErr = now(), err
-	} else {
-		changed = v.apply(a, now())
-	}
 	v.inflight = nil
 	v.mu.Unlock()
 	f.err = err
 	close(f.done)
 	return changed, err
+}
+
+// longPoll runs a watch's fetch, which may be held by the registry for the whole wait, and
+// applies its answer. It is never shared: a reader that needs the view now (after an
+// invalidation, or past the TTL) must not queue behind a request that waits for a change.
+func (v *view[T]) longPoll(ctx context.Context, now func() time.Time, fetch func(ctx context.Context) (answer[T], error)) (changed bool, err error) {
+	return v.fetchAndApply(ctx, now, fetch)
+}
+
+// fetchAndApply runs fetch and applies its answer, or records its failure.
+func (v *view[T]) fetchAndApply(ctx context.Context, now func() time.Time, fetch func(ctx context.Context) (answer[T], error)) (changed bool, err error) {
+	a, err := fetch(ctx)
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if err != nil {
+		v.checkedAt, v.lastErr = now(), err
+		return false, err
+	}
+	return v.apply(a, now()), nil
 }
 
 // snapshot describes the view at now; it must be called with v.mu held.
