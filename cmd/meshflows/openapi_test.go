@@ -1,0 +1,171 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers/gorillamux"
+
+	"github.com/meshflows/meshflows/examples/workflows"
+)
+
+// TestOpenAPIDescribesTheServers drives real requests through the registry, gateway and
+// orchestrator of 'meshflows dev' and validates every request and every response against
+// docs/openapi.yaml; every operation of the document must be exercised, so the reference
+// cannot drift from the code in either direction.
+func TestOpenAPIDescribesTheServers(t *testing.T) {
+	ctx := context.Background()
+	loader := openapi3.NewLoader()
+	doc, err := loader.LoadFromFile(filepath.Join("..", "..", "docs", "openapi.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := doc.Validate(ctx); err != nil {
+		t.Fatalf("docs/openapi.yaml is not a valid OpenAPI document: %v", err)
+	}
+	devCtx, cancel := context.WithCancel(ctx)
+	base, done := startDev(t, devCtx)
+	t.Cleanup(func() { cancel(); <-done })
+	registry := "http://127.0.0.1:" + strconv.Itoa(base+devRegistryOffset)
+	orchestrator := "http://127.0.0.1:" + strconv.Itoa(base+devOrchestratorOffset)
+	gateway := "http://127.0.0.1:" + strconv.Itoa(base+devGatewayOffset)
+	// the document's server is a template for people; the router needs this run's ports
+	doc.Servers = openapi3.Servers{{URL: registry}, {URL: orchestrator}, {URL: gateway}}
+	router, err := gorillamux.NewRouter(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// the example workflow runs once both providers are registered
+	waitFor(t, func() bool {
+		resp, err := http.Post(orchestrator+"/v1/workflows/order-publish/run", "application/json", strings.NewReader(`{}`))
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(b), `"status":"succeeded"`)
+	})
+
+	// a gateway of this test acknowledges everything to come, so that it never holds up the
+	// providers' drain when meshflows dev stops
+	var health struct {
+		Epoch string `json:"registry_epoch"`
+	}
+	resp, err := http.Get(registry + "/v1/discovery/health")
+	if err != nil {
+		t.Fatal(err)
+	}
+	json.NewDecoder(resp.Body).Decode(&health)
+	resp.Body.Close()
+	ack := fmt.Sprintf(`{"gateway_id":"openapi-gw","registry_epoch":%q,"revision":%d}`, health.Epoch, int64(1)<<50)
+
+	copyYAML := strings.Replace(string(workflows.OrderPublish), "name: order-publish", "name: openapi-copy", 1)
+	register := `{"instance_id":"openapi-1","service_name":"openapi-probe","service_version":"1.0.0","endpoint":"http://127.0.0.1:9",
+		"capabilities":[{"capability_id":"probe.check","capability_version":"1.0.0","contract_schema_version":"1.0","provider":"probe"}]}`
+	covered := map[string]bool{}
+	for _, c := range []struct {
+		name, method, url, contentType, body string
+		header                               map[string]string
+		want                                 int
+	}{
+		{name: "register", method: "POST", url: registry + "/v1/services/register", contentType: "application/json", body: register, want: 200},
+		{name: "register invalid", method: "POST", url: registry + "/v1/services/register", contentType: "application/json", body: `{"instance_id":"x"}`, want: 400},
+		{name: "heartbeat", method: "PUT", url: registry + "/v1/services/openapi-1/heartbeat", contentType: "application/json", body: `{"generation":3,"health":"degraded"}`, want: 200},
+		{name: "heartbeat unknown", method: "PUT", url: registry + "/v1/services/nobody/heartbeat", contentType: "application/json", body: `{"generation":1}`, want: 404},
+		{name: "instance", method: "GET", url: registry + "/v1/services/openapi-1", want: 200},
+		{name: "catalog", method: "GET", url: registry + "/v1/services", want: 200},
+		{name: "capabilities", method: "GET", url: registry + "/v1/discovery/capabilities?capability_id=messaging.publish&version=%3E%3D1.0%20%3C2.0", want: 200},
+		{name: "capabilities bad constraint", method: "GET", url: registry + "/v1/discovery/capabilities?version=not-semver", want: 400},
+		{name: "routes", method: "GET", url: registry + "/v1/discovery/routes", want: 200},
+		{name: "health", method: "GET", url: registry + "/v1/discovery/health", want: 200},
+		{name: "ack", method: "POST", url: registry + "/v1/discovery/ack", contentType: "application/json", body: ack, want: 204},
+		{name: "deregister old generation", method: "DELETE", url: registry + "/v1/services/openapi-1?generation=1", want: 410},
+		{name: "deregister", method: "DELETE", url: registry + "/v1/services/openapi-1?generation=3", want: 204},
+		{name: "withdrawal", method: "GET", url: registry + "/v1/services/openapi-1/withdrawal?generation=3", want: 200},
+		{name: "snapshot without a dir", method: "POST", url: registry + "/v1/admin/snapshot", want: 503},
+		{name: "healthz", method: "GET", url: registry + "/healthz", want: 200},
+		{name: "readyz", method: "GET", url: registry + "/readyz", want: 200},
+		{name: "gateway routes", method: "GET", url: gateway + "/v1/gateway/routes", want: 200},
+		{name: "gateway invalidate", method: "DELETE", url: gateway + "/v1/discovery/invalidate", want: 200},
+		{name: "gateway invalidate (GET)", method: "GET", url: gateway + "/v1/discovery/invalidate", want: 200},
+		{name: "orchestrator invalidate", method: "DELETE", url: orchestrator + "/v1/discovery/invalidate", want: 200},
+		{name: "upload", method: "POST", url: orchestrator + "/v1/workflows", contentType: "application/yaml", body: copyYAML, want: 201},
+		{name: "upload blocked", method: "POST", url: orchestrator + "/v1/workflows", contentType: "application/yaml", body: "name: broken\n", want: 422},
+		{name: "list", method: "GET", url: orchestrator + "/v1/workflows", want: 200},
+		{name: "get", method: "GET", url: orchestrator + "/v1/workflows/openapi-copy", want: 200},
+		{name: "get unknown", method: "GET", url: orchestrator + "/v1/workflows/nothing", want: 404},
+		{name: "validation", method: "GET", url: orchestrator + "/v1/workflows/openapi-copy/validation", want: 200},
+		{name: "revalidate", method: "POST", url: orchestrator + "/v1/workflows/openapi-copy/validate", want: 200},
+		{name: "run unpublished", method: "POST", url: orchestrator + "/v1/workflows/openapi-copy/run", contentType: "application/json", body: `{"order":1}`, want: 400},
+		{name: "publish", method: "POST", url: orchestrator + "/v1/workflows/openapi-copy/publish", want: 200},
+		{name: "run", method: "POST", url: orchestrator + "/v1/workflows/openapi-copy/run", contentType: "application/json", body: `{"order":1}`, want: 200},
+		{name: "runs", method: "GET", url: orchestrator + "/v1/workflows/openapi-copy/runs", want: 200},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			newReq := func() *http.Request {
+				req, err := http.NewRequestWithContext(ctx, c.method, c.url, strings.NewReader(c.body))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if c.contentType != "" {
+					req.Header.Set("Content-Type", c.contentType)
+				}
+				for k, v := range c.header {
+					req.Header.Set(k, v)
+				}
+				return req
+			}
+			req := newReq()
+			route, params, err := router.FindRoute(req)
+			if err != nil {
+				t.Fatalf("%s %s is not in docs/openapi.yaml: %v", c.method, req.URL.Path, err)
+			}
+			covered[route.Operation.OperationID] = true
+			in := &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route,
+				Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc}}
+			if err := openapi3filter.ValidateRequest(ctx, in); err != nil && c.want < 400 {
+				t.Errorf("the request does not match the document: %v", err)
+			}
+			resp, err := http.DefaultClient.Do(newReq())
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != c.want {
+				t.Fatalf("status %d, want %d: %s", resp.StatusCode, c.want, body)
+			}
+			out := &openapi3filter.ResponseValidationInput{RequestValidationInput: in, Status: resp.StatusCode, Header: resp.Header,
+				Body: io.NopCloser(bytes.NewReader(body)), Options: &openapi3filter.Options{IncludeResponseStatus: true}}
+			if err := openapi3filter.ValidateResponse(ctx, out); err != nil {
+				t.Errorf("the response does not match the document: %v\n%s", err, body)
+			}
+		})
+	}
+	var missing []string
+	for _, item := range doc.Paths.Map() {
+		for _, op := range item.Operations() {
+			if !covered[op.OperationID] {
+				missing = append(missing, op.OperationID)
+			}
+		}
+	}
+	slices.Sort(missing)
+	if len(missing) > 0 {
+		t.Errorf("operations of docs/openapi.yaml no request exercised: %v", missing)
+	}
+}
