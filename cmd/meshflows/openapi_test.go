@@ -41,7 +41,8 @@ func TestOpenAPIDescribesTheServers(t *testing.T) {
 	orchestrator := "http://127.0.0.1:" + strconv.Itoa(base+devOrchestratorOffset)
 	gateway := "http://127.0.0.1:" + strconv.Itoa(base+devGatewayOffset)
 	// the document's server is a template for people; the router needs this run's ports
-	doc.Servers = openapi3.Servers{{URL: registry}, {URL: orchestrator}, {URL: gateway}}
+	jms := "http://127.0.0.1:" + strconv.Itoa(base+devProviderOffsetJMS)
+	doc.Servers = openapi3.Servers{{URL: registry}, {URL: orchestrator}, {URL: gateway}, {URL: jms}}
 	router, err := gorillamux.NewRouter(doc)
 	if err != nil {
 		t.Fatal(err)
@@ -70,13 +71,30 @@ func TestOpenAPIDescribesTheServers(t *testing.T) {
 	resp.Body.Close()
 	ack := fmt.Sprintf(`{"gateway_id":"openapi-gw","registry_epoch":%q,"revision":%d}`, health.Epoch, int64(1)<<50)
 
+	// current sets a conditional request's If-None-Match, or a long poll's index, to what the
+	// registry holds now
+	current := func(req *http.Request) {
+		resp, err := http.Get(registry + "/v1/discovery/capabilities")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if req.URL.Query().Has("index") {
+			q := req.URL.Query()
+			q.Set("index", resp.Header.Get("X-Registry-Revision"))
+			req.URL.RawQuery = q.Encode()
+			return
+		}
+		req.Header.Set("If-None-Match", resp.Header.Get("ETag"))
+	}
+
 	copyYAML := strings.Replace(string(workflows.OrderPublish), "name: order-publish", "name: openapi-copy", 1)
 	register := `{"instance_id":"openapi-1","service_name":"openapi-probe","service_version":"1.0.0","endpoint":"http://127.0.0.1:9",
 		"capabilities":[{"capability_id":"probe.check","capability_version":"1.0.0","contract_schema_version":"1.0","provider":"probe"}]}`
 	covered := map[string]bool{}
 	for _, c := range []struct {
 		name, method, url, contentType, body string
-		header                               map[string]string
+		prepare                              func(*http.Request)
 		want                                 int
 	}{
 		{name: "register", method: "POST", url: registry + "/v1/services/register", contentType: "application/json", body: register, want: 200},
@@ -87,6 +105,8 @@ func TestOpenAPIDescribesTheServers(t *testing.T) {
 		{name: "catalog", method: "GET", url: registry + "/v1/services", want: 200},
 		{name: "capabilities", method: "GET", url: registry + "/v1/discovery/capabilities?capability_id=messaging.publish&version=%3E%3D1.0%20%3C2.0", want: 200},
 		{name: "capabilities bad constraint", method: "GET", url: registry + "/v1/discovery/capabilities?version=not-semver", want: 400},
+		{name: "capabilities unchanged", method: "GET", url: registry + "/v1/discovery/capabilities", prepare: current, want: 304},
+		{name: "capabilities long poll", method: "GET", url: registry + "/v1/discovery/capabilities?index=0&wait=50ms", prepare: current, want: 200},
 		{name: "routes", method: "GET", url: registry + "/v1/discovery/routes", want: 200},
 		{name: "health", method: "GET", url: registry + "/v1/discovery/health", want: 200},
 		{name: "ack", method: "POST", url: registry + "/v1/discovery/ack", contentType: "application/json", body: ack, want: 204},
@@ -95,6 +115,13 @@ func TestOpenAPIDescribesTheServers(t *testing.T) {
 		{name: "withdrawal", method: "GET", url: registry + "/v1/services/openapi-1/withdrawal?generation=3", want: 200},
 		{name: "snapshot without a dir", method: "POST", url: registry + "/v1/admin/snapshot", want: 503},
 		{name: "healthz", method: "GET", url: registry + "/healthz", want: 200},
+		{name: "metrics", method: "GET", url: registry + "/metrics", want: 200},
+		{name: "provider validate", method: "POST", url: jms + "/v1/capabilities/messaging.publish/validate", contentType: "application/json",
+			body: `{"workflow_name":"w","step_id":"s","step_version":"1","capability_version":"1.0.0","step":{"type":"service_call","request":{"destination":"orders.events"}}}`, want: 200},
+		{name: "provider validate unknown capability", method: "POST", url: jms + "/v1/capabilities/nothing.here/validate", contentType: "application/json",
+			body: `{"step":{"type":"service_call"}}`, want: 404},
+		{name: "provider invoke", method: "POST", url: jms + "/v1/capabilities/messaging.publish/invoke", contentType: "application/json",
+			body: `{"workflow_name":"w","run_id":"r","step_id":"s","step_version":"1","request":{"destination":"orders.events"},"payload":{"id":1}}`, want: 200},
 		{name: "readyz", method: "GET", url: registry + "/readyz", want: 200},
 		{name: "gateway routes", method: "GET", url: gateway + "/v1/gateway/routes", want: 200},
 		{name: "gateway invalidate", method: "DELETE", url: gateway + "/v1/discovery/invalidate", want: 200},
@@ -121,12 +148,12 @@ func TestOpenAPIDescribesTheServers(t *testing.T) {
 				if c.contentType != "" {
 					req.Header.Set("Content-Type", c.contentType)
 				}
-				for k, v := range c.header {
-					req.Header.Set(k, v)
-				}
 				return req
 			}
 			req := newReq()
+			if c.prepare != nil {
+				c.prepare(req)
+			}
 			route, params, err := router.FindRoute(req)
 			if err != nil {
 				t.Fatalf("%s %s is not in docs/openapi.yaml: %v", c.method, req.URL.Path, err)
@@ -137,7 +164,7 @@ func TestOpenAPIDescribesTheServers(t *testing.T) {
 			if err := openapi3filter.ValidateRequest(ctx, in); err != nil && c.want < 400 {
 				t.Errorf("the request does not match the document: %v", err)
 			}
-			resp, err := http.DefaultClient.Do(newReq())
+			resp, err := http.DefaultClient.Do(req.Clone(ctx))
 			if err != nil {
 				t.Fatal(err)
 			}
