@@ -90,7 +90,7 @@ func devMetricNames(t *testing.T) map[string]bool {
 	base, done := startDev(t, ctx)
 	t.Cleanup(func() { cancel(); <-done })
 	gw := "http://127.0.0.1:" + strconv.Itoa(base+devGatewayOffset) + "/api/messaging/jms/messages"
-	waitFor(t, func() bool {
+	waitFor(t, "the gateway routes to the jms provider", func() bool {
 		resp, err := http.Get(gw)
 		if err != nil {
 			return false
@@ -99,7 +99,7 @@ func devMetricNames(t *testing.T) map[string]bool {
 		return resp.StatusCode == http.StatusOK
 	})
 	run := "http://127.0.0.1:" + strconv.Itoa(base+devOrchestratorOffset) + "/v1/workflows/order-publish/run"
-	waitFor(t, func() bool {
+	waitFor(t, "the example workflow runs", func() bool {
 		resp, err := http.Post(run, "application/json", strings.NewReader(`{"order": 1}`))
 		if err != nil {
 			return false
@@ -149,14 +149,14 @@ func scrapeNames(t *testing.T, url string) map[string]bool {
 	return names
 }
 
-// waitFor polls cond until it holds, failing the test after 60 s (a bound for slow CI
-// machines, not a timing assertion).
-func waitFor(t *testing.T, cond func() bool) {
+// waitFor polls cond until it holds, failing the test with what after 60 s (a bound for
+// slow CI machines, not a timing assertion).
+func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatal("condition not met within 60 s")
+			t.Fatalf("not within 60 s: %s", what)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -157,66 +157,46 @@ func TestDevServesAndStopsCleanly(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	base, done := startDev(t, ctx)
-	deadline := time.Now().Add(20 * time.Second)
 	// both example providers register themselves
 	capsURL := "http://127.0.0.1:" + strconv.Itoa(base) + "/v1/discovery/capabilities?capability_id=messaging.publish"
-	for {
+	waitFor(t, "both example providers register", func() bool {
 		resp, err := http.Get(capsURL)
 		if err != nil {
-			t.Fatal(err)
+			return false
 		}
+		defer resp.Body.Close()
 		var d struct {
 			Capabilities []struct {
 				Provider string `json:"provider"`
 			} `json:"capabilities"`
 		}
 		json.NewDecoder(resp.Body).Decode(&d)
-		resp.Body.Close()
-		if len(d.Capabilities) == 2 && d.Capabilities[0].Provider == "jms" && d.Capabilities[1].Provider == "rabbitmq" {
-			break
-		}
-		if time.Now().After(deadline) {
-			cancel()
-			t.Fatalf("the example providers did not register: %+v", d)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return len(d.Capabilities) == 2 && d.Capabilities[0].Provider == "jms" && d.Capabilities[1].Provider == "rabbitmq"
+	})
 	// the gateway routes to them
 	gw := "http://127.0.0.1:" + strconv.Itoa(base+devGatewayOffset) + "/api/messaging/rabbitmq/messages"
-	for {
+	waitFor(t, "the gateway routes to the rabbitmq provider from a fresh table", func() bool {
 		resp, err := http.Get(gw)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 && resp.Header.Get("X-Cache-Source") == "fresh" {
-				break
-			}
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			cancel()
-			t.Fatalf("the gateway never routed to the example provider: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		resp.Body.Close()
+		return resp.StatusCode == 200 && resp.Header.Get("X-Cache-Source") == "fresh"
+	})
 	// the orchestrator has loaded the example workflow and runs it to success
 	runURL := "http://127.0.0.1:" + strconv.Itoa(base+devOrchestratorOffset) + "/v1/workflows/order-publish/run"
-	for {
+	waitFor(t, "the example workflow runs to success", func() bool {
 		resp, err := http.Post(runURL, "application/json", strings.NewReader(`{"order": 1}`))
-		if err == nil {
-			var run struct {
-				Status string `json:"status"`
-			}
-			json.NewDecoder(resp.Body).Decode(&run)
-			resp.Body.Close()
-			if run.Status == "succeeded" {
-				break
-			}
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			cancel()
-			t.Fatalf("the example workflow never ran to success: %v", err)
+		defer resp.Body.Close()
+		var run struct {
+			Status string `json:"status"`
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		json.NewDecoder(resp.Body).Decode(&run)
+		return run.Status == "succeeded"
+	})
 	cancel()
 	r := <-done
 	if r.err != nil {

@@ -48,7 +48,7 @@ func TestOpenAPIDescribesTheServers(t *testing.T) {
 		t.Fatal(err)
 	}
 	// the example workflow runs once both providers are registered
-	waitFor(t, func() bool {
+	waitFor(t, "the example workflow runs to success", func() bool {
 		resp, err := http.Post(orchestrator+"/v1/workflows/order-publish/run", "application/json", strings.NewReader(`{}`))
 		if err != nil {
 			return false

@@ -97,8 +97,7 @@ scrape_configs:
 		{`sum(meshflows_provider_registry_register_success_total{job="meshflows-provider"})`, 2},
 		{`count(up{job=~"meshflows-.*"} == 1)`, 4},
 	} {
-		t.Logf("waiting for %s == %v", tc.query, tc.want)
-		waitFor(t, func() bool { v, ok := query(tc.query); return ok && v == tc.want })
+		waitFor(t, fmt.Sprintf("Prometheus answers %s == %v", tc.query, tc.want), func() bool { v, ok := query(tc.query); return ok && v == tc.want })
 	}
 	// every dashboard panel's query and every runbook's PromQL is accepted by Prometheus
 	accepts := func(where, q string) {
@@ -141,8 +140,7 @@ scrape_configs:
 		t.Error("no PromQL found in docs/runbooks")
 	}
 	// every alert rule loaded and evaluates without error against the real series
-	t.Log("waiting for every alert rule to evaluate")
-	waitFor(t, func() bool {
+	waitFor(t, "every alert rule evaluates healthy", func() bool {
 		resp, err := http.Get("http://" + promAddr + "/api/v1/rules?type=alert")
 		if err != nil {
 			return false
