@@ -42,6 +42,6 @@ Start everything on loopback with 'meshflows dev'.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newVersionCmd(), newRegistryCmd(), newDevCmd(), newExampleProviderCmd(), newGatewayCmd(), newOrchestratorCmd(), newDashboardCmd(), newCertsCmd(), newRoutesCmd(), newValidateCmd(), newBenchCmd())
+	root.AddCommand(newVersionCmd(), newRegistryCmd(), newDevCmd(), newExampleProviderCmd(), newGatewayCmd(), newOrchestratorCmd(), newDashboardCmd(), newCertsCmd(), newRoutesCmd(), newValidateCmd(), newBenchCmd(), newEligibilityCmd())
 	return root
 }

@@ -1,0 +1,51 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/meshflows/meshflows/internal/health"
+)
+
+func newEligibilityCmd() *cobra.Command {
+	cmd := &cobra.Command{Use: "eligibility", Short: "Eligibility tools: replay evidence through the state machine"}
+	var scenario string
+	simulate := &cobra.Command{
+		Use:   "simulate",
+		Short: "Answer a scenario file of ELIGIBILITY.md: verdicts and panic answers at given instants",
+		Long: `Replay a scenario's instances and timestamped evidence through the eligibility engine and
+print {"answers": [...]}: one object per expectation, in order — state, weight and reasons for
+an instance; panic and instances for a (capability, zone).
+
+Exit status 0 when the file could be read; 2 when it could not, or when it uses a rule the
+engine does not implement yet (flapping quarantine, passive outcomes, self-preservation).`,
+		Example: "  meshflows eligibility simulate --scenario internal/health/testdata/scenarios/panic-below-half.json",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if scenario == "" {
+				return &exitError{code: 2, err: fmt.Errorf("--scenario FILE is required")}
+			}
+			raw, err := os.ReadFile(scenario)
+			if err != nil {
+				return &exitError{code: 2, err: err}
+			}
+			s, err := health.ParseScenario(raw)
+			if err != nil {
+				return &exitError{code: 2, err: fmt.Errorf("%s: %w", scenario, err)}
+			}
+			answers, err := s.Answers()
+			if err != nil {
+				return &exitError{code: 2, err: fmt.Errorf("%s: %w", scenario, err)}
+			}
+			enc := json.NewEncoder(cmd.OutOrStdout())
+			enc.SetIndent("", "  ")
+			return enc.Encode(map[string]any{"answers": answers})
+		},
+	}
+	simulate.Flags().StringVar(&scenario, "scenario", "", "a scenario file (JSON)")
+	cmd.AddCommand(simulate)
+	return cmd
+}

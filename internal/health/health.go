@@ -1,0 +1,345 @@
+package health
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"time"
+)
+
+// Config holds the settings of ELIGIBILITY.md; zero fields take the defaults.
+type Config struct {
+	HeartbeatInterval time.Duration // default 30 s
+	LeaseTTL          time.Duration // default 90 s
+	AdmitAfter        int           // consecutive ok probes to admit (default 2)
+	UnhealthyAfter    int           // default 3; an instance's manifest may set its own
+	SlowStart         time.Duration // default 30 s
+	DegradedWeight    int           // default 50
+	PanicThreshold    float64       // default 0.5
+}
+
+// WithDefaults returns c with every zero field set to its default.
+func (c Config) WithDefaults() Config {
+	if c.HeartbeatInterval == 0 {
+		c.HeartbeatInterval = 30 * time.Second
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = 90 * time.Second
+	}
+	if c.AdmitAfter == 0 {
+		c.AdmitAfter = 2
+	}
+	if c.UnhealthyAfter == 0 {
+		c.UnhealthyAfter = 3
+	}
+	if c.SlowStart == 0 {
+		c.SlowStart = 30 * time.Second
+	}
+	if c.DegradedWeight == 0 {
+		c.DegradedWeight = 50
+	}
+	if c.PanicThreshold == 0 {
+		c.PanicThreshold = 0.5
+	}
+	return c
+}
+
+// Validate reports settings that cannot work.
+func (c Config) Validate() error {
+	switch {
+	case c.HeartbeatInterval < 0 || c.LeaseTTL < 0 || c.SlowStart < 0:
+		return fmt.Errorf("health config: durations must not be negative")
+	case c.AdmitAfter < 0 || c.UnhealthyAfter < 0:
+		return fmt.Errorf("health config: probe counts must not be negative")
+	case c.DegradedWeight < 0 || c.DegradedWeight > 100:
+		return fmt.Errorf("health config: degraded_weight %d is outside 0..100", c.DegradedWeight)
+	case c.PanicThreshold < 0 || c.PanicThreshold > 1:
+		return fmt.Errorf("health config: panic_threshold %v is outside 0..1", c.PanicThreshold)
+	}
+	return nil
+}
+
+// States of a verdict.
+const (
+	StateUnknown   = "unknown"
+	StateSlowStart = "slow_start"
+	StateServing   = "serving"
+	StateDegraded  = "degraded"
+	StateWithdrawn = "withdrawn"
+	StateDraining  = "draining"
+	StateAbsent    = "absent"
+)
+
+// Reason codes.
+const (
+	ReasonAdmitting            = "ADMITTING"
+	ReasonSlowStart            = "SLOW_START"
+	ReasonSilent               = "SILENT"
+	ReasonSelfReportedDegraded = "SELF_REPORTED_DEGRADED"
+	ReasonDraining             = "DRAINING"
+	ReasonProbeFailing         = "PROBE_FAILING"
+	ReasonProbeRefused         = "PROBE_REFUSED"
+	ReasonSelfReportedFailing  = "SELF_REPORTED_FAILING"
+	ReasonSilentCorroborated   = "SILENT_CORROBORATED"
+)
+
+// Event kinds and values.
+const (
+	KindRegistered   = "registered"
+	KindHeartbeat    = "heartbeat"
+	KindDeregistered = "deregistered"
+	KindProbe        = "probe"
+
+	ProbeOK      = "ok"
+	ProbeFail    = "fail"
+	ProbeTimeout = "timeout"
+	ProbeRefused = "refused"
+)
+
+// Instance describes an instance the engine judges.
+type Instance struct {
+	ID           string
+	Zone         string
+	Capabilities []string
+	// Probe says whether its manifest declares health (the probe class exists).
+	Probe bool
+	// UnhealthyAfter is the manifest's unhealthy_after (0: the engine's setting).
+	UnhealthyAfter int
+}
+
+// Event is one piece of evidence about an instance at an instant.
+type Event struct {
+	At     time.Time
+	ID     string
+	Kind   string
+	Health string // heartbeat: ok, degraded or failing
+	Result string // probe: ok, fail, timeout or refused
+}
+
+// Verdict is whether an instance is in rotation, at what weight, and why.
+type Verdict struct {
+	State   string
+	Weight  int
+	Reasons []string
+}
+
+// InRotation reports whether the verdict puts the instance in rotation.
+func (v Verdict) InRotation() bool {
+	return v.State == StateSlowStart || v.State == StateServing || v.State == StateDegraded
+}
+
+// instance is the engine's record of one instance.
+type instance struct {
+	Instance
+	present       bool
+	draining      bool
+	admitted      bool
+	okRun         int // consecutive ok probes
+	badRun        int // consecutive fail/timeout probes
+	causes        map[string]bool
+	lastRenewal   time.Time
+	degraded      bool
+	rotationSince time.Time // when it (re-)entered rotation: slow start runs from here
+}
+
+// Engine is the eligibility state machine. It is not safe for concurrent use; its owner
+// serialises events and queries, in time order.
+type Engine struct {
+	cfg       Config
+	instances map[string]*instance
+}
+
+// New returns an engine for cfg (defaults filled in).
+func New(cfg Config) (*Engine, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return &Engine{cfg: cfg, instances: map[string]*instance{}}, nil
+}
+
+// Declare tells the engine about an instance (its zone, capabilities and probe class).
+func (e *Engine) Declare(in Instance) {
+	if cur, ok := e.instances[in.ID]; ok {
+		cur.Instance = in
+		return
+	}
+	e.instances[in.ID] = &instance{Instance: in, causes: map[string]bool{}}
+}
+
+func (e *Engine) unhealthyAfter(in *instance) int {
+	if in.UnhealthyAfter > 0 {
+		return in.UnhealthyAfter
+	}
+	return e.cfg.UnhealthyAfter
+}
+
+// silent reports whether in has not renewed for more than silence_after at now.
+func (e *Engine) silent(in *instance, now time.Time) bool {
+	return now.Sub(in.lastRenewal) > 2*e.cfg.HeartbeatInterval
+}
+
+// expired reports whether in's lease has run out at now.
+func (e *Engine) expired(in *instance, now time.Time) bool {
+	return now.Sub(in.lastRenewal) >= e.cfg.LeaseTTL
+}
+
+// Apply records one event. Events must come in time order.
+func (e *Engine) Apply(ev Event) error {
+	in, ok := e.instances[ev.ID]
+	if !ok {
+		return fmt.Errorf("event for undeclared instance %q", ev.ID)
+	}
+	if in.present && !in.draining && e.expired(in, ev.At) {
+		in.present = false // evicted by lease expiry before this event
+	}
+	switch ev.Kind {
+	case KindRegistered:
+		// a new incarnation starts from scratch
+		*in = instance{Instance: in.Instance, present: true, causes: map[string]bool{}, lastRenewal: ev.At}
+		if !in.Probe {
+			in.admitted, in.rotationSince = true, ev.At
+		}
+	case KindHeartbeat:
+		if !in.present {
+			return nil // a heartbeat for an instance the registry no longer holds changes nothing
+		}
+		in.lastRenewal = ev.At
+		switch ev.Health {
+		case "failing":
+			e.addCause(in, ReasonSelfReportedFailing)
+		case "degraded", "ok", "":
+			in.degraded = ev.Health == "degraded"
+			e.clearCauses(in, ev.At, ReasonSelfReportedFailing)
+		default:
+			return fmt.Errorf("heartbeat health %q: want ok, degraded or failing", ev.Health)
+		}
+	case KindDeregistered:
+		in.draining = true
+	case KindProbe:
+		if !in.present || !in.Probe {
+			return nil
+		}
+		e.probe(in, ev)
+	default:
+		return fmt.Errorf("event kind %q is not supported", ev.Kind)
+	}
+	return nil
+}
+
+func (e *Engine) probe(in *instance, ev Event) {
+	switch ev.Result {
+	case ProbeOK:
+		in.okRun++
+		in.badRun = 0
+		if !in.admitted {
+			if in.okRun >= e.cfg.AdmitAfter {
+				in.admitted, in.rotationSince = true, ev.At
+			}
+			return
+		}
+		if in.okRun >= e.unhealthyAfter(in)+2 {
+			e.clearCauses(in, ev.At, ReasonProbeFailing, ReasonProbeRefused, ReasonSilentCorroborated)
+		}
+	case ProbeFail, ProbeTimeout, ProbeRefused:
+		in.okRun = 0
+		in.badRun++
+		if !in.admitted {
+			return
+		}
+		if ev.Result == ProbeRefused {
+			e.addCause(in, ReasonProbeRefused)
+		}
+		if in.badRun >= e.unhealthyAfter(in) {
+			e.addCause(in, ReasonProbeFailing)
+		}
+		if e.silent(in, ev.At) {
+			e.addCause(in, ReasonSilentCorroborated)
+		}
+	}
+}
+
+func (e *Engine) addCause(in *instance, cause string) {
+	if !in.admitted {
+		return
+	}
+	in.causes[cause] = true
+}
+
+// clearCauses removes causes; when the last one goes, slow start begins at now.
+func (e *Engine) clearCauses(in *instance, now time.Time, causes ...string) {
+	had := len(in.causes) > 0
+	for _, c := range causes {
+		delete(in.causes, c)
+	}
+	if had && len(in.causes) == 0 {
+		in.rotationSince = now
+	}
+}
+
+// Verdict returns the verdict on id at now (after every event up to now).
+func (e *Engine) Verdict(id string, now time.Time) Verdict {
+	in, ok := e.instances[id]
+	if !ok || !in.present || (!in.draining && e.expired(in, now)) {
+		return Verdict{State: StateAbsent, Reasons: []string{}}
+	}
+	switch {
+	case in.draining:
+		return Verdict{State: StateDraining, Reasons: []string{ReasonDraining}}
+	case !in.admitted:
+		return Verdict{State: StateUnknown, Reasons: []string{ReasonAdmitting}}
+	case len(in.causes) > 0:
+		reasons := make([]string, 0, len(in.causes))
+		for c := range in.causes {
+			reasons = append(reasons, c)
+		}
+		sort.Strings(reasons)
+		return Verdict{State: StateWithdrawn, Reasons: reasons}
+	}
+	v := Verdict{State: StateServing, Weight: 100, Reasons: []string{}}
+	if elapsed := now.Sub(in.rotationSince); elapsed < e.cfg.SlowStart {
+		v = Verdict{State: StateSlowStart, Weight: 10 + int(90*elapsed/e.cfg.SlowStart), Reasons: []string{ReasonSlowStart}}
+	}
+	if in.degraded {
+		v.State, v.Weight, v.Reasons = StateDegraded, min(v.Weight, e.cfg.DegradedWeight), []string{ReasonSelfReportedDegraded}
+	}
+	if e.silent(in, now) {
+		v.Reasons = append(v.Reasons, ReasonSilent)
+	}
+	return v
+}
+
+// GroupAnswer is what discovery returns for one (capability, zone).
+type GroupAnswer struct {
+	// Panic is set when fewer than panic_threshold of the group's non-draining instances
+	// are in rotation: then every one of them is returned.
+	Panic     bool
+	Instances []string // sorted ids
+}
+
+// Group answers for (capability, zone) at now.
+func (e *Engine) Group(capability, zone string, now time.Time) GroupAnswer {
+	var members, inRotation []string
+	for id, in := range e.instances {
+		if in.Zone != zone || !slices.Contains(in.Capabilities, capability) {
+			continue
+		}
+		v := e.Verdict(id, now)
+		if v.State == StateAbsent || v.State == StateDraining {
+			continue
+		}
+		members = append(members, id)
+		if v.InRotation() {
+			inRotation = append(inRotation, id)
+		}
+	}
+	sort.Strings(members)
+	sort.Strings(inRotation)
+	if len(members) > 0 && float64(len(inRotation)) < e.cfg.PanicThreshold*float64(len(members)) {
+		return GroupAnswer{Panic: true, Instances: members}
+	}
+	if inRotation == nil {
+		inRotation = []string{}
+	}
+	return GroupAnswer{Instances: inRotation}
+}

@@ -1,0 +1,207 @@
+package health
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+)
+
+// Scenario is an executable scenario of ELIGIBILITY.md: instances, timestamped evidence and
+// the answers expected at given instants.
+type Scenario struct {
+	Name        string             `json:"name"`
+	Description string             `json:"description,omitempty"`
+	Config      map[string]any     `json:"config"`
+	Instances   []ScenarioInstance `json:"instances"`
+	Events      []ScenarioEvent    `json:"events"`
+	Expect      []map[string]any   `json:"expect"`
+	config      Config
+	offsets     map[*ScenarioEvent]time.Duration
+}
+
+// ScenarioInstance declares one instance of a scenario.
+type ScenarioInstance struct {
+	ID             string   `json:"id"`
+	Zone           string   `json:"zone"`
+	Capabilities   []string `json:"capabilities"`
+	Probe          bool     `json:"probe"`
+	UnhealthyAfter int      `json:"unhealthy_after,omitempty"`
+}
+
+// ScenarioEvent is one event of a scenario; T is an offset from its start ("10.5s").
+type ScenarioEvent struct {
+	T      string `json:"t"`
+	ID     string `json:"id"`
+	Kind   string `json:"kind"`
+	Health string `json:"health,omitempty"`
+	Result string `json:"result,omitempty"`
+}
+
+// ErrUnsupported marks scenario content that needs a rule the engine does not implement yet.
+var ErrUnsupported = errors.New("not implemented yet")
+
+// ParseScenario decodes and checks a scenario file.
+func ParseScenario(raw []byte) (*Scenario, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	var s Scenario
+	if err := dec.Decode(&s); err != nil {
+		return nil, fmt.Errorf("scenario: %w", err)
+	}
+	cfg, err := scenarioConfig(s.Config)
+	if err != nil {
+		return nil, err
+	}
+	s.config = cfg
+	ids := map[string]bool{}
+	for _, in := range s.Instances {
+		if in.ID == "" || ids[in.ID] {
+			return nil, fmt.Errorf("scenario: instance id %q is empty or repeated", in.ID)
+		}
+		ids[in.ID] = true
+	}
+	s.offsets = map[*ScenarioEvent]time.Duration{}
+	for i := range s.Events {
+		ev := &s.Events[i]
+		d, err := offset(ev.T)
+		if err != nil {
+			return nil, fmt.Errorf("scenario: events[%d]: %w", i, err)
+		}
+		if !ids[ev.ID] {
+			return nil, fmt.Errorf("scenario: events[%d]: unknown instance %q", i, ev.ID)
+		}
+		switch ev.Kind {
+		case KindRegistered, KindHeartbeat, KindDeregistered, KindProbe:
+		case "outcome":
+			return nil, fmt.Errorf("scenario: events[%d]: passive outcomes: %w", i, ErrUnsupported)
+		default:
+			return nil, fmt.Errorf("scenario: events[%d]: unknown kind %q", i, ev.Kind)
+		}
+		s.offsets[ev] = d
+	}
+	for i, x := range s.Expect {
+		if _, err := offsetOf(x); err != nil {
+			return nil, fmt.Errorf("scenario: expect[%d]: %w", i, err)
+		}
+		if _, ok := x["self_preservation"]; ok {
+			return nil, fmt.Errorf("scenario: expect[%d]: self-preservation: %w", i, ErrUnsupported)
+		}
+		_, hasID := x["id"].(string)
+		_, hasCap := x["capability"].(string)
+		if hasID == hasCap {
+			return nil, fmt.Errorf("scenario: expect[%d]: name either an instance (id) or a group (capability, zone)", i)
+		}
+	}
+	return &s, nil
+}
+
+func offset(t string) (time.Duration, error) {
+	d, err := time.ParseDuration(t)
+	if err != nil || d < 0 {
+		return 0, fmt.Errorf("t %q is not a non-negative duration", t)
+	}
+	return d, nil
+}
+
+func offsetOf(x map[string]any) (time.Duration, error) {
+	t, _ := x["t"].(string)
+	return offset(t)
+}
+
+// scenarioConfig reads a scenario's config block; settings of rules the engine lacks are refused.
+func scenarioConfig(m map[string]any) (Config, error) {
+	var c Config
+	for k, v := range m {
+		var err error
+		switch k {
+		case "heartbeat_interval":
+			c.HeartbeatInterval, err = durationSetting(v)
+		case "lease_ttl":
+			c.LeaseTTL, err = durationSetting(v)
+		case "slow_start":
+			c.SlowStart, err = durationSetting(v)
+		case "admit_after":
+			c.AdmitAfter, err = intSetting(v)
+		case "unhealthy_after":
+			c.UnhealthyAfter, err = intSetting(v)
+		case "degraded_weight":
+			c.DegradedWeight, err = intSetting(v)
+		case "panic_threshold":
+			f, ok := v.(float64)
+			if !ok {
+				err = fmt.Errorf("want a number")
+			}
+			c.PanicThreshold = f
+		default:
+			return Config{}, fmt.Errorf("scenario: config %q: %w", k, ErrUnsupported)
+		}
+		if err != nil {
+			return Config{}, fmt.Errorf("scenario: config %q: %w", k, err)
+		}
+	}
+	c = c.WithDefaults()
+	return c, c.Validate()
+}
+
+func durationSetting(v any) (time.Duration, error) {
+	s, ok := v.(string)
+	if !ok {
+		return 0, fmt.Errorf("want a duration string")
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("%q is not a positive duration", s)
+	}
+	return d, nil
+}
+
+func intSetting(v any) (int, error) {
+	f, ok := v.(float64)
+	if !ok || f != float64(int(f)) || f <= 0 {
+		return 0, fmt.Errorf("want a positive integer")
+	}
+	return int(f), nil
+}
+
+// Answers runs s and returns one answer per expectation, in order, with the keys ELIGIBILITY.md
+// names: state, weight and reasons for an instance; panic and instances for a group.
+func (s *Scenario) Answers() ([]map[string]any, error) {
+	start := time.Unix(0, 0).UTC()
+	events := make([]*ScenarioEvent, len(s.Events))
+	for i := range s.Events {
+		events[i] = &s.Events[i]
+	}
+	sort.SliceStable(events, func(i, j int) bool { return s.offsets[events[i]] < s.offsets[events[j]] })
+	out := make([]map[string]any, 0, len(s.Expect))
+	for _, x := range s.Expect {
+		at, _ := offsetOf(x)
+		e, err := New(s.config)
+		if err != nil {
+			return nil, err
+		}
+		for _, in := range s.Instances {
+			e.Declare(Instance{ID: in.ID, Zone: in.Zone, Capabilities: in.Capabilities, Probe: in.Probe, UnhealthyAfter: in.UnhealthyAfter})
+		}
+		for _, ev := range events {
+			if s.offsets[ev] > at {
+				break
+			}
+			if err := e.Apply(Event{At: start.Add(s.offsets[ev]), ID: ev.ID, Kind: ev.Kind, Health: ev.Health, Result: ev.Result}); err != nil {
+				return nil, fmt.Errorf("scenario %s: %w", s.Name, err)
+			}
+		}
+		now := start.Add(at)
+		if id, ok := x["id"].(string); ok {
+			v := e.Verdict(id, now)
+			out = append(out, map[string]any{"state": v.State, "weight": v.Weight, "reasons": v.Reasons})
+			continue
+		}
+		zone, _ := x["zone"].(string)
+		g := e.Group(x["capability"].(string), zone, now)
+		out = append(out, map[string]any{"panic": g.Panic, "instances": g.Instances})
+	}
+	return out, nil
+}
