@@ -4,7 +4,8 @@
 // panic answers come out for any later instant. Identical evidence gives identical verdicts.
 //
 // Implemented so far: admission, slow start, degraded weight, the probe, self-report and
-// silence-corroboration withdrawal causes and their clearing, silence, draining, lease expiry
-// and panic. Not yet: flapping quarantine, passive outlier ejection and self-preservation
-// (see the engine's Unsupported).
+// silence-corroboration withdrawal causes and their clearing, silence, flapping quarantine,
+// draining, lease expiry and panic. Not yet: passive outlier ejection and self-preservation
+// (scenarios that need them are refused with ErrUnsupported), and the owner's incident on a
+// quarantine.
 package health

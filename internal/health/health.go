@@ -16,6 +16,10 @@ type Config struct {
 	SlowStart         time.Duration // default 30 s
 	DegradedWeight    int           // default 50
 	PanicThreshold    float64       // default 0.5
+	FlapLimit         int           // withdrawals within FlapWindow that quarantine (default 3)
+	FlapWindow        time.Duration // default 10 min
+	Quarantine        time.Duration // first quarantine, doubling each time (default 5 min)
+	QuarantineMax     time.Duration // default 1 h
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -41,15 +45,27 @@ func (c Config) WithDefaults() Config {
 	if c.PanicThreshold == 0 {
 		c.PanicThreshold = 0.5
 	}
+	if c.FlapLimit == 0 {
+		c.FlapLimit = 3
+	}
+	if c.FlapWindow == 0 {
+		c.FlapWindow = 10 * time.Minute
+	}
+	if c.Quarantine == 0 {
+		c.Quarantine = 5 * time.Minute
+	}
+	if c.QuarantineMax == 0 {
+		c.QuarantineMax = time.Hour
+	}
 	return c
 }
 
 // Validate reports settings that cannot work.
 func (c Config) Validate() error {
 	switch {
-	case c.HeartbeatInterval < 0 || c.LeaseTTL < 0 || c.SlowStart < 0:
+	case c.HeartbeatInterval < 0 || c.LeaseTTL < 0 || c.SlowStart < 0 || c.FlapWindow < 0 || c.Quarantine < 0 || c.QuarantineMax < 0:
 		return fmt.Errorf("health config: durations must not be negative")
-	case c.AdmitAfter < 0 || c.UnhealthyAfter < 0:
+	case c.AdmitAfter < 0 || c.UnhealthyAfter < 0 || c.FlapLimit < 0:
 		return fmt.Errorf("health config: probe counts must not be negative")
 	case c.DegradedWeight < 0 || c.DegradedWeight > 100:
 		return fmt.Errorf("health config: degraded_weight %d is outside 0..100", c.DegradedWeight)
@@ -61,13 +77,14 @@ func (c Config) Validate() error {
 
 // States of a verdict.
 const (
-	StateUnknown   = "unknown"
-	StateSlowStart = "slow_start"
-	StateServing   = "serving"
-	StateDegraded  = "degraded"
-	StateWithdrawn = "withdrawn"
-	StateDraining  = "draining"
-	StateAbsent    = "absent"
+	StateUnknown     = "unknown"
+	StateSlowStart   = "slow_start"
+	StateServing     = "serving"
+	StateDegraded    = "degraded"
+	StateWithdrawn   = "withdrawn"
+	StateQuarantined = "quarantined"
+	StateDraining    = "draining"
+	StateAbsent      = "absent"
 )
 
 // Reason codes.
@@ -81,6 +98,8 @@ const (
 	ReasonProbeRefused         = "PROBE_REFUSED"
 	ReasonSelfReportedFailing  = "SELF_REPORTED_FAILING"
 	ReasonSilentCorroborated   = "SILENT_CORROBORATED"
+	ReasonQuarantineEnded      = "QUARANTINE_ENDED"
+	ReasonFlapping             = "FLAPPING"
 )
 
 // Event kinds and values.
@@ -140,7 +159,14 @@ type instance struct {
 	lastRenewal   time.Time
 	degraded      bool
 	rotationSince time.Time // when it (re-)entered rotation: slow start runs from here
+
+	withdrawals     []time.Time // entries into withdrawn from rotation, for flap detection
+	quarantines     int         // how many times it was quarantined
+	quarantineUntil time.Time
 }
+
+// quarantined reports whether in is in quarantine at now.
+func (in *instance) quarantined(now time.Time) bool { return now.Before(in.quarantineUntil) }
 
 // Engine is the eligibility state machine. It is not safe for concurrent use; its owner
 // serialises events and queries, in time order.
@@ -207,10 +233,14 @@ func (e *Engine) Apply(ev Event) error {
 		in.lastRenewal = ev.At
 		switch ev.Health {
 		case "failing":
-			e.addCause(in, ReasonSelfReportedFailing)
+			e.addCause(in, ev.At, ReasonSelfReportedFailing)
 		case "degraded", "ok", "":
 			in.degraded = ev.Health == "degraded"
-			e.clearCauses(in, ev.At, ReasonSelfReportedFailing)
+			clear := []string{ReasonSelfReportedFailing}
+			if !in.Probe && !in.quarantined(ev.At) {
+				clear = append(clear, ReasonQuarantineEnded)
+			}
+			e.clearCauses(in, ev.At, clear...)
 		default:
 			return fmt.Errorf("heartbeat health %q: want ok, degraded or failing", ev.Health)
 		}
@@ -230,6 +260,9 @@ func (e *Engine) Apply(ev Event) error {
 func (e *Engine) probe(in *instance, ev Event) {
 	switch ev.Result {
 	case ProbeOK:
+		if in.quarantined(ev.At) {
+			return // successes during quarantine do not count
+		}
 		in.okRun++
 		in.badRun = 0
 		if !in.admitted {
@@ -239,7 +272,7 @@ func (e *Engine) probe(in *instance, ev Event) {
 			return
 		}
 		if in.okRun >= e.unhealthyAfter(in)+2 {
-			e.clearCauses(in, ev.At, ReasonProbeFailing, ReasonProbeRefused, ReasonSilentCorroborated)
+			e.clearCauses(in, ev.At, ReasonProbeFailing, ReasonProbeRefused, ReasonSilentCorroborated, ReasonQuarantineEnded)
 		}
 	case ProbeFail, ProbeTimeout, ProbeRefused:
 		in.okRun = 0
@@ -248,22 +281,47 @@ func (e *Engine) probe(in *instance, ev Event) {
 			return
 		}
 		if ev.Result == ProbeRefused {
-			e.addCause(in, ReasonProbeRefused)
+			e.addCause(in, ev.At, ReasonProbeRefused)
 		}
 		if in.badRun >= e.unhealthyAfter(in) {
-			e.addCause(in, ReasonProbeFailing)
+			e.addCause(in, ev.At, ReasonProbeFailing)
 		}
 		if e.silent(in, ev.At) {
-			e.addCause(in, ReasonSilentCorroborated)
+			e.addCause(in, ev.At, ReasonSilentCorroborated)
 		}
 	}
 }
 
-func (e *Engine) addCause(in *instance, cause string) {
+// addCause adds a withdrawal cause at now; an entry into withdrawn from rotation counts
+// towards flapping, and flap_limit entries within flap_window quarantine the instance.
+func (e *Engine) addCause(in *instance, now time.Time, cause string) {
 	if !in.admitted {
 		return
 	}
+	entering := len(in.causes) == 0
 	in.causes[cause] = true
+	if !entering || in.quarantined(now) {
+		return
+	}
+	recent := in.withdrawals[:0]
+	for _, t := range in.withdrawals {
+		if now.Sub(t) < e.cfg.FlapWindow {
+			recent = append(recent, t)
+		}
+	}
+	in.withdrawals = append(recent, now)
+	if len(in.withdrawals) < e.cfg.FlapLimit {
+		return
+	}
+	in.quarantines++
+	d := e.cfg.Quarantine << min(in.quarantines-1, 30)
+	if d <= 0 || d > e.cfg.QuarantineMax {
+		d = e.cfg.QuarantineMax
+	}
+	in.quarantineUntil = now.Add(d)
+	in.causes[ReasonQuarantineEnded] = true
+	in.withdrawals = nil
+	in.okRun = 0
 }
 
 // clearCauses removes causes; when the last one goes, slow start begins at now.
@@ -286,6 +344,8 @@ func (e *Engine) Verdict(id string, now time.Time) Verdict {
 	switch {
 	case in.draining:
 		return Verdict{State: StateDraining, Reasons: []string{ReasonDraining}}
+	case in.quarantined(now):
+		return Verdict{State: StateQuarantined, Reasons: []string{ReasonFlapping}}
 	case !in.admitted:
 		return Verdict{State: StateUnknown, Reasons: []string{ReasonAdmitting}}
 	case len(in.causes) > 0:

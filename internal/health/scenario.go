@@ -129,6 +129,14 @@ func scenarioConfig(m map[string]any) (Config, error) {
 			c.UnhealthyAfter, err = intSetting(v)
 		case "degraded_weight":
 			c.DegradedWeight, err = intSetting(v)
+		case "flap_limit":
+			c.FlapLimit, err = intSetting(v)
+		case "flap_window":
+			c.FlapWindow, err = durationSetting(v)
+		case "quarantine":
+			c.Quarantine, err = durationSetting(v)
+		case "quarantine_max":
+			c.QuarantineMax, err = durationSetting(v)
 		case "panic_threshold":
 			f, ok := v.(float64)
 			if !ok {
