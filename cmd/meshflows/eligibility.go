@@ -21,7 +21,7 @@ print {"answers": [...]}: one object per expectation, in order — state, weight
 an instance; panic and instances for a (capability, zone).
 
 Exit status 0 when the file could be read; 2 when it could not, or when it uses a rule the
-engine does not implement yet (passive outcomes and ejection, self-preservation).`,
+engine does not implement yet (self-preservation).`,
 		Example: "  meshflows eligibility simulate --scenario internal/health/testdata/scenarios/panic-below-half.json",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -32,8 +32,8 @@ func TestEligibilitySimulate(t *testing.T) {
 	}
 
 	dir := t.TempDir()
-	unsupported := filepath.Join(dir, "outliers.json")
-	os.WriteFile(unsupported, []byte(`{"name":"f","config":{"outlier_min_requests":20},"instances":[],"events":[],"expect":[]}`), 0o600)
+	unsupported := filepath.Join(dir, "self-preservation.json")
+	os.WriteFile(unsupported, []byte(`{"name":"f","config":{},"instances":[],"events":[],"expect":[{"t":"1s","self_preservation":false}]}`), 0o600)
 	for _, tc := range []struct{ name, file string }{
 		{"missing file", filepath.Join(dir, "nothing.json")},
 		{"unsupported rule", unsupported},

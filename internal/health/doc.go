@@ -5,7 +5,7 @@
 //
 // Implemented so far: admission, slow start, degraded weight, the probe, self-report and
 // silence-corroboration withdrawal causes and their clearing, silence, flapping quarantine,
-// draining, lease expiry and panic. Not yet: passive outlier ejection and self-preservation
-// (scenarios that need them are refused with ErrUnsupported), and the owner's incident on a
-// quarantine.
+// passive outlier ejection (with its cap per group), draining, lease expiry and panic. Not
+// yet: self-preservation (scenarios that need it are refused with ErrUnsupported) and the
+// owner's incident on a quarantine.
 package health

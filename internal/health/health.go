@@ -20,6 +20,12 @@ type Config struct {
 	FlapWindow        time.Duration // default 10 min
 	Quarantine        time.Duration // first quarantine, doubling each time (default 5 min)
 	QuarantineMax     time.Duration // default 1 h
+
+	OutlierMinRequests     int           // requests in an outcome for the error rate to count (default 20)
+	OutlierErrorRate       float64       // error share that ejects (default 0.5)
+	OutlierConnectFailures int           // connect failures in an outcome that eject (default 5)
+	EjectionBase           time.Duration // k-th ejection lasts k × this (default 30 s)
+	MaxEjectionPercent     int           // at most this share of a group ejected at once (default 50)
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -57,6 +63,21 @@ func (c Config) WithDefaults() Config {
 	if c.QuarantineMax == 0 {
 		c.QuarantineMax = time.Hour
 	}
+	if c.OutlierMinRequests == 0 {
+		c.OutlierMinRequests = 20
+	}
+	if c.OutlierErrorRate == 0 {
+		c.OutlierErrorRate = 0.5
+	}
+	if c.OutlierConnectFailures == 0 {
+		c.OutlierConnectFailures = 5
+	}
+	if c.EjectionBase == 0 {
+		c.EjectionBase = 30 * time.Second
+	}
+	if c.MaxEjectionPercent == 0 {
+		c.MaxEjectionPercent = 50
+	}
 	return c
 }
 
@@ -69,6 +90,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("health config: probe counts must not be negative")
 	case c.DegradedWeight < 0 || c.DegradedWeight > 100:
 		return fmt.Errorf("health config: degraded_weight %d is outside 0..100", c.DegradedWeight)
+	case c.OutlierErrorRate < 0 || c.OutlierErrorRate > 1 || c.MaxEjectionPercent < 0 || c.MaxEjectionPercent > 100:
+		return fmt.Errorf("health config: outlier_error_rate must be within 0..1 and max_ejection_percent within 0..100")
 	case c.PanicThreshold < 0 || c.PanicThreshold > 1:
 		return fmt.Errorf("health config: panic_threshold %v is outside 0..1", c.PanicThreshold)
 	}
@@ -100,6 +123,8 @@ const (
 	ReasonSilentCorroborated   = "SILENT_CORROBORATED"
 	ReasonQuarantineEnded      = "QUARANTINE_ENDED"
 	ReasonFlapping             = "FLAPPING"
+	ReasonOutlierErrorRate     = "OUTLIER_ERROR_RATE"
+	ReasonOutlierConnect       = "OUTLIER_CONNECT_FAILURES"
 )
 
 // Event kinds and values.
@@ -108,6 +133,7 @@ const (
 	KindHeartbeat    = "heartbeat"
 	KindDeregistered = "deregistered"
 	KindProbe        = "probe"
+	KindOutcome      = "outcome"
 
 	ProbeOK      = "ok"
 	ProbeFail    = "fail"
@@ -133,6 +159,8 @@ type Event struct {
 	Kind   string
 	Health string // heartbeat: ok, degraded or failing
 	Result string // probe: ok, fail, timeout or refused
+	// outcome: one gateway reporting window
+	OK, Errors, ConnectFailures int
 }
 
 // Verdict is whether an instance is in rotation, at what weight, and why.
@@ -163,6 +191,9 @@ type instance struct {
 	withdrawals     []time.Time // entries into withdrawn from rotation, for flap detection
 	quarantines     int         // how many times it was quarantined
 	quarantineUntil time.Time
+
+	ejections  int // how many times it was ejected
+	ejectUntil time.Time
 }
 
 // quarantined reports whether in is in quarantine at now.
@@ -219,6 +250,7 @@ func (e *Engine) Apply(ev Event) error {
 	if in.present && !in.draining && e.expired(in, ev.At) {
 		in.present = false // evicted by lease expiry before this event
 	}
+	e.advance(in, ev.At)
 	switch ev.Kind {
 	case KindRegistered:
 		// a new incarnation starts from scratch
@@ -251,6 +283,11 @@ func (e *Engine) Apply(ev Event) error {
 			return nil
 		}
 		e.probe(in, ev)
+	case KindOutcome:
+		if !in.present {
+			return nil
+		}
+		e.outcome(in, ev)
 	default:
 		return fmt.Errorf("event kind %q is not supported", ev.Kind)
 	}
@@ -294,6 +331,53 @@ func (e *Engine) probe(in *instance, ev Event) {
 
 // addCause adds a withdrawal cause at now; an entry into withdrawn from rotation counts
 // towards flapping, and flap_limit entries within flap_window quarantine the instance.
+// advance applies the time-driven changes due by now: the end of an ejection.
+func (e *Engine) advance(in *instance, now time.Time) {
+	if !in.ejectUntil.IsZero() && !now.Before(in.ejectUntil) {
+		e.clearCauses(in, in.ejectUntil, ReasonOutlierErrorRate, ReasonOutlierConnect)
+		in.ejectUntil = time.Time{}
+	}
+}
+
+// outcome ejects an admitted instance whose reported window shows it failing, unless too
+// much of one of its groups is ejected already.
+func (e *Engine) outcome(in *instance, ev Event) {
+	var cause string
+	switch requests := ev.OK + ev.Errors; {
+	case ev.ConnectFailures >= e.cfg.OutlierConnectFailures:
+		cause = ReasonOutlierConnect
+	case requests >= e.cfg.OutlierMinRequests && float64(ev.Errors) >= e.cfg.OutlierErrorRate*float64(requests):
+		cause = ReasonOutlierErrorRate
+	}
+	if cause == "" || !in.admitted || !in.ejectUntil.IsZero() || e.ejectionCapped(in, ev.At) {
+		return
+	}
+	in.ejections++
+	in.ejectUntil = ev.At.Add(time.Duration(in.ejections) * e.cfg.EjectionBase)
+	e.addCause(in, ev.At, cause)
+}
+
+// ejectionCapped reports whether ejecting in would eject more than max_ejection_percent of
+// the non-draining instances of one of its (capability, zone) groups.
+func (e *Engine) ejectionCapped(in *instance, now time.Time) bool {
+	for _, c := range in.Capabilities {
+		members, ejected := 0, 1 // in itself, if ejected
+		for _, o := range e.instances {
+			if o.Zone != in.Zone || !slices.Contains(o.Capabilities, c) || !o.present || o.draining || e.expired(o, now) {
+				continue
+			}
+			members++
+			if o != in && now.Before(o.ejectUntil) {
+				ejected++
+			}
+		}
+		if ejected*100 > e.cfg.MaxEjectionPercent*members {
+			return true
+		}
+	}
+	return false
+}
+
 func (e *Engine) addCause(in *instance, now time.Time, cause string) {
 	if !in.admitted {
 		return
@@ -338,6 +422,9 @@ func (e *Engine) clearCauses(in *instance, now time.Time, causes ...string) {
 // Verdict returns the verdict on id at now (after every event up to now).
 func (e *Engine) Verdict(id string, now time.Time) Verdict {
 	in, ok := e.instances[id]
+	if ok {
+		e.advance(in, now)
+	}
 	if !ok || !in.present || (!in.draining && e.expired(in, now)) {
 		return Verdict{State: StateAbsent, Reasons: []string{}}
 	}

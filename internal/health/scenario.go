@@ -38,6 +38,10 @@ type ScenarioEvent struct {
 	Kind   string `json:"kind"`
 	Health string `json:"health,omitempty"`
 	Result string `json:"result,omitempty"`
+
+	OK              int `json:"ok,omitempty"`
+	Errors          int `json:"errors,omitempty"`
+	ConnectFailures int `json:"connect_failures,omitempty"`
 }
 
 // ErrUnsupported marks scenario content that needs a rule the engine does not implement yet.
@@ -74,9 +78,7 @@ func ParseScenario(raw []byte) (*Scenario, error) {
 			return nil, fmt.Errorf("scenario: events[%d]: unknown instance %q", i, ev.ID)
 		}
 		switch ev.Kind {
-		case KindRegistered, KindHeartbeat, KindDeregistered, KindProbe:
-		case "outcome":
-			return nil, fmt.Errorf("scenario: events[%d]: passive outcomes: %w", i, ErrUnsupported)
+		case KindRegistered, KindHeartbeat, KindDeregistered, KindProbe, KindOutcome:
 		default:
 			return nil, fmt.Errorf("scenario: events[%d]: unknown kind %q", i, ev.Kind)
 		}
@@ -137,6 +139,20 @@ func scenarioConfig(m map[string]any) (Config, error) {
 			c.Quarantine, err = durationSetting(v)
 		case "quarantine_max":
 			c.QuarantineMax, err = durationSetting(v)
+		case "outlier_min_requests":
+			c.OutlierMinRequests, err = intSetting(v)
+		case "outlier_connect_failures":
+			c.OutlierConnectFailures, err = intSetting(v)
+		case "max_ejection_percent":
+			c.MaxEjectionPercent, err = intSetting(v)
+		case "ejection_base":
+			c.EjectionBase, err = durationSetting(v)
+		case "outlier_error_rate":
+			f, ok := v.(float64)
+			if !ok {
+				err = fmt.Errorf("want a number")
+			}
+			c.OutlierErrorRate = f
 		case "panic_threshold":
 			f, ok := v.(float64)
 			if !ok {
@@ -197,7 +213,8 @@ func (s *Scenario) Answers() ([]map[string]any, error) {
 			if s.offsets[ev] > at {
 				break
 			}
-			if err := e.Apply(Event{At: start.Add(s.offsets[ev]), ID: ev.ID, Kind: ev.Kind, Health: ev.Health, Result: ev.Result}); err != nil {
+			if err := e.Apply(Event{At: start.Add(s.offsets[ev]), ID: ev.ID, Kind: ev.Kind, Health: ev.Health, Result: ev.Result,
+				OK: ev.OK, Errors: ev.Errors, ConnectFailures: ev.ConnectFailures}); err != nil {
 				return nil, fmt.Errorf("scenario %s: %w", s.Name, err)
 			}
 		}
