@@ -20,8 +20,8 @@ func newEligibilityCmd() *cobra.Command {
 print {"answers": [...]}: one object per expectation, in order — state, weight and reasons for
 an instance; panic and instances for a (capability, zone).
 
-Exit status 0 when the file could be read; 2 when it could not, or when it uses a rule the
-engine does not implement yet (self-preservation).`,
+Exit status 0 when the file could be read; 2 when it could not (unreadable, not JSON, unknown
+settings, instances or event kinds, instants beyond 6h).`,
 		Example: "  meshflows eligibility simulate --scenario internal/health/testdata/scenarios/panic-below-half.json",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

@@ -32,11 +32,11 @@ func TestEligibilitySimulate(t *testing.T) {
 	}
 
 	dir := t.TempDir()
-	unsupported := filepath.Join(dir, "self-preservation.json")
-	os.WriteFile(unsupported, []byte(`{"name":"f","config":{},"instances":[],"events":[],"expect":[{"t":"1s","self_preservation":false}]}`), 0o600)
+	unsupported := filepath.Join(dir, "unknown-setting.json")
+	os.WriteFile(unsupported, []byte(`{"name":"f","config":{"warp_speed":9},"instances":[],"events":[],"expect":[]}`), 0o600)
 	for _, tc := range []struct{ name, file string }{
 		{"missing file", filepath.Join(dir, "nothing.json")},
-		{"unsupported rule", unsupported},
+		{"unknown setting", unsupported},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := run(context.Background(), "eligibility", "simulate", "--scenario", tc.file)

@@ -3,9 +3,9 @@
 // results) goes in with its time; verdicts (state, weight, reasons), per (capability, zone)
 // panic answers come out for any later instant. Identical evidence gives identical verdicts.
 //
-// Implemented so far: admission, slow start, degraded weight, the probe, self-report and
-// silence-corroboration withdrawal causes and their clearing, silence, flapping quarantine,
-// passive outlier ejection (with its cap per group), draining, lease expiry and panic. Not
-// yet: self-preservation (scenarios that need it are refused with ErrUnsupported) and the
-// owner's incident on a quarantine.
+// Every rule of ELIGIBILITY.md is implemented: admission, slow start, degraded weight, the
+// withdrawal causes and their clearing, silence, flapping quarantine, passive outlier ejection,
+// draining, lease expiry, panic and self-preservation. The owner calls Tick regularly; lease
+// expiry and self-preservation happen at ticks. Raising the owner's incident on a quarantine
+// is left to the owner (not yet wired).
 package health

@@ -26,6 +26,11 @@ type Config struct {
 	OutlierConnectFailures int           // connect failures in an outcome that eject (default 5)
 	EjectionBase           time.Duration // k-th ejection lasts k × this (default 30 s)
 	MaxEjectionPercent     int           // at most this share of a group ejected at once (default 50)
+
+	SelfPreservationEnter        float64       // renewal ratio under which expiry stops evicting (default 0.6)
+	SelfPreservationExit         float64       // renewal ratio that ends the mode (default 0.8)
+	SelfPreservationMinInstances int           // fewer instances never enter the mode (default 10)
+	SelfPreservationMax          time.Duration // the mode ends after this at the latest (default 15 min)
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -77,6 +82,18 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.MaxEjectionPercent == 0 {
 		c.MaxEjectionPercent = 50
+	}
+	if c.SelfPreservationEnter == 0 {
+		c.SelfPreservationEnter = 0.6
+	}
+	if c.SelfPreservationExit == 0 {
+		c.SelfPreservationExit = 0.8
+	}
+	if c.SelfPreservationMinInstances == 0 {
+		c.SelfPreservationMinInstances = 10
+	}
+	if c.SelfPreservationMax == 0 {
+		c.SelfPreservationMax = 15 * time.Minute
 	}
 	return c
 }
@@ -200,10 +217,18 @@ type instance struct {
 func (in *instance) quarantined(now time.Time) bool { return now.Before(in.quarantineUntil) }
 
 // Engine is the eligibility state machine. It is not safe for concurrent use; its owner
-// serialises events and queries, in time order.
+// serialises events, ticks and queries, in time order, and calls Tick regularly (every
+// second, say): lease expiry evicts, and self-preservation enters and ends, at ticks.
 type Engine struct {
 	cfg       Config
 	instances map[string]*instance
+
+	started  bool
+	start    time.Time
+	renewals []time.Time // registrations and heartbeats within the last window, oldest first
+	sp       bool        // self-preservation: lease expiry does not evict
+	spSince  time.Time
+	spBlock  bool // the mode ended by its bound: it cannot return until renewals recover
 }
 
 // New returns an engine for cfg (defaults filled in).
@@ -247,14 +272,13 @@ func (e *Engine) Apply(ev Event) error {
 	if !ok {
 		return fmt.Errorf("event for undeclared instance %q", ev.ID)
 	}
-	if in.present && !in.draining && e.expired(in, ev.At) {
-		in.present = false // evicted by lease expiry before this event
-	}
+	e.Tick(ev.At)
 	e.advance(in, ev.At)
 	switch ev.Kind {
 	case KindRegistered:
 		// a new incarnation starts from scratch
 		*in = instance{Instance: in.Instance, present: true, causes: map[string]bool{}, lastRenewal: ev.At}
+		e.renewals = append(e.renewals, ev.At)
 		if !in.Probe {
 			in.admitted, in.rotationSince = true, ev.At
 		}
@@ -263,6 +287,7 @@ func (e *Engine) Apply(ev Event) error {
 			return nil // a heartbeat for an instance the registry no longer holds changes nothing
 		}
 		in.lastRenewal = ev.At
+		e.renewals = append(e.renewals, ev.At)
 		switch ev.Health {
 		case "failing":
 			e.addCause(in, ev.At, ReasonSelfReportedFailing)
@@ -363,7 +388,7 @@ func (e *Engine) ejectionCapped(in *instance, now time.Time) bool {
 	for _, c := range in.Capabilities {
 		members, ejected := 0, 1 // in itself, if ejected
 		for _, o := range e.instances {
-			if o.Zone != in.Zone || !slices.Contains(o.Capabilities, c) || !o.present || o.draining || e.expired(o, now) {
+			if o.Zone != in.Zone || !slices.Contains(o.Capabilities, c) || !o.present || o.draining {
 				continue
 			}
 			members++
@@ -425,7 +450,7 @@ func (e *Engine) Verdict(id string, now time.Time) Verdict {
 	if ok {
 		e.advance(in, now)
 	}
-	if !ok || !in.present || (!in.draining && e.expired(in, now)) {
+	if !ok || !in.present {
 		return Verdict{State: StateAbsent, Reasons: []string{}}
 	}
 	switch {
@@ -455,6 +480,53 @@ func (e *Engine) Verdict(id string, now time.Time) Verdict {
 	}
 	return v
 }
+
+// Tick applies what is due by now registry-wide: self-preservation enters or ends, then
+// expired leases are evicted unless the mode holds.
+func (e *Engine) Tick(now time.Time) {
+	if !e.started {
+		e.started, e.start = true, now
+	}
+	window := e.cfg.LeaseTTL
+	drop := 0
+	for drop < len(e.renewals) && now.Sub(e.renewals[drop]) >= window {
+		drop++
+	}
+	e.renewals = e.renewals[drop:]
+	live := 0
+	for _, in := range e.instances {
+		if in.present && !in.draining {
+			live++
+		}
+	}
+	expected := float64(live) * float64(window) / float64(e.cfg.HeartbeatInterval)
+	ratio := 1.0
+	if expected > 0 {
+		ratio = float64(len(e.renewals)) / expected
+	}
+	switch {
+	case e.sp && ratio >= e.cfg.SelfPreservationExit:
+		e.sp = false
+	case e.sp && now.Sub(e.spSince) >= e.cfg.SelfPreservationMax:
+		e.sp, e.spBlock = false, true
+	case !e.sp && e.spBlock && ratio >= e.cfg.SelfPreservationExit:
+		e.spBlock = false
+	case !e.sp && !e.spBlock && ratio < e.cfg.SelfPreservationEnter && live >= e.cfg.SelfPreservationMinInstances &&
+		now.Sub(e.start) >= window:
+		e.sp, e.spSince = true, now
+	}
+	if e.sp {
+		return
+	}
+	for _, in := range e.instances {
+		if in.present && !in.draining && e.expired(in, now) {
+			in.present = false
+		}
+	}
+}
+
+// SelfPreservation reports whether lease expiry is suspended (as of the last Tick).
+func (e *Engine) SelfPreservation() bool { return e.sp }
 
 // GroupAnswer is what discovery returns for one (capability, zone).
 type GroupAnswer struct {

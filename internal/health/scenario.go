@@ -3,7 +3,6 @@ package health
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sort"
 	"time"
@@ -44,8 +43,8 @@ type ScenarioEvent struct {
 	ConnectFailures int `json:"connect_failures,omitempty"`
 }
 
-// ErrUnsupported marks scenario content that needs a rule the engine does not implement yet.
-var ErrUnsupported = errors.New("not implemented yet")
+// scenarioTick is how often the scenario runner ticks the engine, as a registry would.
+const scenarioTick = 100 * time.Millisecond
 
 // ParseScenario decodes and checks a scenario file.
 func ParseScenario(raw []byte) (*Scenario, error) {
@@ -88,22 +87,30 @@ func ParseScenario(raw []byte) (*Scenario, error) {
 		if _, err := offsetOf(x); err != nil {
 			return nil, fmt.Errorf("scenario: expect[%d]: %w", i, err)
 		}
-		if _, ok := x["self_preservation"]; ok {
-			return nil, fmt.Errorf("scenario: expect[%d]: self-preservation: %w", i, ErrUnsupported)
-		}
 		_, hasID := x["id"].(string)
 		_, hasCap := x["capability"].(string)
-		if hasID == hasCap {
-			return nil, fmt.Errorf("scenario: expect[%d]: name either an instance (id) or a group (capability, zone)", i)
+		_, hasSP := x["self_preservation"]
+		if n := btoi(hasID) + btoi(hasCap) + btoi(hasSP); n != 1 {
+			return nil, fmt.Errorf("scenario: expect[%d]: ask about one instance (id), one group (capability, zone) or self_preservation", i)
 		}
 	}
 	return &s, nil
 }
 
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// maxScenarioTime bounds a scenario's instants, so that replaying it stays cheap.
+const maxScenarioTime = 6 * time.Hour
+
 func offset(t string) (time.Duration, error) {
 	d, err := time.ParseDuration(t)
-	if err != nil || d < 0 {
-		return 0, fmt.Errorf("t %q is not a non-negative duration", t)
+	if err != nil || d < 0 || d > maxScenarioTime {
+		return 0, fmt.Errorf("t %q is not a duration within 0..%s", t, maxScenarioTime)
 	}
 	return d, nil
 }
@@ -153,6 +160,20 @@ func scenarioConfig(m map[string]any) (Config, error) {
 				err = fmt.Errorf("want a number")
 			}
 			c.OutlierErrorRate = f
+		case "self_preservation_min_instances":
+			c.SelfPreservationMinInstances, err = intSetting(v)
+		case "self_preservation_max":
+			c.SelfPreservationMax, err = durationSetting(v)
+		case "self_preservation_enter", "self_preservation_exit":
+			f, ok := v.(float64)
+			if !ok || f <= 0 || f > 1 {
+				err = fmt.Errorf("want a number within 0..1")
+			}
+			if k == "self_preservation_enter" {
+				c.SelfPreservationEnter = f
+			} else {
+				c.SelfPreservationExit = f
+			}
 		case "panic_threshold":
 			f, ok := v.(float64)
 			if !ok {
@@ -160,7 +181,7 @@ func scenarioConfig(m map[string]any) (Config, error) {
 			}
 			c.PanicThreshold = f
 		default:
-			return Config{}, fmt.Errorf("scenario: config %q: %w", k, ErrUnsupported)
+			return Config{}, fmt.Errorf("scenario: config %q is not a setting of ELIGIBILITY.md", k)
 		}
 		if err != nil {
 			return Config{}, fmt.Errorf("scenario: config %q: %w", k, err)
@@ -199,34 +220,56 @@ func (s *Scenario) Answers() ([]map[string]any, error) {
 		events[i] = &s.Events[i]
 	}
 	sort.SliceStable(events, func(i, j int) bool { return s.offsets[events[i]] < s.offsets[events[j]] })
-	out := make([]map[string]any, 0, len(s.Expect))
-	for _, x := range s.Expect {
-		at, _ := offsetOf(x)
-		e, err := New(s.config)
-		if err != nil {
-			return nil, err
+	order := make([]int, len(s.Expect)) // expectations by time; answers keep the file's order
+	for i := range order {
+		order[i] = i
+	}
+	at := func(i int) time.Duration { d, _ := offsetOf(s.Expect[i]); return d }
+	sort.SliceStable(order, func(a, b int) bool { return at(order[a]) < at(order[b]) })
+
+	e, err := New(s.config)
+	if err != nil {
+		return nil, err
+	}
+	for _, in := range s.Instances {
+		e.Declare(Instance{ID: in.ID, Zone: in.Zone, Capabilities: in.Capabilities, Probe: in.Probe, UnhealthyAfter: in.UnhealthyAfter})
+	}
+	// the owner's ticks: every scenarioTick from the start, between events
+	tick := time.Duration(0)
+	tickTo := func(until time.Duration) {
+		for ; tick <= until; tick += scenarioTick {
+			e.Tick(start.Add(tick))
 		}
-		for _, in := range s.Instances {
-			e.Declare(Instance{ID: in.ID, Zone: in.Zone, Capabilities: in.Capabilities, Probe: in.Probe, UnhealthyAfter: in.UnhealthyAfter})
-		}
-		for _, ev := range events {
-			if s.offsets[ev] > at {
-				break
-			}
+	}
+	out := make([]map[string]any, len(s.Expect))
+	next := 0
+	for _, i := range order {
+		t := at(i)
+		for ; next < len(events) && s.offsets[events[next]] <= t; next++ {
+			ev := events[next]
+			tickTo(s.offsets[ev] - 1)
 			if err := e.Apply(Event{At: start.Add(s.offsets[ev]), ID: ev.ID, Kind: ev.Kind, Health: ev.Health, Result: ev.Result,
 				OK: ev.OK, Errors: ev.Errors, ConnectFailures: ev.ConnectFailures}); err != nil {
 				return nil, fmt.Errorf("scenario %s: %w", s.Name, err)
 			}
 		}
-		now := start.Add(at)
-		if id, ok := x["id"].(string); ok {
+		tickTo(t)
+		now := start.Add(t)
+		e.Tick(now)
+		x := s.Expect[i]
+		id, isInstance := x["id"].(string)
+		capability, isGroup := x["capability"].(string)
+		switch {
+		case isInstance:
 			v := e.Verdict(id, now)
-			out = append(out, map[string]any{"state": v.State, "weight": v.Weight, "reasons": v.Reasons})
-			continue
+			out[i] = map[string]any{"state": v.State, "weight": v.Weight, "reasons": v.Reasons}
+		case isGroup:
+			zone, _ := x["zone"].(string)
+			g := e.Group(capability, zone, now)
+			out[i] = map[string]any{"panic": g.Panic, "instances": g.Instances}
+		default:
+			out[i] = map[string]any{"self_preservation": e.SelfPreservation()}
 		}
-		zone, _ := x["zone"].(string)
-		g := e.Group(x["capability"].(string), zone, now)
-		out = append(out, map[string]any{"panic": g.Panic, "instances": g.Instances})
 	}
 	return out, nil
 }
