@@ -401,7 +401,9 @@ func watch[T any](ctx context.Context, c *Client, v *view[T], fetch func(context
 		if index < 0 {
 			changed, err = v.refresh(ctx, c.cfg.Now, get) // a plain fetch: readers may share it
 		} else {
-			changed, err = v.longPoll(ctx, c.cfg.Now, get)
+			// A long poll may be held for the whole wait: never shared, so that a reader that
+			// needs the view now (after Invalidate, past the TTL) gets its own request.
+			changed, err = v.fetchAndApply(ctx, c.cfg.Now, get)
 		}
 		if err != nil {
 			if ctx.Err() != nil {

@@ -115,13 +115,6 @@ func (v *view[T]) refresh(ctx context.Context, now func() time.Time, fetch func(
 	return changed, err
 }
 
-// longPoll runs a watch's fetch, which may be held by the registry for the whole wait, and
-// applies its answer. It is never shared: a reader that needs the view now (after an
-// invalidation, or past the TTL) must not queue behind a request that waits for a change.
-func (v *view[T]) longPoll(ctx context.Context, now func() time.Time, fetch func(ctx context.Context) (answer[T], error)) (changed bool, err error) {
-	return v.fetchAndApply(ctx, now, fetch)
-}
-
 // fetchAndApply runs fetch and applies its answer, or records its failure.
 func (v *view[T]) fetchAndApply(ctx context.Context, now func() time.Time, fetch func(ctx context.Context) (answer[T], error)) (changed bool, err error) {
 	a, err := fetch(ctx)
