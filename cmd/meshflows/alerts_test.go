@@ -81,32 +81,15 @@ func TestAlertRulesMatchTheStack(t *testing.T) {
 // metricName matches the MeshFlows metric names in a PromQL expression.
 var metricName = regexp.MustCompile(`\bmeshflows_[a-z_]+\b`)
 
-// devMetricNames runs 'meshflows dev', sends a request through its gateway and runs its
-// example workflow (so that every labelled series exists), and returns the names its
+// devMetricNames runs 'meshflows dev', waits until a request went through its gateway and its
+// example workflow ran (so that every labelled series exists), and returns the names its
 // registry, orchestrator, gateway and a provider expose.
 func devMetricNames(t *testing.T) map[string]bool {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	base, done := startDev(t, ctx)
 	t.Cleanup(func() { cancel(); <-done })
-	gw := "http://127.0.0.1:" + strconv.Itoa(base+devGatewayOffset) + "/api/messaging/jms/messages"
-	waitFor(t, "the gateway routes to the jms provider", func() bool {
-		resp, err := http.Get(gw)
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
-	run := "http://127.0.0.1:" + strconv.Itoa(base+devOrchestratorOffset) + "/v1/workflows/order-publish/run"
-	waitFor(t, "the example workflow runs", func() bool {
-		resp, err := http.Post(run, "application/json", strings.NewReader(`{"order": 1}`))
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	})
+	waitDevReady(t, base) // the gateway and the workflow have served once: their series exist
 	// validated again now that both providers are registered, so that they are asked
 	revalidate := "http://127.0.0.1:" + strconv.Itoa(base+devOrchestratorOffset) + "/v1/workflows/order-publish/validate"
 	resp, err := http.Post(revalidate, "application/json", nil)

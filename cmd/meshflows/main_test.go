@@ -148,6 +148,34 @@ func startDev(t *testing.T, ctx context.Context) (base int, done <-chan devResul
 	return 0, nil
 }
 
+// waitDevReady waits until the dev stack at base routes through its gateway from a fresh
+// table and runs its example workflow to success: every component is up and connected.
+func waitDevReady(t *testing.T, base int) {
+	t.Helper()
+	gw := "http://127.0.0.1:" + strconv.Itoa(base+devGatewayOffset) + "/api/messaging/rabbitmq/messages"
+	waitFor(t, "the gateway routes to the rabbitmq provider from a fresh table", func() bool {
+		resp, err := http.Get(gw)
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK && resp.Header.Get("X-Cache-Source") == "fresh"
+	})
+	run := "http://127.0.0.1:" + strconv.Itoa(base+devOrchestratorOffset) + "/v1/workflows/order-publish/run"
+	waitFor(t, "the example workflow runs to success", func() bool {
+		resp, err := http.Post(run, "application/json", strings.NewReader(`{"order": 1}`))
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var r struct {
+			Status string `json:"status"`
+		}
+		json.NewDecoder(resp.Body).Decode(&r)
+		return r.Status == "succeeded"
+	})
+}
+
 type devResult struct {
 	out string
 	err error
@@ -173,30 +201,8 @@ func TestDevServesAndStopsCleanly(t *testing.T) {
 		json.NewDecoder(resp.Body).Decode(&d)
 		return len(d.Capabilities) == 2 && d.Capabilities[0].Provider == "jms" && d.Capabilities[1].Provider == "rabbitmq"
 	})
-	// the gateway routes to them
-	gw := "http://127.0.0.1:" + strconv.Itoa(base+devGatewayOffset) + "/api/messaging/rabbitmq/messages"
-	waitFor(t, "the gateway routes to the rabbitmq provider from a fresh table", func() bool {
-		resp, err := http.Get(gw)
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200 && resp.Header.Get("X-Cache-Source") == "fresh"
-	})
-	// the orchestrator has loaded the example workflow and runs it to success
-	runURL := "http://127.0.0.1:" + strconv.Itoa(base+devOrchestratorOffset) + "/v1/workflows/order-publish/run"
-	waitFor(t, "the example workflow runs to success", func() bool {
-		resp, err := http.Post(runURL, "application/json", strings.NewReader(`{"order": 1}`))
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		var run struct {
-			Status string `json:"status"`
-		}
-		json.NewDecoder(resp.Body).Decode(&run)
-		return run.Status == "succeeded"
-	})
+	// the gateway routes to them and the example workflow runs to success
+	waitDevReady(t, base)
 	cancel()
 	r := <-done
 	if r.err != nil {

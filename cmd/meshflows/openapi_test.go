@@ -48,15 +48,7 @@ func TestOpenAPIDescribesTheServers(t *testing.T) {
 		t.Fatal(err)
 	}
 	// the example workflow runs once both providers are registered
-	waitFor(t, "the example workflow runs to success", func() bool {
-		resp, err := http.Post(orchestrator+"/v1/workflows/order-publish/run", "application/json", strings.NewReader(`{}`))
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return strings.Contains(string(b), `"status":"succeeded"`)
-	})
+	waitDevReady(t, base)
 
 	// a gateway of this test acknowledges everything to come, so that it never holds up the
 	// providers' drain when meshflows dev stops
