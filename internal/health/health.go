@@ -35,67 +35,35 @@ type Config struct {
 
 // WithDefaults returns c with every zero field set to its default.
 func (c Config) WithDefaults() Config {
-	if c.HeartbeatInterval == 0 {
-		c.HeartbeatInterval = 30 * time.Second
-	}
-	if c.LeaseTTL == 0 {
-		c.LeaseTTL = 90 * time.Second
-	}
-	if c.AdmitAfter == 0 {
-		c.AdmitAfter = 2
-	}
-	if c.UnhealthyAfter == 0 {
-		c.UnhealthyAfter = 3
-	}
-	if c.SlowStart == 0 {
-		c.SlowStart = 30 * time.Second
-	}
-	if c.DegradedWeight == 0 {
-		c.DegradedWeight = 50
-	}
-	if c.PanicThreshold == 0 {
-		c.PanicThreshold = 0.5
-	}
-	if c.FlapLimit == 0 {
-		c.FlapLimit = 3
-	}
-	if c.FlapWindow == 0 {
-		c.FlapWindow = 10 * time.Minute
-	}
-	if c.Quarantine == 0 {
-		c.Quarantine = 5 * time.Minute
-	}
-	if c.QuarantineMax == 0 {
-		c.QuarantineMax = time.Hour
-	}
-	if c.OutlierMinRequests == 0 {
-		c.OutlierMinRequests = 20
-	}
-	if c.OutlierErrorRate == 0 {
-		c.OutlierErrorRate = 0.5
-	}
-	if c.OutlierConnectFailures == 0 {
-		c.OutlierConnectFailures = 5
-	}
-	if c.EjectionBase == 0 {
-		c.EjectionBase = 30 * time.Second
-	}
-	if c.MaxEjectionPercent == 0 {
-		c.MaxEjectionPercent = 50
-	}
-	if c.SelfPreservationEnter == 0 {
-		c.SelfPreservationEnter = 0.6
-	}
-	if c.SelfPreservationExit == 0 {
-		c.SelfPreservationExit = 0.8
-	}
-	if c.SelfPreservationMinInstances == 0 {
-		c.SelfPreservationMinInstances = 10
-	}
-	if c.SelfPreservationMax == 0 {
-		c.SelfPreservationMax = 15 * time.Minute
-	}
+	orDefault(&c.HeartbeatInterval, 30*time.Second)
+	orDefault(&c.LeaseTTL, 90*time.Second)
+	orDefault(&c.AdmitAfter, 2)
+	orDefault(&c.UnhealthyAfter, 3)
+	orDefault(&c.SlowStart, 30*time.Second)
+	orDefault(&c.DegradedWeight, 50)
+	orDefault(&c.PanicThreshold, 0.5)
+	orDefault(&c.FlapLimit, 3)
+	orDefault(&c.FlapWindow, 10*time.Minute)
+	orDefault(&c.Quarantine, 5*time.Minute)
+	orDefault(&c.QuarantineMax, time.Hour)
+	orDefault(&c.OutlierMinRequests, 20)
+	orDefault(&c.OutlierErrorRate, 0.5)
+	orDefault(&c.OutlierConnectFailures, 5)
+	orDefault(&c.EjectionBase, 30*time.Second)
+	orDefault(&c.MaxEjectionPercent, 50)
+	orDefault(&c.SelfPreservationEnter, 0.6)
+	orDefault(&c.SelfPreservationExit, 0.8)
+	orDefault(&c.SelfPreservationMinInstances, 10)
+	orDefault(&c.SelfPreservationMax, 15*time.Minute)
 	return c
+}
+
+// orDefault sets *p to d when it is the zero value.
+func orDefault[T comparable](p *T, d T) {
+	var zero T
+	if *p == zero {
+		*p = d
+	}
 }
 
 // Validate reports settings that cannot work.
