@@ -12,16 +12,22 @@ const (
 	HealthFailing  = "failing"
 )
 
-// Eligibility verdicts (ELIGIBILITY.md). Until the eligibility engine exists every instance
-// with a live lease is EligibilityServing at weight 100.
+// Eligibility verdicts (ELIGIBILITY.md). A registry run without the eligibility engine
+// answers EligibilityServing at weight 100 for every instance with a live lease.
 const (
 	EligibilityUnknown     = "unknown"
+	EligibilitySlowStart   = "slow_start"
 	EligibilityServing     = "serving"
 	EligibilityDegraded    = "degraded"
 	EligibilityWithdrawn   = "withdrawn"
 	EligibilityQuarantined = "quarantined"
-	EligibilitySlowStart   = "slow-start"
+	EligibilityDraining    = "draining"
 )
+
+// InRotation reports whether an eligibility state puts an instance in rotation.
+func InRotation(eligibility string) bool {
+	return eligibility == EligibilityServing || eligibility == EligibilitySlowStart || eligibility == EligibilityDegraded
+}
 
 // Capability is one versioned capability an instance offers.
 type Capability struct {
@@ -113,6 +119,10 @@ type CapabilityEntry struct {
 	Health         string    `json:"health"`
 	Eligibility    string    `json:"eligibility"`
 	Weight         int       `json:"weight"`
+	// Panic is set when fewer than the panic threshold of the instances of this
+	// (capability, zone) are in rotation: the answer then holds all of them, at weight 100,
+	// and consumers use them all.
+	Panic bool `json:"panic,omitempty"`
 }
 
 // DiscoveryResponse is the answer of GET /v1/discovery/capabilities.
@@ -164,6 +174,33 @@ type HealthResponse struct {
 	ActiveCapabilities int    `json:"active_capabilities"`
 	Store              string `json:"store"`
 	UptimeSeconds      int64  `json:"uptime_seconds"`
+	// SelfPreservation is true while lease expiry is suspended because too few renewals
+	// arrive (the registry is more likely cut off than the fleet dead).
+	SelfPreservation bool `json:"self_preservation"`
+}
+
+// OutcomesRequest is the body of POST /v1/outcomes: a gateway's per-instance outcomes for
+// one reporting window.
+type OutcomesRequest struct {
+	GatewayID string    `json:"gateway_id"`
+	Outcomes  []Outcome `json:"outcomes"`
+}
+
+// Outcome is what one gateway saw of one instance incarnation in one window.
+type Outcome struct {
+	InstanceID      string `json:"instance_id"`
+	Generation      int64  `json:"generation"`
+	OK              int    `json:"ok"`
+	Errors          int    `json:"errors"`
+	ConnectFailures int    `json:"connect_failures"`
+}
+
+// OutcomesResponse is the answer of POST /v1/outcomes.
+type OutcomesResponse struct {
+	// Accepted counts the outcomes applied; outcomes of instances or generations the
+	// registry no longer holds are ignored, not errors.
+	Accepted int `json:"accepted"`
+	Ignored  int `json:"ignored"`
 }
 
 // SnapshotResponse is the answer of POST /v1/admin/snapshot.

@@ -106,6 +106,36 @@ func (h *HeartbeatRequest) Validate() error {
 	return nil
 }
 
+// MaxOutcomes bounds the outcomes of one POST /v1/outcomes.
+const MaxOutcomes = 1000
+
+// Validate checks an outcomes body: every problem at once.
+func (o *OutcomesRequest) Validate() error {
+	var ds []Detail
+	if o.GatewayID == "" {
+		ds = append(ds, Detail{Path: "gateway_id", Message: "is required"})
+	}
+	if len(o.Outcomes) > MaxOutcomes {
+		ds = append(ds, Detail{Path: "outcomes", Message: fmt.Sprintf("at most %d per request, got %d", MaxOutcomes, len(o.Outcomes))})
+	}
+	for i, x := range o.Outcomes {
+		p := fmt.Sprintf("outcomes[%d]", i)
+		if msg := InstanceIDProblem(x.InstanceID); msg != "" {
+			ds = append(ds, Detail{Path: p + ".instance_id", Message: msg})
+		}
+		if x.Generation < 1 {
+			ds = append(ds, Detail{Path: p + ".generation", Message: fmt.Sprintf("must be >= 1, got %d", x.Generation)})
+		}
+		if x.OK < 0 || x.Errors < 0 || x.ConnectFailures < 0 {
+			ds = append(ds, Detail{Path: p, Message: "ok, errors and connect_failures must not be negative"})
+		}
+	}
+	if len(ds) > 0 {
+		return InvalidRequest(ds)
+	}
+	return nil
+}
+
 // InstanceIDProblem says what is wrong with an instance id, or "" when it is valid:
 // 1-253 characters of [A-Za-z0-9._:-].
 func InstanceIDProblem(id string) string {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/meshflows/meshflows/discovery"
 	"github.com/meshflows/meshflows/examples/workflows"
+	"github.com/meshflows/meshflows/internal/health"
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/server"
 	"github.com/meshflows/meshflows/internal/telemetry"
@@ -82,6 +83,8 @@ Components that are not built yet are listed as such. Stop with Ctrl-C.`,
 			f := registryFlags{
 				leaseTTL: registry.DefaultLeaseTTL, heartbeatInterval: registry.DefaultHeartbeatInterval,
 				sweepInterval: time.Second, maxBodyBytes: server.DefaultMaxBodyBytes, insecure: true,
+				eligibility: eligibilityFlags{slowStart: 30 * time.Second, panicThreshold: 0.5,
+					probeConcurrency: health.DefaultProbeConcurrency, probeTimeout: health.DefaultProbeTimeout},
 			}
 			if err := startRegistry(regCtx, gReg, &f, ln, logger); err != nil {
 				return errors.Join(err, stopAll(), logOut.Flush())

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/meshflows/meshflows/internal/health"
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/server"
 	"github.com/meshflows/meshflows/internal/telemetry"
@@ -35,6 +36,16 @@ type registryFlags struct {
 	log               telemetry.LogConfig
 	security          securityFlags
 	etcd              etcdFlags
+	eligibility       eligibilityFlags
+}
+
+// eligibilityFlags configure the eligibility engine and the prober.
+type eligibilityFlags struct {
+	off              bool
+	slowStart        time.Duration
+	panicThreshold   float64
+	probeConcurrency int
+	probeTimeout     time.Duration
 }
 
 // etcdFlags select and configure the etcd store.
@@ -86,6 +97,11 @@ func (f *registryFlags) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&f.etcd.cert, "etcd-cert", "", "client certificate for etcd")
 	fs.StringVar(&f.etcd.key, "etcd-key", "", "key of --etcd-cert")
 	fs.DurationVar(&f.etcd.dialTimeout, "etcd-dial-timeout", 5*time.Second, "timeout of connecting to etcd")
+	fs.BoolVar(&f.eligibility.off, "no-eligibility", false, "run without the eligibility engine: no probes, every instance with a live lease is serving at weight 100")
+	fs.DurationVar(&f.eligibility.slowStart, "slow-start", 30*time.Second, "how long an instance entering rotation ramps its weight from 10 to 100")
+	fs.Float64Var(&f.eligibility.panicThreshold, "panic-threshold", 0.5, "a (capability, zone) with fewer than this share of its instances in rotation is answered in panic: all of them")
+	fs.IntVar(&f.eligibility.probeConcurrency, "probe-concurrency", health.DefaultProbeConcurrency, "active health probes in flight at most")
+	fs.DurationVar(&f.eligibility.probeTimeout, "probe-timeout", health.DefaultProbeTimeout, "timeout of one active health probe (never more than the instance's declared interval)")
 	fs.StringVar(&f.log.Level, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&f.log.Format, "log-format", "json", "log format: json or text")
 }
@@ -145,7 +161,20 @@ func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln 
 			closeStore()
 		}
 	}()
+	var monitor *health.Monitor
+	if !f.eligibility.off {
+		hb := f.heartbeatInterval
+		if hb == 0 {
+			hb = min(registry.DefaultHeartbeatInterval, f.leaseTTL/3)
+		}
+		monitor, err = health.NewMonitor(health.MonitorConfig{Logger: logger, Registerer: promReg, Engine: health.Config{
+			LeaseTTL: f.leaseTTL, HeartbeatInterval: hb, SlowStart: f.eligibility.slowStart, PanicThreshold: f.eligibility.panicThreshold}})
+		if err != nil {
+			return err
+		}
+	}
 	reg, err := registry.New(store, registry.Config{
+		Eligibility:       monitor,
 		LeaseTTL:          f.leaseTTL,
 		HeartbeatInterval: f.heartbeatInterval,
 		SweepInterval:     f.sweepInterval,
@@ -174,6 +203,14 @@ func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln 
 	logger.Info("registry listening", slog.String("addr", ln.Addr().String()), slog.Bool("tls", sec.tls != nil), slog.String("store", store.Name()),
 		slog.String("registry_epoch", store.Epoch().ID), slog.String("lease_ttl", reg.Config().LeaseTTL.String()),
 		slog.Int("pid", os.Getpid()))
+	if monitor != nil {
+		prober, err := health.NewProber(health.ProberConfig{Targets: reg.ProbeTargets, Report: reg.ReportProbe, Leader: reg.Leader,
+			Concurrency: f.eligibility.probeConcurrency, Timeout: f.eligibility.probeTimeout, Logger: logger, Registerer: promReg})
+		if err != nil {
+			return err
+		}
+		g.Go(func() error { return prober.Run(ctx) })
+	}
 	started = true
 	g.Go(func() error { return reg.Run(ctx) })
 	g.Go(func() error { return errors.Join(srv.Serve(ctx, ln), sec.close(), closeStore()) })

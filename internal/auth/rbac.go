@@ -31,6 +31,9 @@ type Role struct {
 	PathPrefixes []string `yaml:"path_prefixes"`
 	// Discover allows discovery queries.
 	Discover bool `yaml:"discover"`
+	// Gateway allows reporting passive outcomes (POST /v1/outcomes); a gateway role
+	// usually also has discover.
+	Gateway bool `yaml:"gateway"`
 	// Admin allows everything, admin endpoints included.
 	Admin bool `yaml:"admin"`
 }
@@ -144,6 +147,11 @@ func (p *Policy) roles(identity string) []Role {
 // IsAdmin reports whether identity has an admin role.
 func (p *Policy) IsAdmin(identity string) bool {
 	return slices.ContainsFunc(p.roles(identity), func(r Role) bool { return r.Admin })
+}
+
+// IsGateway reports whether identity may report gateway outcomes: a gateway role, or admin.
+func (p *Policy) IsGateway(identity string) bool {
+	return slices.ContainsFunc(p.roles(identity), func(r Role) bool { return r.Gateway || r.Admin })
 }
 
 // CanDiscover reports whether identity may query discovery: a role with discover, a
@@ -288,3 +296,6 @@ func (f *PolicyFile) CanDiscover(identity string) bool { return f.Policy().CanDi
 
 // IsAdmin implements the server's policy with the policy in force.
 func (f *PolicyFile) IsAdmin(identity string) bool { return f.Policy().IsAdmin(identity) }
+
+// IsGateway implements the server's policy with the policy in force.
+func (f *PolicyFile) IsGateway(identity string) bool { return f.Policy().IsGateway(identity) }

@@ -1,6 +1,7 @@
 package health
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"sort"
@@ -168,7 +169,7 @@ type instance struct {
 	admitted      bool
 	okRun         int // consecutive ok probes
 	badRun        int // consecutive fail/timeout probes
-	causes        map[string]bool
+	causes        map[string]Evidence
 	lastRenewal   time.Time
 	degraded      bool
 	rotationSince time.Time // when it (re-)entered rotation: slow start runs from here
@@ -179,6 +180,15 @@ type instance struct {
 
 	ejections  int // how many times it was ejected
 	ejectUntil time.Time
+
+	lastHealth Evidence // the last self-report
+	lastProbe  Evidence // the last probe result
+}
+
+// Evidence is the event behind a reason: when it happened and what it said.
+type Evidence struct {
+	At     time.Time `json:"at"`
+	Detail string    `json:"detail"`
 }
 
 // quarantined reports whether in is in quarantine at now.
@@ -196,7 +206,8 @@ type Engine struct {
 	renewals []time.Time // registrations and heartbeats within the last window, oldest first
 	sp       bool        // self-preservation: lease expiry does not evict
 	spSince  time.Time
-	spBlock  bool // the mode ended by its bound: it cannot return until renewals recover
+	spBlock  bool    // the mode ended by its bound: it cannot return until renewals recover
+	ratio    float64 // renewals received over expected in the last window, as of the last Tick
 }
 
 // New returns an engine for cfg (defaults filled in).
@@ -214,7 +225,21 @@ func (e *Engine) Declare(in Instance) {
 		cur.Instance = in
 		return
 	}
-	e.instances[in.ID] = &instance{Instance: in, causes: map[string]bool{}}
+	e.instances[in.ID] = &instance{Instance: in, causes: map[string]Evidence{}}
+}
+
+// Forget drops an instance the registry no longer holds (deregistered and removed, or
+// evicted), so that the engine's memory follows the fleet.
+func (e *Engine) Forget(id string) { delete(e.instances, id) }
+
+// Declared reports whether the engine knows id.
+func (e *Engine) Declared(id string) bool { _, ok := e.instances[id]; return ok }
+
+// Present reports whether id is registered as far as the engine knows: false once it was
+// never registered, or its lease expired and it was evicted at a tick.
+func (e *Engine) Present(id string) bool {
+	in, ok := e.instances[id]
+	return ok && in.present
 }
 
 func (e *Engine) unhealthyAfter(in *instance) int {
@@ -234,18 +259,18 @@ func (e *Engine) expired(in *instance, now time.Time) bool {
 	return now.Sub(in.lastRenewal) >= e.cfg.LeaseTTL
 }
 
-// Apply records one event. Events must come in time order.
+// Apply records one event. Events must come in time order, and the owner ticks before an
+// event when time has moved (Apply itself never walks the fleet: it costs the same at any size).
 func (e *Engine) Apply(ev Event) error {
 	in, ok := e.instances[ev.ID]
 	if !ok {
 		return fmt.Errorf("event for undeclared instance %q", ev.ID)
 	}
-	e.Tick(ev.At)
 	e.advance(in, ev.At)
 	switch ev.Kind {
 	case KindRegistered:
 		// a new incarnation starts from scratch
-		*in = instance{Instance: in.Instance, present: true, causes: map[string]bool{}, lastRenewal: ev.At}
+		*in = instance{Instance: in.Instance, present: true, causes: map[string]Evidence{}, lastRenewal: ev.At}
 		e.renewals = append(e.renewals, ev.At)
 		if !in.Probe {
 			in.admitted, in.rotationSince = true, ev.At
@@ -256,9 +281,10 @@ func (e *Engine) Apply(ev Event) error {
 		}
 		in.lastRenewal = ev.At
 		e.renewals = append(e.renewals, ev.At)
+		in.lastHealth = Evidence{At: ev.At, Detail: "heartbeat health " + cmp.Or(ev.Health, "ok")}
 		switch ev.Health {
 		case "failing":
-			e.addCause(in, ev.At, ReasonSelfReportedFailing)
+			e.addCause(in, ev.At, ReasonSelfReportedFailing, "heartbeat health failing")
 		case "degraded", "ok", "":
 			in.degraded = ev.Health == "degraded"
 			clear := []string{ReasonSelfReportedFailing}
@@ -288,6 +314,7 @@ func (e *Engine) Apply(ev Event) error {
 }
 
 func (e *Engine) probe(in *instance, ev Event) {
+	in.lastProbe = Evidence{At: ev.At, Detail: "probe " + ev.Result}
 	switch ev.Result {
 	case ProbeOK:
 		if in.quarantined(ev.At) {
@@ -311,19 +338,17 @@ func (e *Engine) probe(in *instance, ev Event) {
 			return
 		}
 		if ev.Result == ProbeRefused {
-			e.addCause(in, ev.At, ReasonProbeRefused)
+			e.addCause(in, ev.At, ReasonProbeRefused, "probe refused: connection refused or reset")
 		}
-		if in.badRun >= e.unhealthyAfter(in) {
-			e.addCause(in, ev.At, ReasonProbeFailing)
+		if n := e.unhealthyAfter(in); in.badRun >= n {
+			e.addCause(in, ev.At, ReasonProbeFailing, fmt.Sprintf("%d consecutive failed probes (unhealthy_after %d), the last %s", in.badRun, n, ev.Result))
 		}
 		if e.silent(in, ev.At) {
-			e.addCause(in, ev.At, ReasonSilentCorroborated)
+			e.addCause(in, ev.At, ReasonSilentCorroborated, fmt.Sprintf("probe %s while silent since %s", ev.Result, in.lastRenewal.UTC().Format(time.RFC3339)))
 		}
 	}
 }
 
-// addCause adds a withdrawal cause at now; an entry into withdrawn from rotation counts
-// towards flapping, and flap_limit entries within flap_window quarantine the instance.
 // advance applies the time-driven changes due by now: the end of an ejection.
 func (e *Engine) advance(in *instance, now time.Time) {
 	if !in.ejectUntil.IsZero() && !now.Before(in.ejectUntil) {
@@ -347,7 +372,8 @@ func (e *Engine) outcome(in *instance, ev Event) {
 	}
 	in.ejections++
 	in.ejectUntil = ev.At.Add(time.Duration(in.ejections) * e.cfg.EjectionBase)
-	e.addCause(in, ev.At, cause)
+	e.addCause(in, ev.At, cause, fmt.Sprintf("gateway window ok=%d errors=%d connect_failures=%d; ejection %d until %s",
+		ev.OK, ev.Errors, ev.ConnectFailures, in.ejections, in.ejectUntil.UTC().Format(time.RFC3339)))
 }
 
 // ejectionCapped reports whether ejecting in would eject more than max_ejection_percent of
@@ -371,12 +397,17 @@ func (e *Engine) ejectionCapped(in *instance, now time.Time) bool {
 	return false
 }
 
-func (e *Engine) addCause(in *instance, now time.Time, cause string) {
+// addCause adds a withdrawal cause at now with the evidence behind it; an entry into
+// withdrawn from rotation counts towards flapping, and flap_limit entries within flap_window
+// quarantine the instance.
+func (e *Engine) addCause(in *instance, now time.Time, cause, detail string) {
 	if !in.admitted {
 		return
 	}
 	entering := len(in.causes) == 0
-	in.causes[cause] = true
+	if _, had := in.causes[cause]; !had {
+		in.causes[cause] = Evidence{At: now, Detail: detail}
+	}
 	if !entering || in.quarantined(now) {
 		return
 	}
@@ -396,7 +427,7 @@ func (e *Engine) addCause(in *instance, now time.Time, cause string) {
 		d = e.cfg.QuarantineMax
 	}
 	in.quarantineUntil = now.Add(d)
-	in.causes[ReasonQuarantineEnded] = true
+	in.causes[ReasonQuarantineEnded] = Evidence{At: now, Detail: fmt.Sprintf("quarantine %d for %s: %d withdrawals within %s", in.quarantines, d, e.cfg.FlapLimit, e.cfg.FlapWindow)}
 	in.withdrawals = nil
 	in.okRun = 0
 }
@@ -472,6 +503,7 @@ func (e *Engine) Tick(now time.Time) {
 	if expected > 0 {
 		ratio = float64(len(e.renewals)) / expected
 	}
+	e.ratio = ratio
 	switch {
 	case e.sp && ratio >= e.cfg.SelfPreservationExit:
 		e.sp = false
@@ -495,6 +527,10 @@ func (e *Engine) Tick(now time.Time) {
 
 // SelfPreservation reports whether lease expiry is suspended (as of the last Tick).
 func (e *Engine) SelfPreservation() bool { return e.sp }
+
+// RenewalRatio returns the renewals received in the last window over those expected, as of
+// the last Tick (1 when none are expected).
+func (e *Engine) RenewalRatio() float64 { return e.ratio }
 
 // GroupAnswer is what discovery returns for one (capability, zone).
 type GroupAnswer struct {
@@ -529,4 +565,43 @@ func (e *Engine) Group(capability, zone string, now time.Time) GroupAnswer {
 		inRotation = []string{}
 	}
 	return GroupAnswer{Instances: inRotation}
+}
+
+// Reason is one reason of a verdict with the evidence behind it.
+type Reason struct {
+	Code     string   `json:"code"`
+	Evidence Evidence `json:"evidence"`
+}
+
+// Explain returns the verdict on id at now with the evidence behind each reason.
+func (e *Engine) Explain(id string, now time.Time) (Verdict, []Reason) {
+	v := e.Verdict(id, now)
+	in, ok := e.instances[id]
+	reasons := make([]Reason, 0, len(v.Reasons))
+	if !ok {
+		return v, reasons
+	}
+	for _, code := range v.Reasons {
+		ev, isCause := in.causes[code]
+		switch {
+		case isCause:
+		case code == ReasonAdmitting:
+			ev = Evidence{At: in.lastProbe.At, Detail: fmt.Sprintf("%d of %d consecutive ok probes needed to admit; last: %s", in.okRun, e.cfg.AdmitAfter, cmp.Or(in.lastProbe.Detail, "no probe yet"))}
+		case code == ReasonSlowStart:
+			ev = Evidence{At: in.rotationSince, Detail: fmt.Sprintf("entered rotation; weight ramps to 100 over %s", e.cfg.SlowStart)}
+		case code == ReasonSilent:
+			ev = Evidence{At: in.lastRenewal, Detail: fmt.Sprintf("no renewal for more than %s", 2*e.cfg.HeartbeatInterval)}
+		case code == ReasonSelfReportedDegraded:
+			ev = in.lastHealth
+		case code == ReasonFlapping:
+			ev = Evidence{At: in.quarantineUntil, Detail: fmt.Sprintf("quarantine %d ends at this time; probe successes during it do not count", in.quarantines)}
+		case code == ReasonDraining:
+			ev = Evidence{Detail: "deregistered; out of rotation until the gateways acknowledge"}
+		}
+		reasons = append(reasons, Reason{Code: code, Evidence: ev})
+	}
+	if !in.Probe && in.present {
+		reasons = append(reasons, Reason{Code: "NO_PROBE_CLASS", Evidence: Evidence{Detail: "the manifest declares no health endpoint: no probe evidence"}})
+	}
+	return v, reasons
 }

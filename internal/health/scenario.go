@@ -248,6 +248,7 @@ func (s *Scenario) Answers() ([]map[string]any, error) {
 		for ; next < len(events) && s.offsets[events[next]] <= t; next++ {
 			ev := events[next]
 			tickTo(s.offsets[ev] - 1)
+			e.Tick(start.Add(s.offsets[ev]))
 			if err := e.Apply(Event{At: start.Add(s.offsets[ev]), ID: ev.ID, Kind: ev.Kind, Health: ev.Health, Result: ev.Result,
 				OK: ev.OK, Errors: ev.Errors, ConnectFailures: ev.ConnectFailures}); err != nil {
 				return nil, fmt.Errorf("scenario %s: %w", s.Name, err)

@@ -2,6 +2,7 @@ package registry
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"sync/atomic"
 	"time"
@@ -178,6 +179,11 @@ type Entry struct {
 	Record *Record
 	// Cap indexes Record.Capabilities.
 	Cap int
+	// Eligibility and Weight are the verdict on the instance ("" and 0 mean serving at 100:
+	// no engine); Panic says its (capability, zone) is in panic.
+	Eligibility string
+	Weight      int
+	Panic       bool
 }
 
 // Capability returns the entry's capability.
@@ -186,7 +192,7 @@ func (e Entry) Capability() *Capability { return &e.Record.Capabilities[e.Cap] }
 // Wire returns the discovery form of the entry.
 func (e Entry) Wire() apiv1.CapabilityEntry {
 	r, c := e.Record, &e.Record.Capabilities[e.Cap]
-	return apiv1.CapabilityEntry{
+	out := apiv1.CapabilityEntry{
 		CapabilityID:          c.CapabilityID,
 		CapabilityVersion:     c.CapabilityVersion,
 		ContractSchemaVersion: c.ContractSchemaVersion,
@@ -200,7 +206,12 @@ func (e Entry) Wire() apiv1.CapabilityEntry {
 		Generation:            r.Generation,
 		LeaseExpiresAt:        r.LeaseExpiresAt(),
 		Health:                r.Health(),
-		Eligibility:           apiv1.EligibilityServing,
-		Weight:                100,
+		Eligibility:           cmp.Or(e.Eligibility, apiv1.EligibilityServing),
+		Weight:                e.Weight,
+		Panic:                 e.Panic,
 	}
+	if e.Eligibility == "" {
+		out.Weight = 100
+	}
+	return out
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/internal/health"
 )
 
 // Defaults of Config.
@@ -42,6 +43,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer receives the registry's metrics; nil registers none.
 	Registerer prometheus.Registerer
+	// Eligibility, when set, judges which instances are in rotation (ELIGIBILITY.md): the
+	// registry feeds it registrations, heartbeats and deregistrations, syncs it on every
+	// sweep, filters discovery by its verdicts and stops evicting under self-preservation.
+	// Nil: every instance with a live lease is serving at weight 100.
+	Eligibility *health.Monitor
 }
 
 func (c *Config) setDefaults() {
@@ -123,8 +129,7 @@ type State struct {
 
 // State returns the current epoch, revision and completeness.
 func (r *Registry) State() State {
-	rev, _ := r.store.Watch()
-	return r.stateAt(rev)
+	return r.stateAt(r.revision())
 }
 
 func (r *Registry) stateAt(rev int64) State {
@@ -151,6 +156,9 @@ func (r *Registry) Register(ctx context.Context, req *apiv1.RegisterRequest) (*a
 		return nil, fmt.Errorf("register %s: %w", req.InstanceID, err)
 	}
 	r.metrics.registerSuccess.Inc()
+	if m := r.cfg.Eligibility; m != nil {
+		m.Register(healthInstance(rec), rec.Generation, now)
+	}
 	if r.cfg.Logger.Enabled(ctx, slog.LevelInfo) {
 		r.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "register",
 			slog.String("instance_id", rec.InstanceID), slog.String("service_name", rec.ServiceName),
@@ -171,19 +179,25 @@ func (r *Registry) Heartbeat(ctx context.Context, id string, req *apiv1.Heartbea
 		r.metrics.heartbeatFail.WithLabelValues("invalid").Inc()
 		return nil, err
 	}
-	health := req.Health
-	if health == "" {
-		health = apiv1.HealthOK
+	reported := req.Health
+	if reported == "" {
+		reported = apiv1.HealthOK
 	}
 	if err := r.mayTouch(ctx, id, false); err != nil {
 		r.metrics.heartbeatFail.WithLabelValues("forbidden").Inc()
 		return nil, err
 	}
-	expires := r.cfg.Now().Add(r.cfg.LeaseTTL)
-	rec, err := r.store.Heartbeat(ctx, id, req.Generation, health, expires)
+	now := r.cfg.Now()
+	expires := now.Add(r.cfg.LeaseTTL)
+	rec, err := r.store.Heartbeat(ctx, id, req.Generation, reported, expires)
 	if err != nil {
 		r.metrics.heartbeatFail.WithLabelValues(failReason(err)).Inc()
 		return nil, err
+	}
+	if m := r.cfg.Eligibility; m != nil {
+		if err := m.Observe(health.Event{At: now, ID: id, Kind: health.KindHeartbeat, Health: reported}); err != nil {
+			return nil, fmt.Errorf("heartbeat %s: %w", id, err)
+		}
 	}
 	r.metrics.heartbeatSuccess.Inc()
 	return &apiv1.HeartbeatResponse{
@@ -216,8 +230,11 @@ func (r *Registry) Deregister(ctx context.Context, id string, generation int64) 
 	if err != nil {
 		return err
 	}
-	rev, _ := r.store.Watch()
-	r.drain.recordWithdrawal(rec.InstanceID, rec.Generation, r.store.Epoch().ID, rev, r.cfg.Now(), r.cfg.LeaseTTL)
+	now := r.cfg.Now()
+	if m := r.cfg.Eligibility; m != nil {
+		m.Forget(rec.InstanceID, now)
+	}
+	r.drain.recordWithdrawal(rec.InstanceID, rec.Generation, r.store.Epoch().ID, r.revision(), now, r.cfg.LeaseTTL)
 	r.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "deregister",
 		slog.String("instance_id", rec.InstanceID), slog.String("service_name", rec.ServiceName),
 		slog.Int64("generation", rec.Generation))
@@ -227,6 +244,12 @@ func (r *Registry) Deregister(ctx context.Context, id string, generation int64) 
 // Sweep evicts every instance whose lease has ended and returns how many it evicted.
 func (r *Registry) Sweep(ctx context.Context) (int, error) {
 	now := r.cfg.Now()
+	if m := r.cfg.Eligibility; m != nil {
+		r.syncEligibility(now)
+		if m.SelfPreservation() {
+			return 0, nil // too few renewals arrive: the registry is likelier cut off than the fleet dead
+		}
+	}
 	gone, err := r.store.Expire(ctx, now)
 	if err != nil {
 		return 0, fmt.Errorf("sweep: %w", err)
@@ -268,7 +291,7 @@ func (r *Registry) Run(ctx context.Context) error {
 				r.cfg.Logger.Error("sweep failed", slog.Any("error", err))
 			}
 		case <-snap:
-			if l, ok := r.store.(interface{ Leader() bool }); ok && !l.Leader() {
+			if !r.Leader() {
 				continue // one elected replica writes the snapshots
 			}
 			if _, err := r.WriteSnapshot(ctx); err != nil {
@@ -287,8 +310,8 @@ type Answer struct {
 
 // Query returns the entries that match q, sorted.
 func (r *Registry) Query(q *Query) Answer {
-	rev, _ := r.store.Watch()
-	es := r.store.Query(q)
+	rev := r.revision()
+	es := r.judge(r.store.Query(q))
 	SortEntries(es)
 	return Answer{State: r.stateAt(rev), Entries: es}
 }
@@ -297,6 +320,12 @@ func (r *Registry) Query(q *Query) Answer {
 // revision then. An index from the future (another epoch) returns at once.
 func (r *Registry) Wait(ctx context.Context, index int64, wait time.Duration) int64 {
 	rev, changed := r.store.Watch()
+	var judged <-chan struct{}
+	if m := r.cfg.Eligibility; m != nil {
+		var mrev int64
+		mrev, judged = m.Watch()
+		rev += mrev
+	}
 	if rev != index {
 		return rev
 	}
@@ -306,11 +335,11 @@ func (r *Registry) Wait(ctx context.Context, index int64, wait time.Duration) in
 	defer t.Stop()
 	select {
 	case <-changed:
+	case <-judged:
 	case <-t.C:
 	case <-ctx.Done():
 	}
-	rev, _ = r.store.Watch()
-	return rev
+	return r.revision()
 }
 
 // Watchers returns how many requests are waiting in Wait.
@@ -322,16 +351,23 @@ func (r *Registry) Instance(id string) (apiv1.Instance, error) {
 	if !ok {
 		return apiv1.Instance{}, fmt.Errorf("instance %q: %w", id, ErrInstanceNotFound)
 	}
-	return rec.Instance(), nil
+	return r.wire(rec), nil
+}
+
+// wire returns the catalog form of rec with its eligibility.
+func (r *Registry) wire(rec *Record) apiv1.Instance {
+	in := rec.Instance()
+	in.Eligibility, in.Weight = r.eligibilityOf(rec)
+	return in
 }
 
 // Catalog returns every instance, sorted by service name and instance id.
 func (r *Registry) Catalog() apiv1.CatalogResponse {
-	rev, _ := r.store.Watch()
+	rev := r.revision()
 	recs := sortedRecords(r.store.Records())
 	out := apiv1.CatalogResponse{RegistryEpoch: r.store.Epoch().ID, Revision: rev, Instances: make([]apiv1.Instance, len(recs))}
 	for i, rec := range recs {
-		out.Instances[i] = rec.Instance()
+		out.Instances[i] = r.wire(rec)
 	}
 	return out
 }
@@ -349,8 +385,7 @@ func sortedRecords(recs []*Record) []*Record {
 // Routes returns the inputs of route derivation: every manifest and every public path,
 // in instance order.
 func (r *Registry) Routes() apiv1.RoutesResponse {
-	rev, _ := r.store.Watch()
-	st := r.stateAt(rev)
+	st := r.State()
 	out := apiv1.RoutesResponse{RegistryEpoch: st.Epoch, Revision: st.Revision, Complete: st.Complete,
 		Manifests: []apiv1.ManifestEntry{}, PublicPaths: []apiv1.PublicPath{}}
 	for _, rec := range sortedRecords(r.store.Records()) {
@@ -370,9 +405,9 @@ func (r *Registry) Routes() apiv1.RoutesResponse {
 
 // Health returns the answer of /v1/discovery/health.
 func (r *Registry) Health(startedAt time.Time) apiv1.HealthResponse {
-	rev, _ := r.store.Watch()
 	n, c := r.store.Counts()
-	return apiv1.HealthResponse{Status: "ok", RegistryEpoch: r.store.Epoch().ID, Revision: rev,
+	return apiv1.HealthResponse{Status: "ok", RegistryEpoch: r.store.Epoch().ID, Revision: r.revision(),
 		ActiveInstances: n, ActiveCapabilities: c, Store: r.store.Name(),
-		UptimeSeconds: int64(r.cfg.Now().Sub(startedAt) / time.Second)}
+		UptimeSeconds:    int64(r.cfg.Now().Sub(startedAt) / time.Second),
+		SelfPreservation: r.cfg.Eligibility != nil && r.cfg.Eligibility.SelfPreservation()}
 }

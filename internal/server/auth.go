@@ -24,6 +24,7 @@ type Policy interface {
 	CanRegister(identity string, req *apiv1.RegisterRequest) error
 	CanDiscover(identity string) bool
 	IsAdmin(identity string) bool
+	IsGateway(identity string) bool
 }
 
 // Limiter rate-limits registrations per identity; a refusal says how long to wait.
@@ -43,6 +44,7 @@ const (
 	open     access = iota // health and metrics: no credential
 	provider               // register, heartbeat, deregister: any identity; ownership and the policy are checked by the handler and the registry
 	discover               // discovery and the catalog: a role that may discover
+	gateway                // passive outcomes: a gateway role
 	admin                  // admin endpoints
 )
 
@@ -96,6 +98,8 @@ func (s *Server) guard(w http.ResponseWriter, r *http.Request, acc access) (*htt
 	switch {
 	case acc == discover && !s.cfg.Policy.CanDiscover(identity):
 		denied = "identity %q has no role that may discover"
+	case acc == gateway && !s.cfg.Policy.IsGateway(identity):
+		denied = "identity %q has no gateway role: only gateways report outcomes"
 	case acc == admin && !isAdmin:
 		denied = "identity %q is not an admin"
 	}

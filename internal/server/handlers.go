@@ -184,3 +184,15 @@ func (s *Server) withdrawal(_ http.ResponseWriter, r *http.Request) (any, error)
 	}
 	return s.reg.Withdrawal(r.PathValue("instance_id"), g)
 }
+
+func (s *Server) eligibility(_ http.ResponseWriter, r *http.Request) (any, error) {
+	return s.reg.Explain(r.PathValue("instance_id"))
+}
+
+func (s *Server) outcomes(w http.ResponseWriter, r *http.Request) (any, error) {
+	var req apiv1.OutcomesRequest
+	if err := s.decode(w, r, &req); err != nil {
+		return nil, err
+	}
+	return s.reg.Outcomes(r.Context(), &req)
+}

@@ -67,6 +67,8 @@ func apiError(err error) *apiv1.Error {
 		return &apiv1.Error{Status: http.StatusNotFound, Code: apiv1.CodeInstanceNotFound, Message: err.Error()}
 	case errors.Is(err, registry.ErrGenerationMismatch):
 		return &apiv1.Error{Status: http.StatusGone, Code: apiv1.CodeGenerationMismatch, Message: err.Error()}
+	case errors.Is(err, registry.ErrNoEligibility):
+		return &apiv1.Error{Status: http.StatusNotImplemented, Code: apiv1.CodeUnavailable, Message: err.Error() + " (start it with --eligibility)"}
 	case errors.Is(err, registry.ErrForbidden):
 		return &apiv1.Error{Status: http.StatusForbidden, Code: apiv1.CodeForbidden, Message: err.Error()}
 	case errors.As(err, &mbe):

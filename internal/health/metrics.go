@@ -1,0 +1,82 @@
+package health
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// states lists every state, for the per-state gauge.
+var states = []string{StateUnknown, StateSlowStart, StateServing, StateDegraded, StateWithdrawn, StateQuarantined, StateDraining, StateAbsent}
+
+type monitorMetrics struct {
+	transitions *prometheus.CounterVec
+	ejections   prometheus.Counter
+	quarantines prometheus.Counter
+}
+
+// monitorCollector reports the monitor's gauges at scrape time.
+type monitorCollector struct {
+	m                          *Monitor
+	instances, panics, preserv *prometheus.Desc
+}
+
+func (c *monitorCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.instances
+	ch <- c.panics
+	ch <- c.preserv
+}
+
+func (c *monitorCollector) Collect(ch chan<- prometheus.Metric) {
+	byState, panics, sp := c.m.counts()
+	for _, s := range states {
+		ch <- prometheus.MustNewConstMetric(c.instances, prometheus.GaugeValue, float64(byState[s]), s)
+	}
+	ch <- prometheus.MustNewConstMetric(c.panics, prometheus.GaugeValue, float64(panics))
+	v := 0.0
+	if sp {
+		v = 1
+	}
+	ch <- prometheus.MustNewConstMetric(c.preserv, prometheus.GaugeValue, v)
+}
+
+func newMonitorMetrics(reg prometheus.Registerer, m *Monitor) (*monitorMetrics, error) {
+	mm := &monitorMetrics{
+		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meshflows_eligibility_transitions_total",
+			Help: "Changes of eligibility state, by the state entered and its first reason."}, []string{"to", "reason"}),
+		ejections: prometheus.NewCounter(prometheus.CounterOpts{Name: "meshflows_eligibility_ejections_total",
+			Help: "Passive (outlier) ejections of instances on gateway outcomes."}),
+		quarantines: prometheus.NewCounter(prometheus.CounterOpts{Name: "meshflows_eligibility_quarantines_total",
+			Help: "Instances quarantined for flapping."}),
+	}
+	if reg == nil {
+		return mm, nil
+	}
+	c := &monitorCollector{m: m,
+		instances: prometheus.NewDesc("meshflows_eligibility_instances", "Instances by eligibility state.", []string{"state"}, nil),
+		panics:    prometheus.NewDesc("meshflows_eligibility_panic_groups", "(capability, zone) groups in panic: discovery returns all their instances.", nil, nil),
+		preserv:   prometheus.NewDesc("meshflows_eligibility_self_preservation", "1 while self-preservation suspends lease-expiry eviction.", nil, nil),
+	}
+	for _, col := range []prometheus.Collector{mm.transitions, mm.ejections, mm.quarantines, c} {
+		if err := reg.Register(col); err != nil {
+			return nil, fmt.Errorf("register eligibility metrics: %w", err)
+		}
+	}
+	return mm, nil
+}
+
+// transition counts one change of state.
+func (mm *monitorMetrics) transition(t Transition) {
+	reason := ""
+	if len(t.Reasons) > 0 {
+		reason = t.Reasons[0]
+	}
+	mm.transitions.WithLabelValues(t.To, reason).Inc()
+	switch {
+	case t.To == StateQuarantined:
+		mm.quarantines.Inc()
+	case t.To == StateWithdrawn && strings.HasPrefix(reason, "OUTLIER_"):
+		mm.ejections.Inc()
+	}
+}

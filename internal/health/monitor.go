@@ -1,0 +1,380 @@
+package health
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// DefaultHistory is how many transitions the monitor keeps per instance.
+const DefaultHistory = 20
+
+// MonitorConfig configures a Monitor.
+type MonitorConfig struct {
+	// Engine holds the ELIGIBILITY.md settings (defaults filled in).
+	Engine Config
+	// History is how many transitions are kept per instance (default 20).
+	History int
+	// Logger receives transitions and self-preservation changes; nil is silent.
+	Logger *slog.Logger
+	// Registerer receives the eligibility metrics; nil registers none.
+	Registerer prometheus.Registerer
+	// OnTransition, when set, is called (under the monitor's lock: it must not call back)
+	// for every change of state: incidents are raised from it.
+	OnTransition func(Transition)
+}
+
+// Transition is one change of an instance's state.
+type Transition struct {
+	InstanceID string    `json:"instance_id,omitempty"`
+	At         time.Time `json:"at"`
+	From       string    `json:"from"`
+	To         string    `json:"to"`
+	Reasons    []string  `json:"reasons"`
+}
+
+// Member is what the registry holds about one instance, for Sync.
+type Member struct {
+	Instance
+	Generation   int64
+	RegisteredAt time.Time
+	LastRenewal  time.Time
+	Health       string
+}
+
+// Explanation is the answer of GET /v1/services/{id}/eligibility.
+type Explanation struct {
+	InstanceID  string       `json:"instance_id"`
+	Generation  int64        `json:"generation"`
+	State       string       `json:"state"`
+	Weight      int          `json:"weight"`
+	Since       time.Time    `json:"since"`
+	Reasons     []Reason     `json:"reasons"`
+	Transitions []Transition `json:"transitions"`
+}
+
+type groupKey struct{ capability, zone string }
+
+type view struct {
+	generation  int64
+	lastRenewal time.Time
+	verdict     Verdict
+	since       time.Time
+	history     []Transition
+}
+
+// Monitor owns an Engine for a running registry and is safe for concurrent use: the
+// registry feeds it evidence as it arrives and calls Sync on its sweep; discovery reads
+// the published verdicts and panic flags. Every change of a published verdict advances the
+// monitor's revision and wakes its watchers.
+type Monitor struct {
+	cfg     MonitorConfig
+	metrics *monitorMetrics
+
+	mu      sync.RWMutex
+	engine  *Engine
+	views   map[string]*view
+	groups  map[groupKey]map[string]struct{}
+	panics  map[groupKey]bool
+	sp      bool
+	rev     int64
+	changed chan struct{}
+}
+
+// NewMonitor returns a monitor with cfg.
+func NewMonitor(cfg MonitorConfig) (*Monitor, error) {
+	if cfg.History == 0 {
+		cfg.History = DefaultHistory
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	e, err := New(cfg.Engine)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Engine = e.cfg
+	m := &Monitor{cfg: cfg, engine: e, views: map[string]*view{}, groups: map[groupKey]map[string]struct{}{},
+		panics: map[groupKey]bool{}, changed: make(chan struct{})}
+	if m.metrics, err = newMonitorMetrics(cfg.Registerer, m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// Config returns the engine settings in force.
+func (m *Monitor) Config() Config { return m.cfg.Engine }
+
+// Register records a (re-)registration of in at generation gen: a new incarnation starts
+// from scratch.
+func (m *Monitor) Register(in Instance, gen int64, at time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.register(in, gen, at)
+	m.publish(m.refresh(in.ID, at))
+}
+
+func (m *Monitor) register(in Instance, gen int64, at time.Time) {
+	if old, ok := m.views[in.ID]; ok {
+		m.ungroup(in.ID)
+		old.generation = gen
+	} else {
+		m.views[in.ID] = &view{generation: gen, verdict: Verdict{State: StateAbsent}, since: at}
+	}
+	m.engine.Declare(in)
+	m.engine.Apply(Event{At: at, ID: in.ID, Kind: KindRegistered})
+	m.views[in.ID].lastRenewal = at
+	for _, c := range in.Capabilities {
+		k := groupKey{c, in.Zone}
+		if m.groups[k] == nil {
+			m.groups[k] = map[string]struct{}{}
+		}
+		m.groups[k][in.ID] = struct{}{}
+	}
+}
+
+func (m *Monitor) ungroup(id string) {
+	for k, g := range m.groups {
+		if _, ok := g[id]; ok {
+			delete(g, id)
+			if len(g) == 0 {
+				delete(m.groups, k)
+				delete(m.panics, k)
+			}
+		}
+	}
+}
+
+// Observe applies one piece of evidence (a heartbeat, deregistration, probe or outcome) about
+// a registered instance. Evidence about an instance the monitor does not hold is dropped.
+func (m *Monitor) Observe(ev Event) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v, ok := m.views[ev.ID]
+	if !ok {
+		return nil
+	}
+	if err := m.engine.Apply(ev); err != nil {
+		return err
+	}
+	if ev.Kind == KindHeartbeat {
+		v.lastRenewal = ev.At
+	}
+	m.publish(m.refresh(ev.ID, ev.At))
+	return nil
+}
+
+// Forget drops an instance the registry no longer holds.
+func (m *Monitor) Forget(id string, at time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.forget(id, at)
+	m.publish(true)
+}
+
+func (m *Monitor) forget(id string, at time.Time) {
+	if _, ok := m.views[id]; !ok {
+		return
+	}
+	m.ungroup(id)
+	delete(m.views, id)
+	m.engine.Forget(id)
+	for k := range m.groups {
+		m.panic(k, at)
+	}
+}
+
+// Sync reconciles the monitor with the registry's fleet (records registered or renewed
+// through another replica, restored from a snapshot, or removed), applies what time has
+// brought (slow-start progress, ends of ejections and quarantines, lease expiry,
+// self-preservation) and republishes every verdict. The registry calls it on its sweep.
+func (m *Monitor) Sync(now time.Time, fleet []Member) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	seen := make(map[string]struct{}, len(fleet))
+	for _, f := range fleet {
+		seen[f.ID] = struct{}{}
+		v, ok := m.views[f.ID]
+		if !ok || v.generation != f.Generation {
+			m.register(f.Instance, f.Generation, f.RegisteredAt)
+			v = m.views[f.ID]
+		}
+		if f.LastRenewal.After(v.lastRenewal) {
+			m.engine.Apply(Event{At: f.LastRenewal, ID: f.ID, Kind: KindHeartbeat, Health: f.Health})
+			v.lastRenewal = f.LastRenewal
+		}
+	}
+	for id := range m.views {
+		if _, ok := seen[id]; !ok {
+			m.forget(id, now)
+		}
+	}
+	wasSP := m.engine.SelfPreservation()
+	m.engine.Tick(now)
+	if sp := m.engine.SelfPreservation(); sp != wasSP {
+		m.sp = sp
+		if sp {
+			m.cfg.Logger.Warn("self-preservation on: lease expiry stops evicting",
+				slog.Float64("renewal_ratio", m.engine.RenewalRatio()), slog.Float64("enter_below", m.cfg.Engine.SelfPreservationEnter),
+				slog.Duration("at_most", m.cfg.Engine.SelfPreservationMax))
+		} else {
+			m.cfg.Logger.Warn("self-preservation off: lease expiry evicts again",
+				slog.Float64("renewal_ratio", m.engine.RenewalRatio()), slog.Float64("exit_at", m.cfg.Engine.SelfPreservationExit))
+		}
+	}
+	changed := false
+	for id := range m.views {
+		changed = m.refreshVerdict(id, now) || changed
+	}
+	for k := range m.groups {
+		changed = m.panic(k, now) || changed
+	}
+	m.publish(changed || m.sp != wasSP)
+}
+
+// refresh recomputes the verdict on id and the panic flags of its groups; it reports
+// whether anything published changed.
+func (m *Monitor) refresh(id string, now time.Time) bool {
+	if _, ok := m.views[id]; !ok || !m.refreshVerdict(id, now) {
+		return false
+	}
+	in := m.engine.instances[id]
+	for _, c := range in.Capabilities {
+		m.panic(groupKey{c, in.Zone}, now)
+	}
+	return true
+}
+
+func (m *Monitor) refreshVerdict(id string, now time.Time) bool {
+	v := m.views[id]
+	nv := m.engine.Verdict(id, now)
+	old := v.verdict
+	if nv.State == old.State && nv.Weight == old.Weight && slices.Equal(nv.Reasons, old.Reasons) {
+		return false
+	}
+	v.verdict = nv
+	if nv.State != old.State {
+		t := Transition{InstanceID: id, At: now.UTC(), From: old.State, To: nv.State, Reasons: nv.Reasons}
+		v.since = now
+		if len(v.history) == m.cfg.History {
+			v.history = v.history[1:]
+		}
+		v.history = append(v.history, t)
+		m.metrics.transition(t)
+		m.cfg.Logger.LogAttrs(context.Background(), slog.LevelInfo, "eligibility", slog.String("instance_id", id),
+			slog.String("from", old.State), slog.String("to", nv.State), slog.Any("reasons", nv.Reasons), slog.Int("weight", nv.Weight))
+		if m.cfg.OnTransition != nil {
+			m.cfg.OnTransition(t)
+		}
+	}
+	return true
+}
+
+// panic recomputes the panic flag of k and reports whether it changed.
+func (m *Monitor) panic(k groupKey, now time.Time) bool {
+	members, inRotation := 0, 0
+	for id := range m.groups[k] {
+		st := m.views[id].verdict
+		if st.State == StateAbsent || st.State == StateDraining {
+			continue
+		}
+		members++
+		if st.InRotation() {
+			inRotation++
+		}
+	}
+	p := members > 0 && float64(inRotation) < m.cfg.Engine.PanicThreshold*float64(members)
+	if m.panics[k] == p {
+		return false
+	}
+	if p {
+		m.panics[k] = true
+		m.cfg.Logger.LogAttrs(context.Background(), slog.LevelWarn, "panic: discovery returns every instance of the group",
+			slog.String("capability_id", k.capability), slog.String("zone", k.zone),
+			slog.Int("in_rotation", inRotation), slog.Int("instances", members))
+	} else {
+		delete(m.panics, k)
+		m.cfg.Logger.LogAttrs(context.Background(), slog.LevelInfo, "panic over", slog.String("capability_id", k.capability), slog.String("zone", k.zone))
+	}
+	if m.cfg.OnTransition != nil {
+		to := "panic_over"
+		if p {
+			to = "panic"
+		}
+		m.cfg.OnTransition(Transition{At: now.UTC(), To: to, Reasons: []string{k.capability, k.zone}})
+	}
+	return true
+}
+
+// publish advances the revision and wakes the watchers when something changed.
+func (m *Monitor) publish(changed bool) {
+	if !changed {
+		return
+	}
+	m.rev++
+	close(m.changed)
+	m.changed = make(chan struct{})
+}
+
+// Watch returns the monitor's revision and a channel closed when it next changes.
+func (m *Monitor) Watch() (int64, <-chan struct{}) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.rev, m.changed
+}
+
+// Verdict returns the published state and weight of id; ok is false when the monitor does
+// not hold it.
+func (m *Monitor) Verdict(id string) (state string, weight int, ok bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	v, ok := m.views[id]
+	if !ok {
+		return "", 0, false
+	}
+	return v.verdict.State, v.verdict.Weight, true
+}
+
+// Panic reports whether (capability, zone) is in panic: discovery then returns every
+// non-draining instance of it at weight 100.
+func (m *Monitor) Panic(capability, zone string) bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.panics[groupKey{capability, zone}]
+}
+
+// SelfPreservation reports whether lease expiry is suspended.
+func (m *Monitor) SelfPreservation() bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.sp
+}
+
+// Explain returns the verdict on id with the evidence behind each reason and its last
+// transitions; ok is false when the monitor does not hold id.
+func (m *Monitor) Explain(id string, now time.Time) (Explanation, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v, ok := m.views[id]
+	if !ok {
+		return Explanation{}, false
+	}
+	verdict, reasons := m.engine.Explain(id, now)
+	return Explanation{InstanceID: id, Generation: v.generation, State: verdict.State, Weight: verdict.Weight,
+		Since: v.since.UTC(), Reasons: reasons, Transitions: slices.Clone(v.history)}, true
+}
+
+// counts returns how many instances are in each state, and how many groups are in panic.
+func (m *Monitor) counts() (map[string]int, int, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	out := map[string]int{}
+	for _, v := range m.views {
+		out[v.verdict.State]++
+	}
+	return out, len(m.panics), m.sp
+}

@@ -1,0 +1,279 @@
+package health
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Defaults of ProberConfig.
+const (
+	DefaultProbeConcurrency = 64
+	DefaultProbeTimeout     = 2 * time.Second
+	DefaultProbeTick        = 100 * time.Millisecond
+)
+
+// Target is one instance incarnation to probe, as its manifest declares.
+type Target struct {
+	ID         string
+	Generation int64
+	// URL is the instance's endpoint joined with the manifest's health.path.
+	URL string
+	// Interval is the manifest's health.interval: never replaced by a default.
+	Interval time.Duration
+}
+
+// ProbeResult is one probe's outcome for the registry.
+type ProbeResult struct {
+	Target  Target
+	At      time.Time
+	Result  string // ok, fail, timeout or refused
+	Latency time.Duration
+	Detail  string
+}
+
+// ProberConfig configures a Prober.
+type ProberConfig struct {
+	// Targets returns what to probe now (called every tick).
+	Targets func() []Target
+	// Report receives every result.
+	Report func(ProbeResult)
+	// Leader says whether this replica probes (with the etcd store only the elected one
+	// does); nil: always.
+	Leader func() bool
+	// Concurrency bounds probes in flight (default 64); a probe that finds no slot waits
+	// for the next tick.
+	Concurrency int
+	// Timeout bounds one probe (default 2 s, and never more than the target's interval).
+	Timeout time.Duration
+	// Tick is how often due probes are looked for (default 100 ms).
+	Tick time.Duration
+	// Client sends the probes (default: a client without keep-alives' surprises).
+	Client *http.Client
+	// Now is the clock; Jitter returns a random duration in [0, d) (defaults: real ones).
+	Now    func() time.Time
+	Jitter func(d time.Duration) time.Duration
+	// Logger receives changes of a target's result; nil is silent.
+	Logger *slog.Logger
+	// Registerer receives the probe metrics; nil registers none.
+	Registerer prometheus.Registerer
+}
+
+func (c *ProberConfig) setDefaults() {
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultProbeConcurrency
+	}
+	if c.Timeout == 0 {
+		c.Timeout = DefaultProbeTimeout
+	}
+	if c.Tick == 0 {
+		c.Tick = DefaultProbeTick
+	}
+	if c.Client == nil {
+		c.Client = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.Jitter == nil {
+		c.Jitter = func(d time.Duration) time.Duration {
+			if d <= 0 {
+				return 0
+			}
+			return rand.N(d)
+		}
+	}
+	if c.Leader == nil {
+		c.Leader = func() bool { return true }
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Validate reports a configuration that cannot work.
+func (c *ProberConfig) Validate() error {
+	switch {
+	case c.Targets == nil || c.Report == nil:
+		return errors.New("prober: Targets and Report are required")
+	case c.Concurrency < 1:
+		return fmt.Errorf("prober: concurrency %d is under 1", c.Concurrency)
+	case c.Timeout <= 0 || c.Tick <= 0:
+		return errors.New("prober: timeout and tick must be positive")
+	}
+	return nil
+}
+
+type probeKey struct {
+	id  string
+	gen int64
+}
+
+// Prober probes every target at its declared interval, jittered so that probes do not
+// align, with bounded concurrency and a timeout per probe.
+type Prober struct {
+	cfg      ProberConfig
+	slots    chan struct{}
+	wg       sync.WaitGroup
+	total    *prometheus.CounterVec
+	duration *prometheus.HistogramVec
+
+	mu       sync.Mutex
+	next     map[probeKey]time.Time
+	inFlight map[probeKey]bool
+	last     map[probeKey]string
+}
+
+// NewProber returns a prober with cfg.
+func NewProber(cfg ProberConfig) (*Prober, error) {
+	cfg.setDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	p := &Prober{cfg: cfg, slots: make(chan struct{}, cfg.Concurrency),
+		next: map[probeKey]time.Time{}, inFlight: map[probeKey]bool{}, last: map[probeKey]string{},
+		total: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meshflows_probes_total",
+			Help: "Active health probes, by result (ok, fail, timeout, refused)."}, []string{"result"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "meshflows_probe_duration_seconds",
+			Help: "Latency of active health probes, by result.", Buckets: prometheus.ExponentialBuckets(0.0005, 4, 9)}, []string{"result"}),
+	}
+	if cfg.Registerer != nil {
+		for _, c := range []prometheus.Collector{p.total, p.duration} {
+			if err := cfg.Registerer.Register(c); err != nil {
+				return nil, fmt.Errorf("register probe metrics: %w", err)
+			}
+		}
+	}
+	return p, nil
+}
+
+// Run probes until ctx ends, then waits for the probes in flight.
+func (p *Prober) Run(ctx context.Context) error {
+	t := time.NewTicker(p.cfg.Tick)
+	defer t.Stop()
+	defer p.Wait()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			p.Step(ctx, p.cfg.Now())
+		}
+	}
+}
+
+// Wait blocks until every probe launched has reported.
+func (p *Prober) Wait() { p.wg.Wait() }
+
+// Step launches the probes due at now and returns how many it launched. A new target is
+// first probed at a random point of its first interval; each probe schedules the next one
+// interval later, give or take a tenth.
+func (p *Prober) Step(ctx context.Context, now time.Time) int {
+	if !p.cfg.Leader() {
+		return 0
+	}
+	targets := p.cfg.Targets()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	live := make(map[probeKey]struct{}, len(targets))
+	launched := 0
+	for _, t := range targets {
+		if t.Interval <= 0 {
+			continue
+		}
+		k := probeKey{t.ID, t.Generation}
+		live[k] = struct{}{}
+		due, ok := p.next[k]
+		if !ok {
+			p.next[k] = now.Add(p.cfg.Jitter(t.Interval))
+			continue
+		}
+		if now.Before(due) || p.inFlight[k] {
+			continue
+		}
+		select {
+		case p.slots <- struct{}{}:
+		default:
+			continue // every slot busy: this one waits for the next tick
+		}
+		p.inFlight[k] = true
+		p.next[k] = now.Add(t.Interval - t.Interval/10 + p.cfg.Jitter(t.Interval/5+1))
+		launched++
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			res := p.probe(ctx, t)
+			<-p.slots
+			p.mu.Lock()
+			delete(p.inFlight, k)
+			prev, seen := p.last[k]
+			p.last[k] = res.Result
+			p.mu.Unlock()
+			if seen && prev != res.Result {
+				p.cfg.Logger.Info("probe result changed", slog.String("instance_id", t.ID), slog.String("from", prev),
+					slog.String("to", res.Result), slog.String("detail", res.Detail))
+			}
+			p.cfg.Report(res)
+		}()
+	}
+	for k := range p.next {
+		if _, ok := live[k]; !ok {
+			delete(p.next, k)
+			delete(p.last, k)
+		}
+	}
+	return launched
+}
+
+// probe sends one GET and classifies the answer: 2xx is ok; another status fail; a refused
+// or reset connection refused; no answer within the timeout timeout; anything else fail.
+func (p *Prober) probe(ctx context.Context, t Target) ProbeResult {
+	timeout := min(p.cfg.Timeout, t.Interval)
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	start := time.Now()
+	res := ProbeResult{Target: t, Result: ProbeOK}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.URL, nil)
+	if err == nil {
+		req.Header.Set("User-Agent", "meshflows-prober")
+		var resp *http.Response
+		if resp, err = p.cfg.Client.Do(req); err == nil {
+			io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+			resp.Body.Close()
+			if resp.StatusCode < 200 || resp.StatusCode > 299 {
+				res.Result, res.Detail = ProbeFail, "status "+resp.Status
+			}
+		}
+	}
+	if err != nil {
+		res.Result, res.Detail = classify(err), err.Error()
+	}
+	res.Latency = time.Since(start)
+	res.At = p.cfg.Now()
+	p.total.WithLabelValues(res.Result).Inc()
+	p.duration.WithLabelValues(res.Result).Observe(res.Latency.Seconds())
+	return res
+}
+
+// classify names a transport error: refused (connection refused or reset), timeout, or fail.
+func classify(err error) string {
+	var ne net.Error
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET):
+		return ProbeRefused
+	case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
+		return ProbeTimeout
+	default:
+		return ProbeFail
+	}
+}

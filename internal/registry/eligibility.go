@@ -1,0 +1,177 @@
+package registry
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/internal/health"
+)
+
+// healthInstance is what the eligibility engine needs to know of a record.
+func healthInstance(rec *Record) health.Instance {
+	in := health.Instance{ID: rec.InstanceID, Zone: rec.Zone, Capabilities: make([]string, len(rec.Capabilities))}
+	for i, c := range rec.Capabilities {
+		in.Capabilities[i] = c.CapabilityID
+	}
+	if m := rec.Manifest; m != nil && m.Health != nil {
+		in.Probe = true
+		if m.Health.UnhealthyAfter != nil {
+			if n, ok := m.Health.UnhealthyAfter.Int64(); ok {
+				in.UnhealthyAfter = int(n)
+			}
+		}
+	}
+	return in
+}
+
+// revision is the revision discovery answers carry: the store's plus the eligibility
+// monitor's, so that a change of either is a new revision (both only grow).
+func (r *Registry) revision() int64 {
+	rev, _ := r.store.Watch()
+	if m := r.cfg.Eligibility; m != nil {
+		mrev, _ := m.Watch()
+		rev += mrev
+	}
+	return rev
+}
+
+// syncEligibility hands the fleet to the monitor: records registered or renewed elsewhere
+// (another replica, a snapshot) are declared, removed ones forgotten, and time applied.
+func (r *Registry) syncEligibility(now time.Time) {
+	recs := r.store.Records()
+	fleet := make([]health.Member, len(recs))
+	for i, rec := range recs {
+		fleet[i] = health.Member{Instance: healthInstance(rec), Generation: rec.Generation, RegisteredAt: rec.RegisteredAt,
+			LastRenewal: rec.LeaseExpiresAt().Add(-r.cfg.LeaseTTL), Health: rec.Health()}
+	}
+	r.cfg.Eligibility.Sync(now, fleet)
+}
+
+// judge fills in the eligibility of entries and drops those out of rotation, unless their
+// (capability, zone) is in panic: then all are kept, at weight 100, marked panic.
+func (r *Registry) judge(es []Entry) []Entry {
+	m := r.cfg.Eligibility
+	if m == nil {
+		return es
+	}
+	out := es[:0]
+	for _, e := range es {
+		state, weight, ok := m.Verdict(e.Record.InstanceID)
+		if !ok {
+			continue // registered a moment ago on another replica: the next sync declares it
+		}
+		e.Eligibility, e.Weight = state, weight
+		if m.Panic(e.Capability().CapabilityID, e.Record.Zone) {
+			if state == health.StateDraining || state == health.StateAbsent {
+				continue
+			}
+			e.Weight, e.Panic = 100, true
+		} else if !apiv1.InRotation(state) {
+			continue
+		}
+		out = append(out, e)
+	}
+	return out
+}
+
+// eligibilityOf returns the published state and weight of rec (serving at 100 when the
+// registry runs without the engine).
+func (r *Registry) eligibilityOf(rec *Record) (string, int) {
+	if m := r.cfg.Eligibility; m != nil {
+		if state, weight, ok := m.Verdict(rec.InstanceID); ok {
+			return state, weight
+		}
+		return apiv1.EligibilityUnknown, 0
+	}
+	return apiv1.EligibilityServing, 100
+}
+
+// ErrNoEligibility: the registry runs without the eligibility engine.
+var ErrNoEligibility = fmt.Errorf("the registry runs without the eligibility engine")
+
+// Explain returns the eligibility of one instance with its reasons, evidence and last
+// transitions.
+func (r *Registry) Explain(id string) (health.Explanation, error) {
+	m := r.cfg.Eligibility
+	if m == nil {
+		return health.Explanation{}, ErrNoEligibility
+	}
+	ex, ok := m.Explain(id, r.cfg.Now())
+	if !ok {
+		return health.Explanation{}, fmt.Errorf("instance %q: %w", id, ErrInstanceNotFound)
+	}
+	return ex, nil
+}
+
+// Outcomes applies a gateway's passive evidence; outcomes of incarnations the registry no
+// longer holds are ignored.
+func (r *Registry) Outcomes(ctx context.Context, req *apiv1.OutcomesRequest) (*apiv1.OutcomesResponse, error) {
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	m := r.cfg.Eligibility
+	if m == nil {
+		return nil, ErrNoEligibility
+	}
+	now := r.cfg.Now()
+	out := &apiv1.OutcomesResponse{}
+	for _, o := range req.Outcomes {
+		rec, ok := r.store.Get(o.InstanceID)
+		if !ok || rec.Generation != o.Generation {
+			out.Ignored++
+			continue
+		}
+		if err := m.Observe(health.Event{At: now, ID: o.InstanceID, Kind: health.KindOutcome, OK: o.OK, Errors: o.Errors, ConnectFailures: o.ConnectFailures}); err != nil {
+			return nil, fmt.Errorf("outcome of %s: %w", o.InstanceID, err)
+		}
+		out.Accepted++
+	}
+	return out, nil
+}
+
+// ProbeTargets returns every instance whose manifest declares health, at its declared path
+// and interval.
+func (r *Registry) ProbeTargets() []health.Target {
+	var out []health.Target
+	for _, rec := range r.store.Records() {
+		m := rec.Manifest
+		if m == nil || m.Health == nil {
+			continue
+		}
+		iv, err := time.ParseDuration(m.Health.Interval)
+		if err != nil || iv <= 0 {
+			continue // validation refuses these at registration
+		}
+		out = append(out, health.Target{ID: rec.InstanceID, Generation: rec.Generation,
+			URL: strings.TrimSuffix(rec.Endpoint, "/") + m.Health.Path, Interval: iv})
+	}
+	return out
+}
+
+// ReportProbe applies a probe result to the eligibility engine, when the incarnation probed
+// is still the current one.
+func (r *Registry) ReportProbe(res health.ProbeResult) {
+	m := r.cfg.Eligibility
+	if m == nil {
+		return
+	}
+	if rec, ok := r.store.Get(res.Target.ID); !ok || rec.Generation != res.Target.Generation {
+		return
+	}
+	if err := m.Observe(health.Event{At: res.At, ID: res.Target.ID, Kind: health.KindProbe, Result: res.Result}); err != nil {
+		r.cfg.Logger.Error("probe result refused", slog.String("instance_id", res.Target.ID), slog.Any("error", err))
+	}
+}
+
+// Leader reports whether this replica is the one that runs fleet-wide work (probes,
+// snapshots): always with the memory store, the elected replica with etcd.
+func (r *Registry) Leader() bool {
+	if l, ok := r.store.(interface{ Leader() bool }); ok {
+		return l.Leader()
+	}
+	return true
+}
