@@ -439,6 +439,17 @@ func (c *Client) Ack(ctx context.Context, consumerID, epoch string, revision int
 	return c.client.Do(ctx, client.Request{Method: http.MethodPost, Path: "/v1/discovery/ack", Body: body, Timeout: c.cfg.RequestTimeout}, nil)
 }
 
+// ReportOutcomes sends a gateway's per-instance outcomes of one window to the registry
+// (POST /v1/outcomes): the passive evidence of eligibility. The caller must hold a gateway
+// role.
+func (c *Client) ReportOutcomes(ctx context.Context, req *apiv1.OutcomesRequest) error {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	return c.client.Do(ctx, client.Request{Method: http.MethodPost, Path: "/v1/outcomes", Body: body, Timeout: c.cfg.RequestTimeout}, nil)
+}
+
 // RoutesState returns the state and age of the routes view now, without asking the
 // registry: what a gateway reports with every response.
 func (c *Client) RoutesState() (State, time.Duration) {

@@ -143,6 +143,12 @@ type ManifestEntry struct {
 	Endpoint       string    `json:"endpoint"`
 	Generation     int64     `json:"generation"`
 	Manifest       *Manifest `json:"manifest"`
+	// Eligibility and Weight are the verdict on the instance; Panic says one of its
+	// (capability, zone) groups is in panic, so gateways use it whatever its verdict. The
+	// routes themselves are derived from every manifest: eligibility only picks upstreams.
+	Eligibility string `json:"eligibility"`
+	Weight      int    `json:"weight"`
+	Panic       bool   `json:"panic,omitempty"`
 }
 
 // PublicPath is a path a capability declares public in its metadata (public_paths).

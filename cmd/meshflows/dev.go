@@ -106,7 +106,7 @@ Components that are not built yet are listed as such. Stop with Ctrl-C.`,
 			}
 			gwAddr := fmt.Sprintf("127.0.0.1:%d", basePort+devGatewayOffset)
 			gln := lns[devGatewayOffset]
-			gwFlags := gatewayFlags{registries: []string{regURL}, cacheTTL: discovery.DefaultTTL, maxStale: discovery.DefaultStaleAllowance,
+			gwFlags := gatewayFlags{registries: []string{regURL}, cacheTTL: discovery.DefaultTTL, maxStale: discovery.DefaultStaleAllowance, outcomeWindow: 10 * time.Second,
 				policy: routing.Policy{"egress-jms": {"/api/messaging/jms"}, "egress-rabbitmq": {"/api/messaging/rabbitmq"}}}
 			if err := startGateway(regCtx, gReg, &gwFlags, gln, logger); err != nil {
 				return errors.Join(err, stopAll(), logOut.Flush())

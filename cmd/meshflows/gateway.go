@@ -29,8 +29,9 @@ type gatewayFlags struct {
 	creds                                    clientCreds
 	log                                      telemetry.LogConfig
 	// policy, when set, is used as is (meshflows dev grants the example providers theirs).
-	policy routing.Policy
-	debug  string
+	policy        routing.Policy
+	debug         string
+	outcomeWindow time.Duration
 }
 
 func newGatewayCmd() *cobra.Command {
@@ -39,7 +40,9 @@ func newGatewayCmd() *cobra.Command {
 		Use:   "gateway",
 		Short: "Run the API gateway: routes derived from the manifests services publish",
 		Long: `Run the API gateway. It watches the registry's routes view, derives its routing table as
-ρ(static routes, manifests, policy) on every change and proxies requests by it. When the
+ρ(static routes, manifests, policy) on every change and proxies requests by it, to the
+instances in rotation by smooth weighted round robin (slow start and degraded weights shape
+traffic; a panic answer means all of them), and reports its per-instance outcomes back. When the
 registry cannot be reached it keeps serving the last valid table and says so on every response
 (X-Cache-Source: snapshot, X-Route-Table-Age). GET /v1/gateway/routes shows the table with
 rejected manifests and conflicts; DELETE /v1/discovery/invalidate refetches now.
@@ -63,11 +66,20 @@ the identity is the service name). Without either, services may claim nothing.`,
 	fl.StringVar(&f.rbacFile, "rbac", "", "take the path policy from the registry's RBAC file instead (reloaded when it changes)")
 	fl.DurationVar(&f.cacheTTL, "cache-ttl", discovery.DefaultTTL, "how long a routes view is used without asking the registry")
 	fl.DurationVar(&f.maxStale, "max-stale", discovery.DefaultStaleAllowance, "how long the last valid view is served while the registry is unreachable")
+	fl.DurationVar(&f.outcomeWindow, "outcome-window", 10*time.Second, "report per-instance outcomes (ok, errors, connect failures) to the registry this often, as passive health evidence (needs a gateway role; 0: never)")
 	fl.StringVar(&f.debug, "debug-listen", "", "serve Go profiling (/debug/pprof/) on this address, e.g. 127.0.0.1:6060 (off by default)")
 	fl.StringVar(&f.log.Level, "log-level", "info", "log level: debug, info, warn or error")
 	fl.StringVar(&f.log.Format, "log-format", "json", "log format: json or text")
 	f.creds.bind(fl)
 	return cmd
+}
+
+// outcomeWindow maps the flag to the gateway's setting: 0 means never.
+func outcomeWindow(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
 
 // startGateway builds the gateway and runs it and its HTTP server in g until ctx ends.
@@ -115,7 +127,8 @@ func startGateway(ctx context.Context, g *errgroup.Group, f *gatewayFlags, ln ne
 	if err != nil {
 		return err
 	}
-	gw, err := gateway.New(gateway.Config{ID: "gateway@" + ln.Addr().String(), Discovery: disc, Static: static, Policy: policy, Logger: logger, Registerer: promReg})
+	gw, err := gateway.New(gateway.Config{ID: "gateway@" + ln.Addr().String(), Discovery: disc, Static: static, Policy: policy,
+		OutcomeWindow: outcomeWindow(f.outcomeWindow), Logger: logger, Registerer: promReg})
 	if err != nil {
 		return err
 	}

@@ -7,8 +7,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/url"
 	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -41,9 +42,13 @@ type Config struct {
 	// MaxRetryBody is the largest request body buffered so that an idempotent request can
 	// be retried on another instance (default 1 MiB); larger ones are not retried.
 	MaxRetryBody int64
-	Logger       *slog.Logger
-	Registerer   prometheus.Registerer
-	Now          func() time.Time
+	// OutcomeWindow is how often the gateway reports its per-instance outcomes (ok,
+	// errors, connect failures) to the registry as passive evidence (default 10 s; negative:
+	// never).
+	OutcomeWindow time.Duration
+	Logger        *slog.Logger
+	Registerer    prometheus.Registerer
+	Now           func() time.Time
 }
 
 // state is one derived table and what it was derived from.
@@ -54,14 +59,8 @@ type state struct {
 	epoch     string
 	policy    string // fingerprint of the policy it was derived with
 	derivedAt time.Time
+	inputs    string // the manifests and public paths (by incarnation) and policy derived from
 	serving   map[*routing.Entry]*serving
-}
-
-// serving is what the proxy needs per route, prepared once per table: parsed upstream
-// URLs and the round-robin counter.
-type serving struct {
-	upstreams []*url.URL
-	next      atomic.Uint64
 }
 
 // freshness is the source of the table and its age, refreshed by Run so that requests
@@ -81,6 +80,9 @@ type Gateway struct {
 	routes  atomic.Pointer[discovery.RoutesResult] // the inputs of the current table
 	fresh   atomic.Pointer[freshness]
 	ackNow  chan struct{} // capacity 1: a burst of new tables is one acknowledgement
+
+	talliesMu sync.Mutex
+	tallies   map[incarnation]*tally // outcomes of the current window, per incarnation
 }
 
 // New returns a Gateway; it serves 503 until Run has derived a first table.
@@ -106,6 +108,9 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.AckInterval == 0 {
 		cfg.AckInterval = 10 * time.Second
 	}
+	if cfg.OutcomeWindow == 0 {
+		cfg.OutcomeWindow = 10 * time.Second
+	}
 	if cfg.MaxRetryBody == 0 {
 		cfg.MaxRetryBody = 1 << 20
 	}
@@ -115,7 +120,7 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	g := &Gateway{cfg: cfg, ackNow: make(chan struct{}, 1)}
+	g := &Gateway{cfg: cfg, ackNow: make(chan struct{}, 1), tallies: map[incarnation]*tally{}}
 	m, err := newMetrics(cfg.Registerer, g)
 	if err != nil {
 		return nil, err
@@ -156,10 +161,18 @@ func (g *Gateway) Run(ctx context.Context) error {
 	defer fresh.Stop()
 	acks := time.NewTicker(g.cfg.AckInterval)
 	defer acks.Stop()
+	var outcomes <-chan time.Time
+	if g.cfg.OutcomeWindow > 0 {
+		t := time.NewTicker(g.cfg.OutcomeWindow)
+		defer t.Stop()
+		outcomes = t.C
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return <-done
+		case <-outcomes:
+			g.reportOutcomes(ctx)
 		case <-g.ackNow:
 			g.ack(ctx)
 		case <-acks.C:
@@ -214,13 +227,59 @@ func (g *Gateway) Invalidate(ctx context.Context) error {
 	return nil
 }
 
-// derive builds a table from the current inputs and swaps it in.
+// derive builds the serving state from the current inputs and swaps it in. The table is
+// derived again only when the manifests, public paths or policy changed; a change of
+// eligibility alone (a verdict, a weight, a panic) only re-picks each route's upstreams.
 func (g *Gateway) derive() {
 	r := g.routes.Load()
 	if r == nil {
 		return
 	}
 	policy := g.cfg.Policy()
+	fp := fingerprint(policy)
+	inputs := inputsKey(r, fp)
+	start := g.cfg.Now()
+	prev := g.state.Load()
+	var t *routing.Table
+	var canonical routing.Canonical
+	if prev != nil && prev.inputs == inputs {
+		t, canonical = prev.table, prev.canonical
+	} else {
+		t = routing.Derive(g.input(r, policy))
+		canonical = t.Canonical()
+		g.metrics.derivations.Inc()
+	}
+	st := &state{table: t, canonical: canonical, revision: r.Revision, epoch: r.RegistryEpoch, policy: fp, inputs: inputs,
+		derivedAt: g.cfg.Now(), serving: make(map[*routing.Entry]*serving, len(t.Entries()))}
+	if prev != nil && prev.inputs == inputs {
+		st.derivedAt = prev.derivedAt
+	}
+	verdicts, gens := verdictsOf(r)
+	g.talliesMu.Lock()
+	tallies := make(map[incarnation]*tally, len(g.tallies))
+	for k, v := range g.tallies {
+		if gens[k.instance] == k.generation {
+			tallies[k] = v // counts of incarnations the registry no longer holds would be ignored there
+		}
+	}
+	for _, e := range t.Entries() {
+		st.serving[e] = g.servingFor(e, verdicts, gens, tallies)
+	}
+	g.tallies = tallies
+	g.talliesMu.Unlock()
+	g.state.Store(st)
+	g.updateFreshness()
+	select {
+	case g.ackNow <- struct{}{}:
+	default:
+	}
+	g.cfg.Logger.Info("routing table derived", slog.Int64("registry_revision", r.Revision), slog.Int("routes", len(st.canonical.Routes)),
+		slog.Int("rejected", len(st.canonical.Rejected)), slog.Int("conflicts", len(st.canonical.Conflicts)),
+		slog.Bool("rederived", prev == nil || prev.inputs != inputs), slog.String("took", g.cfg.Now().Sub(start).String()))
+}
+
+// input builds the derivation's input from a routes view.
+func (g *Gateway) input(r *discovery.RoutesResult, policy routing.Policy) routing.Input {
 	in := routing.Input{Static: g.cfg.Static, Policy: policy, Manifests: make([]routing.ManifestInput, 0, len(r.Manifests))}
 	services := map[string]apiv1.ManifestEntry{}
 	for _, m := range r.Manifests {
@@ -235,29 +294,21 @@ func (g *Gateway) derive() {
 				Version: m.ServiceVersion, Instance: p.InstanceID, Endpoint: p.Endpoint, Generation: p.Generation})
 		}
 	}
-	start := g.cfg.Now()
-	t := routing.Derive(in)
-	st := &state{table: t, canonical: t.Canonical(), revision: r.Revision, epoch: r.RegistryEpoch, policy: fingerprint(policy),
-		derivedAt: g.cfg.Now(), serving: make(map[*routing.Entry]*serving, len(t.Entries()))}
-	for _, e := range t.Entries() {
-		sv := &serving{}
-		for _, u := range e.Upstreams {
-			if pu, err := url.Parse(u.Endpoint); err == nil && pu.Host != "" {
-				sv.upstreams = append(sv.upstreams, pu)
-			}
-		}
-		st.serving[e] = sv
+	return in
+}
+
+// inputsKey names what a table is derived from: every manifest and public path by
+// incarnation (a manifest never changes within one), and the policy.
+func inputsKey(r *discovery.RoutesResult, policy string) string {
+	var b strings.Builder
+	b.WriteString(policy)
+	for _, m := range r.Manifests {
+		fmt.Fprintf(&b, "\x00%s@%d %s", m.InstanceID, m.Generation, m.Endpoint)
 	}
-	g.state.Store(st)
-	g.updateFreshness()
-	select {
-	case g.ackNow <- struct{}{}:
-	default:
+	for _, p := range r.PublicPaths {
+		fmt.Fprintf(&b, "\x01%s %s %s@%d", p.Path, p.CapabilityID, p.InstanceID, p.Generation)
 	}
-	g.metrics.derivations.Inc()
-	g.cfg.Logger.Info("routing table derived", slog.Int64("registry_revision", r.Revision), slog.Int("routes", len(st.canonical.Routes)),
-		slog.Int("rejected", len(st.canonical.Rejected)), slog.Int("conflicts", len(st.canonical.Conflicts)),
-		slog.String("took", g.cfg.Now().Sub(start).String()))
+	return b.String()
 }
 
 func fingerprint(p routing.Policy) string {
@@ -300,10 +351,10 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	sv := st.serving[m.Entry]
 	if len(sv.upstreams) == 0 {
-		writeError(w, apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable, "route %s %s has no usable upstream", m.Entry.Method, m.Entry.Pattern))
+		writeError(w, apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable, "route %s %s has no eligible upstream", m.Entry.Method, m.Entry.Pattern))
 		return
 	}
-	g.proxy.serve(w, r, m, sv, sv.next.Add(1)-1)
+	g.proxy.serve(w, r, m, sv)
 }
 
 // Header values shared by every response (header maps hold slices; these are never changed).

@@ -30,9 +30,26 @@ type targetKey struct{}
 // target is where one request goes: the upstreams to try, in order, and the cleaned path.
 type target struct {
 	upstreams [2]*url.URL // the chosen instance and the one a retry goes to
+	tallies   [2]*tally   // their outcome counters (nil for static upstreams)
+	served    int         // which of the two the answer came from
 	path      string
 	retry     bool // idempotent and more than one upstream
 	source    string
+}
+
+// outcome counts the answer of upstream i: a connect failure, an error (no answer, or a
+// 5xx) or ok.
+func (t *target) outcome(i int, connect, failed bool) {
+	c := t.tallies[i]
+	switch {
+	case c == nil:
+	case connect:
+		c.connectFailures.Add(1)
+	case failed:
+		c.errors.Add(1)
+	default:
+		c.ok.Add(1)
+	}
 }
 
 func newProxy(rt http.RoundTripper, maxRetryBody int64, m *metrics, logger *slog.Logger) *proxy {
@@ -51,6 +68,9 @@ func newProxy(rt http.RoundTripper, maxRetryBody int64, m *metrics, logger *slog
 		FlushInterval: 0,
 		ErrorLog:      slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if t, ok := r.Context().Value(targetKey{}).(*target); ok {
+				t.outcome(t.served, connectFailure(err), true)
+			}
 			status := http.StatusBadGateway
 			if errors.Is(err, context.DeadlineExceeded) {
 				status = http.StatusGatewayTimeout
@@ -60,6 +80,7 @@ func newProxy(rt http.RoundTripper, maxRetryBody int64, m *metrics, logger *slog
 		ModifyResponse: func(resp *http.Response) error {
 			t := resp.Request.Context().Value(targetKey{}).(*target)
 			m.count(t.source, resp.StatusCode)
+			t.outcome(t.served, false, resp.StatusCode >= 500)
 			return nil
 		},
 	}
@@ -83,16 +104,17 @@ func boolInt(b bool) int {
 	return 0
 }
 
-// serve proxies r to the route of m, starting at upstream number start (round robin).
-func (p *proxy) serve(w http.ResponseWriter, r *http.Request, m routing.Match, sv *serving, start uint64) {
+// serve proxies r to the route of m, to the upstream the balancer picks.
+func (p *proxy) serve(w http.ResponseWriter, r *http.Request, m routing.Match, sv *serving) {
 	e := m.Entry
 	t := &target{path: m.Path, source: e.Source}
 	if e.Rewrite != "" {
 		t.path = e.Rewrite
 	}
 	n := len(sv.upstreams)
-	first := int(start % uint64(n))
-	t.upstreams = [2]*url.URL{sv.upstreams[first], sv.upstreams[(first+1)%n]}
+	first, second := sv.pick()
+	a, b := &sv.upstreams[first], &sv.upstreams[second]
+	t.upstreams, t.tallies = [2]*url.URL{a.url, b.url}, [2]*tally{a.tally, b.tally}
 	t.retry = e.IdempotentRetry && n > 1
 	if t.retry && r.Body != nil && r.Body != http.NoBody {
 		// Buffer a small body so that a retry can send it again; a large one is not retried.
@@ -135,6 +157,8 @@ func (rt *retrying) RoundTrip(req *http.Request) (*http.Response, error) {
 		return resp, err
 	}
 	rt.metrics.retries.Inc()
+	t.outcome(0, true, true)
+	t.served = 1
 	again := req.Clone(req.Context())
 	next := t.upstreams[1]
 	again.URL.Scheme, again.URL.Host, again.Host = next.Scheme, next.Host, ""

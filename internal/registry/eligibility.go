@@ -90,6 +90,20 @@ func (r *Registry) eligibilityOf(rec *Record) (string, int) {
 	return apiv1.EligibilityServing, 100
 }
 
+// inPanic reports whether one of rec's (capability, zone) groups is in panic.
+func (r *Registry) inPanic(rec *Record) bool {
+	m := r.cfg.Eligibility
+	if m == nil {
+		return false
+	}
+	for _, c := range rec.Capabilities {
+		if m.Panic(c.CapabilityID, rec.Zone) {
+			return true
+		}
+	}
+	return false
+}
+
 // ErrNoEligibility: the registry runs without the eligibility engine.
 var ErrNoEligibility = fmt.Errorf("the registry runs without the eligibility engine")
 

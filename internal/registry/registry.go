@@ -390,8 +390,10 @@ func (r *Registry) Routes() apiv1.RoutesResponse {
 		Manifests: []apiv1.ManifestEntry{}, PublicPaths: []apiv1.PublicPath{}}
 	for _, rec := range sortedRecords(r.store.Records()) {
 		if rec.Manifest != nil {
+			state, weight := r.eligibilityOf(rec)
 			out.Manifests = append(out.Manifests, apiv1.ManifestEntry{InstanceID: rec.InstanceID, ServiceName: rec.ServiceName,
-				ServiceVersion: rec.ServiceVersion, Endpoint: rec.Endpoint, Generation: rec.Generation, Manifest: rec.Manifest})
+				ServiceVersion: rec.ServiceVersion, Endpoint: rec.Endpoint, Generation: rec.Generation, Manifest: rec.Manifest,
+				Eligibility: state, Weight: weight, Panic: r.inPanic(rec)})
 		}
 		for _, c := range rec.Capabilities {
 			for _, p := range c.PublicPaths {

@@ -1,0 +1,138 @@
+package gateway
+
+import (
+	"context"
+	"log/slog"
+	"net/url"
+	"sync"
+	"sync/atomic"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/discovery"
+	"github.com/meshflows/meshflows/routing"
+)
+
+// upstream is one instance a route sends requests to, at its eligibility weight.
+type upstream struct {
+	url    *url.URL
+	weight int
+	tally  *tally
+}
+
+// incarnation names one registration of an instance.
+type incarnation struct {
+	instance   string
+	generation int64
+}
+
+// tally counts what the gateway saw of one incarnation in the current outcome window.
+type tally struct {
+	ok, errors, connectFailures atomic.Int64
+}
+
+// serving is what the proxy needs per route: the upstreams in rotation (all of them under
+// panic) with their weights, and the balancer's state. Equal weights balance by a plain
+// round-robin counter; unequal ones (slow start, degraded) by smooth weighted round robin.
+type serving struct {
+	upstreams []upstream
+	uniform   bool
+	next      atomic.Uint64
+
+	mu      sync.Mutex // smooth weighted round robin
+	current []int
+	total   int
+}
+
+// pick returns the upstream a request goes to and the one a retry goes to.
+func (sv *serving) pick() (int, int) {
+	n := len(sv.upstreams)
+	if sv.uniform || n == 1 {
+		i := int((sv.next.Add(1) - 1) % uint64(n))
+		return i, (i + 1) % n
+	}
+	sv.mu.Lock()
+	best := 0
+	for i, u := range sv.upstreams {
+		sv.current[i] += u.weight
+		if sv.current[i] > sv.current[best] {
+			best = i
+		}
+	}
+	sv.current[best] -= sv.total
+	sv.mu.Unlock()
+	return best, (best + 1) % n
+}
+
+// verdict is what the routes view says of one instance.
+type verdict struct {
+	eligibility string
+	weight      int
+	panic       bool
+}
+
+// servingFor builds the serving state of route e: its upstreams that are in rotation, at
+// their weights; under panic, or from a registry without the eligibility engine, all of
+// them at 100.
+func (g *Gateway) servingFor(e *routing.Entry, verdicts map[string]verdict, gens map[string]int64, tallies map[incarnation]*tally) *serving {
+	sv := &serving{uniform: true}
+	for _, u := range e.Upstreams {
+		pu, err := url.Parse(u.Endpoint)
+		if err != nil || pu.Host == "" {
+			continue
+		}
+		weight := 100
+		if v, ok := verdicts[u.Instance]; ok && v.eligibility != "" && !v.panic {
+			if !apiv1.InRotation(v.eligibility) {
+				continue
+			}
+			weight = max(v.weight, 1)
+		}
+		k := incarnation{u.Instance, gens[u.Instance]}
+		t := tallies[k]
+		if t == nil && k.instance != "" {
+			t = &tally{}
+			tallies[k] = t
+		}
+		sv.upstreams = append(sv.upstreams, upstream{url: pu, weight: weight, tally: t})
+		sv.total += weight
+		if weight != sv.upstreams[0].weight {
+			sv.uniform = false
+		}
+	}
+	sv.current = make([]int, len(sv.upstreams))
+	return sv
+}
+
+// reportOutcomes sends the window's per-instance outcomes to the registry (POST
+// /v1/outcomes) and starts a new window.
+func (g *Gateway) reportOutcomes(ctx context.Context) {
+	g.talliesMu.Lock()
+	var out []apiv1.Outcome
+	for k, t := range g.tallies {
+		o := apiv1.Outcome{InstanceID: k.instance, Generation: k.generation,
+			OK: int(t.ok.Swap(0)), Errors: int(t.errors.Swap(0)), ConnectFailures: int(t.connectFailures.Swap(0))}
+		if o.Generation > 0 && o.OK+o.Errors+o.ConnectFailures > 0 {
+			out = append(out, o)
+		}
+	}
+	g.talliesMu.Unlock()
+	for len(out) > 0 {
+		n := min(len(out), apiv1.MaxOutcomes)
+		if err := g.cfg.Discovery.ReportOutcomes(ctx, &apiv1.OutcomesRequest{GatewayID: g.cfg.ID, Outcomes: out[:n]}); err != nil && ctx.Err() == nil {
+			g.cfg.Logger.Warn("outcome report failed; this window's passive evidence is dropped", slog.Any("error", err))
+			return
+		}
+		out = out[n:]
+	}
+}
+
+// verdictsOf indexes the routes view's verdicts and generations by instance.
+func verdictsOf(r *discovery.RoutesResult) (map[string]verdict, map[string]int64) {
+	vs := make(map[string]verdict, len(r.Manifests))
+	gens := make(map[string]int64, len(r.Manifests))
+	for _, m := range r.Manifests {
+		vs[m.InstanceID] = verdict{eligibility: m.Eligibility, weight: m.Weight, panic: m.Panic}
+		gens[m.InstanceID] = m.Generation
+	}
+	return vs, gens
+}
