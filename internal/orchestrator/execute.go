@@ -186,8 +186,8 @@ func (o *Orchestrator) invoke(ctx context.Context, st *workflow.Step, c candidat
 	return ir.Output, nil
 }
 
-// candidates resolves a step: through discovery, or the static capabilities when the
-// registry has never answered; in order metadata.priority desc, capability_version desc,
+// candidates resolves a step: through discovery (instances in rotation, or all of a group
+// in panic), or the static capabilities when the registry has never answered; in order metadata.priority desc, capability_version desc,
 // registration order.
 func (o *Orchestrator) candidates(ctx context.Context, st *workflow.Step) ([]candidate, error) {
 	cons, err := semver.NewConstraint(st.Capability.Constraint)
@@ -200,6 +200,9 @@ func (o *Orchestrator) candidates(ctx context.Context, st *workflow.Step) ([]can
 	switch {
 	case err == nil:
 		for _, e := range res.Entries {
+			if e.Eligibility != "" && !e.Panic && !apiv1.InRotation(e.Eligibility) {
+				continue // the registry omits these; a merged or older answer may not
+			}
 			v, _ := semver.NewVersion(e.CapabilityVersion)
 			out = append(out, candidate{instance: e.InstanceID, endpoint: e.Endpoint, priority: priority(e.Metadata), version: v, generation: e.Generation})
 		}

@@ -1,0 +1,157 @@
+package health
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+func newTestMonitor(t *testing.T, reg prometheus.Registerer, on func(Transition)) *Monitor {
+	t.Helper()
+	m, err := NewMonitor(MonitorConfig{Registerer: reg, OnTransition: on, Engine: Config{SlowStart: 10 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func probeEv(id, result string, at time.Time) Event {
+	return Event{At: at, ID: id, Kind: KindProbe, Result: result}
+}
+
+func TestMonitorPublishesVerdictsAndWakesWatchers(t *testing.T) {
+	m := newTestMonitor(t, nil, nil)
+	rev0, changed := m.Watch()
+	m.Register(Instance{ID: "a", Zone: "z", Capabilities: []string{"c.x"}, Probe: true}, 1, t0)
+	select {
+	case <-changed:
+	default:
+		t.Fatal("a registration did not wake the watchers")
+	}
+	if st, w, ok := m.Verdict("a"); !ok || st != StateUnknown || w != 0 {
+		t.Fatalf("after registration: %s %d %v, want unknown 0", st, w, ok)
+	}
+	m.Observe(probeEv("a", ProbeOK, t0.Add(time.Second)))
+	m.Observe(probeEv("a", ProbeOK, t0.Add(2*time.Second)))
+	if st, w, _ := m.Verdict("a"); st != StateSlowStart || w != 10 {
+		t.Fatalf("after two ok probes: %s %d, want slow_start 10", st, w)
+	}
+	m.Sync(t0.Add(7*time.Second), []Member{{Instance: Instance{ID: "a", Zone: "z", Capabilities: []string{"c.x"}, Probe: true},
+		Generation: 1, RegisteredAt: t0, LastRenewal: t0}})
+	if _, w, _ := m.Verdict("a"); w != 10+90*5/10 {
+		t.Fatalf("slow start at 5 s of 10: weight %d, want %d", w, 10+90*5/10)
+	}
+	if rev, _ := m.Watch(); rev <= rev0 {
+		t.Fatalf("revision %d did not advance past %d", rev, rev0)
+	}
+	m.Observe(probeEv("a", ProbeRefused, t0.Add(8*time.Second)))
+	ex, ok := m.Explain("a", t0.Add(8*time.Second))
+	if !ok {
+		t.Fatal("no explanation")
+	}
+	if ex.State != StateWithdrawn || len(ex.Reasons) != 1 || ex.Reasons[0].Code != ReasonProbeRefused || !ex.Reasons[0].Evidence.At.Equal(t0.Add(8*time.Second)) {
+		t.Fatalf("explanation %+v, want withdrawn by PROBE_REFUSED at 8 s", ex)
+	}
+	var path []string
+	for _, tr := range ex.Transitions {
+		path = append(path, tr.From+">"+tr.To)
+	}
+	if diff := cmp.Diff([]string{"absent>unknown", "unknown>slow_start", "slow_start>withdrawn"}, path); diff != "" {
+		t.Errorf("transitions (-want +got):\n%s", diff)
+	}
+	if !ex.Since.Equal(t0.Add(8 * time.Second)) {
+		t.Errorf("since %s, want the withdrawal", ex.Since)
+	}
+}
+
+func TestMonitorPanicPerGroup(t *testing.T) {
+	var events []Transition
+	m := newTestMonitor(t, nil, func(tr Transition) { events = append(events, tr) })
+	for _, id := range []string{"a", "b", "c", "d"} {
+		m.Register(Instance{ID: id, Zone: "z1", Capabilities: []string{"c.x"}}, 1, t0)
+	}
+	m.Register(Instance{ID: "e", Zone: "z2", Capabilities: []string{"c.x"}}, 1, t0)
+	fail := func(id string) {
+		m.Observe(Event{At: t0.Add(time.Second), ID: id, Kind: KindHeartbeat, Health: "failing"})
+	}
+	fail("a")
+	fail("b")
+	if m.Panic("c.x", "z1") {
+		t.Fatal("2 of 4 in rotation is exactly half: not panic")
+	}
+	fail("c")
+	if !m.Panic("c.x", "z1") {
+		t.Fatal("1 of 4 in rotation: want panic")
+	}
+	if m.Panic("c.x", "z2") {
+		t.Fatal("panic spilled into another zone")
+	}
+	found := false
+	for _, e := range events {
+		found = found || e.To == "panic"
+	}
+	if !found {
+		t.Error("no panic transition reported to OnTransition")
+	}
+	m.Forget("c", t0.Add(2*time.Second))
+	if !m.Panic("c.x", "z1") {
+		t.Error("1 of 3 in rotation after c left: want panic still")
+	}
+	m.Observe(Event{At: t0.Add(3 * time.Second), ID: "a", Kind: KindHeartbeat, Health: "ok"})
+	if m.Panic("c.x", "z1") {
+		t.Error("2 of 3 in rotation: want panic over")
+	}
+}
+
+func TestMonitorSyncDeclaresRenewsAndForgets(t *testing.T) {
+	m := newTestMonitor(t, nil, nil)
+	in := Instance{ID: "x", Zone: "z", Capabilities: []string{"c.x"}}
+	m.Sync(t0, []Member{{Instance: in, Generation: 3, RegisteredAt: t0, LastRenewal: t0}})
+	if st, _, ok := m.Verdict("x"); !ok || st != StateSlowStart {
+		t.Fatalf("an instance seen only through Sync: %s %v, want slow_start", st, ok)
+	}
+	// renewed elsewhere (another replica): not silent, not evicted past the first lease
+	m.Sync(t0.Add(80*time.Second), []Member{{Instance: in, Generation: 3, RegisteredAt: t0, LastRenewal: t0.Add(75 * time.Second)}})
+	m.Sync(t0.Add(100*time.Second), []Member{{Instance: in, Generation: 3, RegisteredAt: t0, LastRenewal: t0.Add(75 * time.Second)}})
+	if st, _, _ := m.Verdict("x"); st != StateServing {
+		t.Fatalf("renewed through Sync: %s, want serving", st)
+	}
+	m.Sync(t0.Add(101*time.Second), nil)
+	if _, _, ok := m.Verdict("x"); ok {
+		t.Fatal("an instance gone from the fleet is still held")
+	}
+}
+
+func TestMonitorMetrics(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	m := newTestMonitor(t, reg, nil)
+	m.Register(Instance{ID: "a", Zone: "z", Capabilities: []string{"c.x"}, Probe: true}, 1, t0)
+	m.Register(Instance{ID: "b", Zone: "z", Capabilities: []string{"c.x"}}, 1, t0)
+	want := `
+# HELP meshflows_eligibility_instances Instances by eligibility state.
+# TYPE meshflows_eligibility_instances gauge
+meshflows_eligibility_instances{state="absent"} 0
+meshflows_eligibility_instances{state="degraded"} 0
+meshflows_eligibility_instances{state="draining"} 0
+meshflows_eligibility_instances{state="quarantined"} 0
+meshflows_eligibility_instances{state="serving"} 0
+meshflows_eligibility_instances{state="slow_start"} 1
+meshflows_eligibility_instances{state="unknown"} 1
+meshflows_eligibility_instances{state="withdrawn"} 0
+# HELP meshflows_eligibility_self_preservation 1 while self-preservation suspends lease-expiry eviction.
+# TYPE meshflows_eligibility_self_preservation gauge
+meshflows_eligibility_self_preservation 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "meshflows_eligibility_instances", "meshflows_eligibility_self_preservation"); err != nil {
+		t.Error(err)
+	}
+	if n := testutil.ToFloat64(m.metrics.transitions.WithLabelValues(StateSlowStart, ReasonSlowStart)); n != 1 {
+		t.Errorf("transitions into slow_start: %v, want 1", n)
+	}
+}

@@ -1,0 +1,198 @@
+package health
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+)
+
+// results collects what a prober reports.
+type results struct {
+	mu  sync.Mutex
+	got map[string][]string
+}
+
+func (r *results) report(res ProbeResult) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.got[res.Target.ID] = append(r.got[res.Target.ID], res.Result)
+}
+
+func (r *results) last(id string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if rs := r.got[id]; len(rs) > 0 {
+		return rs[len(rs)-1]
+	}
+	return ""
+}
+
+func newTestProber(t *testing.T, targets func() []Target, cfg ProberConfig) (*Prober, *results) {
+	t.Helper()
+	res := &results{got: map[string][]string{}}
+	cfg.Targets, cfg.Report = targets, res.report
+	cfg.Jitter = func(time.Duration) time.Duration { return 0 }
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 200 * time.Millisecond
+	}
+	p, err := NewProber(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p, res
+}
+
+func TestProberClassifiesAndRecovers(t *testing.T) {
+	var failing atomic.Bool
+	flaky := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/health/live" {
+			http.NotFound(w, r) // the declared path, never a default
+			return
+		}
+		if failing.Load() {
+			w.WriteHeader(http.StatusInternalServerError)
+		}
+	}))
+	defer flaky.Close()
+	hang := make(chan struct{})
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-hang:
+		}
+	}))
+	defer slow.Close()
+	defer close(hang)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refusedURL := "http://" + ln.Addr().String() + "/healthz"
+	ln.Close() // nothing listens there now: connections are refused
+
+	targets := []Target{
+		{ID: "flaky", Generation: 1, URL: flaky.URL + "/health/live", Interval: 5 * time.Second},
+		{ID: "slow", Generation: 1, URL: slow.URL + "/healthz", Interval: 5 * time.Second},
+		{ID: "gone", Generation: 1, URL: refusedURL, Interval: 5 * time.Second},
+	}
+	reg := prometheus.NewPedanticRegistry()
+	p, res := newTestProber(t, func() []Target { return targets }, ProberConfig{Registerer: reg})
+	ctx := context.Background()
+	now := t0
+	round := func() {
+		t.Helper()
+		p.Step(ctx, now)
+		p.Wait()
+		now = now.Add(5 * time.Second)
+	}
+	p.Step(ctx, now) // schedules the first probes (jitter 0: due at once)
+	round()
+	want := map[string]string{"flaky": ProbeOK, "slow": ProbeTimeout, "gone": ProbeRefused}
+	for id, w := range want {
+		if got := res.last(id); got != w {
+			t.Errorf("%s: %q, want %q", id, got, w)
+		}
+	}
+	failing.Store(true)
+	round()
+	if got := res.last("flaky"); got != ProbeFail {
+		t.Errorf("a 500: %q, want fail", got)
+	}
+	failing.Store(false)
+	round()
+	if got := res.last("flaky"); got != ProbeOK {
+		t.Errorf("recovered: %q, want ok", got)
+	}
+	for result, min := range map[string]float64{ProbeOK: 2, ProbeFail: 1, ProbeTimeout: 3, ProbeRefused: 3} {
+		if n := testutil.ToFloat64(p.total.WithLabelValues(result)); n < min {
+			t.Errorf("meshflows_probes_total{result=%q} = %v, want >= %v", result, n, min)
+		}
+	}
+}
+
+func TestProberKeepsTheDeclaredIntervalAndBound(t *testing.T) {
+	var inFlight, peak atomic.Int32
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n := inFlight.Add(1)
+		defer inFlight.Add(-1)
+		for {
+			p := peak.Load()
+			if n <= p || peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		<-release
+	}))
+	defer srv.Close()
+	var targets []Target
+	for _, id := range []string{"a", "b", "c", "d"} {
+		targets = append(targets, Target{ID: id, Generation: 1, URL: srv.URL, Interval: 30 * time.Second})
+	}
+	p, res := newTestProber(t, func() []Target { return targets }, ProberConfig{Concurrency: 2, Timeout: 10 * time.Second})
+	ctx := context.Background()
+	p.Step(ctx, t0)
+	if n := p.Step(ctx, t0); n != 2 {
+		t.Fatalf("launched %d with 2 slots, want 2", n)
+	}
+	close(release)
+	p.Wait()
+	if n := p.Step(ctx, t0.Add(time.Second)); n != 2 {
+		t.Fatalf("the two that found no slot: launched %d at the next tick, want 2", n)
+	}
+	p.Wait()
+	if peak.Load() > 2 {
+		t.Errorf("%d probes in flight at once, bound is 2", peak.Load())
+	}
+	// The next probes are due one interval (30 s, give or take a tenth) after each launch.
+	if n := p.Step(ctx, t0.Add(20*time.Second)); n != 0 {
+		t.Errorf("at 20 s of a 30 s interval: launched %d, want 0", n)
+	}
+	launched := 0
+	for i := range 2 {
+		launched += p.Step(ctx, t0.Add(time.Duration(34+i)*time.Second))
+		p.Wait()
+	}
+	if launched != 4 {
+		t.Errorf("at 34-35 s: launched %d, want 4", launched)
+	}
+	if len(res.got["a"]) != 2 {
+		t.Errorf("a probed %d times, want 2", len(res.got["a"]))
+	}
+	// A target that leaves is no longer probed; a new incarnation starts its own schedule.
+	targets = targets[:1]
+	targets[0].Generation = 2
+	if n := p.Step(ctx, t0.Add(70*time.Second)); n != 0 {
+		t.Errorf("a new incarnation was probed before its first (jittered) slot")
+	}
+	if n := p.Step(ctx, t0.Add(70*time.Second)); n != 1 {
+		t.Errorf("launched %d for the one target left, want 1", n)
+	}
+	p.Wait()
+}
+
+func TestProberOnlyOnTheLeader(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer srv.Close()
+	var leader atomic.Bool
+	p, _ := newTestProber(t, func() []Target { return []Target{{ID: "a", Generation: 1, URL: srv.URL, Interval: time.Second}} },
+		ProberConfig{Leader: leader.Load})
+	p.Step(context.Background(), t0)
+	if n := p.Step(context.Background(), t0); n != 0 {
+		t.Fatalf("a follower launched %d probes", n)
+	}
+	leader.Store(true)
+	p.Step(context.Background(), t0)
+	if n := p.Step(context.Background(), t0); n != 1 {
+		t.Fatalf("the leader launched %d probes, want 1", n)
+	}
+	p.Wait()
+}

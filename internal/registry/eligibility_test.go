@@ -1,0 +1,171 @@
+package registry_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/internal/health"
+	"github.com/meshflows/meshflows/internal/registry"
+)
+
+func newJudgedFixture(t *testing.T) *fixture {
+	t.Helper()
+	m, err := health.NewMonitor(health.MonitorConfig{Engine: health.Config{LeaseTTL: 90 * time.Second, HeartbeatInterval: 30 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newFixture(t, registry.Config{Eligibility: m})
+}
+
+func heartbeat(t *testing.T, f *fixture, id string, gen int64, h string) {
+	t.Helper()
+	if _, err := f.reg.Heartbeat(context.Background(), id, &apiv1.HeartbeatRequest{Generation: gen, Health: h}); err != nil {
+		t.Fatalf("heartbeat %s: %v", id, err)
+	}
+}
+
+// answer is what discovery says of one capability: instance -> eligibility/weight/panic.
+func answer(f *fixture) map[string]string {
+	q, _ := registry.ParseQuery(map[string][]string{"capability_id": {"messaging.publish"}})
+	out := map[string]string{}
+	for _, e := range f.reg.Query(q).Entries {
+		w := e.Wire()
+		out[w.InstanceID] = fmt.Sprintf("%s/%d/panic=%v", w.Eligibility, w.Weight, w.Panic)
+	}
+	return out
+}
+
+func TestDiscoveryFollowsEligibility(t *testing.T) {
+	f := newJudgedFixture(t)
+	gens := map[string]int64{}
+	for _, id := range []string{"a", "b", "c", "d"} {
+		gens[id] = mustRegister(t, f, request(id, "egress-jms")).Generation
+	}
+	f.clock.Advance(15 * time.Second)
+	f.reg.Sweep(context.Background())
+	want := map[string]string{"a": "slow_start/55/panic=false", "b": "slow_start/55/panic=false", "c": "slow_start/55/panic=false", "d": "slow_start/55/panic=false"}
+	if diff := cmp.Diff(want, answer(f)); diff != "" {
+		t.Fatalf("slow start half way (-want +got):\n%s", diff)
+	}
+	st0 := f.reg.State()
+	heartbeat(t, f, "a", gens["a"], "failing")
+	heartbeat(t, f, "b", gens["b"], "degraded")
+	if st := f.reg.State(); st.Revision <= st0.Revision {
+		t.Fatalf("a withdrawal did not advance the revision (%d -> %d): watchers would not wake", st0.Revision, st.Revision)
+	}
+	want = map[string]string{"b": "degraded/50/panic=false", "c": "slow_start/55/panic=false", "d": "slow_start/55/panic=false"}
+	if diff := cmp.Diff(want, answer(f)); diff != "" {
+		t.Fatalf("one failing, one degraded (-want +got):\n%s", diff)
+	}
+	in, _ := f.reg.Instance("a")
+	if in.Eligibility != apiv1.EligibilityWithdrawn || in.Weight != 0 {
+		t.Errorf("the catalog says a is %s/%d, want withdrawn/0", in.Eligibility, in.Weight)
+	}
+	heartbeat(t, f, "c", gens["c"], "failing")
+	heartbeat(t, f, "d", gens["d"], "failing")
+	want = map[string]string{"a": "withdrawn/100/panic=true", "b": "degraded/100/panic=true", "c": "withdrawn/100/panic=true", "d": "withdrawn/100/panic=true"}
+	if diff := cmp.Diff(want, answer(f)); diff != "" {
+		t.Fatalf("1 of 4 in rotation: want panic with all at 100 (-want +got):\n%s", diff)
+	}
+	ex, err := f.reg.Explain("a")
+	if err != nil || ex.State != health.StateWithdrawn || ex.Reasons[0].Code != health.ReasonSelfReportedFailing {
+		t.Fatalf("Explain(a) = %+v, %v", ex, err)
+	}
+	if _, err := f.reg.Explain("nope"); !errors.Is(err, registry.ErrInstanceNotFound) {
+		t.Errorf("Explain of an unknown instance: %v, want ErrInstanceNotFound", err)
+	}
+	// a deregistered instance leaves the answer at once
+	if err := f.reg.Deregister(context.Background(), "b", gens["b"]); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := answer(f)["b"]; ok {
+		t.Error("a deregistered instance is still answered")
+	}
+}
+
+func TestOutcomesEjectAndAreFenced(t *testing.T) {
+	f := newJudgedFixture(t)
+	gens := map[string]int64{}
+	for _, id := range []string{"a", "b", "c"} {
+		gens[id] = mustRegister(t, f, request(id, "egress-jms")).Generation
+	}
+	resp, err := f.reg.Outcomes(context.Background(), &apiv1.OutcomesRequest{GatewayID: "gw", Outcomes: []apiv1.Outcome{
+		{InstanceID: "a", Generation: gens["a"], OK: 5, Errors: 30},
+		{InstanceID: "b", Generation: gens["b"] + 7, ConnectFailures: 50}, // an incarnation that is gone
+		{InstanceID: "zz", Generation: 1, ConnectFailures: 50},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Accepted != 1 || resp.Ignored != 2 {
+		t.Errorf("accepted %d ignored %d, want 1 and 2", resp.Accepted, resp.Ignored)
+	}
+	ex, _ := f.reg.Explain("a")
+	if ex.State != health.StateWithdrawn || ex.Reasons[0].Code != health.ReasonOutlierErrorRate {
+		t.Errorf("a after a window of 30 errors in 35: %+v", ex)
+	}
+	if ex, _ := f.reg.Explain("b"); ex.State == health.StateWithdrawn {
+		t.Error("an outcome for another generation ejected b")
+	}
+	if _, err := f.reg.Outcomes(context.Background(), &apiv1.OutcomesRequest{Outcomes: []apiv1.Outcome{{InstanceID: "a", Generation: 0, OK: -1}}}); err == nil {
+		t.Error("a malformed outcome report was accepted")
+	}
+}
+
+func TestSelfPreservationStopsEviction(t *testing.T) {
+	f := newJudgedFixture(t)
+	ctx := context.Background()
+	gens := map[string]int64{}
+	var ids []string
+	for i := range 20 {
+		id := fmt.Sprintf("p%02d", i)
+		ids = append(ids, id)
+		gens[id] = mustRegister(t, f, request(id, "egress-jms")).Generation
+	}
+	// Two windows of a healthy fleet, then only 4 of 20 keep renewing (a partition).
+	for step := range 12 {
+		f.clock.Advance(15 * time.Second)
+		for i, id := range ids {
+			if step < 6 || i < 4 {
+				if step%2 == 1 {
+					heartbeat(t, f, id, gens[id], "ok")
+				}
+			}
+		}
+		if _, err := f.reg.Sweep(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if h := f.reg.Health(f.clock.Now()); !h.SelfPreservation || h.ActiveInstances != 20 {
+		t.Fatalf("after 90 s of 4/20 renewing: self_preservation %v, %d instances; want true and 20 (none evicted)", h.SelfPreservation, h.ActiveInstances)
+	}
+	// The partition heals: renewals come back and the mode ends; leases expire normally again.
+	for step := range 8 {
+		f.clock.Advance(15 * time.Second)
+		for _, id := range ids {
+			if step%2 == 1 {
+				if _, err := f.reg.Heartbeat(ctx, id, &apiv1.HeartbeatRequest{Generation: gens[id]}); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		f.reg.Sweep(ctx)
+	}
+	if h := f.reg.Health(f.clock.Now()); h.SelfPreservation {
+		t.Fatal("renewals recovered but self-preservation holds")
+	}
+	if got := answer(f); len(got) != 20 {
+		t.Errorf("%d instances answered after recovery, want 20", len(got))
+	}
+	if ex, _ := f.reg.Explain(ids[0]); ex.State != health.StateServing {
+		t.Errorf("%s after recovery: %s, want serving", ids[0], ex.State)
+	}
+}
+
+func registryStart(f *fixture) time.Time { return f.clock.Now() }
