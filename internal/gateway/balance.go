@@ -103,9 +103,9 @@ func (g *Gateway) servingFor(e *routing.Entry, verdicts map[string]verdict, gens
 	return sv
 }
 
-// reportOutcomes sends the window's per-instance outcomes to the registry (POST
-// /v1/outcomes) and starts a new window.
-func (g *Gateway) reportOutcomes(ctx context.Context) {
+// ReportOutcomes sends the current window's per-instance outcomes to the registry (POST
+// /v1/outcomes) and starts a new window. Run calls it every OutcomeWindow.
+func (g *Gateway) ReportOutcomes(ctx context.Context) {
 	g.talliesMu.Lock()
 	var out []apiv1.Outcome
 	for k, t := range g.tallies {

@@ -172,7 +172,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return <-done
 		case <-outcomes:
-			g.reportOutcomes(ctx)
+			g.ReportOutcomes(ctx)
 		case <-g.ackNow:
 			g.ack(ctx)
 		case <-acks.C:

@@ -49,7 +49,14 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	reg := registrytest.NewServer(t, registry.Config{})
+	return newEnvWith(t, registry.Config{}, gateway.Config{})
+}
+
+// newEnvWith is newEnv with the registry's and the gateway's settings (the gateway's
+// Discovery, Registerer, Static and Policy are the env's own).
+func newEnvWith(t *testing.T, rcfg registry.Config, gcfg gateway.Config) *env {
+	t.Helper()
+	reg := registrytest.NewServer(t, rcfg)
 	reg.Clock.Advance(registry.DefaultLeaseTTL) // past the warm-up: answers are complete, withdrawals apply
 	front := &switchable{h: reg.Config.Handler}
 	fs := httptest.NewServer(front)
@@ -59,10 +66,11 @@ func newEnv(t *testing.T) *env {
 		t.Fatal(err)
 	}
 	prom := prometheus.NewRegistry()
-	gw, err := gateway.New(gateway.Config{Discovery: disc, Registerer: prom,
-		Static:      []routing.StaticRoute{{Path: "/static/{rest...}", Methods: []string{"GET"}, Upstream: upstream(t, "static").URL}},
-		Policy:      func() routing.Policy { return routing.Policy{"orders": {"/orders"}} },
-		PolicyCheck: time.Hour})
+	gcfg.Discovery, gcfg.Registerer = disc, prom
+	gcfg.Static = []routing.StaticRoute{{Path: "/static/{rest...}", Methods: []string{"GET"}, Upstream: upstream(t, "static").URL}}
+	gcfg.Policy = func() routing.Policy { return routing.Policy{"orders": {"/orders"}} }
+	gcfg.PolicyCheck = time.Hour
+	gw, err := gateway.New(gcfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ import (
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/internal/auth"
+	"github.com/meshflows/meshflows/internal/health"
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/server"
 	"github.com/meshflows/meshflows/internal/store/memstore"
@@ -33,7 +34,7 @@ identities:
   egress-jms: [messaging-provider]
   reports: [reports-provider]
   intruder: [messaging-provider]
-  gateway: [consumer]
+  gateway: [consumer, edge]
   ops: [admin]
   lonely: []
 roles:
@@ -45,6 +46,8 @@ roles:
     path_prefixes: ["/reports"]
   consumer:
     discover: true
+  edge:
+    gateway: true
   admin:
     admin: true
 `
@@ -97,7 +100,11 @@ func newSecure(t *testing.T, limiter server.Limiter) *secure {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg, _ := registry.New(memstore.New(nil), registry.Config{SnapshotDir: dir})
+	monitor, err := health.NewMonitor(health.MonitorConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, _ := registry.New(memstore.New(nil), registry.Config{SnapshotDir: dir, Eligibility: monitor})
 	audit := &lockedBuffer{}
 	cfg := server.Config{Authenticator: &auth.Authenticator{TrustDomain: auth.DefaultTrustDomain, JWT: verifier}, Policy: policy,
 		Audit: auth.NewAuditLog(audit)}
@@ -211,6 +218,12 @@ func TestSecurity(t *testing.T) {
 		{"no credential: register", anonymous, call{"POST", "/v1/services/register", registration("x-1", "egress-jms", "messaging.publish"), ""}, 401, nil},
 		{"no credential: discovery", anonymous, call{"GET", "/v1/discovery/capabilities", "", ""}, 401, nil},
 		{"no credential: health stays open", anonymous, call{"GET", "/healthz", "", ""}, 200, nil},
+		{"outcomes from a provider", jms, call{"POST", "/v1/outcomes", `{"gateway_id":"g","outcomes":[{"instance_id":"jms-1","generation":1,"ok":1}]}`, ""}, 403, nil},
+		{"outcomes from a gateway", gateway, call{"POST", "/v1/outcomes", `{"gateway_id":"g","outcomes":[{"instance_id":"jms-1","generation":1,"ok":1}]}`, ""}, 200, nil},
+		{"malformed outcomes", gateway, call{"POST", "/v1/outcomes", `{"outcomes":[{"instance_id":"","generation":0,"ok":-1}]}`, ""}, 400, []string{"gateway_id", "outcomes[0].instance_id", "outcomes[0].generation", "outcomes[0]"}},
+		{"eligibility needs discover", lonely, call{"GET", "/v1/services/jms-1/eligibility", "", ""}, 403, nil},
+		{"eligibility of an instance", gateway, call{"GET", "/v1/services/jms-1/eligibility", "", ""}, 200, nil},
+		{"eligibility of an unknown instance", gateway, call{"GET", "/v1/services/nope/eligibility", "", ""}, 404, nil},
 		{"certificate of another CA", foreign, call{"GET", "/v1/discovery/capabilities", "", ""}, 0, nil},
 		{"expired certificate", expired, call{"GET", "/v1/discovery/capabilities", "", ""}, 0, nil},
 		{"identity with no roles: register", lonely, call{"POST", "/v1/services/register", registration("l-1", "lonely", "messaging.publish"), ""}, 403, nil},

@@ -1,0 +1,117 @@
+package gateway_test
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/internal/gateway"
+	"github.com/meshflows/meshflows/internal/health"
+	"github.com/meshflows/meshflows/internal/registry"
+)
+
+func newJudgedEnv(t *testing.T, gcfg gateway.Config) *env {
+	t.Helper()
+	m, err := health.NewMonitor(health.MonitorConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newEnvWith(t, registry.Config{Eligibility: m}, gcfg)
+}
+
+// caughtUp waits until the gateway's table reflects the registry's current revision.
+func (e *env) caughtUp(t *testing.T) {
+	t.Helper()
+	want := e.reg.Registry.State().Revision
+	until(t, "the gateway applies revision "+strconv.FormatInt(want, 10), func() bool {
+		var r gateway.RoutesAnswer
+		json.Unmarshal([]byte(e.do(t, "GET", "/v1/gateway/routes", "").body), &r)
+		return r.RegistryRevision == want
+	})
+}
+
+// spread sends n requests and counts which upstream answered each.
+func (e *env) spread(t *testing.T, n int) map[string]int {
+	t.Helper()
+	out := map[string]int{}
+	for range n {
+		a := e.do(t, "GET", "/orders/1", "")
+		if a.status != http.StatusOK {
+			out[a.body]++
+			continue
+		}
+		out[strings.Fields(a.body)[0]]++
+	}
+	return out
+}
+
+func TestGatewayBalancesByEligibility(t *testing.T) {
+	e := newJudgedEnv(t, gateway.Config{})
+	gens := map[string]int64{}
+	for _, name := range []string{"a", "b", "c"} {
+		e.register(t, name, upstream(t, name).URL, ordersRoutes...)
+		in, _ := e.reg.Registry.Instance(name)
+		gens[name] = in.Generation
+	}
+	e.reg.Clock.Advance(time.Minute) // past slow start
+	e.reg.Registry.Sweep(context.Background())
+	hb := func(id, h string) {
+		t.Helper()
+		if _, err := e.reg.Registry.Heartbeat(context.Background(), id, &apiv1.HeartbeatRequest{Generation: gens[id], Health: h}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hb("b", apiv1.HealthDegraded)
+	e.caughtUp(t)
+	if diff := cmp.Diff(map[string]int{"a": 10, "b": 5, "c": 10}, e.spread(t, 25)); diff != "" {
+		t.Errorf("weights 100/50/100 (-want +got):\n%s", diff)
+	}
+	hb("a", apiv1.HealthFailing)
+	e.caughtUp(t)
+	if diff := cmp.Diff(map[string]int{"b": 5, "c": 10}, e.spread(t, 15)); diff != "" {
+		t.Errorf("a withdrawn (-want +got):\n%s", diff)
+	}
+	hb("c", apiv1.HealthFailing)
+	e.caughtUp(t)
+	if diff := cmp.Diff(map[string]int{"a": 5, "b": 5, "c": 5}, e.spread(t, 15)); diff != "" {
+		t.Errorf("1 of 3 in rotation is panic: all three at 100 (-want +got):\n%s", diff)
+	}
+}
+
+func TestGatewayReportsOutcomes(t *testing.T) {
+	e := newJudgedEnv(t, gateway.Config{OutcomeWindow: -1}) // the test closes the window itself
+	bad := httptestStatus(t, http.StatusInternalServerError)
+	e.register(t, "bad", bad, ordersRoutes...)
+	e.register(t, "good", upstream(t, "good").URL, ordersRoutes...)
+	e.caughtUp(t)
+	got := e.spread(t, 40)
+	if got["good"] != 20 {
+		t.Fatalf("spread %v, want 20 to good", got)
+	}
+	e.gw.ReportOutcomes(context.Background())
+	if ex, err := e.reg.Registry.Explain("bad"); err != nil || ex.State != health.StateWithdrawn || ex.Reasons[0].Code != health.ReasonOutlierErrorRate {
+		t.Fatalf("after a window of 20 errors in 20: %+v %v, want withdrawn by OUTLIER_ERROR_RATE", ex, err)
+	}
+	if ex, _ := e.reg.Registry.Explain("good"); ex.State == health.StateWithdrawn {
+		t.Fatalf("the good instance was ejected: %+v", ex)
+	}
+	e.caughtUp(t)
+	if got := e.spread(t, 10); got["good"] != 10 {
+		t.Errorf("after the ejection: %v, want all 10 to good", got)
+	}
+}
+
+// httptestStatus is an upstream that answers every request with status.
+func httptestStatus(t *testing.T, status int) string {
+	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(status) }))
+	t.Cleanup(s.Close)
+	return s.URL
+}
