@@ -163,12 +163,8 @@ func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln 
 	}()
 	var monitor *health.Monitor
 	if !f.eligibility.off {
-		hb := f.heartbeatInterval
-		if hb == 0 {
-			hb = min(registry.DefaultHeartbeatInterval, f.leaseTTL/3)
-		}
 		monitor, err = health.NewMonitor(health.MonitorConfig{Logger: logger, Registerer: promReg, Engine: health.Config{
-			LeaseTTL: f.leaseTTL, HeartbeatInterval: hb, SlowStart: f.eligibility.slowStart, PanicThreshold: f.eligibility.panicThreshold}})
+			LeaseTTL: f.leaseTTL, HeartbeatInterval: f.heartbeatInterval, SlowStart: f.eligibility.slowStart, PanicThreshold: f.eligibility.panicThreshold}})
 		if err != nil {
 			return err
 		}

@@ -363,6 +363,7 @@ func (m *Monitor) Explain(id string, now time.Time) (Explanation, bool) {
 	if !ok {
 		return Explanation{}, false
 	}
+	m.publish(m.refresh(id, now)) // the answer and its history agree: a change due by now is recorded first
 	verdict, reasons := m.engine.Explain(id, now)
 	return Explanation{InstanceID: id, Generation: v.generation, State: verdict.State, Weight: verdict.Weight,
 		Since: v.since.UTC(), Reasons: reasons, Transitions: slices.Clone(v.history)}, true

@@ -28,8 +28,8 @@ type Config struct {
 	// LeaseTTL is how long a lease lives without a heartbeat (default 90 s); it is also the
 	// warm-up window after an empty start.
 	LeaseTTL time.Duration
-	// HeartbeatInterval is what providers are told to heartbeat at (default 30 s); it must
-	// be shorter than LeaseTTL.
+	// HeartbeatInterval is what providers are told to heartbeat at (default 30 s, or a third
+	// of a shorter LeaseTTL); it must be shorter than LeaseTTL and whole seconds.
 	HeartbeatInterval time.Duration
 	// SweepInterval is how often Run evicts expired leases (default 1 s).
 	SweepInterval time.Duration
@@ -55,7 +55,8 @@ func (c *Config) setDefaults() {
 		c.LeaseTTL = DefaultLeaseTTL
 	}
 	if c.HeartbeatInterval == 0 {
-		c.HeartbeatInterval = min(DefaultHeartbeatInterval, c.LeaseTTL/3)
+		// a third of the TTL, in whole seconds: providers are told the interval in seconds
+		c.HeartbeatInterval = max(time.Second, min(DefaultHeartbeatInterval, (c.LeaseTTL / 3).Truncate(time.Second)))
 	}
 	if c.SweepInterval == 0 {
 		c.SweepInterval = DefaultSweepInterval
@@ -73,6 +74,9 @@ func (c *Config) Validate() error {
 	var errs []error
 	if c.LeaseTTL < time.Second {
 		errs = append(errs, fmt.Errorf("lease ttl %s is under 1s", c.LeaseTTL))
+	}
+	if c.HeartbeatInterval%time.Second != 0 {
+		errs = append(errs, fmt.Errorf("heartbeat interval %s is not a whole number of seconds (providers are told it in seconds)", c.HeartbeatInterval))
 	}
 	if c.HeartbeatInterval <= 0 || c.HeartbeatInterval >= c.LeaseTTL {
 		errs = append(errs, fmt.Errorf("heartbeat interval %s must be positive and shorter than the lease ttl %s", c.HeartbeatInterval, c.LeaseTTL))

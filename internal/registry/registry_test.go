@@ -386,6 +386,7 @@ func TestConfigValidate(t *testing.T) {
 		{"short ttl gets a fitting interval", registry.Config{LeaseTTL: 3 * time.Second}, true},
 		{"interval not under ttl", registry.Config{LeaseTTL: 10 * time.Second, HeartbeatInterval: 10 * time.Second}, false},
 		{"ttl under a second", registry.Config{LeaseTTL: time.Millisecond, HeartbeatInterval: time.Microsecond}, false},
+		{"interval not whole seconds", registry.Config{LeaseTTL: 3 * time.Second, HeartbeatInterval: 1500 * time.Millisecond}, false},
 		{"snapshot interval without dir", registry.Config{SnapshotInterval: time.Minute}, false},
 	}
 	for _, tt := range tests {
