@@ -56,7 +56,7 @@ func (c *Config) setDefaults() {
 	}
 	if c.HeartbeatInterval == 0 {
 		// a third of the TTL, in whole seconds: providers are told the interval in seconds
-		c.HeartbeatInterval = max(time.Second, min(DefaultHeartbeatInterval, (c.LeaseTTL / 3).Truncate(time.Second)))
+		c.HeartbeatInterval = max(time.Second, min(DefaultHeartbeatInterval, (c.LeaseTTL/3).Truncate(time.Second)))
 	}
 	if c.SweepInterval == 0 {
 		c.SweepInterval = DefaultSweepInterval
