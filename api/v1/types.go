@@ -237,3 +237,66 @@ type WithdrawalResponse struct {
 	// Pending names the live gateways that have not applied it yet.
 	Pending []string `json:"pending"`
 }
+
+// Incident kinds and statuses (GET /v1/incidents).
+const (
+	IncidentQuarantine       = "quarantine"
+	IncidentPanic            = "panic"
+	IncidentSelfPreservation = "self_preservation"
+
+	IncidentOpen         = "open"
+	IncidentAcknowledged = "acknowledged"
+	IncidentResolved     = "resolved"
+)
+
+// Incident is a condition the eligibility engine raised for people: an instance quarantined
+// for flapping (raised for its owner), a (capability, zone) in panic, or the registry in
+// self-preservation.
+type Incident struct {
+	ID string `json:"id"`
+	// Kind is quarantine, panic or self_preservation.
+	Kind string `json:"kind"`
+	// Subject is the instance id, "capability_id/zone", or "registry".
+	Subject string `json:"subject"`
+	// Owner is the identity that registered the instance (quarantine), when known.
+	Owner   string `json:"owner,omitempty"`
+	Summary string `json:"summary"`
+	// Status is open, acknowledged or resolved.
+	Status   string    `json:"status"`
+	OpenedAt time.Time `json:"opened_at"`
+	// Occurrences counts how often the condition was raised while the incident stood.
+	Occurrences    int        `json:"occurrences"`
+	AcknowledgedAt *time.Time `json:"acknowledged_at,omitempty"`
+	AcknowledgedBy string     `json:"acknowledged_by,omitempty"`
+	ResolvedAt     *time.Time `json:"resolved_at,omitempty"`
+	ResolvedBy     string     `json:"resolved_by,omitempty"`
+}
+
+// IncidentsResponse is the answer of GET /v1/incidents: newest first.
+type IncidentsResponse struct {
+	Incidents []Incident `json:"incidents"`
+}
+
+// TimelineBucket is one slice of a capability's health history.
+type TimelineBucket struct {
+	Start time.Time `json:"start"`
+	// Instances is the most instances (not draining) seen in the slice; MinInRotation the
+	// fewest of them in rotation.
+	Instances     int `json:"instances"`
+	MinInRotation int `json:"min_in_rotation"`
+	// Level is the worst seen: ok (all in rotation), partial (some out), panic, or none (no
+	// instances).
+	Level string `json:"level"`
+}
+
+// CapabilityTimeline is the health history of one capability, oldest slice first.
+type CapabilityTimeline struct {
+	CapabilityID string           `json:"capability_id"`
+	Buckets      []TimelineBucket `json:"buckets"`
+}
+
+// TimelineResponse is the answer of GET /v1/eligibility/timeline: the last 24 hours.
+type TimelineResponse struct {
+	BucketSeconds int64                `json:"bucket_seconds"`
+	Capabilities  []CapabilityTimeline `json:"capabilities"`
+}

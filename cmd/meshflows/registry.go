@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/meshflows/meshflows/internal/health"
+	"github.com/meshflows/meshflows/internal/incident"
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/server"
 	"github.com/meshflows/meshflows/internal/telemetry"
@@ -161,15 +162,24 @@ func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln 
 			closeStore()
 		}
 	}()
-	var monitor *health.Monitor
+	var (
+		monitor   *health.Monitor
+		incidents *incident.Log
+		reg       *registry.Registry
+	)
 	if !f.eligibility.off {
-		monitor, err = health.NewMonitor(health.MonitorConfig{Logger: logger, Registerer: promReg, Engine: health.Config{
+		if incidents, err = incident.New(incident.Config{Logger: logger, Registerer: promReg}); err != nil {
+			return err
+		}
+		owner := func(id string) string { return reg.Owner(id) } // called only once reg serves
+		monitor, err = health.NewMonitor(health.MonitorConfig{Logger: logger, Registerer: promReg,
+			OnTransition: incident.FromTransitions(incidents, owner), Engine: health.Config{
 			LeaseTTL: f.leaseTTL, HeartbeatInterval: f.heartbeatInterval, SlowStart: f.eligibility.slowStart, PanicThreshold: f.eligibility.panicThreshold}})
 		if err != nil {
 			return err
 		}
 	}
-	reg, err := registry.New(store, registry.Config{
+	reg, err = registry.New(store, registry.Config{
 		Eligibility:       monitor,
 		LeaseTTL:          f.leaseTTL,
 		HeartbeatInterval: f.heartbeatInterval,
@@ -192,7 +202,7 @@ func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln 
 			slog.String("registry_epoch", snap.RegistryEpoch), slog.Int64("revision", snap.Revision),
 			slog.String("took", time.Since(start).String()))
 	}
-	srv, err := server.New(reg, sec.apply(server.Config{MaxBodyBytes: f.maxBodyBytes, Logger: logger, Registerer: promReg, Gatherer: promReg}))
+	srv, err := server.New(reg, sec.apply(server.Config{MaxBodyBytes: f.maxBodyBytes, Logger: logger, Registerer: promReg, Gatherer: promReg, Incidents: incidents}))
 	if err != nil {
 		return err
 	}

@@ -2,12 +2,15 @@ package health
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
 )
 
 // DefaultHistory is how many transitions the monitor keeps per instance.
@@ -24,8 +27,12 @@ type MonitorConfig struct {
 	// Registerer receives the eligibility metrics; nil registers none.
 	Registerer prometheus.Registerer
 	// OnTransition, when set, is called (under the monitor's lock: it must not call back)
-	// for every change of state: incidents are raised from it.
+	// for every change of an instance's state, of a group's panic ("panic", "panic_over";
+	// Reasons hold the capability and zone) and of self-preservation ("self_preservation",
+	// "self_preservation_over"): incidents are raised from it.
 	OnTransition func(Transition)
+	// TimelineBucket is the width of one slice of the 24-hour health timeline (default 5 min).
+	TimelineBucket time.Duration
 }
 
 // Transition is one change of an instance's state.
@@ -75,14 +82,15 @@ type Monitor struct {
 	cfg     MonitorConfig
 	metrics *monitorMetrics
 
-	mu      sync.RWMutex
-	engine  *Engine
-	views   map[string]*view
-	groups  map[groupKey]map[string]struct{}
-	panics  map[groupKey]bool
-	sp      bool
-	rev     int64
-	changed chan struct{}
+	mu       sync.RWMutex
+	engine   *Engine
+	views    map[string]*view
+	groups   map[groupKey]map[string]struct{}
+	panics   map[groupKey]bool
+	sp       bool
+	rev      int64
+	changed  chan struct{}
+	timeline map[string][]apiv1.TimelineBucket // by capability, oldest first
 }
 
 // NewMonitor returns a monitor with cfg.
@@ -93,13 +101,16 @@ func NewMonitor(cfg MonitorConfig) (*Monitor, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
+	if cfg.TimelineBucket == 0 {
+		cfg.TimelineBucket = DefaultTimelineBucket
+	}
 	e, err := New(cfg.Engine)
 	if err != nil {
 		return nil, err
 	}
 	cfg.Engine = e.cfg
 	m := &Monitor{cfg: cfg, engine: e, views: map[string]*view{}, groups: map[groupKey]map[string]struct{}{},
-		panics: map[groupKey]bool{}, changed: make(chan struct{})}
+		panics: map[groupKey]bool{}, changed: make(chan struct{}), timeline: map[string][]apiv1.TimelineBucket{}}
 	if m.metrics, err = newMonitorMetrics(cfg.Registerer, m); err != nil {
 		return nil, err
 	}
@@ -217,6 +228,13 @@ func (m *Monitor) Sync(now time.Time, fleet []Member) {
 	m.engine.Tick(now)
 	if sp := m.engine.SelfPreservation(); sp != wasSP {
 		m.sp = sp
+		if m.cfg.OnTransition != nil {
+			to := "self_preservation"
+			if !sp {
+				to = "self_preservation_over"
+			}
+			m.cfg.OnTransition(Transition{At: now.UTC(), To: to, Reasons: []string{fmt.Sprintf("renewals at %.0f%% of those expected", 100*m.engine.RenewalRatio())}})
+		}
 		if sp {
 			m.cfg.Logger.Warn("self-preservation on: lease expiry stops evicting",
 				slog.Float64("renewal_ratio", m.engine.RenewalRatio()), slog.Float64("enter_below", m.cfg.Engine.SelfPreservationEnter),
@@ -233,6 +251,7 @@ func (m *Monitor) Sync(now time.Time, fleet []Member) {
 	for k := range m.groups {
 		changed = m.panic(k, now) || changed
 	}
+	m.sample(now)
 	m.publish(changed || m.sp != wasSP)
 }
 
@@ -276,17 +295,7 @@ func (m *Monitor) refreshVerdict(id string, now time.Time) bool {
 
 // panic recomputes the panic flag of k and reports whether it changed.
 func (m *Monitor) panic(k groupKey, now time.Time) bool {
-	members, inRotation := 0, 0
-	for id := range m.groups[k] {
-		st := m.views[id].verdict
-		if st.State == StateAbsent || st.State == StateDraining {
-			continue
-		}
-		members++
-		if st.InRotation() {
-			inRotation++
-		}
-	}
+	members, inRotation := m.groupCounts(k)
 	p := members > 0 && float64(inRotation) < m.cfg.Engine.PanicThreshold*float64(members)
 	if m.panics[k] == p {
 		return false

@@ -189,3 +189,19 @@ func (r *Registry) Leader() bool {
 	}
 	return true
 }
+
+// Timeline returns the last 24 hours of every capability's health.
+func (r *Registry) Timeline() (apiv1.TimelineResponse, error) {
+	if r.cfg.Eligibility == nil {
+		return apiv1.TimelineResponse{}, ErrNoEligibility
+	}
+	return r.cfg.Eligibility.Timeline(), nil
+}
+
+// Owner returns the identity that registered an instance ("" when unknown or in open mode).
+func (r *Registry) Owner(id string) string {
+	if rec, ok := r.store.Get(id); ok {
+		return rec.Owner
+	}
+	return ""
+}

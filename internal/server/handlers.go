@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
@@ -195,4 +196,48 @@ func (s *Server) outcomes(w http.ResponseWriter, r *http.Request) (any, error) {
 		return nil, err
 	}
 	return s.reg.Outcomes(r.Context(), &req)
+}
+
+func (s *Server) timeline(_ http.ResponseWriter, _ *http.Request) (any, error) {
+	return s.reg.Timeline()
+}
+
+// errNoIncidents: the registry runs without the eligibility engine, which raises incidents.
+var errNoIncidents = apiv1.Errorf(http.StatusNotImplemented, apiv1.CodeUnavailable, "the registry runs without the eligibility engine, which raises incidents")
+
+func (s *Server) incidents(_ http.ResponseWriter, r *http.Request) (any, error) {
+	if s.cfg.Incidents == nil {
+		return nil, errNoIncidents
+	}
+	status := r.URL.Query().Get("status")
+	switch status {
+	case "", "unresolved", apiv1.IncidentOpen, apiv1.IncidentAcknowledged, apiv1.IncidentResolved:
+	default:
+		return nil, apiv1.InvalidRequest([]apiv1.Detail{{Path: "status", Message: fmt.Sprintf("must be open, acknowledged, resolved or unresolved, got %q", status)}})
+	}
+	return apiv1.IncidentsResponse{Incidents: s.cfg.Incidents.List(status)}, nil
+}
+
+// incidentAction acknowledges or resolves an incident: an admin may act on any, an owner on
+// those raised for it.
+func (s *Server) incidentAction(_ http.ResponseWriter, r *http.Request) (any, error) {
+	if s.cfg.Incidents == nil {
+		return nil, errNoIncidents
+	}
+	id := r.PathValue("incident_id")
+	in, err := s.cfg.Incidents.Get(id)
+	if err != nil {
+		return nil, err
+	}
+	c := registry.CallerFrom(r.Context())
+	by := c.Identity
+	if s.cfg.Authenticator == nil {
+		by = "anonymous (open mode)"
+	} else if !c.Admin && (in.Owner == "" || in.Owner != c.Identity) {
+		return nil, apiv1.Errorf(http.StatusForbidden, apiv1.CodeForbidden, "identity %q may not act on incident %s: it is neither an admin nor the incident's owner", c.Identity, id)
+	}
+	if strings.HasSuffix(r.URL.Path, "/acknowledge") {
+		return s.cfg.Incidents.Acknowledge(id, by)
+	}
+	return s.cfg.Incidents.Resolve(id, by)
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/internal/incident"
 	"github.com/meshflows/meshflows/internal/registry"
 )
 
@@ -67,8 +68,10 @@ func apiError(err error) *apiv1.Error {
 		return &apiv1.Error{Status: http.StatusNotFound, Code: apiv1.CodeInstanceNotFound, Message: err.Error()}
 	case errors.Is(err, registry.ErrGenerationMismatch):
 		return &apiv1.Error{Status: http.StatusGone, Code: apiv1.CodeGenerationMismatch, Message: err.Error()}
+	case errors.Is(err, incident.ErrNotFound):
+		return &apiv1.Error{Status: http.StatusNotFound, Code: apiv1.CodeNotFound, Message: err.Error()}
 	case errors.Is(err, registry.ErrNoEligibility):
-		return &apiv1.Error{Status: http.StatusNotImplemented, Code: apiv1.CodeUnavailable, Message: err.Error() + " (start it with --eligibility)"}
+		return &apiv1.Error{Status: http.StatusNotImplemented, Code: apiv1.CodeUnavailable, Message: err.Error() + " (it runs unless the registry was started with --no-eligibility)"}
 	case errors.Is(err, registry.ErrForbidden):
 		return &apiv1.Error{Status: http.StatusForbidden, Code: apiv1.CodeForbidden, Message: err.Error()}
 	case errors.As(err, &mbe):

@@ -14,6 +14,10 @@ func (s *Server) routes() {
 	s.handle("GET /v1/services/{instance_id}", discover, s.instance)
 	s.handle("GET /v1/services/{instance_id}/eligibility", discover, s.eligibility)
 	s.handle("POST /v1/outcomes", gateway, s.outcomes)
+	s.handle("GET /v1/eligibility/timeline", discover, s.timeline)
+	s.handle("GET /v1/incidents", discover, s.incidents)
+	s.handle("POST /v1/incidents/{incident_id}/acknowledge", provider, s.incidentAction)
+	s.handle("POST /v1/incidents/{incident_id}/resolve", provider, s.incidentAction)
 
 	s.handle("GET /v1/discovery/capabilities", discover, s.capabilities)
 	s.handle("GET /v1/discovery/routes", discover, s.discoveryRoutes)

@@ -24,6 +24,7 @@ import (
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/internal/auth"
 	"github.com/meshflows/meshflows/internal/health"
+	"github.com/meshflows/meshflows/internal/incident"
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/server"
 	"github.com/meshflows/meshflows/internal/store/memstore"
@@ -70,8 +71,9 @@ type secure struct {
 	ca       *auth.DevCA
 	policy   *auth.PolicyFile
 	rbacPath string
-	audit    *lockedBuffer
-	jwtKey   *ecdsa.PrivateKey
+	audit     *lockedBuffer
+	jwtKey    *ecdsa.PrivateKey
+	incidents *incident.Log
 }
 
 func newSecure(t *testing.T, limiter server.Limiter) *secure {
@@ -106,8 +108,9 @@ func newSecure(t *testing.T, limiter server.Limiter) *secure {
 	}
 	reg, _ := registry.New(memstore.New(nil), registry.Config{SnapshotDir: dir, Eligibility: monitor})
 	audit := &lockedBuffer{}
+	incidents, _ := incident.New(incident.Config{})
 	cfg := server.Config{Authenticator: &auth.Authenticator{TrustDomain: auth.DefaultTrustDomain, JWT: verifier}, Policy: policy,
-		Audit: auth.NewAuditLog(audit)}
+		Audit: auth.NewAuditLog(audit), Incidents: incidents}
 	if limiter != nil {
 		cfg.Limiter = limiter
 	}
@@ -119,7 +122,7 @@ func newSecure(t *testing.T, limiter server.Limiter) *secure {
 	ts.TLS = &tls.Config{Certificates: []tls.Certificate{srvCert}, ClientCAs: ca.Pool(), ClientAuth: tls.VerifyClientCertIfGiven}
 	ts.StartTLS()
 	t.Cleanup(ts.Close)
-	return &secure{url: ts.URL, ca: ca, policy: policy, rbacPath: rbacPath, audit: audit, jwtKey: jwtKey}
+	return &secure{url: ts.URL, ca: ca, policy: policy, rbacPath: rbacPath, audit: audit, jwtKey: jwtKey, incidents: incidents}
 }
 
 // client returns an HTTPS client presenting a certificate for identity ("" for none),
@@ -204,6 +207,9 @@ func TestSecurity(t *testing.T) {
 		foreign   = s.client(t, "egress-jms", otherCA, hour)
 		expired   = s.client(t, "egress-jms", nil, time.Now().Add(-time.Hour))
 	)
+	// a quarantine incident raised for egress-jms (1), and a panic incident for nobody (2)
+	s.incidents.Raise(apiv1.IncidentQuarantine, "jms-1", "egress-jms", "flapping")
+	s.incidents.Raise(apiv1.IncidentPanic, "messaging.publish/a", "", "panic")
 	// the owner registers first
 	if code, e, _, err := s.do(t, jms, call{"POST", "/v1/services/register", registration("jms-1", "egress-jms", "messaging.publish", "/api/messaging/jms/publish"), ""}); err != nil || code != 200 {
 		t.Fatalf("owner registration = %d %v %v", code, e, err)
@@ -223,6 +229,14 @@ func TestSecurity(t *testing.T) {
 		{"malformed outcomes", gateway, call{"POST", "/v1/outcomes", `{"outcomes":[{"instance_id":"","generation":0,"ok":-1}]}`, ""}, 400, []string{"gateway_id", "outcomes[0].instance_id", "outcomes[0].generation", "outcomes[0]"}},
 		{"eligibility needs discover", lonely, call{"GET", "/v1/services/jms-1/eligibility", "", ""}, 403, nil},
 		{"eligibility of an instance", gateway, call{"GET", "/v1/services/jms-1/eligibility", "", ""}, 200, nil},
+		{"incidents need discover", lonely, call{"GET", "/v1/incidents", "", ""}, 403, nil},
+		{"incidents", gateway, call{"GET", "/v1/incidents?status=open", "", ""}, 200, nil},
+		{"incidents with a bad status", gateway, call{"GET", "/v1/incidents?status=sleeping", "", ""}, 400, []string{"status"}},
+		{"the owner acknowledges its incident", jms, call{"POST", "/v1/incidents/1/acknowledge", "", ""}, 200, nil},
+		{"another identity may not", intruder, call{"POST", "/v1/incidents/1/resolve", "", ""}, 403, nil},
+		{"nor an incident raised for nobody", jms, call{"POST", "/v1/incidents/2/resolve", "", ""}, 403, nil},
+		{"an admin resolves any", ops, call{"POST", "/v1/incidents/2/resolve", "", ""}, 200, nil},
+		{"unknown incident", ops, call{"POST", "/v1/incidents/77/resolve", "", ""}, 404, nil},
 		{"eligibility of an unknown instance", gateway, call{"GET", "/v1/services/nope/eligibility", "", ""}, 404, nil},
 		{"certificate of another CA", foreign, call{"GET", "/v1/discovery/capabilities", "", ""}, 0, nil},
 		{"expired certificate", expired, call{"GET", "/v1/discovery/capabilities", "", ""}, 0, nil},

@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/meshflows/meshflows/internal/incident"
 	"github.com/meshflows/meshflows/internal/registry"
 )
 
@@ -47,6 +48,8 @@ type Config struct {
 	Limiter Limiter
 	// Audit, when set, receives one line per request to every /v1 endpoint.
 	Audit Auditor
+	// Incidents, when set, is served at /v1/incidents (nil: 501).
+	Incidents *incident.Log
 }
 
 func (c *Config) setDefaults() {

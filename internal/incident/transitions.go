@@ -1,0 +1,34 @@
+package incident
+
+import (
+	"fmt"
+	"strings"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/internal/health"
+)
+
+// FromTransitions returns the eligibility monitor's OnTransition hook that raises and clears
+// incidents in l: quarantine (for the instance's owner, which owner looks up), panic per
+// (capability, zone), and self-preservation.
+func FromTransitions(l *Log, owner func(instanceID string) string) func(health.Transition) {
+	return func(t health.Transition) {
+		switch {
+		case t.To == health.StateQuarantined:
+			l.Raise(apiv1.IncidentQuarantine, t.InstanceID, owner(t.InstanceID),
+				fmt.Sprintf("%s is quarantined for flapping: it left rotation too often within the flap window", t.InstanceID))
+		case t.From == health.StateQuarantined:
+			l.Clear(apiv1.IncidentQuarantine, t.InstanceID)
+		case t.To == "panic" && len(t.Reasons) == 2:
+			l.Raise(apiv1.IncidentPanic, t.Reasons[0]+"/"+t.Reasons[1],
+				"", fmt.Sprintf("fewer than the panic threshold of %s's instances in zone %q are in rotation: discovery answers all of them", t.Reasons[0], t.Reasons[1]))
+		case t.To == "panic_over" && len(t.Reasons) == 2:
+			l.Clear(apiv1.IncidentPanic, t.Reasons[0]+"/"+t.Reasons[1])
+		case t.To == "self_preservation":
+			l.Raise(apiv1.IncidentSelfPreservation, "registry", "",
+				"lease expiry stopped evicting: "+strings.Join(t.Reasons, "; ")+" (the registry is likelier cut off than the fleet dead)")
+		case t.To == "self_preservation_over":
+			l.Clear(apiv1.IncidentSelfPreservation, "registry")
+		}
+	}
+}
