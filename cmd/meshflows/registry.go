@@ -174,7 +174,7 @@ func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln 
 		owner := func(id string) string { return reg.Owner(id) } // called only once reg serves
 		monitor, err = health.NewMonitor(health.MonitorConfig{Logger: logger, Registerer: promReg,
 			OnTransition: incident.FromTransitions(incidents, owner), Engine: health.Config{
-			LeaseTTL: f.leaseTTL, HeartbeatInterval: f.heartbeatInterval, SlowStart: f.eligibility.slowStart, PanicThreshold: f.eligibility.panicThreshold}})
+				LeaseTTL: f.leaseTTL, HeartbeatInterval: f.heartbeatInterval, SlowStart: f.eligibility.slowStart, PanicThreshold: f.eligibility.panicThreshold}})
 		if err != nil {
 			return err
 		}

@@ -22,9 +22,12 @@ import (
 	"github.com/meshflows/meshflows/examples/workflows"
 	"github.com/meshflows/meshflows/internal/dashboard"
 	"github.com/meshflows/meshflows/internal/gateway"
+	"github.com/meshflows/meshflows/internal/health"
+	"github.com/meshflows/meshflows/internal/incident"
 	"github.com/meshflows/meshflows/internal/orchestrator"
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/registry/registrytest"
+	"github.com/meshflows/meshflows/internal/server"
 	"github.com/meshflows/meshflows/routing"
 )
 
@@ -37,7 +40,19 @@ type stack struct {
 
 func newStack(t testing.TB) *stack {
 	t.Helper()
-	reg := registrytest.NewServer(t, registry.Config{})
+	// The registry judges eligibility and raises incidents: the example providers declare
+	// health and nothing probes them here, so they stay unknown, their group is in panic (all
+	// of them are answered) and a panic incident stands.
+	incidents, err := incident.New(incident.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reg *registrytest.Server
+	monitor, err := health.NewMonitor(health.MonitorConfig{OnTransition: incident.FromTransitions(incidents, func(id string) string { return reg.Registry.Owner(id) })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg = registrytest.NewServerWith(t, registry.Config{Eligibility: monitor}, server.Config{Incidents: incidents}, registrytest.Epoch0)
 	reg.Clock.Advance(registry.DefaultLeaseTTL) // complete answers
 	for _, build := range []func(string) (*messaging.Provider, error){
 		func(ep string) (*messaging.Provider, error) { return jms.New(ep, "a") },
@@ -55,6 +70,9 @@ func newStack(t testing.TB) *stack {
 		if _, err := reg.Registry.Register(context.Background(), &req); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if _, err := reg.Registry.Sweep(context.Background()); err != nil { // a first sample of the health timeline
+		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -81,7 +99,7 @@ func newStack(t testing.TB) *stack {
 	}
 	osrv := httptest.NewServer(o.Handler())
 	t.Cleanup(osrv.Close)
-	d, err := dashboard.New(dashboard.Config{RegistryURL: reg.URL, GatewayURL: gsrv.URL, OrchestratorURL: osrv.URL, Insecure: true})
+	d, err := dashboard.New(dashboard.Config{RegistryURL: reg.URL, GatewayURL: gsrv.URL, OrchestratorURL: osrv.URL, Insecure: true, Now: reg.Clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,6 +292,29 @@ func TestDashboardInABrowser(t *testing.T) {
 			t.Errorf("instance nodes = %d, want 2", n)
 		}
 		screenshot(t, ctx, "routemap")
+	})
+
+	t.Run("incidents and the health timeline", func(t *testing.T) {
+		nav("/incidents")
+		row := `#incidents tr.inc-open`
+		if !strings.Contains(text(t, ctx, row), "messaging.publish/a") {
+			t.Fatalf("open incident: %q, want the panic of messaging.publish/a", text(t, ctx, row))
+		}
+		if n := count(t, ctx, `#timeline tr[data-capability="messaging.publish"][data-worst="panic"] rect.lv-panic`); n != 1 {
+			t.Errorf("panic slices in messaging.publish's strip: %d, want 1 (one sample so far)", n)
+		}
+		if n := count(t, ctx, `#timeline tr[data-capability="messaging.publish"] rect`); n != 288 {
+			t.Errorf("slices in a 24-hour strip: %d, want 288", n)
+		}
+		screenshot(t, ctx, "incidents")
+		submit(t, ctx, "#incidents tr.inc-open .ack")
+		if got := text(t, ctx, "#incidents tr.inc-acknowledged td.status"); got != "acknowledged" {
+			t.Errorf("after Acknowledge: %q", got)
+		}
+		submit(t, ctx, "#incidents tr.inc-acknowledged .resolve")
+		if got := text(t, ctx, "#unresolved"); got != "0" {
+			t.Errorf("unresolved after Resolve: %q, want 0", got)
+		}
 	})
 
 	t.Run("workflows", func(t *testing.T) {

@@ -71,6 +71,7 @@ func New(cfg Config) (*Dashboard, error) {
 		"join": strings.Join,
 		"pct":  func(f float64) string { return strconv.FormatFloat(f*100, 'f', 0, 64) + "%" },
 		"ms":   func(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) + " ms" },
+		"utc":  func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
 	}).ParseFS(files, "templates.html")
 	if err != nil {
 		return nil, err
@@ -94,6 +95,9 @@ func (d *Dashboard) Handler() http.Handler {
 	mux.HandleFunc("POST /validation/upload", d.write(d.upload))
 	mux.HandleFunc("GET /routes", d.routes)
 	mux.HandleFunc("GET /routes/map", d.routeMap)
+	mux.HandleFunc("GET /incidents", d.incidents)
+	mux.HandleFunc("POST /incidents/{id}/acknowledge", d.write(d.incidentAction))
+	mux.HandleFunc("POST /incidents/{id}/resolve", d.write(d.incidentAction))
 	mux.HandleFunc("GET /workflows", d.workflows)
 	mux.HandleFunc("POST /workflows/{name}/run", d.write(d.run))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })

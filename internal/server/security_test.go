@@ -67,10 +67,10 @@ func (l *lockedBuffer) Write(p []byte) (int, error) {
 func (l *lockedBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
 
 type secure struct {
-	url      string
-	ca       *auth.DevCA
-	policy   *auth.PolicyFile
-	rbacPath string
+	url       string
+	ca        *auth.DevCA
+	policy    *auth.PolicyFile
+	rbacPath  string
 	audit     *lockedBuffer
 	jwtKey    *ecdsa.PrivateKey
 	incidents *incident.Log

@@ -58,6 +58,12 @@ func NewServer(t testing.TB, cfg registry.Config) *Server {
 // different times have different epochs, as a registry restarted with empty state has.
 func NewServerAt(t testing.TB, cfg registry.Config, start time.Time) *Server {
 	t.Helper()
+	return NewServerWith(t, cfg, server.Config{}, start)
+}
+
+// NewServerWith is NewServerAt with the server's settings too (its Now is the fake clock).
+func NewServerWith(t testing.TB, cfg registry.Config, scfg server.Config, start time.Time) *Server {
+	t.Helper()
 	clock := NewClock(start)
 	cfg.Now = clock.Now
 	store := memstore.New(clock.Now)
@@ -65,7 +71,8 @@ func NewServerAt(t testing.TB, cfg registry.Config, start time.Time) *Server {
 	if err != nil {
 		t.Fatalf("registry.New: %v", err)
 	}
-	srv, err := server.New(reg, server.Config{Now: clock.Now})
+	scfg.Now = clock.Now
+	srv, err := server.New(reg, scfg)
 	if err != nil {
 		t.Fatalf("server.New: %v", err)
 	}

@@ -1,0 +1,108 @@
+package dashboard
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+)
+
+// cellWidth is the width in pixels of one timeline slice.
+const cellWidth = 3
+
+// timelineCell is one slice of a capability's 24-hour strip.
+type timelineCell struct {
+	X     int
+	Level string // ok, partial, panic, none, or nodata
+	Title string
+}
+
+// timelineRow is one capability's strip.
+type timelineRow struct {
+	CapabilityID string
+	Cells        []timelineCell
+	Worst        string
+}
+
+type incidentsData struct {
+	Incidents     []apiv1.Incident
+	Unresolved    int
+	Timeline      []timelineRow
+	Width         int
+	BucketMinutes int64
+	From, To      time.Time
+}
+
+// strips lays out the last 24 hours of each capability, one cell per bucket, slices the
+// registry has no sample for marked nodata.
+func strips(tl apiv1.TimelineResponse, now time.Time) ([]timelineRow, int, time.Time) {
+	bucket := time.Duration(tl.BucketSeconds) * time.Second
+	if bucket <= 0 {
+		return nil, 0, now
+	}
+	n := int(24 * time.Hour / bucket)
+	first := now.Truncate(bucket).Add(-time.Duration(n-1) * bucket).UTC()
+	rank := map[string]int{"nodata": 0, "none": 0, "ok": 1, "partial": 2, "panic": 3}
+	var rows []timelineRow
+	for _, c := range tl.Capabilities {
+		byStart := make(map[time.Time]apiv1.TimelineBucket, len(c.Buckets))
+		for _, b := range c.Buckets {
+			byStart[b.Start.UTC()] = b
+		}
+		row := timelineRow{CapabilityID: c.CapabilityID, Worst: "ok"}
+		for i := range n {
+			start := first.Add(time.Duration(i) * bucket)
+			cell := timelineCell{X: i * cellWidth, Level: "nodata", Title: start.Format("15:04") + " no data"}
+			if b, ok := byStart[start]; ok {
+				cell.Level = b.Level
+				cell.Title = fmt.Sprintf("%s %s: %d instances, at least %d in rotation", start.Format("15:04"), b.Level, b.Instances, b.MinInRotation)
+				if rank[b.Level] > rank[row.Worst] {
+					row.Worst = b.Level
+				}
+			}
+			row.Cells = append(row.Cells, cell)
+		}
+		rows = append(rows, row)
+	}
+	return rows, n * cellWidth, first
+}
+
+func (d *Dashboard) incidents(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	var errs []string
+	data := &incidentsData{}
+	var list apiv1.IncidentsResponse
+	if err := d.registry.get(ctx, "/v1/incidents", &list); err != nil {
+		errs = append(errs, errString("registry incidents", err)...)
+	}
+	data.Incidents = list.Incidents
+	for _, in := range list.Incidents {
+		if in.Status != apiv1.IncidentResolved {
+			data.Unresolved++
+		}
+	}
+	var tl apiv1.TimelineResponse
+	if err := d.registry.get(ctx, "/v1/eligibility/timeline", &tl); err != nil {
+		errs = append(errs, errString("registry timeline", err)...)
+	}
+	now := d.cfg.Now()
+	data.Timeline, data.Width, data.From = strips(tl, now)
+	data.To, data.BucketMinutes = now.UTC(), tl.BucketSeconds/60
+	d.render(w, r, "incidents", "Incidents", data, errs)
+}
+
+// incidentAction acknowledges or resolves an incident through the registry.
+func (d *Dashboard) incidentAction(w http.ResponseWriter, r *http.Request) {
+	action := "resolve"
+	if strings.HasSuffix(r.URL.Path, "/acknowledge") {
+		action = "acknowledge"
+	}
+	if err := d.registry.do(r.Context(), http.MethodPost, "/v1/incidents/"+url.PathEscape(r.PathValue("id"))+"/"+action, nil, "", nil); err != nil {
+		http.Error(w, action+": "+err.Error(), http.StatusBadGateway)
+		return
+	}
+	http.Redirect(w, r, "/incidents#incident-"+r.PathValue("id"), http.StatusSeeOther)
+}
