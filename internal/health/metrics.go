@@ -2,6 +2,7 @@ package health
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -76,7 +77,7 @@ func (mm *monitorMetrics) transition(t Transition) {
 	switch {
 	case t.To == StateQuarantined:
 		mm.quarantines.Inc()
-	case t.To == StateWithdrawn && strings.HasPrefix(reason, "OUTLIER_"):
+	case t.To == StateWithdrawn && slices.ContainsFunc(t.Reasons, func(r string) bool { return strings.HasPrefix(r, "OUTLIER_") }):
 		mm.ejections.Inc()
 	}
 }

@@ -147,6 +147,10 @@ func NewProber(cfg ProberConfig) (*Prober, error) {
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "meshflows_probe_duration_seconds",
 			Help: "Latency of active health probes, by result.", Buckets: prometheus.ExponentialBuckets(0.0005, 4, 9)}, []string{"result"}),
 	}
+	for _, r := range []string{ProbeOK, ProbeFail, ProbeTimeout, ProbeRefused} { // every series exists from the start
+		p.total.WithLabelValues(r)
+		p.duration.WithLabelValues(r)
+	}
 	if cfg.Registerer != nil {
 		for _, c := range []prometheus.Collector{p.total, p.duration} {
 			if err := cfg.Registerer.Register(c); err != nil {
