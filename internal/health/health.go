@@ -208,6 +208,7 @@ type Engine struct {
 	spSince  time.Time
 	spBlock  bool    // the mode ended by its bound: it cannot return until renewals recover
 	ratio    float64 // renewals received over expected in the last window, as of the last Tick
+	ejected  int     // passive ejections so far
 }
 
 // New returns an engine for cfg (defaults filled in).
@@ -371,6 +372,7 @@ func (e *Engine) outcome(in *instance, ev Event) {
 		return
 	}
 	in.ejections++
+	e.ejected++
 	in.ejectUntil = ev.At.Add(time.Duration(in.ejections) * e.cfg.EjectionBase)
 	e.addCause(in, ev.At, cause, fmt.Sprintf("gateway window ok=%d errors=%d connect_failures=%d; ejection %d until %s",
 		ev.OK, ev.Errors, ev.ConnectFailures, in.ejections, in.ejectUntil.UTC().Format(time.RFC3339)))
@@ -527,6 +529,9 @@ func (e *Engine) Tick(now time.Time) {
 
 // SelfPreservation reports whether lease expiry is suspended (as of the last Tick).
 func (e *Engine) SelfPreservation() bool { return e.sp }
+
+// Ejections returns how many passive ejections the engine has made.
+func (e *Engine) Ejections() int { return e.ejected }
 
 // RenewalRatio returns the renewals received in the last window over those expected, as of
 // the last Tick (1 when none are expected).

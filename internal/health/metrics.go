@@ -2,8 +2,6 @@ package health
 
 import (
 	"fmt"
-	"slices"
-	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -74,10 +72,7 @@ func (mm *monitorMetrics) transition(t Transition) {
 		reason = t.Reasons[0]
 	}
 	mm.transitions.WithLabelValues(t.To, reason).Inc()
-	switch {
-	case t.To == StateQuarantined:
+	if t.To == StateQuarantined {
 		mm.quarantines.Inc()
-	case t.To == StateWithdrawn && slices.ContainsFunc(t.Reasons, func(r string) bool { return strings.HasPrefix(r, "OUTLIER_") }):
-		mm.ejections.Inc()
 	}
 }

@@ -169,8 +169,12 @@ func (m *Monitor) Observe(ev Event) error {
 	if !ok {
 		return nil
 	}
+	ejected := m.engine.Ejections()
 	if err := m.engine.Apply(ev); err != nil {
 		return err
+	}
+	if n := m.engine.Ejections() - ejected; n > 0 {
+		m.metrics.ejections.Add(float64(n))
 	}
 	if ev.Kind == KindHeartbeat {
 		v.lastRenewal = ev.At

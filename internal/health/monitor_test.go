@@ -154,4 +154,9 @@ meshflows_eligibility_self_preservation 0
 	if n := testutil.ToFloat64(m.metrics.transitions.WithLabelValues(StateSlowStart, ReasonSlowStart)); n != 1 {
 		t.Errorf("transitions into slow_start: %v, want 1", n)
 	}
+	m.Register(Instance{ID: "c", Zone: "z", Capabilities: []string{"c.x"}}, 1, t0)
+	m.Observe(Event{At: t0.Add(time.Second), ID: "b", Kind: KindOutcome, OK: 1, Errors: 29})
+	if n := testutil.ToFloat64(m.metrics.ejections); n != 1 {
+		t.Errorf("ejections after a window of 29 errors in 30: %v, want 1", n)
+	}
 }
