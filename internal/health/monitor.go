@@ -72,6 +72,28 @@ type view struct {
 	verdict     Verdict
 	since       time.Time
 	history     []Transition
+	keys        []groupKey // the groups it belongs to
+	counted     string     // the state its groups' counters hold for it
+}
+
+// group counts the instances of one (capability, zone), kept up to date as verdicts change
+// so that the panic rule costs the same at any fleet size.
+type group struct {
+	refs       int // instances held that belong to it
+	members    int // of those, neither absent nor draining
+	inRotation int
+}
+
+// tally returns what a state adds to a group's counters.
+func tally(state string) (member, inRotation int) {
+	switch state {
+	case StateAbsent, StateDraining, "":
+		return 0, 0
+	case StateSlowStart, StateServing, StateDegraded:
+		return 1, 1
+	default:
+		return 1, 0
+	}
 }
 
 // Monitor owns an Engine for a running registry and is safe for concurrent use: the
@@ -85,7 +107,7 @@ type Monitor struct {
 	mu       sync.RWMutex
 	engine   *Engine
 	views    map[string]*view
-	groups   map[groupKey]map[string]struct{}
+	groups   map[groupKey]*group
 	panics   map[groupKey]bool
 	sp       bool
 	rev      int64
@@ -109,7 +131,7 @@ func NewMonitor(cfg MonitorConfig) (*Monitor, error) {
 		return nil, err
 	}
 	cfg.Engine = e.cfg
-	m := &Monitor{cfg: cfg, engine: e, views: map[string]*view{}, groups: map[groupKey]map[string]struct{}{},
+	m := &Monitor{cfg: cfg, engine: e, views: map[string]*view{}, groups: map[groupKey]*group{},
 		panics: map[groupKey]bool{}, changed: make(chan struct{}), timeline: map[string][]apiv1.TimelineBucket{}}
 	if m.metrics, err = newMonitorMetrics(cfg.Registerer, m); err != nil {
 		return nil, err
@@ -130,34 +152,64 @@ func (m *Monitor) Register(in Instance, gen int64, at time.Time) {
 }
 
 func (m *Monitor) register(in Instance, gen int64, at time.Time) {
-	if old, ok := m.views[in.ID]; ok {
-		m.ungroup(in.ID)
-		old.generation = gen
+	v, ok := m.views[in.ID]
+	if ok {
+		m.ungroup(v)
+		for _, k := range v.keys {
+			m.panic(k, at) // the old incarnation's groups lost it
+		}
+		m.release(v)
+		v.generation = gen
 	} else {
-		m.views[in.ID] = &view{generation: gen, verdict: Verdict{State: StateAbsent}, since: at}
+		v = &view{generation: gen, verdict: Verdict{State: StateAbsent}, since: at, counted: StateAbsent}
+		m.views[in.ID] = v
 	}
 	m.engine.Declare(in)
 	m.engine.Apply(Event{At: at, ID: in.ID, Kind: KindRegistered})
-	m.views[in.ID].lastRenewal = at
+	v.lastRenewal = at
+	v.keys = v.keys[:0]
 	for _, c := range in.Capabilities {
 		k := groupKey{c, in.Zone}
 		if m.groups[k] == nil {
-			m.groups[k] = map[string]struct{}{}
+			m.groups[k] = &group{}
 		}
-		m.groups[k][in.ID] = struct{}{}
+		m.groups[k].refs++
+		v.keys = append(v.keys, k)
 	}
 }
 
-func (m *Monitor) ungroup(id string) {
-	for k, g := range m.groups {
-		if _, ok := g[id]; ok {
-			delete(g, id)
-			if len(g) == 0 {
+// release drops v's references to its groups; a group nobody belongs to goes.
+func (m *Monitor) release(v *view) {
+	for _, k := range v.keys {
+		if g := m.groups[k]; g != nil {
+			if g.refs--; g.refs == 0 {
 				delete(m.groups, k)
 				delete(m.panics, k)
 			}
 		}
 	}
+}
+
+// ungroup takes v out of its groups' counters (they count it as absent from now on).
+func (m *Monitor) ungroup(v *view) {
+	m.recount(v, StateAbsent)
+}
+
+// recount moves v's contribution to its groups' counters to state and reports whether
+// that changed anything.
+func (m *Monitor) recount(v *view, state string) bool {
+	if v.counted == state {
+		return false
+	}
+	om, or := tally(v.counted)
+	nm, nr := tally(state)
+	for _, k := range v.keys {
+		g := m.groups[k]
+		g.members += nm - om
+		g.inRotation += nr - or
+	}
+	v.counted = state
+	return true
 }
 
 // Observe applies one piece of evidence (a heartbeat, deregistration, probe or outcome) about
@@ -192,15 +244,17 @@ func (m *Monitor) Forget(id string, at time.Time) {
 }
 
 func (m *Monitor) forget(id string, at time.Time) {
-	if _, ok := m.views[id]; !ok {
+	v, ok := m.views[id]
+	if !ok {
 		return
 	}
-	m.ungroup(id)
+	m.ungroup(v)
 	delete(m.views, id)
 	m.engine.Forget(id)
-	for k := range m.groups {
+	for _, k := range v.keys {
 		m.panic(k, at)
 	}
+	m.release(v)
 }
 
 // Sync reconciles the monitor with the registry's fleet (records registered or renewed
@@ -262,12 +316,12 @@ func (m *Monitor) Sync(now time.Time, fleet []Member) {
 // refresh recomputes the verdict on id and the panic flags of its groups; it reports
 // whether anything published changed.
 func (m *Monitor) refresh(id string, now time.Time) bool {
-	if _, ok := m.views[id]; !ok || !m.refreshVerdict(id, now) {
+	v, ok := m.views[id]
+	if !ok || !m.refreshVerdict(id, now) {
 		return false
 	}
-	in := m.engine.instances[id]
-	for _, c := range in.Capabilities {
-		m.panic(groupKey{c, in.Zone}, now)
+	for _, k := range v.keys {
+		m.panic(k, now)
 	}
 	return true
 }
@@ -276,8 +330,9 @@ func (m *Monitor) refreshVerdict(id string, now time.Time) bool {
 	v := m.views[id]
 	nv := m.engine.Verdict(id, now)
 	old := v.verdict
+	recounted := m.recount(v, nv.State) // a new incarnation in the same state still counts anew
 	if nv.State == old.State && nv.Weight == old.Weight && slices.Equal(nv.Reasons, old.Reasons) {
-		return false
+		return recounted
 	}
 	v.verdict = nv
 	if nv.State != old.State {
@@ -299,7 +354,11 @@ func (m *Monitor) refreshVerdict(id string, now time.Time) bool {
 
 // panic recomputes the panic flag of k and reports whether it changed.
 func (m *Monitor) panic(k groupKey, now time.Time) bool {
-	members, inRotation := m.groupCounts(k)
+	g := m.groups[k]
+	if g == nil {
+		return false
+	}
+	members, inRotation := g.members, g.inRotation
 	p := members > 0 && float64(inRotation) < m.cfg.Engine.PanicThreshold*float64(members)
 	if m.panics[k] == p {
 		return false

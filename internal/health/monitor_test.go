@@ -1,6 +1,8 @@
 package health
 
 import (
+	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -158,5 +160,60 @@ meshflows_eligibility_self_preservation 0
 	m.Observe(Event{At: t0.Add(time.Second), ID: "b", Kind: KindOutcome, OK: 1, Errors: 29})
 	if n := testutil.ToFloat64(m.metrics.ejections); n != 1 {
 		t.Errorf("ejections after a window of 29 errors in 30: %v, want 1", n)
+	}
+}
+
+// TestMonitorGroupCountersMatchTheEngine drives random evidence through a monitor and checks
+// after every step that its incremental panic flags agree with the engine's Group, which
+// counts from scratch.
+func TestMonitorGroupCountersMatchTheEngine(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	m := newTestMonitor(t, nil, nil)
+	caps := []string{"a.x", "b.x", "c.x"}
+	zones := []string{"z1", "z2"}
+	ids := make([]string, 30)
+	decl := map[string]Instance{}
+	for i := range ids {
+		ids[i] = fmt.Sprintf("i%02d", i)
+		in := Instance{ID: ids[i], Zone: zones[i%2], Capabilities: caps[:1+i%3], Probe: i%4 == 0}
+		decl[ids[i]] = in
+		m.Register(in, 1, t0)
+	}
+	gen := int64(1)
+	at := t0
+	for step := range 3000 {
+		at = at.Add(50 * time.Millisecond) // 150 s in all: no lease ends, no quarantine ends
+		id := ids[rng.IntN(len(ids))]
+		switch r := rng.IntN(10); {
+		case r < 3:
+			m.Observe(Event{At: at, ID: id, Kind: KindHeartbeat, Health: []string{"ok", "degraded", "failing"}[rng.IntN(3)]})
+		case r < 7:
+			m.Observe(Event{At: at, ID: id, Kind: KindProbe, Result: []string{ProbeOK, ProbeOK, ProbeFail, ProbeRefused}[rng.IntN(4)]})
+		case r < 8:
+			gen++
+			in := decl[id]
+			in.Zone = zones[rng.IntN(2)] // a new incarnation may move
+			decl[id] = in
+			m.Register(in, gen, at)
+		case r < 9:
+			m.Forget(id, at)
+			m.Register(decl[id], gen, at)
+		default:
+			m.Observe(Event{At: at, ID: id, Kind: KindDeregistered})
+		}
+		for _, c := range caps {
+			for _, z := range zones {
+				want := m.engine.Group(c, z, at).Panic
+				if got := m.Panic(c, z); got != want {
+					g := m.groups[groupKey{c, z}]
+					t.Logf("counters %+v; engine %+v", g, m.engine.Group(c, z, at))
+					for _, id := range ids {
+						v := m.views[id]
+						t.Logf("%s %v counted=%s verdict=%s engine=%s", id, v.keys, v.counted, v.verdict.State, m.engine.Verdict(id, at).State)
+					}
+					t.Fatalf("step %d: panic(%s, %s) = %v, the engine counts %v", step, c, z, got, want)
+				}
+			}
+		}
 	}
 }

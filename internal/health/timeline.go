@@ -16,22 +16,6 @@ const (
 // levelRank orders timeline levels from best to worst.
 var levelRank = map[string]int{"none": 0, "ok": 1, "partial": 2, "panic": 3}
 
-// groupCounts returns how many of k's instances are members (neither absent nor draining)
-// and how many of those are in rotation.
-func (m *Monitor) groupCounts(k groupKey) (members, inRotation int) {
-	for id := range m.groups[k] {
-		v := m.views[id].verdict
-		if v.State == StateAbsent || v.State == StateDraining {
-			continue
-		}
-		members++
-		if v.InRotation() {
-			inRotation++
-		}
-	}
-	return members, inRotation
-}
-
 // sample records the state of every capability at now in its timeline.
 func (m *Monitor) sample(now time.Time) {
 	type agg struct {
@@ -45,9 +29,9 @@ func (m *Monitor) sample(now time.Time) {
 			a = &agg{}
 			caps[k.capability] = a
 		}
-		n, r := m.groupCounts(k)
-		a.members += n
-		a.inRotation += r
+		g := m.groups[k]
+		a.members += g.members
+		a.inRotation += g.inRotation
 		a.panic = a.panic || m.panics[k]
 	}
 	start := now.Truncate(m.cfg.TimelineBucket).UTC()
