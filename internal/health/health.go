@@ -447,11 +447,15 @@ func (e *Engine) clearCauses(in *instance, now time.Time, causes ...string) {
 
 // Verdict returns the verdict on id at now (after every event up to now).
 func (e *Engine) Verdict(id string, now time.Time) Verdict {
-	in, ok := e.instances[id]
-	if ok {
+	return e.verdictOf(e.instances[id], now)
+}
+
+// verdictOf is Verdict for an instance record (nil: never declared).
+func (e *Engine) verdictOf(in *instance, now time.Time) Verdict {
+	if in != nil {
 		e.advance(in, now)
 	}
-	if !ok || !in.present {
+	if in == nil || !in.present {
 		return Verdict{State: StateAbsent, Reasons: []string{}}
 	}
 	switch {

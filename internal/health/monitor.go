@@ -44,6 +44,26 @@ type Transition struct {
 	Reasons    []string  `json:"reasons"`
 }
 
+// Fleet is what the registry holds, for Sync: Member(i) needs only the ID of its
+// Instance; Instance(i) is asked only for incarnations the monitor does not hold yet.
+type Fleet interface {
+	Len() int
+	Member(i int) Member
+	Instance(i int) Instance
+}
+
+// Members is a Fleet in a slice.
+type Members []Member
+
+// Len implements Fleet.
+func (ms Members) Len() int { return len(ms) }
+
+// Member implements Fleet.
+func (ms Members) Member(i int) Member { return ms[i] }
+
+// Instance implements Fleet.
+func (ms Members) Instance(i int) Instance { return ms[i].Instance }
+
 // Member is what the registry holds about one instance, for Sync.
 type Member struct {
 	Instance
@@ -74,6 +94,8 @@ type view struct {
 	history     []Transition
 	keys        []groupKey // the groups it belongs to
 	counted     string     // the state its groups' counters hold for it
+	synced      uint64     // the last Sync that found it in the fleet
+	in          *instance  // the engine's record of it
 }
 
 // group counts the instances of one (capability, zone), kept up to date as verdicts change
@@ -111,6 +133,7 @@ type Monitor struct {
 	panics   map[groupKey]bool
 	sp       bool
 	rev      int64
+	syncs    uint64
 	changed  chan struct{}
 	timeline map[string][]apiv1.TimelineBucket // by capability, oldest first
 }
@@ -166,6 +189,7 @@ func (m *Monitor) register(in Instance, gen int64, at time.Time) {
 	}
 	m.engine.Declare(in)
 	m.engine.Apply(Event{At: at, ID: in.ID, Kind: KindRegistered})
+	v.in = m.engine.instances[in.ID]
 	v.lastRenewal = at
 	v.keys = v.keys[:0]
 	for _, c := range in.Capabilities {
@@ -261,24 +285,25 @@ func (m *Monitor) forget(id string, at time.Time) {
 // through another replica, restored from a snapshot, or removed), applies what time has
 // brought (slow-start progress, ends of ejections and quarantines, lease expiry,
 // self-preservation) and republishes every verdict. The registry calls it on its sweep.
-func (m *Monitor) Sync(now time.Time, fleet []Member) {
+func (m *Monitor) Sync(now time.Time, fleet Fleet) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	seen := make(map[string]struct{}, len(fleet))
-	for _, f := range fleet {
-		seen[f.ID] = struct{}{}
+	m.syncs++
+	for i := range fleet.Len() {
+		f := fleet.Member(i)
 		v, ok := m.views[f.ID]
 		if !ok || v.generation != f.Generation {
-			m.register(f.Instance, f.Generation, f.RegisteredAt)
+			m.register(fleet.Instance(i), f.Generation, f.RegisteredAt)
 			v = m.views[f.ID]
 		}
+		v.synced = m.syncs
 		if f.LastRenewal.After(v.lastRenewal) {
 			m.engine.Apply(Event{At: f.LastRenewal, ID: f.ID, Kind: KindHeartbeat, Health: f.Health})
 			v.lastRenewal = f.LastRenewal
 		}
 	}
-	for id := range m.views {
-		if _, ok := seen[id]; !ok {
+	for id, v := range m.views {
+		if v.synced != m.syncs {
 			m.forget(id, now)
 		}
 	}
@@ -303,8 +328,8 @@ func (m *Monitor) Sync(now time.Time, fleet []Member) {
 		}
 	}
 	changed := false
-	for id := range m.views {
-		changed = m.refreshVerdict(id, now) || changed
+	for id, v := range m.views {
+		changed = m.refreshVerdict(id, v, now) || changed
 	}
 	for k := range m.groups {
 		changed = m.panic(k, now) || changed
@@ -317,7 +342,7 @@ func (m *Monitor) Sync(now time.Time, fleet []Member) {
 // whether anything published changed.
 func (m *Monitor) refresh(id string, now time.Time) bool {
 	v, ok := m.views[id]
-	if !ok || !m.refreshVerdict(id, now) {
+	if !ok || !m.refreshVerdict(id, v, now) {
 		return false
 	}
 	for _, k := range v.keys {
@@ -326,9 +351,8 @@ func (m *Monitor) refresh(id string, now time.Time) bool {
 	return true
 }
 
-func (m *Monitor) refreshVerdict(id string, now time.Time) bool {
-	v := m.views[id]
-	nv := m.engine.Verdict(id, now)
+func (m *Monitor) refreshVerdict(id string, v *view, now time.Time) bool {
+	nv := m.engine.verdictOf(v.in, now)
 	old := v.verdict
 	recounted := m.recount(v, nv.State) // a new incarnation in the same state still counts anew
 	if nv.State == old.State && nv.Weight == old.Weight && slices.Equal(nv.Reasons, old.Reasons) {

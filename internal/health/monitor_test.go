@@ -44,7 +44,7 @@ func TestMonitorPublishesVerdictsAndWakesWatchers(t *testing.T) {
 	if st, w, _ := m.Verdict("a"); st != StateSlowStart || w != 10 {
 		t.Fatalf("after two ok probes: %s %d, want slow_start 10", st, w)
 	}
-	m.Sync(t0.Add(7*time.Second), []Member{{Instance: Instance{ID: "a", Zone: "z", Capabilities: []string{"c.x"}, Probe: true},
+	m.Sync(t0.Add(7*time.Second), Members{{Instance: Instance{ID: "a", Zone: "z", Capabilities: []string{"c.x"}, Probe: true},
 		Generation: 1, RegisteredAt: t0, LastRenewal: t0}})
 	if _, w, _ := m.Verdict("a"); w != 10+90*5/10 {
 		t.Fatalf("slow start at 5 s of 10: weight %d, want %d", w, 10+90*5/10)
@@ -114,17 +114,17 @@ func TestMonitorPanicPerGroup(t *testing.T) {
 func TestMonitorSyncDeclaresRenewsAndForgets(t *testing.T) {
 	m := newTestMonitor(t, nil, nil)
 	in := Instance{ID: "x", Zone: "z", Capabilities: []string{"c.x"}}
-	m.Sync(t0, []Member{{Instance: in, Generation: 3, RegisteredAt: t0, LastRenewal: t0}})
+	m.Sync(t0, Members{{Instance: in, Generation: 3, RegisteredAt: t0, LastRenewal: t0}})
 	if st, _, ok := m.Verdict("x"); !ok || st != StateSlowStart {
 		t.Fatalf("an instance seen only through Sync: %s %v, want slow_start", st, ok)
 	}
 	// renewed elsewhere (another replica): not silent, not evicted past the first lease
-	m.Sync(t0.Add(80*time.Second), []Member{{Instance: in, Generation: 3, RegisteredAt: t0, LastRenewal: t0.Add(75 * time.Second)}})
-	m.Sync(t0.Add(100*time.Second), []Member{{Instance: in, Generation: 3, RegisteredAt: t0, LastRenewal: t0.Add(75 * time.Second)}})
+	m.Sync(t0.Add(80*time.Second), Members{{Instance: in, Generation: 3, RegisteredAt: t0, LastRenewal: t0.Add(75 * time.Second)}})
+	m.Sync(t0.Add(100*time.Second), Members{{Instance: in, Generation: 3, RegisteredAt: t0, LastRenewal: t0.Add(75 * time.Second)}})
 	if st, _, _ := m.Verdict("x"); st != StateServing {
 		t.Fatalf("renewed through Sync: %s, want serving", st)
 	}
-	m.Sync(t0.Add(101*time.Second), nil)
+	m.Sync(t0.Add(101*time.Second), Members{})
 	if _, _, ok := m.Verdict("x"); ok {
 		t.Fatal("an instance gone from the fleet is still held")
 	}

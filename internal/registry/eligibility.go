@@ -42,14 +42,24 @@ func (r *Registry) revision() int64 {
 // syncEligibility hands the fleet to the monitor: records registered or renewed elsewhere
 // (another replica, a snapshot) are declared, removed ones forgotten, and time applied.
 func (r *Registry) syncEligibility(now time.Time) {
-	recs := r.store.Records()
-	fleet := make([]health.Member, len(recs))
-	for i, rec := range recs {
-		fleet[i] = health.Member{Instance: healthInstance(rec), Generation: rec.Generation, RegisteredAt: rec.RegisteredAt,
-			LastRenewal: rec.LeaseExpiresAt().Add(-r.cfg.LeaseTTL), Health: rec.Health()}
-	}
-	r.cfg.Eligibility.Sync(now, fleet)
+	r.cfg.Eligibility.Sync(now, recordFleet{recs: r.store.Records(), ttl: r.cfg.LeaseTTL})
 }
+
+// recordFleet is the store's records as the monitor's Fleet.
+type recordFleet struct {
+	recs []*Record
+	ttl  time.Duration
+}
+
+func (f recordFleet) Len() int { return len(f.recs) }
+
+func (f recordFleet) Member(i int) health.Member {
+	rec := f.recs[i]
+	return health.Member{Instance: health.Instance{ID: rec.InstanceID}, Generation: rec.Generation, RegisteredAt: rec.RegisteredAt,
+		LastRenewal: rec.LeaseExpiresAt().Add(-f.ttl), Health: rec.Health()}
+}
+
+func (f recordFleet) Instance(i int) health.Instance { return healthInstance(f.recs[i]) }
 
 // judge fills in the eligibility of entries and drops those out of rotation, unless their
 // (capability, zone) is in panic: then all are kept, at weight 100, marked panic.

@@ -1,0 +1,194 @@
+package registry_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"testing"
+	"time"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/internal/health"
+	"github.com/meshflows/meshflows/internal/registry"
+)
+
+// judgedFleet is n instances of benchRequest's shape over three zones — a holds 2/3 of
+// them (40,000 of 60,000: the zone evacuation), b and c a sixth each — on a registry with
+// the eligibility engine, past slow start.
+func judgedFleet(b *testing.B, n int) (*fixture, []int64) {
+	b.Helper()
+	m, err := health.NewMonitor(health.MonitorConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	f := newFixture(b, registry.Config{Eligibility: m})
+	gens := make([]int64, n)
+	for i := range n {
+		req := benchRequest(i)
+		req.Zone = zoneOf(i)
+		gens[i] = mustRegister(b, f, req).Generation
+	}
+	f.clock.Advance(31 * time.Second)
+	if _, err := f.reg.Sweep(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	return f, gens
+}
+
+func zoneOf(i int) string {
+	switch i % 6 {
+	case 4:
+		return "b"
+	case 5:
+		return "c"
+	}
+	return "a"
+}
+
+// percentiles reports the p50 and p99 of ds (nanoseconds) on b.
+func percentiles(b *testing.B, ds []time.Duration, what string) {
+	if len(ds) == 0 {
+		return
+	}
+	slices.Sort(ds)
+	b.ReportMetric(float64(ds[len(ds)/2].Nanoseconds()), what+"-p50-ns")
+	b.ReportMetric(float64(ds[len(ds)*99/100].Nanoseconds()), what+"-p99-ns")
+}
+
+// BenchmarkEligibilityEvidence is evidence to published verdict: one heartbeat that changes
+// an instance's state (failing, then ok) through Registry.Heartbeat, at 60,000 instances.
+// When it returns, discovery answers the new verdict and long polls are woken.
+func BenchmarkEligibilityEvidence(b *testing.B) {
+	f, gens := judgedFleet(b, 60000)
+	ctx := context.Background()
+	var lat []time.Duration
+	i := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		id := i % len(gens)
+		h := apiv1.HealthFailing
+		if (i/len(gens))%2 == 1 {
+			h = apiv1.HealthOK
+		}
+		start := time.Now()
+		if _, err := f.reg.Heartbeat(ctx, fmt.Sprintf("inst-%d", id), &apiv1.HeartbeatRequest{Generation: gens[id], Health: h}); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(start))
+		i++
+	}
+	percentiles(b, lat, "evidence-to-verdict")
+}
+
+// BenchmarkEligibilitySweep is one sweep at 60,000 instances: reconciling the fleet, time
+// (slow start, lease expiry, self-preservation) and every panic flag. The registry sweeps
+// once a second, so ns/op over 1e9 is the share of one core it costs.
+func BenchmarkEligibilitySweep(b *testing.B) {
+	f, _ := judgedFleet(b, 60000)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		f.clock.Advance(time.Second)
+		if _, err := f.reg.Sweep(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkZoneEvacuation withdraws every instance of zone a (40,000 of 60,000) as fast as
+// the evidence arrives, with a watcher that long-polls the registry in a loop and reads the
+// answer, as a gateway does: the burst's length, how long after the first withdrawal the
+// watcher wakes, and how long after the last one it holds a revision that includes it.
+func BenchmarkZoneEvacuation(b *testing.B) {
+	f, gens := judgedFleet(b, 60000)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var inZone []int
+	for i := range gens {
+		if zoneOf(i) == "a" {
+			inZone = append(inZone, i)
+		}
+	}
+	ids := make([]string, len(gens))
+	for i := range ids {
+		ids[i] = fmt.Sprintf("inst-%d", i)
+	}
+	type seen struct {
+		at  time.Time
+		rev int64
+	}
+	seenc := make(chan seen, 1<<16)
+	go func() { // the watcher
+		q, _ := registry.ParseQuery(map[string][]string{"capability_id": {"orders.read"}, "zone": {"b"}})
+		rev := f.reg.State().Revision
+		for ctx.Err() == nil {
+			rev = f.reg.Wait(ctx, rev, time.Minute)
+			ans := f.reg.Query(q)
+			select {
+			case seenc <- seen{time.Now(), ans.Revision}:
+			default:
+			}
+		}
+	}()
+	var burst, firstWake, lastWake []time.Duration
+	round := 0
+	for b.Loop() {
+		h := apiv1.HealthFailing
+		if round%2 == 1 {
+			h = apiv1.HealthOK // the zone comes back: the next round evacuates it again
+		}
+		round++
+	drain:
+		for {
+			select {
+			case <-seenc:
+			default:
+				break drain
+			}
+		}
+		start := time.Now()
+		for _, i := range inZone {
+			if _, err := f.reg.Heartbeat(ctx, ids[i], &apiv1.HeartbeatRequest{Generation: gens[i], Health: h}); err != nil {
+				b.Fatal(err)
+			}
+		}
+		end := time.Now()
+		last := f.reg.State().Revision
+		burst = append(burst, end.Sub(start))
+		first := true
+		for s := range seenc {
+			if first {
+				firstWake = append(firstWake, s.at.Sub(start))
+				first = false
+			}
+			if s.rev >= last {
+				lastWake = append(lastWake, max(0, s.at.Sub(end)))
+				break
+			}
+		}
+	}
+	percentiles(b, burst, "burst")
+	percentiles(b, firstWake, "first-withdrawal-to-watcher")
+	percentiles(b, lastWake, "last-withdrawal-to-watcher")
+}
+
+// BenchmarkEligibilityMemory is the heap the eligibility engine adds per instance at 60,000.
+func BenchmarkEligibilityMemory(b *testing.B) {
+	for b.Loop() {
+		var before, mid, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		plain, _ := fill(b, 60000)
+		runtime.GC()
+		runtime.ReadMemStats(&mid)
+		judged, _ := judgedFleet(b, 60000)
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		withEngine := float64(after.HeapAlloc - mid.HeapAlloc)
+		without := float64(mid.HeapAlloc - before.HeapAlloc)
+		b.ReportMetric((withEngine-without)/60000, "engine-heap-bytes/instance")
+		runtime.KeepAlive(plain)
+		runtime.KeepAlive(judged)
+	}
+}
