@@ -435,6 +435,29 @@ func (m *Monitor) Verdict(id string) (state string, weight int, ok bool) {
 	return v.verdict.State, v.verdict.Weight, true
 }
 
+// Reader reads published verdicts and panic flags while the monitor's read lock is held.
+type Reader struct{ m *Monitor }
+
+// Verdict is Monitor.Verdict under the held lock.
+func (r Reader) Verdict(id string) (state string, weight int, ok bool) {
+	v, ok := r.m.views[id]
+	if !ok {
+		return "", 0, false
+	}
+	return v.verdict.State, v.verdict.Weight, true
+}
+
+// Panic is Monitor.Panic under the held lock.
+func (r Reader) Panic(capability, zone string) bool { return r.m.panics[groupKey{capability, zone}] }
+
+// Read calls fn with a Reader, under one read lock: a discovery answer of thousands of
+// entries takes the lock once. fn must not call the monitor.
+func (m *Monitor) Read(fn func(Reader)) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	fn(Reader{m})
+}
+
 // Panic reports whether (capability, zone) is in panic: discovery then returns every
 // non-draining instance of it at weight 100.
 func (m *Monitor) Panic(capability, zone string) bool {

@@ -69,22 +69,37 @@ func (r *Registry) judge(es []Entry) []Entry {
 		return es
 	}
 	out := es[:0]
-	for _, e := range es {
-		state, weight, ok := m.Verdict(e.Record.InstanceID)
-		if !ok {
-			continue // registered a moment ago on another replica: the next sync declares it
-		}
-		e.Eligibility, e.Weight = state, weight
-		if m.Panic(e.Capability().CapabilityID, e.Record.Zone) {
-			if state == health.StateDraining || state == health.StateAbsent {
+	for len(es) > 0 {
+		chunk := es[:min(len(es), judgeChunk)]
+		es = es[len(chunk):]
+		out = judgeChunkOf(m, chunk, out)
+	}
+	return out
+}
+
+// judgeChunk is how many entries are judged under one read lock of the monitor: a large
+// answer takes the lock a few hundred entries at a time, so evidence is never held up long.
+const judgeChunk = 256
+
+func judgeChunkOf(m *health.Monitor, es, out []Entry) []Entry {
+	m.Read(func(rd health.Reader) {
+		for _, e := range es {
+			state, weight, ok := rd.Verdict(e.Record.InstanceID)
+			if !ok {
+				continue // registered a moment ago on another replica: the next sync declares it
+			}
+			e.Eligibility, e.Weight = state, weight
+			if rd.Panic(e.Capability().CapabilityID, e.Record.Zone) {
+				if state == health.StateDraining || state == health.StateAbsent {
+					continue
+				}
+				e.Weight, e.Panic = 100, true
+			} else if !apiv1.InRotation(state) {
 				continue
 			}
-			e.Weight, e.Panic = 100, true
-		} else if !apiv1.InRotation(state) {
-			continue
+			out = append(out, e)
 		}
-		out = append(out, e)
-	}
+	})
 	return out
 }
 
