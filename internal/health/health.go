@@ -32,6 +32,11 @@ type Config struct {
 	SelfPreservationExit         float64       // renewal ratio that ends the mode (default 0.8)
 	SelfPreservationMinInstances int           // fewer instances never enter the mode (default 10)
 	SelfPreservationMax          time.Duration // the mode ends after this at the latest (default 15 min)
+
+	// ExternalLeases says the store expires leases itself and renewals reach other replicas
+	// (the etcd store): the engine then neither evicts on lease expiry nor judges silence nor
+	// enters self-preservation; an instance is present while the store holds it.
+	ExternalLeases bool
 }
 
 // WithDefaults returns c with every zero field set to its default.
@@ -252,12 +257,12 @@ func (e *Engine) unhealthyAfter(in *instance) int {
 
 // silent reports whether in has not renewed for more than silence_after at now.
 func (e *Engine) silent(in *instance, now time.Time) bool {
-	return now.Sub(in.lastRenewal) > 2*e.cfg.HeartbeatInterval
+	return !e.cfg.ExternalLeases && now.Sub(in.lastRenewal) > 2*e.cfg.HeartbeatInterval
 }
 
 // expired reports whether in's lease has run out at now.
 func (e *Engine) expired(in *instance, now time.Time) bool {
-	return now.Sub(in.lastRenewal) >= e.cfg.LeaseTTL
+	return !e.cfg.ExternalLeases && now.Sub(in.lastRenewal) >= e.cfg.LeaseTTL
 }
 
 // Apply records one event. Events must come in time order, and the owner ticks before an
@@ -491,6 +496,10 @@ func (e *Engine) verdictOf(in *instance, now time.Time) Verdict {
 func (e *Engine) Tick(now time.Time) {
 	if !e.started {
 		e.started, e.start = true, now
+	}
+	if e.cfg.ExternalLeases {
+		e.renewals, e.ratio = e.renewals[:0], 1
+		return
 	}
 	window := e.cfg.LeaseTTL
 	drop := 0

@@ -1,6 +1,7 @@
 package health
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -95,6 +96,7 @@ type view struct {
 	keys        []groupKey // the groups it belongs to
 	counted     string     // the state its groups' counters hold for it
 	synced      uint64     // the last Sync that found it in the fleet
+	health      string     // the last self-report applied
 	in          *instance  // the engine's record of it
 }
 
@@ -190,7 +192,7 @@ func (m *Monitor) register(in Instance, gen int64, at time.Time) {
 	m.engine.Declare(in)
 	m.engine.Apply(Event{At: at, ID: in.ID, Kind: KindRegistered})
 	v.in = m.engine.instances[in.ID]
-	v.lastRenewal = at
+	v.lastRenewal, v.health = at, "ok"
 	v.keys = v.keys[:0]
 	for _, c := range in.Capabilities {
 		k := groupKey{c, in.Zone}
@@ -253,7 +255,7 @@ func (m *Monitor) Observe(ev Event) error {
 		m.metrics.ejections.Add(float64(n))
 	}
 	if ev.Kind == KindHeartbeat {
-		v.lastRenewal = ev.At
+		v.lastRenewal, v.health = ev.At, cmp.Or(ev.Health, "ok")
 	}
 	m.publish(m.refresh(ev.ID, ev.At))
 	return nil
@@ -297,9 +299,14 @@ func (m *Monitor) Sync(now time.Time, fleet Fleet) {
 			v = m.views[f.ID]
 		}
 		v.synced = m.syncs
-		if f.LastRenewal.After(v.lastRenewal) {
-			m.engine.Apply(Event{At: f.LastRenewal, ID: f.ID, Kind: KindHeartbeat, Health: f.Health})
-			v.lastRenewal = f.LastRenewal
+		// A renewal, or a new self-report that reached this replica through the store only.
+		if f.LastRenewal.After(v.lastRenewal) || f.Health != "" && f.Health != v.health {
+			at := f.LastRenewal
+			if !at.After(v.lastRenewal) {
+				at = now
+			}
+			m.engine.Apply(Event{At: at, ID: f.ID, Kind: KindHeartbeat, Health: f.Health})
+			v.lastRenewal, v.health = at, f.Health
 		}
 	}
 	for id, v := range m.views {

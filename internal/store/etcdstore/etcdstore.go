@@ -295,6 +295,10 @@ func (s *Store) campaign(ctx context.Context) {
 	}
 }
 
+// ExpiresLeases reports that etcd expires the leases and that heartbeats renew them through
+// any replica: a replica's eligibility engine must not judge lease expiry or silence.
+func (s *Store) ExpiresLeases() bool { return true }
+
 // Leader reports whether this replica holds the singleton duties now.
 func (s *Store) Leader() bool { return s.leader.Load() }
 
