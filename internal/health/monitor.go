@@ -97,6 +97,7 @@ type view struct {
 	counted     string     // the state its groups' counters hold for it
 	synced      uint64     // the last Sync that found it in the fleet
 	health      string     // the last self-report applied
+	followed    *Followed  // the elected replica's verdict, when another replica judges
 	in          *instance  // the engine's record of it
 }
 
@@ -134,8 +135,9 @@ type Monitor struct {
 	groups   map[groupKey]*group
 	panics   map[groupKey]bool
 	sp       bool
-	rev      int64
-	syncs    uint64
+	rev       int64
+	syncs     uint64
+	following bool // another replica judges: published verdicts are the followed ones
 	changed  chan struct{}
 	timeline map[string][]apiv1.TimelineBucket // by capability, oldest first
 }
@@ -359,7 +361,12 @@ func (m *Monitor) refresh(id string, now time.Time) bool {
 }
 
 func (m *Monitor) refreshVerdict(id string, v *view, now time.Time) bool {
-	nv := m.engine.verdictOf(v.in, now)
+	var nv Verdict
+	if f := v.followed; m.following && f != nil && f.Generation == v.generation {
+		nv = m.followedVerdict(f, now)
+	} else {
+		nv = m.engine.verdictOf(v.in, now)
+	}
 	old := v.verdict
 	recounted := m.recount(v, nv.State) // a new incarnation in the same state still counts anew
 	if nv.State == old.State && nv.Weight == old.Weight && slices.Equal(nv.Reasons, old.Reasons) {
@@ -491,6 +498,12 @@ func (m *Monitor) Explain(id string, now time.Time) (Explanation, bool) {
 	}
 	m.publish(m.refresh(id, now)) // the answer and its history agree: a change due by now is recorded first
 	verdict, reasons := m.engine.Explain(id, now)
+	if f := v.followed; m.following && f != nil && f.Generation == v.generation {
+		verdict, reasons = v.verdict, make([]Reason, 0, len(v.verdict.Reasons))
+		for _, code := range v.verdict.Reasons {
+			reasons = append(reasons, Reason{Code: code, Evidence: Evidence{At: f.Since, Detail: "judged by the elected replica, which probes"}})
+		}
+	}
 	return Explanation{InstanceID: id, Generation: v.generation, State: verdict.State, Weight: verdict.Weight,
 		Since: v.since.UTC(), Reasons: reasons, Transitions: slices.Clone(v.history)}, true
 }
@@ -504,4 +517,70 @@ func (m *Monitor) counts() (map[string]int, int, bool) {
 		out[v.verdict.State]++
 	}
 	return out, len(m.panics), m.sp
+}
+
+// Followed is the verdict another replica (the elected one, which probes) published on one
+// incarnation.
+type Followed struct {
+	ID         string
+	Generation int64
+	State      string
+	Since      time.Time
+	Reasons    []string
+}
+
+// followedVerdict is f at now: the weight follows slow start from f.Since locally.
+func (m *Monitor) followedVerdict(f *Followed, now time.Time) Verdict {
+	v := Verdict{State: f.State, Reasons: f.Reasons}
+	switch f.State {
+	case StateServing:
+		v.Weight = 100
+	case StateDegraded:
+		v.Weight = m.cfg.Engine.DegradedWeight
+	case StateSlowStart:
+		if elapsed := now.Sub(f.Since); elapsed < m.cfg.Engine.SlowStart {
+			v.Weight = 10 + int(90*elapsed/m.cfg.Engine.SlowStart)
+		} else {
+			v = Verdict{State: StateServing, Weight: 100, Reasons: []string{}}
+		}
+	}
+	if v.Reasons == nil {
+		v.Reasons = []string{}
+	}
+	return v
+}
+
+// SetFollowing says whether another replica judges (true on the replicas that are not
+// elected, with a store that shares verdicts); the next Sync republishes accordingly.
+func (m *Monitor) SetFollowing(following bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.following = following
+}
+
+// Follow records the verdict the elected replica published on an incarnation; while this
+// replica follows, it is the published verdict.
+func (m *Monitor) Follow(f Followed, now time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v, ok := m.views[f.ID]
+	if !ok || v.generation != f.Generation {
+		return
+	}
+	v.followed = &f
+	if m.following {
+		m.publish(m.refresh(f.ID, now))
+	}
+}
+
+// Judged returns this replica's own verdict on id (what the elected replica publishes):
+// its state, since when, and its reasons.
+func (m *Monitor) Judged(id string) (state string, since time.Time, reasons []string, ok bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	v, ok := m.views[id]
+	if !ok || m.following {
+		return "", time.Time{}, nil, false
+	}
+	return v.verdict.State, v.since.UTC(), v.verdict.Reasons, true
 }

@@ -109,6 +109,9 @@ func New(store Store, cfg Config) (*Registry, error) {
 		return nil, fmt.Errorf("registry config: %w", err)
 	}
 	r := &Registry{cfg: cfg, store: store}
+	if vs, ok := store.(VerdictSharer); ok && cfg.Eligibility != nil {
+		vs.OnVerdict(r.follow)
+	}
 	m, err := newMetrics(cfg.Registerer, r)
 	if err != nil {
 		return nil, err
@@ -249,6 +252,9 @@ func (r *Registry) Deregister(ctx context.Context, id string, generation int64) 
 func (r *Registry) Sweep(ctx context.Context) (int, error) {
 	now := r.cfg.Now()
 	if m := r.cfg.Eligibility; m != nil {
+		if vs, ok := r.store.(VerdictSharer); ok {
+			r.shareVerdicts(ctx, vs)
+		}
 		r.syncEligibility(now)
 		if m.SelfPreservation() {
 			return 0, nil // too few renewals arrive: the registry is likelier cut off than the fleet dead

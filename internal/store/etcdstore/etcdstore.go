@@ -56,7 +56,16 @@ type Store struct {
 
 	startRev int64 // the revision the initial view was read at
 	leader   atomic.Bool
+
+	verdictM  sync.Mutex
+	verdicts  map[string]registry.SharedVerdict // instance id -> the elected replica's verdict
+	onVerdict atomic.Pointer[func(registry.SharedVerdict)]
 }
+
+var _ registry.VerdictSharer = (*Store)(nil)
+
+// maxTxnOps bounds the operations of one etcd transaction (etcd's default limit is 128).
+const maxTxnOps = 128
 
 func (s *Store) key(parts ...string) string { return s.cfg.Prefix + strings.Join(parts, "") }
 
@@ -81,7 +90,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	s := &Store{cfg: cfg, index: memstore.NewIndex(), health: map[string]string{}}
+	s := &Store{cfg: cfg, index: memstore.NewIndex(), health: map[string]string{}, verdicts: map[string]registry.SharedVerdict{}}
 	if s.cfg.ReplicaID == "" {
 		s.cfg.ReplicaID = cfg.Now().UTC().Format(time.RFC3339Nano)
 	}
@@ -131,10 +140,15 @@ func (s *Store) resync(ctx context.Context) error {
 		return fmt.Errorf("etcdstore: read the view: %w", err)
 	}
 	health := map[string]string{}
+	verdicts := map[string]registry.SharedVerdict{}
 	var insts []*mvccpb.KeyValue
 	for _, kv := range resp.Kvs {
 		k := string(kv.Key)
 		switch {
+		case strings.HasPrefix(k, s.key("verdicts/")):
+			if v, ok := s.verdict(kv); ok {
+				verdicts[v.InstanceID] = v
+			}
 		case strings.HasPrefix(k, s.key("health/")):
 			health[strings.TrimPrefix(k, s.key("health/"))] = string(kv.Value)
 		case strings.HasPrefix(k, s.key("instances/")):
@@ -144,6 +158,9 @@ func (s *Store) resync(ctx context.Context) error {
 	s.healthM.Lock()
 	s.health = health
 	s.healthM.Unlock()
+	s.verdictM.Lock()
+	s.verdicts = verdicts
+	s.verdictM.Unlock()
 	var recs []*registry.Record
 	for _, kv := range insts {
 		if rec := s.record(kv); rec != nil {
@@ -219,6 +236,24 @@ func (s *Store) Run(ctx context.Context) error {
 func (s *Store) apply(ev *clientv3.Event) {
 	k := string(ev.Kv.Key)
 	switch {
+	case strings.HasPrefix(k, s.key("verdicts/")):
+		id := strings.TrimPrefix(k, s.key("verdicts/"))
+		if ev.Type == clientv3.EventTypeDelete {
+			s.verdictM.Lock()
+			delete(s.verdicts, id)
+			s.verdictM.Unlock()
+			return
+		}
+		v, ok := s.verdict(ev.Kv)
+		if !ok {
+			return
+		}
+		s.verdictM.Lock()
+		s.verdicts[id] = v
+		s.verdictM.Unlock()
+		if fn := s.onVerdict.Load(); fn != nil {
+			(*fn)(v)
+		}
 	case strings.HasPrefix(k, s.key("health/")):
 		id := strings.TrimPrefix(k, s.key("health/"))
 		s.healthM.Lock()
@@ -294,6 +329,61 @@ func (s *Store) campaign(ctx context.Context) {
 		sess.Close()
 	}
 }
+
+// verdict decodes a verdict key.
+func (s *Store) verdict(kv *mvccpb.KeyValue) (registry.SharedVerdict, bool) {
+	var v registry.SharedVerdict
+	if err := json.Unmarshal(kv.Value, &v); err != nil || v.InstanceID == "" {
+		s.cfg.Logger.Warn("unreadable verdict in etcd", slog.String("key", string(kv.Key)))
+		return v, false
+	}
+	return v, true
+}
+
+// PublishVerdicts implements registry.VerdictSharer: each verdict is put under its
+// instance's lease (it goes with the instance), a transaction per 128.
+func (s *Store) PublishVerdicts(ctx context.Context, vs []registry.SharedVerdict) error {
+	ops := make([]clientv3.Op, 0, min(len(vs), maxTxnOps))
+	flush := func() error {
+		if len(ops) == 0 {
+			return nil
+		}
+		_, err := s.cfg.Client.Txn(ctx).Then(ops...).Commit()
+		ops = ops[:0]
+		if err != nil {
+			return fmt.Errorf("etcd put verdicts: %w", err)
+		}
+		return nil
+	}
+	for _, v := range vs {
+		l, ok := s.leases.Load(v.InstanceID)
+		if !ok {
+			continue // gone meanwhile
+		}
+		val, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		ops = append(ops, clientv3.OpPut(s.key("verdicts/", v.InstanceID), string(val), clientv3.WithLease(l.(clientv3.LeaseID))))
+		if len(ops) == maxTxnOps {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return flush()
+}
+
+// SharedVerdict implements registry.VerdictSharer: the verdict the store holds on id.
+func (s *Store) SharedVerdict(id string) (registry.SharedVerdict, bool) {
+	s.verdictM.Lock()
+	defer s.verdictM.Unlock()
+	v, ok := s.verdicts[id]
+	return v, ok
+}
+
+// OnVerdict implements registry.VerdictSharer: fn receives every verdict the watch sees.
+func (s *Store) OnVerdict(fn func(registry.SharedVerdict)) { s.onVerdict.Store(&fn) }
 
 // ExpiresLeases reports that etcd expires the leases and that heartbeats renew them through
 // any replica: a replica's eligibility engine must not judge lease expiry or silence.

@@ -1,0 +1,64 @@
+package registry
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/meshflows/meshflows/internal/health"
+)
+
+// SharedVerdict is the elected replica's verdict on one incarnation, as a store that spans
+// replicas shares it: the other replicas follow it (only the elected replica probes).
+type SharedVerdict struct {
+	InstanceID string    `json:"instance_id"`
+	Generation int64     `json:"generation"`
+	State      string    `json:"state"`
+	Since      time.Time `json:"since"`
+	Reasons    []string  `json:"reasons"`
+}
+
+// VerdictSharer is a Store that shares verdicts between replicas (the etcd store).
+// OnVerdict is called from the store's watch for every verdict another replica published.
+type VerdictSharer interface {
+	PublishVerdicts(ctx context.Context, vs []SharedVerdict) error
+	SharedVerdict(id string) (SharedVerdict, bool)
+	OnVerdict(func(SharedVerdict))
+}
+
+// shareVerdicts runs on every sweep with a store that shares verdicts. The elected replica
+// publishes the verdicts that differ from what the store holds; the others follow the
+// published ones.
+func (r *Registry) shareVerdicts(ctx context.Context, vs VerdictSharer) {
+	m := r.cfg.Eligibility
+	leader := r.Leader()
+	m.SetFollowing(!leader)
+	if !leader {
+		return
+	}
+	var out []SharedVerdict
+	for _, rec := range r.store.Records() {
+		state, since, reasons, ok := m.Judged(rec.InstanceID)
+		if !ok {
+			continue
+		}
+		cur, held := vs.SharedVerdict(rec.InstanceID)
+		if held && cur.Generation == rec.Generation && cur.State == state {
+			continue
+		}
+		out = append(out, SharedVerdict{InstanceID: rec.InstanceID, Generation: rec.Generation, State: state, Since: since, Reasons: reasons})
+	}
+	if len(out) == 0 {
+		return
+	}
+	if err := vs.PublishVerdicts(ctx, out); err != nil {
+		r.cfg.Logger.Warn("publishing verdicts to the other replicas failed; retrying at the next sweep", slog.Any("error", err))
+	}
+}
+
+// follow hands a verdict another replica published to the monitor.
+func (r *Registry) follow(v SharedVerdict) {
+	if rec, ok := r.store.Get(v.InstanceID); ok && rec.Generation == v.Generation {
+		r.cfg.Eligibility.Follow(health.Followed{ID: v.InstanceID, Generation: v.Generation, State: v.State, Since: v.Since, Reasons: v.Reasons}, r.cfg.Now())
+	}
+}

@@ -1,0 +1,93 @@
+package etcdstore_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/internal/health"
+	"github.com/meshflows/meshflows/internal/registry"
+	"github.com/meshflows/meshflows/internal/store/etcdstore"
+)
+
+// TestVerdictsAreShared: two registry replicas over one etcd cluster, each with the
+// eligibility engine and a prober that probes only while its replica is elected. The
+// provider's health endpoint fails, then recovers: the replica that does not probe answers
+// the elected one's verdicts.
+func TestVerdictsAreShared(t *testing.T) {
+	cli := startEtcd(t)
+	prefix := fmt.Sprintf("/judged%d/", prefixes.Add(1))
+	var failing atomic.Bool
+	provider := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if failing.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	}))
+	defer provider.Close()
+
+	start := func(name string) *registry.Registry {
+		s, err := etcdstore.New(context.Background(), etcdstore.Config{Client: cli, Prefix: prefix, LeaseTTL: time.Minute, ReplicaID: name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := health.NewMonitor(health.MonitorConfig{Engine: health.Config{ExternalLeases: true, SlowStart: time.Second}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		reg, err := registry.New(s, registry.Config{Eligibility: m, LeaseTTL: time.Minute, SweepInterval: 50 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := health.NewProber(health.ProberConfig{Targets: reg.ProbeTargets, Report: reg.ReportProbe, Leader: reg.Leader, Tick: 20 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{}, 2)
+		go func() { reg.Run(ctx); done <- struct{}{} }()
+		go func() { p.Run(ctx); done <- struct{}{} }()
+		t.Cleanup(func() { cancel(); <-done; <-done })
+		return reg
+	}
+	a, b := start("a"), start("b")
+	eventually(t, "one replica is elected", func() bool { return a.Leader() != b.Leader() })
+	leader, follower := a, b
+	if b.Leader() {
+		leader, follower = b, a
+	}
+	req := &apiv1.RegisterRequest{InstanceID: "jms-1", ServiceName: "egress-jms", ServiceVersion: "1.0.0", Endpoint: provider.URL, Zone: "a",
+		Capabilities: []apiv1.Capability{{CapabilityID: "messaging.publish", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0", Provider: "jms"}},
+		Manifest: &apiv1.Manifest{FARP: "1.0", Service: apiv1.ManifestService{Name: "egress-jms", Instance: "jms-1", Version: "1.0.0"},
+			Health: &apiv1.ManifestHealth{Path: "/healthz", Interval: "100ms", UnhealthyAfter: apiv1.Int(2)}}}
+	if _, err := follower.Register(context.Background(), req); err != nil { // through the replica that does not probe
+		t.Fatal(err)
+	}
+	state := func(r *registry.Registry) string {
+		ex, err := r.Explain("jms-1")
+		if err != nil {
+			return err.Error()
+		}
+		return ex.State
+	}
+	eventually(t, "both replicas admit it (only the elected one probes)", func() bool {
+		return state(leader) == health.StateServing && state(follower) == health.StateServing
+	})
+	failing.Store(true)
+	eventually(t, "both replicas withdraw it", func() bool {
+		return state(leader) == health.StateWithdrawn && state(follower) == health.StateWithdrawn
+	})
+	ex, _ := follower.Explain("jms-1")
+	if len(ex.Reasons) != 1 || ex.Reasons[0].Code != health.ReasonProbeFailing || !strings.Contains(ex.Reasons[0].Evidence.Detail, "elected replica") {
+		t.Errorf("the follower's reasons: %+v, want PROBE_FAILING judged by the elected replica", ex.Reasons)
+	}
+	failing.Store(false)
+	eventually(t, "both replicas take it back through slow start", func() bool {
+		return state(leader) == health.StateServing && state(follower) == health.StateServing
+	})
+}
