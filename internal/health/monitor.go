@@ -129,17 +129,17 @@ type Monitor struct {
 	cfg     MonitorConfig
 	metrics *monitorMetrics
 
-	mu       sync.RWMutex
-	engine   *Engine
-	views    map[string]*view
-	groups   map[groupKey]*group
-	panics   map[groupKey]bool
-	sp       bool
+	mu        sync.RWMutex
+	engine    *Engine
+	views     map[string]*view
+	groups    map[groupKey]*group
+	panics    map[groupKey]bool
+	sp        bool
 	rev       int64
 	syncs     uint64
 	following bool // another replica judges: published verdicts are the followed ones
-	changed  chan struct{}
-	timeline map[string][]apiv1.TimelineBucket // by capability, oldest first
+	changed   chan struct{}
+	timeline  map[string][]apiv1.TimelineBucket // by capability, oldest first
 }
 
 // NewMonitor returns a monitor with cfg.
