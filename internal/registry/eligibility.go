@@ -152,10 +152,30 @@ func (r *Registry) Outcomes(ctx context.Context, req *apiv1.OutcomesRequest) (*a
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
-	m := r.cfg.Eligibility
-	if m == nil {
+	if r.cfg.Eligibility == nil {
 		return nil, ErrNoEligibility
 	}
+	if vs, ok := r.store.(VerdictSharer); ok && !r.Leader() {
+		// The elected replica judges: hand the evidence over, and say what it will apply.
+		out := &apiv1.OutcomesResponse{}
+		for _, o := range req.Outcomes {
+			if rec, ok := r.store.Get(o.InstanceID); ok && rec.Generation == o.Generation {
+				out.Accepted++
+			} else {
+				out.Ignored++
+			}
+		}
+		if err := vs.ForwardOutcomes(ctx, req); err != nil {
+			return nil, fmt.Errorf("forward outcomes to the elected replica: %w", err)
+		}
+		return out, nil
+	}
+	return r.applyOutcomes(req)
+}
+
+// applyOutcomes applies outcomes to this replica's engine.
+func (r *Registry) applyOutcomes(req *apiv1.OutcomesRequest) (*apiv1.OutcomesResponse, error) {
+	m := r.cfg.Eligibility
 	now := r.cfg.Now()
 	out := &apiv1.OutcomesResponse{}
 	for _, o := range req.Outcomes {

@@ -16,6 +16,9 @@ import (
 	"github.com/meshflows/meshflows/internal/health"
 )
 
+// verdictPublishDelay gathers a burst of verdict changes into one publication.
+const verdictPublishDelay = 50 * time.Millisecond
+
 // Defaults of Config.
 const (
 	DefaultLeaseTTL          = 90 * time.Second
@@ -111,6 +114,7 @@ func New(store Store, cfg Config) (*Registry, error) {
 	r := &Registry{cfg: cfg, store: store}
 	if vs, ok := store.(VerdictSharer); ok && cfg.Eligibility != nil {
 		vs.OnVerdict(r.follow)
+		vs.OnOutcomes(r.forwarded)
 	}
 	m, err := newMetrics(cfg.Registerer, r)
 	if err != nil {
@@ -292,6 +296,15 @@ func (r *Registry) Run(ctx context.Context) error {
 		defer t.Stop()
 		snap = t.C
 	}
+	// With a store that shares verdicts, the elected replica publishes a change of verdict
+	// at once (after a short pause that gathers a burst into one pass), not at the next sweep.
+	var judged <-chan struct{}
+	var publish <-chan time.Time
+	vs, sharing := r.store.(VerdictSharer)
+	sharing = sharing && r.cfg.Eligibility != nil
+	if sharing {
+		_, judged = r.cfg.Eligibility.Watch()
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -299,6 +312,15 @@ func (r *Registry) Run(ctx context.Context) error {
 		case <-sweep.C:
 			if _, err := r.Sweep(ctx); err != nil {
 				r.cfg.Logger.Error("sweep failed", slog.Any("error", err))
+			}
+		case <-judged:
+			judged = nil
+			publish = time.After(verdictPublishDelay)
+		case <-publish:
+			publish = nil
+			_, judged = r.cfg.Eligibility.Watch()
+			if r.Leader() {
+				r.shareVerdicts(ctx, vs)
 			}
 		case <-snap:
 			if !r.Leader() {

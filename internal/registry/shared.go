@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/internal/health"
 )
 
@@ -20,10 +21,14 @@ type SharedVerdict struct {
 
 // VerdictSharer is a Store that shares verdicts between replicas (the etcd store).
 // OnVerdict is called from the store's watch for every verdict another replica published.
+// Gateways report outcomes to any replica: ForwardOutcomes hands them to the elected one,
+// whose store calls OnOutcomes with them.
 type VerdictSharer interface {
 	PublishVerdicts(ctx context.Context, vs []SharedVerdict) error
 	SharedVerdict(id string) (SharedVerdict, bool)
 	OnVerdict(func(SharedVerdict))
+	ForwardOutcomes(ctx context.Context, req *apiv1.OutcomesRequest) error
+	OnOutcomes(func(*apiv1.OutcomesRequest))
 }
 
 // shareVerdicts runs on every sweep with a store that shares verdicts. The elected replica
@@ -53,6 +58,16 @@ func (r *Registry) shareVerdicts(ctx context.Context, vs VerdictSharer) {
 	}
 	if err := vs.PublishVerdicts(ctx, out); err != nil {
 		r.cfg.Logger.Warn("publishing verdicts to the other replicas failed; retrying at the next sweep", slog.Any("error", err))
+	}
+}
+
+// forwarded applies outcomes another replica received, on the elected replica.
+func (r *Registry) forwarded(req *apiv1.OutcomesRequest) {
+	if !r.Leader() {
+		return
+	}
+	if _, err := r.applyOutcomes(req); err != nil {
+		r.cfg.Logger.Warn("forwarded outcomes refused", slog.String("gateway_id", req.GatewayID), slog.Any("error", err))
 	}
 }
 

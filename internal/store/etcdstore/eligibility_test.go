@@ -90,4 +90,22 @@ func TestVerdictsAreShared(t *testing.T) {
 	eventually(t, "both replicas take it back through slow start", func() bool {
 		return state(leader) == health.StateServing && state(follower) == health.StateServing
 	})
+
+	// Passive evidence reported to the replica that does not judge reaches the one that does.
+	second := *req
+	second.InstanceID, second.Manifest = "jms-2", nil // a second member of the group, so that one may be ejected
+	if _, err := leader.Register(context.Background(), &second); err != nil {
+		t.Fatal(err)
+	}
+	in, _ := follower.Instance("jms-1")
+	eventually(t, "the follower holds jms-2", func() bool { _, err := follower.Instance("jms-2"); return err == nil })
+	resp, err := follower.Outcomes(context.Background(), &apiv1.OutcomesRequest{GatewayID: "gw-1",
+		Outcomes: []apiv1.Outcome{{InstanceID: "jms-1", Generation: in.Generation, OK: 2, Errors: 38}}})
+	if err != nil || resp.Accepted != 1 {
+		t.Fatalf("outcomes through the follower: %+v %v", resp, err)
+	}
+	eventually(t, "the elected replica ejects it and the follower follows", func() bool {
+		ex, _ := follower.Explain("jms-1")
+		return ex.State == health.StateWithdrawn && len(ex.Reasons) > 0 && ex.Reasons[0].Code == health.ReasonOutlierErrorRate
+	})
 }

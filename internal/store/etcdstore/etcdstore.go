@@ -59,7 +59,8 @@ type Store struct {
 
 	verdictM  sync.Mutex
 	verdicts  map[string]registry.SharedVerdict // instance id -> the elected replica's verdict
-	onVerdict atomic.Pointer[func(registry.SharedVerdict)]
+	onVerdict  atomic.Pointer[func(registry.SharedVerdict)]
+	onOutcomes atomic.Pointer[func(*apiv1.OutcomesRequest)]
 }
 
 var _ registry.VerdictSharer = (*Store)(nil)
@@ -236,6 +237,18 @@ func (s *Store) Run(ctx context.Context) error {
 func (s *Store) apply(ev *clientv3.Event) {
 	k := string(ev.Kv.Key)
 	switch {
+	case strings.HasPrefix(k, s.key("outcomes/")):
+		if ev.Type != clientv3.EventTypePut {
+			return
+		}
+		var req apiv1.OutcomesRequest
+		if err := json.Unmarshal(ev.Kv.Value, &req); err != nil {
+			s.cfg.Logger.Warn("unreadable forwarded outcomes in etcd", slog.String("key", k))
+			return
+		}
+		if fn := s.onOutcomes.Load(); fn != nil {
+			(*fn)(&req)
+		}
 	case strings.HasPrefix(k, s.key("verdicts/")):
 		id := strings.TrimPrefix(k, s.key("verdicts/"))
 		if ev.Type == clientv3.EventTypeDelete {
@@ -381,6 +394,23 @@ func (s *Store) SharedVerdict(id string) (registry.SharedVerdict, bool) {
 	v, ok := s.verdicts[id]
 	return v, ok
 }
+
+// ForwardOutcomes implements registry.VerdictSharer: the gateway's window is put under a key
+// of its own, which the elected replica's watch applies (each put is one event; the key is
+// overwritten by the gateway's next window).
+func (s *Store) ForwardOutcomes(ctx context.Context, req *apiv1.OutcomesRequest) error {
+	val, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	if _, err := s.cfg.Client.Put(ctx, s.key("outcomes/", req.GatewayID), string(val)); err != nil {
+		return fmt.Errorf("etcd put outcomes: %w", err)
+	}
+	return nil
+}
+
+// OnOutcomes implements registry.VerdictSharer: fn receives every forwarded window.
+func (s *Store) OnOutcomes(fn func(*apiv1.OutcomesRequest)) { s.onOutcomes.Store(&fn) }
 
 // OnVerdict implements registry.VerdictSharer: fn receives every verdict the watch sees.
 func (s *Store) OnVerdict(fn func(registry.SharedVerdict)) { s.onVerdict.Store(&fn) }
