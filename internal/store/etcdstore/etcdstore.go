@@ -57,8 +57,8 @@ type Store struct {
 	startRev int64 // the revision the initial view was read at
 	leader   atomic.Bool
 
-	verdictM  sync.Mutex
-	verdicts  map[string]registry.SharedVerdict // instance id -> the elected replica's verdict
+	verdictM   sync.Mutex
+	verdicts   map[string]registry.SharedVerdict // instance id -> the elected replica's verdict
 	onVerdict  atomic.Pointer[func(registry.SharedVerdict)]
 	onOutcomes atomic.Pointer[func(*apiv1.OutcomesRequest)]
 }
