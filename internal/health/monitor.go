@@ -98,6 +98,7 @@ type view struct {
 	synced      uint64     // the last Sync that found it in the fleet
 	health      string     // the last self-report applied
 	followed    *Followed  // the elected replica's verdict, when another replica judges
+	gone        bool       // forgotten: handles to it answer nothing
 	in          *instance  // the engine's record of it
 }
 
@@ -171,11 +172,20 @@ func (m *Monitor) Config() Config { return m.cfg.Engine }
 
 // Register records a (re-)registration of in at generation gen: a new incarnation starts
 // from scratch.
-func (m *Monitor) Register(in Instance, gen int64, at time.Time) {
+//
+// It returns the instance's Handle: Reader.VerdictOf reads its verdict without a lookup by id.
+func (m *Monitor) Register(in Instance, gen int64, at time.Time) *Handle {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.register(in, gen, at)
 	m.publish(m.refresh(in.ID, at))
+	return &Handle{v: m.views[in.ID], generation: gen}
+}
+
+// Handle names one incarnation the monitor holds, for reads without a lookup by id.
+type Handle struct {
+	v          *view
+	generation int64
 }
 
 func (m *Monitor) register(in Instance, gen int64, at time.Time) {
@@ -278,6 +288,7 @@ func (m *Monitor) forget(id string, at time.Time) {
 	}
 	m.ungroup(v)
 	delete(m.views, id)
+	v.gone = true
 	m.engine.Forget(id)
 	for _, k := range v.keys {
 		m.panic(k, at)
@@ -459,6 +470,14 @@ func (r Reader) Verdict(id string) (state string, weight int, ok bool) {
 		return "", 0, false
 	}
 	return v.verdict.State, v.verdict.Weight, true
+}
+
+// VerdictOf is Verdict for the incarnation h names (ok false once it is gone or replaced).
+func (r Reader) VerdictOf(h *Handle) (state string, weight int, ok bool) {
+	if h == nil || h.v.gone || h.v.generation != h.generation {
+		return "", 0, false
+	}
+	return h.v.verdict.State, h.v.verdict.Weight, true
 }
 
 // Panic is Monitor.Panic under the held lock.

@@ -83,13 +83,22 @@ const judgeChunk = 256
 
 func judgeChunkOf(m *health.Monitor, es, out []Entry) []Entry {
 	m.Read(func(rd health.Reader) {
+		var lastCap, lastZone string
+		var lastPanic, known bool
 		for _, e := range es {
-			state, weight, ok := rd.Verdict(e.Record.InstanceID)
+			state, weight, ok := rd.VerdictOf(e.Record.judged.Load())
+			if !ok {
+				state, weight, ok = rd.Verdict(e.Record.InstanceID) // registered through another replica, or restored
+			}
 			if !ok {
 				continue // registered a moment ago on another replica: the next sync declares it
 			}
 			e.Eligibility, e.Weight = state, weight
-			if rd.Panic(e.Capability().CapabilityID, e.Record.Zone) {
+			// answers come sorted by capability: one panic lookup per run of a group
+			if c, z := e.Capability().CapabilityID, e.Record.Zone; !known || c != lastCap || z != lastZone {
+				lastCap, lastZone, lastPanic, known = c, z, rd.Panic(c, z), true
+			}
+			if lastPanic {
 				if state == health.StateDraining || state == health.StateAbsent {
 					continue
 				}

@@ -196,3 +196,16 @@ func BenchmarkEligibilityMemory(b *testing.B) {
 		runtime.KeepAlive(judged)
 	}
 }
+
+// BenchmarkEligibilityQuery is BenchmarkQuery's first case (100 of 60,000) on a registry
+// that judges: the answer's entries carry verdicts and out-of-rotation ones are left out.
+func BenchmarkEligibilityQuery(b *testing.B) {
+	f, _ := judgedFleet(b, 60000)
+	q := &registry.Query{CapabilityID: "orders.s3"}
+	b.ReportAllocs()
+	for b.Loop() {
+		if got := len(f.reg.Query(q).Entries); got != 100 {
+			b.Fatalf("%d entries, want 100", got)
+		}
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/Masterminds/semver/v3"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/internal/health"
 )
 
 // emptyObject is the metadata of a capability registered without any.
@@ -45,8 +46,9 @@ type Record struct {
 	// heartbeat or re-register the instance.
 	Owner string
 
-	lease  atomic.Int64 // unix nanoseconds
-	health atomic.Int32 // index into healthNames
+	judged atomic.Pointer[health.Handle] // the eligibility monitor's handle, when this replica registered it
+	lease  atomic.Int64                  // unix nanoseconds
+	health atomic.Int32                  // index into healthNames
 }
 
 var healthNames = [...]string{apiv1.HealthOK, apiv1.HealthDegraded, apiv1.HealthFailing}

@@ -168,7 +168,7 @@ func (r *Registry) Register(ctx context.Context, req *apiv1.RegisterRequest) (*a
 	}
 	r.metrics.registerSuccess.Inc()
 	if m := r.cfg.Eligibility; m != nil {
-		m.Register(healthInstance(rec), rec.Generation, now)
+		rec.judged.Store(m.Register(healthInstance(rec), rec.Generation, now))
 	}
 	if r.cfg.Logger.Enabled(ctx, slog.LevelInfo) {
 		r.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "register",
