@@ -42,7 +42,7 @@ func newStack(t testing.TB) *stack {
 	t.Helper()
 	// The registry judges eligibility and raises incidents: the example providers declare
 	// health and nothing probes them here, so they stay unknown, their group is in panic (all
-	// of them are answered) and a panic incident stands.
+	// of them are answered) and, after a minute, a panic incident stands.
 	incidents, err := incident.New(incident.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -71,8 +71,13 @@ func newStack(t testing.TB) *stack {
 			t.Fatal(err)
 		}
 	}
-	if _, err := reg.Registry.Sweep(context.Background()); err != nil { // a first sample of the health timeline
-		t.Fatal(err)
+	// Two sweeps a minute apart: samples of the health timeline, and the panic sustained
+	// long enough to be an incident.
+	for range 2 {
+		if _, err := reg.Registry.Sweep(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		reg.Clock.Advance(time.Minute)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)

@@ -34,6 +34,11 @@ type MonitorConfig struct {
 	OnTransition func(Transition)
 	// TimelineBucket is the width of one slice of the 24-hour health timeline (default 5 min).
 	TimelineBucket time.Duration
+	// PanicIncidentAfter is how long a group stays in panic before OnTransition hears
+	// "panic_sustained" (default 1 min): a registry that starts, or a fleet that restarts,
+	// has its probe-class instances `unknown` for a couple of probe intervals, and that panic
+	// is expected, not an incident.
+	PanicIncidentAfter time.Duration
 }
 
 // Transition is one change of an instance's state.
@@ -141,6 +146,8 @@ type Monitor struct {
 	following bool // another replica judges: published verdicts are the followed ones
 	changed   chan struct{}
 	timeline  map[string][]apiv1.TimelineBucket // by capability, oldest first
+	// panicSince holds when each group in panic entered it, until "panic_sustained" is said
+	panicSince map[groupKey]time.Time
 }
 
 // NewMonitor returns a monitor with cfg.
@@ -154,13 +161,17 @@ func NewMonitor(cfg MonitorConfig) (*Monitor, error) {
 	if cfg.TimelineBucket == 0 {
 		cfg.TimelineBucket = DefaultTimelineBucket
 	}
+	if cfg.PanicIncidentAfter == 0 {
+		cfg.PanicIncidentAfter = time.Minute
+	}
 	e, err := New(cfg.Engine)
 	if err != nil {
 		return nil, err
 	}
 	cfg.Engine = e.cfg
 	m := &Monitor{cfg: cfg, engine: e, views: map[string]*view{}, groups: map[groupKey]*group{},
-		panics: map[groupKey]bool{}, changed: make(chan struct{}), timeline: map[string][]apiv1.TimelineBucket{}}
+		panics: map[groupKey]bool{}, changed: make(chan struct{}), timeline: map[string][]apiv1.TimelineBucket{},
+		panicSince: map[groupKey]time.Time{}}
 	if m.metrics, err = newMonitorMetrics(cfg.Registerer, m); err != nil {
 		return nil, err
 	}
@@ -223,6 +234,7 @@ func (m *Monitor) release(v *view) {
 			if g.refs--; g.refs == 0 {
 				delete(m.groups, k)
 				delete(m.panics, k)
+				delete(m.panicSince, k)
 			}
 		}
 	}
@@ -354,6 +366,7 @@ func (m *Monitor) Sync(now time.Time, fleet Fleet) {
 	for k := range m.groups {
 		changed = m.panic(k, now) || changed
 	}
+	m.sustained(now)
 	m.sample(now)
 	m.publish(changed || m.sp != wasSP)
 }
@@ -414,11 +427,13 @@ func (m *Monitor) panic(k groupKey, now time.Time) bool {
 	}
 	if p {
 		m.panics[k] = true
+		m.panicSince[k] = now
 		m.cfg.Logger.LogAttrs(context.Background(), slog.LevelWarn, "panic: discovery returns every instance of the group",
 			slog.String("capability_id", k.capability), slog.String("zone", k.zone),
 			slog.Int("in_rotation", inRotation), slog.Int("instances", members))
 	} else {
 		delete(m.panics, k)
+		delete(m.panicSince, k)
 		m.cfg.Logger.LogAttrs(context.Background(), slog.LevelInfo, "panic over", slog.String("capability_id", k.capability), slog.String("zone", k.zone))
 	}
 	if m.cfg.OnTransition != nil {
@@ -429,6 +444,19 @@ func (m *Monitor) panic(k groupKey, now time.Time) bool {
 		m.cfg.OnTransition(Transition{At: now.UTC(), To: to, Reasons: []string{k.capability, k.zone}})
 	}
 	return true
+}
+
+// sustained tells OnTransition about groups in panic for PanicIncidentAfter.
+func (m *Monitor) sustained(now time.Time) {
+	for k, since := range m.panicSince {
+		if now.Sub(since) < m.cfg.PanicIncidentAfter {
+			continue
+		}
+		delete(m.panicSince, k)
+		if m.cfg.OnTransition != nil {
+			m.cfg.OnTransition(Transition{At: now.UTC(), To: "panic_sustained", Reasons: []string{k.capability, k.zone}})
+		}
+	}
 }
 
 // publish advances the revision and wakes the watchers when something changed.

@@ -116,10 +116,20 @@ func TestFromTransitions(t *testing.T) {
 		t.Fatalf("after three withdrawals in ten minutes: %+v, want one quarantine incident for a's owner", got)
 	}
 	m.Observe(health.Event{At: at.Add(time.Second), ID: "b", Kind: health.KindHeartbeat, Health: "failing"})
-	if got := l.List(apiv1.IncidentOpen); len(got) != 2 || got[0].Kind != apiv1.IncidentPanic || got[0].Subject != "c.x/z" {
-		t.Fatalf("1 of 3 in rotation: %+v, want a panic incident for c.x/z", got)
+	var fleet health.Members
+	for _, id := range []string{"a", "b", "c"} {
+		fleet = append(fleet, health.Member{Instance: health.Instance{ID: id, Zone: "z", Capabilities: []string{"c.x"}}, Generation: 1,
+			RegisteredAt: t0, LastRenewal: at, Health: map[bool]string{true: "failing", false: "ok"}[id == "b"]})
 	}
-	m.Observe(health.Event{At: at.Add(2 * time.Second), ID: "b", Kind: health.KindHeartbeat, Health: "ok"})
+	m.Sync(at.Add(30*time.Second), fleet)
+	if got := l.List(apiv1.IncidentOpen); len(got) != 1 {
+		t.Fatalf("panic for 30 s: %+v, want no panic incident yet (a minute is expected, at a start)", got)
+	}
+	m.Sync(at.Add(62*time.Second), fleet)
+	if got := l.List(apiv1.IncidentOpen); len(got) != 2 || got[0].Kind != apiv1.IncidentPanic || got[0].Subject != "c.x/z" {
+		t.Fatalf("1 of 3 in rotation for a minute: %+v, want a panic incident for c.x/z", got)
+	}
+	m.Observe(health.Event{At: at.Add(63 * time.Second), ID: "b", Kind: health.KindHeartbeat, Health: "ok"})
 	if got := l.List(apiv1.IncidentOpen); len(got) != 1 {
 		t.Errorf("panic over: %+v, want only the quarantine open", got)
 	}

@@ -10,7 +10,8 @@ import (
 
 // FromTransitions returns the eligibility monitor's OnTransition hook that raises and clears
 // incidents in l: quarantine (for the instance's owner, which owner looks up), panic per
-// (capability, zone), and self-preservation.
+// (capability, zone) once it has lasted the monitor's PanicIncidentAfter, and
+// self-preservation.
 func FromTransitions(l *Log, owner func(instanceID string) string) func(health.Transition) {
 	return func(t health.Transition) {
 		switch {
@@ -19,7 +20,7 @@ func FromTransitions(l *Log, owner func(instanceID string) string) func(health.T
 				fmt.Sprintf("%s is quarantined for flapping: it left rotation too often within the flap window", t.InstanceID))
 		case t.From == health.StateQuarantined:
 			l.Clear(apiv1.IncidentQuarantine, t.InstanceID)
-		case t.To == "panic" && len(t.Reasons) == 2:
+		case t.To == "panic_sustained" && len(t.Reasons) == 2:
 			l.Raise(apiv1.IncidentPanic, t.Reasons[0]+"/"+t.Reasons[1],
 				"", fmt.Sprintf("fewer than the panic threshold of %s's instances in zone %q are in rotation: discovery answers all of them", t.Reasons[0], t.Reasons[1]))
 		case t.To == "panic_over" && len(t.Reasons) == 2:
