@@ -450,6 +450,35 @@ func (e *Engine) clearCauses(in *instance, now time.Time, causes ...string) {
 	}
 }
 
+// never is an instant no verdict waits for.
+var never = time.Unix(1<<40, 0)
+
+// nextChange returns the earliest instant after now at which in's verdict may change with no
+// new evidence (now itself while slow start ramps its weight; never when nothing is due).
+func (e *Engine) nextChange(in *instance, now time.Time) time.Time {
+	if in == nil || !in.present {
+		return never
+	}
+	if in.admitted && len(in.causes) == 0 && !in.draining && !in.quarantined(now) && now.Before(in.rotationSince.Add(e.cfg.SlowStart)) {
+		return now
+	}
+	next := never
+	consider := func(t time.Time) {
+		if t.After(now) && t.Before(next) {
+			next = t
+		}
+	}
+	if !in.ejectUntil.IsZero() {
+		consider(in.ejectUntil)
+	}
+	consider(in.quarantineUntil)
+	if !e.cfg.ExternalLeases {
+		consider(in.lastRenewal.Add(2*e.cfg.HeartbeatInterval + time.Nanosecond)) // silent from just after
+		consider(in.lastRenewal.Add(e.cfg.LeaseTTL))
+	}
+	return next
+}
+
 // Verdict returns the verdict on id at now (after every event up to now).
 func (e *Engine) Verdict(id string, now time.Time) Verdict {
 	return e.verdictOf(e.instances[id], now)

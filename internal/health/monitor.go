@@ -104,6 +104,7 @@ type view struct {
 	health      string     // the last self-report applied
 	followed    *Followed  // the elected replica's verdict, when another replica judges
 	gone        bool       // forgotten: handles to it answer nothing
+	nextDue     time.Time  // when its verdict may next change without new evidence
 	in          *instance  // the engine's record of it
 }
 
@@ -315,6 +316,15 @@ func (m *Monitor) forget(id string, at time.Time) {
 func (m *Monitor) Sync(now time.Time, fleet Fleet) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if fleet != nil {
+		m.reconcile(now, fleet)
+	}
+	m.tickAndPublish(now)
+}
+
+// reconcile declares the fleet's incarnations the monitor does not hold, applies renewals and
+// self-reports that reached this replica through the store only, and forgets the rest.
+func (m *Monitor) reconcile(now time.Time, fleet Fleet) {
 	m.syncs++
 	for i := range fleet.Len() {
 		f := fleet.Member(i)
@@ -339,9 +349,17 @@ func (m *Monitor) Sync(now time.Time, fleet Fleet) {
 			m.forget(id, now)
 		}
 	}
+}
+
+// tickAndPublish applies time at now and republishes what changed. Only verdicts that can
+// have changed by themselves since they were last computed (slow start in progress, an
+// ejection or a quarantine ending, silence, a lease ending) are computed again — all of them
+// when self-preservation changed.
+func (m *Monitor) tickAndPublish(now time.Time) {
 	wasSP := m.engine.SelfPreservation()
 	m.engine.Tick(now)
-	if sp := m.engine.SelfPreservation(); sp != wasSP {
+	spChanged := m.engine.SelfPreservation() != wasSP
+	if sp := m.engine.SelfPreservation(); spChanged {
 		m.sp = sp
 		if m.cfg.OnTransition != nil {
 			to := "self_preservation"
@@ -361,6 +379,9 @@ func (m *Monitor) Sync(now time.Time, fleet Fleet) {
 	}
 	changed := false
 	for id, v := range m.views {
+		if !spChanged && now.Before(v.nextDue) {
+			continue
+		}
 		changed = m.refreshVerdict(id, v, now) || changed
 	}
 	for k := range m.groups {
@@ -368,7 +389,7 @@ func (m *Monitor) Sync(now time.Time, fleet Fleet) {
 	}
 	m.sustained(now)
 	m.sample(now)
-	m.publish(changed || m.sp != wasSP)
+	m.publish(changed || spChanged)
 }
 
 // refresh recomputes the verdict on id and the panic flags of its groups; it reports
@@ -388,8 +409,13 @@ func (m *Monitor) refreshVerdict(id string, v *view, now time.Time) bool {
 	var nv Verdict
 	if f := v.followed; m.following && f != nil && f.Generation == v.generation {
 		nv = m.followedVerdict(f, now)
+		v.nextDue = never
+		if nv.State == StateSlowStart {
+			v.nextDue = now // the weight ramps: every sweep
+		}
 	} else {
 		nv = m.engine.verdictOf(v.in, now)
+		v.nextDue = m.engine.nextChange(v.in, now)
 	}
 	old := v.verdict
 	recounted := m.recount(v, nv.State) // a new incarnation in the same state still counts anew
@@ -602,7 +628,13 @@ func (m *Monitor) followedVerdict(f *Followed, now time.Time) Verdict {
 func (m *Monitor) SetFollowing(following bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.following == following {
+		return
+	}
 	m.following = following
+	for _, v := range m.views {
+		v.nextDue = time.Time{} // every verdict is due again: its source changed
+	}
 }
 
 // Follow records the verdict the elected replica published on an incarnation; while this

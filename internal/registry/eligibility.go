@@ -41,8 +41,19 @@ func (r *Registry) revision() int64 {
 
 // syncEligibility hands the fleet to the monitor: records registered or renewed elsewhere
 // (another replica, a snapshot) are declared, removed ones forgotten, and time applied.
+// Walking the fleet is needed only when the store changed by other means than this registry's
+// own calls, which feed the monitor directly: after a restore, or — with a store other
+// replicas write to — when its revision moved.
 func (r *Registry) syncEligibility(now time.Time) {
+	rev, _ := r.store.Watch()
+	_, shared := r.store.(VerdictSharer)
+	walk := r.reconcile.Swap(false) || shared && rev != r.syncedRev.Load()
+	if !walk {
+		r.cfg.Eligibility.Sync(now, nil)
+		return
+	}
 	r.cfg.Eligibility.Sync(now, recordFleet{recs: r.store.Records(), ttl: r.cfg.LeaseTTL})
+	r.syncedRev.Store(rev)
 }
 
 // recordFleet is the store's records as the monitor's Fleet.

@@ -209,3 +209,47 @@ func BenchmarkEligibilityQuery(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkEligibilityMinute is one minute of a 60,000-instance registry's eligibility work
+// on the fake clock: 60 sweeps, the fleet's renewals (every instance heartbeats every 30 s:
+// 2,000 a second) and 2,500 state changes (an instance's heartbeat flips between failing and
+// ok), spread evenly. The %-of-a-core metric is the share of one core it takes.
+func BenchmarkEligibilityMinute(b *testing.B) {
+	f, gens := judgedFleet(b, 60000)
+	ctx := context.Background()
+	n := len(gens)
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("inst-%d", i)
+	}
+	failing := make([]bool, n)
+	hb := func(i int) {
+		h := apiv1.HealthOK
+		if failing[i] {
+			h = apiv1.HealthFailing
+		}
+		if _, err := f.reg.Heartbeat(ctx, ids[i], &apiv1.HeartbeatRequest{Generation: gens[i], Health: h}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	changes, renewed := 0, 0
+	for b.Loop() {
+		for s := range 60 {
+			f.clock.Advance(time.Second)
+			for range n / 30 {
+				hb(renewed % n)
+				renewed++
+			}
+			for range 2500*(s+1)/60 - 2500*s/60 {
+				i := (changes * 7919) % n // spread over the fleet
+				failing[i] = !failing[i]
+				hb(i)
+				changes++
+			}
+			if _, err := f.reg.Sweep(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/60e9*100, "%-of-a-core")
+}

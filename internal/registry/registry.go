@@ -103,6 +103,10 @@ type Registry struct {
 	metrics  *metrics
 	watchers atomic.Int64
 	drain    drain
+	// syncedRev is the store revision the eligibility monitor was last reconciled at (stores
+	// other replicas write to); reconcile asks for one at the next sweep (this one's store).
+	syncedRev atomic.Int64
+	reconcile atomic.Bool
 }
 
 // New returns a Registry over store.
@@ -112,6 +116,7 @@ func New(store Store, cfg Config) (*Registry, error) {
 		return nil, fmt.Errorf("registry config: %w", err)
 	}
 	r := &Registry{cfg: cfg, store: store}
+	r.reconcile.Store(true)
 	if vs, ok := store.(VerdictSharer); ok && cfg.Eligibility != nil {
 		vs.OnVerdict(r.follow)
 		vs.OnOutcomes(r.forwarded)
@@ -269,6 +274,9 @@ func (r *Registry) Sweep(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("sweep: %w", err)
 	}
 	for _, rec := range gone {
+		if m := r.cfg.Eligibility; m != nil {
+			m.Forget(rec.InstanceID, now)
+		}
 		r.metrics.evictions.Inc()
 		r.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "evict",
 			slog.String("instance_id", rec.InstanceID), slog.String("service_name", rec.ServiceName),

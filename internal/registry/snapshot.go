@@ -135,5 +135,6 @@ func (r *Registry) RestoreSnapshot(ctx context.Context, path string) (*Snapshot,
 	if err := r.store.Restore(ctx, ep, s.Revision, maxGen, recs); err != nil {
 		return nil, fmt.Errorf("restore snapshot %s: %w", path, err)
 	}
+	r.reconcile.Store(true) // the eligibility monitor learns the restored fleet at the next sweep
 	return &s, nil
 }
