@@ -238,16 +238,6 @@ func (e *Engine) Declare(in Instance) {
 // evicted), so that the engine's memory follows the fleet.
 func (e *Engine) Forget(id string) { delete(e.instances, id) }
 
-// Declared reports whether the engine knows id.
-func (e *Engine) Declared(id string) bool { _, ok := e.instances[id]; return ok }
-
-// Present reports whether id is registered as far as the engine knows: false once it was
-// never registered, or its lease expired and it was evicted at a tick.
-func (e *Engine) Present(id string) bool {
-	in, ok := e.instances[id]
-	return ok && in.present
-}
-
 func (e *Engine) unhealthyAfter(in *instance) int {
 	if in.UnhealthyAfter > 0 {
 		return in.UnhealthyAfter

@@ -141,7 +141,6 @@ type Monitor struct {
 	views     map[string]*view
 	groups    map[groupKey]*group
 	panics    map[groupKey]bool
-	sp        bool
 	rev       int64
 	syncs     uint64
 	following bool // another replica judges: published verdicts are the followed ones
@@ -178,9 +177,6 @@ func NewMonitor(cfg MonitorConfig) (*Monitor, error) {
 	}
 	return m, nil
 }
-
-// Config returns the engine settings in force.
-func (m *Monitor) Config() Config { return m.cfg.Engine }
 
 // Register records a (re-)registration of in at generation gen: a new incarnation starts
 // from scratch.
@@ -360,7 +356,6 @@ func (m *Monitor) tickAndPublish(now time.Time) {
 	m.engine.Tick(now)
 	spChanged := m.engine.SelfPreservation() != wasSP
 	if sp := m.engine.SelfPreservation(); spChanged {
-		m.sp = sp
 		if m.cfg.OnTransition != nil {
 			to := "self_preservation"
 			if !sp {
@@ -507,11 +502,7 @@ func (m *Monitor) Watch() (int64, <-chan struct{}) {
 func (m *Monitor) Verdict(id string) (state string, weight int, ok bool) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	v, ok := m.views[id]
-	if !ok {
-		return "", 0, false
-	}
-	return v.verdict.State, v.verdict.Weight, true
+	return Reader{m}.Verdict(id)
 }
 
 // Reader reads published verdicts and panic flags while the monitor's read lock is held.
@@ -550,14 +541,14 @@ func (m *Monitor) Read(fn func(Reader)) {
 func (m *Monitor) Panic(capability, zone string) bool {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	return m.panics[groupKey{capability, zone}]
+	return Reader{m}.Panic(capability, zone)
 }
 
 // SelfPreservation reports whether lease expiry is suspended.
 func (m *Monitor) SelfPreservation() bool {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	return m.sp
+	return m.engine.SelfPreservation()
 }
 
 // Explain returns the verdict on id with the evidence behind each reason and its last
@@ -589,7 +580,7 @@ func (m *Monitor) counts() (map[string]int, int, bool) {
 	for _, v := range m.views {
 		out[v.verdict.State]++
 	}
-	return out, len(m.panics), m.sp
+	return out, len(m.panics), m.engine.SelfPreservation()
 }
 
 // Followed is the verdict another replica (the elected one, which probes) published on one
