@@ -99,7 +99,7 @@ func (f *registryFlags) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&f.etcd.key, "etcd-key", "", "key of --etcd-cert")
 	fs.DurationVar(&f.etcd.dialTimeout, "etcd-dial-timeout", 5*time.Second, "timeout of connecting to etcd")
 	fs.BoolVar(&f.eligibility.off, "no-eligibility", false, "run without the eligibility engine: no probes, every instance with a live lease is serving at weight 100")
-	fs.DurationVar(&f.eligibility.slowStart, "slow-start", 30*time.Second, "how long an instance entering rotation ramps its weight from 10 to 100")
+	fs.DurationVar(&f.eligibility.slowStart, "slow-start", 30*time.Second, "how long an instance entering rotation ramps its weight from 10 to 100 (0 means the default)")
 	fs.Float64Var(&f.eligibility.panicThreshold, "panic-threshold", 0.5, "a (capability, zone) with fewer than this share of its instances in rotation is answered in panic: all of them")
 	fs.IntVar(&f.eligibility.probeConcurrency, "probe-concurrency", health.DefaultProbeConcurrency, "active health probes in flight at most")
 	fs.DurationVar(&f.eligibility.probeTimeout, "probe-timeout", health.DefaultProbeTimeout, "timeout of one active health probe (never more than the instance's declared interval)")
