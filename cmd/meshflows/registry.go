@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"time"
 
@@ -13,6 +15,7 @@ import (
 	"github.com/spf13/pflag"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/meshflows/meshflows/client"
 	"github.com/meshflows/meshflows/internal/health"
 	"github.com/meshflows/meshflows/internal/incident"
 	"github.com/meshflows/meshflows/internal/registry"
@@ -47,6 +50,9 @@ type eligibilityFlags struct {
 	panicThreshold   float64
 	probeConcurrency int
 	probeTimeout     time.Duration
+	probeCA          string
+	probeCert        string
+	probeKey         string
 }
 
 // etcdFlags select and configure the etcd store.
@@ -102,6 +108,9 @@ func (f *registryFlags) bind(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.eligibility.slowStart, "slow-start", 30*time.Second, "how long an instance entering rotation ramps its weight from 10 to 100 (0 means the default)")
 	fs.Float64Var(&f.eligibility.panicThreshold, "panic-threshold", 0.5, "a (capability, zone) with fewer than this share of its instances in rotation is answered in panic: all of them")
 	fs.IntVar(&f.eligibility.probeConcurrency, "probe-concurrency", health.DefaultProbeConcurrency, "active health probes in flight at most")
+	fs.StringVar(&f.eligibility.probeCA, "probe-ca", "", "CA bundle that https health endpoints' certificates must chain to (default: the system's roots)")
+	fs.StringVar(&f.eligibility.probeCert, "probe-cert", "", "client certificate the prober presents to https health endpoints that ask for one")
+	fs.StringVar(&f.eligibility.probeKey, "probe-key", "", "key of --probe-cert")
 	fs.DurationVar(&f.eligibility.probeTimeout, "probe-timeout", health.DefaultProbeTimeout, "timeout of one active health probe (never more than the instance's declared interval)")
 	fs.StringVar(&f.log.Level, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&f.log.Format, "log-format", "json", "log format: json or text")
@@ -218,7 +227,13 @@ func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln 
 		slog.String("registry_epoch", store.Epoch().ID), slog.String("lease_ttl", reg.Config().LeaseTTL.String()),
 		slog.Int("pid", os.Getpid()))
 	if monitor != nil {
-		prober, err := health.NewProber(health.ProberConfig{Targets: reg.ProbeTargets, Report: reg.ReportProbe, Leader: reg.Leader,
+		probeTLS, err := client.TLSConfig(f.eligibility.probeCA, f.eligibility.probeCert, f.eligibility.probeKey)
+		if err != nil {
+			return fmt.Errorf("--probe-ca/--probe-cert/--probe-key: %w", err)
+		}
+		probeClient := client.HTTPClient(probeTLS)
+		probeClient.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse } // a redirect is an answer
+		prober, err := health.NewProber(health.ProberConfig{Targets: reg.ProbeTargets, Report: reg.ReportProbe, Leader: reg.Leader, Client: probeClient,
 			Concurrency: f.eligibility.probeConcurrency, Timeout: f.eligibility.probeTimeout, Logger: logger, Registerer: promReg})
 		if err != nil {
 			return err

@@ -196,3 +196,27 @@ func TestProberOnlyOnTheLeader(t *testing.T) {
 	}
 	p.Wait()
 }
+
+func TestProberOverTLS(t *testing.T) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer srv.Close()
+	targets := func() []Target { return []Target{{ID: "a", Generation: 1, URL: srv.URL + "/healthz", Interval: time.Second}} }
+	for _, tc := range []struct {
+		name   string
+		client *http.Client
+		want   string
+	}{
+		{"trusting the endpoint's CA", srv.Client(), ProbeOK},
+		{"with the system's roots only", nil, ProbeFail}, // the certificate is not trusted: a failed probe, not a refusal
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, res := newTestProber(t, targets, ProberConfig{Client: tc.client})
+			p.Step(context.Background(), t0)
+			p.Step(context.Background(), t0)
+			p.Wait()
+			if got := res.last("a"); got != tc.want {
+				t.Errorf("probe over TLS: %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
