@@ -200,7 +200,9 @@ func TestProberOnlyOnTheLeader(t *testing.T) {
 func TestProberOverTLS(t *testing.T) {
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	defer srv.Close()
-	targets := func() []Target { return []Target{{ID: "a", Generation: 1, URL: srv.URL + "/healthz", Interval: time.Second}} }
+	targets := func() []Target {
+		return []Target{{ID: "a", Generation: 1, URL: srv.URL + "/healthz", Interval: time.Second}}
+	}
 	for _, tc := range []struct {
 		name   string
 		client *http.Client
