@@ -12,26 +12,91 @@ import (
 // wildcard children visits patterns in specificity order, so the first pattern found that
 // has the request's method is the most specific one that does.
 type node struct {
-	literal  map[string]*node
+	lits     []edge           // literal children, while there are few
+	literal  map[string]*node // literal children, once there are many
 	param    *node
-	end      map[string]*Entry // patterns that end here, by method
-	wildcard map[string]*Entry // {rest...} at this depth, by method
+	end      *byMethod // patterns that end here
+	wildcard *byMethod // {rest...} at this depth
+}
+
+// edge is a literal child.
+type edge struct {
+	value string
+	next  *node
+}
+
+// maxEdges is how many literal children a node scans before it keeps a map.
+const maxEdges = 8
+
+// byMethod holds one entry per method, by apiv1.MethodIndex.
+type byMethod [len(apiv1.Methods)]*Entry
+
+// each calls add with every method that has an entry.
+func (b *byMethod) each(add func(string)) {
+	if b == nil {
+		return
+	}
+	for mi, e := range b {
+		if e != nil {
+			add(apiv1.Methods[mi])
+		}
+	}
+}
+
+// get returns the entry for method (nil on a nil set or an unknown method).
+func (b *byMethod) get(method string) *Entry {
+	if b == nil {
+		return nil
+	}
+	if mi := apiv1.MethodIndex(method); mi >= 0 {
+		return b[mi]
+	}
+	return nil
+}
+
+// child returns the literal child for value, or nil.
+func (n *node) child(value string) *node {
+	if n.literal != nil {
+		return n.literal[value]
+	}
+	for _, e := range n.lits {
+		if e.value == value {
+			return e.next
+		}
+	}
+	return nil
+}
+
+// addChild adds a literal child for value and returns it.
+func (n *node) addChild(value string) *node {
+	next := &node{}
+	switch {
+	case n.literal != nil:
+		n.literal[value] = next
+	case len(n.lits) < maxEdges:
+		n.lits = append(n.lits, edge{value, next})
+	default:
+		n.literal = make(map[string]*node, 2*maxEdges)
+		for _, e := range n.lits {
+			n.literal[e.value] = e.next
+		}
+		n.literal[value] = next
+		n.lits = nil
+	}
+	return next
 }
 
 func compile(entries []*Entry) *node {
 	root := &node{}
 	for _, e := range entries {
 		n := root
+		mi := apiv1.MethodIndex(e.Method)
 		for _, s := range e.Segments {
 			switch s.Kind {
 			case apiv1.Literal:
-				if n.literal == nil {
-					n.literal = map[string]*node{}
-				}
-				next := n.literal[s.Value]
+				next := n.child(s.Value)
 				if next == nil {
-					next = &node{}
-					n.literal[s.Value] = next
+					next = n.addChild(s.Value)
 				}
 				n = next
 			case apiv1.Param:
@@ -41,17 +106,17 @@ func compile(entries []*Entry) *node {
 				n = n.param
 			case apiv1.Wildcard:
 				if n.wildcard == nil {
-					n.wildcard = map[string]*Entry{}
+					n.wildcard = &byMethod{}
 				}
-				n.wildcard[e.Method] = e
+				n.wildcard[mi] = e
 				n = nil
 			}
 		}
 		if n != nil {
 			if n.end == nil {
-				n.end = map[string]*Entry{}
+				n.end = &byMethod{}
 			}
-			n.end[e.Method] = e
+			n.end[mi] = e
 		}
 	}
 	return root
@@ -107,12 +172,12 @@ func (t *Table) Match(method, rawPath string) Match {
 // find returns the most specific entry for method under n for the remaining segments.
 func (n *node) find(segs []string, method string) *Entry {
 	if len(segs) == 0 {
-		if e := n.end[method]; e != nil {
+		if e := n.end.get(method); e != nil {
 			return e
 		}
-		return n.wildcard[method]
+		return n.wildcard.get(method)
 	}
-	if next := n.literal[segs[0]]; next != nil {
+	if next := n.child(segs[0]); next != nil {
 		if e := next.find(segs[1:], method); e != nil {
 			return e
 		}
@@ -122,21 +187,17 @@ func (n *node) find(segs []string, method string) *Entry {
 			return e
 		}
 	}
-	return n.wildcard[method]
+	return n.wildcard.get(method)
 }
 
 // methods calls add with the method of every pattern under n that matches the segments.
 func (n *node) methods(segs []string, add func(string)) {
-	for m := range n.wildcard {
-		add(m)
-	}
+	n.wildcard.each(add)
 	if len(segs) == 0 {
-		for m := range n.end {
-			add(m)
-		}
+		n.end.each(add)
 		return
 	}
-	if next := n.literal[segs[0]]; next != nil {
+	if next := n.child(segs[0]); next != nil {
 		next.methods(segs[1:], add)
 	}
 	if n.param != nil {
