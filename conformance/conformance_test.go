@@ -8,6 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/routing"
 )
 
@@ -49,6 +50,20 @@ func TestCases(t *testing.T) {
 			b, _ := json.Marshal(out)
 			if string(a) != string(b) {
 				t.Error("two derivations of the same case differ")
+			}
+			// and the same table from manifests decoded first, as a gateway holds them
+			// (where replicas that publish one manifest are analysed once)
+			decoded := *c
+			decoded.Manifests = make([]routing.ManifestInput, len(c.Manifests))
+			for i, m := range c.Manifests {
+				decoded.Manifests[i] = m
+				var man apiv1.Manifest
+				if json.Unmarshal(m.Manifest, &man) == nil {
+					decoded.Manifests[i].Parsed = &man
+				}
+			}
+			if diff := cmp.Diff(asJSON(t, *c.Expect), asJSON(t, decoded.Run().Canonical)); diff != "" {
+				t.Errorf("%s: table from decoded manifests (-want +got):\n%s", c.Description, diff)
 			}
 		})
 	}

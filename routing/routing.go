@@ -138,6 +138,9 @@ type origin struct {
 	instance, endpoint string
 	generation         int64
 	rewrite            string
+	// replicas are the other instances whose manifest is this one's but for the instance:
+	// every claim of this origin is theirs too.
+	replicas []*origin
 }
 
 // claim is one method of one valid manifest route.
@@ -152,7 +155,8 @@ type claim struct {
 
 // group is the claims of one (key, method, service, version): replicas.
 type group struct {
-	newest     *claim
+	newest     *claim // the claim of the newest generation in the group
+	newestGen  int64
 	seniority  int64 // lowest generation
 	rewrite    string
 	upstreams  []Upstream
@@ -167,11 +171,67 @@ type group struct {
 
 func (g *group) label() string { return g.service + "@" + g.version }
 
+// add counts claim c, made by origin o (c's own or one of its replicas), into g.
+func (g *group) add(c *claim, o *origin) {
+	g.upstreams = append(g.upstreams, Upstream{Instance: o.instance, Endpoint: o.endpoint})
+	g.seniority = min(g.seniority, o.generation)
+	if o.generation > g.newestGen {
+		g.newest, g.newestGen = c, o.generation
+	}
+}
+
+// replicasOf returns, per manifest, the index of an earlier one it repeats but for the
+// instance (the same service, version, health and routes), or -1.
+func replicasOf(ms []ManifestInput) []int {
+	dup := make([]int, len(ms))
+	first := make(map[[2]string]int, len(ms)/2)
+	for i, mi := range ms {
+		dup[i] = -1
+		m := mi.Parsed
+		if m == nil || m.Service.Instance == "" {
+			continue
+		}
+		k := [2]string{m.Service.Name, m.Service.Version}
+		r, seen := first[k]
+		if !seen {
+			first[k] = i
+			continue
+		}
+		if sameButInstance(ms[r].Parsed, m) {
+			dup[i] = r
+		}
+	}
+	return dup
+}
+
+// sameButInstance reports whether a and b are one manifest published by two instances.
+func sameButInstance(a, b *apiv1.Manifest) bool {
+	if a.FARP != b.FARP || a.Service.Name != b.Service.Name || a.Service.Version != b.Service.Version || len(a.Routes) != len(b.Routes) {
+		return false
+	}
+	if (a.Health == nil) != (b.Health == nil) || a.Health != nil && (a.Health.Path != b.Health.Path || a.Health.Interval != b.Health.Interval ||
+		!sameNumber(a.Health.UnhealthyAfter, b.Health.UnhealthyAfter)) {
+		return false
+	}
+	for i, ra := range a.Routes {
+		rb := b.Routes[i]
+		if ra.Path != rb.Path || !slices.Equal(ra.Methods, rb.Methods) || !slices.Equal(ra.Idempotent, rb.Idempotent) || !sameNumber(ra.Weight, rb.Weight) {
+			return false
+		}
+	}
+	return true
+}
+
+func sameNumber(a, b *apiv1.Number) bool { return a == b || a != nil && b != nil && *a == *b }
+
 // Derive computes the table of in. It never fails: bad manifests are rejected, bad static
 // routes are reported by ValidateStatic beforehand.
 func Derive(in Input) *Table {
 	t := &Table{rejected: []Rejected{}, conflicts: []Conflict{}}
 	grants := parsePolicy(in.Policy)
+	// Replicas of a service version usually publish the same manifest but for the instance:
+	// such a manifest is analysed once, and its claims carry every replica as an origin.
+	dupOf := replicasOf(in.Manifests)
 	// Validating and analysing a manifest is independent of every other one: share the
 	// work between the cores, then gather the results in input order.
 	type result struct {
@@ -183,13 +243,26 @@ func Derive(in Input) *Table {
 	for lo, hi := range chunks(len(in.Manifests), runtime.GOMAXPROCS(0), minParallelManifests) {
 		wg.Go(func() {
 			for i := lo; i < hi; i++ {
-				results[i].claims, results[i].rej = claimsOf(in.Manifests[i], grants)
+				if dupOf[i] < 0 {
+					results[i].claims, results[i].rej = claimsOf(in.Manifests[i], grants)
+				}
 			}
 		})
 	}
 	wg.Wait()
 	n := 0
-	for _, r := range results {
+	for i, r := range results {
+		if rep := dupOf[i]; rep >= 0 {
+			mi := in.Manifests[i]
+			if rr := results[rep]; rr.rej != nil {
+				t.rejected = append(t.rejected, Rejected{Instance: mi.Parsed.Service.Instance, Service: rr.rej.Service, Code: rr.rej.Code, Reason: rr.rej.Reason})
+			} else if len(rr.claims) > 0 {
+				o := *rr.claims[0].origin
+				o.instance, o.endpoint, o.generation = mi.Parsed.Service.Instance, mi.Endpoint, mi.Generation
+				rr.claims[0].origin.replicas = append(rr.claims[0].origin.replicas, &o)
+			}
+			continue
+		}
 		n += len(r.claims)
 	}
 	claims := make([]*claim, 0, n+len(in.Aliases))
@@ -245,13 +318,12 @@ func Derive(in Input) *Table {
 		}
 		if g == nil {
 			g = groupArena.new()
-			*g = group{service: c.service, ver: c.ver, seniority: c.generation, newest: c, rewrite: c.rewrite}
+			*g = group{service: c.service, ver: c.ver, seniority: c.generation, newest: c, newestGen: c.generation, rewrite: c.rewrite}
 			sl.groups[c.mi] = append(gs, g)
 		}
-		g.upstreams = append(g.upstreams, Upstream{Instance: c.instance, Endpoint: c.endpoint})
-		g.seniority = min(g.seniority, c.generation)
-		if c.generation > g.newest.generation {
-			g.newest = c
+		g.add(c, c.origin)
+		for _, o := range c.replicas {
+			g.add(c, o)
 		}
 	}
 	for _, st := range in.Static {
