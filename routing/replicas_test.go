@@ -25,7 +25,7 @@ func TestReplicasAnalysedOnceDeriveAlike(t *testing.T) {
 		{Generation: 2, Endpoint: "http://a2", Manifest: man("a", "a-2", "/x/{id}", []string{"GET"})}, // the oldest of a
 		{Generation: 3, Endpoint: "http://b1", Manifest: man("b", "b-1", "/x/{id}", []string{"GET"})},
 		{Generation: 4, Endpoint: "http://b2", Manifest: man("b", "b-2", "/x/{id}", []string{"GET", "PUT"})}, // differs: idempotent PUT
-		{Generation: 6, Endpoint: "http://c1", Manifest: man("c", "c-1", "/z/outside", nil)},                // outside c's prefix
+		{Generation: 6, Endpoint: "http://c1", Manifest: man("c", "c-1", "/z/outside", nil)},                 // outside c's prefix
 		{Generation: 7, Endpoint: "http://c2", Manifest: man("c", "c-2", "/z/outside", nil)},
 	}}
 	decoded := raw
