@@ -153,6 +153,17 @@ type claim struct {
 	*origin
 }
 
+// slot is one path key: per method the static route and the claimant groups (replicas of
+// one service and version). Most pairs have one group, so a short slice.
+type slot struct {
+	key    string
+	groups [len(apiv1.Methods)][]*group
+	static [len(apiv1.Methods)]*Entry
+}
+
+// minParallelSlots is the fewest path keys per worker worth a goroutine.
+const minParallelSlots = 2048
+
 // group is the claims of one (key, method, service, version): replicas.
 type group struct {
 	newest     *claim // the claim of the newest generation in the group
@@ -282,13 +293,6 @@ func Derive(in Input) *Table {
 	}
 	slices.SortFunc(t.rejected, func(a, b Rejected) int { return cmp.Compare(a.Instance, b.Instance) })
 
-	// One slot per path key, holding per method the static route and the claimant groups
-	// (replicas of one service and version). Most pairs have one group, so a short slice.
-	type slot struct {
-		key    string
-		groups [len(apiv1.Methods)][]*group
-		static [len(apiv1.Methods)]*Entry
-	}
 	slots := make(map[string]*slot, len(claims)/2+len(in.Static))
 	var slotArena arena[slot]
 	var groupArena arena[group]
@@ -340,16 +344,44 @@ func Derive(in Input) *Table {
 		}
 	}
 
-	keys := make([]string, 0, len(slots))
-	for k := range slots {
-		keys = append(keys, k)
+	ordered := make([]*slot, 0, len(slots))
+	for _, sl := range slots {
+		ordered = append(ordered, sl)
 	}
-	slices.Sort(keys)
-	t.entries = make([]*Entry, 0, len(claims))
+	slices.SortFunc(ordered, func(a, b *slot) int { return strings.Compare(a.key, b.key) })
+	// Each path key's routes and conflicts depend on that key alone: build the two halves of
+	// the table on both cores, then join them in order.
+	type part struct {
+		entries   []*Entry
+		conflicts []Conflict
+	}
+	var ranges [][2]int
+	for lo, hi := range chunks(len(ordered), runtime.GOMAXPROCS(0), minParallelSlots) {
+		ranges = append(ranges, [2]int{lo, hi})
+	}
+	parts := make([]part, len(ranges))
+	for i, r := range ranges {
+		wg.Go(func() { parts[i].entries, parts[i].conflicts = buildEntries(ordered[r[0]:r[1]]) })
+	}
+	wg.Wait()
+	t.entries = make([]*Entry, 0, len(claims)+len(in.Static))
+	for _, p := range parts {
+		t.entries = append(t.entries, p.entries...)
+		t.conflicts = append(t.conflicts, p.conflicts...)
+	}
+	t.root = compile(t.entries)
+	return t
+}
+
+// buildEntries turns slots, in key order, into table entries and conflicts: per method, the
+// static route or the winning group, and who lost.
+func buildEntries(slots []*slot) ([]*Entry, []Conflict) {
+	var entries []*Entry
+	var conflicts []Conflict
 	var entryArena arena[Entry]
 	var idArena []string
-	for _, k := range keys {
-		sl := slots[k]
+	for _, sl := range slots {
+		k := sl.key
 		for mi := range apiv1.Methods { // byte order of methods: the table's order within a key
 			gs := sl.groups[mi]
 			if len(gs) == 0 && sl.static[mi] == nil {
@@ -398,19 +430,18 @@ func Derive(in Input) *Table {
 					losers = append(losers, g.label())
 				}
 			}
-			t.entries = append(t.entries, e)
+			entries = append(entries, e)
 			if len(losers) > 0 {
 				slices.Sort(losers)
 				winner := "static"
 				if e.Source == "dynamic" {
 					winner = e.Service + "@" + e.Version
 				}
-				t.conflicts = append(t.conflicts, Conflict{Pattern: e.Pattern, Method: e.Method, Winner: winner, Losers: losers, key: k})
+				conflicts = append(conflicts, Conflict{Pattern: e.Pattern, Method: e.Method, Winner: winner, Losers: losers, key: k})
 			}
 		}
 	}
-	t.root = compile(t.entries)
-	return t
+	return entries, conflicts
 }
 
 // claimsOf validates one manifest and returns its claims, or why it is rejected.
