@@ -161,6 +161,29 @@ type slot struct {
 	static [len(apiv1.Methods)]*Entry
 }
 
+// sortSlots sorts slots by key: halves on both cores, then one merge.
+func sortSlots(slots []*slot) []*slot {
+	byKey := func(a, b *slot) int { return strings.Compare(a.key, b.key) }
+	if len(slots) < 2*minParallelSlots || runtime.GOMAXPROCS(0) < 2 {
+		slices.SortFunc(slots, byKey)
+		return slots
+	}
+	a, b := slots[:len(slots)/2], slots[len(slots)/2:]
+	var wg sync.WaitGroup
+	wg.Go(func() { slices.SortFunc(a, byKey) })
+	slices.SortFunc(b, byKey)
+	wg.Wait()
+	out := make([]*slot, 0, len(slots))
+	for len(a) > 0 && len(b) > 0 {
+		if a[0].key <= b[0].key {
+			out, a = append(out, a[0]), a[1:]
+		} else {
+			out, b = append(out, b[0]), b[1:]
+		}
+	}
+	return append(append(out, a...), b...)
+}
+
 // minParallelSlots is the fewest path keys per worker worth a goroutine.
 const minParallelSlots = 2048
 
@@ -348,7 +371,7 @@ func Derive(in Input) *Table {
 	for _, sl := range slots {
 		ordered = append(ordered, sl)
 	}
-	slices.SortFunc(ordered, func(a, b *slot) int { return strings.Compare(a.key, b.key) })
+	ordered = sortSlots(ordered)
 	// Each path key's routes and conflicts depend on that key alone: build the two halves of
 	// the table on both cores, then join them in order.
 	type part struct {
