@@ -187,23 +187,19 @@ func sortSlots(slots []*slot) []*slot {
 // minParallelSlots is the fewest path keys per worker worth a goroutine.
 const minParallelSlots = 2048
 
-// group is the claims of one (key, method, service, version): replicas.
+// group is the claims of one (key, method, service, version): replicas. The newest claim
+// gives the route its pattern, weight and idempotency.
 type group struct {
-	newest     *claim // the claim of the newest generation in the group
-	newestGen  int64
-	seniority  int64 // lowest generation
-	rewrite    string
-	upstreams  []Upstream
-	service    string
-	version    string
-	ver        *semver.Version
-	pattern    string
-	segs       []apiv1.Segment
-	weight     int
-	idempotent bool
+	newest    *claim // the claim of the newest generation in the group
+	newestGen int64
+	seniority int64 // lowest generation
+	rewrite   string
+	upstreams []Upstream
+	service   string
+	ver       *semver.Version
 }
 
-func (g *group) label() string { return g.service + "@" + g.version }
+func (g *group) label() string { return g.service + "@" + g.newest.version }
 
 // add counts claim c, made by origin o (c's own or one of its replicas), into g.
 func (g *group) add(c *claim, o *origin) {
@@ -411,8 +407,6 @@ func buildEntries(slots []*slot) ([]*Entry, []Conflict) {
 				continue
 			}
 			for _, g := range gs {
-				n := g.newest
-				g.version, g.pattern, g.segs, g.weight, g.idempotent = n.version, n.pattern, n.segs, n.weight, n.idempotent
 				if len(g.upstreams) > 1 {
 					slices.SortFunc(g.upstreams, func(a, b Upstream) int { return cmp.Compare(a.Instance, b.Instance) })
 				}
@@ -422,7 +416,7 @@ func buildEntries(slots []*slot) ([]*Entry, []Conflict) {
 					if c := b.ver.Compare(a.ver); c != 0 {
 						return c
 					}
-					if c := cmp.Compare(b.weight, a.weight); c != 0 {
+					if c := cmp.Compare(b.newest.weight, a.newest.weight); c != 0 {
 						return c
 					}
 					return cmp.Compare(a.seniority, b.seniority)
@@ -446,9 +440,10 @@ func buildEntries(slots []*slot) ([]*Entry, []Conflict) {
 					ids[i] = u.Instance
 				}
 				e = entryArena.new()
-				*e = Entry{Route: Route{Pattern: w.pattern, Method: apiv1.Methods[mi], Source: "dynamic", Service: w.service, Version: w.version,
-					Instances: ids, Idempotent: w.idempotent, Weight: &w.weight}, Key: k, Rewrite: w.rewrite, Segments: w.segs,
-					Upstreams: w.upstreams, IdempotentRetry: w.idempotent}
+				n := w.newest
+				*e = Entry{Route: Route{Pattern: n.pattern, Method: apiv1.Methods[mi], Source: "dynamic", Service: w.service, Version: n.version,
+					Instances: ids, Idempotent: n.idempotent, Weight: &n.weight}, Key: k, Rewrite: w.rewrite, Segments: n.segs,
+					Upstreams: w.upstreams, IdempotentRetry: n.idempotent}
 				for _, g := range gs[1:] {
 					losers = append(losers, g.label())
 				}
