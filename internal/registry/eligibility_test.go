@@ -169,3 +169,40 @@ func TestSelfPreservationStopsEviction(t *testing.T) {
 }
 
 func registryStart(f *fixture) time.Time { return f.clock.Now() }
+
+// TestRestoredRevisionNeverGoesBack: a snapshot carries the revision discovery answered (the
+// store's plus the verdicts'), so that consumers, which ignore an older revision of an epoch,
+// take the restored registry's answers at once; the restored fleet is judged from the next
+// sweep.
+func TestRestoredRevisionNeverGoesBack(t *testing.T) {
+	ctx := context.Background()
+	m, _ := health.NewMonitor(health.MonitorConfig{})
+	f := newFixture(t, registry.Config{Eligibility: m, SnapshotDir: t.TempDir()})
+	gens := map[string]int64{}
+	for _, id := range []string{"a", "b", "c"} {
+		gens[id] = mustRegister(t, f, request(id, "egress-jms")).Generation
+	}
+	for range 3 { // verdict changes advance the revision without the store's
+		heartbeat(t, f, "a", gens["a"], "failing")
+		heartbeat(t, f, "a", gens["a"], "ok")
+	}
+	seen := f.reg.State().Revision
+	wrote, err := f.reg.WriteSnapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m2, _ := health.NewMonitor(health.MonitorConfig{})
+	g := newFixture(t, registry.Config{Eligibility: m2})
+	if _, err := g.reg.RestoreSnapshot(ctx, wrote.Path); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.reg.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if rev := g.reg.State().Revision; rev < seen {
+		t.Errorf("restored registry answers revision %d, below the %d consumers saw", rev, seen)
+	}
+	if ex, err := g.reg.Explain("a"); err != nil || ex.State != health.StateSlowStart {
+		t.Errorf("a restored instance after a sweep: %+v %v, want slow_start", ex, err)
+	}
+}

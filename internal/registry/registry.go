@@ -316,6 +316,13 @@ func (r *Registry) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
+			if snap != nil && r.Leader() {
+				// A last snapshot on the way out: a restart restores the state as it was, and
+				// the revision consumers last saw.
+				if _, err := r.WriteSnapshot(context.WithoutCancel(ctx)); err != nil {
+					r.cfg.Logger.Error("final snapshot failed", slog.Any("error", err))
+				}
+			}
 			return nil
 		case <-sweep.C:
 			if _, err := r.Sweep(ctx); err != nil {

@@ -33,8 +33,12 @@ type Snapshot struct {
 }
 
 // Snapshot returns the current state as a Snapshot.
+//
+// Its revision is the one discovery answers carry (with the eligibility engine, the store's
+// plus the verdicts'), so that a registry restored from it never answers a revision lower
+// than one its consumers saw when it was written: they ignore an older revision of an epoch.
 func (r *Registry) Snapshot() *Snapshot {
-	rev, _ := r.store.Watch()
+	rev := r.revision()
 	recs := sortedRecords(r.store.Records())
 	s := &Snapshot{
 		Timestamp:     r.cfg.Now().UTC(),
