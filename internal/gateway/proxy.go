@@ -62,7 +62,8 @@ func newProxy(rt http.RoundTripper, maxRetryBody int64, m *metrics, logger *slog
 			pr.Out.URL.RawPath = ""
 			pr.SetXForwarded()
 		},
-		Transport: &retrying{next: rt, metrics: m},
+		Transport:  &retrying{next: rt, metrics: m},
+		BufferPool: bufferPool{},
 		// Zero: responses of unknown length and event streams are still flushed at once by
 		// ReverseProxy; others are written in as few calls as possible.
 		FlushInterval: 0,
