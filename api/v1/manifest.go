@@ -115,40 +115,46 @@ func ParsePath(p string) ([]Segment, error) {
 	if p == "/" {
 		return nil, nil
 	}
-	parts := strings.Split(p[1:], "/")
-	segs := make([]Segment, 0, len(parts))
-	names := map[string]bool{}
-	for i, s := range parts {
+	// Every route of every manifest is parsed at each derivation: one allocation (the
+	// segments), no split.
+	segs := make([]Segment, 0, strings.Count(p, "/"))
+	for rest := p[1:]; ; {
+		s, tail, more := strings.Cut(rest, "/")
+		last := !more
 		if s == "" {
-			if i == len(parts)-1 {
+			if last {
 				return nil, fmt.Errorf("path %q ends with /", p)
 			}
 			return nil, fmt.Errorf("path %q has an empty segment", p)
 		}
 		if !strings.ContainsAny(s, "{}") {
 			segs = append(segs, Segment{Kind: Literal, Value: s})
-			continue
-		}
-		if s[0] != '{' || s[len(s)-1] != '}' {
-			return nil, fmt.Errorf("path %q: malformed parameter %q", p, s)
-		}
-		name, kind := s[1:len(s)-1], Param
-		if rest, ok := strings.CutSuffix(name, "..."); ok {
-			name, kind = rest, Wildcard
-			if i != len(parts)-1 {
-				return nil, fmt.Errorf("path %q: wildcard %q is not the last segment", p, s)
+		} else {
+			if s[0] != '{' || s[len(s)-1] != '}' {
+				return nil, fmt.Errorf("path %q: malformed parameter %q", p, s)
 			}
+			name, kind := s[1:len(s)-1], Param
+			if n, ok := strings.CutSuffix(name, "..."); ok {
+				name, kind = n, Wildcard
+				if !last {
+					return nil, fmt.Errorf("path %q: wildcard %q is not the last segment", p, s)
+				}
+			}
+			if !isParamName(name) {
+				return nil, fmt.Errorf("path %q: malformed parameter %q", p, s)
+			}
+			for _, prev := range segs {
+				if prev.Kind != Literal && prev.Value == name {
+					return nil, fmt.Errorf("path %q: parameter %q appears twice", p, name)
+				}
+			}
+			segs = append(segs, Segment{Kind: kind, Value: name})
 		}
-		if !isParamName(name) {
-			return nil, fmt.Errorf("path %q: malformed parameter %q", p, s)
+		if last {
+			return segs, nil
 		}
-		if names[name] {
-			return nil, fmt.Errorf("path %q: parameter %q appears twice", p, name)
-		}
-		names[name] = true
-		segs = append(segs, Segment{Kind: kind, Value: name})
+		rest = tail
 	}
-	return segs, nil
 }
 
 // PathKey is the key of a parsed path: parameter names erased, "{}" for a parameter and
@@ -157,7 +163,12 @@ func PathKey(segs []Segment) string {
 	if len(segs) == 0 {
 		return "/"
 	}
+	n := 0
+	for _, s := range segs {
+		n += 1 + len(s.Value) + 5
+	}
 	var b strings.Builder
+	b.Grow(n)
 	for _, s := range segs {
 		b.WriteByte('/')
 		switch s.Kind {
@@ -278,7 +289,11 @@ func (m *Manifest) Analyze() ([]ManifestProblem, []RouteInfo) {
 		if err != nil {
 			add(CodeInvalidRoute, at("path", -1), "%v", err)
 		} else {
-			infos[i] = RouteInfo{Segments: segs, Key: PathKey(segs)}
+			key := r.Path // a path of literals only is its own key
+			if strings.ContainsRune(r.Path, '{') {
+				key = PathKey(segs)
+			}
+			infos[i] = RouteInfo{Segments: segs, Key: key}
 		}
 		if len(r.Methods) == 0 {
 			add(CodeInvalidRoute, at("methods", -1), "must not be empty")
