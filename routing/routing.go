@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"iter"
 	"runtime"
 	"slices"
@@ -161,21 +162,80 @@ type slot struct {
 	static [len(apiv1.Methods)]*Entry
 }
 
-// sortSlots sorts slots by key: halves on both cores, then one merge.
-func sortSlots(slots []*slot) []*slot {
-	byKey := func(a, b *slot) int { return strings.Compare(a.key, b.key) }
-	if len(slots) < 2*minParallelSlots || runtime.GOMAXPROCS(0) < 2 {
-		slices.SortFunc(slots, byKey)
-		return slots
+// staticClaim is a static route, parsed.
+type staticClaim struct {
+	route StaticRoute
+	segs  []apiv1.Segment
+	key   string
+}
+
+// slotsOf groups the claims and static routes whose key falls in shard (of shards, by hash)
+// into slots, and returns them sorted by key.
+func slotsOf(claims []*claim, statics []staticClaim, seed maphash.Seed, shard, shards int) []*slot {
+	mine := func(key string) bool { return shards == 1 || maphash.String(seed, key)%uint64(shards) == uint64(shard) }
+	slots := make(map[string]*slot, len(claims)/2/shards+len(statics))
+	var ordered []*slot
+	var slotArena arena[slot]
+	var groupArena arena[group]
+	slotOf := func(key string) *slot {
+		sl := slots[key]
+		if sl == nil {
+			sl = slotArena.new()
+			sl.key = key
+			slots[key] = sl
+			ordered = append(ordered, sl)
+		}
+		return sl
 	}
-	a, b := slots[:len(slots)/2], slots[len(slots)/2:]
-	var wg sync.WaitGroup
-	wg.Go(func() { slices.SortFunc(a, byKey) })
-	slices.SortFunc(b, byKey)
-	wg.Wait()
-	out := make([]*slot, 0, len(slots))
+	var last *slot // claims of one route come together: skip the hash and the map for its other methods
+	for _, c := range claims {
+		sl := last
+		if sl == nil || sl.key != c.key {
+			if !mine(c.key) {
+				continue
+			}
+			sl = slotOf(c.key)
+			last = sl
+		}
+		gs := sl.groups[c.mi]
+		var g *group
+		for _, x := range gs {
+			if x.service == c.service && x.newest.version == c.version {
+				g = x
+				break
+			}
+		}
+		if g == nil {
+			g = groupArena.new()
+			*g = group{service: c.service, ver: c.ver, seniority: c.generation, newest: c, newestGen: c.generation, rewrite: c.rewrite}
+			sl.groups[c.mi] = append(gs, g)
+		}
+		g.add(c, c.origin)
+		for _, o := range c.replicas {
+			g.add(c, o)
+		}
+	}
+	for _, st := range statics {
+		if !mine(st.key) {
+			continue
+		}
+		sl := slotOf(st.key)
+		for _, m := range st.route.Methods {
+			if mi := apiv1.MethodIndex(m); mi >= 0 {
+				sl.static[mi] = &Entry{Route: Route{Pattern: st.route.Path, Method: m, Source: "static", Upstream: st.route.Upstream,
+					Idempotent: staticIdempotent[m]}, Key: sl.key, Segments: st.segs, Upstreams: []Upstream{{Instance: "static", Endpoint: st.route.Upstream}}}
+			}
+		}
+	}
+	slices.SortFunc(ordered, func(a, b *slot) int { return strings.Compare(a.key, b.key) })
+	return ordered
+}
+
+// mergeSlots merges two key-sorted lists of slots with no key in common.
+func mergeSlots(a, b []*slot) []*slot {
+	out := make([]*slot, 0, len(a)+len(b))
 	for len(a) > 0 && len(b) > 0 {
-		if a[0].key <= b[0].key {
+		if a[0].key < b[0].key {
 			out, a = append(out, a[0]), a[1:]
 		} else {
 			out, b = append(out, b[0]), b[1:]
@@ -183,6 +243,9 @@ func sortSlots(slots []*slot) []*slot {
 	}
 	return append(append(out, a...), b...)
 }
+
+// testShards, when set by a test, is how many shards the claims are grouped in.
+var testShards int
 
 // minParallelSlots is the fewest path keys per worker worth a goroutine.
 const minParallelSlots = 2048
@@ -312,62 +375,31 @@ func Derive(in Input) *Table {
 	}
 	slices.SortFunc(t.rejected, func(a, b Rejected) int { return cmp.Compare(a.Instance, b.Instance) })
 
-	slots := make(map[string]*slot, len(claims)/2+len(in.Static))
-	var slotArena arena[slot]
-	var groupArena arena[group]
-	slotOf := func(key string) *slot {
-		sl := slots[key]
-		if sl == nil {
-			sl = slotArena.new()
-			sl.key = key
-			slots[key] = sl
-		}
-		return sl
-	}
-	var last *slot // claims of one route come together: skip the map for its other methods
-	for _, c := range claims {
-		sl := last
-		if sl == nil || sl.key != c.key {
-			sl = slotOf(c.key)
-			last = sl
-		}
-		gs := sl.groups[c.mi]
-		var g *group
-		for _, x := range gs {
-			if x.service == c.service && x.newest.version == c.version {
-				g = x
-				break
-			}
-		}
-		if g == nil {
-			g = groupArena.new()
-			*g = group{service: c.service, ver: c.ver, seniority: c.generation, newest: c, newestGen: c.generation, rewrite: c.rewrite}
-			sl.groups[c.mi] = append(gs, g)
-		}
-		g.add(c, c.origin)
-		for _, o := range c.replicas {
-			g.add(c, o)
-		}
-	}
+	// Claims are grouped by path key: the keys are shared between the cores by hash, each
+	// groups and sorts its share, and the sorted shares are merged.
+	var statics []staticClaim
 	for _, st := range in.Static {
-		segs, err := apiv1.ParsePath(st.Path)
-		if err != nil {
-			continue
-		}
-		sl := slotOf(apiv1.PathKey(segs))
-		for _, m := range st.Methods {
-			if mi := apiv1.MethodIndex(m); mi >= 0 {
-				sl.static[mi] = &Entry{Route: Route{Pattern: st.Path, Method: m, Source: "static", Upstream: st.Upstream,
-					Idempotent: staticIdempotent[m]}, Key: sl.key, Segments: segs, Upstreams: []Upstream{{Instance: "static", Endpoint: st.Upstream}}}
-			}
+		if segs, err := apiv1.ParsePath(st.Path); err == nil {
+			statics = append(statics, staticClaim{route: st, segs: segs, key: apiv1.PathKey(segs)})
 		}
 	}
-
-	ordered := make([]*slot, 0, len(slots))
-	for _, sl := range slots {
-		ordered = append(ordered, sl)
+	shards := 1
+	if len(claims) >= 2*minParallelSlots {
+		shards = max(1, runtime.GOMAXPROCS(0))
 	}
-	ordered = sortSlots(ordered)
+	if testShards > 0 {
+		shards = testShards
+	}
+	seed := maphash.MakeSeed()
+	sorted := make([][]*slot, shards)
+	for sh := range shards {
+		wg.Go(func() { sorted[sh] = slotsOf(claims, statics, seed, sh, shards) })
+	}
+	wg.Wait()
+	ordered := sorted[0]
+	for _, other := range sorted[1:] {
+		ordered = mergeSlots(ordered, other)
+	}
 	// Each path key's routes and conflicts depend on that key alone: build the two halves of
 	// the table on both cores, then join them in order.
 	type part struct {

@@ -1,0 +1,56 @@
+package routing
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+)
+
+// TestShardsDeriveAlike: grouping the claims in one shard or in several (then merging the
+// sorted shares) gives the same table, and the same matches.
+func TestShardsDeriveAlike(t *testing.T) {
+	in := Input{Policy: Policy{}, Static: []StaticRoute{{Path: "/svc-7/items", Methods: []string{"GET"}, Upstream: "http://static:80"}}}
+	for i := range 300 {
+		svc := fmt.Sprintf("svc-%d", i%150) // two versions of each service
+		in.Policy[svc] = []string{"/" + svc, "/shared"}
+		ver := fmt.Sprintf("1.%d.0", i/150)
+		for r := range 2 {
+			inst := fmt.Sprintf("%s-%s-%d", svc, ver, r)
+			m := &apiv1.Manifest{FARP: "1.0", Service: apiv1.ManifestService{Name: svc, Instance: inst, Version: ver},
+				Routes: []apiv1.ManifestRoute{
+					{Path: "/" + svc + "/items", Methods: []string{"GET", "POST"}, Idempotent: []string{"GET"}},
+					{Path: "/" + svc + "/items/{id}", Methods: []string{"GET", "PUT", "DELETE"}},
+					{Path: "/shared/{rest...}", Methods: []string{"GET"}}, // everyone claims it: conflicts
+				}}
+			raw, _ := json.Marshal(m)
+			in.Manifests = append(in.Manifests, ManifestInput{Generation: int64(i*2 + r + 1), Endpoint: "http://" + inst, Manifest: raw, Parsed: m})
+		}
+	}
+	derive := func(shards int) (Canonical, []MatchOutcome) {
+		testShards = shards
+		defer func() { testShards = 0 }()
+		tab := Derive(in)
+		var ms []MatchOutcome
+		for _, p := range []string{"/svc-7/items", "/svc-8/items/3", "/shared/a/b", "/nope"} {
+			ms = append(ms, tab.Match("GET", p).Outcome())
+		}
+		return tab.Canonical(), ms
+	}
+	one, m1 := derive(1)
+	for _, n := range []int{2, 3} {
+		got, mn := derive(n)
+		if diff := cmp.Diff(one, got, cmp.AllowUnexported(Conflict{})); diff != "" {
+			t.Errorf("%d shards (-one +sharded):\n%s", n, diff)
+		}
+		if diff := cmp.Diff(m1, mn); diff != "" {
+			t.Errorf("%d shards, matches (-one +sharded):\n%s", n, diff)
+		}
+	}
+	if len(one.Conflicts) == 0 || len(one.Routes) < 600 {
+		t.Errorf("the input is not the one meant: %d routes, %d conflicts", len(one.Routes), len(one.Conflicts))
+	}
+}
