@@ -244,7 +244,8 @@ func mergeSlots(a, b []*slot) []*slot {
 	return append(append(out, a...), b...)
 }
 
-// testShards, when set by a test, is how many shards the claims are grouped in.
+// testShards, when set by a test, is how many shards the claims are grouped in and how many
+// workers build the entries (1: all of it serial, the reference).
 var testShards int
 
 // minParallelSlots is the fewest path keys per worker worth a goroutine.
@@ -407,7 +408,11 @@ func Derive(in Input) *Table {
 		conflicts []Conflict
 	}
 	var ranges [][2]int
-	for lo, hi := range chunks(len(ordered), runtime.GOMAXPROCS(0), minParallelSlots) {
+	workers := runtime.GOMAXPROCS(0)
+	if testShards > 0 {
+		workers = testShards
+	}
+	for lo, hi := range chunks(len(ordered), workers, minParallelSlots) {
 		ranges = append(ranges, [2]int{lo, hi})
 	}
 	parts := make([]part, len(ranges))
