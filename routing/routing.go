@@ -158,8 +158,8 @@ type claim struct {
 // one service and version). Most pairs have one group, so a short slice.
 type slot struct {
 	key    string
-	groups [len(apiv1.Methods)][]*group
-	static [len(apiv1.Methods)]*Entry
+	groups []*group                    // every method's claimant groups, in the order they came
+	static *[len(apiv1.Methods)]*Entry // the static route of each method, when there is one
 }
 
 // staticClaim is a static route, parsed.
@@ -197,18 +197,18 @@ func slotsOf(claims []*claim, statics []staticClaim, seed maphash.Seed, shard, s
 			sl = slotOf(c.key)
 			last = sl
 		}
-		gs := sl.groups[c.mi]
 		var g *group
-		for _, x := range gs {
-			if x.service == c.service && x.newest.version == c.version {
+		for _, x := range sl.groups {
+			if x.mi == c.mi && x.service == c.service && x.newest.version == c.version {
 				g = x
 				break
 			}
 		}
 		if g == nil {
 			g = groupArena.new()
-			*g = group{service: c.service, ver: c.ver, seniority: c.generation, newest: c, newestGen: c.generation, rewrite: c.rewrite}
-			sl.groups[c.mi] = append(gs, g)
+			*g = group{mi: c.mi, service: c.service, ver: c.ver, seniority: c.generation, newest: c, newestGen: c.generation, rewrite: c.rewrite,
+				upstreams: make([]Upstream, 0, 1+len(c.replicas))}
+			sl.groups = append(sl.groups, g)
 		}
 		g.add(c, c.origin)
 		for _, o := range c.replicas {
@@ -220,6 +220,9 @@ func slotsOf(claims []*claim, statics []staticClaim, seed maphash.Seed, shard, s
 			continue
 		}
 		sl := slotOf(st.key)
+		if sl.static == nil {
+			sl.static = &[len(apiv1.Methods)]*Entry{}
+		}
 		for _, m := range st.route.Methods {
 			if mi := apiv1.MethodIndex(m); mi >= 0 {
 				sl.static[mi] = &Entry{Route: Route{Pattern: st.route.Path, Method: m, Source: "static", Upstream: st.route.Upstream,
@@ -254,6 +257,7 @@ const minParallelSlots = 2048
 // group is the claims of one (key, method, service, version): replicas. The newest claim
 // gives the route its pattern, weight and idempotency.
 type group struct {
+	mi        int    // the method, an index of apiv1.Methods
 	newest    *claim // the claim of the newest generation in the group
 	newestGen int64
 	seniority int64 // lowest generation
@@ -436,11 +440,21 @@ func buildEntries(slots []*slot) ([]*Entry, []Conflict) {
 	var conflicts []Conflict
 	var entryArena arena[Entry]
 	var idArena []string
+	var buf [8]*group
 	for _, sl := range slots {
 		k := sl.key
 		for mi := range apiv1.Methods { // byte order of methods: the table's order within a key
-			gs := sl.groups[mi]
-			if len(gs) == 0 && sl.static[mi] == nil {
+			gs := buf[:0]
+			for _, g := range sl.groups {
+				if g.mi == mi {
+					gs = append(gs, g)
+				}
+			}
+			var static *Entry
+			if sl.static != nil {
+				static = sl.static[mi]
+			}
+			if len(gs) == 0 && static == nil {
 				continue
 			}
 			for _, g := range gs {
@@ -461,8 +475,8 @@ func buildEntries(slots []*slot) ([]*Entry, []Conflict) {
 			}
 			var e *Entry
 			var losers []string
-			if s := sl.static[mi]; s != nil {
-				e = s
+			if static != nil {
+				e = static
 				for _, g := range gs {
 					losers = append(losers, g.label())
 				}
