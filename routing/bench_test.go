@@ -34,20 +34,27 @@ func fleet(n int) routing.Input {
 	return in
 }
 
+// decoded is in with its manifests decoded, as a gateway holds them.
+func decoded(tb testing.TB, in routing.Input) routing.Input {
+	tb.Helper()
+	out := in
+	out.Manifests = make([]routing.ManifestInput, len(in.Manifests))
+	for i, m := range in.Manifests {
+		var man apiv1.Manifest
+		if err := json.Unmarshal(m.Manifest, &man); err != nil {
+			tb.Fatal(err)
+		}
+		out.Manifests[i] = routing.ManifestInput{Generation: m.Generation, Endpoint: m.Endpoint, Parsed: &man}
+	}
+	return out
+}
+
 // BenchmarkDerive derives the full table from manifests as a gateway holds them (decoded
 // by the discovery client) and, for comparison, from raw JSON (routes derive, a case file).
 func BenchmarkDerive(b *testing.B) {
 	for _, n := range []int{100, 1000, 10000} {
 		raw := fleet(n)
-		parsed := raw
-		parsed.Manifests = make([]routing.ManifestInput, len(raw.Manifests))
-		for i, m := range raw.Manifests {
-			var man apiv1.Manifest
-			if err := json.Unmarshal(m.Manifest, &man); err != nil {
-				b.Fatal(err)
-			}
-			parsed.Manifests[i] = routing.ManifestInput{Generation: m.Generation, Endpoint: m.Endpoint, Parsed: &man}
-		}
+		parsed := decoded(b, raw)
 		for name, in := range map[string]routing.Input{"decoded": parsed, "json": raw} {
 			b.Run(fmt.Sprintf("services=%d/%s", n, name), func(b *testing.B) {
 				b.ReportAllocs()

@@ -6,7 +6,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/routing"
 )
 
@@ -28,16 +27,7 @@ func TestReplicasAnalysedOnceDeriveAlike(t *testing.T) {
 		{Generation: 6, Endpoint: "http://c1", Manifest: man("c", "c-1", "/z/outside", nil)},                 // outside c's prefix
 		{Generation: 7, Endpoint: "http://c2", Manifest: man("c", "c-2", "/z/outside", nil)},
 	}}
-	decoded := raw
-	decoded.Manifests = make([]routing.ManifestInput, len(raw.Manifests))
-	for i, m := range raw.Manifests {
-		var pm apiv1.Manifest
-		if err := json.Unmarshal(m.Manifest, &pm); err != nil {
-			t.Fatal(err)
-		}
-		decoded.Manifests[i] = routing.ManifestInput{Generation: m.Generation, Endpoint: m.Endpoint, Parsed: &pm}
-	}
-	want, got := routing.Derive(raw).Canonical(), routing.Derive(decoded).Canonical()
+	want, got := routing.Derive(raw).Canonical(), routing.Derive(decoded(t, raw)).Canonical()
 	if diff := cmp.Diff(want, got, cmp.AllowUnexported(routing.Conflict{})); diff != "" {
 		t.Errorf("decoded (-raw +decoded):\n%s", diff)
 	}
