@@ -186,7 +186,8 @@ type instance struct {
 	ejections  int // how many times it was ejected
 	ejectUntil time.Time
 
-	lastHealth Evidence // the last self-report
+	lastHealth   string    // the last self-report: ok, degraded or failing
+	lastHealthAt time.Time // and when it came
 	lastProbe  Evidence // the last probe result
 }
 
@@ -266,7 +267,7 @@ func (e *Engine) Apply(ev Event) error {
 	switch ev.Kind {
 	case KindRegistered:
 		// a new incarnation starts from scratch
-		*in = instance{Instance: in.Instance, present: true, causes: map[string]Evidence{}, lastRenewal: ev.At}
+		*in = instance{Instance: in.Instance, present: true, causes: map[string]Evidence{}, lastRenewal: ev.At, lastHealth: "ok", lastHealthAt: ev.At}
 		e.renewals = append(e.renewals, ev.At)
 		if !in.Probe {
 			in.admitted, in.rotationSince = true, ev.At
@@ -275,9 +276,12 @@ func (e *Engine) Apply(ev Event) error {
 		if !in.present {
 			return nil // a heartbeat for an instance the registry no longer holds changes nothing
 		}
+		if e.quietRenewal(in, ev) {
+			return nil
+		}
 		in.lastRenewal = ev.At
 		e.renewals = append(e.renewals, ev.At)
-		in.lastHealth = Evidence{At: ev.At, Detail: "heartbeat health " + cmp.Or(ev.Health, "ok")}
+		in.lastHealth, in.lastHealthAt = cmp.Or(ev.Health, "ok"), ev.At
 		switch ev.Health {
 		case "failing":
 			e.addCause(in, ev.At, ReasonSelfReportedFailing, "heartbeat health failing")
@@ -307,6 +311,19 @@ func (e *Engine) Apply(ev Event) error {
 		return fmt.Errorf("event kind %q is not supported", ev.Kind)
 	}
 	return nil
+}
+
+// quietRenewal applies a heartbeat that can change no verdict — the self-report it repeats,
+// an instance that was not silent and has no withdrawal cause — and reports whether it did.
+// It is the path of almost every heartbeat, so it touches only the renewal.
+func (e *Engine) quietRenewal(in *instance, ev Event) bool {
+	h := cmp.Or(ev.Health, "ok")
+	if h != in.lastHealth || len(in.causes) > 0 || e.silent(in, ev.At) {
+		return false
+	}
+	in.lastRenewal, in.lastHealthAt = ev.At, ev.At
+	e.renewals = append(e.renewals, ev.At)
+	return true
 }
 
 func (e *Engine) probe(in *instance, ev Event) {
@@ -629,7 +646,7 @@ func (e *Engine) Explain(id string, now time.Time) (Verdict, []Reason) {
 		case code == ReasonSilent:
 			ev = Evidence{At: in.lastRenewal, Detail: fmt.Sprintf("no renewal for more than %s", 2*e.cfg.HeartbeatInterval)}
 		case code == ReasonSelfReportedDegraded:
-			ev = in.lastHealth
+			ev = Evidence{At: in.lastHealthAt, Detail: "heartbeat health " + in.lastHealth}
 		case code == ReasonFlapping:
 			ev = Evidence{At: in.quarantineUntil, Detail: fmt.Sprintf("quarantine %d ends at this time; probe successes during it do not count", in.quarantines)}
 		case code == ReasonDraining:

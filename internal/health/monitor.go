@@ -268,6 +268,25 @@ func (m *Monitor) Observe(ev Event) error {
 	if !ok {
 		return nil
 	}
+	return m.observe(v, ev)
+}
+
+// ObserveVia is Observe for the incarnation h names (ev.ID must be its id): the heartbeat
+// path, without a lookup by id. Evidence about an incarnation that is gone is dropped.
+func (m *Monitor) ObserveVia(h *Handle, ev Event) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if h == nil || h.v.gone || h.v.generation != h.generation {
+		return nil
+	}
+	return m.observe(h.v, ev)
+}
+
+func (m *Monitor) observe(v *view, ev Event) error {
+	if ev.Kind == KindHeartbeat && v.in != nil && v.in.present && m.engine.quietRenewal(v.in, ev) {
+		v.lastRenewal = ev.At // nothing published changes
+		return nil
+	}
 	ejected := m.engine.Ejections()
 	if err := m.engine.Apply(ev); err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -253,4 +254,25 @@ func BenchmarkEligibilityMinute(b *testing.B) {
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/60e9*100, "%-of-a-core")
+}
+
+// BenchmarkEligibilityHeartbeat is BenchmarkHeartbeat's parallel case on a registry that
+// judges: renewals that change no verdict, from every core, at 60,000 instances.
+func BenchmarkEligibilityHeartbeat(b *testing.B) {
+	f, gens := judgedFleet(b, 60000)
+	ctx := context.Background()
+	ids := make([]string, len(gens))
+	for i := range ids {
+		ids[i] = fmt.Sprintf("inst-%d", i)
+	}
+	var next atomic.Int64
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			i := int(next.Add(1)) % len(gens)
+			if _, err := f.reg.Heartbeat(ctx, ids[i], &apiv1.HeartbeatRequest{Generation: gens[i], Health: apiv1.HealthOK}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

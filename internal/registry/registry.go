@@ -211,7 +211,14 @@ func (r *Registry) Heartbeat(ctx context.Context, id string, req *apiv1.Heartbea
 		return nil, err
 	}
 	if m := r.cfg.Eligibility; m != nil {
-		if err := m.Observe(health.Event{At: now, ID: id, Kind: health.KindHeartbeat, Health: reported}); err != nil {
+		ev := health.Event{At: now, ID: id, Kind: health.KindHeartbeat, Health: reported}
+		var err error
+		if h := rec.judged.Load(); h != nil {
+			err = m.ObserveVia(h, ev)
+		} else {
+			err = m.Observe(ev)
+		}
+		if err != nil {
 			return nil, fmt.Errorf("heartbeat %s: %w", id, err)
 		}
 	}
