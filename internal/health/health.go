@@ -188,7 +188,7 @@ type instance struct {
 
 	lastHealth   string    // the last self-report: ok, degraded or failing
 	lastHealthAt time.Time // and when it came
-	lastProbe  Evidence // the last probe result
+	lastProbe    Evidence  // the last probe result
 }
 
 // Evidence is the event behind a reason: when it happened and what it said.
