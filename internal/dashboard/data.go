@@ -11,6 +11,7 @@ import (
 	"time"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/routing"
 )
 
 // source fetches JSON from one component.
@@ -54,26 +55,10 @@ func (s source) do(ctx context.Context, method, path string, body []byte, conten
 	return nil
 }
 
-// gatewayRoutes is the gateway's /v1/gateway/routes answer.
+// gatewayRoutes is the gateway's /v1/gateway/routes answer: the canonical table (the
+// routing package's types) and where it came from.
 type gatewayRoutes struct {
-	Routes []struct {
-		Pattern    string   `json:"pattern"`
-		Method     string   `json:"method"`
-		Source     string   `json:"source"`
-		Upstream   string   `json:"upstream"`
-		Service    string   `json:"service"`
-		Version    string   `json:"version"`
-		Instances  []string `json:"instances"`
-		Idempotent bool     `json:"idempotent"`
-		Weight     *int     `json:"weight"`
-	} `json:"routes"`
-	Rejected []struct {
-		Instance, Service, Code string
-	} `json:"rejected"`
-	Conflicts []struct {
-		Pattern, Method, Winner string
-		Losers                  []string
-	} `json:"conflicts"`
+	routing.Canonical
 	Source           string            `json:"source"`
 	AgeSeconds       int64             `json:"age_seconds"`
 	RegistryRevision int64             `json:"registry_revision"`

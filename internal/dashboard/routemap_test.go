@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/routing"
 )
 
 // fiftyRoutes is a gateway table of 50 routes over 10 services of 2 instances each.
@@ -19,17 +20,7 @@ func fiftyRoutes() (*gatewayRoutes, *apiv1.CatalogResponse) {
 			cat.Instances = append(cat.Instances, apiv1.Instance{InstanceID: in, Capabilities: []apiv1.Capability{{Provider: fmt.Sprintf("p%d", s%3)}}})
 		}
 		for r := range 5 {
-			gr.Routes = append(gr.Routes, struct {
-				Pattern    string   `json:"pattern"`
-				Method     string   `json:"method"`
-				Source     string   `json:"source"`
-				Upstream   string   `json:"upstream"`
-				Service    string   `json:"service"`
-				Version    string   `json:"version"`
-				Instances  []string `json:"instances"`
-				Idempotent bool     `json:"idempotent"`
-				Weight     *int     `json:"weight"`
-			}{Pattern: fmt.Sprintf("/svc%d/r%d", s, r), Method: "GET", Source: "dynamic", Service: fmt.Sprintf("svc%d", s), Version: "1.0.0", Instances: insts})
+			gr.Routes = append(gr.Routes, routing.Route{Pattern: fmt.Sprintf("/svc%d/r%d", s, r), Method: "GET", Source: "dynamic", Service: fmt.Sprintf("svc%d", s), Version: "1.0.0", Instances: insts})
 		}
 	}
 	return gr, cat
