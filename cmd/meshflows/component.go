@@ -8,6 +8,7 @@ import (
 	"net"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/meshflows/meshflows/internal/telemetry"
@@ -36,4 +37,10 @@ func runComponent(cmd *cobra.Command, logCfg telemetry.LogConfig, addr string, s
 		return errors.Join(err, logOut.Flush())
 	}
 	return errors.Join(g.Wait(), logOut.Flush())
+}
+
+// bindLogFlags adds --log-level and --log-format (default format: format) to fs.
+func bindLogFlags(fs *pflag.FlagSet, cfg *telemetry.LogConfig, format string) {
+	fs.StringVar(&cfg.Level, "log-level", "info", "log level: debug, info, warn or error")
+	fs.StringVar(&cfg.Format, "log-format", format, "log format: json or text")
 }

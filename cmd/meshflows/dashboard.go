@@ -51,8 +51,7 @@ Write actions (invalidate, re-validate, upload, run) need the admin token from
 	fl.StringVar(&f.gateway, "gateway", "http://127.0.0.1:7402", "gateway base URL")
 	fl.StringVar(&f.tokenFile, "admin-token-file", "", "file holding the bearer token that write actions need")
 	fl.BoolVar(&f.insecure, "insecure", false, "let anyone who reaches the console use the write actions (development only)")
-	fl.StringVar(&f.log.Level, "log-level", "info", "log level: debug, info, warn or error")
-	fl.StringVar(&f.log.Format, "log-format", "json", "log format: json or text")
+	bindLogFlags(fl, &f.log, "json")
 	f.creds.bind(fl)
 	return cmd
 }

@@ -139,8 +139,7 @@ Components that are not built yet are listed as such. Stop with Ctrl-C.`,
 		},
 	}
 	cmd.Flags().IntVar(&basePort, "base-port", 7400, "first port of the port plan (registry N, orchestrator N+1, gateway N+2, dashboard N+3, providers N+10 and N+11)")
-	cmd.Flags().StringVar(&logCfg.Level, "log-level", "info", "log level: debug, info, warn or error")
-	cmd.Flags().StringVar(&logCfg.Format, "log-format", "text", "log format: json or text")
+	bindLogFlags(cmd.Flags(), &logCfg, "text")
 	return cmd
 }
 

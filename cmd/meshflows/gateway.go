@@ -68,8 +68,7 @@ the identity is the service name). Without either, services may claim nothing.`,
 	fl.DurationVar(&f.maxStale, "max-stale", discovery.DefaultStaleAllowance, "how long the last valid view is served while the registry is unreachable")
 	fl.DurationVar(&f.outcomeWindow, "outcome-window", 10*time.Second, "report per-instance outcomes (ok, errors, connect failures) to the registry this often, as passive health evidence (needs a gateway role; 0: never)")
 	fl.StringVar(&f.debug, "debug-listen", "", "serve Go profiling (/debug/pprof/) on this address, e.g. 127.0.0.1:6060 (off by default)")
-	fl.StringVar(&f.log.Level, "log-level", "info", "log level: debug, info, warn or error")
-	fl.StringVar(&f.log.Format, "log-format", "json", "log format: json or text")
+	bindLogFlags(fl, &f.log, "json")
 	f.creds.bind(fl)
 	return cmd
 }

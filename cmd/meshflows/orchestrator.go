@@ -56,8 +56,7 @@ $` + strictEnv + ` (default strict).`,
 	fl.StringVar(&f.dir, "workflows-dir", "", "directory where workflows and their results persist (loaded and re-validated at start)")
 	fl.StringVar(&f.staticFile, "static-capabilities", "", "YAML list of {capability_id, provider, version, endpoint}: used when the registry has never answered")
 	fl.DurationVar(&f.timeout, "provider-timeout", workflow.DefaultProviderTimeout, "timeout of each provider validation")
-	fl.StringVar(&f.log.Level, "log-level", "info", "log level: debug, info, warn or error")
-	fl.StringVar(&f.log.Format, "log-format", "json", "log format: json or text")
+	bindLogFlags(fl, &f.log, "json")
 	f.creds.bind(fl)
 	return cmd
 }

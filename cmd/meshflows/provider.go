@@ -56,8 +56,7 @@ and /metrics.`,
 	f.StringVar(&advertise, "advertise", "", "endpoint URL to register (default http://<listen address>)")
 	f.StringVar(&zone, "zone", "", "zone to register in")
 	f.DurationVar(&heartbeat, "heartbeat-interval", 0, "heartbeat interval (0: the one the registry returns)")
-	f.StringVar(&logCfg.Level, "log-level", "info", "log level: debug, info, warn or error")
-	f.StringVar(&logCfg.Format, "log-format", "json", "log format: json or text")
+	bindLogFlags(f, &logCfg, "json")
 	creds.bind(f)
 	return cmd
 }

@@ -112,8 +112,7 @@ func (f *registryFlags) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&f.eligibility.probeCert, "probe-cert", "", "client certificate the prober presents to https health endpoints that ask for one")
 	fs.StringVar(&f.eligibility.probeKey, "probe-key", "", "key of --probe-cert")
 	fs.DurationVar(&f.eligibility.probeTimeout, "probe-timeout", health.DefaultProbeTimeout, "timeout of one active health probe (never more than the instance's declared interval)")
-	fs.StringVar(&f.log.Level, "log-level", "info", "log level: debug, info, warn or error")
-	fs.StringVar(&f.log.Format, "log-format", "json", "log format: json or text")
+	bindLogFlags(fs, &f.log, "json")
 }
 
 func newRegistryCmd() *cobra.Command {
