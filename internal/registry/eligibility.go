@@ -97,10 +97,7 @@ func judgeChunkOf(m *health.Monitor, es, out []Entry) []Entry {
 		var lastCap, lastZone string
 		var lastPanic, known bool
 		for _, e := range es {
-			state, weight, ok := rd.VerdictOf(e.Record.judged.Load())
-			if !ok {
-				state, weight, ok = rd.Verdict(e.Record.InstanceID) // registered through another replica, or restored
-			}
+			state, weight, ok := verdictOf(rd, e.Record)
 			if !ok {
 				continue // registered a moment ago on another replica: the next sync declares it
 			}
@@ -123,30 +120,33 @@ func judgeChunkOf(m *health.Monitor, es, out []Entry) []Entry {
 	return out
 }
 
-// eligibilityOf returns the published state and weight of rec (serving at 100 when the
-// registry runs without the engine).
-func (r *Registry) eligibilityOf(rec *Record) (string, int) {
-	if m := r.cfg.Eligibility; m != nil {
-		if state, weight, ok := m.Verdict(rec.InstanceID); ok {
-			return state, weight
-		}
-		return apiv1.EligibilityUnknown, 0
+// verdictOf reads the published verdict on rec: through the monitor's handle when this
+// replica registered it, else by id (registered through another replica, or restored).
+func verdictOf(rd health.Reader, rec *Record) (state string, weight int, ok bool) {
+	if state, weight, ok = rd.VerdictOf(rec.judged.Load()); ok {
+		return state, weight, true
 	}
-	return apiv1.EligibilityServing, 100
+	return rd.Verdict(rec.InstanceID)
 }
 
-// inPanic reports whether one of rec's (capability, zone) groups is in panic.
-func (r *Registry) inPanic(rec *Record) bool {
+// eligibilityOf returns the published state and weight of rec, and whether one of its
+// (capability, zone) groups is in panic (serving at 100 when the registry runs without the
+// engine; unknown before the engine has heard of it).
+func (r *Registry) eligibilityOf(rec *Record) (state string, weight int, inPanic bool) {
 	m := r.cfg.Eligibility
 	if m == nil {
-		return false
+		return apiv1.EligibilityServing, 100, false
 	}
-	for _, c := range rec.Capabilities {
-		if m.Panic(c.CapabilityID, rec.Zone) {
-			return true
+	state, weight = apiv1.EligibilityUnknown, 0
+	m.Read(func(rd health.Reader) {
+		if s, w, ok := verdictOf(rd, rec); ok {
+			state, weight = s, w
 		}
-	}
-	return false
+		for _, c := range rec.Capabilities {
+			inPanic = inPanic || rd.Panic(c.CapabilityID, rec.Zone)
+		}
+	})
+	return state, weight, inPanic
 }
 
 // ErrNoEligibility: the registry runs without the eligibility engine.

@@ -411,7 +411,7 @@ func (r *Registry) Instance(id string) (apiv1.Instance, error) {
 // wire returns the catalog form of rec with its eligibility.
 func (r *Registry) wire(rec *Record) apiv1.Instance {
 	in := rec.Instance()
-	in.Eligibility, in.Weight = r.eligibilityOf(rec)
+	in.Eligibility, in.Weight, _ = r.eligibilityOf(rec)
 	return in
 }
 
@@ -444,10 +444,10 @@ func (r *Registry) Routes() apiv1.RoutesResponse {
 		Manifests: []apiv1.ManifestEntry{}, PublicPaths: []apiv1.PublicPath{}}
 	for _, rec := range sortedRecords(r.store.Records()) {
 		if rec.Manifest != nil {
-			state, weight := r.eligibilityOf(rec)
+			state, weight, inPanic := r.eligibilityOf(rec)
 			out.Manifests = append(out.Manifests, apiv1.ManifestEntry{InstanceID: rec.InstanceID, ServiceName: rec.ServiceName,
 				ServiceVersion: rec.ServiceVersion, Endpoint: rec.Endpoint, Generation: rec.Generation, Manifest: rec.Manifest,
-				Eligibility: state, Weight: weight, Panic: r.inPanic(rec)})
+				Eligibility: state, Weight: weight, Panic: inPanic})
 		}
 		for _, c := range rec.Capabilities {
 			for _, p := range c.PublicPaths {
