@@ -136,16 +136,17 @@ type Monitor struct {
 	cfg     MonitorConfig
 	metrics *monitorMetrics
 
-	mu        sync.RWMutex
-	engine    *Engine
-	views     map[string]*view
-	groups    map[groupKey]*group
-	panics    map[groupKey]bool
-	rev       int64
-	syncs     uint64
-	following bool // another replica judges: published verdicts are the followed ones
-	changed   chan struct{}
-	timeline  map[string][]apiv1.TimelineBucket // by capability, oldest first
+	mu         sync.RWMutex
+	engine     *Engine
+	views      map[string]*view
+	groups     map[groupKey]*group
+	panics     map[groupKey]bool
+	rev        int64
+	syncs      uint64
+	following  bool                // another replica judges: published verdicts are the followed ones
+	changedIDs map[string]struct{} // instances whose state changed since TakeChanged (nil until someone asks)
+	changed    chan struct{}
+	timeline   map[string][]apiv1.TimelineBucket // by capability, oldest first
 	// panicSince holds when each group in panic entered it, until "panic_sustained" is said
 	panicSince map[groupKey]time.Time
 }
@@ -316,6 +317,7 @@ func (m *Monitor) forget(id string, at time.Time) {
 	}
 	m.ungroup(v)
 	delete(m.views, id)
+	delete(m.changedIDs, id)
 	v.gone = true
 	m.engine.Forget(id)
 	for _, k := range v.keys {
@@ -438,6 +440,9 @@ func (m *Monitor) refreshVerdict(id string, v *view, now time.Time) bool {
 	}
 	v.verdict = nv
 	if nv.State != old.State {
+		if m.changedIDs != nil && !m.following {
+			m.changedIDs[id] = struct{}{}
+		}
 		t := Transition{InstanceID: id, At: now.UTC(), From: old.State, To: nv.State, Reasons: nv.Reasons}
 		v.since = now
 		if len(v.history) == m.cfg.History {
@@ -660,6 +665,22 @@ func (m *Monitor) Follow(f Followed, now time.Time) {
 	if m.following {
 		m.publish(m.refresh(f.ID, now))
 	}
+}
+
+// TakeChanged returns the instances whose state this replica's engine changed since the
+// last call (the elected replica publishes those), and starts a new set.
+func (m *Monitor) TakeChanged() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.changedIDs == nil {
+		m.changedIDs = map[string]struct{}{} // from now on changes are kept for the next call
+	}
+	out := make([]string, 0, len(m.changedIDs))
+	for id := range m.changedIDs {
+		out = append(out, id)
+	}
+	clear(m.changedIDs)
+	return out
 }
 
 // Judged returns this replica's own verdict on id (what the elected replica publishes):

@@ -3,6 +3,7 @@ package health
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -215,5 +216,24 @@ func TestMonitorGroupCountersMatchTheEngine(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+func TestMonitorTakeChanged(t *testing.T) {
+	m := newTestMonitor(t, nil, nil)
+	m.Register(Instance{ID: "a", Zone: "z", Capabilities: []string{"c.x"}}, 1, t0)
+	if got := m.TakeChanged(); len(got) != 0 {
+		t.Errorf("changes kept before anyone asked: %v", got)
+	}
+	m.Register(Instance{ID: "b", Zone: "z", Capabilities: []string{"c.x"}}, 1, t0)
+	m.Observe(Event{At: t0.Add(time.Second), ID: "a", Kind: KindHeartbeat, Health: "failing"})
+	m.Observe(Event{At: t0.Add(2 * time.Second), ID: "a", Kind: KindHeartbeat, Health: "failing"}) // no change
+	got := m.TakeChanged()
+	slices.Sort(got)
+	if diff := cmp.Diff([]string{"a", "b"}, got); diff != "" {
+		t.Errorf("changed (-want +got):\n%s", diff)
+	}
+	if got := m.TakeChanged(); len(got) != 0 {
+		t.Errorf("a second call: %v, want nothing new", got)
 	}
 }

@@ -107,6 +107,8 @@ type Registry struct {
 	// other replicas write to); reconcile asks for one at the next sweep (this one's store).
 	syncedRev atomic.Int64
 	reconcile atomic.Bool
+	// shareAll asks the next publication of verdicts to walk the whole fleet.
+	shareAll atomic.Bool
 }
 
 // New returns a Registry over store.
@@ -117,6 +119,7 @@ func New(store Store, cfg Config) (*Registry, error) {
 	}
 	r := &Registry{cfg: cfg, store: store}
 	r.reconcile.Store(true)
+	r.shareAll.Store(true)
 	if vs, ok := store.(VerdictSharer); ok && cfg.Eligibility != nil {
 		vs.OnVerdict(r.follow)
 		vs.OnOutcomes(r.forwarded)

@@ -31,18 +31,31 @@ type VerdictSharer interface {
 	OnOutcomes(func(*apiv1.OutcomesRequest))
 }
 
-// shareVerdicts runs on every sweep with a store that shares verdicts. The elected replica
-// publishes the verdicts that differ from what the store holds; the others follow the
-// published ones.
+// shareVerdicts runs on every sweep, and after a change of verdict, with a store that shares
+// verdicts. The elected replica publishes the verdicts that changed since it last looked (all
+// of them once, when it is elected or after a failed publication) and differ from what the
+// store holds; the others follow the published ones.
 func (r *Registry) shareVerdicts(ctx context.Context, vs VerdictSharer) {
 	m := r.cfg.Eligibility
 	leader := r.Leader()
 	m.SetFollowing(!leader)
+	changed := m.TakeChanged() // taken either way, so that it never grows on a follower
 	if !leader {
+		r.shareAll.Store(true) // when elected, publish every verdict once
 		return
 	}
+	recs := make([]*Record, 0, len(changed))
+	if r.shareAll.Swap(false) {
+		recs = r.store.Records()
+	} else {
+		for _, id := range changed {
+			if rec, ok := r.store.Get(id); ok {
+				recs = append(recs, rec)
+			}
+		}
+	}
 	var out []SharedVerdict
-	for _, rec := range r.store.Records() {
+	for _, rec := range recs {
 		state, since, reasons, ok := m.Judged(rec.InstanceID)
 		if !ok {
 			continue
@@ -57,6 +70,7 @@ func (r *Registry) shareVerdicts(ctx context.Context, vs VerdictSharer) {
 		return
 	}
 	if err := vs.PublishVerdicts(ctx, out); err != nil {
+		r.shareAll.Store(true)
 		r.cfg.Logger.Warn("publishing verdicts to the other replicas failed; retrying at the next sweep", slog.Any("error", err))
 	}
 }
