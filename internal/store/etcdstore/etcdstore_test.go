@@ -67,7 +67,13 @@ var prefixes atomic.Int64
 // newStore connects a store under a prefix of its own and runs it until the test ends.
 func newStore(t testing.TB, cli *clientv3.Client, ttl time.Duration) *etcdstore.Store {
 	t.Helper()
-	s, err := etcdstore.New(context.Background(), etcdstore.Config{Client: cli, Prefix: fmt.Sprintf("/t%d/", prefixes.Add(1)), LeaseTTL: ttl})
+	return runStore(t, etcdstore.Config{Client: cli, Prefix: fmt.Sprintf("/t%d/", prefixes.Add(1)), LeaseTTL: ttl})
+}
+
+// runStore connects a store with cfg and runs it until the test ends.
+func runStore(t testing.TB, cfg etcdstore.Config) *etcdstore.Store {
+	t.Helper()
+	s, err := etcdstore.New(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,15 +138,7 @@ func TestTwoReplicas(t *testing.T) {
 	cli := startEtcd(t)
 	prefix := fmt.Sprintf("/shared%d/", prefixes.Add(1))
 	open := func() *etcdstore.Store {
-		s, err := etcdstore.New(context.Background(), etcdstore.Config{Client: cli, Prefix: prefix, LeaseTTL: time.Minute})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- s.Run(ctx) }()
-		t.Cleanup(func() { cancel(); <-done })
-		return s
+		return runStore(t, etcdstore.Config{Client: cli, Prefix: prefix, LeaseTTL: time.Minute})
 	}
 	a, b := open(), open()
 	if a.Epoch().ID != b.Epoch().ID || !a.Epoch().Start.Equal(b.Epoch().Start) {
