@@ -27,6 +27,15 @@ func benchRequest(i int) *apiv1.RegisterRequest {
 		capability("audit.write", "kafka", fmt.Sprintf("1.%d.0", i%3), ""))
 }
 
+// instanceIDs returns the ids benchRequest gives instances 0..n-1.
+func instanceIDs(n int) []string {
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("inst-%d", i)
+	}
+	return ids
+}
+
 func fill(b *testing.B, n int) (*fixture, []int64) {
 	b.Helper()
 	f := newFixture(b, registry.Config{})
@@ -63,10 +72,7 @@ func BenchmarkHeartbeat(b *testing.B) {
 	for _, n := range benchSizes {
 		b.Run(fmt.Sprintf("instances=%d", n), func(b *testing.B) {
 			f, gens := fill(b, n)
-			ids := make([]string, n)
-			for i := range ids {
-				ids[i] = fmt.Sprintf("inst-%d", i)
-			}
+			ids := instanceIDs(n)
 			ctx := context.Background()
 			b.ReportAllocs()
 			i := 0
@@ -79,10 +85,7 @@ func BenchmarkHeartbeat(b *testing.B) {
 		})
 		b.Run(fmt.Sprintf("instances=%d/parallel", n), func(b *testing.B) {
 			f, gens := fill(b, n)
-			ids := make([]string, n)
-			for i := range ids {
-				ids[i] = fmt.Sprintf("inst-%d", i)
-			}
+			ids := instanceIDs(n)
 			ctx := context.Background()
 			var worker atomic.Int64
 			b.ReportAllocs()

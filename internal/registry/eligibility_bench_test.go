@@ -2,7 +2,6 @@ package registry_test
 
 import (
 	"context"
-	"fmt"
 	"runtime"
 	"slices"
 	"sync/atomic"
@@ -62,6 +61,7 @@ func percentiles(b *testing.B, ds []time.Duration, what string) {
 // When it returns, discovery answers the new verdict and long polls are woken.
 func BenchmarkEligibilityEvidence(b *testing.B) {
 	f, gens := judgedFleet(b, 60000)
+	ids := instanceIDs(len(gens))
 	ctx := context.Background()
 	var lat []time.Duration
 	i := 0
@@ -73,7 +73,7 @@ func BenchmarkEligibilityEvidence(b *testing.B) {
 			h = apiv1.HealthOK
 		}
 		start := time.Now()
-		if _, err := f.reg.Heartbeat(ctx, fmt.Sprintf("inst-%d", id), &apiv1.HeartbeatRequest{Generation: gens[id], Health: h}); err != nil {
+		if _, err := f.reg.Heartbeat(ctx, ids[id], &apiv1.HeartbeatRequest{Generation: gens[id], Health: h}); err != nil {
 			b.Fatal(err)
 		}
 		lat = append(lat, time.Since(start))
@@ -113,10 +113,7 @@ func BenchmarkZoneEvacuation(b *testing.B) {
 			inZone = append(inZone, i)
 		}
 	}
-	ids := make([]string, len(gens))
-	for i := range ids {
-		ids[i] = fmt.Sprintf("inst-%d", i)
-	}
+	ids := instanceIDs(len(gens))
 	type seen struct {
 		woke, at time.Time // woken, answered
 		rev      int64
@@ -220,10 +217,7 @@ func BenchmarkEligibilityMinute(b *testing.B) {
 	f, gens := judgedFleet(b, 60000)
 	ctx := context.Background()
 	n := len(gens)
-	ids := make([]string, n)
-	for i := range ids {
-		ids[i] = fmt.Sprintf("inst-%d", i)
-	}
+	ids := instanceIDs(n)
 	failing := make([]bool, n)
 	hb := func(i int) {
 		h := apiv1.HealthOK
@@ -261,10 +255,7 @@ func BenchmarkEligibilityMinute(b *testing.B) {
 func BenchmarkEligibilityHeartbeat(b *testing.B) {
 	f, gens := judgedFleet(b, 60000)
 	ctx := context.Background()
-	ids := make([]string, len(gens))
-	for i := range ids {
-		ids[i] = fmt.Sprintf("inst-%d", i)
-	}
+	ids := instanceIDs(len(gens))
 	var next atomic.Int64
 	b.ReportAllocs()
 	b.RunParallel(func(pb *testing.PB) {
