@@ -31,12 +31,21 @@ func healthInstance(rec *Record) health.Instance {
 // revision is the revision discovery answers carry: the store's plus the eligibility
 // monitor's, so that a change of either is a new revision (both only grow).
 func (r *Registry) revision() int64 {
-	rev, _ := r.store.Watch()
+	rev, _, _ := r.watch()
+	return rev
+}
+
+// watch returns the revision and the channels closed when the store's, or the monitor's,
+// part of it next changes (the second is nil without the engine).
+func (r *Registry) watch() (int64, <-chan struct{}, <-chan struct{}) {
+	rev, stored := r.store.Watch()
+	var judged <-chan struct{}
 	if m := r.cfg.Eligibility; m != nil {
-		mrev, _ := m.Watch()
+		var mrev int64
+		mrev, judged = m.Watch()
 		rev += mrev
 	}
-	return rev
+	return rev, stored, judged
 }
 
 // syncEligibility hands the fleet to the monitor: records registered or renewed elsewhere

@@ -376,13 +376,7 @@ func (r *Registry) Query(q *Query) Answer {
 // Wait blocks until the revision exceeds index, ctx ends or wait passes, and returns the
 // revision then. An index from the future (another epoch) returns at once.
 func (r *Registry) Wait(ctx context.Context, index int64, wait time.Duration) int64 {
-	rev, changed := r.store.Watch()
-	var judged <-chan struct{}
-	if m := r.cfg.Eligibility; m != nil {
-		var mrev int64
-		mrev, judged = m.Watch()
-		rev += mrev
-	}
+	rev, changed, judged := r.watch()
 	if rev != index {
 		return rev
 	}
