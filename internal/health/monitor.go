@@ -28,18 +28,27 @@ type MonitorConfig struct {
 	// Registerer receives the eligibility metrics; nil registers none.
 	Registerer prometheus.Registerer
 	// OnTransition, when set, is called (under the monitor's lock: it must not call back)
-	// for every change of an instance's state, of a group's panic ("panic", "panic_over";
-	// Reasons hold the capability and zone) and of self-preservation ("self_preservation",
-	// "self_preservation_over"): incidents are raised from it.
+	// for every change of an instance's state, of a group's panic (TransitionPanic…; Reasons
+	// hold the capability and zone) and of self-preservation (TransitionSelfPreservation…):
+	// incidents are raised from it.
 	OnTransition func(Transition)
 	// TimelineBucket is the width of one slice of the 24-hour health timeline (default 5 min).
 	TimelineBucket time.Duration
 	// PanicIncidentAfter is how long a group stays in panic before OnTransition hears
-	// "panic_sustained" (default 1 min): a registry that starts, or a fleet that restarts,
+	// TransitionPanicSustained (default 1 min): a registry that starts, or a fleet that restarts,
 	// has its probe-class instances `unknown` for a couple of probe intervals, and that panic
 	// is expected, not an incident.
 	PanicIncidentAfter time.Duration
 }
+
+// Registry-wide and group transitions OnTransition hears, besides instance states.
+const (
+	TransitionPanic                = "panic"             // a (capability, zone) entered panic
+	TransitionPanicSustained       = "panic_sustained"   // and stayed in it for PanicIncidentAfter
+	TransitionPanicOver            = "panic_over"        // it left panic
+	TransitionSelfPreservation     = "self_preservation" // lease expiry stopped evicting
+	TransitionSelfPreservationOver = "self_preservation_over"
+)
 
 // Transition is one change of an instance's state.
 type Transition struct {
@@ -147,7 +156,7 @@ type Monitor struct {
 	changedIDs map[string]struct{} // instances whose state changed since TakeChanged (nil until someone asks)
 	changed    chan struct{}
 	timeline   map[string][]apiv1.TimelineBucket // by capability, oldest first
-	// panicSince holds when each group in panic entered it, until "panic_sustained" is said
+	// panicSince holds when each group in panic entered it, until TransitionPanicSustained is said
 	panicSince map[groupKey]time.Time
 }
 
@@ -378,9 +387,9 @@ func (m *Monitor) tickAndPublish(now time.Time) {
 	spChanged := m.engine.SelfPreservation() != wasSP
 	if sp := m.engine.SelfPreservation(); spChanged {
 		if m.cfg.OnTransition != nil {
-			to := "self_preservation"
+			to := TransitionSelfPreservation
 			if !sp {
-				to = "self_preservation_over"
+				to = TransitionSelfPreservationOver
 			}
 			m.cfg.OnTransition(Transition{At: now.UTC(), To: to, Reasons: []string{fmt.Sprintf("renewals at %.0f%% of those expected", 100*m.engine.RenewalRatio())}})
 		}
@@ -482,9 +491,9 @@ func (m *Monitor) panic(k groupKey, now time.Time) bool {
 		m.cfg.Logger.LogAttrs(context.Background(), slog.LevelInfo, "panic over", slog.String("capability_id", k.capability), slog.String("zone", k.zone))
 	}
 	if m.cfg.OnTransition != nil {
-		to := "panic_over"
+		to := TransitionPanicOver
 		if p {
-			to = "panic"
+			to = TransitionPanic
 		}
 		m.cfg.OnTransition(Transition{At: now.UTC(), To: to, Reasons: []string{k.capability, k.zone}})
 	}
@@ -499,7 +508,7 @@ func (m *Monitor) sustained(now time.Time) {
 		}
 		delete(m.panicSince, k)
 		if m.cfg.OnTransition != nil {
-			m.cfg.OnTransition(Transition{At: now.UTC(), To: "panic_sustained", Reasons: []string{k.capability, k.zone}})
+			m.cfg.OnTransition(Transition{At: now.UTC(), To: TransitionPanicSustained, Reasons: []string{k.capability, k.zone}})
 		}
 	}
 }

@@ -97,7 +97,7 @@ func TestMonitorPanicPerGroup(t *testing.T) {
 	}
 	found := false
 	for _, e := range events {
-		found = found || e.To == "panic"
+		found = found || e.To == TransitionPanic
 	}
 	if !found {
 		t.Error("no panic transition reported to OnTransition")

@@ -20,15 +20,15 @@ func FromTransitions(l *Log, owner func(instanceID string) string) func(health.T
 				fmt.Sprintf("%s is quarantined for flapping: it left rotation too often within the flap window", t.InstanceID))
 		case t.From == health.StateQuarantined:
 			l.Clear(apiv1.IncidentQuarantine, t.InstanceID)
-		case t.To == "panic_sustained" && len(t.Reasons) == 2:
+		case t.To == health.TransitionPanicSustained && len(t.Reasons) == 2:
 			l.Raise(apiv1.IncidentPanic, t.Reasons[0]+"/"+t.Reasons[1],
 				"", fmt.Sprintf("fewer than the panic threshold of %s's instances in zone %q are in rotation: discovery answers all of them", t.Reasons[0], t.Reasons[1]))
-		case t.To == "panic_over" && len(t.Reasons) == 2:
+		case t.To == health.TransitionPanicOver && len(t.Reasons) == 2:
 			l.Clear(apiv1.IncidentPanic, t.Reasons[0]+"/"+t.Reasons[1])
-		case t.To == "self_preservation":
+		case t.To == health.TransitionSelfPreservation:
 			l.Raise(apiv1.IncidentSelfPreservation, "registry", "",
 				"lease expiry stopped evicting: "+strings.Join(t.Reasons, "; ")+" (the registry is likelier cut off than the fleet dead)")
-		case t.To == "self_preservation_over":
+		case t.To == health.TransitionSelfPreservationOver:
 			l.Clear(apiv1.IncidentSelfPreservation, "registry")
 		}
 	}
