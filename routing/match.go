@@ -67,9 +67,21 @@ func (n *node) child(value string) *node {
 	return nil
 }
 
-// addChild adds a literal child for value and returns it.
-func (n *node) addChild(value string) *node {
-	next := &node{}
+// trieBuilder builds a trie; its nodes and method sets come from arenas.
+type trieBuilder struct {
+	nodes arena[node]
+	sets  arena[byMethod]
+}
+
+// addChild adds a new literal child for value to n and returns it.
+func (b *trieBuilder) addChild(n *node, value string) *node {
+	next := b.nodes.new()
+	link(n, value, next)
+	return next
+}
+
+// link makes next n's literal child for value.
+func link(n *node, value string, next *node) {
 	switch {
 	case n.literal != nil:
 		n.literal[value] = next
@@ -83,38 +95,100 @@ func (n *node) addChild(value string) *node {
 		n.literal[value] = next
 		n.lits = nil
 	}
-	return next
 }
 
+// merge adds the patterns of trie b to trie a; b's nodes become a's where a has none. No
+// (pattern key, method) may be in both.
+func merge(a, b *node) {
+	a.end = mergeSets(a.end, b.end)
+	a.wildcard = mergeSets(a.wildcard, b.wildcard)
+	if a.param == nil {
+		a.param = b.param
+	} else if b.param != nil {
+		merge(a.param, b.param)
+	}
+	add := func(value string, nb *node) {
+		if na := a.child(value); na != nil {
+			merge(na, nb)
+		} else {
+			link(a, value, nb)
+		}
+	}
+	for _, e := range b.lits {
+		add(e.value, e.next)
+	}
+	for value, nb := range b.literal {
+		add(value, nb)
+	}
+}
+
+// mergeSets returns the union of two method sets, reusing one of them.
+func mergeSets(a, b *byMethod) *byMethod {
+	if a == nil {
+		return b
+	}
+	if b != nil {
+		for mi, e := range b {
+			if e != nil {
+				a[mi] = e
+			}
+		}
+	}
+	return a
+}
+
+// sameStep reports whether two segments lead to the same child of a node: one literal, or
+// two parameters whatever their names. A wildcard leads to no node.
+func sameStep(a, b apiv1.Segment) bool {
+	return a.Kind == b.Kind && (a.Kind == apiv1.Param || a.Kind == apiv1.Literal && a.Value == b.Value)
+}
+
+// compile builds the trie of entries. Entries in key order share their leading segments
+// with the previous one, so the walk resumes from the deepest node the two have in common
+// instead of from the root.
 func compile(entries []*Entry) *node {
-	root := &node{}
+	var b trieBuilder
+	root := b.nodes.new()
+	var prev []apiv1.Segment
+	path := []*node{root} // path[i] is the node after the first i segments of prev
 	for _, e := range entries {
-		n := root
+		segs := e.Segments
+		common := 0
+		for common < len(segs) && common < len(prev) && common < len(path)-1 && sameStep(segs[common], prev[common]) {
+			common++
+		}
+		path = path[:common+1]
+		n := path[common]
 		mi := apiv1.MethodIndex(e.Method)
-		for _, s := range e.Segments {
+		for _, s := range segs[common:] {
 			switch s.Kind {
 			case apiv1.Literal:
 				next := n.child(s.Value)
 				if next == nil {
-					next = n.addChild(s.Value)
+					next = b.addChild(n, s.Value)
 				}
 				n = next
 			case apiv1.Param:
 				if n.param == nil {
-					n.param = &node{}
+					n.param = b.nodes.new()
 				}
 				n = n.param
 			case apiv1.Wildcard:
 				if n.wildcard == nil {
-					n.wildcard = &byMethod{}
+					n.wildcard = b.sets.new()
 				}
 				n.wildcard[mi] = e
 				n = nil
 			}
+			if n == nil {
+				break
+			}
+			path = append(path, n)
 		}
+		prev = segs
 		if n != nil {
 			if n.end == nil {
-				n.end = &byMethod{}
+				n.end = b.sets.new()
 			}
 			n.end[mi] = e
 		}

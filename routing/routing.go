@@ -120,6 +120,7 @@ type Entry struct {
 	Upstreams []Upstream
 	// IdempotentRetry says whether a failed connection may be retried on another instance.
 	IdempotentRetry bool
+	weight          int // what Route.Weight points to, for a dynamic route
 }
 
 // Table is a derived routing table. It is immutable and safe for concurrent use.
@@ -135,7 +136,6 @@ var staticIdempotent = map[string]bool{"GET": true, "HEAD": true, "OPTIONS": tru
 // origin is what every claim of one manifest (or alias) shares.
 type origin struct {
 	service, version   string
-	ver                *semver.Version
 	instance, endpoint string
 	generation         int64
 	rewrite            string
@@ -157,9 +157,9 @@ type claim struct {
 // slot is one path key: per method the static route and the claimant groups (replicas of
 // one service and version). Most pairs have one group, so a short slice.
 type slot struct {
-	key    string
-	groups []*group                    // every method's claimant groups, in the order they came
-	static *[len(apiv1.Methods)]*Entry // the static route of each method, when there is one
+	key         string
+	first, last *group                      // every method's claimant groups, in the order they came
+	static      *[len(apiv1.Methods)]*Entry // the static route of each method, when there is one
 }
 
 // staticClaim is a static route, parsed.
@@ -177,6 +177,7 @@ func slotsOf(claims []*claim, statics []staticClaim, seed maphash.Seed, shard, s
 	var ordered []*slot
 	var slotArena arena[slot]
 	var groupArena arena[group]
+	var upstreamArena []Upstream
 	slotOf := func(key string) *slot {
 		sl := slots[key]
 		if sl == nil {
@@ -198,17 +199,29 @@ func slotsOf(claims []*claim, statics []staticClaim, seed maphash.Seed, shard, s
 			last = sl
 		}
 		var g *group
-		for _, x := range sl.groups {
+		for x := sl.first; x != nil; x = x.next {
 			if x.mi == c.mi && x.service == c.service && x.newest.version == c.version {
 				g = x
 				break
 			}
 		}
 		if g == nil {
+			// Upstreams are carved from a shared block: one allocation for many groups. A
+			// group that outgrows its share (other manifests of its version) is copied.
+			n := 1 + len(c.replicas)
+			if len(upstreamArena) < n {
+				upstreamArena = make([]Upstream, max(arenaBlock, n))
+			}
 			g = groupArena.new()
-			*g = group{mi: c.mi, service: c.service, ver: c.ver, seniority: c.generation, newest: c, newestGen: c.generation, rewrite: c.rewrite,
-				upstreams: make([]Upstream, 0, 1+len(c.replicas))}
-			sl.groups = append(sl.groups, g)
+			*g = group{mi: c.mi, service: c.service, seniority: c.generation, newest: c, newestGen: c.generation, rewrite: c.rewrite,
+				upstreams: upstreamArena[:0:n]}
+			upstreamArena = upstreamArena[n:]
+			if sl.last == nil {
+				sl.first = g
+			} else {
+				sl.last.next = g
+			}
+			sl.last = g
 		}
 		g.add(c, c.origin)
 		for _, o := range c.replicas {
@@ -264,7 +277,8 @@ type group struct {
 	rewrite   string
 	upstreams []Upstream
 	service   string
-	ver       *semver.Version
+	ver       *semver.Version // parsed only when the group has rivals
+	next      *group          // the slot's next group
 }
 
 func (g *group) label() string { return g.service + "@" + g.newest.version }
@@ -276,30 +290,6 @@ func (g *group) add(c *claim, o *origin) {
 	if o.generation > g.newestGen {
 		g.newest, g.newestGen = c, o.generation
 	}
-}
-
-// replicasOf returns, per manifest, the index of an earlier one it repeats but for the
-// instance (the same service, version, health and routes), or -1.
-func replicasOf(ms []ManifestInput) []int {
-	dup := make([]int, len(ms))
-	first := make(map[[2]string]int, len(ms)/2)
-	for i, mi := range ms {
-		dup[i] = -1
-		m := mi.Parsed
-		if m == nil || m.Service.Instance == "" {
-			continue
-		}
-		k := [2]string{m.Service.Name, m.Service.Version}
-		r, seen := first[k]
-		if !seen {
-			first[k] = i
-			continue
-		}
-		if sameButInstance(ms[r].Parsed, m) {
-			dup[i] = r
-		}
-	}
-	return dup
 }
 
 // sameButInstance reports whether a and b are one manifest published by two instances.
@@ -322,42 +312,84 @@ func sameButInstance(a, b *apiv1.Manifest) bool {
 
 func sameNumber(a, b *apiv1.Number) bool { return a == b || a != nil && b != nil && *a == *b }
 
+// result is what the analysis of one manifest came to.
+type result struct {
+	claims    []claim
+	rej       *Rejected
+	replicaOf int // 1 + the index of the manifest this one repeats but for the instance, or 0
+}
+
+// decodeAll returns the manifests decoded: as given when they were, decoded on the cores
+// when not (a manifest that does not decode is nil, and rejected in results).
+func decodeAll(ms []ManifestInput, results []result) []*apiv1.Manifest {
+	parsed := make([]*apiv1.Manifest, len(ms))
+	var wg sync.WaitGroup
+	for lo, hi := range chunks(len(ms), runtime.GOMAXPROCS(0), minParallelManifests) {
+		wg.Go(func() {
+			for i := lo; i < hi; i++ {
+				if parsed[i] = ms[i].Parsed; parsed[i] == nil {
+					parsed[i], results[i].rej = decodeManifest(ms[i].Manifest)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return parsed
+}
+
 // Derive computes the table of in. It never fails: bad manifests are rejected, bad static
 // routes are reported by ValidateStatic beforehand.
 func Derive(in Input) *Table {
 	t := &Table{rejected: []Rejected{}, conflicts: []Conflict{}}
-	grants := parsePolicy(in.Policy)
-	// Replicas of a service version usually publish the same manifest but for the instance:
-	// such a manifest is analysed once, and its claims carry every replica as an origin.
-	dupOf := replicasOf(in.Manifests)
-	// Validating and analysing a manifest is independent of every other one: share the
-	// work between the cores, then gather the results in input order.
-	type result struct {
-		claims []claim
-		rej    *Rejected
+	// Validating and analysing a manifest is independent of every other one but for its
+	// replicas: the services are shared between the cores by hash, and each worker finds
+	// the replicas among its own services. Results are gathered in input order.
+	ms := in.Manifests
+	results := make([]result, len(ms))
+	parsed := decodeAll(ms, results)
+	workers := 1
+	if len(ms) >= 2*minParallelManifests {
+		workers = runtime.GOMAXPROCS(0)
 	}
-	results := make([]result, len(in.Manifests))
+	if testShards > 0 {
+		workers = testShards
+	}
+	seed := maphash.MakeSeed()
 	var wg sync.WaitGroup
-	for lo, hi := range chunks(len(in.Manifests), runtime.GOMAXPROCS(0), minParallelManifests) {
+	for w := range workers {
 		wg.Go(func() {
-			for i := lo; i < hi; i++ {
-				if dupOf[i] < 0 {
-					results[i].claims, results[i].rej = claimsOf(in.Manifests[i], grants)
+			// Replicas of a service version usually publish the same manifest but for the
+			// instance: such a manifest is analysed once, and its claims carry every
+			// replica as an origin.
+			first := make(map[[2]string]int, len(ms)/2/workers)
+			for i, m := range parsed {
+				if m == nil || workers > 1 && maphash.String(seed, m.Service.Name)%uint64(workers) != uint64(w) {
+					continue
 				}
+				if m.Service.Instance != "" {
+					k := [2]string{m.Service.Name, m.Service.Version}
+					if r, seen := first[k]; !seen {
+						first[k] = i
+					} else if sameButInstance(parsed[r], m) {
+						results[i].replicaOf = r + 1
+						continue
+					}
+				}
+				results[i].claims, results[i].rej = claimsOf(m, ms[i], in.Policy[m.Service.Name])
 			}
 		})
 	}
 	wg.Wait()
 	n := 0
 	for i, r := range results {
-		if rep := dupOf[i]; rep >= 0 {
-			mi := in.Manifests[i]
-			if rr := results[rep]; rr.rej != nil {
-				t.rejected = append(t.rejected, Rejected{Instance: mi.Parsed.Service.Instance, Service: rr.rej.Service, Code: rr.rej.Code, Reason: rr.rej.Reason})
-			} else if len(rr.claims) > 0 {
-				o := *rr.claims[0].origin
-				o.instance, o.endpoint, o.generation = mi.Parsed.Service.Instance, mi.Endpoint, mi.Generation
-				rr.claims[0].origin.replicas = append(rr.claims[0].origin.replicas, &o)
+		if r.replicaOf > 0 {
+			m, rep := parsed[i], results[r.replicaOf-1]
+			if rep.rej != nil {
+				t.rejected = append(t.rejected, Rejected{Instance: m.Service.Instance, Service: rep.rej.Service, Code: rep.rej.Code, Reason: rep.rej.Reason})
+			} else if len(rep.claims) > 0 {
+				o := *rep.claims[0].origin
+				o.instance, o.endpoint, o.generation = m.Service.Instance, ms[i].Endpoint, ms[i].Generation
+				rep.claims[0].origin.replicas = append(rep.claims[0].origin.replicas, &o)
 			}
 			continue
 		}
@@ -374,7 +406,7 @@ func Derive(in Input) *Table {
 		}
 	}
 	for _, a := range in.Aliases {
-		if c := aliasClaim(a, grants); c != nil {
+		if c := aliasClaim(a, in.Policy[a.Service]); c != nil {
 			claims = append(claims, c)
 		}
 	}
@@ -395,7 +427,6 @@ func Derive(in Input) *Table {
 	if testShards > 0 {
 		shards = testShards
 	}
-	seed := maphash.MakeSeed()
 	sorted := make([][]*slot, shards)
 	for sh := range shards {
 		wg.Go(func() { sorted[sh] = slotsOf(claims, statics, seed, sh, shards) })
@@ -410,18 +441,24 @@ func Derive(in Input) *Table {
 	type part struct {
 		entries   []*Entry
 		conflicts []Conflict
+		trie      *node
 	}
 	var ranges [][2]int
-	workers := runtime.GOMAXPROCS(0)
+	workers = runtime.GOMAXPROCS(0)
 	if testShards > 0 {
 		workers = testShards
 	}
 	for lo, hi := range chunks(len(ordered), workers, minParallelSlots) {
 		ranges = append(ranges, [2]int{lo, hi})
 	}
-	parts := make([]part, len(ranges))
+	parts := make([]part, max(1, len(ranges)))
+	parts[0].trie = &node{} // no slots: the empty trie
 	for i, r := range ranges {
-		wg.Go(func() { parts[i].entries, parts[i].conflicts = buildEntries(ordered[r[0]:r[1]]) })
+		wg.Go(func() {
+			p := &parts[i]
+			p.entries, p.conflicts = buildEntries(ordered[r[0]:r[1]])
+			p.trie = compile(p.entries) // the entries just built are still in the cache
+		})
 	}
 	wg.Wait()
 	t.entries = make([]*Entry, 0, len(claims)+len(in.Static))
@@ -429,7 +466,12 @@ func Derive(in Input) *Table {
 		t.entries = append(t.entries, p.entries...)
 		t.conflicts = append(t.conflicts, p.conflicts...)
 	}
-	t.root = compile(t.entries)
+	// The parts' tries cover distinct keys: merging them shares the nodes of the segments
+	// their keys have in common (at least the root).
+	t.root = parts[0].trie
+	for _, p := range parts[1:] {
+		merge(t.root, p.trie)
+	}
 	return t
 }
 
@@ -445,7 +487,7 @@ func buildEntries(slots []*slot) ([]*Entry, []Conflict) {
 		k := sl.key
 		for mi := range apiv1.Methods { // byte order of methods: the table's order within a key
 			gs := buf[:0]
-			for _, g := range sl.groups {
+			for g := sl.first; g != nil; g = g.next {
 				if g.mi == mi {
 					gs = append(gs, g)
 				}
@@ -463,6 +505,11 @@ func buildEntries(slots []*slot) ([]*Entry, []Conflict) {
 				}
 			}
 			if len(gs) > 1 {
+				for _, g := range gs {
+					if g.ver == nil {
+						g.ver, _ = semver.StrictNewVersion(g.newest.version) // valid: the manifest was
+					}
+				}
 				slices.SortFunc(gs, func(a, b *group) int {
 					if c := b.ver.Compare(a.ver); c != 0 {
 						return c
@@ -493,8 +540,9 @@ func buildEntries(slots []*slot) ([]*Entry, []Conflict) {
 				e = entryArena.new()
 				n := w.newest
 				*e = Entry{Route: Route{Pattern: n.pattern, Method: apiv1.Methods[mi], Source: "dynamic", Service: w.service, Version: n.version,
-					Instances: ids, Idempotent: n.idempotent, Weight: &n.weight}, Key: k, Rewrite: w.rewrite, Segments: n.segs,
-					Upstreams: w.upstreams, IdempotentRetry: n.idempotent}
+					Instances: ids, Idempotent: n.idempotent}, Key: k, Rewrite: w.rewrite, Segments: n.segs,
+					Upstreams: w.upstreams, IdempotentRetry: n.idempotent, weight: n.weight}
+				e.Weight = &e.weight
 				for _, g := range gs[1:] {
 					losers = append(losers, g.label())
 				}
@@ -513,46 +561,30 @@ func buildEntries(slots []*slot) ([]*Entry, []Conflict) {
 	return entries, conflicts
 }
 
-// claimsOf validates one manifest and returns its claims, or why it is rejected.
-// parsePolicy parses every granted prefix once per derivation.
-func parsePolicy(p Policy) map[string][][]apiv1.Segment {
-	out := make(map[string][][]apiv1.Segment, len(p))
-	for svc, prefixes := range p {
-		for _, pre := range prefixes {
-			if pre == "/" {
-				out[svc] = append(out[svc], nil)
-				continue
-			}
-			segs, err := apiv1.ParsePath(strings.TrimSuffix(pre, "/"))
-			if err == nil && !slices.ContainsFunc(segs, func(s apiv1.Segment) bool { return s.Kind != apiv1.Literal }) {
-				out[svc] = append(out[svc], segs)
-			}
+// granted reports whether a route path (valid by the route rules) lies inside one of the
+// prefixes a policy grants its service: "/" for every path, else a path of literal
+// segments, a trailing "/" ignored. A malformed prefix, or one with a parameter, grants
+// nothing. The test is on the text: the path's leading segments are the prefix's exactly
+// when the path starts with the prefix and goes on, if at all, with a "/".
+func granted(path string, prefixes []string) bool {
+	for _, pre := range prefixes {
+		if pre == "/" {
+			return true
+		}
+		if pre = strings.TrimSuffix(pre, "/"); pre == "/" { // "//"
+			return true
+		}
+		literal := strings.HasPrefix(pre, "/") && !strings.HasSuffix(pre, "/") && !strings.Contains(pre, "//") && !strings.ContainsAny(pre, "{}")
+		if literal && strings.HasPrefix(path, pre) && (len(path) == len(pre) || path[len(pre)] == '/') {
+			return true
 		}
 	}
-	return out
+	return false
 }
 
-// within reports whether a route path lies inside a parsed prefix (nil is "/").
-func within(path, prefix []apiv1.Segment) bool {
-	if len(prefix) > len(path) {
-		return false
-	}
-	for i, p := range prefix {
-		if path[i].Kind != apiv1.Literal || path[i].Value != p.Value {
-			return false
-		}
-	}
-	return true
-}
-
-func claimsOf(mi ManifestInput, grants map[string][][]apiv1.Segment) ([]claim, *Rejected) {
-	m := mi.Parsed
-	if m == nil {
-		var rej *Rejected
-		if m, rej = decodeManifest(mi.Manifest); rej != nil {
-			return nil, rej
-		}
-	}
+// claimsOf validates manifest m, published as mi, and returns its claims, or why it is
+// rejected.
+func claimsOf(m *apiv1.Manifest, mi ManifestInput, prefixes []string) ([]claim, *Rejected) {
 	reject := func(code, reason string) *Rejected {
 		return &Rejected{Instance: m.Service.Instance, Service: m.Service.Name, Code: code, Reason: reason}
 	}
@@ -560,18 +592,16 @@ func claimsOf(mi ManifestInput, grants map[string][][]apiv1.Segment) ([]claim, *
 	if len(ps) > 0 {
 		return nil, reject(ps[0].Code, ps[0].Path+": "+ps[0].Message)
 	}
-	ver, _ := semver.StrictNewVersion(m.Service.Version)
-	prefixes := grants[m.Service.Name]
 	n := 0
 	for _, r := range m.Routes {
 		n += len(r.Methods)
 	}
-	o := &origin{service: m.Service.Name, version: m.Service.Version, ver: ver,
+	o := &origin{service: m.Service.Name, version: m.Service.Version,
 		instance: m.Service.Instance, endpoint: mi.Endpoint, generation: mi.Generation}
 	out := make([]claim, 0, n) // one allocation for the manifest's claims
 	for i, r := range m.Routes {
 		segs := infos[i].Segments
-		if !slices.ContainsFunc(prefixes, func(p []apiv1.Segment) bool { return within(segs, p) }) {
+		if !granted(r.Path, prefixes) {
 			return nil, reject(apiv1.CodePathNotAuthorized, fmt.Sprintf("path %q is outside every prefix granted to %q", r.Path, m.Service.Name))
 		}
 		for _, meth := range r.Methods {
@@ -584,14 +614,14 @@ func claimsOf(mi ManifestInput, grants map[string][][]apiv1.Segment) ([]claim, *
 
 // aliasClaim turns a public path into a POST claim; an alias outside the service's
 // prefixes, or with a malformed path or version, claims nothing.
-func aliasClaim(a Alias, grants map[string][][]apiv1.Segment) *claim {
+func aliasClaim(a Alias, prefixes []string) *claim {
 	segs, err := apiv1.ParsePath(a.Path)
-	ver, verr := semver.StrictNewVersion(a.Version)
-	if err != nil || verr != nil || !slices.ContainsFunc(grants[a.Service], func(p []apiv1.Segment) bool { return within(segs, p) }) {
+	_, verr := semver.StrictNewVersion(a.Version)
+	if err != nil || verr != nil || !granted(a.Path, prefixes) {
 		return nil
 	}
 	return &claim{key: apiv1.PathKey(segs), mi: apiv1.MethodIndex("POST"), pattern: a.Path, segs: segs, weight: 100,
-		origin: &origin{service: a.Service, version: a.Version, ver: ver, instance: a.Instance, endpoint: a.Endpoint,
+		origin: &origin{service: a.Service, version: a.Version, instance: a.Instance, endpoint: a.Endpoint,
 			generation: a.Generation, rewrite: "/v1/capabilities/" + a.CapabilityID + "/invoke"}}
 }
 

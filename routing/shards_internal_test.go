@@ -3,6 +3,7 @@ package routing
 import (
 	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -36,9 +37,18 @@ func TestShardsDeriveAlike(t *testing.T) {
 		testShards = shards
 		defer func() { testShards = 0 }()
 		tab := Derive(in)
+		// Every route's path, and one segment deeper, with every method: the tries each
+		// part compiled and merged answer all of them as the one trie does.
+		paths := []string{"/shared/a/b", "/nope", "/"}
+		for _, e := range tab.Entries() {
+			p := strings.NewReplacer("{}", "v", "{...}", "a/b").Replace(e.Key)
+			paths = append(paths, p, p+"/x")
+		}
 		var ms []MatchOutcome
-		for _, p := range []string{"/svc-7/items", "/svc-8/items/3", "/shared/a/b", "/nope"} {
-			ms = append(ms, tab.Match("GET", p).Outcome())
+		for _, p := range paths {
+			for _, m := range apiv1.Methods {
+				ms = append(ms, tab.Match(m, p).Outcome())
+			}
 		}
 		return tab.Canonical(), ms
 	}
@@ -55,4 +65,38 @@ func TestShardsDeriveAlike(t *testing.T) {
 	if len(one.Conflicts) == 0 || len(one.Routes) < 4*services {
 		t.Errorf("the input is not the one meant: %d routes, %d conflicts", len(one.Routes), len(one.Conflicts))
 	}
+}
+
+// FuzzGranted compares the text test of a route path against a policy prefix with the
+// test on parsed segments it replaced: a prefix of literal segments (a trailing "/"
+// ignored, "/" for everything) contains the paths whose leading segments are its own.
+func FuzzGranted(f *testing.F) {
+	for _, c := range [][2]string{{"/a/b", "/a"}, {"/ab", "/a"}, {"/a", "/a/"}, {"/", "/"}, {"/a/{id}", "/a/{id}"}, {"/a", "//"}, {"/a", ""}, {"/a/b", "/a//"}, {"/a/{x}/c", "/a/{x"}} {
+		f.Add(c[0], c[1])
+	}
+	f.Fuzz(func(t *testing.T, path, prefix string) {
+		segs, err := apiv1.ParsePath(path)
+		if err != nil {
+			return // granted is asked only about valid route paths
+		}
+		if got, want := granted(path, []string{prefix}), grantedReference(segs, prefix); got != want {
+			t.Fatalf("granted(%q, %q) = %v, the segment test says %v", path, prefix, got, want)
+		}
+	})
+}
+
+func grantedReference(path []apiv1.Segment, prefix string) bool {
+	if prefix == "/" {
+		return true
+	}
+	pre, err := apiv1.ParsePath(strings.TrimSuffix(prefix, "/"))
+	if err != nil || len(pre) > len(path) {
+		return false
+	}
+	for i, p := range pre {
+		if p.Kind != apiv1.Literal || path[i].Kind != apiv1.Literal || path[i].Value != p.Value {
+			return false
+		}
+	}
+	return true
 }

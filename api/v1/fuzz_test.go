@@ -3,6 +3,7 @@ package apiv1_test
 import (
 	"encoding/json"
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/Masterminds/semver/v3"
@@ -47,7 +48,8 @@ func FuzzRegisterDecodeValidate(f *testing.F) {
 	})
 }
 
-// FuzzManifestProblems: arbitrary manifests never panic the rule checker.
+// FuzzManifestProblems: arbitrary manifests never panic the rule checker, and the
+// segments Analyze hands back (parsed into one array per manifest) are each route's own.
 func FuzzManifestProblems(f *testing.F) {
 	f.Add([]byte(`{"farp":"1.0","service":{"name":"a","instance":"a","version":"1.0.0"},"routes":[{"path":"/a/{b}/{c...}","methods":["GET"],"weight":5}]}`))
 	f.Add([]byte(`{"routes":[{"path":"/{}","methods":["GET","GET"],"idempotent":["PUT"]},{"path":"/{...}"}]}`))
@@ -56,9 +58,15 @@ func FuzzManifestProblems(f *testing.F) {
 		if json.Unmarshal(body, &m) != nil {
 			return
 		}
-		for _, p := range m.Problems() {
+		ps, infos := m.Analyze()
+		for _, p := range ps {
 			if p.Code == "" || p.Path == "" {
 				t.Fatalf("problem without code or path: %+v", p)
+			}
+		}
+		for i, r := range m.Routes {
+			if want, err := apiv1.ParsePath(r.Path); err == nil && (!slices.Equal(infos[i].Segments, want) || infos[i].Key != apiv1.PathKey(want)) {
+				t.Fatalf("route %d (%q): Analyze gives %v %q, ParsePath %v", i, r.Path, infos[i].Segments, infos[i].Key, want)
 			}
 		}
 	})

@@ -109,26 +109,39 @@ type Segment struct {
 // {param} is well formed and unique, with a {rest...} wildcard only as the last segment.
 // The path "/" has no segments.
 func ParsePath(p string) ([]Segment, error) {
+	if p == "/" {
+		return nil, nil
+	}
+	return appendPath(make([]Segment, 0, strings.Count(p, "/")), p)
+}
+
+// appendPath appends the segments of p to dst, as ParsePath parses them, and returns the
+// new segments (a slice of dst's array when it had room: every route of every manifest is
+// parsed at each derivation). p is scanned once, byte by byte.
+func appendPath(dst []Segment, p string) ([]Segment, error) {
 	if !strings.HasPrefix(p, "/") {
 		return nil, fmt.Errorf("path %q does not start with /", p)
 	}
 	if p == "/" {
 		return nil, nil
 	}
-	// Every route of every manifest is parsed at each derivation: one allocation (the
-	// segments), no split.
-	segs := make([]Segment, 0, strings.Count(p, "/"))
-	for rest := p[1:]; ; {
-		s, tail, more := strings.Cut(rest, "/")
-		last := !more
+	start := len(dst)
+	for i := 1; ; {
+		j, braces := i, false
+		for ; j < len(p) && p[j] != '/'; j++ {
+			if p[j] == '{' || p[j] == '}' {
+				braces = true
+			}
+		}
+		s, last := p[i:j], j == len(p)
 		if s == "" {
 			if last {
 				return nil, fmt.Errorf("path %q ends with /", p)
 			}
 			return nil, fmt.Errorf("path %q has an empty segment", p)
 		}
-		if !strings.ContainsAny(s, "{}") {
-			segs = append(segs, Segment{Kind: Literal, Value: s})
+		if !braces {
+			dst = append(dst, Segment{Kind: Literal, Value: s})
 		} else {
 			if s[0] != '{' || s[len(s)-1] != '}' {
 				return nil, fmt.Errorf("path %q: malformed parameter %q", p, s)
@@ -143,17 +156,17 @@ func ParsePath(p string) ([]Segment, error) {
 			if !isParamName(name) {
 				return nil, fmt.Errorf("path %q: malformed parameter %q", p, s)
 			}
-			for _, prev := range segs {
+			for _, prev := range dst[start:] {
 				if prev.Kind != Literal && prev.Value == name {
 					return nil, fmt.Errorf("path %q: parameter %q appears twice", p, name)
 				}
 			}
-			segs = append(segs, Segment{Kind: kind, Value: name})
+			dst = append(dst, Segment{Kind: kind, Value: name})
 		}
 		if last {
-			return segs, nil
+			return dst[start:len(dst):len(dst)], nil
 		}
-		rest = tail
+		i = j + 1
 	}
 }
 
@@ -276,6 +289,12 @@ func (m *Manifest) Analyze() ([]ManifestProblem, []RouteInfo) {
 		}
 	}
 	infos := make([]RouteInfo, len(m.Routes))
+	// One array holds the segments of every route: one allocation per manifest.
+	n := 0
+	for _, r := range m.Routes {
+		n += strings.Count(r.Path, "/")
+	}
+	segments := make([]Segment, 0, n)
 	claimed := make([]uint8, len(m.Routes)) // per route: the methods it claims, as bits
 	for i, r := range m.Routes {
 		// Field paths are built only for a problem: derivation analyses every manifest.
@@ -285,7 +304,7 @@ func (m *Manifest) Analyze() ([]ManifestProblem, []RouteInfo) {
 			}
 			return "routes[" + strconv.Itoa(i) + "]." + field + "[" + strconv.Itoa(j) + "]"
 		}
-		segs, err := ParsePath(r.Path)
+		segs, err := appendPath(segments, r.Path)
 		if err != nil {
 			add(CodeInvalidRoute, at("path", -1), "%v", err)
 		} else {
@@ -294,6 +313,7 @@ func (m *Manifest) Analyze() ([]ManifestProblem, []RouteInfo) {
 				key = PathKey(segs)
 			}
 			infos[i] = RouteInfo{Segments: segs, Key: key}
+			segments = segments[:len(segments)+len(segs)]
 		}
 		if len(r.Methods) == 0 {
 			add(CodeInvalidRoute, at("methods", -1), "must not be empty")
