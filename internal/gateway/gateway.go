@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -61,6 +62,8 @@ type state struct {
 	derivedAt time.Time
 	inputs    string // the manifests and public paths (by incarnation) and policy derived from
 	serving   map[*routing.Entry]*serving
+	// inflight counts the requests being served on this table (see Gateway.enter).
+	inflight atomic.Int64
 }
 
 // freshness is the source of the table and its age, refreshed by Run so that requests
@@ -80,6 +83,14 @@ type Gateway struct {
 	routes  atomic.Pointer[discovery.RoutesResult] // the inputs of the current table
 	fresh   atomic.Pointer[freshness]
 	ackNow  chan struct{} // capacity 1: a burst of new tables is one acknowledgement
+
+	// deriveMu makes derivations one at a time, so that a slower one never replaces the
+	// table of a newer view.
+	deriveMu sync.Mutex
+	// retired are the replaced tables some request may still be served on, oldest first:
+	// until they drain, the gateway acknowledges the revision of the oldest of them.
+	retiredMu sync.Mutex
+	retired   []*state
 
 	talliesMu sync.Mutex
 	tallies   map[incarnation]*tally // outcomes of the current window, per incarnation
@@ -161,6 +172,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	defer fresh.Stop()
 	acks := time.NewTicker(g.cfg.AckInterval)
 	defer acks.Stop()
+	var drain <-chan time.Time // set while an older table still serves requests
 	var outcomes <-chan time.Time
 	if g.cfg.OutcomeWindow > 0 {
 		t := time.NewTicker(g.cfg.OutcomeWindow)
@@ -174,9 +186,11 @@ func (g *Gateway) Run(ctx context.Context) error {
 		case <-outcomes:
 			g.ReportOutcomes(ctx)
 		case <-g.ackNow:
-			g.ack(ctx)
+			drain = g.ackOrPoll(ctx)
 		case <-acks.C:
-			g.ack(ctx)
+			drain = g.ackOrPoll(ctx)
+		case <-drain:
+			drain = g.ackOrPoll(ctx)
 		case <-fresh.C:
 			g.updateFreshness()
 		case <-t.C:
@@ -187,17 +201,59 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}
 }
 
-// ack tells the registry which revision the current table reflects. Only a table derived
-// from a complete view is acknowledged: one merged from a warming-up registry's answers may
-// still hold withdrawn instances, and a provider must not stop serving on its strength.
-func (g *Gateway) ack(ctx context.Context) {
+// drainPoll is how often the gateway looks again whether the requests on a replaced table
+// have finished, to acknowledge the current one.
+const drainPoll = 10 * time.Millisecond
+
+// ackOrPoll acknowledges, and returns when to look again if an older table still serves
+// requests (nil when not).
+func (g *Gateway) ackOrPoll(ctx context.Context) <-chan time.Time {
+	if g.ack(ctx) {
+		return nil
+	}
+	return time.After(drainPoll)
+}
+
+// ack tells the registry which revision the gateway has applied: that of the current table
+// once every request that started on an older table has finished (one that picked an
+// instance before the instance's withdrawal may not have reached it yet), else that of the
+// oldest table still serving requests. It reports whether it acknowledged the current
+// table. Only a table derived from a complete view is acknowledged: one merged from a
+// warming-up registry's answers may still hold withdrawn instances, and a provider must not
+// stop serving on its strength.
+func (g *Gateway) ack(ctx context.Context) (current bool) {
 	st := g.state.Load()
 	r := g.routes.Load()
 	if st == nil || r == nil || !r.Complete {
-		return
+		return true
 	}
-	if err := g.cfg.Discovery.Ack(ctx, g.cfg.ID, st.epoch, st.revision); err != nil && ctx.Err() == nil {
+	g.retiredMu.Lock()
+	g.retired = slices.DeleteFunc(g.retired, func(old *state) bool { return old.inflight.Load() == 0 })
+	applied := st
+	if len(g.retired) > 0 {
+		applied = g.retired[0]
+	}
+	g.retiredMu.Unlock()
+	if err := g.cfg.Discovery.Ack(ctx, g.cfg.ID, applied.epoch, applied.revision); err != nil && ctx.Err() == nil {
 		g.cfg.Logger.Warn("drain acknowledgement failed", slog.Any("error", err))
+	}
+	return applied == st
+}
+
+// enter returns the current table with the request counted in it. A table replaced between
+// the load and the count is let go and the new one taken: once a replaced table's count is
+// zero, no request can still start on it.
+func (g *Gateway) enter() *state {
+	for {
+		st := g.state.Load()
+		if st == nil {
+			return nil
+		}
+		st.inflight.Add(1)
+		if g.state.Load() == st {
+			return st
+		}
+		st.inflight.Add(-1)
 	}
 }
 
@@ -231,6 +287,8 @@ func (g *Gateway) Invalidate(ctx context.Context) error {
 // derived again only when the manifests, public paths or policy changed; a change of
 // eligibility alone (a verdict, a weight, a panic) only re-picks each route's upstreams.
 func (g *Gateway) derive() {
+	g.deriveMu.Lock()
+	defer g.deriveMu.Unlock()
 	r := g.routes.Load()
 	if r == nil {
 		return
@@ -268,6 +326,11 @@ func (g *Gateway) derive() {
 	g.tallies = tallies
 	g.talliesMu.Unlock()
 	g.state.Store(st)
+	if prev != nil {
+		g.retiredMu.Lock()
+		g.retired = append(g.retired, prev)
+		g.retiredMu.Unlock()
+	}
 	g.updateFreshness()
 	select {
 	case g.ackNow <- struct{}{}:
@@ -326,11 +389,12 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.serveInvalidate(w, r)
 		return
 	}
-	st := g.state.Load()
+	st := g.enter()
 	if st == nil {
 		writeError(w, apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable, "no routing table yet: the registry has not answered"))
 		return
 	}
+	defer st.inflight.Add(-1)
 	if f := g.fresh.Load(); f != nil && f.source == discovery.SourceSnapshot {
 		w.Header()["X-Cache-Source"] = snapshotHeader
 		w.Header().Set("X-Route-Table-Age", f.header)

@@ -367,3 +367,68 @@ func TestDrainHandshakeLosesNoRequest(t *testing.T) {
 		t.Errorf("%d of %d requests failed while a provider drained", n, sent.Load())
 	}
 }
+
+// TestAckWaitsForRequestsOnOlderTables: a request that started on a table (it may have
+// picked an instance that table still had) holds the gateway's acknowledgement at that
+// table's revision until it finishes; only then does a withdrawal count as applied.
+func TestAckWaitsForRequestsOnOlderTables(t *testing.T) {
+	e := newEnv(t)
+	arrived, release := make(chan struct{}), make(chan struct{})
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		arrived <- struct{}{}
+		<-release
+		fmt.Fprint(w, "slow")
+	}))
+	defer slow.Close()
+	let := sync.OnceFunc(func() { close(release) })
+	defer let() // before the server closes: a failed test leaves no request hanging
+	e.register(t, "orders-a", slow.URL, ordersRoutes...)
+	req := apiv1.RegisterRequest{InstanceID: "orders-b", ServiceName: "orders", ServiceVersion: "1.0.0", Endpoint: upstream(t, "b").URL,
+		Capabilities: []apiv1.Capability{{CapabilityID: "orders.read", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0", Provider: "http"}},
+		Manifest: &apiv1.Manifest{FARP: "1.0", Service: apiv1.ManifestService{Name: "orders", Instance: "orders-b", Version: "1.0.0"},
+			Routes: []apiv1.ManifestRoute{{Path: "/orders/b/report", Methods: []string{"GET"}}}}}
+	reg, err := e.reg.Registry.Register(context.Background(), &req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	routes := func() (r gateway.RoutesAnswer) {
+		json.Unmarshal([]byte(e.do(t, "GET", "/v1/gateway/routes", "").body), &r)
+		return r
+	}
+	until(t, "both instances' routes in the table", func() bool { return len(routes().Routes) == 4 }) // and the static one
+
+	done := make(chan string, 1)
+	go func() {
+		resp, err := http.Get(e.srv.URL + "/orders/1")
+		if err != nil {
+			done <- err.Error()
+			return
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		done <- fmt.Sprintf("%d %s", resp.StatusCode, b)
+	}()
+	<-arrived // the request is at orders-a, on the table that still has orders-b
+	if err := e.reg.Registry.Deregister(context.Background(), "orders-b", 0); err != nil {
+		t.Fatal(err)
+	}
+	until(t, "orders-b's route gone from the table", func() bool { return len(routes().Routes) == 3 })
+	withdrawn := func() bool {
+		w, err := e.reg.Registry.Withdrawal("orders-b", reg.Generation)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w.Acknowledged
+	}
+	for range 20 { // the gateway acknowledges at once, and polls every 10 ms: long enough to see it
+		if withdrawn() {
+			t.Fatal("the withdrawal was acknowledged while a request on the older table was in flight")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	let()
+	if got := <-done; got != "200 slow" {
+		t.Fatalf("the request on the older table got %q", got)
+	}
+	until(t, "the withdrawal acknowledged once the request finished", withdrawn)
+}
