@@ -35,3 +35,23 @@ func TestAliases(t *testing.T) {
 		t.Errorf("conflicts = %+v", c)
 	}
 }
+
+// TestAliasBesideARouteOfItsService: a public alias on the path of one of its own service's
+// manifest routes adds POST there; only POST is forwarded to the invoke endpoint.
+func TestAliasBesideARouteOfItsService(t *testing.T) {
+	man, _ := json.Marshal(map[string]any{"farp": "1.0", "service": map[string]string{"name": "orders", "instance": "o-1", "version": "2.0.0"},
+		"routes": []map[string]any{{"path": "/orders/submit", "methods": []string{"GET"}}}})
+	tbl := routing.Derive(routing.Input{
+		Policy:    routing.Policy{"orders": {"/orders"}},
+		Manifests: []routing.ManifestInput{{Generation: 2, Endpoint: "http://o-1", Manifest: man}},
+		Aliases:   []routing.Alias{{Path: "/orders/submit", CapabilityID: "orders.submit", Service: "orders", Version: "2.0.0", Instance: "o-1", Endpoint: "http://o-1", Generation: 2}},
+	})
+	for method, rewrite := range map[string]string{"GET": "", "POST": "/v1/capabilities/orders.submit/invoke"} {
+		if m := tbl.Match(method, "/orders/submit"); m.Entry == nil || m.Entry.Rewrite != rewrite || len(m.Entry.Upstreams) != 1 {
+			t.Errorf("%s /orders/submit = %+v, want rewrite %q to o-1", method, m.Entry, rewrite)
+		}
+	}
+	if c := tbl.Canonical().Conflicts; len(c) != 0 {
+		t.Errorf("conflicts = %+v, want none", c)
+	}
+}

@@ -3,11 +3,13 @@ package routing
 import (
 	"bytes"
 	"cmp"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/maphash"
 	"iter"
+	"math/bits"
 	"runtime"
 	"slices"
 	"strings"
@@ -144,21 +146,27 @@ type origin struct {
 	replicas []*origin
 }
 
-// claim is one method of one valid manifest route.
+// claim is one valid manifest route (or public alias) and the methods it claims.
 type claim struct {
 	key, pattern string
-	mi           int // index of method in apiv1.Methods
 	segs         []apiv1.Segment
 	weight       int
-	idempotent   bool
+	methods      methodSet // the methods claimed
+	idempotent   methodSet // those of them declared idempotent
 	*origin
 }
 
-// slot is one path key: per method the static route and the claimant groups (replicas of
-// one service and version). Most pairs have one group, so a short slice.
+// methodSet holds methods as bits, by index in apiv1.Methods.
+type methodSet uint8
+
+func (s methodSet) has(mi int) bool { return s&(1<<mi) != 0 }
+
+// slot is one path key: per method the static route, and the claimant groups (one per
+// service and version). Most keys have one group.
 type slot struct {
 	key         string
-	first, last *group                      // every method's claimant groups, in the order they came
+	hash        uint64                      // of the key, as slotsOf's table places it
+	first, last *group                      // the claimant groups, in the order they came
 	static      *[len(apiv1.Methods)]*Entry // the static route of each method, when there is one
 }
 
@@ -172,35 +180,65 @@ type staticClaim struct {
 // slotsOf groups the claims and static routes whose key falls in shard (of shards, by hash)
 // into slots, and returns them sorted by key.
 func slotsOf(claims []*claim, statics []staticClaim, seed maphash.Seed, shard, shards int) []*slot {
-	mine := func(key string) bool { return shards == 1 || maphash.String(seed, key)%uint64(shards) == uint64(shard) }
-	slots := make(map[string]*slot, len(claims)/2/shards+len(statics))
+	// The slots are found by the hash that picks the shard: an open-addressing table,
+	// grown when half full, instead of a map that would hash every key again.
+	table := make([]*slot, 1<<bits.Len(uint(max(64, 2*len(claims)/shards)))) // a power of 2
 	var ordered []*slot
 	var slotArena arena[slot]
 	var groupArena arena[group]
 	var upstreamArena []Upstream
+	// slotOf returns the slot of key, or nil when key is another shard's.
 	slotOf := func(key string) *slot {
-		sl := slots[key]
-		if sl == nil {
-			sl = slotArena.new()
-			sl.key = key
-			slots[key] = sl
-			ordered = append(ordered, sl)
+		h := maphash.String(seed, key)
+		if h%uint64(shards) != uint64(shard) {
+			return nil
 		}
+		h /= uint64(shards)
+		mask := uint64(len(table) - 1)
+		for i := h & mask; ; i = (i + 1) & mask {
+			sl := table[i]
+			if sl == nil {
+				break
+			}
+			if sl.key == key {
+				return sl
+			}
+		}
+		sl := slotArena.new()
+		sl.key, sl.hash = key, h
+		ordered = append(ordered, sl)
+		if 2*len(ordered) > len(table) {
+			table = make([]*slot, 2*len(table))
+			mask = uint64(len(table) - 1)
+			for _, o := range ordered {
+				i := o.hash & mask
+				for table[i] != nil {
+					i = (i + 1) & mask
+				}
+				table[i] = o
+			}
+			return sl
+		}
+		i := h & mask
+		for table[i] != nil {
+			i = (i + 1) & mask
+		}
+		table[i] = sl
 		return sl
 	}
-	var last *slot // claims of one route come together: skip the hash and the map for its other methods
+	var last *slot // claims of one key often come together: skip the hash and the map
 	for _, c := range claims {
 		sl := last
 		if sl == nil || sl.key != c.key {
-			if !mine(c.key) {
+			if sl = slotOf(c.key); sl == nil {
+				last = nil
 				continue
 			}
-			sl = slotOf(c.key)
 			last = sl
 		}
 		var g *group
 		for x := sl.first; x != nil; x = x.next {
-			if x.mi == c.mi && x.service == c.service && x.newest.version == c.version {
+			if x.first.service == c.service && x.first.version == c.version {
 				g = x
 				break
 			}
@@ -213,8 +251,7 @@ func slotsOf(claims []*claim, statics []staticClaim, seed maphash.Seed, shard, s
 				upstreamArena = make([]Upstream, max(arenaBlock, n))
 			}
 			g = groupArena.new()
-			*g = group{mi: c.mi, service: c.service, seniority: c.generation, newest: c, newestGen: c.generation, rewrite: c.rewrite,
-				upstreams: upstreamArena[:0:n]}
+			*g = group{first: c, methods: c.methods, uniform: true, all: newRival(c, upstreamArena[:0:n])}
 			upstreamArena = upstreamArena[n:]
 			if sl.last == nil {
 				sl.first = g
@@ -222,17 +259,18 @@ func slotsOf(claims []*claim, statics []staticClaim, seed maphash.Seed, shard, s
 				sl.last.next = g
 			}
 			sl.last = g
+		} else {
+			g.more = append(g.more, c)
+			g.uniform = g.uniform && c.methods == g.first.methods
+			g.methods |= c.methods
 		}
-		g.add(c, c.origin)
-		for _, o := range c.replicas {
-			g.add(c, o)
-		}
+		g.all.addClaim(c)
 	}
 	for _, st := range statics {
-		if !mine(st.key) {
+		sl := slotOf(st.key)
+		if sl == nil {
 			continue
 		}
-		sl := slotOf(st.key)
 		if sl.static == nil {
 			sl.static = &[len(apiv1.Methods)]*Entry{}
 		}
@@ -243,8 +281,35 @@ func slotsOf(claims []*claim, statics []staticClaim, seed maphash.Seed, shard, s
 			}
 		}
 	}
-	slices.SortFunc(ordered, func(a, b *slot) int { return strings.Compare(a.key, b.key) })
+	sortSlots(ordered)
 	return ordered
+}
+
+// sortSlots sorts slots by key. Most comparisons are settled by the keys' first 16 bytes,
+// copied next to each slot, without reading the keys themselves.
+func sortSlots(slots []*slot) {
+	type sortKey struct {
+		hi, lo uint64 // the key's first 16 bytes, big-endian, zero-padded
+		sl     *slot
+	}
+	keys := make([]sortKey, len(slots))
+	for i, sl := range slots {
+		var b [16]byte
+		copy(b[:], sl.key)
+		keys[i] = sortKey{binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:]), sl}
+	}
+	slices.SortFunc(keys, func(a, b sortKey) int {
+		if c := cmp.Compare(a.hi, b.hi); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(a.lo, b.lo); c != 0 {
+			return c
+		}
+		return strings.Compare(a.sl.key, b.sl.key)
+	})
+	for i, k := range keys {
+		slots[i] = k.sl
+	}
 }
 
 // mergeSlots merges two key-sorted lists of slots with no key in common.
@@ -267,28 +332,96 @@ var testShards int
 // minParallelSlots is the fewest path keys per worker worth a goroutine.
 const minParallelSlots = 2048
 
-// group is the claims of one (key, method, service, version): replicas. The newest claim
-// gives the route its pattern, weight and idempotency.
+// group is the claims of one (key, service, version): replicas, and the manifests other
+// instances publish for that version.
 type group struct {
-	mi        int    // the method, an index of apiv1.Methods
-	newest    *claim // the claim of the newest generation in the group
-	newestGen int64
-	seniority int64 // lowest generation
-	rewrite   string
-	upstreams []Upstream
-	service   string
-	ver       *semver.Version // parsed only when the group has rivals
-	next      *group          // the slot's next group
+	first   *claim
+	more    []*claim  // the further claims, in the order they came (rarely any)
+	methods methodSet // every method some claim claims
+	// uniform: every claim claims the same methods, so that all (the group's instances,
+	// newest claim and seniority over every claim) is its rival for each of them.
+	uniform bool
+	all     rival
+	sorted  bool            // all's upstreams are sorted and its ids set
+	ver     *semver.Version // parsed only when the group has rivals
+	next    *group          // the slot's next group
 }
 
-func (g *group) label() string { return g.service + "@" + g.newest.version }
+func (g *group) label() string { return g.first.service + "@" + g.first.version }
 
-// add counts claim c, made by origin o (c's own or one of its replicas), into g.
-func (g *group) add(c *claim, o *origin) {
-	g.upstreams = append(g.upstreams, Upstream{Instance: o.instance, Endpoint: o.endpoint})
-	g.seniority = min(g.seniority, o.generation)
-	if o.generation > g.newestGen {
-		g.newest, g.newestGen = c, o.generation
+// rival is a group as a claimant of one method: its instances, and the claim of the newest
+// generation, which gives the route its pattern, weight and idempotency.
+type rival struct {
+	g         *group
+	newest    *claim
+	newestGen int64
+	seniority int64  // lowest generation
+	rewrite   string // the first claim's
+	upstreams []Upstream
+	ids       []string // the upstreams' instances, once sorted
+}
+
+// newRival starts a rival at claim c, its instances to be appended to upstreams.
+func newRival(c *claim, upstreams []Upstream) rival {
+	return rival{newest: c, newestGen: c.generation, seniority: c.generation, rewrite: c.rewrite, upstreams: upstreams}
+}
+
+// addClaim counts claim c, made by its origin and the origin's replicas, into r.
+func (r *rival) addClaim(c *claim) {
+	r.add(c, c.origin)
+	for _, o := range c.replicas {
+		r.add(c, o)
+	}
+}
+
+// add counts claim c, made by origin o (c's own or one of its replicas), into r.
+func (r *rival) add(c *claim, o *origin) {
+	r.upstreams = append(r.upstreams, Upstream{Instance: o.instance, Endpoint: o.endpoint})
+	r.seniority = min(r.seniority, o.generation)
+	if o.generation > r.newestGen {
+		r.newest, r.newestGen = c, o.generation
+	}
+}
+
+// rivalFor returns g as a claimant of method mi, its upstreams sorted.
+func (g *group) rivalFor(mi int, ids *[]string) rival {
+	if g.uniform {
+		if !g.sorted {
+			g.all.sort(ids)
+			g.sorted = true
+		}
+		r := g.all
+		r.g = g
+		return r
+	}
+	var r rival
+	for _, c := range append([]*claim{g.first}, g.more...) {
+		if !c.methods.has(mi) {
+			continue
+		}
+		if r.newest == nil {
+			r = newRival(c, nil)
+		}
+		r.addClaim(c)
+	}
+	r.g = g
+	r.sort(ids)
+	return r
+}
+
+// sort sorts r's upstreams by instance and sets its ids, carved from *ids.
+func (r *rival) sort(ids *[]string) {
+	if len(r.upstreams) > 1 {
+		slices.SortFunc(r.upstreams, func(a, b Upstream) int { return cmp.Compare(a.Instance, b.Instance) })
+	}
+	n := len(r.upstreams)
+	if len(*ids) < n {
+		*ids = make([]string, max(arenaBlock, n))
+	}
+	r.ids = (*ids)[:n:n]
+	*ids = (*ids)[n:]
+	for i, u := range r.upstreams {
+		r.ids[i] = u.Instance
 	}
 }
 
@@ -482,36 +615,31 @@ func buildEntries(slots []*slot) ([]*Entry, []Conflict) {
 	var conflicts []Conflict
 	var entryArena arena[Entry]
 	var idArena []string
-	var buf [8]*group
+	var buf [8]rival
 	for _, sl := range slots {
 		k := sl.key
 		for mi := range apiv1.Methods { // byte order of methods: the table's order within a key
-			gs := buf[:0]
+			rs := buf[:0]
 			for g := sl.first; g != nil; g = g.next {
-				if g.mi == mi {
-					gs = append(gs, g)
+				if g.methods.has(mi) {
+					rs = append(rs, g.rivalFor(mi, &idArena))
 				}
 			}
 			var static *Entry
 			if sl.static != nil {
 				static = sl.static[mi]
 			}
-			if len(gs) == 0 && static == nil {
+			if len(rs) == 0 && static == nil {
 				continue
 			}
-			for _, g := range gs {
-				if len(g.upstreams) > 1 {
-					slices.SortFunc(g.upstreams, func(a, b Upstream) int { return cmp.Compare(a.Instance, b.Instance) })
-				}
-			}
-			if len(gs) > 1 {
-				for _, g := range gs {
-					if g.ver == nil {
-						g.ver, _ = semver.StrictNewVersion(g.newest.version) // valid: the manifest was
+			if len(rs) > 1 {
+				for _, r := range rs {
+					if r.g.ver == nil {
+						r.g.ver, _ = semver.StrictNewVersion(r.g.first.version) // valid: the manifest was
 					}
 				}
-				slices.SortFunc(gs, func(a, b *group) int {
-					if c := b.ver.Compare(a.ver); c != 0 {
+				slices.SortFunc(rs, func(a, b rival) int {
+					if c := b.g.ver.Compare(a.g.ver); c != 0 {
 						return c
 					}
 					if c := cmp.Compare(b.newest.weight, a.newest.weight); c != 0 {
@@ -524,27 +652,20 @@ func buildEntries(slots []*slot) ([]*Entry, []Conflict) {
 			var losers []string
 			if static != nil {
 				e = static
-				for _, g := range gs {
-					losers = append(losers, g.label())
+				for _, r := range rs {
+					losers = append(losers, r.g.label())
 				}
 			} else {
-				w := gs[0]
-				if len(idArena) < len(w.upstreams) {
-					idArena = make([]string, max(arenaBlock, len(w.upstreams)))
-				}
-				ids := idArena[:len(w.upstreams):len(w.upstreams)]
-				idArena = idArena[len(w.upstreams):]
-				for i, u := range w.upstreams {
-					ids[i] = u.Instance
-				}
+				w := rs[0]
 				e = entryArena.new()
 				n := w.newest
-				*e = Entry{Route: Route{Pattern: n.pattern, Method: apiv1.Methods[mi], Source: "dynamic", Service: w.service, Version: n.version,
-					Instances: ids, Idempotent: n.idempotent}, Key: k, Rewrite: w.rewrite, Segments: n.segs,
-					Upstreams: w.upstreams, IdempotentRetry: n.idempotent, weight: n.weight}
+				idem := n.idempotent.has(mi)
+				*e = Entry{Route: Route{Pattern: n.pattern, Method: apiv1.Methods[mi], Source: "dynamic", Service: n.service, Version: n.version,
+					Instances: w.ids, Idempotent: idem}, Key: k, Rewrite: w.rewrite, Segments: n.segs,
+					Upstreams: w.upstreams, IdempotentRetry: idem, weight: n.weight}
 				e.Weight = &e.weight
-				for _, g := range gs[1:] {
-					losers = append(losers, g.label())
+				for _, r := range rs[1:] {
+					losers = append(losers, r.g.label())
 				}
 			}
 			entries = append(entries, e)
@@ -592,22 +713,21 @@ func claimsOf(m *apiv1.Manifest, mi ManifestInput, prefixes []string) ([]claim, 
 	if len(ps) > 0 {
 		return nil, reject(ps[0].Code, ps[0].Path+": "+ps[0].Message)
 	}
-	n := 0
-	for _, r := range m.Routes {
-		n += len(r.Methods)
-	}
 	o := &origin{service: m.Service.Name, version: m.Service.Version,
 		instance: m.Service.Instance, endpoint: mi.Endpoint, generation: mi.Generation}
-	out := make([]claim, 0, n) // one allocation for the manifest's claims
+	out := make([]claim, 0, len(m.Routes)) // one allocation for the manifest's claims
 	for i, r := range m.Routes {
-		segs := infos[i].Segments
 		if !granted(r.Path, prefixes) {
 			return nil, reject(apiv1.CodePathNotAuthorized, fmt.Sprintf("path %q is outside every prefix granted to %q", r.Path, m.Service.Name))
 		}
-		for _, meth := range r.Methods {
-			out = append(out, claim{key: infos[i].Key, mi: apiv1.MethodIndex(meth), pattern: r.Path, segs: segs,
-				weight: r.WeightOr(100), idempotent: slices.Contains(r.Idempotent, meth), origin: o})
+		c := claim{key: infos[i].Key, pattern: r.Path, segs: infos[i].Segments, weight: r.WeightOr(100), origin: o}
+		for _, meth := range r.Methods { // valid, and listed once: Analyze said so
+			c.methods |= 1 << apiv1.MethodIndex(meth)
 		}
+		for _, meth := range r.Idempotent { // each one of the methods
+			c.idempotent |= 1 << apiv1.MethodIndex(meth)
+		}
+		out = append(out, c)
 	}
 	return out, nil
 }
@@ -620,7 +740,7 @@ func aliasClaim(a Alias, prefixes []string) *claim {
 	if err != nil || verr != nil || !granted(a.Path, prefixes) {
 		return nil
 	}
-	return &claim{key: apiv1.PathKey(segs), mi: apiv1.MethodIndex("POST"), pattern: a.Path, segs: segs, weight: 100,
+	return &claim{key: apiv1.PathKey(segs), methods: 1 << apiv1.MethodIndex("POST"), pattern: a.Path, segs: segs, weight: 100,
 		origin: &origin{service: a.Service, version: a.Version, instance: a.Instance, endpoint: a.Endpoint,
 			generation: a.Generation, rewrite: "/v1/capabilities/" + a.CapabilityID + "/invoke"}}
 }

@@ -1,0 +1,57 @@
+package routing
+
+import (
+	"fmt"
+	"hash/maphash"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestSlotsTableGrows: slotsOf's table starts at the size the claims call for; static
+// routes on top of them make it grow, and every key is still found once, in key order.
+func TestSlotsTableGrows(t *testing.T) {
+	var statics []staticClaim
+	var want []string
+	for i := range 1000 {
+		key := fmt.Sprintf("/s/%d", i)
+		statics = append(statics, staticClaim{route: StaticRoute{Path: key, Methods: []string{"GET"}, Upstream: "http://s"}, key: key})
+		want = append(want, key)
+	}
+	slices.Sort(want)
+	seed := maphash.MakeSeed()
+	for _, shards := range []int{1, 3} {
+		var got []string
+		for sh := range shards {
+			for _, sl := range slotsOf(nil, append(statics, statics[:10]...), seed, sh, shards) { // ten keys twice
+				got = append(got, sl.key)
+			}
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Errorf("%d shards: %d keys, want %d, each once", shards, len(got), len(want))
+		}
+	}
+}
+
+// FuzzSortSlots: sorting by the keys' first 16 bytes, then the keys, is sorting by the keys.
+func FuzzSortSlots(f *testing.F) {
+	f.Add("/a/b/c/d/e/f/g/h/i,/a/b/c/d/e/f/g/h,/a/b/c/d/e/f/g/h/j,/a\x00,/a,/", uint64(1))
+	f.Fuzz(func(t *testing.T, list string, seed uint64) {
+		keys := strings.Split(list, ",")
+		r := rand.New(rand.NewPCG(seed, seed))
+		r.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
+		slots := make([]*slot, len(keys))
+		for i, k := range keys {
+			slots[i] = &slot{key: k}
+		}
+		sortSlots(slots)
+		slices.Sort(keys)
+		for i, sl := range slots {
+			if sl.key != keys[i] {
+				t.Fatalf("position %d: %q, want %q", i, sl.key, keys[i])
+			}
+		}
+	})
+}
