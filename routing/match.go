@@ -71,6 +71,9 @@ func (n *node) child(value string) *node {
 type trieBuilder struct {
 	nodes arena[node]
 	sets  arena[byMethod]
+	root  *node
+	prev  []apiv1.Segment // the segments of the last pattern placed
+	path  []*node         // path[i] is the node after the first i segments of prev
 }
 
 // addChild adds a new literal child for value to n and returns it.
@@ -143,57 +146,45 @@ func sameStep(a, b apiv1.Segment) bool {
 	return a.Kind == b.Kind && (a.Kind == apiv1.Param || a.Kind == apiv1.Literal && a.Value == b.Value)
 }
 
-// compile builds the trie of entries. Entries in key order share their leading segments
-// with the previous one, so the walk resumes from the deepest node the two have in common
-// instead of from the root.
-func compile(entries []*Entry) *node {
-	var b trieBuilder
-	root := b.nodes.new()
-	var prev []apiv1.Segment
-	path := []*node{root} // path[i] is the node after the first i segments of prev
-	for _, e := range entries {
-		segs := e.Segments
-		common := 0
-		for common < len(segs) && common < len(prev) && common < len(path)-1 && sameStep(segs[common], prev[common]) {
-			common++
-		}
-		path = path[:common+1]
-		n := path[common]
-		mi := apiv1.MethodIndex(e.Method)
-		for _, s := range segs[common:] {
-			switch s.Kind {
-			case apiv1.Literal:
-				next := n.child(s.Value)
-				if next == nil {
-					next = b.addChild(n, s.Value)
-				}
-				n = next
-			case apiv1.Param:
-				if n.param == nil {
-					n.param = b.nodes.new()
-				}
-				n = n.param
-			case apiv1.Wildcard:
-				if n.wildcard == nil {
-					n.wildcard = b.sets.new()
-				}
-				n.wildcard[mi] = e
-				n = nil
-			}
-			if n == nil {
-				break
-			}
-			path = append(path, n)
-		}
-		prev = segs
-		if n != nil {
-			if n.end == nil {
-				n.end = b.sets.new()
-			}
-			n.end[mi] = e
-		}
+// setFor returns the method set of the pattern of segs, creating the nodes on its way.
+// Patterns come in key order and share their leading segments with the previous one, so
+// the walk resumes from the deepest node the two have in common instead of from the root.
+func (b *trieBuilder) setFor(segs []apiv1.Segment) *byMethod {
+	if b.root == nil {
+		b.root = b.nodes.new()
+		b.path = []*node{b.root}
 	}
-	return root
+	common := 0
+	for common < len(segs) && common < len(b.prev) && common < len(b.path)-1 && sameStep(segs[common], b.prev[common]) {
+		common++
+	}
+	b.path, b.prev = b.path[:common+1], segs
+	n := b.path[common]
+	for _, s := range segs[common:] {
+		switch s.Kind {
+		case apiv1.Literal:
+			next := n.child(s.Value)
+			if next == nil {
+				next = b.addChild(n, s.Value)
+			}
+			n = next
+		case apiv1.Param:
+			if n.param == nil {
+				n.param = b.nodes.new()
+			}
+			n = n.param
+		case apiv1.Wildcard: // the last segment
+			if n.wildcard == nil {
+				n.wildcard = b.sets.new()
+			}
+			return n.wildcard
+		}
+		b.path = append(b.path, n)
+	}
+	if n.end == nil {
+		n.end = b.sets.new()
+	}
+	return n.end
 }
 
 // Match is the outcome of matching a request.

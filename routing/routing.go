@@ -116,13 +116,9 @@ type Entry struct {
 	// Rewrite, when set, is the path requests are forwarded to instead of their own (a
 	// public alias forwards to the capability's invoke endpoint).
 	Rewrite string
-	// Segments of the pattern.
-	Segments []apiv1.Segment
 	// Upstreams, sorted by instance (dynamic routes); Route.Upstream for static ones.
 	Upstreams []Upstream
-	// IdempotentRetry says whether a failed connection may be retried on another instance.
-	IdempotentRetry bool
-	weight          int // what Route.Weight points to, for a dynamic route
+	weight    int // what Route.Weight points to, for a dynamic route
 }
 
 // Table is a derived routing table. It is immutable and safe for concurrent use.
@@ -149,6 +145,7 @@ type origin struct {
 // claim is one valid manifest route (or public alias) and the methods it claims.
 type claim struct {
 	key, pattern string
+	hash         uint64 // of the key, by the derivation's seed
 	segs         []apiv1.Segment
 	weight       int
 	methods      methodSet // the methods claimed
@@ -165,9 +162,10 @@ func (s methodSet) has(mi int) bool { return s&(1<<mi) != 0 }
 // service and version). Most keys have one group.
 type slot struct {
 	key         string
-	hash        uint64                      // of the key, as slotsOf's table places it
+	hash        uint64                      // of the key, divided by the shards
 	first, last *group                      // the claimant groups, in the order they came
 	static      *[len(apiv1.Methods)]*Entry // the static route of each method, when there is one
+	segs        []apiv1.Segment             // the segments of one of its patterns: the key's shape
 }
 
 // staticClaim is a static route, parsed.
@@ -175,62 +173,60 @@ type staticClaim struct {
 	route StaticRoute
 	segs  []apiv1.Segment
 	key   string
+	hash  uint64 // of the key, by the derivation's seed
 }
 
 // slotsOf groups the claims and static routes whose key falls in shard (of shards, by hash)
 // into slots, and returns them sorted by key.
-func slotsOf(claims []*claim, statics []staticClaim, seed maphash.Seed, shard, shards int) []*slot {
-	// The slots are found by the hash that picks the shard: an open-addressing table,
-	// grown when half full, instead of a map that would hash every key again.
-	table := make([]*slot, 1<<bits.Len(uint(max(64, 2*len(claims)/shards)))) // a power of 2
-	var ordered []*slot
+func slotsOf(claims []*claim, statics []staticClaim, shard, shards int) []*slot {
+	// The slots are found by their key's hash, the one that picks the shard, in an
+	// open-addressing table grown when half full: each cell holds 32 more bits of the hash
+	// and the slot's place in ordered, so that a probe rarely reads a slot, and the table
+	// holds no pointers for the collector to scan.
+	type cell struct{ tag, at uint32 }                                      // at: 1 + the index in ordered, 0 for an empty cell
+	table := make([]cell, 1<<bits.Len(uint(max(64, 2*len(claims)/shards)))) // a power of 2
+	ordered := make([]*slot, 0, len(claims)/shards+len(claims)/shards/8+len(statics))
 	var slotArena arena[slot]
 	var groupArena arena[group]
 	var upstreamArena []Upstream
-	// slotOf returns the slot of key, or nil when key is another shard's.
-	slotOf := func(key string) *slot {
-		h := maphash.String(seed, key)
+	place := func(h uint64, at int) {
+		mask := uint64(len(table) - 1)
+		i := h & mask
+		for table[i].at != 0 {
+			i = (i + 1) & mask
+		}
+		table[i] = cell{uint32(h >> 32), uint32(at + 1)}
+	}
+	// slotOf returns the slot of key (of hash h), or nil when key is another shard's.
+	slotOf := func(key string, h uint64, segs []apiv1.Segment) *slot {
 		if h%uint64(shards) != uint64(shard) {
 			return nil
 		}
 		h /= uint64(shards)
 		mask := uint64(len(table) - 1)
-		for i := h & mask; ; i = (i + 1) & mask {
-			sl := table[i]
-			if sl == nil {
-				break
-			}
-			if sl.key == key {
-				return sl
+		for i := h & mask; table[i].at != 0; i = (i + 1) & mask {
+			if c := table[i]; c.tag == uint32(h>>32) && ordered[c.at-1].key == key {
+				return ordered[c.at-1]
 			}
 		}
 		sl := slotArena.new()
-		sl.key, sl.hash = key, h
+		sl.key, sl.hash, sl.segs = key, h, segs
 		ordered = append(ordered, sl)
 		if 2*len(ordered) > len(table) {
-			table = make([]*slot, 2*len(table))
-			mask = uint64(len(table) - 1)
-			for _, o := range ordered {
-				i := o.hash & mask
-				for table[i] != nil {
-					i = (i + 1) & mask
-				}
-				table[i] = o
+			table = make([]cell, 2*len(table))
+			for i, o := range ordered {
+				place(o.hash, i)
 			}
-			return sl
+		} else {
+			place(h, len(ordered)-1)
 		}
-		i := h & mask
-		for table[i] != nil {
-			i = (i + 1) & mask
-		}
-		table[i] = sl
 		return sl
 	}
 	var last *slot // claims of one key often come together: skip the hash and the map
 	for _, c := range claims {
 		sl := last
 		if sl == nil || sl.key != c.key {
-			if sl = slotOf(c.key); sl == nil {
+			if sl = slotOf(c.key, c.hash, c.segs); sl == nil {
 				last = nil
 				continue
 			}
@@ -252,6 +248,7 @@ func slotsOf(claims []*claim, statics []staticClaim, seed maphash.Seed, shard, s
 			}
 			g = groupArena.new()
 			*g = group{first: c, methods: c.methods, uniform: true, all: newRival(c, upstreamArena[:0:n])}
+			g.all.g = g
 			upstreamArena = upstreamArena[n:]
 			if sl.last == nil {
 				sl.first = g
@@ -267,7 +264,7 @@ func slotsOf(claims []*claim, statics []staticClaim, seed maphash.Seed, shard, s
 		g.all.addClaim(c)
 	}
 	for _, st := range statics {
-		sl := slotOf(st.key)
+		sl := slotOf(st.key, st.hash, st.segs)
 		if sl == nil {
 			continue
 		}
@@ -277,7 +274,7 @@ func slotsOf(claims []*claim, statics []staticClaim, seed maphash.Seed, shard, s
 		for _, m := range st.route.Methods {
 			if mi := apiv1.MethodIndex(m); mi >= 0 {
 				sl.static[mi] = &Entry{Route: Route{Pattern: st.route.Path, Method: m, Source: "static", Upstream: st.route.Upstream,
-					Idempotent: staticIdempotent[m]}, Key: sl.key, Segments: st.segs, Upstreams: []Upstream{{Instance: "static", Endpoint: st.route.Upstream}}}
+					Idempotent: staticIdempotent[m]}, Key: sl.key, Upstreams: []Upstream{{Instance: "static", Endpoint: st.route.Upstream}}}
 			}
 		}
 	}
@@ -384,23 +381,21 @@ func (r *rival) add(c *claim, o *origin) {
 }
 
 // rivalFor returns g as a claimant of method mi, its upstreams sorted.
-func (g *group) rivalFor(mi int, ids *[]string) rival {
+func (g *group) rivalFor(mi int, ids *[]string) *rival {
 	if g.uniform {
 		if !g.sorted {
 			g.all.sort(ids)
 			g.sorted = true
 		}
-		r := g.all
-		r.g = g
-		return r
+		return &g.all
 	}
-	var r rival
+	r := &rival{}
 	for _, c := range append([]*claim{g.first}, g.more...) {
 		if !c.methods.has(mi) {
 			continue
 		}
 		if r.newest == nil {
-			r = newRival(c, nil)
+			*r = newRival(c, nil)
 		}
 		r.addClaim(c)
 	}
@@ -508,7 +503,7 @@ func Derive(in Input) *Table {
 						continue
 					}
 				}
-				results[i].claims, results[i].rej = claimsOf(m, ms[i], in.Policy[m.Service.Name])
+				results[i].claims, results[i].rej = claimsOf(m, ms[i], in.Policy[m.Service.Name], seed)
 			}
 		})
 	}
@@ -539,7 +534,7 @@ func Derive(in Input) *Table {
 		}
 	}
 	for _, a := range in.Aliases {
-		if c := aliasClaim(a, in.Policy[a.Service]); c != nil {
+		if c := aliasClaim(a, in.Policy[a.Service], seed); c != nil {
 			claims = append(claims, c)
 		}
 	}
@@ -550,7 +545,8 @@ func Derive(in Input) *Table {
 	var statics []staticClaim
 	for _, st := range in.Static {
 		if segs, err := apiv1.ParsePath(st.Path); err == nil {
-			statics = append(statics, staticClaim{route: st, segs: segs, key: apiv1.PathKey(segs)})
+			key := apiv1.PathKey(segs)
+			statics = append(statics, staticClaim{route: st, segs: segs, key: key, hash: maphash.String(seed, key)})
 		}
 	}
 	shards := 1
@@ -562,7 +558,7 @@ func Derive(in Input) *Table {
 	}
 	sorted := make([][]*slot, shards)
 	for sh := range shards {
-		wg.Go(func() { sorted[sh] = slotsOf(claims, statics, seed, sh, shards) })
+		wg.Go(func() { sorted[sh] = slotsOf(claims, statics, sh, shards) })
 	}
 	wg.Wait()
 	ordered := sorted[0]
@@ -589,8 +585,7 @@ func Derive(in Input) *Table {
 	for i, r := range ranges {
 		wg.Go(func() {
 			p := &parts[i]
-			p.entries, p.conflicts = buildEntries(ordered[r[0]:r[1]])
-			p.trie = compile(p.entries) // the entries just built are still in the cache
+			p.entries, p.conflicts, p.trie = buildEntries(ordered[r[0]:r[1]])
 		})
 	}
 	wg.Wait()
@@ -610,14 +605,16 @@ func Derive(in Input) *Table {
 
 // buildEntries turns slots, in key order, into table entries and conflicts: per method, the
 // static route or the winning group, and who lost.
-func buildEntries(slots []*slot) ([]*Entry, []Conflict) {
+func buildEntries(slots []*slot) ([]*Entry, []Conflict, *node) {
 	var entries []*Entry
 	var conflicts []Conflict
+	var trie trieBuilder
 	var entryArena arena[Entry]
 	var idArena []string
-	var buf [8]rival
+	var buf [8]*rival
 	for _, sl := range slots {
 		k := sl.key
+		var set *byMethod               // the slot's place in the trie
 		for mi := range apiv1.Methods { // byte order of methods: the table's order within a key
 			rs := buf[:0]
 			for g := sl.first; g != nil; g = g.next {
@@ -638,7 +635,7 @@ func buildEntries(slots []*slot) ([]*Entry, []Conflict) {
 						r.g.ver, _ = semver.StrictNewVersion(r.g.first.version) // valid: the manifest was
 					}
 				}
-				slices.SortFunc(rs, func(a, b rival) int {
+				slices.SortFunc(rs, func(a, b *rival) int {
 					if c := b.g.ver.Compare(a.g.ver); c != 0 {
 						return c
 					}
@@ -661,14 +658,18 @@ func buildEntries(slots []*slot) ([]*Entry, []Conflict) {
 				n := w.newest
 				idem := n.idempotent.has(mi)
 				*e = Entry{Route: Route{Pattern: n.pattern, Method: apiv1.Methods[mi], Source: "dynamic", Service: n.service, Version: n.version,
-					Instances: w.ids, Idempotent: idem}, Key: k, Rewrite: w.rewrite, Segments: n.segs,
-					Upstreams: w.upstreams, IdempotentRetry: idem, weight: n.weight}
+					Instances: w.ids, Idempotent: idem}, Key: k, Rewrite: w.rewrite,
+					Upstreams: w.upstreams, weight: n.weight}
 				e.Weight = &e.weight
 				for _, r := range rs[1:] {
 					losers = append(losers, r.g.label())
 				}
 			}
 			entries = append(entries, e)
+			if set == nil {
+				set = trie.setFor(sl.segs)
+			}
+			set[mi] = e
 			if len(losers) > 0 {
 				slices.Sort(losers)
 				winner := "static"
@@ -679,7 +680,10 @@ func buildEntries(slots []*slot) ([]*Entry, []Conflict) {
 			}
 		}
 	}
-	return entries, conflicts
+	if trie.root == nil {
+		trie.root = &node{}
+	}
+	return entries, conflicts, trie.root
 }
 
 // granted reports whether a route path (valid by the route rules) lies inside one of the
@@ -703,9 +707,9 @@ func granted(path string, prefixes []string) bool {
 	return false
 }
 
-// claimsOf validates manifest m, published as mi, and returns its claims, or why it is
-// rejected.
-func claimsOf(m *apiv1.Manifest, mi ManifestInput, prefixes []string) ([]claim, *Rejected) {
+// claimsOf validates manifest m, published as mi, and returns its claims (their keys
+// hashed with seed), or why it is rejected.
+func claimsOf(m *apiv1.Manifest, mi ManifestInput, prefixes []string, seed maphash.Seed) ([]claim, *Rejected) {
 	reject := func(code, reason string) *Rejected {
 		return &Rejected{Instance: m.Service.Instance, Service: m.Service.Name, Code: code, Reason: reason}
 	}
@@ -720,7 +724,7 @@ func claimsOf(m *apiv1.Manifest, mi ManifestInput, prefixes []string) ([]claim, 
 		if !granted(r.Path, prefixes) {
 			return nil, reject(apiv1.CodePathNotAuthorized, fmt.Sprintf("path %q is outside every prefix granted to %q", r.Path, m.Service.Name))
 		}
-		c := claim{key: infos[i].Key, pattern: r.Path, segs: infos[i].Segments, weight: r.WeightOr(100), origin: o}
+		c := claim{key: infos[i].Key, hash: maphash.String(seed, infos[i].Key), pattern: r.Path, segs: infos[i].Segments, weight: r.WeightOr(100), origin: o}
 		for _, meth := range r.Methods { // valid, and listed once: Analyze said so
 			c.methods |= 1 << apiv1.MethodIndex(meth)
 		}
@@ -734,13 +738,14 @@ func claimsOf(m *apiv1.Manifest, mi ManifestInput, prefixes []string) ([]claim, 
 
 // aliasClaim turns a public path into a POST claim; an alias outside the service's
 // prefixes, or with a malformed path or version, claims nothing.
-func aliasClaim(a Alias, prefixes []string) *claim {
+func aliasClaim(a Alias, prefixes []string, seed maphash.Seed) *claim {
 	segs, err := apiv1.ParsePath(a.Path)
 	_, verr := semver.StrictNewVersion(a.Version)
 	if err != nil || verr != nil || !granted(a.Path, prefixes) {
 		return nil
 	}
-	return &claim{key: apiv1.PathKey(segs), methods: 1 << apiv1.MethodIndex("POST"), pattern: a.Path, segs: segs, weight: 100,
+	key := apiv1.PathKey(segs)
+	return &claim{key: key, hash: maphash.String(seed, key), methods: 1 << apiv1.MethodIndex("POST"), pattern: a.Path, segs: segs, weight: 100,
 		origin: &origin{service: a.Service, version: a.Version, instance: a.Instance, endpoint: a.Endpoint,
 			generation: a.Generation, rewrite: "/v1/capabilities/" + a.CapabilityID + "/invoke"}}
 }

@@ -116,7 +116,7 @@ func (p *proxy) serve(w http.ResponseWriter, r *http.Request, m routing.Match, s
 	first, second := sv.pick()
 	a, b := &sv.upstreams[first], &sv.upstreams[second]
 	t.upstreams, t.tallies = [2]*url.URL{a.url, b.url}, [2]*tally{a.tally, b.tally}
-	t.retry = e.IdempotentRetry && n > 1
+	t.retry = e.Idempotent && n > 1
 	if t.retry && r.Body != nil && r.Body != http.NoBody {
 		// Buffer a small body so that a retry can send it again; a large one is not retried.
 		if r.ContentLength < 0 || r.ContentLength > p.maxRetryBody {
