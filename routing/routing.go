@@ -178,17 +178,22 @@ type staticClaim struct {
 
 // slotsOf groups the claims and static routes whose key falls in shard (of shards, by hash)
 // into slots, and returns them sorted by key.
-func slotsOf(claims []*claim, statics []staticClaim, shard, shards int) []*slot {
+func slotsOf(claims []*claim, statics []staticClaim, shard, shards int, sc *grouping) []*slot {
 	// The slots are found by their key's hash, the one that picks the shard, in an
 	// open-addressing table grown when half full: each cell holds 32 more bits of the hash
 	// and the slot's place in ordered, so that a probe rarely reads a slot, and the table
 	// holds no pointers for the collector to scan.
-	type cell struct{ tag, at uint32 }                                      // at: 1 + the index in ordered, 0 for an empty cell
-	table := make([]cell, 1<<bits.Len(uint(max(64, 2*len(claims)/shards)))) // a power of 2
-	ordered := make([]*slot, 0, len(claims)/shards+len(claims)/shards/8+len(statics))
-	var slotArena arena[slot]
-	var groupArena arena[group]
-	var upstreamArena []Upstream
+	size := 1 << bits.Len(uint(max(64, 2*len(claims)/shards))) // a power of 2
+	table := sc.table
+	if cap(table) >= size {
+		table = table[:size]
+		clear(table)
+	} else {
+		table = make([]cell, size)
+	}
+	ordered := slices.Grow(sc.ordered[:0], len(claims)/shards+len(claims)/shards/8+len(statics))
+	slotArena, groupArena := &sc.slots, &sc.groups
+	var upstreamArena []Upstream // the routes keep them: not scratch
 	place := func(h uint64, at int) {
 		mask := uint64(len(table) - 1)
 		i := h & mask
@@ -278,18 +283,26 @@ func slotsOf(claims []*claim, statics []staticClaim, shard, shards int) []*slot 
 			}
 		}
 	}
-	sortSlots(ordered)
+	sc.keys = sortSlots(ordered, sc.keys)
+	sc.table, sc.ordered = table, ordered
 	return ordered
 }
 
-// sortSlots sorts slots by key. Most comparisons are settled by the keys' first 16 bytes,
-// copied next to each slot, without reading the keys themselves.
-func sortSlots(slots []*slot) {
-	type sortKey struct {
-		hi, lo uint64 // the key's first 16 bytes, big-endian, zero-padded
-		sl     *slot
-	}
-	keys := make([]sortKey, len(slots))
+// cell is a cell of slotsOf's table: 32 more bits of the hash of a key, and where its slot
+// is (1 + its index in the slots, 0 for an empty cell).
+type cell struct{ tag, at uint32 }
+
+// sortKey is a slot to sort with its key's first 16 bytes, big-endian, zero-padded.
+type sortKey struct {
+	hi, lo uint64
+	sl     *slot
+}
+
+// sortSlots sorts slots by key, with keys as its buffer, and returns the buffer. Most
+// comparisons are settled by the keys' first 16 bytes, copied next to each slot, without
+// reading the keys themselves.
+func sortSlots(slots []*slot, keys []sortKey) []sortKey {
+	keys = slices.Grow(keys[:0], len(slots))[:len(slots)]
 	for i, sl := range slots {
 		var b [16]byte
 		copy(b[:], sl.key)
@@ -307,6 +320,7 @@ func sortSlots(slots []*slot) {
 	for i, k := range keys {
 		slots[i] = k.sl
 	}
+	return keys
 }
 
 // mergeSlots merges two key-sorted lists of slots with no key in common.
@@ -468,20 +482,31 @@ func decodeAll(ms []ManifestInput, results []result) []*apiv1.Manifest {
 // Derive computes the table of in. It never fails: bad manifests are rejected, bad static
 // routes are reported by ValidateStatic beforehand.
 func Derive(in Input) *Table {
+	sc := scratches.Get().(*scratch)
+	defer scratches.Put(sc)
+	defer sc.reuse()
+	return derive(in, sc)
+}
+
+// derive is Derive with the scratch it uses.
+func derive(in Input, sc *scratch) *Table {
 	t := &Table{rejected: []Rejected{}, conflicts: []Conflict{}}
 	// Validating and analysing a manifest is independent of every other one but for its
 	// replicas: the services are shared between the cores by hash, and each worker finds
 	// the replicas among its own services. Results are gathered in input order.
 	ms := in.Manifests
-	results := make([]result, len(ms))
-	parsed := decodeAll(ms, results)
-	workers := 1
+	workers, shards := 1, 1
 	if len(ms) >= 2*minParallelManifests {
 		workers = runtime.GOMAXPROCS(0)
 	}
 	if testShards > 0 {
-		workers = testShards
+		workers, shards = testShards, testShards
 	}
+	sc.fit(workers, max(shards, runtime.GOMAXPROCS(0)))
+	results := slices.Grow(sc.results[:0], len(ms))[:len(ms)]
+	clear(results)
+	sc.results = results
+	parsed := decodeAll(ms, results)
 	seed := maphash.MakeSeed()
 	var wg sync.WaitGroup
 	for w := range workers {
@@ -489,7 +514,12 @@ func Derive(in Input) *Table {
 			// Replicas of a service version usually publish the same manifest but for the
 			// instance: such a manifest is analysed once, and its claims carry every
 			// replica as an origin.
-			first := make(map[[2]string]int, len(ms)/2/workers)
+			an := &sc.analyses[w]
+			if an.first == nil {
+				an.first = make(map[[2]string]int, len(ms)/2/workers)
+			}
+			first := an.first
+			defer clear(first)
 			for i, m := range parsed {
 				if m == nil || workers > 1 && maphash.String(seed, m.Service.Name)%uint64(workers) != uint64(w) {
 					continue
@@ -503,7 +533,7 @@ func Derive(in Input) *Table {
 						continue
 					}
 				}
-				results[i].claims, results[i].rej = claimsOf(m, ms[i], in.Policy[m.Service.Name], seed)
+				results[i].claims, results[i].rej = claimsOf(m, ms[i], in.Policy[m.Service.Name], seed, an)
 			}
 		})
 	}
@@ -515,15 +545,16 @@ func Derive(in Input) *Table {
 			if rep.rej != nil {
 				t.rejected = append(t.rejected, Rejected{Instance: m.Service.Instance, Service: rep.rej.Service, Code: rep.rej.Code, Reason: rep.rej.Reason})
 			} else if len(rep.claims) > 0 {
-				o := *rep.claims[0].origin
-				o.instance, o.endpoint, o.generation = m.Service.Instance, ms[i].Endpoint, ms[i].Generation
-				rep.claims[0].origin.replicas = append(rep.claims[0].origin.replicas, &o)
+				o := sc.origins.new()
+				*o = *rep.claims[0].origin
+				o.instance, o.endpoint, o.generation, o.replicas = m.Service.Instance, ms[i].Endpoint, ms[i].Generation, nil
+				rep.claims[0].origin.replicas = append(rep.claims[0].origin.replicas, o)
 			}
 			continue
 		}
 		n += len(r.claims)
 	}
-	claims := make([]*claim, 0, n+len(in.Aliases))
+	claims := slices.Grow(sc.claims[:0], n+len(in.Aliases))
 	for _, r := range results {
 		if r.rej != nil {
 			t.rejected = append(t.rejected, *r.rej)
@@ -538,6 +569,7 @@ func Derive(in Input) *Table {
 			claims = append(claims, c)
 		}
 	}
+	sc.claims = claims
 	slices.SortFunc(t.rejected, func(a, b Rejected) int { return cmp.Compare(a.Instance, b.Instance) })
 
 	// Claims are grouped by path key: the keys are shared between the cores by hash, each
@@ -549,16 +581,12 @@ func Derive(in Input) *Table {
 			statics = append(statics, staticClaim{route: st, segs: segs, key: key, hash: maphash.String(seed, key)})
 		}
 	}
-	shards := 1
-	if len(claims) >= 2*minParallelSlots {
-		shards = max(1, runtime.GOMAXPROCS(0))
-	}
-	if testShards > 0 {
-		shards = testShards
+	if testShards == 0 && len(claims) >= 2*minParallelSlots {
+		shards = runtime.GOMAXPROCS(0)
 	}
 	sorted := make([][]*slot, shards)
 	for sh := range shards {
-		wg.Go(func() { sorted[sh] = slotsOf(claims, statics, sh, shards) })
+		wg.Go(func() { sorted[sh] = slotsOf(claims, statics, sh, shards, &sc.groups[sh]) })
 	}
 	wg.Wait()
 	ordered := sorted[0]
@@ -606,7 +634,7 @@ func Derive(in Input) *Table {
 // buildEntries turns slots, in key order, into table entries and conflicts: per method, the
 // static route or the winning group, and who lost.
 func buildEntries(slots []*slot) ([]*Entry, []Conflict, *node) {
-	var entries []*Entry
+	entries := make([]*Entry, 0, 2*len(slots)) // most keys have one or two methods
 	var conflicts []Conflict
 	var trie trieBuilder
 	var entryArena arena[Entry]
@@ -709,7 +737,7 @@ func granted(path string, prefixes []string) bool {
 
 // claimsOf validates manifest m, published as mi, and returns its claims (their keys
 // hashed with seed), or why it is rejected.
-func claimsOf(m *apiv1.Manifest, mi ManifestInput, prefixes []string, seed maphash.Seed) ([]claim, *Rejected) {
+func claimsOf(m *apiv1.Manifest, mi ManifestInput, prefixes []string, seed maphash.Seed, an *analysis) ([]claim, *Rejected) {
 	reject := func(code, reason string) *Rejected {
 		return &Rejected{Instance: m.Service.Instance, Service: m.Service.Name, Code: code, Reason: reason}
 	}
@@ -717,9 +745,9 @@ func claimsOf(m *apiv1.Manifest, mi ManifestInput, prefixes []string, seed mapha
 	if len(ps) > 0 {
 		return nil, reject(ps[0].Code, ps[0].Path+": "+ps[0].Message)
 	}
-	o := &origin{service: m.Service.Name, version: m.Service.Version,
-		instance: m.Service.Instance, endpoint: mi.Endpoint, generation: mi.Generation}
-	out := make([]claim, 0, len(m.Routes)) // one allocation for the manifest's claims
+	o := an.origins.new()
+	*o = origin{service: m.Service.Name, version: m.Service.Version, instance: m.Service.Instance, endpoint: mi.Endpoint, generation: mi.Generation}
+	out := an.claims.take(len(m.Routes))[:0]
 	for i, r := range m.Routes {
 		if !granted(r.Path, prefixes) {
 			return nil, reject(apiv1.CodePathNotAuthorized, fmt.Sprintf("path %q is outside every prefix granted to %q", r.Path, m.Service.Name))
@@ -846,14 +874,99 @@ func chunks(n, workers, least int) iter.Seq2[int, int] {
 // arenaBlock is how many values an arena allocates at once.
 const arenaBlock = 1024
 
-// arena hands out pointers to zero values allocated arenaBlock at a time: one
-// allocation, instead of one each, for the many small values of a derivation.
-type arena[T any] struct{ block []T }
+// arena hands out zero values allocated arenaBlock at a time: one allocation, instead of
+// one each, for the many small values of a derivation. An arena kept in a scratch is used
+// again by the next derivation: reuse makes it hand out the same memory, cleared block by
+// block as it is reached.
+type arena[T any] struct {
+	blocks [][]T
+	cur    int // the block values are handed out of
+	used   int // values handed out of blocks[cur]
+	dirty  int // blocks[:dirty] hold values of an earlier use
+}
 
-func (a *arena[T]) new() *T {
-	if len(a.block) == cap(a.block) {
-		a.block = make([]T, 0, arenaBlock)
+func (a *arena[T]) new() *T { return &a.take(1)[0] }
+
+// take returns n contiguous zero values (a slice without room to grow into its neighbours).
+func (a *arena[T]) take(n int) []T {
+	for {
+		if a.cur == len(a.blocks) {
+			a.blocks = append(a.blocks, make([]T, max(arenaBlock, n)))
+		}
+		b := a.blocks[a.cur]
+		if a.used == 0 && a.cur < a.dirty {
+			clear(b)
+		}
+		if a.used+n <= len(b) {
+			a.used += n
+			return b[a.used-n : a.used : a.used]
+		}
+		a.cur, a.used = a.cur+1, 0
 	}
-	a.block = a.block[:len(a.block)+1]
-	return &a.block[len(a.block)-1]
+}
+
+// reuse makes the arena hand out its memory again; values handed out before must no
+// longer be used.
+func (a *arena[T]) reuse() {
+	touched := a.cur
+	if a.used > 0 {
+		touched++
+	}
+	a.dirty = max(a.dirty, touched)
+	a.cur, a.used = 0, 0
+}
+
+// scratch is what a derivation needs only while it runs: the claims, their origins, the
+// slots and groups, and the tables and lists that order them. A pool keeps it for the
+// next derivation (a gateway derives at every change) rather than leaving the collector
+// tens of megabytes of garbage each time; until it is used again it still refers to the
+// inputs of its last derivation.
+type scratch struct {
+	results  []result
+	claims   []*claim
+	origins  arena[origin] // the replicas' origins
+	analyses []analysis    // one per worker analysing manifests
+	groups   []grouping    // one per shard of path keys
+}
+
+// analysis is a manifest-analysing worker's scratch.
+type analysis struct {
+	claims  arena[claim]
+	origins arena[origin]
+	first   map[[2]string]int // per service and version, the first manifest seen
+}
+
+// grouping is a shard's scratch for slotsOf.
+type grouping struct {
+	slots   arena[slot]
+	groups  arena[group]
+	table   []cell
+	ordered []*slot
+	keys    []sortKey
+}
+
+var scratches = sync.Pool{New: func() any { return new(scratch) }}
+
+// fit makes room in sc for the workers and shards of a derivation.
+func (sc *scratch) fit(workers, shards int) {
+	for len(sc.analyses) < workers {
+		sc.analyses = append(sc.analyses, analysis{})
+	}
+	for len(sc.groups) < shards {
+		sc.groups = append(sc.groups, grouping{})
+	}
+}
+
+// reuse makes sc's arenas hand out their memory again: what the last derivation took from
+// them must no longer be used (its table takes nothing from them).
+func (sc *scratch) reuse() {
+	sc.origins.reuse()
+	for i := range sc.analyses {
+		sc.analyses[i].claims.reuse()
+		sc.analyses[i].origins.reuse()
+	}
+	for i := range sc.groups {
+		sc.groups[i].slots.reuse()
+		sc.groups[i].groups.reuse()
+	}
 }

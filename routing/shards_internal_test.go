@@ -100,3 +100,47 @@ func grantedReference(path []apiv1.Segment, prefix string) bool {
 	}
 	return true
 }
+
+// TestScratchReuse: a derivation that reuses the scratch of another gives the table a
+// fresh scratch gives, and leaves the tables derived before it as they were.
+func TestScratchReuse(t *testing.T) {
+	fleet := func(services, routes int, prefix string) Input {
+		in := Input{Policy: Policy{}}
+		for i := range services {
+			svc := fmt.Sprintf("%s-%d", prefix, i)
+			in.Policy[svc] = []string{"/" + svc}
+			for r := range 2 {
+				m := &apiv1.Manifest{FARP: "1.0", Service: apiv1.ManifestService{Name: svc, Instance: fmt.Sprintf("%s-%d", svc, r), Version: "1.0.0"}}
+				for k := range routes {
+					m.Routes = append(m.Routes, apiv1.ManifestRoute{Path: fmt.Sprintf("/%s/r%d/{id}", svc, k), Methods: []string{"GET", "PUT"}})
+				}
+				in.Manifests = append(in.Manifests, ManifestInput{Generation: int64(2*i + r + 1), Endpoint: "http://" + m.Service.Instance, Parsed: m})
+			}
+		}
+		return in
+	}
+	look := func(tab *Table) (Canonical, []MatchOutcome) {
+		var ms []MatchOutcome
+		for _, e := range tab.Entries() {
+			ms = append(ms, tab.Match(e.Method, strings.ReplaceAll(e.Key, "{}", "7")).Outcome())
+		}
+		return tab.Canonical(), ms
+	}
+	big, small := fleet(3000, 3, "big"), fleet(40, 5, "small") // enough for the workers and shards of 2 cores
+	var sc scratch
+	first := derive(big, &sc)
+	c1, m1 := look(first)
+	sc.reuse()
+	second := derive(small, &sc)
+	sc.reuse()
+	third := derive(big, &sc)
+	if c, m := look(first); !cmp.Equal(c, c1, cmp.AllowUnexported(Conflict{})) || !cmp.Equal(m, m1) {
+		t.Error("deriving again with the scratch changed an earlier table")
+	}
+	if c, m := look(third); !cmp.Equal(c, c1, cmp.AllowUnexported(Conflict{})) || !cmp.Equal(m, m1) {
+		t.Error("a derivation on a used scratch differs from one on a fresh scratch")
+	}
+	if c, _ := look(second); !cmp.Equal(c, Derive(small).Canonical(), cmp.AllowUnexported(Conflict{})) {
+		t.Error("the small table differs when derived on a used scratch")
+	}
+}

@@ -24,7 +24,7 @@ func TestSlotsTableGrows(t *testing.T) {
 	for _, shards := range []int{1, 3} {
 		var got []string
 		for sh := range shards {
-			for _, sl := range slotsOf(nil, append(statics, statics[:10]...), sh, shards) { // ten keys twice
+			for _, sl := range slotsOf(nil, append(statics, statics[:10]...), sh, shards, &grouping{}) { // ten keys twice
 				got = append(got, sl.key)
 			}
 		}
@@ -46,7 +46,7 @@ func FuzzSortSlots(f *testing.F) {
 		for i, k := range keys {
 			slots[i] = &slot{key: k}
 		}
-		sortSlots(slots)
+		sortSlots(slots, nil)
 		slices.Sort(keys)
 		for i, sl := range slots {
 			if sl.key != keys[i] {
