@@ -283,44 +283,46 @@ func slotsOf(claims []*claim, statics []staticClaim, shard, shards int, sc *grou
 			}
 		}
 	}
-	sc.keys = sortSlots(ordered, sc.keys)
 	sc.table, sc.ordered = table, ordered
-	return ordered
+	sc.keys, sc.sorted = sortSlots(ordered, sc.keys, sc.sorted)
+	return sc.sorted
 }
 
 // cell is a cell of slotsOf's table: 32 more bits of the hash of a key, and where its slot
 // is (1 + its index in the slots, 0 for an empty cell).
 type cell struct{ tag, at uint32 }
 
-// sortKey is a slot to sort with its key's first 16 bytes, big-endian, zero-padded.
+// sortKey is a slot to sort: its key's first 16 bytes, big-endian, zero-padded, and its
+// index. It holds no pointer, so that the sort moves it without write barriers.
 type sortKey struct {
 	hi, lo uint64
-	sl     *slot
+	at     int
 }
 
-// sortSlots sorts slots by key, with keys as its buffer, and returns the buffer. Most
-// comparisons are settled by the keys' first 16 bytes, copied next to each slot, without
-// reading the keys themselves.
-func sortSlots(slots []*slot, keys []sortKey) []sortKey {
+// sortSlots sorts slots by key, with keys and out as its buffers, and returns them (out
+// holding the slots in order). Most comparisons are settled by the keys' first 16 bytes,
+// copied next to each slot's index, without reading the keys themselves.
+func sortSlots(slots []*slot, keys []sortKey, out []*slot) ([]sortKey, []*slot) {
 	keys = slices.Grow(keys[:0], len(slots))[:len(slots)]
 	for i, sl := range slots {
 		var b [16]byte
 		copy(b[:], sl.key)
-		keys[i] = sortKey{binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:]), sl}
+		keys[i] = sortKey{binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:]), i}
 	}
 	slices.SortFunc(keys, func(a, b sortKey) int {
-		if c := cmp.Compare(a.hi, b.hi); c != 0 {
-			return c
+		if a.hi != b.hi {
+			return cmp.Compare(a.hi, b.hi)
 		}
-		if c := cmp.Compare(a.lo, b.lo); c != 0 {
-			return c
+		if a.lo != b.lo {
+			return cmp.Compare(a.lo, b.lo)
 		}
-		return strings.Compare(a.sl.key, b.sl.key)
+		return strings.Compare(slots[a.at].key, slots[b.at].key)
 	})
-	for i, k := range keys {
-		slots[i] = k.sl
+	out = slices.Grow(out[:0], len(slots))
+	for _, k := range keys {
+		out = append(out, slots[k.at])
 	}
-	return keys
+	return keys, out
 }
 
 // mergeSlots merges two key-sorted lists of slots with no key in common.
@@ -941,8 +943,9 @@ type grouping struct {
 	slots   arena[slot]
 	groups  arena[group]
 	table   []cell
-	ordered []*slot
+	ordered []*slot // in the order they came
 	keys    []sortKey
+	sorted  []*slot // in key order
 }
 
 var scratches = sync.Pool{New: func() any { return new(scratch) }}
