@@ -67,31 +67,44 @@ func (n *node) child(value string) *node {
 	return nil
 }
 
-// trieBuilder builds a trie; its nodes and method sets come from arenas.
+// trieBuilder builds a trie; its nodes, method sets and first edges come from arenas.
 type trieBuilder struct {
 	nodes arena[node]
 	sets  arena[byMethod]
+	edges arena[edge]
 	root  *node
-	prev  []apiv1.Segment // the segments of the last pattern placed
-	path  []*node         // path[i] is the node after the first i segments of prev
+	// rootHint is how many literal children the root may get: the size of its map.
+	rootHint int
+	prev     string  // the key of the last pattern placed
+	path     []*node // path[i] is the node after the first i segments of prev
 }
+
+// firstEdges is how many literal children a node has room for before its edges are copied.
+const firstEdges = 4
 
 // addChild adds a new literal child for value to n and returns it.
 func (b *trieBuilder) addChild(n *node, value string) *node {
 	next := b.nodes.new()
-	link(n, value, next)
+	if n.lits == nil && n.literal == nil {
+		n.lits = b.edges.take(firstEdges)[:0]
+	}
+	hint := 0
+	if n == b.root {
+		hint = b.rootHint
+	}
+	link(n, value, next, hint)
 	return next
 }
 
-// link makes next n's literal child for value.
-func link(n *node, value string, next *node) {
+// link makes next n's literal child for value; a map made for n has room for hint.
+func link(n *node, value string, next *node, hint int) {
 	switch {
 	case n.literal != nil:
 		n.literal[value] = next
 	case len(n.lits) < maxEdges:
 		n.lits = append(n.lits, edge{value, next})
 	default:
-		n.literal = make(map[string]*node, 2*maxEdges)
+		n.literal = make(map[string]*node, max(2*maxEdges, hint))
 		for _, e := range n.lits {
 			n.literal[e.value] = e.next
 		}
@@ -114,7 +127,7 @@ func merge(a, b *node) {
 		if na := a.child(value); na != nil {
 			merge(na, nb)
 		} else {
-			link(a, value, nb)
+			link(a, value, nb, 0)
 		}
 	}
 	for _, e := range b.lits {
@@ -140,25 +153,37 @@ func mergeSets(a, b *byMethod) *byMethod {
 	return a
 }
 
-// sameStep reports whether two segments lead to the same child of a node: one literal, or
-// two parameters whatever their names. A wildcard leads to no node.
-func sameStep(a, b apiv1.Segment) bool {
-	return a.Kind == b.Kind && (a.Kind == apiv1.Param || a.Kind == apiv1.Literal && a.Value == b.Value)
+// sharedSegments returns how many leading segments two path keys have in common: the
+// segments that end, in both, within their common prefix. A key names parameters "{}",
+// so equal text is one trie path; a wildcard, the last segment, leads to no node (the
+// caller bounds the count by the nodes it has).
+func sharedSegments(a, b string) int {
+	n := min(len(a), len(b))
+	i := 0
+	for i < n && a[i] == b[i] {
+		i++
+	}
+	if i <= 1 {
+		return 0
+	}
+	c := strings.Count(a[1:i], "/")
+	if (i == len(a) || a[i] == '/') && (i == len(b) || b[i] == '/') {
+		c++ // the segment ending at i ends there in both
+	}
+	return c
 }
 
-// setFor returns the method set of the pattern of segs, creating the nodes on its way.
-// Patterns come in key order and share their leading segments with the previous one, so
-// the walk resumes from the deepest node the two have in common instead of from the root.
-func (b *trieBuilder) setFor(segs []apiv1.Segment) *byMethod {
+// setFor returns the method set of the pattern of key and segs, creating the nodes on its
+// way. Patterns come in key order and share their leading segments with the previous one,
+// so the walk resumes from the deepest node the two have in common instead of from the
+// root.
+func (b *trieBuilder) setFor(key string, segs []apiv1.Segment) *byMethod {
 	if b.root == nil {
 		b.root = b.nodes.new()
 		b.path = []*node{b.root}
 	}
-	common := 0
-	for common < len(segs) && common < len(b.prev) && common < len(b.path)-1 && sameStep(segs[common], b.prev[common]) {
-		common++
-	}
-	b.path, b.prev = b.path[:common+1], segs
+	common := min(sharedSegments(key, b.prev), len(segs), len(b.path)-1)
+	b.path, b.prev = b.path[:common+1], key
 	n := b.path[common]
 	for _, s := range segs[common:] {
 		switch s.Kind {

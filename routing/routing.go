@@ -638,7 +638,7 @@ func derive(in Input, sc *scratch) *Table {
 func buildEntries(slots []*slot) ([]*Entry, []Conflict, *node) {
 	entries := make([]*Entry, 0, 2*len(slots)) // most keys have one or two methods
 	var conflicts []Conflict
-	var trie trieBuilder
+	trie := trieBuilder{rootHint: len(slots) / 4}
 	var entryArena arena[Entry]
 	var idArena []string
 	var buf [8]*rival
@@ -697,7 +697,7 @@ func buildEntries(slots []*slot) ([]*Entry, []Conflict, *node) {
 			}
 			entries = append(entries, e)
 			if set == nil {
-				set = trie.setFor(sl.segs)
+				set = trie.setFor(k, sl.segs)
 			}
 			set[mi] = e
 			if len(losers) > 0 {

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
 )
 
 // TestSlotsTableGrows: slotsOf's table starts at the size the claims call for; static
@@ -52,6 +54,28 @@ func FuzzSortSlots(f *testing.F) {
 			if sl.key != keys[i] {
 				t.Fatalf("position %d: %q, want %q", i, sl.key, keys[i])
 			}
+		}
+	})
+}
+
+// FuzzSharedSegments compares the count of leading segments two path keys share, taken on
+// their text, with the count taken on their parsed segments.
+func FuzzSharedSegments(f *testing.F) {
+	for _, c := range [][2]string{{"/a/b", "/a/bc"}, {"/a/{x}", "/a/{y...}"}, {"/a/{x}/c", "/a/{y}/c/d"}, {"/", "/a"}, {"/ab", "/a"}, {"/a/b", "/a/b"}} {
+		f.Add(c[0], c[1])
+	}
+	f.Fuzz(func(t *testing.T, pa, pb string) {
+		a, errA := apiv1.ParsePath(pa)
+		b, errB := apiv1.ParsePath(pb)
+		if errA != nil || errB != nil {
+			return
+		}
+		want := 0
+		for want < min(len(a), len(b)) && a[want].Kind == b[want].Kind && (a[want].Kind != apiv1.Literal || a[want].Value == b[want].Value) {
+			want++
+		}
+		if got := sharedSegments(apiv1.PathKey(a), apiv1.PathKey(b)); got != want {
+			t.Fatalf("sharedSegments(%q, %q) = %d, want %d", apiv1.PathKey(a), apiv1.PathKey(b), got, want)
 		}
 	})
 }
