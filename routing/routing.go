@@ -729,12 +729,25 @@ func granted(path string, prefixes []string) bool {
 		if pre = strings.TrimSuffix(pre, "/"); pre == "/" { // "//"
 			return true
 		}
-		literal := strings.HasPrefix(pre, "/") && !strings.HasSuffix(pre, "/") && !strings.Contains(pre, "//") && !strings.ContainsAny(pre, "{}")
-		if literal && strings.HasPrefix(path, pre) && (len(path) == len(pre) || path[len(pre)] == '/') {
+		if strings.HasPrefix(path, pre) && (len(path) == len(pre) || path[len(pre)] == '/') && literalPrefix(pre) {
 			return true
 		}
 	}
 	return false
+}
+
+// literalPrefix reports whether pre, not "/", is a path of literal segments: it starts with
+// "/", has no empty segment (no "//", no trailing "/") and no brace.
+func literalPrefix(pre string) bool {
+	if len(pre) < 2 || pre[0] != '/' || pre[len(pre)-1] == '/' {
+		return false
+	}
+	for i := 1; i < len(pre); i++ {
+		if c := pre[i]; c == '{' || c == '}' || c == '/' && pre[i-1] == '/' {
+			return false
+		}
+	}
+	return true
 }
 
 // claimsOf validates manifest m, published as mi, and returns its claims (their keys

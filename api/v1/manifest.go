@@ -80,8 +80,10 @@ func (n Number) MarshalJSON() ([]byte, error) {
 // Int64 returns the value when it is a JSON integer (no fraction, no exponent, no quotes).
 func (n Number) Int64() (int64, bool) {
 	s := string(n)
-	if s == "" || strings.ContainsAny(s, ".eE\"") {
-		return 0, false
+	for i := 0; i < len(s); i++ { // a fraction, an exponent or quotes: not a JSON integer
+		if c := s[i]; c == '.' || c == 'e' || c == 'E' || c == '"' {
+			return 0, false
+		}
 	}
 	v, err := strconv.ParseInt(s, 10, 64)
 	return v, err == nil
@@ -176,12 +178,30 @@ func PathKey(segs []Segment) string {
 	if len(segs) == 0 {
 		return "/"
 	}
+	var b strings.Builder
+	b.Grow(keySize(segs))
+	writeKey(&b, segs)
+	return b.String()
+}
+
+// keySize is the length of PathKey(segs) for segs not empty.
+func keySize(segs []Segment) int {
 	n := 0
 	for _, s := range segs {
-		n += 1 + len(s.Value) + 5
+		switch s.Kind {
+		case Literal:
+			n += 1 + len(s.Value)
+		case Param:
+			n += 3 // "/{}"
+		case Wildcard:
+			n += 6 // "/{...}"
+		}
 	}
-	var b strings.Builder
-	b.Grow(n)
+	return n
+}
+
+// writeKey writes PathKey(segs), for segs not empty, to b.
+func writeKey(b *strings.Builder, segs []Segment) {
 	for _, s := range segs {
 		b.WriteByte('/')
 		switch s.Kind {
@@ -193,7 +213,6 @@ func PathKey(segs []Segment) string {
 			b.WriteString("{...}")
 		}
 	}
-	return b.String()
 }
 
 func isParamName(s string) bool {
@@ -289,14 +308,54 @@ func (m *Manifest) Analyze() ([]ManifestProblem, []RouteInfo) {
 		}
 	}
 	infos := make([]RouteInfo, len(m.Routes))
-	// One array holds the segments of every route: one allocation per manifest.
+	// One array holds the segments of every route, one string the keys of those with
+	// parameters: two allocations per manifest.
 	n := 0
-	for _, r := range m.Routes {
-		n += strings.Count(r.Path, "/")
+	for i := range m.Routes {
+		n += strings.Count(m.Routes[i].Path, "/")
 	}
 	segments := make([]Segment, 0, n)
+	var pathErrs []error // per route, when some route's path is malformed
+	keyLen := 0
+	for i := range m.Routes {
+		p := m.Routes[i].Path
+		segs, err := appendPath(segments, p)
+		if err != nil {
+			if pathErrs == nil {
+				pathErrs = make([]error, len(m.Routes))
+			}
+			pathErrs[i] = err
+			continue
+		}
+		segments = segments[:len(segments)+len(segs)]
+		infos[i] = RouteInfo{Segments: segs, Key: p} // a path of literals only is its own key
+		if strings.IndexByte(p, '{') >= 0 {
+			keyLen += keySize(segs)
+		}
+	}
+	if keyLen > 0 {
+		var b strings.Builder
+		b.Grow(keyLen)
+		for i := range infos {
+			if pathErrs == nil || pathErrs[i] == nil {
+				if strings.IndexByte(infos[i].Key, '{') >= 0 {
+					writeKey(&b, infos[i].Segments)
+				}
+			}
+		}
+		keys, at := b.String(), 0
+		for i := range infos {
+			if pathErrs == nil || pathErrs[i] == nil {
+				if strings.IndexByte(infos[i].Key, '{') >= 0 {
+					size := keySize(infos[i].Segments)
+					infos[i].Key, at = keys[at:at+size], at+size
+				}
+			}
+		}
+	}
 	claimed := make([]uint8, len(m.Routes)) // per route: the methods it claims, as bits
-	for i, r := range m.Routes {
+	for i := range m.Routes {
+		r := &m.Routes[i]
 		// Field paths are built only for a problem: derivation analyses every manifest.
 		at := func(field string, j int) string {
 			if j < 0 {
@@ -304,16 +363,12 @@ func (m *Manifest) Analyze() ([]ManifestProblem, []RouteInfo) {
 			}
 			return "routes[" + strconv.Itoa(i) + "]." + field + "[" + strconv.Itoa(j) + "]"
 		}
-		segs, err := appendPath(segments, r.Path)
+		var err error
+		if pathErrs != nil {
+			err = pathErrs[i]
+		}
 		if err != nil {
 			add(CodeInvalidRoute, at("path", -1), "%v", err)
-		} else {
-			key := r.Path // a path of literals only is its own key
-			if strings.ContainsRune(r.Path, '{') {
-				key = PathKey(segs)
-			}
-			infos[i] = RouteInfo{Segments: segs, Key: key}
-			segments = segments[:len(segments)+len(segs)]
 		}
 		if len(r.Methods) == 0 {
 			add(CodeInvalidRoute, at("methods", -1), "must not be empty")
