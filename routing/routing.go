@@ -284,7 +284,7 @@ func slotsOf(claims []*claim, statics []staticClaim, shard, shards int, sc *grou
 		}
 	}
 	sc.table, sc.ordered = table, ordered
-	sc.keys, sc.sorted = sortSlots(ordered, sc.keys, sc.sorted)
+	sc.keys, sc.tmp, sc.sorted = sortSlots(ordered, sc.keys, sc.tmp, sc.sorted)
 	return sc.sorted
 }
 
@@ -299,30 +299,72 @@ type sortKey struct {
 	at     int
 }
 
-// sortSlots sorts slots by key, with keys and out as its buffers, and returns them (out
-// holding the slots in order). Most comparisons are settled by the keys' first 16 bytes,
-// copied next to each slot's index, without reading the keys themselves.
-func sortSlots(slots []*slot, keys []sortKey, out []*slot) ([]sortKey, []*slot) {
+// sortSlots sorts slots by key, with keys, tmp and out as its buffers, and returns them
+// (out holding the slots in order). The keys' first 16 bytes, copied next to each slot's
+// index, are sorted by radix; only slots whose keys share those bytes are then compared,
+// by key.
+func sortSlots(slots []*slot, keys, tmp []sortKey, out []*slot) ([]sortKey, []sortKey, []*slot) {
 	keys = slices.Grow(keys[:0], len(slots))[:len(slots)]
+	tmp = slices.Grow(tmp[:0], len(slots))[:len(slots)]
 	for i, sl := range slots {
 		var b [16]byte
 		copy(b[:], sl.key)
 		keys[i] = sortKey{binary.BigEndian.Uint64(b[:8]), binary.BigEndian.Uint64(b[8:]), i}
 	}
-	slices.SortFunc(keys, func(a, b sortKey) int {
-		if a.hi != b.hi {
-			return cmp.Compare(a.hi, b.hi)
+	sorted := radixSort(keys, tmp)
+	for lo := 0; lo < len(sorted); {
+		hi := lo + 1
+		for hi < len(sorted) && sorted[hi].hi == sorted[lo].hi && sorted[hi].lo == sorted[lo].lo {
+			hi++
 		}
-		if a.lo != b.lo {
-			return cmp.Compare(a.lo, b.lo)
+		if hi-lo > 1 {
+			slices.SortFunc(sorted[lo:hi], func(a, b sortKey) int { return strings.Compare(slots[a.at].key, slots[b.at].key) })
 		}
-		return strings.Compare(slots[a.at].key, slots[b.at].key)
-	})
+		lo = hi
+	}
 	out = slices.Grow(out[:0], len(slots))
-	for _, k := range keys {
+	for _, k := range sorted {
 		out = append(out, slots[k.at])
 	}
-	return keys, out
+	return keys, tmp, out
+}
+
+// radixSort sorts keys by (hi, lo), a byte at a time from the last, with tmp (as long as
+// keys) for room, and returns whichever of the two holds the result. A byte that is the
+// same in every key is skipped.
+func radixSort(keys, tmp []sortKey) []sortKey {
+	if len(keys) < 2 {
+		return keys
+	}
+	src, dst := keys, tmp
+	for pass := range 16 {
+		shift := uint(8 * (pass % 8))
+		word := func(k *sortKey) uint64 {
+			if pass < 8 {
+				return k.lo
+			}
+			return k.hi
+		}
+		var count [256]int
+		for i := range src {
+			count[byte(word(&src[i])>>shift)]++
+		}
+		if count[byte(word(&src[0])>>shift)] == len(src) {
+			continue
+		}
+		sum := 0
+		for d, c := range count {
+			count[d] = sum
+			sum += c
+		}
+		for i := range src {
+			d := byte(word(&src[i]) >> shift)
+			dst[count[d]] = src[i]
+			count[d]++
+		}
+		src, dst = dst, src
+	}
+	return src
 }
 
 // mergeSlots merges two key-sorted lists of slots with no key in common.
@@ -958,6 +1000,7 @@ type grouping struct {
 	table   []cell
 	ordered []*slot // in the order they came
 	keys    []sortKey
+	tmp     []sortKey
 	sorted  []*slot // in key order
 }
 

@@ -48,7 +48,7 @@ func FuzzSortSlots(f *testing.F) {
 		for i, k := range keys {
 			slots[i] = &slot{key: k}
 		}
-		_, sorted := sortSlots(slots, nil, nil)
+		_, _, sorted := sortSlots(slots, nil, nil, nil)
 		slices.Sort(keys)
 		for i, sl := range sorted {
 			if sl.key != keys[i] {
