@@ -1,53 +1,14 @@
 package routing_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"testing"
 
-	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/routing"
 )
 
-// fleet builds n services, each with two instances and a manifest of five routes under its
-// own prefix, and the policy that grants them.
-func fleet(n int) routing.Input {
-	in := routing.Input{Policy: routing.Policy{}}
-	for i := range n {
-		svc := fmt.Sprintf("svc-%d", i)
-		in.Policy[svc] = []string{"/" + svc}
-		for r := range 2 {
-			inst := fmt.Sprintf("%s-%d", svc, r)
-			man := map[string]any{"farp": "1.0", "service": map[string]string{"name": svc, "instance": inst, "version": "1.2.3"},
-				"health": map[string]any{"path": "/healthz", "interval": "5s", "unhealthy_after": 3},
-				"routes": []map[string]any{
-					{"path": "/" + svc + "/items", "methods": []string{"GET", "POST"}, "idempotent": []string{"GET"}},
-					{"path": "/" + svc + "/items/{id}", "methods": []string{"GET", "PUT", "DELETE"}, "idempotent": []string{"GET", "PUT", "DELETE"}},
-					{"path": "/" + svc + "/items/{id}/events", "methods": []string{"GET"}},
-					{"path": "/" + svc + "/search", "methods": []string{"GET"}},
-					{"path": "/" + svc + "/files/{rest...}", "methods": []string{"GET"}},
-				}}
-			raw, _ := json.Marshal(man)
-			in.Manifests = append(in.Manifests, routing.ManifestInput{Generation: int64(i*2 + r + 1), Endpoint: "http://" + inst + ":8080", Manifest: raw})
-		}
-	}
-	return in
-}
-
-// decoded is in with its manifests decoded, as a gateway holds them.
-func decoded(tb testing.TB, in routing.Input) routing.Input {
-	tb.Helper()
-	out := in
-	out.Manifests = make([]routing.ManifestInput, len(in.Manifests))
-	for i, m := range in.Manifests {
-		var man apiv1.Manifest
-		if err := json.Unmarshal(m.Manifest, &man); err != nil {
-			tb.Fatal(err)
-		}
-		out.Manifests[i] = routing.ManifestInput{Generation: m.Generation, Endpoint: m.Endpoint, Parsed: &man}
-	}
-	return out
-}
+// fleet and decoded are the package's BenchFleet and DecodedFleet (export_test.go).
+var fleet, decoded = routing.BenchFleet, routing.DecodedFleet
 
 // BenchmarkDerive derives the full table from manifests as a gateway holds them (decoded
 // by the discovery client) and, for comparison, from raw JSON (routes derive, a case file).
