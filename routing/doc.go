@@ -11,4 +11,9 @@
 // higher weight, then the senior group (lowest generation still present). Matching is
 // compiled into a segment trie once per table, so its cost does not grow with the number of
 // routes. The package is public: it imports api/v1 and Masterminds/semver, nothing internal.
+//
+// Derivation (routing.go) analyses the manifests on every core, groups the claims by path
+// key (slots.go), builds the entries and the trie (match.go) a share of the keys per core,
+// and keeps the memory it needs only while it runs in a pool for the next derivation
+// (scratch.go): a gateway derives again at every change of the manifests.
 package routing
