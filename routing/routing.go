@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"hash/maphash"
 	"iter"
+	"math/bits"
 	"runtime"
 	"slices"
 	"strings"
@@ -364,8 +365,10 @@ func buildEntries(slots []*slot) ([]*Entry, []Conflict, *node) {
 	var buf [8]*rival
 	for _, sl := range slots {
 		k := sl.key
-		var set *byMethod               // the slot's place in the trie
-		for mi := range apiv1.Methods { // byte order of methods: the table's order within a key
+		var set *byMethod // the slot's place in the trie
+		present := sl.methods()
+		for ; present != 0; present &= present - 1 { // byte order of methods: the table's order within a key
+			mi := bits.TrailingZeros8(uint8(present))
 			rs := buf[:0]
 			for g := sl.first; g != nil; g = g.next {
 				if g.methods.has(mi) {

@@ -22,6 +22,22 @@ type slot struct {
 	segs        []apiv1.Segment             // the segments of one of its patterns: the key's shape
 }
 
+// methods returns the methods some group or static route of sl claims.
+func (sl *slot) methods() methodSet {
+	var ms methodSet
+	for g := sl.first; g != nil; g = g.next {
+		ms |= g.methods
+	}
+	if sl.static != nil {
+		for mi, e := range sl.static {
+			if e != nil {
+				ms |= 1 << mi
+			}
+		}
+	}
+	return ms
+}
+
 // staticClaim is a static route, parsed.
 type staticClaim struct {
 	route StaticRoute
@@ -319,8 +335,13 @@ func (g *group) rivalFor(mi int, ids *[]string) *rival {
 
 // sort sorts r's upstreams by instance and sets its ids, carved from *ids.
 func (r *rival) sort(ids *[]string) {
-	if len(r.upstreams) > 1 {
-		slices.SortFunc(r.upstreams, func(a, b Upstream) int { return cmp.Compare(a.Instance, b.Instance) })
+	switch u := r.upstreams; {
+	case len(u) == 2: // two replicas, the most common group
+		if u[1].Instance < u[0].Instance {
+			u[0], u[1] = u[1], u[0]
+		}
+	case len(u) > 2:
+		slices.SortFunc(u, func(a, b Upstream) int { return cmp.Compare(a.Instance, b.Instance) })
 	}
 	n := len(r.upstreams)
 	if len(*ids) < n {
