@@ -97,15 +97,10 @@ func slotsOf(claims []*claim, statics []staticClaim, shard, shards int, sc *grou
 		}
 		return sl
 	}
-	var last *slot // claims of one key often come together: skip the hash and the map
 	for _, c := range claims {
-		sl := last
-		if sl == nil || sl.key != c.key {
-			if sl = slotOf(c.key, c.hash, c.segs); sl == nil {
-				last = nil
-				continue
-			}
-			last = sl
+		sl := slotOf(c.key, c.hash, c.segs)
+		if sl == nil {
+			continue
 		}
 		var g *group
 		for x := sl.first; x != nil; x = x.next {
