@@ -340,7 +340,11 @@ func derive(in Input, sc *scratch) *Table {
 		})
 	}
 	wg.Wait()
-	t.entries = make([]*Entry, 0, len(claims)+len(in.Static))
+	n = 0
+	for _, p := range parts {
+		n += len(p.entries)
+	}
+	t.entries = make([]*Entry, 0, n)
 	for _, p := range parts {
 		t.entries = append(t.entries, p.entries...)
 		t.conflicts = append(t.conflicts, p.conflicts...)
@@ -354,8 +358,8 @@ func derive(in Input, sc *scratch) *Table {
 	return t
 }
 
-// buildEntries turns slots, in key order, into table entries and conflicts: per method, the
-// static route or the winning group, and who lost.
+// buildEntries turns slots, in key order, into table entries and conflicts — per method,
+// the static route or the winning group, and who lost — and the trie of their keys.
 func buildEntries(slots []*slot) ([]*Entry, []Conflict, *node) {
 	entries := make([]*Entry, 0, 2*len(slots)) // most keys have one or two methods
 	var conflicts []Conflict
