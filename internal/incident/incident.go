@@ -168,30 +168,32 @@ func (l *Log) find(id string) (*apiv1.Incident, error) {
 // Acknowledge records that by is on it. Acknowledging a resolved or acknowledged incident
 // changes nothing.
 func (l *Log) Acknowledge(id, by string) (apiv1.Incident, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	in, err := l.find(id)
-	if err != nil {
-		return apiv1.Incident{}, err
-	}
-	if in.Status == apiv1.IncidentOpen {
-		now := l.cfg.Now().UTC()
-		in.Status, in.AcknowledgedAt, in.AcknowledgedBy = apiv1.IncidentAcknowledged, &now, by
-	}
-	return *in, nil
+	return l.update(id, func(in *apiv1.Incident) {
+		if in.Status == apiv1.IncidentOpen {
+			now := l.cfg.Now().UTC()
+			in.Status, in.AcknowledgedAt, in.AcknowledgedBy = apiv1.IncidentAcknowledged, &now, by
+		}
+	})
 }
 
 // Resolve closes an incident; resolving a resolved one changes nothing. If its condition
 // still holds, the next time it is raised opens a new incident.
 func (l *Log) Resolve(id, by string) (apiv1.Incident, error) {
+	return l.update(id, func(in *apiv1.Incident) {
+		if in.Status != apiv1.IncidentResolved {
+			l.resolve(in, by)
+		}
+	})
+}
+
+// update applies change to incident id under the lock and returns the incident as it is then.
+func (l *Log) update(id string, change func(*apiv1.Incident)) (apiv1.Incident, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	in, err := l.find(id)
 	if err != nil {
 		return apiv1.Incident{}, err
 	}
-	if in.Status != apiv1.IncidentResolved {
-		l.resolve(in, by)
-	}
+	change(in)
 	return *in, nil
 }
