@@ -169,13 +169,18 @@ func (v Verdict) InRotation() bool {
 // instance is the engine's record of one instance.
 type instance struct {
 	Instance
-	present       bool
-	draining      bool
-	admitted      bool
-	okRun         int // consecutive ok probes
-	badRun        int // consecutive fail/timeout probes
-	causes        map[string]Evidence
-	lastRenewal   time.Time
+	present     bool
+	draining    bool
+	admitted    bool
+	okRun       int // consecutive ok probes
+	badRun      int // consecutive fail/timeout probes
+	causes      map[string]Evidence
+	lastRenewal time.Time
+	// renewed is set by the first heartbeat of the incarnation: only instances that have
+	// renewed at least once are expected to renew (a fleet that registers and never
+	// heartbeats is not a sign that renewals are failing to reach the registry).
+	renewed       bool
+	registeredAt  time.Time
 	degraded      bool
 	rotationSince time.Time // when it (re-)entered rotation: slow start runs from here
 
@@ -214,8 +219,32 @@ type Engine struct {
 	spSince  time.Time
 	spBlock  bool    // the mode ended by its bound: it cannot return until renewals recover
 	ratio    float64 // renewals received over expected in the last window, as of the last Tick
-	ejected  int     // passive ejections so far
+	decision SelfPreservationDecision
+	ejected  int // passive ejections so far
 }
+
+// SelfPreservationDecision is what the last Tick saw and decided about self-preservation:
+// the numbers behind the ratio, so that a log line or an incident quotes exactly what the
+// decision used.
+type SelfPreservationDecision struct {
+	// Received is the heartbeats in the last window; Expected those due from the instances
+	// that have renewed at least once (Live of them); Ratio is Received over Expected (1
+	// when none are expected).
+	Received int
+	Expected float64
+	Live     int
+	Ratio    float64
+	// Reason says why the mode changed at this tick: "renewals_low", "renewals_recovered",
+	// "bound_reached"; empty when it did not change.
+	Reason string
+}
+
+// Reasons of a SelfPreservationDecision.
+const (
+	SelfPreservationRenewalsLow       = "renewals_low"
+	SelfPreservationRenewalsRecovered = "renewals_recovered"
+	SelfPreservationBoundReached      = "bound_reached"
+)
 
 // New returns an engine for cfg (defaults filled in).
 func New(cfg Config) (*Engine, error) {
@@ -267,8 +296,7 @@ func (e *Engine) Apply(ev Event) error {
 	switch ev.Kind {
 	case KindRegistered:
 		// a new incarnation starts from scratch
-		*in = instance{Instance: in.Instance, present: true, causes: map[string]Evidence{}, lastRenewal: ev.At, lastHealth: "ok", lastHealthAt: ev.At}
-		e.renewals = append(e.renewals, ev.At)
+		*in = instance{Instance: in.Instance, present: true, causes: map[string]Evidence{}, lastRenewal: ev.At, lastHealth: "ok", lastHealthAt: ev.At, registeredAt: ev.At}
 		if !in.Probe {
 			in.admitted, in.rotationSince = true, ev.At
 		}
@@ -279,7 +307,7 @@ func (e *Engine) Apply(ev Event) error {
 		if e.quietRenewal(in, ev) {
 			return nil
 		}
-		in.lastRenewal = ev.At
+		in.lastRenewal, in.renewed = ev.At, true
 		e.renewals = append(e.renewals, ev.At)
 		in.lastHealth, in.lastHealthAt = cmp.Or(ev.Health, "ok"), ev.At
 		switch ev.Health {
@@ -321,7 +349,7 @@ func (e *Engine) quietRenewal(in *instance, ev Event) bool {
 	if h != in.lastHealth || len(in.causes) > 0 || e.silent(in, ev.At) {
 		return false
 	}
-	in.lastRenewal, in.lastHealthAt = ev.At, ev.At
+	in.lastRenewal, in.lastHealthAt, in.renewed = ev.At, ev.At, true
 	e.renewals = append(e.renewals, ev.At)
 	return true
 }
@@ -534,7 +562,7 @@ func (e *Engine) Tick(now time.Time) {
 		e.started, e.start = true, now
 	}
 	if e.cfg.ExternalLeases {
-		e.renewals, e.ratio = e.renewals[:0], 1
+		e.renewals, e.ratio, e.decision = e.renewals[:0], 1, SelfPreservationDecision{Ratio: 1}
 		return
 	}
 	window := e.cfg.LeaseTTL
@@ -543,29 +571,35 @@ func (e *Engine) Tick(now time.Time) {
 		drop++
 	}
 	e.renewals = e.renewals[drop:]
+	// Each instance that has renewed at least once is expected to renew once per heartbeat
+	// interval over the part of the window it has been registered for: a fleet that never
+	// heartbeats, or a burst of fresh registrations, is no sign that renewals are lost.
 	live := 0
+	var expected float64
 	for _, in := range e.instances {
-		if in.present && !in.draining {
+		if in.present && !in.draining && in.renewed {
 			live++
+			expected += float64(min(window, now.Sub(in.registeredAt))) / float64(e.cfg.HeartbeatInterval)
 		}
 	}
-	expected := float64(live) * float64(window) / float64(e.cfg.HeartbeatInterval)
 	ratio := 1.0
 	if expected > 0 {
 		ratio = float64(len(e.renewals)) / expected
 	}
 	e.ratio = ratio
+	d := SelfPreservationDecision{Received: len(e.renewals), Expected: expected, Live: live, Ratio: ratio}
 	switch {
 	case e.sp && ratio >= e.cfg.SelfPreservationExit:
-		e.sp = false
+		e.sp, d.Reason = false, SelfPreservationRenewalsRecovered
 	case e.sp && now.Sub(e.spSince) >= e.cfg.SelfPreservationMax:
-		e.sp, e.spBlock = false, true
+		e.sp, e.spBlock, d.Reason = false, true, SelfPreservationBoundReached
 	case !e.sp && e.spBlock && ratio >= e.cfg.SelfPreservationExit:
 		e.spBlock = false
 	case !e.sp && !e.spBlock && ratio < e.cfg.SelfPreservationEnter && live >= e.cfg.SelfPreservationMinInstances &&
 		now.Sub(e.start) >= window:
-		e.sp, e.spSince = true, now
+		e.sp, e.spSince, d.Reason = true, now, SelfPreservationRenewalsLow
 	}
+	e.decision = d
 	if e.sp {
 		return
 	}
@@ -585,6 +619,9 @@ func (e *Engine) Ejections() int { return e.ejected }
 // RenewalRatio returns the renewals received in the last window over those expected, as of
 // the last Tick (1 when none are expected).
 func (e *Engine) RenewalRatio() float64 { return e.ratio }
+
+// SelfPreservationDecision returns what the last Tick counted and decided.
+func (e *Engine) SelfPreservationDecision() SelfPreservationDecision { return e.decision }
 
 // GroupAnswer is what discovery returns for one (capability, zone).
 type GroupAnswer struct {

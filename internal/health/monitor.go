@@ -386,20 +386,24 @@ func (m *Monitor) tickAndPublish(now time.Time) {
 	m.engine.Tick(now)
 	spChanged := m.engine.SelfPreservation() != wasSP
 	if sp := m.engine.SelfPreservation(); spChanged {
+		// Everything said comes from the decision itself: the numbers it used, and why.
+		d := m.engine.SelfPreservationDecision()
 		if m.cfg.OnTransition != nil {
 			to := TransitionSelfPreservation
 			if !sp {
 				to = TransitionSelfPreservationOver
 			}
-			m.cfg.OnTransition(Transition{At: now.UTC(), To: to, Reasons: []string{fmt.Sprintf("renewals at %.0f%% of those expected", 100*m.engine.RenewalRatio())}})
+			m.cfg.OnTransition(Transition{At: now.UTC(), To: to, Reasons: []string{fmt.Sprintf("%s: %d renewals of %.0f expected (%.0f%%) from %d instances",
+				d.Reason, d.Received, d.Expected, 100*d.Ratio, d.Live)}})
 		}
+		attrs := []slog.Attr{slog.String("reason", d.Reason), slog.Float64("renewal_ratio", d.Ratio),
+			slog.Int("renewals", d.Received), slog.Float64("expected", d.Expected), slog.Int("renewing_instances", d.Live)}
 		if sp {
-			m.cfg.Logger.Warn("self-preservation on: lease expiry stops evicting",
-				slog.Float64("renewal_ratio", m.engine.RenewalRatio()), slog.Float64("enter_below", m.cfg.Engine.SelfPreservationEnter),
-				slog.Duration("at_most", m.cfg.Engine.SelfPreservationMax))
+			m.cfg.Logger.LogAttrs(context.Background(), slog.LevelWarn, "self-preservation on: lease expiry stops evicting",
+				append(attrs, slog.Float64("enter_below", m.cfg.Engine.SelfPreservationEnter), slog.Duration("at_most", m.cfg.Engine.SelfPreservationMax))...)
 		} else {
-			m.cfg.Logger.Warn("self-preservation off: lease expiry evicts again",
-				slog.Float64("renewal_ratio", m.engine.RenewalRatio()), slog.Float64("exit_at", m.cfg.Engine.SelfPreservationExit))
+			m.cfg.Logger.LogAttrs(context.Background(), slog.LevelWarn, "self-preservation off: lease expiry evicts again",
+				append(attrs, slog.Float64("exit_at", m.cfg.Engine.SelfPreservationExit))...)
 		}
 	}
 	changed := false

@@ -1,7 +1,10 @@
 package health
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -235,5 +238,66 @@ func TestMonitorTakeChanged(t *testing.T) {
 	}
 	if got := m.TakeChanged(); len(got) != 0 {
 		t.Errorf("a second call: %v, want nothing new", got)
+	}
+}
+
+// TestMonitorSelfPreservationLogQuotesTheDecision checks that the self-preservation log lines
+// carry the numbers the decision used — renewals, expected, the instances expected to renew
+// and why the mode changed — and that registrations that never renew are not among them.
+func TestMonitorSelfPreservationLogQuotesTheDecision(t *testing.T) {
+	var buf bytes.Buffer
+	m, err := NewMonitor(MonitorConfig{Logger: slog.New(slog.NewJSONHandler(&buf, nil)),
+		Engine: Config{HeartbeatInterval: 10 * time.Second, LeaseTTL: 30 * time.Second, SlowStart: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]string, 10)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("i%d", i)
+		m.Register(Instance{ID: ids[i], Zone: "z", Capabilities: []string{"c.x"}}, int64(i+1), t0)
+	}
+	for i := range 50 { // a fleet that registers and never heartbeats
+		m.Register(Instance{ID: fmt.Sprintf("mute%d", i), Zone: "z", Capabilities: []string{"c.x"}}, int64(100+i), t0)
+	}
+	for s := 10; s <= 40; s += 10 { // all renew until 40 s, then eight of ten fall silent
+		for i, id := range ids {
+			if s == 40 && i < 8 {
+				continue
+			}
+			if err := m.Observe(Event{At: t0.Add(time.Duration(s) * time.Second), ID: id, Kind: KindHeartbeat, Health: "ok"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		m.Sync(t0.Add(time.Duration(s)*time.Second), nil)
+	}
+	if m.SelfPreservation() {
+		t.Fatal("self-preservation at 40 s: the mute registrations were counted")
+	}
+	m.Sync(t0.Add(50*time.Second), nil)
+	if !m.SelfPreservation() {
+		t.Fatal("eight of ten renewing instances silent: no self-preservation")
+	}
+	var line struct {
+		Msg      string  `json:"msg"`
+		Reason   string  `json:"reason"`
+		Ratio    float64 `json:"renewal_ratio"`
+		Renewals int     `json:"renewals"`
+		Expected float64 `json:"expected"`
+		Live     int     `json:"renewing_instances"`
+	}
+	for l := range strings.Lines(buf.String()) {
+		if strings.Contains(l, "self-preservation on") {
+			if err := json.Unmarshal([]byte(l), &line); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// window (20 s, 50 s]: 10 heartbeats at 30 s, 2 at 40 s; ten renewing instances, each
+	// expected three times
+	want := line
+	want.Msg, want.Reason, want.Renewals, want.Expected, want.Live = "self-preservation on: lease expiry stops evicting", SelfPreservationRenewalsLow, 12, 30, 10
+	want.Ratio = float64(want.Renewals) / want.Expected
+	if diff := cmp.Diff(want, line); diff != "" || line.Ratio != want.Ratio {
+		t.Fatalf("log line (-want +got):\n%s\nlog:\n%s", diff, buf.String())
 	}
 }
