@@ -226,7 +226,7 @@ func New(cfg Config) (*Client, error) {
 
 var capsKind = kind[[]apiv1.CapabilityEntry]{
 	size: func(es []apiv1.CapabilityEntry) int { return len(es) },
-	merge: func(lkg, inc []apiv1.CapabilityEntry) []apiv1.CapabilityEntry {
+	merge: func(lkg, inc []apiv1.CapabilityEntry, removed map[string]bool) []apiv1.CapabilityEntry {
 		type key struct{ instance, capability, provider, version string }
 		k := func(e apiv1.CapabilityEntry) key {
 			return key{e.InstanceID, e.CapabilityID, e.Provider, e.CapabilityVersion}
@@ -237,7 +237,7 @@ var capsKind = kind[[]apiv1.CapabilityEntry]{
 			seen[k(e)] = true
 		}
 		for _, e := range lkg {
-			if !seen[k(e)] {
+			if !seen[k(e)] && !removed[e.InstanceID] {
 				out = append(out, e)
 			}
 		}
@@ -247,14 +247,14 @@ var capsKind = kind[[]apiv1.CapabilityEntry]{
 
 var routesKind = kind[Routes]{
 	size: func(r Routes) int { return len(r.Manifests) + len(r.PublicPaths) },
-	merge: func(lkg, inc Routes) Routes {
+	merge: func(lkg, inc Routes, removed map[string]bool) Routes {
 		out := Routes{Manifests: slices.Clone(inc.Manifests), PublicPaths: slices.Clone(inc.PublicPaths)}
 		have := map[string]bool{}
 		for _, m := range inc.Manifests {
 			have[m.InstanceID] = true
 		}
 		for _, m := range lkg.Manifests {
-			if !have[m.InstanceID] {
+			if !have[m.InstanceID] && !removed[m.InstanceID] {
 				out.Manifests = append(out.Manifests, m)
 			}
 		}
@@ -264,7 +264,7 @@ var routesKind = kind[Routes]{
 			paths[pk{p.Path, p.InstanceID}] = true
 		}
 		for _, p := range lkg.PublicPaths {
-			if !paths[pk{p.Path, p.InstanceID}] && !have[p.InstanceID] {
+			if !paths[pk{p.Path, p.InstanceID}] && !have[p.InstanceID] && !removed[p.InstanceID] {
 				out.PublicPaths = append(out.PublicPaths, p)
 			}
 		}
@@ -476,7 +476,8 @@ func (c *Client) fetchCapabilities(ctx context.Context, vals url.Values, index i
 	if resp.RegistryEpoch == "" || resp.Capabilities == nil {
 		return answer[[]apiv1.CapabilityEntry]{}, errors.New("discovery answer without registry_epoch or capabilities")
 	}
-	return answer[[]apiv1.CapabilityEntry]{epoch: resp.RegistryEpoch, revision: resp.Revision, complete: resp.Complete, body: resp.Capabilities}, nil
+	return answer[[]apiv1.CapabilityEntry]{epoch: resp.RegistryEpoch, revision: resp.Revision, complete: resp.Complete, body: resp.Capabilities,
+		removed: removedSet(resp.Removed)}, nil
 }
 
 func (c *Client) fetchRoutes(ctx context.Context, index int64) (answer[Routes], error) {
@@ -488,7 +489,19 @@ func (c *Client) fetchRoutes(ctx context.Context, index int64) (answer[Routes], 
 		return answer[Routes]{}, errors.New("routes answer without registry_epoch, manifests or public_paths")
 	}
 	return answer[Routes]{epoch: resp.RegistryEpoch, revision: resp.Revision, complete: resp.Complete,
-		body: Routes{Manifests: resp.Manifests, PublicPaths: resp.PublicPaths}}, nil
+		body: Routes{Manifests: resp.Manifests, PublicPaths: resp.PublicPaths}, removed: removedSet(resp.Removed)}, nil
+}
+
+// removedSet is the instances an incomplete answer says were removed.
+func removedSet(rs []apiv1.Removal) map[string]bool {
+	if len(rs) == 0 {
+		return nil
+	}
+	out := make(map[string]bool, len(rs))
+	for _, r := range rs {
+		out[r.InstanceID] = true
+	}
+	return out
 }
 
 // get fetches a discovery answer into out; index >= 0 makes it a long poll. Any failure —

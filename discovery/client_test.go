@@ -243,6 +243,14 @@ func answer(epoch string, rev int64, complete bool, instances ...string) apiv1.D
 	return r
 }
 
+// removing lists ids as removed in the registry's epoch (an incomplete answer's removed).
+func removing(r apiv1.DiscoveryResponse, ids ...string) apiv1.DiscoveryResponse {
+	for _, id := range ids {
+		r.Removed = append(r.Removed, apiv1.Removal{InstanceID: id, Generation: 1})
+	}
+	return r
+}
+
 func TestOrderingAndMerging(t *testing.T) {
 	type step struct {
 		answer any
@@ -270,6 +278,12 @@ func TestOrderingAndMerging(t *testing.T) {
 			{answer("e2", 0, false), []string{"a", "b"}, 0, "e2", discovery.StateFresh, discovery.SourceFresh},
 			{answer("e2", 1, false, "c"), []string{"a", "b", "c"}, 1, "e2", discovery.StateFresh, discovery.SourceFresh},
 			{answer("e2", 2, true, "a", "c"), []string{"a", "c"}, 2, "e2", discovery.StateFresh, discovery.SourceFresh},
+		}},
+		{"an incomplete answer drops what it says the registry removed", []step{
+			{answer("e1", 9, true, "a", "b", "c"), []string{"a", "b", "c"}, 9, "e1", discovery.StateFresh, discovery.SourceFresh},
+			{answer("e2", 2, false, "a", "b"), []string{"a", "b", "c"}, 2, "e2", discovery.StateFresh, discovery.SourceFresh},
+			{removing(answer("e2", 3, false, "a"), "b"), []string{"a", "c"}, 3, "e2", discovery.StateFresh, discovery.SourceFresh},
+			{removing(answer("e2", 4, false, "a", "b"), "b", "c"), []string{"a", "b"}, 4, "e2", discovery.StateFresh, discovery.SourceFresh},
 		}},
 		{"a decode failure is not an empty answer", []step{
 			{answer("e1", 4, true, "a"), []string{"a"}, 4, "e1", discovery.StateFresh, discovery.SourceFresh},

@@ -37,12 +37,15 @@ type answer[T any] struct {
 	revision int64
 	complete bool
 	body     T
+	// removed: the instances an incomplete answer says the registry removed in its epoch
+	removed map[string]bool
 }
 
 // kind tells a view how to talk about its type T.
 type kind[T any] struct {
-	// merge folds an incomplete answer into the last-known-good body.
-	merge func(lkg, incomplete T) T
+	// merge folds an incomplete answer into the last-known-good body: what the answer holds,
+	// plus what the view held of every other instance that the answer does not say removed.
+	merge func(lkg, incomplete T, removed map[string]bool) T
 	// size counts the entries of a body (for metrics and authoritative-empty).
 	size func(T) int
 }
@@ -83,7 +86,7 @@ func (v *view[T]) apply(a answer[T], now time.Time) bool {
 		return true
 	default:
 		// A registry that started empty is still warming up: keep what we knew, add what it says.
-		merged := answer[T]{epoch: a.epoch, revision: a.revision, complete: false, body: v.kind.merge(cur.body, a.body)}
+		merged := answer[T]{epoch: a.epoch, revision: a.revision, complete: false, body: v.kind.merge(cur.body, a.body, a.removed)}
 		v.lkg = &merged
 		return true
 	}

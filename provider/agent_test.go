@@ -89,6 +89,11 @@ func startAgent(t *testing.T, cfg provider.Config) (*provider.Agent, func() erro
 	if cfg.Backoff == (provider.Backoff{}) {
 		cfg.Backoff = provider.Backoff{Initial: time.Millisecond, Multiplier: 2, Max: 10 * time.Millisecond}
 	}
+	if cfg.DrainTimeout == 0 {
+		// These registries have just started, so they never confirm a withdrawal (a live
+		// gateway may not have been heard from yet): the drain is not what these tests check.
+		cfg.DrainTimeout = 100 * time.Millisecond
+	}
 	a, err := provider.New(cfg)
 	if err != nil {
 		t.Fatalf("provider.New: %v", err)
@@ -360,7 +365,7 @@ func TestFiveMinuteOutageCompressed(t *testing.T) {
 	}))
 	defer front.Close()
 	a, err := provider.New(provider.Config{Registries: []string{front.URL}, Registration: registration("jms-1"),
-		Clock: clock, Rand: func() float64 { return 0.5 }, HeartbeatInterval: time.Hour})
+		Clock: clock, Rand: func() float64 { return 0.5 }, HeartbeatInterval: time.Hour, DrainTimeout: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -411,7 +416,8 @@ func TestRetryAfterIsHonoured(t *testing.T) {
 		r.Config.Handler.ServeHTTP(w, req)
 	}))
 	defer front.Close()
-	a, _ := provider.New(provider.Config{Registries: []string{front.URL}, Registration: registration("jms-1"), Clock: clock, HeartbeatInterval: time.Hour})
+	a, _ := provider.New(provider.Config{Registries: []string{front.URL}, Registration: registration("jms-1"), Clock: clock, HeartbeatInterval: time.Hour,
+		DrainTimeout: 100 * time.Millisecond})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- a.Run(ctx) }()

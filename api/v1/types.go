@@ -133,6 +133,16 @@ type DiscoveryResponse struct {
 	// window: instances that are alive may be missing, so consumers must not drop endpoints.
 	Complete     bool              `json:"complete"`
 	Capabilities []CapabilityEntry `json:"capabilities"`
+	// Removed, only while Complete is false, lists the incarnations the registry has
+	// deregistered or evicted since its epoch began: a consumer that keeps entries it knew
+	// before (an incomplete answer may lack live instances) drops these.
+	Removed []Removal `json:"removed,omitempty"`
+}
+
+// Removal is one incarnation a registry removed (deregistered or evicted) during its warm-up.
+type Removal struct {
+	InstanceID string `json:"instance_id"`
+	Generation int64  `json:"generation"`
 }
 
 // ManifestEntry is one instance's manifest in a routes answer.
@@ -169,6 +179,8 @@ type RoutesResponse struct {
 	Complete      bool            `json:"complete"`
 	Manifests     []ManifestEntry `json:"manifests"`
 	PublicPaths   []PublicPath    `json:"public_paths"`
+	// Removed is DiscoveryResponse.Removed.
+	Removed []Removal `json:"removed,omitempty"`
 }
 
 // HealthResponse is the answer of GET /v1/discovery/health.
@@ -220,7 +232,8 @@ type SnapshotResponse struct {
 }
 
 // AckRequest is the body of POST /v1/discovery/ack: a gateway reports the registry revision
-// its routing table now reflects (the drain handshake).
+// its routing table now reflects (the drain handshake). Only an identity with the gateway
+// role may send it; each acknowledgement renews the gateway's place among the live ones.
 type AckRequest struct {
 	GatewayID     string `json:"gateway_id"`
 	RegistryEpoch string `json:"registry_epoch"`
@@ -236,6 +249,9 @@ type WithdrawalResponse struct {
 	Acknowledged bool   `json:"acknowledged"`
 	// Pending names the live gateways that have not applied it yet.
 	Pending []string `json:"pending"`
+	// Reason says why it is not acknowledged when no gateway is pending: the registry has not
+	// run long enough to have heard from every live gateway.
+	Reason string `json:"reason,omitempty"`
 }
 
 // Incident kinds and statuses (GET /v1/incidents).

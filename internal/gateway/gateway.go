@@ -218,13 +218,13 @@ func (g *Gateway) ackOrPoll(ctx context.Context) <-chan time.Time {
 // once every request that started on an older table has finished (one that picked an
 // instance before the instance's withdrawal may not have reached it yet), else that of the
 // oldest table still serving requests. It reports whether it acknowledged the current
-// table. Only a table derived from a complete view is acknowledged: one merged from a
-// warming-up registry's answers may still hold withdrawn instances, and a provider must not
-// stop serving on its strength.
+// table. A table merged from a warming-up registry's incomplete answers is acknowledged too:
+// those answers list every instance the registry removed in its epoch and the merge drops
+// them, so the table holds no withdrawn instance — and the registry learns at once that this
+// gateway is live.
 func (g *Gateway) ack(ctx context.Context) (current bool) {
 	st := g.state.Load()
-	r := g.routes.Load()
-	if st == nil || r == nil || !r.Complete {
+	if st == nil {
 		return true
 	}
 	g.retiredMu.Lock()

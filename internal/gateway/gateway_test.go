@@ -25,18 +25,27 @@ import (
 	"github.com/meshflows/meshflows/routing"
 )
 
-// switchable serves the registry, or 503 while it is "down".
+// switchable serves the registry, or 503 while it is "down"; swap puts another registry
+// behind it (a restart).
 type switchable struct {
-	h    http.Handler
+	h    atomic.Pointer[http.Handler]
 	down atomic.Bool
 }
+
+func newSwitchable(h http.Handler) *switchable {
+	s := &switchable{}
+	s.swap(h)
+	return s
+}
+
+func (s *switchable) swap(h http.Handler) { s.h.Store(&h) }
 
 func (s *switchable) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if s.down.Load() {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		return
 	}
-	s.h.ServeHTTP(w, r)
+	(*s.h.Load()).ServeHTTP(w, r)
 }
 
 type env struct {
@@ -58,7 +67,7 @@ func newEnvWith(t *testing.T, rcfg registry.Config, gcfg gateway.Config) *env {
 	t.Helper()
 	reg := registrytest.NewServer(t, rcfg)
 	reg.Clock.Advance(registry.DefaultLeaseTTL) // past the warm-up: answers are complete, withdrawals apply
-	front := &switchable{h: reg.Config.Handler}
+	front := newSwitchable(reg.Config.Handler)
 	fs := httptest.NewServer(front)
 	t.Cleanup(fs.Close)
 	disc, err := discovery.New(discovery.Config{Registries: []string{fs.URL}, WatchWait: 200 * time.Millisecond, RequestTimeout: time.Second})
@@ -431,4 +440,113 @@ func TestAckWaitsForRequestsOnOlderTables(t *testing.T) {
 		t.Fatalf("the request on the older table got %q", got)
 	}
 	until(t, "the withdrawal acknowledged once the request finished", withdrawn)
+}
+
+// TestDrainHandshakeDuringWarmUp stops a provider under traffic right after a registry
+// restart, while the registry still answers complete=false and has not heard from every
+// gateway. The gateway must drop the instance (the incomplete answers list what the registry
+// removed, and the merge with what the gateway knew honours it), and the registry must not
+// call the withdrawal acknowledged before it can know every live gateway. No request may fail.
+func TestDrainHandshakeDuringWarmUp(t *testing.T) {
+	e := newEnvWith(t, registry.Config{}, gateway.Config{AckInterval: 50 * time.Millisecond})
+	upA, upB := upstream(t, "orders-a"), upstream(t, "orders-b")
+	registration := func(name, endpoint string) apiv1.RegisterRequest {
+		return apiv1.RegisterRequest{InstanceID: name, ServiceName: "orders", ServiceVersion: "1.0.0", Endpoint: endpoint,
+			Capabilities: []apiv1.Capability{{CapabilityID: "orders.write", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0", Provider: "http"}},
+			Manifest: &apiv1.Manifest{FARP: "1.0", Service: apiv1.ManifestService{Name: "orders", Instance: name, Version: "1.0.0"},
+				Routes: []apiv1.ManifestRoute{{Path: "/orders/{id}", Methods: []string{"POST"}}}}}
+	}
+	for name, up := range map[string]*httptest.Server{"orders-a": upA, "orders-b": upB} {
+		req := registration(name, up.URL)
+		if _, err := e.reg.Registry.Register(context.Background(), &req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	routes := func() (r gateway.RoutesAnswer) {
+		json.Unmarshal([]byte(e.do(t, "GET", "/v1/gateway/routes", "").body), &r)
+		return r
+	}
+	twoUpstreams := func() bool { r := routes(); return len(r.Routes) == 2 && len(r.Routes[0].Instances) == 2 }
+	until(t, "both instances in the table", twoUpstreams)
+
+	// The registry restarts with empty state: a new epoch, inside its warm-up window.
+	restarted := registrytest.NewServerAt(t, registry.Config{}, registrytest.Epoch0.Add(time.Hour))
+	e.front.swap(restarted.Config.Handler)
+	start := func(name string, up *httptest.Server) (context.CancelFunc, chan error) {
+		a, err := provider.New(provider.Config{Registries: []string{e.reg.URL}, HeartbeatInterval: time.Hour, DrainTimeout: 2 * time.Second,
+			Registration: registration(name, up.URL)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- a.Run(ctx) }()
+		return cancel, done
+	}
+	e.reg.Config.Handler = restarted.Config.Handler // the agents reach the restarted registry too
+	stopA, doneA := start("orders-a", upA)
+	defer func() { stopA(); <-doneA }()
+	stopB, doneB := start("orders-b", upB)
+	until(t, "both re-registered with the restarted registry", func() bool {
+		_, errA := restarted.Registry.Instance("orders-a")
+		_, errB := restarted.Registry.Instance("orders-b")
+		return errA == nil && errB == nil
+	})
+	until(t, "the table follows the restarted registry (incomplete)", func() bool {
+		r := routes()
+		return r.RegistryEpoch == restarted.Registry.State().Epoch && twoUpstreams()
+	})
+	genB := func() int64 { in, _ := restarted.Registry.Instance("orders-b"); return in.Generation }()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var sent, failed atomic.Int64
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				resp, err := http.Post(e.srv.URL+"/orders/1", "text/plain", strings.NewReader("x"))
+				sent.Add(1)
+				if err != nil {
+					failed.Add(1)
+					continue
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != 200 {
+					failed.Add(1)
+				}
+			}
+		})
+	}
+	until(t, "traffic flowing", func() bool { return sent.Load() > 50 })
+	stopB()
+	if err := <-doneB; err != nil {
+		t.Fatal(err)
+	}
+	upB.Close() // the provider stops serving once its agent returns
+	before := sent.Load()
+	until(t, "more traffic after the stop", func() bool { return sent.Load() > before+200 })
+	cancel()
+	wg.Wait()
+	if n := failed.Load(); n != 0 {
+		t.Errorf("%d of %d requests failed while a provider drained during the warm-up", n, sent.Load())
+	}
+	if r := routes(); len(r.Routes) != 2 || len(r.Routes[0].Instances) != 1 {
+		t.Fatalf("orders-b still in the table: %+v", r.Routes)
+	}
+
+	// Not acknowledged while the registry may not know every live gateway — though this one
+	// has acknowledged the new epoch's table; acknowledged once it has run for the gateway TTL.
+	w, err := restarted.Registry.Withdrawal("orders-b", genB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Acknowledged || w.Reason == "" || len(w.Pending) != 0 {
+		t.Fatalf("withdrawal right after the restart: %+v, want not acknowledged, none pending, a reason", w)
+	}
+	restarted.Clock.Advance(registry.DefaultGatewayTTL)
+	until(t, "the withdrawal acknowledged once every live gateway can be known", func() bool {
+		w, err := restarted.Registry.Withdrawal("orders-b", genB)
+		return err == nil && w.Acknowledged
+	})
 }

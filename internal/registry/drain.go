@@ -1,8 +1,10 @@
 package registry
 
 import (
+	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,17 +16,37 @@ const maxWithdrawals = 10000
 
 // drain is the registry's half of the drain handshake: gateways report the revision their
 // table reflects; a deregistered incarnation is acknowledged once every live gateway (one
-// heard from within a lease TTL) has applied a revision at or past its withdrawal.
+// heard from within GatewayTTL) has applied a revision at or past its withdrawal, and the
+// registry has run long enough to have heard from every live gateway.
+//
+// During the warm-up after an empty start it also keeps the removals (deregistrations and
+// evictions) of the epoch, which incomplete answers carry: consumers that merge an incomplete
+// answer into what they knew drop them, so a table merged from warm-up answers never keeps an
+// instance the registry removed, and a gateway may acknowledge it.
 type drain struct {
 	mu          sync.Mutex
-	gateways    map[string]gatewayAck
+	gateways    map[string]GatewayAck // with a store that does not share them
 	withdrawals map[withdrawalKey]withdrawal
+	removals    map[string]int64 // instance id -> generation removed, in removalsOf's epoch
+	removalsOf  string
 }
 
-type gatewayAck struct {
-	epoch    string
-	revision int64
-	seen     time.Time
+// GatewayAck is a gateway's last acknowledgement: its table reflects Revision of Epoch.
+type GatewayAck struct {
+	GatewayID string    `json:"gateway_id"`
+	Epoch     string    `json:"registry_epoch"`
+	Revision  int64     `json:"revision"`
+	Seen      time.Time `json:"seen"`
+}
+
+// AckSharer is a Store that keeps the gateways' acknowledgements where every replica sees
+// them (the etcd store): each under a lease of ttl renewed by the gateway's next ack, so a
+// gateway that stops acknowledging drops out by itself. Without one, each replica keeps the
+// acknowledgements it receives.
+type AckSharer interface {
+	PutAck(ctx context.Context, ack GatewayAck, ttl time.Duration) error
+	// Acks returns the acknowledgements of the live gateways.
+	Acks() []GatewayAck
 }
 
 type withdrawalKey struct {
@@ -57,48 +79,110 @@ func (d *drain) recordWithdrawal(id string, generation int64, epoch string, revi
 	d.withdrawals[withdrawalKey{id, generation}] = withdrawal{epoch: epoch, revision: revision, at: now}
 }
 
-// Ack records that gateway id's table reflects revision of epoch.
-func (r *Registry) Ack(req *apiv1.AckRequest) error {
+// recordRemoval remembers that the incarnation was removed during the warm-up of epoch.
+func (d *drain) recordRemoval(id string, generation int64, epoch string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.removalsOf != epoch {
+		d.removals, d.removalsOf = map[string]int64{}, epoch
+	}
+	d.removals[id] = max(d.removals[id], generation)
+}
+
+// removed returns the removals of epoch, sorted by instance id; nil once the warm-up is over
+// (the memory is released then).
+func (d *drain) removed(epoch string, complete bool) []apiv1.Removal {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if complete || d.removalsOf != epoch {
+		d.removals = nil
+		return nil
+	}
+	out := make([]apiv1.Removal, 0, len(d.removals))
+	for id, g := range d.removals {
+		out = append(out, apiv1.Removal{InstanceID: id, Generation: g})
+	}
+	slices.SortFunc(out, func(a, b apiv1.Removal) int { return strings.Compare(a.InstanceID, b.InstanceID) })
+	return out
+}
+
+// Ack records that gateway id's table reflects revision of epoch; it renews the gateway's
+// place among the live ones for GatewayTTL.
+func (r *Registry) Ack(ctx context.Context, req *apiv1.AckRequest) error {
 	if req.GatewayID == "" || len(req.GatewayID) > 253 || req.Revision < 0 {
 		return apiv1.InvalidRequest([]apiv1.Detail{{Path: "gateway_id", Message: "a gateway id of 1-253 characters and a revision >= 0 are required"}})
+	}
+	now := r.cfg.Now()
+	ack := GatewayAck{GatewayID: req.GatewayID, Epoch: req.RegistryEpoch, Revision: req.Revision, Seen: now.UTC()}
+	if as, ok := r.store.(AckSharer); ok {
+		if err := as.PutAck(ctx, ack, r.cfg.GatewayTTL); err != nil {
+			return fmt.Errorf("record the acknowledgement of gateway %q: %w", req.GatewayID, err)
+		}
+		return nil
 	}
 	d := &r.drain
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.gateways == nil {
-		d.gateways = map[string]gatewayAck{}
+		d.gateways = map[string]GatewayAck{}
 	}
-	now := r.cfg.Now()
 	for id, g := range d.gateways { // forget gateways silent for a long time
-		if now.Sub(g.seen) > 10*r.cfg.LeaseTTL {
+		if now.Sub(g.Seen) > r.cfg.GatewayTTL {
 			delete(d.gateways, id)
 		}
 	}
-	d.gateways[req.GatewayID] = gatewayAck{epoch: req.RegistryEpoch, revision: req.Revision, seen: now}
+	d.gateways[req.GatewayID] = ack
 	return nil
 }
 
-// Withdrawal says whether every live gateway has applied the deregistration of the
-// incarnation generation of instance id.
-func (r *Registry) Withdrawal(id string, generation int64) (*apiv1.WithdrawalResponse, error) {
+// liveGateways returns the acknowledgements of the gateways heard from within GatewayTTL.
+func (r *Registry) liveGateways(now time.Time) []GatewayAck {
+	if as, ok := r.store.(AckSharer); ok {
+		return as.Acks()
+	}
 	d := &r.drain
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	out := make([]GatewayAck, 0, len(d.gateways))
+	for _, g := range d.gateways {
+		if now.Sub(g.Seen) <= r.cfg.GatewayTTL {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// Withdrawal says whether every live gateway has applied the deregistration of the
+// incarnation generation of instance id. A deregistration this replica does not remember (made
+// through another replica, or before this one started) is taken to be at the current revision,
+// which is at or past it: the answer may come later than it could, never too early.
+func (r *Registry) Withdrawal(id string, generation int64) (*apiv1.WithdrawalResponse, error) {
+	d := &r.drain
+	d.mu.Lock()
 	w, ok := d.withdrawals[withdrawalKey{id, generation}]
+	d.mu.Unlock()
 	if !ok {
-		return nil, fmt.Errorf("no deregistration of instance %q generation %d is remembered: %w", id, generation, ErrInstanceNotFound)
+		if rec, held := r.store.Get(id); held && rec.Generation <= generation {
+			return nil, fmt.Errorf("instance %q generation %d is registered, not withdrawn: %w", id, generation, ErrInstanceNotFound)
+		}
+		st := r.State()
+		w = withdrawal{epoch: st.Epoch, revision: st.Revision}
 	}
 	now := r.cfg.Now()
 	resp := &apiv1.WithdrawalResponse{InstanceID: id, Generation: generation, Revision: w.revision, Pending: []string{}}
-	for gid, g := range d.gateways {
-		if now.Sub(g.seen) > r.cfg.LeaseTTL {
-			continue // not live: nothing to wait for
-		}
-		if g.epoch != w.epoch || g.revision < w.revision {
-			resp.Pending = append(resp.Pending, gid)
+	for _, g := range r.liveGateways(now) {
+		if g.Epoch != w.epoch || g.Revision < w.revision {
+			resp.Pending = append(resp.Pending, g.GatewayID)
 		}
 	}
 	slices.Sort(resp.Pending)
 	resp.Acknowledged = len(resp.Pending) == 0
+	if up := now.Sub(r.started); resp.Acknowledged && up < r.cfg.GatewayTTL {
+		// A gateway that was live before this replica started may not have acknowledged yet:
+		// "no gateway pending" proves nothing until every live one has had its chance.
+		resp.Acknowledged = false
+		resp.Reason = fmt.Sprintf("the registry started %s ago and may not have heard from every live gateway yet (it counts them after %s)",
+			up.Round(time.Second), r.cfg.GatewayTTL)
+	}
 	return resp, nil
 }

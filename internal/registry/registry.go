@@ -24,6 +24,7 @@ const (
 	DefaultLeaseTTL          = 90 * time.Second
 	DefaultHeartbeatInterval = 30 * time.Second
 	DefaultSweepInterval     = time.Second
+	DefaultGatewayTTL        = 30 * time.Second
 )
 
 // Config configures a Registry. The zero value gets the defaults.
@@ -40,6 +41,10 @@ type Config struct {
 	// that interval; WriteSnapshot uses it too.
 	SnapshotDir      string
 	SnapshotInterval time.Duration
+	// GatewayTTL is how long a gateway counts as live after its last acknowledgement
+	// (default 30 s; gateways acknowledge every 10 s). A withdrawal is acknowledged only once
+	// the registry has run this long: before, a live gateway may not have been heard from.
+	GatewayTTL time.Duration
 	// Now is the clock (default time.Now). Tests inject a fake one.
 	Now func() time.Time
 	// Logger receives register, deregister and eviction events; nil is silent.
@@ -64,6 +69,9 @@ func (c *Config) setDefaults() {
 	if c.SweepInterval == 0 {
 		c.SweepInterval = DefaultSweepInterval
 	}
+	if c.GatewayTTL == 0 {
+		c.GatewayTTL = DefaultGatewayTTL
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -87,6 +95,9 @@ func (c *Config) Validate() error {
 	if c.SweepInterval <= 0 {
 		errs = append(errs, fmt.Errorf("sweep interval %s must be positive", c.SweepInterval))
 	}
+	if c.GatewayTTL < time.Second {
+		errs = append(errs, fmt.Errorf("gateway ttl %s is under 1s", c.GatewayTTL))
+	}
 	if c.SnapshotInterval < 0 {
 		errs = append(errs, fmt.Errorf("snapshot interval %s is negative", c.SnapshotInterval))
 	}
@@ -100,6 +111,7 @@ func (c *Config) Validate() error {
 type Registry struct {
 	cfg      Config
 	store    Store
+	started  time.Time // when New ran: the registry knows every live gateway GatewayTTL later
 	metrics  *metrics
 	watchers atomic.Int64
 	drain    drain
@@ -117,7 +129,7 @@ func New(store Store, cfg Config) (*Registry, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("registry config: %w", err)
 	}
-	r := &Registry{cfg: cfg, store: store}
+	r := &Registry{cfg: cfg, store: store, started: cfg.Now()}
 	r.reconcile.Store(true)
 	r.shareAll.Store(true)
 	if vs, ok := store.(VerdictSharer); ok && cfg.Eligibility != nil {
@@ -252,6 +264,14 @@ func (r *Registry) Deregister(ctx context.Context, id string, generation int64) 
 	if err := r.mayTouch(ctx, id, true); err != nil {
 		return err
 	}
+	// Recorded before the store removes it, so that every answer at a revision that lacks the
+	// instance already lists it as removed (a failed deregistration leaves a harmless entry:
+	// consumers drop only what the answer itself does not hold).
+	if st := r.State(); !st.Complete {
+		if cur, ok := r.store.Get(id); ok {
+			r.drain.recordRemoval(id, cur.Generation, st.Epoch)
+		}
+	}
 	rec, err := r.store.Deregister(ctx, id, generation)
 	if err != nil {
 		return err
@@ -260,7 +280,8 @@ func (r *Registry) Deregister(ctx context.Context, id string, generation int64) 
 	if m := r.cfg.Eligibility; m != nil {
 		m.Forget(rec.InstanceID, now)
 	}
-	r.drain.recordWithdrawal(rec.InstanceID, rec.Generation, r.store.Epoch().ID, r.revision(), now, r.cfg.LeaseTTL)
+	st := r.State()
+	r.drain.recordWithdrawal(rec.InstanceID, rec.Generation, st.Epoch, st.Revision, now, r.cfg.LeaseTTL)
 	r.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "deregister",
 		slog.String("instance_id", rec.InstanceID), slog.String("service_name", rec.ServiceName),
 		slog.Int64("generation", rec.Generation))
@@ -363,14 +384,18 @@ func (r *Registry) Run(ctx context.Context) error {
 type Answer struct {
 	State
 	Entries []Entry
+	// Removed is set while the answer is incomplete: every incarnation removed since the
+	// epoch began (consumers drop them from what they keep).
+	Removed []apiv1.Removal
 }
 
 // Query returns the entries that match q, sorted.
 func (r *Registry) Query(q *Query) Answer {
 	rev := r.revision()
+	st := r.stateAt(rev)
 	es := r.judge(r.store.Query(q))
 	SortEntries(es)
-	return Answer{State: r.stateAt(rev), Entries: es}
+	return Answer{State: st, Entries: es, Removed: r.drain.removed(st.Epoch, st.Complete)}
 }
 
 // Wait blocks until the revision exceeds index, ctx ends or wait passes, and returns the
@@ -438,7 +463,7 @@ func sortedRecords(recs []*Record) []*Record {
 func (r *Registry) Routes() apiv1.RoutesResponse {
 	st := r.State()
 	out := apiv1.RoutesResponse{RegistryEpoch: st.Epoch, Revision: st.Revision, Complete: st.Complete,
-		Manifests: []apiv1.ManifestEntry{}, PublicPaths: []apiv1.PublicPath{}}
+		Manifests: []apiv1.ManifestEntry{}, PublicPaths: []apiv1.PublicPath{}, Removed: r.drain.removed(st.Epoch, st.Complete)}
 	for _, rec := range sortedRecords(r.store.Records()) {
 		if rec.Manifest != nil {
 			state, weight, inPanic := r.eligibilityOf(rec)

@@ -44,7 +44,7 @@ const (
 	open     access = iota // health and metrics: no credential
 	provider               // register, heartbeat, deregister: any identity; ownership and the policy are checked by the handler and the registry
 	discover               // discovery and the catalog: a role that may discover
-	gateway                // passive outcomes: a gateway role
+	gateway                // passive outcomes and drain acknowledgements: a gateway role
 	admin                  // admin endpoints
 )
 
@@ -99,7 +99,7 @@ func (s *Server) guard(w http.ResponseWriter, r *http.Request, acc access) (*htt
 	case acc == discover && !s.cfg.Policy.CanDiscover(identity):
 		denied = "identity %q has no role that may discover"
 	case acc == gateway && !s.cfg.Policy.IsGateway(identity):
-		denied = "identity %q has no gateway role: only gateways report outcomes"
+		denied = "identity %q has no gateway role: only gateways report outcomes and acknowledge tables"
 	case acc == admin && !isAdmin:
 		denied = "identity %q is not an admin"
 	}

@@ -108,7 +108,7 @@ func (s *Server) capabilities(_ http.ResponseWriter, r *http.Request) (any, erro
 	}
 	ans := s.reg.Query(q)
 	resp := apiv1.DiscoveryResponse{RegistryEpoch: ans.Epoch, Revision: ans.Revision, Complete: ans.Complete,
-		Capabilities: make([]apiv1.CapabilityEntry, len(ans.Entries))}
+		Capabilities: make([]apiv1.CapabilityEntry, len(ans.Entries)), Removed: ans.Removed}
 	for i, e := range ans.Entries {
 		resp.Capabilities[i] = e.Wire()
 	}
@@ -175,7 +175,7 @@ func (s *Server) ack(w http.ResponseWriter, r *http.Request) (any, error) {
 	if err := s.decode(w, r, &req); err != nil {
 		return nil, err
 	}
-	return nil, s.reg.Ack(&req)
+	return nil, s.reg.Ack(r.Context(), &req)
 }
 
 func (s *Server) withdrawal(_ http.ResponseWriter, r *http.Request) (any, error) {

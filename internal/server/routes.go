@@ -22,7 +22,7 @@ func (s *Server) routes() {
 	s.handle("GET /v1/discovery/capabilities", discover, s.capabilities)
 	s.handle("GET /v1/discovery/routes", discover, s.discoveryRoutes)
 	s.handle("GET /v1/discovery/health", discover, s.discoveryHealth)
-	s.handle("POST /v1/discovery/ack", discover, s.ack)
+	s.handle("POST /v1/discovery/ack", gateway, s.ack)
 
 	s.handle("POST /v1/admin/snapshot", admin, s.snapshot)
 

@@ -1,0 +1,93 @@
+package registry_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/internal/registry"
+)
+
+// TestWarmUpAnswersListRemovals: while the registry warms up, every answer lists the
+// incarnations deregistered in its epoch; once complete, none.
+func TestWarmUpAnswersListRemovals(t *testing.T) {
+	f := newFixture(t, registry.Config{LeaseTTL: 30 * time.Second, HeartbeatInterval: 10 * time.Second})
+	mustRegister(t, f, request("jms-1", "egress-jms"))
+	gone := mustRegister(t, f, request("jms-2", "egress-jms"))
+	mustRegister(t, f, request("jms-3", "egress-jms"))
+	if err := f.reg.Deregister(context.Background(), "jms-2", gone.Generation); err != nil {
+		t.Fatal(err)
+	}
+	// (No lease granted in an epoch can end inside its warm-up, which is one lease TTL long:
+	// deregistrations are the removals of a warm-up.)
+	f.clock.Advance(29 * time.Second)
+	want := []apiv1.Removal{{InstanceID: "jms-2", Generation: gone.Generation}}
+	ans := f.reg.Query(&registry.Query{})
+	if ans.Complete || len(ans.Entries) != 2 {
+		t.Fatalf("answer in the warm-up: complete %v, %d entries", ans.Complete, len(ans.Entries))
+	}
+	if diff := cmp.Diff(want, ans.Removed); diff != "" {
+		t.Errorf("query removed (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(want, f.reg.Routes().Removed); diff != "" {
+		t.Errorf("routes removed (-want +got):\n%s", diff)
+	}
+	f.clock.Advance(time.Second)
+	if ans := f.reg.Query(&registry.Query{}); !ans.Complete || ans.Removed != nil {
+		t.Errorf("complete answer: complete %v, removed %v; want none", ans.Complete, ans.Removed)
+	}
+}
+
+// TestWithdrawalNeedsEveryLiveGateway: a withdrawal is acknowledged only when every live
+// gateway has applied it and the registry has run long enough to know every live gateway; a
+// withdrawal this replica does not remember is judged at its current revision, never
+// acknowledged early; one of an incarnation still registered is not found.
+func TestWithdrawalNeedsEveryLiveGateway(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, registry.Config{GatewayTTL: 30 * time.Second})
+	reg := mustRegister(t, f, request("jms-1", "egress-jms"))
+	if err := f.reg.Deregister(ctx, "jms-1", reg.Generation); err != nil {
+		t.Fatal(err)
+	}
+	st := f.reg.State()
+	w, err := f.reg.Withdrawal("jms-1", reg.Generation)
+	if err != nil || w.Acknowledged || w.Reason == "" {
+		t.Fatalf("just started, no gateway heard: %+v %v; want not acknowledged, with a reason", w, err)
+	}
+	f.clock.Advance(30 * time.Second)
+	if w, _ := f.reg.Withdrawal("jms-1", reg.Generation); !w.Acknowledged {
+		t.Fatalf("after the gateway ttl, no gateway live: %+v; want acknowledged", w)
+	}
+	ack := func(id string, rev int64) {
+		t.Helper()
+		if err := f.reg.Ack(ctx, &apiv1.AckRequest{GatewayID: id, RegistryEpoch: st.Epoch, Revision: rev}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ack("gw-1", st.Revision-1)
+	ack("gw-2", st.Revision)
+	w, _ = f.reg.Withdrawal("jms-1", reg.Generation)
+	if w.Acknowledged || cmp.Diff([]string{"gw-1"}, w.Pending) != "" {
+		t.Fatalf("gw-1 behind: %+v; want pending gw-1", w)
+	}
+	ack("gw-1", st.Revision)
+	if w, _ := f.reg.Withdrawal("jms-1", reg.Generation); !w.Acknowledged {
+		t.Fatalf("both applied: %+v", w)
+	}
+	f.clock.Advance(20 * time.Second)
+	ack("gw-2", st.Revision)
+	f.clock.Advance(11 * time.Second) // gw-1 silent for 31 s: no longer live
+	mustRegister(t, f, request("jms-9", "egress-jms"))
+	// unknown to this replica (deregistered through another): judged at the current revision
+	w, err = f.reg.Withdrawal("jms-7", 4)
+	if err != nil || w.Acknowledged || w.Revision != f.reg.State().Revision || cmp.Diff([]string{"gw-2"}, w.Pending) != "" {
+		t.Fatalf("unremembered withdrawal: %+v %v; want judged at revision %d, gw-2 pending", w, err, f.reg.State().Revision)
+	}
+	if _, err := f.reg.Withdrawal("jms-9", 2); !errors.Is(err, registry.ErrInstanceNotFound) {
+		t.Fatalf("withdrawal of a registered incarnation: %v, want not found", err)
+	}
+}
