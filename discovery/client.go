@@ -9,7 +9,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -231,9 +230,17 @@ var capsKind = kind[[]apiv1.CapabilityEntry]{
 		k := func(e apiv1.CapabilityEntry) key {
 			return key{e.InstanceID, e.CapabilityID, e.Provider, e.CapabilityVersion}
 		}
+		known := make(map[string]bool, len(lkg))
+		for _, e := range lkg {
+			known[e.InstanceID] = true
+		}
 		seen := make(map[key]bool, len(inc))
-		out := slices.Clone(inc)
+		out := make([]apiv1.CapabilityEntry, 0, len(inc)+len(lkg))
 		for _, e := range inc {
+			if e.Restored && !known[e.InstanceID] {
+				continue // known only from a snapshot, and gone from what this view knew
+			}
+			out = append(out, e)
 			seen[k(e)] = true
 		}
 		for _, e := range lkg {
@@ -248,9 +255,18 @@ var capsKind = kind[[]apiv1.CapabilityEntry]{
 var routesKind = kind[Routes]{
 	size: func(r Routes) int { return len(r.Manifests) + len(r.PublicPaths) },
 	merge: func(lkg, inc Routes, removed map[string]bool) Routes {
-		out := Routes{Manifests: slices.Clone(inc.Manifests), PublicPaths: slices.Clone(inc.PublicPaths)}
-		have := map[string]bool{}
+		known := make(map[string]bool, len(lkg.Manifests))
+		for _, m := range lkg.Manifests {
+			known[m.InstanceID] = true
+		}
+		out := Routes{Manifests: make([]apiv1.ManifestEntry, 0, len(inc.Manifests)+len(lkg.Manifests))}
+		have, skip := map[string]bool{}, map[string]bool{}
 		for _, m := range inc.Manifests {
+			if m.Restored && !known[m.InstanceID] {
+				skip[m.InstanceID] = true // known only from a snapshot, and gone from what this view knew
+				continue
+			}
+			out.Manifests = append(out.Manifests, m)
 			have[m.InstanceID] = true
 		}
 		for _, m := range lkg.Manifests {
@@ -261,7 +277,10 @@ var routesKind = kind[Routes]{
 		type pk struct{ path, instance string }
 		paths := map[pk]bool{}
 		for _, p := range inc.PublicPaths {
-			paths[pk{p.Path, p.InstanceID}] = true
+			if !skip[p.InstanceID] {
+				out.PublicPaths = append(out.PublicPaths, p)
+				paths[pk{p.Path, p.InstanceID}] = true
+			}
 		}
 		for _, p := range lkg.PublicPaths {
 			if !paths[pk{p.Path, p.InstanceID}] && !have[p.InstanceID] && !removed[p.InstanceID] {

@@ -504,3 +504,64 @@ func TestReadDoesNotQueueBehindALongPoll(t *testing.T) {
 		t.Errorf("Routes answered from %s (context: %v), want a fresh answer of its own", res.Source, rctx.Err())
 	}
 }
+
+// TestRestoreNeverRewinds: a registry killed just after a deregistration and restored from
+// its last snapshot holds the withdrawn instance again (until its lease ends). The restore is
+// a new epoch, so no pre-crash ETag matches; the withdrawn instance comes back marked
+// restored, and a consumer that had seen it go does not take it back; one it still knew stays.
+func TestRestoreNeverRewinds(t *testing.T) {
+	ctx := context.Background()
+	s := registrytest.NewServer(t, registry.Config{SnapshotDir: t.TempDir()})
+	s.Clock.Advance(registry.DefaultLeaseTTL) // past the warm-up: snapshots are written
+	registerOne(t, s.Registry, "jms-1")
+	registerOne(t, s.Registry, "jms-2")
+	snap, err := s.Registry.WriteSnapshot(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Registry.Deregister(ctx, "jms-2", 0); err != nil {
+		t.Fatal(err)
+	}
+	front, srv := newFront(t, s.Config.Handler)
+	c, clk := newClient(t, srv.URL, discovery.Config{})
+	if res, err := c.Capabilities(ctx, publish); err != nil || cmp.Diff([]string{"jms-1"}, ids(res.Entries)) != "" {
+		t.Fatalf("before the crash: %v %+v", err, res)
+	}
+	etag := get(t, srv.URL+"/v1/discovery/capabilities", "").Header.Get("ETag")
+
+	// killed a second later, restored from the snapshot; one provider registers at once
+	restored := registrytest.NewServerAt(t, registry.Config{}, registrytest.Epoch0.Add(registry.DefaultLeaseTTL+time.Second))
+	if _, err := restored.Registry.RestoreSnapshot(ctx, snap.Path); err != nil {
+		t.Fatal(err)
+	}
+	registerOne(t, restored.Registry, "jms-3")
+	front.set(restored.Config.Handler)
+	if resp := get(t, srv.URL+"/v1/discovery/capabilities", etag); resp.StatusCode != http.StatusOK {
+		t.Fatalf("pre-crash ETag %s answered %d by the restored registry (ETag %s), want 200", etag, resp.StatusCode, resp.Header.Get("ETag"))
+	}
+	clk.Advance(discovery.DefaultTTL)
+	res, err := c.Capabilities(ctx, publish)
+	if err != nil || res.Complete || cmp.Diff([]string{"jms-1", "jms-3"}, ids(res.Entries)) != "" {
+		t.Fatalf("after the restore: %v %+v %v; want jms-1 (restored, known) and jms-3, not the withdrawn jms-2", err, res.Meta, ids(res.Entries))
+	}
+	// a consumer that starts now knows nothing better: it takes the restored instances
+	fresh, _ := newClient(t, srv.URL, discovery.Config{})
+	if res, err := fresh.Capabilities(ctx, publish); err != nil || cmp.Diff([]string{"jms-1", "jms-2", "jms-3"}, ids(res.Entries)) != "" {
+		t.Fatalf("a new consumer after the restore: %v %v", err, ids(res.Entries))
+	}
+}
+
+// get sends a GET with If-None-Match etag (when set) and returns the closed response.
+func get(t *testing.T, url, etag string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	if etag != "" {
+		req.Header.Set("If-None-Match", etag)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp
+}

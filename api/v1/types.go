@@ -91,6 +91,10 @@ type Instance struct {
 	Manifest       *Manifest    `json:"manifest,omitempty"`
 	// Owner is the identity that registered the instance (empty when the registry runs open).
 	Owner string `json:"owner,omitempty"`
+	// Restored is set while the instance is known only from a snapshot the registry was
+	// restored from: it has not heartbeated since, and may have gone away meanwhile. A
+	// consumer merging an incomplete answer keeps such an instance only if it knew it already.
+	Restored bool `json:"restored,omitempty"`
 }
 
 // CatalogResponse is the answer of GET /v1/services.
@@ -123,6 +127,8 @@ type CapabilityEntry struct {
 	// (capability, zone) are in rotation: the answer then holds all of them, at weight 100,
 	// and consumers use them all.
 	Panic bool `json:"panic,omitempty"`
+	// Restored: see Instance.Restored.
+	Restored bool `json:"restored,omitempty"`
 }
 
 // DiscoveryResponse is the answer of GET /v1/discovery/capabilities.
@@ -159,6 +165,8 @@ type ManifestEntry struct {
 	Eligibility string `json:"eligibility"`
 	Weight      int    `json:"weight"`
 	Panic       bool   `json:"panic,omitempty"`
+	// Restored: see Instance.Restored.
+	Restored bool `json:"restored,omitempty"`
 }
 
 // PublicPath is a path a capability declares public in its metadata (public_paths).

@@ -36,6 +36,7 @@ type registryFlags struct {
 	maxBodyBytes      int64
 	snapshotDir       string
 	snapshotInterval  time.Duration
+	snapshotKeep      int
 	restoreSnapshot   string
 	insecure          bool
 	log               telemetry.LogConfig
@@ -85,7 +86,8 @@ func (f *registryFlags) bind(fs *pflag.FlagSet) {
 	fs.Int64Var(&f.maxBodyBytes, "max-body-bytes", server.DefaultMaxBodyBytes, "largest request body accepted; larger ones get 413 PAYLOAD_TOO_LARGE")
 	fs.StringVar(&f.snapshotDir, "snapshot-dir", "", "directory for snapshot files (POST /v1/admin/snapshot and --snapshot-interval)")
 	fs.DurationVar(&f.snapshotInterval, "snapshot-interval", 0, "write a snapshot to --snapshot-dir this often (0: only on demand)")
-	fs.StringVar(&f.restoreSnapshot, "restore-snapshot", "", "load this snapshot file at start; restored leases get a full TTL")
+	fs.IntVar(&f.snapshotKeep, "snapshot-keep", registry.DefaultSnapshotKeep, "how many snapshot files to keep in --snapshot-dir (the newest)")
+	fs.StringVar(&f.restoreSnapshot, "restore-snapshot", "", "load a snapshot at start: a file, or 'auto' for the newest valid one in --snapshot-dir (none: start empty and say so)")
 	fs.BoolVar(&f.insecure, "insecure", false, "serve without authentication (development only: anyone who reaches the port can register and deregister)")
 	fs.StringVar(&f.security.tlsCert, "tls-cert", "", "server certificate (PEM); with --tls-key turns on TLS")
 	fs.StringVar(&f.security.tlsKey, "tls-key", "", "server private key (PEM)")
@@ -123,8 +125,12 @@ func newRegistryCmd() *cobra.Command {
 		Use:   "registry",
 		Short: "Run the registry server on the embedded store",
 		Long: `Run the registry server: providers register capabilities and heartbeat their leases,
-consumers discover them (API.md, "Registry"). State lives in memory; use --snapshot-dir and
---restore-snapshot to carry it over a restart.
+consumers discover them. State lives in memory (or in etcd with --store etcd); use
+--snapshot-dir with --snapshot-interval and --restore-snapshot auto to carry it over a
+restart: the same command line works for the first start (no snapshot yet: it starts empty)
+and for every restart after (it restores the newest valid snapshot). A restored registry
+begins a new epoch and warms up for one --lease-ttl, and writes no snapshot until then, so
+the newest snapshot is never one taken before every live provider was back.
 
 Outside development the registry runs with TLS: --tls-cert/--tls-key, client certificates
 verified against --client-ca (the identity is the SPIFFE URI SAN's name, else the CN) and/or
@@ -132,7 +138,7 @@ bearer tokens checked with --jwt-keys, and an --rbac policy. Without TLS it refu
 unless --insecure says that running open is intended.`,
 		Example: `  meshflows certs init --dir certs
   meshflows registry --tls-cert certs/server.pem --tls-key certs/server-key.pem --client-ca certs/ca.pem --rbac rbac.yaml --audit-log audit.jsonl
-  meshflows registry --insecure --listen 127.0.0.1:7400 --snapshot-dir /var/lib/meshflows --snapshot-interval 1m`,
+  meshflows registry --insecure --listen 127.0.0.1:7400 --snapshot-dir /var/lib/meshflows --snapshot-interval 1m --restore-snapshot auto`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runComponent(cmd, f.log, f.listen, func(ctx context.Context, g *errgroup.Group, ln net.Listener, logger *slog.Logger) error {
@@ -205,21 +211,15 @@ func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln 
 		GatewayTTL:        f.gatewayTTL,
 		SnapshotDir:       f.snapshotDir,
 		SnapshotInterval:  f.snapshotInterval,
+		SnapshotKeep:      f.snapshotKeep,
 		Logger:            logger,
 		Registerer:        promReg,
 	})
 	if err != nil {
 		return err
 	}
-	if f.restoreSnapshot != "" {
-		start := time.Now()
-		snap, err := reg.RestoreSnapshot(ctx, f.restoreSnapshot)
-		if err != nil {
-			return err
-		}
-		logger.Info("snapshot restored", slog.String("path", f.restoreSnapshot), slog.Int("instances", snap.InstanceCount),
-			slog.String("registry_epoch", snap.RegistryEpoch), slog.Int64("revision", snap.Revision),
-			slog.String("took", time.Since(start).String()))
+	if err := restoreAtStart(ctx, reg, f, logger); err != nil {
+		return err
 	}
 	srv, err := server.New(reg, sec.apply(server.Config{MaxBodyBytes: f.maxBodyBytes, Logger: logger, Registerer: promReg, Gatherer: promReg, Incidents: incidents}))
 	if err != nil {
@@ -245,5 +245,39 @@ func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln 
 	started = true
 	g.Go(func() error { return reg.Run(ctx) })
 	g.Go(func() error { return errors.Join(srv.Serve(ctx, ln), sec.close(), closeStore()) })
+	return nil
+}
+
+// restoreAtStart restores the snapshot --restore-snapshot names: a file (which must restore),
+// or "auto", the newest valid one in --snapshot-dir (none: the registry starts empty).
+func restoreAtStart(ctx context.Context, reg *registry.Registry, f *registryFlags, logger *slog.Logger) error {
+	start := time.Now()
+	var (
+		snap *registry.Snapshot
+		path = f.restoreSnapshot
+		err  error
+	)
+	switch f.restoreSnapshot {
+	case "":
+		return nil
+	case "auto":
+		if f.snapshotDir == "" {
+			return errors.New("--restore-snapshot auto needs --snapshot-dir")
+		}
+		snap, path, err = reg.RestoreLatest(ctx)
+		if errors.Is(err, registry.ErrNoSnapshot) {
+			logger.Warn("no valid snapshot to restore: starting empty (warming up for one lease ttl)",
+				slog.String("snapshot_dir", f.snapshotDir), slog.Any("reason", err))
+			return nil
+		}
+	default:
+		snap, err = reg.RestoreSnapshot(ctx, f.restoreSnapshot)
+	}
+	if err != nil {
+		return err
+	}
+	logger.Info("snapshot restored: a new epoch, warming up for one lease ttl", slog.String("path", path), slog.Int("instances", snap.InstanceCount),
+		slog.String("snapshot_epoch", snap.RegistryEpoch), slog.String("registry_epoch", reg.State().Epoch), slog.Int64("revision", snap.Revision),
+		slog.Time("snapshot_taken", snap.Timestamp), slog.String("took", time.Since(start).String()))
 	return nil
 }

@@ -171,13 +171,13 @@ func TestSelfPreservationStopsEviction(t *testing.T) {
 func registryStart(f *fixture) time.Time { return f.clock.Now() }
 
 // TestRestoredRevisionNeverGoesBack: a snapshot carries the revision discovery answered (the
-// store's plus the verdicts'), so that consumers, which ignore an older revision of an epoch,
-// take the restored registry's answers at once; the restored fleet is judged from the next
-// sweep.
+// store's plus the verdicts'), and the restored registry continues above it (in a new epoch);
+// the restored fleet is judged from the next sweep.
 func TestRestoredRevisionNeverGoesBack(t *testing.T) {
 	ctx := context.Background()
 	m, _ := health.NewMonitor(health.MonitorConfig{})
 	f := newFixture(t, registry.Config{Eligibility: m, SnapshotDir: t.TempDir()})
+	f.clock.Advance(registry.DefaultLeaseTTL) // past the warm-up: snapshots are written
 	gens := map[string]int64{}
 	for _, id := range []string{"a", "b", "c"} {
 		gens[id] = mustRegister(t, f, request(id, "egress-jms")).Generation

@@ -46,10 +46,18 @@ type Record struct {
 	// heartbeat or re-register the instance.
 	Owner string
 
-	judged atomic.Pointer[health.Handle] // the eligibility monitor's handle, when this replica registered it
-	lease  atomic.Int64                  // unix nanoseconds
-	health atomic.Int32                  // index into healthNames
+	judged   atomic.Pointer[health.Handle] // the eligibility monitor's handle, when this replica registered it
+	lease    atomic.Int64                  // unix nanoseconds
+	health   atomic.Int32                  // index into healthNames
+	restored atomic.Bool                   // restored from a snapshot, not heard from since
 }
+
+// Restored reports whether the record was restored from a snapshot and its instance has not
+// heartbeated since: it may have gone away while the registry was down.
+func (r *Record) Restored() bool { return r.restored.Load() }
+
+// Confirm clears the restored mark (the instance heartbeated) and reports whether it was set.
+func (r *Record) Confirm() bool { return r.restored.Swap(false) }
 
 var healthNames = [...]string{apiv1.HealthOK, apiv1.HealthDegraded, apiv1.HealthFailing}
 
@@ -150,6 +158,7 @@ func (r *Record) Instance() apiv1.Instance {
 		Capabilities:   caps,
 		Manifest:       r.Manifest,
 		Owner:          r.Owner,
+		Restored:       r.Restored(),
 	}
 }
 
@@ -211,6 +220,7 @@ func (e Entry) Wire() apiv1.CapabilityEntry {
 		Eligibility:           cmp.Or(e.Eligibility, apiv1.EligibilityServing),
 		Weight:                e.Weight,
 		Panic:                 e.Panic,
+		Restored:              r.Restored(),
 	}
 	if e.Eligibility == "" {
 		out.Weight = 100

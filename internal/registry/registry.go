@@ -41,6 +41,9 @@ type Config struct {
 	// that interval; WriteSnapshot uses it too.
 	SnapshotDir      string
 	SnapshotInterval time.Duration
+	// SnapshotKeep is how many snapshot files WriteSnapshot keeps in SnapshotDir, the newest
+	// (default 5).
+	SnapshotKeep int
 	// GatewayTTL is how long a gateway counts as live after its last acknowledgement
 	// (default 30 s; gateways acknowledge every 10 s). A withdrawal is acknowledged only once
 	// the registry has run this long: before, a live gateway may not have been heard from.
@@ -72,6 +75,9 @@ func (c *Config) setDefaults() {
 	if c.GatewayTTL == 0 {
 		c.GatewayTTL = DefaultGatewayTTL
 	}
+	if c.SnapshotKeep == 0 {
+		c.SnapshotKeep = DefaultSnapshotKeep
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -100,6 +106,9 @@ func (c *Config) Validate() error {
 	}
 	if c.SnapshotInterval < 0 {
 		errs = append(errs, fmt.Errorf("snapshot interval %s is negative", c.SnapshotInterval))
+	}
+	if c.SnapshotKeep < 1 {
+		errs = append(errs, fmt.Errorf("snapshot keep %d: at least one snapshot is kept", c.SnapshotKeep))
 	}
 	if c.SnapshotInterval > 0 && c.SnapshotDir == "" {
 		errs = append(errs, errors.New("a snapshot interval needs a snapshot dir"))
@@ -165,7 +174,7 @@ func (r *Registry) State() State {
 
 func (r *Registry) stateAt(rev int64) State {
 	ep := r.store.Epoch()
-	complete := !ep.Empty || !r.cfg.Now().Before(ep.Start.Add(r.cfg.LeaseTTL))
+	complete := !ep.WarmUp || !r.cfg.Now().Before(ep.Start.Add(r.cfg.LeaseTTL))
 	return State{Epoch: ep.ID, Revision: rev, Complete: complete}
 }
 
@@ -300,6 +309,16 @@ func (r *Registry) Sweep(ctx context.Context) (int, error) {
 			return 0, nil // too few renewals arrive: the registry is likelier cut off than the fleet dead
 		}
 	}
+	if st := r.State(); !st.Complete {
+		// Restored leases keep the time they had left, so they can end inside the warm-up:
+		// what is about to expire is recorded as removed first (see Deregister). The scan
+		// is paid only during a warm-up.
+		for _, rec := range r.store.Records() {
+			if rec.Expired(now) {
+				r.drain.recordRemoval(rec.InstanceID, rec.Generation, st.Epoch)
+			}
+		}
+	}
 	gone, err := r.store.Expire(ctx, now)
 	if err != nil {
 		return 0, fmt.Errorf("sweep: %w", err)
@@ -347,9 +366,10 @@ func (r *Registry) Run(ctx context.Context) error {
 	for {
 		select {
 		case <-ctx.Done():
-			if snap != nil && r.Leader() {
+			if snap != nil && r.Leader() && r.State().Complete {
 				// A last snapshot on the way out: a restart restores the state as it was, and
-				// the revision consumers last saw.
+				// continues above the revision consumers last saw. (Not while warming up: the
+				// newest snapshot stays one that held every live instance.)
 				if _, err := r.WriteSnapshot(context.WithoutCancel(ctx)); err != nil {
 					r.cfg.Logger.Error("final snapshot failed", slog.Any("error", err))
 				}
@@ -371,6 +391,9 @@ func (r *Registry) Run(ctx context.Context) error {
 		case <-snap:
 			if !r.Leader() {
 				continue // one elected replica writes the snapshots
+			}
+			if !r.State().Complete {
+				continue // see WriteSnapshot: the newest snapshot is never one from a warm-up
 			}
 			if _, err := r.WriteSnapshot(ctx); err != nil {
 				r.cfg.Logger.Error("snapshot failed", slog.Any("error", err))
@@ -469,7 +492,7 @@ func (r *Registry) Routes() apiv1.RoutesResponse {
 			state, weight, inPanic := r.eligibilityOf(rec)
 			out.Manifests = append(out.Manifests, apiv1.ManifestEntry{InstanceID: rec.InstanceID, ServiceName: rec.ServiceName,
 				ServiceVersion: rec.ServiceVersion, Endpoint: rec.Endpoint, Generation: rec.Generation, Manifest: rec.Manifest,
-				Eligibility: state, Weight: weight, Panic: inPanic})
+				Eligibility: state, Weight: weight, Panic: inPanic, Restored: rec.Restored()})
 		}
 		for _, c := range rec.Capabilities {
 			for _, p := range c.PublicPaths {

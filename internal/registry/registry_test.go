@@ -296,27 +296,34 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	dir := t.TempDir()
 	f := newFixture(t, registry.Config{SnapshotDir: dir, LeaseTTL: 90 * time.Second, HeartbeatInterval: 30 * time.Second})
+	f.clock.Advance(90 * time.Second) // past the warm-up: snapshots are written
 	mustRegister(t, f, request("j-1", "egress-jms", capability("messaging.publish", "jms", "1.0.0", `{"priority": 2, "public_paths": ["/p"]}`)))
 	r2 := mustRegister(t, f, request("r-1", "egress-rabbitmq", capability("messaging.publish", "rabbitmq", "1.0.0", "")))
+	f.clock.Advance(30 * time.Second)
 	f.reg.Heartbeat(ctx, "r-1", &apiv1.HeartbeatRequest{Generation: r2.Generation, Health: "degraded"})
+	f.clock.Advance(10 * time.Second) // j-1 has 50 s of its lease left, r-1 80 s
 	before := f.reg.Catalog()
 	wrote, err := f.reg.WriteSnapshot(ctx)
 	if err != nil {
 		t.Fatalf("WriteSnapshot: %v", err)
 	}
-	if wrote.Instances != 2 || wrote.Capabilities != 2 || wrote.Path != filepath.Join(dir, registry.SnapshotFile) {
+	if wrote.Instances != 2 || wrote.Capabilities != 2 || filepath.Dir(wrote.Path) != dir {
 		t.Errorf("WriteSnapshot = %+v", wrote)
 	}
 
-	// a new registry restores it: same epoch, revision, generations; leases get a full TTL
+	// A new registry restores it an hour later: a new epoch in warm-up, the same revision and
+	// generations, each lease with the time it had left, every instance marked restored.
 	g := newFixture(t, registry.Config{LeaseTTL: 90 * time.Second, HeartbeatInterval: 30 * time.Second})
 	g.clock.Advance(time.Hour)
 	if _, err := g.reg.RestoreSnapshot(ctx, wrote.Path); err != nil {
 		t.Fatalf("RestoreSnapshot: %v", err)
 	}
 	after := g.reg.Catalog()
-	for i := range before.Instances {
-		before.Instances[i].LeaseExpiresAt = registrytest.Epoch0.Add(time.Hour + 90*time.Second)
+	restoredAt := g.clock.Now()
+	before.RegistryEpoch = restoredAt.UTC().Format(time.RFC3339Nano)
+	for i, left := range []time.Duration{50 * time.Second, 80 * time.Second} {
+		before.Instances[i].LeaseExpiresAt = restoredAt.Add(left)
+		before.Instances[i].Restored = true
 	}
 	// compared as the wire sees them (metadata is compacted on the way out)
 	bj, _ := json.MarshalIndent(before, "", " ")
@@ -324,17 +331,70 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	if diff := cmp.Diff(string(bj), string(aj)); diff != "" {
 		t.Errorf("catalog after restore (-before +after):\n%s", diff)
 	}
-	if !g.reg.State().Complete {
-		t.Errorf("a restored registry is in warm-up; it did not start empty")
+	if st := g.reg.State(); st.Complete || st.Epoch == before.RegistryEpoch && st.Epoch == wrote.RegistryEpoch {
+		t.Errorf("restored state %+v: want a new epoch, warming up", st)
 	}
-	if _, err := g.reg.Heartbeat(ctx, "r-1", &apiv1.HeartbeatRequest{Generation: r2.Generation}); err != nil {
+	rev := g.reg.State().Revision
+	if _, err := g.reg.Heartbeat(ctx, "r-1", &apiv1.HeartbeatRequest{Generation: r2.Generation, Health: "degraded"}); err != nil {
 		t.Errorf("heartbeat of a restored instance: %v", err)
+	}
+	if in, _ := g.reg.Instance("r-1"); in.Restored || g.reg.State().Revision <= rev {
+		t.Errorf("after its heartbeat r-1 is still marked restored (%v) or the revision did not move (%d)", in.Restored, g.reg.State().Revision)
 	}
 	if r3 := mustRegister(t, g, request("x-1", "other")); r3.Generation <= r2.Generation {
 		t.Errorf("generation after restore %d, want > %d", r3.Generation, r2.Generation)
 	}
-	if got := g.reg.Query(&registry.Query{CapabilityID: "messaging.publish"}).Entries; len(got) != 3 || got[0].Capability().Priority != 2 {
-		t.Errorf("restored capabilities lost their parsed metadata: %d entries, %+v", len(got), got[0].Capability())
+	got := g.reg.Query(&registry.Query{CapabilityID: "messaging.publish"}).Entries
+	if len(got) != 3 || got[0].Capability().Priority != 2 || !got[0].Wire().Restored {
+		t.Errorf("restored capabilities lost their parsed metadata or mark: %d entries, %+v", len(got), got[0].Wire())
+	}
+	// j-1 never heartbeats: its lease ends 50 s after the restore, inside the warm-up, and the
+	// incomplete answers say it was removed.
+	g.clock.Advance(50 * time.Second)
+	if n, err := g.reg.Sweep(ctx); err != nil || n != 1 {
+		t.Fatalf("sweep after the restored lease ended = %d, %v; want j-1 evicted", n, err)
+	}
+	if ans := g.reg.Query(&registry.Query{}); ans.Complete || cmp.Diff([]apiv1.Removal{{InstanceID: "j-1", Generation: 1}}, ans.Removed) != "" {
+		t.Errorf("answer after the eviction: complete %v, removed %+v; want incomplete, j-1 removed", ans.Complete, ans.Removed)
+	}
+}
+
+// TestSnapshotsRotateAndRestoreLatest: every snapshot is a new file, the newest SnapshotKeep
+// are kept, none is written during a warm-up, and RestoreLatest takes the newest that reads.
+func TestSnapshotsRotateAndRestoreLatest(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	f := newFixture(t, registry.Config{SnapshotDir: dir, SnapshotKeep: 3, LeaseTTL: 30 * time.Second, HeartbeatInterval: 10 * time.Second})
+	if _, err := f.reg.WriteSnapshot(ctx); !errors.Is(err, registry.ErrWarmingUp) {
+		t.Fatalf("a snapshot during the warm-up: %v, want ErrWarmingUp", err)
+	}
+	f.clock.Advance(30 * time.Second)
+	var paths []string
+	for i := range 5 {
+		mustRegister(t, f, request(fmt.Sprintf("i-%d", i), "svc"))
+		w, err := f.reg.WriteSnapshot(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, w.Path)
+		f.clock.Advance(time.Second)
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "*.json"))
+	if diff := cmp.Diff(paths[2:], files); diff != "" {
+		t.Fatalf("kept snapshots (-want +got):\n%s", diff)
+	}
+	// the newest is unreadable (a crash mid-copy, a full disk): the one before it is restored
+	if err := os.WriteFile(paths[4], []byte(`{"registry_epoch":`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	g := newFixture(t, registry.Config{SnapshotDir: dir, LeaseTTL: 30 * time.Second, HeartbeatInterval: 10 * time.Second})
+	s, path, err := g.reg.RestoreLatest(ctx)
+	if err != nil || path != paths[3] || s.InstanceCount != 4 {
+		t.Fatalf("RestoreLatest = %v %q %v; want %s with 4 instances", s, path, err, paths[3])
+	}
+	empty := newFixture(t, registry.Config{SnapshotDir: t.TempDir()})
+	if _, _, err := empty.reg.RestoreLatest(ctx); !errors.Is(err, registry.ErrNoSnapshot) {
+		t.Fatalf("RestoreLatest of an empty dir: %v, want ErrNoSnapshot", err)
 	}
 }
 
@@ -448,27 +508,35 @@ func TestThousandsOfWaitersWakeOnOneChange(t *testing.T) {
 func TestRunSweepsAndSnapshots(t *testing.T) {
 	dir := t.TempDir()
 	f := newFixture(t, registry.Config{SweepInterval: time.Millisecond, SnapshotInterval: time.Millisecond, SnapshotDir: dir})
+	f.clock.Advance(registry.DefaultLeaseTTL - time.Second) // still warming up
 	mustRegister(t, f, request("jms-1", "egress-jms"))
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- f.reg.Run(ctx) }()
-	snapshot := filepath.Join(dir, registry.SnapshotFile)
-	for {
-		if _, err := os.Stat(snapshot); err == nil {
-			break
+	// The loop's own tickers are real; nothing here is timed (the bound only ends a broken test).
+	eventually := func(what string, cond func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("never: %s", what)
+			}
 		}
-		time.Sleep(time.Millisecond) // the loop's own tickers are real; nothing here is timed
 	}
+	snapshots := func() int { m, _ := filepath.Glob(filepath.Join(dir, "*.json")); return len(m) }
+	time.Sleep(20 * time.Millisecond) // twenty ticks inside the warm-up
+	if n := snapshots(); n != 0 {
+		t.Fatalf("%d snapshots written during the warm-up", n)
+	}
+	f.clock.Advance(time.Second)
+	eventually("a snapshot once complete", func() bool { return snapshots() > 0 })
 	f.clock.Advance(registry.DefaultLeaseTTL)
-	for {
-		if _, err := f.reg.Instance("jms-1"); err != nil {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+	eventually("jms-1 evicted", func() bool { _, err := f.reg.Instance("jms-1"); return err != nil })
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Run = %v", err)
+	}
+	if n := snapshots(); n > registry.DefaultSnapshotKeep {
+		t.Errorf("%d snapshots kept, want at most %d", n, registry.DefaultSnapshotKeep)
 	}
 }
 

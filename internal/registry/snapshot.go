@@ -2,6 +2,7 @@ package registry
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,16 +10,48 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 )
 
-// SnapshotFile is the name WriteSnapshot gives the file in the snapshot dir.
+// SnapshotFile is the name older versions gave their one snapshot file in the snapshot dir;
+// RestoreLatest still considers it.
 const SnapshotFile = "meshflows-registry-snapshot.json"
+
+// Snapshot files are named snapshotPrefix + the UTC time written + snapshotSuffix, so that
+// their names sort in the order they were written.
+const (
+	snapshotPrefix     = "meshflows-registry-snapshot-"
+	snapshotSuffix     = ".json"
+	snapshotTimeLayout = "20060102T150405.000000000Z"
+)
+
+// DefaultSnapshotKeep is how many snapshot files WriteSnapshot keeps by default.
+const DefaultSnapshotKeep = 5
 
 // ErrNoSnapshotDir is returned by WriteSnapshot when no snapshot dir is configured.
 var ErrNoSnapshotDir = errors.New("no snapshot dir configured")
+
+// ErrWarmingUp is returned (as a *WarmingUpError) by WriteSnapshot while the registry's
+// answers are incomplete: a snapshot then could lack live instances, and would become the
+// newest one a restart restores.
+var ErrWarmingUp = errors.New("the registry is warming up")
+
+// WarmingUpError is ErrWarmingUp with the time left until the warm-up ends.
+type WarmingUpError struct{ Left time.Duration }
+
+func (e *WarmingUpError) Error() string {
+	return fmt.Sprintf("%v for %s more: a snapshot now could lack live instances", ErrWarmingUp, e.Left.Round(time.Second))
+}
+
+// Is makes errors.Is(err, ErrWarmingUp) hold.
+func (e *WarmingUpError) Is(target error) bool { return target == ErrWarmingUp }
+
+// ErrNoSnapshot is returned by RestoreLatest when the snapshot dir holds no valid snapshot.
+var ErrNoSnapshot = errors.New("no valid snapshot")
 
 // Snapshot is the content of a snapshot file.
 type Snapshot struct {
@@ -35,8 +68,7 @@ type Snapshot struct {
 // Snapshot returns the current state as a Snapshot.
 //
 // Its revision is the one discovery answers carry (with the eligibility engine, the store's
-// plus the verdicts'), so that a registry restored from it never answers a revision lower
-// than one its consumers saw when it was written: they ignore an older revision of an epoch.
+// plus the verdicts'): a registry restored from it continues above it.
 func (r *Registry) Snapshot() *Snapshot {
 	rev := r.revision()
 	recs := sortedRecords(r.store.Records())
@@ -55,21 +87,73 @@ func (r *Registry) Snapshot() *Snapshot {
 	return s
 }
 
-// WriteSnapshot writes the current state to SnapshotDir atomically (a temporary file
-// renamed over the previous snapshot) and describes what it wrote.
+// WriteSnapshot writes the current state to a new file in SnapshotDir atomically (a
+// temporary file renamed into place), removes the oldest beyond SnapshotKeep and describes
+// what it wrote. It refuses (ErrWarmingUp) while the registry is warming up: the newest
+// snapshot is never one that may lack live instances.
 func (r *Registry) WriteSnapshot(ctx context.Context) (*apiv1.SnapshotResponse, error) {
 	if r.cfg.SnapshotDir == "" {
 		return nil, ErrNoSnapshotDir
 	}
+	if st := r.State(); !st.Complete {
+		return nil, &WarmingUpError{Left: r.store.Epoch().Start.Add(r.cfg.LeaseTTL).Sub(r.cfg.Now())}
+	}
 	s := r.Snapshot()
-	path := filepath.Join(r.cfg.SnapshotDir, SnapshotFile)
+	path := filepath.Join(r.cfg.SnapshotDir, snapshotPrefix+s.Timestamp.Format(snapshotTimeLayout)+snapshotSuffix)
 	if err := writeFileAtomic(path, s); err != nil {
 		return nil, fmt.Errorf("write snapshot: %w", err)
 	}
 	r.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "snapshot written", slog.String("path", path),
 		slog.Int("instances", s.InstanceCount), slog.Int64("revision", s.Revision))
+	if err := r.pruneSnapshots(); err != nil {
+		r.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "removing old snapshots failed", slog.Any("error", err))
+	}
 	return &apiv1.SnapshotResponse{Path: path, Timestamp: s.Timestamp, RegistryEpoch: s.RegistryEpoch,
 		Revision: s.Revision, Instances: s.InstanceCount, Capabilities: s.CapabilityCount}, nil
+}
+
+// snapshotFiles returns the snapshot files of dir, newest first: the timestamped ones by
+// name, then the older single file.
+func snapshotFiles(dir string) ([]string, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	legacy := false
+	for _, e := range ents {
+		n := e.Name()
+		switch {
+		case !e.Type().IsRegular():
+		case n == SnapshotFile:
+			legacy = true
+		case strings.HasPrefix(n, snapshotPrefix) && strings.HasSuffix(n, snapshotSuffix):
+			out = append(out, filepath.Join(dir, n))
+		}
+	}
+	slices.SortFunc(out, func(a, b string) int { return cmp.Compare(b, a) })
+	if legacy {
+		out = append(out, filepath.Join(dir, SnapshotFile))
+	}
+	return out, nil
+}
+
+// pruneSnapshots removes the timestamped snapshots beyond the newest SnapshotKeep.
+func (r *Registry) pruneSnapshots() error {
+	files, err := snapshotFiles(r.cfg.SnapshotDir)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, f := range files[min(len(files), r.cfg.SnapshotKeep):] {
+		if filepath.Base(f) == SnapshotFile {
+			continue // an older version's file: left for its owner
+		}
+		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func writeFileAtomic(path string, v any) error {
@@ -100,10 +184,39 @@ func writeFileAtomic(path string, v any) error {
 	return os.Rename(f.Name(), path)
 }
 
-// RestoreSnapshot replaces the store's state with the snapshot in the file at path. Every
-// restored lease gets a full TTL from now; the epoch, revision and generation counter carry
-// on from the snapshot, so providers keep heartbeating the generations they hold. A file
-// with any invalid instance is refused whole and changes nothing.
+// RestoreLatest restores the newest valid snapshot in SnapshotDir and returns its path; a
+// file that cannot be restored is skipped (and its error kept) for the next older one.
+// ErrNoSnapshot when none can be: the caller starts empty.
+func (r *Registry) RestoreLatest(ctx context.Context) (*Snapshot, string, error) {
+	if r.cfg.SnapshotDir == "" {
+		return nil, "", ErrNoSnapshotDir
+	}
+	files, err := snapshotFiles(r.cfg.SnapshotDir)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, "", fmt.Errorf("restore: %w", err)
+	}
+	var skipped []error
+	for _, f := range files {
+		s, err := r.RestoreSnapshot(ctx, f)
+		if err == nil {
+			return s, f, nil
+		}
+		skipped = append(skipped, err)
+	}
+	return nil, "", fmt.Errorf("%w in %s: %w", ErrNoSnapshot, r.cfg.SnapshotDir, errors.Join(skipped...))
+}
+
+// RestoreSnapshot replaces the store's state with the snapshot in the file at path.
+//
+// A restore never rewinds what consumers saw: it begins a new epoch (a revision is never
+// reused under one epoch with other content, so no pre-crash ETag matches), in warm-up
+// (answers are incomplete for one lease TTL: the snapshot may lack instances registered after
+// it). Each restored lease keeps the time it had left when the snapshot was written, and each
+// restored instance is marked restored in discovery until its first heartbeat: an instance
+// deregistered after the snapshot comes back only until its lease ends, and consumers that
+// no longer knew it do not take it back. The revision and the generation counter carry on,
+// so providers keep heartbeating the generations they hold. A file with any invalid instance
+// is refused whole and changes nothing.
 func (r *Registry) RestoreSnapshot(ctx context.Context, path string) (*Snapshot, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -117,8 +230,10 @@ func (r *Registry) RestoreSnapshot(ctx context.Context, path string) (*Snapshot,
 	if s.RegistryEpoch == "" {
 		return nil, fmt.Errorf("restore snapshot %s: no registry_epoch", path)
 	}
+	if s.Timestamp.IsZero() {
+		return nil, fmt.Errorf("restore snapshot %s: no timestamp", path)
+	}
 	now := r.cfg.Now()
-	leaseEnd := now.Add(r.cfg.LeaseTTL)
 	recs := make([]*Record, len(s.Instances))
 	seen := make(map[string]bool, len(s.Instances))
 	maxGen := s.Generation
@@ -133,9 +248,15 @@ func (r *Registry) RestoreSnapshot(ctx context.Context, path string) (*Snapshot,
 		}
 		seen[in.InstanceID] = true
 		maxGen = max(maxGen, in.Generation)
-		recs[i] = RecordFromInstance(in, leaseEnd)
+		left := min(max(in.LeaseExpiresAt.Sub(s.Timestamp), 0), r.cfg.LeaseTTL)
+		recs[i] = RecordFromInstance(in, now.Add(left))
+		recs[i].restored.Store(true)
 	}
-	ep := Epoch{ID: s.RegistryEpoch, Start: now, Empty: false}
+	id := now.UTC().Format(time.RFC3339Nano)
+	if id == s.RegistryEpoch {
+		id += "+restored" // a clock that has not moved since the snapshot: still a new epoch
+	}
+	ep := Epoch{ID: id, Start: now, WarmUp: true}
 	if err := r.store.Restore(ctx, ep, s.Revision, maxGen, recs); err != nil {
 		return nil, fmt.Errorf("restore snapshot %s: %w", path, err)
 	}

@@ -18,13 +18,15 @@ var (
 
 // Epoch identifies one life of a store's state.
 type Epoch struct {
-	// ID is the opaque registry_epoch; it changes whenever the state starts from empty.
+	// ID is the opaque registry_epoch; it changes whenever the state starts from empty or is
+	// restored from a snapshot, so that one epoch never has two histories.
 	ID string
 	// Start is when this life began (the store's start, or the restore of a snapshot).
 	Start time.Time
-	// Empty is true when the state started empty: the registry then answers
-	// complete=false for one lease TTL from Start.
-	Empty bool
+	// WarmUp is true when the state may lack live instances at Start (it started empty, or
+	// from a snapshot taken some time before): the registry then answers complete=false for
+	// one lease TTL from Start, the time every live provider needs to register again.
+	WarmUp bool
 }
 
 // Store keeps the registered records, their indexes, the generation counter and the
@@ -42,7 +44,8 @@ type Store interface {
 	Register(ctx context.Context, rec *Record) error
 	// Heartbeat extends the lease of the record with that id and generation to expires and
 	// stores its health; it advances the revision only when the health changed. It returns
-	// ErrInstanceNotFound or ErrGenerationMismatch (wrapped).
+	// ErrInstanceNotFound or ErrGenerationMismatch (wrapped). It confirms a restored record
+	// (Record.Confirm), which advances the revision too.
 	Heartbeat(ctx context.Context, id string, generation int64, health string, expires time.Time) (*Record, error)
 	// Deregister removes the record with that id; a generation > 0 must be the current one
 	// (ErrGenerationMismatch otherwise). It advances the revision.
@@ -50,7 +53,8 @@ type Store interface {
 	// Expire removes every record whose lease ended at or before now and returns them.
 	Expire(ctx context.Context, now time.Time) ([]*Record, error)
 	// Restore replaces the whole state with recs, the epoch, the revision and a generation
-	// counter no lower than generation, as a snapshot recorded them.
+	// counter no lower than generation (the epoch is a new one; the revision and generations
+	// carry on from the snapshot).
 	Restore(ctx context.Context, epoch Epoch, revision, generation int64, recs []*Record) error
 
 	// Get returns the current record of an instance.

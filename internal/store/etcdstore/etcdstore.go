@@ -120,7 +120,7 @@ func (s *Store) loadEpoch(ctx context.Context) error {
 		return fmt.Errorf("etcdstore: epoch: %w", err)
 	}
 	if resp.Succeeded {
-		s.epoch = registry.Epoch{ID: now.Format(time.RFC3339Nano), Start: now, Empty: true}
+		s.epoch = registry.Epoch{ID: now.Format(time.RFC3339Nano), Start: now, WarmUp: true}
 		return nil
 	}
 	var d epochDoc
@@ -130,7 +130,7 @@ func (s *Store) loadEpoch(ctx context.Context) error {
 	}
 	// Every replica counts the warm-up from the epoch's creation: Empty holds, and the warm-up
 	// ends one lease TTL after Start whoever created it.
-	s.epoch = registry.Epoch{ID: d.ID, Start: d.Start, Empty: true}
+	s.epoch = registry.Epoch{ID: d.ID, Start: d.Start, WarmUp: true}
 	return nil
 }
 

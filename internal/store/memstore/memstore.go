@@ -25,7 +25,7 @@ func New(now func() time.Time) *Store {
 		now = time.Now
 	}
 	t := now().UTC()
-	return &Store{Index: NewIndex(), epoch: registry.Epoch{ID: t.Format(time.RFC3339Nano), Start: t, Empty: true}}
+	return &Store{Index: NewIndex(), epoch: registry.Epoch{ID: t.Format(time.RFC3339Nano), Start: t, WarmUp: true}}
 }
 
 // Name implements registry.Store.
@@ -69,7 +69,11 @@ func (s *Store) Heartbeat(_ context.Context, id string, generation int64, health
 		return nil, err
 	}
 	rec.SetLeaseExpiresAt(expires)
-	if rec.SetHealth(health) {
+	changed := rec.SetHealth(health)
+	if rec.Confirm() { // a restored instance heard from: discovery stops marking it
+		changed = true
+	}
+	if changed {
 		if cur, ok := s.Get(id); ok && cur == rec { // still current: the change is visible
 			s.Touch(0)
 		}

@@ -17,7 +17,7 @@ func TestNewStoreStartsAnEmptyEpoch(t *testing.T) {
 	at := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
 	s := memstore.New(func() time.Time { return at })
 	ep := s.Epoch()
-	if !ep.Empty || !ep.Start.Equal(at) || ep.ID != "2026-01-02T03:04:05.000000006Z" {
+	if !ep.WarmUp || !ep.Start.Equal(at) || ep.ID != "2026-01-02T03:04:05.000000006Z" {
 		t.Errorf("Epoch() = %+v, want an empty epoch starting at %v", ep, at)
 	}
 	if s2 := memstore.New(func() time.Time { return at.Add(time.Nanosecond) }); s2.Epoch().ID == ep.ID {

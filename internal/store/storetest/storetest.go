@@ -272,7 +272,7 @@ func Run(t *testing.T, newStore NewStore, opts Options) {
 		s.Register(ctx, Record(t, "gone", "svc", "x.y/p@1.0.0"))
 		a := Record(t, "a", "svc", "x.y/p@1.0.0")
 		a.Generation = 41
-		ep := registry.Epoch{ID: "restored-epoch", Start: t0, Empty: false}
+		ep := registry.Epoch{ID: "restored-epoch", Start: t0, WarmUp: false}
 		if err := s.Restore(ctx, ep, 17, 50, []*registry.Record{a}); err != nil {
 			t.Fatalf("Restore: %v", err)
 		}
