@@ -21,6 +21,7 @@ const (
 	CodeValidationFailed   = "VALIDATION_FAILED"
 	CodeRateLimited        = "RATE_LIMITED"
 	CodeUnavailable        = "UNAVAILABLE"
+	CodeStoreUnavailable   = "STORE_UNAVAILABLE"
 	CodeInternal           = "INTERNAL"
 )
 

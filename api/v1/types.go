@@ -193,6 +193,8 @@ type RoutesResponse struct {
 
 // HealthResponse is the answer of GET /v1/discovery/health.
 type HealthResponse struct {
+	// Status is "ok", or "store_unreachable" while the registry cannot reach its store
+	// (StoreError says why): writes then fail with 503 STORE_UNAVAILABLE.
 	Status             string `json:"status"`
 	RegistryEpoch      string `json:"registry_epoch"`
 	Revision           int64  `json:"revision"`
@@ -203,6 +205,8 @@ type HealthResponse struct {
 	// SelfPreservation is true while lease expiry is suspended because too few renewals
 	// arrive (the registry is more likely cut off than the fleet dead).
 	SelfPreservation bool `json:"self_preservation"`
+	// StoreError is the last error reaching the store, while it is unreachable.
+	StoreError string `json:"store_error,omitempty"`
 }
 
 // OutcomesRequest is the body of POST /v1/outcomes: a gateway's per-instance outcomes for

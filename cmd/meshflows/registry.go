@@ -33,6 +33,7 @@ type registryFlags struct {
 	heartbeatInterval time.Duration
 	sweepInterval     time.Duration
 	gatewayTTL        time.Duration
+	storeTimeout      time.Duration
 	maxBodyBytes      int64
 	snapshotDir       string
 	snapshotInterval  time.Duration
@@ -82,6 +83,7 @@ func (f *registryFlags) bind(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.leaseTTL, "lease-ttl", registry.DefaultLeaseTTL, "lease TTL: an instance without a heartbeat for this long is evicted; also the warm-up window after an empty start")
 	fs.DurationVar(&f.heartbeatInterval, "heartbeat-interval", registry.DefaultHeartbeatInterval, "heartbeat interval told to providers (must be shorter than --lease-ttl)")
 	fs.DurationVar(&f.sweepInterval, "sweep-interval", registry.DefaultSweepInterval, "how often expired leases are evicted")
+	fs.DurationVar(&f.storeTimeout, "store-timeout", registry.DefaultStoreTimeout, "bound of every write to the store: past it the write fails with 503 STORE_UNAVAILABLE and Retry-After (the SDKs retry)")
 	fs.DurationVar(&f.gatewayTTL, "gateway-ttl", registry.DefaultGatewayTTL, "a gateway counts as live this long after its last drain acknowledgement (gateways acknowledge every 10 s); withdrawals are acknowledged only once the registry has run this long")
 	fs.Int64Var(&f.maxBodyBytes, "max-body-bytes", server.DefaultMaxBodyBytes, "largest request body accepted; larger ones get 413 PAYLOAD_TOO_LARGE")
 	fs.StringVar(&f.snapshotDir, "snapshot-dir", "", "directory for snapshot files (POST /v1/admin/snapshot and --snapshot-interval)")
@@ -209,6 +211,7 @@ func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln 
 		HeartbeatInterval: f.heartbeatInterval,
 		SweepInterval:     f.sweepInterval,
 		GatewayTTL:        f.gatewayTTL,
+		StoreTimeout:      f.storeTimeout,
 		SnapshotDir:       f.snapshotDir,
 		SnapshotInterval:  f.snapshotInterval,
 		SnapshotKeep:      f.snapshotKeep,

@@ -115,7 +115,7 @@ func (r *Registry) Ack(ctx context.Context, req *apiv1.AckRequest) error {
 	now := r.cfg.Now()
 	ack := GatewayAck{GatewayID: req.GatewayID, Epoch: req.RegistryEpoch, Revision: req.Revision, Seen: now.UTC()}
 	if as, ok := r.store.(AckSharer); ok {
-		if err := as.PutAck(ctx, ack, r.cfg.GatewayTTL); err != nil {
+		if err := r.write(ctx, func(ctx context.Context) error { return as.PutAck(ctx, ack, r.cfg.GatewayTTL) }); err != nil {
 			return fmt.Errorf("record the acknowledgement of gateway %q: %w", req.GatewayID, err)
 		}
 		return nil

@@ -194,7 +194,7 @@ func (r *Registry) Outcomes(ctx context.Context, req *apiv1.OutcomesRequest) (*a
 				out.Ignored++
 			}
 		}
-		if err := vs.ForwardOutcomes(ctx, req); err != nil {
+		if err := r.write(ctx, func(ctx context.Context) error { return vs.ForwardOutcomes(ctx, req) }); err != nil {
 			return nil, fmt.Errorf("forward outcomes to the elected replica: %w", err)
 		}
 		return out, nil

@@ -25,6 +25,7 @@ const (
 	DefaultHeartbeatInterval = 30 * time.Second
 	DefaultSweepInterval     = time.Second
 	DefaultGatewayTTL        = 30 * time.Second
+	DefaultStoreTimeout      = 5 * time.Second
 )
 
 // Config configures a Registry. The zero value gets the defaults.
@@ -44,6 +45,9 @@ type Config struct {
 	// SnapshotKeep is how many snapshot files WriteSnapshot keeps in SnapshotDir, the newest
 	// (default 5).
 	SnapshotKeep int
+	// StoreTimeout bounds every write to the store (default 5 s): past it the write fails
+	// with ErrStoreUnavailable instead of holding the caller while the store is away.
+	StoreTimeout time.Duration
 	// GatewayTTL is how long a gateway counts as live after its last acknowledgement
 	// (default 30 s; gateways acknowledge every 10 s). A withdrawal is acknowledged only once
 	// the registry has run this long: before, a live gateway may not have been heard from.
@@ -78,6 +82,9 @@ func (c *Config) setDefaults() {
 	if c.SnapshotKeep == 0 {
 		c.SnapshotKeep = DefaultSnapshotKeep
 	}
+	if c.StoreTimeout == 0 {
+		c.StoreTimeout = DefaultStoreTimeout
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -100,6 +107,9 @@ func (c *Config) Validate() error {
 	}
 	if c.SweepInterval <= 0 {
 		errs = append(errs, fmt.Errorf("sweep interval %s must be positive", c.SweepInterval))
+	}
+	if c.StoreTimeout < 0 {
+		errs = append(errs, fmt.Errorf("store timeout %s is negative", c.StoreTimeout))
 	}
 	if c.GatewayTTL < time.Second {
 		errs = append(errs, fmt.Errorf("gateway ttl %s is under 1s", c.GatewayTTL))
@@ -130,6 +140,8 @@ type Registry struct {
 	reconcile atomic.Bool
 	// shareAll asks the next publication of verdicts to walk the whole fleet.
 	shareAll atomic.Bool
+	// storeErr is the last error reaching the store while it is unreachable (nil: reachable).
+	storeErr atomic.Pointer[error]
 }
 
 // New returns a Registry over store.
@@ -191,7 +203,7 @@ func (r *Registry) Register(ctx context.Context, req *apiv1.RegisterRequest) (*a
 	now := r.cfg.Now()
 	rec := newRecord(req, now, r.cfg.LeaseTTL)
 	rec.Owner = CallerFrom(ctx).Identity
-	if err := r.store.Register(ctx, rec); err != nil {
+	if err := r.write(ctx, func(ctx context.Context) error { return r.store.Register(ctx, rec) }); err != nil {
 		r.metrics.registerFail.WithLabelValues("store").Inc()
 		return nil, fmt.Errorf("register %s: %w", req.InstanceID, err)
 	}
@@ -229,7 +241,11 @@ func (r *Registry) Heartbeat(ctx context.Context, id string, req *apiv1.Heartbea
 	}
 	now := r.cfg.Now()
 	expires := now.Add(r.cfg.LeaseTTL)
-	rec, err := r.store.Heartbeat(ctx, id, req.Generation, reported, expires)
+	var rec *Record
+	err := r.write(ctx, func(ctx context.Context) (err error) {
+		rec, err = r.store.Heartbeat(ctx, id, req.Generation, reported, expires)
+		return err
+	})
 	if err != nil {
 		r.metrics.heartbeatFail.WithLabelValues(failReason(err)).Inc()
 		return nil, err
@@ -252,6 +268,39 @@ func (r *Registry) Heartbeat(ctx context.Context, id string, req *apiv1.Heartbea
 		LeaseExpiresAt: expires.UTC(),
 		RegistryEpoch:  r.store.Epoch().ID,
 	}, nil
+}
+
+// write runs one store write bounded by StoreTimeout. The store's own refusals (not found,
+// generation mismatch, forbidden) pass as they are; any other failure — the store away, the
+// timeout passed — is ErrStoreUnavailable, and /v1/discovery/health says so until a write or
+// a ping succeeds. A caller that went away is not the store's fault.
+func (r *Registry) write(ctx context.Context, op func(context.Context) error) error {
+	wctx, cancel := context.WithTimeout(ctx, r.cfg.StoreTimeout)
+	defer cancel()
+	err := op(wctx)
+	switch {
+	case err == nil, errors.Is(err, ErrInstanceNotFound), errors.Is(err, ErrGenerationMismatch), errors.Is(err, ErrForbidden):
+		r.storeErr.Store(nil)
+		return err
+	case ctx.Err() != nil:
+		return err
+	default:
+		r.storeErr.Store(&err)
+		return fmt.Errorf("%w (within the store timeout of %s): %w", ErrStoreUnavailable, r.cfg.StoreTimeout, err)
+	}
+}
+
+// pingStore asks a store that can tell whether it is reachable, and records the answer.
+func (r *Registry) pingStore(ctx context.Context, p Pinger) {
+	pctx, cancel := context.WithTimeout(ctx, min(r.cfg.StoreTimeout, 2*time.Second))
+	defer cancel()
+	if err := p.Ping(pctx); err != nil {
+		if ctx.Err() == nil {
+			r.storeErr.Store(&err)
+		}
+		return
+	}
+	r.storeErr.Store(nil)
 }
 
 func failReason(err error) string {
@@ -281,7 +330,11 @@ func (r *Registry) Deregister(ctx context.Context, id string, generation int64) 
 			r.drain.recordRemoval(id, cur.Generation, st.Epoch)
 		}
 	}
-	rec, err := r.store.Deregister(ctx, id, generation)
+	var rec *Record
+	err := r.write(ctx, func(ctx context.Context) (err error) {
+		rec, err = r.store.Deregister(ctx, id, generation)
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -344,6 +397,24 @@ func (r *Registry) Run(ctx context.Context) error {
 		ctx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() { done <- sr.Run(ctx) }()
+		defer func() { cancel(); <-done }()
+	}
+	if p, ok := r.store.(Pinger); ok {
+		ctx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			t := time.NewTicker(time.Second)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+					r.pingStore(ctx, p)
+				}
+			}
+		}()
 		defer func() { cancel(); <-done }()
 	}
 	sweep := time.NewTicker(r.cfg.SweepInterval)
@@ -507,8 +578,12 @@ func (r *Registry) Routes() apiv1.RoutesResponse {
 // Health returns the answer of /v1/discovery/health.
 func (r *Registry) Health(startedAt time.Time) apiv1.HealthResponse {
 	n, c := r.store.Counts()
-	return apiv1.HealthResponse{Status: "ok", RegistryEpoch: r.store.Epoch().ID, Revision: r.revision(),
+	out := apiv1.HealthResponse{Status: "ok", RegistryEpoch: r.store.Epoch().ID, Revision: r.revision(),
 		ActiveInstances: n, ActiveCapabilities: c, Store: r.store.Name(),
 		UptimeSeconds:    int64(r.cfg.Now().Sub(startedAt) / time.Second),
 		SelfPreservation: r.cfg.Eligibility != nil && r.cfg.Eligibility.SelfPreservation()}
+	if err := r.storeErr.Load(); err != nil {
+		out.Status, out.StoreError = "store_unreachable", (*err).Error()
+	}
+	return out
 }

@@ -69,7 +69,7 @@ func (r *Registry) shareVerdicts(ctx context.Context, vs VerdictSharer) {
 	if len(out) == 0 {
 		return
 	}
-	if err := vs.PublishVerdicts(ctx, out); err != nil {
+	if err := r.write(ctx, func(ctx context.Context) error { return vs.PublishVerdicts(ctx, out) }); err != nil {
 		r.shareAll.Store(true)
 		r.cfg.Logger.Warn("publishing verdicts to the other replicas failed; retrying at the next sweep", slog.Any("error", err))
 	}

@@ -14,6 +14,9 @@ var (
 	ErrGenerationMismatch = errors.New("generation mismatch")
 	// ErrForbidden: the caller does not own the instance (403).
 	ErrForbidden = errors.New("forbidden")
+	// ErrStoreUnavailable: the store did not answer within the store timeout, or failed
+	// (503 STORE_UNAVAILABLE with Retry-After).
+	ErrStoreUnavailable = errors.New("store unavailable")
 )
 
 // Epoch identifies one life of a store's state.
@@ -27,6 +30,12 @@ type Epoch struct {
 	// from a snapshot taken some time before): the registry then answers complete=false for
 	// one lease TTL from Start, the time every live provider needs to register again.
 	WarmUp bool
+}
+
+// Pinger is a Store that can tell whether it is reachable (the etcd store); the registry
+// pings it every second to say so in /v1/discovery/health.
+type Pinger interface {
+	Ping(ctx context.Context) error
 }
 
 // Store keeps the registered records, their indexes, the generation counter and the

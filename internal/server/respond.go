@@ -76,6 +76,8 @@ func apiError(err error) *apiv1.Error {
 		return &apiv1.Error{Status: http.StatusForbidden, Code: apiv1.CodeForbidden, Message: err.Error()}
 	case errors.As(err, &mbe):
 		return apiv1.Errorf(http.StatusRequestEntityTooLarge, apiv1.CodePayloadTooLarge, "request body is over the limit of %d bytes", mbe.Limit)
+	case errors.Is(err, registry.ErrStoreUnavailable):
+		return apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeStoreUnavailable, "%v", err)
 	case errors.Is(err, registry.ErrWarmingUp):
 		return apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable, "%v", err)
 	case errors.Is(err, registry.ErrNoSnapshotDir):

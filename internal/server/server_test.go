@@ -356,13 +356,19 @@ func TestSnapshotEndpoint(t *testing.T) {
 	dir := t.TempDir()
 	s := registrytest.NewServer(t, registry.Config{SnapshotDir: dir})
 	register(t, s, jmsBody)
+	// warming up: refused with Retry-After, so that the newest snapshot never lacks a live instance
 	r := do(t, "POST", s.URL+"/v1/admin/snapshot", "")
+	if r.status != 503 || r.header.Get("Retry-After") != "90" || !strings.Contains(string(r.body), "warming up") {
+		t.Fatalf("snapshot in the warm-up = %d %s (Retry-After %q), want 503 with Retry-After 90", r.status, r.body, r.header.Get("Retry-After"))
+	}
+	s.Clock.Advance(registry.DefaultLeaseTTL)
+	r = do(t, "POST", s.URL+"/v1/admin/snapshot", "")
 	var sr apiv1.SnapshotResponse
 	if err := json.Unmarshal(r.body, &sr); r.status != 200 || err != nil || sr.Instances != 1 || sr.Capabilities != 1 {
 		t.Fatalf("snapshot = %d %s", r.status, r.body)
 	}
-	if _, err := os.Stat(filepath.Join(dir, registry.SnapshotFile)); err != nil {
-		t.Errorf("snapshot file: %v", err)
+	if _, err := os.Stat(sr.Path); err != nil || filepath.Dir(sr.Path) != dir {
+		t.Errorf("snapshot file %s: %v", sr.Path, err)
 	}
 }
 

@@ -455,16 +455,25 @@ func (s *Store) Register(ctx context.Context, rec *registry.Record) error {
 		clientv3.OpPut(s.key("health/", rec.InstanceID), rec.Health(), clientv3.WithLease(lease.ID)),
 	).Commit()
 	if err != nil {
-		s.cfg.Client.Revoke(context.WithoutCancel(ctx), lease.ID)
+		s.revokeSoon(ctx, lease.ID)
 		return fmt.Errorf("etcd put: %w", err)
 	}
 	rec.Generation = resp.Header.Revision
 	if prev := resp.Responses[0].GetResponsePut().GetPrevKv(); prev != nil && prev.Lease != 0 && clientv3.LeaseID(prev.Lease) != lease.ID {
-		s.cfg.Client.Revoke(context.WithoutCancel(ctx), clientv3.LeaseID(prev.Lease)) // the replaced incarnation's lease holds nothing now
+		s.revokeSoon(ctx, clientv3.LeaseID(prev.Lease)) // the replaced incarnation's lease holds nothing now
 	}
 	s.leases.Store(rec.InstanceID, lease.ID)
 	s.index.Put(rec, rec.Generation) // read your own writes; the watch event is recognised later
 	return nil
+}
+
+// revokeSoon revokes a lease that holds nothing of use, bounded: the caller's deadline may
+// have passed (the revocation is attempted anyway), and etcd may be away (the lease then
+// expires by itself).
+func (s *Store) revokeSoon(ctx context.Context, id clientv3.LeaseID) {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	s.cfg.Client.Revoke(rctx, id)
 }
 
 // current returns the record of id at generation (0: any), from the local view or, when

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -32,6 +33,14 @@ func freePort(t testing.TB) int {
 // startEtcd runs a single-member etcd on loopback for the test and returns a client.
 func startEtcd(t testing.TB) *clientv3.Client {
 	t.Helper()
+	cli, _ := startEtcdServer(t)
+	return cli
+}
+
+// startEtcdServer is startEtcd that also returns a func that stops the server (once; the
+// test's end stops it too).
+func startEtcdServer(t testing.TB) (*clientv3.Client, func()) {
+	t.Helper()
 	cfg := embed.NewConfig()
 	cfg.Name = "test"
 	cfg.Dir = t.TempDir()
@@ -47,7 +56,8 @@ func startEtcd(t testing.TB) *clientv3.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(e.Close)
+	stop := sync.OnceFunc(e.Close)
+	t.Cleanup(stop)
 	select {
 	case <-e.Server.ReadyNotify():
 	case <-time.After(30 * time.Second):
@@ -59,7 +69,7 @@ func startEtcd(t testing.TB) *clientv3.Client {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cli.Close() })
-	return cli
+	return cli, stop
 }
 
 var prefixes atomic.Int64
