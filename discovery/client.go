@@ -308,7 +308,7 @@ func (c *Client) Capabilities(ctx context.Context, q Query) (*Result, error) {
 	vals := q.values()
 	v := c.capsView(vals.Encode())
 	a, meta, err := read(ctx, c, v, func(ctx context.Context) (answer[[]apiv1.CapabilityEntry], error) {
-		return c.fetchCapabilities(ctx, vals, -1)
+		return c.fetchCapabilities(ctx, vals, position{index: -1})
 	})
 	if err != nil {
 		return nil, err
@@ -319,7 +319,7 @@ func (c *Client) Capabilities(ctx context.Context, q Query) (*Result, error) {
 // Routes returns the routes view (manifests and public paths) with the same rules.
 func (c *Client) Routes(ctx context.Context) (*RoutesResult, error) {
 	a, meta, err := read(ctx, c, c.routes, func(ctx context.Context) (answer[Routes], error) {
-		return c.fetchRoutes(ctx, -1)
+		return c.fetchRoutes(ctx, position{index: -1})
 	})
 	if err != nil {
 		return nil, err
@@ -387,8 +387,8 @@ func (v *view[T]) invalidate() {
 func (c *Client) Watch(ctx context.Context, q Query, onChange func(*Result)) error {
 	vals := q.values()
 	v := c.capsView(vals.Encode())
-	return watch(ctx, c, v, func(ctx context.Context, index int64) (answer[[]apiv1.CapabilityEntry], error) {
-		return c.fetchCapabilities(ctx, vals, index)
+	return watch(ctx, c, v, func(ctx context.Context, at position) (answer[[]apiv1.CapabilityEntry], error) {
+		return c.fetchCapabilities(ctx, vals, at)
 	}, func(a *answer[[]apiv1.CapabilityEntry], m Meta) {
 		if onChange != nil {
 			onChange(&Result{Meta: m, Entries: a.body})
@@ -405,19 +405,19 @@ func (c *Client) WatchRoutes(ctx context.Context, onChange func(*RoutesResult)) 
 	})
 }
 
-func watch[T any](ctx context.Context, c *Client, v *view[T], fetch func(context.Context, int64) (answer[T], error), notify func(*answer[T], Meta)) error {
+func watch[T any](ctx context.Context, c *Client, v *view[T], fetch func(context.Context, position) (answer[T], error), notify func(*answer[T], Meta)) error {
 	failures := 0
 	for ctx.Err() == nil {
 		v.mu.Lock()
-		index := int64(-1)
+		at := position{index: -1}
 		if v.lkg != nil && !v.invalid {
-			index = v.lkg.revision
+			at = position{epoch: v.lkg.epoch, index: v.lkg.revision}
 		}
 		v.mu.Unlock()
-		get := func(ctx context.Context) (answer[T], error) { return fetch(ctx, index) }
+		get := func(ctx context.Context) (answer[T], error) { return fetch(ctx, at) }
 		var changed bool
 		var err error
-		if index < 0 {
+		if at.index < 0 {
 			changed, err = v.refresh(ctx, c.cfg.Now, get) // a plain fetch: readers may share it
 		} else {
 			// A long poll may be held for the whole wait: never shared, so that a reader that
@@ -487,9 +487,9 @@ func (c *Client) State(q Query) State {
 	return st
 }
 
-func (c *Client) fetchCapabilities(ctx context.Context, vals url.Values, index int64) (answer[[]apiv1.CapabilityEntry], error) {
+func (c *Client) fetchCapabilities(ctx context.Context, vals url.Values, at position) (answer[[]apiv1.CapabilityEntry], error) {
 	var resp apiv1.DiscoveryResponse
-	if err := c.get(ctx, "/v1/discovery/capabilities", vals, index, &resp); err != nil {
+	if err := c.get(ctx, "/v1/discovery/capabilities", vals, at, &resp); err != nil {
 		return answer[[]apiv1.CapabilityEntry]{}, err
 	}
 	if resp.RegistryEpoch == "" || resp.Capabilities == nil {
@@ -499,9 +499,9 @@ func (c *Client) fetchCapabilities(ctx context.Context, vals url.Values, index i
 		removed: removedSet(resp.Removed)}, nil
 }
 
-func (c *Client) fetchRoutes(ctx context.Context, index int64) (answer[Routes], error) {
+func (c *Client) fetchRoutes(ctx context.Context, at position) (answer[Routes], error) {
 	var resp apiv1.RoutesResponse
-	if err := c.get(ctx, "/v1/discovery/routes", url.Values{}, index, &resp); err != nil {
+	if err := c.get(ctx, "/v1/discovery/routes", url.Values{}, at, &resp); err != nil {
 		return answer[Routes]{}, err
 	}
 	if resp.RegistryEpoch == "" || resp.Manifests == nil || resp.PublicPaths == nil {
@@ -523,16 +523,26 @@ func removedSet(rs []apiv1.Removal) map[string]bool {
 	return out
 }
 
-// get fetches a discovery answer into out; index >= 0 makes it a long poll. Any failure —
+// position is where a view stands: the long poll waits for a revision past index of epoch
+// (index < 0: a plain fetch).
+type position struct {
+	epoch string
+	index int64
+}
+
+// get fetches a discovery answer into out; at.index >= 0 makes it a long poll. Any failure —
 // transport, status, decoding — is an error, never an empty answer.
-func (c *Client) get(ctx context.Context, path string, vals url.Values, index int64, out any) error {
+func (c *Client) get(ctx context.Context, path string, vals url.Values, at position, out any) error {
 	req := client.Request{Method: http.MethodGet, Path: path, Query: vals, Timeout: c.cfg.RequestTimeout}
-	if index >= 0 {
-		q := make(url.Values, len(vals)+2)
+	if at.index >= 0 {
+		q := make(url.Values, len(vals)+3)
 		for k, v := range vals {
 			q[k] = v
 		}
-		q.Set("index", strconv.FormatInt(index, 10))
+		// With its epoch the registry knows an index ahead of it is of its own history (a
+		// replica further along etcd's): it waits for a change instead of answering at once.
+		q.Set("epoch", at.epoch)
+		q.Set("index", strconv.FormatInt(at.index, 10))
 		q.Set("wait", c.cfg.WatchWait.String())
 		req.Query, req.Timeout = q, c.cfg.RequestTimeout+c.cfg.WatchWait
 	}

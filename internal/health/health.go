@@ -264,6 +264,22 @@ func (e *Engine) Declare(in Instance) {
 	e.instances[in.ID] = &instance{Instance: in, causes: map[string]Evidence{}}
 }
 
+// Adopt takes over the verdict another replica judged on an instance this engine has not
+// admitted (this replica was just elected): one in rotation there is admitted here, its slow
+// start continuing from where it was; one out of rotation waits for this engine's evidence.
+func (e *Engine) Adopt(id, state string, since time.Time) {
+	in, ok := e.instances[id]
+	if !ok || !in.present || in.admitted {
+		return
+	}
+	switch state {
+	case StateSlowStart:
+		in.admitted, in.rotationSince = true, since
+	case StateServing, StateDegraded:
+		in.admitted, in.rotationSince = true, since.Add(-e.cfg.SlowStart)
+	}
+}
+
 // Forget drops an instance the registry no longer holds (deregistered and removed, or
 // evicted), so that the engine's memory follows the fleet.
 func (e *Engine) Forget(id string) { delete(e.instances, id) }

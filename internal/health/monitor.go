@@ -452,10 +452,10 @@ func (m *Monitor) refreshVerdict(id string, v *view, now time.Time) bool {
 		return recounted
 	}
 	v.verdict = nv
+	if m.changedIDs != nil && !m.following && (nv.State != old.State || weightStep(nv.Weight) != weightStep(old.Weight)) {
+		m.changedIDs[id] = struct{}{} // the elected replica publishes it (a ramp by tenths)
+	}
 	if nv.State != old.State {
-		if m.changedIDs != nil && !m.following {
-			m.changedIDs[id] = struct{}{}
-		}
 		t := Transition{InstanceID: id, At: now.UTC(), From: old.State, To: nv.State, Reasons: nv.Reasons}
 		v.since = now
 		if len(v.history) == m.cfg.History {
@@ -626,8 +626,10 @@ type Followed struct {
 	ID         string
 	Generation int64
 	State      string
-	Since      time.Time
-	Reasons    []string
+	// Weight is the published weight (0: not published, computed from Since).
+	Weight  int
+	Since   time.Time
+	Reasons []string
 }
 
 // followedVerdict is f at now: the weight follows slow start from f.Since locally.
@@ -641,6 +643,9 @@ func (m *Monitor) followedVerdict(f *Followed, now time.Time) Verdict {
 	case StateSlowStart:
 		if elapsed := now.Sub(f.Since); elapsed < m.cfg.Engine.SlowStart {
 			v.Weight = 10 + int(90*elapsed/m.cfg.Engine.SlowStart)
+			if f.Weight > 0 {
+				v.Weight = f.Weight // the elected replica's step: every replica answers alike
+			}
 		} else {
 			v = Verdict{State: StateServing, Weight: 100, Reasons: []string{}}
 		}
@@ -660,8 +665,13 @@ func (m *Monitor) SetFollowing(following bool) {
 		return
 	}
 	m.following = following
-	for _, v := range m.views {
+	for id, v := range m.views {
 		v.nextDue = time.Time{} // every verdict is due again: its source changed
+		if f := v.followed; !following && f != nil && f.Generation == v.generation {
+			// Elected: take over what the previous elected replica judged, rather than
+			// re-admitting every instance from unknown (its probes ran there, not here).
+			m.engine.Adopt(id, f.State, f.Since)
+		}
 	}
 }
 
@@ -697,13 +707,21 @@ func (m *Monitor) TakeChanged() []string {
 }
 
 // Judged returns this replica's own verdict on id (what the elected replica publishes):
-// its state, since when, and its reasons.
-func (m *Monitor) Judged(id string) (state string, since time.Time, reasons []string, ok bool) {
+// its state, its weight (in steps of a tenth during slow start), since when, and its reasons.
+func (m *Monitor) Judged(id string) (state string, weight int, since time.Time, reasons []string, ok bool) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	v, ok := m.views[id]
 	if !ok || m.following {
-		return "", time.Time{}, nil, false
+		return "", 0, time.Time{}, nil, false
 	}
-	return v.verdict.State, v.since.UTC(), v.verdict.Reasons, true
+	weight = v.verdict.Weight
+	if v.verdict.State == StateSlowStart {
+		weight = max(10, weightStep(weight)*10)
+	}
+	return v.verdict.State, weight, v.since.UTC(), v.verdict.Reasons, true
 }
+
+// weightStep is the tenth of the weight range a weight is in: slow start is published to the
+// other replicas when it enters the next one.
+func weightStep(w int) int { return w / 10 }

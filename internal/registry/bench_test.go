@@ -183,7 +183,7 @@ func BenchmarkWatchFanOut(b *testing.B) {
 		rev := f.reg.State().Revision
 		var wg sync.WaitGroup
 		for range waiters {
-			wg.Go(func() { f.reg.Wait(ctx, rev, time.Hour) })
+			wg.Go(func() { f.reg.Wait(ctx, "", rev, time.Hour) })
 		}
 		for f.reg.Watchers() < waiters {
 			runtime.Gosched()

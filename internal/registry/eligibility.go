@@ -29,17 +29,23 @@ func healthInstance(rec *Record) health.Instance {
 }
 
 // revision is the revision discovery answers carry: the store's plus the eligibility
-// monitor's, so that a change of either is a new revision (both only grow).
+// monitor's, so that a change of either is a new revision (both only grow). With a store that
+// shares verdicts between replicas (etcd) it is the store's alone — etcd's revision of the
+// last change the replica applied, verdicts included, since the elected replica writes them
+// through etcd — so that every replica of one epoch numbers the same history alike.
 func (r *Registry) revision() int64 {
 	rev, _, _ := r.watch()
 	return rev
 }
 
 // watch returns the revision and the channels closed when the store's, or the monitor's,
-// part of it next changes (the second is nil without the engine).
+// part of it next changes (the second is nil without the engine, or with a shared store).
 func (r *Registry) watch() (int64, <-chan struct{}, <-chan struct{}) {
 	rev, stored := r.store.Watch()
 	var judged <-chan struct{}
+	if _, shared := r.store.(VerdictSharer); shared {
+		return rev, stored, nil
+	}
 	if m := r.cfg.Eligibility; m != nil {
 		var mrev int64
 		mrev, judged = m.Watch()
@@ -61,8 +67,18 @@ func (r *Registry) syncEligibility(now time.Time) {
 		r.cfg.Eligibility.Sync(now, nil)
 		return
 	}
-	r.cfg.Eligibility.Sync(now, recordFleet{recs: r.store.Records(), ttl: r.cfg.LeaseTTL})
+	recs := r.store.Records()
+	r.cfg.Eligibility.Sync(now, recordFleet{recs: recs, ttl: r.cfg.LeaseTTL})
 	r.syncedRev.Store(rev)
+	if vs, ok := r.store.(VerdictSharer); ok {
+		// The verdicts already published (a replica that starts, or resyncs, after them) are
+		// followed at once, not from the elected replica's next change.
+		for _, rec := range recs {
+			if v, ok := vs.SharedVerdict(rec.InstanceID); ok && v.Generation == rec.Generation {
+				r.follow(v)
+			}
+		}
+	}
 }
 
 // recordFleet is the store's records as the monitor's Fleet.

@@ -123,7 +123,7 @@ func BenchmarkZoneEvacuation(b *testing.B) {
 		q, _ := registry.ParseQuery(map[string][]string{"capability_id": {"orders.read"}, "zone": {"b"}})
 		rev := f.reg.State().Revision
 		for ctx.Err() == nil {
-			rev = f.reg.Wait(ctx, rev, time.Minute)
+			rev = f.reg.Wait(ctx, "", rev, time.Minute)
 			woke := time.Now()
 			ans := f.reg.Query(q)
 			select {

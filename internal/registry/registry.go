@@ -153,6 +153,13 @@ func New(store Store, cfg Config) (*Registry, error) {
 	r := &Registry{cfg: cfg, store: store, started: cfg.Now()}
 	r.reconcile.Store(true)
 	r.shareAll.Store(true)
+	if rn, ok := store.(RemovalNotifier); ok {
+		rn.OnRemoved(func(id string, generation int64) {
+			if st := r.State(); !st.Complete {
+				r.drain.recordRemoval(id, generation, st.Epoch)
+			}
+		})
+	}
 	if vs, ok := store.(VerdictSharer); ok && cfg.Eligibility != nil {
 		vs.OnVerdict(r.follow)
 		vs.OnOutcomes(r.forwarded)
@@ -493,23 +500,32 @@ func (r *Registry) Query(q *Query) Answer {
 }
 
 // Wait blocks until the revision exceeds index, ctx ends or wait passes, and returns the
-// revision then. An index from the future (another epoch) returns at once.
-func (r *Registry) Wait(ctx context.Context, index int64, wait time.Duration) int64 {
+// revision then. When epoch is the current epoch and index is ahead of this replica's
+// revision (a consumer that failed over from a replica further along etcd's history), it
+// waits for a change too: nothing newer is here yet. Otherwise (another epoch, or no epoch
+// given and an index that is not the current revision) it returns at once.
+func (r *Registry) Wait(ctx context.Context, epoch string, index int64, wait time.Duration) int64 {
 	rev, changed, judged := r.watch()
-	if rev != index {
+	if rev > index || rev < index && epoch != r.store.Epoch().ID {
 		return rev
 	}
 	r.watchers.Add(1)
 	defer r.watchers.Add(-1)
 	t := time.NewTimer(wait)
 	defer t.Stop()
-	select {
-	case <-changed:
-	case <-judged:
-	case <-t.C:
-	case <-ctx.Done():
+	for {
+		select {
+		case <-changed:
+		case <-judged:
+		case <-t.C:
+			return r.revision()
+		case <-ctx.Done():
+			return r.revision()
+		}
+		if rev, changed, judged = r.watch(); rev > index {
+			return rev
+		}
 	}
-	return r.revision()
 }
 
 // Watchers returns how many requests are waiting in Wait.

@@ -270,7 +270,7 @@ func TestWaitWakesOnChange(t *testing.T) {
 	f := newFixture(t, registry.Config{})
 	rev := f.reg.State().Revision
 	woke := make(chan int64)
-	go func() { woke <- f.reg.Wait(context.Background(), rev, time.Hour) }()
+	go func() { woke <- f.reg.Wait(context.Background(), "", rev, time.Hour) }()
 	for f.reg.Watchers() == 0 { // the waiter is parked before the change is made
 		time.Sleep(time.Millisecond)
 	}
@@ -279,15 +279,31 @@ func TestWaitWakesOnChange(t *testing.T) {
 		t.Errorf("Wait woke at revision %d, want %d", got, rev+1)
 	}
 	// an index that is not the current revision answers at once
-	if got := f.reg.Wait(context.Background(), rev, time.Hour); got != rev+1 {
+	if got := f.reg.Wait(context.Background(), "", rev, time.Hour); got != rev+1 {
 		t.Errorf("Wait(old index) = %d, want %d at once", got, rev+1)
 	}
-	if got := f.reg.Wait(context.Background(), rev+1000, time.Hour); got != rev+1 {
+	if got := f.reg.Wait(context.Background(), "", rev+1000, time.Hour); got != rev+1 {
 		t.Errorf("Wait(future index) = %d, want %d at once", got, rev+1)
 	}
+	if got := f.reg.Wait(context.Background(), "another-epoch", rev+1000, time.Hour); got != rev+1 {
+		t.Errorf("Wait(index of another epoch) = %d, want %d at once", got, rev+1)
+	}
+	// An index ahead of this replica in its own epoch (a consumer that failed over from a
+	// replica further along the same history) waits for a change past it: nothing newer is here.
+	epoch := f.reg.State().Epoch
+	go func() { woke <- f.reg.Wait(context.Background(), epoch, rev+2, time.Hour) }()
+	for f.reg.Watchers() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	mustRegister(t, f, request("jms-2", "egress-jms")) // rev+2: not past the index yet
+	mustRegister(t, f, request("jms-3", "egress-jms"))
+	if got := <-woke; got != rev+3 {
+		t.Errorf("Wait(own epoch, index ahead) woke at %d, want %d", got, rev+3)
+	}
+	rev += 2
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if got := f.reg.Wait(ctx, rev+1, time.Hour); got != rev+1 {
+	if got := f.reg.Wait(ctx, "", rev+1, time.Hour); got != rev+1 {
 		t.Errorf("Wait(cancelled) = %d", got)
 	}
 }
@@ -489,7 +505,7 @@ func TestThousandsOfWaitersWakeOnOneChange(t *testing.T) {
 	rev := f.reg.State().Revision
 	woke := make(chan int64, waiters)
 	for range waiters {
-		go func() { woke <- f.reg.Wait(context.Background(), rev, time.Hour) }()
+		go func() { woke <- f.reg.Wait(context.Background(), "", rev, time.Hour) }()
 	}
 	for f.reg.Watchers() < waiters {
 		time.Sleep(time.Millisecond)

@@ -12,11 +12,14 @@ import (
 // SharedVerdict is the elected replica's verdict on one incarnation, as a store that spans
 // replicas shares it: the other replicas follow it (only the elected replica probes).
 type SharedVerdict struct {
-	InstanceID string    `json:"instance_id"`
-	Generation int64     `json:"generation"`
-	State      string    `json:"state"`
-	Since      time.Time `json:"since"`
-	Reasons    []string  `json:"reasons"`
+	InstanceID string `json:"instance_id"`
+	Generation int64  `json:"generation"`
+	State      string `json:"state"`
+	// Weight is the weight the elected replica published: during slow start in steps of a
+	// tenth, so that every replica answers the same ramp at the same revision.
+	Weight  int       `json:"weight"`
+	Since   time.Time `json:"since"`
+	Reasons []string  `json:"reasons"`
 }
 
 // VerdictSharer is a Store that shares verdicts between replicas (the etcd store).
@@ -56,15 +59,15 @@ func (r *Registry) shareVerdicts(ctx context.Context, vs VerdictSharer) {
 	}
 	var out []SharedVerdict
 	for _, rec := range recs {
-		state, since, reasons, ok := m.Judged(rec.InstanceID)
+		state, weight, since, reasons, ok := m.Judged(rec.InstanceID)
 		if !ok {
 			continue
 		}
 		cur, held := vs.SharedVerdict(rec.InstanceID)
-		if held && cur.Generation == rec.Generation && cur.State == state {
+		if held && cur.Generation == rec.Generation && cur.State == state && cur.Weight == weight {
 			continue
 		}
-		out = append(out, SharedVerdict{InstanceID: rec.InstanceID, Generation: rec.Generation, State: state, Since: since, Reasons: reasons})
+		out = append(out, SharedVerdict{InstanceID: rec.InstanceID, Generation: rec.Generation, State: state, Weight: weight, Since: since, Reasons: reasons})
 	}
 	if len(out) == 0 {
 		return
@@ -88,6 +91,6 @@ func (r *Registry) forwarded(req *apiv1.OutcomesRequest) {
 // follow hands a verdict another replica published to the monitor.
 func (r *Registry) follow(v SharedVerdict) {
 	if rec, ok := r.store.Get(v.InstanceID); ok && rec.Generation == v.Generation {
-		r.cfg.Eligibility.Follow(health.Followed{ID: v.InstanceID, Generation: v.Generation, State: v.State, Since: v.Since, Reasons: v.Reasons}, r.cfg.Now())
+		r.cfg.Eligibility.Follow(health.Followed{ID: v.InstanceID, Generation: v.Generation, State: v.State, Weight: v.Weight, Since: v.Since, Reasons: v.Reasons}, r.cfg.Now())
 	}
 }

@@ -38,6 +38,14 @@ type Pinger interface {
 	Ping(ctx context.Context) error
 }
 
+// RemovalNotifier is a Store that other replicas change (etcd): it calls the function given
+// to OnRemoved for every instance another replica removed (deregistered, or whose lease
+// ended), before the removal is visible in its view, so that the registry's warm-up answers
+// list it among the removals.
+type RemovalNotifier interface {
+	OnRemoved(func(id string, generation int64))
+}
+
 // Store keeps the registered records, their indexes, the generation counter and the
 // revision. All methods are safe for concurrent use. Records handed out are shared: callers
 // read them and never change them, except through the lease and health atomics.

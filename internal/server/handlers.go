@@ -87,7 +87,7 @@ func (s *Server) longPoll(ctx context.Context, v url.Values) error {
 	if len(ds) > 0 {
 		return apiv1.InvalidRequest(ds)
 	}
-	s.reg.Wait(ctx, index, wait)
+	s.reg.Wait(ctx, v.Get("epoch"), index, wait)
 	return nil
 }
 

@@ -6,15 +6,48 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/internal/health"
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/store/etcdstore"
 )
+
+// startReplica runs a registry replica named name over the etcd prefix, with the
+// eligibility engine (slow start 1 s) and a prober that probes only while it is elected,
+// until the test ends or stop is called (it then resigns).
+func startReplica(t *testing.T, cli *clientv3.Client, prefix, name string) (reg *registry.Registry, stop func()) {
+	t.Helper()
+	s, err := etcdstore.New(context.Background(), etcdstore.Config{Client: cli, Prefix: prefix, LeaseTTL: time.Minute, ReplicaID: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := health.NewMonitor(health.MonitorConfig{Engine: health.Config{ExternalLeases: true, SlowStart: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err = registry.New(s, registry.Config{Eligibility: m, LeaseTTL: time.Minute, SweepInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := health.NewProber(health.ProberConfig{Targets: reg.ProbeTargets, Report: reg.ReportProbe, Leader: reg.Leader, Tick: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{}, 2)
+	go func() { reg.Run(ctx); done <- struct{}{} }()
+	go func() { p.Run(ctx); done <- struct{}{} }()
+	stop = sync.OnceFunc(func() { cancel(); <-done; <-done })
+	t.Cleanup(stop)
+	return reg, stop
+}
 
 // TestVerdictsAreShared: two registry replicas over one etcd cluster, each with the
 // eligibility engine and a prober that probes only while its replica is elected. The
@@ -32,27 +65,7 @@ func TestVerdictsAreShared(t *testing.T) {
 	defer provider.Close()
 
 	start := func(name string) *registry.Registry {
-		s, err := etcdstore.New(context.Background(), etcdstore.Config{Client: cli, Prefix: prefix, LeaseTTL: time.Minute, ReplicaID: name})
-		if err != nil {
-			t.Fatal(err)
-		}
-		m, err := health.NewMonitor(health.MonitorConfig{Engine: health.Config{ExternalLeases: true, SlowStart: time.Second}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		reg, err := registry.New(s, registry.Config{Eligibility: m, LeaseTTL: time.Minute, SweepInterval: 50 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := health.NewProber(health.ProberConfig{Targets: reg.ProbeTargets, Report: reg.ReportProbe, Leader: reg.Leader, Tick: 20 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{}, 2)
-		go func() { reg.Run(ctx); done <- struct{}{} }()
-		go func() { p.Run(ctx); done <- struct{}{} }()
-		t.Cleanup(func() { cancel(); <-done; <-done })
+		reg, _ := startReplica(t, cli, prefix, name)
 		return reg
 	}
 	a, b := start("a"), start("b")

@@ -59,11 +59,24 @@ type Store struct {
 
 	verdictM   sync.Mutex
 	verdicts   map[string]registry.SharedVerdict // instance id -> the elected replica's verdict
+	acksM      sync.Mutex
+	acks       map[string]gatewayAck // gateway id -> its last acknowledgement, while its lease lives
 	onVerdict  atomic.Pointer[func(registry.SharedVerdict)]
 	onOutcomes atomic.Pointer[func(*apiv1.OutcomesRequest)]
+	onRemoved  atomic.Pointer[func(string, int64)]
 }
 
-var _ registry.VerdictSharer = (*Store)(nil)
+var (
+	_ registry.VerdictSharer = (*Store)(nil)
+	_ registry.AckSharer     = (*Store)(nil)
+	_ registry.Pinger        = (*Store)(nil)
+)
+
+// gatewayAck is a live gateway's acknowledgement as the store holds it, with its lease.
+type gatewayAck struct {
+	ack   registry.GatewayAck
+	lease clientv3.LeaseID
+}
 
 // maxTxnOps bounds the operations of one etcd transaction (etcd's default limit is 128).
 const maxTxnOps = 128
@@ -91,7 +104,8 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	s := &Store{cfg: cfg, index: memstore.NewIndex(), health: map[string]string{}, verdicts: map[string]registry.SharedVerdict{}}
+	s := &Store{cfg: cfg, index: memstore.NewIndex(), health: map[string]string{}, verdicts: map[string]registry.SharedVerdict{},
+		acks: map[string]gatewayAck{}}
 	if s.cfg.ReplicaID == "" {
 		s.cfg.ReplicaID = cfg.Now().UTC().Format(time.RFC3339Nano)
 	}
@@ -142,10 +156,15 @@ func (s *Store) resync(ctx context.Context) error {
 	}
 	health := map[string]string{}
 	verdicts := map[string]registry.SharedVerdict{}
+	acks := map[string]gatewayAck{}
 	var insts []*mvccpb.KeyValue
 	for _, kv := range resp.Kvs {
 		k := string(kv.Key)
 		switch {
+		case strings.HasPrefix(k, s.key("gateways/")):
+			if a, ok := s.gatewayAck(kv); ok {
+				acks[a.ack.GatewayID] = a
+			}
 		case strings.HasPrefix(k, s.key("verdicts/")):
 			if v, ok := s.verdict(kv); ok {
 				verdicts[v.InstanceID] = v
@@ -162,6 +181,9 @@ func (s *Store) resync(ctx context.Context) error {
 	s.verdictM.Lock()
 	s.verdicts = verdicts
 	s.verdictM.Unlock()
+	s.acksM.Lock()
+	s.acks = acks
+	s.acksM.Unlock()
 	var recs []*registry.Record
 	for _, kv := range insts {
 		if rec := s.record(kv); rec != nil {
@@ -237,6 +259,19 @@ func (s *Store) Run(ctx context.Context) error {
 func (s *Store) apply(ev *clientv3.Event) {
 	k := string(ev.Kv.Key)
 	switch {
+	case strings.HasPrefix(k, s.key("gateways/")):
+		id := strings.TrimPrefix(k, s.key("gateways/"))
+		if ev.Type == clientv3.EventTypeDelete {
+			s.acksM.Lock()
+			delete(s.acks, id)
+			s.acksM.Unlock()
+			return
+		}
+		if a, ok := s.gatewayAck(ev.Kv); ok {
+			s.acksM.Lock()
+			s.acks[id] = a
+			s.acksM.Unlock()
+		}
 	case strings.HasPrefix(k, s.key("outcomes/")):
 		if ev.Type != clientv3.EventTypePut {
 			return
@@ -255,7 +290,7 @@ func (s *Store) apply(ev *clientv3.Event) {
 			s.verdictM.Lock()
 			delete(s.verdicts, id)
 			s.verdictM.Unlock()
-			return
+			return // with the instance's lease: its own deletion moves the revision
 		}
 		v, ok := s.verdict(ev.Kv)
 		if !ok {
@@ -267,6 +302,9 @@ func (s *Store) apply(ev *clientv3.Event) {
 		if fn := s.onVerdict.Load(); fn != nil {
 			(*fn)(v)
 		}
+		// A verdict is part of what discovery answers: the revision moves to etcd's, after
+		// the verdict is followed, so that an answer at this revision holds it on every replica.
+		s.index.Touch(ev.Kv.ModRevision)
 	case strings.HasPrefix(k, s.key("health/")):
 		id := strings.TrimPrefix(k, s.key("health/"))
 		s.healthM.Lock()
@@ -287,6 +325,7 @@ func (s *Store) apply(ev *clientv3.Event) {
 		}
 		if ev.Type == clientv3.EventTypeDelete {
 			if exists {
+				s.removed(cur)
 				s.index.Remove(id, cur, ev.Kv.ModRevision)
 				// Not tombstoned first: the lease expired. Count it as an eviction.
 				s.evictM.Lock()
@@ -298,6 +337,7 @@ func (s *Store) apply(ev *clientv3.Event) {
 		}
 		if string(ev.Kv.Value) == tombstone {
 			if exists {
+				s.removed(cur)
 				s.index.Remove(id, cur, ev.Kv.ModRevision)
 			}
 			return
@@ -407,6 +447,72 @@ func (s *Store) ForwardOutcomes(ctx context.Context, req *apiv1.OutcomesRequest)
 		return fmt.Errorf("etcd put outcomes: %w", err)
 	}
 	return nil
+}
+
+// OnRemoved implements registry.RemovalNotifier.
+func (s *Store) OnRemoved(fn func(id string, generation int64)) { s.onRemoved.Store(&fn) }
+
+// removed tells the registry, before the view drops it, that rec was removed.
+func (s *Store) removed(rec *registry.Record) {
+	if fn := s.onRemoved.Load(); fn != nil {
+		(*fn)(rec.InstanceID, rec.Generation)
+	}
+}
+
+// gatewayAck decodes a gateway's acknowledgement key.
+func (s *Store) gatewayAck(kv *mvccpb.KeyValue) (gatewayAck, bool) {
+	var a registry.GatewayAck
+	if err := json.Unmarshal(kv.Value, &a); err != nil || a.GatewayID == "" {
+		s.cfg.Logger.Warn("unreadable gateway acknowledgement in etcd", slog.String("key", string(kv.Key)))
+		return gatewayAck{}, false
+	}
+	return gatewayAck{ack: a, lease: clientv3.LeaseID(kv.Lease)}, true
+}
+
+// PutAck implements registry.AckSharer: the acknowledgement is put under the gateway's
+// lease of ttl, renewed by each acknowledgement (a new lease when it has ended), so that a
+// gateway that stops acknowledging drops out of every replica's view by itself.
+func (s *Store) PutAck(ctx context.Context, ack registry.GatewayAck, ttl time.Duration) error {
+	val, err := json.Marshal(ack)
+	if err != nil {
+		return err
+	}
+	s.acksM.Lock()
+	lease := s.acks[ack.GatewayID].lease
+	s.acksM.Unlock()
+	if lease != 0 {
+		if _, err := s.cfg.Client.KeepAliveOnce(ctx, lease); err != nil {
+			if !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+				return fmt.Errorf("etcd keep-alive of gateway %q: %w", ack.GatewayID, err)
+			}
+			lease = 0
+		}
+	}
+	if lease == 0 {
+		l, err := s.cfg.Client.Grant(ctx, int64(math.Ceil(ttl.Seconds())))
+		if err != nil {
+			return fmt.Errorf("etcd lease of gateway %q: %w", ack.GatewayID, err)
+		}
+		lease = l.ID
+	}
+	if _, err := s.cfg.Client.Put(ctx, s.key("gateways/", ack.GatewayID), string(val), clientv3.WithLease(lease)); err != nil {
+		return fmt.Errorf("etcd put the acknowledgement of gateway %q: %w", ack.GatewayID, err)
+	}
+	s.acksM.Lock()
+	s.acks[ack.GatewayID] = gatewayAck{ack: ack, lease: lease} // read your own writes
+	s.acksM.Unlock()
+	return nil
+}
+
+// Acks implements registry.AckSharer: the acknowledgements of the gateways whose lease lives.
+func (s *Store) Acks() []registry.GatewayAck {
+	s.acksM.Lock()
+	defer s.acksM.Unlock()
+	out := make([]registry.GatewayAck, 0, len(s.acks))
+	for _, a := range s.acks {
+		out = append(out, a.ack)
+	}
+	return out
 }
 
 // OnOutcomes implements registry.VerdictSharer: fn receives every forwarded window.

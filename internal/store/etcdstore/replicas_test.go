@@ -1,0 +1,118 @@
+package etcdstore_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/internal/health"
+	"github.com/meshflows/meshflows/internal/registry"
+)
+
+// TestReplicasAgree: two replicas over one etcd cluster number the same state alike (etcd's
+// revision, verdicts written through etcd), so a consumer that fails over keeps following;
+// a newly elected replica takes over the published verdicts instead of re-admitting every
+// instance from unknown; a replica started later answers the elected one's verdicts at once.
+func TestReplicasAgree(t *testing.T) {
+	cli := startEtcd(t)
+	prefix := fmt.Sprintf("/agree%d/", prefixes.Add(1))
+	provider := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer provider.Close()
+	a, stopA := startReplica(t, cli, prefix, "a")
+	b, stopB := startReplica(t, cli, prefix, "b")
+	eventually(t, "one replica is elected", func() bool { return a.Leader() != b.Leader() })
+	leader, follower, stopLeader := a, b, stopA
+	if b.Leader() {
+		leader, follower, stopLeader = b, a, stopB
+	}
+	const n = 4
+	for i := range n {
+		id := fmt.Sprintf("jms-%d", i)
+		req := &apiv1.RegisterRequest{InstanceID: id, ServiceName: "egress-jms", ServiceVersion: "1.0.0", Endpoint: provider.URL, Zone: "a",
+			Capabilities: []apiv1.Capability{{CapabilityID: "messaging.publish", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0", Provider: "jms"}},
+			Manifest: &apiv1.Manifest{FARP: "1.0", Service: apiv1.ManifestService{Name: "egress-jms", Instance: id, Version: "1.0.0"},
+				Health: &apiv1.ManifestHealth{Path: "/healthz", Interval: "1s", UnhealthyAfter: apiv1.Int(2)}}}
+		through := []*registry.Registry{a, b}[i%2]
+		if _, err := through.Register(context.Background(), req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type view struct {
+		Revision int64
+		Entries  []string
+	}
+	answer := func(r *registry.Registry) view {
+		ans := r.Query(&registry.Query{})
+		v := view{Revision: ans.Revision}
+		for _, e := range ans.Entries {
+			v.Entries = append(v.Entries, fmt.Sprintf("%s %s %d", e.Record.InstanceID, e.Eligibility, e.Weight))
+		}
+		return v
+	}
+	eventually(t, "every instance serving on both replicas", func() bool {
+		for _, r := range []*registry.Registry{leader, follower} {
+			ans := r.Query(&registry.Query{})
+			if len(ans.Entries) != n {
+				return false
+			}
+			for _, e := range ans.Entries {
+				if e.Eligibility != health.StateServing {
+					return false
+				}
+			}
+		}
+		return true
+	})
+	// Settled, both replicas answer the same revision with the same entries.
+	var va, vb view
+	eventually(t, "both replicas at one revision", func() bool {
+		va, vb = answer(leader), answer(follower)
+		return va.Revision == vb.Revision
+	})
+	if diff := cmp.Diff(va, vb); diff != "" {
+		t.Fatalf("the replicas answer one revision differently (-elected +other):\n%s", diff)
+	}
+
+	// A replica started now answers the published verdicts from its first sweep, not unknown.
+	c, _ := startReplica(t, cli, prefix, "c")
+	eventually(t, "the new replica holds the fleet", func() bool { return len(c.Catalog().Instances) == n })
+	eventually(t, "the new replica has swept once", func() bool { _, err := c.Explain("jms-0"); return err == nil })
+	for i := range n {
+		if ex, err := c.Explain(fmt.Sprintf("jms-%d", i)); err != nil || ex.State != health.StateServing {
+			t.Errorf("a replica started after the verdicts: jms-%d %s %v, want serving", i, ex.State, err)
+		}
+	}
+
+	// The elected replica goes; another takes over without withdrawing anyone, and keeps
+	// numbering above what consumers saw.
+	seen := va.Revision
+	stopLeader()
+	var next *registry.Registry
+	eventually(t, "another replica elected", func() bool {
+		for _, r := range []*registry.Registry{follower, c} {
+			if r.Leader() {
+				next = r
+				return true
+			}
+		}
+		return false
+	})
+	for range 20 { // two probe intervals' worth of sweeps after the election
+		v := answer(next)
+		if len(v.Entries) != n || v.Revision < seen {
+			t.Fatalf("after the failover the new elected replica answers %+v (consumers saw revision %d): want all %d in rotation", v, seen, n)
+		}
+		for _, e := range v.Entries {
+			if e != fmt.Sprintf("%s serving 100", e[:5]) {
+				t.Fatalf("after the failover: %q, want serving at 100", e)
+			}
+		}
+		time.Sleep(100 * time.Millisecond) // watching, not timing: a slower machine only watches longer
+	}
+}
