@@ -365,9 +365,37 @@ func (a *Agent) deregister(ctx context.Context) {
 	defer cancel()
 	req := client.Request{Method: http.MethodDelete, Path: "/v1/services/" + url.PathEscape(a.cfg.Registration.InstanceID),
 		Query: url.Values{"generation": {strconv.FormatInt(st.Generation, 10)}}, Timeout: a.cfg.StopTimeout}
-	if err := a.client.Do(dctx, req, nil); err != nil {
-		a.cfg.Logger.LogAttrs(dctx, slog.LevelWarn, "deregistration failed; the lease will expire", slog.Any("error", err))
-		return
+	// A registry that is away (a transport error, 5xx, 429) is tried again — the client has
+	// moved to the next registry — until StopTimeout: a deregistration lost in a failover
+	// would leave gateways routing to a stopped provider until its lease ends.
+	for attempt := 0; ; attempt++ {
+		err := a.client.Do(dctx, req, nil)
+		var ae *apiv1.Error
+		switch {
+		case err == nil:
+		case errors.As(err, &ae) && (ae.Status == http.StatusNotFound || ae.Status == http.StatusGone):
+			// no longer this incarnation (evicted, or replaced): nothing to withdraw
+			a.cfg.Logger.LogAttrs(dctx, slog.LevelInfo, "deregistration: the registry no longer holds this incarnation", slog.Any("error", err))
+			return
+		case errors.As(err, &ae) && ae.Status < 500 && ae.Status != http.StatusTooManyRequests:
+			a.cfg.Logger.LogAttrs(dctx, slog.LevelWarn, "deregistration refused; the lease will expire", slog.Any("error", err))
+			return
+		default:
+			wait := min(a.cfg.Backoff.Delay(attempt, a.cfg.Rand), time.Second)
+			var ra *client.RetryAfterError
+			if errors.As(err, &ra) {
+				wait = max(wait, ra.After)
+			}
+			select {
+			case <-dctx.Done():
+				a.cfg.Logger.LogAttrs(dctx, slog.LevelWarn, "deregistration failed; the lease will expire", slog.Any("error", err),
+					slog.Int("attempts", attempt+1))
+				return
+			case <-a.cfg.Clock.After(wait):
+			}
+			continue
+		}
+		break
 	}
 	a.cfg.Logger.LogAttrs(dctx, slog.LevelInfo, "deregistered", slog.String("instance_id", a.cfg.Registration.InstanceID),
 		slog.Int64("generation", st.Generation))

@@ -252,7 +252,7 @@ func TestHeartbeatFailuresReRegister(t *testing.T) {
 		}
 		r.Config.Handler.ServeHTTP(w, req)
 	}))
-	defer front.Close()
+	t.Cleanup(front.Close) // after the agent's stop (cleanups run last first): it deregisters
 	prom := prometheus.NewRegistry()
 	startAgent(t, provider.Config{Registries: []string{front.URL}, Registration: registration("jms-1"), Registerer: prom})
 	eventually(t, "registered", func() bool { return registrations.Load() == 1 })
@@ -274,6 +274,31 @@ func TestFailoverToTheNextRegistry(t *testing.T) {
 	eventually(t, "registered with the second registry", registered(r.registry(), "jms-1"))
 	if got := a.Status().Registry; got != r.URL {
 		t.Errorf("Status().Registry = %s, want %s", got, r.URL)
+	}
+}
+
+// TestDeregistrationFailsOver: the registry the agent used goes away just before it stops;
+// the deregistration goes to the next one instead of being lost (gateways would route to the
+// stopped provider until its lease ended).
+func TestDeregistrationFailsOver(t *testing.T) {
+	r := newRestartable(t)
+	var down atomic.Bool
+	first := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if down.Load() {
+			provider.WriteError(w, apiv1.Errorf(503, apiv1.CodeUnavailable, "going away"))
+			return
+		}
+		r.Config.Handler.ServeHTTP(w, req)
+	}))
+	t.Cleanup(first.Close)
+	_, stop := startAgent(t, provider.Config{Registries: []string{first.URL, r.URL}, Registration: registration("jms-1"), HeartbeatInterval: time.Hour})
+	eventually(t, "registered", registered(r.registry(), "jms-1"))
+	down.Store(true)
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.registry().Instance("jms-1"); err == nil {
+		t.Fatal("jms-1 is still registered: the deregistration was lost when its registry went away")
 	}
 }
 

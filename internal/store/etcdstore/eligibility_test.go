@@ -21,8 +21,8 @@ import (
 
 // startReplica runs a registry replica named name over the etcd prefix, with the
 // eligibility engine (slow start 1 s) and a prober that probes only while it is elected,
-// until the test ends or stop is called (it then resigns).
-func startReplica(t *testing.T, cli *clientv3.Client, prefix, name string) (reg *registry.Registry, stop func()) {
+// until the test ends or stop is called (it then resigns). opts adjust its configuration.
+func startReplica(t *testing.T, cli *clientv3.Client, prefix, name string, opts ...func(*registry.Config)) (reg *registry.Registry, stop func()) {
 	t.Helper()
 	s, err := etcdstore.New(context.Background(), etcdstore.Config{Client: cli, Prefix: prefix, LeaseTTL: time.Minute, ReplicaID: name})
 	if err != nil {
@@ -32,7 +32,11 @@ func startReplica(t *testing.T, cli *clientv3.Client, prefix, name string) (reg 
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg, err = registry.New(s, registry.Config{Eligibility: m, LeaseTTL: time.Minute, SweepInterval: 50 * time.Millisecond})
+	cfg := registry.Config{Eligibility: m, LeaseTTL: time.Minute, SweepInterval: 50 * time.Millisecond}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	reg, err = registry.New(s, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
