@@ -319,61 +319,29 @@ func TestPublicAliasForwardsToInvoke(t *testing.T) {
 // may fail.
 func TestDrainHandshakeLosesNoRequest(t *testing.T) {
 	e := newEnv(t)
-	start := func(name string) (*httptest.Server, context.CancelFunc, chan error) {
+	start := func(name string) (*httptest.Server, func() error) {
 		up := upstream(t, name)
-		a, err := provider.New(provider.Config{Registries: []string{e.reg.URL}, HeartbeatInterval: time.Hour,
-			Registration: apiv1.RegisterRequest{InstanceID: name, ServiceName: "orders", ServiceVersion: "1.0.0", Endpoint: up.URL,
-				Capabilities: []apiv1.Capability{{CapabilityID: "orders.write", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0", Provider: "http"}},
-				Manifest: &apiv1.Manifest{FARP: "1.0", Service: apiv1.ManifestService{Name: "orders", Instance: name, Version: "1.0.0"},
-					Routes: []apiv1.ManifestRoute{{Path: "/orders/{id}", Methods: []string{"POST"}}}}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- a.Run(ctx) }()
-		return up, cancel, done
+		return up, registrytest.RunAgent(t, provider.Config{Registries: []string{e.reg.URL}, HeartbeatInterval: time.Hour,
+			Registration: registrytest.Orders(name, up.URL)})
 	}
-	_, stopA, doneA := start("orders-a")
-	defer func() { stopA(); <-doneA }()
-	upB, stopB, doneB := start("orders-b")
+	start("orders-a")
+	upB, stopB := start("orders-b")
 	until(t, "both instances in the table", func() bool {
 		var r gateway.RoutesAnswer
 		json.Unmarshal([]byte(e.do(t, "GET", "/v1/gateway/routes", "").body), &r)
 		return len(r.Routes) == 2 && len(r.Routes[0].Instances) == 2
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	var sent, failed atomic.Int64
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Go(func() {
-			for ctx.Err() == nil {
-				resp, err := http.Post(e.srv.URL+"/orders/1", "text/plain", strings.NewReader("x"))
-				sent.Add(1)
-				if err != nil {
-					failed.Add(1)
-					continue
-				}
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != 200 {
-					failed.Add(1)
-				}
-			}
-		})
-	}
-	until(t, "traffic flowing", func() bool { return sent.Load() > 50 })
-	stopB()
-	if err := <-doneB; err != nil { // returns once the gateway has acknowledged the withdrawal
+	load := registrytest.StartLoad(e.srv.URL+"/orders/1", "x", 4)
+	until(t, "traffic flowing", func() bool { return load.Sent() > 50 })
+	if err := stopB(); err != nil { // returns once the gateway has acknowledged the withdrawal
 		t.Fatal(err)
 	}
 	upB.Close() // the provider stops serving only now
-	before := sent.Load()
-	until(t, "more traffic after the stop", func() bool { return sent.Load() > before+200 })
-	cancel()
-	wg.Wait()
-	if n := failed.Load(); n != 0 {
-		t.Errorf("%d of %d requests failed while a provider drained", n, sent.Load())
+	before := load.Sent()
+	until(t, "more traffic after the stop", func() bool { return load.Sent() > before+200 })
+	load.Stop()
+	if n := load.Failed(); n != 0 {
+		t.Errorf("%d of %d requests failed while a provider drained", n, load.Sent())
 	}
 }
 
@@ -450,14 +418,8 @@ func TestAckWaitsForRequestsOnOlderTables(t *testing.T) {
 func TestDrainHandshakeDuringWarmUp(t *testing.T) {
 	e := newEnvWith(t, registry.Config{}, gateway.Config{AckInterval: 50 * time.Millisecond})
 	upA, upB := upstream(t, "orders-a"), upstream(t, "orders-b")
-	registration := func(name, endpoint string) apiv1.RegisterRequest {
-		return apiv1.RegisterRequest{InstanceID: name, ServiceName: "orders", ServiceVersion: "1.0.0", Endpoint: endpoint,
-			Capabilities: []apiv1.Capability{{CapabilityID: "orders.write", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0", Provider: "http"}},
-			Manifest: &apiv1.Manifest{FARP: "1.0", Service: apiv1.ManifestService{Name: "orders", Instance: name, Version: "1.0.0"},
-				Routes: []apiv1.ManifestRoute{{Path: "/orders/{id}", Methods: []string{"POST"}}}}}
-	}
 	for name, up := range map[string]*httptest.Server{"orders-a": upA, "orders-b": upB} {
-		req := registration(name, up.URL)
+		req := registrytest.Orders(name, up.URL)
 		if _, err := e.reg.Registry.Register(context.Background(), &req); err != nil {
 			t.Fatal(err)
 		}
@@ -472,21 +434,13 @@ func TestDrainHandshakeDuringWarmUp(t *testing.T) {
 	// The registry restarts with empty state: a new epoch, inside its warm-up window.
 	restarted := registrytest.NewServerAt(t, registry.Config{}, registrytest.Epoch0.Add(time.Hour))
 	e.front.swap(restarted.Config.Handler)
-	start := func(name string, up *httptest.Server) (context.CancelFunc, chan error) {
-		a, err := provider.New(provider.Config{Registries: []string{e.reg.URL}, HeartbeatInterval: time.Hour, DrainTimeout: 2 * time.Second,
-			Registration: registration(name, up.URL)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- a.Run(ctx) }()
-		return cancel, done
+	start := func(name string, up *httptest.Server) func() error {
+		return registrytest.RunAgent(t, provider.Config{Registries: []string{e.reg.URL}, HeartbeatInterval: time.Hour, DrainTimeout: 2 * time.Second,
+			Registration: registrytest.Orders(name, up.URL)})
 	}
 	e.reg.Config.Handler = restarted.Config.Handler // the agents reach the restarted registry too
-	stopA, doneA := start("orders-a", upA)
-	defer func() { stopA(); <-doneA }()
-	stopB, doneB := start("orders-b", upB)
+	start("orders-a", upA)
+	stopB := start("orders-b", upB)
 	until(t, "both re-registered with the restarted registry", func() bool {
 		_, errA := restarted.Registry.Instance("orders-a")
 		_, errB := restarted.Registry.Instance("orders-b")
@@ -498,38 +452,17 @@ func TestDrainHandshakeDuringWarmUp(t *testing.T) {
 	})
 	genB := func() int64 { in, _ := restarted.Registry.Instance("orders-b"); return in.Generation }()
 
-	ctx, cancel := context.WithCancel(context.Background())
-	var sent, failed atomic.Int64
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Go(func() {
-			for ctx.Err() == nil {
-				resp, err := http.Post(e.srv.URL+"/orders/1", "text/plain", strings.NewReader("x"))
-				sent.Add(1)
-				if err != nil {
-					failed.Add(1)
-					continue
-				}
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != 200 {
-					failed.Add(1)
-				}
-			}
-		})
-	}
-	until(t, "traffic flowing", func() bool { return sent.Load() > 50 })
-	stopB()
-	if err := <-doneB; err != nil {
+	load := registrytest.StartLoad(e.srv.URL+"/orders/1", "x", 4)
+	until(t, "traffic flowing", func() bool { return load.Sent() > 50 })
+	if err := stopB(); err != nil {
 		t.Fatal(err)
 	}
 	upB.Close() // the provider stops serving once its agent returns
-	before := sent.Load()
-	until(t, "more traffic after the stop", func() bool { return sent.Load() > before+200 })
-	cancel()
-	wg.Wait()
-	if n := failed.Load(); n != 0 {
-		t.Errorf("%d of %d requests failed while a provider drained during the warm-up", n, sent.Load())
+	before := load.Sent()
+	until(t, "more traffic after the stop", func() bool { return load.Sent() > before+200 })
+	load.Stop()
+	if n := load.Failed(); n != 0 {
+		t.Errorf("%d of %d requests failed while a provider drained during the warm-up", n, load.Sent())
 	}
 	if r := routes(); len(r.Routes) != 2 || len(r.Routes[0].Instances) != 1 {
 		t.Fatalf("orders-b still in the table: %+v", r.Routes)

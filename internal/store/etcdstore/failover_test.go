@@ -1,41 +1,24 @@
 package etcdstore_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/discovery"
 	"github.com/meshflows/meshflows/internal/gateway"
 	"github.com/meshflows/meshflows/internal/registry"
+	"github.com/meshflows/meshflows/internal/registry/registrytest"
 	"github.com/meshflows/meshflows/internal/server"
 	"github.com/meshflows/meshflows/provider"
 	"github.com/meshflows/meshflows/routing"
 )
-
-// syncBuffer is a bytes.Buffer an agent's logger and the test share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 // TestDrainAcrossAReplicaFailover: a gateway and two providers use two registry replicas over
 // etcd. The replica they talk to goes away; they fail over to the other. One provider then
@@ -95,27 +78,13 @@ func TestDrainAcrossAReplicaFailover(t *testing.T) {
 		t.Cleanup(s.Close)
 		return s
 	}
-	var logs syncBuffer
 	start := func(name string, up *httptest.Server) (stop func() error) {
-		ag, err := provider.New(provider.Config{Registries: registries, HeartbeatInterval: 200 * time.Millisecond, DrainTimeout: 5 * time.Second,
-			Logger: slog.New(slog.NewTextHandler(&logs, nil)),
-			Registration: apiv1.RegisterRequest{InstanceID: name, ServiceName: "orders", ServiceVersion: "1.0.0", Endpoint: up.URL,
-				Capabilities: []apiv1.Capability{{CapabilityID: "orders.write", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0", Provider: "http"}},
-				Manifest: &apiv1.Manifest{FARP: "1.0", Service: apiv1.ManifestService{Name: "orders", Instance: name, Version: "1.0.0"},
-					Routes: []apiv1.ManifestRoute{{Path: "/orders/{id}", Methods: []string{"POST"}}}}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- ag.Run(ctx) }()
-		return sync.OnceValue(func() error { cancel(); return <-done })
+		return registrytest.RunAgent(t, provider.Config{Registries: registries, HeartbeatInterval: 200 * time.Millisecond,
+			DrainTimeout: 5 * time.Second, Registration: registrytest.Orders(name, up.URL)})
 	}
 	up1, up2 := upstream("orders-1"), upstream("orders-2")
-	stop1 := start("orders-1", up1)
-	defer stop1()
+	start("orders-1", up1)
 	stop2 := start("orders-2", up2)
-	defer stop2()
 	routes := func() (r gateway.RoutesAnswer) {
 		resp, err := http.Get(edge.URL + "/v1/gateway/routes")
 		if err == nil {
@@ -135,43 +104,27 @@ func TestDrainAcrossAReplicaFailover(t *testing.T) {
 	eventually(t, "both providers in the gateway's table", func() bool { return upstreams() == 2 })
 	time.Sleep(1100 * time.Millisecond) // past the gateway TTL: the replicas can know every gateway
 
-	var sent, failed atomic.Int64
-	tctx, stopTraffic := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	for range 4 {
-		wg.Go(func() {
-			for tctx.Err() == nil {
-				resp, err := http.Post(edge.URL+"/orders/1", "text/plain", strings.NewReader("x"))
-				sent.Add(1)
-				if err != nil {
-					failed.Add(1)
-					continue
-				}
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				if resp.StatusCode != http.StatusOK {
-					failed.Add(1)
-				}
-			}
-		})
+	in, err := regB.Instance("orders-2")
+	if err != nil {
+		t.Fatal(err)
 	}
-	eventually(t, "traffic flowing", func() bool { return sent.Load() > 50 })
+	load := registrytest.StartLoad(edge.URL+"/orders/1", "x", 4)
+	eventually(t, "traffic flowing", func() bool { return load.Sent() > 50 })
 	aDown.Store(true) // the replica everyone used goes away
-	before := sent.Load()
-	eventually(t, "traffic flowing after the failover", func() bool { return sent.Load() > before+100 })
+	before := load.Sent()
+	eventually(t, "traffic flowing after the failover", func() bool { return load.Sent() > before+100 })
 	if err := stop2(); err != nil {
 		t.Fatal(err)
 	}
 	up2.Close() // the provider stops serving once its agent returns
-	before = sent.Load()
-	eventually(t, "more traffic after the stop", func() bool { return sent.Load() > before+200 })
-	stopTraffic()
-	wg.Wait()
-	if n := failed.Load(); n != 0 {
-		t.Errorf("%d of %d requests failed across the failover and the drain", n, sent.Load())
+	before = load.Sent()
+	eventually(t, "more traffic after the stop", func() bool { return load.Sent() > before+200 })
+	load.Stop()
+	if n := load.Failed(); n != 0 {
+		t.Errorf("%d of %d requests failed across the failover and the drain", n, load.Sent())
 	}
-	if !strings.Contains(logs.String(), "withdrawal acknowledged by every gateway") {
-		t.Errorf("the withdrawal was not acknowledged through the other replica:\n%s", logs.String())
+	if w, err := regB.Withdrawal("orders-2", in.Generation); err != nil || !w.Acknowledged {
+		t.Errorf("the withdrawal through the other replica: %+v %v, want acknowledged", w, err)
 	}
 	if n := upstreams(); n != 1 {
 		t.Errorf("the gateway's table holds %d upstreams, want 1", n)

@@ -1,0 +1,85 @@
+package registrytest
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/provider"
+)
+
+// Load sends a steady stream of POSTs to one URL from a few workers — the traffic of the drain
+// tests, through a gateway — and counts what failed: a transport error or any status but 200.
+// POSTs are never retried by a gateway, so every request that reaches a stopped provider
+// counts. It stops when Stop is called.
+type Load struct {
+	sent, failed atomic.Int64
+	cancel       context.CancelFunc
+	wg           sync.WaitGroup
+}
+
+// StartLoad starts workers goroutines posting body to url.
+func StartLoad(url, body string, workers int) *Load {
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &Load{cancel: cancel}
+	for range workers {
+		l.wg.Go(func() {
+			for ctx.Err() == nil {
+				l.sent.Add(1)
+				resp, err := http.Post(url, "text/plain", strings.NewReader(body))
+				if err != nil {
+					l.failed.Add(1)
+					continue
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					l.failed.Add(1)
+				}
+			}
+		})
+	}
+	return l
+}
+
+// Sent returns how many requests were sent so far.
+func (l *Load) Sent() int64 { return l.sent.Load() }
+
+// Failed returns how many of them failed.
+func (l *Load) Failed() int64 { return l.failed.Load() }
+
+// Stop ends the load and waits for its workers.
+func (l *Load) Stop() {
+	l.cancel()
+	l.wg.Wait()
+}
+
+// Orders is the registration of the drain tests' provider: instance name of service
+// "orders", capability orders.write, and one route, POST /orders/{id}, served at endpoint.
+func Orders(name, endpoint string) apiv1.RegisterRequest {
+	return apiv1.RegisterRequest{InstanceID: name, ServiceName: "orders", ServiceVersion: "1.0.0", Endpoint: endpoint,
+		Capabilities: []apiv1.Capability{{CapabilityID: "orders.write", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0", Provider: "http"}},
+		Manifest: &apiv1.Manifest{FARP: "1.0", Service: apiv1.ManifestService{Name: "orders", Instance: name, Version: "1.0.0"},
+			Routes: []apiv1.ManifestRoute{{Path: "/orders/{id}", Methods: []string{"POST"}}}}}
+}
+
+// RunAgent runs a provider agent with cfg until stop is called (once; the test's end calls
+// it too). stop returns what Run returned: after the deregistration and the drain wait.
+func RunAgent(t testing.TB, cfg provider.Config) (stop func() error) {
+	t.Helper()
+	a, err := provider.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	stop = sync.OnceValue(func() error { cancel(); return <-done })
+	t.Cleanup(func() { stop() })
+	return stop
+}
