@@ -282,8 +282,12 @@ func (r *Registry) Heartbeat(ctx context.Context, id string, req *apiv1.Heartbea
 // timeout passed — is ErrStoreUnavailable, and /v1/discovery/health says so until a write or
 // a ping succeeds. A caller that went away is not the store's fault.
 func (r *Registry) write(ctx context.Context, op func(context.Context) error) error {
-	wctx, cancel := context.WithTimeout(ctx, r.cfg.StoreTimeout)
-	defer cancel()
+	wctx := ctx
+	if _, remote := r.store.(Pinger); remote { // a store that can be away; the memory store cannot
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithTimeout(ctx, r.cfg.StoreTimeout)
+		defer cancel()
+	}
 	err := op(wctx)
 	switch {
 	case err == nil, errors.Is(err, ErrInstanceNotFound), errors.Is(err, ErrGenerationMismatch), errors.Is(err, ErrForbidden):
