@@ -210,7 +210,10 @@ func (r *Registry) Register(ctx context.Context, req *apiv1.RegisterRequest) (*a
 	now := r.cfg.Now()
 	rec := newRecord(req, now, r.cfg.LeaseTTL)
 	rec.Owner = CallerFrom(ctx).Identity
-	if err := r.write(ctx, func(ctx context.Context) error { return r.store.Register(ctx, rec) }); err != nil {
+	wctx, cancel := r.bound(ctx)
+	err := r.store.Register(wctx, rec)
+	cancel()
+	if err := r.stored(ctx, err); err != nil {
 		r.metrics.registerFail.WithLabelValues("store").Inc()
 		return nil, fmt.Errorf("register %s: %w", req.InstanceID, err)
 	}
@@ -248,12 +251,10 @@ func (r *Registry) Heartbeat(ctx context.Context, id string, req *apiv1.Heartbea
 	}
 	now := r.cfg.Now()
 	expires := now.Add(r.cfg.LeaseTTL)
-	var rec *Record
-	err := r.write(ctx, func(ctx context.Context) (err error) {
-		rec, err = r.store.Heartbeat(ctx, id, req.Generation, reported, expires)
-		return err
-	})
-	if err != nil {
+	wctx, cancel := r.bound(ctx)
+	rec, err := r.store.Heartbeat(wctx, id, req.Generation, reported, expires)
+	cancel()
+	if err = r.stored(ctx, err); err != nil {
 		r.metrics.heartbeatFail.WithLabelValues(failReason(err)).Inc()
 		return nil, err
 	}
@@ -277,26 +278,41 @@ func (r *Registry) Heartbeat(ctx context.Context, id string, req *apiv1.Heartbea
 	}, nil
 }
 
-// write runs one store write bounded by StoreTimeout. The store's own refusals (not found,
+// write runs one store write bounded by StoreTimeout (see bound and stored).
+func (r *Registry) write(ctx context.Context, op func(context.Context) error) error {
+	wctx, cancel := r.bound(ctx)
+	err := op(wctx)
+	cancel()
+	return r.stored(ctx, err)
+}
+
+// bound bounds a store write by StoreTimeout, for a store that can be away; the memory store
+// cannot, and pays nothing (no timer, no allocation on the heartbeat path).
+func (r *Registry) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if _, remote := r.store.(Pinger); remote {
+		return context.WithTimeout(ctx, r.cfg.StoreTimeout)
+	}
+	return ctx, noCancel
+}
+
+func noCancel() {}
+
+// stored classifies the outcome of a store write. The store's own refusals (not found,
 // generation mismatch, forbidden) pass as they are; any other failure — the store away, the
 // timeout passed — is ErrStoreUnavailable, and /v1/discovery/health says so until a write or
 // a ping succeeds. A caller that went away is not the store's fault.
-func (r *Registry) write(ctx context.Context, op func(context.Context) error) error {
-	wctx := ctx
-	if _, remote := r.store.(Pinger); remote { // a store that can be away; the memory store cannot
-		var cancel context.CancelFunc
-		wctx, cancel = context.WithTimeout(ctx, r.cfg.StoreTimeout)
-		defer cancel()
-	}
-	err := op(wctx)
+func (r *Registry) stored(ctx context.Context, err error) error {
 	switch {
 	case err == nil, errors.Is(err, ErrInstanceNotFound), errors.Is(err, ErrGenerationMismatch), errors.Is(err, ErrForbidden):
-		r.storeErr.Store(nil)
+		if r.storeErr.Load() != nil {
+			r.storeErr.Store(nil)
+		}
 		return err
 	case ctx.Err() != nil:
 		return err
 	default:
-		r.storeErr.Store(&err)
+		down := err // a copy: taking err's address would move it to the heap on every call
+		r.storeErr.Store(&down)
 		return fmt.Errorf("%w (within the store timeout of %s): %w", ErrStoreUnavailable, r.cfg.StoreTimeout, err)
 	}
 }
@@ -341,12 +357,10 @@ func (r *Registry) Deregister(ctx context.Context, id string, generation int64) 
 			r.drain.recordRemoval(id, cur.Generation, st.Epoch)
 		}
 	}
-	var rec *Record
-	err := r.write(ctx, func(ctx context.Context) (err error) {
-		rec, err = r.store.Deregister(ctx, id, generation)
-		return err
-	})
-	if err != nil {
+	wctx, cancel := r.bound(ctx)
+	rec, err := r.store.Deregister(wctx, id, generation)
+	cancel()
+	if err = r.stored(ctx, err); err != nil {
 		return err
 	}
 	now := r.cfg.Now()
