@@ -449,13 +449,18 @@ func watch[T any](ctx context.Context, c *Client, v *view[T], fetch func(context
 }
 
 // Ack tells the registry that this consumer's view (a gateway's table) reflects revision of
-// epoch: the gateway's half of the drain handshake.
-func (c *Client) Ack(ctx context.Context, consumerID, epoch string, revision int64) error {
+// epoch: the gateway's half of the drain handshake. The answer says how often to acknowledge
+// to stay counted as live.
+func (c *Client) Ack(ctx context.Context, consumerID, epoch string, revision int64) (*apiv1.AckResponse, error) {
 	body, err := json.Marshal(apiv1.AckRequest{GatewayID: consumerID, RegistryEpoch: epoch, Revision: revision})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return c.client.Do(ctx, client.Request{Method: http.MethodPost, Path: "/v1/discovery/ack", Body: body, Timeout: c.cfg.RequestTimeout}, nil)
+	var out apiv1.AckResponse
+	if err := c.client.Do(ctx, client.Request{Method: http.MethodPost, Path: "/v1/discovery/ack", Body: body, Timeout: c.cfg.RequestTimeout}, &out); err != nil {
+		return nil, err
+	}
+	return &out, nil
 }
 
 // ReportOutcomes sends a gateway's per-instance outcomes of one window to the registry

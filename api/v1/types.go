@@ -252,6 +252,14 @@ type AckRequest struct {
 	Revision      int64  `json:"revision"`
 }
 
+// AckResponse is the answer of POST /v1/discovery/ack: how long the registry counts the
+// gateway as live without another acknowledgement, and how often it should acknowledge (a
+// third of that, at least a second) to stay live.
+type AckResponse struct {
+	GatewayTTLSeconds  int64 `json:"gateway_ttl_seconds"`
+	AckIntervalSeconds int64 `json:"ack_interval_seconds"`
+}
+
 // WithdrawalResponse is the answer of GET /v1/services/{instance_id}/withdrawal: whether
 // every live gateway has applied the deregistration of that incarnation.
 type WithdrawalResponse struct {

@@ -30,6 +30,9 @@ const (
 	devProviderOffsetRMQ  = 11
 )
 
+// devGatewayTTL is the gateway TTL of the dev registry (see registryFlags.gatewayTTL).
+const devGatewayTTL = 2 * time.Second
+
 func newDevCmd() *cobra.Command {
 	var basePort int
 	var logCfg telemetry.LogConfig
@@ -83,6 +86,9 @@ Components that are not built yet are listed as such. Stop with Ctrl-C.`,
 			f := registryFlags{
 				leaseTTL: registry.DefaultLeaseTTL, heartbeatInterval: registry.DefaultHeartbeatInterval,
 				sweepInterval: time.Second, maxBodyBytes: server.DefaultMaxBodyBytes, insecure: true,
+				// the gateway is started here and acknowledges every second when told: a registry
+				// 2 s old already knows it, so stopping dev right after start does not wait 30 s
+				gatewayTTL: devGatewayTTL,
 				eligibility: eligibilityFlags{slowStart: 30 * time.Second, panicThreshold: 0.5,
 					probeConcurrency: health.DefaultProbeConcurrency, probeTimeout: health.DefaultProbeTimeout},
 			}

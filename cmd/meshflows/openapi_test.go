@@ -101,7 +101,7 @@ func TestOpenAPIDescribesTheServers(t *testing.T) {
 		{name: "capabilities long poll", method: "GET", url: registry + "/v1/discovery/capabilities?index=0&wait=50ms", prepare: current, want: 200},
 		{name: "routes", method: "GET", url: registry + "/v1/discovery/routes", want: 200},
 		{name: "health", method: "GET", url: registry + "/v1/discovery/health", want: 200},
-		{name: "ack", method: "POST", url: registry + "/v1/discovery/ack", contentType: "application/json", body: ack, want: 204},
+		{name: "ack", method: "POST", url: registry + "/v1/discovery/ack", contentType: "application/json", body: ack, want: 200},
 		{name: "eligibility", method: "GET", url: registry + "/v1/services/openapi-1/eligibility", want: 200},
 		{name: "eligibility unknown", method: "GET", url: registry + "/v1/services/nobody/eligibility", want: 404},
 		{name: "outcomes", method: "POST", url: registry + "/v1/outcomes", contentType: "application/json",

@@ -44,7 +44,7 @@ roles:
 	go func() {
 		_, err := run(ctx, "registry", "--listen", "127.0.0.1:"+strconv.Itoa(regPort), "--tls-cert", filepath.Join(certs, "server.pem"),
 			"--tls-key", filepath.Join(certs, "server-key.pem"), "--client-ca", filepath.Join(certs, "ca.pem"), "--rbac", rbac,
-			"--audit-log", audit, "--log-level", "error")
+			"--audit-log", audit, "--log-level", "error", "--gateway-ttl", "1s") // no gateway: the provider's drain wait ends once the registry is 1 s old
 		regDone <- err
 	}()
 	provCtx, stopProvider := context.WithCancel(ctx)

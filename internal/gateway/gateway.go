@@ -38,7 +38,8 @@ type Config struct {
 	// fleet needs its own.
 	ID string
 	// AckInterval is how often the gateway repeats its acknowledgement, which keeps it
-	// counted as live by the registry (default 10 s; it also acks after every new table).
+	// counted as live by the registry (default 10 s; it also acks after every new table, and
+	// more often when the registry's answer asks for it).
 	AckInterval time.Duration
 	// MaxRetryBody is the largest request body buffered so that an idempotent request can
 	// be retried on another instance (default 1 MiB); larger ones are not retried.
@@ -170,7 +171,8 @@ func (g *Gateway) Run(ctx context.Context) error {
 	defer t.Stop()
 	fresh := time.NewTicker(250 * time.Millisecond)
 	defer fresh.Stop()
-	acks := time.NewTicker(g.cfg.AckInterval)
+	ackEvery := g.cfg.AckInterval
+	acks := time.NewTicker(ackEvery)
 	defer acks.Stop()
 	var drain <-chan time.Time // set while an older table still serves requests
 	var outcomes <-chan time.Time
@@ -186,11 +188,11 @@ func (g *Gateway) Run(ctx context.Context) error {
 		case <-outcomes:
 			g.ReportOutcomes(ctx)
 		case <-g.ackNow:
-			drain = g.ackOrPoll(ctx)
+			drain = g.ackOrPoll(ctx, &ackEvery, acks)
 		case <-acks.C:
-			drain = g.ackOrPoll(ctx)
+			drain = g.ackOrPoll(ctx, &ackEvery, acks)
 		case <-drain:
-			drain = g.ackOrPoll(ctx)
+			drain = g.ackOrPoll(ctx, &ackEvery, acks)
 		case <-fresh.C:
 			g.updateFreshness()
 		case <-t.C:
@@ -206,9 +208,15 @@ func (g *Gateway) Run(ctx context.Context) error {
 const drainPoll = 10 * time.Millisecond
 
 // ackOrPoll acknowledges, and returns when to look again if an older table still serves
-// requests (nil when not).
-func (g *Gateway) ackOrPoll(ctx context.Context) <-chan time.Time {
-	if g.ack(ctx) {
+// requests (nil when not). When the registry asks for acknowledgements more often than every
+// (it counts a gateway live for three of its intervals), the ticker follows it.
+func (g *Gateway) ackOrPoll(ctx context.Context, every *time.Duration, acks *time.Ticker) <-chan time.Time {
+	current, advised := g.ack(ctx)
+	if advised > 0 && advised < *every {
+		*every = advised
+		acks.Reset(advised)
+	}
+	if current {
 		return nil
 	}
 	return time.After(drainPoll)
@@ -222,10 +230,10 @@ func (g *Gateway) ackOrPoll(ctx context.Context) <-chan time.Time {
 // those answers list every instance the registry removed in its epoch and the merge drops
 // them, so the table holds no withdrawn instance — and the registry learns at once that this
 // gateway is live.
-func (g *Gateway) ack(ctx context.Context) (current bool) {
+func (g *Gateway) ack(ctx context.Context) (current bool, advised time.Duration) {
 	st := g.state.Load()
 	if st == nil {
-		return true
+		return true, 0
 	}
 	g.retiredMu.Lock()
 	g.retired = slices.DeleteFunc(g.retired, func(old *state) bool { return old.inflight.Load() == 0 })
@@ -234,10 +242,14 @@ func (g *Gateway) ack(ctx context.Context) (current bool) {
 		applied = g.retired[0]
 	}
 	g.retiredMu.Unlock()
-	if err := g.cfg.Discovery.Ack(ctx, g.cfg.ID, applied.epoch, applied.revision); err != nil && ctx.Err() == nil {
-		g.cfg.Logger.Warn("drain acknowledgement failed", slog.Any("error", err))
+	resp, err := g.cfg.Discovery.Ack(ctx, g.cfg.ID, applied.epoch, applied.revision)
+	if err != nil {
+		if ctx.Err() == nil {
+			g.cfg.Logger.Warn("drain acknowledgement failed", slog.Any("error", err))
+		}
+		return applied == st, 0
 	}
-	return applied == st
+	return applied == st, time.Duration(resp.AckIntervalSeconds) * time.Second
 }
 
 // enter returns the current table with the request counted in it. A table replaced between

@@ -483,3 +483,32 @@ func TestDrainHandshakeDuringWarmUp(t *testing.T) {
 		return err == nil && w.Acknowledged
 	})
 }
+
+// TestAckFollowsTheRegistrysInterval: a registry that counts a gateway live for 3 s tells it
+// to acknowledge every second; a gateway configured for every hour follows it, so it stays
+// counted as live between two tables.
+func TestAckFollowsTheRegistrysInterval(t *testing.T) {
+	reg := registrytest.NewServer(t, registry.Config{GatewayTTL: 3 * time.Second})
+	var acks atomic.Int64
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/discovery/ack" {
+			acks.Add(1)
+		}
+		reg.Config.Handler.ServeHTTP(w, r)
+	}))
+	defer front.Close()
+	disc, err := discovery.New(discovery.Config{Registries: []string{front.URL}, WatchWait: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err := gateway.New(gateway.Config{Discovery: disc, AckInterval: time.Hour, OutcomeWindow: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- gw.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	until(t, "the first acknowledgement (of the first table)", func() bool { return acks.Load() >= 1 })
+	until(t, "acknowledgements every second with no new table", func() bool { return acks.Load() >= 3 })
+}

@@ -107,11 +107,19 @@ func (d *drain) removed(epoch string, complete bool) []apiv1.Removal {
 }
 
 // Ack records that gateway id's table reflects revision of epoch; it renews the gateway's
-// place among the live ones for GatewayTTL.
-func (r *Registry) Ack(ctx context.Context, req *apiv1.AckRequest) error {
+// place among the live ones for GatewayTTL, and says how often to acknowledge to keep it.
+func (r *Registry) Ack(ctx context.Context, req *apiv1.AckRequest) (*apiv1.AckResponse, error) {
 	if req.GatewayID == "" || len(req.GatewayID) > 253 || req.Revision < 0 {
-		return apiv1.InvalidRequest([]apiv1.Detail{{Path: "gateway_id", Message: "a gateway id of 1-253 characters and a revision >= 0 are required"}})
+		return nil, apiv1.InvalidRequest([]apiv1.Detail{{Path: "gateway_id", Message: "a gateway id of 1-253 characters and a revision >= 0 are required"}})
 	}
+	if err := r.ack(ctx, req); err != nil {
+		return nil, err
+	}
+	ttl := int64(r.cfg.GatewayTTL / time.Second)
+	return &apiv1.AckResponse{GatewayTTLSeconds: ttl, AckIntervalSeconds: max(1, ttl/3)}, nil
+}
+
+func (r *Registry) ack(ctx context.Context, req *apiv1.AckRequest) error {
 	now := r.cfg.Now()
 	ack := GatewayAck{GatewayID: req.GatewayID, Epoch: req.RegistryEpoch, Revision: req.Revision, Seen: now.UTC()}
 	if as, ok := r.store.(AckSharer); ok {

@@ -64,7 +64,7 @@ func TestWithdrawalNeedsEveryLiveGateway(t *testing.T) {
 	}
 	ack := func(id string, rev int64) {
 		t.Helper()
-		if err := f.reg.Ack(ctx, &apiv1.AckRequest{GatewayID: id, RegistryEpoch: st.Epoch, Revision: rev}); err != nil {
+		if _, err := f.reg.Ack(ctx, &apiv1.AckRequest{GatewayID: id, RegistryEpoch: st.Epoch, Revision: rev}); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -111,8 +111,8 @@ func (c *Config) Validate() error {
 	if c.StoreTimeout < 0 {
 		errs = append(errs, fmt.Errorf("store timeout %s is negative", c.StoreTimeout))
 	}
-	if c.GatewayTTL < time.Second {
-		errs = append(errs, fmt.Errorf("gateway ttl %s is under 1s", c.GatewayTTL))
+	if c.GatewayTTL < time.Second || c.GatewayTTL%time.Second != 0 {
+		errs = append(errs, fmt.Errorf("gateway ttl %s: want whole seconds, at least 1s (gateways are told to acknowledge every third of it, in seconds)", c.GatewayTTL))
 	}
 	if c.SnapshotInterval < 0 {
 		errs = append(errs, fmt.Errorf("snapshot interval %s is negative", c.SnapshotInterval))

@@ -175,7 +175,7 @@ func (s *Server) ack(w http.ResponseWriter, r *http.Request) (any, error) {
 	if err := s.decode(w, r, &req); err != nil {
 		return nil, err
 	}
-	return nil, s.reg.Ack(r.Context(), &req)
+	return s.reg.Ack(r.Context(), &req)
 }
 
 func (s *Server) withdrawal(_ http.ResponseWriter, r *http.Request) (any, error) {
