@@ -9,20 +9,22 @@ import (
 
 // Error codes of the error body (API.md, "Errors").
 const (
-	CodeInvalidJSON        = "INVALID_JSON"
-	CodeInvalidRequest     = "INVALID_REQUEST"
-	CodeUnauthenticated    = "UNAUTHENTICATED"
-	CodeForbidden          = "FORBIDDEN"
-	CodeInstanceNotFound   = "INSTANCE_NOT_FOUND"
-	CodeNotFound           = "NOT_FOUND"
-	CodeMethodNotAllowed   = "METHOD_NOT_ALLOWED"
-	CodeGenerationMismatch = "GENERATION_MISMATCH"
-	CodePayloadTooLarge    = "PAYLOAD_TOO_LARGE"
-	CodeValidationFailed   = "VALIDATION_FAILED"
-	CodeRateLimited        = "RATE_LIMITED"
-	CodeUnavailable        = "UNAVAILABLE"
-	CodeStoreUnavailable   = "STORE_UNAVAILABLE"
-	CodeInternal           = "INTERNAL"
+	CodeInvalidJSON          = "INVALID_JSON"
+	CodeInvalidRequest       = "INVALID_REQUEST"
+	CodeUnauthenticated      = "UNAUTHENTICATED"
+	CodeForbidden            = "FORBIDDEN"
+	CodeInstanceNotFound     = "INSTANCE_NOT_FOUND"
+	CodeNotFound             = "NOT_FOUND"
+	CodeMethodNotAllowed     = "METHOD_NOT_ALLOWED"
+	CodeGenerationMismatch   = "GENERATION_MISMATCH"
+	CodePayloadTooLarge      = "PAYLOAD_TOO_LARGE"
+	CodeValidationFailed     = "VALIDATION_FAILED"
+	CodeRateLimited          = "RATE_LIMITED"
+	CodeUnavailable          = "UNAVAILABLE"
+	CodeStoreUnavailable     = "STORE_UNAVAILABLE"
+	CodeUnsupportedMediaType = "UNSUPPORTED_MEDIA_TYPE"
+	CodeUnknownParameter     = "UNKNOWN_PARAMETER"
+	CodeInternal             = "INTERNAL"
 )
 
 // Detail is one per-field problem of a rejected request.

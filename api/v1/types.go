@@ -58,6 +58,9 @@ type RegisterResponse struct {
 	HeartbeatIntervalSeconds int64  `json:"heartbeat_interval_seconds"`
 	Generation               int64  `json:"generation"`
 	RegistryEpoch            string `json:"registry_epoch"`
+	// Warnings says what the registration got away with: fields the contract does not
+	// define (a misspelled optional field is ignored, not an error).
+	Warnings []Warning `json:"warnings,omitempty"`
 }
 
 // HeartbeatRequest is the body of PUT /v1/services/{instance_id}/heartbeat.

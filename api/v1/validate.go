@@ -2,6 +2,7 @@ package apiv1
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"net/url"
 	"strings"
@@ -60,10 +61,15 @@ func (r *RegisterRequest) Validate() error {
 			add(at(".provider"), "not a DNS label: %q", c.Provider)
 		}
 		if m := bytes.TrimSpace(c.Metadata); len(m) > 0 && !bytes.Equal(m, []byte("null")) {
-			if m[0] != '{' {
+			switch {
+			case m[0] != '{':
 				add(at(".metadata"), "must be a JSON object")
-			} else if len(m) > MaxMetadataBytes {
+			case len(m) > MaxMetadataBytes:
 				add(at(".metadata"), "%d bytes encoded, at most %d allowed", len(m), MaxMetadataBytes)
+			case bytes.Contains(m, []byte(`"priority"`)): // skip the decode on the hot path otherwise
+				if msg := priorityProblem(m); msg != "" {
+					add(at(".metadata.priority"), "%s", msg)
+				}
 			}
 		}
 		// At most 64 entries: a quadratic scan beats building a map on every registration.
@@ -89,6 +95,22 @@ func (r *RegisterRequest) Validate() error {
 		return InvalidRequest(ds)
 	}
 	return nil
+}
+
+// priorityProblem says what is wrong with metadata's priority, when it has one: it orders
+// candidates, so it must be a JSON integer (a string or a fraction was silently read as 0).
+func priorityProblem(metadata []byte) string {
+	var m struct {
+		Priority json.RawMessage `json:"priority"`
+	}
+	if json.Unmarshal(metadata, &m) != nil || m.Priority == nil {
+		return ""
+	}
+	var n int64
+	if err := json.Unmarshal(m.Priority, &n); err != nil {
+		return fmt.Sprintf("must be an integer, got %s", m.Priority)
+	}
+	return ""
 }
 
 // Validate checks a heartbeat body.
@@ -142,8 +164,10 @@ func InstanceIDProblem(id string) string {
 	if id == "" || len(id) > MaxInstanceIDLen {
 		return fmt.Sprintf("must be 1-%d characters, got %d", MaxInstanceIDLen, len(id))
 	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
+	if id == "." || id == ".." {
+		return fmt.Sprintf("%q is not an instance id: it would name a path segment, not an instance", id)
+	}
+	for i, c := range id { // by character: a message names 'é', not the byte 'Ã'
 		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == ':' || c == '-') {
 			return fmt.Sprintf("character %q at offset %d is not one of [A-Za-z0-9._:-]", c, i)
 		}

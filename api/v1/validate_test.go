@@ -71,6 +71,9 @@ func TestRegisterRequestValidate(t *testing.T) {
 		{"instance id 253 chars", func(r *apiv1.RegisterRequest) { r.InstanceID = strings.Repeat("a", 253); r.Manifest = nil }, nil},
 		{"instance id bad char", func(r *apiv1.RegisterRequest) { r.InstanceID = "a/b"; r.Manifest = nil }, []string{"instance_id"}},
 		{"instance id all allowed chars", func(r *apiv1.RegisterRequest) { r.InstanceID = "A-z_0.9:x"; r.Manifest = nil }, nil},
+		{"instance id dot", func(r *apiv1.RegisterRequest) { r.InstanceID = "."; r.Manifest = nil }, []string{"instance_id"}},
+		{"instance id dot dot", func(r *apiv1.RegisterRequest) { r.InstanceID = ".."; r.Manifest = nil }, []string{"instance_id"}},
+		{"instance id with dots inside", func(r *apiv1.RegisterRequest) { r.InstanceID = "a..b"; r.Manifest = nil }, nil},
 		{"service name upper case", func(r *apiv1.RegisterRequest) { r.ServiceName = "Egress"; r.Manifest = nil }, []string{"service_name"}},
 		{"service name leading dash", func(r *apiv1.RegisterRequest) { r.ServiceName = "-egress"; r.Manifest = nil }, []string{"service_name"}},
 		{"service name trailing dash", func(r *apiv1.RegisterRequest) { r.ServiceName = "egress-"; r.Manifest = nil }, []string{"service_name"}},
@@ -104,6 +107,12 @@ func TestRegisterRequestValidate(t *testing.T) {
 		{"metadata array", func(r *apiv1.RegisterRequest) { r.Capabilities[0].Metadata = json.RawMessage(`[1]`) }, []string{"capabilities[0].metadata"}},
 		{"metadata string", func(r *apiv1.RegisterRequest) { r.Capabilities[0].Metadata = json.RawMessage(`"x"`) }, []string{"capabilities[0].metadata"}},
 		{"metadata null", func(r *apiv1.RegisterRequest) { r.Capabilities[0].Metadata = json.RawMessage(`null`) }, nil},
+		{"priority an integer", func(r *apiv1.RegisterRequest) { r.Capabilities[0].Metadata = json.RawMessage(`{"priority": -3}`) }, nil},
+		{"priority a string", func(r *apiv1.RegisterRequest) { r.Capabilities[0].Metadata = json.RawMessage(`{"priority": "high"}`) }, []string{"capabilities[0].metadata.priority"}},
+		{"priority a fraction", func(r *apiv1.RegisterRequest) { r.Capabilities[0].Metadata = json.RawMessage(`{"priority": 1.5}`) }, []string{"capabilities[0].metadata.priority"}},
+		{"priority only in a nested object", func(r *apiv1.RegisterRequest) {
+			r.Capabilities[0].Metadata = json.RawMessage(`{"labels": {"priority": "high"}}`)
+		}, nil},
 		{"metadata over 16 KiB", func(r *apiv1.RegisterRequest) {
 			r.Capabilities[0].Metadata = json.RawMessage(`{"pad":"` + strings.Repeat("x", 16<<10) + `"}`)
 		}, []string{"capabilities[0].metadata"}},
@@ -168,4 +177,61 @@ func TestErrorJSON(t *testing.T) {
 	if s := e.Error(); !strings.Contains(s, "capabilities[0].capability_version") {
 		t.Errorf("Error() = %q, want the detail path in it", s)
 	}
+}
+
+// TestProblemsNameCharacters: a message names the character, not the first byte of its
+// UTF-8 encoding ('é', never 'Ã').
+func TestProblemsNameCharacters(t *testing.T) {
+	msg := apiv1.InstanceIDProblem("abcé")
+	if want := "character 'é' at offset 3"; !strings.Contains(msg, want) {
+		t.Fatalf("InstanceIDProblem = %q, want it to contain %q", msg, want)
+	}
+}
+
+func TestUnknownFields(t *testing.T) {
+	tests := []struct {
+		name string
+		body string
+		want []string
+	}{
+		{"none", `{"instance_id":"a","capabilities":[{"capability_id":"x.y","metadata":{"anything":1}}]}`, nil},
+		{"top level", `{"instance_id":"a","zoen":"a"}`, []string{"zoen"}},
+		{"in a capability", `{"capabilities":[{"capability_id":"x.y"},{"provder":"jms"}]}`, []string{"capabilities[1].provder"}},
+		{"in the manifest", `{"manifest":{"farp":"1.0","routes":[{"path":"/x","methdos":["GET"]}],"helth":{}}}`,
+			[]string{"manifest.helth", "manifest.routes[0].methdos"}},
+		{"case is ignored, as decoding does", `{"Instance_ID":"a","Capabilities":[{"PROVIDER":"jms"}]}`, nil},
+		{"metadata is free-form", `{"capabilities":[{"metadata":{"zoen":1,"nested":{"x":2}}}]}`, nil},
+		{"wrong types are decoding's business", `{"capabilities":"x","manifest":[1]}`, nil},
+		{"not json", `{`, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []string
+			for _, w := range apiv1.UnknownFields([]byte(tt.body), &apiv1.RegisterRequest{}) {
+				if w.Code != apiv1.CodeUnknownField || w.Message == "" {
+					t.Errorf("warning %+v", w)
+				}
+				got = append(got, w.Path)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func FuzzUnknownFields(f *testing.F) {
+	f.Add([]byte(`{"instance_id":"a","zoen":"a","capabilities":[{"provder":"x","metadata":{"y":1}}],"manifest":{"routes":[{"methdos":[]}]}}`))
+	f.Add([]byte(`[1,{"a":null}]`))
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		ws := apiv1.UnknownFields(raw, &apiv1.RegisterRequest{})
+		for _, w := range ws {
+			if w.Path == "" || w.Code != apiv1.CodeUnknownField {
+				t.Fatalf("warning %+v", w)
+			}
+		}
+		if len(ws) > 0 && !json.Valid(raw) {
+			t.Fatal("warnings for a document that is not JSON")
+		}
+	})
 }

@@ -30,6 +30,72 @@ type Query struct {
 // queryParams are the parameters of GET /v1/discovery/capabilities that select entries.
 var queryParams = []string{"capability_id", "provider", "min_version", "version", "service_name", "zone"}
 
+// Parameters that discovery endpoints take besides the selecting ones: the long poll's.
+var pollParams = []string{"index", "wait", "epoch"}
+
+// UnknownParameters refuses (400 UNKNOWN_PARAMETER, naming each) the parameters of v that
+// are neither the endpoint's selecting ones (selecting: the capabilities endpoint's) nor the
+// long poll's: a misspelled filter must not silently select everything.
+func UnknownParameters(v url.Values, selecting bool) error {
+	var ds []apiv1.Detail
+	for k := range v {
+		if slices.Contains(pollParams, k) || selecting && slices.Contains(queryParams, k) {
+			continue
+		}
+		known := pollParams
+		if selecting {
+			known = append(slices.Clone(queryParams), pollParams...)
+		}
+		msg := "not a parameter of this endpoint (it takes " + strings.Join(known, ", ") + ")"
+		if near := nearest(k, known); near != "" {
+			msg = fmt.Sprintf("not a parameter of this endpoint; did you mean %s?", near)
+		}
+		ds = append(ds, apiv1.Detail{Path: k, Message: msg})
+	}
+	if len(ds) == 0 {
+		return nil
+	}
+	slices.SortFunc(ds, func(a, b apiv1.Detail) int { return cmp.Compare(a.Path, b.Path) })
+	e := apiv1.Errorf(400, apiv1.CodeUnknownParameter, "unknown query parameter %q", ds[0].Path)
+	if len(ds) > 1 {
+		e.Message = fmt.Sprintf("%d unknown query parameters", len(ds))
+	}
+	e.Details = ds
+	return e
+}
+
+// nearest returns the name of names within two edits of s, if one is.
+func nearest(s string, names []string) string {
+	best, bestD := "", 3
+	for _, n := range names {
+		if d := editDistance(s, n); d < bestD {
+			best, bestD = n, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance between a and b (short parameter names).
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			sub := prev[j-1]
+			if a[i-1] != b[j-1] {
+				sub++
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, sub)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
 // ParseQuery reads a Query from URL parameters. A malformed min_version or version is an
 // INVALID_REQUEST error, never an empty answer. Other parameters (index, wait) are ignored.
 func ParseQuery(v url.Values) (*Query, error) {

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -15,7 +16,8 @@ import (
 
 func (s *Server) register(w http.ResponseWriter, r *http.Request) (any, error) {
 	var req apiv1.RegisterRequest
-	if err := s.decode(w, r, &req); err != nil {
+	body, err := s.decodeBody(w, r, &req)
+	if err != nil {
 		return nil, err
 	}
 	noteInstance(r.Context(), req.InstanceID)
@@ -34,7 +36,20 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) (any, error) {
 			return nil, err
 		}
 	}
-	return s.reg.Register(r.Context(), &req)
+	resp, err := s.reg.Register(r.Context(), &req)
+	if err != nil {
+		return nil, err
+	}
+	if ws := apiv1.UnknownFields(body, &req); len(ws) > 0 {
+		resp.Warnings = ws
+		paths := make([]string, len(ws))
+		for i, w := range ws {
+			paths[i] = w.Path
+		}
+		s.cfg.Logger.LogAttrs(r.Context(), slog.LevelWarn, "registration with fields the contract does not define; ignored",
+			slog.String("instance_id", req.InstanceID), slog.Any("fields", paths))
+	}
+	return resp, nil
 }
 
 func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) (any, error) {
@@ -93,6 +108,9 @@ func (s *Server) longPoll(ctx context.Context, v url.Values) error {
 
 func (s *Server) capabilities(_ http.ResponseWriter, r *http.Request) (any, error) {
 	v := r.URL.Query()
+	if err := registry.UnknownParameters(v, true); err != nil {
+		return nil, err
+	}
 	q, err := registry.ParseQuery(v)
 	if err != nil {
 		return nil, err
@@ -125,6 +143,9 @@ func (s *Server) capabilities(_ http.ResponseWriter, r *http.Request) (any, erro
 const routesKey = " routes"
 
 func (s *Server) discoveryRoutes(_ http.ResponseWriter, r *http.Request) (any, error) {
+	if err := registry.UnknownParameters(r.URL.Query(), false); err != nil {
+		return nil, err
+	}
 	if err := s.longPoll(r.Context(), r.URL.Query()); err != nil {
 		return nil, err
 	}

@@ -1,11 +1,13 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"mime"
 	"net/http"
 	"strconv"
 	"strings"
@@ -42,16 +44,28 @@ func (s *Server) handle(pattern string, acc access, h handlerFunc) {
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
-	body, err := json.Marshal(v)
+	body, err := marshal(v)
 	if err != nil {
 		// Every value written here is built by this package; failing to encode one is a bug.
 		status = http.StatusInternalServerError
-		body, _ = json.Marshal(apiv1.ErrorBody{Error: apiv1.Errorf(status, apiv1.CodeInternal, "encode answer: %v", err)})
+		body, _ = marshal(apiv1.ErrorBody{Error: apiv1.Errorf(status, apiv1.CodeInternal, "encode answer: %v", err)})
 	}
 	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(body)+1))
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(status)
-	w.Write(append(body, '\n'))
+	w.Write(body)
+}
+
+// marshal encodes v as one line of JSON without HTML escaping: an answer is read by programs
+// and people, and "x > 0" reads better than "x \u003e 0".
+func marshal(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
 }
 
 // apiError maps an error to the wire error and its status.
@@ -126,15 +140,40 @@ func (s *Server) notRouted(w http.ResponseWriter, r *http.Request) {
 // decode reads a JSON body of at most the configured size into v. Syntax and type errors
 // are INVALID_JSON (with the field when known); an oversized body is PAYLOAD_TOO_LARGE.
 func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
+	_, err := s.decodeBody(w, r, v)
+	return err
+}
+
+// decodeBody reads a JSON request body into v and returns the body. A Content-Type other than
+// JSON is 415 (an absent one is taken as JSON).
+func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any) ([]byte, error) {
+	if err := requireJSON(r); err != nil {
+		return nil, err
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return err
+			return nil, err
 		}
-		return apiv1.Errorf(http.StatusBadRequest, apiv1.CodeInvalidJSON, "read body: %v", err)
+		return nil, apiv1.Errorf(http.StatusBadRequest, apiv1.CodeInvalidJSON, "read body: %v", err)
 	}
-	return decodeJSON(body, v)
+	return body, decodeJSON(body, v)
+}
+
+// requireJSON refuses a request body declared as anything but JSON (application/json, or a
+// +json type) with 415 UNSUPPORTED_MEDIA_TYPE.
+func requireJSON(r *http.Request) error {
+	ct := r.Header.Get("Content-Type")
+	if ct == "" {
+		return nil
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	if err == nil && (mt == "application/json" || strings.HasSuffix(mt, "+json")) {
+		return nil
+	}
+	return apiv1.Errorf(http.StatusUnsupportedMediaType, apiv1.CodeUnsupportedMediaType,
+		"Content-Type %q: this endpoint takes application/json", ct)
 }
 
 func decodeJSON(body []byte, v any) error {

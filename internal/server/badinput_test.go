@@ -1,0 +1,106 @@
+package server_test
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/internal/registry"
+	"github.com/meshflows/meshflows/internal/registry/registrytest"
+)
+
+// TestBadInputIsRefused lists bad inputs with the exact status and code each must get; after
+// every refusal the registry's state is what it was.
+func TestBadInputIsRefused(t *testing.T) {
+	s := registrytest.NewServer(t, registry.Config{})
+	register(t, s, jmsBody)
+	body := func(id, metadata string) string {
+		return `{"instance_id":"` + id + `","service_name":"egress-jms","service_version":"1.0.0","endpoint":"http://e:1",
+			"capabilities":[{"capability_id":"messaging.publish","capability_version":"1.0.0","contract_schema_version":"1.0","provider":"jms","metadata":` + metadata + `}]}`
+	}
+	asJSON := []string{"Content-Type", "application/json"}
+	tests := []struct {
+		name, method, path, body string
+		header                   []string
+		status                   int
+		code                     string
+		details                  []string // the paths the error names
+		says                     string   // a part of the message or of a detail
+	}{
+		{"misspelled discovery filter", "GET", "/v1/discovery/capabilities?capabilty_id=messaging.publish", "", nil,
+			400, apiv1.CodeUnknownParameter, []string{"capabilty_id"}, "did you mean capability_id?"},
+		{"two unknown parameters", "GET", "/v1/discovery/capabilities?zone=a&x=1&y=2", "", nil,
+			400, apiv1.CodeUnknownParameter, []string{"x", "y"}, "2 unknown query parameters"},
+		{"a filter on the routes view", "GET", "/v1/discovery/routes?capability_id=x", "", nil,
+			400, apiv1.CodeUnknownParameter, []string{"capability_id"}, "not a parameter of this endpoint"},
+		{"instance id .", "POST", "/v1/services/register", body(".", "{}"), asJSON,
+			400, apiv1.CodeInvalidRequest, []string{"instance_id"}, "path segment"},
+		{"instance id ..", "POST", "/v1/services/register", body("..", "{}"), asJSON,
+			400, apiv1.CodeInvalidRequest, []string{"instance_id"}, "path segment"},
+		{"a character, not a byte", "POST", "/v1/services/register", body("abcé", "{}"), asJSON,
+			400, apiv1.CodeInvalidRequest, []string{"instance_id"}, "character 'é' at offset 3"},
+		{"priority not an integer", "POST", "/v1/services/register", body("jms-2", `{"priority":"high"}`), asJSON,
+			400, apiv1.CodeInvalidRequest, []string{"capabilities[0].metadata.priority"}, `must be an integer, got "high"`},
+		{"a form, not JSON", "POST", "/v1/services/register", body("jms-2", "{}"), []string{"Content-Type", "application/x-www-form-urlencoded"},
+			415, apiv1.CodeUnsupportedMediaType, nil, "takes application/json"},
+		{"plain text", "PUT", "/v1/services/jms-1/heartbeat", `{"generation":1}`, []string{"Content-Type", "text/plain"},
+			415, apiv1.CodeUnsupportedMediaType, nil, "takes application/json"},
+		{"errors do not escape < and >", "GET", "/v1/discovery/capabilities?version=%3E%3D1.0+%3Cfoo", "", nil,
+			400, apiv1.CodeInvalidRequest, []string{"version"}, ">=1.0 <foo"},
+	}
+	before := s.Registry.Catalog()
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := do(t, tt.method, s.URL+tt.path, tt.body, tt.header...)
+			if r.status != tt.status {
+				t.Fatalf("status %d, want %d: %s", r.status, tt.status, r.body)
+			}
+			e := apiErr(t, r)
+			if e.Code != tt.code {
+				t.Errorf("code %s, want %s", e.Code, tt.code)
+			}
+			var paths []string
+			text := e.Message
+			for _, d := range e.Details {
+				paths = append(paths, d.Path)
+				text += " | " + d.Message
+			}
+			if diff := cmp.Diff(tt.details, paths); diff != "" {
+				t.Errorf("detail paths (-want +got):\n%s", diff)
+			}
+			if !strings.Contains(text, tt.says) || strings.Contains(string(r.body), `\u003c`) || strings.Contains(string(r.body), `\u003e`) {
+				t.Errorf("body %s, want it to say %q, with < and > as written", r.body, tt.says)
+			}
+			if after := s.Registry.Catalog(); after.Revision != before.Revision || len(after.Instances) != len(before.Instances) {
+				t.Errorf("state changed: revision %d -> %d, %d -> %d instances", before.Revision, after.Revision, len(before.Instances), len(after.Instances))
+			}
+		})
+	}
+}
+
+// TestUnknownFieldsAreReported: a registration with fields the contract does not define is
+// accepted, and the answer names them.
+func TestUnknownFieldsAreReported(t *testing.T) {
+	s := registrytest.NewServer(t, registry.Config{})
+	r := do(t, "POST", s.URL+"/v1/services/register", strings.Replace(jmsBody, `"zone": "a"`, `"zoen": "a"`, 1), "Content-Type", "application/json")
+	if r.status != 200 {
+		t.Fatalf("register: %d %s", r.status, r.body)
+	}
+	var resp apiv1.RegisterResponse
+	if err := json.Unmarshal(r.body, &resp); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, w := range resp.Warnings {
+		if w.Code != apiv1.CodeUnknownField {
+			t.Errorf("warning %+v", w)
+		}
+		got = append(got, w.Path)
+	}
+	if diff := cmp.Diff([]string{"unknown_field", "zoen"}, got); diff != "" {
+		t.Errorf("warnings (-want +got):\n%s", diff)
+	}
+}
