@@ -40,7 +40,7 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if ws := apiv1.UnknownFields(body, &req); len(ws) > 0 {
+	if ws := apiv1.UnknownFieldsOfDecoded(body, &req); len(ws) > 0 {
 		resp.Warnings = ws
 		paths := make([]string, len(ws))
 		for i, w := range ws {
