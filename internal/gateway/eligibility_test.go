@@ -3,6 +3,7 @@ package gateway_test
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -16,6 +17,7 @@ import (
 	"github.com/meshflows/meshflows/internal/gateway"
 	"github.com/meshflows/meshflows/internal/health"
 	"github.com/meshflows/meshflows/internal/registry"
+	"github.com/meshflows/meshflows/internal/registry/registrytest"
 )
 
 func newJudgedEnv(t *testing.T, gcfg gateway.Config) *env {
@@ -114,4 +116,31 @@ func httptestStatus(t *testing.T, status int) string {
 	s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(status) }))
 	t.Cleanup(s.Close)
 	return s.URL
+}
+
+// TestEligibilityChangesLogQuietly: a change of eligibility alone (a verdict, a slow-start
+// weight) re-picks upstreams without an INFO line; a new table still gets one.
+func TestEligibilityChangesLogQuietly(t *testing.T) {
+	var logs registrytest.SyncBuffer
+	e := newJudgedEnv(t, gateway.Config{Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+	e.register(t, "a", upstream(t, "a").URL, ordersRoutes...)
+	e.caughtUp(t)
+	tables := func() int { return strings.Count(logs.String(), `"msg":"routing table derived"`) }
+	before := tables()
+	if before == 0 {
+		t.Fatalf("no INFO line for the first tables:\n%s", logs.String())
+	}
+	for range 5 { // slow start ramps: a new weight, a new revision, each second
+		e.reg.Clock.Advance(time.Second)
+		e.reg.Registry.Sweep(context.Background())
+		e.caughtUp(t)
+	}
+	if n := tables() - before; n != 0 || strings.Contains(logs.String(), "re-picked") {
+		t.Errorf("%d INFO lines for weight-only changes:\n%s", n, logs.String())
+	}
+	e.register(t, "b", upstream(t, "b").URL, apiv1.ManifestRoute{Path: "/orders/b/{id}", Methods: []string{"GET"}})
+	e.caughtUp(t)
+	if tables() != before+1 {
+		t.Errorf("a new route: %d INFO lines, want 1 more than %d:\n%s", tables(), before, logs.String())
+	}
 }

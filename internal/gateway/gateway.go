@@ -348,9 +348,22 @@ func (g *Gateway) derive() {
 	case g.ackNow <- struct{}{}:
 	default:
 	}
-	g.cfg.Logger.Info("routing table derived", slog.Int64("registry_revision", r.Revision), slog.Int("routes", len(st.canonical.Routes)),
-		slog.Int("rejected", len(st.canonical.Rejected)), slog.Int("conflicts", len(st.canonical.Conflicts)),
-		slog.Bool("rederived", prev == nil || prev.inputs != inputs), slog.String("took", g.cfg.Now().Sub(start).String()))
+	// A new table is news (INFO); upstreams re-picked for a change of eligibility alone — a
+	// slow start ramps once a second — are not (DEBUG).
+	rederived := prev == nil || prev.inputs != inputs
+	level := slog.LevelDebug
+	if rederived {
+		level = slog.LevelInfo
+	}
+	if g.cfg.Logger.Enabled(context.Background(), level) {
+		msg := "upstreams re-picked (eligibility changed)"
+		if rederived {
+			msg = "routing table derived"
+		}
+		g.cfg.Logger.LogAttrs(context.Background(), level, msg, slog.Int64("registry_revision", r.Revision), slog.Int("routes", len(st.canonical.Routes)),
+			slog.Int("rejected", len(st.canonical.Rejected)), slog.Int("conflicts", len(st.canonical.Conflicts)),
+			slog.String("took", g.cfg.Now().Sub(start).String()))
+	}
 }
 
 // input builds the derivation's input from a routes view.

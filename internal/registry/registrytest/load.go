@@ -1,6 +1,7 @@
 package registrytest
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net/http"
@@ -82,4 +83,24 @@ func RunAgent(t testing.TB, cfg provider.Config) (stop func() error) {
 	stop = sync.OnceValue(func() error { cancel(); return <-done })
 	t.Cleanup(func() { stop() })
 	return stop
+}
+
+// SyncBuffer is a bytes.Buffer that a logger and a test may share.
+type SyncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+// Write appends p.
+func (s *SyncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+// String returns what was written so far.
+func (s *SyncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
