@@ -155,9 +155,18 @@ func (p *Provider) Handler() http.Handler {
 	return mux
 }
 
+// MaxPublishBody is the largest publish request the example providers read; a larger one is
+// 413 PAYLOAD_TOO_LARGE.
+const MaxPublishBody = 1 << 20
+
 func (p *Provider) handlePublish(w http.ResponseWriter, r *http.Request) {
 	var req PublishRequest
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&req); err != nil {
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxPublishBody)).Decode(&req); err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			provider.WriteError(w, apiv1.Errorf(http.StatusRequestEntityTooLarge, apiv1.CodePayloadTooLarge, "a publish request is at most %d bytes", mbe.Limit))
+			return
+		}
 		provider.WriteError(w, apiv1.Errorf(http.StatusBadRequest, apiv1.CodeInvalidJSON, "body is not a publish request: %v", err))
 		return
 	}

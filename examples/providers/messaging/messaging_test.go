@@ -47,6 +47,7 @@ func TestEndpoints(t *testing.T) {
 		{"publish", "/api/messaging/jms/publish", `{"destination":"orders.events","payload":{"id":1},"headers":{"k":"v"}}`, 202, `{"message_id":"jms-1","destination":"orders.events"}`},
 		{"publish without destination", "/api/messaging/jms/publish", `{"payload":1}`, 400, `INVALID_REQUEST`},
 		{"publish bad json", "/api/messaging/jms/publish", `{`, 400, `INVALID_JSON`},
+		{"publish over the limit", "/api/messaging/jms/publish", `{"destination":"d","payload":"` + strings.Repeat("x", 1<<20) + `"}`, 413, `PAYLOAD_TOO_LARGE`},
 		{"invoke", "/v1/capabilities/messaging.publish/invoke", `{"request":{"destination":"orders.events"},"payload":{"id":2}}`, 200, `{"output":{"message_id":"jms-2","destination":"orders.events"}}`},
 		{"invoke without destination", "/v1/capabilities/messaging.publish/invoke", `{"request":{}}`, 400, `INVALID_REQUEST`},
 		{"validate warns on content-type", "/v1/capabilities/messaging.publish/validate",

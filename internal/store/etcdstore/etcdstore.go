@@ -195,8 +195,18 @@ func (s *Store) resync(ctx context.Context) error {
 	return nil
 }
 
-// record decodes an instance key; nil for a tombstone or an unreadable value.
+// record decodes an instance key and remembers its lease; nil for a tombstone or an
+// unreadable value.
 func (s *Store) record(kv *mvccpb.KeyValue) *registry.Record {
+	rec := s.decodeRecord(kv)
+	if rec != nil {
+		s.leases.Store(rec.InstanceID, clientv3.LeaseID(kv.Lease))
+	}
+	return rec
+}
+
+// decodeRecord decodes an instance key; nil for a tombstone or an unreadable value.
+func (s *Store) decodeRecord(kv *mvccpb.KeyValue) *registry.Record {
 	if string(kv.Value) == tombstone {
 		return nil
 	}
@@ -211,9 +221,7 @@ func (s *Store) record(kv *mvccpb.KeyValue) *registry.Record {
 		in.Health = h
 	}
 	s.healthM.Unlock()
-	rec := registry.RecordFromInstance(in, s.cfg.Now().Add(s.cfg.LeaseTTL))
-	s.leases.Store(in.InstanceID, clientv3.LeaseID(kv.Lease))
-	return rec
+	return registry.RecordFromInstance(in, s.cfg.Now().Add(s.cfg.LeaseTTL))
 }
 
 // Run keeps the local view current from a watch of the prefix, resyncing after a
@@ -639,7 +647,7 @@ func (s *Store) Deregister(ctx context.Context, id string, generation int64) (*r
 		cmp = clientv3.Compare(clientv3.ModRevision(k), "=", generation)
 	}
 	resp, err := s.cfg.Client.Txn(ctx).If(cmp, clientv3.Compare(clientv3.Value(k), "!=", tombstone)).
-		Then(clientv3.OpPut(k, tombstone, clientv3.WithIgnoreLease())).
+		Then(clientv3.OpPut(k, tombstone, clientv3.WithIgnoreLease(), clientv3.WithPrevKV())).
 		Else(clientv3.OpGet(k)).Commit()
 	if err != nil {
 		return nil, fmt.Errorf("etcd deregister: %w", err)
@@ -652,16 +660,23 @@ func (s *Store) Deregister(ctx context.Context, id string, generation int64) (*r
 		return nil, fmt.Errorf("instance %q: generation %d is not the current generation %d: %w", id, generation, kvs[0].ModRevision, registry.ErrGenerationMismatch)
 	}
 	rec, _ := s.index.Get(id)
-	if l, ok := s.leases.Load(id); ok {
-		if _, err := s.cfg.Client.Revoke(ctx, l.(clientv3.LeaseID)); err != nil {
+	lease, held := s.leases.Load(id)
+	if prev := resp.Responses[0].GetResponsePut().GetPrevKv(); prev != nil && (rec == nil || rec.Generation != prev.ModRevision) {
+		// Registered through another replica and not yet in this one's view: the record is
+		// read from what the deregistration replaced (its log line names the service).
+		if r := s.decodeRecord(prev); r != nil {
+			rec, lease, held = r, clientv3.LeaseID(prev.Lease), prev.Lease != 0
+		}
+	}
+	if held {
+		if _, err := s.cfg.Client.Revoke(ctx, lease.(clientv3.LeaseID)); err != nil {
 			s.cfg.Logger.Warn("revoking a deregistered instance's lease failed; it will expire", slog.String("instance_id", id), slog.Any("error", err))
 		}
 	}
-	if rec != nil {
-		s.index.Remove(id, rec, resp.Header.Revision)
-	} else {
-		rec = &registry.Record{InstanceID: id, Generation: generation}
+	if rec == nil {
+		return &registry.Record{InstanceID: id, Generation: generation}, nil
 	}
+	s.index.Remove(id, rec, resp.Header.Revision)
 	return rec, nil
 }
 

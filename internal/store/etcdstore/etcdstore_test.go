@@ -261,3 +261,34 @@ func TestResyncAfterCompaction(t *testing.T) {
 	defer func() { cancel(); <-done }()
 	eventually(t, "the lagging replica resyncs", func() bool { n, _ := lagging.Counts(); return n == 5 })
 }
+
+// TestDeregisterThroughAReplicaThatHasNotSeenIt: the record a deregistration returns (what
+// the registry logs) names the service even when this replica's view has not seen the
+// registration yet — it is read from what the deregistration replaced — and its lease is
+// revoked.
+func TestDeregisterThroughAReplicaThatHasNotSeenIt(t *testing.T) {
+	cli := startEtcd(t)
+	prefix := fmt.Sprintf("/unseen%d/", prefixes.Add(1))
+	behind, err := etcdstore.New(context.Background(), etcdstore.Config{Client: cli, Prefix: prefix, LeaseTTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// not run: its view stays as it was read
+	a := runStore(t, etcdstore.Config{Client: cli, Prefix: prefix, LeaseTTL: time.Minute})
+	rec := record("x")
+	if err := a.Register(context.Background(), rec); err != nil {
+		t.Fatal(err)
+	}
+	got, err := behind.Deregister(context.Background(), "x", rec.Generation)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.ServiceName != "svc" || got.Generation != rec.Generation {
+		t.Fatalf("deregistered record %+v, want service svc, generation %d", got, rec.Generation)
+	}
+	eventually(t, "the other replica drops it", func() bool { _, ok := a.Get("x"); return !ok })
+	resp, err := cli.Get(context.Background(), prefix+"instances/x")
+	if err != nil || len(resp.Kvs) != 0 {
+		t.Fatalf("the record's key is still there (lease not revoked): %v %v", resp, err)
+	}
+}
