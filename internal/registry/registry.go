@@ -52,6 +52,10 @@ type Config struct {
 	// (default 30 s; gateways acknowledge every 10 s). A withdrawal is acknowledged only once
 	// the registry has run this long: before, a live gateway may not have been heard from.
 	GatewayTTL time.Duration
+	// SummaryInterval is how often Run logs one INFO line of activity (registrations,
+	// heartbeats, deregistrations, evictions) when there was some (default 1 min); each
+	// registration has its own line only at DEBUG.
+	SummaryInterval time.Duration
 	// Now is the clock (default time.Now). Tests inject a fake one.
 	Now func() time.Time
 	// Logger receives register, deregister and eviction events; nil is silent.
@@ -85,6 +89,9 @@ func (c *Config) setDefaults() {
 	if c.StoreTimeout == 0 {
 		c.StoreTimeout = DefaultStoreTimeout
 	}
+	if c.SummaryInterval == 0 {
+		c.SummaryInterval = time.Minute
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -107,6 +114,9 @@ func (c *Config) Validate() error {
 	}
 	if c.SweepInterval <= 0 {
 		errs = append(errs, fmt.Errorf("sweep interval %s must be positive", c.SweepInterval))
+	}
+	if c.SummaryInterval < 0 {
+		errs = append(errs, fmt.Errorf("summary interval %s is negative", c.SummaryInterval))
 	}
 	if c.StoreTimeout < 0 {
 		errs = append(errs, fmt.Errorf("store timeout %s is negative", c.StoreTimeout))
@@ -142,6 +152,8 @@ type Registry struct {
 	shareAll atomic.Bool
 	// storeErr is the last error reaching the store while it is unreachable (nil: reachable).
 	storeErr atomic.Pointer[error]
+	// activity counts what happened since the last summary line.
+	activity struct{ registered, heartbeats, deregistered, evicted atomic.Int64 }
 }
 
 // New returns a Registry over store.
@@ -221,8 +233,9 @@ func (r *Registry) Register(ctx context.Context, req *apiv1.RegisterRequest) (*a
 	if m := r.cfg.Eligibility; m != nil {
 		rec.judged.Store(m.Register(healthInstance(rec), rec.Generation, now))
 	}
-	if r.cfg.Logger.Enabled(ctx, slog.LevelInfo) {
-		r.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "register",
+	r.activity.registered.Add(1)
+	if r.cfg.Logger.Enabled(ctx, slog.LevelDebug) { // one line per registration only at DEBUG: see logSummary
+		r.cfg.Logger.LogAttrs(ctx, slog.LevelDebug, "register",
 			slog.String("instance_id", rec.InstanceID), slog.String("service_name", rec.ServiceName),
 			slog.Int64("generation", rec.Generation), slog.Int("capabilities", len(rec.Capabilities)))
 	}
@@ -271,6 +284,7 @@ func (r *Registry) Heartbeat(ctx context.Context, id string, req *apiv1.Heartbea
 		}
 	}
 	r.metrics.heartbeatSuccess.Inc()
+	r.activity.heartbeats.Add(1)
 	return &apiv1.HeartbeatResponse{
 		Generation:     rec.Generation,
 		LeaseExpiresAt: expires.UTC(),
@@ -369,6 +383,7 @@ func (r *Registry) Deregister(ctx context.Context, id string, generation int64) 
 	}
 	st := r.State()
 	r.drain.recordWithdrawal(rec.InstanceID, rec.Generation, st.Epoch, st.Revision, now, r.cfg.LeaseTTL)
+	r.activity.deregistered.Add(1)
 	r.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "deregister",
 		slog.String("instance_id", rec.InstanceID), slog.String("service_name", rec.ServiceName),
 		slog.Int64("generation", rec.Generation))
@@ -406,6 +421,7 @@ func (r *Registry) Sweep(ctx context.Context) (int, error) {
 			m.Forget(rec.InstanceID, now)
 		}
 		r.metrics.evictions.Inc()
+		r.activity.evicted.Add(1)
 		r.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "evict",
 			slog.String("instance_id", rec.InstanceID), slog.String("service_name", rec.ServiceName),
 			slog.Int64("generation", rec.Generation), slog.Time("lease_expired_at", rec.LeaseExpiresAt()),
@@ -444,6 +460,8 @@ func (r *Registry) Run(ctx context.Context) error {
 	}
 	sweep := time.NewTicker(r.cfg.SweepInterval)
 	defer sweep.Stop()
+	summary := time.NewTicker(r.cfg.SummaryInterval)
+	defer summary.Stop()
 	var snap <-chan time.Time
 	if r.cfg.SnapshotInterval > 0 {
 		t := time.NewTicker(r.cfg.SnapshotInterval)
@@ -471,6 +489,8 @@ func (r *Registry) Run(ctx context.Context) error {
 				}
 			}
 			return nil
+		case <-summary.C:
+			r.logSummary(ctx)
 		case <-sweep.C:
 			if _, err := r.Sweep(ctx); err != nil {
 				r.cfg.Logger.Error("sweep failed", slog.Any("error", err))
@@ -496,6 +516,20 @@ func (r *Registry) Run(ctx context.Context) error {
 			}
 		}
 	}
+}
+
+// logSummary writes one INFO line with what happened since the last one (nothing when
+// nothing did): 100,000 registrations are one line a minute, not 100,000 lines.
+func (r *Registry) logSummary(ctx context.Context) {
+	a := &r.activity
+	reg, hb, dereg, ev := a.registered.Swap(0), a.heartbeats.Swap(0), a.deregistered.Swap(0), a.evicted.Swap(0)
+	if reg+hb+dereg+ev == 0 {
+		return
+	}
+	n, c := r.store.Counts()
+	r.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "registry activity", slog.Duration("over", r.cfg.SummaryInterval),
+		slog.Int64("registered", reg), slog.Int64("heartbeats", hb), slog.Int64("deregistered", dereg), slog.Int64("evicted", ev),
+		slog.Int("instances", n), slog.Int("capabilities", c), slog.Int64("revision", r.revision()))
 }
 
 // Answer is a discovery answer: the matching entries in API.md's order and the state they

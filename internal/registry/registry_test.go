@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -586,5 +587,42 @@ func TestOwnership(t *testing.T) {
 	}
 	if err := f.reg.Deregister(asAdmin, "jms-1", 0); err != nil {
 		t.Errorf("an admin's deregister: %v", err)
+	}
+}
+
+// TestActivityIsSummarised: registrations and heartbeats have no INFO line each; Run writes
+// one summary line of them instead (and none for a quiet interval).
+func TestActivityIsSummarised(t *testing.T) {
+	var logs registrytest.SyncBuffer
+	f := newFixture(t, registry.Config{SummaryInterval: 5 * time.Millisecond,
+		Logger: slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))})
+	for i := range 100 {
+		reg := mustRegister(t, f, request(fmt.Sprintf("jms-%d", i), "egress-jms"))
+		if _, err := f.reg.Heartbeat(context.Background(), fmt.Sprintf("jms-%d", i), &apiv1.HeartbeatRequest{Generation: reg.Generation}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if strings.Contains(logs.String(), `"msg":"register"`) {
+		t.Fatalf("a line per registration at INFO:\n%s", logs.String())
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.reg.Run(ctx) }()
+	for deadline := time.Now().Add(10 * time.Second); !strings.Contains(logs.String(), "registry activity"); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("no summary line")
+		}
+	}
+	time.Sleep(30 * time.Millisecond) // quiet intervals: no more lines
+	cancel()
+	<-done
+	var lines []string
+	for l := range strings.Lines(logs.String()) {
+		if strings.Contains(l, "registry activity") {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) != 1 || !strings.Contains(lines[0], `"registered":100`) || !strings.Contains(lines[0], `"heartbeats":100`) {
+		t.Fatalf("summary lines %q, want one with 100 registrations and 100 heartbeats", lines)
 	}
 }
