@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/meshflows/meshflows/client"
+	"github.com/meshflows/meshflows/internal/auth"
 	"github.com/meshflows/meshflows/internal/health"
 	"github.com/meshflows/meshflows/internal/incident"
 	"github.com/meshflows/meshflows/internal/registry"
@@ -94,7 +95,7 @@ func (f *registryFlags) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&f.security.tlsCert, "tls-cert", "", "server certificate (PEM); with --tls-key turns on TLS")
 	fs.StringVar(&f.security.tlsKey, "tls-key", "", "server private key (PEM)")
 	fs.StringVar(&f.security.clientCA, "client-ca", "", "CA bundle that client certificates must chain to (mTLS identities)")
-	fs.StringVar(&f.security.trustDomain, "trust-domain", "", "accept only SPIFFE IDs of this trust domain (default: any)")
+	fs.StringVar(&f.security.trustDomain, "trust-domain", auth.DefaultTrustDomain, "accept only SPIFFE IDs of this trust domain (the one 'meshflows certs init' writes by default); 'any' accepts every domain")
 	fs.StringVar(&f.security.jwtKeys, "jwt-keys", "", "public keys for bearer tokens: a PEM file or a JWKS file (RS256, ES256, EdDSA)")
 	fs.StringVar(&f.security.jwtAudience, "jwt-audience", "", "audience bearer tokens must carry")
 	fs.StringVar(&f.security.jwtIssuer, "jwt-issuer", "", "issuer bearer tokens must carry")

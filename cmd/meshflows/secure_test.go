@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -23,6 +24,8 @@ func TestSecureRegistryEndToEnd(t *testing.T) {
 		{"certs", "init", "--dir", certs},
 		{"certs", "issue", "--dir", certs, "--identity", "egress-jms"},
 		{"certs", "issue", "--dir", certs, "--identity", "gateway"},
+		// signed by the same CA, for the admin's name, in another trust domain
+		{"certs", "issue", "--dir", certs, "--identity", "ops", "--trust-domain", "evil.example"},
 	} {
 		if out, err := run(context.Background(), args...); err != nil {
 			t.Fatalf("meshflows %v: %v\n%s", args, err, out)
@@ -30,10 +33,11 @@ func TestSecureRegistryEndToEnd(t *testing.T) {
 	}
 	rbac := filepath.Join(dir, "rbac.yaml")
 	os.WriteFile(rbac, []byte(`
-identities: {egress-jms: [provider], gateway: [consumer]}
+identities: {egress-jms: [provider], gateway: [consumer], ops: [admin]}
 roles:
   provider: {capabilities: ["messaging.*"], path_prefixes: ["/api/messaging/jms"]}
   consumer: {discover: true}
+  admin: {admin: true}
 `), 0o600)
 	regPort, provPort := freePort(t), freePort(t)
 	registryURL := "https://127.0.0.1:" + strconv.Itoa(regPort)
@@ -80,6 +84,19 @@ roles:
 			t.Fatalf("the provider never became discoverable over mTLS: %v", err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	// The registry trusts the domain 'certs init' writes, not every SPIFFE ID its CA signed.
+	evilTLS, err := client.TLSConfig(filepath.Join(certs, "ca.pem"), filepath.Join(certs, "ops.pem"), filepath.Join(certs, "ops-key.pem"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := client.HTTPClient(evilTLS).Post(registryURL+"/v1/admin/snapshot", "application/json", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("spiffe://evil.example/ops as the admin 'ops': %d, want 401", resp.StatusCode)
 	}
 	stopProvider()
 	if err := <-provDone; err != nil {

@@ -90,7 +90,14 @@ func buildSecurity(ctx context.Context, g *errgroup.Group, f *registryFlags, log
 	if sec.tls, err = auth.ServerTLSConfig(s.tlsCert, s.tlsKey, s.clientCA); err != nil {
 		return nil, err
 	}
-	sec.authenticator = &auth.Authenticator{TrustDomain: s.trustDomain}
+	domain := s.trustDomain
+	if domain == "any" {
+		domain = ""
+		logger.Warn("accepting client certificates' SPIFFE IDs of any trust domain (--trust-domain any): a certificate any CA in --client-ca signed for another domain is admitted under its name")
+	} else if s.clientCA != "" {
+		logger.Info("client certificates: SPIFFE IDs accepted only in trust domain "+domain, slog.String("trust_domain", domain))
+	}
+	sec.authenticator = &auth.Authenticator{TrustDomain: domain}
 	if s.jwtKeys != "" {
 		if sec.authenticator.JWT, err = auth.NewJWTVerifier(auth.JWTConfig{KeysFile: s.jwtKeys, Audience: s.jwtAudience, Issuer: s.jwtIssuer}); err != nil {
 			return nil, err
