@@ -3,6 +3,7 @@ package apiv1
 import (
 	"bytes"
 	"fmt"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -129,10 +130,13 @@ func appendPath(dst []Segment, p string) ([]Segment, error) {
 	}
 	start := len(dst)
 	for i := 1; ; {
-		j, braces := i, false
+		j, braces, escaped := i, false, false
 		for ; j < len(p) && p[j] != '/'; j++ {
-			if p[j] == '{' || p[j] == '}' {
+			switch p[j] {
+			case '{', '}':
 				braces = true
+			case '%':
+				escaped = true
 			}
 		}
 		s, last := p[i:j], j == len(p)
@@ -143,6 +147,9 @@ func appendPath(dst []Segment, p string) ([]Segment, error) {
 			return nil, fmt.Errorf("path %q has an empty segment", p)
 		}
 		if !braces {
+			if msg := dotSegment(s, escaped); msg != "" {
+				return nil, fmt.Errorf("path %q: segment %q %s", p, s, msg)
+			}
 			dst = append(dst, Segment{Kind: Literal, Value: s})
 		} else {
 			if s[0] != '{' || s[len(s)-1] != '}' {
@@ -170,6 +177,29 @@ func appendPath(dst []Segment, p string) ([]Segment, error) {
 		}
 		i = j + 1
 	}
+}
+
+// dotSegment says what is wrong with a literal segment that path cleaning would resolve away
+// ("." or "..", written plainly or percent-encoded) or that decodes to more than one segment:
+// a gateway could never route a request to it, and it could claim another service's path.
+// Checked only when the segment is a dot or holds an escape (the common case costs nothing).
+func dotSegment(s string, escaped bool) string {
+	switch {
+	case s == "." || s == "..":
+		return "is resolved away by path cleaning: no request can reach it"
+	case !escaped:
+		return ""
+	}
+	d, err := url.PathUnescape(s)
+	switch {
+	case err != nil:
+		return "has a malformed percent-escape"
+	case d == "." || d == "..":
+		return "is a percent-encoded dot segment: path cleaning resolves it away"
+	case strings.Contains(d, "/"):
+		return "holds an encoded /: it would be two segments"
+	}
+	return ""
 }
 
 // PathKey is the key of a parsed path: parameter names erased, "{}" for a parameter and

@@ -2,6 +2,7 @@ package apiv1
 
 import (
 	"fmt"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -11,7 +12,7 @@ import (
 // a map of names): the same segments, or an error from both; and a path of literals only is
 // its own key.
 func FuzzParsePath(f *testing.F) {
-	for _, p := range []string{"/", "/a", "/a/b/", "//a", "/a/{id}", "/a/{id}/{id}", "/a/{rest...}", "/a/{rest...}/b", "/{x", "/a/{}", "/a.b/./..", "a"} {
+	for _, p := range []string{"/", "/a", "/a/b/", "//a", "/a/{id}", "/a/{id}/{id}", "/a/{rest...}", "/a/{rest...}/b", "/{x", "/a/{}", "/a.b/./..", "/a.b/c", "/x/%2e%2E/y", "/x/%2Fy", "/x/%zz", "/x/%41", "a"} {
 		f.Add(p)
 	}
 	f.Fuzz(func(t *testing.T, p string) {
@@ -44,6 +45,9 @@ func parsePathReference(p string) ([]Segment, error) {
 			return nil, fmt.Errorf("path %q has an empty segment", p)
 		}
 		if !strings.ContainsAny(s, "{}") {
+			if d, err := url.PathUnescape(s); err != nil || d == "." || d == ".." || strings.Contains(d, "/") {
+				return nil, fmt.Errorf("path %q: segment %q is a dot segment, or badly escaped", p, s)
+			}
 			segs = append(segs, Segment{Kind: Literal, Value: s})
 			continue
 		}

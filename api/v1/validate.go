@@ -66,9 +66,22 @@ func (r *RegisterRequest) Validate() error {
 				add(at(".metadata"), "must be a JSON object")
 			case len(m) > MaxMetadataBytes:
 				add(at(".metadata"), "%d bytes encoded, at most %d allowed", len(m), MaxMetadataBytes)
-			case bytes.Contains(m, []byte(`"priority"`)): // skip the decode on the hot path otherwise
-				if msg := priorityProblem(m); msg != "" {
-					add(at(".metadata.priority"), "%s", msg)
+			default:
+				if bytes.Contains(m, []byte(`"priority"`)) { // skip the decode on the hot path otherwise
+					if msg := priorityProblem(m); msg != "" {
+						add(at(".metadata.priority"), "%s", msg)
+					}
+				}
+				if bytes.Contains(m, []byte(`"public_paths"`)) {
+					paths, err := c.PublicPaths()
+					if err != nil {
+						add(at(".metadata.public_paths"), "must be a list of paths: %v", err)
+					}
+					for j, p := range paths {
+						if _, err := ParsePath(p); err != nil {
+							add(at(fmt.Sprintf(".metadata.public_paths[%d]", j)), "%v", err)
+						}
+					}
 				}
 			}
 		}
@@ -95,6 +108,26 @@ func (r *RegisterRequest) Validate() error {
 		return InvalidRequest(ds)
 	}
 	return nil
+}
+
+// PublicPaths returns the capability's metadata.public_paths (nil when it declares none), or
+// an error when the member is not a list of strings.
+func (c Capability) PublicPaths() ([]string, error) {
+	m := bytes.TrimSpace(c.Metadata)
+	if len(m) == 0 || !bytes.Contains(m, []byte(`"public_paths"`)) {
+		return nil, nil
+	}
+	var meta struct {
+		PublicPaths json.RawMessage `json:"public_paths"`
+	}
+	if err := json.Unmarshal(m, &meta); err != nil || meta.PublicPaths == nil || string(meta.PublicPaths) == "null" {
+		return nil, nil
+	}
+	var paths []string
+	if err := json.Unmarshal(meta.PublicPaths, &paths); err != nil {
+		return nil, fmt.Errorf("got %s", meta.PublicPaths)
+	}
+	return paths, nil
 }
 
 // priorityProblem says what is wrong with metadata's priority, when it has one: it orders

@@ -110,6 +110,18 @@ func TestRegisterRequestValidate(t *testing.T) {
 		{"priority an integer", func(r *apiv1.RegisterRequest) { r.Capabilities[0].Metadata = json.RawMessage(`{"priority": -3}`) }, nil},
 		{"priority a string", func(r *apiv1.RegisterRequest) { r.Capabilities[0].Metadata = json.RawMessage(`{"priority": "high"}`) }, []string{"capabilities[0].metadata.priority"}},
 		{"priority a fraction", func(r *apiv1.RegisterRequest) { r.Capabilities[0].Metadata = json.RawMessage(`{"priority": 1.5}`) }, []string{"capabilities[0].metadata.priority"}},
+		{"public paths fine", func(r *apiv1.RegisterRequest) {
+			r.Capabilities[0].Metadata = json.RawMessage(`{"public_paths": ["/api/messaging/jms/send"]}`)
+		}, nil},
+		{"public paths not a list", func(r *apiv1.RegisterRequest) {
+			r.Capabilities[0].Metadata = json.RawMessage(`{"public_paths": "/x"}`)
+		}, []string{"capabilities[0].metadata.public_paths"}},
+		{"public path with dot segments", func(r *apiv1.RegisterRequest) {
+			r.Capabilities[0].Metadata = json.RawMessage(`{"public_paths": ["/ok", "/api/../admin", "/api/%2e%2e/admin"]}`)
+		}, []string{"capabilities[0].metadata.public_paths[1]", "capabilities[0].metadata.public_paths[2]"}},
+		{"manifest route with an encoded dot segment", func(r *apiv1.RegisterRequest) {
+			r.Manifest.Routes[0].Path = "/api/messaging/jms/%2E%2e/x"
+		}, []string{"manifest.routes[0].path"}},
 		{"priority only in a nested object", func(r *apiv1.RegisterRequest) {
 			r.Capabilities[0].Metadata = json.RawMessage(`{"labels": {"priority": "high"}}`)
 		}, nil},

@@ -196,8 +196,24 @@ func (p *Policy) CanRegister(identity string, req *apiv1.RegisterRequest) error 
 				Message: fmt.Sprintf("capability %q is outside every role of identity %q", c.CapabilityID, identity)})
 		}
 	}
+	prefixes := p.PathPrefixes(identity)
+	within := func(path string) bool {
+		segs, err := apiv1.ParsePath(path)
+		return err != nil || // shape errors are INVALID_REQUEST, reported by validation
+			slices.ContainsFunc(prefixes, func(pre string) bool { return apiv1.PathWithin(segs, pre) })
+	}
+	for i, c := range req.Capabilities {
+		// A public path is a route like a manifest's: the same prefix rule (a provider could
+		// otherwise publish /admin, or another service's path, as its own).
+		paths, _ := c.PublicPaths()
+		for j, pp := range paths {
+			if !within(pp) {
+				ds = append(ds, apiv1.Detail{Path: fmt.Sprintf("capabilities[%d].metadata.public_paths[%d]", i, j),
+					Message: fmt.Sprintf("public path %q is outside every path prefix of identity %q (%s)", pp, identity, strings.Join(prefixes, ", "))})
+			}
+		}
+	}
 	if req.Manifest != nil {
-		prefixes := p.PathPrefixes(identity)
 		for i, rt := range req.Manifest.Routes {
 			segs, err := apiv1.ParsePath(rt.Path)
 			if err != nil {

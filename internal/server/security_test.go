@@ -192,6 +192,16 @@ func registration(id, service, capability string, paths ...string) string {
 	return string(b)
 }
 
+// publicPaths gives the first capability of a registration body metadata.public_paths.
+func publicPaths(body string, paths ...string) string {
+	var req apiv1.RegisterRequest
+	json.Unmarshal([]byte(body), &req)
+	meta, _ := json.Marshal(map[string][]string{"public_paths": paths})
+	req.Capabilities[0].Metadata = meta
+	b, _ := json.Marshal(req)
+	return string(b)
+}
+
 func TestSecurity(t *testing.T) {
 	s := newSecure(t, nil)
 	hour := time.Now().Add(time.Hour)
@@ -247,6 +257,8 @@ func TestSecurity(t *testing.T) {
 		{"identity with no roles: discovery", lonely, call{"GET", "/v1/discovery/capabilities", "", ""}, 403, nil},
 		{"capability outside role", jms, call{"POST", "/v1/services/register", registration("jms-2", "egress-jms", "payments.charge"), ""}, 403, []string{"capabilities[0].capability_id"}},
 		{"service name not own", intruder, call{"POST", "/v1/services/register", registration("i-1", "egress-jms", "messaging.publish"), ""}, 403, []string{"service_name"}},
+		{"public path outside prefix", reports, call{"POST", "/v1/services/register", publicPaths(registration("r-2", "reports", "reports.daily", "/reports/daily"), "/reports/run", "/admin/users"), ""},
+			403, []string{"capabilities[0].metadata.public_paths[1]"}},
 		{"route outside prefix (admin-path attack)", reports, call{"POST", "/v1/services/register", registration("r-1", "reports", "reports.daily", "/reports/daily", "/admin/users"), ""}, 403, []string{"manifest.routes[1].path"}},
 		{"shape errors before permission", jms, call{"POST", "/v1/services/register", `{"instance_id":"bad id"}`, ""}, 400, nil},
 		{"someone else's heartbeat", intruder, call{"PUT", "/v1/services/jms-1/heartbeat", `{"generation":1}`, ""}, 403, nil},
