@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 )
@@ -134,4 +135,30 @@ func writeError(w http.ResponseWriter, err error) {
 		ae.Status = http.StatusBadRequest
 	}
 	writeJSON(w, ae.Status, apiv1.ErrorBody{Error: ae})
+}
+
+// NotRouted answers a request that no pattern of mux takes, as every MeshFlows server does:
+// 405 METHOD_NOT_ALLOWED with Allow when the path exists under other methods, else 404
+// NOT_FOUND, both with the error body. Register it as mux's catch-all "/".
+func NotRouted(mux *http.ServeMux) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) { WriteError(w, RouteError(mux, r, w.Header())) }
+}
+
+// RouteError is the error NotRouted answers for r, which no pattern of mux takes; with a
+// 405 it sets Allow on h.
+func RouteError(mux *http.ServeMux, r *http.Request, h http.Header) *apiv1.Error {
+	var allow []string
+	for _, m := range []string{"DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT"} {
+		probe := *r
+		probe.Method = m
+		if _, p := mux.Handler(&probe); p != "" && p != "/" {
+			allow = append(allow, m)
+		}
+	}
+	if len(allow) > 0 {
+		h.Set("Allow", strings.Join(allow, ", "))
+		return apiv1.Errorf(http.StatusMethodNotAllowed, apiv1.CodeMethodNotAllowed,
+			"method %s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, strings.Join(allow, ", "))
+	}
+	return apiv1.Errorf(http.StatusNotFound, apiv1.CodeNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path)
 }

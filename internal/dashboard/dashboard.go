@@ -18,6 +18,7 @@ import (
 	"time"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/provider"
 )
 
 //go:embed assets templates.html
@@ -101,7 +102,18 @@ func (d *Dashboard) Handler() http.Handler {
 	mux.HandleFunc("GET /workflows", d.workflows)
 	mux.HandleFunc("POST /workflows/{name}/run", d.write(d.run))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
+	mux.HandleFunc("/", provider.NotRouted(mux)) // 405 with Allow, or 404, with the error body
 	return mux
+}
+
+// upstreamStatus is the status a failed call to a component answers: its own 404 (a workflow
+// or an incident that does not exist) is 404 here too; anything else is 502.
+func upstreamStatus(err error) int {
+	var ae *apiv1.Error
+	if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
+		return http.StatusNotFound
+	}
+	return http.StatusBadGateway
 }
 
 // page is what every template gets.
@@ -271,7 +283,7 @@ func (d *Dashboard) capabilitiesFragment(w http.ResponseWriter, r *http.Request)
 	}
 	data, err := d.catalog(r.Context(), v)
 	if err != nil {
-		http.Error(w, err.Error(), http.StatusBadGateway)
+		http.Error(w, err.Error(), upstreamStatus(err))
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
@@ -289,7 +301,7 @@ func (d *Dashboard) refresh(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		http.Error(w, "refresh: "+err.Error(), http.StatusBadGateway)
+		http.Error(w, "refresh: "+err.Error(), upstreamStatus(err))
 		return
 	}
 	http.Redirect(w, r, "/capabilities", http.StatusSeeOther)
@@ -407,7 +419,7 @@ func (d *Dashboard) validation(w http.ResponseWriter, r *http.Request) {
 func (d *Dashboard) export(w http.ResponseWriter, r *http.Request) {
 	var res apiv1.ValidationResult
 	if err := d.orc.get(r.Context(), "/v1/workflows/"+url.PathEscape(r.PathValue("name"))+"/validation", &res); err != nil {
-		http.Error(w, err.Error(), http.StatusBadGateway)
+		http.Error(w, err.Error(), upstreamStatus(err))
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -419,7 +431,7 @@ func (d *Dashboard) export(w http.ResponseWriter, r *http.Request) {
 
 func (d *Dashboard) revalidate(w http.ResponseWriter, r *http.Request) {
 	if err := d.orc.do(r.Context(), http.MethodPost, "/v1/workflows/"+url.PathEscape(r.PathValue("name"))+"/validate", nil, "", nil); err != nil {
-		http.Error(w, "re-validate: "+err.Error(), http.StatusBadGateway)
+		http.Error(w, "re-validate: "+err.Error(), upstreamStatus(err))
 		return
 	}
 	http.Redirect(w, r, "/validation#wf-"+r.PathValue("name"), http.StatusSeeOther)
@@ -495,7 +507,7 @@ func (d *Dashboard) run(w http.ResponseWriter, r *http.Request) {
 		input = "{}"
 	}
 	if err := d.orc.do(r.Context(), http.MethodPost, "/v1/workflows/"+url.PathEscape(r.PathValue("name"))+"/run", []byte(input), "application/json", nil); err != nil {
-		http.Error(w, "run: "+err.Error(), http.StatusBadGateway)
+		http.Error(w, "run: "+err.Error(), upstreamStatus(err))
 		return
 	}
 	http.Redirect(w, r, "/workflows", http.StatusSeeOther)

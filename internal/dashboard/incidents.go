@@ -101,7 +101,7 @@ func (d *Dashboard) incidentAction(w http.ResponseWriter, r *http.Request) {
 		action = "acknowledge"
 	}
 	if err := d.registry.do(r.Context(), http.MethodPost, "/v1/incidents/"+url.PathEscape(r.PathValue("id"))+"/"+action, nil, "", nil); err != nil {
-		http.Error(w, action+": "+err.Error(), http.StatusBadGateway)
+		http.Error(w, action+": "+err.Error(), upstreamStatus(err))
 		return
 	}
 	http.Redirect(w, r, "/incidents#incident-"+r.PathValue("id"), http.StatusSeeOther)

@@ -8,6 +8,7 @@ import (
 	"net/http"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/provider"
 )
 
 // MaxWorkflowBytes bounds an uploaded workflow.
@@ -77,9 +78,7 @@ func (o *Orchestrator) Handler() http.Handler {
 	handle("GET /healthz", func(http.ResponseWriter, *http.Request) (int, any, error) {
 		return http.StatusOK, map[string]string{"status": "ok"}, nil
 	})
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		writeErr(w, apiv1.Errorf(http.StatusNotFound, apiv1.CodeNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path))
-	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { writeErr(w, provider.RouteError(mux, r, w.Header())) })
 	return mux
 }
 

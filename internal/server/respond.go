@@ -15,6 +15,7 @@ import (
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/internal/incident"
 	"github.com/meshflows/meshflows/internal/registry"
+	sdk "github.com/meshflows/meshflows/provider"
 )
 
 // handlerFunc answers a request with a value to encode as JSON (200), nil (204), an
@@ -117,24 +118,9 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 // notRouted answers a request no pattern takes: 405 with Allow when the path exists under
-// other methods, 404 otherwise. It runs only off the hot path, so probing the mux once per
-// method is cheap enough.
+// other methods, 404 otherwise (the provider SDK's RouteError, shared by every server).
 func (s *Server) notRouted(w http.ResponseWriter, r *http.Request) {
-	var allow []string
-	for _, m := range []string{"DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT"} {
-		probe := *r
-		probe.Method = m
-		if _, p := s.mux.Handler(&probe); p != "" && p != "/" {
-			allow = append(allow, m)
-		}
-	}
-	if len(allow) > 0 {
-		w.Header().Set("Allow", strings.Join(allow, ", "))
-		s.writeError(w, r, apiv1.Errorf(http.StatusMethodNotAllowed, apiv1.CodeMethodNotAllowed,
-			"method %s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, strings.Join(allow, ", ")))
-		return
-	}
-	s.writeError(w, r, apiv1.Errorf(http.StatusNotFound, apiv1.CodeNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path))
+	s.writeError(w, r, sdk.RouteError(s.mux, r, w.Header()))
 }
 
 // decode reads a JSON body of at most the configured size into v. Syntax and type errors

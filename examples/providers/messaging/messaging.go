@@ -149,9 +149,7 @@ func (p *Provider) Handler() http.Handler {
 		provider.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(p.reg, promhttp.HandlerOpts{}))
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		provider.WriteError(w, apiv1.Errorf(http.StatusNotFound, apiv1.CodeNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path))
-	})
+	mux.HandleFunc("/", provider.NotRouted(mux))
 	return mux
 }
 
