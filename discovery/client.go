@@ -474,6 +474,26 @@ func (c *Client) ReportOutcomes(ctx context.Context, req *apiv1.OutcomesRequest)
 	return c.client.Do(ctx, client.Request{Method: http.MethodPost, Path: "/v1/outcomes", Body: body, Timeout: c.cfg.RequestTimeout}, nil)
 }
 
+// ErrRestored is the cause a routes view restored from a saved copy reports until the
+// registry answers.
+var ErrRestored = errors.New("routes view restored from a saved copy; the registry has not answered since")
+
+// RestoreRoutes seeds the routes view with a copy saved earlier (a gateway's state dir) when
+// it holds nothing yet, and reports whether it did. The copy serves as the last-known-good
+// view — stale, its age counted from at, expired past the stale allowance — and incomplete
+// answers merge into it, until the registry answers.
+func (c *Client) RestoreRoutes(r *RoutesResult, at time.Time) bool {
+	v := c.routes
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.lkg != nil {
+		return false
+	}
+	v.lkg = &answer[Routes]{epoch: r.RegistryEpoch, revision: r.Revision, complete: r.Complete, body: r.Routes}
+	v.lkgAt, v.checkedAt, v.lastErr = at, at, ErrRestored
+	return true
+}
+
 // RoutesState returns the state and age of the routes view now, without asking the
 // registry: what a gateway reports with every response.
 func (c *Client) RoutesState() (State, time.Duration) {

@@ -32,6 +32,7 @@ type gatewayFlags struct {
 	policy        routing.Policy
 	debug         string
 	outcomeWindow time.Duration
+	stateDir      string
 }
 
 func newGatewayCmd() *cobra.Command {
@@ -66,6 +67,7 @@ the identity is the service name). Without either, services may claim nothing.`,
 	fl.StringVar(&f.rbacFile, "rbac", "", "take the path policy from the registry's RBAC file instead (reloaded when it changes)")
 	fl.DurationVar(&f.cacheTTL, "cache-ttl", discovery.DefaultTTL, "how long a routes view is used without asking the registry")
 	fl.DurationVar(&f.maxStale, "max-stale", discovery.DefaultStaleAllowance, "how long the last valid view is served while the registry is unreachable")
+	fl.StringVar(&f.stateDir, "state-dir", "", "keep the last routes view in this directory: a gateway restarted while the registry is away serves what it served before (X-Cache-Source: snapshot)")
 	fl.DurationVar(&f.outcomeWindow, "outcome-window", 10*time.Second, "report per-instance outcomes (ok, errors, connect failures) to the registry this often, as passive health evidence (needs a gateway role; 0: never)")
 	fl.StringVar(&f.debug, "debug-listen", "", "serve Go profiling (/debug/pprof/) on this address, e.g. 127.0.0.1:6060 (off by default)")
 	bindLogFlags(fl, &f.log, "json")
@@ -127,7 +129,7 @@ func startGateway(ctx context.Context, g *errgroup.Group, f *gatewayFlags, ln ne
 		return err
 	}
 	gw, err := gateway.New(gateway.Config{ID: "gateway@" + ln.Addr().String(), Discovery: disc, Static: static, Policy: policy,
-		OutcomeWindow: outcomeWindow(f.outcomeWindow), Logger: logger, Registerer: promReg})
+		OutcomeWindow: outcomeWindow(f.outcomeWindow), StateDir: f.stateDir, Logger: logger, Registerer: promReg})
 	if err != nil {
 		return err
 	}

@@ -44,6 +44,10 @@ type Config struct {
 	// MaxRetryBody is the largest request body buffered so that an idempotent request can
 	// be retried on another instance (default 1 MiB); larger ones are not retried.
 	MaxRetryBody int64
+	// StateDir, when set, keeps the last routes view on disk (written atomically when the
+	// table's inputs change, read at start): a gateway restarted while the registry is away
+	// serves what it served before, marked X-Cache-Source: snapshot with its age.
+	StateDir string
 	// OutcomeWindow is how often the gateway reports its per-instance outcomes (ok,
 	// errors, connect failures) to the registry as passive evidence (default 10 s; negative:
 	// never).
@@ -65,6 +69,9 @@ type state struct {
 	serving   map[*routing.Entry]*serving
 	// inflight counts the requests being served on this table (see Gateway.enter).
 	inflight atomic.Int64
+	// staticOnly: no routes view yet (the registry has not answered, nothing saved): only
+	// the static routes are served, and other paths are 503, not 404.
+	staticOnly bool
 }
 
 // freshness is the source of the table and its age, refreshed by Run so that requests
@@ -97,7 +104,8 @@ type Gateway struct {
 	tallies   map[incarnation]*tally // outcomes of the current window, per incarnation
 }
 
-// New returns a Gateway; it serves 503 until Run has derived a first table.
+// New returns a Gateway; it serves its static routes at once, and the routes the registry's
+// manifests give once Run has a routes view (from the registry, or saved in StateDir).
 func New(cfg Config) (*Gateway, error) {
 	if cfg.Discovery == nil {
 		return nil, errors.New("gateway: no discovery client")
@@ -139,6 +147,7 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	g.metrics = m
 	g.proxy = newProxy(cfg.Transport, cfg.MaxRetryBody, m, cfg.Logger)
+	g.derive() // the static table, from the first second: it needs no registry
 	return g, nil
 }
 
@@ -160,11 +169,30 @@ func NewTransport() *http.Transport {
 // Run keeps the table current until ctx ends: a long-poll watch of the routes view, and a
 // re-derivation when the policy changes.
 func (g *Gateway) Run(ctx context.Context) error {
+	if g.cfg.StateDir != "" {
+		switch r, at, err := g.loadRoutes(); {
+		case err != nil:
+			g.cfg.Logger.Warn("the saved routes view is unreadable; starting without it", slog.Any("error", err))
+		case r != nil && g.cfg.Discovery.RestoreRoutes(r, at):
+			g.routes.Store(r)
+			g.derive()
+			g.cfg.Logger.Info("serving the saved routes view until the registry answers", slog.Time("saved_at", at),
+				slog.Int64("registry_revision", r.Revision), slog.Int("manifests", len(r.Manifests)))
+		}
+	}
 	done := make(chan error, 1)
 	go func() {
+		var saved string // the inputs last written to the state dir
 		done <- g.cfg.Discovery.WatchRoutes(ctx, func(r *discovery.RoutesResult) {
 			g.routes.Store(r)
 			g.derive()
+			if st := g.state.Load(); g.cfg.StateDir != "" && st != nil && st.inputs != saved {
+				if err := g.saveRoutes(r); err != nil {
+					g.cfg.Logger.Warn("saving the routes view failed", slog.String("state_dir", g.cfg.StateDir), slog.Any("error", err))
+				} else {
+					saved = st.inputs
+				}
+			}
 		})
 	}()
 	t := time.NewTicker(g.cfg.PolicyCheck)
@@ -232,8 +260,8 @@ func (g *Gateway) ackOrPoll(ctx context.Context, every *time.Duration, acks *tim
 // gateway is live.
 func (g *Gateway) ack(ctx context.Context) (current bool, advised time.Duration) {
 	st := g.state.Load()
-	if st == nil {
-		return true, 0
+	if st == nil || st.staticOnly {
+		return true, 0 // nothing of the registry's applied yet
 	}
 	g.retiredMu.Lock()
 	g.retired = slices.DeleteFunc(g.retired, func(old *state) bool { return old.inflight.Load() == 0 })
@@ -302,8 +330,9 @@ func (g *Gateway) derive() {
 	g.deriveMu.Lock()
 	defer g.deriveMu.Unlock()
 	r := g.routes.Load()
-	if r == nil {
-		return
+	staticOnly := r == nil
+	if staticOnly {
+		r = &discovery.RoutesResult{}
 	}
 	policy := g.cfg.Policy()
 	fp := fingerprint(policy)
@@ -320,7 +349,7 @@ func (g *Gateway) derive() {
 		g.metrics.derivations.Inc()
 	}
 	st := &state{table: t, canonical: canonical, revision: r.Revision, epoch: r.RegistryEpoch, policy: fp, inputs: inputs,
-		derivedAt: g.cfg.Now(), serving: make(map[*routing.Entry]*serving, len(t.Entries()))}
+		derivedAt: g.cfg.Now(), serving: make(map[*routing.Entry]*serving, len(t.Entries())), staticOnly: staticOnly}
 	if prev != nil && prev.inputs == inputs {
 		st.derivedAt = prev.derivedAt
 	}
@@ -415,10 +444,6 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st := g.enter()
-	if st == nil {
-		writeError(w, apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable, "no routing table yet: the registry has not answered"))
-		return
-	}
 	defer st.inflight.Add(-1)
 	if f := g.fresh.Load(); f != nil && f.source == discovery.SourceSnapshot {
 		w.Header()["X-Cache-Source"] = snapshotHeader
@@ -429,6 +454,12 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m := st.table.Match(r.Method, r.URL.Path)
 	switch m.Status {
 	case http.StatusNotFound:
+		if st.staticOnly {
+			g.metrics.count("none", 503)
+			writeError(w, apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable,
+				"no route for %s %s yet: the registry has not answered, and only static routes are served", r.Method, m.Path))
+			return
+		}
 		g.metrics.count("none", 404)
 		writeError(w, apiv1.Errorf(http.StatusNotFound, apiv1.CodeNotFound, "no route for %s %s", r.Method, m.Path))
 		return

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -511,4 +513,65 @@ func TestAckFollowsTheRegistrysInterval(t *testing.T) {
 	defer func() { cancel(); <-done }()
 	until(t, "the first acknowledgement (of the first table)", func() bool { return acks.Load() >= 1 })
 	until(t, "acknowledgements every second with no new table", func() bool { return acks.Load() >= 3 })
+}
+
+// TestStaticRoutesWithoutARegistry: a gateway whose registry has never answered serves its
+// static routes from the first second, and says 503 (not 404) for everything else.
+func TestStaticRoutesWithoutARegistry(t *testing.T) {
+	dead := httptest.NewServer(http.NotFoundHandler())
+	dead.Close()
+	disc, err := discovery.New(discovery.Config{Registries: []string{dead.URL}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	static := upstream(t, "static")
+	gw, err := gateway.New(gateway.Config{Discovery: disc, OutcomeWindow: -1,
+		Static: []routing.StaticRoute{{Path: "/static/{rest...}", Methods: []string{"GET"}, Upstream: static.URL}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(gw) // not even running: the static table exists from New
+	defer srv.Close()
+	e := &env{srv: srv}
+	if a := e.do(t, "GET", "/static/x", ""); a.status != 200 || !strings.HasPrefix(a.body, "static /static/x") {
+		t.Fatalf("static route without a registry: %d %q", a.status, a.body)
+	}
+	if a := e.do(t, "GET", "/orders/1", ""); a.status != 503 || !strings.Contains(a.body, "the registry has not answered") {
+		t.Fatalf("dynamic path without a registry: %d %q, want 503", a.status, a.body)
+	}
+}
+
+// TestStateDirKeepsRoutesAcrossARestart: a gateway with --state-dir saves its routes view; one
+// restarted while the registry is down serves the dynamic routes it served before, marked as
+// a snapshot with its age.
+func TestStateDirKeepsRoutesAcrossARestart(t *testing.T) {
+	dir := t.TempDir()
+	e := newEnvWith(t, registry.Config{}, gateway.Config{StateDir: dir})
+	e.register(t, "orders-a", upstream(t, "orders-a").URL, ordersRoutes...)
+	until(t, "the route in the table", func() bool { return e.do(t, "GET", "/orders/1", "").status == 200 })
+	until(t, "the view saved", func() bool { _, err := os.Stat(filepath.Join(dir, "gateway-routes.json")); return err == nil })
+
+	e.front.down.Store(true) // the registry goes away, and the gateway restarts
+	disc, err := discovery.New(discovery.Config{Registries: []string{e.reg.URL + "/down"}, RetryInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err := gateway.New(gateway.Config{Discovery: disc, StateDir: dir, OutcomeWindow: -1,
+		Policy: func() routing.Policy { return routing.Policy{"orders": {"/orders"}} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- gw.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	srv := httptest.NewServer(gw)
+	defer srv.Close()
+	restarted := &env{srv: srv}
+	var a answer
+	until(t, "the saved route served", func() bool { a = restarted.do(t, "GET", "/orders/1", ""); return a.status == 200 })
+	if !strings.HasPrefix(a.body, "orders-a") || a.header.Get("X-Cache-Source") != "snapshot" || a.header.Get("X-Route-Table-Age") == "" {
+		t.Fatalf("after the restart: %q, X-Cache-Source %q, X-Route-Table-Age %q; want orders-a from a snapshot with its age",
+			a.body, a.header.Get("X-Cache-Source"), a.header.Get("X-Route-Table-Age"))
+	}
 }
