@@ -22,6 +22,7 @@ const (
 	EligibilityWithdrawn   = "withdrawn"
 	EligibilityQuarantined = "quarantined"
 	EligibilityDraining    = "draining"
+	EligibilityAbsent      = "absent"
 )
 
 // InRotation reports whether an eligibility state puts an instance in rotation.

@@ -22,7 +22,7 @@ func TestRestartWithTheSameFlags(t *testing.T) {
 	dir := t.TempDir()
 	port := strconv.Itoa(freePort(t))
 	base := "http://127.0.0.1:" + port
-	args := []string{"registry", "--insecure", "--listen", "127.0.0.1:" + port, "--lease-ttl", "2s", "--heartbeat-interval", "1s",
+	args := []string{"registry", "--insecure", "--listen", "127.0.0.1:" + port, "--lease-ttl", "3s", "--heartbeat-interval", "1s",
 		"--snapshot-dir", dir, "--snapshot-interval", "50ms", "--restore-snapshot", "auto", "--no-eligibility"}
 	start := func() (stop func() string) {
 		t.Helper()
@@ -62,8 +62,21 @@ func TestRestartWithTheSameFlags(t *testing.T) {
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("register: %v %v", resp, err)
 	}
+	var registered apiv1.RegisterResponse
+	json.NewDecoder(resp.Body).Decode(&registered)
 	resp.Body.Close()
+	beat := func() {
+		t.Helper()
+		hb, _ := http.NewRequest(http.MethodPut, base+"/v1/services/jms-1/heartbeat",
+			strings.NewReader(`{"generation":`+strconv.FormatInt(registered.Generation, 10)+`}`))
+		r, err := http.DefaultClient.Do(hb)
+		if err != nil || r.StatusCode != http.StatusOK {
+			t.Fatalf("heartbeat: %v %v", r, err)
+		}
+		r.Body.Close()
+	}
 	waitFor(t, "the warm-up over", func() bool {
+		beat() // the provider stays alive meanwhile
 		r, err := http.Get(base + "/v1/discovery/capabilities")
 		if err != nil {
 			return false
@@ -73,7 +86,17 @@ func TestRestartWithTheSameFlags(t *testing.T) {
 		json.NewDecoder(r.Body).Decode(&d)
 		return d.Complete
 	})
-	waitFor(t, "a snapshot written", func() bool { return len(snapshotFiles(t, dir)) > 0 })
+	// A heartbeat now, then a snapshot after it: the snapshot holds jms-1 with most of a
+	// lease left (a restore gives it what it had left).
+	newest := func() string {
+		if fs := snapshotFiles(t, dir); len(fs) > 0 {
+			return fs[len(fs)-1]
+		}
+		return ""
+	}
+	before := newest()
+	beat()
+	waitFor(t, "a snapshot written after the heartbeat", func() bool { return newest() != before })
 	if out := stop(); !strings.Contains(out, "no valid snapshot to restore: starting empty") {
 		t.Errorf("first start did not say it started empty:\n%s", out)
 	}

@@ -71,21 +71,41 @@ type verdict struct {
 }
 
 // servingFor builds the serving state of route e: its upstreams that are in rotation, at
-// their weights; under panic, or from a registry without the eligibility engine, all of
-// them at 100.
+// their weights; from a registry without the eligibility engine, all of them at 100. Panic is
+// judged on the route's own pool, as Envoy judges it per cluster: when fewer than the panic
+// threshold of the route's (non-draining) upstreams are in rotation, all of them serve at 100
+// — a route pinned to one provider is never left without upstreams because the capability's
+// wider group is not in panic. The registry's group panic still applies to its members.
 func (g *Gateway) servingFor(e *routing.Entry, verdicts map[string]verdict, gens map[string]int64, tallies map[incarnation]*tally) *serving {
 	sv := &serving{uniform: true}
+	members, inRotation := 0, 0
+	for _, u := range e.Upstreams {
+		v := verdicts[u.Instance]
+		switch {
+		case v.eligibility == "" || apiv1.InRotation(v.eligibility):
+			members, inRotation = members+1, inRotation+1
+		case v.eligibility != apiv1.EligibilityDraining && v.eligibility != apiv1.EligibilityAbsent:
+			members++
+		}
+	}
+	poolPanic := float64(inRotation) < g.cfg.PanicThreshold*float64(members)
 	for _, u := range e.Upstreams {
 		pu, err := url.Parse(u.Endpoint)
 		if err != nil || pu.Host == "" {
 			continue
 		}
 		weight := 100
-		if v, ok := verdicts[u.Instance]; ok && v.eligibility != "" && !v.panic {
-			if !apiv1.InRotation(v.eligibility) {
+		if v, ok := verdicts[u.Instance]; ok && v.eligibility != "" {
+			switch {
+			case apiv1.InRotation(v.eligibility) && !v.panic && !poolPanic:
+				weight = max(v.weight, 1)
+			case apiv1.InRotation(v.eligibility), v.panic && v.eligibility != apiv1.EligibilityDraining:
+				// in rotation under panic, or out of rotation in a group the registry says is in panic
+			case poolPanic && v.eligibility != apiv1.EligibilityDraining && v.eligibility != apiv1.EligibilityAbsent:
+				// out of rotation, in a pool under the threshold: all its members serve
+			default:
 				continue
 			}
-			weight = max(v.weight, 1)
 		}
 		k := incarnation{u.Instance, gens[u.Instance]}
 		t := tallies[k]

@@ -144,3 +144,29 @@ func TestEligibilityChangesLogQuietly(t *testing.T) {
 		t.Errorf("a new route: %d INFO lines, want 1 more than %d:\n%s", tables(), before, logs.String())
 	}
 }
+
+// TestPanicIsJudgedPerRoute: of a capability's two instances one is admitted and the other
+// still unknown — exactly half, so the registry's group is not in panic — but the route that
+// only the unknown one serves has none of its pool in rotation: the gateway uses all of that
+// pool (Envoy's panic per cluster) instead of answering 503.
+func TestPanicIsJudgedPerRoute(t *testing.T) {
+	e := newJudgedEnv(t, gateway.Config{})
+	e.register(t, "jms", upstream(t, "jms").URL, apiv1.ManifestRoute{Path: "/orders/jms/{id}", Methods: []string{"GET"}})
+	req := apiv1.RegisterRequest{InstanceID: "rmq", ServiceName: "orders", ServiceVersion: "1.0.0", Endpoint: upstream(t, "rmq").URL,
+		Capabilities: []apiv1.Capability{{CapabilityID: "orders.read", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0", Provider: "http"}},
+		Manifest: &apiv1.Manifest{FARP: "1.0", Service: apiv1.ManifestService{Name: "orders", Instance: "rmq", Version: "1.0.0"},
+			Health: &apiv1.ManifestHealth{Path: "/healthz", Interval: "10s", UnhealthyAfter: apiv1.Int(2)}, // probed: unknown until admitted
+			Routes: []apiv1.ManifestRoute{{Path: "/orders/rmq/{id}", Methods: []string{"GET"}}}}}
+	if _, err := e.reg.Registry.Register(context.Background(), &req); err != nil {
+		t.Fatal(err)
+	}
+	e.caughtUp(t)
+	if ex, _ := e.reg.Registry.Explain("rmq"); ex.State != apiv1.EligibilityUnknown {
+		t.Fatalf("rmq is %s, want unknown", ex.State)
+	}
+	for path, want := range map[string]string{"/orders/jms/1": "jms", "/orders/rmq/1": "rmq"} {
+		if a := e.do(t, "GET", path, ""); a.status != http.StatusOK || !strings.HasPrefix(a.body, want) {
+			t.Errorf("GET %s = %d %q, want %s", path, a.status, a.body, want)
+		}
+	}
+}

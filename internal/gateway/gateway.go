@@ -44,6 +44,9 @@ type Config struct {
 	// MaxRetryBody is the largest request body buffered so that an idempotent request can
 	// be retried on another instance (default 1 MiB); larger ones are not retried.
 	MaxRetryBody int64
+	// PanicThreshold: a route with fewer than this share of its upstreams in rotation uses
+	// all of them (default 0.5, as the registry's --panic-threshold).
+	PanicThreshold float64
 	// StateDir, when set, keeps the last routes view on disk (written atomically when the
 	// table's inputs change, read at start): a gateway restarted while the registry is away
 	// serves what it served before, marked X-Cache-Source: snapshot with its age.
@@ -130,6 +133,9 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	if cfg.OutcomeWindow == 0 {
 		cfg.OutcomeWindow = 10 * time.Second
+	}
+	if cfg.PanicThreshold == 0 {
+		cfg.PanicThreshold = 0.5
 	}
 	if cfg.MaxRetryBody == 0 {
 		cfg.MaxRetryBody = 1 << 20
