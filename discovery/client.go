@@ -149,6 +149,9 @@ type Query struct {
 	// MinVersion keeps versions >= it; Version is a constraint (">=1.0 <2.0", "1.x || >=3.0").
 	MinVersion string
 	Version    string
+	// IncludeAll asks for the instances out of rotation too, with their verdicts
+	// (include=all): a consumer that judges panic on the pool it uses needs them.
+	IncludeAll bool
 }
 
 func (q Query) values() url.Values {
@@ -158,6 +161,9 @@ func (q Query) values() url.Values {
 		if s != "" {
 			v.Set(k, s)
 		}
+	}
+	if q.IncludeAll {
+		v.Set("include", "all")
 	}
 	return v
 }

@@ -186,8 +186,9 @@ func (o *Orchestrator) invoke(ctx context.Context, st *workflow.Step, c candidat
 	return ir.Output, nil
 }
 
-// candidates resolves a step: through discovery (instances in rotation, or all of a group
-// in panic), or the static capabilities when the registry has never answered; in order metadata.priority desc, capability_version desc,
+// candidates resolves a step: through discovery (instances in rotation, or all of the step's
+// pool when fewer than the panic threshold of it are in rotation, or all of a group the
+// registry says is in panic), or the static capabilities when the registry has never answered; in order metadata.priority desc, capability_version desc,
 // registration order.
 func (o *Orchestrator) candidates(ctx context.Context, st *workflow.Step) ([]candidate, error) {
 	cons, err := semver.NewConstraint(st.Capability.Constraint)
@@ -195,13 +196,23 @@ func (o *Orchestrator) candidates(ctx context.Context, st *workflow.Step) ([]can
 		return nil, apiv1.Errorf(http.StatusBadRequest, apiv1.CodeInvalidRequest, "step %s: %v", st.ID, err)
 	}
 	var out []candidate
-	res, err := o.cfg.Discovery.Capabilities(ctx, discovery.Query{CapabilityID: st.Capability.ID, Provider: st.Capability.Provider, Version: st.Capability.Constraint})
+	// Every candidate, in rotation or not: panic is judged on this step's own pool (the
+	// capability, provider and constraint it names), as Envoy judges it per cluster.
+	res, err := o.cfg.Discovery.Capabilities(ctx, discovery.Query{CapabilityID: st.Capability.ID, Provider: st.Capability.Provider,
+		Version: st.Capability.Constraint, IncludeAll: true})
 	var ue *discovery.UnavailableError
 	switch {
 	case err == nil:
+		inRotation := 0
 		for _, e := range res.Entries {
-			if e.Eligibility != "" && !e.Panic && !apiv1.InRotation(e.Eligibility) {
-				continue // the registry omits these; a merged or older answer may not
+			if e.Eligibility == "" || e.Panic || apiv1.InRotation(e.Eligibility) {
+				inRotation++
+			}
+		}
+		poolPanic := float64(inRotation) < o.cfg.PanicThreshold*float64(len(res.Entries))
+		for _, e := range res.Entries {
+			if e.Eligibility != "" && !e.Panic && !apiv1.InRotation(e.Eligibility) && !poolPanic {
+				continue // out of rotation, in a pool with enough in rotation
 			}
 			v, _ := semver.NewVersion(e.CapabilityVersion)
 			out = append(out, candidate{instance: e.InstanceID, endpoint: e.Endpoint, priority: priority(e.Metadata), version: v, generation: e.Generation})

@@ -42,6 +42,9 @@ type Config struct {
 	Strict bool
 	// MaxRuns is how many runs per workflow the history keeps (default 100).
 	MaxRuns int
+	// PanicThreshold: a step whose candidates have fewer than this share in rotation uses
+	// all of them (default 0.5, as the registry's --panic-threshold).
+	PanicThreshold float64
 	// Registerer receives the orchestrator's metrics (none when nil).
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
@@ -81,6 +84,9 @@ func New(cfg Config) (*Orchestrator, error) {
 	}
 	if cfg.MaxRuns == 0 {
 		cfg.MaxRuns = 100
+	}
+	if cfg.PanicThreshold == 0 {
+		cfg.PanicThreshold = 0.5
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

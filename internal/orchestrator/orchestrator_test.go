@@ -21,6 +21,7 @@ import (
 	"github.com/meshflows/meshflows/examples/providers/rabbitmq"
 	"github.com/meshflows/meshflows/examples/workflows"
 	"github.com/meshflows/meshflows/internal/orchestrator"
+	"github.com/meshflows/meshflows/internal/health"
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/registry/registrytest"
 )
@@ -54,8 +55,14 @@ func serveProvider(t *testing.T, build func(endpoint string) (*messaging.Provide
 
 func newEnv(t *testing.T, static []orchestrator.StaticCapability, registryURL string) *env {
 	t.Helper()
+	return newEnvWith(t, static, registryURL, registry.Config{})
+}
+
+// newEnvWith is newEnv with the registry's configuration.
+func newEnvWith(t *testing.T, static []orchestrator.StaticCapability, registryURL string, rcfg registry.Config) *env {
+	t.Helper()
 	e := &env{dir: t.TempDir(), prom: prometheus.NewRegistry()}
-	e.reg = registrytest.NewServer(t, registry.Config{})
+	e.reg = registrytest.NewServer(t, rcfg)
 	e.reg.Clock.Advance(registry.DefaultLeaseTTL)
 	e.jms, _ = serveProvider(t, func(ep string) (*messaging.Provider, error) { return jms.New(ep, "") })
 	e.rmq, _ = serveProvider(t, func(ep string) (*messaging.Provider, error) { return rabbitmq.New(ep, "") })
@@ -291,4 +298,39 @@ func histogramCounts(t *testing.T, reg *prometheus.Registry, name, label string)
 		}
 	}
 	return out
+}
+
+// TestPanicIsJudgedPerStep: the jms provider is admitted and the rabbitmq one still unknown —
+// exactly half of messaging.publish in rotation, so the registry's group is not in panic — but
+// the step pinned to provider rabbitmq has none of its candidates in rotation: it uses them
+// all instead of failing with no instance.
+func TestPanicIsJudgedPerStep(t *testing.T) {
+	m, err := health.NewMonitor(health.MonitorConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := newEnvWith(t, nil, "", registry.Config{Eligibility: m})
+	jmsReg := e.jms.Registration()
+	in, _ := e.reg.Registry.Instance(jmsReg.InstanceID)
+	for range 2 { // two ok probes admit it
+		e.reg.Registry.ReportProbe(health.ProbeResult{Target: health.Target{ID: in.InstanceID, Generation: in.Generation}, At: e.reg.Clock.Now(), Result: health.ProbeOK})
+	}
+	rmqReg := e.rmq.Registration()
+	if ex, _ := e.reg.Registry.Explain(rmqReg.InstanceID); ex.State != health.StateUnknown {
+		t.Fatalf("rabbitmq is %s, want unknown", ex.State)
+	}
+	if ex, _ := e.reg.Registry.Explain(jmsReg.InstanceID); !apiv1.InRotation(ex.State) {
+		t.Fatalf("jms is %s, want in rotation", ex.State)
+	}
+	if code, body := e.do(t, "POST", "/v1/workflows", string(workflows.OrderPublish)); code != 201 {
+		t.Fatalf("upload = %d %v", code, body)
+	}
+	e.do(t, "POST", "/v1/workflows/order-publish/publish", "")
+	code, run := e.do(t, "POST", "/v1/workflows/order-publish/run", `{"order": 8}`)
+	if code != 200 || run["status"] != "succeeded" {
+		t.Fatalf("run = %d %v", code, run)
+	}
+	if msgs := e.rmq.Messages("orders.mirror"); len(msgs) != 1 {
+		t.Errorf("rabbitmq got %+v, want the mirrored order", msgs)
+	}
 }

@@ -98,8 +98,10 @@ func (f recordFleet) Member(i int) health.Member {
 func (f recordFleet) Instance(i int) health.Instance { return healthInstance(f.recs[i]) }
 
 // judge fills in the eligibility of entries and drops those out of rotation, unless their
-// (capability, zone) is in panic: then all are kept, at weight 100, marked panic.
-func (r *Registry) judge(es []Entry) []Entry {
+// (capability, zone) is in panic: then all are kept, at weight 100, marked panic. With all,
+// the out-of-rotation ones are kept too, with their verdicts (a consumer judging its own
+// pool); draining and absent ones never are.
+func (r *Registry) judge(es []Entry, all bool) []Entry {
 	m := r.cfg.Eligibility
 	if m == nil {
 		return es
@@ -108,7 +110,7 @@ func (r *Registry) judge(es []Entry) []Entry {
 	for len(es) > 0 {
 		chunk := es[:min(len(es), judgeChunk)]
 		es = es[len(chunk):]
-		out = judgeChunkOf(m, chunk, out)
+		out = judgeChunkOf(m, chunk, out, all)
 	}
 	return out
 }
@@ -117,7 +119,7 @@ func (r *Registry) judge(es []Entry) []Entry {
 // answer takes the lock a few hundred entries at a time, so evidence is never held up long.
 const judgeChunk = 256
 
-func judgeChunkOf(m *health.Monitor, es, out []Entry) []Entry {
+func judgeChunkOf(m *health.Monitor, es, out []Entry, all bool) []Entry {
 	m.Read(func(rd health.Reader) {
 		var lastCap, lastZone string
 		var lastPanic, known bool
@@ -136,7 +138,7 @@ func judgeChunkOf(m *health.Monitor, es, out []Entry) []Entry {
 					continue
 				}
 				e.Weight, e.Panic = 100, true
-			} else if !apiv1.InRotation(state) {
+			} else if !apiv1.InRotation(state) && (!all || state == health.StateDraining || state == health.StateAbsent) {
 				continue
 			}
 			out = append(out, e)

@@ -63,6 +63,16 @@ func TestDiscoveryFollowsEligibility(t *testing.T) {
 	if diff := cmp.Diff(want, answer(f)); diff != "" {
 		t.Fatalf("one failing, one degraded (-want +got):\n%s", diff)
 	}
+	// include=all: the instances out of rotation too, with their verdicts (a consumer judging
+	// panic on its own pool needs them)
+	all, _ := registry.ParseQuery(map[string][]string{"capability_id": {"messaging.publish"}, "include": {"all"}})
+	got := map[string]string{}
+	for _, e := range f.reg.Query(all).Entries {
+		got[e.Record.InstanceID] = e.Eligibility
+	}
+	if diff := cmp.Diff(map[string]string{"a": "withdrawn", "b": "degraded", "c": "slow_start", "d": "slow_start"}, got); diff != "" {
+		t.Fatalf("include=all (-want +got):\n%s", diff)
+	}
 	in, _ := f.reg.Instance("a")
 	if in.Eligibility != apiv1.EligibilityWithdrawn || in.Weight != 0 {
 		t.Errorf("the catalog says a is %s/%d, want withdrawn/0", in.Eligibility, in.Weight)

@@ -25,10 +25,14 @@ type Query struct {
 	// Constraint keeps capability versions that satisfy it (Masterminds semantics:
 	// pre-releases only when the constraint names one).
 	Constraint *semver.Constraints
+	// IncludeAll (include=all) answers the instances out of rotation too, with their
+	// verdicts (draining and absent ones excepted), so that a consumer can judge panic on the
+	// pool it uses.
+	IncludeAll bool
 }
 
 // queryParams are the parameters of GET /v1/discovery/capabilities that select entries.
-var queryParams = []string{"capability_id", "provider", "min_version", "version", "service_name", "zone"}
+var queryParams = []string{"capability_id", "provider", "min_version", "version", "service_name", "zone", "include"}
 
 // Parameters that discovery endpoints take besides the selecting ones: the long poll's.
 var pollParams = []string{"index", "wait", "epoch"}
@@ -106,6 +110,13 @@ func ParseQuery(v url.Values) (*Query, error) {
 		Zone:         v.Get("zone"),
 	}
 	var ds []apiv1.Detail
+	switch inc := v.Get("include"); inc {
+	case "":
+	case "all":
+		q.IncludeAll = true
+	default:
+		ds = append(ds, apiv1.Detail{Path: "include", Message: fmt.Sprintf("the only value is all (out-of-rotation instances too), got %q", inc)})
+	}
 	if s := v.Get("min_version"); s != "" {
 		mv, err := semver.NewVersion(s)
 		if err != nil {

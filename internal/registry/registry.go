@@ -546,7 +546,7 @@ type Answer struct {
 func (r *Registry) Query(q *Query) Answer {
 	rev := r.revision()
 	st := r.stateAt(rev)
-	es := r.judge(r.store.Query(q))
+	es := r.judge(r.store.Query(q), q.IncludeAll)
 	SortEntries(es)
 	return Answer{State: st, Entries: es, Removed: r.drain.removed(st.Epoch, st.Complete)}
 }

@@ -34,6 +34,8 @@ func TestBadInputIsRefused(t *testing.T) {
 			400, apiv1.CodeUnknownParameter, []string{"capabilty_id"}, "did you mean capability_id?"},
 		{"two unknown parameters", "GET", "/v1/discovery/capabilities?zone=a&x=1&y=2", "", nil,
 			400, apiv1.CodeUnknownParameter, []string{"x", "y"}, "2 unknown query parameters"},
+		{"include takes only all", "GET", "/v1/discovery/capabilities?include=some", "", nil,
+			400, apiv1.CodeInvalidRequest, []string{"include"}, "the only value is all"},
 		{"a filter on the routes view", "GET", "/v1/discovery/routes?capability_id=x", "", nil,
 			400, apiv1.CodeUnknownParameter, []string{"capability_id"}, "not a parameter of this endpoint"},
 		{"instance id .", "POST", "/v1/services/register", body(".", "{}"), asJSON,

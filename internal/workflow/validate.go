@@ -102,7 +102,9 @@ func Validate(ctx context.Context, src []byte, opts Options) (*Workflow, *apiv1.
 	var jobs []job
 	for i := range w.Steps {
 		st := &w.Steps[i]
-		q := discovery.Query{CapabilityID: st.Capability.ID, Provider: st.Capability.Provider, Version: st.Capability.Constraint}
+		// Every registered provider counts for resolution, in rotation or not (the step's pool
+		// is judged for panic when it runs); provider validation asks one in rotation first.
+		q := discovery.Query{CapabilityID: st.Capability.ID, Provider: st.Capability.Provider, Version: st.Capability.Constraint, IncludeAll: true}
 		r, err := opts.Resolver.Capabilities(ctx, q)
 		if err != nil {
 			res.Diagnostics = append(res.Diagnostics, apiv1.Diagnostic{Severity: apiv1.SeverityWarning, Code: CodeDiscoveryUnavailable,
@@ -125,8 +127,15 @@ func Validate(ctx context.Context, src []byte, opts Options) (*Workflow, *apiv1.
 			res.ContractStatus = apiv1.StatusFailed
 			continue
 		}
-		if supportsValidate(r.Entries[0].Metadata) {
-			jobs = append(jobs, job{step: st, entry: r.Entries[0]})
+		pick := r.Entries[0]
+		for _, e := range r.Entries {
+			if e.Eligibility == "" || e.Panic || apiv1.InRotation(e.Eligibility) {
+				pick = e
+				break
+			}
+		}
+		if supportsValidate(pick.Metadata) {
+			jobs = append(jobs, job{step: st, entry: pick})
 		}
 	}
 	if len(jobs) == 0 {
@@ -162,7 +171,7 @@ func supportsValidate(meta json.RawMessage) bool {
 // unavailableMessage says what a step requires and what the registry has instead.
 func unavailableMessage(ctx context.Context, r Resolver, c CapabilityRef) string {
 	want := strings.TrimSpace(c.Provider + " " + c.ID + " " + c.Constraint)
-	all, err := r.Capabilities(ctx, discovery.Query{CapabilityID: c.ID, Provider: c.Provider})
+	all, err := r.Capabilities(ctx, discovery.Query{CapabilityID: c.ID, Provider: c.Provider, IncludeAll: true})
 	if err != nil || len(all.Entries) == 0 {
 		if c.Provider != "" {
 			return fmt.Sprintf("workflow requires %s; registry has no %s provider of %s", want, c.Provider, c.ID)
