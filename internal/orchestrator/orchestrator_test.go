@@ -20,8 +20,8 @@ import (
 	"github.com/meshflows/meshflows/examples/providers/messaging"
 	"github.com/meshflows/meshflows/examples/providers/rabbitmq"
 	"github.com/meshflows/meshflows/examples/workflows"
-	"github.com/meshflows/meshflows/internal/orchestrator"
 	"github.com/meshflows/meshflows/internal/health"
+	"github.com/meshflows/meshflows/internal/orchestrator"
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/registry/registrytest"
 )
