@@ -58,6 +58,12 @@ type ProberConfig struct {
 	Timeout time.Duration
 	// Tick is how often due probes are looked for (default 100 ms).
 	Tick time.Duration
+	// AdmissionProbes is how many probes of a new incarnation come quickly — the first
+	// within AdmissionSpacing of its registration, then AdmissionSpacing apart — so that an
+	// instance is admitted (two ok probes) in a second or two, not two intervals; then the
+	// declared interval applies (defaults: 2, and 1 s or the interval if shorter).
+	AdmissionProbes  int
+	AdmissionSpacing time.Duration
 	// Client sends the probes (default: a client without keep-alives' surprises).
 	Client *http.Client
 	// Now is the clock; Jitter returns a random duration in [0, d) (defaults: real ones).
@@ -78,6 +84,12 @@ func (c *ProberConfig) setDefaults() {
 	}
 	if c.Tick == 0 {
 		c.Tick = DefaultProbeTick
+	}
+	if c.AdmissionProbes == 0 {
+		c.AdmissionProbes = 2
+	}
+	if c.AdmissionSpacing == 0 {
+		c.AdmissionSpacing = time.Second
 	}
 	if c.Client == nil {
 		c.Client = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
@@ -132,6 +144,7 @@ type Prober struct {
 	next     map[probeKey]time.Time
 	inFlight map[probeKey]bool
 	last     map[probeKey]string
+	launched map[probeKey]int // probes launched per incarnation, up to AdmissionProbes
 }
 
 // NewProber returns a prober with cfg.
@@ -141,7 +154,7 @@ func NewProber(cfg ProberConfig) (*Prober, error) {
 		return nil, err
 	}
 	p := &Prober{cfg: cfg, slots: make(chan struct{}, cfg.Concurrency),
-		next: map[probeKey]time.Time{}, inFlight: map[probeKey]bool{}, last: map[probeKey]string{},
+		next: map[probeKey]time.Time{}, inFlight: map[probeKey]bool{}, last: map[probeKey]string{}, launched: map[probeKey]int{},
 		total: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meshflows_probes_total",
 			Help: "Active health probes, by result (ok, fail, timeout, refused)."}, []string{"result"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "meshflows_probe_duration_seconds",
@@ -180,8 +193,9 @@ func (p *Prober) Run(ctx context.Context) error {
 func (p *Prober) Wait() { p.wg.Wait() }
 
 // Step launches the probes due at now and returns how many it launched. A new target is
-// first probed at a random point of its first interval; each probe schedules the next one
-// interval later, give or take a tenth.
+// first probed at a random point of its first AdmissionSpacing (or interval, if shorter),
+// and its first AdmissionProbes probes come that far apart, so that it is admitted at once;
+// after them each probe schedules the next one interval later, give or take a tenth.
 func (p *Prober) Step(ctx context.Context, now time.Time) int {
 	if !p.cfg.Leader() {
 		return 0
@@ -197,9 +211,10 @@ func (p *Prober) Step(ctx context.Context, now time.Time) int {
 		}
 		k := probeKey{t.ID, t.Generation}
 		live[k] = struct{}{}
+		quick := min(t.Interval, p.cfg.AdmissionSpacing)
 		due, ok := p.next[k]
 		if !ok {
-			p.next[k] = now.Add(p.cfg.Jitter(t.Interval))
+			p.next[k] = now.Add(p.cfg.Jitter(quick))
 			continue
 		}
 		if now.Before(due) || p.inFlight[k] {
@@ -211,7 +226,14 @@ func (p *Prober) Step(ctx context.Context, now time.Time) int {
 			continue // every slot busy: this one waits for the next tick
 		}
 		p.inFlight[k] = true
-		p.next[k] = now.Add(t.Interval - t.Interval/10 + p.cfg.Jitter(t.Interval/5+1))
+		every := t.Interval
+		if n := p.launched[k]; n < p.cfg.AdmissionProbes {
+			p.launched[k] = n + 1
+			if n+1 < p.cfg.AdmissionProbes {
+				every = quick // admission: the next probe soon
+			}
+		}
+		p.next[k] = now.Add(every - every/10 + p.cfg.Jitter(every/5+1))
 		launched++
 		p.wg.Add(1)
 		go func() {
@@ -233,6 +255,7 @@ func (p *Prober) Step(ctx context.Context, now time.Time) int {
 	for k := range p.next {
 		if _, ok := live[k]; !ok {
 			delete(p.next, k)
+			delete(p.launched, k)
 			delete(p.last, k)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
@@ -137,7 +138,8 @@ func TestProberKeepsTheDeclaredIntervalAndBound(t *testing.T) {
 	for _, id := range []string{"a", "b", "c", "d"} {
 		targets = append(targets, Target{ID: id, Generation: 1, URL: srv.URL, Interval: 30 * time.Second})
 	}
-	p, res := newTestProber(t, func() []Target { return targets }, ProberConfig{Concurrency: 2, Timeout: 10 * time.Second})
+	// one admission probe: the first is quick, the rest keep the declared interval
+	p, res := newTestProber(t, func() []Target { return targets }, ProberConfig{Concurrency: 2, Timeout: 10 * time.Second, AdmissionProbes: 1})
 	ctx := context.Background()
 	p.Step(ctx, t0)
 	if n := p.Step(ctx, t0); n != 2 {
@@ -220,5 +222,37 @@ func TestProberOverTLS(t *testing.T) {
 				t.Errorf("probe over TLS: %q, want %q", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestProberAdmitsAtOnce: a new incarnation is probed within a second of its registration,
+// and again a second later (two ok probes admit it), then at its declared interval; the
+// steady-state jitter stays.
+func TestProberAdmitsAtOnce(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	defer srv.Close()
+	targets := []Target{{ID: "a", Generation: 1, URL: srv.URL, Interval: 30 * time.Second}}
+	var jitters []time.Duration
+	p, res := newTestProber(t, func() []Target { return targets }, ProberConfig{})
+	p.cfg.Jitter = func(d time.Duration) time.Duration { jitters = append(jitters, d); return d / 2 }
+	ctx := context.Background()
+	var at []time.Duration
+	for ms := 0; ms <= 40_000; ms += 100 {
+		if p.Step(ctx, t0.Add(time.Duration(ms)*time.Millisecond)) > 0 {
+			at = append(at, time.Duration(ms)*time.Millisecond)
+		}
+		p.Wait()
+	}
+	// first: half of 1 s; second: 1 s later (0.9 s + half of 0.2 s); third: 30 s later
+	// (27 s + half of 6 s)
+	want := []time.Duration{500 * time.Millisecond, 1500 * time.Millisecond, 31500 * time.Millisecond}
+	if diff := cmp.Diff(want, at); diff != "" {
+		t.Fatalf("probe times (-want +got):\n%s", diff)
+	}
+	if len(res.got["a"]) != 3 {
+		t.Errorf("a probed %d times", len(res.got["a"]))
+	}
+	if jitters[0] != time.Second || jitters[len(jitters)-1] != 30*time.Second/5+1 {
+		t.Errorf("jitter ranges %v: want the first within 1 s and the steady one a fifth of the interval", jitters)
 	}
 }
