@@ -3,6 +3,7 @@ package workflow
 import (
 	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -17,6 +18,7 @@ import (
 // Diagnostic codes of the contract layer (WORKFLOW.md).
 const (
 	CodeYAMLSyntax               = "YAML_SYNTAX"
+	CodeYAMLLimit                = "YAML_LIMIT"
 	CodeMissingField             = "MISSING_FIELD"
 	CodeInvalidValue             = "INVALID_VALUE"
 	CodeUnknownField             = "UNKNOWN_FIELD"
@@ -80,7 +82,13 @@ func Parse(src []byte) (*Workflow, []apiv1.Diagnostic) {
 	c := &checker{}
 	w := &Workflow{}
 	root, err, at := parseTree(src)
-	if err != nil {
+	var le *errYAMLLimit
+	switch {
+	case errors.As(err, &le):
+		c.add(apiv1.SeverityError, CodeYAMLLimit, "", at, "refused before parsing: %s (limits: depth %d, indentation %d, aliases %d)",
+			le.msg, MaxYAMLDepth, MaxYAMLIndent, MaxYAMLAliases)
+		return w, c.ds
+	case err != nil:
 		c.add(apiv1.SeverityError, CodeYAMLSyntax, "", at, "not valid YAML: %s", firstLine(err.Error()))
 		return w, c.ds
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -255,5 +256,43 @@ func BenchmarkConstraintCheck(b *testing.B) {
 		if !c.Check(v) {
 			b.Fatal("no match")
 		}
+	}
+}
+
+// TestYAMLLimits: text a parser would spend gigabytes on is refused before parsing, with a
+// diagnostic that says which limit; a workflow within them parses as before.
+func TestYAMLLimits(t *testing.T) {
+	nested := func(n int) string {
+		var b strings.Builder
+		for i := range n {
+			b.WriteString(strings.Repeat("  ", i) + "- \n")
+		}
+		return b.String()
+	}
+	tests := []struct {
+		name string
+		src  string
+		code string
+	}{
+		{"100,000 nested brackets", "name: x\nsteps: " + strings.Repeat("[", 100_000), workflow.CodeYAMLLimit},
+		{"65 nested brackets", "name: x\nsteps: " + strings.Repeat("[", 65) + strings.Repeat("]", 65), workflow.CodeYAMLLimit},
+		{"a line indented 300 columns", "name: x\n" + nested(150), workflow.CodeYAMLLimit},
+		{"101 aliases", "name: x\na: &a 1\nb: [" + strings.Repeat("*a, ", 101) + "]\n", workflow.CodeYAMLLimit},
+		{"brackets in quotes and comments are text", "name: '[[[[' # [[[[[[[[\nsteps: \"" + strings.Repeat("[", 100) + "\"\n", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, ds := workflow.Parse([]byte(tt.src))
+			var codes []string
+			for _, d := range ds {
+				codes = append(codes, d.Code)
+			}
+			if tt.code != "" && (len(ds) != 1 || ds[0].Code != tt.code || ds[0].Line == 0) {
+				t.Fatalf("diagnostics %+v, want one %s with its position", ds, tt.code)
+			}
+			if tt.code == "" && slices.Contains(codes, workflow.CodeYAMLLimit) {
+				t.Fatalf("diagnostics %+v: a limit where there is none", ds)
+			}
+		})
 	}
 }
