@@ -24,6 +24,7 @@ const (
 	CodeStoreUnavailable     = "STORE_UNAVAILABLE"
 	CodeUnsupportedMediaType = "UNSUPPORTED_MEDIA_TYPE"
 	CodeUnknownParameter     = "UNKNOWN_PARAMETER"
+	CodeRequestTimeout       = "REQUEST_TIMEOUT"
 	CodeInternal             = "INTERNAL"
 )
 

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
+	"time"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/provider"
@@ -28,9 +30,9 @@ func (o *Orchestrator) Handler() http.Handler {
 		})
 	}
 	handle("POST /v1/workflows", func(w http.ResponseWriter, r *http.Request) (int, any, error) {
-		src, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxWorkflowBytes))
+		src, err := readBody(w, r, "workflow")
 		if err != nil {
-			return 0, nil, apiv1.Errorf(http.StatusRequestEntityTooLarge, apiv1.CodePayloadTooLarge, "workflow over %d bytes", MaxWorkflowBytes)
+			return 0, nil, err
 		}
 		res, err := o.Upload(r.Context(), src)
 		return http.StatusCreated, res, err
@@ -55,9 +57,9 @@ func (o *Orchestrator) Handler() http.Handler {
 		return http.StatusOK, v, err
 	})
 	handle("POST /v1/workflows/{name}/run", func(w http.ResponseWriter, r *http.Request) (int, any, error) {
-		input, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxWorkflowBytes))
+		input, err := readBody(w, r, "input")
 		if err != nil {
-			return 0, nil, apiv1.Errorf(http.StatusRequestEntityTooLarge, apiv1.CodePayloadTooLarge, "input over %d bytes", MaxWorkflowBytes)
+			return 0, nil, err
 		}
 		if len(input) > 0 && !json.Valid(input) {
 			return 0, nil, apiv1.Errorf(http.StatusBadRequest, apiv1.CodeInvalidJSON, "the run input is not JSON")
@@ -80,6 +82,33 @@ func (o *Orchestrator) Handler() http.Handler {
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { writeErr(w, provider.RouteError(mux, r, w.Header())) })
 	return mux
+}
+
+// BodyTimeout bounds reading a request body: a client that sends it slowly gets 408.
+const BodyTimeout = 10 * time.Second
+
+// readBody reads a request body of at most MaxWorkflowBytes within BodyTimeout (a deadline
+// of its own, cleared after: the server's ReadTimeout would also end slow handlers):
+// 413 over the limit, 408 too slow, 400 otherwise.
+func readBody(w http.ResponseWriter, r *http.Request, what string) ([]byte, error) {
+	rc := http.NewResponseController(w)
+	if rc.SetReadDeadline(time.Now().Add(BodyTimeout)) == nil {
+		defer rc.SetReadDeadline(time.Time{})
+	}
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxWorkflowBytes))
+	var mbe *http.MaxBytesError
+	var ne net.Error
+	switch {
+	case err == nil:
+		return b, nil
+	case errors.As(err, &mbe):
+		return nil, apiv1.Errorf(http.StatusRequestEntityTooLarge, apiv1.CodePayloadTooLarge, "%s over %d bytes", what, MaxWorkflowBytes)
+	case errors.As(err, &ne) && ne.Timeout():
+		w.Header().Set("Connection", "close")
+		return nil, apiv1.Errorf(http.StatusRequestTimeout, apiv1.CodeRequestTimeout, "the %s did not arrive within %s", what, BodyTimeout)
+	default:
+		return nil, apiv1.Errorf(http.StatusBadRequest, apiv1.CodeInvalidRequest, "read the %s: %v", what, err)
+	}
 }
 
 // blockedBody is the 422 answer: the error body and the validation result.

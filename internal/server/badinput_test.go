@@ -1,15 +1,22 @@
 package server_test
 
 import (
+	"bufio"
 	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/registry/registrytest"
+	"github.com/meshflows/meshflows/internal/server"
 )
 
 // TestBadInputIsRefused lists bad inputs with the exact status and code each must get; after
@@ -104,5 +111,33 @@ func TestUnknownFieldsAreReported(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"unknown_field", "zoen"}, got); diff != "" {
 		t.Errorf("warnings (-want +got):\n%s", diff)
+	}
+}
+
+// TestSlowBodiesAreCutOff: a client that sends its body slowly gets 408 within the body
+// timeout instead of holding a connection and a handler; a long poll, which sends no body,
+// is not cut off by it.
+func TestSlowBodiesAreCutOff(t *testing.T) {
+	reg := registrytest.NewServerWith(t, registry.Config{}, server.Config{BodyTimeout: 200 * time.Millisecond}, registrytest.Epoch0)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(reg.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST /v1/services/register HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"instance_id\":")
+	conn.SetReadDeadline(time.Now().Add(10 * time.Second)) // ends a broken test only
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer to a stalled body: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusRequestTimeout {
+		t.Fatalf("stalled body: %d, want 408", resp.StatusCode)
+	}
+	// a long poll outlives the body timeout
+	start := time.Now()
+	r := do(t, "GET", reg.URL+"/v1/discovery/capabilities?index="+strconv.FormatInt(reg.Registry.State().Revision, 10)+"&wait=500ms", "")
+	if r.status != 200 || time.Since(start) < 400*time.Millisecond {
+		t.Fatalf("long poll: %d after %s, want 200 after its wait", r.status, time.Since(start))
 	}
 }

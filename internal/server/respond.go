@@ -8,9 +8,11 @@ import (
 	"io"
 	"log/slog"
 	"mime"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/internal/incident"
@@ -136,11 +138,22 @@ func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any) ([]by
 	if err := requireJSON(r); err != nil {
 		return nil, err
 	}
+	// The body is read under its own deadline (not the server's ReadTimeout, which would
+	// also end long polls), cleared once it is read.
+	rc := http.NewResponseController(w)
+	if rc.SetReadDeadline(time.Now().Add(s.cfg.BodyTimeout)) == nil {
+		defer rc.SetReadDeadline(time.Time{})
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.MaxBodyBytes))
 	if err != nil {
 		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
+		var ne net.Error
+		switch {
+		case errors.As(err, &mbe):
 			return nil, err
+		case errors.As(err, &ne) && ne.Timeout():
+			w.Header().Set("Connection", "close")
+			return nil, apiv1.Errorf(http.StatusRequestTimeout, apiv1.CodeRequestTimeout, "the request body did not arrive within %s", s.cfg.BodyTimeout)
 		}
 		return nil, apiv1.Errorf(http.StatusBadRequest, apiv1.CodeInvalidJSON, "read body: %v", err)
 	}

@@ -29,6 +29,9 @@ const (
 type Config struct {
 	// MaxBodyBytes limits request bodies (default 64 KiB); larger ones get 413.
 	MaxBodyBytes int64
+	// BodyTimeout bounds reading a request body (default 10 s): a client that sends its body
+	// slowly gets 408 instead of holding a connection and a handler.
+	BodyTimeout time.Duration
 	// ShutdownTimeout bounds the graceful shutdown (default 10 s).
 	ShutdownTimeout time.Duration
 	// Logger receives server errors; nil is silent.
@@ -55,6 +58,9 @@ type Config struct {
 func (c *Config) setDefaults() {
 	if c.MaxBodyBytes == 0 {
 		c.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if c.BodyTimeout == 0 {
+		c.BodyTimeout = 10 * time.Second
 	}
 	if c.ShutdownTimeout == 0 {
 		c.ShutdownTimeout = DefaultShutdownTimeout
