@@ -105,6 +105,9 @@ type Gateway struct {
 
 	talliesMu sync.Mutex
 	tallies   map[incarnation]*tally // outcomes of the current window, per incarnation
+
+	invalidateMu sync.Mutex
+	lastRefetch  *refetch // the last invalidation's refetch (see Invalidate)
 }
 
 // New returns a Gateway; it serves its static routes at once, and the routes the registry's
@@ -313,9 +316,48 @@ func (g *Gateway) updateFreshness() {
 	g.fresh.Store(f)
 }
 
+// invalidateSpacing is how long a refetch's result answers later invalidations: a flood of
+// DELETE /v1/discovery/invalidate becomes at most one registry request a second.
+const invalidateSpacing = time.Second
+
+// refetch is one invalidation's refetch, which concurrent and closely following calls join.
+type refetch struct {
+	done chan struct{}
+	end  time.Time // when it finished
+	err  error
+}
+
 // Invalidate makes the discovery client ask the registry again at once; the current
-// table stays until a valid answer replaces it.
+// table stays until a valid answer replaces it. At most one refetch is in flight: calls
+// while it runs, or within a second after it succeeded, get its result.
 func (g *Gateway) Invalidate(ctx context.Context) error {
+	g.invalidateMu.Lock()
+	f := g.lastRefetch
+	// a new refetch unless one runs, or one succeeded within the spacing (a failed one is
+	// shared only by the calls that joined it: the next call may find the registry back)
+	if f == nil || (f.end != time.Time{} && (f.err != nil || g.cfg.Now().Sub(f.end) >= invalidateSpacing)) {
+		f = &refetch{done: make(chan struct{})}
+		g.lastRefetch = f
+		g.invalidateMu.Unlock()
+		f.err = g.refetch(context.WithoutCancel(ctx)) // joiners wait for it, whoever started it
+		g.invalidateMu.Lock()
+		f.end = g.cfg.Now()
+		close(f.done)
+		g.invalidateMu.Unlock()
+		return f.err
+	}
+	g.invalidateMu.Unlock()
+	select {
+	case <-f.done:
+		return f.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (g *Gateway) refetch(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
 	g.cfg.Discovery.Invalidate()
 	r, err := g.cfg.Discovery.Routes(ctx)
 	if err != nil {

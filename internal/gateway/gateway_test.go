@@ -575,3 +575,54 @@ func TestStateDirKeepsRoutesAcrossARestart(t *testing.T) {
 			a.body, a.header.Get("X-Cache-Source"), a.header.Get("X-Route-Table-Age"))
 	}
 }
+
+// TestInvalidationsCoalesce: a flood of invalidations is at most one registry refetch in
+// flight, and one a second: 400 calls from 8 clients cost a handful of registry requests.
+func TestInvalidationsCoalesce(t *testing.T) {
+	reg := registrytest.NewServer(t, registry.Config{})
+	reg.Clock.Advance(registry.DefaultLeaseTTL)
+	var fetches atomic.Int64
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/discovery/routes" && r.URL.Query().Get("index") == "" {
+			fetches.Add(1) // a plain fetch: what an invalidation asks for (the watch long-polls)
+		}
+		reg.Config.Handler.ServeHTTP(w, r)
+	}))
+	defer front.Close()
+	disc, err := discovery.New(discovery.Config{Registries: []string{front.URL}, WatchWait: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err := gateway.New(gateway.Config{Discovery: disc, OutcomeWindow: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(gw)
+	defer srv.Close()
+	before := fetches.Load()
+	start := time.Now()
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	for range 8 {
+		wg.Go(func() {
+			for range 50 {
+				req, _ := http.NewRequest(http.MethodDelete, srv.URL+"/v1/discovery/invalidate", nil)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil || resp.StatusCode != 200 {
+					failed.Add(1)
+				}
+				if err == nil {
+					resp.Body.Close()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	n, secs := fetches.Load()-before, time.Since(start).Seconds()
+	if failed.Load() != 0 {
+		t.Errorf("%d invalidations failed", failed.Load())
+	}
+	if limit := int64(secs) + 2; n > limit { // one per second, plus the first and one at the edge
+		t.Errorf("400 invalidations in %.1f s made %d registry refetches, want at most %d", secs, n, limit)
+	}
+}
