@@ -163,6 +163,18 @@ func TestEligibilityEndToEnd(t *testing.T) {
 		return ex.State == health.StateWithdrawn && len(ex.Reasons) > 0 && ex.Reasons[0].Code == health.ReasonProbeRefused
 	})
 	t.Logf("refused connection: withdrawn after %s", time.Since(start).Round(time.Millisecond))
+	// the registry has withdrawn c; the gateway follows it a moment later (a long poll away)
+	var h struct {
+		Revision int64 `json:"revision"`
+	}
+	getJSON(t, regURL+"/v1/discovery/health", &h)
+	waitFor(t, "the gateway applies the withdrawal", func() bool {
+		var r struct {
+			Revision int64 `json:"registry_revision"`
+		}
+		getJSON(t, gwURL+"/v1/gateway/routes", &r)
+		return r.Revision >= h.Revision
+	})
 	if got := served(30); got["b"]+got["c"] != 0 || len(got) != 3 {
 		t.Errorf("3 of 5 in rotation (no panic): served %v, want only a, d, e", got)
 	}

@@ -10,6 +10,7 @@ import (
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/discovery"
+	"github.com/meshflows/meshflows/internal/statefile"
 )
 
 // stateFile is the name of the saved routes view in Config.StateDir.
@@ -25,33 +26,10 @@ type savedRoutes struct {
 	PublicPaths   []apiv1.PublicPath    `json:"public_paths"`
 }
 
-// saveRoutes writes r to the state dir atomically (a temporary file renamed into place).
+// saveRoutes writes r to the state dir atomically.
 func (g *Gateway) saveRoutes(r *discovery.RoutesResult) error {
-	raw, err := json.Marshal(savedRoutes{SavedAt: g.cfg.Now().UTC(), RegistryEpoch: r.RegistryEpoch, Revision: r.Revision, Complete: r.Complete,
-		Manifests: r.Manifests, PublicPaths: r.PublicPaths})
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(g.cfg.StateDir, 0o755); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(g.cfg.StateDir, ".gateway-routes-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name()) // a no-op after the rename
-	if _, err := f.Write(raw); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), filepath.Join(g.cfg.StateDir, stateFile))
+	return statefile.WriteJSON(filepath.Join(g.cfg.StateDir, stateFile), savedRoutes{SavedAt: g.cfg.Now().UTC(),
+		RegistryEpoch: r.RegistryEpoch, Revision: r.Revision, Complete: r.Complete, Manifests: r.Manifests, PublicPaths: r.PublicPaths})
 }
 
 // loadRoutes reads the saved routes view; a missing file is (nil, nil).

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/internal/statefile"
 )
 
 // SnapshotFile is the name older versions gave their one snapshot file in the snapshot dir;
@@ -100,7 +101,7 @@ func (r *Registry) WriteSnapshot(ctx context.Context) (*apiv1.SnapshotResponse, 
 	}
 	s := r.Snapshot()
 	path := filepath.Join(r.cfg.SnapshotDir, snapshotPrefix+s.Timestamp.Format(snapshotTimeLayout)+snapshotSuffix)
-	if err := writeFileAtomic(path, s); err != nil {
+	if err := statefile.WriteJSON(path, s); err != nil {
 		return nil, fmt.Errorf("write snapshot: %w", err)
 	}
 	r.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "snapshot written", slog.String("path", path),
@@ -154,34 +155,6 @@ func (r *Registry) pruneSnapshots() error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-func writeFileAtomic(path string, v any) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	f, err := os.CreateTemp(filepath.Dir(path), ".snapshot-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(f.Name()) // a no-op after the rename
-	w := bufio.NewWriterSize(f, 1<<20)
-	if err := json.NewEncoder(w).Encode(v); err != nil {
-		f.Close()
-		return err
-	}
-	if err := w.Flush(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(f.Name(), path)
 }
 
 // RestoreLatest restores the newest valid snapshot in SnapshotDir and returns its path; a
