@@ -2,6 +2,7 @@ package routing_test
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/meshflows/meshflows/routing"
@@ -17,6 +18,7 @@ func TestAliases(t *testing.T) {
 			{Path: "/orders/submit", CapabilityID: "orders.submit", Service: "orders", Version: "2.0.0", Instance: "o-1", Endpoint: "http://o-1", Generation: 2},
 			{Path: "/orders/submit", CapabilityID: "orders.submit", Service: "old", Version: "1.0.0", Instance: "old-1", Endpoint: "http://old-1", Generation: 1},
 			{Path: "/admin/x", CapabilityID: "orders.submit", Service: "orders", Version: "2.0.0", Instance: "o-1", Endpoint: "http://o-1", Generation: 2},
+			{Path: "/orders/../admin", CapabilityID: "orders.submit", Service: "orders", Version: "2.0.0", Instance: "o-1", Endpoint: "http://o-1", Generation: 2},
 		},
 	}
 	tbl := routing.Derive(in)
@@ -33,6 +35,17 @@ func TestAliases(t *testing.T) {
 	c := tbl.Canonical().Conflicts
 	if len(c) != 1 || c[0].Winner != "orders@2.0.0" || c[0].Losers[0] != "old@1.0.0" {
 		t.Errorf("conflicts = %+v", c)
+	}
+	// what is dropped is listed, with why (operators read it in GET /v1/gateway/routes)
+	var got []string
+	for _, r := range tbl.Canonical().RejectedAliases {
+		got = append(got, r.Path+" "+r.Code)
+		if r.Reason == "" || r.Instance != "o-1" {
+			t.Errorf("rejected alias %+v", r)
+		}
+	}
+	if want := []string{"/admin/x PATH_NOT_AUTHORIZED", "/orders/../admin INVALID_ROUTE"}; strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("rejected aliases %v, want %v", got, want)
 	}
 }
 

@@ -85,6 +85,16 @@ type Rejected struct {
 	Reason string `json:"-"`
 }
 
+// RejectedAlias is a public path the table does not serve, and why: its path is malformed, its
+// version is not a version, or it lies outside the service's granted prefixes.
+type RejectedAlias struct {
+	Path     string `json:"path"`
+	Instance string `json:"instance"`
+	Service  string `json:"service"`
+	Code     string `json:"code"`
+	Reason   string `json:"reason"`
+}
+
 // Conflict is a (pattern, method) that several claimants wanted.
 type Conflict struct {
 	Pattern string   `json:"pattern"`
@@ -98,6 +108,8 @@ type Conflict struct {
 type Canonical struct {
 	Routes    []Route    `json:"routes"`
 	Rejected  []Rejected `json:"rejected"`
+	// RejectedAliases are the public paths dropped, each with its reason (absent when none).
+	RejectedAliases []RejectedAlias `json:"rejected_aliases,omitempty"`
 	Conflicts []Conflict `json:"conflicts"`
 }
 
@@ -124,6 +136,7 @@ type Entry struct {
 type Table struct {
 	entries   []*Entry // in canonical order
 	rejected  []Rejected
+	aliases   []RejectedAlias // public paths dropped
 	conflicts []Conflict
 	root      *node
 }
@@ -288,10 +301,16 @@ func derive(in Input, sc *scratch) *Table {
 		}
 	}
 	for _, a := range in.Aliases {
-		if c := aliasClaim(a, in.Policy[a.Service], seed); c != nil {
-			claims = append(claims, c)
+		c, rej := aliasClaim(a, in.Policy[a.Service], seed)
+		if rej != nil {
+			t.aliases = append(t.aliases, *rej)
+			continue
 		}
+		claims = append(claims, c)
 	}
+	slices.SortFunc(t.aliases, func(a, b RejectedAlias) int {
+		return cmp.Or(cmp.Compare(a.Path, b.Path), cmp.Compare(a.Instance, b.Instance))
+	})
 	sc.claims = claims
 	slices.SortFunc(t.rejected, func(a, b Rejected) int { return cmp.Compare(a.Instance, b.Instance) })
 
@@ -507,17 +526,25 @@ func claimsOf(m *apiv1.Manifest, mi ManifestInput, prefixes []string, seed mapha
 }
 
 // aliasClaim turns a public path into a POST claim; an alias outside the service's
-// prefixes, or with a malformed path or version, claims nothing.
-func aliasClaim(a Alias, prefixes []string, seed maphash.Seed) *claim {
+// prefixes, or with a malformed path or version, claims nothing and says why.
+func aliasClaim(a Alias, prefixes []string, seed maphash.Seed) (*claim, *RejectedAlias) {
 	segs, err := apiv1.ParsePath(a.Path)
 	_, verr := semver.StrictNewVersion(a.Version)
-	if err != nil || verr != nil || !granted(a.Path, prefixes) {
-		return nil
+	reject := func(code, format string, args ...any) (*claim, *RejectedAlias) {
+		return nil, &RejectedAlias{Path: a.Path, Instance: a.Instance, Service: a.Service, Code: code, Reason: fmt.Sprintf(format, args...)}
+	}
+	switch {
+	case err != nil:
+		return reject(apiv1.CodeInvalidRoute, "%v", err)
+	case verr != nil:
+		return reject(apiv1.CodeInvalidService, "service version %q is not a semantic version", a.Version)
+	case !granted(a.Path, prefixes):
+		return reject(apiv1.CodePathNotAuthorized, "outside the prefixes granted to service %q (%s)", a.Service, strings.Join(prefixes, ", "))
 	}
 	key := apiv1.PathKey(segs)
 	return &claim{key: key, hash: maphash.String(seed, key), methods: 1 << apiv1.MethodIndex("POST"), pattern: a.Path, segs: segs, weight: 100,
 		origin: &origin{service: a.Service, version: a.Version, instance: a.Instance, endpoint: a.Endpoint,
-			generation: a.Generation, rewrite: "/v1/capabilities/" + a.CapabilityID + "/invoke"}}
+			generation: a.Generation, rewrite: "/v1/capabilities/" + a.CapabilityID + "/invoke"}}, nil
 }
 
 // decodeManifest decodes a manifest; a value of the wrong JSON type rejects it with the
@@ -555,7 +582,7 @@ func decodeManifest(raw json.RawMessage) (*apiv1.Manifest, *Rejected) {
 
 // Canonical returns the canonical form of the table.
 func (t *Table) Canonical() Canonical {
-	c := Canonical{Routes: make([]Route, len(t.entries)), Rejected: t.rejected, Conflicts: t.conflicts}
+	c := Canonical{Routes: make([]Route, len(t.entries)), Rejected: t.rejected, RejectedAliases: t.aliases, Conflicts: t.conflicts}
 	for i, e := range t.entries {
 		c.Routes[i] = e.Route
 	}
