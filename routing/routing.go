@@ -106,11 +106,11 @@ type Conflict struct {
 
 // Canonical is the canonical form of a table.
 type Canonical struct {
-	Routes    []Route    `json:"routes"`
-	Rejected  []Rejected `json:"rejected"`
+	Routes   []Route    `json:"routes"`
+	Rejected []Rejected `json:"rejected"`
 	// RejectedAliases are the public paths dropped, each with its reason (absent when none).
 	RejectedAliases []RejectedAlias `json:"rejected_aliases,omitempty"`
-	Conflicts []Conflict `json:"conflicts"`
+	Conflicts       []Conflict      `json:"conflicts"`
 }
 
 // Upstream is one instance a dynamic route may send a request to.
