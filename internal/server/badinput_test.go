@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,6 +18,7 @@ import (
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/registry/registrytest"
 	"github.com/meshflows/meshflows/internal/server"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // TestBadInputIsRefused lists bad inputs with the exact status and code each must get; after
@@ -139,5 +141,39 @@ func TestSlowBodiesAreCutOff(t *testing.T) {
 	r := do(t, "GET", reg.URL+"/v1/discovery/capabilities?index="+strconv.FormatInt(reg.Registry.State().Revision, 10)+"&wait=500ms", "")
 	if r.status != 200 || time.Since(start) < 400*time.Millisecond {
 		t.Fatalf("long poll: %d after %s, want 200 after its wait", r.status, time.Since(start))
+	}
+}
+
+// TestConcurrentColdQueriesShareOneAnswer: identical discovery requests that arrive together
+// at a new revision build and encode the answer once, and all get it.
+func TestConcurrentColdQueriesShareOneAnswer(t *testing.T) {
+	prom := prometheus.NewRegistry()
+	reg := registrytest.NewServerWith(t, registry.Config{}, server.Config{Registerer: prom}, registrytest.Epoch0)
+	for i := range 2000 {
+		register(t, reg, strings.Replace(strings.Replace(jmsBody, "egress-jms-7c9f5d8c4f-9x2kq", fmt.Sprintf("jms-%d", i), 2), `"zone": "a",`, `"zone": "a", "x": 1,`, 1))
+	}
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			if r := do(t, "GET", reg.URL+"/v1/discovery/capabilities?capability_id=messaging.publish", ""); r.status != 200 || len(r.body) < 2000*100 {
+				t.Errorf("answer %d of %d bytes", r.status, len(r.body))
+			}
+		})
+	}
+	wg.Wait()
+	mfs, err := prom.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := -1.0
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			if mf.GetName() == "meshflows_registry_discovery_encodes_total" && m.GetLabel()[0].GetValue() == "capabilities" {
+				n = m.GetCounter().GetValue()
+			}
+		}
+	}
+	if n != 1 {
+		t.Errorf("16 concurrent identical requests built the answer %v times, want once", n)
 	}
 }

@@ -120,22 +120,20 @@ func (s *Server) capabilities(_ http.ResponseWriter, r *http.Request) (any, erro
 	}
 	start := time.Now()
 	defer func() { s.metrics.discovery.WithLabelValues("capabilities").Observe(time.Since(start).Seconds()) }()
-	key := registry.CanonicalQuery(v)
-	if e := s.cache.get(key, s.reg.State()); e != nil {
+	return s.cache.load(registry.CanonicalQuery(v), s.reg.State(), func() (*encoded, error) {
+		s.metrics.encodes.WithLabelValues("capabilities").Inc()
+		ans := s.reg.Query(q)
+		resp := apiv1.DiscoveryResponse{RegistryEpoch: ans.Epoch, Revision: ans.Revision, Complete: ans.Complete,
+			Capabilities: make([]apiv1.CapabilityEntry, len(ans.Entries)), Removed: ans.Removed}
+		for i, e := range ans.Entries {
+			resp.Capabilities[i] = e.Wire()
+		}
+		e, err := newEncoded(ans.State, resp)
+		if err != nil {
+			return nil, fmt.Errorf("encode discovery answer: %w", err)
+		}
 		return e, nil
-	}
-	ans := s.reg.Query(q)
-	resp := apiv1.DiscoveryResponse{RegistryEpoch: ans.Epoch, Revision: ans.Revision, Complete: ans.Complete,
-		Capabilities: make([]apiv1.CapabilityEntry, len(ans.Entries)), Removed: ans.Removed}
-	for i, e := range ans.Entries {
-		resp.Capabilities[i] = e.Wire()
-	}
-	e, err := newEncoded(ans.State, resp)
-	if err != nil {
-		return nil, fmt.Errorf("encode discovery answer: %w", err)
-	}
-	s.cache.put(key, e)
-	return e, nil
+	})
 }
 
 // routesKey is the answer cache's key of /v1/discovery/routes; it cannot collide with a
@@ -151,16 +149,15 @@ func (s *Server) discoveryRoutes(_ http.ResponseWriter, r *http.Request) (any, e
 	}
 	start := time.Now()
 	defer func() { s.metrics.discovery.WithLabelValues("routes").Observe(time.Since(start).Seconds()) }()
-	if e := s.cache.get(routesKey, s.reg.State()); e != nil {
+	return s.cache.load(routesKey, s.reg.State(), func() (*encoded, error) {
+		s.metrics.encodes.WithLabelValues("routes").Inc()
+		resp := s.reg.Routes()
+		e, err := newEncoded(registry.State{Epoch: resp.RegistryEpoch, Revision: resp.Revision, Complete: resp.Complete}, resp)
+		if err != nil {
+			return nil, fmt.Errorf("encode routes answer: %w", err)
+		}
 		return e, nil
-	}
-	resp := s.reg.Routes()
-	e, err := newEncoded(registry.State{Epoch: resp.RegistryEpoch, Revision: resp.Revision, Complete: resp.Complete}, resp)
-	if err != nil {
-		return nil, fmt.Errorf("encode routes answer: %w", err)
-	}
-	s.cache.put(routesKey, e)
-	return e, nil
+	})
 }
 
 func (s *Server) discoveryHealth(_ http.ResponseWriter, _ *http.Request) (any, error) {

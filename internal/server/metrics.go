@@ -8,6 +8,7 @@ import (
 
 type metrics struct {
 	discovery *prometheus.HistogramVec
+	encodes   *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -17,10 +18,19 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Time to answer a discovery request, long-poll wait excluded, by endpoint (capabilities, routes).",
 			Buckets: prometheus.ExponentialBuckets(25e-6, 2, 16), // 25µs .. 0.8s
 		}, []string{"endpoint"}),
+		encodes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "meshflows", Subsystem: "registry", Name: "discovery_encodes_total",
+			Help: "Discovery answers built and encoded, by endpoint: once per (query, revision), however many requests ask at once.",
+		}, []string{"endpoint"}),
+	}
+	for _, e := range []string{"capabilities", "routes"} {
+		m.encodes.WithLabelValues(e)
 	}
 	if reg != nil {
-		if err := reg.Register(m.discovery); err != nil {
-			return nil, fmt.Errorf("register server metrics: %w", err)
+		for _, c := range []prometheus.Collector{m.discovery, m.encodes} {
+			if err := reg.Register(c); err != nil {
+				return nil, fmt.Errorf("register server metrics: %w", err)
+			}
 		}
 	}
 	return m, nil
