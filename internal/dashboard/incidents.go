@@ -16,7 +16,7 @@ const cellWidth = 3
 // timelineCell is one slice of a capability's 24-hour strip.
 type timelineCell struct {
 	X     int
-	Level string // ok, partial, panic, none, or nodata
+	Level string // ok, warming_up, partial, panic, none, or nodata
 	Title string
 }
 
@@ -45,7 +45,7 @@ func strips(tl apiv1.TimelineResponse, now time.Time) ([]timelineRow, int, time.
 	}
 	n := int(24 * time.Hour / bucket)
 	first := now.Truncate(bucket).Add(-time.Duration(n-1) * bucket).UTC()
-	rank := map[string]int{"nodata": 0, "none": 0, "ok": 1, "partial": 2, "panic": 3}
+	rank := map[string]int{"nodata": 0, "none": 0, "ok": 1, "warming_up": 2, "partial": 3, "panic": 4}
 	var rows []timelineRow
 	for _, c := range tl.Capabilities {
 		byStart := make(map[time.Time]apiv1.TimelineBucket, len(c.Buckets))

@@ -301,3 +301,33 @@ func TestMonitorSelfPreservationLogQuotesTheDecision(t *testing.T) {
 		t.Fatalf("log line (-want +got):\n%s\nlog:\n%s", diff, buf.String())
 	}
 }
+
+// TestFreshStackWarmsUp: instances that have not been probed yet put their group in panic,
+// but the timeline says warming_up, not panic, until they have had their chance (10 s);
+// unprobed after that, it is a panic.
+func TestFreshStackWarmsUp(t *testing.T) {
+	level := func(m *Monitor) string {
+		tl := m.Timeline()
+		if len(tl.Capabilities) != 1 {
+			t.Fatalf("timeline %+v", tl)
+		}
+		b := tl.Capabilities[0].Buckets
+		return b[len(b)-1].Level
+	}
+	m := newTestMonitor(t, nil, nil)
+	for _, id := range []string{"a", "b"} {
+		m.Register(Instance{ID: id, Zone: "z", Capabilities: []string{"c.x"}, Probe: true}, 1, t0)
+	}
+	m.Sync(t0.Add(time.Second), nil)
+	if got := level(m); got != LevelWarmingUp {
+		t.Fatalf("unprobed at 1 s: %s, want %s", got, LevelWarmingUp)
+	}
+	m2 := newTestMonitor(t, nil, nil) // the same fleet, still unprobed after the grace
+	for _, id := range []string{"a", "b"} {
+		m2.Register(Instance{ID: id, Zone: "z", Capabilities: []string{"c.x"}, Probe: true}, 1, t0)
+	}
+	m2.Sync(t0.Add(20*time.Second), nil)
+	if got := level(m2); got != "panic" {
+		t.Fatalf("unprobed at 20 s: %s, want panic", got)
+	}
+}

@@ -14,7 +14,17 @@ const (
 )
 
 // levelRank orders timeline levels from best to worst.
-var levelRank = map[string]int{"none": 0, "ok": 1, "partial": 2, "panic": 3}
+var levelRank = map[string]int{"none": 0, "ok": 1, LevelWarmingUp: 2, "partial": 3, "panic": 4}
+
+// LevelWarmingUp is the timeline level of a capability whose instances out of rotation have
+// all not been probed yet (a fresh start): expected, and over within a second or two, so
+// neither "panic" nor "partial".
+const LevelWarmingUp = "warming_up"
+
+// firstProbeGrace is how long after its registration an instance that has not been probed
+// yet counts as warming up: its first probe comes within a second; one still missing after
+// this is a problem, shown as such.
+const firstProbeGrace = 10 * time.Second
 
 // sample records the state of every capability at now in its timeline.
 func (m *Monitor) sample(now time.Time) {
@@ -23,6 +33,22 @@ func (m *Monitor) sample(now time.Time) {
 		panic               bool
 	}
 	caps := map[string]*agg{}
+	// A group in panic only because its members have not been probed yet is warming up.
+	var awaiting map[groupKey]int // out of rotation and never probed, per group in panic
+	if len(m.panics) > 0 {
+		awaiting = map[groupKey]int{}
+		for _, v := range m.views {
+			if in := v.in; in != nil && in.Probe && !in.admitted && in.lastProbe.At.IsZero() && v.verdict.State == StateUnknown &&
+				now.Sub(in.registeredAt) < firstProbeGrace {
+				for _, k := range v.keys {
+					if m.panics[k] {
+						awaiting[k]++
+					}
+				}
+			}
+		}
+	}
+	warming := map[string]bool{}
 	for k := range m.groups {
 		a := caps[k.capability]
 		if a == nil {
@@ -32,6 +58,10 @@ func (m *Monitor) sample(now time.Time) {
 		g := m.groups[k]
 		a.members += g.members
 		a.inRotation += g.inRotation
+		if m.panics[k] && awaiting[k] == g.members-g.inRotation {
+			warming[k.capability] = true
+			continue
+		}
 		a.panic = a.panic || m.panics[k]
 	}
 	start := now.Truncate(m.cfg.TimelineBucket).UTC()
@@ -42,6 +72,8 @@ func (m *Monitor) sample(now time.Time) {
 			level = "none"
 		case a.panic:
 			level = "panic"
+		case warming[c]:
+			level = LevelWarmingUp
 		case a.inRotation < a.members:
 			level = "partial"
 		}
