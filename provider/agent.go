@@ -269,7 +269,10 @@ func (a *Agent) register(ctx context.Context) error {
 	}
 	a.metrics.registerAttempts.Inc()
 	var resp apiv1.RegisterResponse
-	if err := a.client.Do(ctx, client.Request{Method: http.MethodPost, Path: "/v1/services/register", Body: body, Timeout: a.cfg.RequestTimeout}, &resp); err != nil {
+	// Not cancelled with ctx (bounded by RequestTimeout): a registration the registry may
+	// already have accepted is seen through, so that the stop that follows deregisters it
+	// with its generation instead of leaving it registered until its lease ends.
+	if err := a.client.Do(context.WithoutCancel(ctx), client.Request{Method: http.MethodPost, Path: "/v1/services/register", Body: body, Timeout: a.cfg.RequestTimeout}, &resp); err != nil {
 		var ae *apiv1.Error
 		if errors.As(err, &ae) && ae.Status == http.StatusBadRequest {
 			return fmt.Errorf("%w: %v", ErrInvalidRegistration, err)
