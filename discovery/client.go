@@ -480,9 +480,9 @@ func (c *Client) ReportOutcomes(ctx context.Context, req *apiv1.OutcomesRequest)
 	return c.client.Do(ctx, client.Request{Method: http.MethodPost, Path: "/v1/outcomes", Body: body, Timeout: c.cfg.RequestTimeout}, nil)
 }
 
-// ErrRestored is the cause a routes view restored from a saved copy reports until the
-// registry answers.
-var ErrRestored = errors.New("routes view restored from a saved copy; the registry has not answered since")
+// ErrRestored is the cause a view restored from a saved copy reports until the registry
+// answers.
+var ErrRestored = errors.New("view restored from a saved copy; the registry has not answered since")
 
 // RestoreRoutes seeds the routes view with a copy saved earlier (a gateway's state dir) when
 // it holds nothing yet, and reports whether it did. The copy serves as the last-known-good

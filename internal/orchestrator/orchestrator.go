@@ -22,6 +22,7 @@ import (
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/discovery"
+	"github.com/meshflows/meshflows/internal/statefile"
 	"github.com/meshflows/meshflows/internal/workflow"
 )
 
@@ -224,7 +225,42 @@ func (o *Orchestrator) RunNow(ctx context.Context, name, trigger string, input j
 	o.mu.Unlock()
 	o.cfg.Logger.Info("workflow run", slog.String("workflow", name), slog.String("run_id", run.RunID), slog.String("status", run.Status),
 		slog.String("trigger", trigger), slog.Float64("duration_ms", run.DurationMS))
+	o.saveDiscovery()
 	return run, nil
+}
+
+// discoveryViewFile keeps, in Dir, the discovery views the runs resolved with (a dot file:
+// never taken for a workflow's state).
+const discoveryViewFile = ".discovery-view.json"
+
+// saveDiscovery writes the discovery views to Dir, so that an orchestrator restarted while
+// the registry is away resolves its steps as before (Load restores them).
+func (o *Orchestrator) saveDiscovery() {
+	if o.cfg.Dir == "" {
+		return
+	}
+	if err := statefile.WriteJSON(filepath.Join(o.cfg.Dir, discoveryViewFile), o.cfg.Discovery.Save()); err != nil {
+		o.cfg.Logger.Warn("saving the discovery view failed", slog.String("dir", o.cfg.Dir), slog.Any("error", err))
+	}
+}
+
+// restoreDiscovery seeds the discovery views from Dir (before the workflows are validated).
+func (o *Orchestrator) restoreDiscovery() error {
+	raw, err := os.ReadFile(filepath.Join(o.cfg.Dir, discoveryViewFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var saved discovery.Saved
+	if err := json.Unmarshal(raw, &saved); err != nil {
+		return fmt.Errorf("%s: %w", discoveryViewFile, err)
+	}
+	if n := o.cfg.Discovery.Restore(saved); n > 0 {
+		o.cfg.Logger.Info("discovery views restored until the registry answers", slog.Int("queries", n), slog.Time("saved_at", saved.SavedAt))
+	}
+	return nil
 }
 
 func newRunID() string {
@@ -353,14 +389,18 @@ func (o *Orchestrator) persist(name string) error {
 	return nil
 }
 
-// Load reads the workflows of Dir, re-validates each and restores its published state
+// Load restores the discovery views saved in Dir (resolutions work while the registry is
+// away), then reads the workflows of Dir, re-validates each and restores its published state
 // unless validation now blocks it. It reports the files it could not load.
 func (o *Orchestrator) Load(ctx context.Context) error {
 	if o.cfg.Dir == "" {
 		return nil
 	}
-	files, _ := filepath.Glob(filepath.Join(o.cfg.Dir, "*.yaml"))
 	var errs []error
+	if err := o.restoreDiscovery(); err != nil {
+		errs = append(errs, err) // the workflows load all the same
+	}
+	files, _ := filepath.Glob(filepath.Join(o.cfg.Dir, "*.yaml"))
 	for _, f := range files {
 		src, err := os.ReadFile(f)
 		if err != nil {

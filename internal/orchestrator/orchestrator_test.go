@@ -334,3 +334,33 @@ func TestPanicIsJudgedPerStep(t *testing.T) {
 		t.Errorf("rabbitmq got %+v, want the mirrored order", msgs)
 	}
 }
+
+// TestDiscoveryViewSurvivesARestart: an orchestrator restarted while the registry is away
+// resolves its steps from the views it saved, and the run succeeds.
+func TestDiscoveryViewSurvivesARestart(t *testing.T) {
+	e := newEnv(t, nil, "")
+	if code, body := e.do(t, "POST", "/v1/workflows", string(workflows.OrderPublish)); code != 201 {
+		t.Fatalf("upload = %d %v", code, body)
+	}
+	e.do(t, "POST", "/v1/workflows/order-publish/publish", "")
+	if code, run := e.do(t, "POST", "/v1/workflows/order-publish/run", `{"order": 1}`); code != 200 || run["status"] != "succeeded" {
+		t.Fatalf("run = %d %v", code, run)
+	}
+	// the registry goes away; the orchestrator restarts on the same dir
+	e.reg.Close()
+	disc, _ := discovery.New(discovery.Config{Registries: []string{e.reg.URL}, RequestTimeout: time.Second})
+	o2, err := orchestrator.New(orchestrator.Config{Discovery: disc, Dir: e.dir, Strict: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o2.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	run, err := o2.RunNow(context.Background(), "order-publish", "test", []byte(`{"order": 2}`))
+	if err != nil || run.Status != "succeeded" {
+		t.Fatalf("run after the restart, registry away: %+v %v", run, err)
+	}
+	if msgs := e.rmq.Messages("orders.mirror"); len(msgs) != 2 {
+		t.Errorf("rabbitmq got %d mirrored orders, want 2", len(msgs))
+	}
+}
