@@ -81,17 +81,27 @@ func newEnvWith(t *testing.T, rcfg registry.Config, gcfg gateway.Config) *env {
 	gcfg.Static = []routing.StaticRoute{{Path: "/static/{rest...}", Methods: []string{"GET"}, Upstream: upstream(t, "static").URL}}
 	gcfg.Policy = func() routing.Policy { return routing.Policy{"orders": {"/orders"}} }
 	gcfg.PolicyCheck = time.Hour
-	gw, err := gateway.New(gcfg)
+	gw, srv := serveGateway(t, gcfg, true)
+	return &env{reg: reg, front: front, gw: gw, srv: srv, prom: prom}
+}
+
+// serveGateway builds a gateway with cfg and serves it until the test ends; with run, its
+// Run loop runs too (without, only what New derives: the static table).
+func serveGateway(t *testing.T, cfg gateway.Config, run bool) (*gateway.Gateway, *httptest.Server) {
+	t.Helper()
+	gw, err := gateway.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- gw.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
+	if run {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- gw.Run(ctx) }()
+		t.Cleanup(func() { cancel(); <-done })
+	}
 	srv := httptest.NewServer(gw)
 	t.Cleanup(srv.Close)
-	return &env{reg: reg, front: front, gw: gw, srv: srv, prom: prom}
+	return gw, srv
 }
 
 // upstream is a backend that answers with its name, the path it got and X-Forwarded-For.
@@ -498,19 +508,12 @@ func TestAckFollowsTheRegistrysInterval(t *testing.T) {
 		}
 		reg.Config.Handler.ServeHTTP(w, r)
 	}))
-	defer front.Close()
+	t.Cleanup(front.Close) // after the gateway's long poll ends (cleanups run last first)
 	disc, err := discovery.New(discovery.Config{Registries: []string{front.URL}, WatchWait: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}
-	gw, err := gateway.New(gateway.Config{Discovery: disc, AckInterval: time.Hour, OutcomeWindow: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- gw.Run(ctx) }()
-	defer func() { cancel(); <-done }()
+	serveGateway(t, gateway.Config{Discovery: disc, AckInterval: time.Hour, OutcomeWindow: -1}, true)
 	until(t, "the first acknowledgement (of the first table)", func() bool { return acks.Load() >= 1 })
 	until(t, "acknowledgements every second with no new table", func() bool { return acks.Load() >= 3 })
 }
@@ -525,13 +528,8 @@ func TestStaticRoutesWithoutARegistry(t *testing.T) {
 		t.Fatal(err)
 	}
 	static := upstream(t, "static")
-	gw, err := gateway.New(gateway.Config{Discovery: disc, OutcomeWindow: -1,
-		Static: []routing.StaticRoute{{Path: "/static/{rest...}", Methods: []string{"GET"}, Upstream: static.URL}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(gw) // not even running: the static table exists from New
-	defer srv.Close()
+	_, srv := serveGateway(t, gateway.Config{Discovery: disc, OutcomeWindow: -1,
+		Static: []routing.StaticRoute{{Path: "/static/{rest...}", Methods: []string{"GET"}, Upstream: static.URL}}}, false) // the static table exists from New
 	e := &env{srv: srv}
 	if a := e.do(t, "GET", "/static/x", ""); a.status != 200 || !strings.HasPrefix(a.body, "static /static/x") {
 		t.Fatalf("static route without a registry: %d %q", a.status, a.body)
@@ -556,17 +554,8 @@ func TestStateDirKeepsRoutesAcrossARestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gw, err := gateway.New(gateway.Config{Discovery: disc, StateDir: dir, OutcomeWindow: -1,
-		Policy: func() routing.Policy { return routing.Policy{"orders": {"/orders"}} }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- gw.Run(ctx) }()
-	defer func() { cancel(); <-done }()
-	srv := httptest.NewServer(gw)
-	defer srv.Close()
+	_, srv := serveGateway(t, gateway.Config{Discovery: disc, StateDir: dir, OutcomeWindow: -1,
+		Policy: func() routing.Policy { return routing.Policy{"orders": {"/orders"}} }}, true)
 	restarted := &env{srv: srv}
 	var a answer
 	until(t, "the saved route served", func() bool { a = restarted.do(t, "GET", "/orders/1", ""); return a.status == 200 })
@@ -593,12 +582,7 @@ func TestInvalidationsCoalesce(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	gw, err := gateway.New(gateway.Config{Discovery: disc, OutcomeWindow: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(gw)
-	defer srv.Close()
+	_, srv := serveGateway(t, gateway.Config{Discovery: disc, OutcomeWindow: -1}, false)
 	before := fetches.Load()
 	start := time.Now()
 	var wg sync.WaitGroup

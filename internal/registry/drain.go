@@ -79,6 +79,13 @@ func (d *drain) recordWithdrawal(id string, generation int64, epoch string, revi
 	d.withdrawals[withdrawalKey{id, generation}] = withdrawal{epoch: epoch, revision: revision, at: now}
 }
 
+// forgetRemovals releases the removals once the warm-up is over (the sweep calls it).
+func (d *drain) forgetRemovals() {
+	d.mu.Lock()
+	d.removals, d.removalsOf = nil, ""
+	d.mu.Unlock()
+}
+
 // recordRemoval remembers that the incarnation was removed during the warm-up of epoch.
 func (d *drain) recordRemoval(id string, generation int64, epoch string) {
 	d.mu.Lock()
@@ -89,13 +96,14 @@ func (d *drain) recordRemoval(id string, generation int64, epoch string) {
 	d.removals[id] = max(d.removals[id], generation)
 }
 
-// removed returns the removals of epoch, sorted by instance id; nil once the warm-up is over
-// (the memory is released then).
+// removed returns the removals of epoch, sorted by instance id; nil once the warm-up is over.
 func (d *drain) removed(epoch string, complete bool) []apiv1.Removal {
+	if complete {
+		return nil // every discovery answer asks: a complete one takes no lock
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if complete || d.removalsOf != epoch {
-		d.removals = nil
+	if d.removalsOf != epoch {
 		return nil
 	}
 	out := make([]apiv1.Removal, 0, len(d.removals))

@@ -402,7 +402,9 @@ func (r *Registry) Sweep(ctx context.Context) (int, error) {
 			return 0, nil // too few renewals arrive: the registry is likelier cut off than the fleet dead
 		}
 	}
-	if st := r.State(); !st.Complete {
+	if st := r.State(); st.Complete {
+		r.drain.forgetRemovals()
+	} else {
 		// Restored leases keep the time they had left, so they can end inside the warm-up:
 		// what is about to expire is recorded as removed first (see Deregister). The scan
 		// is paid only during a warm-up.

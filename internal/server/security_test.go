@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -15,7 +14,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,6 +24,7 @@ import (
 	"github.com/meshflows/meshflows/internal/health"
 	"github.com/meshflows/meshflows/internal/incident"
 	"github.com/meshflows/meshflows/internal/registry"
+	"github.com/meshflows/meshflows/internal/registry/registrytest"
 	"github.com/meshflows/meshflows/internal/server"
 	"github.com/meshflows/meshflows/internal/store/memstore"
 )
@@ -53,25 +52,12 @@ roles:
     admin: true
 `
 
-// lockedBuffer collects audit lines from concurrent requests.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-func (l *lockedBuffer) String() string { l.mu.Lock(); defer l.mu.Unlock(); return l.b.String() }
-
 type secure struct {
 	url       string
 	ca        *auth.DevCA
 	policy    *auth.PolicyFile
 	rbacPath  string
-	audit     *lockedBuffer
+	audit     *registrytest.SyncBuffer
 	jwtKey    *ecdsa.PrivateKey
 	incidents *incident.Log
 }
@@ -107,7 +93,7 @@ func newSecure(t *testing.T, limiter server.Limiter) *secure {
 		t.Fatal(err)
 	}
 	reg, _ := registry.New(memstore.New(nil), registry.Config{SnapshotDir: dir, Eligibility: monitor})
-	audit := &lockedBuffer{}
+	audit := &registrytest.SyncBuffer{}
 	incidents, _ := incident.New(incident.Config{})
 	cfg := server.Config{Authenticator: &auth.Authenticator{TrustDomain: auth.DefaultTrustDomain, JWT: verifier}, Policy: policy,
 		Audit: auth.NewAuditLog(audit), Incidents: incidents}
