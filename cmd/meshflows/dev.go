@@ -106,13 +106,13 @@ Components that are not built yet are listed as such. Stop with Ctrl-C.`,
 			}
 			orAddr := fmt.Sprintf("127.0.0.1:%d", basePort+devOrchestratorOffset)
 			oln := lns[devOrchestratorOffset]
-			orFlags := orchestratorFlags{registries: []string{regURL}, timeout: workflow.DefaultProviderTimeout, preload: [][]byte{workflows.OrderPublish}}
+			orFlags := orchestratorFlags{insecure: true, registries: []string{regURL}, timeout: workflow.DefaultProviderTimeout, preload: [][]byte{workflows.OrderPublish}}
 			if err := startOrchestrator(regCtx, gReg, &orFlags, oln, logger); err != nil {
 				return errors.Join(err, stopAll(), logOut.Flush())
 			}
 			gwAddr := fmt.Sprintf("127.0.0.1:%d", basePort+devGatewayOffset)
 			gln := lns[devGatewayOffset]
-			gwFlags := gatewayFlags{registries: []string{regURL}, cacheTTL: discovery.DefaultTTL, maxStale: discovery.DefaultStaleAllowance, outcomeWindow: 10 * time.Second,
+			gwFlags := gatewayFlags{insecure: true, registries: []string{regURL}, cacheTTL: discovery.DefaultTTL, maxStale: discovery.DefaultStaleAllowance, outcomeWindow: 10 * time.Second,
 				policy: routing.Policy{"egress-jms": {"/api/messaging/jms"}, "egress-rabbitmq": {"/api/messaging/rabbitmq"}}}
 			if err := startGateway(regCtx, gReg, &gwFlags, gln, logger); err != nil {
 				return errors.Join(err, stopAll(), logOut.Flush())

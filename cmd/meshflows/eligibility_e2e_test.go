@@ -25,6 +25,12 @@ import (
 // startCommand runs a meshflows command until the test ends and waits until url answers.
 func startCommand(t *testing.T, url string, args ...string) {
 	t.Helper()
+	startCommandWith(t, http.DefaultClient, url, args...)
+}
+
+// startCommandWith is startCommand asking url with client (an https server's CA, say).
+func startCommandWith(t *testing.T, client *http.Client, url string, args ...string) {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan string, 1)
 	go func() {
@@ -38,7 +44,7 @@ func startCommand(t *testing.T, url string, args ...string) {
 			t.Fatalf("meshflows %s ended: %s", args[0], out)
 		default:
 		}
-		resp, err := http.Get(url)
+		resp, err := client.Get(url)
 		if err != nil {
 			return false
 		}
@@ -114,7 +120,7 @@ func TestEligibilityEndToEnd(t *testing.T) {
 		"--slow-start", "2s", "--sweep-interval", "100ms", "--log-level", "error")
 	policy := filepath.Join(t.TempDir(), "policy.yaml")
 	os.WriteFile(policy, []byte("path_prefixes: {orders: [/orders]}\n"), 0o600)
-	startCommand(t, gwURL+"/v1/gateway/routes", "gateway", "--registry", regURL, "--listen", "127.0.0.1:"+strconv.Itoa(gwPort),
+	startCommand(t, gwURL+"/v1/gateway/routes", "gateway", "--insecure", "--registry", regURL, "--listen", "127.0.0.1:"+strconv.Itoa(gwPort),
 		"--policy", policy, "--log-level", "error")
 
 	members := map[string]*fleetMember{}

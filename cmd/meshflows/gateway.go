@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -23,11 +24,13 @@ import (
 )
 
 type gatewayFlags struct {
-	listen, routesFile, policyFile, rbacFile string
-	registries                               []string
-	cacheTTL, maxStale                       time.Duration
-	creds                                    clientCreds
-	log                                      telemetry.LogConfig
+	listen, routesFile, policyFile string
+	registries                     []string
+	cacheTTL, maxStale             time.Duration
+	creds                          clientCreds
+	security                       serverAuthFlags
+	insecure                       bool
+	log                            telemetry.LogConfig
 	// policy, when set, is used as is (meshflows dev grants the example providers theirs).
 	policy        routing.Policy
 	debug         string
@@ -50,9 +53,19 @@ rejected manifests and conflicts; DELETE /v1/discovery/invalidate refetches now.
 
 The path policy (which prefixes each service may claim) comes from --policy
 (path_prefixes: {service: [prefix…]}) or from the registry's --rbac file (roles' path_prefixes;
-the identity is the service name). Without either, services may claim nothing.`,
-		Example: "  meshflows gateway --registry http://127.0.0.1:7400 --policy policy.yaml --routes static.yaml",
-		Args:    cobra.NoArgs,
+the identity is the service name). Without either, services may claim nothing.
+
+The admin endpoints are guarded like the registry: serve with --tls-cert/--tls-key, identify
+callers by client certificate (--client-ca) and/or bearer token (--jwt-keys), and give the
+registry's --rbac file: DELETE /v1/discovery/invalidate needs a role with gateway_admin (or
+admin), and GET /v1/gateway/routes shows anyone else a summary only. Proxied traffic needs no
+credential. Without TLS the gateway refuses to start unless --insecure says that open admin
+endpoints are intended. The gateway calls the registry with --registry-ca, --registry-cert,
+--registry-key or --registry-token.`,
+		Example: `  meshflows gateway --insecure --registry http://127.0.0.1:7400 --policy policy.yaml --routes static.yaml
+  meshflows gateway --registry https://127.0.0.1:7400 --registry-ca certs/ca.pem --registry-cert certs/gateway.pem --registry-key certs/gateway-key.pem \
+    --tls-cert certs/server.pem --tls-key certs/server-key.pem --client-ca certs/ca.pem --rbac rbac.yaml`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runComponent(cmd, f.log, f.listen, func(ctx context.Context, g *errgroup.Group, ln net.Listener, logger *slog.Logger) error {
 				return startGateway(ctx, g, &f, ln, logger)
@@ -64,14 +77,15 @@ the identity is the service name). Without either, services may claim nothing.`,
 	fl.StringSliceVar(&f.registries, "registry", []string{"http://127.0.0.1:7400"}, "registry base URL; repeat or comma-separate for failover")
 	fl.StringVar(&f.routesFile, "routes", "", "static routes file (YAML): routes: [{path, methods, upstream}]")
 	fl.StringVar(&f.policyFile, "policy", "", "path policy file (YAML): path_prefixes: {service: [prefix, …]}")
-	fl.StringVar(&f.rbacFile, "rbac", "", "take the path policy from the registry's RBAC file instead (reloaded when it changes)")
+	fl.BoolVar(&f.insecure, "insecure", false, "serve the admin endpoints without authentication (development only: anyone who reaches the port can read the table and make the gateway refetch)")
 	fl.DurationVar(&f.cacheTTL, "cache-ttl", discovery.DefaultTTL, "how long a routes view is used without asking the registry")
 	fl.DurationVar(&f.maxStale, "max-stale", discovery.DefaultStaleAllowance, "how long the last valid view is served while the registry is unreachable")
 	fl.StringVar(&f.stateDir, "state-dir", "", "keep the last routes view in this directory: a gateway restarted while the registry is away serves what it served before (X-Cache-Source: snapshot)")
 	fl.DurationVar(&f.outcomeWindow, "outcome-window", 10*time.Second, "report per-instance outcomes (ok, errors, connect failures) to the registry this often, as passive health evidence (needs a gateway role; 0: never)")
 	fl.StringVar(&f.debug, "debug-listen", "", "serve Go profiling (/debug/pprof/) on this address, e.g. 127.0.0.1:6060 (off by default)")
 	bindLogFlags(fl, &f.log, "json")
-	f.creds.bind(fl)
+	f.creds.bindRegistry(fl)
+	f.security.bind(fl, "the registry's RBAC file (YAML): who may use the admin endpoints, and the path policy when --policy is not given (roles' path_prefixes); reloaded when it changes")
 	return cmd
 }
 
@@ -89,26 +103,41 @@ func startGateway(ctx context.Context, g *errgroup.Group, f *gatewayFlags, ln ne
 	if err != nil {
 		return err
 	}
+	sa, err := buildServerAuth(ctx, g, "gateway", f.security, f.insecure, logger)
+	if err != nil {
+		return err
+	}
+	var admin gateway.Authorizer
+	if guard := sa.guard(); guard != nil {
+		admin = guard
+		ln = tls.NewListener(ln, sa.tls)
+	} else {
+		logger.Warn("INSECURE: the gateway's admin endpoints run without authentication; anyone who reaches " + ln.Addr().String() +
+			" can read the whole routing table and make the gateway refetch it. Never use --insecure outside development.")
+	}
+	rbac := sa.policy
+	if rbac == nil && f.policyFile != "" && f.security.rbac != "" {
+		return errors.New("--policy and --rbac are alternatives for the path policy; give one (with TLS, --rbac also authorises the admin endpoints and may go with --policy)")
+	}
+	if rbac == nil && f.security.rbac != "" { // open, with the path policy from the RBAC file
+		if rbac, err = auth.LoadPolicyFile(f.security.rbac, logger); err != nil {
+			return err
+		}
+		g.Go(func() error { return rbac.Run(ctx, f.security.rbacReload) })
+	}
 	policy := func() routing.Policy { return routing.Policy{} }
 	switch {
 	case f.policy != nil:
 		policy = func() routing.Policy { return f.policy }
-	case f.policyFile != "" && f.rbacFile != "":
-		return errors.New("--policy and --rbac are alternatives; give one")
 	case f.policyFile != "":
 		p, err := readPolicy(f.policyFile)
 		if err != nil {
 			return err
 		}
 		policy = func() routing.Policy { return p }
-	case f.rbacFile != "":
-		pf, err := auth.LoadPolicyFile(f.rbacFile, logger)
-		if err != nil {
-			return err
-		}
-		g.Go(func() error { return pf.Run(ctx, 2*time.Second) })
+	case rbac != nil:
 		policy = func() routing.Policy {
-			p := pf.Policy()
+			p := rbac.Policy()
 			out := routing.Policy{}
 			for id := range p.Identities {
 				out[id] = p.PathPrefixes(id)
@@ -129,7 +158,7 @@ func startGateway(ctx context.Context, g *errgroup.Group, f *gatewayFlags, ln ne
 		return err
 	}
 	gw, err := gateway.New(gateway.Config{ID: "gateway@" + ln.Addr().String(), Discovery: disc, Static: static, Policy: policy,
-		OutcomeWindow: outcomeWindow(f.outcomeWindow), StateDir: f.stateDir, Logger: logger, Registerer: promReg})
+		OutcomeWindow: outcomeWindow(f.outcomeWindow), StateDir: f.stateDir, Admin: admin, Logger: logger, Registerer: promReg})
 	if err != nil {
 		return err
 	}

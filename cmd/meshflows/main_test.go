@@ -34,7 +34,8 @@ func TestHelpReadsWell(t *testing.T) {
 			"--max-body-bytes", "--snapshot-dir", "--snapshot-interval", "--restore-snapshot", "--insecure"}},
 		{[]string{"dev", "--help"}, []string{"--base-port", "registry      N+0", "providers     N+10"}},
 		{[]string{"bench", "registry", "--help"}, []string{"--registry", "--instances", "--concurrency", "--json"}},
-		{[]string{"gateway", "--help"}, []string{"--listen", "--registry", "--routes", "--policy", "--rbac", "--cache-ttl", "--max-stale", "--ca", "--tls-cert"}},
+		{[]string{"gateway", "--help"}, []string{"--listen", "--registry", "--routes", "--policy", "--rbac", "--cache-ttl", "--max-stale", "--registry-ca", "--registry-cert", "--tls-cert", "--client-ca", "--jwt-keys", "--insecure"}},
+		{[]string{"orchestrator", "--help"}, []string{"--registry-ca", "--registry-cert", "--tls-cert", "--client-ca", "--jwt-keys", "--rbac", "--insecure", "workflows: [read, write, run]"}},
 		{[]string{"routes", "derive", "--help"}, []string{"--case", "--manifests", "--static", "--policy"}},
 		{[]string{"certs", "--help"}, []string{"init", "issue"}},
 	}
@@ -53,10 +54,16 @@ func TestHelpReadsWell(t *testing.T) {
 	}
 }
 
-func TestRegistryRefusesToRunOpenByAccident(t *testing.T) {
-	_, err := run(context.Background(), "registry", "--listen", "127.0.0.1:0")
-	if err == nil || !strings.Contains(err.Error(), "--insecure") {
-		t.Fatalf("meshflows registry without --insecure = %v, want a refusal naming --insecure", err)
+// TestServersRefuseToRunOpenByAccident: every server with write endpoints needs TLS and
+// RBAC, or --insecure to say that running open is meant.
+func TestServersRefuseToRunOpenByAccident(t *testing.T) {
+	for _, component := range []string{"registry", "gateway", "orchestrator"} {
+		t.Run(component, func(t *testing.T) {
+			_, err := run(context.Background(), component, "--listen", "127.0.0.1:0")
+			if err == nil || !strings.Contains(err.Error(), "--insecure") {
+				t.Fatalf("meshflows %s without --insecure = %v, want a refusal naming --insecure", component, err)
+			}
+		})
 	}
 }
 

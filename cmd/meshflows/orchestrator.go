@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
@@ -25,6 +26,8 @@ type orchestratorFlags struct {
 	registries              []string
 	timeout                 time.Duration
 	creds                   clientCreds
+	security                serverAuthFlags
+	insecure                bool
 	log                     telemetry.LogConfig
 	// preload are workflows to upload and publish at start (meshflows dev's example).
 	preload [][]byte
@@ -41,9 +44,19 @@ each service_call step goes to an instance that qualifies, resolved through the 
 or through --static-capabilities when the registry has never answered.
 
 Provider strictness for workflows that do not set validation.provider_strict comes from
-$` + strictEnv + ` (default strict).`,
-		Example: "  meshflows orchestrator --registry http://127.0.0.1:7400 --workflows-dir /var/lib/meshflows/workflows",
-		Args:    cobra.NoArgs,
+$` + strictEnv + ` (default strict).
+
+The API is guarded like the registry's: serve with --tls-cert/--tls-key, identify callers by
+client certificate (--client-ca) and/or bearer token (--jwt-keys), and give the registry's
+--rbac file, whose roles grant "workflows: [read, write, run]": read lists and shows
+workflows and runs, write uploads, re-validates, publishes and invalidates, run starts runs
+(admin grants all). Without TLS the orchestrator refuses to start unless --insecure says
+that an open API is intended. It calls the registry with --registry-ca, --registry-cert,
+--registry-key or --registry-token.`,
+		Example: `  meshflows orchestrator --insecure --registry http://127.0.0.1:7400 --workflows-dir /var/lib/meshflows/workflows
+  meshflows orchestrator --registry https://127.0.0.1:7400 --registry-ca certs/ca.pem --registry-cert certs/orchestrator.pem \
+    --registry-key certs/orchestrator-key.pem --tls-cert certs/server.pem --tls-key certs/server-key.pem --client-ca certs/ca.pem --rbac rbac.yaml`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runComponent(cmd, f.log, f.listen, func(ctx context.Context, g *errgroup.Group, ln net.Listener, logger *slog.Logger) error {
 				return startOrchestrator(ctx, g, &f, ln, logger)
@@ -57,7 +70,9 @@ $` + strictEnv + ` (default strict).`,
 	fl.StringVar(&f.staticFile, "static-capabilities", "", "YAML list of {capability_id, provider, version, endpoint}: used when the registry has never answered")
 	fl.DurationVar(&f.timeout, "provider-timeout", workflow.DefaultProviderTimeout, "timeout of each provider validation")
 	bindLogFlags(fl, &f.log, "json")
-	f.creds.bind(fl)
+	fl.BoolVar(&f.insecure, "insecure", false, "serve the API without authentication (development only: anyone who reaches the port can upload and run workflows, which call the providers)")
+	f.creds.bindRegistry(fl)
+	f.security.bind(fl, "the registry's RBAC file (YAML): roles' workflows verbs say who may read, write and run workflows; reloaded when it changes")
 	return cmd
 }
 
@@ -76,6 +91,18 @@ func startOrchestrator(ctx context.Context, g *errgroup.Group, f *orchestratorFl
 		}
 		strict = b
 	}
+	sa, err := buildServerAuth(ctx, g, "orchestrator", f.security, f.insecure, logger)
+	if err != nil {
+		return err
+	}
+	var authz orchestrator.Authorizer
+	if guard := sa.guard(); guard != nil {
+		authz = guard
+		ln = tls.NewListener(ln, sa.tls)
+	} else {
+		logger.Warn("INSECURE: the orchestrator runs without authentication; anyone who reaches " + ln.Addr().String() +
+			" can upload, publish and run workflows, which call the providers. Never use --insecure outside development.")
+	}
 	httpClient, err := f.creds.httpClient()
 	if err != nil {
 		return err
@@ -86,7 +113,7 @@ func startOrchestrator(ctx context.Context, g *errgroup.Group, f *orchestratorFl
 	if err != nil {
 		return err
 	}
-	o, err := orchestrator.New(orchestrator.Config{Discovery: disc, Static: static, Dir: f.dir, ProviderTimeout: f.timeout, Strict: strict, Registerer: promReg, Logger: logger})
+	o, err := orchestrator.New(orchestrator.Config{Discovery: disc, Static: static, Dir: f.dir, ProviderTimeout: f.timeout, Strict: strict, Authorizer: authz, Registerer: promReg, Logger: logger})
 	if err != nil {
 		return err
 	}

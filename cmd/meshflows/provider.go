@@ -73,6 +73,16 @@ func (c *clientCreds) bind(f *pflag.FlagSet) {
 	f.StringVar(&c.token, "token", "", "bearer token to send instead of a client certificate")
 }
 
+// bindRegistry adds the flags under names that leave --tls-cert and --tls-key to a server's
+// own certificate (the gateway and the orchestrator serve with one and call the registry
+// with these).
+func (c *clientCreds) bindRegistry(f *pflag.FlagSet) {
+	f.StringVar(&c.ca, "registry-ca", "", "CA bundle the registry's certificate must chain to (https registries)")
+	f.StringVar(&c.cert, "registry-cert", "", "client certificate with which this server authenticates to the registry (mTLS)")
+	f.StringVar(&c.key, "registry-key", "", "key of --registry-cert")
+	f.StringVar(&c.token, "registry-token", "", "bearer token to send to the registry instead of a client certificate")
+}
+
 // httpClient returns a client for the credentials (a plain one when none are given).
 func (c *clientCreds) httpClient() (*http.Client, error) {
 	if c.ca == "" && c.cert == "" && c.key == "" {

@@ -16,7 +16,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/meshflows/meshflows/client"
-	"github.com/meshflows/meshflows/internal/auth"
 	"github.com/meshflows/meshflows/internal/health"
 	"github.com/meshflows/meshflows/internal/incident"
 	"github.com/meshflows/meshflows/internal/registry"
@@ -70,13 +69,10 @@ type etcdFlags struct {
 
 // securityFlags configure authentication, authorisation, audit and rate limits.
 type securityFlags struct {
-	tlsCert, tlsKey, clientCA, trustDomain string
-	jwtKeys, jwtAudience, jwtIssuer        string
-	rbac                                   string
-	rbacReload                             time.Duration
-	auditLog                               string
-	registerRate                           float64
-	registerBurst                          int
+	serverAuthFlags
+	auditLog      string
+	registerRate  float64
+	registerBurst int
 }
 
 func (f *registryFlags) bind(fs *pflag.FlagSet) {
@@ -92,15 +88,7 @@ func (f *registryFlags) bind(fs *pflag.FlagSet) {
 	fs.IntVar(&f.snapshotKeep, "snapshot-keep", registry.DefaultSnapshotKeep, "how many snapshot files to keep in --snapshot-dir (the newest)")
 	fs.StringVar(&f.restoreSnapshot, "restore-snapshot", "", "load a snapshot at start: a file, or 'auto' for the newest valid one in --snapshot-dir (none: start empty and say so)")
 	fs.BoolVar(&f.insecure, "insecure", false, "serve without authentication (development only: anyone who reaches the port can register and deregister)")
-	fs.StringVar(&f.security.tlsCert, "tls-cert", "", "server certificate (PEM); with --tls-key turns on TLS")
-	fs.StringVar(&f.security.tlsKey, "tls-key", "", "server private key (PEM)")
-	fs.StringVar(&f.security.clientCA, "client-ca", "", "CA bundle that client certificates must chain to (mTLS identities)")
-	fs.StringVar(&f.security.trustDomain, "trust-domain", auth.DefaultTrustDomain, "accept only SPIFFE IDs of this trust domain (the one 'meshflows certs init' writes by default); 'any' accepts every domain")
-	fs.StringVar(&f.security.jwtKeys, "jwt-keys", "", "public keys for bearer tokens: a PEM file or a JWKS file (RS256, ES256, EdDSA)")
-	fs.StringVar(&f.security.jwtAudience, "jwt-audience", "", "audience bearer tokens must carry")
-	fs.StringVar(&f.security.jwtIssuer, "jwt-issuer", "", "issuer bearer tokens must carry")
-	fs.StringVar(&f.security.rbac, "rbac", "", "RBAC policy file (YAML); reloaded when it changes, an invalid new version is refused")
-	fs.DurationVar(&f.security.rbacReload, "rbac-reload-interval", 2*time.Second, "how often the RBAC file is checked for changes")
+	f.security.bind(fs, "RBAC policy file (YAML); reloaded when it changes, an invalid new version is refused")
 	fs.StringVar(&f.security.auditLog, "audit-log", "", "audit log: a file to append JSON lines to, or - for stdout (default: none)")
 	fs.Float64Var(&f.security.registerRate, "register-rate", 10, "registrations per second allowed per identity")
 	fs.IntVar(&f.security.registerBurst, "register-burst", 20, "registration burst allowed per identity")

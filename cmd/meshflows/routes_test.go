@@ -59,9 +59,9 @@ func TestGatewayRefusesBadConfig(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "static.yaml"), []byte("routes:\n  - {path: 'no-slash', methods: [GET], upstream: 'ftp://x'}\n"), 0o600)
 	os.WriteFile(filepath.Join(dir, "p.yaml"), []byte("path_prefixes: {a: [/a]}\n"), 0o600)
 	for _, args := range [][]string{
-		{"gateway", "--listen", "127.0.0.1:0", "--routes", filepath.Join(dir, "static.yaml")},
-		{"gateway", "--listen", "127.0.0.1:0", "--policy", filepath.Join(dir, "p.yaml"), "--rbac", filepath.Join(dir, "p.yaml")},
-		{"gateway", "--listen", "127.0.0.1:0", "--registry", "localhost:7400"},
+		{"gateway", "--insecure", "--listen", "127.0.0.1:0", "--routes", filepath.Join(dir, "static.yaml")},
+		{"gateway", "--insecure", "--listen", "127.0.0.1:0", "--policy", filepath.Join(dir, "p.yaml"), "--rbac", filepath.Join(dir, "p.yaml")},
+		{"gateway", "--insecure", "--listen", "127.0.0.1:0", "--registry", "localhost:7400"},
 	} {
 		if _, err := run(context.Background(), args...); err == nil {
 			t.Errorf("meshflows %v succeeded", args)

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -110,6 +111,137 @@ roles:
 	for _, want := range []string{`"identity":"egress-jms","method":"POST","path":"/v1/services/register"`, `"identity":"gateway","method":"GET"`, `"method":"DELETE"`} {
 		if !strings.Contains(string(data), want) {
 			t.Errorf("audit log lacks %s:\n%s", want, data)
+		}
+	}
+}
+
+// TestSecureGatewayAndOrchestrator: with the registry in mTLS, the gateway's admin
+// endpoints and the orchestrator's API take the same credentials and the same RBAC file.
+// Before, anyone who reached them could upload, publish and run workflows and flood the
+// gateway's invalidation under the gateway's identity.
+func TestSecureGatewayAndOrchestrator(t *testing.T) {
+	dir := t.TempDir()
+	certs := filepath.Join(dir, "certs")
+	cmds := [][]string{{"certs", "init", "--dir", certs}}
+	ids := []string{"gateway", "orchestrator", "reader", "author", "runner", "gwadmin", "ops"}
+	for _, id := range ids {
+		cmds = append(cmds, []string{"certs", "issue", "--dir", certs, "--identity", id})
+	}
+	for _, args := range cmds {
+		if out, err := run(context.Background(), args...); err != nil {
+			t.Fatalf("meshflows %v: %v\n%s", args, err, out)
+		}
+	}
+	rbac := filepath.Join(dir, "rbac.yaml")
+	os.WriteFile(rbac, []byte(`
+identities: {gateway: [gateway], orchestrator: [consumer], reader: [reader], author: [author], runner: [runner], gwadmin: [gwadmin], ops: [admin]}
+roles:
+  gateway: {discover: true, gateway: true}
+  consumer: {discover: true}
+  reader: {workflows: read}
+  author: {workflows: [write]}
+  runner: {workflows: [run]}
+  gwadmin: {gateway_admin: true}
+  admin: {admin: true}
+`), 0o600)
+	pem := func(name string) string { return filepath.Join(certs, name) }
+	serverFlags := []string{"--tls-cert", pem("server.pem"), "--tls-key", pem("server-key.pem"), "--client-ca", pem("ca.pem"), "--rbac", rbac, "--log-level", "error"}
+	regPort, orPort, gwPort := freePort(t), freePort(t), freePort(t)
+	regURL := "https://127.0.0.1:" + strconv.Itoa(regPort)
+	orURL := "https://127.0.0.1:" + strconv.Itoa(orPort)
+	gwURL := "https://127.0.0.1:" + strconv.Itoa(gwPort)
+	clients := map[string]*http.Client{}
+	for _, id := range append(ids, "") {
+		cert, key := "", ""
+		if id != "" {
+			cert, key = pem(id+".pem"), pem(id+"-key.pem")
+		}
+		tlsCfg, err := client.TLSConfig(pem("ca.pem"), cert, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clients[id] = client.HTTPClient(tlsCfg)
+	}
+	startCommandWith(t, clients[""], regURL+"/healthz", append([]string{"registry", "--listen", "127.0.0.1:" + strconv.Itoa(regPort)}, serverFlags...)...)
+	startCommandWith(t, clients[""], orURL+"/healthz", append([]string{"orchestrator", "--listen", "127.0.0.1:" + strconv.Itoa(orPort), "--registry", regURL,
+		"--registry-ca", pem("ca.pem"), "--registry-cert", pem("orchestrator.pem"), "--registry-key", pem("orchestrator-key.pem")}, serverFlags...)...)
+	startCommandWith(t, clients[""], gwURL+"/v1/gateway/routes", append([]string{"gateway", "--listen", "127.0.0.1:" + strconv.Itoa(gwPort), "--registry", regURL,
+		"--registry-ca", pem("ca.pem"), "--registry-cert", pem("gateway.pem"), "--registry-key", pem("gateway-key.pem")}, serverFlags...)...)
+
+	workflow := "name: hello\ninvocation: {type: http}\nsteps:\n  - id: s\n    type: service_call\n    step_version: \"1.1\"\n" +
+		"    capability: {id: messaging.publish, capability_version: \">=1.0\"}\n    request: {destination: d, payload_from: input}\n"
+	tests := []struct {
+		who, method, url, body string
+		want                   int
+	}{
+		{"", "POST", orURL + "/v1/workflows", workflow, 401},
+		{"reader", "POST", orURL + "/v1/workflows", workflow, 403},
+		{"runner", "POST", orURL + "/v1/workflows", workflow, 403},
+		{"gwadmin", "POST", orURL + "/v1/workflows", workflow, 403},
+		{"author", "POST", orURL + "/v1/workflows", workflow, 201},
+		{"", "GET", orURL + "/v1/workflows", "", 401},
+		{"reader", "GET", orURL + "/v1/workflows", "", 200},
+		{"author", "GET", orURL + "/v1/workflows/hello", "", 200},
+		{"", "POST", orURL + "/v1/workflows/hello/publish", "", 401},
+		{"reader", "POST", orURL + "/v1/workflows/hello/validate", "", 403},
+		{"", "POST", orURL + "/v1/workflows/hello/run", "{}", 401},
+		{"author", "POST", orURL + "/v1/workflows/hello/run", "{}", 403},
+		{"runner", "GET", orURL + "/v1/workflows/hello/runs", "", 200},
+		{"", "DELETE", orURL + "/v1/discovery/invalidate", "", 401},
+		{"runner", "DELETE", orURL + "/v1/discovery/invalidate", "", 403},
+		{"author", "DELETE", orURL + "/v1/discovery/invalidate", "", 200},
+		{"ops", "DELETE", orURL + "/v1/discovery/invalidate", "", 200},
+		{"", "GET", orURL + "/healthz", "", 200},
+		{"", "DELETE", gwURL + "/v1/discovery/invalidate", "", 401},
+		{"gateway", "DELETE", gwURL + "/v1/discovery/invalidate", "", 403},
+		{"author", "DELETE", gwURL + "/v1/discovery/invalidate", "", 403},
+		{"gwadmin", "DELETE", gwURL + "/v1/discovery/invalidate", "", 200},
+		{"ops", "DELETE", gwURL + "/v1/discovery/invalidate", "", 200},
+		{"", "GET", gwURL + "/api/nothing/here", "", 404}, // proxied traffic needs no credential
+	}
+	for _, tt := range tests {
+		name, server := tt.who, "orchestrator"
+		if name == "" {
+			name = "anonymous"
+		}
+		if strings.HasPrefix(tt.url, gwURL) {
+			server = "gateway"
+		}
+		t.Run(name+" "+tt.method+" "+server+" /"+strings.SplitN(tt.url, "/", 4)[3], func(t *testing.T) {
+			req, _ := http.NewRequest(tt.method, tt.url, strings.NewReader(tt.body))
+			if tt.body != "" {
+				req.Header.Set("Content-Type", "application/json")
+				if strings.HasPrefix(tt.body, "name:") {
+					req.Header.Set("Content-Type", "application/yaml")
+				}
+			}
+			resp, err := clients[tt.who].Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != tt.want {
+				t.Fatalf("%s %s as %q = %d, want %d\n%s", tt.method, tt.url, tt.who, resp.StatusCode, tt.want, body)
+			}
+			if tt.want == 401 && resp.Header.Get("WWW-Authenticate") == "" {
+				t.Error("a 401 without WWW-Authenticate")
+			}
+		})
+	}
+
+	// The routes table: a summary for anyone, the routes for gateway_admin.
+	for who, wantSummary := range map[string]bool{"": true, "gateway": true, "gwadmin": false, "ops": false} {
+		resp, err := clients[who].Get(gwURL + "/v1/gateway/routes")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ans map[string]any
+		json.NewDecoder(resp.Body).Decode(&ans)
+		resp.Body.Close()
+		_, hasRoutes := ans["routes"]
+		if resp.StatusCode != 200 || ans["summary"] == true != wantSummary || hasRoutes == wantSummary {
+			t.Errorf("GET /v1/gateway/routes as %q = %d %v, want summary=%v", who, resp.StatusCode, ans, wantSummary)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/spf13/pflag"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/meshflows/meshflows/internal/auth"
@@ -45,9 +46,89 @@ func (s *security) apply(cfg server.Config) server.Config {
 	return cfg
 }
 
-// buildSecurity turns the flags into a security setup and starts its loops (RBAC reload,
-// audit flushing) in g. Open mode needs --insecure; TLS needs an RBAC file and a way to
-// authenticate.
+// serverAuthFlags configure how a server (the registry, the gateway, the orchestrator)
+// authenticates its callers and what the RBAC file lets them do.
+type serverAuthFlags struct {
+	tlsCert, tlsKey, clientCA, trustDomain string
+	jwtKeys, jwtAudience, jwtIssuer        string
+	rbac                                   string
+	rbacReload                             time.Duration
+}
+
+// bind adds the flags to fs; rbacUsage is --rbac's help, which differs per server.
+func (s *serverAuthFlags) bind(fs *pflag.FlagSet, rbacUsage string) {
+	fs.StringVar(&s.tlsCert, "tls-cert", "", "server certificate (PEM); with --tls-key turns on TLS")
+	fs.StringVar(&s.tlsKey, "tls-key", "", "server private key (PEM)")
+	fs.StringVar(&s.clientCA, "client-ca", "", "CA bundle that client certificates must chain to (mTLS identities)")
+	fs.StringVar(&s.trustDomain, "trust-domain", auth.DefaultTrustDomain, "accept only SPIFFE IDs of this trust domain (the one 'meshflows certs init' writes by default); 'any' accepts every domain")
+	fs.StringVar(&s.jwtKeys, "jwt-keys", "", "public keys for bearer tokens: a PEM file or a JWKS file (RS256, ES256, EdDSA)")
+	fs.StringVar(&s.jwtAudience, "jwt-audience", "", "audience bearer tokens must carry")
+	fs.StringVar(&s.jwtIssuer, "jwt-issuer", "", "issuer bearer tokens must carry")
+	fs.StringVar(&s.rbac, "rbac", "", rbacUsage)
+	fs.DurationVar(&s.rbacReload, "rbac-reload-interval", 2*time.Second, "how often the RBAC file is checked for changes")
+}
+
+// serverAuth is what a server's flags made of authentication: all nil in open mode.
+type serverAuth struct {
+	tls           *tls.Config
+	authenticator *auth.Authenticator
+	policy        *auth.PolicyFile
+}
+
+// guard returns the authoriser of the gateway's and the orchestrator's protected
+// endpoints, or nil in open mode.
+func (a *serverAuth) guard() *auth.Guard {
+	if a.authenticator == nil {
+		return nil
+	}
+	return auth.NewGuard(a.authenticator, a.policy)
+}
+
+// buildServerAuth turns a server's flags into its authentication and starts the RBAC
+// reload in g. Open mode needs insecure (--insecure); TLS needs an RBAC file and a way to
+// authenticate. component names the server in errors and logs.
+func buildServerAuth(ctx context.Context, g *errgroup.Group, component string, s serverAuthFlags, insecure bool, logger *slog.Logger) (*serverAuth, error) {
+	var a serverAuth
+	tlsOn := s.tlsCert != "" || s.tlsKey != ""
+	switch {
+	case insecure && tlsOn:
+		return nil, errors.New("--insecure and --tls-cert/--tls-key contradict each other")
+	case insecure:
+		return &a, nil
+	case !tlsOn:
+		return nil, fmt.Errorf("refusing to run the %s without authentication: give --tls-cert, --tls-key, --client-ca and/or --jwt-keys, and --rbac "+
+			"(create development certificates with 'meshflows certs init'), or pass --insecure to run it open (development only)", component)
+	case s.rbac == "":
+		return nil, errors.New("--rbac is required with TLS: without a policy nobody may do anything")
+	case s.clientCA == "" && s.jwtKeys == "":
+		return nil, errors.New("give --client-ca (client certificates) and/or --jwt-keys (bearer tokens): otherwise nobody can authenticate")
+	}
+	var err error
+	if a.tls, err = auth.ServerTLSConfig(s.tlsCert, s.tlsKey, s.clientCA); err != nil {
+		return nil, err
+	}
+	domain := s.trustDomain
+	if domain == "any" {
+		domain = ""
+		logger.Warn("accepting client certificates' SPIFFE IDs of any trust domain (--trust-domain any): a certificate any CA in --client-ca signed for another domain is admitted under its name")
+	} else if s.clientCA != "" {
+		logger.Info("client certificates: SPIFFE IDs accepted only in trust domain "+domain, slog.String("trust_domain", domain))
+	}
+	a.authenticator = &auth.Authenticator{TrustDomain: domain}
+	if s.jwtKeys != "" {
+		if a.authenticator.JWT, err = auth.NewJWTVerifier(auth.JWTConfig{KeysFile: s.jwtKeys, Audience: s.jwtAudience, Issuer: s.jwtIssuer}); err != nil {
+			return nil, err
+		}
+	}
+	if a.policy, err = auth.LoadPolicyFile(s.rbac, logger); err != nil {
+		return nil, err
+	}
+	g.Go(func() error { return a.policy.Run(ctx, s.rbacReload) })
+	return &a, nil
+}
+
+// buildSecurity turns the registry's flags into a security setup and starts its loops
+// (RBAC reload, audit flushing) in g.
 func buildSecurity(ctx context.Context, g *errgroup.Group, f *registryFlags, logger *slog.Logger) (*security, error) {
 	s := f.security
 	sec := security{close: func() error { return nil }}
@@ -72,41 +153,14 @@ func buildSecurity(ctx context.Context, g *errgroup.Group, f *registryFlags, log
 			return err
 		}
 	}
-	tlsOn := s.tlsCert != "" || s.tlsKey != ""
-	switch {
-	case f.insecure && tlsOn:
-		return nil, errors.New("--insecure and --tls-cert/--tls-key contradict each other")
-	case f.insecure:
+	a, err := buildServerAuth(ctx, g, "registry", s.serverAuthFlags, f.insecure, logger)
+	if err != nil {
+		return nil, err
+	}
+	if a.authenticator == nil {
 		return &sec, nil
-	case !tlsOn:
-		return nil, errors.New("refusing to run without authentication: give --tls-cert, --tls-key, --client-ca and/or --jwt-keys, and --rbac " +
-			"(create development certificates with 'meshflows certs init'), or pass --insecure to run the registry open (development only)")
-	case s.rbac == "":
-		return nil, errors.New("--rbac is required with TLS: without a policy nobody may do anything")
-	case s.clientCA == "" && s.jwtKeys == "":
-		return nil, errors.New("give --client-ca (client certificates) and/or --jwt-keys (bearer tokens): otherwise nobody can authenticate")
 	}
-	var err error
-	if sec.tls, err = auth.ServerTLSConfig(s.tlsCert, s.tlsKey, s.clientCA); err != nil {
-		return nil, err
-	}
-	domain := s.trustDomain
-	if domain == "any" {
-		domain = ""
-		logger.Warn("accepting client certificates' SPIFFE IDs of any trust domain (--trust-domain any): a certificate any CA in --client-ca signed for another domain is admitted under its name")
-	} else if s.clientCA != "" {
-		logger.Info("client certificates: SPIFFE IDs accepted only in trust domain "+domain, slog.String("trust_domain", domain))
-	}
-	sec.authenticator = &auth.Authenticator{TrustDomain: domain}
-	if s.jwtKeys != "" {
-		if sec.authenticator.JWT, err = auth.NewJWTVerifier(auth.JWTConfig{KeysFile: s.jwtKeys, Audience: s.jwtAudience, Issuer: s.jwtIssuer}); err != nil {
-			return nil, err
-		}
-	}
-	if sec.policy, err = auth.LoadPolicyFile(s.rbac, logger); err != nil {
-		return nil, err
-	}
-	g.Go(func() error { return sec.policy.Run(ctx, s.rbacReload) })
+	sec.tls, sec.authenticator, sec.policy = a.tls, a.authenticator, a.policy
 	if s.registerRate > 0 {
 		sec.limiter = auth.NewRateLimiter(s.registerRate, max(s.registerBurst, 1), nil)
 	}

@@ -298,9 +298,48 @@ func TestParsePolicyRefusesBadFiles(t *testing.T) {
 		"parameter prefix": "identities:\n  a: [r]\nroles:\n  r: {path_prefixes: ['/api/{x}']}\n",
 		"relative prefix":  "identities:\n  a: [r]\nroles:\n  r: {path_prefixes: ['api']}\n",
 		"wrong type":       "identities:\n  a: r\nroles:\n  r: {discover: true}\n",
+		"unknown verb":     "identities:\n  a: [r]\nroles:\n  r: {workflows: [read, delete]}\n",
+		"verb map":         "identities:\n  a: [r]\nroles:\n  r: {workflows: {read: true}}\n",
 	} {
 		if _, err := auth.ParsePolicy([]byte(doc)); err == nil {
 			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+// TestPolicyAllows: the verbs of the gateway's and the orchestrator's endpoints, one verb
+// or a list, write and run implying read, admin implying everything.
+func TestPolicyAllows(t *testing.T) {
+	p, err := auth.ParsePolicy([]byte(`
+identities: {reader: [reader], author: [author], runner: [runner], both: [author, runner], gw: [gwadmin], ops: [admin], consumer: [consumer]}
+roles:
+  reader: {workflows: read}
+  author: {workflows: [write]}
+  runner: {workflows: run}
+  gwadmin: {gateway_admin: true}
+  admin: {admin: true}
+  consumer: {discover: true, gateway: true}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	perms := []string{auth.WorkflowsRead, auth.WorkflowsWrite, auth.WorkflowsRun, auth.GatewayAdmin}
+	for id, want := range map[string][4]bool{
+		"reader":   {true, false, false, false},
+		"author":   {true, true, false, false},
+		"runner":   {true, false, true, false},
+		"both":     {true, true, true, false},
+		"gw":       {false, false, false, true},
+		"ops":      {true, true, true, true},
+		"consumer": {false, false, false, false},
+		"stranger": {false, false, false, false},
+	} {
+		var got [4]bool
+		for i, perm := range perms {
+			got[i] = p.Allows(id, perm)
+		}
+		if got != want {
+			t.Errorf("%s: read, write, run, gateway_admin = %v, want %v", id, got, want)
 		}
 	}
 }

@@ -36,6 +36,53 @@ type Role struct {
 	Gateway bool `yaml:"gateway"`
 	// Admin allows everything, admin endpoints included.
 	Admin bool `yaml:"admin"`
+	// Workflows are the orchestrator verbs the role grants: read (list and show workflows,
+	// their validation and runs), write (upload, re-validate, publish, invalidate the
+	// orchestrator's discovery view) and run (start a run). Write and run imply read. One
+	// verb or a list: "workflows: run" or "workflows: [write, run]".
+	Workflows Verbs `yaml:"workflows"`
+	// GatewayAdmin allows the gateway's admin endpoints: the full routing table and
+	// invalidation (everyone else sees a summary of the table).
+	GatewayAdmin bool `yaml:"gateway_admin"`
+}
+
+// Verbs is a role's list of verbs, written as one verb or a list of them.
+type Verbs []string
+
+// UnmarshalYAML accepts a scalar (one verb) or a sequence of verbs.
+func (v *Verbs) UnmarshalYAML(data []byte) error {
+	var one string
+	if err := yaml.Unmarshal(data, &one); err == nil {
+		*v = Verbs{one}
+		return nil
+	}
+	var many []string
+	if err := yaml.Unmarshal(data, &many); err != nil {
+		return errors.New("want a verb (read, write, run) or a list of them")
+	}
+	*v = many
+	return nil
+}
+
+// The permissions an endpoint of the gateway or the orchestrator can require (see
+// Policy.Allows).
+const (
+	// WorkflowsRead: list and show workflows, their validation and their runs.
+	WorkflowsRead = "workflows:read"
+	// WorkflowsWrite: upload, re-validate and publish workflows, invalidate the
+	// orchestrator's discovery view.
+	WorkflowsWrite = "workflows:write"
+	// WorkflowsRun: start a workflow run.
+	WorkflowsRun = "workflows:run"
+	// GatewayAdmin: the gateway's full routing table and its invalidation.
+	GatewayAdmin = "gateway_admin"
+)
+
+// workflowVerbs are the verbs "workflows:" takes, each with the verbs it implies.
+var workflowVerbs = map[string][]string{
+	"read":  {WorkflowsRead},
+	"write": {WorkflowsWrite, WorkflowsRead},
+	"run":   {WorkflowsRun, WorkflowsRead},
 }
 
 // Policy is a parsed RBAC file: identities to roles, roles to permissions.
@@ -69,6 +116,11 @@ func ParsePolicy(data []byte) (*Policy, error) {
 		for _, g := range r.Capabilities {
 			if _, err := path.Match(globPath(g), "x"); err != nil || g == "" {
 				errs = append(errs, fmt.Errorf("rbac: role %q: capability pattern %q is malformed", name, g))
+			}
+		}
+		for _, v := range r.Workflows {
+			if _, ok := workflowVerbs[v]; !ok {
+				errs = append(errs, fmt.Errorf("rbac: role %q: workflows verb %q is not one of read, write, run", name, v))
 			}
 		}
 		for _, pre := range r.PathPrefixes {
@@ -152,6 +204,17 @@ func (p *Policy) IsAdmin(identity string) bool {
 // IsGateway reports whether identity may report gateway outcomes: a gateway role, or admin.
 func (p *Policy) IsGateway(identity string) bool {
 	return slices.ContainsFunc(p.roles(identity), func(r Role) bool { return r.Gateway || r.Admin })
+}
+
+// Allows reports whether identity may do perm (WorkflowsRead, WorkflowsWrite, WorkflowsRun,
+// GatewayAdmin): a role that grants it, or admin.
+func (p *Policy) Allows(identity, perm string) bool {
+	return slices.ContainsFunc(p.roles(identity), func(r Role) bool {
+		if r.Admin || (perm == GatewayAdmin && r.GatewayAdmin) {
+			return true
+		}
+		return slices.ContainsFunc(r.Workflows, func(v string) bool { return slices.Contains(workflowVerbs[v], perm) })
+	})
 }
 
 // CanDiscover reports whether identity may query discovery: a role with discover, a
@@ -312,6 +375,9 @@ func (f *PolicyFile) CanDiscover(identity string) bool { return f.Policy().CanDi
 
 // IsAdmin implements the server's policy with the policy in force.
 func (f *PolicyFile) IsAdmin(identity string) bool { return f.Policy().IsAdmin(identity) }
+
+// Allows reports whether identity may do perm under the policy in force.
+func (f *PolicyFile) Allows(identity, perm string) bool { return f.Policy().Allows(identity, perm) }
 
 // IsGateway implements the server's policy with the policy in force.
 func (f *PolicyFile) IsGateway(identity string) bool { return f.Policy().IsGateway(identity) }

@@ -181,11 +181,11 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 			data.Complete = caps.Complete
 		}
 	}
-	var gr gatewayRoutes
-	if err := d.gateway.get(ctx, "/v1/gateway/routes", &gr); err != nil {
+	gr, err := d.gatewayTable(ctx)
+	if err != nil {
 		errs = append(errs, errString("gateway", err)...)
 	} else {
-		data.Routes = &gr
+		data.Routes = gr
 	}
 	var wl workflowList
 	if err := d.orc.get(ctx, "/v1/workflows", &wl); err != nil {
@@ -473,9 +473,19 @@ func (d *Dashboard) upload(w http.ResponseWriter, r *http.Request) {
 // --- routes ---
 
 func (d *Dashboard) routes(w http.ResponseWriter, r *http.Request) {
+	gr, err := d.gatewayTable(r.Context())
+	d.render(w, r, "routes", "Routes", gr, errString("gateway", err))
+}
+
+// gatewayTable asks the gateway for its routing table; a summary (the dashboard's
+// credentials lack gateway_admin) is an error that says so.
+func (d *Dashboard) gatewayTable(ctx context.Context) (*gatewayRoutes, error) {
 	var gr gatewayRoutes
-	err := d.gateway.get(r.Context(), "/v1/gateway/routes", &gr)
-	d.render(w, r, "routes", "Routes", &gr, errString("gateway", err))
+	err := d.gateway.get(ctx, "/v1/gateway/routes", &gr)
+	if err == nil && gr.Summary {
+		err = fmt.Errorf("%d routes, not shown: %s (give the dashboard's identity a role with gateway_admin)", gr.RouteCount, gr.FullTable)
+	}
+	return &gr, err
 }
 
 // --- workflows ---

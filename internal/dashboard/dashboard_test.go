@@ -2,6 +2,7 @@ package dashboard_test
 
 import (
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -79,5 +80,33 @@ func BenchmarkRouteMapPage(b *testing.B) {
 			b.Fatal(err)
 		}
 		resp.Body.Close()
+	}
+}
+
+// TestRoutesPageSaysWhenTheGatewayShowsOnlyASummary: a gateway that shows the dashboard's
+// identity a summary (no gateway_admin) is reported as such on the routes pages, not as an
+// empty table.
+func TestRoutesPageSaysWhenTheGatewayShowsOnlyASummary(t *testing.T) {
+	gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		fmt.Fprint(w, `{"summary":true,"route_count":7,"full_table":"identity \"dashboard\" may not do this"}`)
+	}))
+	defer gw.Close()
+	d, err := dashboard.New(dashboard.Config{GatewayURL: gw.URL, Insecure: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(d.Handler())
+	defer srv.Close()
+	for _, page := range []string{"/routes", "/routes/map"} {
+		resp, err := http.Get(srv.URL + page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(body), "7 routes, not shown") || !strings.Contains(string(body), "gateway_admin") {
+			t.Errorf("%s does not say the table was withheld:\n%s", page, body)
+		}
 	}
 }

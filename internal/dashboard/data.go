@@ -63,6 +63,11 @@ type gatewayRoutes struct {
 	AgeSeconds       int64             `json:"age_seconds"`
 	RegistryRevision int64             `json:"registry_revision"`
 	Reasons          map[string]string `json:"rejection_reasons"`
+	// Summary is set when the gateway showed only a summary: the dashboard's identity lacks
+	// the gateway_admin permission; FullTable says why.
+	Summary    bool   `json:"summary"`
+	RouteCount int    `json:"route_count"`
+	FullTable  string `json:"full_table"`
 }
 
 // workflowList is the orchestrator's /v1/workflows answer.

@@ -99,9 +99,8 @@ func layout(gr *gatewayRoutes, cat *apiv1.CatalogResponse) *mapData {
 }
 
 func (d *Dashboard) routeMap(w http.ResponseWriter, r *http.Request) {
-	var gr gatewayRoutes
 	var cat apiv1.CatalogResponse
-	err := d.gateway.get(r.Context(), "/v1/gateway/routes", &gr)
+	gr, err := d.gatewayTable(r.Context())
 	if err == nil {
 		err = d.registry.get(r.Context(), "/v1/services", &cat)
 	}
@@ -119,7 +118,7 @@ func (d *Dashboard) routeMap(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	} else {
-		data = layout(&gr, &cat)
+		data = layout(gr, &cat)
 	}
 	d.render(w, r, "routemap", "Route map", data, errString("gateway or registry", err))
 }

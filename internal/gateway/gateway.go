@@ -18,6 +18,7 @@ import (
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/discovery"
+	"github.com/meshflows/meshflows/internal/auth"
 	"github.com/meshflows/meshflows/routing"
 )
 
@@ -55,9 +56,19 @@ type Config struct {
 	// errors, connect failures) to the registry as passive evidence (default 10 s; negative:
 	// never).
 	OutcomeWindow time.Duration
-	Logger        *slog.Logger
-	Registerer    prometheus.Registerer
-	Now           func() time.Time
+	// Admin authorises the admin endpoints: DELETE /v1/discovery/invalidate needs the
+	// gateway_admin permission, and GET /v1/gateway/routes shows callers without it only a
+	// summary. Nil leaves them open (meshflows dev, --insecure).
+	Admin      Authorizer
+	Logger     *slog.Logger
+	Registerer prometheus.Registerer
+	Now        func() time.Time
+}
+
+// Authorizer says whether a request may do perm: the caller's identity, or a 401 or 403
+// *apiv1.Error.
+type Authorizer interface {
+	Authorize(r *http.Request, perm string) (string, error)
 }
 
 // state is one derived table and what it was derived from.
@@ -550,6 +561,22 @@ type RoutesAnswer struct {
 	Reasons map[string]string `json:"rejection_reasons"`
 }
 
+// RoutesSummary is the body of GET /v1/gateway/routes for a caller without the
+// gateway_admin permission: how big the table is and where it comes from, not its routes.
+type RoutesSummary struct {
+	Summary          bool             `json:"summary"`
+	RouteCount       int              `json:"route_count"`
+	RejectedCount    int              `json:"rejected_count"`
+	ConflictCount    int              `json:"conflict_count"`
+	Source           discovery.Source `json:"source"`
+	AgeSeconds       int64            `json:"age_seconds"`
+	RegistryRevision int64            `json:"registry_revision"`
+	RegistryEpoch    string           `json:"registry_epoch"`
+	DerivedAt        time.Time        `json:"derived_at"`
+	// FullTable says why the routes are not shown.
+	FullTable string `json:"full_table"`
+}
+
 func (g *Gateway) serveRoutes(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet && r.Method != http.MethodHead {
 		w.Header().Set("Allow", "GET, HEAD")
@@ -562,6 +589,14 @@ func (g *Gateway) serveRoutes(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	source, age := g.source()
+	if g.cfg.Admin != nil {
+		if _, err := g.cfg.Admin.Authorize(r, auth.GatewayAdmin); err != nil {
+			writeJSON(w, http.StatusOK, RoutesSummary{Summary: true, RouteCount: len(st.canonical.Routes), RejectedCount: len(st.canonical.Rejected),
+				ConflictCount: len(st.canonical.Conflicts), Source: source, AgeSeconds: int64(age / time.Second), RegistryRevision: st.revision,
+				RegistryEpoch: st.epoch, DerivedAt: st.derivedAt.UTC(), FullTable: "the routes are shown to the gateway_admin permission only: " + authError(err).Message})
+			return
+		}
+	}
 	ans := RoutesAnswer{Canonical: st.canonical, Source: source, AgeSeconds: int64(age / time.Second), RegistryRevision: st.revision,
 		RegistryEpoch: st.epoch, DerivedAt: st.derivedAt.UTC(), Reasons: map[string]string{}}
 	for _, rj := range st.canonical.Rejected {
@@ -576,12 +611,28 @@ func (g *Gateway) serveInvalidate(w http.ResponseWriter, r *http.Request) {
 		writeError(w, apiv1.Errorf(http.StatusMethodNotAllowed, apiv1.CodeMethodNotAllowed, "use DELETE"))
 		return
 	}
+	if g.cfg.Admin != nil {
+		if _, err := g.cfg.Admin.Authorize(r, auth.GatewayAdmin); err != nil {
+			writeError(w, authError(err))
+			return
+		}
+	}
 	if err := g.Invalidate(r.Context()); err != nil {
 		writeError(w, apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable, "refetch failed, the last-known-good table stays: %v", err))
 		return
 	}
 	st := g.state.Load()
 	writeJSON(w, http.StatusOK, map[string]any{"registry_revision": st.revision, "routes": len(st.canonical.Routes)})
+}
+
+// authError is the answer to a refused authorisation (a 401 or 403 *apiv1.Error as the
+// Authorizer returns them).
+func authError(err error) *apiv1.Error {
+	var ae *apiv1.Error
+	if !errors.As(err, &ae) {
+		ae = apiv1.Errorf(http.StatusForbidden, apiv1.CodeForbidden, "%v", err)
+	}
+	return ae
 }
 
 func joinComma(ss []string) string {

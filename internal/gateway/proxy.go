@@ -186,6 +186,9 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func writeError(w http.ResponseWriter, e *apiv1.Error) {
+	if e.Status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="meshflows"`)
+	}
 	writeJSON(w, e.Status, apiv1.ErrorBody{Error: e})
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/internal/auth"
 	"github.com/meshflows/meshflows/provider"
 )
 
@@ -19,8 +20,14 @@ const MaxWorkflowBytes = 1 << 20
 // Handler serves the orchestrator API of API.md.
 func (o *Orchestrator) Handler() http.Handler {
 	mux := http.NewServeMux()
-	handle := func(pattern string, h func(w http.ResponseWriter, r *http.Request) (int, any, error)) {
+	handle := func(pattern, perm string, h func(w http.ResponseWriter, r *http.Request) (int, any, error)) {
 		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+			if o.cfg.Authorizer != nil && perm != "" {
+				if _, err := o.cfg.Authorizer.Authorize(r, perm); err != nil {
+					writeErr(w, err)
+					return
+				}
+			}
 			status, v, err := h(w, r)
 			if err != nil {
 				writeErr(w, err)
@@ -29,7 +36,7 @@ func (o *Orchestrator) Handler() http.Handler {
 			writeJSON(w, status, v)
 		})
 	}
-	handle("POST /v1/workflows", func(w http.ResponseWriter, r *http.Request) (int, any, error) {
+	handle("POST /v1/workflows", auth.WorkflowsWrite, func(w http.ResponseWriter, r *http.Request) (int, any, error) {
 		src, err := readBody(w, r, "workflow")
 		if err != nil {
 			return 0, nil, err
@@ -37,26 +44,26 @@ func (o *Orchestrator) Handler() http.Handler {
 		res, err := o.Upload(r.Context(), src)
 		return http.StatusCreated, res, err
 	})
-	handle("GET /v1/workflows", func(http.ResponseWriter, *http.Request) (int, any, error) {
+	handle("GET /v1/workflows", auth.WorkflowsRead, func(http.ResponseWriter, *http.Request) (int, any, error) {
 		return http.StatusOK, map[string]any{"workflows": o.List()}, nil
 	})
-	handle("GET /v1/workflows/{name}", func(_ http.ResponseWriter, r *http.Request) (int, any, error) {
+	handle("GET /v1/workflows/{name}", auth.WorkflowsRead, func(_ http.ResponseWriter, r *http.Request) (int, any, error) {
 		d, err := o.Get(r.PathValue("name"))
 		return http.StatusOK, d, err
 	})
-	handle("GET /v1/workflows/{name}/validation", func(_ http.ResponseWriter, r *http.Request) (int, any, error) {
+	handle("GET /v1/workflows/{name}/validation", auth.WorkflowsRead, func(_ http.ResponseWriter, r *http.Request) (int, any, error) {
 		v, err := o.Validation(r.PathValue("name"))
 		return http.StatusOK, v, err
 	})
-	handle("POST /v1/workflows/{name}/validate", func(_ http.ResponseWriter, r *http.Request) (int, any, error) {
+	handle("POST /v1/workflows/{name}/validate", auth.WorkflowsWrite, func(_ http.ResponseWriter, r *http.Request) (int, any, error) {
 		v, err := o.Revalidate(r.Context(), r.PathValue("name"))
 		return http.StatusOK, v, err
 	})
-	handle("POST /v1/workflows/{name}/publish", func(_ http.ResponseWriter, r *http.Request) (int, any, error) {
+	handle("POST /v1/workflows/{name}/publish", auth.WorkflowsWrite, func(_ http.ResponseWriter, r *http.Request) (int, any, error) {
 		v, err := o.Publish(r.PathValue("name"))
 		return http.StatusOK, v, err
 	})
-	handle("POST /v1/workflows/{name}/run", func(w http.ResponseWriter, r *http.Request) (int, any, error) {
+	handle("POST /v1/workflows/{name}/run", auth.WorkflowsRun, func(w http.ResponseWriter, r *http.Request) (int, any, error) {
 		input, err := readBody(w, r, "input")
 		if err != nil {
 			return 0, nil, err
@@ -67,7 +74,7 @@ func (o *Orchestrator) Handler() http.Handler {
 		run, err := o.RunNow(r.Context(), r.PathValue("name"), "http", input)
 		return http.StatusOK, run, err
 	})
-	handle("GET /v1/workflows/{name}/runs", func(_ http.ResponseWriter, r *http.Request) (int, any, error) {
+	handle("GET /v1/workflows/{name}/runs", auth.WorkflowsRead, func(_ http.ResponseWriter, r *http.Request) (int, any, error) {
 		h, err := o.Runs(r.PathValue("name"))
 		return http.StatusOK, h, err
 	})
@@ -75,9 +82,9 @@ func (o *Orchestrator) Handler() http.Handler {
 		o.cfg.Discovery.Invalidate()
 		return http.StatusOK, map[string]string{"status": "invalidated"}, nil
 	}
-	handle("GET /v1/discovery/invalidate", invalidate)
-	handle("DELETE /v1/discovery/invalidate", invalidate)
-	handle("GET /healthz", func(http.ResponseWriter, *http.Request) (int, any, error) {
+	handle("GET /v1/discovery/invalidate", auth.WorkflowsWrite, invalidate)
+	handle("DELETE /v1/discovery/invalidate", auth.WorkflowsWrite, invalidate)
+	handle("GET /healthz", "", func(http.ResponseWriter, *http.Request) (int, any, error) {
 		return http.StatusOK, map[string]string{"status": "ok"}, nil
 	})
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { writeErr(w, provider.RouteError(mux, r, w.Header())) })
@@ -139,6 +146,9 @@ func writeErr(w http.ResponseWriter, err error) {
 	var ae *apiv1.Error
 	if !errors.As(err, &ae) {
 		ae = apiv1.Errorf(http.StatusInternalServerError, apiv1.CodeInternal, "%v", err)
+	}
+	if ae.Status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="meshflows"`)
 	}
 	writeJSON(w, ae.Status, apiv1.ErrorBody{Error: ae})
 }

@@ -46,10 +46,20 @@ type Config struct {
 	// PanicThreshold: a step whose candidates have fewer than this share in rotation uses
 	// all of them (default 0.5, as the registry's --panic-threshold).
 	PanicThreshold float64
+	// Authorizer authorises the API: reads need workflows:read, uploads, re-validation,
+	// publishing and invalidation workflows:write, runs workflows:run. Nil leaves the API
+	// open (meshflows dev, --insecure).
+	Authorizer Authorizer
 	// Registerer receives the orchestrator's metrics (none when nil).
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
 	Now        func() time.Time
+}
+
+// Authorizer says whether a request may do perm: the caller's identity, or a 401 or 403
+// *apiv1.Error.
+type Authorizer interface {
+	Authorize(r *http.Request, perm string) (string, error)
 }
 
 // Orchestrator holds workflows and runs them.

@@ -7,7 +7,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +22,7 @@ import (
 	"github.com/meshflows/meshflows/examples/providers/messaging"
 	"github.com/meshflows/meshflows/examples/providers/rabbitmq"
 	"github.com/meshflows/meshflows/examples/workflows"
+	"github.com/meshflows/meshflows/internal/auth"
 	"github.com/meshflows/meshflows/internal/health"
 	"github.com/meshflows/meshflows/internal/orchestrator"
 	"github.com/meshflows/meshflows/internal/registry"
@@ -362,5 +365,73 @@ func TestDiscoveryViewSurvivesARestart(t *testing.T) {
 	}
 	if msgs := e.rmq.Messages("orders.mirror"); len(msgs) != 2 {
 		t.Errorf("rabbitmq got %d mirrored orders, want 2", len(msgs))
+	}
+}
+
+// refuseAll is an Authorizer that refuses every request and remembers what it was asked.
+type refuseAll struct {
+	mu    sync.Mutex
+	asked []string
+}
+
+func (a *refuseAll) Authorize(_ *http.Request, perm string) (string, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.asked = append(a.asked, perm)
+	return "", apiv1.Errorf(http.StatusForbidden, apiv1.CodeForbidden, "not you")
+}
+
+// TestEveryEndpointNeedsItsPermission: with an Authorizer, every API endpoint but /healthz
+// asks it first, for the permission its verb names, and a refusal leaves nothing done.
+func TestEveryEndpointNeedsItsPermission(t *testing.T) {
+	disc, _ := discovery.New(discovery.Config{Registries: []string{"http://127.0.0.1:1"}})
+	authz := &refuseAll{}
+	o, err := orchestrator.New(orchestrator.Config{Discovery: disc, Dir: t.TempDir(), Authorizer: authz})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(o.Handler())
+	t.Cleanup(srv.Close)
+	tests := []struct {
+		method, path, body string
+		want               string // the permission asked; "" for none
+	}{
+		{"POST", "/v1/workflows", string(workflows.OrderPublish), auth.WorkflowsWrite},
+		{"GET", "/v1/workflows", "", auth.WorkflowsRead},
+		{"GET", "/v1/workflows/order-publish", "", auth.WorkflowsRead},
+		{"GET", "/v1/workflows/order-publish/validation", "", auth.WorkflowsRead},
+		{"POST", "/v1/workflows/order-publish/validate", "", auth.WorkflowsWrite},
+		{"POST", "/v1/workflows/order-publish/publish", "", auth.WorkflowsWrite},
+		{"POST", "/v1/workflows/order-publish/run", "{}", auth.WorkflowsRun},
+		{"GET", "/v1/workflows/order-publish/runs", "", auth.WorkflowsRead},
+		{"DELETE", "/v1/discovery/invalidate", "", auth.WorkflowsWrite},
+		{"GET", "/v1/discovery/invalidate", "", auth.WorkflowsWrite},
+		{"GET", "/healthz", "", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.method+" "+tt.path, func(t *testing.T) {
+			authz.mu.Lock()
+			authz.asked = nil
+			authz.mu.Unlock()
+			req, _ := http.NewRequest(tt.method, srv.URL+tt.path, strings.NewReader(tt.body))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			authz.mu.Lock()
+			asked := authz.asked
+			authz.mu.Unlock()
+			wantStatus := http.StatusForbidden
+			if tt.want == "" {
+				wantStatus = http.StatusOK
+			}
+			if resp.StatusCode != wantStatus || !slices.Equal(asked, slices.DeleteFunc([]string{tt.want}, func(s string) bool { return s == "" })) {
+				t.Errorf("%s %s = %d asking %v, want %d asking %q", tt.method, tt.path, resp.StatusCode, asked, wantStatus, tt.want)
+			}
+		})
+	}
+	if len(o.List()) != 0 {
+		t.Errorf("a refused upload stored a workflow: %v", o.List())
 	}
 }
