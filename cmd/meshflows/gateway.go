@@ -36,6 +36,8 @@ type gatewayFlags struct {
 	debug         string
 	outcomeWindow time.Duration
 	stateDir      string
+	bodyTimeout   time.Duration
+	maxBuffered   int64
 }
 
 func newGatewayCmd() *cobra.Command {
@@ -81,6 +83,8 @@ endpoints are intended. The gateway calls the registry with --registry-ca, --reg
 	fl.DurationVar(&f.cacheTTL, "cache-ttl", discovery.DefaultTTL, "how long a routes view is used without asking the registry")
 	fl.DurationVar(&f.maxStale, "max-stale", discovery.DefaultStaleAllowance, "how long the last valid view is served while the registry is unreachable")
 	fl.StringVar(&f.stateDir, "state-dir", "", "keep the last routes view in this directory: a gateway restarted while the registry is away serves what it served before (X-Cache-Source: snapshot)")
+	fl.DurationVar(&f.bodyTimeout, "body-timeout", 10*time.Second, "a request body of up to --max-buffered-body must arrive within this before anything goes upstream (else 408); a larger one may pause this long between reads")
+	fl.Int64Var(&f.maxBuffered, "max-buffered-body", 1<<20, "request bodies up to this many bytes are read whole before going upstream (a slow client holds no upstream connection; idempotent requests can be retried); larger ones are streamed")
 	fl.DurationVar(&f.outcomeWindow, "outcome-window", 10*time.Second, "report per-instance outcomes (ok, errors, connect failures) to the registry this often, as passive health evidence (needs a gateway role; 0: never)")
 	fl.StringVar(&f.debug, "debug-listen", "", "serve Go profiling (/debug/pprof/) on this address, e.g. 127.0.0.1:6060 (off by default)")
 	bindLogFlags(fl, &f.log, "json")
@@ -158,7 +162,7 @@ func startGateway(ctx context.Context, g *errgroup.Group, f *gatewayFlags, ln ne
 		return err
 	}
 	gw, err := gateway.New(gateway.Config{ID: "gateway@" + ln.Addr().String(), Discovery: disc, Static: static, Policy: policy,
-		OutcomeWindow: outcomeWindow(f.outcomeWindow), StateDir: f.stateDir, Admin: admin, Logger: logger, Registerer: promReg})
+		OutcomeWindow: outcomeWindow(f.outcomeWindow), StateDir: f.stateDir, Admin: admin, BodyTimeout: f.bodyTimeout, MaxBufferedBody: f.maxBuffered, Logger: logger, Registerer: promReg})
 	if err != nil {
 		return err
 	}

@@ -42,9 +42,14 @@ type Config struct {
 	// counted as live by the registry (default 10 s; it also acks after every new table, and
 	// more often when the registry's answer asks for it).
 	AckInterval time.Duration
-	// MaxRetryBody is the largest request body buffered so that an idempotent request can
-	// be retried on another instance (default 1 MiB); larger ones are not retried.
-	MaxRetryBody int64
+	// MaxBufferedBody is the largest request body read whole before the request goes
+	// upstream (default 1 MiB): a client that sends its body slowly holds no upstream
+	// connection, and an idempotent request can be retried on another instance. Larger
+	// bodies are streamed (and not retried).
+	MaxBufferedBody int64
+	// BodyTimeout bounds reading a buffered body (default 10 s; past it the client gets 408
+	// and its connection is closed) and, for a streamed body, each wait for its next bytes.
+	BodyTimeout time.Duration
 	// PanicThreshold: a route with fewer than this share of its upstreams in rotation uses
 	// all of them (default 0.5, as the registry's --panic-threshold).
 	PanicThreshold float64
@@ -130,6 +135,9 @@ func New(cfg Config) (*Gateway, error) {
 	if err := routing.ValidateStatic(cfg.Static); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
+	if cfg.BodyTimeout < 0 || cfg.MaxBufferedBody < 0 {
+		return nil, fmt.Errorf("gateway: body timeout %s and max buffered body %d must not be negative", cfg.BodyTimeout, cfg.MaxBufferedBody)
+	}
 	if cfg.Policy == nil {
 		cfg.Policy = func() routing.Policy { return routing.Policy{} }
 	}
@@ -151,8 +159,11 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.PanicThreshold == 0 {
 		cfg.PanicThreshold = 0.5
 	}
-	if cfg.MaxRetryBody == 0 {
-		cfg.MaxRetryBody = 1 << 20
+	if cfg.BodyTimeout == 0 {
+		cfg.BodyTimeout = 10 * time.Second
+	}
+	if cfg.MaxBufferedBody == 0 {
+		cfg.MaxBufferedBody = 1 << 20
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -166,7 +177,7 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, err
 	}
 	g.metrics = m
-	g.proxy = newProxy(cfg.Transport, cfg.MaxRetryBody, m, cfg.Logger)
+	g.proxy = newProxy(cfg.Transport, cfg.MaxBufferedBody, cfg.BodyTimeout, m, cfg.Logger)
 	g.derive() // the static table, from the first second: it needs no registry
 	return g, nil
 }

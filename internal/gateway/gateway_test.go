@@ -1,10 +1,14 @@
 package gateway_test
 
 import (
+	"bufio"
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -608,5 +612,76 @@ func TestInvalidationsCoalesce(t *testing.T) {
 	}
 	if limit := int64(secs) + 2; n > limit { // one per second, plus the first and one at the edge
 		t.Errorf("400 invalidations in %.1f s made %d registry refetches, want at most %d", secs, n, limit)
+	}
+}
+
+// TestSlowBodiesHoldNoUpstream: a request body up to MaxBufferedBody is read whole before
+// anything goes upstream, so a client that sends it slowly gets 408 and its connection
+// closed without the upstream ever seeing it (before, each such client held an upstream
+// connection for as long as it liked); bodies of every shape still arrive intact.
+func TestSlowBodiesHoldNoUpstream(t *testing.T) {
+	var hits atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		body, _ := io.ReadAll(r.Body)
+		fmt.Fprintf(w, "%d %x", len(body), sha256.Sum256(body))
+	}))
+	t.Cleanup(up.Close)
+	disc, err := discovery.New(discovery.Config{Registries: []string{"http://127.0.0.1:1"}}) // never asked: the static table serves
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, srv := serveGateway(t, gateway.Config{Discovery: disc, OutcomeWindow: -1, Static: []routing.StaticRoute{{Path: "/upload", Methods: []string{"POST"}, Upstream: up.URL}},
+		Policy: func() routing.Policy { return nil }, MaxBufferedBody: 1024, BodyTimeout: 300 * time.Millisecond}, false)
+
+	t.Run("slow body", func(t *testing.T) {
+		conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		fmt.Fprintf(conn, "POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123456789") // and then nothing
+		conn.SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestTimeout || !resp.Close || !strings.Contains(string(body), apiv1.CodeRequestTimeout) {
+			t.Errorf("slow body = %d (close %v) %s, want 408 REQUEST_TIMEOUT and the connection closed", resp.StatusCode, resp.Close, body)
+		}
+		if n := hits.Load(); n != 0 {
+			t.Errorf("the upstream saw %d requests of a body that never arrived", n)
+		}
+	})
+
+	payload := func(n int) []byte { return bytes.Repeat([]byte("meshflows"), n/9+1)[:n] }
+	for _, tt := range []struct {
+		name    string
+		size    int
+		chunked bool
+	}{
+		{"small, buffered", 700, false},
+		{"small, chunked", 700, true},
+		{"large, streamed", 50_000, false},
+		{"large, chunked, streamed after the first KiB", 50_000, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			body := payload(tt.size)
+			var rd io.Reader = bytes.NewReader(body)
+			if tt.chunked {
+				rd = io.MultiReader(rd) // hides the length: sent chunked
+			}
+			resp, err := http.Post(srv.URL+"/upload", "application/octet-stream", rd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if want := fmt.Sprintf("%d %x", len(body), sha256.Sum256(body)); resp.StatusCode != 200 || string(got) != want {
+				t.Errorf("= %d %s, want 200 %s", resp.StatusCode, got, want)
+			}
+		})
 	}
 }

@@ -20,9 +20,10 @@ import (
 
 // proxy forwards requests with httputil.ReverseProxy over a retrying transport.
 type proxy struct {
-	rp           *httputil.ReverseProxy
-	maxRetryBody int64
-	metrics      *metrics
+	rp          *httputil.ReverseProxy
+	maxBuffered int64
+	bodyTimeout time.Duration
+	metrics     *metrics
 }
 
 type targetKey struct{}
@@ -52,8 +53,8 @@ func (t *target) outcome(i int, connect, failed bool) {
 	}
 }
 
-func newProxy(rt http.RoundTripper, maxRetryBody int64, m *metrics, logger *slog.Logger) *proxy {
-	p := &proxy{maxRetryBody: maxRetryBody, metrics: m}
+func newProxy(rt http.RoundTripper, maxBuffered int64, bodyTimeout time.Duration, m *metrics, logger *slog.Logger) *proxy {
+	p := &proxy{maxBuffered: maxBuffered, bodyTimeout: bodyTimeout, metrics: m}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			t := pr.In.Context().Value(targetKey{}).(*target)
@@ -117,23 +118,80 @@ func (p *proxy) serve(w http.ResponseWriter, r *http.Request, m routing.Match, s
 	a, b := &sv.upstreams[first], &sv.upstreams[second]
 	t.upstreams, t.tallies = [2]*url.URL{a.url, b.url}, [2]*tally{a.tally, b.tally}
 	t.retry = e.Idempotent && n > 1
-	if t.retry && r.Body != nil && r.Body != http.NoBody {
-		// Buffer a small body so that a retry can send it again; a large one is not retried.
-		if r.ContentLength < 0 || r.ContentLength > p.maxRetryBody {
-			t.retry = false
-		} else {
-			body, err := io.ReadAll(io.LimitReader(r.Body, p.maxRetryBody+1))
-			if err != nil || int64(len(body)) > p.maxRetryBody {
-				writeError(w, apiv1.Errorf(http.StatusBadRequest, apiv1.CodeInvalidRequest, "could not read the request body"))
-				return
-			}
-			r.Body = io.NopCloser(bytes.NewReader(body))
-			r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+	if r.Body != nil && r.Body != http.NoBody {
+		buffered, err := p.readBody(w, r)
+		if err != nil {
+			p.metrics.count(e.Source, err.Status)
+			writeError(w, err)
+			return
 		}
+		t.retry = t.retry && buffered
 	}
 	begin := time.Now()
 	p.rp.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), targetKey{}, t)))
 	p.metrics.observe(e.Source, time.Since(begin))
+}
+
+// readBody reads r's body before anything goes upstream when it is at most maxBuffered
+// bytes, within bodyTimeout (a slow client then holds no upstream connection); it replaces
+// r.Body (and sets GetBody, for a retry) and reports whether it buffered the whole body. A
+// larger body is streamed after the part already read, each read bounded by bodyTimeout.
+func (p *proxy) readBody(w http.ResponseWriter, r *http.Request) (bool, *apiv1.Error) {
+	rc := http.NewResponseController(w)
+	if r.ContentLength > p.maxBuffered {
+		b := &idleBody{ReadCloser: r.Body, rc: rc, timeout: p.bodyTimeout, deadline: true}
+		r.Body = b
+		return false, nil
+	}
+	deadline := rc.SetReadDeadline(time.Now().Add(p.bodyTimeout)) == nil
+	head, err := io.ReadAll(io.LimitReader(r.Body, p.maxBuffered+1))
+	var ne net.Error
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &ne) && ne.Timeout():
+		w.Header().Set("Connection", "close")
+		return false, apiv1.Errorf(http.StatusRequestTimeout, apiv1.CodeRequestTimeout, "the request body did not arrive within %s", p.bodyTimeout)
+	case errors.As(err, &mbe):
+		return false, apiv1.Errorf(http.StatusRequestEntityTooLarge, apiv1.CodePayloadTooLarge, "the request body is over %d bytes", mbe.Limit)
+	case err != nil:
+		return false, apiv1.Errorf(http.StatusBadRequest, apiv1.CodeInvalidRequest, "could not read the request body: %v", err)
+	}
+	if int64(len(head)) <= p.maxBuffered {
+		if deadline {
+			rc.SetReadDeadline(time.Time{}) // the server's background read must not time out while the response streams
+		}
+		r.Body = io.NopCloser(bytes.NewReader(head))
+		r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(head)), nil }
+		r.ContentLength = int64(len(head))
+		return true, nil
+	}
+	rest := &idleBody{ReadCloser: r.Body, rc: rc, timeout: p.bodyTimeout, deadline: deadline}
+	r.Body = struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(head), rest), rest}
+	return false, nil
+}
+
+// idleBody is the rest of a streamed request body: each read may wait at most timeout for
+// bytes, and the deadline is cleared once the body ends.
+type idleBody struct {
+	io.ReadCloser
+	rc       *http.ResponseController
+	timeout  time.Duration
+	deadline bool
+}
+
+func (b *idleBody) Read(p []byte) (int, error) {
+	if b.deadline {
+		b.rc.SetReadDeadline(time.Now().Add(b.timeout))
+	}
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && b.deadline {
+		b.rc.SetReadDeadline(time.Time{})
+		b.deadline = false
+	}
+	return n, err
 }
 
 // retrying sends a request to its first upstream and, when that fails to connect and the

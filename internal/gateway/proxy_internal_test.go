@@ -4,13 +4,14 @@ import (
 	"log/slog"
 	"net/http"
 	"testing"
+	"time"
 )
 
 // TestProxyPoolsCopyBuffers: without a BufferPool, ReverseProxy allocates a 32 KiB buffer
 // per request — four fifths of what the gateway allocated under load, and the difference
 // between trailing Caddy and leading it.
 func TestProxyPoolsCopyBuffers(t *testing.T) {
-	p := newProxy(http.DefaultTransport, 1<<20, &metrics{}, slog.New(slog.DiscardHandler))
+	p := newProxy(http.DefaultTransport, 1<<20, 10*time.Second, &metrics{}, slog.New(slog.DiscardHandler))
 	if p.rp.BufferPool == nil {
 		t.Fatal("the reverse proxy has no buffer pool")
 	}
