@@ -25,6 +25,7 @@ const (
 	CodeUnsupportedMediaType = "UNSUPPORTED_MEDIA_TYPE"
 	CodeUnknownParameter     = "UNKNOWN_PARAMETER"
 	CodeRequestTimeout       = "REQUEST_TIMEOUT"
+	CodePageExpired          = "PAGE_EXPIRED"
 	CodeInternal             = "INTERNAL"
 )
 

@@ -106,6 +106,9 @@ type CatalogResponse struct {
 	RegistryEpoch string     `json:"registry_epoch"`
 	Revision      int64      `json:"revision"`
 	Instances     []Instance `json:"instances"`
+	// NextPageToken, on a paged answer (limit) with more instances, asks for the next page
+	// (page_token); every page of one listing is cut from the same revision.
+	NextPageToken string `json:"next_page_token,omitempty"`
 }
 
 // CapabilityEntry is one (instance, capability) pair in a discovery answer.
@@ -147,6 +150,9 @@ type DiscoveryResponse struct {
 	// deregistered or evicted since its epoch began: a consumer that keeps entries it knew
 	// before (an incomplete answer may lack live instances) drops these.
 	Removed []Removal `json:"removed,omitempty"`
+	// NextPageToken, on a paged answer (limit) with more entries, asks for the next page
+	// (page_token); every page of one listing is cut from the same revision.
+	NextPageToken string `json:"next_page_token,omitempty"`
 }
 
 // Removal is one incarnation a registry removed (deregistered or evicted) during its warm-up.

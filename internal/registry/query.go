@@ -37,18 +37,27 @@ var queryParams = []string{"capability_id", "provider", "min_version", "version"
 // Parameters that discovery endpoints take besides the selecting ones: the long poll's.
 var pollParams = []string{"index", "wait", "epoch"}
 
+// pageParams are the paging parameters of the capabilities endpoint and the catalog.
+var pageParams = []string{"limit", "page_token"}
+
+// The parameters each listing endpoint takes (see UnknownParameters).
+var (
+	// CapabilitiesParams: GET /v1/discovery/capabilities.
+	CapabilitiesParams = slices.Concat(queryParams, pollParams, pageParams)
+	// RoutesParams: GET /v1/discovery/routes.
+	RoutesParams = pollParams
+	// CatalogParams: GET /v1/services.
+	CatalogParams = pageParams
+)
+
 // UnknownParameters refuses (400 UNKNOWN_PARAMETER, naming each) the parameters of v that
-// are neither the endpoint's selecting ones (selecting: the capabilities endpoint's) nor the
-// long poll's: a misspelled filter must not silently select everything.
-func UnknownParameters(v url.Values, selecting bool) error {
+// are not in known (the endpoint's: CapabilitiesParams, RoutesParams, CatalogParams): a
+// misspelled filter must not silently select everything.
+func UnknownParameters(v url.Values, known []string) error {
 	var ds []apiv1.Detail
 	for k := range v {
-		if slices.Contains(pollParams, k) || selecting && slices.Contains(queryParams, k) {
+		if slices.Contains(known, k) {
 			continue
-		}
-		known := pollParams
-		if selecting {
-			known = append(slices.Clone(queryParams), pollParams...)
 		}
 		msg := "not a parameter of this endpoint (it takes " + strings.Join(known, ", ") + ")"
 		if near := nearest(k, known); near != "" {

@@ -9,8 +9,12 @@ import (
 	"github.com/meshflows/meshflows/internal/registry"
 )
 
-// maxCachedAnswers bounds the answer cache; past it the cache starts over.
-const maxCachedAnswers = 4096
+// The answer cache's bounds: past either it starts over. An unfiltered answer at 100,000
+// instances is about 37 MB; the byte bound keeps a few of them, not thousands.
+const (
+	maxCachedAnswers = 4096
+	maxCachedBytes   = 256 << 20
+)
 
 // encoded is a discovery answer encoded once for one (query, epoch, revision, complete).
 type encoded struct {
@@ -54,6 +58,7 @@ func (e *encoded) write(w http.ResponseWriter, r *http.Request) {
 type answerCache struct {
 	mu      sync.RWMutex
 	m       map[string]*encoded
+	bytes   int                // the bodies' sizes in m
 	flights map[string]*flight // answers being built, per query: later requests join them
 }
 
@@ -111,8 +116,13 @@ func (c *answerCache) put(key string, e *encoded) {
 	if old := c.m[key]; old != nil && old.state.Epoch == e.state.Epoch && old.state.Revision > e.state.Revision {
 		return // a newer answer is already there
 	}
-	if len(c.m) >= maxCachedAnswers {
+	if old := c.m[key]; old != nil {
+		c.bytes -= len(old.body)
+	}
+	if len(c.m) >= maxCachedAnswers || c.bytes+len(e.body) > maxCachedBytes {
 		clear(c.m)
+		c.bytes = 0
 	}
 	c.m[key] = e
+	c.bytes += len(e.body)
 }

@@ -72,8 +72,29 @@ func (s *Server) deregister(_ http.ResponseWriter, r *http.Request) (any, error)
 	return nil, s.reg.Deregister(r.Context(), r.PathValue("instance_id"), gen)
 }
 
-func (s *Server) catalog(_ http.ResponseWriter, _ *http.Request) (any, error) {
-	return s.reg.Catalog(), nil
+// catalogKey names the catalog's listings in the page store.
+const catalogKey = " services"
+
+func (s *Server) catalog(_ http.ResponseWriter, r *http.Request) (any, error) {
+	v := r.URL.Query()
+	if err := registry.UnknownParameters(v, registry.CatalogParams); err != nil {
+		return nil, err
+	}
+	pg, paged, err := parsePaging(v, catalogKey)
+	if err != nil {
+		return nil, err
+	}
+	if !paged {
+		return s.reg.Catalog(), nil
+	}
+	return s.page(catalogKey, pg, func() *listing {
+		st := s.reg.State()
+		c := s.reg.Catalog()
+		return &listing{state: registry.State{Epoch: c.RegistryEpoch, Revision: c.Revision, Complete: st.Complete}, items: c.Instances, n: len(c.Instances)}
+	}, func(l *listing, from, to int, next string) any {
+		return apiv1.CatalogResponse{RegistryEpoch: l.state.Epoch, Revision: l.state.Revision,
+			Instances: l.items.([]apiv1.Instance)[from:to], NextPageToken: next}
+	})
 }
 
 func (s *Server) instance(_ http.ResponseWriter, r *http.Request) (any, error) {
@@ -108,10 +129,15 @@ func (s *Server) longPoll(ctx context.Context, v url.Values) error {
 
 func (s *Server) capabilities(_ http.ResponseWriter, r *http.Request) (any, error) {
 	v := r.URL.Query()
-	if err := registry.UnknownParameters(v, true); err != nil {
+	if err := registry.UnknownParameters(v, registry.CapabilitiesParams); err != nil {
 		return nil, err
 	}
 	q, err := registry.ParseQuery(v)
+	if err != nil {
+		return nil, err
+	}
+	key := registry.CanonicalQuery(v)
+	pg, paged, err := parsePaging(v, key)
 	if err != nil {
 		return nil, err
 	}
@@ -120,15 +146,30 @@ func (s *Server) capabilities(_ http.ResponseWriter, r *http.Request) (any, erro
 	}
 	start := time.Now()
 	defer func() { s.metrics.discovery.WithLabelValues("capabilities").Observe(time.Since(start).Seconds()) }()
-	return s.cache.load(registry.CanonicalQuery(v), s.reg.State(), func() (*encoded, error) {
-		s.metrics.encodes.WithLabelValues("capabilities").Inc()
+	build := func() apiv1.DiscoveryResponse {
 		ans := s.reg.Query(q)
 		resp := apiv1.DiscoveryResponse{RegistryEpoch: ans.Epoch, Revision: ans.Revision, Complete: ans.Complete,
 			Capabilities: make([]apiv1.CapabilityEntry, len(ans.Entries)), Removed: ans.Removed}
 		for i, e := range ans.Entries {
 			resp.Capabilities[i] = e.Wire()
 		}
-		e, err := newEncoded(ans.State, resp)
+		return resp
+	}
+	if paged {
+		return s.page(key, pg, func() *listing {
+			s.metrics.encodes.WithLabelValues("capabilities").Inc()
+			resp := build()
+			return &listing{state: registry.State{Epoch: resp.RegistryEpoch, Revision: resp.Revision, Complete: resp.Complete},
+				items: resp.Capabilities, n: len(resp.Capabilities), removed: resp.Removed}
+		}, func(l *listing, from, to int, next string) any {
+			return apiv1.DiscoveryResponse{RegistryEpoch: l.state.Epoch, Revision: l.state.Revision, Complete: l.state.Complete,
+				Capabilities: l.items.([]apiv1.CapabilityEntry)[from:to], Removed: l.removed, NextPageToken: next}
+		})
+	}
+	return s.cache.load(key, s.reg.State(), func() (*encoded, error) {
+		s.metrics.encodes.WithLabelValues("capabilities").Inc()
+		resp := build()
+		e, err := newEncoded(registry.State{Epoch: resp.RegistryEpoch, Revision: resp.Revision, Complete: resp.Complete}, resp)
 		if err != nil {
 			return nil, fmt.Errorf("encode discovery answer: %w", err)
 		}
@@ -141,7 +182,7 @@ func (s *Server) capabilities(_ http.ResponseWriter, r *http.Request) (any, erro
 const routesKey = " routes"
 
 func (s *Server) discoveryRoutes(_ http.ResponseWriter, r *http.Request) (any, error) {
-	if err := registry.UnknownParameters(r.URL.Query(), false); err != nil {
+	if err := registry.UnknownParameters(r.URL.Query(), registry.RoutesParams); err != nil {
 		return nil, err
 	}
 	if err := s.longPoll(r.Context(), r.URL.Query()); err != nil {

@@ -93,6 +93,7 @@ type Server struct {
 	reg       *registry.Registry
 	mux       *http.ServeMux
 	cache     *answerCache
+	pages     *pageStore // listings of paged requests (limit, page_token)
 	metrics   *metrics
 	startedAt time.Time
 }
@@ -107,7 +108,7 @@ func New(reg *registry.Registry, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, reg: reg, mux: http.NewServeMux(), cache: newAnswerCache(), metrics: m, startedAt: cfg.Now()}
+	s := &Server{cfg: cfg, reg: reg, mux: http.NewServeMux(), cache: newAnswerCache(), pages: newPageStore(), metrics: m, startedAt: cfg.Now()}
 	s.routes()
 	return s, nil
 }

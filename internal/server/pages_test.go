@@ -1,0 +1,156 @@
+package server_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/internal/registry"
+	"github.com/meshflows/meshflows/internal/registry/registrytest"
+)
+
+func pagedBody(i int) string {
+	return fmt.Sprintf(`{"instance_id":"pub-%02d","service_name":"svc-%d","service_version":"1.0.0","endpoint":"http://127.0.0.1:%d",
+"capabilities":[{"capability_id":"messaging.publish","capability_version":"1.%d.0","contract_schema_version":"1.0","provider":"jms"}]}`, i, i%3, 9000+i, i%4)
+}
+
+// listAll follows next_page_token from path (which carries limit) and returns every page.
+func listAll[T any](t *testing.T, s *registrytest.Server, path string, between func()) []T {
+	t.Helper()
+	var pages []T
+	next := ""
+	for i := 0; ; i++ {
+		p := path
+		if next != "" {
+			p += "&page_token=" + url.QueryEscape(next)
+		}
+		r := do(t, "GET", s.URL+p, "")
+		if r.status != 200 {
+			t.Fatalf("GET %s = %d %s", p, r.status, r.body)
+		}
+		var page T
+		if err := json.Unmarshal(r.body, &page); err != nil {
+			t.Fatal(err)
+		}
+		pages = append(pages, page)
+		var tok struct {
+			Next string `json:"next_page_token"`
+		}
+		json.Unmarshal(r.body, &tok)
+		if next = tok.Next; next == "" {
+			return pages
+		}
+		if i == 0 && between != nil {
+			between()
+		}
+	}
+}
+
+// TestPagedListings: limit and page_token cut the capabilities answer and the catalog into
+// pages that together are exactly the unpaged answer, all from the revision of the first
+// page even when the registry moves on in between.
+func TestPagedListings(t *testing.T) {
+	s := registrytest.NewServer(t, registry.Config{})
+	s.Clock.Advance(registry.DefaultLeaseTTL)
+	for i := range 25 {
+		register(t, s, pagedBody(i))
+	}
+	var whole apiv1.DiscoveryResponse
+	json.Unmarshal(do(t, "GET", s.URL+"/v1/discovery/capabilities?capability_id=messaging.publish", "").body, &whole)
+	var catalog apiv1.CatalogResponse
+	json.Unmarshal(do(t, "GET", s.URL+"/v1/services", "").body, &catalog)
+	if len(whole.Capabilities) != 25 || len(catalog.Instances) != 25 {
+		t.Fatalf("unpaged: %d entries, %d instances", len(whole.Capabilities), len(catalog.Instances))
+	}
+	moved := func() { register(t, s, pagedBody(40)) } // a new revision between the first and the second page
+
+	pages := listAll[apiv1.DiscoveryResponse](t, s, "/v1/discovery/capabilities?capability_id=messaging.publish&limit=10", moved)
+	var got []apiv1.CapabilityEntry
+	for i, p := range pages {
+		if p.Revision != whole.Revision || p.RegistryEpoch != whole.RegistryEpoch {
+			t.Errorf("page %d is of revision %d, the first of %d", i, p.Revision, whole.Revision)
+		}
+		got = append(got, p.Capabilities...)
+	}
+	if len(pages) != 3 {
+		t.Errorf("25 entries in pages of 10 = %d pages", len(pages))
+	}
+	if diff := cmp.Diff(whole.Capabilities, got); diff != "" {
+		t.Errorf("the pages differ from the unpaged answer (-unpaged +pages):\n%s", diff)
+	}
+
+	cpages := listAll[apiv1.CatalogResponse](t, s, "/v1/services?limit=7", moved)
+	var insts []apiv1.Instance
+	for _, p := range cpages {
+		insts = append(insts, p.Instances...)
+	}
+	json.Unmarshal(do(t, "GET", s.URL+"/v1/services", "").body, &catalog) // now with pub-40: the pages are of the revision before it
+	if len(cpages) != 4 || len(insts) != 26 || insts[0].InstanceID != catalog.Instances[0].InstanceID {
+		t.Errorf("catalog in pages of 7: %d pages, %d instances", len(cpages), len(insts))
+	}
+}
+
+// TestPagingRefusals: every malformed paging request is refused with its code, and a
+// page_token whose listing is gone is 410 PAGE_EXPIRED (start again).
+func TestPagingRefusals(t *testing.T) {
+	s := registrytest.NewServer(t, registry.Config{})
+	s.Clock.Advance(registry.DefaultLeaseTTL)
+	other := registrytest.NewServer(t, registry.Config{}) // another registry: its listing is not held here
+	other.Clock.Advance(registry.DefaultLeaseTTL)
+	for i := range 5 {
+		register(t, s, pagedBody(i))
+		register(t, other, pagedBody(i))
+	}
+	register(t, other, pagedBody(5)) // (the fake clocks give both one epoch: differ by a revision)
+	first := func(srv *registrytest.Server, path string) string {
+		var p struct {
+			Next string `json:"next_page_token"`
+		}
+		json.Unmarshal(do(t, "GET", srv.URL+path, "").body, &p)
+		if p.Next == "" {
+			t.Fatalf("%s gave no next_page_token", path)
+		}
+		return url.QueryEscape(p.Next)
+	}
+	tok := first(s, "/v1/discovery/capabilities?capability_id=messaging.publish&limit=2")
+	foreign := first(other, "/v1/discovery/capabilities?capability_id=messaging.publish&limit=2")
+	ctok := first(s, "/v1/services?limit=2")
+	for _, tt := range []struct {
+		name, path string
+		status     int
+		code       string
+		details    []string
+	}{
+		{"limit zero", "/v1/discovery/capabilities?limit=0", 400, apiv1.CodeInvalidRequest, []string{"limit"}},
+		{"limit too large", "/v1/discovery/capabilities?limit=10001", 400, apiv1.CodeInvalidRequest, []string{"limit"}},
+		{"limit not a number", "/v1/services?limit=ten", 400, apiv1.CodeInvalidRequest, []string{"limit"}},
+		{"token garbage", "/v1/discovery/capabilities?page_token=%25%25", 400, apiv1.CodeInvalidRequest, []string{"page_token"}},
+		{"token of another query", "/v1/discovery/capabilities?capability_id=other.cap&limit=2&page_token=" + tok, 400, apiv1.CodeInvalidRequest, []string{"page_token"}},
+		{"catalog token on discovery", "/v1/discovery/capabilities?capability_id=messaging.publish&limit=2&page_token=" + ctok, 400, apiv1.CodeInvalidRequest, []string{"page_token"}},
+		{"token with a long poll", "/v1/discovery/capabilities?capability_id=messaging.publish&limit=2&index=1&page_token=" + tok, 400, apiv1.CodeInvalidRequest, []string{"index"}},
+		{"listing gone", "/v1/discovery/capabilities?capability_id=messaging.publish&limit=2&page_token=" + foreign, 410, apiv1.CodePageExpired, nil},
+		{"catalog misspelled", "/v1/services?limt=2", 400, apiv1.CodeUnknownParameter, []string{"limt"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := do(t, "GET", s.URL+tt.path, "")
+			if r.status != tt.status {
+				t.Fatalf("= %d %s, want %d", r.status, r.body, tt.status)
+			}
+			e := apiErr(t, r)
+			var paths []string
+			for _, d := range e.Details {
+				paths = append(paths, d.Path)
+			}
+			if e.Code != tt.code || !cmp.Equal(paths, tt.details) {
+				t.Errorf("= %s %v, want %s %v", e.Code, paths, tt.code, tt.details)
+			}
+		})
+	}
+	if r := do(t, "GET", s.URL+"/v1/discovery/capabilities?capability_id=messaging.publish&limit=2&page_token="+tok, ""); r.status != 200 {
+		t.Errorf("the good token after the refusals = %d %s", r.status, r.body)
+	}
+}
