@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -111,13 +110,10 @@ func startGateway(ctx context.Context, g *errgroup.Group, f *gatewayFlags, ln ne
 	if err != nil {
 		return err
 	}
-	var admin gateway.Authorizer
-	if guard := sa.guard(); guard != nil {
+	ln, guard := sa.serve(ln, "gateway's admin API", "read the whole routing table and make the gateway refetch it", logger)
+	var admin gateway.Authorizer // nil, not a nil *auth.Guard, when open
+	if guard != nil {
 		admin = guard
-		ln = tls.NewListener(ln, sa.tls)
-	} else {
-		logger.Warn("INSECURE: the gateway's admin endpoints run without authentication; anyone who reaches " + ln.Addr().String() +
-			" can read the whole routing table and make the gateway refetch it. Never use --insecure outside development.")
 	}
 	rbac := sa.policy
 	if rbac == nil && f.policyFile != "" && f.security.rbac != "" {

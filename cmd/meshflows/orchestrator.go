@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
@@ -95,13 +94,10 @@ func startOrchestrator(ctx context.Context, g *errgroup.Group, f *orchestratorFl
 	if err != nil {
 		return err
 	}
-	var authz orchestrator.Authorizer
-	if guard := sa.guard(); guard != nil {
+	ln, guard := sa.serve(ln, "orchestrator", "upload, publish and run workflows, which call the providers", logger)
+	var authz orchestrator.Authorizer // nil, not a nil *auth.Guard, when open
+	if guard != nil {
 		authz = guard
-		ln = tls.NewListener(ln, sa.tls)
-	} else {
-		logger.Warn("INSECURE: the orchestrator runs without authentication; anyone who reaches " + ln.Addr().String() +
-			" can upload, publish and run workflows, which call the providers. Never use --insecure outside development.")
 	}
 	httpClient, err := f.creds.httpClient()
 	if err != nil {

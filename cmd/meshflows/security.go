@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"time"
 
@@ -75,13 +76,16 @@ type serverAuth struct {
 	policy        *auth.PolicyFile
 }
 
-// guard returns the authoriser of the gateway's and the orchestrator's protected
-// endpoints, or nil in open mode.
-func (a *serverAuth) guard() *auth.Guard {
+// serve returns the listener to serve on — ln in TLS when the server authenticates — and
+// the authoriser of its protected endpoints; in open mode ln itself and nil, after a warning
+// that anyone who reaches ln can do what exposed says.
+func (a *serverAuth) serve(ln net.Listener, component, exposed string, logger *slog.Logger) (net.Listener, *auth.Guard) {
 	if a.authenticator == nil {
-		return nil
+		logger.Warn("INSECURE: the " + component + " runs without authentication; anyone who reaches " + ln.Addr().String() +
+			" can " + exposed + ". Never use --insecure outside development.")
+		return ln, nil
 	}
-	return auth.NewGuard(a.authenticator, a.policy)
+	return tls.NewListener(ln, a.tls), auth.NewGuard(a.authenticator, a.policy)
 }
 
 // buildServerAuth turns a server's flags into its authentication and starts the RBAC
