@@ -178,8 +178,6 @@ func TestSelfPreservationStopsEviction(t *testing.T) {
 	}
 }
 
-func registryStart(f *fixture) time.Time { return f.clock.Now() }
-
 // TestRestoredRevisionNeverGoesBack: a snapshot carries the revision discovery answered (the
 // store's plus the verdicts'), and the restored registry continues above it (in a new epoch);
 // the restored fleet is judged from the next sweep.

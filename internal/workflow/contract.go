@@ -81,7 +81,7 @@ type CapabilityRef struct {
 func Parse(src []byte) (*Workflow, []apiv1.Diagnostic) {
 	c := &checker{}
 	w := &Workflow{}
-	root, err, at := parseTree(src)
+	root, at, err := parseTree(src)
 	var le *errYAMLLimit
 	switch {
 	case errors.As(err, &le):

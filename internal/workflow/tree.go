@@ -80,14 +80,14 @@ func posOf(tk *token.Token) Pos {
 
 // parseTree parses YAML text into a tree. A parse failure returns the position of the error
 // when the parser gives one.
-func parseTree(src []byte) (root *node, err error, at Pos) {
+func parseTree(src []byte) (root *node, at Pos, err error) {
 	defer func() { // goccy/go-yaml panics on some malformed input (see auth.decodeYAML)
 		if r := recover(); r != nil {
-			root, err, at = nil, fmt.Errorf("malformed YAML: %v", r), Pos{1, 1}
+			root, at, err = nil, Pos{1, 1}, fmt.Errorf("malformed YAML: %v", r)
 		}
 	}()
-	if lerr, at := yamlLimits(src); lerr != nil {
-		return nil, lerr, at
+	if at, lerr := yamlLimits(src); lerr != nil {
+		return nil, at, lerr
 	}
 	f, perr := parser.ParseBytes(src, 0)
 	if perr != nil {
@@ -95,15 +95,15 @@ func parseTree(src []byte) (root *node, err error, at Pos) {
 		if e, ok := perr.(interface{ GetToken() *token.Token }); ok {
 			at = posOf(e.GetToken())
 		}
-		return nil, perr, at
+		return nil, at, perr
 	}
 	if len(f.Docs) == 0 || f.Docs[0] == nil || f.Docs[0].Body == nil {
-		return &node{kind: kindNull, pos: Pos{1, 1}}, nil, Pos{}
+		return &node{kind: kindNull, pos: Pos{1, 1}}, Pos{}, nil
 	}
 	if len(f.Docs) > 1 {
-		return nil, fmt.Errorf("the file holds %d YAML documents; one workflow per file", len(f.Docs)), posOf(f.Docs[1].GetToken())
+		return nil, posOf(f.Docs[1].GetToken()), fmt.Errorf("the file holds %d YAML documents; one workflow per file", len(f.Docs))
 	}
-	return convert(f.Docs[0].Body, 0), nil, Pos{}
+	return convert(f.Docs[0].Body, 0), Pos{}, nil
 }
 
 func convert(n ast.Node, depth int) *node {
@@ -189,7 +189,7 @@ func (e *errYAMLLimit) Error() string { return e.msg }
 // yamlLimits scans src — outside quoted strings and comments — for flow nesting deeper than
 // MaxYAMLDepth, a line indented more than MaxYAMLIndent columns and more than MaxYAMLAliases
 // aliases, and returns the first excess with its position. It costs one pass, no allocation.
-func yamlLimits(src []byte) (error, Pos) {
+func yamlLimits(src []byte) (Pos, error) {
 	line, col, depth, aliases := 1, 0, 0, 0
 	indent, atLineStart := 0, true
 	for i := 0; i < len(src); i++ {
@@ -202,7 +202,7 @@ func yamlLimits(src []byte) (error, Pos) {
 		if atLineStart {
 			if c == ' ' {
 				if indent++; indent > MaxYAMLIndent {
-					return &errYAMLLimit{fmt.Sprintf("a line indented more than %d columns: nesting beyond what a workflow needs", MaxYAMLIndent)}, Pos{line, col}
+					return Pos{line, col}, &errYAMLLimit{fmt.Sprintf("a line indented more than %d columns: nesting beyond what a workflow needs", MaxYAMLIndent)}
 				}
 				continue
 			}
@@ -225,17 +225,17 @@ func yamlLimits(src []byte) (error, Pos) {
 			}
 		case '[', '{':
 			if depth++; depth > MaxYAMLDepth {
-				return &errYAMLLimit{fmt.Sprintf("brackets nested deeper than %d levels", MaxYAMLDepth)}, Pos{line, col}
+				return Pos{line, col}, &errYAMLLimit{fmt.Sprintf("brackets nested deeper than %d levels", MaxYAMLDepth)}
 			}
 		case ']', '}':
 			depth = max(depth-1, 0)
 		case '*':
 			if i+1 < len(src) && src[i+1] != ' ' && (i == 0 || src[i-1] == ' ' || src[i-1] == '[' || src[i-1] == ',' || src[i-1] == '\t') {
 				if aliases++; aliases > MaxYAMLAliases {
-					return &errYAMLLimit{fmt.Sprintf("more than %d aliases (*name): each expands a subtree", MaxYAMLAliases)}, Pos{line, col}
+					return Pos{line, col}, &errYAMLLimit{fmt.Sprintf("more than %d aliases (*name): each expands a subtree", MaxYAMLAliases)}
 				}
 			}
 		}
 	}
-	return nil, Pos{}
+	return Pos{}, nil
 }
