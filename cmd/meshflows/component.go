@@ -30,11 +30,15 @@ func runComponent(cmd *cobra.Command, logCfg telemetry.LogConfig, addr string, s
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", addr, err)
 	}
-	g, ctx := errgroup.WithContext(cmd.Context())
+	runCtx, cancel := context.WithCancel(cmd.Context())
+	defer cancel()
+	g, ctx := errgroup.WithContext(runCtx)
 	g.Go(func() error { return logOut.Run(ctx, logFlushInterval) })
 	if err := start(ctx, g, ln, logger); err != nil {
+		// Stop what start had begun (the log flusher, an RBAC reload…) before reporting.
 		ln.Close()
-		return errors.Join(err, logOut.Flush())
+		cancel()
+		return errors.Join(err, g.Wait(), logOut.Flush())
 	}
 	return errors.Join(g.Wait(), logOut.Flush())
 }
