@@ -46,7 +46,7 @@ type Config struct {
 	BearerToken string
 	// HeartbeatInterval overrides the interval the registry returns (0: use the registry's).
 	HeartbeatInterval time.Duration
-	// Backoff is the registration retry schedule (default DefaultBackoff).
+	// Backoff is the registration retry schedule (default DefaultBackoff()).
 	Backoff Backoff
 	// FailureThreshold is how many heartbeat failures in a row make the agent register
 	// again (default 3).
@@ -75,7 +75,7 @@ func (c *Config) setDefaults() {
 		c.Client = &http.Client{}
 	}
 	if c.Backoff == (Backoff{}) {
-		c.Backoff = DefaultBackoff
+		c.Backoff = DefaultBackoff()
 	}
 	if c.FailureThreshold == 0 {
 		c.FailureThreshold = DefaultFailureThreshold

@@ -415,7 +415,7 @@ func TestFiveMinuteOutageCompressed(t *testing.T) {
 	}
 	// 100ms, 200ms, … doubling, capped at 5 min, each plus 50 ms of jitter (Rand = 0.5)
 	for i, w := range backoffs {
-		exp := provider.DefaultBackoff.Delay(i, func() float64 { return 0.5 })
+		exp := provider.DefaultBackoff().Delay(i, func() float64 { return 0.5 })
 		if w != exp {
 			t.Errorf("wait %d = %v, want %v", i, w, exp)
 		}
@@ -455,7 +455,7 @@ func TestRetryAfterIsHonoured(t *testing.T) {
 }
 
 func TestBackoffDelay(t *testing.T) {
-	b := provider.DefaultBackoff
+	b := provider.DefaultBackoff()
 	tests := []struct {
 		attempt int
 		rnd     float64

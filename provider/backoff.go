@@ -11,8 +11,11 @@ type Backoff struct {
 	Jitter     time.Duration
 }
 
-// DefaultBackoff is DESIGN.md's schedule: 100 ms, ×2, at most 5 min, plus 0–100 ms.
-var DefaultBackoff = Backoff{Initial: 100 * time.Millisecond, Multiplier: 2, Max: 5 * time.Minute, Jitter: 100 * time.Millisecond}
+// DefaultBackoff returns the registration retry schedule of the design: 100 ms, ×2, at most
+// 5 min, plus 0–100 ms of jitter. (A function, so no caller can change it for everyone.)
+func DefaultBackoff() Backoff {
+	return Backoff{Initial: 100 * time.Millisecond, Multiplier: 2, Max: 5 * time.Minute, Jitter: 100 * time.Millisecond}
+}
 
 // Delay returns the wait before retry number attempt (0 for the first retry); rnd returns a
 // uniform value in [0, 1).

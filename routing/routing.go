@@ -221,11 +221,14 @@ func Derive(in Input) *Table {
 	sc := scratches.Get().(*scratch)
 	defer scratches.Put(sc)
 	defer sc.reuse()
-	return derive(in, sc)
+	return derive(in, sc, 0)
 }
 
-// derive is Derive with the scratch it uses.
-func derive(in Input, sc *scratch) *Table {
+// derive is Derive with the scratch it uses. fixed, when not 0, is how many workers analyse
+// the manifests, how many shards the claims are grouped in and how many workers build the
+// entries, whatever the size of the input (1: all of it serial, the reference the sharded
+// derivations are tested against); 0 sizes them by the input and the cores.
+func derive(in Input, sc *scratch, fixed int) *Table {
 	t := &Table{rejected: []Rejected{}, conflicts: []Conflict{}}
 	// Validating and analysing a manifest is independent of every other one but for its
 	// replicas: the services are shared between the cores by hash, and each worker finds
@@ -235,8 +238,8 @@ func derive(in Input, sc *scratch) *Table {
 	if len(ms) >= 2*minParallelManifests {
 		workers = runtime.GOMAXPROCS(0)
 	}
-	if testShards > 0 {
-		workers, shards = testShards, testShards
+	if fixed > 0 {
+		workers, shards = fixed, fixed
 	}
 	sc.fit(workers, max(shards, runtime.GOMAXPROCS(0)))
 	results := slices.Grow(sc.results[:0], len(ms))[:len(ms)]
@@ -323,7 +326,7 @@ func derive(in Input, sc *scratch) *Table {
 			statics = append(statics, staticClaim{route: st, segs: segs, key: key, hash: maphash.String(seed, key)})
 		}
 	}
-	if testShards == 0 && len(claims) >= 2*minParallelSlots {
+	if fixed == 0 && len(claims) >= 2*minParallelSlots {
 		shards = runtime.GOMAXPROCS(0)
 	}
 	sorted := make([][]*slot, shards)
@@ -344,8 +347,8 @@ func derive(in Input, sc *scratch) *Table {
 	}
 	var ranges [][2]int
 	workers = runtime.GOMAXPROCS(0)
-	if testShards > 0 {
-		workers = testShards
+	if fixed > 0 {
+		workers = fixed
 	}
 	for lo, hi := range chunks(len(ordered), workers, minParallelSlots) {
 		ranges = append(ranges, [2]int{lo, hi})

@@ -8,6 +8,6 @@ func BenchmarkDeriveFreshScratch(b *testing.B) {
 	in := DecodedFleet(b, BenchFleet(10000))
 	b.ReportAllocs()
 	for b.Loop() {
-		derive(in, new(scratch))
+		derive(in, new(scratch), 0)
 	}
 }

@@ -34,9 +34,7 @@ func TestShardsDeriveAlike(t *testing.T) {
 		}
 	}
 	derive := func(shards int) (Canonical, []MatchOutcome) {
-		testShards = shards
-		defer func() { testShards = 0 }()
-		tab := Derive(in)
+		tab := derive(in, new(scratch), shards)
 		// Every route's path, and one segment deeper, with every method: the tries each
 		// part compiled and merged answer all of them as the one trie does.
 		paths := []string{"/shared/a/b", "/nope", "/"}
@@ -128,12 +126,12 @@ func TestScratchReuse(t *testing.T) {
 	}
 	big, small := fleet(3000, 3, "big"), fleet(40, 5, "small") // enough for the workers and shards of 2 cores
 	var sc scratch
-	first := derive(big, &sc)
+	first := derive(big, &sc, 0)
 	c1, m1 := look(first)
 	sc.reuse()
-	second := derive(small, &sc)
+	second := derive(small, &sc, 0)
 	sc.reuse()
-	third := derive(big, &sc)
+	third := derive(big, &sc, 0)
 	if c, m := look(first); !cmp.Equal(c, c1, cmp.AllowUnexported(Conflict{})) || !cmp.Equal(m, m1) {
 		t.Error("deriving again with the scratch changed an earlier table")
 	}

@@ -245,11 +245,6 @@ func mergeSlots(a, b []*slot) []*slot {
 	return append(append(out, a...), b...)
 }
 
-// testShards, when set by a test, is how many workers analyse the manifests, how many
-// shards the claims are grouped in and how many workers build the entries, whatever the
-// size of the input (1: all of it serial, the reference).
-var testShards int
-
 // minParallelSlots is the fewest path keys per worker worth a goroutine.
 const minParallelSlots = 2048
 

@@ -40,20 +40,29 @@ var pollParams = []string{"index", "wait", "epoch"}
 // pageParams are the paging parameters of the capabilities endpoint and the catalog.
 var pageParams = []string{"limit", "page_token"}
 
-// The parameters each listing endpoint takes (see UnknownParameters).
-var (
-	// CapabilitiesParams: GET /v1/discovery/capabilities.
-	CapabilitiesParams = slices.Concat(queryParams, pollParams, pageParams)
-	// RoutesParams: GET /v1/discovery/routes.
-	RoutesParams = pollParams
-	// CatalogParams: GET /v1/services.
-	CatalogParams = pageParams
+// Listing names an endpoint that takes query parameters (see UnknownParameters).
+type Listing int
+
+// The listings and the parameters each takes.
+const (
+	// CapabilitiesListing is GET /v1/discovery/capabilities: selection, long poll, paging.
+	CapabilitiesListing Listing = iota
+	// RoutesListing is GET /v1/discovery/routes: long poll.
+	RoutesListing
+	// CatalogListing is GET /v1/services: paging.
+	CatalogListing
 )
 
+var listingParams = [...][]string{
+	CapabilitiesListing: slices.Concat(queryParams, pollParams, pageParams),
+	RoutesListing:       pollParams,
+	CatalogListing:      pageParams,
+}
+
 // UnknownParameters refuses (400 UNKNOWN_PARAMETER, naming each) the parameters of v that
-// are not in known (the endpoint's: CapabilitiesParams, RoutesParams, CatalogParams): a
-// misspelled filter must not silently select everything.
-func UnknownParameters(v url.Values, known []string) error {
+// the listing does not take: a misspelled filter must not silently select everything.
+func UnknownParameters(v url.Values, l Listing) error {
+	known := listingParams[l]
 	var ds []apiv1.Detail
 	for k := range v {
 		if slices.Contains(known, k) {

@@ -77,7 +77,7 @@ const catalogKey = " services"
 
 func (s *Server) catalog(_ http.ResponseWriter, r *http.Request) (any, error) {
 	v := r.URL.Query()
-	if err := registry.UnknownParameters(v, registry.CatalogParams); err != nil {
+	if err := registry.UnknownParameters(v, registry.CatalogListing); err != nil {
 		return nil, err
 	}
 	pg, paged, err := parsePaging(v, catalogKey)
@@ -129,7 +129,7 @@ func (s *Server) longPoll(ctx context.Context, v url.Values) error {
 
 func (s *Server) capabilities(_ http.ResponseWriter, r *http.Request) (any, error) {
 	v := r.URL.Query()
-	if err := registry.UnknownParameters(v, registry.CapabilitiesParams); err != nil {
+	if err := registry.UnknownParameters(v, registry.CapabilitiesListing); err != nil {
 		return nil, err
 	}
 	q, err := registry.ParseQuery(v)
@@ -182,7 +182,7 @@ func (s *Server) capabilities(_ http.ResponseWriter, r *http.Request) (any, erro
 const routesKey = " routes"
 
 func (s *Server) discoveryRoutes(_ http.ResponseWriter, r *http.Request) (any, error) {
-	if err := registry.UnknownParameters(r.URL.Query(), registry.RoutesParams); err != nil {
+	if err := registry.UnknownParameters(r.URL.Query(), registry.RoutesListing); err != nil {
 		return nil, err
 	}
 	if err := s.longPoll(r.Context(), r.URL.Query()); err != nil {
