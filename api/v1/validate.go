@@ -68,8 +68,8 @@ func (r *RegisterRequest) Validate() error {
 				add(at(".metadata"), "%d bytes encoded, at most %d allowed", len(m), MaxMetadataBytes)
 			default:
 				if bytes.Contains(m, []byte(`"priority"`)) { // skip the decode on the hot path otherwise
-					if msg := priorityProblem(m); msg != "" {
-						add(at(".metadata.priority"), "%s", msg)
+					if _, err := Priority(m); err != nil { // it orders candidates: a string or a fraction was silently read as 0
+						add(at(".metadata.priority"), "%v", err)
 					}
 				}
 				if bytes.Contains(m, []byte(`"public_paths"`)) {
@@ -128,22 +128,6 @@ func (c Capability) PublicPaths() ([]string, error) {
 		return nil, fmt.Errorf("got %s", meta.PublicPaths)
 	}
 	return paths, nil
-}
-
-// priorityProblem says what is wrong with metadata's priority, when it has one: it orders
-// candidates, so it must be a JSON integer (a string or a fraction was silently read as 0).
-func priorityProblem(metadata []byte) string {
-	var m struct {
-		Priority json.RawMessage `json:"priority"`
-	}
-	if json.Unmarshal(metadata, &m) != nil || m.Priority == nil {
-		return ""
-	}
-	var n int64
-	if err := json.Unmarshal(m.Priority, &n); err != nil {
-		return fmt.Sprintf("must be an integer, got %s", m.Priority)
-	}
-	return ""
 }
 
 // Validate checks a heartbeat body.

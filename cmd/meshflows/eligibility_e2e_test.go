@@ -147,7 +147,7 @@ func TestEligibilityEndToEnd(t *testing.T) {
 	}
 	waitFor(t, "all five serving", func() bool {
 		for name := range members {
-			if explain(name).State != health.StateServing {
+			if explain(name).State != apiv1.EligibilityServing {
 				return false
 			}
 		}
@@ -156,7 +156,7 @@ func TestEligibilityEndToEnd(t *testing.T) {
 
 	start := time.Now()
 	members["b"].failing.Store(true)
-	waitFor(t, "b leaves the gateway's rotation", func() bool { return explain("b").State == health.StateWithdrawn && served(20)["b"] == 0 })
+	waitFor(t, "b leaves the gateway's rotation", func() bool { return explain("b").State == apiv1.EligibilityWithdrawn && served(20)["b"] == 0 })
 	t.Logf("failing health endpoint (unhealthy_after 2 × 200ms): out of the gateway's rotation after %s", time.Since(start).Round(time.Millisecond))
 	if ex := explain("b"); ex.Reasons[0].Code != health.ReasonProbeFailing || !strings.Contains(ex.Reasons[0].Evidence.Detail, "2 consecutive") {
 		t.Errorf("b's reasons: %+v", ex.Reasons)
@@ -166,7 +166,7 @@ func TestEligibilityEndToEnd(t *testing.T) {
 	members["c"].srv.Close() // refused from now on
 	waitFor(t, "c leaves at its first refused probe", func() bool {
 		ex := explain("c")
-		return ex.State == health.StateWithdrawn && len(ex.Reasons) > 0 && ex.Reasons[0].Code == health.ReasonProbeRefused
+		return ex.State == apiv1.EligibilityWithdrawn && len(ex.Reasons) > 0 && ex.Reasons[0].Code == health.ReasonProbeRefused
 	})
 	t.Logf("refused connection: withdrawn after %s", time.Since(start).Round(time.Millisecond))
 	// the registry has withdrawn c; the gateway follows it a moment later (a long poll away)
@@ -186,8 +186,8 @@ func TestEligibilityEndToEnd(t *testing.T) {
 	}
 
 	members["b"].failing.Store(false)
-	waitFor(t, "b re-enters through slow start", func() bool { return explain("b").State == health.StateSlowStart })
-	waitFor(t, "b serving again", func() bool { return explain("b").State == health.StateServing })
+	waitFor(t, "b re-enters through slow start", func() bool { return explain("b").State == apiv1.EligibilitySlowStart })
+	waitFor(t, "b serving again", func() bool { return explain("b").State == apiv1.EligibilityServing })
 	var path []string
 	for _, tr := range explain("b").Transitions {
 		path = append(path, tr.To)

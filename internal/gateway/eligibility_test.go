@@ -99,10 +99,10 @@ func TestGatewayReportsOutcomes(t *testing.T) {
 		t.Fatalf("spread %v, want 20 to good", got)
 	}
 	e.gw.ReportOutcomes(context.Background())
-	if ex, err := e.reg.Registry.Explain("bad"); err != nil || ex.State != health.StateWithdrawn || ex.Reasons[0].Code != health.ReasonOutlierErrorRate {
+	if ex, err := e.reg.Registry.Explain("bad"); err != nil || ex.State != apiv1.EligibilityWithdrawn || ex.Reasons[0].Code != health.ReasonOutlierErrorRate {
 		t.Fatalf("after a window of 20 errors in 20: %+v %v, want withdrawn by OUTLIER_ERROR_RATE", ex, err)
 	}
-	if ex, _ := e.reg.Registry.Explain("good"); ex.State == health.StateWithdrawn {
+	if ex, _ := e.reg.Registry.Explain("good"); ex.State == apiv1.EligibilityWithdrawn {
 		t.Fatalf("the good instance was ejected: %+v", ex)
 	}
 	e.caughtUp(t)

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sort"
 	"time"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
 )
 
 // Config holds the settings of ELIGIBILITY.md; zero fields take the defaults.
@@ -89,18 +91,6 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// States of a verdict.
-const (
-	StateUnknown     = "unknown"
-	StateSlowStart   = "slow_start"
-	StateServing     = "serving"
-	StateDegraded    = "degraded"
-	StateWithdrawn   = "withdrawn"
-	StateQuarantined = "quarantined"
-	StateDraining    = "draining"
-	StateAbsent      = "absent"
-)
-
 // Reason codes.
 const (
 	ReasonAdmitting            = "ADMITTING"
@@ -163,7 +153,7 @@ type Verdict struct {
 
 // InRotation reports whether the verdict puts the instance in rotation.
 func (v Verdict) InRotation() bool {
-	return v.State == StateSlowStart || v.State == StateServing || v.State == StateDegraded
+	return apiv1.InRotation(v.State)
 }
 
 // instance is the engine's record of one instance.
@@ -273,9 +263,9 @@ func (e *Engine) Adopt(id, state string, since time.Time) {
 		return
 	}
 	switch state {
-	case StateSlowStart:
+	case apiv1.EligibilitySlowStart:
 		in.admitted, in.rotationSince = true, since
-	case StateServing, StateDegraded:
+	case apiv1.EligibilityServing, apiv1.EligibilityDegraded:
 		in.admitted, in.rotationSince = true, since.Add(-e.cfg.SlowStart)
 	}
 }
@@ -541,29 +531,29 @@ func (e *Engine) verdictOf(in *instance, now time.Time) Verdict {
 		e.advance(in, now)
 	}
 	if in == nil || !in.present {
-		return Verdict{State: StateAbsent, Reasons: []string{}}
+		return Verdict{State: apiv1.EligibilityAbsent, Reasons: []string{}}
 	}
 	switch {
 	case in.draining:
-		return Verdict{State: StateDraining, Reasons: []string{ReasonDraining}}
+		return Verdict{State: apiv1.EligibilityDraining, Reasons: []string{ReasonDraining}}
 	case in.quarantined(now):
-		return Verdict{State: StateQuarantined, Reasons: []string{ReasonFlapping}}
+		return Verdict{State: apiv1.EligibilityQuarantined, Reasons: []string{ReasonFlapping}}
 	case !in.admitted:
-		return Verdict{State: StateUnknown, Reasons: []string{ReasonAdmitting}}
+		return Verdict{State: apiv1.EligibilityUnknown, Reasons: []string{ReasonAdmitting}}
 	case len(in.causes) > 0:
 		reasons := make([]string, 0, len(in.causes))
 		for c := range in.causes {
 			reasons = append(reasons, c)
 		}
 		sort.Strings(reasons)
-		return Verdict{State: StateWithdrawn, Reasons: reasons}
+		return Verdict{State: apiv1.EligibilityWithdrawn, Reasons: reasons}
 	}
-	v := Verdict{State: StateServing, Weight: 100, Reasons: []string{}}
+	v := Verdict{State: apiv1.EligibilityServing, Weight: 100, Reasons: []string{}}
 	if elapsed := now.Sub(in.rotationSince); elapsed < e.cfg.SlowStart {
-		v = Verdict{State: StateSlowStart, Weight: 10 + int(90*elapsed/e.cfg.SlowStart), Reasons: []string{ReasonSlowStart}}
+		v = Verdict{State: apiv1.EligibilitySlowStart, Weight: 10 + int(90*elapsed/e.cfg.SlowStart), Reasons: []string{ReasonSlowStart}}
 	}
 	if in.degraded {
-		v.State, v.Weight, v.Reasons = StateDegraded, min(v.Weight, e.cfg.DegradedWeight), []string{ReasonSelfReportedDegraded}
+		v.State, v.Weight, v.Reasons = apiv1.EligibilityDegraded, min(v.Weight, e.cfg.DegradedWeight), []string{ReasonSelfReportedDegraded}
 	}
 	if e.silent(in, now) {
 		v.Reasons = append(v.Reasons, ReasonSilent)
@@ -655,7 +645,7 @@ func (e *Engine) Group(capability, zone string, now time.Time) GroupAnswer {
 			continue
 		}
 		v := e.Verdict(id, now)
-		if v.State == StateAbsent || v.State == StateDraining {
+		if v.State == apiv1.EligibilityAbsent || v.State == apiv1.EligibilityDraining {
 			continue
 		}
 		members = append(members, id)

@@ -4,10 +4,12 @@ import (
 	"fmt"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
 )
 
 // states lists every state, for the per-state gauge.
-var states = []string{StateUnknown, StateSlowStart, StateServing, StateDegraded, StateWithdrawn, StateQuarantined, StateDraining, StateAbsent}
+var states = []string{apiv1.EligibilityUnknown, apiv1.EligibilitySlowStart, apiv1.EligibilityServing, apiv1.EligibilityDegraded, apiv1.EligibilityWithdrawn, apiv1.EligibilityQuarantined, apiv1.EligibilityDraining, apiv1.EligibilityAbsent}
 
 type monitorMetrics struct {
 	transitions *prometheus.CounterVec
@@ -72,7 +74,7 @@ func (mm *monitorMetrics) transition(t Transition) {
 		reason = t.Reasons[0]
 	}
 	mm.transitions.WithLabelValues(t.To, reason).Inc()
-	if t.To == StateQuarantined {
+	if t.To == apiv1.EligibilityQuarantined {
 		mm.quarantines.Inc()
 	}
 }

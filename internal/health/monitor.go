@@ -127,10 +127,10 @@ type group struct {
 
 // tally returns what a state adds to a group's counters.
 func tally(state string) (member, inRotation int) {
-	switch state {
-	case StateAbsent, StateDraining, "":
+	switch {
+	case state == apiv1.EligibilityAbsent || state == apiv1.EligibilityDraining || state == "":
 		return 0, 0
-	case StateSlowStart, StateServing, StateDegraded:
+	case apiv1.InRotation(state):
 		return 1, 1
 	default:
 		return 1, 0
@@ -216,7 +216,7 @@ func (m *Monitor) register(in Instance, gen int64, at time.Time) {
 		m.release(v)
 		v.generation = gen
 	} else {
-		v = &view{generation: gen, verdict: Verdict{State: StateAbsent}, since: at, counted: StateAbsent}
+		v = &view{generation: gen, verdict: Verdict{State: apiv1.EligibilityAbsent}, since: at, counted: apiv1.EligibilityAbsent}
 		m.views[in.ID] = v
 	}
 	m.engine.Declare(in)
@@ -249,7 +249,7 @@ func (m *Monitor) release(v *view) {
 
 // ungroup takes v out of its groups' counters (they count it as absent from now on).
 func (m *Monitor) ungroup(v *view) {
-	m.recount(v, StateAbsent)
+	m.recount(v, apiv1.EligibilityAbsent)
 }
 
 // recount moves v's contribution to its groups' counters to state and reports whether
@@ -439,7 +439,7 @@ func (m *Monitor) refreshVerdict(id string, v *view, now time.Time) bool {
 	if f := v.followed; m.following && f != nil && f.Generation == v.generation {
 		nv = m.followedVerdict(f, now)
 		v.nextDue = never
-		if nv.State == StateSlowStart {
+		if nv.State == apiv1.EligibilitySlowStart {
 			v.nextDue = now // the weight ramps: every sweep
 		}
 	} else {
@@ -636,18 +636,18 @@ type Followed struct {
 func (m *Monitor) followedVerdict(f *Followed, now time.Time) Verdict {
 	v := Verdict{State: f.State, Reasons: f.Reasons}
 	switch f.State {
-	case StateServing:
+	case apiv1.EligibilityServing:
 		v.Weight = 100
-	case StateDegraded:
+	case apiv1.EligibilityDegraded:
 		v.Weight = m.cfg.Engine.DegradedWeight
-	case StateSlowStart:
+	case apiv1.EligibilitySlowStart:
 		if elapsed := now.Sub(f.Since); elapsed < m.cfg.Engine.SlowStart {
 			v.Weight = 10 + int(90*elapsed/m.cfg.Engine.SlowStart)
 			if f.Weight > 0 {
 				v.Weight = f.Weight // the elected replica's step: every replica answers alike
 			}
 		} else {
-			v = Verdict{State: StateServing, Weight: 100, Reasons: []string{}}
+			v = Verdict{State: apiv1.EligibilityServing, Weight: 100, Reasons: []string{}}
 		}
 	}
 	if v.Reasons == nil {
@@ -716,7 +716,7 @@ func (m *Monitor) Judged(id string) (state string, weight int, since time.Time, 
 		return "", 0, time.Time{}, nil, false
 	}
 	weight = v.verdict.Weight
-	if v.verdict.State == StateSlowStart {
+	if v.verdict.State == apiv1.EligibilitySlowStart {
 		weight = max(10, weightStep(weight)*10)
 	}
 	return v.verdict.State, weight, v.since.UTC(), v.verdict.Reasons, true

@@ -14,6 +14,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
 )
 
 var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
@@ -40,12 +42,12 @@ func TestMonitorPublishesVerdictsAndWakesWatchers(t *testing.T) {
 	default:
 		t.Fatal("a registration did not wake the watchers")
 	}
-	if st, w, ok := m.Verdict("a"); !ok || st != StateUnknown || w != 0 {
+	if st, w, ok := m.Verdict("a"); !ok || st != apiv1.EligibilityUnknown || w != 0 {
 		t.Fatalf("after registration: %s %d %v, want unknown 0", st, w, ok)
 	}
 	m.Observe(probeEv("a", ProbeOK, t0.Add(time.Second)))
 	m.Observe(probeEv("a", ProbeOK, t0.Add(2*time.Second)))
-	if st, w, _ := m.Verdict("a"); st != StateSlowStart || w != 10 {
+	if st, w, _ := m.Verdict("a"); st != apiv1.EligibilitySlowStart || w != 10 {
 		t.Fatalf("after two ok probes: %s %d, want slow_start 10", st, w)
 	}
 	m.Sync(t0.Add(7*time.Second), Members{{Instance: Instance{ID: "a", Zone: "z", Capabilities: []string{"c.x"}, Probe: true},
@@ -61,7 +63,7 @@ func TestMonitorPublishesVerdictsAndWakesWatchers(t *testing.T) {
 	if !ok {
 		t.Fatal("no explanation")
 	}
-	if ex.State != StateWithdrawn || len(ex.Reasons) != 1 || ex.Reasons[0].Code != ReasonProbeRefused || !ex.Reasons[0].Evidence.At.Equal(t0.Add(8*time.Second)) {
+	if ex.State != apiv1.EligibilityWithdrawn || len(ex.Reasons) != 1 || ex.Reasons[0].Code != ReasonProbeRefused || !ex.Reasons[0].Evidence.At.Equal(t0.Add(8*time.Second)) {
 		t.Fatalf("explanation %+v, want withdrawn by PROBE_REFUSED at 8 s", ex)
 	}
 	var path []string
@@ -119,13 +121,13 @@ func TestMonitorSyncDeclaresRenewsAndForgets(t *testing.T) {
 	m := newTestMonitor(t, nil, nil)
 	in := Instance{ID: "x", Zone: "z", Capabilities: []string{"c.x"}}
 	m.Sync(t0, Members{{Instance: in, Generation: 3, RegisteredAt: t0, LastRenewal: t0}})
-	if st, _, ok := m.Verdict("x"); !ok || st != StateSlowStart {
+	if st, _, ok := m.Verdict("x"); !ok || st != apiv1.EligibilitySlowStart {
 		t.Fatalf("an instance seen only through Sync: %s %v, want slow_start", st, ok)
 	}
 	// renewed elsewhere (another replica): not silent, not evicted past the first lease
 	m.Sync(t0.Add(80*time.Second), Members{{Instance: in, Generation: 3, RegisteredAt: t0, LastRenewal: t0.Add(75 * time.Second)}})
 	m.Sync(t0.Add(100*time.Second), Members{{Instance: in, Generation: 3, RegisteredAt: t0, LastRenewal: t0.Add(75 * time.Second)}})
-	if st, _, _ := m.Verdict("x"); st != StateServing {
+	if st, _, _ := m.Verdict("x"); st != apiv1.EligibilityServing {
 		t.Fatalf("renewed through Sync: %s, want serving", st)
 	}
 	m.Sync(t0.Add(101*time.Second), Members{})
@@ -157,7 +159,7 @@ meshflows_eligibility_self_preservation 0
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "meshflows_eligibility_instances", "meshflows_eligibility_self_preservation"); err != nil {
 		t.Error(err)
 	}
-	if n := testutil.ToFloat64(m.metrics.transitions.WithLabelValues(StateSlowStart, ReasonSlowStart)); n != 1 {
+	if n := testutil.ToFloat64(m.metrics.transitions.WithLabelValues(apiv1.EligibilitySlowStart, ReasonSlowStart)); n != 1 {
 		t.Errorf("transitions into slow_start: %v, want 1", n)
 	}
 	m.Register(Instance{ID: "c", Zone: "z", Capabilities: []string{"c.x"}}, 1, t0)

@@ -38,7 +38,7 @@ func (m *Monitor) sample(now time.Time) {
 	if len(m.panics) > 0 {
 		awaiting = map[groupKey]int{}
 		for _, v := range m.views {
-			if in := v.in; in != nil && in.Probe && !in.admitted && in.lastProbe.At.IsZero() && v.verdict.State == StateUnknown &&
+			if in := v.in; in != nil && in.Probe && !in.admitted && in.lastProbe.At.IsZero() && v.verdict.State == apiv1.EligibilityUnknown &&
 				now.Sub(in.registeredAt) < firstProbeGrace {
 				for _, k := range v.keys {
 					if m.panics[k] {

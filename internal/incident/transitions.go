@@ -15,10 +15,10 @@ import (
 func FromTransitions(l *Log, owner func(instanceID string) string) func(health.Transition) {
 	return func(t health.Transition) {
 		switch {
-		case t.To == health.StateQuarantined:
+		case t.To == apiv1.EligibilityQuarantined:
 			l.Raise(apiv1.IncidentQuarantine, t.InstanceID, owner(t.InstanceID),
 				fmt.Sprintf("%s is quarantined for flapping: it left rotation too often within the flap window", t.InstanceID))
-		case t.From == health.StateQuarantined:
+		case t.From == apiv1.EligibilityQuarantined:
 			l.Clear(apiv1.IncidentQuarantine, t.InstanceID)
 		case t.To == health.TransitionPanicSustained && len(t.Reasons) == 2:
 			l.Raise(apiv1.IncidentPanic, t.Reasons[0]+"/"+t.Reasons[1],

@@ -2,7 +2,6 @@ package orchestrator
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -64,9 +63,7 @@ const (
 // candidate is an instance a step may be sent to.
 type candidate struct {
 	instance, endpoint string
-	priority           int64
-	version            *semver.Version
-	generation         int64
+	rank               apiv1.Rank
 }
 
 // execute runs w's steps in order with input.
@@ -215,7 +212,8 @@ func (o *Orchestrator) candidates(ctx context.Context, st *workflow.Step) ([]can
 				continue // out of rotation, in a pool with enough in rotation
 			}
 			v, _ := semver.NewVersion(e.CapabilityVersion)
-			out = append(out, candidate{instance: e.InstanceID, endpoint: e.Endpoint, priority: priority(e.Metadata), version: v, generation: e.Generation})
+			p, _ := apiv1.Priority(e.Metadata)
+			out = append(out, candidate{instance: e.InstanceID, endpoint: e.Endpoint, rank: apiv1.Rank{Priority: p, Version: v, Generation: e.Generation}})
 		}
 	case errors.As(err, &ue) && ue.State == discovery.StateUninitialized && len(o.cfg.Static) > 0:
 		for i, s := range o.cfg.Static {
@@ -223,7 +221,8 @@ func (o *Orchestrator) candidates(ctx context.Context, st *workflow.Step) ([]can
 			if s.CapabilityID != st.Capability.ID || (st.Capability.Provider != "" && s.Provider != st.Capability.Provider) || verr != nil || !cons.Check(v) {
 				continue
 			}
-			out = append(out, candidate{instance: "static-" + strconv.Itoa(i), endpoint: s.Endpoint, priority: priority(s.Metadata), version: v, generation: int64(i)})
+			p, _ := apiv1.Priority(s.Metadata)
+			out = append(out, candidate{instance: "static-" + strconv.Itoa(i), endpoint: s.Endpoint, rank: apiv1.Rank{Priority: p, Version: v, Generation: int64(i)}})
 		}
 	default:
 		return nil, apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable, "step %s: discovery unavailable: %v", st.ID, err)
@@ -232,22 +231,6 @@ func (o *Orchestrator) candidates(ctx context.Context, st *workflow.Step) ([]can
 		return nil, apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable, "step %s: no instance offers %s %s %s",
 			st.ID, st.Capability.Provider, st.Capability.ID, st.Capability.Constraint)
 	}
-	slices.SortStableFunc(out, func(a, b candidate) int {
-		if c := cmp.Compare(b.priority, a.priority); c != 0 {
-			return c
-		}
-		if c := b.version.Compare(a.version); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.generation, b.generation)
-	})
+	slices.SortStableFunc(out, func(a, b candidate) int { return a.rank.Compare(b.rank) })
 	return out, nil
-}
-
-func priority(meta json.RawMessage) int64 {
-	var m struct {
-		Priority int64 `json:"priority"`
-	}
-	json.Unmarshal(meta, &m)
-	return m.Priority
 }

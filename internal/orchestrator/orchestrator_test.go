@@ -319,7 +319,7 @@ func TestPanicIsJudgedPerStep(t *testing.T) {
 		e.reg.Registry.ReportProbe(health.ProbeResult{Target: health.Target{ID: in.InstanceID, Generation: in.Generation}, At: e.reg.Clock.Now(), Result: health.ProbeOK})
 	}
 	rmqReg := e.rmq.Registration()
-	if ex, _ := e.reg.Registry.Explain(rmqReg.InstanceID); ex.State != health.StateUnknown {
+	if ex, _ := e.reg.Registry.Explain(rmqReg.InstanceID); ex.State != apiv1.EligibilityUnknown {
 		t.Fatalf("rabbitmq is %s, want unknown", ex.State)
 	}
 	if ex, _ := e.reg.Registry.Explain(jmsReg.InstanceID); !apiv1.InRotation(ex.State) {

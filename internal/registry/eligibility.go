@@ -134,11 +134,11 @@ func judgeChunkOf(m *health.Monitor, es, out []Entry, all bool) []Entry {
 				lastCap, lastZone, lastPanic, known = c, z, rd.Panic(c, z), true
 			}
 			if lastPanic {
-				if state == health.StateDraining || state == health.StateAbsent {
+				if state == apiv1.EligibilityDraining || state == apiv1.EligibilityAbsent {
 					continue
 				}
 				e.Weight, e.Panic = 100, true
-			} else if !apiv1.InRotation(state) && (!all || state == health.StateDraining || state == health.StateAbsent) {
+			} else if !apiv1.InRotation(state) && (!all || state == apiv1.EligibilityDraining || state == apiv1.EligibilityAbsent) {
 				continue
 			}
 			out = append(out, e)

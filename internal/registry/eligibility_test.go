@@ -84,7 +84,7 @@ func TestDiscoveryFollowsEligibility(t *testing.T) {
 		t.Fatalf("1 of 4 in rotation: want panic with all at 100 (-want +got):\n%s", diff)
 	}
 	ex, err := f.reg.Explain("a")
-	if err != nil || ex.State != health.StateWithdrawn || ex.Reasons[0].Code != health.ReasonSelfReportedFailing {
+	if err != nil || ex.State != apiv1.EligibilityWithdrawn || ex.Reasons[0].Code != health.ReasonSelfReportedFailing {
 		t.Fatalf("Explain(a) = %+v, %v", ex, err)
 	}
 	if _, err := f.reg.Explain("nope"); !errors.Is(err, registry.ErrInstanceNotFound) {
@@ -117,10 +117,10 @@ func TestOutcomesEjectAndAreFenced(t *testing.T) {
 		t.Errorf("accepted %d ignored %d, want 1 and 2", resp.Accepted, resp.Ignored)
 	}
 	ex, _ := f.reg.Explain("a")
-	if ex.State != health.StateWithdrawn || ex.Reasons[0].Code != health.ReasonOutlierErrorRate {
+	if ex.State != apiv1.EligibilityWithdrawn || ex.Reasons[0].Code != health.ReasonOutlierErrorRate {
 		t.Errorf("a after a window of 30 errors in 35: %+v", ex)
 	}
-	if ex, _ := f.reg.Explain("b"); ex.State == health.StateWithdrawn {
+	if ex, _ := f.reg.Explain("b"); ex.State == apiv1.EligibilityWithdrawn {
 		t.Error("an outcome for another generation ejected b")
 	}
 	if _, err := f.reg.Outcomes(context.Background(), &apiv1.OutcomesRequest{Outcomes: []apiv1.Outcome{{InstanceID: "a", Generation: 0, OK: -1}}}); err == nil {
@@ -173,7 +173,7 @@ func TestSelfPreservationStopsEviction(t *testing.T) {
 	if got := answer(f); len(got) != 20 {
 		t.Errorf("%d instances answered after recovery, want 20", len(got))
 	}
-	if ex, _ := f.reg.Explain(ids[0]); ex.State != health.StateServing {
+	if ex, _ := f.reg.Explain(ids[0]); ex.State != apiv1.EligibilityServing {
 		t.Errorf("%s after recovery: %s, want serving", ids[0], ex.State)
 	}
 }
@@ -210,7 +210,7 @@ func TestRestoredRevisionNeverGoesBack(t *testing.T) {
 	if rev := g.reg.State().Revision; rev < seen {
 		t.Errorf("restored registry answers revision %d, below the %d consumers saw", rev, seen)
 	}
-	if ex, err := g.reg.Explain("a"); err != nil || ex.State != health.StateSlowStart {
+	if ex, err := g.reg.Explain("a"); err != nil || ex.State != apiv1.EligibilitySlowStart {
 		t.Errorf("a restored instance after a sweep: %+v %v, want slow_start", ex, err)
 	}
 }

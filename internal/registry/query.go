@@ -229,7 +229,7 @@ func SortEntries(es []Entry) {
 	for _, e := range es[1:] {
 		c := e.Capability()
 		if c.CapabilityID != first.CapabilityID || c.Provider != first.Provider || c.Priority != first.Priority ||
-			compareVersions(c.Version, first.Version) != 0 {
+			apiv1.CompareVersions(c.Version, first.Version) != 0 {
 			uniform = false
 			break
 		}
@@ -249,29 +249,6 @@ func compareEntries(a, b Entry) int {
 	if c := strings.Compare(ca.Provider, cb.Provider); c != 0 {
 		return c
 	}
-	if c := cmp.Compare(cb.Priority, ca.Priority); c != 0 {
-		return c
-	}
-	if c := compareVersions(cb.Version, ca.Version); c != 0 {
-		return c
-	}
-	return cmp.Compare(a.Record.Generation, b.Record.Generation)
-}
-
-// compareVersions is semver precedence with a fast path: (*semver.Version).Compare costs
-// most of a sort, and only pre-releases need its full rules.
-func compareVersions(a, b *semver.Version) int {
-	if c := cmp.Compare(a.Major(), b.Major()); c != 0 {
-		return c
-	}
-	if c := cmp.Compare(a.Minor(), b.Minor()); c != 0 {
-		return c
-	}
-	if c := cmp.Compare(a.Patch(), b.Patch()); c != 0 {
-		return c
-	}
-	if a.Prerelease() == "" && b.Prerelease() == "" {
-		return 0
-	}
-	return a.Compare(b)
+	return apiv1.Rank{Priority: ca.Priority, Version: ca.Version, Generation: a.Record.Generation}.Compare(
+		apiv1.Rank{Priority: cb.Priority, Version: cb.Version, Generation: b.Record.Generation})
 }

@@ -120,20 +120,10 @@ func newCapability(c apiv1.Capability) Capability {
 	if !bytes.Contains(m, []byte(`"priority"`)) && !bytes.Contains(m, []byte(`"public_paths"`)) {
 		return out
 	}
-	var hints struct {
-		Priority    json.RawMessage `json:"priority"`
-		PublicPaths json.RawMessage `json:"public_paths"`
+	if bytes.Contains(m, []byte(`"priority"`)) {
+		out.Priority, _ = apiv1.Priority(m) // validated before: an integer or none
 	}
-	if json.Unmarshal(m, &hints) == nil {
-		var p int64
-		if json.Unmarshal(hints.Priority, &p) == nil {
-			out.Priority = p
-		}
-		var paths []string
-		if json.Unmarshal(hints.PublicPaths, &paths) == nil {
-			out.PublicPaths = paths
-		}
-	}
+	out.PublicPaths, _ = c.PublicPaths() // likewise (it looks for the key first)
 	return out
 }
 

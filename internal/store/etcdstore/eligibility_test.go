@@ -93,11 +93,11 @@ func TestVerdictsAreShared(t *testing.T) {
 		return ex.State
 	}
 	eventually(t, "both replicas admit it (only the elected one probes)", func() bool {
-		return state(leader) == health.StateServing && state(follower) == health.StateServing
+		return state(leader) == apiv1.EligibilityServing && state(follower) == apiv1.EligibilityServing
 	})
 	failing.Store(true)
 	eventually(t, "both replicas withdraw it", func() bool {
-		return state(leader) == health.StateWithdrawn && state(follower) == health.StateWithdrawn
+		return state(leader) == apiv1.EligibilityWithdrawn && state(follower) == apiv1.EligibilityWithdrawn
 	})
 	ex, _ := follower.Explain("jms-1")
 	if len(ex.Reasons) != 1 || ex.Reasons[0].Code != health.ReasonProbeFailing || !strings.Contains(ex.Reasons[0].Evidence.Detail, "elected replica") {
@@ -105,7 +105,7 @@ func TestVerdictsAreShared(t *testing.T) {
 	}
 	failing.Store(false)
 	eventually(t, "both replicas take it back through slow start", func() bool {
-		return state(leader) == health.StateServing && state(follower) == health.StateServing
+		return state(leader) == apiv1.EligibilityServing && state(follower) == apiv1.EligibilityServing
 	})
 
 	// Passive evidence reported to the replica that does not judge reaches the one that does.
@@ -123,6 +123,6 @@ func TestVerdictsAreShared(t *testing.T) {
 	}
 	eventually(t, "the elected replica ejects it and the follower follows", func() bool {
 		ex, _ := follower.Explain("jms-1")
-		return ex.State == health.StateWithdrawn && len(ex.Reasons) > 0 && ex.Reasons[0].Code == health.ReasonOutlierErrorRate
+		return ex.State == apiv1.EligibilityWithdrawn && len(ex.Reasons) > 0 && ex.Reasons[0].Code == health.ReasonOutlierErrorRate
 	})
 }

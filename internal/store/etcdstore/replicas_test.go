@@ -11,7 +11,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
-	"github.com/meshflows/meshflows/internal/health"
 	"github.com/meshflows/meshflows/internal/registry"
 )
 
@@ -62,7 +61,7 @@ func TestReplicasAgree(t *testing.T) {
 				return false
 			}
 			for _, e := range ans.Entries {
-				if e.Eligibility != health.StateServing {
+				if e.Eligibility != apiv1.EligibilityServing {
 					return false
 				}
 			}
@@ -84,7 +83,7 @@ func TestReplicasAgree(t *testing.T) {
 	eventually(t, "the new replica holds the fleet", func() bool { return len(c.Catalog().Instances) == n })
 	eventually(t, "the new replica has swept once", func() bool { _, err := c.Explain("jms-0"); return err == nil })
 	for i := range n {
-		if ex, err := c.Explain(fmt.Sprintf("jms-%d", i)); err != nil || ex.State != health.StateServing {
+		if ex, err := c.Explain(fmt.Sprintf("jms-%d", i)); err != nil || ex.State != apiv1.EligibilityServing {
 			t.Errorf("a replica started after the verdicts: jms-%d %s %v, want serving", i, ex.State, err)
 		}
 	}
