@@ -465,12 +465,15 @@ func buildEntries(slots []*slot) ([]*Entry, []Conflict, *node) {
 	return entries, conflicts, trie.root
 }
 
-// granted reports whether a route path (valid by the route rules) lies inside one of the
+// Granted reports whether a route path (valid by the route rules) lies inside one of the
 // prefixes a policy grants its service: "/" for every path, else a path of literal
 // segments, a trailing "/" ignored. A malformed prefix, or one with a parameter, grants
-// nothing. The test is on the text: the path's leading segments are the prefix's exactly
-// when the path starts with the prefix and goes on, if at all, with a "/".
-func granted(path string, prefixes []string) bool {
+// nothing. "/v2/assets" grants "/v2/assets", "/v2/assets/{id}" and "/v2/assets/{rest...}",
+// not "/v2/assetsx", "/v2/{kind}/x" or "/v2/{rest...}" (PATH_NOT_AUTHORIZED). It is the one
+// rule: the gateway's derivation and the registry's RBAC both ask it. The test is on the
+// text: the path's leading segments are the prefix's exactly when the path starts with the
+// prefix and goes on, if at all, with a "/".
+func Granted(path string, prefixes []string) bool {
 	for _, pre := range prefixes {
 		if pre == "/" {
 			return true
@@ -513,7 +516,7 @@ func claimsOf(m *apiv1.Manifest, mi ManifestInput, prefixes []string, seed mapha
 	*o = origin{service: m.Service.Name, version: m.Service.Version, instance: m.Service.Instance, endpoint: mi.Endpoint, generation: mi.Generation}
 	out := an.claims.take(len(m.Routes))[:0]
 	for i, r := range m.Routes {
-		if !granted(r.Path, prefixes) {
+		if !Granted(r.Path, prefixes) {
 			return nil, reject(apiv1.CodePathNotAuthorized, fmt.Sprintf("path %q is outside every prefix granted to %q", r.Path, m.Service.Name))
 		}
 		c := claim{key: infos[i].Key, hash: maphash.String(seed, infos[i].Key), pattern: r.Path, segs: infos[i].Segments, weight: r.WeightOr(100), origin: o}
@@ -541,7 +544,7 @@ func aliasClaim(a Alias, prefixes []string, seed maphash.Seed) (*claim, *Rejecte
 		return reject(apiv1.CodeInvalidRoute, "%v", err)
 	case verr != nil:
 		return reject(apiv1.CodeInvalidService, "service version %q is not a semantic version", a.Version)
-	case !granted(a.Path, prefixes):
+	case !Granted(a.Path, prefixes):
 		return reject(apiv1.CodePathNotAuthorized, "outside the prefixes granted to service %q (%s)", a.Service, strings.Join(prefixes, ", "))
 	}
 	key := apiv1.PathKey(segs)

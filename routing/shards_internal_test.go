@@ -77,8 +77,8 @@ func FuzzGranted(f *testing.F) {
 		if err != nil {
 			return // granted is asked only about valid route paths
 		}
-		if got, want := granted(path, []string{prefix}), grantedReference(segs, prefix); got != want {
-			t.Fatalf("granted(%q, %q) = %v, the segment test says %v", path, prefix, got, want)
+		if got, want := Granted(path, []string{prefix}), grantedReference(segs, prefix); got != want {
+			t.Fatalf("Granted(%q, %q) = %v, the segment test says %v", path, prefix, got, want)
 		}
 	})
 }

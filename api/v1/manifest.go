@@ -516,23 +516,3 @@ func dotIdentifiers(s string, prerelease bool) bool {
 	}
 }
 
-// PathWithin reports whether a route path (parsed) stays inside prefix: every request path
-// it can match starts with prefix on a segment boundary. The prefix's segments must all be
-// literals and equal the path's first segments; "/" grants everything. "/v2/assets" grants
-// "/v2/assets", "/v2/assets/{id}" and "/v2/assets/{rest...}", but not "/v2/assetsx",
-// "/v2/{kind}/x" or "/v2/{rest...}" (conformance/README.md, PATH_NOT_AUTHORIZED).
-func PathWithin(segs []Segment, prefix string) bool {
-	if prefix == "/" {
-		return true
-	}
-	psegs, err := ParsePath(strings.TrimSuffix(prefix, "/"))
-	if err != nil || len(psegs) > len(segs) {
-		return false
-	}
-	for i, p := range psegs {
-		if p.Kind != Literal || segs[i].Kind != Literal || segs[i].Value != p.Value {
-			return false
-		}
-	}
-	return true
-}

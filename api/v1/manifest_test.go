@@ -118,33 +118,3 @@ func TestNumberRoundTrip(t *testing.T) {
 	}
 }
 
-func TestPathWithin(t *testing.T) {
-	tests := []struct {
-		path, prefix string
-		want         bool
-	}{
-		{"/v2/assets", "/v2/assets", true},
-		{"/v2/assets/{id}", "/v2/assets", true},
-		{"/v2/assets/{rest...}", "/v2/assets", true},
-		{"/v2/assets/{id}", "/v2/assets/", true},
-		{"/v2/assetsx", "/v2/assets", false},
-		{"/v2/{kind}/x", "/v2/assets", false},
-		{"/v2/{rest...}", "/v2/assets", false},
-		{"/v2", "/v2/assets", false},
-		{"/admin/users", "/", true},
-		{"/{rest...}", "/", true},
-		{"/admin/users", "/api/messaging/jms", false},
-		{"/api/messaging/jms/publish", "/api/messaging/jms", true},
-		{"/api/messaging/jms/publish", "/api/{x}", false},
-		{"/api/messaging/jms/publish", "api", false},
-	}
-	for _, tt := range tests {
-		segs, err := apiv1.ParsePath(tt.path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := apiv1.PathWithin(segs, tt.prefix); got != tt.want {
-			t.Errorf("PathWithin(%q, %q) = %v, want %v", tt.path, tt.prefix, got, tt.want)
-		}
-	}
-}

@@ -19,6 +19,7 @@ import (
 	"github.com/goccy/go-yaml"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/routing"
 )
 
 // Role is what a role allows.
@@ -260,11 +261,8 @@ func (p *Policy) CanRegister(identity string, req *apiv1.RegisterRequest) error 
 		}
 	}
 	prefixes := p.PathPrefixes(identity)
-	within := func(path string) bool {
-		segs, err := apiv1.ParsePath(path)
-		return err != nil || // shape errors are INVALID_REQUEST, reported by validation
-			slices.ContainsFunc(prefixes, func(pre string) bool { return apiv1.PathWithin(segs, pre) })
-	}
+	// The gateway's own rule, on the text of a path the request's validation accepted.
+	within := func(path string) bool { return routing.Granted(path, prefixes) }
 	for i, c := range req.Capabilities {
 		// A public path is a route like a manifest's: the same prefix rule (a provider could
 		// otherwise publish /admin, or another service's path, as its own).
@@ -278,11 +276,7 @@ func (p *Policy) CanRegister(identity string, req *apiv1.RegisterRequest) error 
 	}
 	if req.Manifest != nil {
 		for i, rt := range req.Manifest.Routes {
-			segs, err := apiv1.ParsePath(rt.Path)
-			if err != nil {
-				continue // shape errors are INVALID_REQUEST, reported by validation
-			}
-			if !slices.ContainsFunc(prefixes, func(pre string) bool { return apiv1.PathWithin(segs, pre) }) {
+			if !within(rt.Path) {
 				ds = append(ds, apiv1.Detail{Path: fmt.Sprintf("manifest.routes[%d].path", i),
 					Message: fmt.Sprintf("path %q is outside every path prefix of identity %q (%s)", rt.Path, identity, strings.Join(prefixes, ", "))})
 			}
