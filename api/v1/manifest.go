@@ -515,4 +515,3 @@ func dotIdentifiers(s string, prerelease bool) bool {
 		s = rest
 	}
 }
-

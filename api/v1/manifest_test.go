@@ -117,4 +117,3 @@ func TestNumberRoundTrip(t *testing.T) {
 		}
 	}
 }
-
