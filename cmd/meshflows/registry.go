@@ -145,13 +145,6 @@ unless --insecure says that running open is intended.`,
 	return cmd
 }
 
-// externalLeases reports whether the store expires leases itself, renewed through any
-// replica (etcd): the eligibility engine then leaves leases and self-preservation to it.
-func externalLeases(s registry.Store) bool {
-	e, ok := s.(interface{ ExpiresLeases() bool })
-	return ok && e.ExpiresLeases()
-}
-
 // startRegistry builds the registry on a memory store and starts its loops and its HTTP
 // server on ln in g; they stop when ctx ends.
 func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln net.Listener, logger *slog.Logger) error {
@@ -188,7 +181,7 @@ func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln 
 		owner := func(id string) string { return reg.Owner(id) } // called only once reg serves
 		monitor, err = health.NewMonitor(health.MonitorConfig{Logger: logger, Registerer: promReg,
 			OnTransition: incident.FromTransitions(incidents, owner), Engine: health.Config{
-				ExternalLeases: externalLeases(store),
+				ExternalLeases: registry.ExpiresLeases(store),
 				LeaseTTL:       f.leaseTTL, HeartbeatInterval: f.heartbeatInterval, SlowStart: f.eligibility.slowStart, PanicThreshold: f.eligibility.panicThreshold}})
 		if err != nil {
 			return err

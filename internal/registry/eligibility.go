@@ -276,7 +276,7 @@ func (r *Registry) ReportProbe(res health.ProbeResult) {
 // Leader reports whether this replica is the one that runs fleet-wide work (probes,
 // snapshots): always with the memory store, the elected replica with etcd.
 func (r *Registry) Leader() bool {
-	if l, ok := r.store.(interface{ Leader() bool }); ok {
+	if l, ok := r.store.(LeaderElector); ok {
 		return l.Leader()
 	}
 	return true

@@ -436,7 +436,7 @@ func (r *Registry) Sweep(ctx context.Context) (int, error) {
 // every SnapshotInterval, until ctx ends. Errors of one round are logged, not fatal.
 func (r *Registry) Run(ctx context.Context) error {
 	// A store with work of its own (the etcd store's watch and election) runs beside.
-	if sr, ok := r.store.(interface{ Run(context.Context) error }); ok {
+	if sr, ok := r.store.(Runner); ok {
 		ctx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() { done <- sr.Run(ctx) }()

@@ -38,6 +38,31 @@ type Pinger interface {
 	Ping(ctx context.Context) error
 }
 
+// Runner is a Store with work of its own (the etcd store's watch, election and lease
+// keep-alives): Registry.Run runs it beside its own loop and stops it when it returns.
+type Runner interface {
+	Run(ctx context.Context) error
+}
+
+// LeaderElector is a Store whose replicas elect one to do fleet-wide work (active probes,
+// snapshots). Leader reports whether this replica is it; a Store without it is always the
+// leader (one process).
+type LeaderElector interface {
+	Leader() bool
+}
+
+// LeaseExpirer is a Store that expires leases itself, renewed through any replica (etcd
+// leases): the eligibility engine then leaves leases and self-preservation to the store.
+type LeaseExpirer interface {
+	ExpiresLeases() bool
+}
+
+// ExpiresLeases reports whether s expires leases itself (a LeaseExpirer that says so).
+func ExpiresLeases(s Store) bool {
+	e, ok := s.(LeaseExpirer)
+	return ok && e.ExpiresLeases()
+}
+
 // RemovalNotifier is a Store that other replicas change (etcd): it calls the function given
 // to OnRemoved for every instance another replica removed (deregistered, or whose lease
 // ended), before the removal is visible in its view, so that the registry's warm-up answers

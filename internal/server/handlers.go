@@ -213,13 +213,8 @@ func (s *Server) healthz(_ http.ResponseWriter, _ *http.Request) (any, error) {
 	return map[string]string{"status": "ok"}, nil
 }
 
-// pinger is a Store that can tell whether it is reachable.
-type pinger interface {
-	Ping(ctx context.Context) error
-}
-
 func (s *Server) readyz(_ http.ResponseWriter, r *http.Request) (any, error) {
-	if p, ok := s.reg.Store().(pinger); ok {
+	if p, ok := s.reg.Store().(registry.Pinger); ok {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()
 		if err := p.Ping(ctx); err != nil {

@@ -19,10 +19,20 @@ import (
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/internal/registry"
-	"github.com/meshflows/meshflows/internal/store/memstore"
+	"github.com/meshflows/meshflows/internal/store/storeindex"
 )
 
-var _ registry.Store = (*Store)(nil)
+// The optional capabilities the registry looks for, asserted here so that a renamed method
+// fails the build instead of silently turning the capability off.
+var (
+	_ registry.Store           = (*Store)(nil)
+	_ registry.Runner          = (*Store)(nil)
+	_ registry.LeaderElector   = (*Store)(nil)
+	_ registry.LeaseExpirer    = (*Store)(nil)
+	_ registry.Pinger          = (*Store)(nil)
+	_ registry.RemovalNotifier = (*Store)(nil)
+	_ registry.VerdictSharer   = (*Store)(nil)
+)
 
 // tombstone is written over an instance key by a deregistration just before its lease is
 // revoked, so that watchers tell a deregistration from a lease expiry.
@@ -44,7 +54,7 @@ type Config struct {
 // Store is the etcd registry.Store.
 type Store struct {
 	cfg   Config
-	index *memstore.Index
+	index *storeindex.Index
 	epoch registry.Epoch
 
 	leases  sync.Map // instance id -> clientv3.LeaseID
@@ -104,7 +114,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	s := &Store{cfg: cfg, index: memstore.NewIndex(), health: map[string]string{}, verdicts: map[string]registry.SharedVerdict{},
+	s := &Store{cfg: cfg, index: storeindex.NewIndex(), health: map[string]string{}, verdicts: map[string]registry.SharedVerdict{},
 		acks: map[string]gatewayAck{}}
 	if s.cfg.ReplicaID == "" {
 		s.cfg.ReplicaID = cfg.Now().UTC().Format(time.RFC3339Nano)

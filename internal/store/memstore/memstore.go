@@ -7,13 +7,14 @@ import (
 	"time"
 
 	"github.com/meshflows/meshflows/internal/registry"
+	"github.com/meshflows/meshflows/internal/store/storeindex"
 )
 
 var _ registry.Store = (*Store)(nil)
 
-// Store is the in-memory registry.Store: an Index, a generation counter and an epoch.
+// Store is the in-memory registry.Store: a storeindex.Index, a generation counter and an epoch.
 type Store struct {
-	*Index
+	*storeindex.Index
 	mu         sync.Mutex // serialises writes: generation assignment and index update together
 	epoch      registry.Epoch
 	generation int64
@@ -25,7 +26,7 @@ func New(now func() time.Time) *Store {
 		now = time.Now
 	}
 	t := now().UTC()
-	return &Store{Index: NewIndex(), epoch: registry.Epoch{ID: t.Format(time.RFC3339Nano), Start: t, WarmUp: true}}
+	return &Store{Index: storeindex.NewIndex(), epoch: registry.Epoch{ID: t.Format(time.RFC3339Nano), Start: t, WarmUp: true}}
 }
 
 // Name implements registry.Store.

@@ -1,4 +1,4 @@
-package memstore
+package storeindex
 
 import (
 	"sync"
