@@ -7,9 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/httpapi"
 )
 
 // MaxCapabilityBody limits the bodies of validate and invoke requests.
@@ -42,17 +42,17 @@ func NewHandler(caps ...Capability) http.Handler {
 	mux.HandleFunc("POST /v1/capabilities/{capability_id}/validate", func(w http.ResponseWriter, r *http.Request) {
 		c, ok := byID[r.PathValue("capability_id")]
 		if !ok || c.Validate == nil {
-			writeError(w, apiv1.Errorf(http.StatusNotFound, apiv1.CodeNotFound, "capability %q has no validate endpoint here", r.PathValue("capability_id")))
+			httpapi.WriteError(w, apiv1.Errorf(http.StatusNotFound, apiv1.CodeNotFound, "capability %q has no validate endpoint here", r.PathValue("capability_id")))
 			return
 		}
 		var req apiv1.ValidateRequest
 		if err := decode(w, r, &req); err != nil {
-			writeError(w, err)
+			httpapi.WriteError(w, err)
 			return
 		}
 		diags, err := c.Validate(r.Context(), &req)
 		if err != nil {
-			writeError(w, err)
+			httpapi.WriteError(w, err)
 			return
 		}
 		resp := apiv1.ValidateResponse{Valid: true, Diagnostics: []apiv1.Diagnostic{}}
@@ -62,33 +62,33 @@ func NewHandler(caps ...Capability) http.Handler {
 			}
 			resp.Diagnostics = append(resp.Diagnostics, d)
 		}
-		writeJSON(w, http.StatusOK, resp)
+		httpapi.WriteJSON(w, http.StatusOK, resp)
 	})
 	mux.HandleFunc("POST /v1/capabilities/{capability_id}/invoke", func(w http.ResponseWriter, r *http.Request) {
 		c, ok := byID[r.PathValue("capability_id")]
 		if !ok || c.Invoke == nil {
-			writeError(w, apiv1.Errorf(http.StatusNotFound, apiv1.CodeNotFound, "capability %q has no invoke endpoint here", r.PathValue("capability_id")))
+			httpapi.WriteError(w, apiv1.Errorf(http.StatusNotFound, apiv1.CodeNotFound, "capability %q has no invoke endpoint here", r.PathValue("capability_id")))
 			return
 		}
 		var req apiv1.InvokeRequest
 		if err := decode(w, r, &req); err != nil {
-			writeError(w, err)
+			httpapi.WriteError(w, err)
 			return
 		}
 		out, err := c.Invoke(r.Context(), &req)
 		if err != nil {
-			writeError(w, err)
+			httpapi.WriteError(w, err)
 			return
 		}
 		raw, err := json.Marshal(out)
 		if err != nil {
-			writeError(w, fmt.Errorf("encode output: %w", err))
+			httpapi.WriteError(w, fmt.Errorf("encode output: %w", err))
 			return
 		}
-		writeJSON(w, http.StatusOK, apiv1.InvokeResponse{Output: raw})
+		httpapi.WriteJSON(w, http.StatusOK, apiv1.InvokeResponse{Output: raw})
 	})
 	mux.HandleFunc("/v1/capabilities/", func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, apiv1.Errorf(http.StatusNotFound, apiv1.CodeNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path))
+		httpapi.WriteError(w, apiv1.Errorf(http.StatusNotFound, apiv1.CodeNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
 	return mux
 }
@@ -108,57 +108,14 @@ func decode(w http.ResponseWriter, r *http.Request, v any) error {
 	return nil
 }
 
-// WriteJSON writes v as a JSON answer with status; providers use it for their own endpoints.
-func WriteJSON(w http.ResponseWriter, status int, v any) { writeJSON(w, status, v) }
+// WriteJSON writes v as a JSON answer with status; providers use it for their own endpoints
+// (httpapi.WriteJSON: the servers' own writer).
+func WriteJSON(w http.ResponseWriter, status int, v any) { httpapi.WriteJSON(w, status, v) }
 
-// WriteError writes err as API.md's error body: an *apiv1.Error with its status, anything
-// else as 500 INTERNAL.
-func WriteError(w http.ResponseWriter, err error) { writeError(w, err) }
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	body, err := json.Marshal(v)
-	if err != nil {
-		status = http.StatusInternalServerError
-		body, _ = json.Marshal(apiv1.ErrorBody{Error: apiv1.Errorf(status, apiv1.CodeInternal, "encode answer: %v", err)})
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	w.Write(append(body, '\n'))
-}
-
-func writeError(w http.ResponseWriter, err error) {
-	var ae *apiv1.Error
-	if !errors.As(err, &ae) {
-		ae = apiv1.Errorf(http.StatusInternalServerError, apiv1.CodeInternal, "%v", err)
-	}
-	if ae.Status == 0 {
-		ae.Status = http.StatusBadRequest
-	}
-	writeJSON(w, ae.Status, apiv1.ErrorBody{Error: ae})
-}
+// WriteError writes err as the wire contract's error body: an *apiv1.Error with its status,
+// anything else as 500 INTERNAL (httpapi.WriteError).
+func WriteError(w http.ResponseWriter, err error) { httpapi.WriteError(w, err) }
 
 // NotRouted answers a request that no pattern of mux takes, as every MeshFlows server does:
-// 405 METHOD_NOT_ALLOWED with Allow when the path exists under other methods, else 404
-// NOT_FOUND, both with the error body. Register it as mux's catch-all "/".
-func NotRouted(mux *http.ServeMux) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) { WriteError(w, RouteError(mux, r, w.Header())) }
-}
-
-// RouteError is the error NotRouted answers for r, which no pattern of mux takes; with a
-// 405 it sets Allow on h.
-func RouteError(mux *http.ServeMux, r *http.Request, h http.Header) *apiv1.Error {
-	var allow []string
-	for _, m := range []string{"DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT"} {
-		probe := *r
-		probe.Method = m
-		if _, p := mux.Handler(&probe); p != "" && p != "/" {
-			allow = append(allow, m)
-		}
-	}
-	if len(allow) > 0 {
-		h.Set("Allow", strings.Join(allow, ", "))
-		return apiv1.Errorf(http.StatusMethodNotAllowed, apiv1.CodeMethodNotAllowed,
-			"method %s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, strings.Join(allow, ", "))
-	}
-	return apiv1.Errorf(http.StatusNotFound, apiv1.CodeNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path)
-}
+// 405 METHOD_NOT_ALLOWED with Allow, else 404 NOT_FOUND (httpapi.NotRouted).
+func NotRouted(mux *http.ServeMux) http.HandlerFunc { return httpapi.NotRouted(mux) }

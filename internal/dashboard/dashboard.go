@@ -18,7 +18,7 @@ import (
 	"time"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
-	"github.com/meshflows/meshflows/provider"
+	"github.com/meshflows/meshflows/httpapi"
 )
 
 //go:embed assets templates.html
@@ -102,7 +102,7 @@ func (d *Dashboard) Handler() http.Handler {
 	mux.HandleFunc("GET /workflows", d.workflows)
 	mux.HandleFunc("POST /workflows/{name}/run", d.write(d.run))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
-	mux.HandleFunc("/", provider.NotRouted(mux)) // 405 with Allow, or 404, with the error body
+	mux.HandleFunc("/", httpapi.NotRouted(mux)) // 405 with Allow, or 404, with the error body
 	return mux
 }
 

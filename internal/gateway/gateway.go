@@ -18,6 +18,7 @@ import (
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/discovery"
+	"github.com/meshflows/meshflows/httpapi"
 	"github.com/meshflows/meshflows/internal/auth"
 	"github.com/meshflows/meshflows/routing"
 )
@@ -107,6 +108,7 @@ type Gateway struct {
 	metrics *metrics
 	state   atomic.Pointer[state]
 	proxy   *proxy
+	admin   *http.ServeMux                         // the gateway's own endpoints (see adminRoutes)
 	routes  atomic.Pointer[discovery.RoutesResult] // the inputs of the current table
 	fresh   atomic.Pointer[freshness]
 	ackNow  chan struct{} // capacity 1: a burst of new tables is one acknowledgement
@@ -178,6 +180,7 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	g.metrics = m
 	g.proxy = newProxy(cfg.Transport, cfg.MaxBufferedBody, cfg.BodyTimeout, m, cfg.Logger)
+	g.admin = g.adminRoutes()
 	g.derive() // the static table, from the first second: it needs no registry
 	return g, nil
 }
@@ -502,15 +505,27 @@ func fingerprint(p routing.Policy) string {
 	return fmt.Sprint(p) // fmt prints maps in key order: equal policies print alike
 }
 
-// ServeHTTP serves the gateway: its own endpoints under /v1/gateway and
-// /v1/discovery/invalidate, everything else by the table.
+// Paths of the gateway's own endpoints; every other path is proxied by the routing table.
+const (
+	routesPath     = "/v1/gateway/routes"
+	invalidatePath = "/v1/discovery/invalidate"
+)
+
+// adminRoutes is the route table of the gateway's own endpoints.
+func (g *Gateway) adminRoutes() *http.ServeMux {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET "+routesPath, g.serveRoutes)
+	mux.HandleFunc("DELETE "+invalidatePath, g.serveInvalidate)
+	mux.HandleFunc("GET "+invalidatePath, g.serveInvalidate)
+	mux.HandleFunc("/", httpapi.NotRouted(mux))
+	return mux
+}
+
+// ServeHTTP serves the gateway: its own endpoints (adminRoutes), everything else by the
+// table.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	switch {
-	case r.URL.Path == "/v1/gateway/routes":
-		g.serveRoutes(w, r)
-		return
-	case r.URL.Path == "/v1/discovery/invalidate":
-		g.serveInvalidate(w, r)
+	if r.URL.Path == routesPath || r.URL.Path == invalidatePath {
+		g.admin.ServeHTTP(w, r)
 		return
 	}
 	st := g.enter()
@@ -526,22 +541,22 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case http.StatusNotFound:
 		if st.staticOnly {
 			g.metrics.count("none", 503)
-			writeError(w, apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable,
+			httpapi.WriteError(w, apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable,
 				"no route for %s %s yet: the registry has not answered, and only static routes are served", r.Method, m.Path))
 			return
 		}
 		g.metrics.count("none", 404)
-		writeError(w, apiv1.Errorf(http.StatusNotFound, apiv1.CodeNotFound, "no route for %s %s", r.Method, m.Path))
+		httpapi.WriteError(w, apiv1.Errorf(http.StatusNotFound, apiv1.CodeNotFound, "no route for %s %s", r.Method, m.Path))
 		return
 	case http.StatusMethodNotAllowed:
 		g.metrics.count("none", 405)
 		w.Header().Set("Allow", joinComma(m.Allow))
-		writeError(w, apiv1.Errorf(http.StatusMethodNotAllowed, apiv1.CodeMethodNotAllowed, "%s is not allowed on %s", r.Method, m.Path))
+		httpapi.WriteError(w, apiv1.Errorf(http.StatusMethodNotAllowed, apiv1.CodeMethodNotAllowed, "%s is not allowed on %s", r.Method, m.Path))
 		return
 	}
 	sv := st.serving[m.Entry]
 	if len(sv.upstreams) == 0 {
-		writeError(w, apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable, "route %s %s has no eligible upstream", m.Entry.Method, m.Entry.Pattern))
+		httpapi.WriteError(w, apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable, "route %s %s has no eligible upstream", m.Entry.Method, m.Entry.Pattern))
 		return
 	}
 	g.proxy.serve(w, r, m, sv)
@@ -589,22 +604,17 @@ type RoutesSummary struct {
 }
 
 func (g *Gateway) serveRoutes(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodGet && r.Method != http.MethodHead {
-		w.Header().Set("Allow", "GET, HEAD")
-		writeError(w, apiv1.Errorf(http.StatusMethodNotAllowed, apiv1.CodeMethodNotAllowed, "use GET"))
-		return
-	}
 	st := g.state.Load()
 	if st == nil {
-		writeError(w, apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable, "no routing table yet"))
+		httpapi.WriteError(w, apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable, "no routing table yet"))
 		return
 	}
 	source, age := g.source()
 	if g.cfg.Admin != nil {
 		if _, err := g.cfg.Admin.Authorize(r, auth.GatewayAdmin); err != nil {
-			writeJSON(w, http.StatusOK, RoutesSummary{Summary: true, RouteCount: len(st.canonical.Routes), RejectedCount: len(st.canonical.Rejected),
+			httpapi.WriteJSON(w, http.StatusOK, RoutesSummary{Summary: true, RouteCount: len(st.canonical.Routes), RejectedCount: len(st.canonical.Rejected),
 				ConflictCount: len(st.canonical.Conflicts), Source: source, AgeSeconds: int64(age / time.Second), RegistryRevision: st.revision,
-				RegistryEpoch: st.epoch, DerivedAt: st.derivedAt.UTC(), FullTable: "the routes are shown to the gateway_admin permission only: " + authError(err).Message})
+				RegistryEpoch: st.epoch, DerivedAt: st.derivedAt.UTC(), FullTable: "the routes are shown to the gateway_admin permission only: " + httpapi.AsError(err).Message})
 			return
 		}
 	}
@@ -613,37 +623,22 @@ func (g *Gateway) serveRoutes(w http.ResponseWriter, r *http.Request) {
 	for _, rj := range st.canonical.Rejected {
 		ans.Reasons[rj.Instance] = rj.Reason
 	}
-	writeJSON(w, http.StatusOK, ans)
+	httpapi.WriteJSON(w, http.StatusOK, ans)
 }
 
 func (g *Gateway) serveInvalidate(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodDelete && r.Method != http.MethodGet {
-		w.Header().Set("Allow", "DELETE, GET")
-		writeError(w, apiv1.Errorf(http.StatusMethodNotAllowed, apiv1.CodeMethodNotAllowed, "use DELETE"))
-		return
-	}
 	if g.cfg.Admin != nil {
 		if _, err := g.cfg.Admin.Authorize(r, auth.GatewayAdmin); err != nil {
-			writeError(w, authError(err))
+			httpapi.WriteError(w, err)
 			return
 		}
 	}
 	if err := g.Invalidate(r.Context()); err != nil {
-		writeError(w, apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable, "refetch failed, the last-known-good table stays: %v", err))
+		httpapi.WriteError(w, apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable, "refetch failed, the last-known-good table stays: %v", err))
 		return
 	}
 	st := g.state.Load()
-	writeJSON(w, http.StatusOK, map[string]any{"registry_revision": st.revision, "routes": len(st.canonical.Routes)})
-}
-
-// authError is the answer to a refused authorisation (a 401 or 403 *apiv1.Error as the
-// Authorizer returns them).
-func authError(err error) *apiv1.Error {
-	var ae *apiv1.Error
-	if !errors.As(err, &ae) {
-		ae = apiv1.Errorf(http.StatusForbidden, apiv1.CodeForbidden, "%v", err)
-	}
-	return ae
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"registry_revision": st.revision, "routes": len(st.canonical.Routes)})
 }
 
 func joinComma(ss []string) string {

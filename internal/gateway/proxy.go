@@ -3,7 +3,6 @@ package gateway
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/httpapi"
 	"github.com/meshflows/meshflows/routing"
 )
 
@@ -77,7 +77,7 @@ func newProxy(rt http.RoundTripper, maxBuffered int64, bodyTimeout time.Duration
 			if errors.Is(err, context.DeadlineExceeded) {
 				status = http.StatusGatewayTimeout
 			}
-			writeError(w, apiv1.Errorf(status, apiv1.CodeUnavailable, "upstream failed: %v", err))
+			httpapi.WriteError(w, apiv1.Errorf(status, apiv1.CodeUnavailable, "upstream failed: %v", err))
 		},
 		ModifyResponse: func(resp *http.Response) error {
 			t := resp.Request.Context().Value(targetKey{}).(*target)
@@ -122,7 +122,7 @@ func (p *proxy) serve(w http.ResponseWriter, r *http.Request, m routing.Match, s
 		buffered, err := p.readBody(w, r)
 		if err != nil {
 			p.metrics.count(e.Source, err.Status)
-			writeError(w, err)
+			httpapi.WriteError(w, err)
 			return
 		}
 		t.retry = t.retry && buffered
@@ -234,20 +234,6 @@ func (rt *retrying) RoundTrip(req *http.Request) (*http.Response, error) {
 func connectFailure(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, _ := json.Marshal(v)
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	w.Write(append(b, '\n'))
-}
-
-func writeError(w http.ResponseWriter, e *apiv1.Error) {
-	if e.Status == http.StatusUnauthorized {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="meshflows"`)
-	}
-	writeJSON(w, e.Status, apiv1.ErrorBody{Error: e})
 }
 
 // bufferPool reuses the 32 KiB buffers ReverseProxy copies bodies through; without it each

@@ -6,13 +6,13 @@ import (
 	"testing"
 )
 
-// TestPublicPackagesStandAlone: api/v1, provider, discovery, routing and client (and what they import) never
+// TestPublicPackagesStandAlone: api/v1, provider, discovery, routing, client and httpapi (and what they import) never
 // depend on internal/ or etcd, so they can become a module of their own.
 func TestPublicPackagesStandAlone(t *testing.T) {
 	if _, err := exec.LookPath("go"); err != nil {
 		t.Skip("no go command")
 	}
-	for _, pkg := range []string{"api/v1", "provider", "discovery", "routing", "client"} {
+	for _, pkg := range []string{"api/v1", "provider", "discovery", "routing", "client", "httpapi"} {
 		t.Run(pkg, func(t *testing.T) {
 			out, err := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}}", "github.com/meshflows/meshflows/"+pkg).CombinedOutput()
 			if err != nil {

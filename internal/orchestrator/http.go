@@ -10,8 +10,8 @@ import (
 	"time"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/httpapi"
 	"github.com/meshflows/meshflows/internal/auth"
-	"github.com/meshflows/meshflows/provider"
 )
 
 // MaxWorkflowBytes bounds an uploaded workflow.
@@ -33,7 +33,7 @@ func (o *Orchestrator) Handler() http.Handler {
 				writeErr(w, err)
 				return
 			}
-			writeJSON(w, status, v)
+			httpapi.WriteJSON(w, status, v)
 		})
 	}
 	handle("POST /v1/workflows", auth.WorkflowsWrite, func(w http.ResponseWriter, r *http.Request) (int, any, error) {
@@ -87,7 +87,7 @@ func (o *Orchestrator) Handler() http.Handler {
 	handle("GET /healthz", "", func(http.ResponseWriter, *http.Request) (int, any, error) {
 		return http.StatusOK, map[string]string{"status": "ok"}, nil
 	})
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { writeErr(w, provider.RouteError(mux, r, w.Header())) })
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) { writeErr(w, httpapi.RouteError(mux, r, w.Header())) })
 	return mux
 }
 
@@ -140,22 +140,8 @@ func writeErr(w http.ResponseWriter, err error) {
 				e.Details = append(e.Details, apiv1.Detail{Path: d.Path, Message: fmt.Sprintf("%d:%d: %s: %s", d.Line, d.Column, d.Code, d.Message)})
 			}
 		}
-		writeJSON(w, e.Status, blockedBody{Error: e, Validation: be.Result})
+		httpapi.WriteJSON(w, e.Status, blockedBody{Error: e, Validation: be.Result})
 		return
 	}
-	var ae *apiv1.Error
-	if !errors.As(err, &ae) {
-		ae = apiv1.Errorf(http.StatusInternalServerError, apiv1.CodeInternal, "%v", err)
-	}
-	if ae.Status == http.StatusUnauthorized {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="meshflows"`)
-	}
-	writeJSON(w, ae.Status, apiv1.ErrorBody{Error: ae})
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	b, _ := json.Marshal(v)
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	w.Write(append(b, '\n'))
+	httpapi.WriteError(w, err)
 }

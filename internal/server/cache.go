@@ -1,11 +1,11 @@
 package server
 
 import (
-	"encoding/json"
 	"net/http"
 	"strconv"
 	"sync"
 
+	"github.com/meshflows/meshflows/httpapi"
 	"github.com/meshflows/meshflows/internal/registry"
 )
 
@@ -24,7 +24,7 @@ type encoded struct {
 }
 
 func newEncoded(st registry.State, v any) (*encoded, error) {
-	body, err := json.Marshal(v)
+	body, err := httpapi.Marshal(v) // as every answer: no HTML escaping, newline-terminated
 	if err != nil {
 		return nil, err
 	}
@@ -34,7 +34,7 @@ func newEncoded(st registry.State, v any) (*encoded, error) {
 		// incomplete answer must not be told 304 then.
 		etag += "/incomplete"
 	}
-	return &encoded{state: st, etag: `"` + etag + `"`, body: append(body, '\n')}, nil
+	return &encoded{state: st, etag: `"` + etag + `"`, body: body}, nil
 }
 
 // write answers with the encoded body, or 304 when the client already holds it.

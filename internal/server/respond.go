@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,14 +9,13 @@ import (
 	"mime"
 	"net"
 	"net/http"
-	"strconv"
 	"strings"
 	"time"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/httpapi"
 	"github.com/meshflows/meshflows/internal/incident"
 	"github.com/meshflows/meshflows/internal/registry"
-	sdk "github.com/meshflows/meshflows/provider"
 )
 
 // handlerFunc answers a request with a value to encode as JSON (200), nil (204), an
@@ -41,34 +39,9 @@ func (s *Server) handle(pattern string, acc access, h handlerFunc) {
 		case *encoded:
 			v.write(w, r)
 		default:
-			writeJSON(w, http.StatusOK, v)
+			httpapi.WriteJSON(w, http.StatusOK, v)
 		}
 	}))
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	body, err := marshal(v)
-	if err != nil {
-		// Every value written here is built by this package; failing to encode one is a bug.
-		status = http.StatusInternalServerError
-		body, _ = marshal(apiv1.ErrorBody{Error: apiv1.Errorf(status, apiv1.CodeInternal, "encode answer: %v", err)})
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
-	w.WriteHeader(status)
-	w.Write(body)
-}
-
-// marshal encodes v as one line of JSON without HTML escaping: an answer is read by programs
-// and people, and "x > 0" reads better than "x \u003e 0".
-func marshal(v any) ([]byte, error) {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return b.Bytes(), nil
 }
 
 // apiError maps an error to the wire error and its status.
@@ -116,13 +89,13 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	} else if ae.Status == http.StatusTooManyRequests || ae.Status == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", "1")
 	}
-	writeJSON(w, ae.Status, apiv1.ErrorBody{Error: ae})
+	httpapi.WriteJSON(w, ae.Status, apiv1.ErrorBody{Error: ae})
 }
 
 // notRouted answers a request no pattern takes: 405 with Allow when the path exists under
 // other methods, 404 otherwise (the provider SDK's RouteError, shared by every server).
 func (s *Server) notRouted(w http.ResponseWriter, r *http.Request) {
-	s.writeError(w, r, sdk.RouteError(s.mux, r, w.Header()))
+	s.writeError(w, r, httpapi.RouteError(s.mux, r, w.Header()))
 }
 
 // decode reads a JSON body of at most the configured size into v. Syntax and type errors

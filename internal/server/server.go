@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/meshflows/meshflows/httpapi"
 	"github.com/meshflows/meshflows/internal/incident"
 	"github.com/meshflows/meshflows/internal/registry"
 )
@@ -128,31 +129,11 @@ func (s *Server) Run(ctx context.Context, addr string) error {
 // Serve serves on ln until ctx ends. On shutdown it first wakes every long poll (they
 // answer with the current state), then waits up to ShutdownTimeout for requests to finish.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	base, wake := context.WithCancel(context.WithoutCancel(ctx))
-	defer wake()
 	srv := &http.Server{
 		Handler:           s,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
-		BaseContext:       func(net.Listener) context.Context { return base },
 		ErrorLog:          slog.NewLogLogger(s.cfg.Logger.Handler(), slog.LevelWarn),
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(ln) }()
-	select {
-	case err := <-errc:
-		return fmt.Errorf("serve: %w", err)
-	case <-ctx.Done():
-	}
-	wake()
-	sctx, cancel := context.WithTimeout(context.Background(), s.cfg.ShutdownTimeout)
-	defer cancel()
-	err := srv.Shutdown(sctx)
-	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) && err == nil {
-		err = serr
-	}
-	if err != nil {
-		return fmt.Errorf("shutdown: %w", err)
-	}
-	return nil
+	return httpapi.Serve(ctx, srv, ln, httpapi.Shutdown{Timeout: s.cfg.ShutdownTimeout, CancelRequests: true})
 }

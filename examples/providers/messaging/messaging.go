@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/httpapi"
 	"github.com/meshflows/meshflows/provider"
 )
 
@@ -252,15 +253,15 @@ func (p *Provider) Run(ctx context.Context, ln net.Listener, agentCfg provider.C
 		return err
 	}
 	srv := &http.Server{Handler: p.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	// Serve until the agent has deregistered and drained (it returns after ctx ends), not
+	// merely until ctx ends: traffic keeps coming while the gateways withdraw the instance.
+	serveCtx, stopServing := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopServing()
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	go func() { served <- httpapi.Serve(serveCtx, srv, ln, httpapi.Shutdown{Timeout: 5 * time.Second}) }()
 	agentErr := agent.Run(ctx)
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	shutErr := srv.Shutdown(sctx)
-	if err := <-served; err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("serve: %w", err)
-	}
+	stopServing()
+	serveErr := <-served
 	logger.Info("example provider stopped", slog.String("instance_id", p.cfg.InstanceID))
-	return errors.Join(agentErr, shutErr)
+	return errors.Join(agentErr, serveErr)
 }

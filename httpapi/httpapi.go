@@ -1,0 +1,139 @@
+package httpapi
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+)
+
+// WriteJSON writes v as a JSON answer with status: one line, Content-Length set, no HTML
+// escaping (an answer is read by programs and people, and "x > 0" reads better than
+// "x \u003e 0"). A value that cannot be encoded is a 500 INTERNAL error body instead.
+func WriteJSON(w http.ResponseWriter, status int, v any) {
+	body, err := Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		body, _ = Marshal(apiv1.ErrorBody{Error: apiv1.Errorf(status, apiv1.CodeInternal, "encode answer: %v", err)})
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	w.Write(body)
+}
+
+// Marshal encodes v as WriteJSON writes it: one line of JSON, newline-terminated, without
+// HTML escaping.
+func Marshal(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}
+
+// WriteError writes err as the error body {"error": {...}}: an *apiv1.Error (found with
+// errors.As) with its status (400 when it has none), anything else as 500 INTERNAL. A 401
+// carries WWW-Authenticate.
+func WriteError(w http.ResponseWriter, err error) {
+	ae := AsError(err)
+	if ae.Status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="meshflows"`)
+	}
+	WriteJSON(w, ae.Status, apiv1.ErrorBody{Error: ae})
+}
+
+// AsError is the *apiv1.Error err is or wraps (400 when it has no status), or a 500
+// INTERNAL one that carries err's text.
+func AsError(err error) *apiv1.Error {
+	var ae *apiv1.Error
+	if !errors.As(err, &ae) {
+		return apiv1.Errorf(http.StatusInternalServerError, apiv1.CodeInternal, "%v", err)
+	}
+	if ae.Status == 0 {
+		ae.Status = http.StatusBadRequest
+	}
+	return ae
+}
+
+// NotRouted answers a request that no pattern of mux takes: 405 METHOD_NOT_ALLOWED with
+// Allow when the path exists under other methods, else 404 NOT_FOUND, both with the error
+// body. Register it as mux's catch-all "/".
+func NotRouted(mux *http.ServeMux) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) { WriteError(w, RouteError(mux, r, w.Header())) }
+}
+
+// RouteError is the error NotRouted answers for r, which no pattern of mux takes; with a
+// 405 it sets Allow on h.
+func RouteError(mux *http.ServeMux, r *http.Request, h http.Header) *apiv1.Error {
+	var allow []string
+	for _, m := range apiv1.Methods {
+		probe := *r
+		probe.Method = m
+		if _, p := mux.Handler(&probe); p != "" && p != "/" {
+			allow = append(allow, m)
+		}
+	}
+	if len(allow) > 0 {
+		h.Set("Allow", strings.Join(allow, ", "))
+		return apiv1.Errorf(http.StatusMethodNotAllowed, apiv1.CodeMethodNotAllowed,
+			"method %s is not allowed on %s (allowed: %s)", r.Method, r.URL.Path, strings.Join(allow, ", "))
+	}
+	return apiv1.Errorf(http.StatusNotFound, apiv1.CodeNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path)
+}
+
+// DefaultShutdownTimeout is how long Serve waits for requests in flight when its context
+// ends, unless told otherwise.
+const DefaultShutdownTimeout = 10 * time.Second
+
+// Shutdown says how Serve ends when its context does.
+type Shutdown struct {
+	// Timeout bounds the wait for requests in flight (DefaultShutdownTimeout when 0).
+	Timeout time.Duration
+	// CancelRequests ends the requests' contexts before the wait, so that long polls answer
+	// at once with what they have (the registry). Without it requests in flight run to
+	// their end within Timeout (a proxied upload, a workflow run).
+	CancelRequests bool
+}
+
+// Serve serves srv on ln until ctx ends, then shuts it down gracefully as sd says. It sets
+// srv's BaseContext. A serving error other than the shutdown is returned.
+func Serve(ctx context.Context, srv *http.Server, ln net.Listener, sd Shutdown) error {
+	if sd.Timeout <= 0 {
+		sd.Timeout = DefaultShutdownTimeout
+	}
+	base, cancelRequests := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelRequests()
+	srv.BaseContext = func(net.Listener) context.Context { return base }
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	if sd.CancelRequests {
+		cancelRequests()
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), sd.Timeout)
+	defer cancel()
+	err := srv.Shutdown(sctx)
+	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
+		err = errors.Join(err, serr)
+	}
+	if err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	return nil
+}

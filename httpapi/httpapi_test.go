@@ -1,0 +1,119 @@
+package httpapi_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/httpapi"
+)
+
+// TestMain fails the package's tests when a goroutine outlives them.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestWriteError(t *testing.T) {
+	for _, tt := range []struct {
+		name       string
+		err        error
+		status     int
+		body       string
+		authHeader bool
+	}{
+		{"api error", apiv1.Errorf(404, apiv1.CodeNotFound, "no x > 0"), 404, `{"error":{"code":"NOT_FOUND","message":"no x > 0"}}` + "\n", false},
+		{"wrapped", fmt.Errorf("ctx: %w", apiv1.Errorf(409, "C", "m")), 409, `{"error":{"code":"C","message":"m"}}` + "\n", false},
+		{"no status", &apiv1.Error{Code: "C", Message: "m"}, 400, `{"error":{"code":"C","message":"m"}}` + "\n", false},
+		{"plain", errors.New("boom"), 500, `{"error":{"code":"INTERNAL","message":"boom"}}` + "\n", false},
+		{"unauthenticated", apiv1.Errorf(401, apiv1.CodeUnauthenticated, "who"), 401, `{"error":{"code":"UNAUTHENTICATED","message":"who"}}` + "\n", true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			w := httptest.NewRecorder()
+			httpapi.WriteError(w, tt.err)
+			if w.Code != tt.status || w.Body.String() != tt.body || w.Header().Get("Content-Type") != "application/json" ||
+				(w.Header().Get("WWW-Authenticate") != "") != tt.authHeader {
+				t.Errorf("= %d %q %v, want %d %q", w.Code, w.Body, w.Header(), tt.status, tt.body)
+			}
+		})
+	}
+}
+
+func TestNotRouted(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /things", func(http.ResponseWriter, *http.Request) {})
+	mux.HandleFunc("DELETE /things", func(http.ResponseWriter, *http.Request) {})
+	mux.HandleFunc("/", httpapi.NotRouted(mux))
+	for _, tt := range []struct {
+		method, path string
+		status       int
+		allow        string
+	}{
+		{"POST", "/things", 405, "DELETE, GET, HEAD"},
+		{"GET", "/nothing", 404, ""},
+	} {
+		w := httptest.NewRecorder()
+		mux.ServeHTTP(w, httptest.NewRequest(tt.method, tt.path, nil))
+		if w.Code != tt.status || w.Header().Get("Allow") != tt.allow {
+			t.Errorf("%s %s = %d Allow %q, want %d %q", tt.method, tt.path, w.Code, w.Header().Get("Allow"), tt.status, tt.allow)
+		}
+	}
+}
+
+// TestServeShutdown: with CancelRequests a waiting request ends at once when the server
+// stops; without it, it runs to its end.
+func TestServeShutdown(t *testing.T) {
+	for _, cancelRequests := range []bool{true, false} {
+		t.Run(fmt.Sprint("cancel requests ", cancelRequests), func(t *testing.T) {
+			entered, finish := make(chan struct{}), make(chan struct{})
+			srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				close(entered)
+				select {
+				case <-r.Context().Done():
+					w.Write([]byte("woken"))
+				case <-finish:
+					w.Write([]byte("finished"))
+				}
+			})}
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, stop := context.WithCancel(context.Background())
+			served := make(chan error, 1)
+			go func() {
+				served <- httpapi.Serve(ctx, srv, ln, httpapi.Shutdown{Timeout: 5 * time.Second, CancelRequests: cancelRequests})
+			}()
+			got := make(chan string, 1)
+			go func() {
+				resp, err := http.Get("http://" + ln.Addr().String())
+				if err != nil {
+					got <- err.Error()
+					return
+				}
+				defer resp.Body.Close()
+				b := make([]byte, 16)
+				n, _ := resp.Body.Read(b)
+				got <- string(b[:n])
+			}()
+			<-entered
+			stop()
+			if !cancelRequests {
+				close(finish)
+			}
+			want := map[bool]string{true: "woken", false: "finished"}[cancelRequests]
+			if g := <-got; g != want {
+				t.Errorf("the request answered %q, want %q", g, want)
+			}
+			if err := <-served; err != nil {
+				t.Errorf("Serve = %v", err)
+			}
+			http.DefaultClient.CloseIdleConnections()
+		})
+	}
+}
