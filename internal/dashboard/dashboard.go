@@ -187,7 +187,7 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 	} else {
 		data.Routes = gr
 	}
-	var wl workflowList
+	var wl apiv1.WorkflowList
 	if err := d.orc.get(ctx, "/v1/workflows", &wl); err != nil {
 		errs = append(errs, errString("orchestrator", err)...)
 	}
@@ -318,7 +318,7 @@ type srcLine struct {
 }
 
 type wfView struct {
-	Detail workflowDetail
+	Detail apiv1.WorkflowDetail
 	Lines  []srcLine
 	Steps  []stepView
 }
@@ -383,13 +383,13 @@ func stepCapabilities(src string) map[string]string {
 }
 
 func (d *Dashboard) validationData(ctx context.Context) (*validationData, error) {
-	var wl workflowList
+	var wl apiv1.WorkflowList
 	if err := d.orc.get(ctx, "/v1/workflows", &wl); err != nil {
 		return nil, err
 	}
 	data := &validationData{ByCapability: map[string][]string{}}
 	for _, wf := range wl.Workflows {
-		var det workflowDetail
+		var det apiv1.WorkflowDetail
 		if err := d.orc.get(ctx, "/v1/workflows/"+url.PathEscape(wf.Name), &det); err != nil {
 			return nil, err
 		}
@@ -493,11 +493,11 @@ func (d *Dashboard) gatewayTable(ctx context.Context) (*gatewayRoutes, error) {
 type wfRow struct {
 	Name      string
 	Published bool
-	History   runHistory
+	History   apiv1.RunHistory
 }
 
 func (d *Dashboard) workflows(w http.ResponseWriter, r *http.Request) {
-	var wl workflowList
+	var wl apiv1.WorkflowList
 	err := d.orc.get(r.Context(), "/v1/workflows", &wl)
 	var rows []wfRow
 	for _, wf := range wl.Workflows {

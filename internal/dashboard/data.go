@@ -69,35 +69,3 @@ type gatewayRoutes struct {
 	RouteCount int    `json:"route_count"`
 	FullTable  string `json:"full_table"`
 }
-
-// workflowList is the orchestrator's /v1/workflows answer.
-type workflowList struct {
-	Workflows []struct {
-		Name           string    `json:"name"`
-		Published      bool      `json:"published"`
-		ContractStatus string    `json:"contract_status"`
-		ProviderStatus string    `json:"provider_status"`
-		ValidatedAt    time.Time `json:"validated_at"`
-	} `json:"workflows"`
-}
-
-// workflowDetail is the orchestrator's /v1/workflows/{name} answer.
-type workflowDetail struct {
-	Name       string                  `json:"name"`
-	Published  bool                    `json:"published"`
-	YAML       string                  `json:"yaml"`
-	Validation *apiv1.ValidationResult `json:"validation"`
-}
-
-// runHistory is the orchestrator's runs answer.
-type runHistory struct {
-	Runs []struct {
-		RunID      string    `json:"run_id"`
-		Trigger    string    `json:"trigger"`
-		Status     string    `json:"status"`
-		StartedAt  time.Time `json:"started_at"`
-		DurationMS float64   `json:"duration_ms"`
-	} `json:"runs"`
-	SuccessRate float64 `json:"success_rate"`
-	P95MS       float64 `json:"p95_ms"`
-}

@@ -31,35 +31,6 @@ type StaticCapability struct {
 	Metadata     json.RawMessage `json:"metadata,omitempty" yaml:"-"`
 }
 
-// Run is one execution of a workflow (API.md, run).
-type Run struct {
-	RunID      string          `json:"run_id"`
-	Workflow   string          `json:"workflow"`
-	Trigger    string          `json:"trigger"`
-	Status     string          `json:"status"`
-	StartedAt  time.Time       `json:"started_at"`
-	DurationMS float64         `json:"duration_ms"`
-	Steps      []StepRun       `json:"steps"`
-	Output     json.RawMessage `json:"output"`
-}
-
-// StepRun is one step of a run.
-type StepRun struct {
-	StepID     string          `json:"step_id"`
-	Status     string          `json:"status"`
-	InstanceID string          `json:"instance_id,omitempty"`
-	DurationMS float64         `json:"duration_ms"`
-	Output     json.RawMessage `json:"output,omitempty"`
-	Error      *apiv1.Error    `json:"error,omitempty"`
-}
-
-// Run and step statuses.
-const (
-	RunSucceeded = "succeeded"
-	RunFailed    = "failed"
-	StepSkipped  = "skipped"
-)
-
 // candidate is an instance a step may be sent to.
 type candidate struct {
 	instance, endpoint string
@@ -67,9 +38,9 @@ type candidate struct {
 }
 
 // execute runs w's steps in order with input.
-func (o *Orchestrator) execute(ctx context.Context, w *workflow.Workflow, runID, trigger string, input json.RawMessage) *Run {
+func (o *Orchestrator) execute(ctx context.Context, w *workflow.Workflow, runID, trigger string, input json.RawMessage) *apiv1.Run {
 	start := o.cfg.Now()
-	run := &Run{RunID: runID, Workflow: w.Name, Trigger: trigger, Status: RunSucceeded, StartedAt: start.UTC(), Steps: make([]StepRun, len(w.Steps)), Output: json.RawMessage("null")}
+	run := &apiv1.Run{RunID: runID, Workflow: w.Name, Trigger: trigger, Status: apiv1.RunSucceeded, StartedAt: start.UTC(), Steps: make([]apiv1.StepRun, len(w.Steps)), Output: json.RawMessage("null")}
 	if len(input) == 0 {
 		input = json.RawMessage("null")
 	}
@@ -81,7 +52,7 @@ func (o *Orchestrator) execute(ctx context.Context, w *workflow.Workflow, runID,
 		sr := &run.Steps[i]
 		sr.StepID = st.ID
 		if failed {
-			sr.Status = StepSkipped
+			sr.Status = apiv1.StepSkipped
 			continue
 		}
 		t0 := o.cfg.Now()
@@ -93,11 +64,11 @@ func (o *Orchestrator) execute(ctx context.Context, w *workflow.Workflow, runID,
 			if !errors.As(err, &ae) {
 				ae = apiv1.Errorf(http.StatusBadGateway, apiv1.CodeUnavailable, "%v", err)
 			}
-			sr.Status, sr.Error = RunFailed, ae
-			run.Status, failed = RunFailed, true
+			sr.Status, sr.Error = apiv1.RunFailed, ae
+			run.Status, failed = apiv1.RunFailed, true
 			continue
 		}
-		sr.Status, sr.Output = RunSucceeded, out
+		sr.Status, sr.Output = apiv1.RunSucceeded, out
 		outputs[st.ID], previous, run.Output = out, out, out
 	}
 	run.DurationMS = ms(o.cfg.Now().Sub(start))

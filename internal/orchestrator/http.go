@@ -45,7 +45,7 @@ func (o *Orchestrator) Handler() http.Handler {
 		return http.StatusCreated, res, err
 	})
 	handle("GET /v1/workflows", auth.WorkflowsRead, func(http.ResponseWriter, *http.Request) (int, any, error) {
-		return http.StatusOK, map[string]any{"workflows": o.List()}, nil
+		return http.StatusOK, apiv1.WorkflowList{Workflows: o.List()}, nil
 	})
 	handle("GET /v1/workflows/{name}", auth.WorkflowsRead, func(_ http.ResponseWriter, r *http.Request) (int, any, error) {
 		d, err := o.Get(r.PathValue("name"))

@@ -55,7 +55,7 @@ func (m *metrics) providerValidated(capabilityID, provider, status string, d tim
 	m.providers.WithLabelValues(capabilityID, provider, status).Observe(d.Seconds())
 }
 
-func (m *metrics) ran(r *Run) {
+func (m *metrics) ran(r *apiv1.Run) {
 	m.runs.WithLabelValues(r.Workflow, r.Status).Inc()
 	m.runTime.WithLabelValues(r.Workflow).Observe(r.DurationMS / 1000)
 }

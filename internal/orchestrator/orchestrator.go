@@ -78,7 +78,7 @@ type entry struct {
 	result    *apiv1.ValidationResult
 	published bool
 	running   atomic.Bool
-	runs      []*Run // newest last, at most MaxRuns
+	runs      []*apiv1.Run // newest last, at most MaxRuns
 	nextRun   time.Time
 }
 
@@ -211,7 +211,7 @@ func (o *Orchestrator) Publish(name string) (*apiv1.ValidationResult, error) {
 }
 
 // RunNow runs a published workflow once; a workflow already running is refused.
-func (o *Orchestrator) RunNow(ctx context.Context, name, trigger string, input json.RawMessage) (*Run, error) {
+func (o *Orchestrator) RunNow(ctx context.Context, name, trigger string, input json.RawMessage) (*apiv1.Run, error) {
 	e, err := o.get(name)
 	if err != nil {
 		return nil, err
@@ -282,46 +282,28 @@ func newRunID() string {
 // Invalidate drops the discovery cache: the next resolution asks the registry.
 func (o *Orchestrator) Invalidate() { o.cfg.Discovery.Invalidate() }
 
-// Summary is one row of the workflow list.
-type Summary struct {
-	Name           string    `json:"name"`
-	Published      bool      `json:"published"`
-	ContractStatus string    `json:"contract_status"`
-	ProviderStatus string    `json:"provider_status"`
-	ValidatedAt    time.Time `json:"validated_at"`
-}
-
 // List returns every workflow, by name.
-func (o *Orchestrator) List() []Summary {
+func (o *Orchestrator) List() []apiv1.WorkflowSummary {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	out := make([]Summary, 0, len(o.workflows))
+	out := make([]apiv1.WorkflowSummary, 0, len(o.workflows))
 	for name, e := range o.workflows {
-		out = append(out, Summary{Name: name, Published: e.published, ContractStatus: e.result.ContractStatus,
+		out = append(out, apiv1.WorkflowSummary{Name: name, Published: e.published, ContractStatus: e.result.ContractStatus,
 			ProviderStatus: e.result.ProviderStatus, ValidatedAt: e.result.ValidatedAt})
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
 }
 
-// Detail is one workflow with its source and validation.
-type Detail struct {
-	Summary
-	YAML       string                  `json:"yaml"`
-	Triggers   []string                `json:"triggers"`
-	Schedule   string                  `json:"schedule,omitempty"`
-	Validation *apiv1.ValidationResult `json:"validation"`
-}
-
 // Get returns one workflow.
-func (o *Orchestrator) Get(name string) (*Detail, error) {
+func (o *Orchestrator) Get(name string) (*apiv1.WorkflowDetail, error) {
 	e, err := o.get(name)
 	if err != nil {
 		return nil, err
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return &Detail{Summary: Summary{Name: name, Published: e.published, ContractStatus: e.result.ContractStatus,
+	return &apiv1.WorkflowDetail{WorkflowSummary: apiv1.WorkflowSummary{Name: name, Published: e.published, ContractStatus: e.result.ContractStatus,
 		ProviderStatus: e.result.ProviderStatus, ValidatedAt: e.result.ValidatedAt}, YAML: string(e.src),
 		Triggers: e.wf.Triggers, Schedule: e.wf.Schedule, Validation: e.result}, nil
 }
@@ -337,16 +319,8 @@ func (o *Orchestrator) Validation(name string) (*apiv1.ValidationResult, error) 
 	return e.result, nil
 }
 
-// History is a workflow's recent runs with their health.
-type History struct {
-	Workflow    string  `json:"workflow"`
-	Runs        []*Run  `json:"runs"`
-	SuccessRate float64 `json:"success_rate"`
-	P95MS       float64 `json:"p95_ms"`
-}
-
 // Runs returns a workflow's recent runs, newest first.
-func (o *Orchestrator) Runs(name string) (*History, error) {
+func (o *Orchestrator) Runs(name string) (*apiv1.RunHistory, error) {
 	e, err := o.get(name)
 	if err != nil {
 		return nil, err
@@ -355,12 +329,12 @@ func (o *Orchestrator) Runs(name string) (*History, error) {
 	runs := slices.Clone(e.runs)
 	o.mu.Unlock()
 	slices.Reverse(runs)
-	h := &History{Workflow: name, Runs: runs}
+	h := &apiv1.RunHistory{Workflow: name, Runs: runs}
 	if len(runs) > 0 {
 		var ok int
 		ds := make([]float64, len(runs))
 		for i, r := range runs {
-			if r.Status == RunSucceeded {
+			if r.Status == apiv1.RunSucceeded {
 				ok++
 			}
 			ds[i] = r.DurationMS

@@ -1,0 +1,70 @@
+package apiv1
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// The orchestrator's answers (GET /v1/workflows…, runs).
+
+// WorkflowSummary is one row of the workflow list.
+type WorkflowSummary struct {
+	Name           string    `json:"name"`
+	Published      bool      `json:"published"`
+	ContractStatus string    `json:"contract_status"`
+	ProviderStatus string    `json:"provider_status"`
+	ValidatedAt    time.Time `json:"validated_at"`
+}
+
+// WorkflowList is the answer of GET /v1/workflows.
+type WorkflowList struct {
+	Workflows []WorkflowSummary `json:"workflows"`
+}
+
+// WorkflowDetail is the answer of GET /v1/workflows/{name}: one workflow with its source and
+// its last validation.
+type WorkflowDetail struct {
+	WorkflowSummary
+	YAML       string            `json:"yaml"`
+	Triggers   []string          `json:"triggers"`
+	Schedule   string            `json:"schedule,omitempty"`
+	Validation *ValidationResult `json:"validation"`
+}
+
+// Run and step statuses.
+const (
+	RunSucceeded = "succeeded"
+	RunFailed    = "failed"
+	StepSkipped  = "skipped"
+)
+
+// Run is one execution of a workflow: the answer of POST /v1/workflows/{name}/run.
+type Run struct {
+	RunID      string          `json:"run_id"`
+	Workflow   string          `json:"workflow"`
+	Trigger    string          `json:"trigger"`
+	Status     string          `json:"status"`
+	StartedAt  time.Time       `json:"started_at"`
+	DurationMS float64         `json:"duration_ms"`
+	Steps      []StepRun       `json:"steps"`
+	Output     json.RawMessage `json:"output"`
+}
+
+// StepRun is one step of a run.
+type StepRun struct {
+	StepID     string          `json:"step_id"`
+	Status     string          `json:"status"`
+	InstanceID string          `json:"instance_id,omitempty"`
+	DurationMS float64         `json:"duration_ms"`
+	Output     json.RawMessage `json:"output,omitempty"`
+	Error      *Error          `json:"error,omitempty"`
+}
+
+// RunHistory is the answer of GET /v1/workflows/{name}/runs: the recent runs, newest first,
+// with their success rate and 95th-percentile duration.
+type RunHistory struct {
+	Workflow    string  `json:"workflow"`
+	Runs        []*Run  `json:"runs"`
+	SuccessRate float64 `json:"success_rate"`
+	P95MS       float64 `json:"p95_ms"`
+}
