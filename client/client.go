@@ -1,7 +1,9 @@
-// Package client is a small HTTP client for the MeshFlows registry API, shared by the
-// provider and discovery SDKs: JSON requests against one of several registries, failover to
-// the next one on transport errors, 5xx and 429, API.md's error body as *apiv1.Error, and a
-// registry's Retry-After as a RetryAfterError. It is public and imports only api/v1.
+// Package client is the typed HTTP client of the MeshFlows servers, shared by the provider
+// and discovery SDKs, the gateway, the orchestrator, the dashboard and the bench: a method
+// per operation (Register, Heartbeat, Capabilities, Workflows, RunWorkflow…; Invoke and
+// Validate on a provider), JSON requests against one of several base URLs with failover to
+// the next one on transport errors, 5xx and 429, the error body as *apiv1.Error, and a
+// Retry-After as a RetryAfterError. It is public and imports only api/v1.
 package client
 
 import (
@@ -39,6 +41,9 @@ type Config struct {
 	HTTPClient *http.Client
 	// BearerToken, when set, is sent as "Authorization: Bearer …".
 	BearerToken string
+	// Timeout bounds each call of the typed methods (default DefaultTimeout); a long poll
+	// gets its wait on top.
+	Timeout time.Duration
 	// Now is the clock Retry-After dates are read against (default time.Now).
 	Now func() time.Time
 }
@@ -71,6 +76,9 @@ func New(cfg Config) (*Client, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
+	}
 	return &Client{cfg: cfg}, nil
 }
 
@@ -80,6 +88,9 @@ func (c *Client) Registry() string {
 	defer c.mu.Unlock()
 	return c.cfg.Registries[c.cur]
 }
+
+// ErrDecode: a 2xx answer was not the JSON the operation answers.
+var ErrDecode = errors.New("the answer is not the expected JSON")
 
 // RetryAfterError is a 429 or 503 answer that said when to try again.
 type RetryAfterError struct {
@@ -97,8 +108,9 @@ type Request struct {
 	Method string
 	Path   string
 	Query  url.Values
-	// Body is sent as JSON when not nil.
-	Body []byte
+	// Body is sent when not nil, as JSON unless ContentType says otherwise.
+	Body        []byte
+	ContentType string
 	// Timeout bounds the call (default DefaultTimeout).
 	Timeout time.Duration
 }
@@ -107,6 +119,13 @@ type Request struct {
 // answer is an *apiv1.Error (wrapped in a *RetryAfterError when it said Retry-After); a
 // transport or decoding failure is an error that is neither.
 func (c *Client) Do(ctx context.Context, r Request, out any) error {
+	_, _, err := c.exchange(ctx, r, out)
+	return err
+}
+
+// exchange is Do that also returns the answer's status and body (those of an error answer
+// included).
+func (c *Client) exchange(ctx context.Context, r Request, out any) (int, []byte, error) {
 	base := c.Registry()
 	timeout := r.Timeout
 	if timeout <= 0 {
@@ -124,10 +143,14 @@ func (c *Client) Do(ctx context.Context, r Request, out any) error {
 	}
 	req, err := http.NewRequestWithContext(ctx, r.Method, target, rd)
 	if err != nil {
-		return err
+		return 0, nil, err
 	}
 	if r.Body != nil {
-		req.Header.Set("Content-Type", "application/json")
+		ct := r.ContentType
+		if ct == "" {
+			ct = "application/json"
+		}
+		req.Header.Set("Content-Type", ct)
 	}
 	if c.cfg.BearerToken != "" {
 		req.Header.Set("Authorization", "Bearer "+c.cfg.BearerToken)
@@ -135,31 +158,31 @@ func (c *Client) Do(ctx context.Context, r Request, out any) error {
 	resp, err := c.cfg.HTTPClient.Do(req)
 	if err != nil {
 		c.failover(base)
-		return fmt.Errorf("%s %s: %w", r.Method, target, err)
+		return 0, nil, fmt.Errorf("%s %s: %w", r.Method, target, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer))
 	if err != nil {
 		c.failover(base)
-		return fmt.Errorf("%s %s: read answer: %w", r.Method, target, err)
+		return resp.StatusCode, nil, fmt.Errorf("%s %s: read answer: %w", r.Method, target, err)
 	}
 	if resp.StatusCode/100 != 2 {
 		ae := apiv1.ErrorFromResponse(resp.StatusCode, body)
 		if resp.StatusCode >= 500 || resp.StatusCode == http.StatusTooManyRequests {
 			c.failover(base)
 			if d, ok := parseRetryAfter(resp.Header.Get("Retry-After"), c.cfg.Now()); ok {
-				return &RetryAfterError{Err: ae, After: d}
+				return resp.StatusCode, body, &RetryAfterError{Err: ae, After: d}
 			}
 		}
-		return ae
+		return resp.StatusCode, body, ae
 	}
 	if out == nil || resp.StatusCode == http.StatusNoContent {
-		return nil
+		return resp.StatusCode, body, nil
 	}
 	if err := json.Unmarshal(body, out); err != nil {
-		return fmt.Errorf("%s %s: decode answer: %w", r.Method, target, err)
+		return resp.StatusCode, body, fmt.Errorf("%s %s: %w: %v", r.Method, target, ErrDecode, err)
 	}
-	return nil
+	return resp.StatusCode, body, nil
 }
 
 // failover moves to the registry after base, unless another call moved already.

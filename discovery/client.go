@@ -2,14 +2,12 @@ package discovery
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
-	"strconv"
 	"sync"
 	"time"
 
@@ -215,7 +213,7 @@ func New(cfg Config) (*Client, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("discovery config: %w", err)
 	}
-	rc, err := client.New(client.Config{Registries: cfg.Registries, HTTPClient: cfg.Client, BearerToken: cfg.BearerToken, Now: cfg.Now})
+	rc, err := client.New(client.Config{Registries: cfg.Registries, HTTPClient: cfg.Client, BearerToken: cfg.BearerToken, Timeout: cfg.RequestTimeout, Now: cfg.Now})
 	if err != nil {
 		return nil, fmt.Errorf("discovery config: %w", err)
 	}
@@ -458,26 +456,18 @@ func watch[T any](ctx context.Context, c *Client, v *view[T], fetch func(context
 // epoch: the gateway's half of the drain handshake. The answer says how often to acknowledge
 // to stay counted as live.
 func (c *Client) Ack(ctx context.Context, consumerID, epoch string, revision int64) (*apiv1.AckResponse, error) {
-	body, err := json.Marshal(apiv1.AckRequest{GatewayID: consumerID, RegistryEpoch: epoch, Revision: revision})
+	out, err := c.client.Ack(ctx, &apiv1.AckRequest{GatewayID: consumerID, RegistryEpoch: epoch, Revision: revision})
 	if err != nil {
 		return nil, err
 	}
-	var out apiv1.AckResponse
-	if err := c.client.Do(ctx, client.Request{Method: http.MethodPost, Path: "/v1/discovery/ack", Body: body, Timeout: c.cfg.RequestTimeout}, &out); err != nil {
-		return nil, err
-	}
-	return &out, nil
+	return out, nil
 }
 
 // ReportOutcomes sends a gateway's per-instance outcomes of one window to the registry
 // (POST /v1/outcomes): the passive evidence of eligibility. The caller must hold a gateway
 // role.
 func (c *Client) ReportOutcomes(ctx context.Context, req *apiv1.OutcomesRequest) error {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return err
-	}
-	return c.client.Do(ctx, client.Request{Method: http.MethodPost, Path: "/v1/outcomes", Body: body, Timeout: c.cfg.RequestTimeout}, nil)
+	return c.client.Outcomes(ctx, req)
 }
 
 // ErrRestored is the cause a view restored from a saved copy reports until the registry
@@ -519,8 +509,8 @@ func (c *Client) State(q Query) State {
 }
 
 func (c *Client) fetchCapabilities(ctx context.Context, vals url.Values, at position) (answer[[]apiv1.CapabilityEntry], error) {
-	var resp apiv1.DiscoveryResponse
-	if err := c.get(ctx, "/v1/discovery/capabilities", vals, at, &resp); err != nil {
+	resp, err := c.client.Capabilities(ctx, vals, c.poll(at))
+	if err != nil {
 		return answer[[]apiv1.CapabilityEntry]{}, err
 	}
 	if resp.RegistryEpoch == "" || resp.Capabilities == nil {
@@ -531,8 +521,8 @@ func (c *Client) fetchCapabilities(ctx context.Context, vals url.Values, at posi
 }
 
 func (c *Client) fetchRoutes(ctx context.Context, at position) (answer[Routes], error) {
-	var resp apiv1.RoutesResponse
-	if err := c.get(ctx, "/v1/discovery/routes", url.Values{}, at, &resp); err != nil {
+	resp, err := c.client.Routes(ctx, c.poll(at))
+	if err != nil {
 		return answer[Routes]{}, err
 	}
 	if resp.RegistryEpoch == "" || resp.Manifests == nil || resp.PublicPaths == nil {
@@ -561,21 +551,13 @@ type position struct {
 	index int64
 }
 
-// get fetches a discovery answer into out; at.index >= 0 makes it a long poll. Any failure —
-// transport, status, decoding — is an error, never an empty answer.
-func (c *Client) get(ctx context.Context, path string, vals url.Values, at position, out any) error {
-	req := client.Request{Method: http.MethodGet, Path: path, Query: vals, Timeout: c.cfg.RequestTimeout}
-	if at.index >= 0 {
-		q := make(url.Values, len(vals)+3)
-		for k, v := range vals {
-			q[k] = v
-		}
-		// With its epoch the registry knows an index ahead of it is of its own history (a
-		// replica further along etcd's): it waits for a change instead of answering at once.
-		q.Set("epoch", at.epoch)
-		q.Set("index", strconv.FormatInt(at.index, 10))
-		q.Set("wait", c.cfg.WatchWait.String())
-		req.Query, req.Timeout = q, c.cfg.RequestTimeout+c.cfg.WatchWait
+// poll is the long poll of at (at.index >= 0), or none: a plain fetch. Any failure of the
+// fetch — transport, status, decoding — is an error, never an empty answer.
+func (c *Client) poll(at position) client.Poll {
+	if at.index < 0 {
+		return client.Poll{}
 	}
-	return c.client.Do(ctx, req, out)
+	// With its epoch the registry knows an index ahead of it is of its own history (a
+	// replica further along etcd's): it waits for a change instead of answering at once.
+	return client.Poll{Epoch: at.epoch, Index: at.index, Wait: c.cfg.WatchWait}
 }

@@ -2,15 +2,12 @@ package provider
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
-	"net/url"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
@@ -155,7 +152,7 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := client.New(client.Config{Registries: cfg.Registries, HTTPClient: cfg.Client, BearerToken: cfg.BearerToken, Now: cfg.Clock.Now})
+	c, err := client.New(client.Config{Registries: cfg.Registries, HTTPClient: cfg.Client, BearerToken: cfg.BearerToken, Timeout: cfg.RequestTimeout, Now: cfg.Clock.Now})
 	if err != nil {
 		return nil, fmt.Errorf("provider config: %w", err)
 	}
@@ -263,18 +260,14 @@ func (a *Agent) register(ctx context.Context) error {
 	a.mu.Lock()
 	req := a.reg
 	a.mu.Unlock()
-	body, err := json.Marshal(&req)
-	if err != nil {
-		return fmt.Errorf("%w: %v", ErrInvalidRegistration, err)
-	}
 	a.metrics.registerAttempts.Inc()
-	var resp apiv1.RegisterResponse
 	// Not cancelled with ctx (bounded by RequestTimeout): a registration the registry may
 	// already have accepted is seen through, so that the stop that follows deregisters it
 	// with its generation instead of leaving it registered until its lease ends.
-	if err := a.client.Do(context.WithoutCancel(ctx), client.Request{Method: http.MethodPost, Path: "/v1/services/register", Body: body, Timeout: a.cfg.RequestTimeout}, &resp); err != nil {
+	resp, err := a.client.Register(context.WithoutCancel(ctx), &req)
+	if err != nil {
 		var ae *apiv1.Error
-		if errors.As(err, &ae) && ae.Status == http.StatusBadRequest {
+		if errors.Is(err, client.ErrEncode) || errors.As(err, &ae) && ae.Status == http.StatusBadRequest {
 			return fmt.Errorf("%w: %v", ErrInvalidRegistration, err)
 		}
 		return err
@@ -332,10 +325,8 @@ func (a *Agent) heartbeat(ctx context.Context) (string, error) {
 	a.mu.Lock()
 	id, gen, epoch := a.reg.InstanceID, a.status.Generation, a.status.RegistryEpoch
 	a.mu.Unlock()
-	body := []byte(`{"generation":` + strconv.FormatInt(gen, 10) + `,"health":"ok"}`)
 	start := a.cfg.Clock.Now()
-	var resp apiv1.HeartbeatResponse
-	err := a.client.Do(ctx, client.Request{Method: http.MethodPut, Path: "/v1/services/" + url.PathEscape(id) + "/heartbeat", Body: body, Timeout: a.cfg.RequestTimeout}, &resp)
+	resp, err := a.client.Heartbeat(ctx, id, &apiv1.HeartbeatRequest{Generation: gen, Health: apiv1.HealthOK})
 	a.metrics.heartbeatDuration.Observe(a.cfg.Clock.Now().Sub(start).Seconds())
 	var ae *apiv1.Error
 	switch {
@@ -366,13 +357,11 @@ func (a *Agent) deregister(ctx context.Context) {
 	}
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), a.cfg.StopTimeout)
 	defer cancel()
-	req := client.Request{Method: http.MethodDelete, Path: "/v1/services/" + url.PathEscape(a.cfg.Registration.InstanceID),
-		Query: url.Values{"generation": {strconv.FormatInt(st.Generation, 10)}}, Timeout: a.cfg.StopTimeout}
 	// A registry that is away (a transport error, 5xx, 429) is tried again — the client has
 	// moved to the next registry — until StopTimeout: a deregistration lost in a failover
 	// would leave gateways routing to a stopped provider until its lease ends.
 	for attempt := 0; ; attempt++ {
-		err := a.client.Do(dctx, req, nil)
+		err := a.client.Deregister(dctx, a.cfg.Registration.InstanceID, st.Generation)
 		var ae *apiv1.Error
 		switch {
 		case err == nil:
@@ -413,11 +402,8 @@ func (a *Agent) deregister(ctx context.Context) {
 func (a *Agent) awaitDrain(ctx context.Context, generation int64) {
 	ctx, cancel := context.WithTimeout(ctx, a.cfg.DrainTimeout)
 	defer cancel()
-	req := client.Request{Method: http.MethodGet, Path: "/v1/services/" + url.PathEscape(a.cfg.Registration.InstanceID) + "/withdrawal",
-		Query: url.Values{"generation": {strconv.FormatInt(generation, 10)}}, Timeout: a.cfg.RequestTimeout}
 	for {
-		var w apiv1.WithdrawalResponse
-		err := a.client.Do(ctx, req, &w)
+		w, err := a.client.Withdrawal(ctx, a.cfg.Registration.InstanceID, generation)
 		var ae *apiv1.Error
 		switch {
 		case err == nil && w.Acknowledged:

@@ -1,22 +1,20 @@
 package orchestrator
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/Masterminds/semver/v3"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/client"
 	"github.com/meshflows/meshflows/discovery"
 	"github.com/meshflows/meshflows/internal/workflow"
 )
@@ -103,11 +101,11 @@ func (o *Orchestrator) step(ctx context.Context, w *workflow.Workflow, st *workf
 	if err != nil {
 		return nil, "", err
 	}
-	body, _ := json.Marshal(apiv1.InvokeRequest{WorkflowName: w.Name, RunID: runID, StepID: st.ID, StepVersion: st.StepVersion,
-		Request: st.Request, Payload: payload})
+	req := &apiv1.InvokeRequest{WorkflowName: w.Name, RunID: runID, StepID: st.ID, StepVersion: st.StepVersion,
+		Request: st.Request, Payload: payload}
 	var lastErr error
 	for _, c := range cands {
-		out, err := o.invoke(ctx, st, c, body)
+		out, err := o.invoke(ctx, st, c, req)
 		if err == nil {
 			return out, c.instance, nil
 		}
@@ -124,34 +122,22 @@ func dialFailure(err error) bool {
 	return errors.As(err, &op) && op.Op == "dial"
 }
 
-func (o *Orchestrator) invoke(ctx context.Context, st *workflow.Step, c candidate, body []byte) (json.RawMessage, error) {
-	ctx, cancel := context.WithTimeout(ctx, st.Timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(c.endpoint, "/")+"/v1/capabilities/"+st.Capability.ID+"/invoke", bytes.NewReader(body))
+func (o *Orchestrator) invoke(ctx context.Context, st *workflow.Step, c candidate, req *apiv1.InvokeRequest) (json.RawMessage, error) {
+	pc, err := client.New(client.Config{Registries: []string{c.endpoint}, HTTPClient: o.cfg.Client, Timeout: st.Timeout})
 	if err != nil {
-		return nil, err
+		return nil, apiv1.Errorf(http.StatusBadGateway, apiv1.CodeUnavailable, "step %s: %s: %v", st.ID, c.instance, err)
 	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := o.cfg.Client.Do(req)
-	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) {
-			return nil, apiv1.Errorf(http.StatusGatewayTimeout, apiv1.CodeUnavailable, "step %s: no answer from %s within %s", st.ID, c.instance, st.Timeout)
-		}
-		return nil, err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, apiv1.ErrorFromResponse(resp.StatusCode, raw)
-	}
-	var ir apiv1.InvokeResponse
-	if err := json.Unmarshal(raw, &ir); err != nil {
+	ir, err := pc.Invoke(ctx, st.Capability.ID, req)
+	switch {
+	case err == nil:
+		return ir.Output, nil
+	case errors.Is(err, context.DeadlineExceeded):
+		return nil, apiv1.Errorf(http.StatusGatewayTimeout, apiv1.CodeUnavailable, "step %s: no answer from %s within %s", st.ID, c.instance, st.Timeout)
+	case errors.Is(err, client.ErrDecode):
 		return nil, apiv1.Errorf(http.StatusBadGateway, apiv1.CodeUnavailable, "step %s: %s answered no invoke result: %v", st.ID, c.instance, err)
+	default:
+		return nil, err // an error answer, or a transport failure (a dial failure moves to the next candidate)
 	}
-	return ir.Output, nil
 }
 
 // candidates resolves a step: through discovery (instances in rotation, or all of the step's

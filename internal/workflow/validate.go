@@ -1,12 +1,10 @@
 package workflow
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -14,6 +12,7 @@ import (
 	"time"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/client"
 	"github.com/meshflows/meshflows/discovery"
 )
 
@@ -223,28 +222,24 @@ func callProvider(ctx context.Context, opts Options, w *Workflow, st *Step, e ap
 		out.Diagnostics = append(out.Diagnostics, d)
 		return out
 	}
-	body, _ := json.Marshal(apiv1.ValidateRequest{WorkflowName: w.Name, StepID: st.ID, StepVersion: st.StepVersion,
-		CapabilityVersion: e.CapabilityVersion, Step: apiv1.StepSpec{Type: st.Type, Request: st.Request}})
-	cctx, cancel := context.WithTimeout(ctx, opts.ProviderTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(cctx, http.MethodPost, strings.TrimRight(e.Endpoint, "/")+"/v1/capabilities/"+st.Capability.ID+"/validate", bytes.NewReader(body))
+	pc, err := client.New(client.Config{Registries: []string{e.Endpoint}, HTTPClient: opts.Client, Timeout: opts.ProviderTimeout})
 	if err != nil {
 		return failure(CodeProviderUnreachable, "provider %s at %s: %v", e.InstanceID, e.Endpoint, err)
 	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := opts.Client.Do(req)
-	if err != nil {
-		var ne net.Error
-		if errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()) {
-			return failure(CodeProviderTimeout, "provider %s did not answer within %s", e.InstanceID, opts.ProviderTimeout)
-		}
+	vr, err := pc.Validate(ctx, st.Capability.ID, &apiv1.ValidateRequest{WorkflowName: w.Name, StepID: st.ID, StepVersion: st.StepVersion,
+		CapabilityVersion: e.CapabilityVersion, Step: apiv1.StepSpec{Type: st.Type, Request: st.Request}})
+	var ne net.Error
+	var ae *apiv1.Error
+	switch {
+	case err == nil:
+	case errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()):
+		return failure(CodeProviderTimeout, "provider %s did not answer within %s", e.InstanceID, opts.ProviderTimeout)
+	case errors.As(err, &ae):
+		return failure(CodeProviderUnreachable, "provider %s answered %d and no validation result", e.InstanceID, ae.Status)
+	case errors.Is(err, client.ErrDecode):
+		return failure(CodeProviderUnreachable, "provider %s answered no validation result", e.InstanceID)
+	default:
 		return failure(CodeProviderUnreachable, "provider %s at %s is unreachable: %v", e.InstanceID, e.Endpoint, err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	var vr apiv1.ValidateResponse
-	if err != nil || resp.StatusCode != http.StatusOK || json.Unmarshal(raw, &vr) != nil {
-		return failure(CodeProviderUnreachable, "provider %s answered %d and no validation result", e.InstanceID, resp.StatusCode)
 	}
 	for _, d := range vr.Diagnostics {
 		path := fmt.Sprintf("steps[%d]", st.Index)

@@ -1,0 +1,263 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+)
+
+// The typed operations. Paths come from api/v1; each method sends one request with the
+// client's Timeout and decodes the answer.
+
+// ErrEncode: a request body could not be encoded as JSON (nothing was sent).
+var ErrEncode = errors.New("request body cannot be encoded as JSON")
+
+// call sends a JSON body (v marshalled, when not nil) to path and decodes the answer into out.
+func (c *Client) call(ctx context.Context, method, path string, query url.Values, v any, out any) error {
+	var body []byte
+	if v != nil {
+		var err error
+		if body, err = json.Marshal(v); err != nil {
+			return fmt.Errorf("%w: %v", ErrEncode, err)
+		}
+	}
+	return c.Do(ctx, Request{Method: method, Path: path, Query: query, Body: body, Timeout: c.cfg.Timeout}, out)
+}
+
+// Register registers (or replaces) an instance.
+func (c *Client) Register(ctx context.Context, req *apiv1.RegisterRequest) (*apiv1.RegisterResponse, error) {
+	var out apiv1.RegisterResponse
+	return &out, c.call(ctx, http.MethodPost, apiv1.PathRegister, nil, req, &out)
+}
+
+// Heartbeat renews the lease of the incarnation req names.
+func (c *Client) Heartbeat(ctx context.Context, instanceID string, req *apiv1.HeartbeatRequest) (*apiv1.HeartbeatResponse, error) {
+	var out apiv1.HeartbeatResponse
+	return &out, c.call(ctx, http.MethodPut, apiv1.HeartbeatPath(instanceID), nil, req, &out)
+}
+
+// Deregister removes an instance; a generation > 0 fences it to that incarnation.
+func (c *Client) Deregister(ctx context.Context, instanceID string, generation int64) error {
+	var q url.Values
+	if generation > 0 {
+		q = apiv1.GenerationQuery(generation)
+	}
+	return c.call(ctx, http.MethodDelete, apiv1.InstancePath(instanceID), q, nil, nil)
+}
+
+// Withdrawal asks whether the gateways have withdrawn a deregistered incarnation.
+func (c *Client) Withdrawal(ctx context.Context, instanceID string, generation int64) (*apiv1.WithdrawalResponse, error) {
+	var out apiv1.WithdrawalResponse
+	return &out, c.call(ctx, http.MethodGet, apiv1.WithdrawalPath(instanceID), apiv1.GenerationQuery(generation), nil, &out)
+}
+
+// Page asks for one page of a listing: at most Limit items (0: the whole listing), after
+// the page Token names.
+type Page struct {
+	Limit int
+	Token string
+}
+
+func (p Page) set(q url.Values) url.Values {
+	if p.Limit > 0 {
+		q.Set("limit", strconv.Itoa(p.Limit))
+	}
+	if p.Token != "" {
+		q.Set("page_token", p.Token)
+	}
+	return q
+}
+
+// Services lists the catalog (one page of it with p.Limit).
+func (c *Client) Services(ctx context.Context, p Page) (*apiv1.CatalogResponse, error) {
+	var out apiv1.CatalogResponse
+	return &out, c.call(ctx, http.MethodGet, apiv1.PathServices, p.set(url.Values{}), nil, &out)
+}
+
+// Instance returns the catalog entry of one instance.
+func (c *Client) Instance(ctx context.Context, instanceID string) (*apiv1.Instance, error) {
+	var out apiv1.Instance
+	return &out, c.call(ctx, http.MethodGet, apiv1.InstancePath(instanceID), nil, nil, &out)
+}
+
+// Poll makes a discovery request a long poll: it is held until the registry's revision
+// passes Index (in Epoch), or Wait passes. The zero Poll asks at once.
+type Poll struct {
+	Epoch string
+	Index int64
+	Wait  time.Duration
+}
+
+func (p Poll) request(path string, q url.Values, timeout time.Duration) Request {
+	r := Request{Method: http.MethodGet, Path: path, Query: q, Timeout: timeout}
+	if p.Wait > 0 {
+		if p.Epoch != "" {
+			q.Set("epoch", p.Epoch)
+		}
+		q.Set("index", strconv.FormatInt(p.Index, 10))
+		q.Set("wait", p.Wait.String())
+		r.Timeout += p.Wait
+	}
+	return r
+}
+
+// Capabilities queries discovery with the selecting parameters q (capability_id, provider,
+// version, min_version, service_name, zone, include; limit and page_token to page).
+func (c *Client) Capabilities(ctx context.Context, q url.Values, p Poll) (*apiv1.DiscoveryResponse, error) {
+	var out apiv1.DiscoveryResponse
+	return &out, c.Do(ctx, p.request(apiv1.PathCapabilities, cloneValues(q), c.cfg.Timeout), &out)
+}
+
+// Routes returns the gateways' inputs: every manifest and public path.
+func (c *Client) Routes(ctx context.Context, p Poll) (*apiv1.RoutesResponse, error) {
+	var out apiv1.RoutesResponse
+	return &out, c.Do(ctx, p.request(apiv1.PathDiscoveryRoutes, url.Values{}, c.cfg.Timeout), &out)
+}
+
+// DiscoveryHealth returns the registry's own state (epoch, revision, counts, store).
+func (c *Client) DiscoveryHealth(ctx context.Context) (*apiv1.HealthResponse, error) {
+	var out apiv1.HealthResponse
+	return &out, c.call(ctx, http.MethodGet, apiv1.PathDiscoveryHealth, nil, nil, &out)
+}
+
+// Ack acknowledges, for a gateway, the routes revision it serves.
+func (c *Client) Ack(ctx context.Context, req *apiv1.AckRequest) (*apiv1.AckResponse, error) {
+	var out apiv1.AckResponse
+	return &out, c.call(ctx, http.MethodPost, apiv1.PathAck, nil, req, &out)
+}
+
+// Outcomes reports a gateway's per-instance outcomes.
+func (c *Client) Outcomes(ctx context.Context, req *apiv1.OutcomesRequest) error {
+	return c.call(ctx, http.MethodPost, apiv1.PathOutcomes, nil, req, nil)
+}
+
+// Eligibility decodes into out why an instance is (not) in rotation.
+func (c *Client) Eligibility(ctx context.Context, instanceID string, out any) error {
+	return c.call(ctx, http.MethodGet, apiv1.EligibilityPath(instanceID), nil, nil, out)
+}
+
+// Incidents lists the incidents with status ("" for every one; "unresolved", "open",
+// "acknowledged", "resolved").
+func (c *Client) Incidents(ctx context.Context, status string) (*apiv1.IncidentsResponse, error) {
+	q := url.Values{}
+	if status != "" {
+		q.Set("status", status)
+	}
+	var out apiv1.IncidentsResponse
+	return &out, c.call(ctx, http.MethodGet, apiv1.PathIncidents, q, nil, &out)
+}
+
+// IncidentAction acknowledges or resolves an incident (action "acknowledge" or "resolve").
+func (c *Client) IncidentAction(ctx context.Context, id, action string) (*apiv1.Incident, error) {
+	var out apiv1.Incident
+	return &out, c.call(ctx, http.MethodPost, apiv1.IncidentActionPath(id, action), nil, nil, &out)
+}
+
+// Timeline returns the last 24 hours of every capability's health.
+func (c *Client) Timeline(ctx context.Context) (*apiv1.TimelineResponse, error) {
+	var out apiv1.TimelineResponse
+	return &out, c.call(ctx, http.MethodGet, apiv1.PathTimeline, nil, nil, &out)
+}
+
+// Snapshot asks the registry to write a snapshot now.
+func (c *Client) Snapshot(ctx context.Context) (*apiv1.SnapshotResponse, error) {
+	var out apiv1.SnapshotResponse
+	return &out, c.call(ctx, http.MethodPost, apiv1.PathSnapshot, nil, nil, &out)
+}
+
+// Invalidate makes a gateway or an orchestrator drop its discovery cache and refetch.
+func (c *Client) Invalidate(ctx context.Context) error {
+	return c.call(ctx, http.MethodDelete, apiv1.PathInvalidate, nil, nil, nil)
+}
+
+// GatewayRoutes decodes a gateway's routing table (routing.RoutesAnswer, or its summary)
+// into out.
+func (c *Client) GatewayRoutes(ctx context.Context, out any) error {
+	return c.call(ctx, http.MethodGet, apiv1.PathGatewayRoutes, nil, nil, out)
+}
+
+// Workflows lists an orchestrator's workflows.
+func (c *Client) Workflows(ctx context.Context) (*apiv1.WorkflowList, error) {
+	var out apiv1.WorkflowList
+	return &out, c.call(ctx, http.MethodGet, apiv1.PathWorkflows, nil, nil, &out)
+}
+
+// Workflow returns one workflow with its source and last validation.
+func (c *Client) Workflow(ctx context.Context, name string) (*apiv1.WorkflowDetail, error) {
+	var out apiv1.WorkflowDetail
+	return &out, c.call(ctx, http.MethodGet, apiv1.WorkflowPath(name), nil, nil, &out)
+}
+
+// WorkflowValidation returns a workflow's last validation result.
+func (c *Client) WorkflowValidation(ctx context.Context, name string) (*apiv1.ValidationResult, error) {
+	var out apiv1.ValidationResult
+	return &out, c.call(ctx, http.MethodGet, apiv1.WorkflowPath(name, "validation"), nil, nil, &out)
+}
+
+// Revalidate validates a workflow again, in every layer.
+func (c *Client) Revalidate(ctx context.Context, name string) (*apiv1.ValidationResult, error) {
+	var out apiv1.ValidationResult
+	return &out, c.call(ctx, http.MethodPost, apiv1.WorkflowPath(name, "validate"), nil, nil, &out)
+}
+
+// Publish publishes a workflow (only published workflows run).
+func (c *Client) Publish(ctx context.Context, name string) (*apiv1.ValidationResult, error) {
+	var out apiv1.ValidationResult
+	return &out, c.call(ctx, http.MethodPost, apiv1.WorkflowPath(name, "publish"), nil, nil, &out)
+}
+
+// UploadWorkflow uploads a workflow's YAML; the answer is its validation. A workflow that
+// validation blocks is a 422 *apiv1.Error, with its validation result answered beside it.
+func (c *Client) UploadWorkflow(ctx context.Context, yaml []byte) (*apiv1.ValidationResult, error) {
+	var out apiv1.ValidationResult
+	status, body, err := c.exchange(ctx, Request{Method: http.MethodPost, Path: apiv1.PathWorkflows, Body: yaml, ContentType: "application/yaml", Timeout: c.cfg.Timeout}, &out)
+	if status == http.StatusUnprocessableEntity {
+		var blocked struct {
+			Validation *apiv1.ValidationResult `json:"validation"`
+		}
+		if json.Unmarshal(body, &blocked) == nil && blocked.Validation != nil {
+			return blocked.Validation, err
+		}
+	}
+	return &out, err
+}
+
+// RunWorkflow runs a published workflow with input (JSON; nil for none).
+func (c *Client) RunWorkflow(ctx context.Context, name string, input json.RawMessage) (*apiv1.Run, error) {
+	var out apiv1.Run
+	err := c.Do(ctx, Request{Method: http.MethodPost, Path: apiv1.WorkflowPath(name, "run"), Body: input, Timeout: c.cfg.Timeout}, &out)
+	return &out, err
+}
+
+// Runs returns a workflow's recent runs.
+func (c *Client) Runs(ctx context.Context, name string) (*apiv1.RunHistory, error) {
+	var out apiv1.RunHistory
+	return &out, c.call(ctx, http.MethodGet, apiv1.WorkflowPath(name, "runs"), nil, nil, &out)
+}
+
+// Validate asks a provider (the client's base URL is its endpoint) to validate a step.
+func (c *Client) Validate(ctx context.Context, capabilityID string, req *apiv1.ValidateRequest) (*apiv1.ValidateResponse, error) {
+	var out apiv1.ValidateResponse
+	return &out, c.call(ctx, http.MethodPost, apiv1.ValidatePath(capabilityID), nil, req, &out)
+}
+
+// Invoke asks a provider (the client's base URL is its endpoint) to run a step.
+func (c *Client) Invoke(ctx context.Context, capabilityID string, req *apiv1.InvokeRequest) (*apiv1.InvokeResponse, error) {
+	var out apiv1.InvokeResponse
+	return &out, c.call(ctx, http.MethodPost, apiv1.InvokePath(capabilityID), nil, req, &out)
+}
+
+func cloneValues(q url.Values) url.Values {
+	out := make(url.Values, len(q)+3)
+	for k, v := range q {
+		out[k] = v
+	}
+	return out
+}
