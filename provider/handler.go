@@ -87,7 +87,7 @@ func NewHandler(caps ...Capability) http.Handler {
 		}
 		httpapi.WriteJSON(w, http.StatusOK, apiv1.InvokeResponse{Output: raw})
 	})
-	mux.HandleFunc("/v1/capabilities/", func(w http.ResponseWriter, r *http.Request) {
+	mux.HandleFunc(apiv1.PathCapabilityPrefix, func(w http.ResponseWriter, r *http.Request) {
 		httpapi.WriteError(w, apiv1.Errorf(http.StatusNotFound, apiv1.CodeNotFound, "no such endpoint: %s %s", r.Method, r.URL.Path))
 	})
 	return mux

@@ -550,7 +550,7 @@ func aliasClaim(a Alias, prefixes []string, seed maphash.Seed) (*claim, *Rejecte
 	key := apiv1.PathKey(segs)
 	return &claim{key: key, hash: maphash.String(seed, key), methods: 1 << apiv1.MethodIndex("POST"), pattern: a.Path, segs: segs, weight: 100,
 		origin: &origin{service: a.Service, version: a.Version, instance: a.Instance, endpoint: a.Endpoint,
-			generation: a.Generation, rewrite: "/v1/capabilities/" + a.CapabilityID + "/invoke"}}, nil
+			generation: a.Generation, rewrite: apiv1.InvokePath(a.CapabilityID)}}, nil
 }
 
 // decodeManifest decodes a manifest; a value of the wrong JSON type rejects it with the

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/client"
 	"github.com/meshflows/meshflows/httpapi"
 )
 
@@ -45,7 +46,7 @@ type Config struct {
 type Dashboard struct {
 	cfg                    Config
 	tmpl                   *template.Template
-	registry, gateway, orc source
+	registry, gateway, orc *client.Client // typed clients of the components (see source)
 }
 
 // New returns a Dashboard.
@@ -77,8 +78,17 @@ func New(cfg Config) (*Dashboard, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Dashboard{cfg: cfg, tmpl: t,
-		registry: source{cfg.RegistryURL, cfg.Client}, gateway: source{cfg.GatewayURL, cfg.Client}, orc: source{cfg.OrchestratorURL, cfg.Client}}, nil
+	d := &Dashboard{cfg: cfg, tmpl: t}
+	for _, s := range []struct {
+		c    **client.Client
+		name string
+		base string
+	}{{&d.registry, "registry", cfg.RegistryURL}, {&d.gateway, "gateway", cfg.GatewayURL}, {&d.orc, "orchestrator", cfg.OrchestratorURL}} {
+		if *s.c, err = source(s.base, cfg.Client); err != nil {
+			return nil, fmt.Errorf("dashboard: %s URL: %w", s.name, err)
+		}
+	}
+	return d, nil
 }
 
 // Handler serves every page, the fragments the JS fetches, the write actions and the assets.
@@ -171,13 +181,11 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	var data overviewData
 	var errs []string
-	var h apiv1.HealthResponse
-	if err := d.registry.get(ctx, "/v1/discovery/health", &h); err != nil {
+	if h, err := d.registry.DiscoveryHealth(ctx); err != nil {
 		errs = append(errs, errString("registry", err)...)
 	} else {
-		data.Health = &h
-		var caps apiv1.DiscoveryResponse
-		if d.registry.get(ctx, "/v1/discovery/capabilities?capability_id=none.none", &caps) == nil {
+		data.Health = h
+		if caps, err := d.registry.Capabilities(ctx, noCapability, client.Poll{}); err == nil {
 			data.Complete = caps.Complete
 		}
 	}
@@ -187,8 +195,8 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 	} else {
 		data.Routes = gr
 	}
-	var wl apiv1.WorkflowList
-	if err := d.orc.get(ctx, "/v1/workflows", &wl); err != nil {
+	wl, err := d.orc.Workflows(ctx)
+	if err != nil {
 		errs = append(errs, errString("orchestrator", err)...)
 	}
 	for _, wf := range wl.Workflows {
@@ -218,8 +226,8 @@ type capsData struct {
 }
 
 func (d *Dashboard) catalog(ctx context.Context, v url.Values) (*capsData, error) {
-	var cat apiv1.CatalogResponse
-	if err := d.registry.get(ctx, "/v1/services", &cat); err != nil {
+	cat, err := d.registry.Services(ctx, client.Page{})
+	if err != nil {
 		return nil, err
 	}
 	data := &capsData{Revision: cat.Revision, Provider: v.Get("provider"), Cap: v.Get("capability_id"), Svc: v.Get("service_name"), Total: len(cat.Instances)}
@@ -279,7 +287,7 @@ func (d *Dashboard) capabilitiesFragment(w http.ResponseWriter, r *http.Request)
 	v := r.URL.Query()
 	if idx, err := strconv.ParseInt(v.Get("index"), 10, 64); err == nil {
 		// a long poll on the registry, then the fresh catalog
-		d.registry.get(r.Context(), "/v1/discovery/capabilities?capability_id=none.none&index="+strconv.FormatInt(idx, 10)+"&wait=25s", nil)
+		d.registry.Capabilities(r.Context(), noCapability, client.Poll{Index: idx, Wait: 25 * time.Second})
 	}
 	data, err := d.catalog(r.Context(), v)
 	if err != nil {
@@ -293,11 +301,9 @@ func (d *Dashboard) capabilitiesFragment(w http.ResponseWriter, r *http.Request)
 
 func (d *Dashboard) refresh(w http.ResponseWriter, r *http.Request) {
 	var errs []error
-	for _, s := range []source{d.gateway, d.orc} {
-		if s.base != "" {
-			if err := s.do(r.Context(), http.MethodDelete, "/v1/discovery/invalidate", nil, "", nil); err != nil {
-				errs = append(errs, err)
-			}
+	for _, s := range []*client.Client{d.gateway, d.orc} {
+		if err := s.Invalidate(r.Context()); err != nil && !errors.Is(err, errNotConfigured) {
+			errs = append(errs, err)
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
@@ -383,17 +389,17 @@ func stepCapabilities(src string) map[string]string {
 }
 
 func (d *Dashboard) validationData(ctx context.Context) (*validationData, error) {
-	var wl apiv1.WorkflowList
-	if err := d.orc.get(ctx, "/v1/workflows", &wl); err != nil {
+	wl, err := d.orc.Workflows(ctx)
+	if err != nil {
 		return nil, err
 	}
 	data := &validationData{ByCapability: map[string][]string{}}
 	for _, wf := range wl.Workflows {
-		var det apiv1.WorkflowDetail
-		if err := d.orc.get(ctx, "/v1/workflows/"+url.PathEscape(wf.Name), &det); err != nil {
+		det, err := d.orc.Workflow(ctx, wf.Name)
+		if err != nil {
 			return nil, err
 		}
-		v := wfView{Detail: det, Lines: annotate(det.YAML, allDiagnostics(det.Validation))}
+		v := wfView{Detail: *det, Lines: annotate(det.YAML, allDiagnostics(det.Validation))}
 		caps := stepCapabilities(det.YAML)
 		if det.Validation != nil {
 			for _, s := range det.Validation.Steps {
@@ -417,8 +423,8 @@ func (d *Dashboard) validation(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Dashboard) export(w http.ResponseWriter, r *http.Request) {
-	var res apiv1.ValidationResult
-	if err := d.orc.get(r.Context(), "/v1/workflows/"+url.PathEscape(r.PathValue("name"))+"/validation", &res); err != nil {
+	res, err := d.orc.WorkflowValidation(r.Context(), r.PathValue("name"))
+	if err != nil {
 		http.Error(w, err.Error(), upstreamStatus(err))
 		return
 	}
@@ -430,7 +436,7 @@ func (d *Dashboard) export(w http.ResponseWriter, r *http.Request) {
 }
 
 func (d *Dashboard) revalidate(w http.ResponseWriter, r *http.Request) {
-	if err := d.orc.do(r.Context(), http.MethodPost, "/v1/workflows/"+url.PathEscape(r.PathValue("name"))+"/validate", nil, "", nil); err != nil {
+	if _, err := d.orc.Revalidate(r.Context(), r.PathValue("name")); err != nil {
 		http.Error(w, "re-validate: "+err.Error(), upstreamStatus(err))
 		return
 	}
@@ -450,23 +456,16 @@ func (d *Dashboard) upload(w http.ResponseWriter, r *http.Request) {
 			src = string(b)
 		}
 	}
-	var raw json.RawMessage
-	err := d.orc.do(r.Context(), http.MethodPost, "/v1/workflows", []byte(src), "application/yaml", &raw)
-	var res apiv1.ValidationResult
-	var blocked struct {
-		Validation *apiv1.ValidationResult `json:"validation"`
-	}
-	if json.Unmarshal(raw, &blocked) == nil && blocked.Validation != nil {
-		res = *blocked.Validation
-	} else {
-		json.Unmarshal(raw, &res)
+	res, err := d.orc.UploadWorkflow(r.Context(), []byte(src))
+	if ae := (*apiv1.Error)(nil); errors.As(err, &ae) && ae.Status == http.StatusUnprocessableEntity {
+		err = nil // blocked by validation: the result shown says why
 	}
 	data, derr := d.validationData(r.Context())
 	if data == nil {
 		data = &validationData{}
 	}
-	data.Uploaded = &res
-	data.UploadLines = annotate(src, allDiagnostics(&res))
+	data.Uploaded = res
+	data.UploadLines = annotate(src, allDiagnostics(res))
 	d.render(w, r, "validation", "Validation", data, append(errString("upload", err), errString("orchestrator", derr)...))
 }
 
@@ -481,7 +480,7 @@ func (d *Dashboard) routes(w http.ResponseWriter, r *http.Request) {
 // credentials lack gateway_admin) is an error that says so.
 func (d *Dashboard) gatewayTable(ctx context.Context) (*gatewayRoutes, error) {
 	var gr gatewayRoutes
-	err := d.gateway.get(ctx, "/v1/gateway/routes", &gr)
+	err := d.gateway.GatewayRoutes(ctx, &gr)
 	if err == nil && gr.Summary {
 		err = fmt.Errorf("%d routes, not shown: %s (give the dashboard's identity a role with gateway_admin)", gr.RouteCount, gr.FullTable)
 	}
@@ -497,12 +496,13 @@ type wfRow struct {
 }
 
 func (d *Dashboard) workflows(w http.ResponseWriter, r *http.Request) {
-	var wl apiv1.WorkflowList
-	err := d.orc.get(r.Context(), "/v1/workflows", &wl)
+	wl, err := d.orc.Workflows(r.Context())
 	var rows []wfRow
 	for _, wf := range wl.Workflows {
 		row := wfRow{Name: wf.Name, Published: wf.Published}
-		d.orc.get(r.Context(), "/v1/workflows/"+url.PathEscape(wf.Name)+"/runs", &row.History)
+		if h, err := d.orc.Runs(r.Context(), wf.Name); err == nil {
+			row.History = *h
+		}
 		if len(row.History.Runs) > 10 {
 			row.History.Runs = row.History.Runs[:10]
 		}
@@ -516,7 +516,7 @@ func (d *Dashboard) run(w http.ResponseWriter, r *http.Request) {
 	if input == "" {
 		input = "{}"
 	}
-	if err := d.orc.do(r.Context(), http.MethodPost, "/v1/workflows/"+url.PathEscape(r.PathValue("name"))+"/run", []byte(input), "application/json", nil); err != nil {
+	if _, err := d.orc.RunWorkflow(r.Context(), r.PathValue("name"), json.RawMessage(input)); err != nil {
 		http.Error(w, "run: "+err.Error(), upstreamStatus(err))
 		return
 	}

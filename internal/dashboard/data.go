@@ -1,59 +1,33 @@
 package dashboard
 
 import (
-	"bytes"
-	"context"
-	"encoding/json"
-	"fmt"
-	"io"
+	"errors"
 	"net/http"
-	"strings"
+	"net/url"
 	"time"
 
-	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/client"
 	"github.com/meshflows/meshflows/routing"
 )
 
-// source fetches JSON from one component.
-type source struct {
-	base   string
-	client *http.Client
+// errNotConfigured answers every call to a component the dashboard was given no URL for.
+var errNotConfigured = errors.New("not configured")
+
+// noCapability selects no entry: a discovery query asked for the answer's state alone.
+var noCapability = url.Values{"capability_id": {"none.none"}}
+
+// source returns the typed client of the component at base, through hc; without a base, a
+// client whose every call fails with errNotConfigured.
+func source(base string, hc *http.Client) (*client.Client, error) {
+	if base == "" {
+		return client.New(client.Config{Registries: []string{"http://not-configured.invalid"}, HTTPClient: &http.Client{Transport: notConfigured{}}})
+	}
+	return client.New(client.Config{Registries: []string{base}, HTTPClient: hc, Timeout: 35 * time.Second})
 }
 
-func (s source) get(ctx context.Context, path string, out any) error {
-	return s.do(ctx, http.MethodGet, path, nil, "", out)
-}
+type notConfigured struct{}
 
-func (s source) do(ctx context.Context, method, path string, body []byte, contentType string, out any) error {
-	if s.base == "" {
-		return fmt.Errorf("not configured")
-	}
-	ctx, cancel := context.WithTimeout(ctx, 35*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, strings.TrimRight(s.base, "/")+path, bytes.NewReader(body))
-	if err != nil {
-		return err
-	}
-	if contentType != "" {
-		req.Header.Set("Content-Type", contentType)
-	}
-	resp, err := s.client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(io.LimitReader(resp.Body, 32<<20))
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode/100 != 2 && resp.StatusCode != http.StatusUnprocessableEntity {
-		return apiv1.ErrorFromResponse(resp.StatusCode, raw)
-	}
-	if out != nil {
-		return json.Unmarshal(raw, out)
-	}
-	return nil
-}
+func (notConfigured) RoundTrip(*http.Request) (*http.Response, error) { return nil, errNotConfigured }
 
 // gatewayRoutes is the gateway's /v1/gateway/routes answer: the canonical table (the
 // routing package's types) and where it came from.

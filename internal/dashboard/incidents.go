@@ -3,7 +3,6 @@ package dashboard
 import (
 	"fmt"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 
@@ -74,8 +73,8 @@ func (d *Dashboard) incidents(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	var errs []string
 	data := &incidentsData{}
-	var list apiv1.IncidentsResponse
-	if err := d.registry.get(ctx, "/v1/incidents", &list); err != nil {
+	list, err := d.registry.Incidents(ctx, "")
+	if err != nil {
 		errs = append(errs, errString("registry incidents", err)...)
 	}
 	data.Incidents = list.Incidents
@@ -84,12 +83,12 @@ func (d *Dashboard) incidents(w http.ResponseWriter, r *http.Request) {
 			data.Unresolved++
 		}
 	}
-	var tl apiv1.TimelineResponse
-	if err := d.registry.get(ctx, "/v1/eligibility/timeline", &tl); err != nil {
+	tl, err := d.registry.Timeline(ctx)
+	if err != nil {
 		errs = append(errs, errString("registry timeline", err)...)
 	}
 	now := d.cfg.Now()
-	data.Timeline, data.Width, data.From = strips(tl, now)
+	data.Timeline, data.Width, data.From = strips(*tl, now)
 	data.To, data.BucketMinutes = now.UTC(), tl.BucketSeconds/60
 	d.render(w, r, "incidents", "Incidents", data, errs)
 }
@@ -100,7 +99,7 @@ func (d *Dashboard) incidentAction(w http.ResponseWriter, r *http.Request) {
 	if strings.HasSuffix(r.URL.Path, "/acknowledge") {
 		action = "acknowledge"
 	}
-	if err := d.registry.do(r.Context(), http.MethodPost, "/v1/incidents/"+url.PathEscape(r.PathValue("id"))+"/"+action, nil, "", nil); err != nil {
+	if _, err := d.registry.IncidentAction(r.Context(), r.PathValue("id"), action); err != nil {
 		http.Error(w, action+": "+err.Error(), upstreamStatus(err))
 		return
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/client"
 )
 
 // mapNode is a box of the route map.
@@ -99,10 +100,10 @@ func layout(gr *gatewayRoutes, cat *apiv1.CatalogResponse) *mapData {
 }
 
 func (d *Dashboard) routeMap(w http.ResponseWriter, r *http.Request) {
-	var cat apiv1.CatalogResponse
+	cat := &apiv1.CatalogResponse{}
 	gr, err := d.gatewayTable(r.Context())
 	if err == nil {
-		err = d.registry.get(r.Context(), "/v1/services", &cat)
+		cat, err = d.registry.Services(r.Context(), client.Page{})
 	}
 	var data *mapData
 	if len(gr.Routes) > d.cfg.MapLimit {
@@ -118,7 +119,7 @@ func (d *Dashboard) routeMap(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	} else {
-		data = layout(gr, &cat)
+		data = layout(gr, cat)
 	}
 	d.render(w, r, "routemap", "Route map", data, errString("gateway or registry", err))
 }

@@ -117,7 +117,7 @@ func (p *Provider) messagesPath() string { return "/api/messaging/" + p.cfg.Kind
 // Registration is what the provider registers: messaging.publish@1.0.0 and a manifest with
 // its two routes.
 func (p *Provider) Registration() apiv1.RegisterRequest {
-	meta := map[string]any{"validate_supported": true, "validate_endpoint": "/v1/capabilities/" + CapabilityID + "/validate",
+	meta := map[string]any{"validate_supported": true, "validate_endpoint": apiv1.ValidatePath(CapabilityID),
 		"max_payload_bytes": 1048576}
 	for k, v := range p.cfg.Metadata {
 		meta[k] = v
@@ -145,7 +145,7 @@ func (p *Provider) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST "+p.publishPath(), p.handlePublish)
 	mux.HandleFunc("GET "+p.messagesPath(), p.handleMessages)
-	mux.Handle("/v1/capabilities/", provider.NewHandler(provider.Capability{ID: CapabilityID, Validate: p.validate, Invoke: p.invoke}))
+	mux.Handle(apiv1.PathCapabilityPrefix, provider.NewHandler(provider.Capability{ID: CapabilityID, Validate: p.validate, Invoke: p.invoke}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		provider.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
