@@ -74,7 +74,7 @@ type regEvent struct {
 func (o *observer) RoundTrip(req *http.Request) (*http.Response, error) {
 	start := time.Now()
 	resp, err := o.next.RoundTrip(req)
-	if req.Method == http.MethodPost && strings.HasSuffix(req.URL.Path, "/v1/services/register") {
+	if req.Method == http.MethodPost && strings.HasSuffix(req.URL.Path, apiv1.PathRegister) {
 		o.mu.Lock()
 		o.regs = append(o.regs, regEvent{at: time.Now(), latency: time.Since(start), ok: err == nil && resp.StatusCode == http.StatusOK})
 		o.mu.Unlock()

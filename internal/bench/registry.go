@@ -115,7 +115,7 @@ func RunRegistry(ctx context.Context, cfg RegistryConfig) (*RegistryReport, erro
 
 	rep.Phases = append(rep.Phases, d.parallel(ctx, "register", len(insts), func(ctx context.Context, i int) error {
 		var resp apiv1.RegisterResponse
-		if err := d.do(ctx, http.MethodPost, "/v1/services/register", insts[i].body, 200, &resp); err != nil {
+		if err := d.do(ctx, http.MethodPost, apiv1.PathRegister, insts[i].body, 200, &resp); err != nil {
 			return err
 		}
 		insts[i].generation.Store(resp.Generation)
@@ -126,10 +126,10 @@ func RunRegistry(ctx context.Context, cfg RegistryConfig) (*RegistryReport, erro
 	}
 	rep.Phases = append(rep.Phases, d.parallel(ctx, "heartbeat", len(insts), func(ctx context.Context, i int) error {
 		body := []byte(`{"generation":` + strconv.FormatInt(insts[i].generation.Load(), 10) + `,"health":"ok"}`)
-		return d.do(ctx, http.MethodPut, "/v1/services/"+insts[i].id+"/heartbeat", body, 200, nil)
+		return d.do(ctx, http.MethodPut, apiv1.HeartbeatPath(insts[i].id), body, 200, nil)
 	}))
 	target := insts[0].service
-	query := "/v1/discovery/capabilities?capability_id=bench.read&service_name=" + target
+	query := apiv1.PathCapabilities + "?capability_id=bench.read&service_name=" + target
 	want := min(cfg.ServiceSize, cfg.Instances)
 	rep.Phases = append(rep.Phases, d.parallelN(ctx, "discovery", cfg.Queries, cfg.QueryConcurrency, func(ctx context.Context, _ int) error {
 		// Count the entries instead of decoding them: the load generator shares the machine
@@ -146,7 +146,7 @@ func RunRegistry(ctx context.Context, cfg RegistryConfig) (*RegistryReport, erro
 	rep.Phases = append(rep.Phases, d.watch(ctx, query, insts[:cfg.Changes]))
 	rep.Phases = append(rep.Phases, d.parallel(ctx, "deregister", len(insts)-cfg.Changes, func(ctx context.Context, i int) error {
 		in := insts[cfg.Changes+i]
-		return d.do(ctx, http.MethodDelete, "/v1/services/"+in.id+"?generation="+strconv.FormatInt(in.generation.Load(), 10), nil, 204, nil)
+		return d.do(ctx, http.MethodDelete, apiv1.InstancePath(in.id)+"?"+apiv1.GenerationQuery(in.generation.Load()).Encode(), nil, 204, nil)
 	}))
 	return rep, nil
 }
@@ -263,7 +263,7 @@ func (d *driver) watch(ctx context.Context, query string, insts []*benchInstance
 		// from the deregistration, so this pause is not part of it.
 		time.Sleep(20 * time.Millisecond)
 		start := time.Now()
-		err := d.do(ctx, http.MethodDelete, "/v1/services/"+in.id+"?generation="+strconv.FormatInt(in.generation.Load(), 10), nil, 204, nil)
+		err := d.do(ctx, http.MethodDelete, apiv1.InstancePath(in.id)+"?"+apiv1.GenerationQuery(in.generation.Load()).Encode(), nil, 204, nil)
 		if err != nil {
 			<-seen
 			rec.record(0, err)

@@ -505,18 +505,12 @@ func fingerprint(p routing.Policy) string {
 	return fmt.Sprint(p) // fmt prints maps in key order: equal policies print alike
 }
 
-// Paths of the gateway's own endpoints; every other path is proxied by the routing table.
-const (
-	routesPath     = "/v1/gateway/routes"
-	invalidatePath = "/v1/discovery/invalidate"
-)
-
 // adminRoutes is the route table of the gateway's own endpoints.
 func (g *Gateway) adminRoutes() *http.ServeMux {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET "+routesPath, g.serveRoutes)
-	mux.HandleFunc("DELETE "+invalidatePath, g.serveInvalidate)
-	mux.HandleFunc("GET "+invalidatePath, g.serveInvalidate)
+	mux.HandleFunc("GET "+apiv1.PathGatewayRoutes, g.serveRoutes)
+	mux.HandleFunc("DELETE "+apiv1.PathInvalidate, g.serveInvalidate)
+	mux.HandleFunc("GET "+apiv1.PathInvalidate, g.serveInvalidate)
 	mux.HandleFunc("/", httpapi.NotRouted(mux))
 	return mux
 }
@@ -524,7 +518,7 @@ func (g *Gateway) adminRoutes() *http.ServeMux {
 // ServeHTTP serves the gateway: its own endpoints (adminRoutes), everything else by the
 // table.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path == routesPath || r.URL.Path == invalidatePath {
+	if r.URL.Path == apiv1.PathGatewayRoutes || r.URL.Path == apiv1.PathInvalidate {
 		g.admin.ServeHTTP(w, r)
 		return
 	}
