@@ -20,6 +20,7 @@ import (
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/client"
 	"github.com/meshflows/meshflows/httpapi"
+	"github.com/meshflows/meshflows/routing"
 )
 
 //go:embed assets templates.html
@@ -172,7 +173,7 @@ func errString(what string, err error) []string {
 type overviewData struct {
 	Health   *apiv1.HealthResponse
 	Complete bool
-	Routes   *gatewayRoutes
+	Routes   *routing.RoutesAnswer
 	Failing  []string
 	Counts   map[string]int
 }
@@ -478,13 +479,17 @@ func (d *Dashboard) routes(w http.ResponseWriter, r *http.Request) {
 
 // gatewayTable asks the gateway for its routing table; a summary (the dashboard's
 // credentials lack gateway_admin) is an error that says so.
-func (d *Dashboard) gatewayTable(ctx context.Context) (*gatewayRoutes, error) {
-	var gr gatewayRoutes
-	err := d.gateway.GatewayRoutes(ctx, &gr)
-	if err == nil && gr.Summary {
-		err = fmt.Errorf("%d routes, not shown: %s (give the dashboard's identity a role with gateway_admin)", gr.RouteCount, gr.FullTable)
+func (d *Dashboard) gatewayTable(ctx context.Context) (*routing.RoutesAnswer, error) {
+	var raw json.RawMessage
+	if err := d.gateway.GatewayRoutes(ctx, &raw); err != nil {
+		return &routing.RoutesAnswer{}, err
 	}
-	return &gr, err
+	var sum routing.RoutesSummary
+	if json.Unmarshal(raw, &sum) == nil && sum.Summary {
+		return &routing.RoutesAnswer{}, fmt.Errorf("%d routes, not shown: %s (give the dashboard's identity a role with gateway_admin)", sum.RouteCount, sum.FullTable)
+	}
+	var gr routing.RoutesAnswer
+	return &gr, json.Unmarshal(raw, &gr)
 }
 
 // --- workflows ---

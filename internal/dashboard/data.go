@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/meshflows/meshflows/client"
-	"github.com/meshflows/meshflows/routing"
 )
 
 // errNotConfigured answers every call to a component the dashboard was given no URL for.
@@ -28,18 +27,3 @@ func source(base string, hc *http.Client) (*client.Client, error) {
 type notConfigured struct{}
 
 func (notConfigured) RoundTrip(*http.Request) (*http.Response, error) { return nil, errNotConfigured }
-
-// gatewayRoutes is the gateway's /v1/gateway/routes answer: the canonical table (the
-// routing package's types) and where it came from.
-type gatewayRoutes struct {
-	routing.Canonical
-	Source           string            `json:"source"`
-	AgeSeconds       int64             `json:"age_seconds"`
-	RegistryRevision int64             `json:"registry_revision"`
-	Reasons          map[string]string `json:"rejection_reasons"`
-	// Summary is set when the gateway showed only a summary: the dashboard's identity lacks
-	// the gateway_admin permission; FullTable says why.
-	Summary    bool   `json:"summary"`
-	RouteCount int    `json:"route_count"`
-	FullTable  string `json:"full_table"`
-}

@@ -8,6 +8,7 @@ import (
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/client"
+	"github.com/meshflows/meshflows/routing"
 )
 
 // mapNode is a box of the route map.
@@ -34,7 +35,7 @@ const (
 
 // layout lays the map out in four columns — route, service@version, provider, instance —
 // each node in the row order of its first appearance.
-func layout(gr *gatewayRoutes, cat *apiv1.CatalogResponse) *mapData {
+func layout(gr *routing.RoutesAnswer, cat *apiv1.CatalogResponse) *mapData {
 	providers := map[string][]string{} // instance -> providers
 	for _, in := range cat.Instances {
 		for _, c := range in.Capabilities {

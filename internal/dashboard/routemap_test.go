@@ -11,8 +11,8 @@ import (
 )
 
 // fiftyRoutes is a gateway table of 50 routes over 10 services of 2 instances each.
-func fiftyRoutes() (*gatewayRoutes, *apiv1.CatalogResponse) {
-	gr := &gatewayRoutes{}
+func fiftyRoutes() (*routing.RoutesAnswer, *apiv1.CatalogResponse) {
+	gr := &routing.RoutesAnswer{}
 	cat := &apiv1.CatalogResponse{}
 	for s := range 10 {
 		insts := []string{fmt.Sprintf("svc%d-a", s), fmt.Sprintf("svc%d-b", s)}

@@ -18,6 +18,7 @@ import (
 	"github.com/meshflows/meshflows/internal/health"
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/registry/registrytest"
+	"github.com/meshflows/meshflows/routing"
 )
 
 func newJudgedEnv(t *testing.T, gcfg gateway.Config) *env {
@@ -34,7 +35,7 @@ func (e *env) caughtUp(t *testing.T) {
 	t.Helper()
 	want := e.reg.Registry.State().Revision
 	until(t, "the gateway applies revision "+strconv.FormatInt(want, 10), func() bool {
-		var r gateway.RoutesAnswer
+		var r routing.RoutesAnswer
 		json.Unmarshal([]byte(e.do(t, "GET", "/v1/gateway/routes", "").body), &r)
 		return r.RegistryRevision == want
 	})

@@ -569,34 +569,6 @@ func (g *Gateway) source() (discovery.Source, time.Duration) {
 	return f.source, f.age
 }
 
-// RoutesAnswer is the body of GET /v1/gateway/routes.
-type RoutesAnswer struct {
-	routing.Canonical
-	Source           discovery.Source `json:"source"`
-	AgeSeconds       int64            `json:"age_seconds"`
-	RegistryRevision int64            `json:"registry_revision"`
-	RegistryEpoch    string           `json:"registry_epoch"`
-	DerivedAt        time.Time        `json:"derived_at"`
-	// Reasons explain each rejected manifest, by instance.
-	Reasons map[string]string `json:"rejection_reasons"`
-}
-
-// RoutesSummary is the body of GET /v1/gateway/routes for a caller without the
-// gateway_admin permission: how big the table is and where it comes from, not its routes.
-type RoutesSummary struct {
-	Summary          bool             `json:"summary"`
-	RouteCount       int              `json:"route_count"`
-	RejectedCount    int              `json:"rejected_count"`
-	ConflictCount    int              `json:"conflict_count"`
-	Source           discovery.Source `json:"source"`
-	AgeSeconds       int64            `json:"age_seconds"`
-	RegistryRevision int64            `json:"registry_revision"`
-	RegistryEpoch    string           `json:"registry_epoch"`
-	DerivedAt        time.Time        `json:"derived_at"`
-	// FullTable says why the routes are not shown.
-	FullTable string `json:"full_table"`
-}
-
 func (g *Gateway) serveRoutes(w http.ResponseWriter, r *http.Request) {
 	st := g.state.Load()
 	if st == nil {
@@ -606,13 +578,13 @@ func (g *Gateway) serveRoutes(w http.ResponseWriter, r *http.Request) {
 	source, age := g.source()
 	if g.cfg.Admin != nil {
 		if _, err := g.cfg.Admin.Authorize(r, auth.GatewayAdmin); err != nil {
-			httpapi.WriteJSON(w, http.StatusOK, RoutesSummary{Summary: true, RouteCount: len(st.canonical.Routes), RejectedCount: len(st.canonical.Rejected),
-				ConflictCount: len(st.canonical.Conflicts), Source: source, AgeSeconds: int64(age / time.Second), RegistryRevision: st.revision,
+			httpapi.WriteJSON(w, http.StatusOK, routing.RoutesSummary{Summary: true, RouteCount: len(st.canonical.Routes), RejectedCount: len(st.canonical.Rejected),
+				ConflictCount: len(st.canonical.Conflicts), Source: string(source), AgeSeconds: int64(age / time.Second), RegistryRevision: st.revision,
 				RegistryEpoch: st.epoch, DerivedAt: st.derivedAt.UTC(), FullTable: "the routes are shown to the gateway_admin permission only: " + httpapi.AsError(err).Message})
 			return
 		}
 	}
-	ans := RoutesAnswer{Canonical: st.canonical, Source: source, AgeSeconds: int64(age / time.Second), RegistryRevision: st.revision,
+	ans := routing.RoutesAnswer{Canonical: st.canonical, Source: string(source), AgeSeconds: int64(age / time.Second), RegistryRevision: st.revision,
 		RegistryEpoch: st.epoch, DerivedAt: st.derivedAt.UTC(), Reasons: map[string]string{}}
 	for _, rj := range st.canonical.Rejected {
 		ans.Reasons[rj.Instance] = rj.Reason

@@ -181,9 +181,9 @@ func TestRoutesFollowTheRegistry(t *testing.T) {
 		t.Errorf("unknown path = %d %q", got.status, got.body)
 	}
 	// the table explains itself
-	var routes gateway.RoutesAnswer
+	var routes routing.RoutesAnswer
 	json.Unmarshal([]byte(e.do(t, "GET", "/v1/gateway/routes", "").body), &routes)
-	if len(routes.Routes) != 3 || routes.Source != discovery.SourceFresh || routes.RegistryRevision != 1 {
+	if len(routes.Routes) != 3 || routes.Source != string(discovery.SourceFresh) || routes.RegistryRevision != 1 {
 		t.Errorf("routes = %+v", routes)
 	}
 	// deregistration withdraws the route
@@ -230,7 +230,7 @@ func TestIdempotentRetryOnly(t *testing.T) {
 	e.register(t, "orders-a", a.URL, ordersRoutes...)
 	e.register(t, "orders-dead", dead.URL, ordersRoutes...)
 	until(t, "two instances in the table", func() bool {
-		var r gateway.RoutesAnswer
+		var r routing.RoutesAnswer
 		json.Unmarshal([]byte(e.do(t, "GET", "/v1/gateway/routes", "").body), &r)
 		return len(r.Routes) > 0 && len(r.Routes[0].Instances) == 2
 	})
@@ -343,7 +343,7 @@ func TestDrainHandshakeLosesNoRequest(t *testing.T) {
 	start("orders-a")
 	upB, stopB := start("orders-b")
 	until(t, "both instances in the table", func() bool {
-		var r gateway.RoutesAnswer
+		var r routing.RoutesAnswer
 		json.Unmarshal([]byte(e.do(t, "GET", "/v1/gateway/routes", "").body), &r)
 		return len(r.Routes) == 2 && len(r.Routes[0].Instances) == 2
 	})
@@ -384,7 +384,7 @@ func TestAckWaitsForRequestsOnOlderTables(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	routes := func() (r gateway.RoutesAnswer) {
+	routes := func() (r routing.RoutesAnswer) {
 		json.Unmarshal([]byte(e.do(t, "GET", "/v1/gateway/routes", "").body), &r)
 		return r
 	}
@@ -440,7 +440,7 @@ func TestDrainHandshakeDuringWarmUp(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	routes := func() (r gateway.RoutesAnswer) {
+	routes := func() (r routing.RoutesAnswer) {
 		json.Unmarshal([]byte(e.do(t, "GET", "/v1/gateway/routes", "").body), &r)
 		return r
 	}

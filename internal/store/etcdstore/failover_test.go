@@ -85,7 +85,7 @@ func TestDrainAcrossAReplicaFailover(t *testing.T) {
 	up1, up2 := upstream("orders-1"), upstream("orders-2")
 	start("orders-1", up1)
 	stop2 := start("orders-2", up2)
-	routes := func() (r gateway.RoutesAnswer) {
+	routes := func() (r routing.RoutesAnswer) {
 		resp, err := http.Get(edge.URL + "/v1/gateway/routes")
 		if err == nil {
 			defer resp.Body.Close()
