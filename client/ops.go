@@ -138,9 +138,10 @@ func (c *Client) Outcomes(ctx context.Context, req *apiv1.OutcomesRequest) error
 	return c.call(ctx, http.MethodPost, apiv1.PathOutcomes, nil, req, nil)
 }
 
-// Eligibility decodes into out why an instance is (not) in rotation.
-func (c *Client) Eligibility(ctx context.Context, instanceID string, out any) error {
-	return c.call(ctx, http.MethodGet, apiv1.EligibilityPath(instanceID), nil, nil, out)
+// Eligibility explains why an instance is (not) in rotation.
+func (c *Client) Eligibility(ctx context.Context, instanceID string) (*apiv1.Explanation, error) {
+	var out apiv1.Explanation
+	return &out, c.call(ctx, http.MethodGet, apiv1.EligibilityPath(instanceID), nil, nil, &out)
 }
 
 // Incidents lists the incidents with status ("" for every one; "unresolved", "open",

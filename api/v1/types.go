@@ -346,3 +346,38 @@ type TimelineResponse struct {
 	BucketSeconds int64                `json:"bucket_seconds"`
 	Capabilities  []CapabilityTimeline `json:"capabilities"`
 }
+
+// Explanation is the answer of GET /v1/services/{id}/eligibility: an instance's
+// eligibility state and weight, since when, every reason with the evidence behind it, and
+// its last transitions.
+type Explanation struct {
+	InstanceID  string              `json:"instance_id"`
+	Generation  int64               `json:"generation"`
+	State       string              `json:"state"`
+	Weight      int                 `json:"weight"`
+	Since       time.Time           `json:"since"`
+	Reasons     []EligibilityReason `json:"reasons"`
+	Transitions []Transition        `json:"transitions"`
+}
+
+// EligibilityReason is one reason of a verdict (a reason code) with its evidence.
+type EligibilityReason struct {
+	Code     string   `json:"code"`
+	Evidence Evidence `json:"evidence"`
+}
+
+// Evidence is what a reason rests on: when it was seen, and what.
+type Evidence struct {
+	At     time.Time `json:"at"`
+	Detail string    `json:"detail"`
+}
+
+// Transition is one change of an instance's eligibility state (or, without an instance, a
+// fleet event: a panic sustained, self-preservation).
+type Transition struct {
+	InstanceID string    `json:"instance_id,omitempty"`
+	At         time.Time `json:"at"`
+	From       string    `json:"from"`
+	To         string    `json:"to"`
+	Reasons    []string  `json:"reasons"`
+}

@@ -140,8 +140,8 @@ func TestEligibilityEndToEnd(t *testing.T) {
 		}
 		return out
 	}
-	explain := func(id string) health.Explanation {
-		var ex health.Explanation
+	explain := func(id string) apiv1.Explanation {
+		var ex apiv1.Explanation
 		getJSON(t, regURL+"/v1/services/"+id+"/eligibility", &ex)
 		return ex
 	}

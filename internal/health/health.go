@@ -186,11 +186,8 @@ type instance struct {
 	lastProbe    Evidence  // the last probe result
 }
 
-// Evidence is the event behind a reason: when it happened and what it said.
-type Evidence struct {
-	At     time.Time `json:"at"`
-	Detail string    `json:"detail"`
-}
+// Evidence is the event behind a reason: when it happened and what it said (the wire type).
+type Evidence = apiv1.Evidence
 
 // quarantined reports whether in is in quarantine at now.
 func (in *instance) quarantined(now time.Time) bool { return now.Before(in.quarantineUntil) }
@@ -664,11 +661,8 @@ func (e *Engine) Group(capability, zone string, now time.Time) GroupAnswer {
 	return GroupAnswer{Instances: inRotation}
 }
 
-// Reason is one reason of a verdict with the evidence behind it.
-type Reason struct {
-	Code     string   `json:"code"`
-	Evidence Evidence `json:"evidence"`
-}
+// Reason is one reason of a verdict with the evidence behind it (the wire type).
+type Reason = apiv1.EligibilityReason
 
 // Explain returns the verdict on id at now with the evidence behind each reason.
 func (e *Engine) Explain(id string, now time.Time) (Verdict, []Reason) {

@@ -50,14 +50,8 @@ const (
 	TransitionSelfPreservationOver = "self_preservation_over"
 )
 
-// Transition is one change of an instance's state.
-type Transition struct {
-	InstanceID string    `json:"instance_id,omitempty"`
-	At         time.Time `json:"at"`
-	From       string    `json:"from"`
-	To         string    `json:"to"`
-	Reasons    []string  `json:"reasons"`
-}
+// Transition is one change of an instance's state (the wire type).
+type Transition = apiv1.Transition
 
 // Fleet is what the registry holds, for Sync: Member(i) needs only the ID of its
 // Instance; Instance(i) is asked only for incarnations the monitor does not hold yet.
@@ -88,16 +82,8 @@ type Member struct {
 	Health       string
 }
 
-// Explanation is the answer of GET /v1/services/{id}/eligibility.
-type Explanation struct {
-	InstanceID  string       `json:"instance_id"`
-	Generation  int64        `json:"generation"`
-	State       string       `json:"state"`
-	Weight      int          `json:"weight"`
-	Since       time.Time    `json:"since"`
-	Reasons     []Reason     `json:"reasons"`
-	Transitions []Transition `json:"transitions"`
-}
+// Explanation is the answer of GET /v1/services/{id}/eligibility (the wire type).
+type Explanation = apiv1.Explanation
 
 type groupKey struct{ capability, zone string }
 
