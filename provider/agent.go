@@ -226,7 +226,7 @@ func (a *Agent) interval() time.Duration {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.registryInterval <= 0 {
-		return 30 * time.Second // DESIGN.md's default, until a registry has answered
+		return 30 * time.Second // docs/architecture.md's default, until a registry has answered
 	}
 	return a.registryInterval
 }

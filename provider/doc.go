@@ -2,7 +2,7 @@
 // registered with the registry, and HTTP handlers for the capability endpoints a provider
 // serves (validate and invoke).
 //
-// The Agent follows the provider lifecycle of DESIGN.md exactly: register at start, retrying
+// The Agent follows the provider lifecycle of docs/architecture.md exactly: register at start, retrying
 // with exponential backoff (100 ms, ×2, at most 5 min, plus 0–100 ms jitter, longer when the
 // registry says Retry-After); heartbeat on the interval the registry returned; register
 // again — never keep heartbeating — on 404, 410, a new registry epoch, three heartbeat

@@ -60,7 +60,7 @@ type InvokeResponse struct {
 	Output json.RawMessage `json:"output"`
 }
 
-// Validation statuses (API.md, "Validation result").
+// Validation statuses (docs/api.md, "Validation result").
 const (
 	StatusPassed        = "passed"
 	StatusWarning       = "warning"
@@ -82,7 +82,7 @@ type StepValidation struct {
 	Provider LayerResult `json:"provider"`
 }
 
-// ValidationResult is the result of validating a workflow (API.md).
+// ValidationResult is the result of validating a workflow (docs/api.md).
 type ValidationResult struct {
 	Workflow       string    `json:"workflow"`
 	File           string    `json:"file,omitempty"`

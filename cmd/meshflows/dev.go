@@ -12,7 +12,7 @@ import (
 
 	"github.com/meshflows/meshflows/discovery"
 	"github.com/meshflows/meshflows/examples/workflows"
-	"github.com/meshflows/meshflows/internal/health"
+	"github.com/meshflows/meshflows/internal/prober"
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/server"
 	"github.com/meshflows/meshflows/internal/telemetry"
@@ -90,7 +90,7 @@ Components that are not built yet are listed as such. Stop with Ctrl-C.`,
 				// 2 s old already knows it, so stopping dev right after start does not wait 30 s
 				gatewayTTL: devGatewayTTL,
 				eligibility: eligibilityFlags{slowStart: 30 * time.Second, panicThreshold: 0.5,
-					probeConcurrency: health.DefaultProbeConcurrency, probeTimeout: health.DefaultProbeTimeout},
+					probeConcurrency: prober.DefaultConcurrency, probeTimeout: prober.DefaultTimeout},
 			}
 			if err := startRegistry(regCtx, gReg, &f, ln, logger); err != nil {
 				return errors.Join(err, stopAll(), logOut.Flush())

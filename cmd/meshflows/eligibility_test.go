@@ -12,7 +12,7 @@ import (
 )
 
 func TestEligibilitySimulate(t *testing.T) {
-	file := filepath.Join("..", "..", "internal", "health", "testdata", "scenarios", "panic-below-half.json")
+	file := filepath.Join("..", "..", "internal", "health", "scenario", "testdata", "scenarios", "panic-below-half.json")
 	out, err := run(context.Background(), "eligibility", "simulate", "--scenario", file)
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/meshflows/meshflows/client"
 	"github.com/meshflows/meshflows/internal/health"
+	"github.com/meshflows/meshflows/internal/prober"
 	"github.com/meshflows/meshflows/internal/incident"
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/server"
@@ -102,11 +103,11 @@ func (f *registryFlags) bind(fs *pflag.FlagSet) {
 	fs.BoolVar(&f.eligibility.off, "no-eligibility", false, "run without the eligibility engine: no probes, every instance with a live lease is serving at weight 100")
 	fs.DurationVar(&f.eligibility.slowStart, "slow-start", 30*time.Second, "how long an instance entering rotation ramps its weight from 10 to 100 (0 means the default)")
 	fs.Float64Var(&f.eligibility.panicThreshold, "panic-threshold", 0.5, "a (capability, zone) with fewer than this share of its instances in rotation is answered in panic: all of them")
-	fs.IntVar(&f.eligibility.probeConcurrency, "probe-concurrency", health.DefaultProbeConcurrency, "active health probes in flight at most")
+	fs.IntVar(&f.eligibility.probeConcurrency, "probe-concurrency", prober.DefaultConcurrency, "active health probes in flight at most")
 	fs.StringVar(&f.eligibility.probeCA, "probe-ca", "", "CA bundle that https health endpoints' certificates must chain to (default: the system's roots)")
 	fs.StringVar(&f.eligibility.probeCert, "probe-cert", "", "client certificate the prober presents to https health endpoints that ask for one")
 	fs.StringVar(&f.eligibility.probeKey, "probe-key", "", "key of --probe-cert")
-	fs.DurationVar(&f.eligibility.probeTimeout, "probe-timeout", health.DefaultProbeTimeout, "timeout of one active health probe (never more than the instance's declared interval)")
+	fs.DurationVar(&f.eligibility.probeTimeout, "probe-timeout", prober.DefaultTimeout, "timeout of one active health probe (never more than the instance's declared interval)")
 	bindLogFlags(fs, &f.log, "json")
 }
 
@@ -220,7 +221,7 @@ func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln 
 		}
 		probeClient := client.HTTPClient(probeTLS)
 		probeClient.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse } // a redirect is an answer
-		prober, err := health.NewProber(health.ProberConfig{Targets: reg.ProbeTargets, Report: reg.ReportProbe, Leader: reg.Leader, Client: probeClient,
+		prober, err := prober.New(prober.Config{Targets: reg.ProbeTargets, Report: reg.ReportProbe, Leader: reg.Leader, Client: probeClient,
 			Concurrency: f.eligibility.probeConcurrency, Timeout: f.eligibility.probeTimeout, Logger: logger, Registerer: promReg})
 		if err != nil {
 			return err

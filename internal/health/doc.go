@@ -1,11 +1,12 @@
-// Package health decides which instances are in rotation and why: the eligibility state
-// machine of ELIGIBILITY.md as a pure engine. Evidence (registrations, heartbeats, probe
-// results) goes in with its time; verdicts (state, weight, reasons), per (capability, zone)
-// panic answers come out for any later instant. Identical evidence gives identical verdicts.
+// Package health decides which instances are in rotation and why (the rules of
+// docs/eligibility.md). Engine is the pure state machine: evidence (registrations,
+// heartbeats, probe results, gateway outcomes) goes in with its time; verdicts (state, weight,
+// reasons with evidence) and per (capability, zone) panic answers come out for any later
+// instant, and identical evidence gives identical verdicts. Monitor owns an Engine for a
+// running registry: safe for concurrent use, it publishes verdicts with a revision watchers
+// wait on, keeps each instance's last transitions and the 24-hour timeline, and hands every
+// transition to its owner's hook (the registry raises incidents from them).
 //
-// Every rule of ELIGIBILITY.md is implemented: admission, slow start, degraded weight, the
-// withdrawal causes and their clearing, silence, flapping quarantine, passive outlier ejection,
-// draining, lease expiry, panic and self-preservation. The owner calls Tick regularly; lease
-// expiry and self-preservation happen at ticks. Raising the owner's incident on a quarantine
-// is left to the owner (not yet wired).
+// What it does not own: probing (internal/prober produces the probe results) and the
+// scenario files that pin the rules down (internal/health/scenario runs them).
 package health

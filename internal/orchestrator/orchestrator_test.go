@@ -24,6 +24,7 @@ import (
 	"github.com/meshflows/meshflows/examples/workflows"
 	"github.com/meshflows/meshflows/internal/auth"
 	"github.com/meshflows/meshflows/internal/health"
+	"github.com/meshflows/meshflows/internal/prober"
 	"github.com/meshflows/meshflows/internal/orchestrator"
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/registry/registrytest"
@@ -316,7 +317,7 @@ func TestPanicIsJudgedPerStep(t *testing.T) {
 	jmsReg := e.jms.Registration()
 	in, _ := e.reg.Registry.Instance(jmsReg.InstanceID)
 	for range 2 { // two ok probes admit it
-		e.reg.Registry.ReportProbe(health.ProbeResult{Target: health.Target{ID: in.InstanceID, Generation: in.Generation}, At: e.reg.Clock.Now(), Result: health.ProbeOK})
+		e.reg.Registry.ReportProbe(prober.Result{Target: prober.Target{ID: in.InstanceID, Generation: in.Generation}, At: e.reg.Clock.Now(), Result: health.ProbeOK})
 	}
 	rmqReg := e.rmq.Registration()
 	if ex, _ := e.reg.Registry.Explain(rmqReg.InstanceID); ex.State != apiv1.EligibilityUnknown {

@@ -9,6 +9,7 @@ import (
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/internal/health"
+	"github.com/meshflows/meshflows/internal/prober"
 )
 
 // healthInstance is what the eligibility engine needs to know of a record.
@@ -241,8 +242,8 @@ func (r *Registry) applyOutcomes(req *apiv1.OutcomesRequest) (*apiv1.OutcomesRes
 
 // ProbeTargets returns every instance whose manifest declares health, at its declared path
 // and interval.
-func (r *Registry) ProbeTargets() []health.Target {
-	var out []health.Target
+func (r *Registry) ProbeTargets() []prober.Target {
+	var out []prober.Target
 	for _, rec := range r.store.Records() {
 		m := rec.Manifest
 		if m == nil || m.Health == nil {
@@ -252,7 +253,7 @@ func (r *Registry) ProbeTargets() []health.Target {
 		if err != nil || iv <= 0 {
 			continue // validation refuses these at registration
 		}
-		out = append(out, health.Target{ID: rec.InstanceID, Generation: rec.Generation,
+		out = append(out, prober.Target{ID: rec.InstanceID, Generation: rec.Generation,
 			URL: strings.TrimSuffix(rec.Endpoint, "/") + m.Health.Path, Interval: iv})
 	}
 	return out
@@ -260,7 +261,7 @@ func (r *Registry) ProbeTargets() []health.Target {
 
 // ReportProbe applies a probe result to the eligibility engine, when the incarnation probed
 // is still the current one.
-func (r *Registry) ReportProbe(res health.ProbeResult) {
+func (r *Registry) ReportProbe(res prober.Result) {
 	m := r.cfg.Eligibility
 	if m == nil {
 		return

@@ -62,7 +62,7 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer receives the registry's metrics; nil registers none.
 	Registerer prometheus.Registerer
-	// Eligibility, when set, judges which instances are in rotation (ELIGIBILITY.md): the
+	// Eligibility, when set, judges which instances are in rotation (docs/eligibility.md): the
 	// registry feeds it registrations, heartbeats and deregistrations, syncs it on every
 	// sweep, filters discovery by its verdicts and stops evicting under self-preservation.
 	// Nil: every instance with a live lease is serving at weight 100.
@@ -534,7 +534,7 @@ func (r *Registry) logSummary(ctx context.Context) {
 		slog.Int("instances", n), slog.Int("capabilities", c), slog.Int64("revision", r.revision()))
 }
 
-// Answer is a discovery answer: the matching entries in API.md's order and the state they
+// Answer is a discovery answer: the matching entries in docs/api.md's order and the state they
 // were read at.
 type Answer struct {
 	State

@@ -31,6 +31,6 @@ func (s *Server) routes() {
 	if s.cfg.Gatherer != nil {
 		s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
 	}
-	// Everything else: API.md's 404 or 405 body.
+	// Everything else: docs/api.md's 404 or 405 body.
 	s.mux.HandleFunc("/", s.notRouted)
 }

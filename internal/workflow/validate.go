@@ -16,7 +16,7 @@ import (
 	"github.com/meshflows/meshflows/discovery"
 )
 
-// Codes of the resolution and provider layers (WORKFLOW.md).
+// Codes of the resolution and provider layers (docs/workflows.md).
 const (
 	CodeCapabilityUnavailable = "CAPABILITY_UNAVAILABLE"
 	CodeDiscoveryUnavailable  = "DISCOVERY_UNAVAILABLE"
@@ -54,7 +54,7 @@ type Options struct {
 }
 
 // Validate runs every layer that opts allow on a workflow and returns the result object of
-// API.md, diagnostics placed on their YAML lines.
+// docs/api.md, diagnostics placed on their YAML lines.
 func Validate(ctx context.Context, src []byte, opts Options) (*Workflow, *apiv1.ValidationResult) {
 	if opts.Client == nil {
 		opts.Client = &http.Client{}

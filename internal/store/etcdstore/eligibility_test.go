@@ -15,6 +15,7 @@ import (
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/internal/health"
+	"github.com/meshflows/meshflows/internal/prober"
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/store/etcdstore"
 )
@@ -40,7 +41,7 @@ func startReplica(t *testing.T, cli *clientv3.Client, prefix, name string, opts 
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := health.NewProber(health.ProberConfig{Targets: reg.ProbeTargets, Report: reg.ReportProbe, Leader: reg.Leader, Tick: 20 * time.Millisecond})
+	p, err := prober.New(prober.Config{Targets: reg.ProbeTargets, Report: reg.ReportProbe, Leader: reg.Leader, Tick: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

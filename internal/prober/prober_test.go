@@ -1,4 +1,4 @@
-package health
+package prober
 
 import (
 	"context"
@@ -13,7 +13,12 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/meshflows/meshflows/internal/health"
 )
+
+// t0 is the tests' start time.
+var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
 
 // results collects what a prober reports.
 type results struct {
@@ -21,7 +26,7 @@ type results struct {
 	got map[string][]string
 }
 
-func (r *results) report(res ProbeResult) {
+func (r *results) report(res Result) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.got[res.Target.ID] = append(r.got[res.Target.ID], res.Result)
@@ -36,7 +41,7 @@ func (r *results) last(id string) string {
 	return ""
 }
 
-func newTestProber(t *testing.T, targets func() []Target, cfg ProberConfig) (*Prober, *results) {
+func newTestProber(t *testing.T, targets func() []Target, cfg Config) (*Prober, *results) {
 	t.Helper()
 	res := &results{got: map[string][]string{}}
 	cfg.Targets, cfg.Report = targets, res.report
@@ -44,7 +49,7 @@ func newTestProber(t *testing.T, targets func() []Target, cfg ProberConfig) (*Pr
 	if cfg.Timeout == 0 {
 		cfg.Timeout = 200 * time.Millisecond
 	}
-	p, err := NewProber(cfg)
+	p, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +90,7 @@ func TestProberClassifiesAndRecovers(t *testing.T) {
 		{ID: "gone", Generation: 1, URL: refusedURL, Interval: 5 * time.Second},
 	}
 	reg := prometheus.NewPedanticRegistry()
-	p, res := newTestProber(t, func() []Target { return targets }, ProberConfig{Registerer: reg})
+	p, res := newTestProber(t, func() []Target { return targets }, Config{Registerer: reg})
 	ctx := context.Background()
 	now := t0
 	round := func() {
@@ -96,7 +101,7 @@ func TestProberClassifiesAndRecovers(t *testing.T) {
 	}
 	p.Step(ctx, now) // schedules the first probes (jitter 0: due at once)
 	round()
-	want := map[string]string{"flaky": ProbeOK, "slow": ProbeTimeout, "gone": ProbeRefused}
+	want := map[string]string{"flaky": health.ProbeOK, "slow": health.ProbeTimeout, "gone": health.ProbeRefused}
 	for id, w := range want {
 		if got := res.last(id); got != w {
 			t.Errorf("%s: %q, want %q", id, got, w)
@@ -104,15 +109,15 @@ func TestProberClassifiesAndRecovers(t *testing.T) {
 	}
 	failing.Store(true)
 	round()
-	if got := res.last("flaky"); got != ProbeFail {
+	if got := res.last("flaky"); got != health.ProbeFail {
 		t.Errorf("a 500: %q, want fail", got)
 	}
 	failing.Store(false)
 	round()
-	if got := res.last("flaky"); got != ProbeOK {
+	if got := res.last("flaky"); got != health.ProbeOK {
 		t.Errorf("recovered: %q, want ok", got)
 	}
-	for result, min := range map[string]float64{ProbeOK: 2, ProbeFail: 1, ProbeTimeout: 3, ProbeRefused: 3} {
+	for result, min := range map[string]float64{health.ProbeOK: 2, health.ProbeFail: 1, health.ProbeTimeout: 3, health.ProbeRefused: 3} {
 		if n := testutil.ToFloat64(p.total.WithLabelValues(result)); n < min {
 			t.Errorf("meshflows_probes_total{result=%q} = %v, want >= %v", result, n, min)
 		}
@@ -139,7 +144,7 @@ func TestProberKeepsTheDeclaredIntervalAndBound(t *testing.T) {
 		targets = append(targets, Target{ID: id, Generation: 1, URL: srv.URL, Interval: 30 * time.Second})
 	}
 	// one admission probe: the first is quick, the rest keep the declared interval
-	p, res := newTestProber(t, func() []Target { return targets }, ProberConfig{Concurrency: 2, Timeout: 10 * time.Second, AdmissionProbes: 1})
+	p, res := newTestProber(t, func() []Target { return targets }, Config{Concurrency: 2, Timeout: 10 * time.Second, AdmissionProbes: 1})
 	ctx := context.Background()
 	p.Step(ctx, t0)
 	if n := p.Step(ctx, t0); n != 2 {
@@ -186,7 +191,7 @@ func TestProberOnlyOnTheLeader(t *testing.T) {
 	defer srv.Close()
 	var leader atomic.Bool
 	p, _ := newTestProber(t, func() []Target { return []Target{{ID: "a", Generation: 1, URL: srv.URL, Interval: time.Second}} },
-		ProberConfig{Leader: leader.Load})
+		Config{Leader: leader.Load})
 	p.Step(context.Background(), t0)
 	if n := p.Step(context.Background(), t0); n != 0 {
 		t.Fatalf("a follower launched %d probes", n)
@@ -210,13 +215,13 @@ func TestProberOverTLS(t *testing.T) {
 		client *http.Client
 		want   string
 	}{
-		{"trusting the endpoint's CA", srv.Client(), ProbeOK},
-		{"with the system's roots only", nil, ProbeFail}, // the certificate is not trusted: a failed probe, not a refusal
+		{"trusting the endpoint's CA", srv.Client(), health.ProbeOK},
+		{"with the system's roots only", nil, health.ProbeFail}, // the certificate is not trusted: a failed probe, not a refusal
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// a TLS handshake under -race on a busy machine can take longer than the 200 ms
 			// the other tests give a probe: this one is about the classification, not speed
-			p, res := newTestProber(t, targets, ProberConfig{Client: tc.client, Timeout: 5 * time.Second})
+			p, res := newTestProber(t, targets, Config{Client: tc.client, Timeout: 5 * time.Second})
 			p.Step(context.Background(), t0)
 			p.Step(context.Background(), t0)
 			p.Wait()
@@ -235,7 +240,7 @@ func TestProberAdmitsAtOnce(t *testing.T) {
 	defer srv.Close()
 	targets := []Target{{ID: "a", Generation: 1, URL: srv.URL, Interval: 30 * time.Second}}
 	var jitters []time.Duration
-	p, res := newTestProber(t, func() []Target { return targets }, ProberConfig{})
+	p, res := newTestProber(t, func() []Target { return targets }, Config{})
 	p.cfg.Jitter = func(d time.Duration) time.Duration { jitters = append(jitters, d); return d / 2 }
 	ctx := context.Background()
 	var at []time.Duration

@@ -1,4 +1,4 @@
-package health
+package scenario
 
 import (
 	"bytes"
@@ -6,23 +6,25 @@ import (
 	"fmt"
 	"sort"
 	"time"
+
+	"github.com/meshflows/meshflows/internal/health"
 )
 
-// Scenario is an executable scenario of ELIGIBILITY.md: instances, timestamped evidence and
+// Scenario is an executable scenario of the eligibility rules (docs/eligibility.md): instances, timestamped evidence and
 // the answers expected at given instants.
 type Scenario struct {
-	Name        string             `json:"name"`
-	Description string             `json:"description,omitempty"`
-	Config      map[string]any     `json:"config"`
-	Instances   []ScenarioInstance `json:"instances"`
-	Events      []ScenarioEvent    `json:"events"`
-	Expect      []map[string]any   `json:"expect"`
-	config      Config
-	offsets     map[*ScenarioEvent]time.Duration
+	Name        string           `json:"name"`
+	Description string           `json:"description,omitempty"`
+	Config      map[string]any   `json:"config"`
+	Instances   []Instance       `json:"instances"`
+	Events      []Event          `json:"events"`
+	Expect      []map[string]any `json:"expect"`
+	config      health.Config
+	offsets     map[*Event]time.Duration
 }
 
-// ScenarioInstance declares one instance of a scenario.
-type ScenarioInstance struct {
+// Instance declares one instance of a scenario.
+type Instance struct {
 	ID             string   `json:"id"`
 	Zone           string   `json:"zone"`
 	Capabilities   []string `json:"capabilities"`
@@ -30,8 +32,8 @@ type ScenarioInstance struct {
 	UnhealthyAfter int      `json:"unhealthy_after,omitempty"`
 }
 
-// ScenarioEvent is one event of a scenario; T is an offset from its start ("10.5s").
-type ScenarioEvent struct {
+// Event is one event of a scenario; T is an offset from its start ("10.5s").
+type Event struct {
 	T      string `json:"t"`
 	ID     string `json:"id"`
 	Kind   string `json:"kind"`
@@ -46,8 +48,8 @@ type ScenarioEvent struct {
 // scenarioTick is how often the scenario runner ticks the engine, as a registry would.
 const scenarioTick = 100 * time.Millisecond
 
-// ParseScenario decodes and checks a scenario file.
-func ParseScenario(raw []byte) (*Scenario, error) {
+// Parse decodes and checks a scenario file.
+func Parse(raw []byte) (*Scenario, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	var s Scenario
@@ -66,7 +68,7 @@ func ParseScenario(raw []byte) (*Scenario, error) {
 		}
 		ids[in.ID] = true
 	}
-	s.offsets = map[*ScenarioEvent]time.Duration{}
+	s.offsets = map[*Event]time.Duration{}
 	for i := range s.Events {
 		ev := &s.Events[i]
 		d, err := offset(ev.T)
@@ -77,7 +79,7 @@ func ParseScenario(raw []byte) (*Scenario, error) {
 			return nil, fmt.Errorf("scenario: events[%d]: unknown instance %q", i, ev.ID)
 		}
 		switch ev.Kind {
-		case KindRegistered, KindHeartbeat, KindDeregistered, KindProbe, KindOutcome:
+		case health.KindRegistered, health.KindHeartbeat, health.KindDeregistered, health.KindProbe, health.KindOutcome:
 		default:
 			return nil, fmt.Errorf("scenario: events[%d]: unknown kind %q", i, ev.Kind)
 		}
@@ -121,8 +123,8 @@ func offsetOf(x map[string]any) (time.Duration, error) {
 }
 
 // scenarioConfig reads a scenario's config block; settings of rules the engine lacks are refused.
-func scenarioConfig(m map[string]any) (Config, error) {
-	var c Config
+func scenarioConfig(m map[string]any) (health.Config, error) {
+	var c health.Config
 	for k, v := range m {
 		var err error
 		switch k {
@@ -181,10 +183,10 @@ func scenarioConfig(m map[string]any) (Config, error) {
 			}
 			c.PanicThreshold = f
 		default:
-			return Config{}, fmt.Errorf("scenario: config %q is not a setting of ELIGIBILITY.md", k)
+			return health.Config{}, fmt.Errorf("scenario: config %q is not a setting of docs/eligibility.md", k)
 		}
 		if err != nil {
-			return Config{}, fmt.Errorf("scenario: config %q: %w", k, err)
+			return health.Config{}, fmt.Errorf("scenario: config %q: %w", k, err)
 		}
 	}
 	c = c.WithDefaults()
@@ -211,11 +213,11 @@ func intSetting(v any) (int, error) {
 	return int(f), nil
 }
 
-// Answers runs s and returns one answer per expectation, in order, with the keys ELIGIBILITY.md
+// Answers runs s and returns one answer per expectation, in order, with the keys docs/eligibility.md
 // names: state, weight and reasons for an instance; panic and instances for a group.
 func (s *Scenario) Answers() ([]map[string]any, error) {
 	start := time.Unix(0, 0).UTC()
-	events := make([]*ScenarioEvent, len(s.Events))
+	events := make([]*Event, len(s.Events))
 	for i := range s.Events {
 		events[i] = &s.Events[i]
 	}
@@ -227,12 +229,12 @@ func (s *Scenario) Answers() ([]map[string]any, error) {
 	at := func(i int) time.Duration { d, _ := offsetOf(s.Expect[i]); return d }
 	sort.SliceStable(order, func(a, b int) bool { return at(order[a]) < at(order[b]) })
 
-	e, err := New(s.config)
+	e, err := health.New(s.config)
 	if err != nil {
 		return nil, err
 	}
 	for _, in := range s.Instances {
-		e.Declare(Instance(in))
+		e.Declare(health.Instance(in))
 	}
 	// the owner's ticks: every scenarioTick from the start, between events
 	tick := time.Duration(0)
@@ -249,7 +251,7 @@ func (s *Scenario) Answers() ([]map[string]any, error) {
 			ev := events[next]
 			tickTo(s.offsets[ev] - 1)
 			e.Tick(start.Add(s.offsets[ev]))
-			if err := e.Apply(Event{At: start.Add(s.offsets[ev]), ID: ev.ID, Kind: ev.Kind, Health: ev.Health, Result: ev.Result,
+			if err := e.Apply(health.Event{At: start.Add(s.offsets[ev]), ID: ev.ID, Kind: ev.Kind, Health: ev.Health, Result: ev.Result,
 				OK: ev.OK, Errors: ev.Errors, ConnectFailures: ev.ConnectFailures}); err != nil {
 				return nil, fmt.Errorf("scenario %s: %w", s.Name, err)
 			}

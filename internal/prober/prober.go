@@ -1,4 +1,4 @@
-package health
+package prober
 
 import (
 	"context"
@@ -14,13 +14,15 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/meshflows/meshflows/internal/health"
 )
 
-// Defaults of ProberConfig.
+// Defaults of Config.
 const (
-	DefaultProbeConcurrency = 64
-	DefaultProbeTimeout     = 2 * time.Second
-	DefaultProbeTick        = 100 * time.Millisecond
+	DefaultConcurrency = 64
+	DefaultTimeout     = 2 * time.Second
+	DefaultTick        = 100 * time.Millisecond
 )
 
 // Target is one instance incarnation to probe, as its manifest declares.
@@ -33,8 +35,8 @@ type Target struct {
 	Interval time.Duration
 }
 
-// ProbeResult is one probe's outcome for the registry.
-type ProbeResult struct {
+// Result is one probe's outcome for the registry.
+type Result struct {
 	Target  Target
 	At      time.Time
 	Result  string // ok, fail, timeout or refused
@@ -42,12 +44,12 @@ type ProbeResult struct {
 	Detail  string
 }
 
-// ProberConfig configures a Prober.
-type ProberConfig struct {
+// Config configures a Prober.
+type Config struct {
 	// Targets returns what to probe now (called every tick).
 	Targets func() []Target
 	// Report receives every result.
-	Report func(ProbeResult)
+	Report func(Result)
 	// Leader says whether this replica probes (with the etcd store only the elected one
 	// does); nil: always.
 	Leader func() bool
@@ -75,15 +77,15 @@ type ProberConfig struct {
 	Registerer prometheus.Registerer
 }
 
-func (c *ProberConfig) setDefaults() {
+func (c *Config) setDefaults() {
 	if c.Concurrency == 0 {
-		c.Concurrency = DefaultProbeConcurrency
+		c.Concurrency = DefaultConcurrency
 	}
 	if c.Timeout == 0 {
-		c.Timeout = DefaultProbeTimeout
+		c.Timeout = DefaultTimeout
 	}
 	if c.Tick == 0 {
-		c.Tick = DefaultProbeTick
+		c.Tick = DefaultTick
 	}
 	if c.AdmissionProbes == 0 {
 		c.AdmissionProbes = 2
@@ -114,7 +116,7 @@ func (c *ProberConfig) setDefaults() {
 }
 
 // Validate reports a configuration that cannot work.
-func (c *ProberConfig) Validate() error {
+func (c *Config) Validate() error {
 	switch {
 	case c.Targets == nil || c.Report == nil:
 		return errors.New("prober: Targets and Report are required")
@@ -134,7 +136,7 @@ type probeKey struct {
 // Prober probes every target at its declared interval, jittered so that probes do not
 // align, with bounded concurrency and a timeout per probe.
 type Prober struct {
-	cfg      ProberConfig
+	cfg      Config
 	slots    chan struct{}
 	wg       sync.WaitGroup
 	total    *prometheus.CounterVec
@@ -147,8 +149,8 @@ type Prober struct {
 	launched map[probeKey]int // probes launched per incarnation, up to AdmissionProbes
 }
 
-// NewProber returns a prober with cfg.
-func NewProber(cfg ProberConfig) (*Prober, error) {
+// New returns a prober with cfg.
+func New(cfg Config) (*Prober, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -160,7 +162,7 @@ func NewProber(cfg ProberConfig) (*Prober, error) {
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "meshflows_probe_duration_seconds",
 			Help: "Latency of active health probes, by result.", Buckets: prometheus.ExponentialBuckets(0.0005, 4, 9)}, []string{"result"}),
 	}
-	for _, r := range []string{ProbeOK, ProbeFail, ProbeTimeout, ProbeRefused} { // every series exists from the start
+	for _, r := range []string{health.ProbeOK, health.ProbeFail, health.ProbeTimeout, health.ProbeRefused} { // every series exists from the start
 		p.total.WithLabelValues(r)
 		p.duration.WithLabelValues(r)
 	}
@@ -264,12 +266,12 @@ func (p *Prober) Step(ctx context.Context, now time.Time) int {
 
 // probe sends one GET and classifies the answer: 2xx is ok; another status fail; a refused
 // or reset connection refused; no answer within the timeout timeout; anything else fail.
-func (p *Prober) probe(ctx context.Context, t Target) ProbeResult {
+func (p *Prober) probe(ctx context.Context, t Target) Result {
 	timeout := min(p.cfg.Timeout, t.Interval)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()
-	res := ProbeResult{Target: t, Result: ProbeOK}
+	res := Result{Target: t, Result: health.ProbeOK}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.URL, nil)
 	if err == nil {
 		req.Header.Set("User-Agent", "meshflows-prober")
@@ -278,7 +280,7 @@ func (p *Prober) probe(ctx context.Context, t Target) ProbeResult {
 			io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
 			resp.Body.Close()
 			if resp.StatusCode < 200 || resp.StatusCode > 299 {
-				res.Result, res.Detail = ProbeFail, "status "+resp.Status
+				res.Result, res.Detail = health.ProbeFail, "status "+resp.Status
 			}
 		}
 	}
@@ -297,10 +299,10 @@ func classify(err error) string {
 	var ne net.Error
 	switch {
 	case errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET):
-		return ProbeRefused
+		return health.ProbeRefused
 	case errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout():
-		return ProbeTimeout
+		return health.ProbeTimeout
 	default:
-		return ProbeFail
+		return health.ProbeFail
 	}
 }

@@ -1,4 +1,4 @@
-package health_test
+package scenario_test
 
 import (
 	"encoding/json"
@@ -8,7 +8,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"github.com/meshflows/meshflows/internal/health"
+	"github.com/meshflows/meshflows/internal/health/scenario"
 )
 
 // TestScenarios runs every scenario file in testdata/scenarios (the shared ones and ours)
@@ -24,7 +24,7 @@ func TestScenarios(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			s, err := health.ParseScenario(raw)
+			s, err := scenario.Parse(raw)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -71,7 +71,7 @@ func FuzzParseScenario(f *testing.F) {
 	}
 	f.Add([]byte(`{"instances":[{"id":"a"}],"events":[{"t":"-1s","id":"a","kind":"probe"}]}`))
 	f.Fuzz(func(t *testing.T, raw []byte) {
-		s, err := health.ParseScenario(raw)
+		s, err := scenario.Parse(raw)
 		if err != nil {
 			return
 		}
