@@ -24,8 +24,8 @@ import (
 	"github.com/meshflows/meshflows/examples/workflows"
 	"github.com/meshflows/meshflows/internal/auth"
 	"github.com/meshflows/meshflows/internal/health"
-	"github.com/meshflows/meshflows/internal/prober"
 	"github.com/meshflows/meshflows/internal/orchestrator"
+	"github.com/meshflows/meshflows/internal/prober"
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/registry/registrytest"
 )
