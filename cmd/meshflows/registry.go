@@ -188,8 +188,12 @@ func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln 
 			return err
 		}
 	}
+	var eligibility registry.Eligibility // nil, not a nil *health.Monitor, when the engine is off
+	if monitor != nil {
+		eligibility = monitor
+	}
 	reg, err = registry.New(store, registry.Config{
-		Eligibility:       monitor,
+		Eligibility:       eligibility,
 		LeaseTTL:          f.leaseTTL,
 		HeartbeatInterval: f.heartbeatInterval,
 		SweepInterval:     f.sweepInterval,

@@ -120,7 +120,7 @@ func (r *Registry) judge(es []Entry, all bool) []Entry {
 // answer takes the lock a few hundred entries at a time, so evidence is never held up long.
 const judgeChunk = 256
 
-func judgeChunkOf(m *health.Monitor, es, out []Entry, all bool) []Entry {
+func judgeChunkOf(m Eligibility, es, out []Entry, all bool) []Entry {
 	m.Read(func(rd health.Reader) {
 		var lastCap, lastZone string
 		var lastPanic, known bool

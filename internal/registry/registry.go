@@ -66,8 +66,32 @@ type Config struct {
 	// registry feeds it registrations, heartbeats and deregistrations, syncs it on every
 	// sweep, filters discovery by its verdicts and stops evicting under self-preservation.
 	// Nil: every instance with a live lease is serving at weight 100.
-	Eligibility *health.Monitor
+	Eligibility Eligibility
 }
+
+// Eligibility is what the registry asks of the eligibility monitor (a *health.Monitor):
+// evidence in, verdicts out while it answers, and the verdicts shared between replicas.
+type Eligibility interface {
+	// Evidence.
+	Register(in health.Instance, generation int64, at time.Time) *health.Handle
+	Observe(ev health.Event) error
+	ObserveVia(h *health.Handle, ev health.Event) error
+	Forget(id string, at time.Time)
+	Sync(now time.Time, fleet health.Fleet)
+	// Verdicts.
+	Watch() (revision int64, changed <-chan struct{})
+	Read(fn func(health.Reader))
+	SelfPreservation() bool
+	Explain(id string, now time.Time) (health.Explanation, bool)
+	Timeline() apiv1.TimelineResponse
+	// Replicas over a shared store: the elected one judges and publishes, the others follow.
+	SetFollowing(following bool)
+	Follow(f health.Followed, now time.Time)
+	TakeChanged() []string
+	Judged(id string) (state string, weight int, since time.Time, reasons []string, ok bool)
+}
+
+var _ Eligibility = (*health.Monitor)(nil)
 
 func (c *Config) setDefaults() {
 	if c.LeaseTTL == 0 {
