@@ -436,3 +436,53 @@ func TestEveryEndpointNeedsItsPermission(t *testing.T) {
 		t.Errorf("a refused upload stored a workflow: %v", o.List())
 	}
 }
+
+// TestRunOwnsScheduledRuns: when Run's context ends, the scheduled runs still going are
+// cancelled and Run returns only after they ended (before, they outlived it).
+func TestRunOwnsScheduledRuns(t *testing.T) {
+	invoked := make(chan struct{}, 1)
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body) // read whole: the server then notices when the caller gives up
+		if strings.HasSuffix(r.URL.Path, "/invoke") {
+			select {
+			case invoked <- struct{}{}:
+			default:
+			}
+		}
+		<-r.Context().Done() // answers nothing until the caller gives up
+	}))
+	t.Cleanup(slow.Close)
+	disc, _ := discovery.New(discovery.Config{Registries: []string{"http://127.0.0.1:1"}, RequestTimeout: 100 * time.Millisecond})
+	o, err := orchestrator.New(orchestrator.Config{Discovery: disc, ProviderTimeout: 100 * time.Millisecond,
+		Static: []orchestrator.StaticCapability{{CapabilityID: "messaging.publish", Provider: "jms", Version: "1.0.0", Endpoint: slow.URL}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := "name: tick\ninvocation:\n  type: [schedule]\n  schedule: \"@every 1s\"\nvalidation:\n  provider_strict: false\nsteps:\n" +
+		"  - id: s\n    type: service_call\n    step_version: \"1.1\"\n    capability: {id: messaging.publish, provider: jms, capability_version: \">=1.0\"}\n" +
+		"    request: {destination: d}\n    timeout: 60s\n"
+	if _, err := o.Upload(context.Background(), []byte(src)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.Publish("tick"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- o.Run(ctx) }()
+	select {
+	case <-invoked:
+	case <-time.After(20 * time.Second):
+		cancel()
+		t.Fatal("no scheduled run reached the provider")
+	}
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run did not return after its context ended")
+	}
+	if h, _ := o.Runs("tick"); len(h.Runs) != 1 || h.Runs[0].Status != apiv1.RunFailed {
+		t.Errorf("when Run returned, the scheduled run had not ended: %+v", h.Runs)
+	}
+}
