@@ -322,7 +322,7 @@ func derive(in Input, sc *scratch, fixed int) *Table {
 	var statics []staticClaim
 	for _, st := range in.Static {
 		if segs, err := apiv1.ParsePath(st.Path); err == nil {
-			key := apiv1.PathKey(segs)
+			key := Key(segs)
 			statics = append(statics, staticClaim{route: st, segs: segs, key: key, hash: maphash.String(seed, key)})
 		}
 	}
@@ -515,11 +515,13 @@ func claimsOf(m *apiv1.Manifest, mi ManifestInput, prefixes []string, seed mapha
 	o := an.origins.new()
 	*o = origin{service: m.Service.Name, version: m.Service.Version, instance: m.Service.Instance, endpoint: mi.Endpoint, generation: mi.Generation}
 	out := an.claims.take(len(m.Routes))[:0]
+	keys := newRouteKeys(m.Routes, infos)
 	for i, r := range m.Routes {
 		if !Granted(r.Path, prefixes) {
 			return nil, reject(apiv1.CodePathNotAuthorized, fmt.Sprintf("path %q is outside every prefix granted to %q", r.Path, m.Service.Name))
 		}
-		c := claim{key: infos[i].Key, hash: maphash.String(seed, infos[i].Key), pattern: r.Path, segs: infos[i].Segments, weight: r.WeightOr(100), origin: o}
+		key := keys.next(r.Path, infos[i].Segments)
+		c := claim{key: key, hash: maphash.String(seed, key), pattern: r.Path, segs: infos[i].Segments, weight: r.WeightOr(100), origin: o}
 		for _, meth := range r.Methods { // valid, and listed once: Analyze said so
 			c.methods |= 1 << apiv1.MethodIndex(meth)
 		}
@@ -547,7 +549,7 @@ func aliasClaim(a Alias, prefixes []string, seed maphash.Seed) (*claim, *Rejecte
 	case !Granted(a.Path, prefixes):
 		return reject(apiv1.CodePathNotAuthorized, "outside the prefixes granted to service %q (%s)", a.Service, strings.Join(prefixes, ", "))
 	}
-	key := apiv1.PathKey(segs)
+	key := Key(segs)
 	return &claim{key: key, hash: maphash.String(seed, key), methods: 1 << apiv1.MethodIndex("POST"), pattern: a.Path, segs: segs, weight: 100,
 		origin: &origin{service: a.Service, version: a.Version, instance: a.Instance, endpoint: a.Endpoint,
 			generation: a.Generation, rewrite: apiv1.InvokePath(a.CapabilityID)}}, nil
@@ -616,7 +618,7 @@ func ValidateStatic(routes []StaticRoute) error {
 			if !slices.Contains([]string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}, m) {
 				errs = append(errs, fmt.Errorf("static route %d (%s): method %q", i, s.Path, m))
 			}
-			k := [2]string{apiv1.PathKey(segs), m}
+			k := [2]string{Key(segs), m}
 			if seen[k] {
 				errs = append(errs, fmt.Errorf("static route %d: %s %s is declared twice", i, m, s.Path))
 			}

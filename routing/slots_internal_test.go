@@ -74,8 +74,27 @@ func FuzzSharedSegments(f *testing.F) {
 		for want < min(len(a), len(b)) && a[want].Kind == b[want].Kind && (a[want].Kind != apiv1.Literal || a[want].Value == b[want].Value) {
 			want++
 		}
-		if got := sharedSegments(apiv1.PathKey(a), apiv1.PathKey(b)); got != want {
-			t.Fatalf("sharedSegments(%q, %q) = %d, want %d", apiv1.PathKey(a), apiv1.PathKey(b), got, want)
+		if got := sharedSegments(Key(a), Key(b)); got != want {
+			t.Fatalf("sharedSegments(%q, %q) = %d, want %d", Key(a), Key(b), got, want)
 		}
 	})
+}
+
+// TestRouteKeysAgreeWithKey: the batched keys of a manifest's routes are Key of each route.
+func TestRouteKeysAgreeWithKey(t *testing.T) {
+	routes := []apiv1.ManifestRoute{{Path: "/"}, {Path: "/a/b"}, {Path: "/a/{id}"}, {Path: "/a/{id}/c/{rest...}"}, {Path: "/x"}, {Path: "/{k}"}}
+	infos := make([]apiv1.RouteInfo, len(routes))
+	for i, r := range routes {
+		segs, err := apiv1.ParsePath(r.Path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		infos[i] = apiv1.RouteInfo{Segments: segs}
+	}
+	keys := newRouteKeys(routes, infos)
+	for i := range routes {
+		if k, want := keys.next(routes[i].Path, infos[i].Segments), Key(infos[i].Segments); k != want {
+			t.Errorf("route %q: batched key %q, Key %q", routes[i].Path, k, want)
+		}
+	}
 }

@@ -202,49 +202,6 @@ func dotSegment(s string, escaped bool) string {
 	return ""
 }
 
-// PathKey is the key of a parsed path: parameter names erased, "{}" for a parameter and
-// "{...}" for a wildcard, so "/v2/assets/{id}" and "/v2/assets/{assetId}" share a key.
-func PathKey(segs []Segment) string {
-	if len(segs) == 0 {
-		return "/"
-	}
-	var b strings.Builder
-	b.Grow(keySize(segs))
-	writeKey(&b, segs)
-	return b.String()
-}
-
-// keySize is the length of PathKey(segs) for segs not empty.
-func keySize(segs []Segment) int {
-	n := 0
-	for _, s := range segs {
-		switch s.Kind {
-		case Literal:
-			n += 1 + len(s.Value)
-		case Param:
-			n += 3 // "/{}"
-		case Wildcard:
-			n += 6 // "/{...}"
-		}
-	}
-	return n
-}
-
-// writeKey writes PathKey(segs), for segs not empty, to b.
-func writeKey(b *strings.Builder, segs []Segment) {
-	for _, s := range segs {
-		b.WriteByte('/')
-		switch s.Kind {
-		case Literal:
-			b.WriteString(s.Value)
-		case Param:
-			b.WriteString("{}")
-		case Wildcard:
-			b.WriteString("{...}")
-		}
-	}
-}
-
 func isParamName(s string) bool {
 	if s == "" {
 		return false
@@ -293,8 +250,21 @@ func MethodIndex(m string) int {
 // RouteInfo is a manifest route's path, parsed once by Analyze.
 type RouteInfo struct {
 	Segments []Segment
-	// Key is PathKey(Segments).
-	Key string
+}
+
+// sameShape reports whether two parsed paths match the same requests: equal literals, and a
+// parameter or a wildcard where the other has one (parameter names do not count). It is the
+// equality of routing keys, which routing builds.
+func sameShape(a, b []Segment) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Kind != b[i].Kind || a[i].Kind == Literal && a[i].Value != b[i].Value {
+			return false
+		}
+	}
+	return true
 }
 
 // Problems checks the manifest rules that need no policy (every rule of
@@ -338,18 +308,15 @@ func (m *Manifest) Analyze() ([]ManifestProblem, []RouteInfo) {
 		}
 	}
 	infos := make([]RouteInfo, len(m.Routes))
-	// One array holds the segments of every route, one string the keys of those with
-	// parameters: two allocations per manifest.
+	// One array holds the segments of every route: one allocation per manifest.
 	n := 0
 	for i := range m.Routes {
 		n += strings.Count(m.Routes[i].Path, "/")
 	}
 	segments := make([]Segment, 0, n)
 	var pathErrs []error // per route, when some route's path is malformed
-	keyLen := 0
 	for i := range m.Routes {
-		p := m.Routes[i].Path
-		segs, err := appendPath(segments, p)
+		segs, err := appendPath(segments, m.Routes[i].Path)
 		if err != nil {
 			if pathErrs == nil {
 				pathErrs = make([]error, len(m.Routes))
@@ -358,30 +325,7 @@ func (m *Manifest) Analyze() ([]ManifestProblem, []RouteInfo) {
 			continue
 		}
 		segments = segments[:len(segments)+len(segs)]
-		infos[i] = RouteInfo{Segments: segs, Key: p} // a path of literals only is its own key
-		if strings.IndexByte(p, '{') >= 0 {
-			keyLen += keySize(segs)
-		}
-	}
-	if keyLen > 0 {
-		var b strings.Builder
-		b.Grow(keyLen)
-		for i := range infos {
-			if pathErrs == nil || pathErrs[i] == nil {
-				if strings.IndexByte(infos[i].Key, '{') >= 0 {
-					writeKey(&b, infos[i].Segments)
-				}
-			}
-		}
-		keys, at := b.String(), 0
-		for i := range infos {
-			if pathErrs == nil || pathErrs[i] == nil {
-				if strings.IndexByte(infos[i].Key, '{') >= 0 {
-					size := keySize(infos[i].Segments)
-					infos[i].Key, at = keys[at:at+size], at+size
-				}
-			}
-		}
+		infos[i] = RouteInfo{Segments: segs}
 	}
 	claimed := make([]uint8, len(m.Routes)) // per route: the methods it claims, as bits
 	for i := range m.Routes {
@@ -420,7 +364,7 @@ func (m *Manifest) Analyze() ([]ManifestProblem, []RouteInfo) {
 				continue
 			}
 			for k := range i {
-				if claimed[k]&bit != 0 && infos[k].Key == infos[i].Key {
+				if claimed[k]&bit != 0 && sameShape(infos[k].Segments, infos[i].Segments) {
 					add(CodeInvalidRoute, at("methods", j), "%s %s is already claimed by %q", meth, r.Path, m.Routes[k].Path)
 					break
 				}

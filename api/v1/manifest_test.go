@@ -83,25 +83,6 @@ func TestManifestProblems(t *testing.T) {
 	}
 }
 
-func TestPathKey(t *testing.T) {
-	tests := []struct{ path, want string }{
-		{"/", "/"},
-		{"/v2/assets", "/v2/assets"},
-		{"/v2/assets/{id}", "/v2/assets/{}"},
-		{"/v2/assets/{assetId}", "/v2/assets/{}"},
-		{"/v2/{kind}/{rest...}", "/v2/{}/{...}"},
-	}
-	for _, tt := range tests {
-		segs, err := apiv1.ParsePath(tt.path)
-		if err != nil {
-			t.Fatalf("ParsePath(%q): %v", tt.path, err)
-		}
-		if got := apiv1.PathKey(segs); got != tt.want {
-			t.Errorf("PathKey(%q) = %q, want %q", tt.path, got, tt.want)
-		}
-	}
-}
-
 func TestNumberRoundTrip(t *testing.T) {
 	for _, in := range []string{`{"path":"/a","methods":["GET"],"weight":250}`, `{"path":"/a","methods":["GET"],"weight":1.5}`, `{"path":"/a","methods":["GET"]}`} {
 		var r apiv1.ManifestRoute
