@@ -123,6 +123,16 @@ func (c *Client) Do(ctx context.Context, r Request, out any) error {
 	return err
 }
 
+// Raw sends r and returns a 2xx answer's body as it came, undecoded (a load generator that
+// only counts entries); errors are Do's.
+func (c *Client) Raw(ctx context.Context, r Request) ([]byte, error) {
+	_, body, err := c.exchange(ctx, r, nil)
+	if err != nil {
+		return nil, err
+	}
+	return body, nil
+}
+
 // exchange is Do that also returns the answer's status and body (those of an error answer
 // included).
 func (c *Client) exchange(ctx context.Context, r Request, out any) (int, []byte, error) {

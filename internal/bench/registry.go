@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/client"
 )
 
 // RegistryConfig configures a load run against a registry.
@@ -93,7 +93,7 @@ type RegistryReport struct {
 
 type benchInstance struct {
 	id, service string
-	body        []byte
+	req         *apiv1.RegisterRequest
 	generation  atomic.Int64
 }
 
@@ -111,11 +111,15 @@ func RunRegistry(ctx context.Context, cfg RegistryConfig) (*RegistryReport, erro
 		insts[i] = newBenchInstance(run, i, cfg.ServiceSize)
 	}
 	rep := &RegistryReport{URL: cfg.URL, Instances: cfg.Instances, Concurrency: cfg.Concurrency}
-	d := &driver{cfg: cfg}
+	c, err := client.New(client.Config{Registries: []string{cfg.URL}, HTTPClient: cfg.Client, Timeout: cfg.OpTimeout})
+	if err != nil {
+		return nil, err
+	}
+	d := &driver{cfg: cfg, c: c}
 
 	rep.Phases = append(rep.Phases, d.parallel(ctx, "register", len(insts), func(ctx context.Context, i int) error {
-		var resp apiv1.RegisterResponse
-		if err := d.do(ctx, http.MethodPost, apiv1.PathRegister, insts[i].body, 200, &resp); err != nil {
+		resp, err := d.c.Register(ctx, insts[i].req)
+		if err != nil {
 			return err
 		}
 		insts[i].generation.Store(resp.Generation)
@@ -125,17 +129,17 @@ func RunRegistry(ctx context.Context, cfg RegistryConfig) (*RegistryReport, erro
 		return rep, fmt.Errorf("every registration failed: %s", p.FirstError)
 	}
 	rep.Phases = append(rep.Phases, d.parallel(ctx, "heartbeat", len(insts), func(ctx context.Context, i int) error {
-		body := []byte(`{"generation":` + strconv.FormatInt(insts[i].generation.Load(), 10) + `,"health":"ok"}`)
-		return d.do(ctx, http.MethodPut, apiv1.HeartbeatPath(insts[i].id), body, 200, nil)
+		_, err := d.c.Heartbeat(ctx, insts[i].id, &apiv1.HeartbeatRequest{Generation: insts[i].generation.Load(), Health: apiv1.HealthOK})
+		return err
 	}))
 	target := insts[0].service
-	query := apiv1.PathCapabilities + "?capability_id=bench.read&service_name=" + target
+	query := url.Values{"capability_id": {"bench.read"}, "service_name": {target}}
 	want := min(cfg.ServiceSize, cfg.Instances)
 	rep.Phases = append(rep.Phases, d.parallelN(ctx, "discovery", cfg.Queries, cfg.QueryConcurrency, func(ctx context.Context, _ int) error {
 		// Count the entries instead of decoding them: the load generator shares the machine
 		// with the registry and must not be the bottleneck.
-		var raw json.RawMessage
-		if err := d.do(ctx, http.MethodGet, query, nil, 200, &raw); err != nil {
+		raw, err := d.c.Raw(ctx, client.Request{Method: http.MethodGet, Path: apiv1.PathCapabilities, Query: query, Timeout: cfg.OpTimeout})
+		if err != nil {
 			return err
 		}
 		if got := bytes.Count(raw, []byte(`"instance_id"`)); got != want {
@@ -146,7 +150,7 @@ func RunRegistry(ctx context.Context, cfg RegistryConfig) (*RegistryReport, erro
 	rep.Phases = append(rep.Phases, d.watch(ctx, query, insts[:cfg.Changes]))
 	rep.Phases = append(rep.Phases, d.parallel(ctx, "deregister", len(insts)-cfg.Changes, func(ctx context.Context, i int) error {
 		in := insts[cfg.Changes+i]
-		return d.do(ctx, http.MethodDelete, apiv1.InstancePath(in.id)+"?"+apiv1.GenerationQuery(in.generation.Load()).Encode(), nil, 204, nil)
+		return d.c.Deregister(ctx, in.id, in.generation.Load())
 	}))
 	return rep, nil
 }
@@ -164,50 +168,13 @@ func newBenchInstance(run string, i, serviceSize int) *benchInstance {
 			{CapabilityID: "bench.audit", CapabilityVersion: "1.3.0", ContractSchemaVersion: "1.0", Provider: "kafka"},
 		},
 	}
-	in.body, _ = json.Marshal(req)
+	in.req = &req
 	return in
 }
 
 type driver struct {
 	cfg RegistryConfig
-}
-
-// do sends one request and decodes a JSON answer into out (when not nil).
-func (d *driver) do(ctx context.Context, method, path string, body []byte, want int, out any) error {
-	ctx, cancel := context.WithTimeout(ctx, d.cfg.OpTimeout)
-	defer cancel()
-	var rd io.Reader
-	if body != nil {
-		rd = bytes.NewReader(body)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, d.cfg.URL+path, rd)
-	if err != nil {
-		return err
-	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := d.cfg.Client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return err
-	}
-	if resp.StatusCode != want {
-		return fmt.Errorf("%s %s: status %d: %.200s", method, path, resp.StatusCode, b)
-	}
-	switch out := out.(type) {
-	case nil:
-		return nil
-	case *json.RawMessage:
-		*out = b
-		return nil
-	default:
-		return json.Unmarshal(b, out)
-	}
+	c   *client.Client
 }
 
 // parallel runs op for 0..n-1 on cfg.Concurrency workers and times each call.
@@ -239,21 +206,20 @@ func (d *driver) parallelN(ctx context.Context, name string, n, workers int, op 
 
 // watch deregisters each instance in turn and times how long a long-polling watcher of the
 // query takes to see the change: the propagation latency.
-func (d *driver) watch(ctx context.Context, query string, insts []*benchInstance) Phase {
+func (d *driver) watch(ctx context.Context, query url.Values, insts []*benchInstance) Phase {
 	rec := newRecorder("propagation", len(insts))
 	for _, in := range insts {
 		if ctx.Err() != nil {
 			break
 		}
-		var cur apiv1.DiscoveryResponse
-		if err := d.do(ctx, http.MethodGet, query, nil, 200, &cur); err != nil {
+		cur, err := d.c.Capabilities(ctx, query, client.Poll{})
+		if err != nil {
 			rec.record(0, err)
 			continue
 		}
 		seen := make(chan error, 1)
 		go func() {
-			var next apiv1.DiscoveryResponse
-			err := d.do(ctx, http.MethodGet, query+"&index="+strconv.FormatInt(cur.Revision, 10)+"&wait=30s", nil, 200, &next)
+			next, err := d.c.Capabilities(ctx, query, client.Poll{Epoch: cur.RegistryEpoch, Index: cur.Revision, Wait: 30 * time.Second})
 			if err == nil && next.Revision == cur.Revision {
 				err = errors.New("the long poll ended without a change")
 			}
@@ -263,8 +229,7 @@ func (d *driver) watch(ctx context.Context, query string, insts []*benchInstance
 		// from the deregistration, so this pause is not part of it.
 		time.Sleep(20 * time.Millisecond)
 		start := time.Now()
-		err := d.do(ctx, http.MethodDelete, apiv1.InstancePath(in.id)+"?"+apiv1.GenerationQuery(in.generation.Load()).Encode(), nil, 204, nil)
-		if err != nil {
+		if err := d.c.Deregister(ctx, in.id, in.generation.Load()); err != nil {
 			<-seen
 			rec.record(0, err)
 			continue
