@@ -29,6 +29,43 @@ const (
 	CodeInvalidCapabilityID      = "INVALID_CAPABILITY_ID"
 	CodeInvalidVersionConstraint = "INVALID_VERSION_CONSTRAINT"
 	CodeUnknownStepReference     = "UNKNOWN_STEP_REFERENCE"
+	// Context, set, loop, parallel and scope isolation.
+	CodeNestingTooDeep        = "NESTING_TOO_DEEP"
+	CodeInvalidReference      = "INVALID_REFERENCE"
+	CodeLoopReferenceOutside  = "LOOP_REFERENCE_OUTSIDE_LOOP"
+	CodeUnknownBranch         = "UNKNOWN_BRANCH"
+	CodeInvalidAggregate      = "INVALID_AGGREGATE"
+	CodeExportKeyNeverSet     = "EXPORT_KEY_NEVER_SET"
+	CodeOutputKeyNeverSet     = "OUTPUT_KEY_NEVER_SET"
+	CodeScopeLeak             = "SCOPE_LEAK"
+	CodeParallelWriteConflict = "PARALLEL_WRITE_CONFLICT"
+	CodeScopeFieldIgnored     = "SCOPE_FIELD_IGNORED"
+	CodeInvalidScopeMode      = "INVALID_SCOPE_MODE"
+)
+
+// Step types.
+const (
+	TypeServiceCall = "service_call"
+	TypeSet         = "set"
+	TypeLoop        = "loop"
+	TypeParallel    = "parallel"
+)
+
+// Bounds of loops, parallel steps and nesting.
+const (
+	MaxNesting           = 8
+	DefaultMaxIterations = 1000
+	MaxIterationsLimit   = 100000
+	MinBranches          = 2
+	MaxBranches          = 32
+)
+
+// Aggregates of an outputs_map entry.
+const (
+	AggregateCollect = "collect"
+	AggregateFirst   = "first"
+	AggregateLast    = "last"
+	AggregateMerge   = "merge"
 )
 
 // MaxSteps bounds a workflow.
@@ -51,22 +88,83 @@ type Workflow struct {
 	Schedule string
 	// ProviderStrict is the workflow's validation.provider_strict, when it sets one.
 	ProviderStrict *bool
-	Steps          []Step
+	// Scope is the workflow's own scope mode ("" when it names none: the orchestrator's
+	// default applies).
+	Scope Mode
+	Steps []Step
 
 	tree *node
+	all  []*Step // every step, nested ones included, in document order
 }
+
+// All returns every step of the workflow, nested ones included, in document order; a
+// step's Flat is its index here.
+func (w *Workflow) All() []*Step { return w.all }
 
 // Step is one step of a workflow.
 type Step struct {
-	Index       int
-	ID          string
-	Type        string
+	// Index is the step's place in its list; Flat its place in Workflow.All; Path its
+	// diagnostic path ("steps[2].branches[1].steps[0]").
+	Index int
+	Flat  int
+	Path  string
+	ID    string
+	Type  string
+	// service_call.
 	StepVersion string
 	Capability  CapabilityRef
-	// Request is the step's request mapping as JSON (payload_from and headers included).
+	// Request is the step's request mapping as JSON (payload_from and headers included),
+	// its references unresolved.
 	Request     json.RawMessage
 	PayloadFrom string
 	Timeout     time.Duration
+	// Output, when set, is the context key the step's output is written to.
+	Output string
+	// set: the keys and values written, in order.
+	Set []SetEntry
+	// loop: the list to iterate (a reference, usually), its bound, what a strict iteration
+	// exports, and the body.
+	ForEach       any
+	MaxIterations int
+	ExportKeys    []string
+	Steps         []Step
+	// parallel: the branches and what a strict parent receives.
+	Branches   []Branch
+	OutputsMap []OutputEntry
+
+	node *node
+	refs []refUse // the references in its own fields (not its body's)
+}
+
+// SetEntry is one key of a set step.
+type SetEntry struct {
+	Key   string
+	Value any
+}
+
+// Branch is one branch of a parallel step.
+type Branch struct {
+	ID    string
+	Path  string
+	Steps []Step
+}
+
+// OutputEntry is one entry of a parallel step's outputs_map: the parent's Key receives the
+// branch's From key (Branch set) or the Aggregate of every branch's.
+type OutputEntry struct {
+	Key       string
+	Branch    string
+	From      string
+	Aggregate string
+	path      string
+	pos       Pos
+}
+
+// refUse is one reference in a step's fields, with where it was written.
+type refUse struct {
+	ref  Ref
+	path string
+	pos  Pos
 }
 
 // CapabilityRef is what a service_call step needs.
@@ -76,9 +174,14 @@ type CapabilityRef struct {
 	Constraint string
 }
 
-// Parse reads a workflow and checks the contract layer. It always returns a Workflow (as
-// far as it could be read) and every contract diagnostic, sorted by position.
-func Parse(src []byte) (*Workflow, []apiv1.Diagnostic) {
+// Parse reads a workflow and checks the contract layer, with legacy as the scope mode of a
+// workflow that names none. It always returns a Workflow (as far as it could be read) and
+// every contract diagnostic, sorted by position.
+func Parse(src []byte) (*Workflow, []apiv1.Diagnostic) { return ParseWith(src, ModeLegacy) }
+
+// ParseWith is Parse with defaultMode as the scope mode of a workflow that names none (the
+// orchestrator's --scope-mode).
+func ParseWith(src []byte, defaultMode Mode) (*Workflow, []apiv1.Diagnostic) {
 	c := &checker{}
 	w := &Workflow{}
 	root, at, err := parseTree(src)
@@ -98,8 +201,20 @@ func Parse(src []byte) (*Workflow, []apiv1.Diagnostic) {
 	}
 	w.tree = root
 	c.workflow(w, root)
+	c.analyze(w, w.Mode(defaultMode))
 	sortDiagnostics(c.ds)
 	return w, c.ds
+}
+
+// Mode is the workflow's scope mode: its own, else defaultMode (else legacy).
+func (w *Workflow) Mode(defaultMode Mode) Mode {
+	switch {
+	case w.Scope != "":
+		return w.Scope
+	case defaultMode != "":
+		return defaultMode
+	}
+	return ModeLegacy
 }
 
 func sortDiagnostics(ds []apiv1.Diagnostic) {
@@ -162,7 +277,14 @@ func (c *checker) str(parent *node, path, key string, required bool) (string, *n
 }
 
 func (c *checker) workflow(w *Workflow, root *node) {
-	c.unknown(root, "", "name", "description", "invocation", "validation", "steps")
+	c.unknown(root, "", "name", "description", "invocation", "validation", "scope", "steps")
+	if sc, sn, ok := c.str(root, "", "scope", false); ok {
+		if m, err := ParseMode(sc); err != nil || sc == "" {
+			c.add(apiv1.SeverityError, CodeInvalidScopeMode, "scope", sn.pos, "scope %q: want legacy or strict", sc)
+		} else {
+			w.Scope = m
+		}
+	}
 	if name, n, ok := c.str(root, "", "name", true); ok {
 		if !nameRe.MatchString(name) {
 			c.add(apiv1.SeverityError, CodeInvalidValue, "name", n.pos, "name %q must be a DNS label (lower-case letters, digits and '-', 1-63 characters)", name)
@@ -238,53 +360,100 @@ func (c *checker) triggers(out []string, n *node, path string) []string {
 }
 
 func (c *checker) steps(w *Workflow, root *node) {
-	s, _, ok := root.get("steps")
-	switch {
-	case !ok || s.kind == kindNull:
-		c.add(apiv1.SeverityError, CodeMissingField, "steps", root.pos, "steps is required")
-		return
-	case s.kind != kindSeq:
-		c.add(apiv1.SeverityError, CodeInvalidValue, "steps", s.pos, "steps must be a list, got %s", s.describe())
-		return
-	case len(s.items) == 0 || len(s.items) > MaxSteps:
-		c.add(apiv1.SeverityError, CodeInvalidValue, "steps", s.pos, "a workflow has 1 to %d steps, this one %d", MaxSteps, len(s.items))
-		if len(s.items) == 0 {
-			return
-		}
-	}
 	seen := map[string]bool{}
-	for i, it := range s.items {
-		path := fmt.Sprintf("steps[%d]", i)
-		if it.kind != kindMap {
-			c.add(apiv1.SeverityError, CodeInvalidValue, path, it.pos, "a step must be a mapping, got %s", it.describe())
-			continue
-		}
-		st := c.step(it, path, i, seen)
-		w.Steps = append(w.Steps, st)
-		if st.ID != "" {
-			seen[st.ID] = true
+	w.Steps = c.stepList(w, root, "", seen, 0)
+	w.all = w.all[:0]
+	index(w, w.Steps)
+}
+
+// index lists every step of steps, nested ones included, in document order in w.all.
+func index(w *Workflow, steps []Step) {
+	for i := range steps {
+		st := &steps[i]
+		st.Flat = len(w.all)
+		w.all = append(w.all, st)
+		index(w, st.Steps)
+		for j := range st.Branches {
+			index(w, st.Branches[j].Steps)
 		}
 	}
 }
 
-func (c *checker) step(n *node, path string, index int, earlier map[string]bool) Step {
-	st := Step{Index: index, StepVersion: "1.0", Timeout: DefaultStepTimeout}
-	c.unknown(n, path, "id", "type", "step_version", "capability", "request", "timeout")
-	if id, idn, ok := c.str(n, path, "id", true); ok {
-		switch {
-		case !stepIDRe.MatchString(id):
-			c.add(apiv1.SeverityError, CodeInvalidValue, path+".id", idn.pos, "step id %q must match ^[a-z][a-z0-9_]{0,62}$", id)
-		case earlier[id]:
-			c.add(apiv1.SeverityError, CodeDuplicateStepID, path+".id", idn.pos, "step id %q is used by an earlier step", id)
+// stepList reads the steps list under parent (the workflow, a loop or a branch) at nesting
+// depth, registering every id in seen (ids are unique across the workflow).
+func (c *checker) stepList(w *Workflow, parent *node, path string, seen map[string]bool, depth int) []Step {
+	s, _, ok := parent.get("steps")
+	p := join(path, "steps")
+	switch {
+	case !ok || s.kind == kindNull:
+		c.add(apiv1.SeverityError, CodeMissingField, p, parent.pos, "%s is required", p)
+		return nil
+	case s.kind != kindSeq:
+		c.add(apiv1.SeverityError, CodeInvalidValue, p, s.pos, "%s must be a list, got %s", p, s.describe())
+		return nil
+	case len(s.items) == 0 || len(s.items) > MaxSteps:
+		c.add(apiv1.SeverityError, CodeInvalidValue, p, s.pos, "a steps list has 1 to %d steps, this one %d", MaxSteps, len(s.items))
+		if len(s.items) == 0 {
+			return nil
 		}
-		st.ID = id
 	}
+	var out []Step
+	for i, it := range s.items {
+		sp := fmt.Sprintf("%s[%d]", p, i)
+		if it.kind != kindMap {
+			c.add(apiv1.SeverityError, CodeInvalidValue, sp, it.pos, "a step must be a mapping, got %s", it.describe())
+			continue
+		}
+		out = append(out, c.step(w, it, sp, i, seen, depth))
+	}
+	return out
+}
+
+// claimID checks a step or branch id and registers it.
+func (c *checker) claimID(n *node, path, what string, seen map[string]bool) string {
+	id, idn, ok := c.str(n, path, "id", true)
+	if !ok {
+		return ""
+	}
+	switch {
+	case !stepIDRe.MatchString(id):
+		c.add(apiv1.SeverityError, CodeInvalidValue, path+".id", idn.pos, "%s id %q must match ^[a-z][a-z0-9_]{0,62}$", what, id)
+	case seen[id]:
+		c.add(apiv1.SeverityError, CodeDuplicateStepID, path+".id", idn.pos, "%s id %q is used by an earlier step or branch (ids are unique in the workflow)", what, id)
+	}
+	seen[id] = true
+	return id
+}
+
+func (c *checker) step(w *Workflow, n *node, path string, index int, seen map[string]bool, depth int) Step {
+	st := Step{Index: index, Path: path, StepVersion: "1.0", Timeout: DefaultStepTimeout, node: n}
+	st.ID = c.claimID(n, path, "step", seen)
 	if t, tn, ok := c.str(n, path, "type", true); ok {
-		if t != "service_call" {
-			c.add(apiv1.SeverityError, CodeInvalidValue, path+".type", tn.pos, "step type %q is not supported (service_call)", t)
+		switch t {
+		case TypeServiceCall, TypeSet, TypeLoop, TypeParallel:
+		default:
+			c.add(apiv1.SeverityError, CodeInvalidValue, path+".type", tn.pos, "step type %q is not supported (service_call, set, loop, parallel)", t)
 		}
 		st.Type = t
 	}
+	switch st.Type {
+	case TypeSet:
+		c.unknown(n, path, "id", "type", "set")
+		c.setStep(&st, n, path)
+	case TypeLoop:
+		c.unknown(n, path, "id", "type", "for_each", "max_iterations", "export_context_keys", "steps")
+		c.loopStep(w, &st, n, path, seen, depth)
+	case TypeParallel:
+		c.unknown(n, path, "id", "type", "branches", "outputs_map")
+		c.parallelStep(w, &st, n, path, seen, depth)
+	default:
+		c.unknown(n, path, "id", "type", "step_version", "capability", "request", "timeout", "output")
+		c.serviceCall(&st, n, path)
+	}
+	return st
+}
+
+func (c *checker) serviceCall(st *Step, n *node, path string) {
 	if v, _, ok := n.get("step_version"); ok && v.kind != kindNull {
 		switch {
 		case v.kind != kindScalar:
@@ -301,10 +470,10 @@ func (c *checker) step(n *node, path string, index int, earlier map[string]bool)
 			}
 		}
 	}
-	if st.Type == "service_call" || st.Type == "" {
-		c.capability(&st, n, path)
+	if st.Type == TypeServiceCall || st.Type == "" { // an unknown type was reported: its capability is not asked for
+		c.capability(st, n, path)
 	}
-	c.request(&st, n, path, earlier)
+	c.request(st, n, path)
 	if to, ton, ok := c.str(n, path, "timeout", false); ok {
 		d, err := time.ParseDuration(to)
 		if err != nil || d <= 0 {
@@ -313,7 +482,185 @@ func (c *checker) step(n *node, path string, index int, earlier map[string]bool)
 			st.Timeout = d
 		}
 	}
-	return st
+	if key, kn, ok := c.str(n, path, "output", false); ok {
+		if c.contextKey(key, path+".output", kn.pos) {
+			st.Output = key
+		}
+	}
+}
+
+// contextKey checks a context key's pattern.
+func (c *checker) contextKey(key, path string, at Pos) bool {
+	if !contextKeyRe.MatchString(key) {
+		c.add(apiv1.SeverityError, CodeInvalidValue, path, at, "context key %q must match ^[a-z][a-z0-9_]{0,62}$", key)
+		return false
+	}
+	return true
+}
+
+// collectRefs records every reference in the strings under n (at path) on st, and reports
+// the ones that do not parse.
+func (c *checker) collectRefs(st *Step, n *node, path string) {
+	switch n.kind {
+	case kindScalar:
+		if n.typ != "str" || !strings.Contains(n.text, "${") {
+			return
+		}
+		refs, _, err := ParseRefs(n.text)
+		if errors.Is(err, errUnclosed) {
+			c.add(apiv1.SeverityError, CodeInvalidReference, path, n.pos, "%q: %v", n.text, err)
+			return
+		}
+		if err != nil {
+			c.add(apiv1.SeverityError, CodeInvalidReference, path, n.pos, "%v", err)
+			return
+		}
+		for _, r := range refs {
+			st.refs = append(st.refs, refUse{ref: r, path: path, pos: n.pos})
+		}
+	case kindMap:
+		for _, f := range n.fields {
+			c.collectRefs(st, f.value, join(path, f.key))
+		}
+	case kindSeq:
+		for i, it := range n.items {
+			c.collectRefs(st, it, fmt.Sprintf("%s[%d]", path, i))
+		}
+	}
+}
+
+func (c *checker) setStep(st *Step, n *node, path string) {
+	v, _, ok := n.get("set")
+	p := path + ".set"
+	switch {
+	case !ok || v.kind == kindNull:
+		c.add(apiv1.SeverityError, CodeMissingField, p, n.pos, "%s is required for a set step", p)
+		return
+	case v.kind != kindMap || len(v.fields) == 0:
+		c.add(apiv1.SeverityError, CodeInvalidValue, p, v.pos, "set must be a mapping of context keys to values, got %s", v.describe())
+		return
+	}
+	for _, f := range v.fields {
+		if c.contextKey(f.key, join(p, f.key), f.keyPos) {
+			st.Set = append(st.Set, SetEntry{Key: f.key, Value: toAny(f.value)})
+		}
+		c.collectRefs(st, f.value, join(p, f.key))
+	}
+}
+
+func (c *checker) loopStep(w *Workflow, st *Step, n *node, path string, seen map[string]bool, depth int) {
+	st.MaxIterations = DefaultMaxIterations
+	if fe, _, ok := n.get("for_each"); !ok || fe.kind == kindNull {
+		c.add(apiv1.SeverityError, CodeMissingField, path+".for_each", n.pos, "%s.for_each is required for a loop step", path)
+	} else {
+		switch {
+		case fe.kind == kindSeq:
+		case fe.kind == kindScalar && fe.typ == "str" && strings.Contains(fe.text, "${"):
+		default:
+			c.add(apiv1.SeverityError, CodeInvalidValue, path+".for_each", fe.pos, "for_each must be a list or a reference to one, got %s", fe.describe())
+		}
+		st.ForEach = toAny(fe)
+		c.collectRefs(st, fe, path+".for_each")
+	}
+	if mi, _, ok := n.get("max_iterations"); ok && mi.kind != kindNull {
+		v, err := strconv.Atoi(mi.text)
+		if mi.kind != kindScalar || mi.typ != "int" || err != nil || v < 1 || v > MaxIterationsLimit {
+			c.add(apiv1.SeverityError, CodeInvalidValue, path+".max_iterations", mi.pos, "max_iterations must be an integer from 1 to %d", MaxIterationsLimit)
+		} else {
+			st.MaxIterations = v
+		}
+	}
+	if ek, _, ok := n.get("export_context_keys"); ok && ek.kind != kindNull {
+		if ek.kind != kindSeq {
+			c.add(apiv1.SeverityError, CodeInvalidValue, path+".export_context_keys", ek.pos, "export_context_keys must be a list of context keys")
+		} else {
+			for i, it := range ek.items {
+				ip := fmt.Sprintf("%s.export_context_keys[%d]", path, i)
+				if it.kind != kindScalar {
+					c.add(apiv1.SeverityError, CodeInvalidValue, ip, it.pos, "a context key must be a string")
+					continue
+				}
+				if c.contextKey(it.text, ip, it.pos) {
+					st.ExportKeys = append(st.ExportKeys, it.text)
+				}
+			}
+		}
+	}
+	if depth+1 > MaxNesting {
+		c.add(apiv1.SeverityError, CodeNestingTooDeep, path, n.pos, "loop and parallel steps nest at most %d deep", MaxNesting)
+		return
+	}
+	st.Steps = c.stepList(w, n, path, seen, depth+1)
+}
+
+func (c *checker) parallelStep(w *Workflow, st *Step, n *node, path string, seen map[string]bool, depth int) {
+	b, _, ok := n.get("branches")
+	bp := path + ".branches"
+	switch {
+	case !ok || b.kind == kindNull:
+		c.add(apiv1.SeverityError, CodeMissingField, bp, n.pos, "%s is required for a parallel step", bp)
+	case b.kind != kindSeq:
+		c.add(apiv1.SeverityError, CodeInvalidValue, bp, b.pos, "branches must be a list, got %s", b.describe())
+	case len(b.items) < MinBranches || len(b.items) > MaxBranches:
+		c.add(apiv1.SeverityError, CodeInvalidValue, bp, b.pos, "a parallel step has %d to %d branches, this one %d", MinBranches, MaxBranches, len(b.items))
+	}
+	if depth+1 > MaxNesting {
+		c.add(apiv1.SeverityError, CodeNestingTooDeep, path, n.pos, "loop and parallel steps nest at most %d deep", MaxNesting)
+		return
+	}
+	if ok && b.kind == kindSeq {
+		for i, it := range b.items {
+			ip := fmt.Sprintf("%s[%d]", bp, i)
+			if it.kind != kindMap {
+				c.add(apiv1.SeverityError, CodeInvalidValue, ip, it.pos, "a branch must be a mapping with id and steps, got %s", it.describe())
+				continue
+			}
+			c.unknown(it, ip, "id", "steps")
+			br := Branch{Path: ip, ID: c.claimID(it, ip, "branch", seen)}
+			br.Steps = c.stepList(w, it, ip, seen, depth+1)
+			st.Branches = append(st.Branches, br)
+		}
+	}
+	om, _, ok := n.get("outputs_map")
+	if !ok || om.kind == kindNull {
+		return
+	}
+	op := path + ".outputs_map"
+	if om.kind != kindMap {
+		c.add(apiv1.SeverityError, CodeInvalidValue, op, om.pos, "outputs_map must be a mapping of context keys to {branch, key} or {key, aggregate}")
+		return
+	}
+	for _, f := range om.fields {
+		ep := join(op, f.key)
+		if !c.contextKey(f.key, ep, f.keyPos) {
+			continue
+		}
+		if f.value.kind != kindMap {
+			c.add(apiv1.SeverityError, CodeInvalidValue, ep, f.value.pos, "an outputs_map entry is {branch, key} or {key, aggregate}")
+			continue
+		}
+		c.unknown(f.value, ep, "branch", "key", "aggregate")
+		e := OutputEntry{Key: f.key, path: ep, pos: f.value.pos}
+		from, fn, fok := c.str(f.value, ep, "key", true)
+		if fok && c.contextKey(from, ep+".key", fn.pos) {
+			e.From = from
+		}
+		br, brn, hasBranch := c.str(f.value, ep, "branch", false)
+		ag, agn, hasAgg := c.str(f.value, ep, "aggregate", false)
+		switch {
+		case hasBranch && hasAgg:
+			c.add(apiv1.SeverityError, CodeInvalidAggregate, ep, f.value.pos, "an entry has branch or aggregate, not both")
+		case !hasBranch && !hasAgg:
+			c.add(apiv1.SeverityError, CodeInvalidAggregate, ep, f.value.pos, "an entry names a branch or an aggregate (collect, first, last, merge)")
+		case hasAgg && ag != AggregateCollect && ag != AggregateFirst && ag != AggregateLast && ag != AggregateMerge:
+			c.add(apiv1.SeverityError, CodeInvalidAggregate, ep+".aggregate", agn.pos, "aggregate %q is not one of collect, first, last, merge", ag)
+		case hasBranch && !slices.ContainsFunc(st.Branches, func(b Branch) bool { return b.ID == br }):
+			c.add(apiv1.SeverityError, CodeUnknownBranch, ep+".branch", brn.pos, "branch %q is not one of this step's branches", br)
+		default:
+			e.Branch, e.Aggregate = br, ag
+		}
+		st.OutputsMap = append(st.OutputsMap, e)
+	}
 }
 
 func (c *checker) capability(st *Step, n *node, path string) {
@@ -358,7 +705,7 @@ func (c *checker) capability(st *Step, n *node, path string) {
 	}
 }
 
-func (c *checker) request(st *Step, n *node, path string, earlier map[string]bool) {
+func (c *checker) request(st *Step, n *node, path string) {
 	rq, _, ok := n.get("request")
 	p := path + ".request"
 	if !ok || rq.kind == kindNull {
@@ -391,17 +738,15 @@ func (c *checker) request(st *Step, n *node, path string, earlier map[string]boo
 		if st.StepVersion == "1.0" {
 			c.add(apiv1.SeverityError, CodeFieldRequiresStepVersion, p+".payload_from", pfpos, "request.payload_from needs step_version \"1.1\" (this step is %s)", st.StepVersion)
 		}
-		switch {
-		case pf.kind != kindScalar:
+		if pf.kind != kindScalar {
 			c.add(apiv1.SeverityError, CodeInvalidValue, p+".payload_from", pf.pos, "payload_from must be previous, input or an earlier step's id")
-		case pf.text == "previous" && st.Index == 0:
-			c.add(apiv1.SeverityError, CodeUnknownStepReference, p+".payload_from", pf.pos, "payload_from: previous in the first step names no step")
-		case pf.text == "previous" || pf.text == "input":
-			st.PayloadFrom = pf.text
-		case !earlier[pf.text]:
-			c.add(apiv1.SeverityError, CodeUnknownStepReference, p+".payload_from", pf.pos, "payload_from %q names no earlier step", pf.text)
-		default:
-			st.PayloadFrom = pf.text
+		} else {
+			st.PayloadFrom = pf.text // which step it names is checked with the scopes (analyze)
+		}
+	}
+	for _, f := range rq.fields {
+		if f.key != "payload_from" {
+			c.collectRefs(st, f.value, join(p, f.key))
 		}
 	}
 	st.Request, _ = json.Marshal(toAny(rq))

@@ -45,6 +45,8 @@ type Options struct {
 	// Strict is the default provider strictness; the workflow's validation.provider_strict
 	// wins over it.
 	Strict bool
+	// ScopeMode is the scope mode of a workflow that names none (default legacy).
+	ScopeMode Mode
 	// Now stamps validated_at and times provider calls (default time.Now).
 	Now func() time.Time
 	// ObserveProvider, when set, is told of every provider validation call: the capability,
@@ -65,16 +67,17 @@ func Validate(ctx context.Context, src []byte, opts Options) (*Workflow, *apiv1.
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
-	w, contract := Parse(src)
+	w, contract := ParseWith(src, opts.ScopeMode)
+	all := w.All()
 	res := &apiv1.ValidationResult{Workflow: w.Name, ContractStatus: apiv1.StatusPassed, ProviderStatus: apiv1.StatusNotApplicable,
-		ValidatedAt: opts.Now().UTC(), Diagnostics: []apiv1.Diagnostic{}, Steps: make([]apiv1.StepValidation, len(w.Steps))}
-	for i, st := range w.Steps {
+		ValidatedAt: opts.Now().UTC(), Diagnostics: []apiv1.Diagnostic{}, Steps: make([]apiv1.StepValidation, len(all))}
+	for i, st := range all {
 		res.Steps[i] = apiv1.StepValidation{StepID: st.ID, Contract: apiv1.LayerResult{Status: apiv1.StatusPassed, Diagnostics: []apiv1.Diagnostic{}},
 			Provider: apiv1.LayerResult{Status: apiv1.StatusNotApplicable, Diagnostics: []apiv1.Diagnostic{}}}
 	}
 	// Contract diagnostics go to their step, the rest to the workflow.
 	for _, d := range contract {
-		if i, ok := stepOf(d.Path); ok && i < len(res.Steps) {
+		if i, ok := stepOf(w, d.Path); ok {
 			res.Steps[i].Contract.Diagnostics = append(res.Steps[i].Contract.Diagnostics, d)
 			if d.Severity == apiv1.SeverityError {
 				res.Steps[i].Contract.Status = apiv1.StatusFailed
@@ -99,8 +102,10 @@ func Validate(ctx context.Context, src []byte, opts Options) (*Workflow, *apiv1.
 		entry apiv1.CapabilityEntry
 	}
 	var jobs []job
-	for i := range w.Steps {
-		st := &w.Steps[i]
+	for i, st := range all {
+		if st.Type != TypeServiceCall {
+			continue
+		}
 		// Every registered provider counts for resolution, in rotation or not (the step's pool
 		// is judged for panic when it runs); provider validation asks one in rotation first.
 		q := discovery.Query{CapabilityID: st.Capability.ID, Provider: st.Capability.Provider, Version: st.Capability.Constraint, IncludeAll: true}
@@ -111,8 +116,8 @@ func Validate(ctx context.Context, src []byte, opts Options) (*Workflow, *apiv1.
 			return w, res
 		}
 		if len(r.Entries) == 0 {
-			pos := w.Locate(fmt.Sprintf("steps[%d].capability", i))
-			d := apiv1.Diagnostic{Severity: apiv1.SeverityError, Code: CodeCapabilityUnavailable, Path: fmt.Sprintf("steps[%d].capability", i),
+			pos := w.Locate(st.Path + ".capability")
+			d := apiv1.Diagnostic{Severity: apiv1.SeverityError, Code: CodeCapabilityUnavailable, Path: st.Path + ".capability",
 				Message: unavailableMessage(ctx, opts.Resolver, st.Capability), Line: pos.Line, Column: pos.Column}
 			if !r.Complete {
 				// A registry still warming up after a restart may not know every provider yet.
@@ -143,7 +148,7 @@ func Validate(ctx context.Context, src []byte, opts Options) (*Workflow, *apiv1.
 	var wg sync.WaitGroup
 	for _, j := range jobs {
 		wg.Go(func() {
-			res.Steps[j.step.Index].Provider = callProvider(ctx, opts, w, j.step, j.entry, strict)
+			res.Steps[j.step.Flat].Provider = callProvider(ctx, opts, w, j.step, j.entry, strict)
 		})
 	}
 	wg.Wait()
@@ -151,13 +156,15 @@ func Validate(ctx context.Context, src []byte, opts Options) (*Workflow, *apiv1.
 	return w, res
 }
 
-// stepOf returns the step index a diagnostic path starts with.
-func stepOf(path string) (int, bool) {
-	var i int
-	if _, err := fmt.Sscanf(path, "steps[%d]", &i); err != nil {
-		return 0, false
+// stepOf returns the flat index of the innermost step a diagnostic path is under.
+func stepOf(w *Workflow, path string) (int, bool) {
+	best, at := -1, -1
+	for _, st := range w.All() {
+		if strings.HasPrefix(path, st.Path) && (len(path) == len(st.Path) || path[len(st.Path)] == '.') && len(st.Path) > best {
+			best, at = len(st.Path), st.Flat
+		}
 	}
-	return i, true
+	return at, at >= 0
 }
 
 func supportsValidate(meta json.RawMessage) bool {
@@ -210,10 +217,10 @@ func callProvider(ctx context.Context, opts Options, w *Workflow, st *Step, e ap
 		defer func() { opts.ObserveProvider(st.Capability.ID, e.Provider, out.Status, opts.Now().Sub(start)) }()
 	}
 	out = apiv1.LayerResult{Status: apiv1.StatusPassed, Diagnostics: []apiv1.Diagnostic{}}
-	capPos := w.Locate(fmt.Sprintf("steps[%d].capability", st.Index))
+	capPos := w.Locate(st.Path + ".capability")
 	failure := func(code, format string, args ...any) apiv1.LayerResult {
 		d := apiv1.Diagnostic{Severity: apiv1.SeverityError, Code: code, Message: fmt.Sprintf(format, args...),
-			Path: fmt.Sprintf("steps[%d].capability", st.Index), Line: capPos.Line, Column: capPos.Column}
+			Path: st.Path + ".capability", Line: capPos.Line, Column: capPos.Column}
 		out.Status = apiv1.StatusFailed
 		if !strict {
 			d.Severity = apiv1.SeverityWarning
@@ -242,7 +249,7 @@ func callProvider(ctx context.Context, opts Options, w *Workflow, st *Step, e ap
 		return failure(CodeProviderUnreachable, "provider %s at %s is unreachable: %v", e.InstanceID, e.Endpoint, err)
 	}
 	for _, d := range vr.Diagnostics {
-		path := fmt.Sprintf("steps[%d]", st.Index)
+		path := st.Path
 		if d.Path != "" {
 			path += "." + d.Path
 		}
@@ -259,7 +266,7 @@ func callProvider(ctx context.Context, opts Options, w *Workflow, st *Step, e ap
 			sev = apiv1.SeverityWarning
 		}
 		out.Diagnostics = append(out.Diagnostics, apiv1.Diagnostic{Severity: sev, Code: CodeProviderRejected,
-			Message: fmt.Sprintf("provider %s (%s) rejected the step", e.InstanceID, e.Provider), Path: fmt.Sprintf("steps[%d]", st.Index),
+			Message: fmt.Sprintf("provider %s (%s) rejected the step", e.InstanceID, e.Provider), Path: st.Path,
 			Line: capPos.Line, Column: capPos.Column})
 	}
 	switch {
