@@ -36,6 +36,8 @@ const (
 	RunSucceeded = "succeeded"
 	RunFailed    = "failed"
 	StepSkipped  = "skipped"
+	// StepCancelled: a branch stopped because a sibling branch failed.
+	StepCancelled = "cancelled"
 )
 
 // Run is one execution of a workflow: the answer of POST /v1/workflows/{name}/run.
@@ -48,6 +50,8 @@ type Run struct {
 	DurationMS float64         `json:"duration_ms"`
 	Steps      []StepRun       `json:"steps"`
 	Output     json.RawMessage `json:"output"`
+	// Context is the run's final top-level context.
+	Context map[string]any `json:"context"`
 }
 
 // StepRun is one step of a run.
@@ -58,6 +62,24 @@ type StepRun struct {
 	DurationMS float64         `json:"duration_ms"`
 	Output     json.RawMessage `json:"output,omitempty"`
 	Error      *Error          `json:"error,omitempty"`
+	// Iterations are a loop step's iterations, in order; Branches a parallel step's
+	// branches, in branch order.
+	Iterations []IterationRun `json:"iterations,omitempty"`
+	Branches   []BranchRun    `json:"branches,omitempty"`
+}
+
+// IterationRun is one iteration of a loop step.
+type IterationRun struct {
+	Index  int       `json:"index"`
+	Status string    `json:"status"`
+	Steps  []StepRun `json:"steps"`
+}
+
+// BranchRun is one branch of a parallel step.
+type BranchRun struct {
+	BranchID string    `json:"branch_id"`
+	Status   string    `json:"status"`
+	Steps    []StepRun `json:"steps"`
 }
 
 // RunHistory is the answer of GET /v1/workflows/{name}/runs: the recent runs, newest first,

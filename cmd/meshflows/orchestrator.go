@@ -24,6 +24,9 @@ type orchestratorFlags struct {
 	listen, dir, staticFile string
 	registries              []string
 	timeout                 time.Duration
+	scopeMode               string
+	scopeModeSet            bool // --scope-mode given (it wins over $WORKFLOW_SCOPE_MODE)
+	maxParallel             int
 	creds                   clientCreds
 	security                serverAuthFlags
 	insecure                bool
@@ -57,6 +60,7 @@ that an open API is intended. It calls the registry with --registry-ca, --regist
     --registry-key certs/orchestrator-key.pem --tls-cert certs/server.pem --tls-key certs/server-key.pem --client-ca certs/ca.pem --rbac rbac.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			f.scopeModeSet = cmd.Flags().Changed("scope-mode")
 			return runComponent(cmd, f.log, f.listen, func(ctx context.Context, g *errgroup.Group, ln net.Listener, logger *slog.Logger) error {
 				return startOrchestrator(ctx, g, &f, ln, logger)
 			})
@@ -68,6 +72,8 @@ that an open API is intended. It calls the registry with --registry-ca, --regist
 	fl.StringVar(&f.dir, "workflows-dir", "", "directory where workflows, their results and the last discovery view persist (loaded at start: runs resolve from the saved view while the registry is away)")
 	fl.StringVar(&f.staticFile, "static-capabilities", "", "YAML list of {capability_id, provider, version, endpoint}: used when the registry has never answered")
 	fl.DurationVar(&f.timeout, "provider-timeout", workflow.DefaultProviderTimeout, "timeout of each provider validation")
+	fl.StringVar(&f.scopeMode, "scope-mode", "legacy", "scope mode of workflows that name none: legacy (loops and branches share the context) or strict (default: $"+scopeEnv+", else legacy)")
+	fl.IntVar(&f.maxParallel, "max-parallel", orchestrator.DefaultMaxParallel, "branches of one parallel step that run at once")
 	bindLogFlags(fl, &f.log, "json")
 	fl.BoolVar(&f.insecure, "insecure", false, "serve the API without authentication (development only: anyone who reaches the port can upload and run workflows, which call the providers)")
 	f.creds.bindRegistry(fl)
@@ -90,6 +96,13 @@ func startOrchestrator(ctx context.Context, g *errgroup.Group, f *orchestratorFl
 		}
 		strict = b
 	}
+	mode, err := scopeMode(f.scopeMode, f.scopeModeSet)
+	if err != nil {
+		return err
+	}
+	if f.maxParallel < 0 {
+		return fmt.Errorf("--max-parallel %d: want at least 1", f.maxParallel)
+	}
 	sa, err := buildServerAuth(ctx, g, "orchestrator", f.security, f.insecure, logger)
 	if err != nil {
 		return err
@@ -109,7 +122,7 @@ func startOrchestrator(ctx context.Context, g *errgroup.Group, f *orchestratorFl
 	if err != nil {
 		return err
 	}
-	o, err := orchestrator.New(orchestrator.Config{Discovery: disc, Static: static, Dir: f.dir, ProviderTimeout: f.timeout, Strict: strict, Authorizer: authz, Registerer: promReg, Logger: logger})
+	o, err := orchestrator.New(orchestrator.Config{Discovery: disc, Static: static, Dir: f.dir, ProviderTimeout: f.timeout, Strict: strict, ScopeMode: mode, MaxParallel: f.maxParallel, Authorizer: authz, Registerer: promReg, Logger: logger})
 	if err != nil {
 		return err
 	}

@@ -18,12 +18,33 @@ import (
 // strictEnv is the environment variable with the default provider strictness.
 const strictEnv = "WORKFLOW_VALIDATE_PROVIDER_STRICT"
 
+// scopeEnv is the environment variable with the default scope mode of workflows that name
+// none; --scope-mode wins over it.
+const scopeEnv = "WORKFLOW_SCOPE_MODE"
+
+// scopeMode is the scope mode --scope-mode (when given) or $WORKFLOW_SCOPE_MODE names,
+// else legacy.
+func scopeMode(flag string, given bool) (workflow.Mode, error) {
+	if !given {
+		flag = os.Getenv(scopeEnv)
+	}
+	m, err := workflow.ParseMode(flag)
+	if err != nil {
+		if !given {
+			return "", fmt.Errorf("$%s: %w", scopeEnv, err)
+		}
+		return "", fmt.Errorf("--scope-mode: %w", err)
+	}
+	return m, nil
+}
+
 func newValidateCmd() *cobra.Command {
 	var (
 		registries       []string
 		strict, noStrict bool
 		format           string
 		timeout          time.Duration
+		scope            string
 		creds            clientCreds
 	)
 	cmd := &cobra.Command{
@@ -35,7 +56,8 @@ provider supports it, validated by the provider itself (concurrently, --provider
 
 Provider failures are errors in strict mode and warnings otherwise. Strictness comes from the
 workflow's validation.provider_strict, else --strict/--no-strict, else $` + strictEnv + `,
-else strict.
+else strict. The scope mode of a workflow that names none (scope: legacy|strict) comes from
+--scope-mode, else $` + scopeEnv + `, else legacy.
 
 Exit status: 0 no errors (warnings allowed), 1 at least one error, 2 a usage or I/O problem.
 Text output is one line a diagnostic: FILE:LINE:COLUMN: SEVERITY CODE: MESSAGE.`,
@@ -49,6 +71,11 @@ Text output is one line a diagnostic: FILE:LINE:COLUMN: SEVERITY CODE: MESSAGE.`
 				return &exitError{code: 2, err: fmt.Errorf("--format %q: want text or json", format)}
 			}
 			opts := workflow.Options{Strict: true, ProviderTimeout: timeout}
+			mode, err := scopeMode(scope, cmd.Flags().Changed("scope-mode"))
+			if err != nil {
+				return &exitError{code: 2, err: err}
+			}
+			opts.ScopeMode = mode
 			if v, ok := os.LookupEnv(strictEnv); ok {
 				b, err := strconv.ParseBool(v)
 				if err != nil {
@@ -107,6 +134,7 @@ Text output is one line a diagnostic: FILE:LINE:COLUMN: SEVERITY CODE: MESSAGE.`
 	f.BoolVar(&noStrict, "no-strict", false, "provider failures are warnings")
 	f.StringVar(&format, "format", "text", "output: text or json")
 	f.DurationVar(&timeout, "provider-timeout", workflow.DefaultProviderTimeout, "timeout of each provider's validation")
+	f.StringVar(&scope, "scope-mode", "legacy", "scope mode of workflows that name none: legacy or strict (default: $WORKFLOW_SCOPE_MODE, else legacy)")
 	creds.bind(f)
 	return cmd
 }

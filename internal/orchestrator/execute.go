@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"slices"
 	"strconv"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/Masterminds/semver/v3"
@@ -35,40 +37,26 @@ type candidate struct {
 	rank               apiv1.Rank
 }
 
-// execute runs w's steps in order with input.
+// execute runs w's steps with input, on the scopes of w's mode.
 func (o *Orchestrator) execute(ctx context.Context, w *workflow.Workflow, runID, trigger string, input json.RawMessage) *apiv1.Run {
 	start := o.cfg.Now()
-	run := &apiv1.Run{RunID: runID, Workflow: w.Name, Trigger: trigger, Status: apiv1.RunSucceeded, StartedAt: start.UTC(), Steps: make([]apiv1.StepRun, len(w.Steps)), Output: json.RawMessage("null")}
+	run := &apiv1.Run{RunID: runID, Workflow: w.Name, Trigger: trigger, Status: apiv1.RunSucceeded, StartedAt: start.UTC(), Output: json.RawMessage("null")}
 	if len(input) == 0 {
 		input = json.RawMessage("null")
 	}
-	outputs := map[string]json.RawMessage{}
-	var previous json.RawMessage = input
-	failed := false
-	for i := range w.Steps {
-		st := &w.Steps[i]
-		sr := &run.Steps[i]
-		sr.StepID = st.ID
-		if failed {
-			sr.Status = apiv1.StepSkipped
-			continue
-		}
-		t0 := o.cfg.Now()
-		out, inst, err := o.step(ctx, w, st, runID, payloadFor(st, input, previous, outputs))
-		sr.DurationMS = ms(o.cfg.Now().Sub(t0))
-		sr.InstanceID = inst
-		if err != nil {
-			var ae *apiv1.Error
-			if !errors.As(err, &ae) {
-				ae = apiv1.Errorf(http.StatusBadGateway, apiv1.CodeUnavailable, "%v", err)
-			}
-			sr.Status, sr.Error = apiv1.RunFailed, ae
-			run.Status, failed = apiv1.RunFailed, true
-			continue
-		}
-		sr.Status, sr.Output = apiv1.RunSucceeded, out
-		outputs[st.ID], previous, run.Output = out, out, out
+	var in any
+	json.Unmarshal(input, &in) // the run endpoint checked it is JSON
+	sc := workflow.NewScope(w.Mode(o.cfg.ScopeMode), in)
+	ex := &executor{o: o, w: w, runID: runID, input: in}
+	var last any
+	var failed bool
+	run.Steps, last, failed = ex.steps(ctx, sc, w.Steps)
+	if failed {
+		run.Status = apiv1.RunFailed
+	} else if b, err := json.Marshal(last); err == nil {
+		run.Output = b
 	}
+	run.Context = sc.Context()
 	run.DurationMS = ms(o.cfg.Now().Sub(start))
 	o.metrics.ran(run)
 	return run
@@ -76,33 +64,245 @@ func (o *Orchestrator) execute(ctx context.Context, w *workflow.Workflow, runID,
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
-// payloadFor picks a step's payload: payload_from when set, else request.payload.
-func payloadFor(st *workflow.Step, input, previous json.RawMessage, outputs map[string]json.RawMessage) json.RawMessage {
+// executor runs one run's steps.
+type executor struct {
+	o     *Orchestrator
+	w     *workflow.Workflow
+	runID string
+	input any
+}
+
+// steps runs a list of steps on sc in order; a failed step skips the rest. It returns the
+// steps' records, the last output, and whether a step failed.
+func (ex *executor) steps(ctx context.Context, sc *workflow.Scope, steps []workflow.Step) ([]apiv1.StepRun, any, bool) {
+	out := make([]apiv1.StepRun, len(steps))
+	previous := ex.input
+	failed := false
+	for i := range steps {
+		st := &steps[i]
+		sr := &out[i]
+		sr.StepID = st.ID
+		if failed {
+			sr.Status = apiv1.StepSkipped
+			continue
+		}
+		t0 := ex.o.cfg.Now()
+		res, err := ex.step(ctx, sc, st, previous, sr)
+		sr.DurationMS = ms(ex.o.cfg.Now().Sub(t0))
+		if err != nil {
+			var ae *apiv1.Error
+			if !errors.As(err, &ae) {
+				ae = apiv1.Errorf(http.StatusBadGateway, apiv1.CodeUnavailable, "%v", err)
+			}
+			sr.Status, sr.Error, failed = apiv1.RunFailed, ae, true
+			continue
+		}
+		sr.Status = apiv1.RunSucceeded
+		if res != nil || st.Type == workflow.TypeServiceCall || st.Type == workflow.TypeSet {
+			sr.Output, _ = json.Marshal(res)
+			previous = res
+		}
+	}
+	return out, previous, failed
+}
+
+// referenceFailed is a reference that names nothing at run time, as the step's error.
+func referenceFailed(st *workflow.Step, err error) error {
+	return apiv1.Errorf(http.StatusUnprocessableEntity, workflow.CodeReferenceNotFound, "step %s: %v", st.ID, err)
+}
+
+// step runs one step of any type on sc; sr receives the nested records of a loop or a
+// parallel step. It returns the step's output (nil for loop and parallel steps).
+func (ex *executor) step(ctx context.Context, sc *workflow.Scope, st *workflow.Step, previous any, sr *apiv1.StepRun) (any, error) {
+	switch st.Type {
+	case workflow.TypeSet:
+		set := make(map[string]any, len(st.Set))
+		for _, e := range st.Set {
+			v, err := workflow.Substitute(e.Value, sc)
+			if err != nil {
+				return nil, referenceFailed(st, err)
+			}
+			sc.Set(e.Key, v)
+			set[e.Key] = v
+		}
+		sc.SetOutput(st.ID, set)
+		return set, nil
+	case workflow.TypeLoop:
+		return nil, ex.loop(ctx, sc, st, sr)
+	case workflow.TypeParallel:
+		return nil, ex.parallel(ctx, sc, st, sr)
+	}
+	req, payload, err := ex.request(sc, st, previous)
+	if err != nil {
+		return nil, referenceFailed(st, err)
+	}
+	out, inst, err := ex.o.step(ctx, ex.w, st, ex.runID, req, payload)
+	sr.InstanceID = inst
+	if err != nil {
+		return nil, err
+	}
+	var v any
+	if len(out) > 0 {
+		json.Unmarshal(out, &v)
+	}
+	sc.SetOutput(st.ID, v)
+	if st.Output != "" {
+		sc.Set(st.Output, v)
+	}
+	return v, nil
+}
+
+// request is a service_call's request with its references resolved, and its payload:
+// payload_from when set, else request.payload.
+func (ex *executor) request(sc *workflow.Scope, st *workflow.Step, previous any) (json.RawMessage, json.RawMessage, error) {
+	var rq any
+	json.Unmarshal(st.Request, &rq)
+	rq, err := workflow.Substitute(rq, sc)
+	if err != nil {
+		return nil, nil, err
+	}
+	var payload any
 	switch st.PayloadFrom {
 	case "input":
-		return input
+		payload = ex.input
 	case "previous":
-		return previous
+		payload = previous
 	case "":
-		var r struct {
-			Payload json.RawMessage `json:"payload"`
+		if m, ok := rq.(map[string]any); ok {
+			payload = m["payload"]
 		}
-		json.Unmarshal(st.Request, &r)
-		return r.Payload
 	default:
-		return outputs[st.PayloadFrom]
+		v, ok := sc.Output(st.PayloadFrom)
+		if !ok {
+			return nil, nil, fmt.Errorf("payload_from %q: that step has no output visible here", st.PayloadFrom)
+		}
+		payload = v
 	}
+	req, _ := json.Marshal(rq)
+	p, _ := json.Marshal(payload)
+	return req, p, nil
+}
+
+// loop runs a loop step's iterations one after another, each on its own scope.
+func (ex *executor) loop(ctx context.Context, sc *workflow.Scope, st *workflow.Step, sr *apiv1.StepRun) error {
+	v, err := workflow.Substitute(st.ForEach, sc)
+	if err != nil {
+		return referenceFailed(st, err)
+	}
+	items, ok := v.([]any)
+	switch {
+	case !ok:
+		return apiv1.Errorf(http.StatusUnprocessableEntity, apiv1.CodeInvalidRequest, "step %s: for_each is not a list at run time (got %s)", st.ID, kindOf(v))
+	case len(items) > st.MaxIterations:
+		return apiv1.Errorf(http.StatusUnprocessableEntity, apiv1.CodeInvalidRequest, "step %s: for_each has %d elements, more than max_iterations %d", st.ID, len(items), st.MaxIterations)
+	}
+	sr.Iterations = make([]apiv1.IterationRun, 0, len(items))
+	for i, item := range items {
+		if err := ctx.Err(); err != nil {
+			return apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable, "step %s: stopped: %v", st.ID, err)
+		}
+		it := sc.Iteration(i, item)
+		steps, _, failed := ex.steps(ctx, it, st.Steps)
+		rec := apiv1.IterationRun{Index: i, Status: apiv1.RunSucceeded, Steps: steps}
+		if failed {
+			rec.Status = apiv1.RunFailed
+			sr.Iterations = append(sr.Iterations, rec)
+			it.Close()
+			return apiv1.Errorf(http.StatusUnprocessableEntity, apiv1.CodeUnavailable, "step %s: iteration %d failed", st.ID, i)
+		}
+		it.Export(st.ExportKeys)
+		it.Close()
+		sr.Iterations = append(sr.Iterations, rec)
+	}
+	return nil
+}
+
+// parallel runs a parallel step's branches concurrently (at most MaxParallel at once), each
+// on its own scope; the first failure cancels the others. On success a strict parent
+// receives what outputs_map takes.
+func (ex *executor) parallel(ctx context.Context, sc *workflow.Scope, st *workflow.Step, sr *apiv1.StepRun) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	scopes := make([]*workflow.Scope, len(st.Branches))
+	sr.Branches = make([]apiv1.BranchRun, len(st.Branches))
+	sem := make(chan struct{}, ex.o.cfg.MaxParallel)
+	var wg sync.WaitGroup
+	var first atomic.Int32 // the branch that failed first, which cancelled the others
+	first.Store(-1)
+	for i := range st.Branches {
+		b := &st.Branches[i]
+		scopes[i] = sc.Branch()
+		sr.Branches[i] = apiv1.BranchRun{BranchID: b.ID, Status: apiv1.StepCancelled, Steps: []apiv1.StepRun{}}
+		// Slots are taken in branch order: with MaxParallel 1 the branches run one after
+		// another, in order.
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			continue // cancelled before it started
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			if ctx.Err() != nil {
+				return
+			}
+			steps, _, failed := ex.steps(ctx, scopes[i], b.Steps)
+			sr.Branches[i].Steps = steps
+			sr.Branches[i].Status = apiv1.RunSucceeded
+			if failed {
+				sr.Branches[i].Status = apiv1.RunFailed
+				if first.CompareAndSwap(-1, int32(i)) {
+					cancel()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if f := first.Load(); f >= 0 {
+		for i := range sr.Branches {
+			if int32(i) != f && sr.Branches[i].Status == apiv1.RunFailed {
+				sr.Branches[i].Status = apiv1.StepCancelled // it failed because it was cancelled
+			}
+		}
+		for _, b := range scopes {
+			b.Close()
+		}
+		return apiv1.Errorf(http.StatusUnprocessableEntity, apiv1.CodeUnavailable, "step %s: branch %s failed; the others were cancelled", st.ID, st.Branches[f].ID)
+	}
+	if sc.Mode() == workflow.ModeStrict {
+		workflow.ApplyOutputs(sc, st.OutputsMap, st.Branches, scopes, false)
+	}
+	for _, b := range scopes {
+		b.Close()
+	}
+	return nil
+}
+
+// kindOf names a JSON value's kind for a message.
+func kindOf(v any) string {
+	switch v.(type) {
+	case nil:
+		return "null"
+	case map[string]any:
+		return "an object"
+	case string:
+		return "a string"
+	case float64:
+		return "a number"
+	case bool:
+		return "a boolean"
+	}
+	return fmt.Sprintf("%T", v)
 }
 
 // step resolves and invokes one step, failing over to the next candidate only when the
 // connection failed before the request was sent.
-func (o *Orchestrator) step(ctx context.Context, w *workflow.Workflow, st *workflow.Step, runID string, payload json.RawMessage) (json.RawMessage, string, error) {
+func (o *Orchestrator) step(ctx context.Context, w *workflow.Workflow, st *workflow.Step, runID string, request, payload json.RawMessage) (json.RawMessage, string, error) {
 	cands, err := o.candidates(ctx, st)
 	if err != nil {
 		return nil, "", err
 	}
 	req := &apiv1.InvokeRequest{WorkflowName: w.Name, RunID: runID, StepID: st.ID, StepVersion: st.StepVersion,
-		Request: st.Request, Payload: payload}
+		Request: request, Payload: payload}
 	var lastErr error
 	for _, c := range cands {
 		out, err := o.invoke(ctx, st, c, req)

@@ -46,6 +46,10 @@ type Config struct {
 	// PanicThreshold: a step whose candidates have fewer than this share in rotation uses
 	// all of them (default 0.5, as the registry's --panic-threshold).
 	PanicThreshold float64
+	// ScopeMode is the scope mode of workflows that name none (default legacy).
+	ScopeMode workflow.Mode
+	// MaxParallel bounds the branches of one parallel step that run at once (default 8).
+	MaxParallel int
 	// Authorizer authorises the API: reads need workflows:read, uploads, re-validation,
 	// publishing and invalidation workflows:write, runs workflows:run. Nil leaves the API
 	// open (meshflows dev, --insecure).
@@ -55,6 +59,9 @@ type Config struct {
 	Logger     *slog.Logger
 	Now        func() time.Time
 }
+
+// DefaultMaxParallel bounds the branches of one parallel step that run at once.
+const DefaultMaxParallel = 8
 
 // Authorizer says whether a request may do perm: the caller's identity, or a 401 or 403
 // *apiv1.Error.
@@ -99,6 +106,17 @@ func New(cfg Config) (*Orchestrator, error) {
 	if cfg.PanicThreshold == 0 {
 		cfg.PanicThreshold = 0.5
 	}
+	if cfg.MaxParallel == 0 {
+		cfg.MaxParallel = DefaultMaxParallel
+	}
+	if cfg.MaxParallel < 0 {
+		return nil, fmt.Errorf("orchestrator: max parallel %d is negative", cfg.MaxParallel)
+	}
+	mode, err := workflow.ParseMode(string(cfg.ScopeMode))
+	if err != nil {
+		return nil, fmt.Errorf("orchestrator: %w", err)
+	}
+	cfg.ScopeMode = mode
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -115,7 +133,7 @@ func New(cfg Config) (*Orchestrator, error) {
 func (o *Orchestrator) validate(ctx context.Context, src []byte) (*workflow.Workflow, *apiv1.ValidationResult) {
 	start := o.cfg.Now()
 	w, r := workflow.Validate(ctx, src, workflow.Options{Resolver: o.cfg.Discovery, Client: o.cfg.Client,
-		ProviderTimeout: o.cfg.ProviderTimeout, Strict: o.cfg.Strict, Now: o.cfg.Now, ObserveProvider: o.metrics.providerValidated})
+		ProviderTimeout: o.cfg.ProviderTimeout, Strict: o.cfg.Strict, ScopeMode: o.cfg.ScopeMode, Now: o.cfg.Now, ObserveProvider: o.metrics.providerValidated})
 	o.metrics.validated(r, o.cfg.Now().Sub(start))
 	return w, r
 }

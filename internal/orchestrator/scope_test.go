@@ -1,0 +1,256 @@
+package orchestrator_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/internal/orchestrator"
+)
+
+// run uploads, publishes and runs src (a workflow body under steps:, in mode) with input,
+// on an orchestrator whose parallel steps run one branch at a time (branch order: what a
+// legacy branch sees of its siblings is then deterministic).
+func runScoped(t *testing.T, e *env, o *orchestrator.Orchestrator, name, mode, steps, input string) *apiv1.Run {
+	t.Helper()
+	src := fmt.Sprintf("name: %s\nscope: %s\ninvocation: {type: http}\nvalidation: {provider_strict: false}\nsteps:\n%s", name, mode, steps)
+	if r, err := o.Upload(context.Background(), []byte(src)); err != nil {
+		t.Fatalf("upload %s: %v\n%s", name, err, diagnostics(r))
+	}
+	if _, err := o.Publish(name); err != nil {
+		t.Fatal(err)
+	}
+	run, err := o.RunNow(context.Background(), name, "http", json.RawMessage(input))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return run
+}
+
+func diagnostics(r *apiv1.ValidationResult) string {
+	if r == nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, s := range r.Steps {
+		for _, d := range s.Contract.Diagnostics {
+			fmt.Fprintf(&b, "%d:%d %s %s %s\n", d.Line, d.Column, d.Severity, d.Code, d.Message)
+		}
+	}
+	for _, d := range r.Diagnostics {
+		fmt.Fprintf(&b, "%d:%d %s %s %s\n", d.Line, d.Column, d.Severity, d.Code, d.Message)
+	}
+	return b.String()
+}
+
+func serialOrchestrator(t *testing.T, e *env) *orchestrator.Orchestrator {
+	t.Helper()
+	o, err := orchestrator.New(orchestrator.Config{Discovery: e.disc, Strict: true, MaxParallel: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
+}
+
+const loopSteps = `  - id: each_order
+    type: loop
+    for_each: "${input.orders}"
+    export_context_keys: [last_message]
+    steps:
+      - id: publish_one
+        type: service_call
+        step_version: "1.1"
+        capability: {id: messaging.publish, provider: jms}
+        request: {destination: orders.loop, payload: "${loop.item}"}
+        output: last_message
+      - id: remember
+        type: set
+        set: {scratch: "${loop.item.id}", seen: "${loop.index}"}
+`
+
+// TestLoopScopes: a strict loop exports only export_context_keys; legacy lets every write
+// through. Each iteration publishes its order to the real jms provider.
+func TestLoopScopes(t *testing.T) {
+	for _, tt := range []struct {
+		mode     string
+		wantKeys []string
+	}{
+		{"strict", []string{"last_message"}},
+		{"legacy", []string{"last_message", "scratch", "seen"}},
+	} {
+		t.Run(tt.mode, func(t *testing.T) {
+			e := newEnv(t, nil, "")
+			run := runScoped(t, e, serialOrchestrator(t, e), "loop-"+tt.mode, tt.mode, loopSteps, `{"orders": [{"id": 1}, {"id": 2}, {"id": 3}]}`)
+			if run.Status != apiv1.RunSucceeded || len(run.Steps) != 1 || len(run.Steps[0].Iterations) != 3 {
+				t.Fatalf("run = %s", jsonOf(run))
+			}
+			if got := keys(run.Context); !cmp.Equal(got, tt.wantKeys) {
+				t.Errorf("final context keys = %v, want %v (context %v)", got, tt.wantKeys, run.Context)
+			}
+			if lm, _ := run.Context["last_message"].(map[string]any); lm["message_id"] != "jms-3" {
+				t.Errorf("last_message = %v, want the third publication", run.Context["last_message"])
+			}
+			if msgs := e.jms.Messages("orders.loop"); len(msgs) != 3 || string(msgs[1].Payload) != `{"id":2}` {
+				t.Errorf("jms got %+v", msgs)
+			}
+		})
+	}
+}
+
+// TestFailedIterationExportsNothing: the second iteration fails (a reference to a missing
+// path); in strict mode what it wrote never reaches the parent, the first one's export stays.
+func TestFailedIterationExportsNothing(t *testing.T) {
+	steps := `  - id: each
+    type: loop
+    for_each: "${input.items}"
+    export_context_keys: [last]
+    steps:
+      - id: note
+        type: set
+        set: {last: "${loop.item.id}"}
+      - id: check
+        type: set
+        set: {ok: "${loop.item.ok}"}
+`
+	for _, tt := range []struct {
+		mode string
+		want any
+	}{{"strict", float64(1)}, {"legacy", float64(2)}} {
+		t.Run(tt.mode, func(t *testing.T) {
+			e := newEnv(t, nil, "")
+			run := runScoped(t, e, serialOrchestrator(t, e), "fail-"+tt.mode, tt.mode, steps, `{"items": [{"id": 1, "ok": true}, {"id": 2}]}`)
+			if run.Status != apiv1.RunFailed || run.Steps[0].Iterations[1].Status != apiv1.RunFailed ||
+				run.Steps[0].Iterations[1].Steps[1].Error.Code != "REFERENCE_NOT_FOUND" {
+				t.Fatalf("run = %s", jsonOf(run))
+			}
+			if run.Context["last"] != tt.want {
+				t.Errorf("last = %v, want %v", run.Context["last"], tt.want)
+			}
+		})
+	}
+}
+
+const parallelSteps = `  - id: init
+    type: set
+    set: {shared: {v: 0}}
+  - id: fan_out
+    type: parallel
+    branches:
+      - id: to_jms
+        steps:
+          - id: overwrite
+            type: set
+            set: {shared: {v: 1}}
+          - id: jms
+            type: service_call
+            step_version: "1.1"
+            capability: {id: messaging.publish, provider: jms}
+            request: {destination: orders.fan, payload: "${context.shared}"}
+            output: message_id
+      - id: to_rabbitmq
+        steps:
+          - id: rabbit
+            type: service_call
+            step_version: "1.1"
+            capability: {id: messaging.publish, provider: rabbitmq}
+            request: {destination: orders.fan, payload: "${context.shared}"}
+            output: message_id
+    outputs_map:
+      jms_id: {branch: to_jms, key: message_id}
+      all_ids: {key: message_id, aggregate: collect}
+`
+
+// TestParallelScopes: in strict mode a branch runs on a snapshot — the rabbitmq branch does
+// not see the jms branch's overwrite, though it runs after it — and the parent receives only
+// outputs_map; in legacy mode the write is shared.
+func TestParallelScopes(t *testing.T) {
+	for _, tt := range []struct {
+		mode       string
+		rabbitSaw  string
+		wantKeys   []string
+		wantAllIDs any
+	}{
+		{"strict", `{"v":0}`, []string{"all_ids", "jms_id", "shared"}, []any{"jms-1", "rabbitmq-1"}},
+		{"legacy", `{"v":1}`, []string{"message_id", "shared"}, nil},
+	} {
+		t.Run(tt.mode, func(t *testing.T) {
+			e := newEnv(t, nil, "")
+			run := runScoped(t, e, serialOrchestrator(t, e), "fan-"+tt.mode, tt.mode, parallelSteps, `{}`)
+			if run.Status != apiv1.RunSucceeded || len(run.Steps[1].Branches) != 2 {
+				t.Fatalf("run = %s", jsonOf(run))
+			}
+			if msgs := e.rmq.Messages("orders.fan"); len(msgs) != 1 || string(msgs[0].Payload) != tt.rabbitSaw {
+				t.Errorf("the rabbitmq branch published %+v, want payload %s", msgs, tt.rabbitSaw)
+			}
+			if got := keys(run.Context); !cmp.Equal(got, tt.wantKeys) {
+				t.Errorf("final context keys = %v, want %v", got, tt.wantKeys)
+			}
+			if got := messageIDs(run.Context["all_ids"]); !cmp.Equal(got, tt.wantAllIDs) {
+				t.Errorf("all_ids = %v, want %v", run.Context["all_ids"], tt.wantAllIDs)
+			}
+		})
+	}
+}
+
+// TestFailedBranchMapsNothing: a failing branch cancels the others and, in strict mode,
+// nothing of the parallel step reaches the parent.
+func TestFailedBranchMapsNothing(t *testing.T) {
+	steps := `  - id: fan_out
+    type: parallel
+    branches:
+      - id: good
+        steps:
+          - {id: a, type: set, set: {k: 1}}
+      - id: bad
+        steps:
+          - {id: b, type: set, set: {k: "${input.missing}"}}
+    outputs_map:
+      k: {branch: good, key: k}
+`
+	e := newEnv(t, nil, "")
+	run := runScoped(t, e, serialOrchestrator(t, e), "fanfail", "strict", steps, `{}`)
+	if run.Status != apiv1.RunFailed || run.Steps[0].Branches[1].Status != apiv1.RunFailed {
+		t.Fatalf("run = %s", jsonOf(run))
+	}
+	if _, ok := run.Context["k"]; ok {
+		t.Errorf("a failed parallel step mapped k into the parent: %v", run.Context)
+	}
+}
+
+// messageIDs reduces published results to their ids for comparison.
+func messageIDs(v any) any {
+	l, ok := v.([]any)
+	if !ok {
+		return v
+	}
+	out := make([]any, len(l))
+	for i, x := range l {
+		if m, ok := x.(map[string]any); ok {
+			out[i] = m["message_id"]
+		} else {
+			out[i] = x
+		}
+	}
+	return out
+}
+
+func keys(m map[string]any) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func jsonOf(v any) string {
+	b, _ := json.MarshalIndent(v, "", "  ")
+	return string(b)
+}
+
