@@ -253,4 +253,3 @@ func jsonOf(v any) string {
 	b, _ := json.MarshalIndent(v, "", "  ")
 	return string(b)
 }
-
