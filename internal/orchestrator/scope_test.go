@@ -11,7 +11,9 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/discovery"
 	"github.com/meshflows/meshflows/internal/orchestrator"
+	"github.com/meshflows/meshflows/internal/workflow"
 )
 
 // run uploads, publishes and runs src (a workflow body under steps:, in mode) with input,
@@ -252,4 +254,57 @@ func keys(m map[string]any) []string {
 func jsonOf(v any) string {
 	b, _ := json.MarshalIndent(v, "", "  ")
 	return string(b)
+}
+
+// setOnly builds an orchestrator (no registry needed) with the published workflow src.
+func setOnly(b *testing.B, name, src string) *orchestrator.Orchestrator {
+	b.Helper()
+	disc, _ := discovery.New(discovery.Config{Registries: []string{"http://127.0.0.1:1"}})
+	o, err := orchestrator.New(orchestrator.Config{Discovery: disc, ScopeMode: workflow.ModeStrict})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if r, err := o.Upload(context.Background(), []byte(src)); err != nil {
+		b.Fatalf("%v\n%s", err, diagnostics(r))
+	}
+	if _, err := o.Publish(name); err != nil {
+		b.Fatal(err)
+	}
+	return o
+}
+
+// BenchmarkSetStep: the orchestrator's cost of one executed set step (a run of 100 of them,
+// each writing a key from the input). Target: at most 5 µs a step.
+func BenchmarkSetStep(b *testing.B) {
+	var sb strings.Builder
+	sb.WriteString("name: sets\ninvocation: {type: http}\nsteps:\n")
+	for i := range 100 {
+		fmt.Fprintf(&sb, "  - {id: s%d, type: set, set: {k%d: \"${input.v}\"}}\n", i, i)
+	}
+	o := setOnly(b, "sets", sb.String())
+	b.ReportAllocs()
+	for b.Loop() {
+		if r, err := o.RunNow(context.Background(), "sets", "http", json.RawMessage(`{"v": 1}`)); err != nil || r.Status != apiv1.RunSucceeded {
+			b.Fatal(err, r.Status)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/100, "ns/step")
+}
+
+// BenchmarkLoop10000: a strict loop of 10,000 iterations of one set step. Target: at most
+// 100 ms a run.
+func BenchmarkLoop10000(b *testing.B) {
+	o := setOnly(b, "loop", "name: loop\ninvocation: {type: http}\nsteps:\n  - id: each\n    type: loop\n    for_each: \"${input.items}\"\n"+
+		"    max_iterations: 10000\n    export_context_keys: [last]\n    steps:\n      - {id: note, type: set, set: {last: \"${loop.item}\"}}\n")
+	items := make([]int, 10000)
+	for i := range items {
+		items[i] = i
+	}
+	input, _ := json.Marshal(map[string]any{"items": items})
+	b.ReportAllocs()
+	for b.Loop() {
+		if r, err := o.RunNow(context.Background(), "loop", "http", input); err != nil || r.Status != apiv1.RunSucceeded || r.Context["last"] != float64(9999) {
+			b.Fatal(err, r.Status, r.Context["last"])
+		}
+	}
 }
