@@ -106,7 +106,7 @@ Components that are not built yet are listed as such. Stop with Ctrl-C.`,
 			}
 			orAddr := fmt.Sprintf("127.0.0.1:%d", basePort+devOrchestratorOffset)
 			oln := lns[devOrchestratorOffset]
-			orFlags := orchestratorFlags{insecure: true, registries: []string{regURL}, timeout: workflow.DefaultProviderTimeout, preload: [][]byte{workflows.OrderPublish}}
+			orFlags := orchestratorFlags{insecure: true, registries: []string{regURL}, timeout: workflow.DefaultProviderTimeout, preload: [][]byte{workflows.OrderPublish, workflows.OrderBatch}}
 			if err := startOrchestrator(regCtx, gReg, &orFlags, oln, logger); err != nil {
 				return errors.Join(err, stopAll(), logOut.Flush())
 			}
@@ -131,6 +131,7 @@ Components that are not built yet are listed as such. Stop with Ctrl-C.`,
 			fmt.Fprintf(out, "MeshFlows dev — open mode: NO AUTHENTICATION, loopback only, state in memory.\n\n")
 			fmt.Fprintf(out, "  registry      http://%s   (try: curl http://%s/v1/discovery/capabilities)\n", regAddr, regAddr)
 			fmt.Fprintf(out, "  orchestrator  http://%s   (try: curl -X POST http://%s/v1/workflows/order-publish/run -d '{\"order\":1}')\n", orAddr, orAddr)
+			fmt.Fprintf(out, "                (a strict loop and fan-out: curl -X POST http://%s/v1/workflows/order-batch/run -d '{\"batch\":\"b1\",\"orders\":[{\"id\":1},{\"id\":2}]}')\n", orAddr)
 			fmt.Fprintf(out, "  gateway       http://%s   (try: curl http://%s/v1/gateway/routes)\n", gwAddr, gwAddr)
 			fmt.Fprintf(out, "  dashboard     http://%s   (open it in a browser)\n", dbAddr)
 			fmt.Fprintf(out, "  providers     http://127.0.0.1:%d (jms), http://127.0.0.1:%d (rabbitmq)\n",

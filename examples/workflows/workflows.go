@@ -7,3 +7,9 @@ import _ "embed"
 //
 //go:embed order-publish.yaml
 var OrderPublish []byte
+
+// OrderBatch publishes each order of a batch to the jms example provider in a strict loop,
+// then announces the batch on both providers in parallel.
+//
+//go:embed order-batch.yaml
+var OrderBatch []byte

@@ -12,6 +12,7 @@ import (
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/discovery"
+	"github.com/meshflows/meshflows/examples/workflows"
 	"github.com/meshflows/meshflows/internal/orchestrator"
 	"github.com/meshflows/meshflows/internal/workflow"
 )
@@ -306,5 +307,34 @@ func BenchmarkLoop10000(b *testing.B) {
 		if r, err := o.RunNow(context.Background(), "loop", "http", input); err != nil || r.Status != apiv1.RunSucceeded || r.Context["last"] != float64(9999) {
 			b.Fatal(err, r.Status, r.Context["last"])
 		}
+	}
+}
+
+// TestOrderBatchExample runs the strict example workflow of meshflows dev against the real
+// example providers: each order to jms in the loop, the announcement to both at once, and
+// only the exported and mapped keys in the final context.
+func TestOrderBatchExample(t *testing.T) {
+	e := newEnv(t, nil, "")
+	if r, err := e.o.Upload(context.Background(), workflows.OrderBatch); err != nil {
+		t.Fatalf("%v\n%s", err, diagnostics(r))
+	}
+	if _, err := e.o.Publish("order-batch"); err != nil {
+		t.Fatal(err)
+	}
+	run, err := e.o.RunNow(context.Background(), "order-batch", "http", json.RawMessage(`{"batch": "b7", "orders": [{"id": 1}, {"id": 2}, {"id": 3}]}`))
+	if err != nil || run.Status != apiv1.RunSucceeded {
+		t.Fatalf("run = %v %s", err, jsonOf(run))
+	}
+	if got := keys(run.Context); !cmp.Equal(got, []string{"announcements", "batch", "count", "last_message"}) {
+		t.Errorf("final context keys = %v", got)
+	}
+	if got := messageIDs(run.Context["announcements"]); !cmp.Equal(got, []any{"jms-4", "rabbitmq-1"}) {
+		t.Errorf("announcements = %v", got)
+	}
+	if n := len(e.jms.Messages("orders.events")); n != 3 {
+		t.Errorf("jms got %d orders, want 3", n)
+	}
+	if n := len(e.rmq.Messages("batches.b7")); n != 1 {
+		t.Errorf("rabbitmq got %d announcements, want 1", n)
 	}
 }
