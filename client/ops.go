@@ -237,6 +237,17 @@ func (c *Client) RunWorkflow(ctx context.Context, name string, input json.RawMes
 	return &out, err
 }
 
+// DeleteWorkflow removes a workflow, its revisions and its run history.
+func (c *Client) DeleteWorkflow(ctx context.Context, name string) error {
+	return c.call(ctx, http.MethodDelete, apiv1.WorkflowPath(name), nil, nil, nil)
+}
+
+// Run returns one run of a workflow's history.
+func (c *Client) Run(ctx context.Context, name, runID string) (*apiv1.Run, error) {
+	var out apiv1.Run
+	return &out, c.call(ctx, http.MethodGet, apiv1.WorkflowPath(name, "runs", runID), nil, nil, &out)
+}
+
 // Runs returns a workflow's recent runs.
 func (c *Client) Runs(ctx context.Context, name string) (*apiv1.RunHistory, error) {
 	var out apiv1.RunHistory

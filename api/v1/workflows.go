@@ -9,8 +9,12 @@ import (
 
 // WorkflowSummary is one row of the workflow list.
 type WorkflowSummary struct {
-	Name           string    `json:"name"`
-	Published      bool      `json:"published"`
+	Name      string `json:"name"`
+	Published bool   `json:"published"`
+	// Revision is the latest upload's number; PublishedRevision the one that runs (0: none).
+	// Uploading a new revision leaves the published one running until it is published.
+	Revision          int       `json:"revision"`
+	PublishedRevision int       `json:"published_revision"`
 	ContractStatus string    `json:"contract_status"`
 	ProviderStatus string    `json:"provider_status"`
 	ValidatedAt    time.Time `json:"validated_at"`
@@ -21,8 +25,8 @@ type WorkflowList struct {
 	Workflows []WorkflowSummary `json:"workflows"`
 }
 
-// WorkflowDetail is the answer of GET /v1/workflows/{name}: one workflow with its source and
-// its last validation.
+// WorkflowDetail is the answer of GET /v1/workflows/{name}: one workflow's latest revision
+// with its source and last validation, and which revision is published.
 type WorkflowDetail struct {
 	WorkflowSummary
 	YAML       string            `json:"yaml"`

@@ -146,6 +146,8 @@ func TestOpenAPIDescribesTheServers(t *testing.T) {
 		{name: "publish", method: "POST", url: orchestrator + "/v1/workflows/openapi-copy/publish", want: 200},
 		{name: "run", method: "POST", url: orchestrator + "/v1/workflows/openapi-copy/run", contentType: "application/json", body: `{"order":1}`, want: 200},
 		{name: "runs", method: "GET", url: orchestrator + "/v1/workflows/openapi-copy/runs", want: 200},
+		{name: "run unknown", method: "GET", url: orchestrator + "/v1/workflows/openapi-copy/runs/run-none", want: 404},
+		{name: "delete", method: "DELETE", url: orchestrator + "/v1/workflows/openapi-copy", want: 200},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			newReq := func() *http.Request {

@@ -78,6 +78,14 @@ func (o *Orchestrator) Handler() http.Handler {
 		h, err := o.Runs(r.PathValue("name"))
 		return http.StatusOK, h, err
 	})
+	handle("GET /v1/workflows/{name}/runs/{run_id}", auth.WorkflowsRead, func(_ http.ResponseWriter, r *http.Request) (int, any, error) {
+		run, err := o.GetRun(r.PathValue("name"), r.PathValue("run_id"))
+		return http.StatusOK, run, err
+	})
+	handle("DELETE /v1/workflows/{name}", auth.WorkflowsWrite, func(_ http.ResponseWriter, r *http.Request) (int, any, error) {
+		name := r.PathValue("name")
+		return http.StatusOK, map[string]any{"workflow": name, "deleted": true}, o.Delete(name)
+	})
 	invalidate := func(http.ResponseWriter, *http.Request) (int, any, error) {
 		o.cfg.Discovery.Invalidate()
 		return http.StatusOK, map[string]string{"status": "invalidated"}, nil

@@ -78,15 +78,30 @@ type Orchestrator struct {
 	workflows map[string]*entry
 }
 
-// entry is a stored workflow.
+// entry is a stored workflow: its latest revision, and the published one that runs.
 type entry struct {
-	src       []byte
-	wf        *workflow.Workflow
-	result    *apiv1.ValidationResult
-	published bool
+	latest    *revision
+	published *revision // nil: not published; the latest itself once that is published
 	running   atomic.Bool
 	runs      []*apiv1.Run // newest last, at most MaxRuns
 	nextRun   time.Time
+}
+
+// revision is one upload of a workflow.
+type revision struct {
+	number int
+	src    []byte
+	wf     *workflow.Workflow
+	result *apiv1.ValidationResult
+}
+
+func (e *entry) summary(name string) apiv1.WorkflowSummary {
+	s := apiv1.WorkflowSummary{Name: name, Published: e.published != nil, Revision: e.latest.number,
+		ContractStatus: e.latest.result.ContractStatus, ProviderStatus: e.latest.result.ProviderStatus, ValidatedAt: e.latest.result.ValidatedAt}
+	if e.published != nil {
+		s.PublishedRevision = e.published.number
+	}
+	return s
 }
 
 // ErrValidationFailed: a workflow is blocked by validation (422).
@@ -174,11 +189,10 @@ func (o *Orchestrator) Upload(ctx context.Context, src []byte) (*apiv1.Validatio
 	o.mu.Lock()
 	e := o.workflows[w.Name]
 	if e == nil {
-		e = &entry{}
+		e = &entry{latest: &revision{}}
 		o.workflows[w.Name] = e
 	}
-	e.src, e.wf, e.result, e.published = src, w, res, false
-	e.nextRun = time.Time{}
+	e.latest = &revision{number: e.latest.number + 1, src: src, wf: w, result: res} // the published one keeps running
 	o.mu.Unlock()
 	return res, o.persist(w.Name)
 }
@@ -200,11 +214,11 @@ func (o *Orchestrator) Revalidate(ctx context.Context, name string) (*apiv1.Vali
 		return nil, err
 	}
 	o.mu.Lock()
-	src := e.src
+	rev := e.latest
 	o.mu.Unlock()
-	w, res := o.validate(ctx, src)
+	w, res := o.validate(ctx, rev.src)
 	o.mu.Lock()
-	e.wf, e.result = w, res
+	rev.wf, rev.result = w, res // the same revision, published or not
 	o.mu.Unlock()
 	return res, o.persist(name)
 }
@@ -217,15 +231,17 @@ func (o *Orchestrator) Publish(name string) (*apiv1.ValidationResult, error) {
 		return nil, err
 	}
 	o.mu.Lock()
-	w, res := e.wf, e.result
+	rev := e.latest
 	o.mu.Unlock()
-	if why := o.blocked(w, res); why != "" {
-		return res, &BlockedError{Reason: why, Result: res}
+	if why := o.blocked(rev.wf, rev.result); why != "" {
+		return rev.result, &BlockedError{Reason: why, Result: rev.result}
 	}
 	o.mu.Lock()
-	e.published = true
+	if e.published != rev {
+		e.published, e.nextRun = rev, time.Time{}
+	}
 	o.mu.Unlock()
-	return res, o.persist(name)
+	return rev.result, o.persist(name)
 }
 
 // RunNow runs a published workflow once; a workflow already running is refused.
@@ -235,11 +251,12 @@ func (o *Orchestrator) RunNow(ctx context.Context, name, trigger string, input j
 		return nil, err
 	}
 	o.mu.Lock()
-	w, published := e.wf, e.published
+	pub := e.published
 	o.mu.Unlock()
-	if !published {
+	if pub == nil {
 		return nil, apiv1.Errorf(http.StatusBadRequest, apiv1.CodeInvalidRequest, "workflow %q is not published", name)
 	}
+	w := pub.wf
 	if !e.running.CompareAndSwap(false, true) {
 		return nil, apiv1.Errorf(http.StatusTooManyRequests, apiv1.CodeRateLimited, "workflow %q is running; one run at a time", name)
 	}
@@ -306,8 +323,7 @@ func (o *Orchestrator) List() []apiv1.WorkflowSummary {
 	defer o.mu.Unlock()
 	out := make([]apiv1.WorkflowSummary, 0, len(o.workflows))
 	for name, e := range o.workflows {
-		out = append(out, apiv1.WorkflowSummary{Name: name, Published: e.published, ContractStatus: e.result.ContractStatus,
-			ProviderStatus: e.result.ProviderStatus, ValidatedAt: e.result.ValidatedAt})
+		out = append(out, e.summary(name))
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
@@ -321,9 +337,8 @@ func (o *Orchestrator) Get(name string) (*apiv1.WorkflowDetail, error) {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return &apiv1.WorkflowDetail{WorkflowSummary: apiv1.WorkflowSummary{Name: name, Published: e.published, ContractStatus: e.result.ContractStatus,
-		ProviderStatus: e.result.ProviderStatus, ValidatedAt: e.result.ValidatedAt}, YAML: string(e.src),
-		Triggers: e.wf.Triggers, Schedule: e.wf.Schedule, Validation: e.result}, nil
+	return &apiv1.WorkflowDetail{WorkflowSummary: e.summary(name), YAML: string(e.latest.src),
+		Triggers: e.latest.wf.Triggers, Schedule: e.latest.wf.Schedule, Validation: e.latest.result}, nil
 }
 
 // Validation returns a workflow's last validation result.
@@ -334,7 +349,7 @@ func (o *Orchestrator) Validation(name string) (*apiv1.ValidationResult, error) 
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return e.result, nil
+	return e.latest.result, nil
 }
 
 // Runs returns a workflow's recent runs, newest first.
@@ -364,11 +379,17 @@ func (o *Orchestrator) Runs(name string) (*apiv1.RunHistory, error) {
 	return h, nil
 }
 
-// persisted is a workflow's state file.
+// persisted is a workflow's state file (NAME.json). NAME.yaml holds the latest revision;
+// NAME.published.yaml the published one when it is an older revision.
 type persisted struct {
-	Published  bool                    `json:"published"`
-	Validation *apiv1.ValidationResult `json:"validation"`
+	Published         bool                    `json:"published"`
+	Revision          int                     `json:"revision"`
+	PublishedRevision int                     `json:"published_revision,omitempty"`
+	Validation        *apiv1.ValidationResult `json:"validation"`
 }
+
+// publishedSuffix names the file of a published revision older than the latest.
+const publishedSuffix = ".published.yaml"
 
 func (o *Orchestrator) persist(name string) error {
 	if o.cfg.Dir == "" {
@@ -376,19 +397,91 @@ func (o *Orchestrator) persist(name string) error {
 	}
 	o.mu.Lock()
 	e := o.workflows[name]
-	src, st := e.src, persisted{Published: e.published, Validation: e.result}
+	if e == nil { // deleted meanwhile
+		o.mu.Unlock()
+		return nil
+	}
+	src, st := e.latest.src, persisted{Published: e.published != nil, Revision: e.latest.number, Validation: e.latest.result}
+	var older []byte
+	if e.published != nil {
+		st.PublishedRevision = e.published.number
+		if e.published != e.latest {
+			older = e.published.src
+		}
+	}
 	o.mu.Unlock()
 	if err := os.MkdirAll(o.cfg.Dir, 0o755); err != nil {
 		return err
 	}
 	state, _ := json.MarshalIndent(st, "", "  ")
-	if err := os.WriteFile(filepath.Join(o.cfg.Dir, name+".yaml"), src, 0o644); err != nil {
+	writes := []struct {
+		file string
+		data []byte
+	}{{name + ".yaml", src}, {name + ".json", state}}
+	if older != nil {
+		writes = append(writes, struct {
+			file string
+			data []byte
+		}{name + publishedSuffix, older})
+	} else if err := os.Remove(filepath.Join(o.cfg.Dir, name+publishedSuffix)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("persist workflow: %w", err)
 	}
-	if err := os.WriteFile(filepath.Join(o.cfg.Dir, name+".json"), state, 0o644); err != nil {
-		return fmt.Errorf("persist workflow: %w", err)
+	for _, w := range writes {
+		if err := os.WriteFile(filepath.Join(o.cfg.Dir, w.file), w.data, 0o644); err != nil {
+			return fmt.Errorf("persist workflow: %w", err)
+		}
 	}
 	return nil
+}
+
+// Delete removes a workflow, its revisions and its run history (and its files in Dir). A
+// run in progress finishes; its record is dropped.
+func (o *Orchestrator) Delete(name string) error {
+	o.mu.Lock()
+	_, ok := o.workflows[name]
+	delete(o.workflows, name)
+	o.mu.Unlock()
+	if !ok {
+		return apiv1.Errorf(http.StatusNotFound, apiv1.CodeNotFound, "no workflow %q", name)
+	}
+	if o.cfg.Dir == "" {
+		return nil
+	}
+	var errs []error
+	for _, f := range []string{name + ".yaml", name + ".json", name + publishedSuffix} {
+		if err := os.Remove(filepath.Join(o.cfg.Dir, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// renumber gives a reloaded workflow's latest revision the number it had.
+func (o *Orchestrator) renumber(name string, n int) {
+	if n <= 0 {
+		return
+	}
+	o.mu.Lock()
+	if e := o.workflows[name]; e != nil {
+		e.latest.number = n
+	}
+	o.mu.Unlock()
+}
+
+// GetRun returns one run of a workflow from its history.
+func (o *Orchestrator) GetRun(name, runID string) (*apiv1.Run, error) {
+	e, err := o.get(name)
+	if err != nil {
+		return nil, err
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, r := range e.runs {
+		if r.RunID == runID {
+			return r, nil
+		}
+	}
+	return nil, apiv1.Errorf(http.StatusNotFound, apiv1.CodeNotFound, "workflow %q has no run %q in its history (the last %d runs are kept)", name, runID, o.cfg.MaxRuns)
 }
 
 // Load restores the discovery views saved in Dir (resolutions work while the registry is
@@ -404,25 +497,48 @@ func (o *Orchestrator) Load(ctx context.Context) error {
 	}
 	files, _ := filepath.Glob(filepath.Join(o.cfg.Dir, "*.yaml"))
 	for _, f := range files {
-		src, err := os.ReadFile(f)
-		if err != nil {
+		if strings.HasSuffix(f, publishedSuffix) {
+			continue // loaded with its workflow
+		}
+		if err := o.load(ctx, f); err != nil {
 			errs = append(errs, err)
-			continue
-		}
-		var st persisted // read before Upload rewrites it
-		if data, err := os.ReadFile(strings.TrimSuffix(f, ".yaml") + ".json"); err == nil {
-			json.Unmarshal(data, &st)
-		}
-		res, err := o.Upload(ctx, src)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", f, err))
-			continue
-		}
-		if st.Published {
-			if _, err := o.Publish(res.Workflow); err != nil {
-				errs = append(errs, fmt.Errorf("%s: publish: %w", f, err))
-			}
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// load restores one workflow from its files: the published revision (an older one first,
+// when there is one), then the latest, with their revision numbers.
+func (o *Orchestrator) load(ctx context.Context, f string) error {
+	src, err := os.ReadFile(f)
+	if err != nil {
+		return err
+	}
+	base := strings.TrimSuffix(f, ".yaml")
+	var st persisted // read before Upload rewrites it
+	if data, err := os.ReadFile(base + ".json"); err == nil {
+		json.Unmarshal(data, &st)
+	}
+	older, olderErr := os.ReadFile(base + publishedSuffix)
+	if st.Published && olderErr == nil {
+		res, err := o.Upload(ctx, older)
+		if err != nil {
+			return fmt.Errorf("%s: published revision: %w", base+publishedSuffix, err)
+		}
+		o.renumber(res.Workflow, st.PublishedRevision)
+		if _, err := o.Publish(res.Workflow); err != nil {
+			return fmt.Errorf("%s: publish: %w", base+publishedSuffix, err)
+		}
+	}
+	res, err := o.Upload(ctx, src)
+	if err != nil {
+		return fmt.Errorf("%s: %w", f, err)
+	}
+	o.renumber(res.Workflow, st.Revision)
+	if st.Published && olderErr != nil {
+		if _, err := o.Publish(res.Workflow); err != nil {
+			return fmt.Errorf("%s: publish: %w", f, err)
+		}
+	}
+	return nil
 }

@@ -405,6 +405,8 @@ func TestEveryEndpointNeedsItsPermission(t *testing.T) {
 		{"POST", "/v1/workflows/order-publish/publish", "", auth.WorkflowsWrite},
 		{"POST", "/v1/workflows/order-publish/run", "{}", auth.WorkflowsRun},
 		{"GET", "/v1/workflows/order-publish/runs", "", auth.WorkflowsRead},
+		{"GET", "/v1/workflows/order-publish/runs/run-1", "", auth.WorkflowsRead},
+		{"DELETE", "/v1/workflows/order-publish", "", auth.WorkflowsWrite},
 		{"DELETE", "/v1/discovery/invalidate", "", auth.WorkflowsWrite},
 		{"GET", "/v1/discovery/invalidate", "", auth.WorkflowsWrite},
 		{"GET", "/healthz", "", ""},

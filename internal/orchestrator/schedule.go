@@ -34,16 +34,17 @@ func (o *Orchestrator) fireDue(ctx context.Context, now time.Time, runs *sync.Wa
 	o.mu.Lock()
 	var due []string
 	for name, e := range o.workflows {
-		if !e.published || e.wf.Schedule == "" || !containsStr(e.wf.Triggers, "schedule") {
+		if e.published == nil || e.published.wf.Schedule == "" || !containsStr(e.published.wf.Triggers, "schedule") {
 			continue
 		}
+		sched := e.published.wf.Schedule
 		if e.nextRun.IsZero() {
-			e.nextRun = next(e.wf.Schedule, now)
+			e.nextRun = next(sched, now)
 			continue
 		}
 		if !now.Before(e.nextRun) {
 			due = append(due, name)
-			e.nextRun = next(e.wf.Schedule, now)
+			e.nextRun = next(sched, now)
 		}
 	}
 	o.mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -336,5 +337,72 @@ func TestOrderBatchExample(t *testing.T) {
 	}
 	if n := len(e.rmq.Messages("batches.b7")); n != 1 {
 		t.Errorf("rabbitmq got %d announcements, want 1", n)
+	}
+}
+
+// TestWorkflowLifecycle over HTTP: a new upload is a new revision and leaves the published
+// one running until it is published; DELETE removes the workflow; a run can be fetched by
+// id; revisions survive a restart from --workflows-dir.
+func TestWorkflowLifecycle(t *testing.T) {
+	e := newEnv(t, nil, "")
+	v := func(dest string) string {
+		return "name: life\ninvocation: {type: http}\nvalidation: {provider_strict: false}\nsteps:\n" +
+			"  - {id: pub, type: service_call, capability: {id: messaging.publish, provider: jms}, request: {destination: " + dest + "}}\n"
+	}
+	mustStatus := func(want int, method, path, body string) map[string]any {
+		t.Helper()
+		code, out := e.do(t, method, path, body)
+		if code != want {
+			t.Fatalf("%s %s = %d %v, want %d", method, path, code, out, want)
+		}
+		return out
+	}
+	mustStatus(201, "POST", "/v1/workflows", v("first"))
+	mustStatus(200, "POST", "/v1/workflows/life/publish", "")
+	mustStatus(201, "POST", "/v1/workflows", v("second"))
+	det := mustStatus(200, "GET", "/v1/workflows/life", "")
+	if det["revision"] != float64(2) || det["published_revision"] != float64(1) || !strings.Contains(det["yaml"].(string), "second") {
+		t.Fatalf("detail after the second upload = %v", det)
+	}
+	run := mustStatus(200, "POST", "/v1/workflows/life/run", "{}")
+	if n := len(e.jms.Messages("first")); n != 1 || len(e.jms.Messages("second")) != 0 {
+		t.Errorf("the run before publishing revision 2 did not run revision 1 (first: %d)", n)
+	}
+	got := mustStatus(200, "GET", "/v1/workflows/life/runs/"+run["run_id"].(string), "")
+	if got["run_id"] != run["run_id"] || got["status"] != "succeeded" {
+		t.Errorf("GET run = %v", got)
+	}
+	mustStatus(404, "GET", "/v1/workflows/life/runs/run-none", "")
+	mustStatus(200, "POST", "/v1/workflows/life/publish", "")
+	mustStatus(200, "POST", "/v1/workflows/life/run", "{}")
+	if len(e.jms.Messages("second")) != 1 {
+		t.Error("after publishing revision 2 the run did not run it")
+	}
+	mustStatus(201, "POST", "/v1/workflows", v("third")) // revision 3, revision 2 published
+
+	// A restart from the same directory keeps both revisions.
+	o2, err := orchestrator.New(orchestrator.Config{Discovery: e.disc, Dir: e.dir, Strict: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o2.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := o2.Get("life"); d.Revision != 3 || d.PublishedRevision != 2 || !strings.Contains(d.YAML, "third") {
+		t.Errorf("after a restart: revision %d, published %d", d.Revision, d.PublishedRevision)
+	}
+	if _, err := o2.RunNow(context.Background(), "life", "http", nil); err != nil || len(e.jms.Messages("second")) != 2 {
+		t.Errorf("after a restart the published revision 2 did not run: %v", err)
+	}
+
+	code, out := e.do(t, "PATCH", "/v1/workflows/life", "")
+	if code != 405 {
+		t.Errorf("PATCH a workflow = %d %v, want 405", code, out)
+	}
+	mustStatus(200, "DELETE", "/v1/workflows/life", "")
+	mustStatus(404, "GET", "/v1/workflows/life", "")
+	mustStatus(404, "DELETE", "/v1/workflows/life", "")
+	if files, _ := filepath.Glob(filepath.Join(e.dir, "life*")); len(files) != 0 {
+		t.Errorf("files left after DELETE: %v", files)
 	}
 }
