@@ -15,9 +15,9 @@ type WorkflowSummary struct {
 	// Uploading a new revision leaves the published one running until it is published.
 	Revision          int       `json:"revision"`
 	PublishedRevision int       `json:"published_revision"`
-	ContractStatus string    `json:"contract_status"`
-	ProviderStatus string    `json:"provider_status"`
-	ValidatedAt    time.Time `json:"validated_at"`
+	ContractStatus    string    `json:"contract_status"`
+	ProviderStatus    string    `json:"provider_status"`
+	ValidatedAt       time.Time `json:"validated_at"`
 }
 
 // WorkflowList is the answer of GET /v1/workflows.
