@@ -3,8 +3,6 @@ package orchestrator
 import (
 	"context"
 	"log/slog"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 )
@@ -37,14 +35,17 @@ func (o *Orchestrator) fireDue(ctx context.Context, now time.Time, runs *sync.Wa
 		if e.published == nil || e.published.wf.Schedule == "" || !containsStr(e.published.wf.Triggers, "schedule") {
 			continue
 		}
-		sched := e.published.wf.Schedule
+		sched := e.published.wf.Sched
+		if sched == nil {
+			continue
+		}
 		if e.nextRun.IsZero() {
-			e.nextRun = next(sched, now)
+			e.nextRun = sched.Next(now)
 			continue
 		}
 		if !now.Before(e.nextRun) {
 			due = append(due, name)
-			e.nextRun = next(sched, now)
+			e.nextRun = sched.Next(now)
 		}
 	}
 	o.mu.Unlock()
@@ -60,62 +61,6 @@ func (o *Orchestrator) fireDue(ctx context.Context, now time.Time, runs *sync.Wa
 func containsStr(ss []string, s string) bool {
 	for _, x := range ss {
 		if x == s {
-			return true
-		}
-	}
-	return false
-}
-
-// next returns the first time after now that schedule fires (zero when it never does).
-// The schedule has passed workflow.CheckSchedule.
-func next(schedule string, now time.Time) time.Time {
-	switch {
-	case strings.HasPrefix(schedule, "@every "):
-		d, _ := time.ParseDuration(strings.TrimSpace(strings.TrimPrefix(schedule, "@every ")))
-		return now.Add(d)
-	case schedule == "@hourly":
-		schedule = "0 * * * *"
-	case schedule == "@daily":
-		schedule = "0 0 * * *"
-	}
-	f := strings.Fields(schedule)
-	if len(f) != 5 {
-		return time.Time{}
-	}
-	t := now.Truncate(time.Minute).Add(time.Minute)
-	for range 366 * 24 * 60 { // a year of minutes at most
-		if cronMatch(f[0], t.Minute()) && cronMatch(f[1], t.Hour()) && cronMatch(f[2], t.Day()) &&
-			cronMatch(f[3], int(t.Month())) && cronMatch(f[4], int(t.Weekday())) {
-			return t
-		}
-		t = t.Add(time.Minute)
-	}
-	return time.Time{}
-}
-
-// cronMatch reports whether v matches a cron field (lists, ranges, steps, *).
-func cronMatch(field string, v int) bool {
-	for _, part := range strings.Split(field, ",") {
-		rng, stepS, hasStep := strings.Cut(part, "/")
-		step := 1
-		if hasStep {
-			step, _ = strconv.Atoi(stepS)
-		}
-		lo, hi := 0, 59
-		switch {
-		case rng == "*":
-		case strings.Contains(rng, "-"):
-			a, b, _ := strings.Cut(rng, "-")
-			lo, _ = strconv.Atoi(a)
-			hi, _ = strconv.Atoi(b)
-		default:
-			lo, _ = strconv.Atoi(rng)
-			hi = lo
-			if hasStep {
-				hi = 59
-			}
-		}
-		if v >= lo && v <= hi && step > 0 && (v-lo)%step == 0 {
 			return true
 		}
 	}

@@ -83,9 +83,11 @@ var (
 type Workflow struct {
 	Name        string
 	Description string
-	// Triggers are http and/or schedule; Schedule is the schedule expression.
+	// Triggers are http and/or schedule; Schedule is the schedule expression and Sched the
+	// parsed one (nil when it does not parse).
 	Triggers []string
 	Schedule string
+	Sched    *Schedule
 	// ProviderStrict is the workflow's validation.provider_strict, when it sets one.
 	ProviderStrict *bool
 	// Scope is the workflow's own scope mode ("" when it names none: the orchestrator's
@@ -340,10 +342,11 @@ func (c *checker) invocation(w *Workflow, root *node) {
 	}
 	sched, sn, ok := c.str(inv, "invocation", "schedule", slices.Contains(w.Triggers, "schedule"))
 	if ok {
-		if err := CheckSchedule(sched); err != nil {
+		parsed, err := ParseSchedule(sched)
+		if err != nil {
 			c.add(apiv1.SeverityError, CodeInvalidValue, "invocation.schedule", sn.pos, "%v", err)
 		}
-		w.Schedule = sched
+		w.Schedule, w.Sched = sched, parsed
 	}
 }
 
