@@ -77,7 +77,10 @@ type LayerResult struct {
 
 // StepValidation is a step's validation result.
 type StepValidation struct {
-	StepID   string      `json:"step_id"`
+	StepID string `json:"step_id"`
+	// Path places the step in the workflow: "steps[2]" at the top, "steps[2].branches[1].steps[0]"
+	// nested (every step is listed, nested ones after their parent).
+	Path     string      `json:"path,omitempty"`
 	Contract LayerResult `json:"contract"`
 	Provider LayerResult `json:"provider"`
 }

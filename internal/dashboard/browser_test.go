@@ -102,6 +102,14 @@ func newStack(t testing.TB) *stack {
 	if _, err := o.RunNow(context.Background(), "order-publish", "http", json.RawMessage(`{"order":1}`)); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := o.Upload(context.Background(), workflows.OrderBatch); err != nil {
+		t.Fatal(err)
+	}
+	o.Publish("order-batch")
+	batchRun, err := o.RunNow(context.Background(), "order-batch", "http", json.RawMessage(`{"batch":"b1","orders":[{"id":1},{"id":2}]}`))
+	if err != nil || batchRun.Status != apiv1.RunSucceeded {
+		t.Fatalf("order-batch run: %v %+v", err, batchRun)
+	}
 	osrv := httptest.NewServer(o.Handler())
 	t.Cleanup(osrv.Close)
 	d, err := dashboard.New(dashboard.Config{RegistryURL: reg.URL, GatewayURL: gsrv.URL, OrchestratorURL: osrv.URL, Insecure: true, Now: reg.Clock.Now})
@@ -332,5 +340,24 @@ func TestDashboardInABrowser(t *testing.T) {
 			t.Errorf("runs after Run now = %d, want 2", n)
 		}
 		screenshot(t, ctx, "workflows")
+
+		// A run of the strict example: nested steps indented, where each ran, the context.
+		if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#wfrow-order-batch a.run")), chromedp.WaitVisible(chromedp.ID("run-steps"))); err != nil {
+			t.Fatal(err)
+		}
+		if n := count(t, ctx, `#run-steps tr.depth-1[data-step="publish_order"]`); n != 2 {
+			t.Errorf("publish_order rows one level down = %d, want 2 (one per iteration)", n)
+		}
+		if got := text(t, ctx, `#run-steps tr.depth-1[data-step="announce_rabbitmq"]`); !strings.Contains(got, "announce branch to_rabbitmq") {
+			t.Errorf("the rabbitmq branch's step: %q", got)
+		}
+		if got := text(t, ctx, "#run-context"); !strings.Contains(got, "announcements") || strings.Contains(got, "position") {
+			t.Errorf("final context: %s (want the mapped announcements, not an iteration's scratch)", got)
+		}
+		screenshot(t, ctx, "run")
+		nav("/validation")
+		if n := count(t, ctx, "#wf-order-batch table.steps tr.depth-1"); n != 4 {
+			t.Errorf("nested steps in the validation console = %d, want 4", n)
+		}
 	})
 }

@@ -68,13 +68,14 @@ func New(cfg Config) (*Dashboard, error) {
 		cfg.Now = time.Now
 	}
 	t, err := template.New("").Funcs(template.FuncMap{
-		"json": func(v any) string { b, _ := json.MarshalIndent(v, "", "  "); return string(b) },
-		"ago":  func(t time.Time) string { return cfg.Now().Sub(t).Round(time.Second).String() },
-		"in":   func(t time.Time) string { return t.Sub(cfg.Now()).Round(time.Second).String() },
-		"join": strings.Join,
-		"pct":  func(f float64) string { return strconv.FormatFloat(f*100, 'f', 0, 64) + "%" },
-		"ms":   func(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) + " ms" },
-		"utc":  func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
+		"json":  func(v any) string { b, _ := json.MarshalIndent(v, "", "  "); return string(b) },
+		"ago":   func(t time.Time) string { return cfg.Now().Sub(t).Round(time.Second).String() },
+		"in":    func(t time.Time) string { return t.Sub(cfg.Now()).Round(time.Second).String() },
+		"join":  strings.Join,
+		"pct":   func(f float64) string { return strconv.FormatFloat(f*100, 'f', 0, 64) + "%" },
+		"ms":    func(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) + " ms" },
+		"utc":   func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
+		"depth": func(path string) int { return strings.Count(path, ".steps[") }, // a branch's steps are one level down, like a loop body's
 	}).ParseFS(files, "templates.html")
 	if err != nil {
 		return nil, err
@@ -112,6 +113,7 @@ func (d *Dashboard) Handler() http.Handler {
 	mux.HandleFunc("POST /incidents/{id}/resolve", d.write(d.incidentAction))
 	mux.HandleFunc("GET /workflows", d.workflows)
 	mux.HandleFunc("POST /workflows/{name}/run", d.write(d.run))
+	mux.HandleFunc("GET /workflows/{name}/runs/{run_id}", d.runPage)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
 	mux.HandleFunc("/", httpapi.NotRouted(mux)) // 405 with Allow, or 404, with the error body
 	return mux
@@ -514,6 +516,43 @@ func (d *Dashboard) workflows(w http.ResponseWriter, r *http.Request) {
 		rows = append(rows, row)
 	}
 	d.render(w, r, "workflows", "Workflows", rows, errString("orchestrator", err))
+}
+
+// runRow is one step record of a run, flattened with its nesting.
+type runRow struct {
+	Depth int
+	Where string // the iteration or branch it ran in
+	apiv1.StepRun
+}
+
+type runData struct {
+	Run  *apiv1.Run
+	Rows []runRow
+}
+
+// flattenRun lists a run's step records in order, each nested one after its loop or
+// parallel step, with where it ran.
+func flattenRun(steps []apiv1.StepRun, depth int, where string, out []runRow) []runRow {
+	for _, s := range steps {
+		out = append(out, runRow{Depth: depth, Where: where, StepRun: s})
+		for _, it := range s.Iterations {
+			out = flattenRun(it.Steps, depth+1, fmt.Sprintf("%s iteration %d", s.StepID, it.Index), out)
+		}
+		for _, b := range s.Branches {
+			out = flattenRun(b.Steps, depth+1, fmt.Sprintf("%s branch %s (%s)", s.StepID, b.BranchID, b.Status), out)
+		}
+	}
+	return out
+}
+
+// runPage shows one run: its nested steps, where each ran, and the final context.
+func (d *Dashboard) runPage(w http.ResponseWriter, r *http.Request) {
+	run, err := d.orc.Run(r.Context(), r.PathValue("name"), r.PathValue("run_id"))
+	if err != nil {
+		http.Error(w, err.Error(), upstreamStatus(err))
+		return
+	}
+	d.render(w, r, "run", "Run "+run.RunID, runData{Run: run, Rows: flattenRun(run.Steps, 0, "", nil)}, nil)
 }
 
 func (d *Dashboard) run(w http.ResponseWriter, r *http.Request) {

@@ -72,7 +72,7 @@ func Validate(ctx context.Context, src []byte, opts Options) (*Workflow, *apiv1.
 	res := &apiv1.ValidationResult{Workflow: w.Name, ContractStatus: apiv1.StatusPassed, ProviderStatus: apiv1.StatusNotApplicable,
 		ValidatedAt: opts.Now().UTC(), Diagnostics: []apiv1.Diagnostic{}, Steps: make([]apiv1.StepValidation, len(all))}
 	for i, st := range all {
-		res.Steps[i] = apiv1.StepValidation{StepID: st.ID, Contract: apiv1.LayerResult{Status: apiv1.StatusPassed, Diagnostics: []apiv1.Diagnostic{}},
+		res.Steps[i] = apiv1.StepValidation{StepID: st.ID, Path: st.Path, Contract: apiv1.LayerResult{Status: apiv1.StatusPassed, Diagnostics: []apiv1.Diagnostic{}},
 			Provider: apiv1.LayerResult{Status: apiv1.StatusNotApplicable, Diagnostics: []apiv1.Diagnostic{}}}
 	}
 	// Contract diagnostics go to their step, the rest to the workflow.
