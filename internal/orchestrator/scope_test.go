@@ -406,3 +406,40 @@ func TestWorkflowLifecycle(t *testing.T) {
 		t.Errorf("files left after DELETE: %v", files)
 	}
 }
+
+// TestLoopBadInputAtRunTime: what only a run can find fails the loop step with a reason,
+// never a hang or a panic.
+func TestLoopBadInputAtRunTime(t *testing.T) {
+	steps := `  - id: each
+    type: loop
+    for_each: "${input.items}"
+    max_iterations: 3
+    steps:
+      - {id: note, type: set, set: {v: "${loop.item}"}}
+`
+	e := newEnv(t, nil, "")
+	o := serialOrchestrator(t, e)
+	src := "name: bad-loop\ninvocation: {type: http}\nsteps:\n" + steps
+	if r, err := o.Upload(context.Background(), []byte(src)); err != nil {
+		t.Fatalf("%v\n%s", err, diagnostics(r))
+	}
+	o.Publish("bad-loop")
+	for _, tt := range []struct {
+		name, input, code, message string
+	}{
+		{"not a list", `{"items": "abc"}`, apiv1.CodeInvalidRequest, "for_each is not a list at run time (got a string)"},
+		{"too long", `{"items": [1, 2, 3, 4]}`, apiv1.CodeInvalidRequest, "more than max_iterations 3"},
+		{"missing", `{}`, "REFERENCE_NOT_FOUND", "${input.items}: no such path"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			run, err := o.RunNow(context.Background(), "bad-loop", "http", json.RawMessage(tt.input))
+			if err != nil {
+				t.Fatal(err)
+			}
+			sr := run.Steps[0]
+			if run.Status != apiv1.RunFailed || sr.Error == nil || sr.Error.Code != tt.code || !strings.Contains(sr.Error.Message, tt.message) || len(sr.Iterations) != 0 {
+				t.Errorf("run = %s, want the loop failed with %s %q", jsonOf(run), tt.code, tt.message)
+			}
+		})
+	}
+}

@@ -400,8 +400,12 @@ func (c *checker) stepList(w *Workflow, parent *node, path string, seen map[stri
 			return nil
 		}
 	}
+	items := s.items
+	if len(items) > MaxSteps {
+		items = items[:MaxSteps] // reported above; the rest is not read (bounded work)
+	}
 	var out []Step
-	for i, it := range s.items {
+	for i, it := range items {
 		sp := fmt.Sprintf("%s[%d]", p, i)
 		if it.kind != kindMap {
 			c.add(apiv1.SeverityError, CodeInvalidValue, sp, it.pos, "a step must be a mapping, got %s", it.describe())

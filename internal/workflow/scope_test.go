@@ -100,3 +100,34 @@ func FuzzParseNested(f *testing.F) {
 		}
 	})
 }
+
+// TestHugeAndHostileWorkflows: a list of 10,000 steps and an alias bomb are refused with a
+// diagnostic at once.
+func TestHugeAndHostileWorkflows(t *testing.T) {
+	var big strings.Builder
+	big.WriteString("name: big\ninvocation: {type: http}\nsteps:\n")
+	for i := range 10000 {
+		fmt.Fprintf(&big, "  - {id: s%d, type: set, set: {k: %d}}\n", i, i)
+	}
+	bomb := "a: &a [x, x, x, x, x, x, x, x, x]\n"
+	for i := range 120 {
+		bomb += fmt.Sprintf("b%d: &b%d [*a, *a, *a, *a, *a, *a, *a, *a]\n", i, i)
+	}
+	for _, tt := range []struct {
+		name, src, code string
+	}{
+		{"10,000 steps", big.String(), workflow.CodeInvalidValue},
+		{"alias bomb", bomb, workflow.CodeYAMLLimit},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, ds := workflow.Parse([]byte(tt.src))
+			found := false
+			for _, d := range ds {
+				found = found || d.Code == tt.code
+			}
+			if !found {
+				t.Errorf("no %s among %d diagnostics", tt.code, len(ds))
+			}
+		})
+	}
+}
