@@ -296,3 +296,38 @@ func TestYAMLLimits(t *testing.T) {
 		})
 	}
 }
+
+// TestNestedStepsReachTheProvider: a service_call inside a loop is resolved and validated by
+// its provider like a top-level one, its diagnostics placed on its own lines with the nested
+// path.
+func TestNestedStepsReachTheProvider(t *testing.T) {
+	p, err := jms.New("http://127.0.0.1:7410", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	provider := httptest.NewServer(p.Handler())
+	defer provider.Close()
+	src := []byte("name: nested\ninvocation: {type: http}\nsteps:\n  - id: each\n    type: loop\n    for_each: [1, 2]\n    steps:\n" +
+		"      - id: pub\n        type: service_call\n        step_version: \"1.1\"\n        capability: {id: messaging.publish, provider: jms}\n" +
+		"        request:\n          destination: \"\"\n          headers: {content-type: application/json}\n" +
+		"      - id: gone\n        type: service_call\n        capability: {id: messaging.publish, provider: jms, capability_version: \">=2.0\"}\n")
+	_, res := workflow.Validate(context.Background(), src, workflow.Options{Resolver: newResolver(t, provider.URL), Strict: true})
+	got := map[string]string{}
+	for _, d := range workflow.Diagnostics(res) {
+		got[d.Code] = fmt.Sprintf("%s@%d", d.Path, d.Line)
+	}
+	want := map[string]string{
+		"PROVIDER_REJECTED":       fmt.Sprintf("steps[0].steps[0]@%d", lineOf(src, "capability: {id: messaging.publish, provider: jms}")),
+		"DESTINATION_REQUIRED":    fmt.Sprintf("steps[0].steps[0].request.destination@%d", lineOf(src, "destination")),
+		"JMS_HEADER_NON_STANDARD": fmt.Sprintf("steps[0].steps[0].request.headers.content-type@%d", lineOf(src, "content-type")),
+		"CAPABILITY_UNAVAILABLE":  fmt.Sprintf("steps[0].steps[1].capability@%d", lineOf(src, "capability: {id: messaging.publish, provider: jms, capability_version")),
+	}
+	for code, w := range want {
+		if got[code] != w {
+			t.Errorf("%s at %q, want %q (all: %v)", code, got[code], w, got)
+		}
+	}
+	if len(res.Steps) != 3 || res.Steps[1].Path != "steps[0].steps[0]" || res.Steps[1].Provider.Status != apiv1.StatusFailed {
+		t.Errorf("step results = %+v", res.Steps)
+	}
+}
