@@ -4,10 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -441,5 +446,57 @@ func TestLoopBadInputAtRunTime(t *testing.T) {
 				t.Errorf("run = %s, want the loop failed with %s %q", jsonOf(run), tt.code, tt.message)
 			}
 		})
+	}
+}
+
+// TestFailingBranchCancelsTheOthers: a branch that fails cancels a sibling still waiting on
+// its provider, through the context; the run ends at once with the sibling cancelled.
+func TestFailingBranchCancelsTheOthers(t *testing.T) {
+	started := make(chan struct{})
+	var once sync.Once
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		switch {
+		case !strings.HasSuffix(r.URL.Path, "/invoke"):
+		case strings.Contains(string(body), `"destination":"slow"`):
+			once.Do(func() { close(started) })
+			<-r.Context().Done() // until the orchestrator gives up
+		default: // the failing branch fails once the slow one is in flight
+			select {
+			case <-started:
+			case <-r.Context().Done():
+			}
+			w.WriteHeader(http.StatusInternalServerError)
+		}
+	}))
+	t.Cleanup(slow.Close)
+	disc, _ := discovery.New(discovery.Config{Registries: []string{"http://127.0.0.1:1"}, RequestTimeout: 100 * time.Millisecond})
+	o, err := orchestrator.New(orchestrator.Config{Discovery: disc, ProviderTimeout: 100 * time.Millisecond,
+		Static: []orchestrator.StaticCapability{{CapabilityID: "messaging.publish", Provider: "jms", Version: "1.0.0", Endpoint: slow.URL}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := "{id: %s, type: service_call, capability: {id: messaging.publish, provider: jms}, request: {destination: %s}, timeout: 60s}"
+	src := "name: race\ninvocation: {type: http}\nvalidation: {provider_strict: false}\nsteps:\n  - id: fan\n    type: parallel\n    branches:\n" +
+		"      - id: waits\n        steps:\n          - " + fmt.Sprintf(call, "slow_call", "slow") + "\n" +
+		"      - id: fails\n        steps:\n          - " + fmt.Sprintf(call, "bad_call", "fail") + "\n"
+	if r, err := o.Upload(context.Background(), []byte(src)); err != nil {
+		t.Fatalf("%v\n%s", err, diagnostics(r))
+	}
+	o.Publish("race")
+	done := make(chan *apiv1.Run, 1)
+	go func() {
+		run, _ := o.RunNow(context.Background(), "race", "http", json.RawMessage(`{}`))
+		done <- run
+	}()
+	var run *apiv1.Run
+	select {
+	case run = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the run did not end: the failing branch did not cancel its sibling")
+	}
+	br := run.Steps[0].Branches
+	if run.Status != apiv1.RunFailed || br[0].Status != apiv1.StepCancelled || br[1].Status != apiv1.RunFailed {
+		t.Errorf("run = %s, want the waiting branch cancelled and the other failed", jsonOf(run))
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"github.com/meshflows/meshflows/internal/workflow"
 )
 
@@ -129,5 +131,30 @@ func TestHugeAndHostileWorkflows(t *testing.T) {
 				t.Errorf("no %s among %d diagnostics", tt.code, len(ds))
 			}
 		})
+	}
+}
+
+// TestApplyOutputsAggregates: what a strict parent receives from its branches, by entry.
+func TestApplyOutputsAggregates(t *testing.T) {
+	parent := workflow.NewScope(workflow.ModeStrict, nil)
+	branches := []workflow.Branch{{ID: "a"}, {ID: "b"}, {ID: "c"}}
+	scopes := []*workflow.Scope{parent.Branch(), parent.Branch(), parent.Branch()}
+	scopes[0].Set("id", "a-1")
+	scopes[0].Set("obj", map[string]any{"x": 1.0, "y": 1.0})
+	scopes[2].Set("id", "c-1")
+	scopes[2].Set("obj", map[string]any{"y": 2.0})
+	workflow.ApplyOutputs(parent, []workflow.OutputEntry{
+		{Key: "from_c", Branch: "c", From: "id"},
+		{Key: "from_b", Branch: "b", From: "id"}, // b never set it: left unset
+		{Key: "all", From: "id", Aggregate: workflow.AggregateCollect},
+		{Key: "first", From: "id", Aggregate: workflow.AggregateFirst},
+		{Key: "last", From: "id", Aggregate: workflow.AggregateLast},
+		{Key: "merged", From: "obj", Aggregate: workflow.AggregateMerge},
+		{Key: "none", From: "missing", Aggregate: workflow.AggregateCollect},
+	}, branches, scopes, false)
+	want := map[string]any{"from_c": "c-1", "all": []any{"a-1", "c-1"}, "first": "a-1", "last": "c-1",
+		"merged": map[string]any{"x": 1.0, "y": 2.0}}
+	if diff := cmp.Diff(want, parent.Context()); diff != "" {
+		t.Errorf("parent context (-want +got):\n%s", diff)
 	}
 }
