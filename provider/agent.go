@@ -126,6 +126,8 @@ type Status struct {
 	LeaseExpiresAt time.Time
 	// Registrations counts successful registrations, the first included.
 	Registrations int
+	// Health is what the heartbeats report (see SetHealth).
+	Health string
 }
 
 // Agent keeps one instance registered. Run drives it; the other methods are safe to call
@@ -139,6 +141,7 @@ type Agent struct {
 	mu               sync.Mutex
 	reg              apiv1.RegisterRequest
 	status           Status
+	health           string        // reported with every heartbeat (SetHealth)
 	registryInterval time.Duration // what the last registration answer said
 }
 
@@ -156,13 +159,29 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("provider config: %w", err)
 	}
-	return &Agent{cfg: cfg, client: c, metrics: m, updated: make(chan struct{}, 1), reg: cfg.Registration}, nil
+	return &Agent{cfg: cfg, client: c, metrics: m, updated: make(chan struct{}, 1), reg: cfg.Registration, health: apiv1.HealthOK}, nil
+}
+
+// SetHealth sets what the heartbeats report from the next one on: apiv1.HealthOK,
+// apiv1.HealthDegraded (the registry lowers the instance's weight) or apiv1.HealthFailing
+// (it withdraws the instance from rotation). Anything else is an error.
+func (a *Agent) SetHealth(health string) error {
+	switch health {
+	case apiv1.HealthOK, apiv1.HealthDegraded, apiv1.HealthFailing:
+	default:
+		return fmt.Errorf("health %q: want %s, %s or %s", health, apiv1.HealthOK, apiv1.HealthDegraded, apiv1.HealthFailing)
+	}
+	a.mu.Lock()
+	a.health = health
+	a.mu.Unlock()
+	return nil
 }
 
 // Status returns a copy of the agent's registration status.
 func (a *Agent) Status() Status {
 	a.mu.Lock()
 	st := a.status
+	st.Health = a.health
 	a.mu.Unlock()
 	st.Registry = a.client.Registry()
 	return st
@@ -323,10 +342,10 @@ func (a *Agent) heartbeatLoop(ctx context.Context) string {
 // heartbeat sends one heartbeat; a non-empty reason means: register again.
 func (a *Agent) heartbeat(ctx context.Context) (string, error) {
 	a.mu.Lock()
-	id, gen, epoch := a.reg.InstanceID, a.status.Generation, a.status.RegistryEpoch
+	id, gen, epoch, health := a.reg.InstanceID, a.status.Generation, a.status.RegistryEpoch, a.health
 	a.mu.Unlock()
 	start := a.cfg.Clock.Now()
-	resp, err := a.client.Heartbeat(ctx, id, &apiv1.HeartbeatRequest{Generation: gen, Health: apiv1.HealthOK})
+	resp, err := a.client.Heartbeat(ctx, id, &apiv1.HeartbeatRequest{Generation: gen, Health: health})
 	a.metrics.heartbeatDuration.Observe(a.cfg.Clock.Now().Sub(start).Seconds())
 	var ae *apiv1.Error
 	switch {

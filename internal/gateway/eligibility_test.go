@@ -18,6 +18,7 @@ import (
 	"github.com/meshflows/meshflows/internal/health"
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/registry/registrytest"
+	"github.com/meshflows/meshflows/provider"
 	"github.com/meshflows/meshflows/routing"
 )
 
@@ -170,4 +171,45 @@ func TestPanicIsJudgedPerRoute(t *testing.T) {
 			t.Errorf("GET %s = %d %q, want %s", path, a.status, a.body, want)
 		}
 	}
+}
+
+// TestSDKDegradedHealthLowersTheWeight: a provider SDK agent that reports degraded (SetHealth)
+// is answered at weight 50 by discovery, and the gateway sends it half as many requests.
+func TestSDKDegradedHealthLowersTheWeight(t *testing.T) {
+	e := newJudgedEnv(t, gateway.Config{})
+	e.register(t, "a", upstream(t, "a").URL, ordersRoutes...)
+	id := "b"
+	reg := apiv1.RegisterRequest{InstanceID: id, ServiceName: "orders", ServiceVersion: "1.0.0", Endpoint: upstream(t, "b").URL,
+		Capabilities: []apiv1.Capability{{CapabilityID: "orders.read", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0", Provider: "http"}},
+		Manifest:     &apiv1.Manifest{FARP: "1.0", Service: apiv1.ManifestService{Name: "orders", Instance: id, Version: "1.0.0"}, Routes: ordersRoutes}}
+	agent, err := provider.New(provider.Config{Registries: []string{e.reg.URL}, Registration: reg, HeartbeatInterval: 20 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- agent.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	until(t, "the agent registers", func() bool { return agent.Status().Registered })
+	e.reg.Clock.Advance(time.Minute) // past slow start
+	e.reg.Registry.Sweep(context.Background())
+	if err := agent.SetHealth("sideways"); err == nil {
+		t.Error("SetHealth accepted an unknown health")
+	}
+	if err := agent.SetHealth(apiv1.HealthDegraded); err != nil {
+		t.Fatal(err)
+	}
+	until(t, "discovery answers b degraded at weight 50", func() bool {
+		in, err := e.reg.Registry.Instance(id)
+		return err == nil && in.Eligibility == apiv1.EligibilityDegraded && in.Weight == 50
+	})
+	e.caughtUp(t)
+	if diff := cmp.Diff(map[string]int{"a": 10, "b": 5}, e.spread(t, 15)); diff != "" {
+		t.Errorf("weights 100/50 (-want +got):\n%s", diff)
+	}
+	agent.SetHealth(apiv1.HealthOK)
+	until(t, "b back to serving", func() bool {
+		in, _ := e.reg.Registry.Instance(id)
+		return in.Eligibility == apiv1.EligibilityServing
+	})
 }

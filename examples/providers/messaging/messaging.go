@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -77,6 +78,8 @@ type Provider struct {
 	mu       sync.Mutex
 	seq      int
 	messages []Message
+
+	agent atomic.Pointer[provider.Agent] // while Run keeps it registered
 }
 
 // New returns a provider for cfg.
@@ -150,8 +153,37 @@ func (p *Provider) Handler() http.Handler {
 		provider.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(p.reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("POST /admin/health", p.handleHealth)
 	mux.HandleFunc("/", provider.NotRouted(mux))
 	return mux
+}
+
+// handleHealth sets what the provider's heartbeats report ({"health": "ok"|"degraded"|
+// "failing"}), from loopback only: a user flips it to watch the registry lower the
+// instance's weight (degraded) or withdraw it (failing).
+func (p *Provider) handleHealth(w http.ResponseWriter, r *http.Request) {
+	host, _, _ := net.SplitHostPort(r.RemoteAddr)
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		provider.WriteError(w, apiv1.Errorf(http.StatusForbidden, apiv1.CodeForbidden, "/admin/health answers loopback only"))
+		return
+	}
+	var body struct {
+		Health string `json:"health"`
+	}
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<10)).Decode(&body); err != nil {
+		provider.WriteError(w, apiv1.Errorf(http.StatusBadRequest, apiv1.CodeInvalidJSON, `want {"health": "ok"|"degraded"|"failing"}: %v`, err))
+		return
+	}
+	a := p.agent.Load()
+	if a == nil {
+		provider.WriteError(w, apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable, "the provider is not running its registration agent"))
+		return
+	}
+	if err := a.SetHealth(body.Health); err != nil {
+		provider.WriteError(w, apiv1.Errorf(http.StatusBadRequest, apiv1.CodeInvalidRequest, "%v", err))
+		return
+	}
+	provider.WriteJSON(w, http.StatusOK, map[string]string{"health": body.Health, "note": "sent with the next heartbeat"})
 }
 
 // MaxPublishBody is the largest publish request the example providers read; a larger one is
@@ -252,6 +284,8 @@ func (p *Provider) Run(ctx context.Context, ln net.Listener, agentCfg provider.C
 	if err != nil {
 		return err
 	}
+	p.agent.Store(agent)
+	defer p.agent.Store(nil)
 	srv := &http.Server{Handler: p.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	// Serve until the agent has deregistered and drained (it returns after ctx ends), not
 	// merely until ctx ends: traffic keeps coming while the gateways withdraw the instance.

@@ -144,6 +144,25 @@ func TestRunRegistersAndDeregisters(t *testing.T) {
 	if status, _ := post(t, p.Registration().Endpoint+"/api/messaging/rabbitmq/publish", `{"destination":"d"}`); status != 202 {
 		t.Errorf("publish through the registered endpoint = %d", status)
 	}
+	// POST /admin/health flips what the heartbeats report
+	for _, tt := range []struct {
+		body string
+		want int
+	}{{`{"health":"degraded"}`, 200}, {`{"health":"sideways"}`, 400}, {`nope`, 400}} {
+		if status, body := post(t, p.Registration().Endpoint+"/admin/health", tt.body); status != tt.want {
+			t.Errorf("POST /admin/health %s = %d %s, want %d", tt.body, status, body, tt.want)
+		}
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		if in, _ := s.Registry.Instance(id); in.Health == apiv1.HealthDegraded {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the registry never heard degraded")
+		}
+		time.Sleep(time.Millisecond)
+	}
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run = %v", err)
