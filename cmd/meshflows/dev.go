@@ -113,7 +113,8 @@ Components that are not built yet are listed as such. Stop with Ctrl-C.`,
 			gwAddr := fmt.Sprintf("127.0.0.1:%d", basePort+devGatewayOffset)
 			gln := lns[devGatewayOffset]
 			gwFlags := gatewayFlags{insecure: true, registries: []string{regURL}, cacheTTL: discovery.DefaultTTL, maxStale: discovery.DefaultStaleAllowance, outcomeWindow: 10 * time.Second,
-				policy: routing.Policy{"egress-jms": {"/api/messaging/jms"}, "egress-rabbitmq": {"/api/messaging/rabbitmq"}}}
+				policy: routing.Policy{"egress-jms": {"/api/messaging/jms"}, "egress-rabbitmq": {"/api/messaging/rabbitmq"},
+					"egress-webhook": {"/api/webhook"}}} // the Python example of docs/provider-tutorial.md
 			if err := startGateway(regCtx, gReg, &gwFlags, gln, logger); err != nil {
 				return errors.Join(err, stopAll(), logOut.Flush())
 			}

@@ -3,11 +3,16 @@
 package python_test
 
 import (
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestPythonSDK builds meshflows, then runs 'python3 -m unittest' on sdk/python/tests with
@@ -56,4 +61,123 @@ func TestPipInstallOffline(t *testing.T) {
 	if err != nil || !strings.HasPrefix(string(out), target) {
 		t.Fatalf("import the installed package: %v\n%s", err, out)
 	}
+}
+
+// TestTutorialPython runs the Python path of docs/provider-tutorial.md: meshflows dev, the
+// example webhook provider on the SDK, and a request through the gateway to it; then the
+// provider stops and deregisters.
+func TestTutorialPython(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 is not installed")
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "meshflows")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/meshflows/meshflows/cmd/meshflows").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	base := freeBase(t)
+	dev := exec.Command(bin, "dev", "--base-port", strconv.Itoa(base))
+	var devOut strings.Builder
+	dev.Stdout, dev.Stderr = &devOut, &devOut
+	if err := dev.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { dev.Process.Signal(os.Interrupt); dev.Wait() })
+	registry := "http://127.0.0.1:" + strconv.Itoa(base)
+	gateway := "http://127.0.0.1:" + strconv.Itoa(base+2)
+	waitFor(t, "meshflows dev answers", func() bool { return get(registry+"/healthz") == 200 })
+
+	port := freeBase(t) + 9
+	wh := exec.Command(py, filepath.Join("..", "..", "examples", "providers", "webhook-python", "webhook.py"),
+		"--registry", registry, "--listen", "127.0.0.1:"+strconv.Itoa(port))
+	wh.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
+	var whOut strings.Builder
+	wh.Stdout, wh.Stderr = &whOut, &whOut
+	if err := wh.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			wh.Process.Kill()
+			wh.Wait()
+		}
+	})
+	var answer string
+	waitFor(t, "the gateway routes POST /api/webhook/send to the Python provider", func() bool {
+		resp, err := http.Post(gateway+"/api/webhook/send", "application/json", strings.NewReader(`{"url":"https://example.test/hook","payload":{"id":1}}`))
+		if err != nil {
+			return false
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		answer = string(b)
+		return resp.StatusCode == 200
+	})
+	if !strings.Contains(answer, `"delivered":true`) {
+		t.Errorf("answer through the gateway: %s", answer)
+	}
+	wh.Process.Signal(os.Interrupt)
+	if err := wh.Wait(); err != nil {
+		t.Errorf("the provider did not stop cleanly: %v\n%s", err, whOut.String())
+	}
+	stopped = true
+	if !strings.Contains(whOut.String(), "stopped") {
+		t.Errorf("provider output:\n%s", whOut.String())
+	}
+	instance := "egress-webhook-" + strconv.Itoa(port)
+	if code := get(registry + "/v1/services/" + instance); code != 404 {
+		t.Errorf("the provider is still registered after it stopped: %d", code)
+	}
+}
+
+func get(url string) int {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within 30 s: %s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// freeBase returns a port p such that p..p+11 were free a moment ago (meshflows dev's plan).
+func freeBase(t *testing.T) int {
+	t.Helper()
+	for attempt := 0; attempt < 50; attempt++ {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if p+12 > 65535 {
+			continue
+		}
+		ok := true
+		for i := 0; i < 12 && ok; i++ {
+			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p+i))
+			if err != nil {
+				ok = false
+				continue
+			}
+			l.Close()
+		}
+		if ok {
+			return p
+		}
+	}
+	t.Fatal("no free port range")
+	return 0
 }
