@@ -1,0 +1,150 @@
+"""Discovery merges, hostile TLS and huge answers, and a degraded Python provider in the
+gateway's picks."""
+
+import json
+import os
+import subprocess
+import tempfile
+import threading
+import unittest
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import meshflows._client as client_mod
+from harness import BIN, Registry, eventually, free_port, require_binary
+from meshflows import Agent, Capability, DiscoveryClient, ProviderServer, RegistryUnavailable
+
+
+def serve(answers):
+    """A fake registry answering discovery with the next of answers (dicts), then the last."""
+    state = {"i": 0}
+
+    class H(BaseHTTPRequestHandler):
+        def log_message(self, *a):
+            pass
+
+        def do_GET(self):
+            ans = answers[min(state["i"], len(answers) - 1)]
+            state["i"] += 1
+            body = json.dumps(ans).encode() if isinstance(ans, dict) else ans
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), H)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv
+
+
+def entry(iid):
+    return {"instance_id": iid, "capability_id": "x.y", "capability_version": "1.0.0", "provider": "p"}
+
+
+class DiscoveryMergeTest(unittest.TestCase):
+    def test_warm_up_answers_merge_and_order(self):
+        answers = [
+            {"registry_epoch": "e1", "revision": 5, "complete": True, "capabilities": [entry("a"), entry("b")]},
+            # a restarted registry warming up: knows only c, says b was removed
+            {"registry_epoch": "e2", "revision": 1, "complete": False, "capabilities": [entry("c")],
+             "removed": [{"instance_id": "b", "generation": 1}]},
+            # an older answer of the same epoch (a replica behind): ignored
+            {"registry_epoch": "e2", "revision": 0, "complete": True, "capabilities": []},
+        ]
+        srv = serve(answers)
+        self.addCleanup(srv.shutdown)
+        c = DiscoveryClient([f"http://127.0.0.1:{srv.server_address[1]}"], ttl=0)
+        self.assertEqual([e["instance_id"] for e in c.capabilities("x.y")], ["a", "b"])
+        self.assertEqual(sorted(e["instance_id"] for e in c.capabilities("x.y")), ["a", "c"])
+        self.assertEqual(sorted(e["instance_id"] for e in c.capabilities("x.y")), ["a", "c"], "an older revision replaced a newer view")
+
+    def test_answers_that_are_not_the_contract(self):
+        for name, body in [("not json", b"<html>"), ("no epoch", json.dumps({"capabilities": []}).encode()),
+                           ("truncated", b'{"registry_epoch": "e", "capab')]:
+            with self.subTest(name):
+                srv = serve([body])
+                self.addCleanup(srv.shutdown)
+                with self.assertRaises(RegistryUnavailable):
+                    DiscoveryClient([f"http://127.0.0.1:{srv.server_address[1]}"]).capabilities("x.y")
+
+    def test_huge_answer(self):
+        srv = serve([b'{"registry_epoch": "e", "capabilities": [' + b'{"a": 1},' * 2000 + b'{}]}'])
+        self.addCleanup(srv.shutdown)
+        old = client_mod.MAX_ANSWER
+        client_mod.MAX_ANSWER = 1000
+        self.addCleanup(setattr, client_mod, "MAX_ANSWER", old)
+        with self.assertRaises(RegistryUnavailable) as cm:
+            DiscoveryClient([f"http://127.0.0.1:{srv.server_address[1]}"]).capabilities("x.y")
+        self.assertIn("larger than", str(cm.exception))
+
+
+class WrongCATest(unittest.TestCase):
+    def test_wrong_ca_backs_off(self):
+        require_binary(self)
+        d1, d2 = tempfile.mkdtemp(), tempfile.mkdtemp()
+        for d in (d1, d2):
+            subprocess.run([BIN, "certs", "init", "--dir", d], check=True, capture_output=True)
+        rbac = os.path.join(d1, "rbac.yaml")
+        with open(rbac, "w") as f:
+            f.write("identities: {ops: [admin]}\nroles: {admin: {admin: true}}\n")
+        import ssl
+        registry = Registry("--tls-cert", os.path.join(d1, "server.pem"), "--tls-key", os.path.join(d1, "server-key.pem"),
+                            "--client-ca", os.path.join(d1, "ca.pem"), "--rbac", rbac, insecure=False, scheme="https",
+                            context=ssl.create_default_context(cafile=os.path.join(d1, "ca.pem")))
+        self.addCleanup(registry.stop)
+        agent = Agent(registries=[registry.url], instance_id="py-wrong-ca", service_name="egress-webhook", service_version="0.1.0",
+                      endpoint="http://127.0.0.1:9", capabilities=[Capability("webhook.send", "1.0.0", provider="webhook")],
+                      ca_file=os.path.join(d2, "ca.pem"))  # another CA: the handshake fails
+        with agent:
+            eventually("backing off on a certificate it cannot verify", lambda: agent.state == "backing_off")
+            self.assertFalse(agent.wait_registered(0.2))
+        with self.assertRaises(RegistryUnavailable):
+            DiscoveryClient([registry.url], ca_file=os.path.join(d2, "ca.pem")).capabilities("webhook.send")
+
+
+class GatewayPicksTest(unittest.TestCase):
+    def test_degraded_python_provider_gets_half_the_traffic(self):
+        require_binary(self)
+        registry = Registry()
+        self.addCleanup(registry.stop)
+        policy = os.path.join(tempfile.mkdtemp(), "policy.yaml")
+        with open(policy, "w") as f:
+            f.write("path_prefixes: {egress-webhook: [/api/webhook]}\n")
+        gw_port = free_port()
+        log = tempfile.TemporaryFile()
+        gw = subprocess.Popen([BIN, "gateway", "--insecure", "--registry", registry.url, "--listen", f"127.0.0.1:{gw_port}",
+                               "--policy", policy, "--log-level", "error"], stdout=log, stderr=subprocess.STDOUT)
+        self.addCleanup(gw.wait)
+        self.addCleanup(gw.terminate)
+        agents = {}
+        for name in ("a", "b"):
+            server = ProviderServer(port=0, routes={("POST", "/api/webhook/send"): (lambda name: lambda body: {"by": name})(name)}).start()
+            self.addCleanup(server.stop)
+            iid = "py-" + name
+            agent = Agent(registries=[registry.url], instance_id=iid, service_name="egress-webhook", service_version="0.1.0",
+                          endpoint=server.url, capabilities=[Capability("webhook.send", "1.0.0", provider="webhook")],
+                          manifest={"farp": "1.0", "service": {"name": "egress-webhook", "instance": iid, "version": "0.1.0"},
+                                    "routes": [{"path": "/api/webhook/send", "methods": ["POST"]}]}, drain_timeout=0.5)
+            agent.start()
+            self.addCleanup(agent.stop, 5)
+            agents[name] = agent
+        for a in agents.values():
+            self.assertTrue(a.wait_registered(10))
+
+        def picks(n):
+            out = {}
+            for _ in range(n):
+                req = urllib.request.Request(f"http://127.0.0.1:{gw_port}/api/webhook/send", data=b"{}", method="POST",
+                                             headers={"Content-Type": "application/json"})
+                by = json.loads(urllib.request.urlopen(req, timeout=5).read())["by"]
+                out[by] = out.get(by, 0) + 1
+            return out
+
+        eventually("both serve at 100 through the gateway", lambda: picks(20) == {"a": 10, "b": 10}, timeout=20)
+        agents["b"].set_health("degraded")
+        eventually("b, degraded, gets half of a's share", lambda: picks(30) == {"a": 20, "b": 10}, timeout=20)
+
+
+if __name__ == "__main__":
+    unittest.main()
