@@ -1,0 +1,270 @@
+package journal
+
+import (
+	"context"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+)
+
+// Defaults and bounds.
+const (
+	// DefaultMax is how many events a journal keeps by default.
+	DefaultMax = 50_000
+	// DefaultLimit is how many events a query returns when it names no limit; MaxLimit is
+	// the most it returns whatever it names.
+	DefaultLimit = 100
+	MaxLimit     = 1000
+)
+
+// Journal is a bounded ring of events, safe for concurrent use. A nil *Journal records
+// nothing, so components take one without checking.
+type Journal struct {
+	now func() time.Time
+
+	mu      sync.Mutex
+	ring    []apiv1.Event // ring[(seq-1) % max] holds event seq
+	max     int
+	last    int64         // the last sequence number given
+	changed chan struct{} // made by a waiter, closed by the next append
+}
+
+// New returns a journal that keeps the last max events (DefaultMax when max <= 0) and stamps
+// them with now (time.Now when nil).
+func New(max int, now func() time.Time) *Journal {
+	if max <= 0 {
+		max = DefaultMax
+	}
+	if now == nil {
+		now = time.Now
+	}
+	return &Journal{now: now, ring: make([]apiv1.Event, 0, min(max, 1024)), max: max}
+}
+
+// Max returns the journal's bound.
+func (j *Journal) Max() int { return j.max }
+
+// Append records an event (its Seq and, when zero, its Time and Severity are set) and returns
+// its sequence number.
+func (j *Journal) Append(e apiv1.Event) int64 {
+	if j == nil {
+		return 0
+	}
+	if e.Time.IsZero() {
+		e.Time = j.now().UTC()
+	}
+	if e.Severity == "" {
+		e.Severity = apiv1.SeverityInfo
+	}
+	j.mu.Lock()
+	j.last++
+	e.Seq = j.last
+	if len(j.ring) < j.max {
+		j.ring = append(j.ring, e)
+	} else {
+		j.ring[(e.Seq-1)%int64(j.max)] = e
+	}
+	if j.changed != nil {
+		close(j.changed)
+		j.changed = nil
+	}
+	j.mu.Unlock()
+	return e.Seq
+}
+
+// Record appends an event of type typ about subject.
+func (j *Journal) Record(typ, severity, subject, message string, attrs map[string]any) {
+	j.Append(apiv1.Event{Type: typ, Severity: severity, Subject: subject, Message: message, Attrs: attrs})
+}
+
+// Last returns the last sequence number given (0 before any).
+func (j *Journal) Last() int64 {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.last
+}
+
+// Query selects events: after Since, of one of Types (any when empty), about Subject (exact,
+// or a prefix ending in "*"), of Severity, containing Text (case-insensitive, literal: no
+// pattern syntax), at most Limit (DefaultLimit when 0, MaxLimit at most; a gap event counts).
+type Query struct {
+	Since    int64
+	Types    []string
+	Subject  string
+	Severity string
+	Text     string
+	Limit    int
+}
+
+func (q *Query) matches(e *apiv1.Event) bool {
+	switch {
+	case len(q.Types) > 0 && !slices.Contains(q.Types, e.Type):
+		return false
+	case q.Severity != "" && e.Severity != q.Severity:
+		return false
+	case q.Subject != "" && !subjectMatches(q.Subject, e.Subject):
+		return false
+	case q.Text != "" && !containsFold(e.Subject, q.Text) && !containsFold(e.Type, q.Text) && !containsFold(e.Message, q.Text):
+		return false
+	}
+	return true
+}
+
+func subjectMatches(pattern, subject string) bool {
+	if p, ok := strings.CutSuffix(pattern, "*"); ok {
+		return strings.HasPrefix(subject, p)
+	}
+	return subject == pattern
+}
+
+// containsFold is strings.Contains ignoring case (Unicode simple folding), without
+// allocating. A query starting with an ASCII byte only compares the windows that start with
+// that byte in either case.
+func containsFold(s, sub string) bool {
+	n := len(sub)
+	if n == 0 {
+		return true
+	}
+	c0 := sub[0]
+	if c0 >= utf8.RuneSelf {
+		for i := 0; i+n <= len(s); i++ {
+			if strings.EqualFold(s[i:i+n], sub) {
+				return true
+			}
+		}
+		return false
+	}
+	lo, up := c0, c0
+	if 'A' <= c0 && c0 <= 'Z' {
+		lo += 'a' - 'A'
+	} else if 'a' <= c0 && c0 <= 'z' {
+		up -= 'a' - 'A'
+	}
+	for i := 0; i+n <= len(s); i++ {
+		if c := s[i]; (c == lo || c == up) && strings.EqualFold(s[i:i+n], sub) {
+			return true
+		}
+	}
+	return false
+}
+
+// Find returns the events q selects, oldest first, and the sequence number to ask from next
+// (every event up to it was looked at). When the ring dropped events after q.Since before
+// they were read, a gap event (seq 0, type journal.gap, attrs missed/from/to) comes first,
+// whatever the filter: a reader always learns it missed something. A Since past the last
+// event (a journal that restarted) reads from the start of what is held.
+func (j *Journal) Find(q Query) ([]apiv1.Event, int64) {
+	if q.Limit <= 0 {
+		q.Limit = DefaultLimit
+	}
+	q.Limit = min(q.Limit, MaxLimit)
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if q.Since < 0 || q.Since > j.last {
+		q.Since = 0
+	}
+	first := j.last - int64(len(j.ring)) + 1 // the oldest sequence number held
+	out := []apiv1.Event{}
+	next := q.Since
+	if q.Since < first-1 && q.Since > 0 {
+		missed := first - 1 - q.Since
+		out = append(out, apiv1.Event{Time: j.now().UTC(), Type: apiv1.EventJournalGap, Severity: apiv1.SeverityWarning, Subject: "journal",
+			Message: fmt.Sprintf("%d events were dropped by the journal's bound (%d) before they were read", missed, j.max),
+			Attrs:   map[string]any{"missed": missed, "from": q.Since + 1, "to": first - 1}})
+		next = first - 1
+	}
+	for seq := max(q.Since+1, first); seq <= j.last; seq++ {
+		e := &j.ring[(seq-1)%int64(j.max)]
+		next = seq
+		if q.matches(e) {
+			out = append(out, *e)
+			if len(out) >= q.Limit {
+				break
+			}
+		}
+	}
+	return out, next
+}
+
+// Newest returns the last limit events q selects looking back from the newest, oldest
+// first, and the sequence number to read on from: what a console's first page shows.
+func (j *Journal) Newest(q Query) ([]apiv1.Event, int64) {
+	if q.Limit <= 0 {
+		q.Limit = DefaultLimit
+	}
+	q.Limit = min(q.Limit, MaxLimit)
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	first := j.last - int64(len(j.ring)) + 1
+	out := []apiv1.Event{}
+	for seq := j.last; seq >= first && len(out) < q.Limit; seq-- {
+		if e := &j.ring[(seq-1)%int64(j.max)]; q.matches(e) {
+			out = append(out, *e)
+		}
+	}
+	slices.Reverse(out)
+	return out, j.last
+}
+
+// Wait blocks until an event after since is appended, wait passes or ctx ends.
+func (j *Journal) Wait(ctx context.Context, since int64, wait time.Duration) {
+	j.mu.Lock()
+	if j.last > since || since > j.last+1 {
+		j.mu.Unlock()
+		return
+	}
+	if j.changed == nil {
+		j.changed = make(chan struct{})
+	}
+	ch := j.changed
+	j.mu.Unlock()
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// CSVHeader is the header row WriteCSV writes.
+var CSVHeader = []string{"seq", "time", "type", "severity", "subject", "message", "attrs"}
+
+// WriteCSV writes events as CSV with a header row. A field a spreadsheet would run as a
+// formula (starting with =, +, -, @, a tab or a carriage return) is prefixed with a quote.
+func WriteCSV(w io.Writer, events []apiv1.Event) error {
+	cw := csv.NewWriter(w)
+	cw.Write(CSVHeader)
+	for _, e := range events {
+		attrs := ""
+		if len(e.Attrs) > 0 {
+			b, err := json.Marshal(e.Attrs)
+			if err != nil {
+				return fmt.Errorf("event %d: %w", e.Seq, err)
+			}
+			attrs = string(b)
+		}
+		cw.Write([]string{strconv.FormatInt(e.Seq, 10), e.Time.UTC().Format(time.RFC3339Nano), SafeCell(e.Type), SafeCell(e.Severity),
+			SafeCell(e.Subject), SafeCell(e.Message), SafeCell(attrs)})
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+// SafeCell returns s as a spreadsheet shows it and never runs it: a cell starting with =, +,
+// -, @, a tab or a carriage return gets a leading quote.
+func SafeCell(s string) string {
+	if s != "" && strings.ContainsRune("=+-@\t\r", rune(s[0])) {
+		return "'" + s
+	}
+	return s
+}

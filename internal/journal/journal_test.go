@@ -1,0 +1,249 @@
+package journal
+
+import (
+	"bytes"
+	"context"
+	"encoding/csv"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+)
+
+var t0 = time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+
+func fixed() time.Time { return t0 }
+
+func fill(j *Journal) {
+	j.Record(apiv1.EventRegistered, "", "jms-1", "jms-1 (jms-publisher) registered generation 1", nil)
+	j.Record(apiv1.EventRegistered, "", "rabbit-1", "rabbit-1 (rabbitmq-publisher) registered generation 1", nil)
+	j.Record(apiv1.EventEligibility, apiv1.SeverityWarning, "jms-1", "jms-1 serving -> quarantined: 5xx rate 40% (a.b*c)", map[string]any{"from": "serving"})
+	j.Record(apiv1.EventDeregistered, "", "rabbit-1", "rabbit-1 deregistered", nil)
+	j.Record(apiv1.EventIncidentOpened, apiv1.SeverityError, "incident/1", "=HYPERLINK(\"x\") quarantine of jms-1", nil)
+}
+
+func seqs(es []apiv1.Event) []int64 {
+	out := []int64{}
+	for _, e := range es {
+		out = append(out, e.Seq)
+	}
+	return out
+}
+
+func TestFind(t *testing.T) {
+	j := New(0, fixed)
+	fill(j)
+	tests := []struct {
+		name     string
+		q        Query
+		want     []int64
+		wantNext int64
+	}{
+		{"everything", Query{}, []int64{1, 2, 3, 4, 5}, 5},
+		{"since", Query{Since: 3}, []int64{4, 5}, 5},
+		{"since the last", Query{Since: 5}, []int64{}, 5},
+		{"since in the future reads from the start", Query{Since: 99}, []int64{1, 2, 3, 4, 5}, 5},
+		{"negative since reads from the start", Query{Since: -4}, []int64{1, 2, 3, 4, 5}, 5},
+		{"types", Query{Types: []string{apiv1.EventDeregistered, apiv1.EventEligibility}}, []int64{3, 4}, 5},
+		{"unknown type matches nothing", Query{Types: []string{"nope"}}, []int64{}, 5},
+		{"subject", Query{Subject: "jms-1"}, []int64{1, 3}, 5},
+		{"subject prefix", Query{Subject: "incident/*"}, []int64{5}, 5},
+		{"severity", Query{Severity: apiv1.SeverityWarning}, []int64{3}, 5},
+		{"text ignores case", Query{Text: "RABBITMQ"}, []int64{2}, 5},
+		{"text in the type", Query{Text: "deregistered"}, []int64{4}, 5},
+		{"text with regexp metacharacters is literal", Query{Text: "(a.b*c)"}, []int64{3}, 5},
+		{"regexp does not match as a pattern", Query{Text: "a.*c"}, []int64{}, 5},
+		{"limit stops early and says where", Query{Limit: 2}, []int64{1, 2}, 2},
+		{"limit with a filter", Query{Subject: "rabbit-1", Limit: 1}, []int64{2}, 2},
+		{"huge limit is capped", Query{Limit: 1 << 40}, []int64{1, 2, 3, 4, 5}, 5},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, next := j.Find(tt.q)
+			if diff := cmp.Diff(tt.want, seqs(got)); diff != "" {
+				t.Errorf("events (-want +got):\n%s", diff)
+			}
+			if next != tt.wantNext {
+				t.Errorf("next = %d, want %d", next, tt.wantNext)
+			}
+		})
+	}
+}
+
+func TestNewest(t *testing.T) {
+	j := New(0, fixed)
+	fill(j)
+	got, next := j.Newest(Query{Limit: 2})
+	if diff := cmp.Diff([]int64{4, 5}, seqs(got)); diff != "" || next != 5 {
+		t.Errorf("newest two (-want +got):\n%s next %d", diff, next)
+	}
+	got, _ = j.Newest(Query{Subject: "jms-1"})
+	if diff := cmp.Diff([]int64{1, 3}, seqs(got)); diff != "" {
+		t.Errorf("newest of jms-1 (-want +got):\n%s", diff)
+	}
+}
+
+// A flapping fleet outruns the ring: the bound holds, and a reader left behind is told how
+// many events it missed before it reads on.
+func TestRingBoundAndGap(t *testing.T) {
+	j := New(1000, fixed)
+	for i := range 100_000 {
+		j.Record(apiv1.EventEligibility, "", fmt.Sprintf("i-%d", i%50), "flap", nil)
+	}
+	if len(j.ring) != 1000 {
+		t.Fatalf("ring holds %d, want its bound 1000", len(j.ring))
+	}
+	got, next := j.Find(Query{Since: 10, Limit: 3})
+	if len(got) != 3 || got[0].Type != apiv1.EventJournalGap {
+		t.Fatalf("a reader left behind got %+v, want a gap event then 2 events (the gap counts in the limit)", got)
+	}
+	gap := got[0]
+	if gap.Attrs["missed"] != int64(99_000-10) || gap.Severity != apiv1.SeverityWarning {
+		t.Errorf("gap = %+v, want %d missed as a warning", gap, 99_000-10)
+	}
+	if diff := cmp.Diff([]int64{0, 99_001, 99_002}, seqs(got)); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+	if next != 99_002 {
+		t.Errorf("next = %d, want 99002", next)
+	}
+	// The gap is reported whatever the filter.
+	got, _ = j.Find(Query{Since: 10, Types: []string{apiv1.EventRegistered}})
+	if len(got) != 1 || got[0].Type != apiv1.EventJournalGap {
+		t.Errorf("a filtered reader left behind got %+v, want the gap alone", got)
+	}
+	// A reader in step gets no gap.
+	if got, _ := j.Find(Query{Since: 99_500, Limit: 1}); len(got) != 1 || got[0].Seq != 99_501 {
+		t.Errorf("a reader in step got %+v", got)
+	}
+}
+
+func TestWait(t *testing.T) {
+	j := New(0, fixed)
+	j.Record(apiv1.EventRegistered, "", "a", "a", nil)
+	t.Run("returns at once when there is news", func(t *testing.T) {
+		done := make(chan struct{})
+		go func() { j.Wait(context.Background(), 0, time.Hour); close(done) }()
+		<-done
+	})
+	t.Run("wakes on the next append", func(t *testing.T) {
+		done := make(chan struct{})
+		go func() { j.Wait(context.Background(), 1, time.Hour); close(done) }()
+		for { // append only once the waiter waits, so this tests the wake-up
+			j.mu.Lock()
+			waiting := j.changed != nil
+			j.mu.Unlock()
+			if waiting {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+		j.Record(apiv1.EventDeregistered, "", "a", "a", nil)
+		<-done
+	})
+	t.Run("ends with the context", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { j.Wait(ctx, j.Last(), time.Hour); close(done) }()
+		cancel()
+		<-done
+	})
+}
+
+func TestConcurrentAppendsAreOrdered(t *testing.T) {
+	j := New(500, nil)
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			for i := range 1000 {
+				j.Record(apiv1.EventRegistered, "", fmt.Sprintf("w%d-%d", w, i), "x", nil)
+			}
+		})
+	}
+	wg.Go(func() {
+		var since int64
+		for since < 4000 {
+			es, next := j.Find(Query{Since: since, Limit: MaxLimit})
+			for _, e := range es {
+				if e.Type != apiv1.EventJournalGap && e.Seq <= since {
+					t.Errorf("seq %d after %d: out of order", e.Seq, since)
+					return
+				}
+			}
+			since = next
+		}
+	})
+	wg.Wait()
+	if j.Last() != 4000 {
+		t.Errorf("last = %d, want 4000", j.Last())
+	}
+}
+
+func TestWriteCSV(t *testing.T) {
+	j := New(0, fixed)
+	fill(j)
+	j.Record(apiv1.EventRegistered, "", "+cmd|' /C calc'!A0", "-2+3", map[string]any{"k": "@SUM(1)"})
+	es, _ := j.Find(Query{})
+	var b bytes.Buffer
+	if err := WriteCSV(&b, es); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := csv.NewReader(&b).ReadAll()
+	if err != nil {
+		t.Fatalf("the CSV does not read back: %v", err)
+	}
+	if diff := cmp.Diff(CSVHeader, rows[0]); diff != "" {
+		t.Errorf("header (-want +got):\n%s", diff)
+	}
+	if len(rows) != 7 {
+		t.Fatalf("%d rows, want the header and 6", len(rows))
+	}
+	for _, row := range rows[1:] {
+		for _, cell := range row {
+			if cell != "" && strings.ContainsRune("=+-@", rune(cell[0])) {
+				t.Errorf("cell %q would run as a formula", cell)
+			}
+		}
+	}
+	want := []string{"6", "2026-11-30T10:00:00Z", "instance.registered", "info", "'+cmd|' /C calc'!A0", "'-2+3", `{"k":"@SUM(1)"}`}
+	if diff := cmp.Diff(want, rows[6]); diff != "" {
+		t.Errorf("row (-want +got):\n%s", diff)
+	}
+}
+
+func TestNilJournalRecordsNothing(t *testing.T) {
+	var j *Journal
+	if seq := j.Append(apiv1.Event{Type: apiv1.EventRegistered}); seq != 0 {
+		t.Errorf("nil journal gave seq %d", seq)
+	}
+}
+
+// BenchmarkAppend is the cost a component pays per event (budget: 2 µs).
+func BenchmarkAppend(b *testing.B) {
+	j := New(DefaultMax, nil)
+	attrs := map[string]any{"generation": 3}
+	b.ReportAllocs()
+	for b.Loop() {
+		j.Append(apiv1.Event{Type: apiv1.EventRegistered, Subject: "jms-publisher-1", Message: "jms-publisher-1 registered generation 3", Attrs: attrs})
+	}
+}
+
+// BenchmarkFindText is a full-text query over a full journal of 50,000 events that matches
+// a few (budget: 20 ms).
+func BenchmarkFindText(b *testing.B) {
+	j := New(DefaultMax, nil)
+	for i := range DefaultMax {
+		j.Record(apiv1.EventEligibility, "", fmt.Sprintf("instance-%05d", i), fmt.Sprintf("instance-%05d serving -> quarantined: 5xx rate over the threshold", i), nil)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if es, _ := j.Find(Query{Text: "INSTANCE-4999", Limit: MaxLimit}); len(es) != 10 {
+			b.Fatalf("%d matches, want 10", len(es))
+		}
+	}
+}
