@@ -155,10 +155,40 @@ func (c *Client) Incidents(ctx context.Context, status string) (*apiv1.Incidents
 	return &out, c.call(ctx, http.MethodGet, apiv1.PathIncidents, q, nil, &out)
 }
 
-// IncidentAction acknowledges or resolves an incident (action "acknowledge" or "resolve").
-func (c *Client) IncidentAction(ctx context.Context, id, action string) (*apiv1.Incident, error) {
+// IncidentAction acknowledges, resolves or ignores an incident (action "acknowledge",
+// "resolve" or "ignore"), with an optional comment saying why.
+func (c *Client) IncidentAction(ctx context.Context, id, action, comment string) (*apiv1.Incident, error) {
+	var body any
+	if comment != "" {
+		body = apiv1.IncidentActionRequest{Comment: comment}
+	}
 	var out apiv1.Incident
-	return &out, c.call(ctx, http.MethodPost, apiv1.IncidentActionPath(id, action), nil, nil, &out)
+	return &out, c.call(ctx, http.MethodPost, apiv1.IncidentActionPath(id, action), nil, body, &out)
+}
+
+// AcknowledgeIncidents acknowledges many incidents at once; one the caller may not act on
+// refuses them all.
+func (c *Client) AcknowledgeIncidents(ctx context.Context, ids []string, comment string) (*apiv1.IncidentsResponse, error) {
+	var out apiv1.IncidentsResponse
+	return &out, c.call(ctx, http.MethodPost, apiv1.PathIncidentsAcknowledge, nil, apiv1.BulkAcknowledgeRequest{IDs: ids, Comment: comment}, &out)
+}
+
+// Events reads the registry's event journal with q's filters (see EventsQuery).
+func (c *Client) Events(ctx context.Context, q apiv1.EventsQuery) (*apiv1.EventsResponse, error) {
+	var out apiv1.EventsResponse
+	r := Request{Method: http.MethodGet, Path: apiv1.PathEvents, Query: q.Values()}
+	if q.Wait > 0 {
+		r.Timeout = q.Wait + DefaultTimeout
+	}
+	_, _, err := c.exchange(ctx, r, &out)
+	return &out, err
+}
+
+// EventsCSV reads the journal with q's filters as CSV (a header row, then one row per event).
+func (c *Client) EventsCSV(ctx context.Context, q apiv1.EventsQuery) ([]byte, error) {
+	v := q.Values()
+	v.Set("format", "csv")
+	return c.Raw(ctx, Request{Method: http.MethodGet, Path: apiv1.PathEvents, Query: v})
 }
 
 // Timeline returns the last 24 hours of every capability's health.

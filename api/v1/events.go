@@ -1,6 +1,11 @@
 package apiv1
 
-import "time"
+import (
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
 
 // PathEvents is the registry's event journal: GET with EventsQuery's parameters.
 const PathEvents = "/v1/events"
@@ -50,4 +55,46 @@ type Event struct {
 type EventsResponse struct {
 	Events []Event `json:"events"`
 	Next   int64   `json:"next"`
+}
+
+// EventsQuery is GET /v1/events' parameters.
+type EventsQuery struct {
+	// Since asks for the events after this sequence number (the Next of the previous
+	// answer); without it (HasSince false) the answer is the newest events of the filter.
+	Since    int64
+	HasSince bool
+	// Types, Subject (exact, or a prefix ending in "*"), Severity and Text (a literal,
+	// case-insensitive substring of the subject, type or message) filter.
+	Types    []string
+	Subject  string
+	Severity string
+	Text     string
+	// Limit bounds the answer (default 100, at most 1,000; a CSV export takes the whole
+	// journal by default).
+	Limit int
+	// Wait makes a request with Since a long poll: the answer waits up to Wait for a match.
+	Wait time.Duration
+}
+
+// Values encodes q as query parameters.
+func (q EventsQuery) Values() url.Values {
+	v := url.Values{}
+	if q.HasSince {
+		v.Set("since", strconv.FormatInt(q.Since, 10))
+	}
+	if len(q.Types) > 0 {
+		v.Set("type", strings.Join(q.Types, ","))
+	}
+	for k, s := range map[string]string{"subject": q.Subject, "severity": q.Severity, "q": q.Text} {
+		if s != "" {
+			v.Set(k, s)
+		}
+	}
+	if q.Limit > 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	if q.Wait > 0 {
+		v.Set("wait", q.Wait.String())
+	}
+	return v
 }

@@ -9,24 +9,25 @@ import (
 // with these; each server spells its own paths once more, in its route table.
 const (
 	// Registry.
-	PathRegister          = "/v1/services/register"
-	PathServices          = "/v1/services"
-	PathCapabilities      = "/v1/discovery/capabilities"
-	PathDiscoveryRoutes   = "/v1/discovery/routes"
-	PathDiscoveryHealth   = "/v1/discovery/health"
-	PathAck               = "/v1/discovery/ack"
-	PathOutcomes          = "/v1/outcomes"
-	PathTimeline          = "/v1/eligibility/timeline"
-	PathIncidents         = "/v1/incidents"
-	PathSnapshot          = "/v1/admin/snapshot"
-	PathCapabilityPrefix  = "/v1/capabilities/" // a provider's capability endpoints live below it
-	PathInvalidate        = "/v1/discovery/invalidate"
-	PathGatewayRoutes     = "/v1/gateway/routes"
-	PathWorkflows         = "/v1/workflows"
-	pathServicesSlash     = PathServices + "/"
-	pathIncidentsSlash    = PathIncidents + "/"
-	pathWorkflowsSlash    = PathWorkflows + "/"
-	pathCapabilitiesSlash = PathCapabilityPrefix
+	PathRegister             = "/v1/services/register"
+	PathServices             = "/v1/services"
+	PathCapabilities         = "/v1/discovery/capabilities"
+	PathDiscoveryRoutes      = "/v1/discovery/routes"
+	PathDiscoveryHealth      = "/v1/discovery/health"
+	PathAck                  = "/v1/discovery/ack"
+	PathOutcomes             = "/v1/outcomes"
+	PathTimeline             = "/v1/eligibility/timeline"
+	PathIncidents            = "/v1/incidents"
+	PathIncidentsAcknowledge = "/v1/incidents/acknowledge"
+	PathSnapshot             = "/v1/admin/snapshot"
+	PathCapabilityPrefix     = "/v1/capabilities/" // a provider's capability endpoints live below it
+	PathInvalidate           = "/v1/discovery/invalidate"
+	PathGatewayRoutes        = "/v1/gateway/routes"
+	PathWorkflows            = "/v1/workflows"
+	pathServicesSlash        = PathServices + "/"
+	pathIncidentsSlash       = PathIncidents + "/"
+	pathWorkflowsSlash       = PathWorkflows + "/"
+	pathCapabilitiesSlash    = PathCapabilityPrefix
 )
 
 // InstancePath is /v1/services/{id}: the catalog entry of one instance, and its

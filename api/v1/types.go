@@ -293,7 +293,43 @@ const (
 	IncidentOpen         = "open"
 	IncidentAcknowledged = "acknowledged"
 	IncidentResolved     = "resolved"
+	// IncidentIgnored: someone judged the condition not worth acting on; it no longer counts
+	// as open, and the condition returning counts as an occurrence, not a new incident.
+	IncidentIgnored = "ignored"
+
+	IncidentCritical = "critical"
+	IncidentWarning  = "warning"
+	IncidentInfo     = "info"
 )
+
+// Actions on an incident: POST /v1/incidents/{id}/{action}, or POST
+// /v1/incidents/acknowledge for many at once.
+const (
+	IncidentActionAcknowledge = "acknowledge"
+	IncidentActionResolve     = "resolve"
+	IncidentActionIgnore      = "ignore"
+)
+
+// IncidentActionRequest is the optional body of an action on one incident.
+type IncidentActionRequest struct {
+	// Comment says why (at most 1,000 characters); it is kept on the incident and in the
+	// event journal.
+	Comment string `json:"comment,omitempty"`
+}
+
+// BulkAcknowledgeRequest acknowledges many incidents at once.
+type BulkAcknowledgeRequest struct {
+	IDs     []string `json:"ids"`
+	Comment string   `json:"comment,omitempty"`
+}
+
+// IncidentComment is one action taken on an incident: who, when, what and why.
+type IncidentComment struct {
+	At      time.Time `json:"at"`
+	By      string    `json:"by"`
+	Action  string    `json:"action"`
+	Comment string    `json:"comment,omitempty"`
+}
 
 // Incident is a condition the eligibility engine raised for people: an instance quarantined
 // for flapping (raised for its owner), a (capability, zone) in panic, or the registry in
@@ -307,7 +343,9 @@ type Incident struct {
 	// Owner is the identity that registered the instance (quarantine), when known.
 	Owner   string `json:"owner,omitempty"`
 	Summary string `json:"summary"`
-	// Status is open, acknowledged or resolved.
+	// Severity is critical, warning or info.
+	Severity string `json:"severity"`
+	// Status is open, acknowledged, resolved or ignored.
 	Status   string    `json:"status"`
 	OpenedAt time.Time `json:"opened_at"`
 	// Occurrences counts how often the condition was raised while the incident stood.
@@ -316,6 +354,10 @@ type Incident struct {
 	AcknowledgedBy string     `json:"acknowledged_by,omitempty"`
 	ResolvedAt     *time.Time `json:"resolved_at,omitempty"`
 	ResolvedBy     string     `json:"resolved_by,omitempty"`
+	IgnoredAt      *time.Time `json:"ignored_at,omitempty"`
+	IgnoredBy      string     `json:"ignored_by,omitempty"`
+	// Actions lists every action taken on the incident, oldest first.
+	Actions []IncidentComment `json:"actions,omitempty"`
 }
 
 // IncidentsResponse is the answer of GET /v1/incidents: newest first.

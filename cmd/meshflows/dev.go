@@ -12,6 +12,7 @@ import (
 
 	"github.com/meshflows/meshflows/discovery"
 	"github.com/meshflows/meshflows/examples/workflows"
+	"github.com/meshflows/meshflows/internal/journal"
 	"github.com/meshflows/meshflows/internal/prober"
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/server"
@@ -85,7 +86,7 @@ Components that are not built yet are listed as such. Stop with Ctrl-C.`,
 			gReg.Go(func() error { return logOut.Run(regCtx, logFlushInterval) })
 			f := registryFlags{
 				leaseTTL: registry.DefaultLeaseTTL, heartbeatInterval: registry.DefaultHeartbeatInterval,
-				sweepInterval: time.Second, maxBodyBytes: server.DefaultMaxBodyBytes, insecure: true,
+				sweepInterval: time.Second, maxBodyBytes: server.DefaultMaxBodyBytes, insecure: true, eventsMax: journal.DefaultMax,
 				// the gateway is started here and acknowledges every second when told: a registry
 				// 2 s old already knows it, so stopping dev right after start does not wait 30 s
 				gatewayTTL: devGatewayTTL,

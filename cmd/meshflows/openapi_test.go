@@ -114,6 +114,13 @@ func TestOpenAPIDescribesTheServers(t *testing.T) {
 		// 200 answers are exercised by internal/server's security test and the dashboard's
 		{name: "acknowledge unknown incident", method: "POST", url: registry + "/v1/incidents/998/acknowledge", want: 404},
 		{name: "resolve unknown incident", method: "POST", url: registry + "/v1/incidents/999/resolve", want: 404},
+		{name: "ignore unknown incident", method: "POST", url: registry + "/v1/incidents/997/ignore", contentType: "application/json", body: `{"comment":"known"}`, want: 404},
+		{name: "acknowledge incidents unknown", method: "POST", url: registry + "/v1/incidents/acknowledge", contentType: "application/json", body: `{"ids":["996"]}`, want: 404},
+		{name: "acknowledge incidents none", method: "POST", url: registry + "/v1/incidents/acknowledge", contentType: "application/json", body: `{"ids":[]}`, want: 400},
+		{name: "events", method: "GET", url: registry + "/v1/events?type=instance.registered&limit=5", want: 200},
+		{name: "events since", method: "GET", url: registry + "/v1/events?since=0&subject=openapi-*&q=OPENAPI&wait=50ms", want: 200},
+		{name: "events csv", method: "GET", url: registry + "/v1/events?format=csv&severity=info", want: 200},
+		{name: "events unknown type", method: "GET", url: registry + "/v1/events?type=instance.exploded", want: 400},
 		{name: "deregister old generation", method: "DELETE", url: registry + "/v1/services/openapi-1?generation=1", want: 410},
 		{name: "deregister", method: "DELETE", url: registry + "/v1/services/openapi-1?generation=3", want: 204},
 		{name: "withdrawal", method: "GET", url: registry + "/v1/services/openapi-1/withdrawal?generation=3", want: 200},

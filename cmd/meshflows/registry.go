@@ -18,6 +18,7 @@ import (
 	"github.com/meshflows/meshflows/client"
 	"github.com/meshflows/meshflows/internal/health"
 	"github.com/meshflows/meshflows/internal/incident"
+	"github.com/meshflows/meshflows/internal/journal"
 	"github.com/meshflows/meshflows/internal/prober"
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/server"
@@ -39,6 +40,7 @@ type registryFlags struct {
 	snapshotDir       string
 	snapshotInterval  time.Duration
 	snapshotKeep      int
+	eventsMax         int
 	restoreSnapshot   string
 	insecure          bool
 	log               telemetry.LogConfig
@@ -87,6 +89,7 @@ func (f *registryFlags) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&f.snapshotDir, "snapshot-dir", "", "directory for snapshot files (POST /v1/admin/snapshot and --snapshot-interval)")
 	fs.DurationVar(&f.snapshotInterval, "snapshot-interval", 0, "write a snapshot to --snapshot-dir this often (0: only on demand)")
 	fs.IntVar(&f.snapshotKeep, "snapshot-keep", registry.DefaultSnapshotKeep, "how many snapshot files to keep in --snapshot-dir (the newest)")
+	fs.IntVar(&f.eventsMax, "events-max", journal.DefaultMax, "how many events the journal (GET /v1/events, the console's Events page) keeps; the oldest go first, and a reader they overtook is told how many it missed")
 	fs.StringVar(&f.restoreSnapshot, "restore-snapshot", "", "load a snapshot at start: a file, or 'auto' for the newest valid one in --snapshot-dir (none: start empty and say so)")
 	fs.BoolVar(&f.insecure, "insecure", false, "serve without authentication (development only: anyone who reaches the port can register and deregister)")
 	f.security.bind(fs, "RBAC policy file (YAML); reloaded when it changes, an invalid new version is refused")
@@ -170,18 +173,23 @@ func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln 
 			closeStore()
 		}
 	}()
+	if f.eventsMax < 1 {
+		return fmt.Errorf("--events-max %d: the journal keeps at least one event", f.eventsMax)
+	}
 	var (
 		monitor   *health.Monitor
 		incidents *incident.Log
 		reg       *registry.Registry
+		events    = journal.New(f.eventsMax, nil)
 	)
 	if !f.eligibility.off {
-		if incidents, err = incident.New(incident.Config{Logger: logger, Registerer: promReg}); err != nil {
+		if incidents, err = incident.New(incident.Config{Logger: logger, Registerer: promReg, Journal: events}); err != nil {
 			return err
 		}
 		owner := func(id string) string { return reg.Owner(id) } // called only once reg serves
+		raise, record := incident.FromTransitions(incidents, owner), journal.FromTransitions(events)
 		monitor, err = health.NewMonitor(health.MonitorConfig{Logger: logger, Registerer: promReg,
-			OnTransition: incident.FromTransitions(incidents, owner), Engine: health.Config{
+			OnTransition: func(t health.Transition) { record(t); raise(t) }, Engine: health.Config{
 				ExternalLeases: registry.ExpiresLeases(store),
 				LeaseTTL:       f.leaseTTL, HeartbeatInterval: f.heartbeatInterval, SlowStart: f.eligibility.slowStart, PanicThreshold: f.eligibility.panicThreshold}})
 		if err != nil {
@@ -202,6 +210,7 @@ func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln 
 		SnapshotDir:       f.snapshotDir,
 		SnapshotInterval:  f.snapshotInterval,
 		SnapshotKeep:      f.snapshotKeep,
+		Journal:           events,
 		Logger:            logger,
 		Registerer:        promReg,
 	})
@@ -211,7 +220,7 @@ func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln 
 	if err := restoreAtStart(ctx, reg, f, logger); err != nil {
 		return err
 	}
-	srv, err := server.New(reg, sec.apply(server.Config{MaxBodyBytes: f.maxBodyBytes, Logger: logger, Registerer: promReg, Gatherer: promReg, Incidents: incidents}))
+	srv, err := server.New(reg, sec.apply(server.Config{MaxBodyBytes: f.maxBodyBytes, Logger: logger, Registerer: promReg, Gatherer: promReg, Incidents: incidents, Journal: events}))
 	if err != nil {
 		return err
 	}

@@ -99,7 +99,7 @@ func (d *Dashboard) incidentAction(w http.ResponseWriter, r *http.Request) {
 	if strings.HasSuffix(r.URL.Path, "/acknowledge") {
 		action = "acknowledge"
 	}
-	if _, err := d.registry.IncidentAction(r.Context(), r.PathValue("id"), action); err != nil {
+	if _, err := d.registry.IncidentAction(r.Context(), r.PathValue("id"), action, r.PostFormValue("comment")); err != nil {
 		http.Error(w, action+": "+err.Error(), upstreamStatus(err))
 		return
 	}

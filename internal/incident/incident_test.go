@@ -13,6 +13,7 @@ import (
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/internal/health"
 	"github.com/meshflows/meshflows/internal/incident"
+	"github.com/meshflows/meshflows/internal/journal"
 )
 
 var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
@@ -132,5 +133,81 @@ func TestFromTransitions(t *testing.T) {
 	m.Observe(health.Event{At: at.Add(63 * time.Second), ID: "b", Kind: health.KindHeartbeat, Health: "ok"})
 	if got := l.List(apiv1.IncidentOpen); len(got) != 1 {
 		t.Errorf("panic over: %+v, want only the quarantine open", got)
+	}
+}
+
+func TestActions(t *testing.T) {
+	j := journal.New(0, func() time.Time { return t0 })
+	reg := prometheus.NewPedanticRegistry()
+	l, err := incident.New(incident.Config{Registerer: reg, Now: func() time.Time { return t0 }, Journal: j})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := l.Raise(apiv1.IncidentQuarantine, "jms-1", "egress-jms", "flapping")
+	p := l.Raise(apiv1.IncidentPanic, "c.x/z1", "", "panic")
+	if q.Severity != apiv1.IncidentWarning || p.Severity != apiv1.IncidentCritical {
+		t.Errorf("severities %q %q, want warning and critical", q.Severity, p.Severity)
+	}
+	tests := []struct {
+		name, id, action, comment string
+		wantStatus                string
+		wantActions               int
+		wantErr                   error
+	}{
+		{"acknowledge with a comment", q.ID, apiv1.IncidentActionAcknowledge, "looking at the broker", apiv1.IncidentAcknowledged, 1, nil},
+		{"a no-op without a comment is not kept", q.ID, apiv1.IncidentActionAcknowledge, "", apiv1.IncidentAcknowledged, 1, nil},
+		{"a no-op with a comment is kept", q.ID, apiv1.IncidentActionAcknowledge, "still on it", apiv1.IncidentAcknowledged, 2, nil},
+		{"ignore", p.ID, apiv1.IncidentActionIgnore, "zone z1 is being decommissioned", apiv1.IncidentIgnored, 1, nil},
+		{"unknown action", p.ID, "delete", "", "", 0, incident.ErrBadAction},
+		{"comment too long", p.ID, apiv1.IncidentActionResolve, strings.Repeat("x", incident.MaxComment+1), "", 0, incident.ErrBadAction},
+		{"unknown incident", "99", apiv1.IncidentActionResolve, "", "", 0, incident.ErrNotFound},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in, err := l.Act(tt.id, tt.action, "oncall@example", tt.comment)
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("err = %v, want %v", err, tt.wantErr)
+			}
+			if err != nil {
+				return
+			}
+			if in.Status != tt.wantStatus || len(in.Actions) != tt.wantActions {
+				t.Errorf("status %q with %d actions, want %q with %d", in.Status, len(in.Actions), tt.wantStatus, tt.wantActions)
+			}
+		})
+	}
+	// An ignored incident does not page again: its condition returning counts an occurrence.
+	if again := l.Raise(apiv1.IncidentPanic, "c.x/z1", "", "panic, still"); again.ID != p.ID || again.Status != apiv1.IncidentIgnored {
+		t.Errorf("an ignored condition raised again: %+v", again)
+	}
+	want := `
+# HELP meshflows_incidents_open Incidents not resolved (open or acknowledged), by kind.
+# TYPE meshflows_incidents_open gauge
+meshflows_incidents_open{kind="panic"} 0
+meshflows_incidents_open{kind="quarantine"} 1
+meshflows_incidents_open{kind="self_preservation"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "meshflows_incidents_open"); err != nil {
+		t.Error(err)
+	}
+	l.Clear(apiv1.IncidentPanic, "c.x/z1") // an ignored incident resolves when its condition ends, and counts nothing twice
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "meshflows_incidents_open"); err != nil {
+		t.Error(err)
+	}
+	events, _ := j.Find(journal.Query{Subject: "incident/*"})
+	var got []string
+	for _, e := range events {
+		got = append(got, e.Type+" "+e.Severity+" "+e.Message)
+	}
+	wantEvents := []string{
+		"incident.opened warning incident 1 opened (quarantine, warning): flapping",
+		"incident.opened error incident 2 opened (panic, critical): panic",
+		"incident.acknowledged info incident 1 (quarantine jms-1): acknowledged by oncall@example: looking at the broker",
+		"incident.acknowledged info incident 1 (quarantine jms-1): acknowledged by oncall@example: still on it",
+		"incident.ignored info incident 2 (panic c.x/z1): ignored by oncall@example: zone z1 is being decommissioned",
+		"incident.resolved info incident 2 resolved: its condition ended (panic c.x/z1)",
+	}
+	if diff := cmp.Diff(wantEvents, got); diff != "" {
+		t.Errorf("journal (-want +got):\n%s", diff)
 	}
 }

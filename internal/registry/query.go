@@ -51,12 +51,15 @@ const (
 	RoutesListing
 	// CatalogListing is GET /v1/services: paging.
 	CatalogListing
+	// EventsListing is GET /v1/events: the journal's filters, long poll and format.
+	EventsListing
 )
 
 var listingParams = [...][]string{
 	CapabilitiesListing: slices.Concat(queryParams, pollParams, pageParams),
 	RoutesListing:       pollParams,
 	CatalogListing:      pageParams,
+	EventsListing:       {"since", "type", "subject", "severity", "q", "limit", "wait", "format"},
 }
 
 // UnknownParameters refuses (400 UNKNOWN_PARAMETER, naming each) the parameters of v that

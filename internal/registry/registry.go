@@ -14,6 +14,7 @@ import (
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/internal/health"
+	"github.com/meshflows/meshflows/internal/journal"
 )
 
 // verdictPublishDelay gathers a burst of verdict changes into one publication.
@@ -62,6 +63,9 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer receives the registry's metrics; nil registers none.
 	Registerer prometheus.Registerer
+	// Journal, when set, records every registration, re-registration, deregistration,
+	// eviction and snapshot (docs/operations.md, "Event journal").
+	Journal *journal.Journal
 	// Eligibility, when set, judges which instances are in rotation (docs/eligibility.md): the
 	// registry feeds it registrations, heartbeats and deregistrations, syncs it on every
 	// sweep, filters discovery by its verdicts and stops evicting under self-preservation.
@@ -246,6 +250,10 @@ func (r *Registry) Register(ctx context.Context, req *apiv1.RegisterRequest) (*a
 	now := r.cfg.Now()
 	rec := newRecord(req, now, r.cfg.LeaseTTL)
 	rec.Owner = CallerFrom(ctx).Identity
+	var prev *Record
+	if r.cfg.Journal != nil {
+		prev, _ = r.store.Get(req.InstanceID)
+	}
 	wctx, cancel := r.bound(ctx)
 	err := r.store.Register(wctx, rec)
 	cancel()
@@ -258,6 +266,7 @@ func (r *Registry) Register(ctx context.Context, req *apiv1.RegisterRequest) (*a
 		rec.judged.Store(m.Register(healthInstance(rec), rec.Generation, now))
 	}
 	r.activity.registered.Add(1)
+	r.journalRegistration(rec, prev, !r.State().Complete)
 	if r.cfg.Logger.Enabled(ctx, slog.LevelDebug) { // one line per registration only at DEBUG: see logSummary
 		r.cfg.Logger.LogAttrs(ctx, slog.LevelDebug, "register",
 			slog.String("instance_id", rec.InstanceID), slog.String("service_name", rec.ServiceName),
@@ -408,6 +417,7 @@ func (r *Registry) Deregister(ctx context.Context, id string, generation int64) 
 	st := r.State()
 	r.drain.recordWithdrawal(rec.InstanceID, rec.Generation, st.Epoch, st.Revision, now, r.cfg.LeaseTTL)
 	r.activity.deregistered.Add(1)
+	r.journalDeregistration(rec, CallerFrom(ctx).Identity)
 	r.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "deregister",
 		slog.String("instance_id", rec.InstanceID), slog.String("service_name", rec.ServiceName),
 		slog.Int64("generation", rec.Generation))
@@ -448,6 +458,7 @@ func (r *Registry) Sweep(ctx context.Context) (int, error) {
 		}
 		r.metrics.evictions.Inc()
 		r.activity.evicted.Add(1)
+		r.journalExpiry(rec, now)
 		r.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "evict",
 			slog.String("instance_id", rec.InstanceID), slog.String("service_name", rec.ServiceName),
 			slog.Int64("generation", rec.Generation), slog.Time("lease_expired_at", rec.LeaseExpiresAt()),

@@ -109,8 +109,10 @@ func (r *Registry) WriteSnapshot(ctx context.Context) (*apiv1.SnapshotResponse, 
 	if err := r.pruneSnapshots(); err != nil {
 		r.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "removing old snapshots failed", slog.Any("error", err))
 	}
-	return &apiv1.SnapshotResponse{Path: path, Timestamp: s.Timestamp, RegistryEpoch: s.RegistryEpoch,
-		Revision: s.Revision, Instances: s.InstanceCount, Capabilities: s.CapabilityCount}, nil
+	resp := &apiv1.SnapshotResponse{Path: path, Timestamp: s.Timestamp, RegistryEpoch: s.RegistryEpoch,
+		Revision: s.Revision, Instances: s.InstanceCount, Capabilities: s.CapabilityCount}
+	r.journalSnapshot(resp)
+	return resp, nil
 }
 
 // snapshotFiles returns the snapshot files of dir, newest first: the timestamped ones by

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/internal/incident"
 	"github.com/meshflows/meshflows/internal/registry"
 )
 
@@ -265,33 +266,90 @@ func (s *Server) incidents(_ http.ResponseWriter, r *http.Request) (any, error) 
 	}
 	status := r.URL.Query().Get("status")
 	switch status {
-	case "", "unresolved", apiv1.IncidentOpen, apiv1.IncidentAcknowledged, apiv1.IncidentResolved:
+	case "", "unresolved", apiv1.IncidentOpen, apiv1.IncidentAcknowledged, apiv1.IncidentResolved, apiv1.IncidentIgnored:
 	default:
-		return nil, apiv1.InvalidRequest([]apiv1.Detail{{Path: "status", Message: fmt.Sprintf("must be open, acknowledged, resolved or unresolved, got %q", status)}})
+		return nil, apiv1.InvalidRequest([]apiv1.Detail{{Path: "status", Message: fmt.Sprintf("must be open, acknowledged, resolved, ignored or unresolved, got %q", status)}})
 	}
 	return apiv1.IncidentsResponse{Incidents: s.cfg.Incidents.List(status)}, nil
 }
 
-// incidentAction acknowledges or resolves an incident: an admin may act on any, an owner on
-// those raised for it.
-func (s *Server) incidentAction(_ http.ResponseWriter, r *http.Request) (any, error) {
+// incidentAction acknowledges, resolves or ignores an incident, with an optional body
+// {"comment": "..."}: an admin may act on any, an owner on those raised for it.
+func (s *Server) incidentAction(w http.ResponseWriter, r *http.Request) (any, error) {
 	if s.cfg.Incidents == nil {
 		return nil, errNoIncidents
 	}
+	var req apiv1.IncidentActionRequest
+	if r.ContentLength != 0 {
+		if err := s.decode(w, r, &req); err != nil {
+			return nil, err
+		}
+	}
 	id := r.PathValue("incident_id")
-	in, err := s.cfg.Incidents.Get(id)
+	by, err := s.mayActOn(r, id)
 	if err != nil {
 		return nil, err
 	}
+	return s.cfg.Incidents.Act(id, r.URL.Path[strings.LastIndexByte(r.URL.Path, '/')+1:], by, req.Comment)
+}
+
+// mayActOn returns who acts on incident id, or why they may not.
+func (s *Server) mayActOn(r *http.Request, id string) (string, error) {
+	in, err := s.cfg.Incidents.Get(id)
+	if err != nil {
+		return "", err
+	}
 	c := registry.CallerFrom(r.Context())
-	by := c.Identity
 	if s.cfg.Authenticator == nil {
-		by = "anonymous (open mode)"
-	} else if !c.Admin && (in.Owner == "" || in.Owner != c.Identity) {
-		return nil, apiv1.Errorf(http.StatusForbidden, apiv1.CodeForbidden, "identity %q may not act on incident %s: it is neither an admin nor the incident's owner", c.Identity, id)
+		return "anonymous (open mode)", nil
 	}
-	if strings.HasSuffix(r.URL.Path, "/acknowledge") {
-		return s.cfg.Incidents.Acknowledge(id, by)
+	if !c.Admin && (in.Owner == "" || in.Owner != c.Identity) {
+		return "", apiv1.Errorf(http.StatusForbidden, apiv1.CodeForbidden, "identity %q may not act on incident %s: it is neither an admin nor the incident's owner", c.Identity, id)
 	}
-	return s.cfg.Incidents.Resolve(id, by)
+	return c.Identity, nil
+}
+
+// maxBulk bounds the incidents of one bulk acknowledgement.
+const maxBulk = 500
+
+// bulkAcknowledge acknowledges every incident of the body's ids. It checks them all first:
+// one unknown or forbidden id refuses the whole request (nothing half done).
+func (s *Server) bulkAcknowledge(w http.ResponseWriter, r *http.Request) (any, error) {
+	if s.cfg.Incidents == nil {
+		return nil, errNoIncidents
+	}
+	var req apiv1.BulkAcknowledgeRequest
+	if err := s.decode(w, r, &req); err != nil {
+		return nil, err
+	}
+	var ds []apiv1.Detail
+	switch {
+	case len(req.IDs) == 0:
+		ds = append(ds, apiv1.Detail{Path: "ids", Message: "name at least one incident"})
+	case len(req.IDs) > maxBulk:
+		ds = append(ds, apiv1.Detail{Path: "ids", Message: fmt.Sprintf("at most %d incidents at once, got %d", maxBulk, len(req.IDs))})
+	}
+	if len(req.Comment) > incident.MaxComment {
+		ds = append(ds, apiv1.Detail{Path: "comment", Message: fmt.Sprintf("at most %d bytes", incident.MaxComment)})
+	}
+	if len(ds) > 0 {
+		return nil, apiv1.InvalidRequest(ds)
+	}
+	by := ""
+	for _, id := range req.IDs {
+		b, err := s.mayActOn(r, id)
+		if err != nil {
+			return nil, err
+		}
+		by = b
+	}
+	out := apiv1.IncidentsResponse{Incidents: []apiv1.Incident{}}
+	for _, id := range req.IDs {
+		in, err := s.cfg.Incidents.Act(id, apiv1.IncidentActionAcknowledge, by, req.Comment)
+		if err != nil {
+			return nil, err
+		}
+		out.Incidents = append(out.Incidents, in)
+	}
+	return out, nil
 }

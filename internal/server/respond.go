@@ -38,6 +38,7 @@ func (s *Server) handle(pattern string, acc access, h handlerFunc) {
 			w.WriteHeader(http.StatusNoContent)
 		case *encoded:
 			v.write(w, r)
+		case written:
 		default:
 			httpapi.WriteJSON(w, http.StatusOK, v)
 		}
@@ -58,6 +59,8 @@ func apiError(err error) *apiv1.Error {
 		return &apiv1.Error{Status: http.StatusNotFound, Code: apiv1.CodeInstanceNotFound, Message: err.Error()}
 	case errors.Is(err, registry.ErrGenerationMismatch):
 		return &apiv1.Error{Status: http.StatusGone, Code: apiv1.CodeGenerationMismatch, Message: err.Error()}
+	case errors.Is(err, incident.ErrBadAction):
+		return &apiv1.Error{Status: http.StatusBadRequest, Code: apiv1.CodeInvalidRequest, Message: err.Error()}
 	case errors.Is(err, incident.ErrNotFound):
 		return &apiv1.Error{Status: http.StatusNotFound, Code: apiv1.CodeNotFound, Message: err.Error()}
 	case errors.Is(err, registry.ErrNoEligibility):

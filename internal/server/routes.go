@@ -18,6 +18,9 @@ func (s *Server) routes() {
 	s.handle("GET /v1/incidents", discover, s.incidents)
 	s.handle("POST /v1/incidents/{incident_id}/acknowledge", provider, s.incidentAction)
 	s.handle("POST /v1/incidents/{incident_id}/resolve", provider, s.incidentAction)
+	s.handle("POST /v1/incidents/{incident_id}/ignore", provider, s.incidentAction)
+	s.handle("POST /v1/incidents/acknowledge", provider, s.bulkAcknowledge)
+	s.handle("GET /v1/events", discover, s.events)
 
 	s.handle("GET /v1/discovery/capabilities", discover, s.capabilities)
 	s.handle("GET /v1/discovery/routes", discover, s.discoveryRoutes)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/meshflows/meshflows/httpapi"
 	"github.com/meshflows/meshflows/internal/incident"
+	"github.com/meshflows/meshflows/internal/journal"
 	"github.com/meshflows/meshflows/internal/registry"
 )
 
@@ -54,6 +55,8 @@ type Config struct {
 	Audit Auditor
 	// Incidents, when set, is served at /v1/incidents (nil: 501).
 	Incidents *incident.Log
+	// Journal, when set, is served at /v1/events (nil: 501).
+	Journal *journal.Journal
 }
 
 func (c *Config) setDefaults() {

@@ -1,0 +1,72 @@
+package registry
+
+import (
+	"fmt"
+	"time"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+)
+
+// What the registry tells the journal (Config.Journal). Heartbeats are not events: they
+// change nothing a consumer sees.
+
+// journalRegistration records a registration; prev is the incarnation it replaces, if any.
+func (r *Registry) journalRegistration(rec, prev *Record, warmingUp bool) {
+	j := r.cfg.Journal
+	if j == nil {
+		return
+	}
+	attrs := map[string]any{"service_name": rec.ServiceName, "generation": rec.Generation, "endpoint": rec.Endpoint,
+		"capabilities": len(rec.Capabilities)}
+	if prev == nil {
+		msg := fmt.Sprintf("%s (%s) registered at %s, generation %d", rec.InstanceID, rec.ServiceName, rec.Endpoint, rec.Generation)
+		if warmingUp {
+			attrs["warm_up"] = true
+			msg += " during the registry's warm-up"
+		}
+		j.Record(apiv1.EventRegistered, apiv1.SeverityInfo, rec.InstanceID, msg, attrs)
+		return
+	}
+	reason := "a new incarnation replaced the registered one (the provider restarted or lost its lease)"
+	if prev.Restored() {
+		reason = "the provider re-registered after the registry restarted (its record was restored from a snapshot)"
+	}
+	attrs["previous_generation"], attrs["reason"] = prev.Generation, reason
+	j.Record(apiv1.EventReregistered, apiv1.SeverityInfo, rec.InstanceID,
+		fmt.Sprintf("%s (%s) re-registered, generation %d replaces %d: %s", rec.InstanceID, rec.ServiceName, rec.Generation, prev.Generation, reason), attrs)
+}
+
+// journalDeregistration records a deregistration by the provider.
+func (r *Registry) journalDeregistration(rec *Record, by string) {
+	if r.cfg.Journal == nil {
+		return
+	}
+	attrs := map[string]any{"service_name": rec.ServiceName, "generation": rec.Generation}
+	if by != "" {
+		attrs["by"] = by
+	}
+	r.cfg.Journal.Record(apiv1.EventDeregistered, apiv1.SeverityInfo, rec.InstanceID,
+		fmt.Sprintf("%s (%s) deregistered generation %d", rec.InstanceID, rec.ServiceName, rec.Generation), attrs)
+}
+
+// journalExpiry records an eviction: the lease ended without a heartbeat.
+func (r *Registry) journalExpiry(rec *Record, now time.Time) {
+	if r.cfg.Journal == nil {
+		return
+	}
+	expired := rec.LeaseExpiresAt()
+	r.cfg.Journal.Record(apiv1.EventExpired, apiv1.SeverityWarning, rec.InstanceID,
+		fmt.Sprintf("%s (%s) evicted: its lease ended at %s without a heartbeat (lease %s)", rec.InstanceID, rec.ServiceName,
+			expired.Format(time.RFC3339), r.cfg.LeaseTTL),
+		map[string]any{"service_name": rec.ServiceName, "generation": rec.Generation, "lease_expired_at": expired, "evicted_at": now.UTC()})
+}
+
+// journalSnapshot records a snapshot written.
+func (r *Registry) journalSnapshot(resp *apiv1.SnapshotResponse) {
+	if r.cfg.Journal == nil {
+		return
+	}
+	r.cfg.Journal.Record(apiv1.EventSnapshot, apiv1.SeverityInfo, "registry",
+		fmt.Sprintf("snapshot written: %d instances, %d capabilities at revision %d", resp.Instances, resp.Capabilities, resp.Revision),
+		map[string]any{"path": resp.Path, "revision": resp.Revision, "instances": resp.Instances})
+}
