@@ -2,6 +2,7 @@ package dashboard_test
 
 import (
 	"context"
+	"encoding/csv"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -24,6 +25,7 @@ import (
 	"github.com/meshflows/meshflows/internal/gateway"
 	"github.com/meshflows/meshflows/internal/health"
 	"github.com/meshflows/meshflows/internal/incident"
+	"github.com/meshflows/meshflows/internal/journal"
 	"github.com/meshflows/meshflows/internal/orchestrator"
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/registry/registrytest"
@@ -36,6 +38,7 @@ import (
 type stack struct {
 	reg       *registrytest.Server
 	dashboard *httptest.Server
+	incidents *incident.Log
 }
 
 func newStack(t testing.TB) *stack {
@@ -43,16 +46,18 @@ func newStack(t testing.TB) *stack {
 	// The registry judges eligibility and raises incidents: the example providers declare
 	// health and nothing probes them here, so they stay unknown, their group is in panic (all
 	// of them are answered) and, after a minute, a panic incident stands.
-	incidents, err := incident.New(incident.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	var reg *registrytest.Server
-	monitor, err := health.NewMonitor(health.MonitorConfig{OnTransition: incident.FromTransitions(incidents, func(id string) string { return reg.Registry.Owner(id) })})
+	events := journal.New(0, func() time.Time { return reg.Clock.Now() }) // one clock for every event
+	incidents, err := incident.New(incident.Config{Journal: events})
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg = registrytest.NewServerWith(t, registry.Config{Eligibility: monitor}, server.Config{Incidents: incidents}, registrytest.Epoch0)
+	raise, record := incident.FromTransitions(incidents, func(id string) string { return reg.Registry.Owner(id) }), journal.FromTransitions(events)
+	monitor, err := health.NewMonitor(health.MonitorConfig{OnTransition: func(t health.Transition) { record(t); raise(t) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg = registrytest.NewServerWith(t, registry.Config{Eligibility: monitor, Journal: events}, server.Config{Incidents: incidents, Journal: events}, registrytest.Epoch0)
 	reg.Clock.Advance(registry.DefaultLeaseTTL) // complete answers
 	for _, build := range []func(string) (*messaging.Provider, error){
 		func(ep string) (*messaging.Provider, error) { return jms.New(ep, "a") },
@@ -133,7 +138,7 @@ func newStack(t testing.TB) *stack {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	return &stack{reg: reg, dashboard: dsrv}
+	return &stack{reg: reg, dashboard: dsrv, incidents: incidents}
 }
 
 // browser starts Debian's Chromium headless; the test is skipped only where it is absent
@@ -230,6 +235,12 @@ func TestDashboardInABrowser(t *testing.T) {
 		if got := text(t, ctx, "#table-source"); got != "fresh" {
 			t.Errorf("gateway table source = %q", got)
 		}
+		if got := text(t, ctx, "#open-critical"); got != "1" {
+			t.Errorf("open critical incidents = %q, want 1 (the sustained panic)", got)
+		}
+		if n := count(t, ctx, "#events-card li"); n != 5 {
+			t.Errorf("latest events on the overview: %d, want 5", n)
+		}
 		screenshot(t, ctx, "overview")
 	})
 
@@ -320,13 +331,102 @@ func TestDashboardInABrowser(t *testing.T) {
 			t.Errorf("slices in a 24-hour strip: %d, want 288", n)
 		}
 		screenshot(t, ctx, "incidents")
+		if err := chromedp.Do(ctx, chromedp.SendKeys(chromedp.CSS("#incidents tr.inc-open input.comment"), "on it: broker restart")); err != nil {
+			t.Fatal(err)
+		}
 		submit(t, ctx, "#incidents tr.inc-open .ack")
 		if got := text(t, ctx, "#incidents tr.inc-acknowledged td.status"); got != "acknowledged" {
 			t.Errorf("after Acknowledge: %q", got)
 		}
+		if got := text(t, ctx, "#incidents tr.inc-acknowledged"); !strings.Contains(got, "on it: broker restart") {
+			t.Errorf("the comment is not shown on the incident: %q", got)
+		}
 		submit(t, ctx, "#incidents tr.inc-acknowledged .resolve")
 		if got := text(t, ctx, "#unresolved"); got != "0" {
 			t.Errorf("unresolved after Resolve: %q, want 0", got)
+		}
+
+		// Bulk acknowledge: tick two of three open incidents.
+		for _, id := range []string{"q-1", "q-2", "q-3"} {
+			s.incidents.Raise(apiv1.IncidentQuarantine, id, "", id+" flaps")
+		}
+		nav("/incidents")
+		if got := text(t, ctx, "#open-warning"); got != "3 warning" {
+			t.Errorf("open by severity: %q, want 3 warning", got)
+		}
+		if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`tr[id^="incident-"]:nth-child(1) input.tick`)), chromedp.Click(chromedp.CSS(`tr[id^="incident-"]:nth-child(2) input.tick`)),
+			chromedp.SendKeys(chromedp.ID("bulk-comment"), "known flapping after the deploy")); err != nil {
+			t.Fatal(err)
+		}
+		submit(t, ctx, "#bulk-ack")
+		if n := count(t, ctx, "#incidents tr.inc-acknowledged"); n != 2 {
+			t.Errorf("acknowledged after the bulk action: %d, want 2", n)
+		}
+		if n := count(t, ctx, "#incidents tr.inc-open"); n != 1 {
+			t.Errorf("still open after the bulk action: %d, want 1", n)
+		}
+		submit(t, ctx, "#incidents tr.inc-open .ignore")
+		if n := count(t, ctx, "#incidents tr.inc-ignored"); n != 1 {
+			t.Errorf("ignored: %d, want 1", n)
+		}
+		screenshot(t, ctx, "incidents-actions")
+		// every action is in the journal, with who and why
+		if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#incidents tr.inc-ignored a.runbook-link`)), chromedp.WaitVisible(chromedp.ID("runbook"))); err != nil {
+			t.Fatal(err)
+		}
+		if got := text(t, ctx, "#runbook h2"); !strings.Contains(got, "Eligibility") {
+			t.Errorf("the incident's runbook: %q", got)
+		}
+		nav("/events?subject=incident/*&type=incident.acknowledged")
+		if got := text(t, ctx, "#event-rows"); strings.Count(got, "known flapping after the deploy") != 2 || !strings.Contains(got, "on it: broker restart") {
+			t.Errorf("the journal's acknowledgements: %q", got)
+		}
+	})
+
+	t.Run("events: live tail, search, CSV export", func(t *testing.T) {
+		nav("/events")
+		if n := count(t, ctx, "#event-rows tr.ev"); n < 3 {
+			t.Fatalf("events shown: %d, want at least the registrations", n)
+		}
+		if got := text(t, ctx, "#event-rows"); !strings.Contains(got, "instance.registered") || !strings.Contains(got, "egress-jms") {
+			t.Errorf("events page: %q", got)
+		}
+		req := apiv1.RegisterRequest{InstanceID: "webhook-live", ServiceName: "webhook", ServiceVersion: "1.0.0", Endpoint: "http://127.0.0.1:9",
+			Capabilities: []apiv1.Capability{{CapabilityID: "webhook.send", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0", Provider: "http"}}}
+		if _, err := s.reg.Registry.Register(context.Background(), &req); err != nil {
+			t.Fatal(err)
+		}
+		if err := chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`#event-rows tr:first-child a.subject[href*="webhook-live"]`))); err != nil {
+			t.Fatalf("the registration did not appear live at the top: %v", err)
+		}
+		screenshot(t, ctx, "events")
+		total := count(t, ctx, "#event-rows tr.ev")
+		if err := chromedp.Do(ctx, chromedp.SendKeys(chromedp.ID("f-q"), "WEBHOOK-LIVE")); err != nil {
+			t.Fatal(err)
+		}
+		submit(t, ctx, "#filter")
+		if n := count(t, ctx, "#event-rows tr.ev"); n != 2 || n >= total {
+			t.Errorf("search narrowed %d events to %d, want 2 (its registration and its first eligibility)", total, n)
+		}
+		href, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("export").href`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.Get(href)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, err := csv.NewReader(resp.Body).ReadAll()
+		resp.Body.Close()
+		if err != nil || resp.Header.Get("Content-Type") != "text/csv; charset=utf-8" {
+			t.Fatalf("export: %v %s", err, resp.Header.Get("Content-Type"))
+		}
+		if len(rows) != 3 || strings.Join(rows[0], ",") != "seq,time,type,severity,subject,message,attrs" || rows[1][4] != "webhook-live" || rows[2][4] != "webhook-live" {
+			t.Errorf("export rows = %q, want the header and the two events of the search", rows)
+		}
+		// the subject links to its page
+		if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#event-rows a.subject")), chromedp.WaitVisible(chromedp.ID("detail"))); err != nil {
+			t.Fatalf("the subject's link: %v", err)
 		}
 	})
 

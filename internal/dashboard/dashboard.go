@@ -68,14 +68,17 @@ func New(cfg Config) (*Dashboard, error) {
 		cfg.Now = time.Now
 	}
 	t, err := template.New("").Funcs(template.FuncMap{
-		"json":  func(v any) string { b, _ := json.MarshalIndent(v, "", "  "); return string(b) },
-		"ago":   func(t time.Time) string { return cfg.Now().Sub(t).Round(time.Second).String() },
-		"in":    func(t time.Time) string { return t.Sub(cfg.Now()).Round(time.Second).String() },
-		"join":  strings.Join,
-		"pct":   func(f float64) string { return strconv.FormatFloat(f*100, 'f', 0, 64) + "%" },
-		"ms":    func(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) + " ms" },
-		"utc":   func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
-		"depth": func(path string) int { return strings.Count(path, ".steps[") }, // a branch's steps are one level down, like a loop body's
+		"json":            func(v any) string { b, _ := json.MarshalIndent(v, "", "  "); return string(b) },
+		"ago":             func(t time.Time) string { return cfg.Now().Sub(t).Round(time.Second).String() },
+		"in":              func(t time.Time) string { return t.Sub(cfg.Now()).Round(time.Second).String() },
+		"join":            strings.Join,
+		"list":            func(s ...string) []string { return s },
+		"incidentEvents":  incidentEvents,
+		"incidentRunbook": incidentRunbook,
+		"pct":             func(f float64) string { return strconv.FormatFloat(f*100, 'f', 0, 64) + "%" },
+		"ms":              func(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) + " ms" },
+		"utc":             func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
+		"depth":           func(path string) int { return strings.Count(path, ".steps[") }, // a branch's steps are one level down, like a loop body's
 	}).ParseFS(files, "templates.html")
 	if err != nil {
 		return nil, err
@@ -108,9 +111,16 @@ func (d *Dashboard) Handler() http.Handler {
 	mux.HandleFunc("POST /validation/upload", d.write(d.upload))
 	mux.HandleFunc("GET /routes", d.routes)
 	mux.HandleFunc("GET /routes/map", d.routeMap)
+	mux.HandleFunc("GET /events", d.events)
+	mux.HandleFunc("GET /events/fragment", d.eventsFragment)
+	mux.HandleFunc("GET /events/export", d.eventsExport)
 	mux.HandleFunc("GET /incidents", d.incidents)
 	mux.HandleFunc("POST /incidents/{id}/acknowledge", d.write(d.incidentAction))
 	mux.HandleFunc("POST /incidents/{id}/resolve", d.write(d.incidentAction))
+	mux.HandleFunc("POST /incidents/{id}/ignore", d.write(d.incidentAction))
+	mux.HandleFunc("POST /incidents/acknowledge", d.write(d.bulkAcknowledge))
+	mux.HandleFunc("GET /runbooks", d.runbooks)
+	mux.HandleFunc("GET /runbooks/{name}", d.runbooks)
 	mux.HandleFunc("GET /workflows", d.workflows)
 	mux.HandleFunc("POST /workflows/{name}/run", d.write(d.run))
 	mux.HandleFunc("GET /workflows/{name}/runs/{run_id}", d.runPage)
@@ -178,6 +188,12 @@ type overviewData struct {
 	Routes   *routing.RoutesAnswer
 	Failing  []string
 	Counts   map[string]int
+	// Open counts open and acknowledged incidents by severity; Incidents is false when the
+	// registry raises none (no eligibility engine).
+	Open      map[string]int
+	Incidents bool
+	// Recent is the newest events.
+	Recent []eventRow
 }
 
 func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
@@ -206,6 +222,18 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 		if wf.ContractStatus == apiv1.StatusFailed || wf.ProviderStatus == apiv1.StatusFailed {
 			data.Failing = append(data.Failing, wf.Name)
 		}
+	}
+	if list, err := d.registry.Incidents(ctx, "unresolved"); err == nil {
+		data.Incidents, data.Open = true, map[string]int{}
+		for _, in := range list.Incidents {
+			if in.Status != apiv1.IncidentIgnored {
+				data.Open[in.Severity]++
+			}
+		}
+	}
+	if ev, err := d.registry.Events(ctx, apiv1.EventsQuery{Limit: 5}); err == nil {
+		data.Recent = rows(ev.Events)
+		slices.Reverse(data.Recent)
 	}
 	d.render(w, r, "overview", "Overview", data, errs)
 }

@@ -3,6 +3,7 @@ package dashboard
 import (
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -29,6 +30,7 @@ type timelineRow struct {
 type incidentsData struct {
 	Incidents     []apiv1.Incident
 	Unresolved    int
+	BySeverity    map[string]int // open or acknowledged, by severity
 	Timeline      []timelineRow
 	Width         int
 	BucketMinutes int64
@@ -78,9 +80,11 @@ func (d *Dashboard) incidents(w http.ResponseWriter, r *http.Request) {
 		errs = append(errs, errString("registry incidents", err)...)
 	}
 	data.Incidents = list.Incidents
+	data.BySeverity = map[string]int{}
 	for _, in := range list.Incidents {
-		if in.Status != apiv1.IncidentResolved {
+		if in.Status == apiv1.IncidentOpen || in.Status == apiv1.IncidentAcknowledged {
 			data.Unresolved++
+			data.BySeverity[in.Severity]++
 		}
 	}
 	tl, err := d.registry.Timeline(ctx)
@@ -93,15 +97,49 @@ func (d *Dashboard) incidents(w http.ResponseWriter, r *http.Request) {
 	d.render(w, r, "incidents", "Incidents", data, errs)
 }
 
-// incidentAction acknowledges or resolves an incident through the registry.
+// incidentAction acknowledges, resolves or ignores an incident through the registry, with
+// the form's comment.
 func (d *Dashboard) incidentAction(w http.ResponseWriter, r *http.Request) {
-	action := "resolve"
-	if strings.HasSuffix(r.URL.Path, "/acknowledge") {
-		action = "acknowledge"
-	}
-	if _, err := d.registry.IncidentAction(r.Context(), r.PathValue("id"), action, r.PostFormValue("comment")); err != nil {
+	action := r.URL.Path[strings.LastIndexByte(r.URL.Path, '/')+1:]
+	if _, err := d.registry.IncidentAction(r.Context(), r.PathValue("id"), action, strings.TrimSpace(r.PostFormValue("comment"))); err != nil {
 		http.Error(w, action+": "+err.Error(), upstreamStatus(err))
 		return
 	}
 	http.Redirect(w, r, "/incidents#incident-"+r.PathValue("id"), http.StatusSeeOther)
+}
+
+// bulkAcknowledge acknowledges every incident ticked on the page.
+func (d *Dashboard) bulkAcknowledge(w http.ResponseWriter, r *http.Request) {
+	if err := r.ParseForm(); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	ids := r.PostForm["id"]
+	if len(ids) == 0 {
+		http.Error(w, "tick at least one incident", http.StatusBadRequest)
+		return
+	}
+	if _, err := d.registry.AcknowledgeIncidents(r.Context(), ids, strings.TrimSpace(r.PostFormValue("comment"))); err != nil {
+		http.Error(w, "acknowledge: "+err.Error(), upstreamStatus(err))
+		return
+	}
+	http.Redirect(w, r, "/incidents", http.StatusSeeOther)
+}
+
+// incidentEvents links an incident to the journal's events of its subject.
+func incidentEvents(in apiv1.Incident) string {
+	subject := in.Subject
+	if in.Kind == apiv1.IncidentPanic { // "capability/zone": the journal's panic events are the capability's
+		subject, _, _ = strings.Cut(subject, "/")
+	}
+	return "/events?subject=" + url.QueryEscape(subject)
+}
+
+// incidentRunbook names the runbook of an incident's kind.
+func incidentRunbook(in apiv1.Incident) string {
+	switch in.Kind {
+	case apiv1.IncidentQuarantine, apiv1.IncidentPanic, apiv1.IncidentSelfPreservation:
+		return "/runbooks/eligibility"
+	}
+	return "/runbooks/incident-spike"
 }

@@ -64,7 +64,7 @@ type Config struct {
 	// Registerer receives the registry's metrics; nil registers none.
 	Registerer prometheus.Registerer
 	// Journal, when set, records every registration, re-registration, deregistration,
-	// eviction and snapshot (docs/operations.md, "Event journal").
+	// eviction and snapshot (docs/console.md).
 	Journal *journal.Journal
 	// Eligibility, when set, judges which instances are in rotation (docs/eligibility.md): the
 	// registry feeds it registrations, heartbeats and deregistrations, syncs it on every

@@ -1,4 +1,4 @@
-// MeshFlows console: live catalog updates by long poll, the admin token on write actions,
+// MeshFlows console: live catalog updates and the events tail by long poll, the admin token on write actions,
 // and a progress state on buttons. Every page works without it.
 (function () {
   "use strict";
@@ -18,6 +18,29 @@
     var b = f.querySelector("button");
     if (b) { b.disabled = true; b.classList.add("busy"); b.textContent = b.textContent + "…"; }
   });
+  // Events: the live tail asks for what comes after the newest row shown, and prepends it.
+  var events = document.getElementById("events");
+  if (events) {
+    var rowsBox = document.getElementById("event-rows"), state = document.getElementById("tail-state");
+    var tail = function () {
+      var q = new URLSearchParams(events.getAttribute("data-query") || "");
+      q.set("since", events.getAttribute("data-next") || "0");
+      fetch("/events/fragment?" + q.toString()).then(function (r) {
+        if (!r.ok) { throw new Error(r.status); }
+        var next = r.headers.get("X-Next-Since");
+        return r.text().then(function (html) {
+          if (html.trim() !== "") {
+            rowsBox.insertAdjacentHTML("afterbegin", html);
+            var none = document.getElementById("no-events");
+            if (none) { none.remove(); }
+          }
+          if (next) { events.setAttribute("data-next", next); }
+          state.textContent = "live";
+        });
+      }).then(tail, function () { state.textContent = "reconnecting"; setTimeout(tail, 2000); });
+    };
+    tail();
+  }
   var tableBox = document.getElementById("captable");
   if (!tableBox) { return; }
   function poll() {

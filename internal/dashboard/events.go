@@ -1,0 +1,142 @@
+package dashboard
+
+import (
+	"bytes"
+	"html/template"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+)
+
+// tailWait is how long the Events page's live tail waits for news per request.
+const tailWait = 25 * time.Second
+
+// eventsData is the Events page.
+type eventsData struct {
+	Events   []eventRow
+	Next     int64
+	Filter   eventFilter
+	Types    []string
+	Query    template.URL // the filter as a query string, for the tail and the export
+	ShownMax int
+}
+
+// eventFilter is the filter of the Events page, as the form sends it.
+type eventFilter struct {
+	Type, Severity, Subject, Text string
+}
+
+func (f eventFilter) query() apiv1.EventsQuery {
+	q := apiv1.EventsQuery{Subject: f.Subject, Severity: f.Severity, Text: f.Text}
+	if f.Type != "" {
+		q.Types = []string{f.Type}
+	}
+	return q
+}
+
+func (f eventFilter) values() url.Values {
+	v := url.Values{}
+	for k, s := range map[string]string{"type": f.Type, "severity": f.Severity, "subject": f.Subject, "q": f.Text} {
+		if s != "" {
+			v.Set(k, s)
+		}
+	}
+	return v
+}
+
+func readFilter(r *http.Request) eventFilter {
+	v := r.URL.Query()
+	return eventFilter{Type: v.Get("type"), Severity: v.Get("severity"), Subject: strings.TrimSpace(v.Get("subject")), Text: v.Get("q")}
+}
+
+// eventRow is one event with the page its subject links to.
+type eventRow struct {
+	apiv1.Event
+	Link string
+}
+
+// subjectLink returns the console page of an event's subject.
+func subjectLink(e apiv1.Event) string {
+	switch {
+	case strings.HasPrefix(e.Subject, "incident/"):
+		return "/incidents#incident-" + strings.TrimPrefix(e.Subject, "incident/")
+	case e.Subject == "registry":
+		return "/"
+	case e.Subject == "journal":
+		return "/events"
+	case e.Type == apiv1.EventPanic:
+		return "/capabilities?capability_id=" + url.QueryEscape(e.Subject)
+	case strings.HasPrefix(e.Type, "instance.") || e.Type == apiv1.EventEligibility:
+		return "/capabilities?instance=" + url.QueryEscape(e.Subject) + "#detail"
+	}
+	return ""
+}
+
+func rows(es []apiv1.Event) []eventRow {
+	out := make([]eventRow, len(es))
+	for i, e := range es {
+		out[i] = eventRow{Event: e, Link: subjectLink(e)}
+	}
+	return out
+}
+
+// events is the Events page: the newest events of the filter, newest first; the live tail
+// (app.js) prepends what comes after.
+func (d *Dashboard) events(w http.ResponseWriter, r *http.Request) {
+	f := readFilter(r)
+	data := &eventsData{Filter: f, Types: apiv1.EventTypes, Query: template.URL(f.values().Encode()), ShownMax: 200} // encoded by url.Values: safe in a URL
+	q := f.query()
+	q.Limit = data.ShownMax
+	var errs []string
+	if resp, err := d.registry.Events(r.Context(), q); err != nil {
+		errs = errString("registry events", err)
+	} else {
+		data.Events, data.Next = rows(resp.Events), resp.Next
+		slices.Reverse(data.Events)
+	}
+	d.render(w, r, "events", "Events", data, errs)
+}
+
+// eventsFragment is the live tail: the rows after since (long poll), newest first, and
+// X-Next-Since.
+func (d *Dashboard) eventsFragment(w http.ResponseWriter, r *http.Request) {
+	since, err := strconv.ParseInt(r.URL.Query().Get("since"), 10, 64)
+	if err != nil || since < 0 {
+		http.Error(w, "since: a sequence number >= 0", http.StatusBadRequest)
+		return
+	}
+	q := readFilter(r).query()
+	q.Since, q.HasSince, q.Wait, q.Limit = since, true, tailWait, 200
+	resp, err := d.registry.Events(r.Context(), q)
+	if err != nil {
+		http.Error(w, "registry events: "+err.Error(), upstreamStatus(err))
+		return
+	}
+	es := rows(resp.Events)
+	slices.Reverse(es)
+	var b bytes.Buffer
+	if err := d.tmpl.ExecuteTemplate(&b, "eventrows", es); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("X-Next-Since", strconv.FormatInt(resp.Next, 10))
+	w.Write(b.Bytes())
+}
+
+// eventsExport downloads the filter's events as CSV, as the registry writes them.
+func (d *Dashboard) eventsExport(w http.ResponseWriter, r *http.Request) {
+	body, err := d.registry.EventsCSV(r.Context(), readFilter(r).query())
+	if err != nil {
+		http.Error(w, "registry events: "+err.Error(), upstreamStatus(err))
+		return
+	}
+	w.Header().Set("Content-Type", "text/csv; charset=utf-8")
+	w.Header().Set("Content-Disposition", `attachment; filename="meshflows-events.csv"`)
+	w.Write(body)
+}

@@ -1,0 +1,51 @@
+package journal
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/internal/health"
+)
+
+func TestFromTransitions(t *testing.T) {
+	tests := []struct {
+		name string
+		in   health.Transition
+		want string // type severity subject: message, or "" for nothing recorded
+	}{
+		{"quarantine is an error", health.Transition{InstanceID: "jms-1", From: apiv1.EligibilityWithdrawn, To: apiv1.EligibilityQuarantined, Reasons: []string{"FLAPPING"}},
+			"eligibility.transition error jms-1: jms-1: withdrawn -> quarantined: FLAPPING"},
+		{"withdrawn is a warning", health.Transition{InstanceID: "jms-1", From: apiv1.EligibilityServing, To: apiv1.EligibilityWithdrawn, Reasons: []string{"PROBE_FAILING", "PROBE_REFUSED"}},
+			"eligibility.transition warning jms-1: jms-1: serving -> withdrawn: PROBE_FAILING; PROBE_REFUSED"},
+		{"back in rotation is news", health.Transition{InstanceID: "jms-1", From: apiv1.EligibilitySlowStart, To: apiv1.EligibilityServing},
+			"eligibility.transition info jms-1: jms-1: slow_start -> serving"},
+		{"panic", health.Transition{To: health.TransitionPanic, Reasons: []string{"messaging.publish", "a"}},
+			`eligibility.panic warning messaging.publish: messaging.publish in zone "a" entered panic: too few instances in rotation, discovery answers all of them`},
+		{"sustained panic", health.Transition{To: health.TransitionPanicSustained, Reasons: []string{"messaging.publish", "a"}},
+			`eligibility.panic error messaging.publish: messaging.publish in zone "a" stayed in panic: an incident is raised`},
+		{"panic over", health.Transition{To: health.TransitionPanicOver, Reasons: []string{"messaging.publish", "a"}},
+			`eligibility.panic info messaging.publish: messaging.publish in zone "a" left panic`},
+		{"a malformed panic is dropped", health.Transition{To: health.TransitionPanic}, ""},
+		{"self-preservation", health.Transition{To: health.TransitionSelfPreservation, Reasons: []string{"LOW_RENEWALS: 3 of 10"}},
+			"registry.self_preservation error registry: self-preservation entered: lease expiry stops evicting (LOW_RENEWALS: 3 of 10)"},
+		{"self-preservation over", health.Transition{To: health.TransitionSelfPreservationOver, Reasons: []string{"RENEWALS_BACK"}},
+			"registry.self_preservation info registry: self-preservation left: lease expiry evicts again (RENEWALS_BACK)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			j := New(0, fixed)
+			FromTransitions(j)(tt.in)
+			es, _ := j.Find(Query{})
+			got := ""
+			if len(es) == 1 {
+				got = es[0].Type + " " + es[0].Severity + " " + es[0].Subject + ": " + es[0].Message
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" || len(es) > 1 {
+				t.Errorf("recorded (-want +got):\n%s", diff)
+			}
+		})
+	}
+	FromTransitions(nil)(health.Transition{InstanceID: "x", To: apiv1.EligibilityServing}) // a nil journal records nothing, and does not panic
+}
