@@ -214,6 +214,18 @@ func (c *Client) GatewayRoutes(ctx context.Context, out any) error {
 	return c.call(ctx, http.MethodGet, apiv1.PathGatewayRoutes, nil, nil, out)
 }
 
+// GatewayRouteHealth returns a gateway's per-route availability over 24 hours
+// (gateway_admin).
+func (c *Client) GatewayRouteHealth(ctx context.Context) (*apiv1.RouteHealthResponse, error) {
+	var out apiv1.RouteHealthResponse
+	return &out, c.call(ctx, http.MethodGet, apiv1.PathGatewayRouteHealth, nil, nil, &out)
+}
+
+// GatewayRouteHealthCSV returns the same as CSV: a header, then a row per route and slice.
+func (c *Client) GatewayRouteHealthCSV(ctx context.Context) ([]byte, error) {
+	return c.Raw(ctx, Request{Method: http.MethodGet, Path: apiv1.PathGatewayRouteHealth, Query: url.Values{"format": {"csv"}}})
+}
+
 // Workflows lists an orchestrator's workflows.
 func (c *Client) Workflows(ctx context.Context) (*apiv1.WorkflowList, error) {
 	var out apiv1.WorkflowList

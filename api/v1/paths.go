@@ -72,3 +72,6 @@ func ValidatePath(capabilityID string) string {
 func InvokePath(capabilityID string) string {
 	return pathCapabilitiesSlash + url.PathEscape(capabilityID) + "/invoke"
 }
+
+// PathGatewayRouteHealth is the gateway's per-route availability over 24 hours.
+const PathGatewayRouteHealth = PathGatewayRoutes + "/health"

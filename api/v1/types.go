@@ -423,3 +423,28 @@ type Transition struct {
 	To         string    `json:"to"`
 	Reasons    []string  `json:"reasons"`
 }
+
+// RouteHealthSlice is one 5-minute slice of a route's requests at a gateway.
+type RouteHealthSlice struct {
+	Start    time.Time `json:"start"`
+	Requests int64     `json:"requests"`
+	// Failed counts the answers that were a 5xx, a connection failure or no eligible upstream.
+	Failed       int64   `json:"failed"`
+	Availability float64 `json:"availability"`
+}
+
+// RouteHealth is one route's last 24 hours at a gateway: slices without requests are left out.
+type RouteHealth struct {
+	// Route is "METHOD pattern".
+	Route        string             `json:"route"`
+	Requests     int64              `json:"requests"`
+	Failed       int64              `json:"failed"`
+	Availability float64            `json:"availability"`
+	Slices       []RouteHealthSlice `json:"slices"`
+}
+
+// RouteHealthResponse is the answer of GET /v1/gateway/routes/health.
+type RouteHealthResponse struct {
+	SliceSeconds int64         `json:"slice_seconds"`
+	Routes       []RouteHealth `json:"routes"`
+}

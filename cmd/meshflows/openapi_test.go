@@ -139,6 +139,8 @@ func TestOpenAPIDescribesTheServers(t *testing.T) {
 			body: `{"workflow_name":"w","run_id":"r","step_id":"s","step_version":"1","request":{"destination":"orders.events"},"payload":{"id":1}}`, want: 200},
 		{name: "readyz", method: "GET", url: registry + "/readyz", want: 200},
 		{name: "gateway routes", method: "GET", url: gateway + "/v1/gateway/routes", want: 200},
+		{name: "gateway route health", method: "GET", url: gateway + "/v1/gateway/routes/health", want: 200},
+		{name: "gateway route health csv", method: "GET", url: gateway + "/v1/gateway/routes/health?format=csv", want: 200},
 		{name: "gateway invalidate", method: "DELETE", url: gateway + "/v1/discovery/invalidate", want: 200},
 		{name: "gateway invalidate (GET)", method: "GET", url: gateway + "/v1/discovery/invalidate", want: 200},
 		{name: "orchestrator invalidate", method: "DELETE", url: orchestrator + "/v1/discovery/invalidate", want: 200},

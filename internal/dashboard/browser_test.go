@@ -38,6 +38,7 @@ import (
 type stack struct {
 	reg       *registrytest.Server
 	dashboard *httptest.Server
+	gateway   *httptest.Server
 	incidents *incident.Log
 }
 
@@ -87,8 +88,8 @@ func newStack(t testing.TB) *stack {
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	gdisc, _ := discovery.New(discovery.Config{Registries: []string{reg.URL}})
-	gw, err := gateway.New(gateway.Config{Discovery: gdisc, Policy: func() routing.Policy {
-		return routing.Policy{"egress-jms": {"/api/messaging/jms"}, "egress-rabbitmq": {"/api/messaging/rabbitmq"}}
+	gw, err := gateway.New(gateway.Config{Discovery: gdisc, Now: reg.Clock.Now, Policy: func() routing.Policy {
+		return routing.Policy{"egress-jms": {"/api/messaging/jms"}, "egress-rabbitmq": {"/api/messaging/rabbitmq"}, "egress-broken": {"/api/broken"}}
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -138,7 +139,7 @@ func newStack(t testing.TB) *stack {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	return &stack{reg: reg, dashboard: dsrv, incidents: incidents}
+	return &stack{reg: reg, dashboard: dsrv, gateway: gsrv, incidents: incidents}
 }
 
 // browser starts Debian's Chromium headless; the test is skipped only where it is absent
@@ -307,13 +308,67 @@ func TestDashboardInABrowser(t *testing.T) {
 		if n := count(t, ctx, "#routes tbody tr"); n != 4 {
 			t.Errorf("routes = %d, want 4", n)
 		}
+		resp, err := http.Post(s.gateway.URL+"/api/messaging/jms/publish", "application/json", strings.NewReader(`{"destination":"orders.events","payload":{"id":1}}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusAccepted {
+			t.Fatalf("publish through the gateway: %d", resp.StatusCode)
+		}
+		// A failure injected through the gateway: a service whose only instance refuses
+		// connections.
+		req := apiv1.RegisterRequest{InstanceID: "broken-1", ServiceName: "egress-broken", ServiceVersion: "1.0.0", Endpoint: "http://127.0.0.1:9",
+			Capabilities: []apiv1.Capability{{CapabilityID: "broken.send", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0", Provider: "http"}},
+			Manifest: &apiv1.Manifest{FARP: "1.0", Service: apiv1.ManifestService{Name: "egress-broken", Instance: "broken-1", Version: "1.0.0"},
+				Routes: []apiv1.ManifestRoute{{Path: "/api/broken/send", Methods: []string{"POST"}}}}}
+		if _, err := s.reg.Registry.Register(context.Background(), &req); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for failed := 0; failed < 5; {
+			resp, err := http.Post(s.gateway.URL+"/api/broken/send", "application/json", strings.NewReader("{}"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusBadGateway {
+				failed++
+			} else if time.Now().After(deadline) {
+				t.Fatalf("the gateway never routed /api/broken/send: %d", resp.StatusCode)
+			}
+		}
+		nav("/routes")
+		broken := `#routes tr[id="POST /api/broken/send"]`
+		if got := text(t, ctx, broken+" td.availability"); got != "0.00%" {
+			t.Errorf("the failing route's availability: %q, want 0.00%%", got)
+		}
+		if n := count(t, ctx, broken+`[data-worst="panic"] rect.lv-panic`); n != 1 {
+			t.Errorf("red slices in the failing route's strip: %d, want 1", n)
+		}
+		if n := count(t, ctx, `#routes tr[id="POST /api/broken/send"] rect`); n != 288 {
+			t.Errorf("slices in a route's strip: %d, want 288", n)
+		}
+		nav("/routes")
+		if n := count(t, ctx, `#routes tr[id="POST /api/messaging/jms/publish"][data-worst="ok"] rect.lv-ok`); n != 1 {
+			t.Errorf("green slices of the route that answered: %d, want 1", n)
+		}
+		resp, err = http.Get(base + "/routes/health.csv")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, err := csv.NewReader(resp.Body).ReadAll()
+		resp.Body.Close()
+		if err != nil || len(rows) < 2 || strings.Join(rows[0], ",") != "route,slice_start,requests,failed,availability" {
+			t.Errorf("route health CSV: %v %q", err, rows)
+		}
 		screenshot(t, ctx, "routes")
 		nav("/routes/map")
-		if n := count(t, ctx, "#routemap g.node.route"); n != 4 {
-			t.Errorf("route nodes = %d, want 4", n)
+		if n := count(t, ctx, "#routemap g.node.route"); n != 5 {
+			t.Errorf("route nodes = %d, want 5 (the example providers' 4 and the broken one)", n)
 		}
-		if n := count(t, ctx, "#routemap g.node.instance"); n != 2 {
-			t.Errorf("instance nodes = %d, want 2", n)
+		if n := count(t, ctx, "#routemap g.node.instance"); n != 3 {
+			t.Errorf("instance nodes = %d, want 3", n)
 		}
 		screenshot(t, ctx, "routemap")
 	})

@@ -111,6 +111,7 @@ func (d *Dashboard) Handler() http.Handler {
 	mux.HandleFunc("POST /validation/upload", d.write(d.upload))
 	mux.HandleFunc("GET /routes", d.routes)
 	mux.HandleFunc("GET /routes/map", d.routeMap)
+	mux.HandleFunc("GET /routes/health.csv", d.routesHealthExport)
 	mux.HandleFunc("GET /events", d.events)
 	mux.HandleFunc("GET /events/fragment", d.eventsFragment)
 	mux.HandleFunc("GET /events/export", d.eventsExport)
@@ -504,7 +505,27 @@ func (d *Dashboard) upload(w http.ResponseWriter, r *http.Request) {
 
 func (d *Dashboard) routes(w http.ResponseWriter, r *http.Request) {
 	gr, err := d.gatewayTable(r.Context())
-	d.render(w, r, "routes", "Routes", gr, errString("gateway", err))
+	errs := errString("gateway", err)
+	data := routesData{RoutesAnswer: gr}
+	if h, err := d.gateway.GatewayRouteHealth(r.Context()); err != nil {
+		errs = append(errs, errString("gateway route health", err)...)
+	} else {
+		data.Health, data.Width, data.From = routeStrips(h, d.cfg.Now())
+		data.To = d.cfg.Now().UTC()
+	}
+	d.render(w, r, "routes", "Routes", data, errs)
+}
+
+// routesHealthExport downloads the gateway's route health as CSV.
+func (d *Dashboard) routesHealthExport(w http.ResponseWriter, r *http.Request) {
+	body, err := d.gateway.GatewayRouteHealthCSV(r.Context())
+	if err != nil {
+		http.Error(w, "gateway route health: "+err.Error(), upstreamStatus(err))
+		return
+	}
+	w.Header().Set("Content-Type", "text/csv; charset=utf-8")
+	w.Header().Set("Content-Disposition", `attachment; filename="meshflows-route-health.csv"`)
+	w.Write(body)
 }
 
 // gatewayTable asks the gateway for its routing table; a summary (the dashboard's

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/routing"
 )
 
 // cellWidth is the width in pixels of one timeline slice.
@@ -142,4 +143,70 @@ func incidentRunbook(in apiv1.Incident) string {
 		return "/runbooks/eligibility"
 	}
 	return "/runbooks/incident-spike"
+}
+
+// Route availability thresholds of the Routes page's strips: at or above warnAvailability a
+// slice is green, at or above critAvailability amber, below red.
+const (
+	warnAvailability = 0.95
+	critAvailability = 0.90
+)
+
+// routesData is the Routes page: the gateway's table and each route's 24-hour strip.
+type routesData struct {
+	*routing.RoutesAnswer
+	Health   map[string]routeStrip // by "METHOD pattern"
+	Width    int
+	From, To time.Time
+}
+
+// routeStrip is one route's 24 hours.
+type routeStrip struct {
+	Cells        []timelineCell
+	Availability string
+	Worst        string
+	Requests     int64
+}
+
+// routeStrips lays out each route's last 24 hours at the gateway, one cell per slice.
+func routeStrips(h *apiv1.RouteHealthResponse, now time.Time) (map[string]routeStrip, int, time.Time) {
+	slice := time.Duration(h.SliceSeconds) * time.Second
+	if slice <= 0 {
+		return nil, 0, now
+	}
+	n := int(24 * time.Hour / slice)
+	first := now.Truncate(slice).Add(-time.Duration(n-1) * slice).UTC()
+	rank := map[string]int{"nodata": 0, "ok": 1, "partial": 2, "panic": 3}
+	out := make(map[string]routeStrip, len(h.Routes))
+	for _, rt := range h.Routes {
+		byStart := make(map[time.Time]apiv1.RouteHealthSlice, len(rt.Slices))
+		for _, s := range rt.Slices {
+			byStart[s.Start.UTC()] = s
+		}
+		st := routeStrip{Worst: "ok", Requests: rt.Requests, Availability: "—"}
+		if rt.Requests > 0 {
+			st.Availability = fmt.Sprintf("%.2f%%", 100*rt.Availability)
+		}
+		for i := range n {
+			start := first.Add(time.Duration(i) * slice)
+			cell := timelineCell{X: i * cellWidth, Level: "nodata", Title: start.Format("15:04") + " no requests"}
+			if s, ok := byStart[start]; ok {
+				switch {
+				case s.Availability >= warnAvailability:
+					cell.Level = "ok"
+				case s.Availability >= critAvailability:
+					cell.Level = "partial"
+				default:
+					cell.Level = "panic"
+				}
+				cell.Title = fmt.Sprintf("%s %.1f%% of %d requests answered (%d failed)", start.Format("15:04"), 100*s.Availability, s.Requests, s.Failed)
+				if rank[cell.Level] > rank[st.Worst] {
+					st.Worst = cell.Level
+				}
+			}
+			st.Cells = append(st.Cells, cell)
+		}
+		out[rt.Route] = st
+	}
+	return out, n * cellWidth, first
 }

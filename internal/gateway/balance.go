@@ -35,6 +35,7 @@ type tally struct {
 // round-robin counter; unequal ones (slow start, degraded) by smooth weighted round robin.
 type serving struct {
 	upstreams []upstream
+	health    *routeStat // the route's counts (nil for a table not built by derive)
 	uniform   bool
 	next      atomic.Uint64
 

@@ -106,6 +106,7 @@ type freshness struct {
 type Gateway struct {
 	cfg     Config
 	metrics *metrics
+	health  *routeHealth // per route: requests and failures over 24 hours
 	state   atomic.Pointer[state]
 	proxy   *proxy
 	admin   *http.ServeMux                         // the gateway's own endpoints (see adminRoutes)
@@ -179,7 +180,10 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, err
 	}
 	g.metrics = m
-	g.proxy = newProxy(cfg.Transport, cfg.MaxBufferedBody, cfg.BodyTimeout, m, cfg.Logger)
+	if g.health, err = newRouteHealth(cfg.Registerer); err != nil {
+		return nil, fmt.Errorf("register gateway metrics: %w", err)
+	}
+	g.proxy = newProxy(cfg.Transport, cfg.MaxBufferedBody, cfg.BodyTimeout, m, cfg.Logger, cfg.Now)
 	g.admin = g.adminRoutes()
 	g.derive() // the static table, from the first second: it needs no registry
 	return g, nil
@@ -434,8 +438,11 @@ func (g *Gateway) derive() {
 			tallies[k] = v // counts of incarnations the registry no longer holds would be ignored there
 		}
 	}
+	stats := g.health.keep(t.Entries())
 	for _, e := range t.Entries() {
-		st.serving[e] = g.servingFor(e, verdicts, gens, tallies)
+		sv := g.servingFor(e, verdicts, gens, tallies)
+		sv.health = stats[routeName(e)]
+		st.serving[e] = sv
 	}
 	g.tallies = tallies
 	g.talliesMu.Unlock()
@@ -509,6 +516,7 @@ func fingerprint(p routing.Policy) string {
 func (g *Gateway) adminRoutes() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET "+apiv1.PathGatewayRoutes, g.serveRoutes)
+	mux.HandleFunc("GET "+apiv1.PathGatewayRouteHealth, g.serveRouteHealth)
 	mux.HandleFunc("DELETE "+apiv1.PathInvalidate, g.serveInvalidate)
 	mux.HandleFunc("GET "+apiv1.PathInvalidate, g.serveInvalidate)
 	mux.HandleFunc("/", httpapi.NotRouted(mux))
@@ -518,7 +526,7 @@ func (g *Gateway) adminRoutes() *http.ServeMux {
 // ServeHTTP serves the gateway: its own endpoints (adminRoutes), everything else by the
 // table.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path == apiv1.PathGatewayRoutes || r.URL.Path == apiv1.PathInvalidate {
+	if r.URL.Path == apiv1.PathGatewayRoutes || r.URL.Path == apiv1.PathInvalidate || r.URL.Path == apiv1.PathGatewayRouteHealth {
 		g.admin.ServeHTTP(w, r)
 		return
 	}
@@ -550,6 +558,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	sv := st.serving[m.Entry]
 	if len(sv.upstreams) == 0 {
+		sv.health.record(g.cfg.Now(), http.StatusServiceUnavailable)
 		httpapi.WriteError(w, apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable, "route %s %s has no eligible upstream", m.Entry.Method, m.Entry.Pattern))
 		return
 	}

@@ -24,6 +24,7 @@ type proxy struct {
 	maxBuffered int64
 	bodyTimeout time.Duration
 	metrics     *metrics
+	now         func() time.Time
 }
 
 type targetKey struct{}
@@ -36,6 +37,7 @@ type target struct {
 	path      string
 	retry     bool // idempotent and more than one upstream
 	source    string
+	route     *routeStat
 }
 
 // outcome counts the answer of upstream i: a connect failure, an error (no answer, or a
@@ -53,8 +55,8 @@ func (t *target) outcome(i int, connect, failed bool) {
 	}
 }
 
-func newProxy(rt http.RoundTripper, maxBuffered int64, bodyTimeout time.Duration, m *metrics, logger *slog.Logger) *proxy {
-	p := &proxy{maxBuffered: maxBuffered, bodyTimeout: bodyTimeout, metrics: m}
+func newProxy(rt http.RoundTripper, maxBuffered int64, bodyTimeout time.Duration, m *metrics, logger *slog.Logger, now func() time.Time) *proxy {
+	p := &proxy{maxBuffered: maxBuffered, bodyTimeout: bodyTimeout, metrics: m, now: now}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			t := pr.In.Context().Value(targetKey{}).(*target)
@@ -77,12 +79,16 @@ func newProxy(rt http.RoundTripper, maxBuffered int64, bodyTimeout time.Duration
 			if errors.Is(err, context.DeadlineExceeded) {
 				status = http.StatusGatewayTimeout
 			}
+			if t, ok := r.Context().Value(targetKey{}).(*target); ok {
+				t.route.record(p.now(), status)
+			}
 			httpapi.WriteError(w, apiv1.Errorf(status, apiv1.CodeUnavailable, "upstream failed: %v", err))
 		},
 		ModifyResponse: func(resp *http.Response) error {
 			t := resp.Request.Context().Value(targetKey{}).(*target)
 			m.count(t.source, resp.StatusCode)
 			t.outcome(t.served, false, resp.StatusCode >= 500)
+			t.route.record(p.now(), resp.StatusCode)
 			return nil
 		},
 	}
@@ -109,7 +115,7 @@ func boolInt(b bool) int {
 // serve proxies r to the route of m, to the upstream the balancer picks.
 func (p *proxy) serve(w http.ResponseWriter, r *http.Request, m routing.Match, sv *serving) {
 	e := m.Entry
-	t := &target{path: m.Path, source: e.Source}
+	t := &target{path: m.Path, source: e.Source, route: sv.health}
 	if e.Rewrite != "" {
 		t.path = e.Rewrite
 	}
@@ -122,6 +128,7 @@ func (p *proxy) serve(w http.ResponseWriter, r *http.Request, m routing.Match, s
 		buffered, err := p.readBody(w, r)
 		if err != nil {
 			p.metrics.count(e.Source, err.Status)
+			sv.health.record(p.now(), err.Status)
 			httpapi.WriteError(w, err)
 			return
 		}

@@ -11,7 +11,7 @@ import (
 // per request — four fifths of what the gateway allocated under load, and the difference
 // between trailing Caddy and leading it.
 func TestProxyPoolsCopyBuffers(t *testing.T) {
-	p := newProxy(http.DefaultTransport, 1<<20, 10*time.Second, &metrics{}, slog.New(slog.DiscardHandler))
+	p := newProxy(http.DefaultTransport, 1<<20, 10*time.Second, &metrics{}, slog.New(slog.DiscardHandler), time.Now)
 	if p.rp.BufferPool == nil {
 		t.Fatal("the reverse proxy has no buffer pool")
 	}
