@@ -197,6 +197,11 @@ func (c *Client) Timeline(ctx context.Context) (*apiv1.TimelineResponse, error) 
 	return &out, c.call(ctx, http.MethodGet, apiv1.PathTimeline, nil, nil, &out)
 }
 
+// TimelineCSV returns the same as CSV: a header, then a row per capability and slice.
+func (c *Client) TimelineCSV(ctx context.Context) ([]byte, error) {
+	return c.Raw(ctx, Request{Method: http.MethodGet, Path: apiv1.PathTimeline, Query: url.Values{"format": {"csv"}}})
+}
+
 // Snapshot asks the registry to write a snapshot now.
 func (c *Client) Snapshot(ctx context.Context) (*apiv1.SnapshotResponse, error) {
 	var out apiv1.SnapshotResponse
@@ -212,6 +217,17 @@ func (c *Client) Invalidate(ctx context.Context) error {
 // into out.
 func (c *Client) GatewayRoutes(ctx context.Context, out any) error {
 	return c.call(ctx, http.MethodGet, apiv1.PathGatewayRoutes, nil, nil, out)
+}
+
+// TriggerHealth returns an orchestrator's per-workflow success rate and p95 over 24 hours.
+func (c *Client) TriggerHealth(ctx context.Context) (*apiv1.TriggerHealthResponse, error) {
+	var out apiv1.TriggerHealthResponse
+	return &out, c.call(ctx, http.MethodGet, apiv1.PathTriggerHealth, nil, nil, &out)
+}
+
+// TriggerHealthCSV returns the same as CSV: a header, then a row per workflow and slice.
+func (c *Client) TriggerHealthCSV(ctx context.Context) ([]byte, error) {
+	return c.Raw(ctx, Request{Method: http.MethodGet, Path: apiv1.PathTriggerHealth, Query: url.Values{"format": {"csv"}}})
 }
 
 // GatewayRouteHealth returns a gateway's per-route availability over 24 hours

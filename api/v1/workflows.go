@@ -94,3 +94,37 @@ type RunHistory struct {
 	SuccessRate float64 `json:"success_rate"`
 	P95MS       float64 `json:"p95_ms"`
 }
+
+// PathTriggerHealth is the orchestrator's per-workflow success rate and p95 over 24 hours.
+const PathTriggerHealth = "/v1/triggers/health"
+
+// TriggerSlice is one 5-minute slice of a workflow's runs.
+type TriggerSlice struct {
+	Start       time.Time `json:"start"`
+	Runs        int       `json:"runs"`
+	Succeeded   int       `json:"succeeded"`
+	SuccessRate float64   `json:"success_rate"`
+	// P95MS is the 95th percentile of the slice's run durations (to within 12 %: the upper
+	// bound of a logarithmic bucket, at most the slowest run).
+	P95MS float64 `json:"p95_ms"`
+}
+
+// TriggerHealth is one workflow's last 24 hours: slices without runs are left out.
+type TriggerHealth struct {
+	Workflow    string         `json:"workflow"`
+	Runs        int            `json:"runs"`
+	Succeeded   int            `json:"succeeded"`
+	SuccessRate float64        `json:"success_rate"`
+	P95MS       float64        `json:"p95_ms"`
+	Slices      []TriggerSlice `json:"slices"`
+}
+
+// TriggerHealthResponse is the answer of GET /v1/triggers/health.
+type TriggerHealthResponse struct {
+	SliceSeconds int64 `json:"slice_seconds"`
+	// Warning and Critical are the success-rate thresholds the orchestrator was configured
+	// with (--trigger-warning, --trigger-critical).
+	Warning   float64         `json:"warning"`
+	Critical  float64         `json:"critical"`
+	Workflows []TriggerHealth `json:"workflows"`
+}

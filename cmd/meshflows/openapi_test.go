@@ -108,6 +108,7 @@ func TestOpenAPIDescribesTheServers(t *testing.T) {
 			body: `{"gateway_id":"openapi-gw","outcomes":[{"instance_id":"openapi-1","generation":3,"ok":10,"errors":0,"connect_failures":0}]}`, want: 200},
 		{name: "outcomes invalid", method: "POST", url: registry + "/v1/outcomes", contentType: "application/json", body: `{"outcomes":[]}`, want: 400},
 		{name: "timeline", method: "GET", url: registry + "/v1/eligibility/timeline", want: 200},
+		{name: "timeline csv", method: "GET", url: registry + "/v1/eligibility/timeline?format=csv", want: 200},
 		{name: "incidents", method: "GET", url: registry + "/v1/incidents?status=unresolved", want: 200},
 		{name: "incidents bad status", method: "GET", url: registry + "/v1/incidents?status=maybe", want: 400},
 		// a fresh dev stack has no incident (its start-up panic lasts less than a minute); the
@@ -155,6 +156,8 @@ func TestOpenAPIDescribesTheServers(t *testing.T) {
 		{name: "publish", method: "POST", url: orchestrator + "/v1/workflows/openapi-copy/publish", want: 200},
 		{name: "run", method: "POST", url: orchestrator + "/v1/workflows/openapi-copy/run", contentType: "application/json", body: `{"order":1}`, want: 200},
 		{name: "runs", method: "GET", url: orchestrator + "/v1/workflows/openapi-copy/runs", want: 200},
+		{name: "trigger health", method: "GET", url: orchestrator + "/v1/triggers/health", want: 200},
+		{name: "trigger health csv", method: "GET", url: orchestrator + "/v1/triggers/health?format=csv", want: 200},
 		{name: "run unknown", method: "GET", url: orchestrator + "/v1/workflows/openapi-copy/runs/run-none", want: 404},
 		{name: "delete", method: "DELETE", url: orchestrator + "/v1/workflows/openapi-copy", want: 200},
 	} {

@@ -21,16 +21,17 @@ import (
 )
 
 type orchestratorFlags struct {
-	listen, dir, staticFile string
-	registries              []string
-	timeout                 time.Duration
-	scopeMode               string
-	scopeModeSet            bool // --scope-mode given (it wins over $WORKFLOW_SCOPE_MODE)
-	maxParallel             int
-	creds                   clientCreds
-	security                serverAuthFlags
-	insecure                bool
-	log                     telemetry.LogConfig
+	listen, dir, staticFile  string
+	registries               []string
+	timeout                  time.Duration
+	scopeMode                string
+	scopeModeSet             bool // --scope-mode given (it wins over $WORKFLOW_SCOPE_MODE)
+	maxParallel              int
+	triggerWarn, triggerCrit float64
+	creds                    clientCreds
+	security                 serverAuthFlags
+	insecure                 bool
+	log                      telemetry.LogConfig
 	// preload are workflows to upload and publish at start (meshflows dev's example).
 	preload [][]byte
 }
@@ -69,11 +70,13 @@ that an open API is intended. It calls the registry with --registry-ca, --regist
 	fl := cmd.Flags()
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:7401", "address to serve on")
 	fl.StringSliceVar(&f.registries, "registry", []string{"http://127.0.0.1:7400"}, "registry base URL; repeat or comma-separate for failover")
-	fl.StringVar(&f.dir, "workflows-dir", "", "directory where workflows, their results and the last discovery view persist (loaded at start: runs resolve from the saved view while the registry is away)")
+	fl.StringVar(&f.dir, "workflows-dir", "", "directory where workflows, their results, run history and trigger health, and the last discovery view persist (loaded at start: runs resolve from the saved view while the registry is away)")
 	fl.StringVar(&f.staticFile, "static-capabilities", "", "YAML list of {capability_id, provider, version, endpoint}: used when the registry has never answered")
 	fl.DurationVar(&f.timeout, "provider-timeout", workflow.DefaultProviderTimeout, "timeout of each provider validation")
 	fl.StringVar(&f.scopeMode, "scope-mode", "legacy", "scope mode of workflows that name none: legacy (loops and branches share the context) or strict (default: $"+scopeEnv+", else legacy)")
 	fl.IntVar(&f.maxParallel, "max-parallel", orchestrator.DefaultMaxParallel, "branches of one parallel step that run at once")
+	fl.Float64Var(&f.triggerWarn, "trigger-warning", orchestrator.DefaultTriggerWarning, "success rate under which a workflow's trigger health is a warning (GET /v1/triggers/health, the console's strips)")
+	fl.Float64Var(&f.triggerCrit, "trigger-critical", orchestrator.DefaultTriggerCritical, "success rate under which a workflow's trigger health is critical")
 	bindLogFlags(fl, &f.log, "json")
 	fl.BoolVar(&f.insecure, "insecure", false, "serve the API without authentication (development only: anyone who reaches the port can upload and run workflows, which call the providers)")
 	f.creds.bindRegistry(fl)
@@ -122,7 +125,7 @@ func startOrchestrator(ctx context.Context, g *errgroup.Group, f *orchestratorFl
 	if err != nil {
 		return err
 	}
-	o, err := orchestrator.New(orchestrator.Config{Discovery: disc, Static: static, Dir: f.dir, ProviderTimeout: f.timeout, Strict: strict, ScopeMode: mode, MaxParallel: f.maxParallel, Authorizer: authz, Registerer: promReg, Logger: logger})
+	o, err := orchestrator.New(orchestrator.Config{Discovery: disc, Static: static, Dir: f.dir, ProviderTimeout: f.timeout, Strict: strict, ScopeMode: mode, MaxParallel: f.maxParallel, TriggerWarning: f.triggerWarn, TriggerCritical: f.triggerCrit, Authorizer: authz, Registerer: promReg, Logger: logger})
 	if err != nil {
 		return err
 	}

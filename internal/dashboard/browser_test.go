@@ -100,7 +100,10 @@ func newStack(t testing.TB) *stack {
 	gsrv := httptest.NewServer(gw)
 	t.Cleanup(gsrv.Close)
 	odisc, _ := discovery.New(discovery.Config{Registries: []string{reg.URL}})
-	o, _ := orchestrator.New(orchestrator.Config{Discovery: odisc, Strict: true})
+	// the orchestrator's clock runs in real time from the registry's fake one, so that runs
+	// fall in the dashboard's 24 hours and still have durations
+	offset := reg.Clock.Now().Sub(time.Now())
+	o, _ := orchestrator.New(orchestrator.Config{Discovery: odisc, Strict: true, Now: func() time.Time { return time.Now().Add(offset) }})
 	if _, err := o.Upload(context.Background(), workflows.OrderPublish); err != nil {
 		t.Fatal(err)
 	}
@@ -386,6 +389,15 @@ func TestDashboardInABrowser(t *testing.T) {
 			t.Errorf("slices in a 24-hour strip: %d, want 288", n)
 		}
 		screenshot(t, ctx, "incidents")
+		resp, err := http.Get(base + "/incidents/timeline.csv")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, err := csv.NewReader(resp.Body).ReadAll()
+		resp.Body.Close()
+		if err != nil || len(rows) < 2 || strings.Join(rows[0], ",") != "capability_id,slice_start,level,instances,min_in_rotation" || rows[1][0] != "messaging.publish" {
+			t.Errorf("timeline CSV: %v %q", err, rows)
+		}
 		if err := chromedp.Do(ctx, chromedp.SendKeys(chromedp.CSS("#incidents tr.inc-open input.comment"), "on it: broker restart")); err != nil {
 			t.Fatal(err)
 		}
@@ -494,7 +506,30 @@ func TestDashboardInABrowser(t *testing.T) {
 		if n := count(t, ctx, "#wfrow-order-publish .run"); n != 2 {
 			t.Errorf("runs after Run now = %d, want 2", n)
 		}
+		// the 24-hour strip: the runs so far are green, and a slice opens its runs
+		if n := count(t, ctx, `#wfrow-order-publish[data-worst="ok"] a.slice rect.lv-ok`); n != 1 {
+			t.Errorf("green slices of order-publish: %d, want 1", n)
+		}
+		if n := count(t, ctx, `#wfrow-order-publish svg rect`); n != 288 {
+			t.Errorf("slices in a workflow's strip: %d, want 288", n)
+		}
 		screenshot(t, ctx, "workflows")
+		if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#wfrow-order-publish a.slice rect")), chromedp.WaitVisible(chromedp.ID("slice-runs"))); err != nil {
+			t.Fatalf("drill-down: %v", err)
+		}
+		if n := count(t, ctx, "#slice-runs tr.st-succeeded"); n != 2 {
+			t.Errorf("runs of the slice: %d, want 2", n)
+		}
+		nav("/workflows")
+		resp, err := http.Get(base + "/workflows/health.csv")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rows, err := csv.NewReader(resp.Body).ReadAll()
+		resp.Body.Close()
+		if err != nil || len(rows) != 3 || strings.Join(rows[0], ",") != "workflow,slice_start,runs,succeeded,success_rate,p95_ms" {
+			t.Errorf("trigger health CSV: %v %q, want the header and a row per workflow", err, rows)
+		}
 
 		// A run of the strict example: nested steps indented, where each ran, the context.
 		if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#wfrow-order-batch a.run")), chromedp.WaitVisible(chromedp.ID("run-steps"))); err != nil {

@@ -116,6 +116,7 @@ func (d *Dashboard) Handler() http.Handler {
 	mux.HandleFunc("GET /events/fragment", d.eventsFragment)
 	mux.HandleFunc("GET /events/export", d.eventsExport)
 	mux.HandleFunc("GET /incidents", d.incidents)
+	mux.HandleFunc("GET /incidents/timeline.csv", d.timelineExport)
 	mux.HandleFunc("POST /incidents/{id}/acknowledge", d.write(d.incidentAction))
 	mux.HandleFunc("POST /incidents/{id}/resolve", d.write(d.incidentAction))
 	mux.HandleFunc("POST /incidents/{id}/ignore", d.write(d.incidentAction))
@@ -125,6 +126,8 @@ func (d *Dashboard) Handler() http.Handler {
 	mux.HandleFunc("GET /workflows", d.workflows)
 	mux.HandleFunc("POST /workflows/{name}/run", d.write(d.run))
 	mux.HandleFunc("GET /workflows/{name}/runs/{run_id}", d.runPage)
+	mux.HandleFunc("GET /workflows/{name}/runs", d.sliceRuns)
+	mux.HandleFunc("GET /workflows/health.csv", d.triggerExport)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
 	mux.HandleFunc("/", httpapi.NotRouted(mux)) // 405 with Allow, or 404, with the error body
 	return mux
@@ -549,22 +552,84 @@ type wfRow struct {
 	Name      string
 	Published bool
 	History   apiv1.RunHistory
+	Strip     triggerStrip
+}
+
+// workflowsData is the Workflows page.
+type workflowsData struct {
+	Rows              []wfRow
+	Width             int
+	From, To          time.Time
+	Warning, Critical string
+	HealthUnavailable bool
 }
 
 func (d *Dashboard) workflows(w http.ResponseWriter, r *http.Request) {
 	wl, err := d.orc.Workflows(r.Context())
-	var rows []wfRow
+	errs := errString("orchestrator", err)
+	data := workflowsData{}
+	var strips map[string]triggerStrip
+	if th, err := d.orc.TriggerHealth(r.Context()); err != nil {
+		errs = append(errs, errString("orchestrator trigger health", err)...)
+		data.HealthUnavailable = true
+	} else {
+		strips, data.Width, data.From = triggerStrips(th, d.cfg.Now())
+		data.To = d.cfg.Now().UTC()
+		data.Warning, data.Critical = fmt.Sprintf("%.0f %%", 100*th.Warning), fmt.Sprintf("%.0f %%", 100*th.Critical)
+	}
 	for _, wf := range wl.Workflows {
-		row := wfRow{Name: wf.Name, Published: wf.Published}
+		row := wfRow{Name: wf.Name, Published: wf.Published, Strip: strips[wf.Name]}
 		if h, err := d.orc.Runs(r.Context(), wf.Name); err == nil {
 			row.History = *h
 		}
 		if len(row.History.Runs) > 10 {
 			row.History.Runs = row.History.Runs[:10]
 		}
-		rows = append(rows, row)
+		data.Rows = append(data.Rows, row)
 	}
-	d.render(w, r, "workflows", "Workflows", rows, errString("orchestrator", err))
+	d.render(w, r, "workflows", "Workflows", data, errs)
+}
+
+// sliceRunsData is the runs of one slice of a workflow's strip.
+type sliceRunsData struct {
+	Workflow string
+	From, To time.Time
+	Runs     []*apiv1.Run
+	Kept     int // how many runs the history keeps
+}
+
+// sliceRuns lists the runs of a workflow that started in the 5 minutes from ?from (unix).
+func (d *Dashboard) sliceRuns(w http.ResponseWriter, r *http.Request) {
+	from, err := strconv.ParseInt(r.URL.Query().Get("from"), 10, 64)
+	if err != nil {
+		http.Error(w, "from: a unix time", http.StatusBadRequest)
+		return
+	}
+	name := r.PathValue("name")
+	h, err := d.orc.Runs(r.Context(), name)
+	if err != nil {
+		http.Error(w, "orchestrator: "+err.Error(), upstreamStatus(err))
+		return
+	}
+	data := sliceRunsData{Workflow: name, From: time.Unix(from, 0).UTC(), To: time.Unix(from, 0).Add(5 * time.Minute).UTC(), Kept: len(h.Runs)}
+	for _, run := range h.Runs {
+		if !run.StartedAt.Before(data.From) && run.StartedAt.Before(data.To) {
+			data.Runs = append(data.Runs, run)
+		}
+	}
+	d.render(w, r, "sliceruns", "Runs of "+name, data, nil)
+}
+
+// triggerExport downloads the orchestrator's trigger health as CSV.
+func (d *Dashboard) triggerExport(w http.ResponseWriter, r *http.Request) {
+	body, err := d.orc.TriggerHealthCSV(r.Context())
+	if err != nil {
+		http.Error(w, "orchestrator trigger health: "+err.Error(), upstreamStatus(err))
+		return
+	}
+	w.Header().Set("Content-Type", "text/csv; charset=utf-8")
+	w.Header().Set("Content-Disposition", `attachment; filename="meshflows-trigger-health.csv"`)
+	w.Write(body)
 }
 
 // runRow is one step record of a run, flattened with its nesting.

@@ -109,6 +109,18 @@ func (d *Dashboard) incidentAction(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/incidents#incident-"+r.PathValue("id"), http.StatusSeeOther)
 }
 
+// timelineExport downloads the registry's eligibility timeline as CSV.
+func (d *Dashboard) timelineExport(w http.ResponseWriter, r *http.Request) {
+	body, err := d.registry.TimelineCSV(r.Context())
+	if err != nil {
+		http.Error(w, "registry timeline: "+err.Error(), upstreamStatus(err))
+		return
+	}
+	w.Header().Set("Content-Type", "text/csv; charset=utf-8")
+	w.Header().Set("Content-Disposition", `attachment; filename="meshflows-eligibility-timeline.csv"`)
+	w.Write(body)
+}
+
 // bulkAcknowledge acknowledges every incident ticked on the page.
 func (d *Dashboard) bulkAcknowledge(w http.ResponseWriter, r *http.Request) {
 	if err := r.ParseForm(); err != nil {
@@ -207,6 +219,60 @@ func routeStrips(h *apiv1.RouteHealthResponse, now time.Time) (map[string]routeS
 			st.Cells = append(st.Cells, cell)
 		}
 		out[rt.Route] = st
+	}
+	return out, n * cellWidth, first
+}
+
+// triggerStrip is one workflow's 24 hours of runs.
+type triggerStrip struct {
+	Cells []triggerCell
+	Worst string
+}
+
+// triggerCell is one slice, linking to its runs.
+type triggerCell struct {
+	timelineCell
+	From int64 // unix start, for the drill-down
+}
+
+// triggerStrips lays out each workflow's last 24 hours, one cell per slice, against the
+// orchestrator's thresholds: green at or above the warning one, amber from the critical one,
+// red below.
+func triggerStrips(h *apiv1.TriggerHealthResponse, now time.Time) (map[string]triggerStrip, int, time.Time) {
+	slice := time.Duration(h.SliceSeconds) * time.Second
+	if slice <= 0 {
+		return nil, 0, now
+	}
+	n := int(24 * time.Hour / slice)
+	first := now.Truncate(slice).Add(-time.Duration(n-1) * slice).UTC()
+	rank := map[string]int{"nodata": 0, "ok": 1, "partial": 2, "panic": 3}
+	out := make(map[string]triggerStrip, len(h.Workflows))
+	for _, wf := range h.Workflows {
+		byStart := make(map[time.Time]apiv1.TriggerSlice, len(wf.Slices))
+		for _, s := range wf.Slices {
+			byStart[s.Start.UTC()] = s
+		}
+		st := triggerStrip{Worst: "ok"}
+		for i := range n {
+			start := first.Add(time.Duration(i) * slice)
+			cell := triggerCell{timelineCell: timelineCell{X: i * cellWidth, Level: "nodata", Title: start.Format("15:04") + " no runs"}, From: start.Unix()}
+			if s, ok := byStart[start]; ok {
+				switch {
+				case s.SuccessRate >= h.Warning:
+					cell.Level = "ok"
+				case s.SuccessRate >= h.Critical:
+					cell.Level = "partial"
+				default:
+					cell.Level = "panic"
+				}
+				cell.Title = fmt.Sprintf("%s %d of %d runs succeeded (%.0f%%), p95 %.1f ms", start.Format("15:04"), s.Succeeded, s.Runs, 100*s.SuccessRate, s.P95MS)
+				if rank[cell.Level] > rank[st.Worst] {
+					st.Worst = cell.Level
+				}
+			}
+			st.Cells = append(st.Cells, cell)
+		}
+		out[wf.Workflow] = st
 	}
 	return out, n * cellWidth, first
 }

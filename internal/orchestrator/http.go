@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"time"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
@@ -73,6 +74,27 @@ func (o *Orchestrator) Handler() http.Handler {
 		}
 		run, err := o.RunNow(r.Context(), r.PathValue("name"), "http", input)
 		return http.StatusOK, run, err
+	})
+	mux.HandleFunc("GET "+apiv1.PathTriggerHealth, func(w http.ResponseWriter, r *http.Request) {
+		if o.cfg.Authorizer != nil {
+			if _, err := o.cfg.Authorizer.Authorize(r, auth.WorkflowsRead); err != nil {
+				writeErr(w, err)
+				return
+			}
+		}
+		h := o.TriggerHealth()
+		switch f := r.URL.Query().Get("format"); f {
+		case "", "json":
+			httpapi.WriteJSON(w, http.StatusOK, h)
+		case "csv":
+			w.Header().Set("Content-Type", "text/csv; charset=utf-8")
+			w.Header().Set("Content-Disposition", `attachment; filename="meshflows-trigger-health.csv"`)
+			if err := writeTriggerCSV(w, h); err != nil {
+				o.cfg.Logger.Warn("writing the trigger health CSV failed", "error", err)
+			}
+		default:
+			writeErr(w, apiv1.InvalidRequest([]apiv1.Detail{{Path: "format", Message: "must be json or csv, got " + strconv.Quote(f)}}))
+		}
 	})
 	handle("GET /v1/workflows/{name}/runs", auth.WorkflowsRead, func(_ http.ResponseWriter, r *http.Request) (int, any, error) {
 		h, err := o.Runs(r.PathValue("name"))

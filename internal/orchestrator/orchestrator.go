@@ -43,6 +43,10 @@ type Config struct {
 	Strict bool
 	// MaxRuns is how many runs per workflow the history keeps (default 100).
 	MaxRuns int
+	// TriggerWarning and TriggerCritical are the success-rate thresholds of the trigger
+	// health (defaults 0.95 and 0.90): consoles draw them, and a workflow below the critical
+	// one is named in the answer.
+	TriggerWarning, TriggerCritical float64
 	// PanicThreshold: a step whose candidates have fewer than this share in rotation uses
 	// all of them (default 0.5, as the registry's --panic-threshold).
 	PanicThreshold float64
@@ -84,6 +88,7 @@ type entry struct {
 	published *revision // nil: not published; the latest itself once that is published
 	running   atomic.Bool
 	runs      []*apiv1.Run // newest last, at most MaxRuns
+	stats     triggerStats // the last 24 hours of runs in slices
 	nextRun   time.Time
 }
 
@@ -120,6 +125,15 @@ func New(cfg Config) (*Orchestrator, error) {
 	}
 	if cfg.PanicThreshold == 0 {
 		cfg.PanicThreshold = 0.5
+	}
+	if cfg.TriggerWarning == 0 {
+		cfg.TriggerWarning = DefaultTriggerWarning
+	}
+	if cfg.TriggerCritical == 0 {
+		cfg.TriggerCritical = DefaultTriggerCritical
+	}
+	if cfg.TriggerCritical < 0 || cfg.TriggerCritical > cfg.TriggerWarning || cfg.TriggerWarning > 1 {
+		return nil, fmt.Errorf("orchestrator: trigger thresholds: want 0 <= critical (%g) <= warning (%g) <= 1", cfg.TriggerCritical, cfg.TriggerWarning)
 	}
 	if cfg.MaxParallel == 0 {
 		cfg.MaxParallel = DefaultMaxParallel
@@ -267,7 +281,9 @@ func (o *Orchestrator) RunNow(ctx context.Context, name, trigger string, input j
 	if len(e.runs) > o.cfg.MaxRuns {
 		e.runs = slices.Clone(e.runs[len(e.runs)-o.cfg.MaxRuns:])
 	}
+	e.stats.record(run)
 	o.mu.Unlock()
+	o.persistRuns(name)
 	o.cfg.Logger.Info("workflow run", slog.String("workflow", name), slog.String("run_id", run.RunID), slog.String("status", run.Status),
 		slog.String("trigger", trigger), slog.Float64("duration_ms", run.DurationMS))
 	o.saveDiscovery()
@@ -391,6 +407,62 @@ type persisted struct {
 // publishedSuffix names the file of a published revision older than the latest.
 const publishedSuffix = ".published.yaml"
 
+// runsSuffix names the file of a workflow's run history and trigger slices.
+const runsSuffix = ".runs.json"
+
+// persistedRuns is a workflow's run history file (NAME.runs.json).
+type persistedRuns struct {
+	Runs   []*apiv1.Run `json:"runs"`
+	Slices []runSlice   `json:"slices"`
+}
+
+// persistRuns writes a workflow's run history to Dir, so that it survives a restart; a
+// failure is logged (the run happened all the same).
+func (o *Orchestrator) persistRuns(name string) {
+	if o.cfg.Dir == "" {
+		return
+	}
+	o.mu.Lock()
+	e := o.workflows[name]
+	if e == nil {
+		o.mu.Unlock()
+		return
+	}
+	pr := persistedRuns{Runs: slices.Clone(e.runs), Slices: e.stats.kept()}
+	o.mu.Unlock()
+	if err := statefile.WriteJSON(filepath.Join(o.cfg.Dir, name+runsSuffix), pr); err != nil {
+		o.cfg.Logger.Warn("saving the run history failed", slog.String("workflow", name), slog.Any("error", err))
+	}
+}
+
+// restoreRuns reads a workflow's run history back from Dir.
+func (o *Orchestrator) restoreRuns(name string) error {
+	data, err := os.ReadFile(filepath.Join(o.cfg.Dir, name+runsSuffix))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	var pr persistedRuns
+	if err := json.Unmarshal(data, &pr); err != nil {
+		return fmt.Errorf("%s: %w", name+runsSuffix, err)
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	e := o.workflows[name]
+	if e == nil {
+		return nil
+	}
+	pr.Runs = slices.DeleteFunc(pr.Runs, func(r *apiv1.Run) bool { return r == nil })
+	if len(pr.Runs) > o.cfg.MaxRuns {
+		pr.Runs = pr.Runs[len(pr.Runs)-o.cfg.MaxRuns:]
+	}
+	e.runs = pr.Runs
+	e.stats.restore(pr.Slices)
+	return nil
+}
+
 func (o *Orchestrator) persist(name string) error {
 	if o.cfg.Dir == "" {
 		return nil
@@ -448,7 +520,7 @@ func (o *Orchestrator) Delete(name string) error {
 		return nil
 	}
 	var errs []error
-	for _, f := range []string{name + ".yaml", name + ".json", name + publishedSuffix} {
+	for _, f := range []string{name + ".yaml", name + ".json", name + publishedSuffix, name + runsSuffix} {
 		if err := os.Remove(filepath.Join(o.cfg.Dir, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		}
@@ -540,5 +612,5 @@ func (o *Orchestrator) load(ctx context.Context, f string) error {
 			return fmt.Errorf("%s: publish: %w", f, err)
 		}
 	}
-	return nil
+	return o.restoreRuns(res.Workflow)
 }

@@ -2,11 +2,16 @@ package orchestrator_test
 
 import (
 	"context"
+	"encoding/csv"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -407,6 +412,7 @@ func TestEveryEndpointNeedsItsPermission(t *testing.T) {
 		{"GET", "/v1/workflows/order-publish/runs", "", auth.WorkflowsRead},
 		{"GET", "/v1/workflows/order-publish/runs/run-1", "", auth.WorkflowsRead},
 		{"DELETE", "/v1/workflows/order-publish", "", auth.WorkflowsWrite},
+		{"GET", "/v1/triggers/health", "", auth.WorkflowsRead},
 		{"DELETE", "/v1/discovery/invalidate", "", auth.WorkflowsWrite},
 		{"GET", "/v1/discovery/invalidate", "", auth.WorkflowsWrite},
 		{"GET", "/healthz", "", ""},
@@ -486,5 +492,79 @@ func TestRunOwnsScheduledRuns(t *testing.T) {
 	}
 	if h, _ := o.Runs("tick"); len(h.Runs) != 1 || h.Runs[0].Status != apiv1.RunFailed {
 		t.Errorf("when Run returned, the scheduled run had not ended: %+v", h.Runs)
+	}
+}
+
+// TestTriggerHealthSurvivesARestart: runs land in the trigger health (JSON and CSV), and
+// the run history and the slices come back after a restart on the same dir.
+func TestTriggerHealthSurvivesARestart(t *testing.T) {
+	e := newEnv(t, nil, "")
+	if _, err := e.o.Upload(context.Background(), workflows.OrderPublish); err != nil {
+		t.Fatal(err)
+	}
+	e.o.Publish("order-publish")
+	for i := range 3 {
+		if run, err := e.o.RunNow(context.Background(), "order-publish", "http", json.RawMessage(fmt.Sprintf(`{"order":%d}`, i))); err != nil || run.Status != apiv1.RunSucceeded {
+			t.Fatalf("run: %+v %v", run, err)
+		}
+	}
+	bad := strings.Replace(string(workflows.OrderPublish), "destination: orders.events", `destination: " "`, 1)
+	if _, err := e.o.Upload(context.Background(), []byte(bad)); err != nil {
+		t.Fatal(err)
+	}
+	e.o.Publish("order-publish")
+	if run, _ := e.o.RunNow(context.Background(), "order-publish", "http", nil); run.Status != apiv1.RunFailed {
+		t.Fatalf("failing run: %+v", run)
+	}
+	health := func(o *orchestrator.Orchestrator) apiv1.TriggerHealth {
+		srv := httptest.NewServer(o.Handler())
+		defer srv.Close()
+		resp, err := http.Get(srv.URL + "/v1/triggers/health")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var h apiv1.TriggerHealthResponse
+		if err := json.NewDecoder(resp.Body).Decode(&h); err != nil || len(h.Workflows) != 1 || h.Warning != 0.95 || h.Critical != 0.90 || h.SliceSeconds != 300 {
+			t.Fatalf("trigger health: %+v %v", h, err)
+		}
+		return h.Workflows[0]
+	}
+	before := health(e.o)
+	if before.Runs != 4 || before.Succeeded != 3 || before.SuccessRate != 0.75 || before.P95MS <= 0 || len(before.Slices) < 1 {
+		t.Errorf("trigger health = %+v, want 3 of 4 runs", before)
+	}
+	code, _ := e.do(t, "GET", "/v1/triggers/health?format=xml", "")
+	if code != 400 {
+		t.Errorf("format=xml: %d", code)
+	}
+	resp, err := http.Get(e.srv.URL + "/v1/triggers/health?format=csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rows, err := csv.NewReader(resp.Body).ReadAll()
+	resp.Body.Close()
+	if err != nil || len(rows) < 2 || strings.Join(rows[0], ",") != "workflow,slice_start,runs,succeeded,success_rate,p95_ms" || rows[1][0] != "order-publish" {
+		t.Errorf("csv: %v %q", err, rows)
+	}
+
+	o2, err := orchestrator.New(orchestrator.Config{Discovery: e.disc, Dir: e.dir, Strict: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o2.Load(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if after := health(o2); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("after a restart: %+v, want %+v", after, before)
+	}
+	if h, _ := o2.Runs("order-publish"); len(h.Runs) != 4 || h.SuccessRate != 0.75 {
+		t.Errorf("run history after a restart: %d runs, success rate %v", len(h.Runs), h.SuccessRate)
+	}
+	if err := o2.Delete("order-publish"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(e.dir, "order-publish.runs.json")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the run history outlived its workflow: %v", err)
 	}
 }

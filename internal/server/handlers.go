@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/csv"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/internal/incident"
+	"github.com/meshflows/meshflows/internal/journal"
 	"github.com/meshflows/meshflows/internal/registry"
 )
 
@@ -253,8 +255,28 @@ func (s *Server) outcomes(w http.ResponseWriter, r *http.Request) (any, error) {
 	return s.reg.Outcomes(r.Context(), &req)
 }
 
-func (s *Server) timeline(_ http.ResponseWriter, _ *http.Request) (any, error) {
-	return s.reg.Timeline()
+// timeline answers the eligibility timeline, as JSON or (?format=csv) one row per
+// capability and slice.
+func (s *Server) timeline(w http.ResponseWriter, r *http.Request) (any, error) {
+	format := r.URL.Query().Get("format")
+	if format != "" && format != "json" && format != "csv" {
+		return nil, apiv1.InvalidRequest([]apiv1.Detail{{Path: "format", Message: fmt.Sprintf("must be json or csv, got %q", format)}})
+	}
+	tl, err := s.reg.Timeline()
+	if err != nil || format != "csv" {
+		return tl, err
+	}
+	w.Header().Set("Content-Type", "text/csv; charset=utf-8")
+	w.Header().Set("Content-Disposition", `attachment; filename="meshflows-eligibility-timeline.csv"`)
+	cw := csv.NewWriter(w)
+	cw.Write([]string{"capability_id", "slice_start", "level", "instances", "min_in_rotation"})
+	for _, c := range tl.Capabilities {
+		for _, b := range c.Buckets {
+			cw.Write([]string{journal.SafeCell(c.CapabilityID), b.Start.UTC().Format(time.RFC3339), b.Level, strconv.Itoa(b.Instances), strconv.Itoa(b.MinInRotation)})
+		}
+	}
+	cw.Flush()
+	return written{}, nil
 }
 
 // errNoIncidents: the registry runs without the eligibility engine, which raises incidents.
