@@ -173,6 +173,13 @@ func (c *Client) AcknowledgeIncidents(ctx context.Context, ids []string, comment
 	return &out, c.call(ctx, http.MethodPost, apiv1.PathIncidentsAcknowledge, nil, apiv1.BulkAcknowledgeRequest{IDs: ids, Comment: comment}, &out)
 }
 
+// Report sends what a gateway or an orchestrator saw: events for the journal, conditions
+// that raise and clear incidents (the caller needs the permission outcomes need).
+func (c *Client) Report(ctx context.Context, req *apiv1.ReportRequest) (*apiv1.ReportResponse, error) {
+	var out apiv1.ReportResponse
+	return &out, c.call(ctx, http.MethodPost, apiv1.PathReports, nil, req, &out)
+}
+
 // Events reads the registry's event journal with q's filters (see EventsQuery).
 func (c *Client) Events(ctx context.Context, q apiv1.EventsQuery) (*apiv1.EventsResponse, error) {
 	var out apiv1.EventsResponse

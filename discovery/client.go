@@ -470,6 +470,13 @@ func (c *Client) ReportOutcomes(ctx context.Context, req *apiv1.OutcomesRequest)
 	return c.client.Outcomes(ctx, req)
 }
 
+// Report sends a gateway's or an orchestrator's events and conditions to the registry (POST
+// /v1/reports; the caller needs the permission outcomes need).
+func (c *Client) Report(ctx context.Context, req *apiv1.ReportRequest) error {
+	_, err := c.client.Report(ctx, req)
+	return err
+}
+
 // ErrRestored is the cause a view restored from a saved copy reports until the registry
 // answers.
 var ErrRestored = errors.New("view restored from a saved copy; the registry has not answered since")

@@ -1,7 +1,9 @@
 package apiv1
 
 import (
+	"fmt"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -26,12 +28,23 @@ const (
 	EventIncidentResolved = "incident.resolved"
 	EventIncidentIgnored  = "incident.ignored"
 	EventJournalGap       = "journal.gap"
+
+	// Reported by gateways and orchestrators (POST /v1/reports).
+	EventRouteConflict      = "route.conflict"
+	EventRouteRejected      = "route.rejected"
+	EventRouteNoUpstream    = "route.no_upstream"
+	EventWorkflowValidation = "workflow.validation"
+	EventWorkflowRunFailed  = "workflow.run_failed"
 )
+
+// ReportedEventTypes are the event types a gateway or an orchestrator may report.
+var ReportedEventTypes = []string{EventRouteConflict, EventRouteRejected, EventRouteNoUpstream, EventWorkflowValidation, EventWorkflowRunFailed}
 
 // EventTypes lists every event type, for validating a filter.
 var EventTypes = []string{EventRegistered, EventReregistered, EventDeregistered, EventExpired, EventEligibility,
 	EventPanic, EventSelfPreservation, EventSnapshot, EventIncidentOpened, EventIncidentAcked, EventIncidentResolved,
-	EventIncidentIgnored, EventJournalGap}
+	EventIncidentIgnored, EventJournalGap, EventRouteConflict, EventRouteRejected, EventRouteNoUpstream, EventWorkflowValidation,
+	EventWorkflowRunFailed}
 
 // Event is one entry of the registry's journal: something that changed what consumers see.
 type Event struct {
@@ -97,4 +110,99 @@ func (q EventsQuery) Values() url.Values {
 		v.Set("wait", q.Wait.String())
 	}
 	return v
+}
+
+// PathReports is where gateways and orchestrators report what they see: events for the
+// journal, and conditions that raise and clear incidents.
+const PathReports = "/v1/reports"
+
+// Bounds of a report.
+const (
+	MaxReportEvents     = 100
+	MaxReportConditions = 100
+	maxReportMessage    = 1000
+	maxReportSubject    = 300
+)
+
+// ReportRequest is what a gateway or an orchestrator reports (POST /v1/reports, with the
+// permission outcomes need).
+type ReportRequest struct {
+	// Reporter names the gateway or orchestrator (its --id, or its host).
+	Reporter   string          `json:"reporter"`
+	Events     []ReportedEvent `json:"events,omitempty"`
+	Conditions []Condition     `json:"conditions,omitempty"`
+}
+
+// ReportedEvent is an event for the registry's journal; its type is one of
+// ReportedEventTypes.
+type ReportedEvent struct {
+	Type     string         `json:"type"`
+	Severity string         `json:"severity"`
+	Subject  string         `json:"subject"`
+	Message  string         `json:"message"`
+	Attrs    map[string]any `json:"attrs,omitempty"`
+}
+
+// Condition is the state of something that raises an incident while it holds: a workflow
+// below its critical success rate (kind trigger, subject the workflow), a route without an
+// eligible upstream (kind route, subject "METHOD pattern").
+type Condition struct {
+	Kind    string `json:"kind"`
+	Subject string `json:"subject"`
+	// Active: the condition holds (raise, or count an occurrence); false clears it.
+	Active  bool   `json:"active"`
+	Summary string `json:"summary,omitempty"`
+}
+
+// ReportResponse is the answer of POST /v1/reports.
+type ReportResponse struct {
+	// Recorded is how many events went into the journal.
+	Recorded int `json:"recorded"`
+}
+
+// Validate reports every problem of a report.
+func (r *ReportRequest) Validate() error {
+	var ds []Detail
+	if r.Reporter == "" || len(r.Reporter) > maxReportSubject {
+		ds = append(ds, Detail{Path: "reporter", Message: fmt.Sprintf("required, at most %d bytes", maxReportSubject)})
+	}
+	if len(r.Events) > MaxReportEvents {
+		ds = append(ds, Detail{Path: "events", Message: fmt.Sprintf("at most %d per report, got %d", MaxReportEvents, len(r.Events))})
+	} else {
+		for i, e := range r.Events {
+			p := fmt.Sprintf("events[%d]", i)
+			if !slices.Contains(ReportedEventTypes, e.Type) {
+				ds = append(ds, Detail{Path: p + ".type", Message: fmt.Sprintf("must be one of %s, got %q", strings.Join(ReportedEventTypes, ", "), e.Type)})
+			}
+			if e.Severity != SeverityInfo && e.Severity != SeverityWarning && e.Severity != SeverityError {
+				ds = append(ds, Detail{Path: p + ".severity", Message: fmt.Sprintf("must be info, warning or error, got %q", e.Severity)})
+			}
+			if e.Subject == "" || len(e.Subject) > maxReportSubject {
+				ds = append(ds, Detail{Path: p + ".subject", Message: fmt.Sprintf("required, at most %d bytes", maxReportSubject)})
+			}
+			if e.Message == "" || len(e.Message) > maxReportMessage {
+				ds = append(ds, Detail{Path: p + ".message", Message: fmt.Sprintf("required, at most %d bytes", maxReportMessage)})
+			}
+		}
+	}
+	if len(r.Conditions) > MaxReportConditions {
+		ds = append(ds, Detail{Path: "conditions", Message: fmt.Sprintf("at most %d per report, got %d", MaxReportConditions, len(r.Conditions))})
+	} else {
+		for i, c := range r.Conditions {
+			p := fmt.Sprintf("conditions[%d]", i)
+			if c.Kind != IncidentTrigger && c.Kind != IncidentRoute {
+				ds = append(ds, Detail{Path: p + ".kind", Message: fmt.Sprintf("must be trigger or route, got %q", c.Kind)})
+			}
+			if c.Subject == "" || len(c.Subject) > maxReportSubject {
+				ds = append(ds, Detail{Path: p + ".subject", Message: fmt.Sprintf("required, at most %d bytes", maxReportSubject)})
+			}
+			if len(c.Summary) > maxReportMessage {
+				ds = append(ds, Detail{Path: p + ".summary", Message: fmt.Sprintf("at most %d bytes", maxReportMessage)})
+			}
+		}
+	}
+	if len(ds) > 0 {
+		return InvalidRequest(ds)
+	}
+	return nil
 }

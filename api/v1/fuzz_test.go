@@ -85,3 +85,23 @@ func FuzzIsSemver(f *testing.F) {
 		}
 	})
 }
+
+// FuzzReportDecodeValidate: arbitrary report bodies never panic decoding and validation,
+// and a refused one is an INVALID_REQUEST with details.
+func FuzzReportDecodeValidate(f *testing.F) {
+	f.Add([]byte(`{"reporter":"gw-1","events":[{"type":"route.conflict","severity":"warning","subject":"GET /x","message":"m"}],"conditions":[{"kind":"route","subject":"GET /x","active":true}]}`))
+	f.Add([]byte(`{"reporter":"","events":[{"attrs":{"a":[1,{"b":null}]}}],"conditions":[{"kind":"x"}]}`))
+	f.Add([]byte(`null`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var req apiv1.ReportRequest
+		if json.Unmarshal(body, &req) != nil {
+			return
+		}
+		if err := req.Validate(); err != nil {
+			var ae *apiv1.Error
+			if !errors.As(err, &ae) || ae.Code != apiv1.CodeInvalidRequest || len(ae.Details) == 0 {
+				t.Fatalf("Validate() = %v, want INVALID_REQUEST with details", err)
+			}
+		}
+	})
+}

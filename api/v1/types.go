@@ -289,6 +289,11 @@ const (
 	IncidentQuarantine       = "quarantine"
 	IncidentPanic            = "panic"
 	IncidentSelfPreservation = "self_preservation"
+	// IncidentTrigger: a workflow's success rate over the last 10 minutes is below the
+	// orchestrator's critical threshold (reported by the orchestrator).
+	IncidentTrigger = "trigger"
+	// IncidentRoute: a route has had no eligible upstream for a minute (reported by a gateway).
+	IncidentRoute = "route"
 
 	IncidentOpen         = "open"
 	IncidentAcknowledged = "acknowledged"
@@ -336,9 +341,10 @@ type IncidentComment struct {
 // self-preservation.
 type Incident struct {
 	ID string `json:"id"`
-	// Kind is quarantine, panic or self_preservation.
+	// Kind is quarantine, panic, self_preservation, trigger or route.
 	Kind string `json:"kind"`
-	// Subject is the instance id, "capability_id/zone", or "registry".
+	// Subject is the instance id, "capability_id/zone", "registry", the workflow (trigger)
+	// or "METHOD pattern" (route).
 	Subject string `json:"subject"`
 	// Owner is the identity that registered the instance (quarantine), when known.
 	Owner   string `json:"owner,omitempty"`

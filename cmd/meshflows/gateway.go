@@ -19,6 +19,7 @@ import (
 	"github.com/meshflows/meshflows/httpapi"
 	"github.com/meshflows/meshflows/internal/auth"
 	"github.com/meshflows/meshflows/internal/gateway"
+	"github.com/meshflows/meshflows/internal/report"
 	"github.com/meshflows/meshflows/internal/telemetry"
 	"github.com/meshflows/meshflows/routing"
 )
@@ -158,11 +159,17 @@ func startGateway(ctx context.Context, g *errgroup.Group, f *gatewayFlags, ln ne
 	if err != nil {
 		return err
 	}
-	gw, err := gateway.New(gateway.Config{ID: "gateway@" + ln.Addr().String(), Discovery: disc, Static: static, Policy: policy,
+	id := "gateway@" + ln.Addr().String()
+	reporter, err := report.New(report.Config{Reporter: id, Send: disc.Report, Logger: logger})
+	if err != nil {
+		return err
+	}
+	gw, err := gateway.New(gateway.Config{ID: id, Reporter: reporter, Discovery: disc, Static: static, Policy: policy,
 		OutcomeWindow: outcomeWindow(f.outcomeWindow), StateDir: f.stateDir, Admin: admin, BodyTimeout: f.bodyTimeout, MaxBufferedBody: f.maxBuffered, Logger: logger, Registerer: promReg})
 	if err != nil {
 		return err
 	}
+	g.Go(func() error { return reporter.Run(ctx) })
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promHandler(promReg))
 	mux.Handle("/", gw)

@@ -16,6 +16,7 @@ import (
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/discovery"
 	"github.com/meshflows/meshflows/internal/orchestrator"
+	"github.com/meshflows/meshflows/internal/report"
 	"github.com/meshflows/meshflows/internal/telemetry"
 	"github.com/meshflows/meshflows/internal/workflow"
 )
@@ -125,7 +126,11 @@ func startOrchestrator(ctx context.Context, g *errgroup.Group, f *orchestratorFl
 	if err != nil {
 		return err
 	}
-	o, err := orchestrator.New(orchestrator.Config{Discovery: disc, Static: static, Dir: f.dir, ProviderTimeout: f.timeout, Strict: strict, ScopeMode: mode, MaxParallel: f.maxParallel, TriggerWarning: f.triggerWarn, TriggerCritical: f.triggerCrit, Authorizer: authz, Registerer: promReg, Logger: logger})
+	reporter, err := report.New(report.Config{Reporter: "orchestrator@" + ln.Addr().String(), Send: disc.Report, Logger: logger})
+	if err != nil {
+		return err
+	}
+	o, err := orchestrator.New(orchestrator.Config{Reporter: reporter, Discovery: disc, Static: static, Dir: f.dir, ProviderTimeout: f.timeout, Strict: strict, ScopeMode: mode, MaxParallel: f.maxParallel, TriggerWarning: f.triggerWarn, TriggerCritical: f.triggerCrit, Authorizer: authz, Registerer: promReg, Logger: logger})
 	if err != nil {
 		return err
 	}
@@ -139,6 +144,7 @@ func startOrchestrator(ctx context.Context, g *errgroup.Group, f *orchestratorFl
 		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 	logger.Info("orchestrator listening", slog.String("addr", ln.Addr().String()))
 	g.Go(func() error { return o.Run(ctx) })
+	g.Go(func() error { return reporter.Run(ctx) })
 	g.Go(func() error { return serveUntil(ctx, srv, ln) })
 	if len(f.preload) > 0 {
 		g.Go(func() error { preload(ctx, o, f.preload, logger); return nil })

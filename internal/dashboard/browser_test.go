@@ -29,6 +29,7 @@ import (
 	"github.com/meshflows/meshflows/internal/orchestrator"
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/registry/registrytest"
+	"github.com/meshflows/meshflows/internal/report"
 	"github.com/meshflows/meshflows/internal/server"
 	"github.com/meshflows/meshflows/routing"
 )
@@ -40,6 +41,8 @@ type stack struct {
 	dashboard *httptest.Server
 	gateway   *httptest.Server
 	incidents *incident.Log
+	orc       *orchestrator.Orchestrator
+	reporter  *report.Reporter // the orchestrator's reports to the registry (flushed by the test)
 }
 
 func newStack(t testing.TB) *stack {
@@ -102,8 +105,12 @@ func newStack(t testing.TB) *stack {
 	odisc, _ := discovery.New(discovery.Config{Registries: []string{reg.URL}})
 	// the orchestrator's clock runs in real time from the registry's fake one, so that runs
 	// fall in the dashboard's 24 hours and still have durations
-	offset := reg.Clock.Now().Sub(time.Now())
-	o, _ := orchestrator.New(orchestrator.Config{Discovery: odisc, Strict: true, Now: func() time.Time { return time.Now().Add(offset) }})
+	offset := time.Until(reg.Clock.Now())
+	rep, err := report.New(report.Config{Reporter: "orchestrator-test", Send: odisc.Report})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, _ := orchestrator.New(orchestrator.Config{Discovery: odisc, Strict: true, Reporter: rep, Now: func() time.Time { return time.Now().Add(offset) }})
 	if _, err := o.Upload(context.Background(), workflows.OrderPublish); err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +149,7 @@ func newStack(t testing.TB) *stack {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	return &stack{reg: reg, dashboard: dsrv, gateway: gsrv, incidents: incidents}
+	return &stack{reg: reg, dashboard: dsrv, gateway: gsrv, incidents: incidents, orc: o, reporter: rep}
 }
 
 // browser starts Debian's Chromium headless; the test is skipped only where it is absent
@@ -448,6 +455,39 @@ func TestDashboardInABrowser(t *testing.T) {
 		if got := text(t, ctx, "#event-rows"); strings.Count(got, "known flapping after the deploy") != 2 || !strings.Contains(got, "on it: broker restart") {
 			t.Errorf("the journal's acknowledgements: %q", got)
 		}
+
+		// A workflow failing below its critical threshold: the orchestrator reports it, the
+		// registry opens a trigger incident, and the console re-runs the workflow from it.
+		failing := strings.NewReplacer("name: order-publish", "name: order-failing", "destination: orders.events", `destination: " "`).Replace(string(workflows.OrderPublish))
+		if _, err := s.orc.Upload(context.Background(), []byte(failing)); err != nil {
+			t.Fatal(err)
+		}
+		s.orc.Publish("order-failing")
+		for range 3 {
+			if run, err := s.orc.RunNow(context.Background(), "order-failing", "http", nil); err != nil || run.Status != apiv1.RunFailed {
+				t.Fatalf("failing run: %+v %v", run, err)
+			}
+		}
+		if err := s.reporter.Flush(context.Background()); err != nil {
+			t.Fatalf("the orchestrator's report: %v", err)
+		}
+		nav("/incidents")
+		trigger := `#incidents tr[data-kind="trigger"].inc-open`
+		if got := text(t, ctx, trigger); !strings.Contains(got, "order-failing") || !strings.Contains(got, "critical") {
+			t.Fatalf("trigger incident: %q", got)
+		}
+		screenshot(t, ctx, "incidents-trigger")
+		submit(t, ctx, trigger+" .rerun")
+		if n := count(t, ctx, "#wfrow-order-failing .run"); n != 4 {
+			t.Errorf("runs of order-failing after Re-run: %d, want 4", n)
+		}
+		if err := s.reporter.Flush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		nav("/events?subject=order-failing&type=workflow.run_failed")
+		if n := count(t, ctx, "#event-rows tr.ev"); n != 4 {
+			t.Errorf("failed runs in the journal: %d, want 4", n)
+		}
 	})
 
 	t.Run("events: live tail, search, CSV export", func(t *testing.T) {
@@ -527,7 +567,7 @@ func TestDashboardInABrowser(t *testing.T) {
 		}
 		rows, err := csv.NewReader(resp.Body).ReadAll()
 		resp.Body.Close()
-		if err != nil || len(rows) != 3 || strings.Join(rows[0], ",") != "workflow,slice_start,runs,succeeded,success_rate,p95_ms" {
+		if err != nil || len(rows) != 4 || strings.Join(rows[0], ",") != "workflow,slice_start,runs,succeeded,success_rate,p95_ms" {
 			t.Errorf("trigger health CSV: %v %q, want the header and a row per workflow", err, rows)
 		}
 

@@ -142,6 +142,9 @@ func (d *Dashboard) bulkAcknowledge(w http.ResponseWriter, r *http.Request) {
 // incidentEvents links an incident to the journal's events of its subject.
 func incidentEvents(in apiv1.Incident) string {
 	subject := in.Subject
+	if in.Kind == apiv1.IncidentTrigger || in.Kind == apiv1.IncidentRoute {
+		return "/events?q=" + url.QueryEscape(subject) // the reported events name it in their subject or message
+	}
 	if in.Kind == apiv1.IncidentPanic { // "capability/zone": the journal's panic events are the capability's
 		subject, _, _ = strings.Cut(subject, "/")
 	}
@@ -153,6 +156,10 @@ func incidentRunbook(in apiv1.Incident) string {
 	switch in.Kind {
 	case apiv1.IncidentQuarantine, apiv1.IncidentPanic, apiv1.IncidentSelfPreservation:
 		return "/runbooks/eligibility"
+	case apiv1.IncidentTrigger:
+		return "/runbooks/workflow-failing"
+	case apiv1.IncidentRoute:
+		return "/runbooks/route-unavailable"
 	}
 	return "/runbooks/incident-spike"
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/meshflows/meshflows/discovery"
 	"github.com/meshflows/meshflows/httpapi"
 	"github.com/meshflows/meshflows/internal/auth"
+	"github.com/meshflows/meshflows/internal/report"
 	"github.com/meshflows/meshflows/routing"
 )
 
@@ -62,6 +63,11 @@ type Config struct {
 	// errors, connect failures) to the registry as passive evidence (default 10 s; negative:
 	// never).
 	OutcomeWindow time.Duration
+	// Reporter, when set, tells the registry about new route conflicts and rejected
+	// manifests and about routes without an eligible upstream for a minute (a route
+	// incident), checked every ReportInterval (default 5 s); the owner runs it.
+	Reporter       *report.Reporter
+	ReportInterval time.Duration
 	// Admin authorises the admin endpoints: DELETE /v1/discovery/invalidate needs the
 	// gateway_admin permission, and GET /v1/gateway/routes shows callers without it only a
 	// summary. Nil leaves them open (meshflows dev, --insecure).
@@ -127,6 +133,8 @@ type Gateway struct {
 
 	invalidateMu sync.Mutex
 	lastRefetch  *refetch // the last invalidation's refetch (see Invalidate)
+
+	reported reported // what reportTable last reported (Run's goroutine only)
 }
 
 // New returns a Gateway; it serves its static routes at once, and the routes the registry's
@@ -173,6 +181,9 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.ReportInterval <= 0 {
+		cfg.ReportInterval = 5 * time.Second
 	}
 	g := &Gateway{cfg: cfg, ackNow: make(chan struct{}, 1), tallies: map[incarnation]*tally{}}
 	m, err := newMetrics(cfg.Registerer, g)
@@ -237,6 +248,12 @@ func (g *Gateway) Run(ctx context.Context) error {
 	defer t.Stop()
 	fresh := time.NewTicker(250 * time.Millisecond)
 	defer fresh.Stop()
+	var reports <-chan time.Time
+	if g.cfg.Reporter != nil {
+		t := time.NewTicker(g.cfg.ReportInterval)
+		defer t.Stop()
+		reports = t.C
+	}
 	ackEvery := g.cfg.AckInterval
 	acks := time.NewTicker(ackEvery)
 	defer acks.Stop()
@@ -261,6 +278,8 @@ func (g *Gateway) Run(ctx context.Context) error {
 			drain = g.ackOrPoll(ctx, &ackEvery, acks)
 		case <-fresh.C:
 			g.updateFreshness()
+		case <-reports:
+			g.reportTable(g.cfg.Now())
 		case <-t.C:
 			if st := g.state.Load(); st != nil && st.policy != fingerprint(g.cfg.Policy()) {
 				g.derive()

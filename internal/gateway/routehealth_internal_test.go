@@ -1,11 +1,15 @@
 package gateway
 
 import (
+	"context"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/internal/report"
 	"github.com/meshflows/meshflows/routing"
 )
 
@@ -62,4 +66,56 @@ func BenchmarkRouteStatRecord(b *testing.B) {
 			rs.record(now, 200)
 		}
 	})
+}
+
+// TestReportTable: a route without an eligible upstream is reported after a minute, once,
+// and cleared when it serves again; conflicts and rejected manifests are reported when new.
+func TestReportTable(t *testing.T) {
+	var sent []*apiv1.ReportRequest
+	rep, _ := report.New(report.Config{Reporter: "gw", Send: func(_ context.Context, r *apiv1.ReportRequest) error { sent = append(sent, r); return nil }})
+	g := &Gateway{cfg: Config{ID: "gw-1", Reporter: rep}}
+	e := &routing.Entry{Route: routing.Route{Method: "POST", Pattern: "/orders", Source: "dynamic"}}
+	empty := &state{serving: map[*routing.Entry]*serving{e: {}}, canonical: routing.Canonical{
+		Conflicts: []routing.Conflict{{Pattern: "/orders", Method: "GET", Winner: "orders@2.0.0", Losers: []string{"orders@1.0.0"}}},
+		Rejected:  []routing.Rejected{{Instance: "bad-1", Service: "bad", Code: "PATH_NOT_AUTHORIZED"}}}}
+	g.state.Store(empty)
+	t0 := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
+	flush := func() (events []string, conds []string) {
+		sent = nil
+		if err := rep.Flush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range sent {
+			for _, e := range r.Events {
+				events = append(events, e.Type+" "+e.Subject)
+			}
+			for _, c := range r.Conditions {
+				conds = append(conds, fmt.Sprintf("%s %s %v", c.Kind, c.Subject, c.Active))
+			}
+		}
+		return events, conds
+	}
+	steps := []struct {
+		name       string
+		at         time.Duration
+		st         *state
+		wantEvents []string
+		wantConds  []string
+	}{
+		{"new conflict and rejection", 0, empty, []string{"route.conflict GET /orders", "route.rejected bad-1"}, nil},
+		{"nothing new before a minute", 30 * time.Second, empty, nil, nil},
+		{"a minute without upstream", 61 * time.Second, empty, []string{"route.no_upstream POST /orders"}, []string{"route POST /orders true"}},
+		{"reported once", 90 * time.Second, empty, nil, nil},
+		{"serving again clears it", 120 * time.Second, &state{serving: map[*routing.Entry]*serving{e: {upstreams: []upstream{{}}}}}, nil, []string{"route POST /orders false"}},
+	}
+	for _, s := range steps {
+		t.Run(s.name, func(t *testing.T) {
+			g.state.Store(s.st)
+			g.reportTable(t0.Add(s.at))
+			events, conds := flush()
+			if fmt.Sprint(events) != fmt.Sprint(s.wantEvents) || fmt.Sprint(conds) != fmt.Sprint(s.wantConds) {
+				t.Errorf("events %v conditions %v, want %v %v", events, conds, s.wantEvents, s.wantConds)
+			}
+		})
+	}
 }

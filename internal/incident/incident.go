@@ -64,7 +64,7 @@ func New(cfg Config) (*Log, error) {
 	}
 	l := &Log{cfg: cfg, open: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "meshflows_incidents_open",
 		Help: "Incidents not resolved (open or acknowledged), by kind."}, []string{"kind"})}
-	for _, k := range []string{apiv1.IncidentQuarantine, apiv1.IncidentPanic, apiv1.IncidentSelfPreservation} {
+	for _, k := range []string{apiv1.IncidentQuarantine, apiv1.IncidentPanic, apiv1.IncidentSelfPreservation, apiv1.IncidentTrigger, apiv1.IncidentRoute} {
 		l.open.WithLabelValues(k)
 	}
 	if cfg.Registerer != nil {
@@ -86,7 +86,7 @@ var ErrBadAction = errors.New("bad incident action")
 // instance a warning (the rest of its group serves).
 func Severity(kind string) string {
 	switch kind {
-	case apiv1.IncidentPanic, apiv1.IncidentSelfPreservation:
+	case apiv1.IncidentPanic, apiv1.IncidentSelfPreservation, apiv1.IncidentTrigger, apiv1.IncidentRoute:
 		return apiv1.IncidentCritical
 	case apiv1.IncidentQuarantine:
 		return apiv1.IncidentWarning

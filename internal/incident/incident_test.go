@@ -48,7 +48,9 @@ func TestLifecycle(t *testing.T) {
 # TYPE meshflows_incidents_open gauge
 meshflows_incidents_open{kind="panic"} 1
 meshflows_incidents_open{kind="quarantine"} 1
+meshflows_incidents_open{kind="route"} 0
 meshflows_incidents_open{kind="self_preservation"} 0
+meshflows_incidents_open{kind="trigger"} 0
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "meshflows_incidents_open"); err != nil {
 		t.Error(err)
@@ -185,7 +187,9 @@ func TestActions(t *testing.T) {
 # TYPE meshflows_incidents_open gauge
 meshflows_incidents_open{kind="panic"} 0
 meshflows_incidents_open{kind="quarantine"} 1
+meshflows_incidents_open{kind="route"} 0
 meshflows_incidents_open{kind="self_preservation"} 0
+meshflows_incidents_open{kind="trigger"} 0
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "meshflows_incidents_open"); err != nil {
 		t.Error(err)

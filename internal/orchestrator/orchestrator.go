@@ -22,6 +22,7 @@ import (
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/discovery"
+	"github.com/meshflows/meshflows/internal/report"
 	"github.com/meshflows/meshflows/internal/statefile"
 	"github.com/meshflows/meshflows/internal/workflow"
 )
@@ -47,6 +48,10 @@ type Config struct {
 	// health (defaults 0.95 and 0.90): consoles draw them, and a workflow below the critical
 	// one is named in the answer.
 	TriggerWarning, TriggerCritical float64
+	// Reporter, when set, tells the registry about validations, failed runs and workflows
+	// whose success rate over the last 10 minutes is below TriggerCritical (a trigger
+	// incident); the owner runs it.
+	Reporter *report.Reporter
 	// PanicThreshold: a step whose candidates have fewer than this share in rotation uses
 	// all of them (default 0.5, as the registry's --panic-threshold).
 	PanicThreshold float64
@@ -89,6 +94,7 @@ type entry struct {
 	running   atomic.Bool
 	runs      []*apiv1.Run // newest last, at most MaxRuns
 	stats     triggerStats // the last 24 hours of runs in slices
+	critical  bool         // the trigger condition was last reported active
 	nextRun   time.Time
 }
 
@@ -164,7 +170,66 @@ func (o *Orchestrator) validate(ctx context.Context, src []byte) (*workflow.Work
 	w, r := workflow.Validate(ctx, src, workflow.Options{Resolver: o.cfg.Discovery, Client: o.cfg.Client,
 		ProviderTimeout: o.cfg.ProviderTimeout, Strict: o.cfg.Strict, ScopeMode: o.cfg.ScopeMode, Now: o.cfg.Now, ObserveProvider: o.metrics.providerValidated})
 	o.metrics.validated(r, o.cfg.Now().Sub(start))
+	o.reportValidation(r)
 	return w, r
+}
+
+// reportValidation tells the registry's journal a validation's result.
+func (o *Orchestrator) reportValidation(r *apiv1.ValidationResult) {
+	if o.cfg.Reporter == nil || r == nil || r.Workflow == "" {
+		return
+	}
+	sev := apiv1.SeverityInfo
+	switch {
+	case r.ContractStatus == apiv1.StatusFailed || r.ProviderStatus == apiv1.StatusFailed:
+		sev = apiv1.SeverityError
+	case r.ContractStatus == apiv1.StatusWarning || r.ProviderStatus == apiv1.StatusWarning:
+		sev = apiv1.SeverityWarning
+	}
+	o.cfg.Reporter.Event(apiv1.ReportedEvent{Type: apiv1.EventWorkflowValidation, Severity: sev, Subject: r.Workflow,
+		Message: fmt.Sprintf("workflow %s validated: contract %s, providers %s", r.Workflow, r.ContractStatus, r.ProviderStatus),
+		Attrs:   map[string]any{"contract_status": r.ContractStatus, "provider_status": r.ProviderStatus}})
+}
+
+// triggerWindow is how long a workflow's success rate must be below TriggerCritical for a
+// trigger incident; triggerMinRuns the fewest runs in it that can raise one.
+const (
+	triggerWindow  = 10 * time.Minute
+	triggerMinRuns = 3
+)
+
+// reportRun tells the registry about a failed run, and raises or clears the workflow's
+// trigger incident. Called under o.mu.
+func (o *Orchestrator) reportRun(name string, e *entry, run *apiv1.Run) {
+	if o.cfg.Reporter == nil {
+		return
+	}
+	if run.Status != apiv1.RunSucceeded {
+		msg := fmt.Sprintf("workflow %s run %s %s (trigger %s)", name, run.RunID, run.Status, run.Trigger)
+		for _, st := range run.Steps {
+			if st.Error != nil {
+				msg += fmt.Sprintf(": step %s: %s: %s", st.StepID, st.Error.Code, st.Error.Message)
+				break
+			}
+		}
+		o.cfg.Reporter.Event(apiv1.ReportedEvent{Type: apiv1.EventWorkflowRunFailed, Severity: apiv1.SeverityError, Subject: name,
+			Message: truncate(msg, 1000), Attrs: map[string]any{"run_id": run.RunID, "trigger": run.Trigger, "status": run.Status}})
+	}
+	rate, runs := e.stats.recent(o.cfg.Now(), triggerWindow)
+	critical := runs >= triggerMinRuns && rate < o.cfg.TriggerCritical
+	if critical == e.critical {
+		return
+	}
+	e.critical = critical
+	o.cfg.Reporter.Condition(apiv1.Condition{Kind: apiv1.IncidentTrigger, Subject: name, Active: critical,
+		Summary: fmt.Sprintf("workflow %s: %.0f%% of its %d runs in the last %s succeeded, below the critical %.0f%%", name, 100*rate, runs, triggerWindow, 100*o.cfg.TriggerCritical)})
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-3] + "..."
 }
 
 // blocked says why a validation result blocks upload or publication, or "".
@@ -282,6 +347,7 @@ func (o *Orchestrator) RunNow(ctx context.Context, name, trigger string, input j
 		e.runs = slices.Clone(e.runs[len(e.runs)-o.cfg.MaxRuns:])
 	}
 	e.stats.record(run)
+	o.reportRun(name, e, run)
 	o.mu.Unlock()
 	o.persistRuns(name)
 	o.cfg.Logger.Info("workflow run", slog.String("workflow", name), slog.String("run_id", run.RunID), slog.String("status", run.Status),

@@ -33,6 +33,7 @@ import (
 	"github.com/meshflows/meshflows/internal/prober"
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/registry/registrytest"
+	"github.com/meshflows/meshflows/internal/report"
 )
 
 type env struct {
@@ -566,5 +567,74 @@ func TestTriggerHealthSurvivesARestart(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(e.dir, "order-publish.runs.json")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the run history outlived its workflow: %v", err)
+	}
+}
+
+// TestTriggerIncident: failing runs below the critical success rate raise a trigger
+// condition (reported once), recovering clears it, and failed runs and validations are
+// reported as events.
+func TestTriggerIncident(t *testing.T) {
+	e := newEnv(t, nil, "")
+	var mu sync.Mutex
+	var reports []*apiv1.ReportRequest
+	rep, err := report.New(report.Config{Reporter: "orc", Send: func(_ context.Context, r *apiv1.ReportRequest) error {
+		mu.Lock()
+		defer mu.Unlock()
+		reports = append(reports, r)
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := orchestrator.New(orchestrator.Config{Discovery: e.disc, Strict: true, Reporter: rep})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := strings.Replace(string(workflows.OrderPublish), "destination: orders.events", `destination: " "`, 1)
+	if _, err := o.Upload(context.Background(), []byte(bad)); err != nil {
+		t.Fatal(err)
+	}
+	o.Publish("order-publish")
+	conditions := func() []string {
+		t.Helper()
+		if err := rep.Flush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		var out []string
+		for _, r := range reports {
+			for _, c := range r.Conditions {
+				out = append(out, fmt.Sprintf("%s %s %v", c.Kind, c.Subject, c.Active))
+			}
+		}
+		reports = nil
+		return out
+	}
+	run := func(n int) {
+		for range n {
+			if _, err := o.RunNow(context.Background(), "order-publish", "test", nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	run(2)
+	if got := conditions(); len(got) != 0 {
+		t.Errorf("two failed runs raised %v: too few to judge", got)
+	}
+	mu.Lock()
+	reports = nil
+	mu.Unlock()
+	run(2)
+	if got := conditions(); fmt.Sprint(got) != "[trigger order-publish true]" {
+		t.Errorf("four failed runs: %v, want the trigger condition raised once", got)
+	}
+	if _, err := o.Upload(context.Background(), workflows.OrderPublish); err != nil {
+		t.Fatal(err)
+	}
+	o.Publish("order-publish")
+	run(36) // 36 of 40 succeed: 90 %, the critical threshold
+	if got := conditions(); fmt.Sprint(got) != "[trigger order-publish false]" {
+		t.Errorf("recovered: %v, want the condition cleared", got)
 	}
 }

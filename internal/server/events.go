@@ -153,3 +153,41 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) (any, error) {
 
 // written says the handler wrote its answer itself.
 type written struct{}
+
+// report takes what a gateway or an orchestrator reports: its events go into the journal
+// (with the reporter in attrs), its conditions raise and clear incidents.
+func (s *Server) report(w http.ResponseWriter, r *http.Request) (any, error) {
+	var req apiv1.ReportRequest
+	if err := s.decode(w, r, &req); err != nil {
+		return nil, err
+	}
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	reporter := req.Reporter
+	if id := registry.CallerFrom(r.Context()).Identity; id != "" {
+		reporter = id + " (" + req.Reporter + ")" // who authenticated, and what it calls itself
+	}
+	recorded := 0
+	if j := s.cfg.Journal; j != nil {
+		for _, e := range req.Events {
+			attrs := make(map[string]any, len(e.Attrs)+1)
+			for k, v := range e.Attrs {
+				attrs[k] = v
+			}
+			attrs["reporter"] = reporter
+			j.Append(apiv1.Event{Type: e.Type, Severity: e.Severity, Subject: e.Subject, Message: e.Message, Attrs: attrs})
+			recorded++
+		}
+	}
+	if in := s.cfg.Incidents; in != nil {
+		for _, c := range req.Conditions {
+			if c.Active {
+				in.Raise(c.Kind, c.Subject, "", c.Summary)
+			} else {
+				in.Clear(c.Kind, c.Subject)
+			}
+		}
+	}
+	return apiv1.ReportResponse{Recorded: recorded}, nil
+}

@@ -15,6 +15,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/internal/incident"
 	"github.com/meshflows/meshflows/internal/journal"
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/registry/registrytest"
@@ -194,6 +195,45 @@ func BenchmarkEventsFirstPage(b *testing.B) {
 		h.ServeHTTP(rec, httptest.NewRequest("GET", "/v1/events?q=instance-1&severity=info", nil))
 		if rec.Code != 200 {
 			b.Fatal(rec.Code, rec.Body.String())
+		}
+	}
+}
+
+// Reports from gateways and orchestrators land in the journal, with who reported them, and
+// their conditions raise and clear incidents.
+func TestReports(t *testing.T) {
+	j := journal.New(0, nil)
+	incidents, err := incident.New(incident.Config{Journal: j})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := registrytest.NewServerWith(t, registry.Config{Journal: j}, server.Config{Journal: j, Incidents: incidents}, registrytest.Epoch0)
+	body := `{"reporter":"orchestrator@127.0.0.1:7401","events":[{"type":"workflow.run_failed","severity":"error","subject":"order-publish","message":"run r-1 failed","attrs":{"run_id":"r-1"}}],
+		"conditions":[{"kind":"trigger","subject":"order-publish","active":true,"summary":"0% of 3 runs succeeded"}]}`
+	r := do(t, "POST", s.URL+"/v1/reports", body)
+	if r.status != 200 || !strings.Contains(string(r.body), `"recorded":1`) {
+		t.Fatalf("report: %d %s", r.status, r.body)
+	}
+	got := events(t, s.URL, "subject=order-publish").Events
+	if len(got) != 1 || got[0].Attrs["reporter"] != "orchestrator@127.0.0.1:7401" || got[0].Attrs["run_id"] != "r-1" {
+		t.Errorf("reported event: %+v", got)
+	}
+	open := incidents.List("unresolved")
+	if len(open) != 1 || open[0].Kind != apiv1.IncidentTrigger || open[0].Severity != apiv1.IncidentCritical || open[0].Subject != "order-publish" {
+		t.Fatalf("trigger incident: %+v", open)
+	}
+	do(t, "POST", s.URL+"/v1/reports", `{"reporter":"o","conditions":[{"kind":"trigger","subject":"order-publish","active":false}]}`)
+	if open := incidents.List("unresolved"); len(open) != 0 {
+		t.Errorf("a cleared condition left %+v", open)
+	}
+	for _, bad := range []string{
+		`{"reporter":"o","events":[{"type":"instance.registered","severity":"info","subject":"x","message":"forged"}]}`,
+		`{"reporter":"o","conditions":[{"kind":"quarantine","subject":"x","active":true}]}`,
+		`{"events":[]}`,
+		`{"reporter":"o","events":[{"type":"route.conflict","severity":"fatal","subject":"","message":""}]}`,
+	} {
+		if r := do(t, "POST", s.URL+"/v1/reports", bad); r.status != 400 {
+			t.Errorf("%s: %d, want 400", bad, r.status)
 		}
 	}
 }

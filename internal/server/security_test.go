@@ -23,6 +23,7 @@ import (
 	"github.com/meshflows/meshflows/internal/auth"
 	"github.com/meshflows/meshflows/internal/health"
 	"github.com/meshflows/meshflows/internal/incident"
+	"github.com/meshflows/meshflows/internal/journal"
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/registry/registrytest"
 	"github.com/meshflows/meshflows/internal/server"
@@ -96,7 +97,7 @@ func newSecure(t *testing.T, limiter server.Limiter) *secure {
 	audit := &registrytest.SyncBuffer{}
 	incidents, _ := incident.New(incident.Config{})
 	cfg := server.Config{Authenticator: &auth.Authenticator{TrustDomain: auth.DefaultTrustDomain, JWT: verifier}, Policy: policy,
-		Audit: auth.NewAuditLog(audit), Incidents: incidents}
+		Audit: auth.NewAuditLog(audit), Incidents: incidents, Journal: journal.New(0, nil)}
 	if limiter != nil {
 		cfg.Limiter = limiter
 	}
@@ -226,6 +227,12 @@ func TestSecurity(t *testing.T) {
 		{"drain ack from a gateway", gateway, call{"POST", "/v1/discovery/ack", `{"gateway_id":"g","registry_epoch":"e","revision":1}`, ""}, 200, nil},
 		{"outcomes from a gateway", gateway, call{"POST", "/v1/outcomes", `{"gateway_id":"g","outcomes":[{"instance_id":"jms-1","generation":1,"ok":1}]}`, ""}, 200, nil},
 		{"malformed outcomes", gateway, call{"POST", "/v1/outcomes", `{"outcomes":[{"instance_id":"","generation":0,"ok":-1}]}`, ""}, 400, []string{"gateway_id", "outcomes[0].instance_id", "outcomes[0].generation", "outcomes[0]"}},
+		{"reports from a provider", jms, call{"POST", "/v1/reports", `{"reporter":"x","conditions":[{"kind":"route","subject":"GET /x","active":true}]}`, ""}, 403, nil},
+		{"reports from a gateway", gateway, call{"POST", "/v1/reports", `{"reporter":"g","events":[{"type":"route.conflict","severity":"warning","subject":"GET /x","message":"m"}]}`, ""}, 200, nil},
+		{"events need discover", lonely, call{"GET", "/v1/events", "", ""}, 403, nil},
+		{"events", gateway, call{"GET", "/v1/events?severity=warning", "", ""}, 200, nil},
+		{"the owner ignores its incident with a comment", jms, call{"POST", "/v1/incidents/1/ignore", `{"comment":"known"}`, ""}, 200, nil},
+		{"bulk acknowledge of another's incident", jms, call{"POST", "/v1/incidents/acknowledge", `{"ids":["2"]}`, ""}, 403, nil},
 		{"eligibility needs discover", lonely, call{"GET", "/v1/services/jms-1/eligibility", "", ""}, 403, nil},
 		{"eligibility of an instance", gateway, call{"GET", "/v1/services/jms-1/eligibility", "", ""}, 200, nil},
 		{"incidents need discover", lonely, call{"GET", "/v1/incidents", "", ""}, 403, nil},
