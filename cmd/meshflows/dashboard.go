@@ -21,6 +21,7 @@ type dashboardFlags struct {
 	listen, registry, orchestrator, gateway string
 	tokenFile                               string
 	insecure                                bool
+	grafanaURL                              string
 	creds                                   clientCreds
 	log                                     telemetry.LogConfig
 }
@@ -51,6 +52,7 @@ Write actions (invalidate, re-validate, upload, run) need the admin token from
 	fl.StringVar(&f.gateway, "gateway", "http://127.0.0.1:7402", "gateway base URL")
 	fl.StringVar(&f.tokenFile, "admin-token-file", "", "file holding the bearer token that write actions need")
 	fl.BoolVar(&f.insecure, "insecure", false, "let anyone who reaches the console use the write actions (development only)")
+	fl.StringVar(&f.grafanaURL, "grafana-url", "", "base URL of a Grafana with deploy/grafana's dashboards imported: each page then links its metrics (e.g. https://grafana.example.com)")
 	bindLogFlags(fl, &f.log, "json")
 	f.creds.bind(fl)
 	return cmd
@@ -72,7 +74,7 @@ func startDashboard(ctx context.Context, g *errgroup.Group, f *dashboardFlags, l
 		return err
 	}
 	d, err := dashboard.New(dashboard.Config{RegistryURL: f.registry, GatewayURL: f.gateway, OrchestratorURL: f.orchestrator,
-		Client: httpClient, AdminToken: token, Insecure: f.insecure})
+		Client: httpClient, AdminToken: token, Insecure: f.insecure, GrafanaURL: f.grafanaURL})
 	if err != nil {
 		return err
 	}

@@ -380,6 +380,21 @@ func TestDashboardInABrowser(t *testing.T) {
 		if n := count(t, ctx, "#routemap g.node.instance"); n != 3 {
 			t.Errorf("instance nodes = %d, want 3", n)
 		}
+		if n := count(t, ctx, "#routemap g.node.capability"); n != 2 {
+			t.Errorf("capability nodes = %d, want 2 (messaging.publish and broken.send)", n)
+		}
+		if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#routemap a[href*="broken"] g.node.route rect`)), chromedp.WaitVisible(chromedp.ID("node-detail"))); err != nil {
+			t.Fatalf("a route node's figures: %v", err)
+		}
+		if got := text(t, ctx, "#node-detail"); !strings.Contains(got, "5 requests") || !strings.Contains(got, "100.0% error share") {
+			t.Errorf("the failing route's figures: %q", got)
+		}
+		if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#routemap a[href*="broken-1"] g.node.instance rect`)), chromedp.WaitVisible(chromedp.CSS(`#node-detail[data-kind="instance"]`))); err != nil {
+			t.Fatalf("an instance node's figures: %v", err)
+		}
+		if got := text(t, ctx, "#node-detail"); !strings.Contains(got, "eligibility") {
+			t.Errorf("the instance's figures: %q", got)
+		}
 		screenshot(t, ctx, "routemap")
 	})
 

@@ -40,7 +40,10 @@ type Config struct {
 	ExpiringWithin time.Duration
 	// MapLimit is the most routes the route map draws (default 50).
 	MapLimit int
-	Now      func() time.Time
+	// GrafanaURL, when set, is a Grafana with deploy/grafana's dashboards: each page links
+	// the matching one ("Metrics").
+	GrafanaURL string
+	Now        func() time.Time
 }
 
 // Dashboard serves the console.
@@ -63,6 +66,13 @@ func New(cfg Config) (*Dashboard, error) {
 	}
 	if cfg.MapLimit == 0 {
 		cfg.MapLimit = 50
+	}
+	if cfg.GrafanaURL != "" {
+		u, err := url.Parse(cfg.GrafanaURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("dashboard: Grafana URL %q: want http(s)://host[/path]", cfg.GrafanaURL)
+		}
+		cfg.GrafanaURL = strings.TrimSuffix(cfg.GrafanaURL, "/")
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -150,12 +160,37 @@ type page struct {
 	Insecure bool
 	Errors   []string
 	Data     any
+	// Metrics links the page's Grafana dashboard (empty without --grafana-url).
+	Metrics string
+}
+
+// grafanaDashboards maps each page to the uid of the deploy/grafana dashboard with its
+// metrics.
+var grafanaDashboards = map[string]string{
+	"/": "meshflows-registry", "/events": "meshflows-registry", "/incidents": "meshflows-registry",
+	"/capabilities": "meshflows-providers",
+	"/routes":       "meshflows-routes", "/routes/map": "meshflows-routes", "/workflows": "meshflows-routes", "/validation": "meshflows-routes",
+}
+
+// metricsLink returns the Grafana dashboard of the page at path, or "".
+func (d *Dashboard) metricsLink(path string) string {
+	if d.cfg.GrafanaURL == "" {
+		return ""
+	}
+	uid, ok := grafanaDashboards[path]
+	if !ok && strings.HasPrefix(path, "/workflows/") {
+		uid, ok = "meshflows-routes", true
+	}
+	if !ok {
+		return ""
+	}
+	return d.cfg.GrafanaURL + "/d/" + uid
 }
 
 func (d *Dashboard) render(w http.ResponseWriter, r *http.Request, name, title string, data any, errs []string) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Content-Security-Policy", "default-src 'self'; style-src 'self'; script-src 'self'; img-src 'self' data:")
-	if err := d.tmpl.ExecuteTemplate(w, name, page{Title: title, Path: r.URL.Path, Insecure: d.cfg.Insecure, Errors: errs, Data: data}); err != nil {
+	if err := d.tmpl.ExecuteTemplate(w, name, page{Title: title, Path: r.URL.Path, Insecure: d.cfg.Insecure, Errors: errs, Data: data, Metrics: d.metricsLink(r.URL.Path)}); err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 	}
 }

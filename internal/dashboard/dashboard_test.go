@@ -47,6 +47,37 @@ func TestWriteActionsNeedTheToken(t *testing.T) {
 	}
 }
 
+// TestMetricsLinks: with --grafana-url each page links its Grafana dashboard; without, none;
+// a URL that is not http(s) is refused.
+func TestMetricsLinks(t *testing.T) {
+	if _, err := dashboard.New(dashboard.Config{Insecure: true, GrafanaURL: "javascript:alert(1)"}); err == nil {
+		t.Error("a javascript: Grafana URL was accepted")
+	}
+	tests := []struct {
+		grafana, path, want string
+	}{
+		{"https://grafana.example.com/", "/", `href="https://grafana.example.com/d/meshflows-registry"`},
+		{"https://grafana.example.com", "/capabilities", `href="https://grafana.example.com/d/meshflows-providers"`},
+		{"https://grafana.example.com", "/routes", `href="https://grafana.example.com/d/meshflows-routes"`},
+		{"https://grafana.example.com", "/workflows", `href="https://grafana.example.com/d/meshflows-routes"`},
+		{"", "/", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.grafana+tt.path, func(t *testing.T) {
+			d, err := dashboard.New(dashboard.Config{Insecure: true, GrafanaURL: tt.grafana})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec := httptest.NewRecorder()
+			d.Handler().ServeHTTP(rec, httptest.NewRequest("GET", tt.path, nil))
+			body := rec.Body.String()
+			if tt.want == "" && strings.Contains(body, `id="metrics-link"`) || tt.want != "" && !strings.Contains(body, tt.want) {
+				t.Errorf("page %s: metrics link %q missing or unexpected", tt.path, tt.want)
+			}
+		})
+	}
+}
+
 // BenchmarkCatalogPage renders /capabilities for 1,000 instances × 3 capabilities (server
 // time, the registry answering from memory).
 func BenchmarkCatalogPage(b *testing.B) {

@@ -1,9 +1,9 @@
 package dashboard
 
 import (
+	"fmt"
 	"net/http"
 	"net/url"
-	"slices"
 	"strings"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
@@ -15,6 +15,8 @@ import (
 type mapNode struct {
 	ID, Label, Kind, Href string
 	X, Y, W, H            int
+	// Figures are what the node's detail panel shows (opened by a click: ?node=ID).
+	Figures []string
 }
 
 // mapEdge joins two nodes.
@@ -27,35 +29,45 @@ type mapData struct {
 	List          []string // above the limit: a searchable list instead
 	Query         string
 	Routes        int
+	Selected      *mapNode // the node whose figures are shown
 }
 
 const (
-	nodeW, nodeH, rowH, colGap, margin = 270, 24, 32, 320, 10
+	nodeW, nodeH, rowH, colGap, margin = 250, 24, 32, 280, 10
+	mapColumns                         = 5
 )
 
-// layout lays the map out in four columns — route, service@version, provider, instance —
-// each node in the row order of its first appearance.
-func layout(gr *routing.RoutesAnswer, cat *apiv1.CatalogResponse) *mapData {
-	providers := map[string][]string{} // instance -> providers
-	for _, in := range cat.Instances {
-		for _, c := range in.Capabilities {
-			if !slices.Contains(providers[in.InstanceID], c.Provider) {
-				providers[in.InstanceID] = append(providers[in.InstanceID], c.Provider)
-			}
+// mapKinds are the columns: route → service@version → capability → provider → instance.
+var mapKinds = [mapColumns]string{"route", "service", "capability", "provider", "instance"}
+
+// layout lays the map out in five columns — route, service@version, capability, provider,
+// instance — each node in the row order of its first appearance, with the figures of its
+// detail panel: a route's requests and failures over 24 hours at the gateway (health may be
+// nil), an instance's eligibility and weight, the others' instances in rotation.
+func layout(gr *routing.RoutesAnswer, cat *apiv1.CatalogResponse, health *apiv1.RouteHealthResponse) *mapData {
+	instances := map[string]*apiv1.Instance{}
+	for i := range cat.Instances {
+		instances[cat.Instances[i].InstanceID] = &cat.Instances[i]
+	}
+	routeHealth := map[string]apiv1.RouteHealth{}
+	if health != nil {
+		for _, rh := range health.Routes {
+			routeHealth[rh.Route] = rh
 		}
 	}
 	data := &mapData{Routes: len(gr.Routes)}
-	cols := [4][]string{}
+	cols := [mapColumns][]string{}
 	index := map[string]*mapNode{}
+	members := map[string]map[string]bool{} // node -> the instances under it
 	node := func(col int, id, label, href string) *mapNode {
 		key := strings.Join([]string{string(rune('0' + col)), id}, "|")
 		if n := index[key]; n != nil {
 			return n
 		}
 		cols[col] = append(cols[col], key)
-		n := &mapNode{ID: key, Label: label, Kind: [4]string{"route", "service", "provider", "instance"}[col], Href: href,
+		n := &mapNode{ID: key, Label: label, Kind: mapKinds[col], Href: href,
 			X: margin + col*colGap, Y: margin + (len(cols[col])-1)*rowH, W: nodeW, H: nodeH}
-		index[key] = n
+		index[key], members[key] = n, map[string]bool{}
 		return n
 	}
 	seen := map[[2]string]bool{}
@@ -67,24 +79,39 @@ func layout(gr *routing.RoutesAnswer, cat *apiv1.CatalogResponse) *mapData {
 		data.Edges = append(data.Edges, mapEdge{X1: a.X + a.W, Y1: a.Y + a.H/2, X2: b.X, Y2: b.Y + b.H/2})
 	}
 	for _, rt := range gr.Routes {
-		rn := node(0, rt.Method+" "+rt.Pattern, rt.Method+" "+rt.Pattern, "/routes#"+url.QueryEscape(rt.Method+" "+rt.Pattern))
+		name := rt.Method + " " + rt.Pattern
+		rn := node(0, name, name, "/routes#"+url.QueryEscape(name))
+		if h, ok := routeHealth[name]; ok && h.Requests > 0 {
+			rn.Figures = []string{fmt.Sprintf("%d requests in 24 hours at this gateway", h.Requests),
+				fmt.Sprintf("%d failed (%.1f%% error share), availability %.2f%%", h.Failed, 100*(1-h.Availability), 100*h.Availability)}
+		} else {
+			rn.Figures = []string{"no requests in 24 hours at this gateway"}
+		}
 		if rt.Source == "static" {
-			sn := node(1, "static "+rt.Upstream, "static → "+rt.Upstream, "/routes")
-			edge(rn, sn)
+			edge(rn, node(1, "static "+rt.Upstream, "static → "+rt.Upstream, "/routes"))
 			continue
 		}
 		sv := rt.Service + "@" + rt.Version
 		sn := node(1, sv, sv, "/capabilities?service_name="+url.QueryEscape(rt.Service))
 		edge(rn, sn)
-		for _, inst := range rt.Instances {
-			in := node(3, inst, inst, "/capabilities?instance="+url.QueryEscape(inst))
-			ps := providers[inst]
-			if len(ps) == 0 {
-				ps = []string{"(unknown)"}
-			}
-			for _, p := range ps {
-				pn := node(2, p, "provider "+p, "/capabilities?provider="+url.QueryEscape(p))
+		for _, id := range rt.Instances {
+			in := node(4, id, id, "/capabilities?instance="+url.QueryEscape(id))
+			members[rn.ID][id], members[sn.ID][id], members[in.ID][id] = true, true, true
+			inst := instances[id]
+			if inst == nil || len(inst.Capabilities) == 0 {
+				pn := node(3, "(unknown)", "provider (unknown)", "/capabilities")
 				edge(sn, pn)
+				edge(pn, in)
+				continue
+			}
+			in.Figures = []string{fmt.Sprintf("eligibility %s, weight %d", inst.Eligibility, inst.Weight),
+				fmt.Sprintf("%s %s at %s, generation %d", inst.ServiceName, inst.ServiceVersion, inst.Endpoint, inst.Generation)}
+			for _, c := range inst.Capabilities {
+				cn := node(2, c.CapabilityID+"@"+c.CapabilityVersion, c.CapabilityID+" "+c.CapabilityVersion, "/capabilities?capability_id="+url.QueryEscape(c.CapabilityID))
+				pn := node(3, c.Provider, "provider "+c.Provider, "/capabilities?provider="+url.QueryEscape(c.Provider))
+				members[cn.ID][id], members[pn.ID][id] = true, true
+				edge(sn, cn)
+				edge(cn, pn)
 				edge(pn, in)
 			}
 		}
@@ -93,10 +120,20 @@ func layout(gr *routing.RoutesAnswer, cat *apiv1.CatalogResponse) *mapData {
 	for c := range cols {
 		rows = max(rows, len(cols[c]))
 		for _, k := range cols[c] {
-			data.Nodes = append(data.Nodes, *index[k])
+			n := index[k]
+			if n.Kind != "instance" && len(members[k]) > 0 {
+				in := 0
+				for id := range members[k] {
+					if inst := instances[id]; inst != nil && apiv1.InRotation(inst.Eligibility) {
+						in++
+					}
+				}
+				n.Figures = append(n.Figures, fmt.Sprintf("%d of %d instances in rotation", in, len(members[k])))
+			}
+			data.Nodes = append(data.Nodes, *n)
 		}
 	}
-	data.Width, data.Height = 2*margin+3*colGap+nodeW, 2*margin+rows*rowH
+	data.Width, data.Height = 2*margin+(mapColumns-1)*colGap+nodeW, 2*margin+rows*rowH
 	return data
 }
 
@@ -120,7 +157,15 @@ func (d *Dashboard) routeMap(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	} else {
-		data = layout(gr, cat)
+		health, _ := d.gateway.GatewayRouteHealth(r.Context()) // figures only: the map stands without them
+		data = layout(gr, cat, health)
+		if id := r.URL.Query().Get("node"); id != "" {
+			for i := range data.Nodes {
+				if data.Nodes[i].ID == id {
+					data.Selected = &data.Nodes[i]
+				}
+			}
+		}
 	}
 	d.render(w, r, "routemap", "Route map", data, errString("gateway or registry", err))
 }

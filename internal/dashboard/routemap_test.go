@@ -28,12 +28,12 @@ func fiftyRoutes() (*routing.RoutesAnswer, *apiv1.CatalogResponse) {
 
 func TestLayoutOneNodePerRouteAndInstance(t *testing.T) {
 	gr, cat := fiftyRoutes()
-	m := layout(gr, cat)
+	m := layout(gr, cat, nil)
 	kinds := map[string]int{}
 	for _, n := range m.Nodes {
 		kinds[n.Kind]++
 	}
-	if kinds["route"] != 50 || kinds["service"] != 10 || kinds["provider"] != 3 || kinds["instance"] != 20 {
+	if kinds["route"] != 50 || kinds["service"] != 10 || kinds["capability"] != 1 || kinds["provider"] != 3 || kinds["instance"] != 20 {
 		t.Errorf("nodes = %v", kinds)
 	}
 	if m.Height < 50*rowH {
@@ -50,7 +50,7 @@ func BenchmarkRouteMap50(b *testing.B) {
 	gr, cat := fiftyRoutes()
 	var tmpl *template.Template = d.tmpl
 	for b.Loop() {
-		m := layout(gr, cat)
+		m := layout(gr, cat, nil)
 		if err := tmpl.ExecuteTemplate(io.Discard, "routemap", page{Title: "Route map", Data: m}); err != nil {
 			b.Fatal(err)
 		}
