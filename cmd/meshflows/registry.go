@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/pflag"
 	"golang.org/x/sync/errgroup"
 
+	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/client"
 	"github.com/meshflows/meshflows/internal/health"
 	"github.com/meshflows/meshflows/internal/incident"
@@ -182,6 +183,14 @@ func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln 
 		reg       *registry.Registry
 		events    = journal.New(f.eventsMax, nil)
 	)
+	// Over etcd, the journal is shared: events are keys of the store, numbered by etcd, and
+	// every replica answers the same sequence.
+	if es, ok := store.(sharedEvents); ok {
+		events.Share(es, logger)
+		if err := es.OnEvent(ctx, events.Insert); err != nil {
+			return err
+		}
+	}
 	if !f.eligibility.off {
 		if incidents, err = incident.New(incident.Config{Logger: logger, Registerer: promReg, Journal: events}); err != nil {
 			return err
@@ -242,9 +251,16 @@ func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln 
 		g.Go(func() error { return prober.Run(ctx) })
 	}
 	started = true
+	g.Go(func() error { return events.Run(ctx) }) // publishes a shared journal's events (returns at once otherwise)
 	g.Go(func() error { return reg.Run(ctx) })
 	g.Go(func() error { return errors.Join(srv.Serve(ctx, ln), sec.close(), closeStore()) })
 	return nil
+}
+
+// sharedEvents is a store that keeps the event journal for every replica (the etcd store).
+type sharedEvents interface {
+	journal.Store
+	OnEvent(ctx context.Context, fn func(apiv1.Event)) error
 }
 
 // restoreAtStart restores the snapshot --restore-snapshot names: a file (which must restore),

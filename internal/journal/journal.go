@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -28,14 +29,24 @@ const (
 
 // Journal is a bounded ring of events, safe for concurrent use. A nil *Journal records
 // nothing, so components take one without checking.
+//
+// A journal numbers its own events 1, 2, 3…; a shared one (Share) hands them to a store that
+// numbers them (etcd's revision: increasing, not consecutive) and gives them back to every
+// replica through Insert, so that every replica answers the same sequence.
 type Journal struct {
 	now func() time.Time
 
-	mu      sync.Mutex
-	ring    []apiv1.Event // ring[(seq-1) % max] holds event seq
-	max     int
-	last    int64         // the last sequence number given
-	changed chan struct{} // made by a waiter, closed by the next append
+	mu          sync.Mutex
+	ring        []apiv1.Event // up to max events; ring[head] is the oldest once full
+	head        int
+	max         int
+	last        int64         // the newest sequence number held or given
+	lastDropped int64         // the newest sequence number the bound dropped
+	dropped     int64         // how many the bound dropped
+	changed     chan struct{} // made by a waiter, closed by the next append
+
+	shared *sharing // set by Share
+	unsent int64    // events a shared journal could not hand to its store (reported as a gap)
 }
 
 // New returns a journal that keeps the last max events (DefaultMax when max <= 0) and stamps
@@ -54,7 +65,8 @@ func New(max int, now func() time.Time) *Journal {
 func (j *Journal) Max() int { return j.max }
 
 // Append records an event (its Seq and, when zero, its Time and Severity are set) and returns
-// its sequence number.
+// its sequence number. A shared journal queues it for its store instead (and returns 0): it
+// is held once the store gives it back.
 func (j *Journal) Append(e apiv1.Event) int64 {
 	if j == nil {
 		return 0
@@ -65,20 +77,76 @@ func (j *Journal) Append(e apiv1.Event) int64 {
 	if e.Severity == "" {
 		e.Severity = apiv1.SeverityInfo
 	}
+	if sh := j.shared; sh != nil {
+		select {
+		case sh.queue <- e:
+		default:
+			j.mu.Lock()
+			j.unsent++
+			j.mu.Unlock()
+		}
+		return 0
+	}
 	j.mu.Lock()
 	j.last++
 	e.Seq = j.last
+	j.push(e)
+	j.mu.Unlock()
+	return e.Seq
+}
+
+// Insert holds an event numbered elsewhere (a shared journal's store). An event not newer
+// than the newest held is a duplicate and is ignored.
+func (j *Journal) Insert(e apiv1.Event) {
+	if j == nil {
+		return
+	}
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if e.Seq <= j.last {
+		return
+	}
+	j.last = e.Seq
+	j.push(e)
+}
+
+// push adds e as the newest event, dropping the oldest past the bound, and wakes waiters.
+// Called with j.mu held.
+func (j *Journal) push(e apiv1.Event) {
 	if len(j.ring) < j.max {
 		j.ring = append(j.ring, e)
 	} else {
-		j.ring[(e.Seq-1)%int64(j.max)] = e
+		j.lastDropped = j.ring[j.head].Seq
+		j.dropped++
+		j.ring[j.head] = e
+		j.head = (j.head + 1) % j.max
 	}
 	if j.changed != nil {
 		close(j.changed)
 		j.changed = nil
 	}
-	j.mu.Unlock()
-	return e.Seq
+}
+
+// at returns the i-th oldest event held. Called with j.mu held.
+func (j *Journal) at(i int) *apiv1.Event { return &j.ring[(j.head+i)%len(j.ring)] }
+
+// segments returns the held events from position i on, oldest first, as at most two slices
+// of the ring. Called with j.mu held.
+func (j *Journal) segments(i int) [2][]apiv1.Event {
+	n := len(j.ring)
+	if i >= n {
+		return [2][]apiv1.Event{}
+	}
+	p := (j.head + i) % n
+	if p >= j.head {
+		return [2][]apiv1.Event{j.ring[p:], j.ring[:j.head]}
+	}
+	return [2][]apiv1.Event{j.ring[p:j.head], nil}
+}
+
+// after returns the position of the first event newer than seq. Called with j.mu held.
+func (j *Journal) after(seq int64) int {
+	return sort.Search(len(j.ring), func(i int) bool { return j.at(i).Seq > seq })
 }
 
 // Record appends an event of type typ about subject.
@@ -158,10 +226,11 @@ func containsFold(s, sub string) bool {
 }
 
 // Find returns the events q selects, oldest first, and the sequence number to ask from next
-// (every event up to it was looked at). When the ring dropped events after q.Since before
-// they were read, a gap event (seq 0, type journal.gap, attrs missed/from/to) comes first,
-// whatever the filter: a reader always learns it missed something. A Since past the last
-// event (a journal that restarted) reads from the start of what is held.
+// (every event up to it was looked at). When the bound dropped events after q.Since before
+// they were read, a gap event (seq 0, type journal.gap, attrs from/to, and missed when the
+// numbering is the journal's own) comes first, whatever the filter: a reader always learns
+// it missed something. A Since past the last event (a journal that restarted) reads from the
+// start of what is held.
 func (j *Journal) Find(q Query) ([]apiv1.Event, int64) {
 	if q.Limit <= 0 {
 		q.Limit = DefaultLimit
@@ -172,27 +241,34 @@ func (j *Journal) Find(q Query) ([]apiv1.Event, int64) {
 	if q.Since < 0 || q.Since > j.last {
 		q.Since = 0
 	}
-	first := j.last - int64(len(j.ring)) + 1 // the oldest sequence number held
 	out := []apiv1.Event{}
 	next := q.Since
-	if q.Since < first-1 && q.Since > 0 {
-		missed := first - 1 - q.Since
-		out = append(out, apiv1.Event{Time: j.now().UTC(), Type: apiv1.EventJournalGap, Severity: apiv1.SeverityWarning, Subject: "journal",
-			Message: fmt.Sprintf("%d events were dropped by the journal's bound (%d) before they were read", missed, j.max),
-			Attrs:   map[string]any{"missed": missed, "from": q.Since + 1, "to": first - 1}})
-		next = first - 1
+	if q.Since > 0 && q.Since < j.lastDropped {
+		gap := apiv1.Event{Time: j.now().UTC(), Type: apiv1.EventJournalGap, Severity: apiv1.SeverityWarning, Subject: "journal",
+			Message: fmt.Sprintf("events %d to %d were dropped by the journal's bound (%d) before they were read", q.Since+1, j.lastDropped, j.max),
+			Attrs:   map[string]any{"from": q.Since + 1, "to": j.lastDropped}}
+		if j.shared == nil { // consecutive numbers: the count is exact
+			missed := j.lastDropped - q.Since
+			gap.Message = fmt.Sprintf("%d events were dropped by the journal's bound (%d) before they were read", missed, j.max)
+			gap.Attrs["missed"] = missed
+		}
+		out = append(out, gap)
+		next = j.lastDropped
 	}
-	for seq := max(q.Since+1, first); seq <= j.last; seq++ {
-		e := &j.ring[(seq-1)%int64(j.max)]
-		next = seq
-		if q.matches(e) {
-			out = append(out, *e)
-			if len(out) >= q.Limit {
-				break
+	// The held events in order are ring[head:] then ring[:head]: two plain loops.
+	for _, seg := range j.segments(j.after(q.Since)) {
+		for k := range seg {
+			e := &seg[k]
+			next = e.Seq
+			if q.matches(e) {
+				out = append(out, *e)
+				if len(out) >= q.Limit {
+					return out, next
+				}
 			}
 		}
 	}
-	return out, next
+	return out, max(next, j.last)
 }
 
 // Newest returns the last limit events q selects looking back from the newest, oldest
@@ -204,10 +280,9 @@ func (j *Journal) Newest(q Query) ([]apiv1.Event, int64) {
 	q.Limit = min(q.Limit, MaxLimit)
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	first := j.last - int64(len(j.ring)) + 1
 	out := []apiv1.Event{}
-	for seq := j.last; seq >= first && len(out) < q.Limit; seq-- {
-		if e := &j.ring[(seq-1)%int64(j.max)]; q.matches(e) {
+	for i := len(j.ring) - 1; i >= 0 && len(out) < q.Limit; i-- {
+		if e := j.at(i); q.matches(e) {
 			out = append(out, *e)
 		}
 	}

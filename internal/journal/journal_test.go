@@ -247,3 +247,87 @@ func BenchmarkFindText(b *testing.B) {
 		}
 	}
 }
+
+// fakeStore numbers events as etcd does (increasing, not consecutive) and hands them to
+// every replica's journal.
+type fakeStore struct {
+	mu       sync.Mutex
+	rev      int64
+	down     bool
+	replicas []*Journal
+	pruned   int
+}
+
+func (s *fakeStore) PublishEvent(_ context.Context, e apiv1.Event) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.down {
+		return fmt.Errorf("store away")
+	}
+	s.rev += 7 // other keys move the revision too
+	e.Seq = s.rev
+	for _, j := range s.replicas {
+		j.Insert(e)
+	}
+	return nil
+}
+
+func (s *fakeStore) PruneEvents(context.Context, int) error { s.pruned++; return nil }
+
+// Two replicas sharing a journal answer the same sequence; a since from one works on the
+// other; the bound and its gap hold with sparse numbers.
+func TestSharedJournal(t *testing.T) {
+	store := &fakeStore{}
+	a, b := New(5, fixed), New(5, fixed)
+	store.replicas = []*Journal{a, b}
+	a.Share(store, nil)
+	b.Share(store, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{}, 2)
+	for _, j := range []*Journal{a, b} {
+		go func() { j.Run(ctx); done <- struct{}{} }()
+	}
+	defer func() { cancel(); <-done; <-done }()
+	for i := range 4 {
+		src := a
+		if i%2 == 1 {
+			src = b
+		}
+		if seq := src.Append(apiv1.Event{Type: apiv1.EventRegistered, Subject: fmt.Sprint("i-", i)}); seq != 0 {
+			t.Errorf("a shared journal numbered an event itself: %d", seq)
+		}
+	}
+	for a.Last() < 28 || b.Last() < 28 { // the publisher runs beside; this waits for it, asserting no time
+		time.Sleep(time.Millisecond)
+	}
+	ea, na := a.Find(Query{})
+	eb, nb := b.Find(Query{})
+	if diff := cmp.Diff(seqs(ea), seqs(eb)); diff != "" || na != nb {
+		t.Errorf("replicas disagree (-a +b):\n%s", diff)
+	}
+	if diff := cmp.Diff([]int64{7, 14, 21, 28}, seqs(ea)); diff != "" {
+		t.Errorf("sequence (-want +got):\n%s", diff)
+	}
+	if got, _ := b.Find(Query{Since: 14}); len(got) != 2 || got[0].Seq != 21 {
+		t.Errorf("since 14 on the other replica: %v", seqs(got))
+	}
+	// past the bound: a reader left behind learns where the gap is (no count: numbers skip)
+	for i := range 4 {
+		a.Append(apiv1.Event{Type: apiv1.EventRegistered, Subject: fmt.Sprint("j-", i)})
+	}
+	for a.Last() < 56 {
+		time.Sleep(time.Millisecond)
+	}
+	got, _ := a.Find(Query{Since: 7})
+	if len(got) == 0 || got[0].Type != apiv1.EventJournalGap || got[0].Attrs["to"] != int64(21) || got[0].Attrs["missed"] != nil {
+		t.Errorf("gap in a shared journal: %+v", got)
+	}
+	if len(a.ring) != 5 {
+		t.Errorf("ring holds %d, want its bound 5", len(a.ring))
+	}
+	// a duplicate (the replica's own event coming back twice) is ignored
+	b.Insert(apiv1.Event{Seq: 28, Type: apiv1.EventRegistered})
+	if eb, _ := b.Find(Query{Since: 21, Limit: 1}); eb[0].Seq != 28 || len(eb) != 1 {
+		t.Errorf("after a duplicate: %v", seqs(eb))
+	}
+}

@@ -1,12 +1,14 @@
 package etcdstore
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -74,6 +76,8 @@ type Store struct {
 	onVerdict  atomic.Pointer[func(registry.SharedVerdict)]
 	onOutcomes atomic.Pointer[func(*apiv1.OutcomesRequest)]
 	onRemoved  atomic.Pointer[func(string, int64)]
+	onEvent    atomic.Pointer[func(apiv1.Event)]
+	eventSeq   atomic.Int64 // this replica's event keys
 }
 
 var (
@@ -167,10 +171,12 @@ func (s *Store) resync(ctx context.Context) error {
 	health := map[string]string{}
 	verdicts := map[string]registry.SharedVerdict{}
 	acks := map[string]gatewayAck{}
-	var insts []*mvccpb.KeyValue
+	var insts, events []*mvccpb.KeyValue
 	for _, kv := range resp.Kvs {
 		k := string(kv.Key)
 		switch {
+		case strings.HasPrefix(k, s.key("events/")):
+			events = append(events, kv)
 		case strings.HasPrefix(k, s.key("gateways/")):
 			if a, ok := s.gatewayAck(kv); ok {
 				acks[a.ack.GatewayID] = a
@@ -202,6 +208,7 @@ func (s *Store) resync(ctx context.Context) error {
 	}
 	s.index.Reset(recs, resp.Header.Revision)
 	s.startRev = resp.Header.Revision
+	s.replayEvents(events)
 	return nil
 }
 
@@ -277,6 +284,10 @@ func (s *Store) Run(ctx context.Context) error {
 func (s *Store) apply(ev *clientv3.Event) {
 	k := string(ev.Kv.Key)
 	switch {
+	case strings.HasPrefix(k, s.key("events/")):
+		if ev.Type == clientv3.EventTypePut {
+			s.event(ev.Kv)
+		}
 	case strings.HasPrefix(k, s.key("gateways/")):
 		id := strings.TrimPrefix(k, s.key("gateways/"))
 		if ev.Type == clientv3.EventTypeDelete {
@@ -465,6 +476,86 @@ func (s *Store) ForwardOutcomes(ctx context.Context, req *apiv1.OutcomesRequest)
 		return fmt.Errorf("etcd put outcomes: %w", err)
 	}
 	return nil
+}
+
+// The shared event journal: each event is a key under PREFIX/events/, numbered by the
+// revision etcd wrote it at, so that every replica's journal holds the same sequence.
+
+// PublishEvent stores an event of the journal for every replica (journal.Store).
+func (s *Store) PublishEvent(ctx context.Context, e apiv1.Event) error {
+	e.Seq = 0 // etcd numbers it
+	val, err := json.Marshal(e)
+	if err != nil {
+		return err
+	}
+	key := s.key("events/", s.cfg.ReplicaID, "/", fmt.Sprintf("%016d", s.eventSeq.Add(1)))
+	if _, err := s.cfg.Client.Put(ctx, key, string(val)); err != nil {
+		return fmt.Errorf("etcd put event: %w", err)
+	}
+	return nil
+}
+
+// PruneEvents deletes the oldest stored events past keep (journal.Store).
+func (s *Store) PruneEvents(ctx context.Context, keep int) error {
+	prefix := s.key("events/")
+	resp, err := s.cfg.Client.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return fmt.Errorf("etcd count events: %w", err)
+	}
+	over := resp.Count - int64(keep)
+	if over <= 0 {
+		return nil
+	}
+	old, err := s.cfg.Client.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+		clientv3.WithSort(clientv3.SortByModRevision, clientv3.SortAscend), clientv3.WithLimit(over))
+	if err != nil {
+		return fmt.Errorf("etcd list old events: %w", err)
+	}
+	for start := 0; start < len(old.Kvs); start += maxTxnOps {
+		var ops []clientv3.Op
+		for _, kv := range old.Kvs[start:min(start+maxTxnOps, len(old.Kvs))] {
+			ops = append(ops, clientv3.OpDelete(string(kv.Key)))
+		}
+		if _, err := s.cfg.Client.Txn(ctx).Then(ops...).Commit(); err != nil {
+			return fmt.Errorf("etcd delete old events: %w", err)
+		}
+	}
+	return nil
+}
+
+// OnEvent hands every stored event to fn — those already stored at once, oldest first, then
+// each new one as the watch sees it — numbered with the revision it was written at.
+func (s *Store) OnEvent(ctx context.Context, fn func(apiv1.Event)) error {
+	s.onEvent.Store(&fn)
+	resp, err := s.cfg.Client.Get(ctx, s.key("events/"), clientv3.WithPrefix())
+	if err != nil {
+		return fmt.Errorf("etcd read events: %w", err)
+	}
+	s.replayEvents(resp.Kvs)
+	return nil
+}
+
+// replayEvents hands stored events to the callback, oldest first.
+func (s *Store) replayEvents(kvs []*mvccpb.KeyValue) {
+	slices.SortFunc(kvs, func(a, b *mvccpb.KeyValue) int { return cmp.Compare(a.ModRevision, b.ModRevision) })
+	for _, kv := range kvs {
+		s.event(kv)
+	}
+}
+
+// event decodes one stored event and hands it to the callback.
+func (s *Store) event(kv *mvccpb.KeyValue) {
+	fn := s.onEvent.Load()
+	if fn == nil {
+		return
+	}
+	var e apiv1.Event
+	if err := json.Unmarshal(kv.Value, &e); err != nil {
+		s.cfg.Logger.Warn("unreadable event in etcd", slog.String("key", string(kv.Key)))
+		return
+	}
+	e.Seq = kv.ModRevision
+	(*fn)(e)
 }
 
 // OnRemoved implements registry.RemovalNotifier.

@@ -1,0 +1,87 @@
+package etcdstore_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/internal/journal"
+	"github.com/meshflows/meshflows/internal/registry"
+	"github.com/meshflows/meshflows/internal/store/etcdstore"
+)
+
+// TestSharedJournal: two registry replicas over one etcd share the event journal — a
+// registration through one and a deregistration through the other are in both journals
+// with the same sequence numbers; a replica started later reads what was written before; the
+// store is pruned to the bound.
+func TestSharedJournal(t *testing.T) {
+	cli := startEtcd(t)
+	prefix := fmt.Sprintf("/journal%d/", prefixes.Add(1))
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	replica := func() (*registry.Registry, *journal.Journal, *etcdstore.Store) {
+		s := runStore(t, etcdstore.Config{Client: cli, Prefix: prefix, LeaseTTL: time.Minute})
+		j := journal.New(3, nil)
+		j.Share(s, nil)
+		if err := s.OnEvent(ctx, j.Insert); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { j.Run(ctx); close(done) }()
+		t.Cleanup(func() { cancel(); <-done })
+		reg, err := registry.New(s, registry.Config{Journal: j, LeaseTTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return reg, j, s
+	}
+	a, ja, _ := replica()
+	b, jb, sb := replica()
+	req := apiv1.RegisterRequest{InstanceID: "jms-1", ServiceName: "egress-jms", ServiceVersion: "1.0.0", Endpoint: "http://127.0.0.1:9",
+		Capabilities: []apiv1.Capability{{CapabilityID: "messaging.publish", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0", Provider: "jms"}}}
+	resp, err := a.Register(ctx, &req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "B sees the instance", func() bool { _, ok := sb.Get("jms-1"); return ok })
+	if err := b.Deregister(ctx, "jms-1", resp.Generation); err != nil {
+		t.Fatal(err)
+	}
+	lines := func(j *journal.Journal) []string {
+		es, _ := j.Find(journal.Query{})
+		var out []string
+		for _, e := range es {
+			out = append(out, fmt.Sprintf("%d %s %s", e.Seq, e.Type, e.Subject))
+		}
+		return out
+	}
+	eventually(t, "both journals hold both events", func() bool { return len(lines(ja)) == 2 && len(lines(jb)) == 2 })
+	if diff := cmp.Diff(lines(ja), lines(jb)); diff != "" {
+		t.Errorf("replicas disagree (-a +b):\n%s", diff)
+	}
+	if got := lines(ja); got[0][len(got[0])-len("instance.registered jms-1"):] != "instance.registered jms-1" {
+		t.Errorf("journal = %v", got)
+	}
+	// a replica started later reads what was written before it
+	_, jc, _ := replica()
+	if diff := cmp.Diff(lines(ja), lines(jc)); diff != "" {
+		t.Errorf("a later replica (-a +c):\n%s", diff)
+	}
+	// the store is pruned to the bound
+	for i := range 5 {
+		ja.Append(apiv1.Event{Type: apiv1.EventSnapshot, Subject: "registry", Message: fmt.Sprint(i)})
+	}
+	eventually(t, "B holds the newest", func() bool { es, _ := jb.Newest(journal.Query{Limit: 1}); return len(es) == 1 && es[0].Message == "4" })
+	if err := sb.PruneEvents(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	n, err := cli.Get(ctx, prefix+"events/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil || n.Count != 3 {
+		t.Errorf("events kept in etcd: %d (%v), want 3", n.Count, err)
+	}
+}
