@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
@@ -17,6 +16,7 @@ func newBenchCmd() *cobra.Command {
 		Short: "Load generators against a running component",
 		Long: `Load generators that drive a running MeshFlows component through its public HTTP API,
 for operators sizing a deployment. Every run is bounded by its counts and --timeout.`,
+		Example: "  meshflows bench registry --registry http://127.0.0.1:7400 --instances 1000\n  meshflows bench herd --providers 1000",
 	}
 	cmd.AddCommand(newBenchRegistryCmd(), newBenchHerdCmd())
 	return cmd
@@ -24,8 +24,11 @@ for operators sizing a deployment. Every run is bounded by its counts and --time
 
 func newBenchRegistryCmd() *cobra.Command {
 	var cfg bench.RegistryConfig
-	var asJSON bool
-	var timeout time.Duration
+	var (
+		asJSON  bool // the old spelling of -o json
+		out     outputFlag
+		timeout time.Duration
+	)
 	cmd := &cobra.Command{
 		Use:   "registry",
 		Short: "Measure register, heartbeat, discovery and watch propagation against a registry",
@@ -34,17 +37,18 @@ once, run --queries discovery queries for one 100-instance service, time --chang
 deregistrations until a long-polling watcher sees each, then deregister the rest. Prints
 throughput and p50/p99/max per phase. It leaves nothing registered behind.`,
 		Example: "  meshflows bench registry --registry http://127.0.0.1:7400 --instances 10000 --concurrency 32\n" +
-			"  meshflows bench registry --registry http://127.0.0.1:7400 --json > bench.json",
+			"  meshflows bench registry --registry http://127.0.0.1:7400 -o json > bench.json",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
+			if err := legacyJSON(&out, asJSON); err != nil {
+				return err
+			}
 			rep, err := bench.RunRegistry(ctx, cfg)
 			if rep != nil {
-				if asJSON {
-					enc := json.NewEncoder(cmd.OutOrStdout())
-					enc.SetIndent("", "  ")
-					if err := enc.Encode(rep); err != nil {
+				if out.value != "text" {
+					if err := out.write(cmd.OutOrStdout(), rep); err != nil {
 						return err
 					}
 				} else {
@@ -67,13 +71,18 @@ throughput and p50/p99/max per phase. It leaves nothing registered behind.`,
 	f.DurationVar(&cfg.OpTimeout, "op-timeout", 10*time.Second, "timeout of one request")
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "deadline of the whole run")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	f.MarkDeprecated("json", "use -o json")
+	out.bind(cmd, "text")
 	return cmd
 }
 
 func newBenchHerdCmd() *cobra.Command {
 	var cfg bench.HerdConfig
-	var asJSON bool
-	var timeout time.Duration
+	var (
+		asJSON  bool // the old spelling of -o json
+		out     outputFlag
+		timeout time.Duration
+	)
 	cmd := &cobra.Command{
 		Use:   "herd",
 		Short: "Restart a registry under N provider agents and measure the re-registration wave",
@@ -88,15 +97,16 @@ it itself; with --registry URL it waits for you to restart that registry.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
+			if err := legacyJSON(&out, asJSON); err != nil {
+				return err
+			}
 			cfg.Notify = func(format string, args ...any) { fmt.Fprintf(cmd.ErrOrStderr(), format+"\n", args...) }
 			rep, err := bench.RunHerd(ctx, cfg)
 			if err != nil {
 				return err
 			}
-			if asJSON {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				return enc.Encode(rep)
+			if out.value != "text" {
+				return out.write(cmd.OutOrStdout(), rep)
 			}
 			return bench.WriteHerd(cmd.OutOrStdout(), rep)
 		},
@@ -109,5 +119,15 @@ it itself; with --registry URL it waits for you to restart that registry.`,
 	f.DurationVar(&cfg.LeaseTTL, "lease-ttl", 0, "lease TTL of the in-process registry (default 3 heartbeat intervals)")
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "deadline of the whole run")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
+	f.MarkDeprecated("json", "use -o json")
+	out.bind(cmd, "text")
 	return cmd
+}
+
+// legacyJSON folds the old --json into -o and checks -o.
+func legacyJSON(out *outputFlag, asJSON bool) error {
+	if asJSON {
+		out.value = "json"
+	}
+	return out.check("text", "json", "yaml")
 }

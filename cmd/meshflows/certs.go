@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 	"time"
@@ -17,15 +18,22 @@ func newCertsCmd() *cobra.Command {
 		Long: `Create a development certificate authority and the certificates that a registry and its
 providers need to run with mTLS on one machine. For development only: the CA key sits in the
 directory next to the certificates.`,
+		Example: "  meshflows certs init --dir certs --host registry.local\n  meshflows certs issue --dir certs --identity egress-jms",
 	}
-	var dir, identity, trustDomain string
+	var (
+		dir, identity, trustDomain string
+		hosts                      []string
+	)
 	initCmd := &cobra.Command{
-		Use:     "init",
-		Short:   "Create ca.pem, ca-key.pem and server.pem/server-key.pem (localhost, 127.0.0.1)",
-		Example: "  meshflows certs init --dir certs",
+		Use:   "init",
+		Short: "Create ca.pem, ca-key.pem and server.pem/server-key.pem (localhost, 127.0.0.1, ::1 and --host)",
+		Long: `Create a development CA (ca.pem, ca-key.pem) and a server certificate (server.pem,
+server-key.pem) valid for localhost, 127.0.0.1, ::1 and every --host (a DNS name or an IP
+address; repeat or comma-separate), for a year. Nothing already in --dir is overwritten.`,
+		Example: "  meshflows certs init --dir certs\n  meshflows certs init --dir certs --host registry.internal --host 10.0.0.5",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := auth.InitDir(dir, time.Now()); err != nil {
+			if err := auth.InitDir(dir, time.Now(), hosts...); err != nil {
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s, %s, %s and %s\nnext: meshflows certs issue --dir %s --identity egress-jms\n",
@@ -35,12 +43,19 @@ directory next to the certificates.`,
 		},
 	}
 	initCmd.Flags().StringVar(&dir, "dir", "certs", "directory for the CA and server certificate")
+	initCmd.Flags().StringSliceVar(&hosts, "host", nil, "another DNS name or IP address the server certificate is valid for")
 	issueCmd := &cobra.Command{
-		Use:     "issue",
-		Short:   "Issue a client certificate NAME.pem/NAME-key.pem with the SPIFFE ID spiffe://TRUST-DOMAIN/NAME",
+		Use:   "issue",
+		Short: "Issue a client certificate NAME.pem/NAME-key.pem with the SPIFFE ID spiffe://TRUST-DOMAIN/NAME",
+		Long: `Issue a client certificate, signed by the CA of --dir, for --identity: the identity the
+registry's RBAC policy knows it by (a provider's service name, "gateway", "orchestrator"…),
+carried as the SPIFFE ID spiffe://TRUST-DOMAIN/IDENTITY and as the common name.`,
 		Example: "  meshflows certs issue --dir certs --identity egress-jms",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if identity == "" {
+				return &exitError{code: 2, err: errors.New("--identity is required: the name the RBAC policy knows this client by, e.g. --identity egress-jms")}
+			}
 			certPath, keyPath, err := auth.IssueInDir(dir, identity, trustDomain, time.Now())
 			if err != nil {
 				return err

@@ -47,4 +47,5 @@ func runComponent(cmd *cobra.Command, logCfg telemetry.LogConfig, addr string, s
 func bindLogFlags(fs *pflag.FlagSet, cfg *telemetry.LogConfig, format string) {
 	fs.StringVar(&cfg.Level, "log-level", "info", "log level: debug, info, warn or error")
 	fs.StringVar(&cfg.Format, "log-format", format, "log format: json or text")
+	bindLogEnv(fs)
 }

@@ -48,6 +48,7 @@ Write actions (invalidate, re-validate, upload, run) need the admin token from
 	fl := cmd.Flags()
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:7403", "address to serve on")
 	fl.StringVar(&f.registry, "registry", "http://127.0.0.1:7400", "registry base URL")
+	bindEnv(fl, "registry", "MESHFLOWS_REGISTRY")
 	fl.StringVar(&f.orchestrator, "orchestrator", "http://127.0.0.1:7401", "orchestrator base URL")
 	fl.StringVar(&f.gateway, "gateway", "http://127.0.0.1:7402", "gateway base URL")
 	fl.StringVar(&f.tokenFile, "admin-token-file", "", "file holding the bearer token that write actions need")

@@ -49,7 +49,7 @@ no authentication. Ports are fixed offsets from --base-port:
   dashboard     N+%d
   providers     N+%d (jms), N+%d (rabbitmq)
 
-Components that are not built yet are listed as such. Stop with Ctrl-C.`,
+Stop with Ctrl-C: the providers deregister and the components stop in order.`,
 			devRegistryOffset, devOrchestratorOffset, devGatewayOffset, devDashboardOffset, devProviderOffsetJMS, devProviderOffsetRMQ),
 		Example: "  meshflows dev\n  meshflows dev --base-port 8400",
 		Args:    cobra.NoArgs,

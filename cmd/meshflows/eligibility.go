@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 
@@ -11,8 +10,13 @@ import (
 )
 
 func newEligibilityCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "eligibility", Short: "Eligibility tools: replay evidence through the state machine"}
+	cmd := &cobra.Command{Use: "eligibility", Short: "Eligibility tools: replay evidence through the state machine",
+		Long: `Tools for the eligibility engine, which judges which instances are in rotation: simulate
+replays a scenario file (instances and timestamped evidence) through the same state machine the
+registry runs, and prints the verdicts and discovery answers it asks for.`,
+		Example: "  meshflows eligibility simulate --scenario internal/health/scenario/testdata/scenarios/panic-below-half.json"}
 	var file string
+	var out outputFlag
 	simulate := &cobra.Command{
 		Use:   "simulate",
 		Short: "Answer an eligibility scenario file: verdicts and panic answers at given instants",
@@ -25,6 +29,9 @@ settings, instances or event kinds, instants beyond 6h).`,
 		Example: "  meshflows eligibility simulate --scenario internal/health/scenario/testdata/scenarios/panic-below-half.json",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := out.check("json", "yaml"); err != nil {
+				return err
+			}
 			if file == "" {
 				return &exitError{code: 2, err: fmt.Errorf("--scenario FILE is required")}
 			}
@@ -40,11 +47,10 @@ settings, instances or event kinds, instants beyond 6h).`,
 			if err != nil {
 				return &exitError{code: 2, err: fmt.Errorf("%s: %w", file, err)}
 			}
-			enc := json.NewEncoder(cmd.OutOrStdout())
-			enc.SetIndent("", "  ")
-			return enc.Encode(map[string]any{"answers": answers})
+			return out.write(cmd.OutOrStdout(), map[string]any{"answers": answers})
 		},
 	}
+	out.bind(simulate, "json")
 	simulate.Flags().StringVar(&file, "scenario", "", "a scenario file (JSON)")
 	cmd.AddCommand(simulate)
 	return cmd

@@ -78,6 +78,7 @@ endpoints are intended. The gateway calls the registry with --registry-ca, --reg
 	fl := cmd.Flags()
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:7402", "address to serve on")
 	fl.StringSliceVar(&f.registries, "registry", []string{"http://127.0.0.1:7400"}, "registry base URL; repeat or comma-separate for failover")
+	bindEnv(fl, "registry", "MESHFLOWS_REGISTRY")
 	fl.StringVar(&f.routesFile, "routes", "", "static routes file (YAML): routes: [{path, methods, upstream}]")
 	fl.StringVar(&f.policyFile, "policy", "", "path policy file (YAML): path_prefixes: {service: [prefix, …]}")
 	fl.BoolVar(&f.insecure, "insecure", false, "serve the admin endpoints without authentication (development only: anyone who reaches the port can read the table and make the gateway refetch)")

@@ -41,7 +41,33 @@ and answers discovery queries for gateways and workflow orchestrators.
 Start everything on loopback with 'meshflows dev'.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       buildVersion(),
+		// Every command: unset flags that have an environment variable take its value.
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error { return applyEnv(cmd) },
 	}
-	root.AddCommand(newVersionCmd(), newRegistryCmd(), newDevCmd(), newExampleProviderCmd(), newGatewayCmd(), newOrchestratorCmd(), newDashboardCmd(), newCertsCmd(), newRoutesCmd(), newValidateCmd(), newBenchCmd(), newEligibilityCmd())
+	root.SetVersionTemplate(`{{printf "meshflows %s" .Version}}
+`)
+	root.AddCommand(newVersionCmd(), newRegistryCmd(), newDevCmd(), newExampleProviderCmd(), newGatewayCmd(), newOrchestratorCmd(), newDashboardCmd(), newCertsCmd(), newRoutesCmd(), newValidateCmd(), newBenchCmd(), newEligibilityCmd(), newGetCmd(), newDescribeCmd(), newStatusCmd())
+	// Usage errors — an unknown flag, a bad flag value, missing or extra arguments — exit 2.
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{code: 2, err: err} })
+	var usage func(*cobra.Command)
+	usage = func(c *cobra.Command) {
+		if args := c.Args; args != nil {
+			c.Args = func(cmd *cobra.Command, a []string) error {
+				if err := args(cmd, a); err != nil {
+					var ee *exitError
+					if errors.As(err, &ee) {
+						return err
+					}
+					return &exitError{code: 2, err: fmt.Errorf("%w (see meshflows %s --help)", err, cmd.CommandPath()[len("meshflows "):])}
+				}
+				return nil
+			}
+		}
+		for _, sub := range c.Commands() {
+			usage(sub)
+		}
+	}
+	usage(root)
 	return root
 }

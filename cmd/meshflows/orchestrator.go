@@ -71,6 +71,7 @@ that an open API is intended. It calls the registry with --registry-ca, --regist
 	fl := cmd.Flags()
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:7401", "address to serve on")
 	fl.StringSliceVar(&f.registries, "registry", []string{"http://127.0.0.1:7400"}, "registry base URL; repeat or comma-separate for failover")
+	bindEnv(fl, "registry", "MESHFLOWS_REGISTRY")
 	fl.StringVar(&f.dir, "workflows-dir", "", "directory where workflows, their results, run history and trigger health, and the last discovery view persist (loaded at start: runs resolve from the saved view while the registry is away)")
 	fl.StringVar(&f.staticFile, "static-capabilities", "", "YAML list of {capability_id, provider, version, endpoint}: used when the registry has never answered")
 	fl.DurationVar(&f.timeout, "provider-timeout", workflow.DefaultProviderTimeout, "timeout of each provider validation")

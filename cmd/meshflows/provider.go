@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -52,6 +54,7 @@ and /metrics.`,
 	f := cmd.Flags()
 	f.StringVar(&kind, "kind", "jms", "which example: jms or rabbitmq")
 	f.StringSliceVar(&registries, "registry", []string{"http://127.0.0.1:7400"}, "registry base URL; repeat or comma-separate for failover")
+	bindEnv(f, "registry", "MESHFLOWS_REGISTRY")
 	f.StringVar(&listen, "listen", "127.0.0.1:7410", "address to serve on")
 	f.StringVar(&advertise, "advertise", "", "endpoint URL to register (default http://<listen address>)")
 	f.StringVar(&zone, "zone", "", "zone to register in")
@@ -63,14 +66,42 @@ and /metrics.`,
 
 // clientCreds are the flags with which a client of the registry authenticates.
 type clientCreds struct {
-	ca, cert, key, token string
+	ca, cert, key, token, tokenFile string
 }
 
+// bind adds the client credential flags (a provider's, the dashboard's, a CLI's).
 func (c *clientCreds) bind(f *pflag.FlagSet) {
-	f.StringVar(&c.ca, "ca", "", "CA bundle the registry's certificate must chain to (https registries)")
-	f.StringVar(&c.cert, "tls-cert", "", "client certificate carrying this provider's identity (mTLS)")
+	f.StringVar(&c.ca, "ca", "", "CA bundle the server's certificate must chain to (https servers)")
+	f.StringVar(&c.cert, "tls-cert", "", "client certificate carrying this program's identity (mTLS)")
 	f.StringVar(&c.key, "tls-key", "", "key of --tls-cert")
 	f.StringVar(&c.token, "token", "", "bearer token to send instead of a client certificate")
+	f.StringVar(&c.tokenFile, "token-file", "", "file holding the bearer token (instead of --token, which shows in the process list)")
+	c.bindEnv(f, "ca", "tls-cert", "tls-key", "token", "token-file")
+}
+
+// bindEnv ties the credential flags, by their names in this command, to the variables.
+func (c *clientCreds) bindEnv(f *pflag.FlagSet, ca, cert, key, token, tokenFile string) {
+	bindEnv(f, ca, "MESHFLOWS_CA")
+	bindEnv(f, cert, "MESHFLOWS_CLIENT_CERT")
+	bindEnv(f, key, "MESHFLOWS_CLIENT_KEY")
+	bindEnv(f, token, "MESHFLOWS_TOKEN")
+	bindEnv(f, tokenFile, "MESHFLOWS_TOKEN_FILE")
+}
+
+// bearer returns the token: --token, else the content of --token-file.
+func (c *clientCreds) bearer() (string, error) {
+	if c.token != "" || c.tokenFile == "" {
+		return c.token, nil
+	}
+	b, err := os.ReadFile(c.tokenFile)
+	if err != nil {
+		return "", fmt.Errorf("token file: %w", err)
+	}
+	t := strings.TrimSpace(string(b))
+	if t == "" {
+		return "", fmt.Errorf("token file %s is empty", c.tokenFile)
+	}
+	return t, nil
 }
 
 // bindRegistry adds the flags under names that leave --tls-cert and --tls-key to a server's
@@ -81,10 +112,18 @@ func (c *clientCreds) bindRegistry(f *pflag.FlagSet) {
 	f.StringVar(&c.cert, "registry-cert", "", "client certificate with which this server authenticates to the registry (mTLS)")
 	f.StringVar(&c.key, "registry-key", "", "key of --registry-cert")
 	f.StringVar(&c.token, "registry-token", "", "bearer token to send to the registry instead of a client certificate")
+	f.StringVar(&c.tokenFile, "registry-token-file", "", "file holding the bearer token for the registry")
+	c.bindEnv(f, "registry-ca", "registry-cert", "registry-key", "registry-token", "registry-token-file")
 }
 
-// httpClient returns a client for the credentials (a plain one when none are given).
+// httpClient returns a client for the credentials (a plain one when none are given); it
+// also reads --token-file into the token.
 func (c *clientCreds) httpClient() (*http.Client, error) {
+	tok, err := c.bearer()
+	if err != nil {
+		return nil, err
+	}
+	c.token = tok
 	if c.ca == "" && c.cert == "" && c.key == "" {
 		return client.HTTPClient(nil), nil
 	}

@@ -26,8 +26,13 @@ func (e *exitError) Error() string { return e.err.Error() }
 func (e *exitError) Unwrap() error { return e.err }
 
 func newRoutesCmd() *cobra.Command {
-	cmd := &cobra.Command{Use: "routes", Short: "Routing table tools"}
+	cmd := &cobra.Command{Use: "routes", Short: "Routing table tools",
+		Long: `Tools for the routing rules the gateway applies: derive computes, offline, the routing table
+that given manifests, static routes and a path policy produce — the same derivation the
+gateway runs — and prints its canonical form.`,
+		Example: "  meshflows routes derive --case conformance/cases/static-wins.json"}
 	var caseFile, manifests, static, policy string
+	var out outputFlag
 	derive := &cobra.Command{
 		Use:   "derive",
 		Short: "Print the routing table derived from a conformance case or from loose files",
@@ -43,6 +48,9 @@ directory of such files (or of single objects); --static a YAML or JSON file
 			"  meshflows routes derive --manifests manifests/ --static static.yaml --policy policy.yaml",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := out.check("json", "yaml"); err != nil {
+				return err
+			}
 			var c *routing.Case
 			var err error
 			if caseFile != "" {
@@ -53,11 +61,10 @@ directory of such files (or of single objects); --static a YAML or JSON file
 			if err != nil {
 				return &exitError{code: 2, err: err}
 			}
-			enc := json.NewEncoder(cmd.OutOrStdout())
-			enc.SetIndent("", "  ")
-			return enc.Encode(c.Run())
+			return out.write(cmd.OutOrStdout(), c.Run())
 		},
 	}
+	out.bind(derive, "json")
 	f := derive.Flags()
 	f.StringVar(&caseFile, "case", "", "a conformance case file")
 	f.StringVar(&manifests, "manifests", "", "manifests: a JSON file or a directory of them")

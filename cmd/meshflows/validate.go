@@ -1,9 +1,10 @@
 package main
 
 import (
-	"encoding/json"
+	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"strconv"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/client"
 	"github.com/meshflows/meshflows/discovery"
 	"github.com/meshflows/meshflows/internal/workflow"
 )
@@ -42,7 +44,9 @@ func newValidateCmd() *cobra.Command {
 	var (
 		registries       []string
 		strict, noStrict bool
-		format           string
+		format           string // the old spelling of -o
+		out              outputFlag
+		requireRegistry  bool
 		timeout          time.Duration
 		scope            string
 		creds            clientCreds
@@ -59,17 +63,24 @@ workflow's validation.provider_strict, else --strict/--no-strict, else $` + stri
 else strict. The scope mode of a workflow that names none (scope: legacy|strict) comes from
 --scope-mode, else $` + scopeEnv + `, else legacy.
 
+With --registry given but unreachable, it says so once and validates the contract layer
+only; --require-registry makes that exit 2 instead.
+
 Exit status: 0 no errors (warnings allowed), 1 at least one error, 2 a usage or I/O problem.
 Text output is one line a diagnostic: FILE:LINE:COLUMN: SEVERITY CODE: MESSAGE.`,
-		Example: "  meshflows validate workflows/*.yaml\n  meshflows validate --registry http://127.0.0.1:7400 --no-strict --format json order.yaml",
+		Example: "  meshflows validate workflows/*.yaml\n  meshflows validate --registry http://127.0.0.1:7400 --no-strict -o json order.yaml",
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, files []string) error {
 			if strict && noStrict {
 				return &exitError{code: 2, err: errors.New("--strict and --no-strict contradict each other")}
 			}
-			if format != "text" && format != "json" {
-				return &exitError{code: 2, err: fmt.Errorf("--format %q: want text or json", format)}
+			if format != "" {
+				out.value = format
 			}
+			if err := out.check("text", "json", "yaml"); err != nil {
+				return err
+			}
+			format = out.value
 			opts := workflow.Options{Strict: true, ProviderTimeout: timeout}
 			mode, err := scopeMode(scope, cmd.Flags().Changed("scope-mode"))
 			if err != nil {
@@ -96,6 +107,15 @@ Text output is one line a diagnostic: FILE:LINE:COLUMN: SEVERITY CODE: MESSAGE.`
 					return &exitError{code: 2, err: err}
 				}
 				opts.Resolver, opts.Client = disc, httpClient
+				if err := pingRegistry(cmd.Context(), registries, httpClient, creds.token); err != nil {
+					if requireRegistry {
+						return &exitError{code: 2, err: fmt.Errorf("the registry is unreachable (--require-registry): %w", err)}
+					}
+					fmt.Fprintf(cmd.ErrOrStderr(), "meshflows: the registry is unreachable (%v): validating the contract layer only\n", err)
+					opts.Resolver, opts.Client = nil, nil
+				}
+			} else if requireRegistry {
+				return &exitError{code: 2, err: errors.New("--require-registry needs --registry (or $MESHFLOWS_REGISTRY)")}
 			}
 			var results []*apiv1.ValidationResult
 			failed := false
@@ -115,10 +135,8 @@ Text output is one line a diagnostic: FILE:LINE:COLUMN: SEVERITY CODE: MESSAGE.`
 					}
 				}
 			}
-			if format == "json" {
-				enc := json.NewEncoder(cmd.OutOrStdout())
-				enc.SetIndent("", "  ")
-				if err := enc.Encode(results); err != nil {
+			if format != "text" {
+				if err := out.write(cmd.OutOrStdout(), results); err != nil {
 					return &exitError{code: 2, err: err}
 				}
 			}
@@ -130,11 +148,24 @@ Text output is one line a diagnostic: FILE:LINE:COLUMN: SEVERITY CODE: MESSAGE.`
 	}
 	f := cmd.Flags()
 	f.StringSliceVar(&registries, "registry", nil, "registry base URL for resolution and provider validation (default: contract layer only)")
+	bindEnv(f, "registry", "MESHFLOWS_REGISTRY")
 	f.BoolVar(&strict, "strict", false, "provider failures are errors")
 	f.BoolVar(&noStrict, "no-strict", false, "provider failures are warnings")
-	f.StringVar(&format, "format", "text", "output: text or json")
+	f.StringVar(&format, "format", "", "output: text or json")
+	f.MarkDeprecated("format", "use -o/--output")
+	out.bind(cmd, "text")
+	f.BoolVar(&requireRegistry, "require-registry", false, "exit 2 when the --registry cannot be reached (default: say so once and validate the contract layer)")
 	f.DurationVar(&timeout, "provider-timeout", workflow.DefaultProviderTimeout, "timeout of each provider's validation")
 	f.StringVar(&scope, "scope-mode", "legacy", "scope mode of workflows that name none: legacy or strict (default: $WORKFLOW_SCOPE_MODE, else legacy)")
 	creds.bind(f)
 	return cmd
+}
+
+// pingRegistry asks the registries' health, each in turn, until one answers.
+func pingRegistry(ctx context.Context, registries []string, hc *http.Client, token string) error {
+	c, err := client.New(client.Config{Registries: registries, HTTPClient: hc, BearerToken: token, Timeout: 5 * time.Second})
+	if err != nil {
+		return err
+	}
+	return tries(len(registries), func() error { _, err := c.DiscoveryHealth(ctx); return err })
 }

@@ -23,6 +23,13 @@ func TestValidateCommand(t *testing.T) {
 		{[]string{"validate", filepath.Join(dir, "nope.yaml")}, 2, ""},
 		{[]string{"validate", "--strict", "--no-strict", good}, 2, ""},
 		{[]string{"validate", "--format", "xml", good}, 2, ""},
+		{[]string{"validate", "-o", "xml", good}, 2, "want one of text, json, yaml"},
+		{[]string{"validate"}, 2, "requires at least 1 arg"},
+		{[]string{"validate", "--no-such-flag", good}, 2, "unknown flag"},
+		{[]string{"validate", "--require-registry", good}, 2, "--require-registry needs --registry"},
+		{[]string{"validate", "--require-registry", "--registry", "http://127.0.0.1:1", good}, 2, "the registry is unreachable"},
+		{[]string{"validate", "--registry", "http://127.0.0.1:1", good}, 0, "validating the contract layer only"},
+		{[]string{"validate", "--format", "json", good}, 0, "Flag --format has been deprecated, use -o/--output"},
 	}
 	for _, tt := range tests {
 		out, err := run(context.Background(), tt.args...)
@@ -33,11 +40,15 @@ func TestValidateCommand(t *testing.T) {
 		} else if err != nil {
 			code = -1
 		}
-		if code != tt.code || !strings.Contains(out, tt.want) {
+		said := out // what the command wrote, and the error main prints
+		if err != nil {
+			said += err.Error()
+		}
+		if code != tt.code || !strings.Contains(said, tt.want) {
 			t.Errorf("meshflows %v = status %d (%v)\n%s\nwant status %d containing %q", tt.args, code, err, out, tt.code, tt.want)
 		}
 	}
-	out, _ := run(context.Background(), "validate", "--format", "json", good, bad)
+	out, _ := run(context.Background(), "validate", "-o", "json", good, bad)
 	var results []map[string]any
 	if err := json.Unmarshal([]byte(out), &results); err != nil || len(results) != 2 || results[1]["contract_status"] != "failed" {
 		t.Errorf("json output: %v\n%s", err, out)
@@ -86,7 +97,11 @@ func TestValidateScopeDiagnostics(t *testing.T) {
 		if errors.As(err, &ee) {
 			code = ee.code
 		}
-		if code != tt.code || !strings.Contains(out, tt.want) {
+		said := out // what the command wrote, and the error main prints
+		if err != nil {
+			said += err.Error()
+		}
+		if code != tt.code || !strings.Contains(said, tt.want) {
 			t.Errorf("meshflows %v = %d\n%s\nwant %d with %q", tt.args, code, out, tt.code, tt.want)
 		}
 	}

@@ -16,6 +16,8 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -127,9 +129,18 @@ func (ca *DevCA) Pool() *x509.CertPool {
 	return p
 }
 
-// InitDir creates a development CA and a server certificate for localhost and 127.0.0.1 in
-// dir. Existing files are never overwritten.
-func InitDir(dir string, now time.Time) error {
+// InitDir creates a development CA and a server certificate for localhost, 127.0.0.1, ::1 and
+// the extra hosts (DNS names or IP addresses) in dir. Existing files are never overwritten.
+func InitDir(dir string, now time.Time, extraHosts ...string) error {
+	hosts := []string{"localhost", "127.0.0.1", "::1"}
+	for _, h := range extraHosts {
+		if net.ParseIP(h) == nil && !validDNSName(h) {
+			return fmt.Errorf("host %q is neither an IP address nor a DNS name", h)
+		}
+		if !slices.Contains(hosts, h) {
+			hosts = append(hosts, h)
+		}
+	}
 	for _, f := range []string{CAFile, CAKeyFile, ServerFile, ServerKeyFile} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
 			return fmt.Errorf("%s already exists; not overwriting a CA", filepath.Join(dir, f))
@@ -148,7 +159,7 @@ func InitDir(dir string, now time.Time) error {
 	if err := writeKey(filepath.Join(dir, CAKeyFile), ca.Key); err != nil {
 		return err
 	}
-	srv, err := ca.Issue(Leaf{Identity: "meshflows-registry", TrustDomain: DefaultTrustDomain, Hosts: []string{"localhost", "127.0.0.1", "::1"},
+	srv, err := ca.Issue(Leaf{Identity: "meshflows-registry", TrustDomain: DefaultTrustDomain, Hosts: hosts,
 		Server: true, Client: true, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(365 * 24 * time.Hour)})
 	if err != nil {
 		return err
@@ -211,4 +222,24 @@ func writeKey(path string, key crypto.Signer) error {
 
 func writePEM(path, typ string, der []byte, mode os.FileMode) error {
 	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), mode)
+}
+
+// validDNSName reports whether s is a DNS name a certificate can carry: dot-separated labels
+// of letters, digits and hyphens (a leading "*." for a wildcard), none empty or over 63.
+func validDNSName(s string) bool {
+	s = strings.TrimPrefix(s, "*.")
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(s, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		for _, r := range label {
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-') {
+				return false
+			}
+		}
+	}
+	return true
 }

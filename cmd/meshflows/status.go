@@ -1,0 +1,283 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/client"
+	"github.com/meshflows/meshflows/routing"
+)
+
+// description is what 'meshflows describe instance' shows: the registration and why the
+// instance is (not) in rotation.
+type description struct {
+	Instance    *apiv1.Instance    `json:"instance"`
+	Eligibility *apiv1.Explanation `json:"eligibility,omitempty"`
+	// EligibilityError says why the explanation is missing (a registry without the engine).
+	EligibilityError string `json:"eligibility_error,omitempty"`
+}
+
+func newDescribeCmd() *cobra.Command {
+	var (
+		remote remoteFlags
+		out    outputFlag
+	)
+	cmd := &cobra.Command{
+		Use:   "describe instance ID",
+		Short: "Show one instance: its registration, lease, eligibility with the evidence, last transitions",
+		Long: `Show everything the registry knows about one instance in one screen: what it registered
+(service, endpoint, zone, capabilities, manifest routes), its lease, and why it is or is not in
+rotation — its eligibility state and weight, each reason with its evidence, and its last
+transitions.`,
+		Example: "  meshflows describe instance egress-jms-7410\n  meshflows describe instance egress-jms-7410 -o json",
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) != 2 || args[0] != "instance" {
+				return &exitError{code: 2, err: errors.New("usage: meshflows describe instance ID")}
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.check("text", "json", "yaml"); err != nil {
+				return err
+			}
+			c, err := remote.client("registry")
+			if err != nil {
+				return err
+			}
+			in, err := c.Instance(cmd.Context(), args[1])
+			if err != nil {
+				return err
+			}
+			d := description{Instance: in}
+			if d.Eligibility, err = c.Eligibility(cmd.Context(), args[1]); err != nil {
+				d.Eligibility, d.EligibilityError = nil, err.Error()
+			}
+			if out.value == "json" || out.value == "yaml" {
+				return out.write(cmd.OutOrStdout(), d)
+			}
+			return d.text(cmd.OutOrStdout())
+		},
+	}
+	remote.bind(cmd.Flags())
+	out.bind(cmd, "text")
+	return cmd
+}
+
+func (d description) text(w io.Writer) error {
+	in := d.Instance
+	var b strings.Builder
+	fmt.Fprintf(&b, "Instance:     %s\nService:      %s %s\nEndpoint:     %s\n", in.InstanceID, in.ServiceName, in.ServiceVersion, in.Endpoint)
+	fmt.Fprintf(&b, "Zone:         %s\nGeneration:   %d\nOwner:        %s\nRegistered:   %s\n", dash(in.Zone), in.Generation, dash(in.Owner), in.RegisteredAt.UTC().Format(time.RFC3339))
+	fmt.Fprintf(&b, "Lease:        expires %s (in %s)\nHealth:       %s (self-reported)\n", in.LeaseExpiresAt.UTC().Format(time.RFC3339), until(in.LeaseExpiresAt), in.Health)
+	b.WriteString("Capabilities:\n")
+	for _, c := range in.Capabilities {
+		fmt.Fprintf(&b, "  %s %s (provider %s, contract schema %s)\n", c.CapabilityID, c.CapabilityVersion, c.Provider, c.ContractSchemaVersion)
+	}
+	if m := in.Manifest; m != nil && len(m.Routes) > 0 {
+		b.WriteString("Routes:\n")
+		for _, r := range m.Routes {
+			fmt.Fprintf(&b, "  %s %s\n", strings.Join(r.Methods, ","), r.Path)
+		}
+	}
+	if e := d.Eligibility; e != nil {
+		fmt.Fprintf(&b, "Eligibility:  %s, weight %d, since %s\n", e.State, e.Weight, e.Since.UTC().Format(time.RFC3339))
+		for _, r := range e.Reasons {
+			fmt.Fprintf(&b, "  %s: %s (%s)\n", r.Code, r.Evidence.Detail, r.Evidence.At.UTC().Format(time.RFC3339))
+		}
+		if n := len(e.Transitions); n > 0 {
+			b.WriteString("Transitions (newest last):\n")
+			for _, t := range e.Transitions[max(0, n-10):] {
+				fmt.Fprintf(&b, "  %s  %s -> %s  %s\n", t.At.UTC().Format(time.RFC3339), t.From, t.To, strings.Join(t.Reasons, ", "))
+			}
+		}
+	} else {
+		fmt.Fprintf(&b, "Eligibility:  %s (%s)\n", in.Eligibility, d.EligibilityError)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// statusReport is what 'meshflows status' shows.
+type statusReport struct {
+	Registry      string                `json:"registry"`
+	Reachable     bool                  `json:"reachable"`
+	Error         string                `json:"error,omitempty"`
+	Health        *apiv1.HealthResponse `json:"health,omitempty"`
+	Complete      bool                  `json:"complete"`
+	OpenIncidents map[string]int        `json:"open_incidents,omitempty"` // by severity
+	Gateway       *gatewayStatus        `json:"gateway,omitempty"`
+	// Verdict is healthy, degraded or unreachable (exit 0, 1, 2).
+	Verdict string   `json:"verdict"`
+	Why     []string `json:"why,omitempty"`
+}
+
+type gatewayStatus struct {
+	URL        string `json:"url"`
+	Source     string `json:"source,omitempty"`
+	AgeSeconds int64  `json:"age_seconds"`
+	Routes     int    `json:"routes"`
+	Error      string `json:"error,omitempty"`
+}
+
+func newStatusCmd() *cobra.Command {
+	var (
+		remote    remoteFlags
+		out       outputFlag
+		noGateway bool
+	)
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Say whether the registry is healthy: epoch, revision, completeness, counts, incidents, the gateway's table age",
+		Long: `Ask the registry (and the gateway, unless --no-gateway) how things stand: the registry's
+status, epoch and revision, whether its answers are complete (not warming up), how many
+instances and capabilities it holds, self-preservation, the open incidents by severity, and
+the gateway's routing table source and age.
+
+Exit status: 0 healthy, 1 degraded (store unreachable, warming up, self-preservation, a
+critical incident open, the gateway on a stale table or unreachable), 2 the registry is
+unreachable.`,
+		Example: "  meshflows status\n  meshflows status --no-gateway -o json\n  MESHFLOWS_REGISTRY=https://10.0.0.5:7400 MESHFLOWS_CA=ca.pem meshflows status",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := out.check("text", "json", "yaml"); err != nil {
+				return err
+			}
+			r, err := remote.status(cmd.Context(), !noGateway)
+			if err != nil {
+				return err
+			}
+			if out.value == "json" || out.value == "yaml" {
+				err = out.write(cmd.OutOrStdout(), r)
+			} else {
+				err = r.text(cmd.OutOrStdout())
+			}
+			if err != nil {
+				return err
+			}
+			switch r.Verdict {
+			case "degraded":
+				return &exitError{code: 1, quiet: true, err: errors.New("degraded")}
+			case "unreachable":
+				return &exitError{code: 2, quiet: true, err: errors.New("unreachable")}
+			}
+			return nil
+		},
+	}
+	remote.bind(cmd.Flags())
+	out.bind(cmd, "text")
+	cmd.Flags().BoolVar(&noGateway, "no-gateway", false, "do not ask the gateway")
+	return cmd
+}
+
+func (r *remoteFlags) status(ctx context.Context, withGateway bool) (*statusReport, error) {
+	c, err := r.client("registry")
+	if err != nil {
+		return nil, err
+	}
+	rep := &statusReport{Registry: strings.Join(r.registries, ","), Verdict: "healthy"}
+	var h *apiv1.HealthResponse
+	err = tries(len(r.registries), func() (err error) { h, err = c.DiscoveryHealth(ctx); return err })
+	if err != nil {
+		rep.Verdict, rep.Error = "unreachable", err.Error()
+		return rep, nil
+	}
+	rep.Reachable, rep.Health = true, h
+	// a selection that matches nothing: the answer is small and says whether it is complete
+	if caps, err := c.Capabilities(ctx, url.Values{"capability_id": {"none.none"}}, client.Poll{}); err == nil {
+		rep.Complete = caps.Complete
+	}
+	degraded := func(why string) { rep.Verdict, rep.Why = "degraded", append(rep.Why, why) }
+	if h.Status != "ok" {
+		degraded("registry status " + h.Status)
+	}
+	if h.StoreError != "" {
+		degraded("store: " + h.StoreError)
+	}
+	if !rep.Complete {
+		degraded("warming up: answers are incomplete until every live provider is back")
+	}
+	if h.SelfPreservation {
+		degraded("self-preservation: lease expiry does not evict")
+	}
+	if in, err := c.Incidents(ctx, "unresolved"); err == nil {
+		rep.OpenIncidents = map[string]int{}
+		for _, i := range in.Incidents {
+			if i.Status == apiv1.IncidentIgnored {
+				continue
+			}
+			rep.OpenIncidents[i.Severity]++
+		}
+		if n := rep.OpenIncidents[apiv1.IncidentCritical]; n > 0 {
+			degraded(fmt.Sprintf("%d critical incidents open", n))
+		}
+	}
+	if withGateway {
+		g := &gatewayStatus{URL: r.gateway}
+		rep.Gateway = g
+		gc, err := r.client("gateway")
+		if err != nil {
+			return nil, err
+		}
+		// the full table or, without gateway_admin, its summary: both say source and age
+		var ans struct {
+			routing.RoutesSummary
+			Routes []json.RawMessage `json:"routes"`
+		}
+		if err := gc.GatewayRoutes(ctx, &ans); err != nil {
+			g.Error = err.Error()
+			degraded("gateway: " + err.Error())
+		} else {
+			g.Source, g.AgeSeconds, g.Routes = ans.Source, ans.AgeSeconds, ans.RouteCount
+			if !ans.Summary {
+				g.Routes = len(ans.Routes)
+			}
+			if g.Source != "fresh" {
+				degraded(fmt.Sprintf("gateway routes on a %s table, %d s old", g.Source, g.AgeSeconds))
+			}
+		}
+	}
+	return rep, nil
+}
+
+func (r *statusReport) text(w io.Writer) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Registry:     %s\n", r.Registry)
+	if !r.Reachable {
+		fmt.Fprintf(&b, "Status:       UNREACHABLE: %s\n", r.Error)
+		_, err := io.WriteString(w, b.String())
+		return err
+	}
+	h := r.Health
+	complete := "complete"
+	if !r.Complete {
+		complete = "incomplete (warming up)"
+	}
+	fmt.Fprintf(&b, "Status:       %s, store %s, up %s\nEpoch:        %s, revision %d, answers %s\n", h.Status, h.Store,
+		(time.Duration(h.UptimeSeconds) * time.Second).String(), h.RegistryEpoch, h.Revision, complete)
+	fmt.Fprintf(&b, "Holds:        %d instances, %d capabilities\nSelf-preservation: %v\n", h.ActiveInstances, h.ActiveCapabilities, h.SelfPreservation)
+	if r.OpenIncidents != nil {
+		fmt.Fprintf(&b, "Incidents:    %d critical, %d warning, %d info open\n", r.OpenIncidents["critical"], r.OpenIncidents["warning"], r.OpenIncidents["info"])
+	}
+	if g := r.Gateway; g != nil {
+		if g.Error != "" {
+			fmt.Fprintf(&b, "Gateway:      %s: %s\n", g.URL, g.Error)
+		} else {
+			fmt.Fprintf(&b, "Gateway:      %s: %d routes, table %s, %d s old\n", g.URL, g.Routes, g.Source, g.AgeSeconds)
+		}
+	}
+	fmt.Fprintf(&b, "Verdict:      %s\n", strings.ToUpper(r.Verdict))
+	for _, why := range r.Why {
+		fmt.Fprintf(&b, "  - %s\n", why)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
