@@ -1,0 +1,113 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// runnableDocs are the documents whose every shell example (a ```sh block) this test runs
+// against meshflows dev, as written; a block whose info string says "norun" is shown, not
+// run (it needs what a test cannot give: another host, certificates, a long-running server).
+var runnableDocs = []string{"README.md", "docs/api.md", "docs/console.md"}
+
+// exampleFiles are the repository's files the examples name by relative path; they are
+// copied into the examples' working directory (the repository itself is never written to).
+var exampleFiles = []string{"examples/workflows", "internal/health/scenario/testdata/scenarios"}
+
+// shellBlock is one ```sh block of a document.
+type shellBlock struct {
+	file string
+	line int
+	text string
+}
+
+func shellBlocks(t *testing.T, file string) []shellBlock {
+	t.Helper()
+	f, err := os.Open(filepath.Join("..", "..", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var (
+		out  []shellBlock
+		cur  *shellBlock
+		line int
+	)
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line++
+		l := sc.Text()
+		switch {
+		case cur == nil && strings.HasPrefix(l, "```sh") && !strings.Contains(l, "norun"):
+			cur = &shellBlock{file: file, line: line}
+		case cur != nil && strings.HasPrefix(l, "```"):
+			out = append(out, *cur)
+			cur = nil
+		case cur != nil:
+			cur.text += l + "\n"
+		}
+	}
+	return out
+}
+
+// devPort matches the ports of meshflows dev's default plan as the documents write them.
+var devPort = regexp.MustCompile(`\b74(0[0-3]|1[01])\b`)
+
+// TestDocExamplesRun runs every shell example of runnableDocs against meshflows dev: the
+// ports of the default plan are this run's, `meshflows` is the binary of this tree, and each
+// block must exit 0 under `set -euo pipefail`.
+func TestDocExamplesRun(t *testing.T) {
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("no bash")
+	}
+	for _, tool := range []string{"curl", "jq"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("no %s: the examples use it", tool)
+		}
+	}
+	bin := t.TempDir()
+	build := exec.Command("go", "build", "-o", filepath.Join(bin, "meshflows"), ".")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	base, done := startDev(t, ctx)
+	t.Cleanup(func() { cancel(); <-done })
+	waitDevReady(t, base)
+	port := func(p string) string {
+		n, _ := strconv.Atoi(p)
+		return strconv.Itoa(base + n - 7400)
+	}
+	env := append(os.Environ(), "PATH="+bin+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"MESHFLOWS_REGISTRY=http://127.0.0.1:"+port("7400"), "MESHFLOWS_ORCHESTRATOR=http://127.0.0.1:"+port("7401"),
+		"MESHFLOWS_GATEWAY=http://127.0.0.1:"+port("7402"))
+	work := t.TempDir()
+	for _, dir := range exampleFiles {
+		if err := os.CopyFS(filepath.Join(work, dir), os.DirFS(filepath.Join("..", "..", dir))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, file := range runnableDocs {
+		for _, b := range shellBlocks(t, file) {
+			t.Run(file+":"+strconv.Itoa(b.line), func(t *testing.T) {
+				script := devPort.ReplaceAllStringFunc(b.text, port)
+				bctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+				defer cancel()
+				cmd := exec.CommandContext(bctx, "bash", "-euo", "pipefail", "-c", script)
+				cmd.Env, cmd.Dir = env, work
+				out, err := cmd.CombinedOutput()
+				if err != nil {
+					t.Errorf("the example at %s:%d fails: %v\n--- script\n%s--- output\n%s", b.file, b.line, err, script, out)
+				}
+			})
+		}
+	}
+}
