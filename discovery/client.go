@@ -138,7 +138,7 @@ func (c *Config) Validate() error {
 	return errors.Join(errs...)
 }
 
-// Query selects capabilities; empty fields do not filter (docs/api.md, discovery query).
+// Query selects capabilities; empty fields do not filter (docs/reference/api.md, discovery query).
 type Query struct {
 	CapabilityID string
 	Provider     string

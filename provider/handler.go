@@ -32,7 +32,7 @@ type Capability struct {
 }
 
 // NewHandler serves POST /v1/capabilities/{capability_id}/validate and /invoke for caps,
-// with docs/api.md's bodies and error body. Mount it on the provider's mux at "/v1/capabilities/".
+// with docs/reference/api.md's bodies and error body. Mount it on the provider's mux at "/v1/capabilities/".
 func NewHandler(caps ...Capability) http.Handler {
 	byID := make(map[string]Capability, len(caps))
 	for _, c := range caps {

@@ -5,7 +5,7 @@ import (
 	"fmt"
 )
 
-// Case is a conformance case file (conformance/README.md, "Case file").
+// Case is a conformance case file (docs/reference/routing.md, "Case file").
 type Case struct {
 	Name        string          `json:"name"`
 	Description string          `json:"description"`

@@ -1,6 +1,6 @@
 // Package routing derives a gateway's routing table as a pure function of its inputs —
 // static routes, the manifests services publish and the path policy — and matches requests
-// against it (conformance/README.md is the contract):
+// against it (docs/reference/routing.md is the contract):
 //
 //	t := routing.Derive(routing.Input{Static: static, Manifests: manifests, Policy: policy})
 //	out := t.Canonical()               // routes, rejected manifests, conflicts: byte-identical for identical inputs

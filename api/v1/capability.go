@@ -60,7 +60,7 @@ type InvokeResponse struct {
 	Output json.RawMessage `json:"output"`
 }
 
-// Validation statuses (docs/api.md, "Validation result").
+// Validation statuses (docs/reference/api.md, "Validation result").
 const (
 	StatusPassed        = "passed"
 	StatusWarning       = "warning"
@@ -85,7 +85,7 @@ type StepValidation struct {
 	Provider LayerResult `json:"provider"`
 }
 
-// ValidationResult is the result of validating a workflow (docs/api.md).
+// ValidationResult is the result of validating a workflow (docs/reference/api.md).
 type ValidationResult struct {
 	Workflow       string    `json:"workflow"`
 	File           string    `json:"file,omitempty"`

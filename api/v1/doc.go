@@ -1,6 +1,6 @@
 // Package apiv1 holds the MeshFlows wire contract, version 1: the JSON types exchanged by the
 // registry, providers, gateways and the orchestrator, the error body every component answers
-// with, and the shape rules of a registration (docs/api.md).
+// with, and the shape rules of a registration (docs/reference/api.md).
 //
 // The package is public and depends only on the standard library, so that provider SDKs
 // and third-party gateways can import it without the server:

@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// Error codes of the error body (docs/api.md, "Errors").
+// Error codes of the error body (docs/reference/api.md, "Errors").
 const (
 	CodeInvalidJSON          = "INVALID_JSON"
 	CodeInvalidRequest       = "INVALID_REQUEST"
@@ -85,7 +85,7 @@ func InvalidRequest(details []Detail) *Error {
 }
 
 // ErrorFromResponse turns a non-2xx answer into an *Error: the body's error when it has
-// docs/api.md's shape, otherwise one built from the status and the start of the body.
+// docs/reference/api.md's shape, otherwise one built from the status and the start of the body.
 func ErrorFromResponse(status int, body []byte) *Error {
 	var eb ErrorBody
 	if json.Unmarshal(body, &eb) == nil && eb.Error != nil && eb.Error.Code != "" {

@@ -13,7 +13,7 @@ import (
 const FARPVersion = "1.0"
 
 // Manifest codes: a manifest that breaks any rule is rejected whole, with the code of the
-// first rule it breaks, in this order (conformance/README.md, "Manifest validation").
+// first rule it breaks, in this order (docs/reference/routing.md, "Manifest validation").
 const (
 	CodeUnsupportedVersion = "UNSUPPORTED_VERSION"
 	CodeInvalidService     = "INVALID_SERVICE"
@@ -268,7 +268,7 @@ func sameShape(a, b []Segment) bool {
 }
 
 // Problems checks the manifest rules that need no policy (every rule of
-// conformance/README.md but PATH_NOT_AUTHORIZED) and returns every problem found, in rule
+// docs/reference/routing.md but PATH_NOT_AUTHORIZED) and returns every problem found, in rule
 // order: the first problem's Code is the manifest's rejection code.
 func (m *Manifest) Problems() []ManifestProblem {
 	ps, _ := m.Analyze()

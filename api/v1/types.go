@@ -12,7 +12,7 @@ const (
 	HealthFailing  = "failing"
 )
 
-// Eligibility verdicts (docs/eligibility.md). A registry run without the eligibility engine
+// Eligibility verdicts (docs/reference/eligibility.md). A registry run without the eligibility engine
 // answers EligibilityServing at weight 100 for every instance with a live lease.
 const (
 	EligibilityUnknown     = "unknown"

@@ -8,7 +8,7 @@ import (
 	"strings"
 )
 
-// Limits of a registration (docs/api.md, "POST /v1/services/register").
+// Limits of a registration (docs/reference/api.md, "POST /v1/services/register").
 const (
 	MaxInstanceIDLen = 253
 	MaxCapabilities  = 64

@@ -16,7 +16,7 @@ import (
 // runnableDocs are the documents whose every shell example (a ```sh block) this test runs
 // against meshflows dev, as written; a block whose info string says "norun" is shown, not
 // run (it needs what a test cannot give: another host, certificates, a long-running server).
-var runnableDocs = []string{"README.md", "docs/api.md", "docs/console.md"}
+var runnableDocs = []string{"README.md", "docs/reference/api.md", "docs/console.md"}
 
 // exampleFiles are the repository's files the examples name by relative path; they are
 // copied into the examples' working directory (the repository itself is never written to).

@@ -38,7 +38,7 @@ gateway runs — and prints its canonical form.`,
 		Short: "Print the routing table derived from a conformance case or from loose files",
 		Long: `Derive the routing table ρ(static routes, manifests, policy) and print its canonical form
 (routes, rejected, conflicts) and the case's requests with their results, as
-conformance/README.md describes. Exit status 0 when the input could be read, whatever the
+docs/reference/routing.md describes. Exit status 0 when the input could be read, whatever the
 table holds; 2 when it could not.
 
 --manifests takes a JSON file holding a list of {generation, endpoint, manifest} objects, or a

@@ -54,7 +54,7 @@ func newValidateCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "validate [flags] FILE...",
 		Short: "Validate workflow files (contract, and with --registry resolution and providers)",
-		Long: `Validate workflow YAML files as docs/workflows.md says. The contract layer always runs and needs no
+		Long: `Validate workflow YAML files as docs/reference/workflows.md says. The contract layer always runs and needs no
 network. With --registry, each service_call step is resolved against discovery and, where the
 provider supports it, validated by the provider itself (concurrently, --provider-timeout each).
 

@@ -1,5 +1,5 @@
 // Package health decides which instances are in rotation and why (the rules of
-// docs/eligibility.md). Engine is the pure state machine: evidence (registrations,
+// docs/reference/eligibility.md). Engine is the pure state machine: evidence (registrations,
 // heartbeats, probe results, gateway outcomes) goes in with its time; verdicts (state, weight,
 // reasons with evidence) and per (capability, zone) panic answers come out for any later
 // instant, and identical evidence gives identical verdicts. Monitor owns an Engine for a

@@ -10,7 +10,7 @@ import (
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 )
 
-// Config holds the settings of docs/eligibility.md; zero fields take the defaults.
+// Config holds the settings of docs/reference/eligibility.md; zero fields take the defaults.
 type Config struct {
 	HeartbeatInterval time.Duration // default 30 s
 	LeaseTTL          time.Duration // default 90 s

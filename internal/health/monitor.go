@@ -19,7 +19,7 @@ const DefaultHistory = 20
 
 // MonitorConfig configures a Monitor.
 type MonitorConfig struct {
-	// Engine holds the docs/eligibility.md settings (defaults filled in).
+	// Engine holds the docs/reference/eligibility.md settings (defaults filled in).
 	Engine Config
 	// History is how many transitions are kept per instance (default 20).
 	History int

@@ -18,7 +18,7 @@ import (
 // MaxWorkflowBytes bounds an uploaded workflow.
 const MaxWorkflowBytes = 1 << 20
 
-// Handler serves the orchestrator API of docs/api.md.
+// Handler serves the orchestrator API of docs/reference/api.md.
 func (o *Orchestrator) Handler() http.Handler {
 	mux := http.NewServeMux()
 	handle := func(pattern, perm string, h func(w http.ResponseWriter, r *http.Request) (int, any, error)) {

@@ -218,7 +218,7 @@ func (q *Query) Matches(r *Record, c *Capability) bool {
 	return true
 }
 
-// SortEntries puts entries in docs/api.md's deterministic order: capability_id, provider,
+// SortEntries puts entries in docs/reference/api.md's deterministic order: capability_id, provider,
 // metadata.priority descending, capability_version descending, generation ascending.
 //
 // The common answer is the replicas of one capability at one version; one pass finds that

@@ -66,7 +66,7 @@ type Config struct {
 	// Journal, when set, records every registration, re-registration, deregistration,
 	// eviction and snapshot (docs/console.md).
 	Journal *journal.Journal
-	// Eligibility, when set, judges which instances are in rotation (docs/eligibility.md): the
+	// Eligibility, when set, judges which instances are in rotation (docs/reference/eligibility.md): the
 	// registry feeds it registrations, heartbeats and deregistrations, syncs it on every
 	// sweep, filters discovery by its verdicts and stops evicting under self-preservation.
 	// Nil: every instance with a live lease is serving at weight 100.
@@ -569,7 +569,7 @@ func (r *Registry) logSummary(ctx context.Context) {
 		slog.Int("instances", n), slog.Int("capabilities", c), slog.Int64("revision", r.revision()))
 }
 
-// Answer is a discovery answer: the matching entries in docs/api.md's order and the state they
+// Answer is a discovery answer: the matching entries in docs/reference/api.md's order and the state they
 // were read at.
 type Answer struct {
 	State

@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// Errors a Store returns; the server maps them to docs/api.md's codes.
+// Errors a Store returns; the server maps them to docs/reference/api.md's codes.
 var (
 	// ErrInstanceNotFound: no record with that instance id (404 INSTANCE_NOT_FOUND).
 	ErrInstanceNotFound = errors.New("instance not found")

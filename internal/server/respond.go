@@ -19,7 +19,7 @@ import (
 )
 
 // handlerFunc answers a request with a value to encode as JSON (200), nil (204), an
-// *encoded answer, or an error that respond maps to docs/api.md's error body.
+// *encoded answer, or an error that respond maps to docs/reference/api.md's error body.
 type handlerFunc func(w http.ResponseWriter, r *http.Request) (any, error)
 
 func (s *Server) handle(pattern string, acc access, h handlerFunc) {

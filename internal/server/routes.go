@@ -35,6 +35,6 @@ func (s *Server) routes() {
 	if s.cfg.Gatherer != nil {
 		s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.cfg.Gatherer, promhttp.HandlerOpts{}))
 	}
-	// Everything else: docs/api.md's 404 or 405 body.
+	// Everything else: docs/reference/api.md's 404 or 405 body.
 	s.mux.HandleFunc("/", s.notRouted)
 }

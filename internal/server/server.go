@@ -21,7 +21,7 @@ import (
 const (
 	DefaultMaxBodyBytes    = 64 << 10
 	DefaultShutdownTimeout = 10 * time.Second
-	// MaxWait bounds a long poll's wait (docs/api.md: at most 5 minutes).
+	// MaxWait bounds a long poll's wait (docs/reference/api.md: at most 5 minutes).
 	MaxWait = 5 * time.Minute
 	// DefaultWait is a long poll's wait when the request names an index but no wait.
 	DefaultWait = 30 * time.Second

@@ -72,7 +72,7 @@ func do(t *testing.T, method, url, body string, header ...string) response {
 	return response{resp.StatusCode, resp.Header, b}
 }
 
-// apiErr decodes an error body; it fails the test when the body is not docs/api.md's shape.
+// apiErr decodes an error body; it fails the test when the body is not docs/reference/api.md's shape.
 func apiErr(t *testing.T, r response) *apiv1.Error {
 	t.Helper()
 	var eb apiv1.ErrorBody

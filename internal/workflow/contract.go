@@ -15,7 +15,7 @@ import (
 	"github.com/meshflows/meshflows/internal/registry"
 )
 
-// Diagnostic codes of the contract layer (docs/workflows.md).
+// Diagnostic codes of the contract layer (docs/reference/workflows.md).
 const (
 	CodeYAMLSyntax               = "YAML_SYNTAX"
 	CodeYAMLLimit                = "YAML_LIMIT"

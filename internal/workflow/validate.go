@@ -16,7 +16,7 @@ import (
 	"github.com/meshflows/meshflows/discovery"
 )
 
-// Codes of the resolution and provider layers (docs/workflows.md).
+// Codes of the resolution and provider layers (docs/reference/workflows.md).
 const (
 	CodeCapabilityUnavailable = "CAPABILITY_UNAVAILABLE"
 	CodeDiscoveryUnavailable  = "DISCOVERY_UNAVAILABLE"
@@ -56,7 +56,7 @@ type Options struct {
 }
 
 // Validate runs every layer that opts allow on a workflow and returns the result object of
-// docs/api.md, diagnostics placed on their YAML lines.
+// docs/reference/api.md, diagnostics placed on their YAML lines.
 func Validate(ctx context.Context, src []byte, opts Options) (*Workflow, *apiv1.ValidationResult) {
 	if opts.Client == nil {
 		opts.Client = &http.Client{}

@@ -10,7 +10,7 @@ import (
 	"github.com/meshflows/meshflows/internal/health"
 )
 
-// Scenario is an executable scenario of the eligibility rules (docs/eligibility.md): instances, timestamped evidence and
+// Scenario is an executable scenario of the eligibility rules (docs/reference/eligibility.md): instances, timestamped evidence and
 // the answers expected at given instants.
 type Scenario struct {
 	Name        string           `json:"name"`
@@ -183,7 +183,7 @@ func scenarioConfig(m map[string]any) (health.Config, error) {
 			}
 			c.PanicThreshold = f
 		default:
-			return health.Config{}, fmt.Errorf("scenario: config %q is not a setting of docs/eligibility.md", k)
+			return health.Config{}, fmt.Errorf("scenario: config %q is not a setting of docs/reference/eligibility.md", k)
 		}
 		if err != nil {
 			return health.Config{}, fmt.Errorf("scenario: config %q: %w", k, err)
@@ -213,7 +213,7 @@ func intSetting(v any) (int, error) {
 	return int(f), nil
 }
 
-// Answers runs s and returns one answer per expectation, in order, with the keys docs/eligibility.md
+// Answers runs s and returns one answer per expectation, in order, with the keys docs/reference/eligibility.md
 // names: state, weight and reasons for an instance; panic and instances for a group.
 func (s *Scenario) Answers() ([]map[string]any, error) {
 	start := time.Unix(0, 0).UTC()
