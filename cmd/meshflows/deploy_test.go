@@ -1,0 +1,97 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/goccy/go-yaml"
+)
+
+// deployedComponents are the servers a deployment runs; each has a Kubernetes manifest and a
+// systemd unit in deploy/.
+var deployedComponents = []string{"registry", "gateway", "orchestrator", "dashboard"}
+
+// checkArgs fails unless args are a meshflows command line that parses: the command exists
+// and is the component, every flag is known and its value valid.
+func checkArgs(t *testing.T, where, component string, args []string) {
+	t.Helper()
+	root := newRootCmd()
+	cmd, rest, err := root.Find(args)
+	if err != nil || cmd.Name() != component {
+		t.Errorf("%s: %q is not 'meshflows %s': %v", where, args, component, err)
+		return
+	}
+	if err := cmd.ParseFlags(rest); err != nil {
+		t.Errorf("%s: the command line does not parse: %v", where, err)
+	}
+}
+
+// TestDeployManifests: every component has a Kubernetes manifest and a systemd unit, and the
+// command line each gives meshflows parses.
+func TestDeployManifests(t *testing.T) {
+	root := filepath.Join("..", "..", "deploy")
+	for _, c := range deployedComponents {
+		t.Run("k8s/"+c, func(t *testing.T) {
+			raw, err := os.ReadFile(filepath.Join(root, "k8s", c+".yaml"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			dec := yaml.NewDecoder(bytes.NewReader(raw))
+			found := false
+			for {
+				var doc struct {
+					Kind string `yaml:"kind"`
+					Spec struct {
+						Template struct {
+							Spec struct {
+								Containers []struct {
+									Image string   `yaml:"image"`
+									Args  []string `yaml:"args"`
+								} `yaml:"containers"`
+							} `yaml:"spec"`
+						} `yaml:"template"`
+					} `yaml:"spec"`
+				}
+				err := dec.Decode(&doc)
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				if err != nil {
+					t.Fatalf("not YAML: %v", err)
+				}
+				for _, ct := range doc.Spec.Template.Spec.Containers {
+					if strings.HasPrefix(ct.Image, "meshflows/meshflows") {
+						found = true
+						checkArgs(t, "deploy/k8s/"+c+".yaml", c, ct.Args)
+					}
+				}
+			}
+			if !found {
+				t.Error("no meshflows container")
+			}
+		})
+		t.Run("systemd/"+c, func(t *testing.T) {
+			raw, err := os.ReadFile(filepath.Join(root, "systemd", "meshflows-"+c+".service"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			unit := strings.ReplaceAll(string(raw), "\\\n", " ")
+			for _, line := range strings.Split(unit, "\n") {
+				if exec, ok := strings.CutPrefix(line, "ExecStart="); ok {
+					f := strings.Fields(exec)
+					if len(f) < 2 || filepath.Base(f[0]) != "meshflows" {
+						t.Fatalf("ExecStart %q does not run meshflows", exec)
+					}
+					checkArgs(t, "deploy/systemd/meshflows-"+c+".service", c, f[1:])
+					return
+				}
+			}
+			t.Error("no ExecStart")
+		})
+	}
+}
