@@ -16,7 +16,14 @@ import (
 // runnableDocs are the documents whose every shell example (a ```sh block) this test runs
 // against meshflows dev, as written; a block whose info string says "norun" is shown, not
 // run (it needs what a test cannot give: another host, certificates, a long-running server).
-var runnableDocs = []string{"README.md", "docs/reference/api.md", "docs/console.md"}
+//
+// They run in this order on one stack: the API reference last, as its examples end by deleting
+// the example workflow the others use.
+var runnableDocs = []string{"README.md", "docs/console.md",
+	"docs/runbooks/discovery-staleness.md", "docs/runbooks/eligibility.md", "docs/runbooks/incident-spike.md",
+	"docs/runbooks/provider-reregistering.md", "docs/runbooks/registry-restart.md", "docs/runbooks/route-conflicts.md",
+	"docs/runbooks/route-unavailable.md", "docs/runbooks/validation-timeouts.md", "docs/runbooks/workflow-failing.md",
+	"docs/reference/api.md"}
 
 // exampleFiles are the repository's files the examples name by relative path; they are
 // copied into the examples' working directory (the repository itself is never written to).
