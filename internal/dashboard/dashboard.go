@@ -557,13 +557,7 @@ func (d *Dashboard) routes(w http.ResponseWriter, r *http.Request) {
 // routesHealthExport downloads the gateway's route health as CSV.
 func (d *Dashboard) routesHealthExport(w http.ResponseWriter, r *http.Request) {
 	body, err := d.gateway.GatewayRouteHealthCSV(r.Context())
-	if err != nil {
-		http.Error(w, "gateway route health: "+err.Error(), upstreamStatus(err))
-		return
-	}
-	w.Header().Set("Content-Type", "text/csv; charset=utf-8")
-	w.Header().Set("Content-Disposition", `attachment; filename="meshflows-route-health.csv"`)
-	w.Write(body)
+	downloadCSV(w, "gateway route health", "meshflows-route-health.csv", body, err)
 }
 
 // gatewayTable asks the gateway for its routing table; a summary (the dashboard's
@@ -658,13 +652,7 @@ func (d *Dashboard) sliceRuns(w http.ResponseWriter, r *http.Request) {
 // triggerExport downloads the orchestrator's trigger health as CSV.
 func (d *Dashboard) triggerExport(w http.ResponseWriter, r *http.Request) {
 	body, err := d.orc.TriggerHealthCSV(r.Context())
-	if err != nil {
-		http.Error(w, "orchestrator trigger health: "+err.Error(), upstreamStatus(err))
-		return
-	}
-	w.Header().Set("Content-Type", "text/csv; charset=utf-8")
-	w.Header().Set("Content-Disposition", `attachment; filename="meshflows-trigger-health.csv"`)
-	w.Write(body)
+	downloadCSV(w, "orchestrator trigger health", "meshflows-trigger-health.csv", body, err)
 }
 
 // runRow is one step record of a run, flattened with its nesting.

@@ -132,11 +132,16 @@ func (d *Dashboard) eventsFragment(w http.ResponseWriter, r *http.Request) {
 // eventsExport downloads the filter's events as CSV, as the registry writes them.
 func (d *Dashboard) eventsExport(w http.ResponseWriter, r *http.Request) {
 	body, err := d.registry.EventsCSV(r.Context(), readFilter(r).query())
+	downloadCSV(w, "registry events", "meshflows-events.csv", body, err)
+}
+
+// downloadCSV answers a CSV export a component wrote (body), or what went wrong getting it.
+func downloadCSV(w http.ResponseWriter, what, filename string, body []byte, err error) {
 	if err != nil {
-		http.Error(w, "registry events: "+err.Error(), upstreamStatus(err))
+		http.Error(w, what+": "+err.Error(), upstreamStatus(err))
 		return
 	}
 	w.Header().Set("Content-Type", "text/csv; charset=utf-8")
-	w.Header().Set("Content-Disposition", `attachment; filename="meshflows-events.csv"`)
+	w.Header().Set("Content-Disposition", `attachment; filename="`+filename+`"`)
 	w.Write(body)
 }

@@ -41,13 +41,10 @@ type incidentsData struct {
 // strips lays out the last 24 hours of each capability, one cell per bucket, slices the
 // registry has no sample for marked nodata.
 func strips(tl apiv1.TimelineResponse, now time.Time) ([]timelineRow, int, time.Time) {
-	bucket := time.Duration(tl.BucketSeconds) * time.Second
-	if bucket <= 0 {
+	g, ok := newGrid(tl.BucketSeconds, now)
+	if !ok {
 		return nil, 0, now
 	}
-	n := int(24 * time.Hour / bucket)
-	first := now.Truncate(bucket).Add(-time.Duration(n-1) * bucket).UTC()
-	rank := map[string]int{"nodata": 0, "none": 0, "ok": 1, "warming_up": 2, "partial": 3, "panic": 4}
 	var rows []timelineRow
 	for _, c := range tl.Capabilities {
 		byStart := make(map[time.Time]apiv1.TimelineBucket, len(c.Buckets))
@@ -55,21 +52,19 @@ func strips(tl apiv1.TimelineResponse, now time.Time) ([]timelineRow, int, time.
 			byStart[b.Start.UTC()] = b
 		}
 		row := timelineRow{CapabilityID: c.CapabilityID, Worst: "ok"}
-		for i := range n {
-			start := first.Add(time.Duration(i) * bucket)
+		for i := range g.n {
+			start := g.start(i)
 			cell := timelineCell{X: i * cellWidth, Level: "nodata", Title: start.Format("15:04") + " no data"}
 			if b, ok := byStart[start]; ok {
 				cell.Level = b.Level
 				cell.Title = fmt.Sprintf("%s %s: %d instances, at least %d in rotation", start.Format("15:04"), b.Level, b.Instances, b.MinInRotation)
-				if rank[b.Level] > rank[row.Worst] {
-					row.Worst = b.Level
-				}
+				row.Worst = worse(row.Worst, b.Level)
 			}
 			row.Cells = append(row.Cells, cell)
 		}
 		rows = append(rows, row)
 	}
-	return rows, n * cellWidth, first
+	return rows, g.width(), g.first
 }
 
 func (d *Dashboard) incidents(w http.ResponseWriter, r *http.Request) {
@@ -112,13 +107,7 @@ func (d *Dashboard) incidentAction(w http.ResponseWriter, r *http.Request) {
 // timelineExport downloads the registry's eligibility timeline as CSV.
 func (d *Dashboard) timelineExport(w http.ResponseWriter, r *http.Request) {
 	body, err := d.registry.TimelineCSV(r.Context())
-	if err != nil {
-		http.Error(w, "registry timeline: "+err.Error(), upstreamStatus(err))
-		return
-	}
-	w.Header().Set("Content-Type", "text/csv; charset=utf-8")
-	w.Header().Set("Content-Disposition", `attachment; filename="meshflows-eligibility-timeline.csv"`)
-	w.Write(body)
+	downloadCSV(w, "registry timeline", "meshflows-eligibility-timeline.csv", body, err)
 }
 
 // bulkAcknowledge acknowledges every incident ticked on the page.
@@ -187,15 +176,55 @@ type routeStrip struct {
 	Requests     int64
 }
 
-// routeStrips lays out each route's last 24 hours at the gateway, one cell per slice.
-func routeStrips(h *apiv1.RouteHealthResponse, now time.Time) (map[string]routeStrip, int, time.Time) {
-	slice := time.Duration(h.SliceSeconds) * time.Second
+// grid is the 24 hours of slices of one length that end with the slice holding now.
+type grid struct {
+	slice time.Duration
+	n     int
+	first time.Time
+}
+
+func newGrid(sliceSeconds int64, now time.Time) (grid, bool) {
+	slice := time.Duration(sliceSeconds) * time.Second
 	if slice <= 0 {
-		return nil, 0, now
+		return grid{}, false
 	}
 	n := int(24 * time.Hour / slice)
-	first := now.Truncate(slice).Add(-time.Duration(n-1) * slice).UTC()
-	rank := map[string]int{"nodata": 0, "ok": 1, "partial": 2, "panic": 3}
+	return grid{slice: slice, n: n, first: now.Truncate(slice).Add(-time.Duration(n-1) * slice).UTC()}, true
+}
+
+// start returns the start of slice i.
+func (g grid) start(i int) time.Time { return g.first.Add(time.Duration(i) * g.slice) }
+
+// width is the strip's width in pixels.
+func (g grid) width() int { return g.n * cellWidth }
+
+// grade is a slice's level for a share of success: ok at or above warn, partial at or above
+// crit, panic below.
+func grade(share, warn, crit float64) string {
+	switch {
+	case share >= warn:
+		return "ok"
+	case share >= crit:
+		return "partial"
+	}
+	return "panic"
+}
+
+// worse returns the worse of two levels of a strip.
+func worse(a, b string) string {
+	rank := map[string]int{"nodata": 0, "none": 0, "ok": 1, "warming_up": 2, "partial": 3, "panic": 4}
+	if rank[b] > rank[a] {
+		return b
+	}
+	return a
+}
+
+// routeStrips lays out each route's last 24 hours at the gateway, one cell per slice.
+func routeStrips(h *apiv1.RouteHealthResponse, now time.Time) (map[string]routeStrip, int, time.Time) {
+	g, ok := newGrid(h.SliceSeconds, now)
+	if !ok {
+		return nil, 0, now
+	}
 	out := make(map[string]routeStrip, len(h.Routes))
 	for _, rt := range h.Routes {
 		byStart := make(map[time.Time]apiv1.RouteHealthSlice, len(rt.Slices))
@@ -206,28 +235,19 @@ func routeStrips(h *apiv1.RouteHealthResponse, now time.Time) (map[string]routeS
 		if rt.Requests > 0 {
 			st.Availability = fmt.Sprintf("%.2f%%", 100*rt.Availability)
 		}
-		for i := range n {
-			start := first.Add(time.Duration(i) * slice)
+		for i := range g.n {
+			start := g.start(i)
 			cell := timelineCell{X: i * cellWidth, Level: "nodata", Title: start.Format("15:04") + " no requests"}
 			if s, ok := byStart[start]; ok {
-				switch {
-				case s.Availability >= warnAvailability:
-					cell.Level = "ok"
-				case s.Availability >= critAvailability:
-					cell.Level = "partial"
-				default:
-					cell.Level = "panic"
-				}
+				cell.Level = grade(s.Availability, warnAvailability, critAvailability)
 				cell.Title = fmt.Sprintf("%s %.1f%% of %d requests answered (%d failed)", start.Format("15:04"), 100*s.Availability, s.Requests, s.Failed)
-				if rank[cell.Level] > rank[st.Worst] {
-					st.Worst = cell.Level
-				}
+				st.Worst = worse(st.Worst, cell.Level)
 			}
 			st.Cells = append(st.Cells, cell)
 		}
 		out[rt.Route] = st
 	}
-	return out, n * cellWidth, first
+	return out, g.width(), g.first
 }
 
 // triggerStrip is one workflow's 24 hours of runs.
@@ -246,13 +266,10 @@ type triggerCell struct {
 // orchestrator's thresholds: green at or above the warning one, amber from the critical one,
 // red below.
 func triggerStrips(h *apiv1.TriggerHealthResponse, now time.Time) (map[string]triggerStrip, int, time.Time) {
-	slice := time.Duration(h.SliceSeconds) * time.Second
-	if slice <= 0 {
+	g, ok := newGrid(h.SliceSeconds, now)
+	if !ok {
 		return nil, 0, now
 	}
-	n := int(24 * time.Hour / slice)
-	first := now.Truncate(slice).Add(-time.Duration(n-1) * slice).UTC()
-	rank := map[string]int{"nodata": 0, "ok": 1, "partial": 2, "panic": 3}
 	out := make(map[string]triggerStrip, len(h.Workflows))
 	for _, wf := range h.Workflows {
 		byStart := make(map[time.Time]apiv1.TriggerSlice, len(wf.Slices))
@@ -260,26 +277,17 @@ func triggerStrips(h *apiv1.TriggerHealthResponse, now time.Time) (map[string]tr
 			byStart[s.Start.UTC()] = s
 		}
 		st := triggerStrip{Worst: "ok"}
-		for i := range n {
-			start := first.Add(time.Duration(i) * slice)
+		for i := range g.n {
+			start := g.start(i)
 			cell := triggerCell{timelineCell: timelineCell{X: i * cellWidth, Level: "nodata", Title: start.Format("15:04") + " no runs"}, From: start.Unix()}
 			if s, ok := byStart[start]; ok {
-				switch {
-				case s.SuccessRate >= h.Warning:
-					cell.Level = "ok"
-				case s.SuccessRate >= h.Critical:
-					cell.Level = "partial"
-				default:
-					cell.Level = "panic"
-				}
+				cell.Level = grade(s.SuccessRate, h.Warning, h.Critical)
 				cell.Title = fmt.Sprintf("%s %d of %d runs succeeded (%.0f%%), p95 %.1f ms", start.Format("15:04"), s.Succeeded, s.Runs, 100*s.SuccessRate, s.P95MS)
-				if rank[cell.Level] > rank[st.Worst] {
-					st.Worst = cell.Level
-				}
+				st.Worst = worse(st.Worst, cell.Level)
 			}
 			st.Cells = append(st.Cells, cell)
 		}
 		out[wf.Workflow] = st
 	}
-	return out, n * cellWidth, first
+	return out, g.width(), g.first
 }
