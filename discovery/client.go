@@ -506,6 +506,26 @@ func (c *Client) RoutesState() (State, time.Duration) {
 	return v.snapshotLocked(c.cfg.Now(), c.cfg.StaleAllowance)
 }
 
+// Cached returns the view of q as the client holds it, without asking the registry: for a
+// reader that must not wait on the network (a DNS server answering from the view Watch keeps
+// current). The cache rules of Capabilities apply: a stale view is served as a snapshot, an
+// expired or never fetched one is an *UnavailableError.
+func (c *Client) Cached(q Query) (*Result, error) {
+	v := c.capsView(q.values().Encode())
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	st, age := v.snapshotLocked(c.cfg.Now(), c.cfg.StaleAllowance)
+	source := SourceCache
+	switch st {
+	case StateUninitialized, StateExpired:
+		return nil, &UnavailableError{State: st, Age: age, Cause: v.lastErr}
+	case StateStale:
+		source = SourceSnapshot
+	}
+	a := v.lkg
+	return &Result{Meta: Meta{Source: source, State: st, Age: age, RegistryEpoch: a.epoch, Revision: a.revision, Complete: a.complete}, Entries: a.body}, nil
+}
+
 // State returns the state of the view of q now.
 func (c *Client) State(q Query) State {
 	v := c.capsView(q.values().Encode())

@@ -98,7 +98,7 @@ func devMetricNames(t *testing.T) map[string]bool {
 	}
 	resp.Body.Close()
 	exported := map[string]bool{}
-	for _, off := range []int{devRegistryOffset, devOrchestratorOffset, devGatewayOffset, devProviderOffsetJMS} {
+	for _, off := range []int{devRegistryOffset, devOrchestratorOffset, devGatewayOffset, devDNSMetricsOffset, devProviderOffsetJMS} {
 		for name := range scrapeNames(t, "http://127.0.0.1:"+strconv.Itoa(base+off)+"/metrics") {
 			exported[name] = true
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/meshflows/meshflows/discovery"
 	"github.com/meshflows/meshflows/examples/workflows"
 	"github.com/meshflows/meshflows/internal/journal"
+	"github.com/meshflows/meshflows/internal/nameserver"
 	"github.com/meshflows/meshflows/internal/prober"
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/server"
@@ -27,6 +28,8 @@ const (
 	devOrchestratorOffset = 1
 	devGatewayOffset      = 2
 	devDashboardOffset    = 3
+	devDNSOffset          = 5
+	devDNSMetricsOffset   = 6
 	devProviderOffsetJMS  = 10
 	devProviderOffsetRMQ  = 11
 )
@@ -47,10 +50,11 @@ no authentication. Ports are fixed offsets from --base-port:
   orchestrator  N+%d
   gateway       N+%d
   dashboard     N+%d
+  dns           N+%d (UDP and TCP; its /metrics on N+%d)
   providers     N+%d (jms), N+%d (rabbitmq)
 
 Stop with Ctrl-C: the providers deregister and the components stop in order.`,
-			devRegistryOffset, devOrchestratorOffset, devGatewayOffset, devDashboardOffset, devProviderOffsetJMS, devProviderOffsetRMQ),
+			devRegistryOffset, devOrchestratorOffset, devGatewayOffset, devDashboardOffset, devDNSOffset, devDNSMetricsOffset, devProviderOffsetJMS, devProviderOffsetRMQ),
 		Example: "  meshflows dev\n  meshflows dev --base-port 8400",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -119,6 +123,11 @@ Stop with Ctrl-C: the providers deregister and the components stop in order.`,
 			if err := startGateway(regCtx, gReg, &gwFlags, gln, logger); err != nil {
 				return errors.Join(err, stopAll(), logOut.Flush())
 			}
+			dnsAddr := fmt.Sprintf("127.0.0.1:%d", basePort+devDNSOffset)
+			dnsFl := dnsFlags{registries: []string{regURL}, domain: nameserver.DefaultDomain, ttl: nameserver.DefaultTTL, maxStale: discovery.DefaultStaleAllowance}
+			if err := startDNS(regCtx, gReg, &dnsFl, lns[devDNSOffset], lns[devDNSMetricsOffset], logger); err != nil {
+				return errors.Join(err, stopAll(), logOut.Flush())
+			}
 			providers := []struct {
 				kind   string
 				offset int
@@ -136,6 +145,7 @@ Stop with Ctrl-C: the providers deregister and the components stop in order.`,
 			fmt.Fprintf(out, "                (a strict loop and fan-out: curl -X POST http://%s/v1/workflows/order-batch/run -d '{\"batch\":\"b1\",\"orders\":[{\"id\":1},{\"id\":2}]}')\n", orAddr)
 			fmt.Fprintf(out, "  gateway       http://%s   (try: curl http://%s/v1/gateway/routes)\n", gwAddr, gwAddr)
 			fmt.Fprintf(out, "  dashboard     http://%s   (open it in a browser)\n", dbAddr)
+			fmt.Fprintf(out, "  dns           %s    (try: dig @127.0.0.1 -p %d SRV messaging.publish.cap.meshflows. +short)\n", dnsAddr, basePort+devDNSOffset)
 			fmt.Fprintf(out, "  providers     http://127.0.0.1:%d (jms), http://127.0.0.1:%d (rabbitmq)\n",
 				basePort+devProviderOffsetJMS, basePort+devProviderOffsetRMQ)
 			fmt.Fprintf(out, "                (try: curl -X POST http://%s/api/messaging/jms/publish -d '{\"destination\":\"orders.events\",\"payload\":{\"id\":1}}')\n\n",
@@ -147,7 +157,7 @@ Stop with Ctrl-C: the providers deregister and the components stop in order.`,
 			return errors.Join(err, logOut.Flush())
 		},
 	}
-	cmd.Flags().IntVar(&basePort, "base-port", 7400, "first port of the port plan (registry N, orchestrator N+1, gateway N+2, dashboard N+3, providers N+10 and N+11)")
+	cmd.Flags().IntVar(&basePort, "base-port", 7400, "first port of the port plan (registry N, orchestrator N+1, gateway N+2, dashboard N+3, dns N+5 (metrics N+6), providers N+10 and N+11)")
 	bindLogFlags(cmd.Flags(), &logCfg, "text")
 	return cmd
 }
@@ -158,7 +168,7 @@ var devPlan = []struct {
 	name   string
 }{
 	{devRegistryOffset, "registry"}, {devOrchestratorOffset, "orchestrator"}, {devGatewayOffset, "gateway"},
-	{devDashboardOffset, "dashboard"}, {devProviderOffsetJMS, "jms provider"}, {devProviderOffsetRMQ, "rabbitmq provider"},
+	{devDashboardOffset, "dashboard"}, {devDNSOffset, "dns"}, {devDNSMetricsOffset, "dns metrics"}, {devProviderOffsetJMS, "jms provider"}, {devProviderOffsetRMQ, "rabbitmq provider"},
 }
 
 // errDevPortBusy marks a port of the dev plan that could not be bound.

@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/meshflows/meshflows/discovery"
+	"github.com/meshflows/meshflows/internal/nameserver"
+	"github.com/meshflows/meshflows/internal/telemetry"
+)
+
+// dnsFlags are the flags of 'meshflows dns'.
+type dnsFlags struct {
+	listen     string
+	registries []string
+	domain     string
+	ttl        time.Duration
+	maxStale   time.Duration
+	metrics    string
+	creds      clientCreds
+	log        telemetry.LogConfig
+}
+
+func newDNSCmd() *cobra.Command {
+	var f dnsFlags
+	cmd := &cobra.Command{
+		Use:   "dns",
+		Short: "Serve the registry's discovery view over DNS (UDP and TCP), eligibility-aware, from last-known-good",
+		Long: `Answer DNS queries from the registry's discovery view, for clients that can only resolve
+names. Only instances in rotation answer (all of them when their group is in panic); SRV
+carries the eligibility weight and a priority from metadata.priority; answers keep flowing
+from the last-known-good view while the registry is away (TXT says source=snapshot).
+
+Names under --domain (docs/reference/dns.md):
+  <capability-id>.cap.DOMAIN                 SRV, A/AAAA, TXT
+  _<provider>.<capability-id>.cap.DOMAIN     one provider
+  v<major>.<capability-id>.cap.DOMAIN        one major version (after the provider label)
+  <service-name>.svc.DOMAIN                  <instance-id>.inst.DOMAIN
+
+A name that does not exist is NXDOMAIN; a known one with none in rotation, NODATA. ANY gets
+the minimal answer of RFC 8482. Metrics (meshflows_dns_queries_total{qtype,rcode},
+meshflows_dns_answer_source{source}) are served on --metrics-listen when given.`,
+		Example: `  meshflows dns --listen 127.0.0.1:8600 --registry http://127.0.0.1:7400
+  dig @127.0.0.1 -p 8600 SRV messaging.publish.cap.meshflows. +short`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runComponent(cmd, f.log, f.listen, func(ctx context.Context, g *errgroup.Group, ln net.Listener, logger *slog.Logger) error {
+				var mln net.Listener
+				if f.metrics != "" {
+					l, err := net.Listen("tcp", f.metrics)
+					if err != nil {
+						return fmt.Errorf("--metrics-listen: %w", err)
+					}
+					mln = l
+				}
+				return startDNS(ctx, g, &f, ln, mln, logger)
+			})
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.listen, "listen", "127.0.0.1:8600", "address to answer on, UDP and TCP")
+	fl.StringSliceVar(&f.registries, "registry", []string{"http://127.0.0.1:7400"}, "registry base URL; repeat or comma-separate for failover")
+	bindEnv(fl, "registry", "MESHFLOWS_REGISTRY")
+	fl.StringVar(&f.domain, "domain", nameserver.DefaultDomain, "the zone answered")
+	fl.DurationVar(&f.ttl, "ttl", nameserver.DefaultTTL, "TTL of answers (never longer than what is left of --max-stale)")
+	fl.StringVar(&f.metrics, "metrics-listen", "", "address to serve /metrics on over HTTP (default: none)")
+	fl.DurationVar(&f.maxStale, "max-stale", discovery.DefaultStaleAllowance, "how long the last-known-good view is answered while the registry is away")
+	f.creds.bindRegistry(fl)
+	bindLogFlags(fl, &f.log, "json")
+	return cmd
+}
+
+// startDNS serves DNS on ln's address (TCP on ln, UDP on the same port) and, when mln is not
+// nil, its metrics on mln, in g.
+func startDNS(ctx context.Context, g *errgroup.Group, f *dnsFlags, ln, mln net.Listener, logger *slog.Logger) error {
+	pc, err := net.ListenPacket("udp", ln.Addr().String())
+	if err != nil {
+		return fmt.Errorf("dns: udp %s: %w", ln.Addr(), err)
+	}
+	httpClient, err := f.creds.httpClient()
+	if err != nil {
+		pc.Close()
+		return err
+	}
+	promReg := telemetry.NewRegistry()
+	disc, err := discovery.New(discovery.Config{Registries: f.registries, Consumer: "dns", Client: httpClient, BearerToken: f.creds.token,
+		StaleAllowance: f.maxStale, Logger: logger, Registerer: promReg})
+	if err != nil {
+		pc.Close()
+		return err
+	}
+	srv, err := nameserver.New(nameserver.Config{Discovery: disc, Domain: f.domain, TTL: f.ttl, StaleAllowance: f.maxStale, Logger: logger, Registerer: promReg})
+	if err != nil {
+		pc.Close()
+		return err
+	}
+	if mln != nil {
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", promHandler(promReg))
+		g.Go(func() error {
+			return serveUntil(ctx, &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, mln)
+		})
+	}
+	logger.Info("dns listening", slog.String("addr", ln.Addr().String()), slog.String("domain", f.domain))
+	g.Go(func() error { return srv.Run(ctx, pc, ln) })
+	return nil
+}

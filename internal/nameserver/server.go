@@ -1,0 +1,384 @@
+package nameserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/meshflows/meshflows/discovery"
+)
+
+// Defaults of Config.
+const (
+	DefaultDomain = "meshflows."
+	DefaultTTL    = 5 * time.Second
+)
+
+// Config configures a Server.
+type Config struct {
+	// Discovery reads the registry's view (its TTL, last-known-good and stale allowance
+	// apply to every answer).
+	Discovery *discovery.Client
+	// Domain is the zone answered (default "meshflows.").
+	Domain string
+	// TTL is the TTL of answers (default 5 s); never longer than the time left of the
+	// view's stale allowance.
+	TTL time.Duration
+	// StaleAllowance is the discovery client's, for the TTL bound (default 10 min).
+	StaleAllowance time.Duration
+	Logger         *slog.Logger
+	Registerer     prometheus.Registerer
+	Now            func() time.Time
+}
+
+// Validate reports a configuration that cannot work.
+func (c *Config) Validate() error {
+	if c.Discovery == nil {
+		return errors.New("nameserver: no discovery client")
+	}
+	if _, ok := dns.IsDomainName(c.Domain); !ok || !dns.IsFqdn(c.Domain) {
+		return fmt.Errorf("nameserver: domain %q: want a fully qualified name like \"meshflows.\"", c.Domain)
+	}
+	if c.TTL < time.Second {
+		return fmt.Errorf("nameserver: ttl %s: at least 1s", c.TTL)
+	}
+	return nil
+}
+
+// Server answers DNS queries from the discovery view.
+type Server struct {
+	cfg     Config
+	domain  string
+	metrics *metrics
+
+	mu    sync.Mutex
+	index *index // of the view at (epoch, revision)
+}
+
+// New returns a Server.
+func New(cfg Config) (*Server, error) {
+	if cfg.Domain == "" {
+		cfg.Domain = DefaultDomain
+	}
+	cfg.Domain = dns.Fqdn(strings.ToLower(cfg.Domain))
+	if cfg.TTL == 0 {
+		cfg.TTL = DefaultTTL
+	}
+	if cfg.StaleAllowance == 0 {
+		cfg.StaleAllowance = 10 * time.Minute
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	return &Server{cfg: cfg, domain: cfg.Domain, metrics: m}, nil
+}
+
+// query is the view the server answers: every instance, in rotation or not, so that a known
+// name with none in rotation is NODATA, not NXDOMAIN.
+var query = discovery.Query{IncludeAll: true}
+
+// Run keeps the view current with the discovery client's long poll and serves DNS on the
+// packet conn and the listener (either may be nil) until ctx ends.
+func (s *Server) Run(ctx context.Context, pc net.PacketConn, ln net.Listener) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, 3)
+	wg.Go(func() { errs <- s.cfg.Discovery.Watch(ctx, query, nil) })
+	var servers []*dns.Server
+	if pc != nil {
+		servers = append(servers, &dns.Server{PacketConn: pc, Handler: s})
+	}
+	if ln != nil {
+		servers = append(servers, &dns.Server{Listener: ln, Handler: s, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second})
+	}
+	for _, srv := range servers {
+		wg.Go(func() {
+			if err := srv.ActivateAndServe(); err != nil && ctx.Err() == nil {
+				errs <- fmt.Errorf("dns: %w", err)
+				cancel()
+			}
+		})
+	}
+	<-ctx.Done()
+	for _, srv := range servers {
+		srv.ShutdownContext(context.Background())
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil && !errors.Is(err, context.Canceled) {
+			return err
+		}
+	}
+	return nil
+}
+
+// view returns the index of the current view and its meta, as Run's watch keeps it: a query
+// never waits on the registry. The discovery client's cache rules decide fresh, stale
+// (last-known-good) or unavailable.
+func (s *Server) view() (*index, discovery.Meta, error) {
+	res, err := s.cfg.Discovery.Cached(query)
+	if err != nil {
+		return nil, discovery.Meta{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ix := s.index; ix != nil && ix.epoch == res.RegistryEpoch && ix.revision == res.Revision && ix.complete == res.Complete {
+		return ix, res.Meta, nil
+	}
+	s.index = buildIndex(res, s.domain)
+	return s.index, res.Meta, nil
+}
+
+// ServeDNS implements dns.Handler.
+func (s *Server) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
+	wire, rcode := s.reply(req, w.RemoteAddr())
+	qtype := "none"
+	if len(req.Question) == 1 {
+		qtype = dns.TypeToString[req.Question[0].Qtype]
+	}
+	s.metrics.query(qtype, dns.RcodeToString[rcode])
+	if wire != nil {
+		w.Write(wire)
+	}
+}
+
+// reply returns the wire answer to req and its rcode. Answers to names of the view are
+// packed once per (name, type, size, TTL) and revision: a repeated query copies them and
+// sets its own id, flags and name case. Nothing is kept for names that do not exist.
+func (s *Server) reply(req *dns.Msg, from net.Addr) ([]byte, int) {
+	if req.Opcode != dns.OpcodeQuery || len(req.Question) != 1 || req.Question[0].Qclass != dns.ClassINET {
+		m := s.answer(req, from)
+		wire, _ := m.Pack()
+		return wire, m.Rcode
+	}
+	q := req.Question[0]
+	size, edns := dns.MinMsgSize, 0
+	if o := req.IsEdns0(); o != nil {
+		size, edns = max(int(o.UDPSize()), dns.MinMsgSize), 1
+	}
+	if _, tcp := from.(*net.TCPAddr); tcp {
+		size = dns.MaxMsgSize
+	}
+	ix, meta, err := s.view()
+	if err != nil {
+		m := s.answer(req, from)
+		wire, _ := m.Pack()
+		return wire, m.Rcode
+	}
+	key := answerKey{name: strings.ToLower(q.Name), qtype: q.Qtype, size: size, edns: edns, ttl: s.ttl(meta), source: sourceOf(meta)}
+	if wire, ok := ix.cached(key); ok {
+		return patch(wire, req), dns.RcodeSuccess
+	}
+	m := s.answer(req, from)
+	wire, err := m.Pack()
+	if err != nil {
+		return nil, dns.RcodeServerFailure
+	}
+	if m.Rcode == dns.RcodeSuccess && q.Qtype != dns.TypeTXT { // TXT carries the age: never cached
+		ix.store(key, wire)
+	}
+	return wire, m.Rcode
+}
+
+// answerKey names one packed answer of an index.
+type answerKey struct {
+	name   string
+	qtype  uint16
+	size   int
+	edns   int
+	ttl    uint32
+	source string
+}
+
+// patch copies a packed answer for req: its id, its RD and CD bits, and the case of its name.
+func patch(cached []byte, req *dns.Msg) []byte {
+	wire := make([]byte, len(cached))
+	copy(wire, cached)
+	wire[0], wire[1] = byte(req.Id>>8), byte(req.Id)
+	wire[2] = wire[2]&^0x01 | boolBit(req.RecursionDesired)
+	wire[3] = wire[3]&^0x10 | boolBit(req.CheckingDisabled)<<4
+	// the question's name is the first thing after the header, uncompressed: only its case
+	// differs from the cached one
+	name := req.Question[0].Name
+	off := 12
+	for i := 0; i < len(name) && off < len(wire); {
+		n := int(wire[off])
+		if n == 0 {
+			break
+		}
+		off++
+		for j := 0; j < n && i < len(name) && off < len(wire); j++ {
+			if name[i] == '\\' { // an escaped name: leave the cached spelling
+				return wire
+			}
+			wire[off] = name[i]
+			off++
+			i++
+		}
+		i++ // the dot
+	}
+	return wire
+}
+
+func boolBit(b bool) byte {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// answer builds the reply to req.
+func (s *Server) answer(req *dns.Msg, from net.Addr) *dns.Msg {
+	m := new(dns.Msg)
+	m.SetReply(req)
+	m.Authoritative = true
+	m.RecursionAvailable = false
+	m.Compress = true
+	if req.Opcode != dns.OpcodeQuery || len(req.Question) != 1 {
+		m.SetRcode(req, dns.RcodeFormatError)
+		return m
+	}
+	q := req.Question[0]
+	if q.Qclass != dns.ClassINET {
+		m.SetRcode(req, dns.RcodeNotImplemented)
+		return m
+	}
+	qname := strings.ToLower(q.Name)
+	n, err := parseName(qname, s.domain)
+	if err != nil {
+		if qname == s.domain && q.Qtype == dns.TypeSOA {
+			m.Answer = append(m.Answer, s.soa())
+			return m
+		}
+		if strings.HasSuffix(qname, s.domain) || qname == s.domain {
+			m.SetRcode(req, dns.RcodeNameError)
+			m.Ns = append(m.Ns, s.soa())
+			return m
+		}
+		m.SetRcode(req, dns.RcodeRefused) // not our zone: we recurse for nobody
+		return m
+	}
+	if q.Qtype == dns.TypeANY { // RFC 8482: a minimal answer instead of everything
+		m.Answer = append(m.Answer, &dns.HINFO{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeHINFO, Class: dns.ClassINET, Ttl: 3600}, Cpu: "RFC8482"})
+		return m
+	}
+	ix, meta, err := s.view()
+	if err != nil {
+		m.SetRcode(req, dns.RcodeServerFailure) // the view is unavailable (never fetched, or expired)
+		return m
+	}
+	s.metrics.source(string(meta.Source))
+	set, known := ix.lookup(n)
+	if !known {
+		m.SetRcode(req, dns.RcodeNameError)
+		m.Ns = append(m.Ns, s.soa())
+		return m
+	}
+	ttl := s.ttl(meta)
+	switch q.Qtype {
+	case dns.TypeSRV:
+		for _, e := range set {
+			m.Answer = append(m.Answer, e.srv(q.Name, ttl))
+			if a := e.address(ttl); a != nil {
+				m.Extra = append(m.Extra, a)
+			}
+		}
+	case dns.TypeA, dns.TypeAAAA:
+		for _, e := range set {
+			if a := e.address(ttl); a != nil && a.Header().Rrtype == q.Qtype {
+				a := dns.Copy(a)
+				a.Header().Name = q.Name
+				m.Answer = append(m.Answer, a)
+			}
+		}
+	case dns.TypeTXT:
+		m.Answer = append(m.Answer, &dns.TXT{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeTXT, Class: dns.ClassINET, Ttl: ttl},
+			Txt: []string{"epoch=" + meta.RegistryEpoch, "revision=" + strconv.FormatInt(meta.Revision, 10),
+				"source=" + sourceOf(meta), "age=" + strconv.Itoa(int(meta.Age/time.Second)) + "s", "in_rotation=" + strconv.Itoa(len(set))}})
+	}
+	if len(m.Answer) == 0 {
+		m.Ns = append(m.Ns, s.soa()) // NODATA: the name is known, nothing of that type in rotation
+	}
+	s.fit(m, req, from)
+	return m
+}
+
+// sourceOf says fresh or snapshot (last-known-good) for a TXT answer.
+func sourceOf(meta discovery.Meta) string {
+	if meta.Source == discovery.SourceSnapshot {
+		return "snapshot"
+	}
+	return "fresh"
+}
+
+// ttl is the configured TTL, never past the time left of the view's stale allowance.
+func (s *Server) ttl(meta discovery.Meta) uint32 {
+	ttl := s.cfg.TTL
+	if meta.Source == discovery.SourceSnapshot {
+		ttl = min(ttl, max(s.cfg.StaleAllowance-meta.Age, time.Second))
+	}
+	return uint32(ttl / time.Second)
+}
+
+// fit truncates a UDP answer to what the client can take (512 bytes, or its EDNS0 size): the
+// TC bit sends it to TCP.
+func (s *Server) fit(m, req *dns.Msg, from net.Addr) {
+	if _, tcp := from.(*net.TCPAddr); tcp {
+		return
+	}
+	size := dns.MinMsgSize
+	if o := req.IsEdns0(); o != nil {
+		size = max(int(o.UDPSize()), dns.MinMsgSize)
+		m.SetEdns0(o.UDPSize(), false)
+	}
+	if m.Len() > size {
+		m.Truncate(size)
+	}
+}
+
+func (s *Server) soa() dns.RR {
+	return &dns.SOA{Hdr: dns.RR_Header{Name: s.domain, Rrtype: dns.TypeSOA, Class: dns.ClassINET, Ttl: uint32(s.cfg.TTL / time.Second)},
+		Ns: "ns." + s.domain, Mbox: "hostmaster." + s.domain, Serial: 1, Refresh: 60, Retry: 60, Expire: 600, Minttl: uint32(s.cfg.TTL / time.Second)}
+}
+
+// hostPort splits an endpoint URL into host and port (80/443 by scheme when absent).
+func hostPort(endpoint string) (string, uint16, bool) {
+	u, err := url.Parse(endpoint)
+	if err != nil || u.Hostname() == "" {
+		return "", 0, false
+	}
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"https": "443"}[u.Scheme]
+		if port == "" {
+			port = "80"
+		}
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		return "", 0, false
+	}
+	return u.Hostname(), uint16(p), true
+}
