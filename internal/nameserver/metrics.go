@@ -24,6 +24,11 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	}
 	m.sources.WithLabelValues("fresh")
 	m.sources.WithLabelValues("snapshot")
+	for _, qt := range []string{"SRV", "A", "AAAA", "TXT"} { // the usual series exist from the start, at 0
+		for _, rc := range []string{"NOERROR", "NXDOMAIN"} {
+			m.queries.WithLabelValues(qt, rc)
+		}
+	}
 	if reg != nil {
 		for _, c := range []prometheus.Collector{m.queries, m.sources} {
 			if err := reg.Register(c); err != nil {
