@@ -18,7 +18,7 @@ func newBenchCmd() *cobra.Command {
 for operators sizing a deployment. Every run is bounded by its counts and --timeout.`,
 		Example: "  meshflows bench registry --registry http://127.0.0.1:7400 --instances 1000\n  meshflows bench herd --providers 1000",
 	}
-	cmd.AddCommand(newBenchRegistryCmd(), newBenchHerdCmd())
+	cmd.AddCommand(newBenchRegistryCmd(), newBenchHerdCmd(), newBenchDNSCmd())
 	return cmd
 }
 
@@ -130,4 +130,44 @@ func legacyJSON(out *outputFlag, asJSON bool) error {
 		out.value = "json"
 	}
 	return out.check("text", "json", "yaml")
+}
+
+func newBenchDNSCmd() *cobra.Command {
+	var (
+		cfg bench.DNSConfig
+		out outputFlag
+	)
+	cmd := &cobra.Command{
+		Use:   "dns",
+		Short: "Load a DNS server with one query over UDP and report queries per second and latency",
+		Long: `Send --name/--qtype to --server from --concurrency workers, each on its own socket and
+sending its next query when the answer arrives (dnsperf's model), for --duration; report
+queries per second and p50/p99/max. Any DNS server can be measured, so 'meshflows dns' can be
+compared with another serving the same records. A response that is not NOERROR with answers
+counts as an error.`,
+		Example: "  meshflows bench dns --server 127.0.0.1:7405 --name messaging.publish.cap.meshflows. --concurrency 32 --duration 10s",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := out.check("text", "json", "yaml"); err != nil {
+				return err
+			}
+			rep, err := bench.RunDNS(cmd.Context(), cfg)
+			if err != nil {
+				return &exitError{code: 2, err: err}
+			}
+			if out.value != "text" {
+				return out.write(cmd.OutOrStdout(), rep)
+			}
+			return bench.WriteDNS(cmd.OutOrStdout(), rep)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfg.Server, "server", "127.0.0.1:7405", "host:port of the DNS server")
+	f.StringVar(&cfg.Name, "name", "messaging.publish.cap.meshflows.", "the name to query")
+	f.StringVar(&cfg.Qtype, "qtype", "SRV", "the query type")
+	f.IntVar(&cfg.Concurrency, "concurrency", 32, "queries in flight")
+	f.DurationVar(&cfg.Duration, "duration", 10*time.Second, "how long the load runs")
+	f.DurationVar(&cfg.Timeout, "timeout", time.Second, "timeout of one query")
+	out.bind(cmd, "text")
+	return cmd
 }
