@@ -37,6 +37,7 @@ once, run --queries discovery queries for one 100-instance service, time --chang
 deregistrations until a long-polling watcher sees each, then deregister the rest. Prints
 throughput and p50/p99/max per phase. It leaves nothing registered behind.`,
 		Example: "  meshflows bench registry --registry http://127.0.0.1:7400 --instances 10000 --concurrency 32\n" +
+			"  meshflows bench registry --registry http://127.0.0.1:7400 --server-pid 4242\n" +
 			"  meshflows bench registry --registry http://127.0.0.1:7400 -o json > bench.json",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -69,6 +70,7 @@ throughput and p50/p99/max per phase. It leaves nothing registered behind.`,
 	f.IntVar(&cfg.QueryConcurrency, "query-concurrency", 0, "concurrent discovery queries (default --concurrency; 1 for unloaded latency)")
 	f.IntVar(&cfg.Changes, "changes", 200, "deregistrations timed until a watcher sees them")
 	f.DurationVar(&cfg.OpTimeout, "op-timeout", 10*time.Second, "timeout of one request")
+	f.IntVar(&cfg.ServerPID, "server-pid", 0, "the registry's process id on this machine: report its CPU time per operation (read from /proc)")
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "deadline of the whole run")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	f.MarkDeprecated("json", "use -o json")
@@ -168,6 +170,7 @@ counts as an error.`,
 	f.IntVar(&cfg.Concurrency, "concurrency", 32, "queries in flight")
 	f.DurationVar(&cfg.Duration, "duration", 10*time.Second, "how long the load runs")
 	f.DurationVar(&cfg.Timeout, "timeout", time.Second, "timeout of one query")
+	f.IntVar(&cfg.ServerPID, "server-pid", 0, "the server's process id on this machine: report its CPU time per query (read from /proc)")
 	out.bind(cmd, "text")
 	return cmd
 }

@@ -30,6 +30,9 @@ type DNSConfig struct {
 	// UDPSize is the EDNS0 buffer size asked for (default 4096: answers of a few dozen
 	// records fit one datagram).
 	UDPSize uint16
+	// ServerPID, when set, is the server's process on this machine: the report then gives
+	// its CPU time per query.
+	ServerPID int
 }
 
 func (c *DNSConfig) setDefaults() {
@@ -87,6 +90,7 @@ func RunDNS(ctx context.Context, cfg DNSConfig) (*DNSReport, error) {
 	}
 	results := make([]result, cfg.Concurrency)
 	var wg sync.WaitGroup
+	cpu := startCPU(cfg.ServerPID)
 	start := time.Now()
 	for w := range cfg.Concurrency {
 		wg.Go(func() {
@@ -154,6 +158,7 @@ func RunDNS(ctx context.Context, cfg DNSConfig) (*DNSReport, error) {
 	if rep.Phase.Duration > 0 {
 		rep.PerSecond = float64(rep.Ops) / rep.Phase.Duration.Seconds()
 	}
+	cpu.stop(&rep.Phase)
 	return rep, nil
 }
 

@@ -40,6 +40,10 @@ type RegistryConfig struct {
 	OpTimeout time.Duration
 	// Client is the HTTP client (default: one with enough idle connections).
 	Client *http.Client
+	// ServerPID, when set, is the registry's process on this machine: each phase then
+	// reports the server's CPU time per operation, read from /proc/PID/stat — the figure that
+	// says how good the server is when the load driver shares its cores.
+	ServerPID int
 }
 
 func (c *RegistryConfig) setDefaults() {
@@ -183,7 +187,9 @@ func (d *driver) parallel(ctx context.Context, name string, n int, op func(ctx c
 }
 
 // parallelN is parallel on workers workers.
-func (d *driver) parallelN(ctx context.Context, name string, n, workers int, op func(ctx context.Context, i int) error) Phase {
+func (d *driver) parallelN(ctx context.Context, name string, n, workers int, op func(ctx context.Context, i int) error) (p Phase) {
+	cpu := startCPU(d.cfg.ServerPID)
+	defer func() { cpu.stop(&p) }()
 	rec := newRecorder(name, n)
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -206,7 +212,9 @@ func (d *driver) parallelN(ctx context.Context, name string, n, workers int, op 
 
 // watch deregisters each instance in turn and times how long a long-polling watcher of the
 // query takes to see the change: the propagation latency.
-func (d *driver) watch(ctx context.Context, query url.Values, insts []*benchInstance) Phase {
+func (d *driver) watch(ctx context.Context, query url.Values, insts []*benchInstance) (p Phase) {
+	cpu := startCPU(d.cfg.ServerPID)
+	defer func() { cpu.stop(&p) }()
 	rec := newRecorder("propagation", len(insts))
 	for _, in := range insts {
 		if ctx.Err() != nil {

@@ -3,7 +3,9 @@ package bench
 import (
 	"fmt"
 	"io"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -21,6 +23,65 @@ type Phase struct {
 	Max       time.Duration `json:"max_ns"`
 	// FirstError is the first error seen, for the operator to read.
 	FirstError string `json:"first_error,omitempty"`
+	// ServerCPU is the CPU time the server process used during the phase, and
+	// ServerCPUPerOp that divided by the operations (when the server's pid is known).
+	ServerCPU      time.Duration `json:"server_cpu_ns,omitempty"`
+	ServerCPUPerOp time.Duration `json:"server_cpu_per_op_ns,omitempty"`
+}
+
+// clockTicks is the unit of /proc/PID/stat's CPU times (USER_HZ, 100 on Linux).
+const clockTicks = 100
+
+// procCPU returns the CPU time (user + system) process pid has used, from /proc/PID/stat.
+func procCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, fmt.Errorf("server cpu: %w", err)
+	}
+	s := string(b)
+	// the command name is in parentheses and may hold spaces: fields count from after it
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(fields) < 13 {
+		return 0, fmt.Errorf("server cpu: /proc/%d/stat: too few fields", pid)
+	}
+	utime, err1 := strconv.ParseInt(fields[11], 10, 64)
+	stime, err2 := strconv.ParseInt(fields[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("server cpu: /proc/%d/stat: unreadable times", pid)
+	}
+	return time.Duration(utime+stime) * time.Second / clockTicks, nil
+}
+
+// cpuMeter measures a server process's CPU over a phase (pid 0: nothing).
+type cpuMeter struct {
+	pid   int
+	start time.Duration
+}
+
+func startCPU(pid int) cpuMeter {
+	if pid <= 0 {
+		return cpuMeter{}
+	}
+	c, err := procCPU(pid)
+	if err != nil {
+		return cpuMeter{}
+	}
+	return cpuMeter{pid: pid, start: c}
+}
+
+// stop fills p's server CPU figures.
+func (m cpuMeter) stop(p *Phase) {
+	if m.pid <= 0 {
+		return
+	}
+	c, err := procCPU(m.pid)
+	if err != nil {
+		return
+	}
+	p.ServerCPU = c - m.start
+	if p.Ops > 0 {
+		p.ServerCPUPerOp = p.ServerCPU / time.Duration(p.Ops)
+	}
 }
 
 // recorder collects latencies and errors of one phase from many goroutines.
@@ -75,10 +136,19 @@ func percentileIndex(n int, q float64) int {
 // WriteTable prints phases as an aligned table.
 func WriteTable(w io.Writer, phases []Phase) error {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-12s %8s %7s %10s %12s %10s %10s %10s\n", "phase", "ops", "errors", "seconds", "ops/s", "p50", "p99", "max")
+	cpu := slices.ContainsFunc(phases, func(p Phase) bool { return p.ServerCPU > 0 })
+	fmt.Fprintf(&b, "%-12s %8s %7s %10s %12s %10s %10s %10s", "phase", "ops", "errors", "seconds", "ops/s", "p50", "p99", "max")
+	if cpu {
+		fmt.Fprintf(&b, " %14s", "server cpu/op")
+	}
+	b.WriteString("\n")
 	for _, p := range phases {
-		fmt.Fprintf(&b, "%-12s %8d %7d %10.2f %12.0f %10s %10s %10s\n", p.Name, p.Ops, p.Errors, p.Duration.Seconds(), p.PerSecond,
+		fmt.Fprintf(&b, "%-12s %8d %7d %10.2f %12.0f %10s %10s %10s", p.Name, p.Ops, p.Errors, p.Duration.Seconds(), p.PerSecond,
 			round(p.P50), round(p.P99), round(p.Max))
+		if cpu {
+			fmt.Fprintf(&b, " %14s", p.ServerCPUPerOp.Round(100*time.Nanosecond))
+		}
+		b.WriteString("\n")
 	}
 	for _, p := range phases {
 		if p.FirstError != "" {
