@@ -177,22 +177,32 @@ func startGateway(ctx context.Context, g *errgroup.Group, f *gatewayFlags, ln ne
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 	logger.Info("gateway listening", slog.String("addr", ln.Addr().String()), slog.Any("registries", f.registries))
-	if f.debug != "" {
-		dln, err := net.Listen("tcp", f.debug)
-		if err != nil {
-			return fmt.Errorf("--debug-listen: %w", err)
-		}
-		dmux := http.NewServeMux()
-		dmux.HandleFunc("/debug/pprof/", pprof.Index)
-		dmux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-		dmux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-		dmux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-		g.Go(func() error {
-			return serveUntil(ctx, &http.Server{Handler: dmux, ReadHeaderTimeout: 10 * time.Second}, dln)
-		})
+	if err := serveDebug(ctx, g, f.debug); err != nil {
+		return err
 	}
 	g.Go(func() error { return gw.Run(ctx) })
 	g.Go(func() error { return serveUntil(ctx, srv, ln) })
+	return nil
+}
+
+// serveDebug serves Go's profiles (/debug/pprof/) on addr until ctx ends; an empty addr
+// serves nothing. It is bound on its own listener so that the API port never exposes them.
+func serveDebug(ctx context.Context, g *errgroup.Group, addr string) error {
+	if addr == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("--debug-listen: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	g.Go(func() error {
+		return serveUntil(ctx, &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, ln)
+	})
 	return nil
 }
 

@@ -32,6 +32,7 @@ const logFlushInterval = 100 * time.Millisecond
 // registryFlags are the flags of 'meshflows registry'.
 type registryFlags struct {
 	listen            string
+	debug             string
 	leaseTTL          time.Duration
 	heartbeatInterval time.Duration
 	sweepInterval     time.Duration
@@ -81,6 +82,7 @@ type securityFlags struct {
 
 func (f *registryFlags) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:7400", "address the registry API listens on")
+	fs.StringVar(&f.debug, "debug-listen", "", "serve Go profiling (/debug/pprof/) on this address, e.g. 127.0.0.1:6060 (off by default)")
 	fs.DurationVar(&f.leaseTTL, "lease-ttl", registry.DefaultLeaseTTL, "lease TTL: an instance without a heartbeat for this long is evicted; also the warm-up window after an empty start")
 	fs.DurationVar(&f.heartbeatInterval, "heartbeat-interval", registry.DefaultHeartbeatInterval, "heartbeat interval told to providers (must be shorter than --lease-ttl)")
 	fs.DurationVar(&f.sweepInterval, "sweep-interval", registry.DefaultSweepInterval, "how often expired leases are evicted")
@@ -249,6 +251,9 @@ func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln 
 			return err
 		}
 		g.Go(func() error { return prober.Run(ctx) })
+	}
+	if err := serveDebug(ctx, g, f.debug); err != nil {
+		return err
 	}
 	started = true
 	g.Go(func() error { return events.Run(ctx) }) // publishes a shared journal's events (returns at once otherwise)

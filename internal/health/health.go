@@ -184,6 +184,13 @@ type instance struct {
 	lastHealth   string    // the last self-report: ok, degraded or failing
 	lastHealthAt time.Time // and when it came
 	lastProbe    Evidence  // the last probe result
+
+	// The engine's fleet accounting (see Tick): which incarnation this is, so that the
+	// entries an older one left in the engine's queues are recognised as stale, how the
+	// renewal expectation counts it, and whether it was forgotten.
+	seq  uint64
+	live liveness
+	gone bool
 }
 
 // Evidence is the event behind a reason: when it happened and what it said (the wire type).
@@ -201,13 +208,28 @@ type Engine struct {
 
 	started  bool
 	start    time.Time
-	renewals []time.Time // registrations and heartbeats within the last window, oldest first
-	sp       bool        // self-preservation: lease expiry does not evict
-	spSince  time.Time
-	spBlock  bool    // the mode ended by its bound: it cannot return until renewals recover
-	ratio    float64 // renewals received over expected in the last window, as of the last Tick
-	decision SelfPreservationDecision
-	ejected  int // passive ejections so far
+	renewals renewalLog // heartbeats within the last window, oldest first
+	seq      uint64     // the last incarnation numbered
+
+	// Lease expiry and the renewal expectation without walking the fleet at each Tick:
+	// leases holds every present, non-draining incarnation by the earliest instant its lease
+	// can end; the instances expected to renew (present, not draining, renewed at least
+	// once) are counted as old (registered a window ago or more: each owes a full window of
+	// renewals) or young (each owes renewals for the part of the window since it
+	// registered: youngSum is the sum of their registration instants, as offsets from
+	// base, and the young queue says when each turns old).
+	leases    deadlineQueue
+	young     deadlineQueue
+	oldLive   int
+	youngLive int
+	youngSum  int64 // nanoseconds
+	base      time.Time
+	sp        bool // self-preservation: lease expiry does not evict
+	spSince   time.Time
+	spBlock   bool    // the mode ended by its bound: it cannot return until renewals recover
+	ratio     float64 // renewals received over expected in the last window, as of the last Tick
+	decision  SelfPreservationDecision
+	ejected   int // passive ejections so far
 }
 
 // SelfPreservationDecision is what the last Tick saw and decided about self-preservation:
@@ -248,7 +270,7 @@ func (e *Engine) Declare(in Instance) {
 		cur.Instance = in
 		return
 	}
-	e.instances[in.ID] = &instance{Instance: in, causes: map[string]Evidence{}}
+	e.instances[in.ID] = &instance{Instance: in}
 }
 
 // Adopt takes over the verdict another replica judged on an instance this engine has not
@@ -269,7 +291,13 @@ func (e *Engine) Adopt(id, state string, since time.Time) {
 
 // Forget drops an instance the registry no longer holds (deregistered and removed, or
 // evicted), so that the engine's memory follows the fleet.
-func (e *Engine) Forget(id string) { delete(e.instances, id) }
+func (e *Engine) Forget(id string) {
+	if in, ok := e.instances[id]; ok {
+		in.gone = true
+		e.untrack(in)
+		delete(e.instances, id)
+	}
+}
 
 func (e *Engine) unhealthyAfter(in *instance) int {
 	if in.UnhealthyAfter > 0 {
@@ -299,9 +327,14 @@ func (e *Engine) Apply(ev Event) error {
 	switch ev.Kind {
 	case KindRegistered:
 		// a new incarnation starts from scratch
-		*in = instance{Instance: in.Instance, present: true, causes: map[string]Evidence{}, lastRenewal: ev.At, lastHealth: "ok", lastHealthAt: ev.At, registeredAt: ev.At}
+		e.untrack(in)
+		e.seq++
+		*in = instance{Instance: in.Instance, present: true, lastRenewal: ev.At, lastHealth: "ok", lastHealthAt: ev.At, registeredAt: ev.At, seq: e.seq}
 		if !in.Probe {
 			in.admitted, in.rotationSince = true, ev.At
+		}
+		if !e.cfg.ExternalLeases {
+			e.leases.push(ev.At.Add(e.cfg.LeaseTTL), in)
 		}
 	case KindHeartbeat:
 		if !in.present {
@@ -310,8 +343,7 @@ func (e *Engine) Apply(ev Event) error {
 		if e.quietRenewal(in, ev) {
 			return nil
 		}
-		in.lastRenewal, in.renewed = ev.At, true
-		e.renewals = append(e.renewals, ev.At)
+		e.renew(in, ev.At)
 		in.lastHealth, in.lastHealthAt = cmp.Or(ev.Health, "ok"), ev.At
 		switch ev.Health {
 		case "failing":
@@ -328,6 +360,7 @@ func (e *Engine) Apply(ev Event) error {
 		}
 	case KindDeregistered:
 		in.draining = true
+		e.untrack(in)
 	case KindProbe:
 		if !in.present || !in.Probe {
 			return nil
@@ -352,9 +385,18 @@ func (e *Engine) quietRenewal(in *instance, ev Event) bool {
 	if h != in.lastHealth || len(in.causes) > 0 || e.silent(in, ev.At) {
 		return false
 	}
-	in.lastRenewal, in.lastHealthAt, in.renewed = ev.At, ev.At, true
-	e.renewals = append(e.renewals, ev.At)
+	in.lastHealthAt = ev.At
+	e.renew(in, ev.At)
 	return true
+}
+
+// renew records a renewal of in at at.
+func (e *Engine) renew(in *instance, at time.Time) {
+	in.lastRenewal, in.renewed = at, true
+	e.renewals.add(at)
+	if in.live == notCounted && !in.draining && !e.cfg.ExternalLeases {
+		e.track(in, at)
+	}
 }
 
 func (e *Engine) probe(in *instance, ev Event) {
@@ -451,6 +493,9 @@ func (e *Engine) addCause(in *instance, now time.Time, cause, detail string) {
 	}
 	entering := len(in.causes) == 0
 	if _, had := in.causes[cause]; !had {
+		if in.causes == nil {
+			in.causes = map[string]Evidence{}
+		}
 		in.causes[cause] = Evidence{At: now, Detail: detail}
 	}
 	if !entering || in.quarantined(now) {
@@ -512,7 +557,14 @@ func (e *Engine) nextChange(in *instance, now time.Time) time.Time {
 	consider(in.quarantineUntil)
 	if !e.cfg.ExternalLeases {
 		consider(in.lastRenewal.Add(2*e.cfg.HeartbeatInterval + time.Nanosecond)) // silent from just after
-		consider(in.lastRenewal.Add(e.cfg.LeaseTTL))
+		end := in.lastRenewal.Add(e.cfg.LeaseTTL)
+		if !end.After(now) && !in.draining && !e.sp {
+			// judged (on new evidence) after its lease ended and before the Tick that ends
+			// it: due at that Tick, or the verdict would stay "in rotation" until the next
+			// evidence
+			return now
+		}
+		consider(end)
 	}
 	return next
 }
@@ -565,32 +617,33 @@ func (e *Engine) Tick(now time.Time) {
 		e.started, e.start = true, now
 	}
 	if e.cfg.ExternalLeases {
-		e.renewals, e.ratio, e.decision = e.renewals[:0], 1, SelfPreservationDecision{Ratio: 1}
+		e.renewals.reset()
+		e.ratio, e.decision = 1, SelfPreservationDecision{Ratio: 1}
 		return
 	}
 	window := e.cfg.LeaseTTL
-	drop := 0
-	for drop < len(e.renewals) && now.Sub(e.renewals[drop]) >= window {
-		drop++
-	}
-	e.renewals = e.renewals[drop:]
+	e.renewals.dropThrough(now.Add(-window))
 	// Each instance that has renewed at least once is expected to renew once per heartbeat
 	// interval over the part of the window it has been registered for: a fleet that never
 	// heartbeats, or a burst of fresh registrations, is no sign that renewals are lost.
-	live := 0
-	var expected float64
-	for _, in := range e.instances {
-		if in.present && !in.draining && in.renewed {
-			live++
-			expected += float64(min(window, now.Sub(in.registeredAt))) / float64(e.cfg.HeartbeatInterval)
+	for e.young.due(now.Add(-window)) {
+		at, in, seq := e.young.pop()
+		if in.seq == seq && in.live == liveYoung && in.registeredAt.Equal(at) {
+			e.untrack(in)
+			in.live, e.oldLive = liveOld, e.oldLive+1
 		}
 	}
+	e.rebase(now.Add(-window))
+	live := e.oldLive + e.youngLive
+	// young instances owe (now - registeredAt) each: youngLive × (now - base) - youngSum
+	owed := int64(e.youngLive)*int64(now.Sub(e.base)) - e.youngSum
+	expected := (float64(e.oldLive)*float64(window) + float64(owed)) / float64(e.cfg.HeartbeatInterval)
 	ratio := 1.0
 	if expected > 0 {
-		ratio = float64(len(e.renewals)) / expected
+		ratio = float64(e.renewals.len()) / expected
 	}
 	e.ratio = ratio
-	d := SelfPreservationDecision{Received: len(e.renewals), Expected: expected, Live: live, Ratio: ratio}
+	d := SelfPreservationDecision{Received: e.renewals.len(), Expected: expected, Live: live, Ratio: ratio}
 	switch {
 	case e.sp && ratio >= e.cfg.SelfPreservationExit:
 		e.sp, d.Reason = false, SelfPreservationRenewalsRecovered
@@ -606,11 +659,59 @@ func (e *Engine) Tick(now time.Time) {
 	if e.sp {
 		return
 	}
-	for _, in := range e.instances {
-		if in.present && !in.draining && e.expired(in, now) {
-			in.present = false
+	// Leases end: only the incarnations whose earliest possible end has come are looked at;
+	// one renewed since goes back in the queue at its new end.
+	for e.leases.due(now) {
+		_, in, seq := e.leases.pop()
+		if in.seq != seq || in.gone || !in.present || in.draining {
+			continue // stale: a later incarnation, forgotten, or no lease to end any more
 		}
+		if e.expired(in, now) {
+			in.present = false
+			e.untrack(in)
+			continue
+		}
+		e.leases.push(in.lastRenewal.Add(e.cfg.LeaseTTL), in)
 	}
+}
+
+// track counts in among the instances expected to renew, as of at (it has just renewed).
+func (e *Engine) track(in *instance, at time.Time) {
+	if !in.present || in.draining || in.gone || !in.renewed || in.live != notCounted {
+		return
+	}
+	if e.base.IsZero() {
+		e.base = at.Add(-e.cfg.LeaseTTL)
+	}
+	if at.Sub(in.registeredAt) >= e.cfg.LeaseTTL {
+		in.live, e.oldLive = liveOld, e.oldLive+1
+		return
+	}
+	in.live, e.youngLive = liveYoung, e.youngLive+1
+	e.youngSum += int64(in.registeredAt.Sub(e.base))
+	e.young.push(in.registeredAt, in)
+}
+
+// untrack takes in out of the instances expected to renew (its queue entry, if any, turns
+// stale).
+func (e *Engine) untrack(in *instance) {
+	switch in.live {
+	case liveOld:
+		e.oldLive--
+	case liveYoung:
+		e.youngLive--
+		e.youngSum -= int64(in.registeredAt.Sub(e.base))
+	}
+	in.live = notCounted
+}
+
+// rebase moves the origin of the young instances' offsets to b, so that the sum stays small
+// however long the engine runs.
+func (e *Engine) rebase(b time.Time) {
+	if !e.base.IsZero() {
+		e.youngSum -= int64(e.youngLive) * int64(b.Sub(e.base))
+	}
+	e.base = b
 }
 
 // SelfPreservation reports whether lease expiry is suspended (as of the last Tick).

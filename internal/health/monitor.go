@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"slices"
 	"sync"
 	"time"
@@ -101,6 +102,9 @@ type view struct {
 	gone        bool       // forgotten: handles to it answer nothing
 	nextDue     time.Time  // when its verdict may next change without new evidence
 	in          *instance  // the engine's record of it
+	id          string
+	queued      bool  // the monitor's due queue holds an entry for it, at queuedAt
+	queuedAt    int64 // Unix nanoseconds
 }
 
 // group counts the instances of one (capability, zone), kept up to date as verdicts change
@@ -144,6 +148,10 @@ type Monitor struct {
 	timeline   map[string][]apiv1.TimelineBucket // by capability, oldest first
 	// panicSince holds when each group in panic entered it, until TransitionPanicSustained is said
 	panicSince map[groupKey]time.Time
+	// due holds the views by the instant their verdict may next change by itself, so that a
+	// sweep looks at those alone; allDue says every verdict is due at the next sweep.
+	due    dueQueue
+	allDue bool
 }
 
 // NewMonitor returns a monitor with cfg.
@@ -202,9 +210,11 @@ func (m *Monitor) register(in Instance, gen int64, at time.Time) {
 		m.release(v)
 		v.generation = gen
 	} else {
-		v = &view{generation: gen, verdict: Verdict{State: apiv1.EligibilityAbsent}, since: at, counted: apiv1.EligibilityAbsent}
+		v = &view{generation: gen, verdict: Verdict{State: apiv1.EligibilityAbsent}, since: at, counted: apiv1.EligibilityAbsent, id: in.ID}
 		m.views[in.ID] = v
 	}
+	v.nextDue = time.Time{} // a new incarnation is judged at once
+	m.schedule(v)
 	m.engine.Declare(in)
 	m.engine.Apply(Event{At: at, ID: in.ID, Kind: KindRegistered})
 	v.in = m.engine.instances[in.ID]
@@ -393,11 +403,24 @@ func (m *Monitor) tickAndPublish(now time.Time) {
 		}
 	}
 	changed := false
-	for id, v := range m.views {
-		if !spChanged && now.Before(v.nextDue) {
-			continue
+	if spChanged || m.allDue {
+		m.allDue = false
+		for id, v := range m.views {
+			changed = m.refreshVerdict(id, v, now) || changed
 		}
-		changed = m.refreshVerdict(id, v, now) || changed
+	} else {
+		// only the views whose verdict may have changed by itself; those taken out are
+		// judged after the queue is read, so that one due again at once (slow start) waits
+		// for the next sweep
+		batch := m.due.takeDue(now)
+		for _, v := range batch {
+			if now.Before(v.nextDue) {
+				m.schedule(v) // evidence moved it later since it was queued
+				continue
+			}
+			changed = m.refreshVerdict(v.id, v, now) || changed
+		}
+		m.due.recycle(batch)
 	}
 	for k := range m.groups {
 		changed = m.panic(k, now) || changed
@@ -405,6 +428,23 @@ func (m *Monitor) tickAndPublish(now time.Time) {
 	m.sustained(now)
 	m.sample(now)
 	m.publish(changed || spChanged)
+}
+
+// schedule puts v in the due queue at its nextDue, unless an entry at that instant or
+// earlier is there already (a view found early is queued again).
+func (m *Monitor) schedule(v *view) {
+	if v.gone || !v.nextDue.Before(never) {
+		return
+	}
+	at := int64(math.MinInt64) // due at once
+	if !v.nextDue.IsZero() {
+		at = v.nextDue.UnixNano()
+	}
+	if v.queued && v.queuedAt <= at {
+		return
+	}
+	v.queued, v.queuedAt = true, at
+	m.due.push(at, v)
 }
 
 // refresh recomputes the verdict on id and the panic flags of its groups; it reports
@@ -432,6 +472,7 @@ func (m *Monitor) refreshVerdict(id string, v *view, now time.Time) bool {
 		nv = m.engine.verdictOf(v.in, now)
 		v.nextDue = m.engine.nextChange(v.in, now)
 	}
+	m.schedule(v)
 	old := v.verdict
 	recounted := m.recount(v, nv.State) // a new incarnation in the same state still counts anew
 	if nv.State == old.State && nv.Weight == old.Weight && slices.Equal(nv.Reasons, old.Reasons) {
@@ -651,8 +692,8 @@ func (m *Monitor) SetFollowing(following bool) {
 		return
 	}
 	m.following = following
+	m.allDue = true // every verdict is due again: its source changed
 	for id, v := range m.views {
-		v.nextDue = time.Time{} // every verdict is due again: its source changed
 		if f := v.followed; !following && f != nil && f.Generation == v.generation {
 			// Elected: take over what the previous elected replica judged, rather than
 			// re-admitting every instance from unknown (its probes ran there, not here).

@@ -82,12 +82,12 @@ func BenchmarkEligibilityEvidence(b *testing.B) {
 	percentiles(b, lat, "evidence-to-verdict")
 }
 
-// BenchmarkEligibilitySweep is one sweep of a quiet 60,000-instance fleet: time (slow start,
+// BenchmarkEligibilitySweep is one sweep of a quiet fleet of -fleet instances (60,000): time (slow start,
 // lease expiry, self-preservation), every panic flag, a timeline sample. The clock moves 10 ms
 // a sweep so that no lease ends however many sweeps run (BenchmarkEligibilityMinute has the
 // fleet renewing, and changing).
 func BenchmarkEligibilitySweep(b *testing.B) {
-	f, _ := judgedFleet(b, 60000)
+	f, _ := judgedFleet(b, *fleet)
 	ctx := context.Background()
 	b.ReportAllocs()
 	for b.Loop() {
@@ -176,30 +176,30 @@ func BenchmarkZoneEvacuation(b *testing.B) {
 	percentiles(b, lastWake, "last-withdrawal-to-watcher")
 }
 
-// BenchmarkEligibilityMemory is the heap the eligibility engine adds per instance at 60,000.
+// BenchmarkEligibilityMemory is the heap the eligibility engine adds per instance at -fleet.
 func BenchmarkEligibilityMemory(b *testing.B) {
 	for b.Loop() {
 		var before, mid, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
-		plain, _ := fill(b, 60000)
+		plain, _ := fill(b, *fleet)
 		runtime.GC()
 		runtime.ReadMemStats(&mid)
-		judged, _ := judgedFleet(b, 60000)
+		judged, _ := judgedFleet(b, *fleet)
 		runtime.GC()
 		runtime.ReadMemStats(&after)
 		withEngine := float64(after.HeapAlloc - mid.HeapAlloc)
 		without := float64(mid.HeapAlloc - before.HeapAlloc)
-		b.ReportMetric((withEngine-without)/60000, "engine-heap-bytes/instance")
+		b.ReportMetric((withEngine-without)/float64(*fleet), "engine-heap-bytes/instance")
 		runtime.KeepAlive(plain)
 		runtime.KeepAlive(judged)
 	}
 }
 
-// BenchmarkEligibilityQuery is BenchmarkQuery's first case (100 of 60,000) on a registry
+// BenchmarkEligibilityQuery is BenchmarkQuery's first case (100 of -fleet) on a registry
 // that judges: the answer's entries carry verdicts and out-of-rotation ones are left out.
 func BenchmarkEligibilityQuery(b *testing.B) {
-	f, _ := judgedFleet(b, 60000)
+	f, _ := judgedFleet(b, *fleet)
 	q := &registry.Query{CapabilityID: "orders.s3"}
 	b.ReportAllocs()
 	for b.Loop() {
@@ -251,9 +251,9 @@ func BenchmarkEligibilityMinute(b *testing.B) {
 }
 
 // BenchmarkEligibilityHeartbeat is BenchmarkHeartbeat's parallel case on a registry that
-// judges: renewals that change no verdict, from every core, at 60,000 instances.
+// judges: renewals that change no verdict, from every core, at -fleet instances.
 func BenchmarkEligibilityHeartbeat(b *testing.B) {
-	f, gens := judgedFleet(b, 60000)
+	f, gens := judgedFleet(b, *fleet)
 	ctx := context.Background()
 	ids := instanceIDs(len(gens))
 	var next atomic.Int64

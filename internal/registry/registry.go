@@ -442,9 +442,15 @@ func (r *Registry) Sweep(ctx context.Context) (int, error) {
 		// Restored leases keep the time they had left, so they can end inside the warm-up:
 		// what is about to expire is recorded as removed first (see Deregister). The scan
 		// is paid only during a warm-up.
-		for _, rec := range r.store.Records() {
-			if rec.Expired(now) {
+		if el, ok := r.store.(expiringLister); ok {
+			for _, rec := range el.Expiring(now) {
 				r.drain.recordRemoval(rec.InstanceID, rec.Generation, st.Epoch)
+			}
+		} else {
+			for _, rec := range r.store.Records() {
+				if rec.Expired(now) {
+					r.drain.recordRemoval(rec.InstanceID, rec.Generation, st.Epoch)
+				}
 			}
 		}
 	}
@@ -465,6 +471,12 @@ func (r *Registry) Sweep(ctx context.Context) (int, error) {
 			slog.Time("at", now))
 	}
 	return len(gone), nil
+}
+
+// expiringLister is a store that lists the records whose lease ended at or before now
+// without walking every record (the memory store keeps its leases in a queue).
+type expiringLister interface {
+	Expiring(now time.Time) []*Record
 }
 
 // Run sweeps expired leases every SweepInterval and, when configured, writes a snapshot

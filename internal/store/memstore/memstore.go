@@ -1,6 +1,7 @@
 package memstore
 
 import (
+	"container/heap"
 	"context"
 	"fmt"
 	"sync"
@@ -18,6 +19,12 @@ type Store struct {
 	mu         sync.Mutex // serialises writes: generation assignment and index update together
 	epoch      registry.Epoch
 	generation int64
+	// leases holds the records by the earliest instant their lease can end, so that Expire
+	// looks at those alone instead of every record; a record renewed since goes back in at
+	// its new end, and one removed or replaced is dropped when it comes out. Guarded by qmu
+	// (taken after mu, never before).
+	qmu    sync.Mutex
+	leases leaseQueue
 }
 
 // New returns an empty store whose epoch starts at now (time.Now when nil).
@@ -46,6 +53,7 @@ func (s *Store) Register(_ context.Context, rec *registry.Record) error {
 	s.generation++
 	rec.Generation = s.generation
 	s.Put(rec, 0)
+	s.queue(rec, rec.LeaseExpiresAt())
 	return nil
 }
 
@@ -68,6 +76,9 @@ func (s *Store) Heartbeat(_ context.Context, id string, generation int64, health
 	rec, err := s.current(id, generation)
 	if err != nil {
 		return nil, err
+	}
+	if expires.Before(rec.LeaseExpiresAt()) { // moved earlier: its queue entry would be late
+		s.queue(rec, expires)
 	}
 	rec.SetLeaseExpiresAt(expires)
 	changed := rec.SetHealth(health)
@@ -94,15 +105,23 @@ func (s *Store) Deregister(_ context.Context, id string, generation int64) (*reg
 	return rec, nil
 }
 
-// Expire implements registry.Store: the scan runs under the index's read lock; a record
-// is removed only if it is still the current one and still expired.
+// Expire implements registry.Store. Only the records whose queued lease end has come are
+// looked at; a record is removed only if it is still the current one and still expired.
 func (s *Store) Expire(_ context.Context, now time.Time) ([]*registry.Record, error) {
 	var gone []*registry.Record
-	for _, rec := range s.Records() {
-		if rec.Expired(now) {
-			gone = append(gone, rec)
+	s.qmu.Lock()
+	for s.leases.due(now) {
+		rec := s.leases.pop()
+		if cur, ok := s.Get(rec.InstanceID); !ok || cur != rec {
+			continue // removed or replaced since it was queued
 		}
+		if !rec.Expired(now) {
+			s.leases.push(rec.LeaseExpiresAt(), rec) // renewed: back in at its new end
+			continue
+		}
+		gone = append(gone, rec)
 	}
+	s.qmu.Unlock()
 	if len(gone) == 0 {
 		return nil, nil
 	}
@@ -112,9 +131,46 @@ func (s *Store) Expire(_ context.Context, now time.Time) ([]*registry.Record, er
 	for _, rec := range gone {
 		if rec.Expired(now) && s.Remove(rec.InstanceID, rec, 0) != nil {
 			out = append(out, rec)
+			continue
+		}
+		if cur, ok := s.Get(rec.InstanceID); ok && cur == rec { // renewed in between
+			s.queue(rec, rec.LeaseExpiresAt())
 		}
 	}
 	return out, nil
+}
+
+// Expiring implements the registry's optional lister of the records whose lease ended at
+// or before now (without removing them): it visits only the queue entries due by now.
+func (s *Store) Expiring(now time.Time) []*registry.Record {
+	s.qmu.Lock()
+	defer s.qmu.Unlock()
+	var out []*registry.Record
+	seen := map[*registry.Record]bool{} // a record moved earlier has two entries
+	limit := now.UnixNano()
+	// the heap's entries due by now form a subtree at its root
+	stack := []int{0}
+	for len(stack) > 0 {
+		i := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		if i >= len(s.leases.h) || s.leases.h[i].at > limit {
+			continue
+		}
+		rec := s.leases.h[i].rec
+		if cur, ok := s.Get(rec.InstanceID); ok && cur == rec && rec.Expired(now) && !seen[rec] {
+			seen[rec] = true
+			out = append(out, rec)
+		}
+		stack = append(stack, 2*i+1, 2*i+2)
+	}
+	return out
+}
+
+// queue puts rec in the lease queue at at.
+func (s *Store) queue(rec *registry.Record, at time.Time) {
+	s.qmu.Lock()
+	s.leases.push(at, rec)
+	s.qmu.Unlock()
 }
 
 // Restore implements registry.Store.
@@ -122,6 +178,12 @@ func (s *Store) Restore(_ context.Context, epoch registry.Epoch, revision, gener
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.Reset(recs, revision)
+	s.qmu.Lock()
+	s.leases = leaseQueue{}
+	for _, rec := range recs {
+		s.leases.push(rec.LeaseExpiresAt(), rec)
+	}
+	s.qmu.Unlock()
 	s.epoch = epoch
 	s.generation = max(s.generation, generation)
 	return nil
@@ -132,4 +194,35 @@ func (s *Store) Generation() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.generation
+}
+
+// leaseQueue is a min-heap of records by lease end.
+type leaseQueue struct{ h leaseHeap }
+
+type leaseEntry struct {
+	at  int64 // Unix nanoseconds
+	rec *registry.Record
+}
+
+func (q *leaseQueue) push(at time.Time, rec *registry.Record) {
+	heap.Push(&q.h, leaseEntry{at: at.UnixNano(), rec: rec})
+}
+
+// due reports whether the earliest entry is at or before now.
+func (q *leaseQueue) due(now time.Time) bool { return len(q.h) > 0 && q.h[0].at <= now.UnixNano() }
+
+func (q *leaseQueue) pop() *registry.Record { return heap.Pop(&q.h).(leaseEntry).rec }
+
+type leaseHeap []leaseEntry
+
+func (h leaseHeap) Len() int           { return len(h) }
+func (h leaseHeap) Less(i, j int) bool { return h[i].at < h[j].at }
+func (h leaseHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *leaseHeap) Push(x any)        { *h = append(*h, x.(leaseEntry)) }
+func (h *leaseHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = leaseEntry{}
+	*h = old[:len(old)-1]
+	return e
 }

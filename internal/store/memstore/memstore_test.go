@@ -1,9 +1,14 @@
 package memstore_test
 
 import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
+	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/store/memstore"
 	"github.com/meshflows/meshflows/internal/store/storetest"
@@ -23,4 +28,81 @@ func TestNewStoreStartsAnEmptyEpoch(t *testing.T) {
 	if s2 := memstore.New(func() time.Time { return at.Add(time.Nanosecond) }); s2.Epoch().ID == ep.ID {
 		t.Errorf("two stores started apart share the epoch %q", ep.ID)
 	}
+}
+
+// TestExpireMatchesAWalk registers, renews, replaces, deregisters and restores records at
+// random while time moves, and checks that each Expire removes exactly the records a walk
+// of the whole store finds expired (the store looks only at its lease queue).
+func TestExpireMatchesAWalk(t *testing.T) {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(3, 4))
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	s := memstore.New(func() time.Time { return at })
+	ids := make([]string, 50)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("i%02d", i)
+	}
+	lease := func() time.Time { return at.Add(time.Duration(5+rng.IntN(60)) * time.Second) }
+	expiredSeen := 0
+	for step := range 3000 {
+		at = at.Add(time.Duration(rng.IntN(3000)) * time.Millisecond)
+		id := ids[rng.IntN(len(ids))]
+		switch r := rng.IntN(100); {
+		case r < 20:
+			rec := storetest.Record(t, id, "svc", "x.y/p@1.0.0")
+			rec.SetLeaseExpiresAt(lease())
+			if err := s.Register(ctx, rec); err != nil {
+				t.Fatal(err)
+			}
+		case r < 80:
+			if cur, ok := s.Get(id); ok && !cur.Expired(at) {
+				end := lease()
+				if rng.IntN(10) == 0 {
+					end = at.Add(time.Second) // a lease moved earlier
+				}
+				if _, err := s.Heartbeat(ctx, id, cur.Generation, apiv1.HealthOK, end); err != nil {
+					t.Fatal(err)
+				}
+			}
+		case r < 85:
+			s.Deregister(ctx, id, 0)
+		case r < 86:
+			recs := s.Records()
+			if err := s.Restore(ctx, s.Epoch(), 1, s.Generation(), recs); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var want []string
+		for _, rec := range s.Records() {
+			if rec.Expired(at) {
+				want = append(want, rec.InstanceID)
+			}
+		}
+		var listed []string
+		for _, rec := range s.Expiring(at) {
+			listed = append(listed, rec.InstanceID)
+		}
+		slices.Sort(want)
+		slices.Sort(listed)
+		if !slices.Equal(listed, want) {
+			t.Fatalf("step %d: Expiring lists %v, a walk finds %v expired", step, listed, want)
+		}
+		gone, err := s.Expire(ctx, at)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, rec := range gone {
+			got = append(got, rec.InstanceID)
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, want) {
+			t.Fatalf("step %d: Expire removed %v, a walk finds %v expired", step, got, want)
+		}
+		expiredSeen += len(got)
+	}
+	if expiredSeen == 0 {
+		t.Fatal("nothing ever expired: the walk tests nothing")
+	}
+	t.Logf("%d expiries", expiredSeen)
 }
