@@ -147,6 +147,9 @@ type Prober struct {
 	inFlight map[probeKey]bool
 	last     map[probeKey]string
 	launched map[probeKey]int // probes launched per incarnation, up to AdmissionProbes
+	// targets is the list the last Step reconciled with: the same list again (Targets
+	// answers from a cache while the fleet stands still) needs no reconciliation
+	targets []Target
 }
 
 // New returns a prober with cfg.
@@ -205,14 +208,21 @@ func (p *Prober) Step(ctx context.Context, now time.Time) int {
 	targets := p.cfg.Targets()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	live := make(map[probeKey]struct{}, len(targets))
+	same := len(targets) == len(p.targets) && (len(targets) == 0 || &targets[0] == &p.targets[0])
+	var live map[probeKey]struct{}
+	if !same {
+		live = make(map[probeKey]struct{}, len(targets))
+	}
+	p.targets = targets
 	launched := 0
 	for _, t := range targets {
 		if t.Interval <= 0 {
 			continue
 		}
 		k := probeKey{t.ID, t.Generation}
-		live[k] = struct{}{}
+		if live != nil {
+			live[k] = struct{}{}
+		}
 		quick := min(t.Interval, p.cfg.AdmissionSpacing)
 		due, ok := p.next[k]
 		if !ok {
@@ -253,6 +263,9 @@ func (p *Prober) Step(ctx context.Context, now time.Time) int {
 			}
 			p.cfg.Report(res)
 		}()
+	}
+	if same {
+		return launched
 	}
 	for k := range p.next {
 		if _, ok := live[k]; !ok {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"time"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
@@ -240,10 +241,26 @@ func (r *Registry) applyOutcomes(req *apiv1.OutcomesRequest) (*apiv1.OutcomesRes
 	return out, nil
 }
 
+// probeTargetCache is ProbeTargets' last answer and the store state it was built at.
+type probeTargetCache struct {
+	sync.Mutex
+	epoch   string
+	rev     int64
+	targets []prober.Target
+}
+
 // ProbeTargets returns every instance whose manifest declares health, at its declared path
-// and interval.
+// and interval. The answer is built once per store revision; callers must not modify it.
 func (r *Registry) ProbeTargets() []prober.Target {
-	var out []prober.Target
+	rev, _ := r.store.Watch()
+	epoch := r.store.Epoch().ID
+	pt := &r.probeTargets
+	pt.Lock()
+	defer pt.Unlock()
+	if pt.targets != nil && pt.rev == rev && pt.epoch == epoch {
+		return pt.targets
+	}
+	out := []prober.Target{} // not nil: the answer at this revision is known
 	for _, rec := range r.store.Records() {
 		m := rec.Manifest
 		if m == nil || m.Health == nil {
@@ -256,6 +273,7 @@ func (r *Registry) ProbeTargets() []prober.Target {
 		out = append(out, prober.Target{ID: rec.InstanceID, Generation: rec.Generation,
 			URL: strings.TrimSuffix(rec.Endpoint, "/") + m.Health.Path, Interval: iv})
 	}
+	pt.epoch, pt.rev, pt.targets = epoch, rev, out
 	return out
 }
 

@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/internal/health"
@@ -213,4 +215,52 @@ func TestRestoredRevisionNeverGoesBack(t *testing.T) {
 	if ex, err := g.reg.Explain("a"); err != nil || ex.State != apiv1.EligibilitySlowStart {
 		t.Errorf("a restored instance after a sweep: %+v %v, want slow_start", ex, err)
 	}
+}
+
+// TestProbeTargetsFollowTheFleet: the probe targets are built once per store revision (the
+// prober asks ten times a second) and follow registrations, re-registrations,
+// deregistrations and expiry.
+func TestProbeTargetsFollowTheFleet(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, registry.Config{LeaseTTL: time.Minute})
+	probed := func(id, path string) *apiv1.RegisterRequest {
+		req := request(id, "svc")
+		req.Manifest = &apiv1.Manifest{FARP: "1.0", Service: apiv1.ManifestService{Name: "svc", Instance: id, Version: "0.1.3"},
+			Health: &apiv1.ManifestHealth{Path: path, Interval: "5s", UnhealthyAfter: apiv1.Int(2)}}
+		return req
+	}
+	urls := func() []string {
+		var out []string
+		for _, tg := range f.reg.ProbeTargets() {
+			out = append(out, tg.ID+" "+tg.URL)
+		}
+		slices.Sort(out)
+		return out
+	}
+	check := func(step string, want ...string) {
+		t.Helper()
+		if diff := cmp.Diff(want, urls(), cmpopts.EquateEmpty()); diff != "" {
+			t.Errorf("%s: targets (-want +got):\n%s", step, diff)
+		}
+	}
+	check("empty")
+	mustRegister(t, f, probed("a", "/healthz"))
+	mustRegister(t, f, request("plain", "svc"))
+	check("registered", "a http://a:8080/healthz")
+	if first, again := f.reg.ProbeTargets(), f.reg.ProbeTargets(); &first[0] != &again[0] {
+		t.Errorf("the targets were built again at the same revision")
+	}
+	b := mustRegister(t, f, probed("b", "/ready"))
+	check("another", "a http://a:8080/healthz", "b http://b:8080/ready")
+	mustRegister(t, f, probed("a", "/live"))
+	check("re-registered", "a http://a:8080/live", "b http://b:8080/ready")
+	if err := f.reg.Deregister(ctx, "b", b.Generation); err != nil {
+		t.Fatal(err)
+	}
+	check("deregistered", "a http://a:8080/live")
+	f.clock.Advance(2 * time.Minute)
+	if _, err := f.reg.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check("expired")
 }

@@ -182,6 +182,9 @@ type Registry struct {
 	storeErr atomic.Pointer[error]
 	// activity counts what happened since the last summary line.
 	activity struct{ registered, heartbeats, deregistered, evicted atomic.Int64 }
+	// probeTargets is the last ProbeTargets answer and the store state it was built at: the
+	// prober asks ten times a second, and the fleet rarely changed in between.
+	probeTargets probeTargetCache
 }
 
 // New returns a Registry over store.
