@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -35,10 +36,18 @@ func newBenchRegistryCmd() *cobra.Command {
 		Long: `Register --instances instances (three capabilities each, 100 per service), heartbeat each
 once, run --queries discovery queries for one 100-instance service, time --changes
 deregistrations until a long-polling watcher sees each, then deregister the rest. Prints
-throughput and p50/p99/max per phase. It leaves nothing registered behind.`,
+throughput and p50/p99/max per phase. It leaves nothing registered behind.
+
+With --etcd, the same workload then runs against a raw etcd, as a registry built on etcd
+would drive it (a lease and a put per registration, one keep-alive per heartbeat, a range
+over the service's prefix per discovery, a watch for propagation, a revoke per
+deregistration), and a comparison table follows. Give --server-pid and --etcd-pid to compare
+the servers' CPU per operation: on a machine where the load driver shares the cores with the
+servers, that is the figure to judge them by, not wall-clock throughput.`,
 		Example: "  meshflows bench registry --registry http://127.0.0.1:7400 --instances 10000 --concurrency 32\n" +
 			"  meshflows bench registry --registry http://127.0.0.1:7400 --server-pid 4242\n" +
-			"  meshflows bench registry --registry http://127.0.0.1:7400 -o json > bench.json",
+			"  meshflows bench registry --registry http://127.0.0.1:7400 -o json > bench.json\n" +
+			"  meshflows bench registry --instances 10000 --server-pid \"$(pgrep -f 'meshflows registry')\" --etcd http://127.0.0.1:2379 --etcd-pid \"$(pgrep -x etcd)\"",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
@@ -53,9 +62,20 @@ throughput and p50/p99/max per phase. It leaves nothing registered behind.`,
 						return err
 					}
 				} else {
-					fmt.Fprintf(cmd.OutOrStdout(), "registry %s, %d instances, concurrency %d\n\n", rep.URL, rep.Instances, rep.Concurrency)
-					if err := bench.WriteTable(cmd.OutOrStdout(), rep.Phases); err != nil {
+					w := cmd.OutOrStdout()
+					fmt.Fprintf(w, "registry %s, %d instances, concurrency %d\n\n", rep.URL, rep.Instances, rep.Concurrency)
+					if err := bench.WriteTable(w, rep.Phases); err != nil {
 						return err
+					}
+					if rep.Etcd != nil {
+						fmt.Fprintf(w, "\netcd %s, the same workload\n\n", strings.Join(rep.Etcd.Endpoints, ","))
+						if err := bench.WriteTable(w, rep.Etcd.Phases); err != nil {
+							return err
+						}
+						fmt.Fprintln(w)
+						if err := bench.WriteComparison(w, rep); err != nil {
+							return err
+						}
 					}
 				}
 			}
@@ -71,6 +91,9 @@ throughput and p50/p99/max per phase. It leaves nothing registered behind.`,
 	f.IntVar(&cfg.Changes, "changes", 200, "deregistrations timed until a watcher sees them")
 	f.DurationVar(&cfg.OpTimeout, "op-timeout", 10*time.Second, "timeout of one request")
 	f.IntVar(&cfg.ServerPID, "server-pid", 0, "the registry's process id on this machine: report its CPU time per operation (read from /proc)")
+	f.StringSliceVar(&cfg.EtcdEndpoints, "etcd", nil, "etcd client URLs: run the same workload against this etcd after the registry and compare")
+	f.IntVar(&cfg.EtcdPID, "etcd-pid", 0, "etcd's process id on this machine: report its CPU time per operation")
+	f.StringVar(&cfg.EtcdPrefix, "etcd-prefix", "/bench/", "key prefix the etcd run writes under (it removes what it writes)")
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "deadline of the whole run")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	f.MarkDeprecated("json", "use -o json")

@@ -44,6 +44,14 @@ type RegistryConfig struct {
 	// reports the server's CPU time per operation, read from /proc/PID/stat — the figure that
 	// says how good the server is when the load driver shares its cores.
 	ServerPID int
+	// EtcdEndpoints, when set, are the client URLs of an etcd the same workload then runs
+	// against, after the registry, for a comparison from one run; EtcdPID is its process
+	// (its CPU per operation, as ServerPID). Keys go under EtcdPrefix (default /bench/) and
+	// leases last EtcdTTL (default 15 min).
+	EtcdEndpoints []string
+	EtcdPID       int
+	EtcdPrefix    string
+	EtcdTTL       time.Duration
 }
 
 func (c *RegistryConfig) setDefaults() {
@@ -70,6 +78,12 @@ func (c *RegistryConfig) setDefaults() {
 	if c.OpTimeout == 0 {
 		c.OpTimeout = 10 * time.Second
 	}
+	if c.EtcdPrefix == "" {
+		c.EtcdPrefix = "/bench/"
+	}
+	if c.EtcdTTL == 0 {
+		c.EtcdTTL = 15 * time.Minute
+	}
 	if c.Client == nil {
 		c.Client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: c.Concurrency * 2, MaxIdleConns: c.Concurrency * 2}}
 	}
@@ -80,6 +94,14 @@ func (c *RegistryConfig) Validate() error {
 	u, err := url.Parse(c.URL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return fmt.Errorf("registry URL %q: want http(s)://host:port", c.URL)
+	}
+	for _, e := range c.EtcdEndpoints {
+		if u, err := url.Parse(e); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("etcd endpoint %q: want http(s)://host:port", e)
+		}
+	}
+	if c.EtcdTTL < time.Second {
+		return fmt.Errorf("etcd lease TTL %s: at least 1s", c.EtcdTTL)
 	}
 	if c.Instances < 1 || c.Concurrency < 1 || c.ServiceSize < 1 || c.Queries < 0 || c.Changes < 0 {
 		return errors.New("instances, concurrency and service size must be positive; queries and changes not negative")
@@ -93,70 +115,97 @@ type RegistryReport struct {
 	Instances   int     `json:"instances"`
 	Concurrency int     `json:"concurrency"`
 	Phases      []Phase `json:"phases"`
+	// Etcd is the same workload against a raw etcd in the same run (with EtcdEndpoints).
+	Etcd *EtcdReport `json:"etcd,omitempty"`
+}
+
+// EtcdReport is the etcd side of a comparison run.
+type EtcdReport struct {
+	Endpoints []string `json:"endpoints"`
+	Phases    []Phase  `json:"phases"`
 }
 
 type benchInstance struct {
 	id, service string
 	req         *apiv1.RegisterRequest
-	generation  atomic.Int64
+	value       string       // the registration document, for etcd
+	handle      atomic.Int64 // the registry's generation, or the etcd lease
+}
+
+// target is what a load run drives: the registry over HTTP, or a raw etcd.
+type target interface {
+	register(ctx context.Context, in *benchInstance) error
+	heartbeat(ctx context.Context, in *benchInstance) error
+	// discover returns how many instances of service it finds.
+	discover(ctx context.Context, service string) (int, error)
+	deregister(ctx context.Context, in *benchInstance) error
+	// watch arms a watcher of service and returns a function that waits for the next change.
+	watch(ctx context.Context, service string) (func() error, error)
 }
 
 // RunRegistry registers cfg.Instances instances, heartbeats each once, runs discovery
-// queries for one service, times deregistrations until a long-polling watcher sees each,
-// and finally deregisters what it registered. Every loop is bounded by its counts and by ctx.
+// queries for one service, times deregistrations until a watcher sees each, and finally
+// deregisters what it registered — against the registry, then, with cfg.EtcdEndpoints,
+// the same workload against a raw etcd (lease + put, keep-alive, range, watch). Every loop
+// is bounded by its counts and by ctx.
 func RunRegistry(ctx context.Context, cfg RegistryConfig) (*RegistryReport, error) {
 	cfg.setDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
-	}
-	run := "b" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
-	insts := make([]*benchInstance, cfg.Instances)
-	for i := range insts {
-		insts[i] = newBenchInstance(run, i, cfg.ServiceSize)
 	}
 	rep := &RegistryReport{URL: cfg.URL, Instances: cfg.Instances, Concurrency: cfg.Concurrency}
 	c, err := client.New(client.Config{Registries: []string{cfg.URL}, HTTPClient: cfg.Client, Timeout: cfg.OpTimeout})
 	if err != nil {
 		return nil, err
 	}
-	d := &driver{cfg: cfg, c: c}
-
-	rep.Phases = append(rep.Phases, d.parallel(ctx, "register", len(insts), func(ctx context.Context, i int) error {
-		resp, err := d.c.Register(ctx, insts[i].req)
-		if err != nil {
-			return err
-		}
-		insts[i].generation.Store(resp.Generation)
-		return nil
-	}))
-	if p := rep.Phases[0]; p.Errors == p.Ops+p.Errors {
-		return rep, fmt.Errorf("every registration failed: %s", p.FirstError)
+	if rep.Phases, err = runWorkload(ctx, cfg, &registryTarget{c: c, timeout: cfg.OpTimeout}, cfg.ServerPID); err != nil {
+		return rep, err
 	}
-	rep.Phases = append(rep.Phases, d.parallel(ctx, "heartbeat", len(insts), func(ctx context.Context, i int) error {
-		_, err := d.c.Heartbeat(ctx, insts[i].id, &apiv1.HeartbeatRequest{Generation: insts[i].generation.Load(), Health: apiv1.HealthOK})
+	if len(cfg.EtcdEndpoints) == 0 {
+		return rep, nil
+	}
+	et, err := newEtcdTarget(ctx, cfg)
+	if err != nil {
+		return rep, err
+	}
+	defer et.close()
+	rep.Etcd = &EtcdReport{Endpoints: cfg.EtcdEndpoints}
+	rep.Etcd.Phases, err = runWorkload(ctx, cfg, et, cfg.EtcdPID)
+	return rep, err
+}
+
+// runWorkload runs the phases against t; pid is the server process whose CPU is measured.
+func runWorkload(ctx context.Context, cfg RegistryConfig, t target, pid int) ([]Phase, error) {
+	run := "b" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
+	insts := make([]*benchInstance, cfg.Instances)
+	for i := range insts {
+		insts[i] = newBenchInstance(run, i, cfg.ServiceSize)
+	}
+	d := &driver{cfg: cfg, pid: pid}
+	var phases []Phase
+	phases = append(phases, d.parallel(ctx, "register", len(insts), func(ctx context.Context, i int) error {
+		return t.register(ctx, insts[i])
+	}))
+	if p := phases[0]; p.Errors == p.Ops+p.Errors {
+		return phases, fmt.Errorf("every registration failed: %s", p.FirstError)
+	}
+	phases = append(phases, d.parallel(ctx, "heartbeat", len(insts), func(ctx context.Context, i int) error {
+		return t.heartbeat(ctx, insts[i])
+	}))
+	service := insts[0].service
+	want := min(cfg.ServiceSize, cfg.Instances)
+	phases = append(phases, d.parallelN(ctx, "discovery", cfg.Queries, cfg.QueryConcurrency, func(ctx context.Context, _ int) error {
+		got, err := t.discover(ctx, service)
+		if err == nil && got != want {
+			err = fmt.Errorf("discovery returned %d entries, want %d", got, want)
+		}
 		return err
 	}))
-	target := insts[0].service
-	query := url.Values{"capability_id": {"bench.read"}, "service_name": {target}}
-	want := min(cfg.ServiceSize, cfg.Instances)
-	rep.Phases = append(rep.Phases, d.parallelN(ctx, "discovery", cfg.Queries, cfg.QueryConcurrency, func(ctx context.Context, _ int) error {
-		// Count the entries instead of decoding them: the load generator shares the machine
-		// with the registry and must not be the bottleneck.
-		raw, err := d.c.Raw(ctx, client.Request{Method: http.MethodGet, Path: apiv1.PathCapabilities, Query: query, Timeout: cfg.OpTimeout})
-		if err != nil {
-			return err
-		}
-		if got := bytes.Count(raw, []byte(`"instance_id"`)); got != want {
-			return fmt.Errorf("discovery returned %d entries, want %d", got, want)
-		}
-		return nil
+	phases = append(phases, d.propagation(ctx, t, service, insts[:cfg.Changes]))
+	phases = append(phases, d.parallel(ctx, "deregister", len(insts)-cfg.Changes, func(ctx context.Context, i int) error {
+		return t.deregister(ctx, insts[cfg.Changes+i])
 	}))
-	rep.Phases = append(rep.Phases, d.watch(ctx, query, insts[:cfg.Changes]))
-	rep.Phases = append(rep.Phases, d.parallel(ctx, "deregister", len(insts)-cfg.Changes, func(ctx context.Context, i int) error {
-		in := insts[cfg.Changes+i]
-		return d.c.Deregister(ctx, in.id, in.generation.Load())
-	}))
-	return rep, nil
+	return phases, nil
 }
 
 func newBenchInstance(run string, i, serviceSize int) *benchInstance {
@@ -173,12 +222,72 @@ func newBenchInstance(run string, i, serviceSize int) *benchInstance {
 		},
 	}
 	in.req = &req
+	doc, _ := json.Marshal(req) // the same document etcd stores
+	in.value = string(doc)
 	return in
+}
+
+// registryTarget drives a registry through its HTTP API.
+type registryTarget struct {
+	c       *client.Client
+	timeout time.Duration
+}
+
+func (r *registryTarget) register(ctx context.Context, in *benchInstance) error {
+	resp, err := r.c.Register(ctx, in.req)
+	if err != nil {
+		return err
+	}
+	in.handle.Store(resp.Generation)
+	return nil
+}
+
+func (r *registryTarget) heartbeat(ctx context.Context, in *benchInstance) error {
+	_, err := r.c.Heartbeat(ctx, in.id, &apiv1.HeartbeatRequest{Generation: in.handle.Load(), Health: apiv1.HealthOK})
+	return err
+}
+
+func (r *registryTarget) query(service string) url.Values {
+	return url.Values{"capability_id": {"bench.read"}, "service_name": {service}}
+}
+
+func (r *registryTarget) discover(ctx context.Context, service string) (int, error) {
+	// Count the entries instead of decoding them: the load generator shares the machine
+	// with the registry and must not be the bottleneck.
+	raw, err := r.c.Raw(ctx, client.Request{Method: http.MethodGet, Path: apiv1.PathCapabilities, Query: r.query(service), Timeout: r.timeout})
+	if err != nil {
+		return 0, err
+	}
+	return bytes.Count(raw, []byte(`"instance_id"`)), nil
+}
+
+func (r *registryTarget) deregister(ctx context.Context, in *benchInstance) error {
+	return r.c.Deregister(ctx, in.id, in.handle.Load())
+}
+
+func (r *registryTarget) watch(ctx context.Context, service string) (func() error, error) {
+	q := r.query(service)
+	cur, err := r.c.Capabilities(ctx, q, client.Poll{})
+	if err != nil {
+		return nil, err
+	}
+	seen := make(chan error, 1)
+	go func() {
+		next, err := r.c.Capabilities(ctx, q, client.Poll{Epoch: cur.RegistryEpoch, Index: cur.Revision, Wait: 30 * time.Second})
+		if err == nil && next.Revision == cur.Revision {
+			err = errors.New("the long poll ended without a change")
+		}
+		seen <- err
+	}()
+	// Let the poll reach the server and park before the change; the latency is measured
+	// from the change, so this pause is not part of it.
+	time.Sleep(20 * time.Millisecond)
+	return func() error { return <-seen }, nil
 }
 
 type driver struct {
 	cfg RegistryConfig
-	c   *client.Client
+	pid int // the server process measured (0: none)
 }
 
 // parallel runs op for 0..n-1 on cfg.Concurrency workers and times each call.
@@ -188,7 +297,7 @@ func (d *driver) parallel(ctx context.Context, name string, n int, op func(ctx c
 
 // parallelN is parallel on workers workers.
 func (d *driver) parallelN(ctx context.Context, name string, n, workers int, op func(ctx context.Context, i int) error) (p Phase) {
-	cpu := startCPU(d.cfg.ServerPID)
+	cpu := startCPU(d.pid)
 	defer func() { cpu.stop(&p) }()
 	rec := newRecorder(name, n)
 	var next atomic.Int64
@@ -210,39 +319,28 @@ func (d *driver) parallelN(ctx context.Context, name string, n, workers int, op 
 	return rec.phase()
 }
 
-// watch deregisters each instance in turn and times how long a long-polling watcher of the
-// query takes to see the change: the propagation latency.
-func (d *driver) watch(ctx context.Context, query url.Values, insts []*benchInstance) (p Phase) {
-	cpu := startCPU(d.cfg.ServerPID)
+// propagation deregisters each instance in turn and times how long a watcher of the
+// service takes to see the change.
+func (d *driver) propagation(ctx context.Context, t target, service string, insts []*benchInstance) (p Phase) {
+	cpu := startCPU(d.pid)
 	defer func() { cpu.stop(&p) }()
 	rec := newRecorder("propagation", len(insts))
 	for _, in := range insts {
 		if ctx.Err() != nil {
 			break
 		}
-		cur, err := d.c.Capabilities(ctx, query, client.Poll{})
+		wait, err := t.watch(ctx, service)
 		if err != nil {
 			rec.record(0, err)
 			continue
 		}
-		seen := make(chan error, 1)
-		go func() {
-			next, err := d.c.Capabilities(ctx, query, client.Poll{Epoch: cur.RegistryEpoch, Index: cur.Revision, Wait: 30 * time.Second})
-			if err == nil && next.Revision == cur.Revision {
-				err = errors.New("the long poll ended without a change")
-			}
-			seen <- err
-		}()
-		// Let the poll reach the server and park before the change; the latency is measured
-		// from the deregistration, so this pause is not part of it.
-		time.Sleep(20 * time.Millisecond)
 		start := time.Now()
-		if err := d.c.Deregister(ctx, in.id, in.generation.Load()); err != nil {
-			<-seen
+		if err := t.deregister(ctx, in); err != nil {
+			wait()
 			rec.record(0, err)
 			continue
 		}
-		err = <-seen
+		err = wait()
 		rec.record(time.Since(start), err)
 	}
 	return rec.phase()

@@ -8,10 +8,30 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/meshflows/meshflows/internal/bench"
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/registry/registrytest"
+	"github.com/meshflows/meshflows/internal/store/etcdstore/etcdtest"
 )
+
+// checkPhases checks a run's phases: every operation done, none failed, percentiles in order.
+func checkPhases(t *testing.T, who string, phases []bench.Phase) {
+	t.Helper()
+	want := map[string]int{"register": 250, "heartbeat": 250, "discovery": 20, "propagation": 5, "deregister": 245}
+	for _, p := range phases {
+		if p.Errors != 0 || p.Ops != want[p.Name] {
+			t.Errorf("%s phase %s: %d ops, %d errors (%s), want %d ops", who, p.Name, p.Ops, p.Errors, p.FirstError, want[p.Name])
+		}
+		if p.Ops > 0 && (p.P50 <= 0 || p.P99 < p.P50 || p.Max < p.P99) {
+			t.Errorf("%s phase %s: percentiles p50=%v p99=%v max=%v out of order", who, p.Name, p.P50, p.P99, p.Max)
+		}
+	}
+	if len(phases) != len(want) {
+		t.Errorf("%s: %d phases, want %d", who, len(phases), len(want))
+	}
+}
 
 func TestRunRegistry(t *testing.T) {
 	s := registrytest.NewServer(t, registry.Config{})
@@ -20,19 +40,16 @@ func TestRunRegistry(t *testing.T) {
 	if err != nil {
 		t.Fatalf("RunRegistry: %v", err)
 	}
-	want := map[string]int{"register": 250, "heartbeat": 250, "discovery": 20, "propagation": 5, "deregister": 245}
+	checkPhases(t, "registry", rep.Phases)
 	var serverCPU time.Duration // /proc counts in 10 ms ticks: a short phase may show none, the run does
 	for _, p := range rep.Phases {
-		if p.Errors != 0 || p.Ops != want[p.Name] {
-			t.Errorf("phase %s: %d ops, %d errors (%s), want %d ops", p.Name, p.Ops, p.Errors, p.FirstError, want[p.Name])
-		}
 		serverCPU += p.ServerCPU
-		if p.Ops > 0 && (p.P50 <= 0 || p.P99 < p.P50 || p.Max < p.P99) {
-			t.Errorf("phase %s: percentiles p50=%v p99=%v max=%v out of order", p.Name, p.P50, p.P99, p.Max)
-		}
 	}
 	if serverCPU <= 0 {
 		t.Error("no server CPU measured (--server-pid)")
+	}
+	if rep.Etcd != nil {
+		t.Errorf("an etcd report without etcd endpoints: %+v", rep.Etcd)
 	}
 	if n, _ := s.Store.Counts(); n != 0 {
 		t.Errorf("the run left %d instances registered", n)
@@ -43,8 +60,34 @@ func TestRunRegistry(t *testing.T) {
 	}
 }
 
+// TestRunRegistryAgainstEtcd runs the same workload against the registry and a real etcd
+// (in this process) in one run, and leaves neither holding anything.
+func TestRunRegistryAgainstEtcd(t *testing.T) {
+	s := registrytest.NewServer(t, registry.Config{})
+	etcd := etcdtest.Start(t)
+	rep, err := bench.RunRegistry(context.Background(), bench.RegistryConfig{URL: s.URL, Instances: 250, Concurrency: 4, Queries: 20, Changes: 5,
+		EtcdEndpoints: []string{etcd.Endpoint}, EtcdPrefix: "/bench-test/"})
+	if err != nil {
+		t.Fatalf("RunRegistry: %v", err)
+	}
+	checkPhases(t, "registry", rep.Phases)
+	if rep.Etcd == nil {
+		t.Fatal("no etcd report")
+	}
+	checkPhases(t, "etcd", rep.Etcd.Phases)
+	left, err := etcd.Client.Get(context.Background(), "/bench-test/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil || left.Count != 0 {
+		t.Errorf("etcd holds %v keys after the run (%v)", left, err)
+	}
+	var out bytes.Buffer
+	if err := bench.WriteComparison(&out, rep); err != nil || !strings.Contains(out.String(), "registry/etcd") {
+		t.Errorf("WriteComparison = %q, %v", out.String(), err)
+	}
+}
+
 func TestRunRegistryRefusesBadConfig(t *testing.T) {
-	for _, cfg := range []bench.RegistryConfig{{URL: "ftp://x"}, {URL: "http://127.0.0.1:1", Instances: -1}} {
+	for _, cfg := range []bench.RegistryConfig{{URL: "ftp://x"}, {URL: "http://127.0.0.1:1", Instances: -1},
+		{URL: "http://127.0.0.1:1", EtcdEndpoints: []string{"127.0.0.1:2379"}}, {URL: "http://127.0.0.1:1", EtcdEndpoints: []string{"http://127.0.0.1:2379"}, EtcdTTL: time.Millisecond}} {
 		if _, err := bench.RunRegistry(context.Background(), cfg); err == nil {
 			t.Errorf("RunRegistry(%+v) succeeded", cfg)
 		}

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -168,4 +169,44 @@ func round(d time.Duration) time.Duration {
 	default:
 		return d.Round(time.Microsecond)
 	}
+}
+
+// WriteComparison prints, phase by phase, the registry against etcd from one run: throughput
+// and its ratio, p99 latencies, and the servers' CPU per operation when their pids were
+// given ("etcd cpu ÷ registry cpu" says how many times less CPU the registry spent).
+func WriteComparison(w io.Writer, rep *RegistryReport) error {
+	if rep.Etcd == nil {
+		return errors.New("no etcd run in the report")
+	}
+	etcd := map[string]Phase{}
+	for _, p := range rep.Etcd.Phases {
+		etcd[p.Name] = p
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-12s %12s %12s %14s %10s %10s %14s %14s %10s\n", "phase", "registry/s", "etcd/s", "registry/etcd",
+		"p99 reg", "p99 etcd", "cpu/op reg", "cpu/op etcd", "cpu ratio")
+	for _, r := range rep.Phases {
+		e, ok := etcd[r.Name]
+		if !ok {
+			continue
+		}
+		fmt.Fprintf(&b, "%-12s %12.0f %12.0f %14s %10s %10s %14s %14s %10s\n", r.Name, r.PerSecond, e.PerSecond, ratio(r.PerSecond, e.PerSecond),
+			round(r.P99), round(e.P99), cpuPerOp(r), cpuPerOp(e), ratio(float64(e.ServerCPUPerOp), float64(r.ServerCPUPerOp)))
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func ratio(a, b float64) string {
+	if a <= 0 || b <= 0 {
+		return "-"
+	}
+	return strconv.FormatFloat(a/b, 'f', 2, 64) + "×"
+}
+
+func cpuPerOp(p Phase) string {
+	if p.ServerCPUPerOp <= 0 {
+		return "-"
+	}
+	return p.ServerCPUPerOp.Round(100 * time.Nanosecond).String()
 }

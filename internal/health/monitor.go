@@ -152,6 +152,11 @@ type Monitor struct {
 	// sweep looks at those alone; allDue says every verdict is due at the next sweep.
 	due    dueQueue
 	allDue bool
+	// dirty holds the groups whose counters moved since the last sweep: only their panic
+	// flags can have changed.
+	dirty map[groupKey]struct{}
+	// sampleBuf is the timeline's per-capability scratch space, kept between sweeps.
+	sampleBuf map[string]*capSample
 }
 
 // NewMonitor returns a monitor with cfg.
@@ -175,7 +180,7 @@ func NewMonitor(cfg MonitorConfig) (*Monitor, error) {
 	cfg.Engine = e.cfg
 	m := &Monitor{cfg: cfg, engine: e, views: map[string]*view{}, groups: map[groupKey]*group{},
 		panics: map[groupKey]bool{}, changed: make(chan struct{}), timeline: map[string][]apiv1.TimelineBucket{},
-		panicSince: map[groupKey]time.Time{}}
+		panicSince: map[groupKey]time.Time{}, dirty: map[groupKey]struct{}{}}
 	if m.metrics, err = newMonitorMetrics(cfg.Registerer, m); err != nil {
 		return nil, err
 	}
@@ -260,6 +265,7 @@ func (m *Monitor) recount(v *view, state string) bool {
 		g := m.groups[k]
 		g.members += nm - om
 		g.inRotation += nr - or
+		m.dirty[k] = struct{}{}
 	}
 	v.counted = state
 	return true
@@ -422,8 +428,13 @@ func (m *Monitor) tickAndPublish(now time.Time) {
 		}
 		m.due.recycle(batch)
 	}
-	for k := range m.groups {
+	for k := range m.dirty {
 		changed = m.panic(k, now) || changed
+	}
+	if len(m.dirty) > 1024 { // a big map costs its size to walk, even empty
+		m.dirty = map[groupKey]struct{}{}
+	} else {
+		clear(m.dirty)
 	}
 	m.sustained(now)
 	m.sample(now)

@@ -75,6 +75,9 @@ func TestSweepMatchesAWalkOfTheFleet(t *testing.T) {
 				if d.Live != live || math.Abs(d.Expected-expected) > 1e-6 {
 					t.Fatalf("step %d: live %d expected %.6f; a walk gives %d, %.6f", step, d.Live, d.Expected, live, expected)
 				}
+				if got, want := m.Panic("c.x", "z"), e.Group("c.x", "z", at).Panic; got != want {
+					t.Fatalf("step %d: panic flag %v, the engine says %v", step, got, want)
+				}
 				for id, v := range m.views {
 					want := e.Verdict(id, at)
 					if v.verdict.State != want.State || v.verdict.Weight != want.Weight {

@@ -26,13 +26,23 @@ const LevelWarmingUp = "warming_up"
 // this is a problem, shown as such.
 const firstProbeGrace = 10 * time.Second
 
+// capSample is one capability's state at a sample.
+type capSample struct {
+	held                bool // it has groups
+	members, inRotation int
+	panic, warming      bool
+}
+
 // sample records the state of every capability at now in its timeline.
 func (m *Monitor) sample(now time.Time) {
-	type agg struct {
-		members, inRotation int
-		panic               bool
+	caps := m.sampleBuf // kept between sweeps: no allocation per capability per sweep
+	if caps == nil {
+		caps = map[string]*capSample{}
+		m.sampleBuf = caps
 	}
-	caps := map[string]*agg{}
+	for _, a := range caps {
+		*a = capSample{}
+	}
 	// A group in panic only because its members have not been probed yet is warming up.
 	var awaiting map[groupKey]int // out of rotation and never probed, per group in panic
 	if len(m.panics) > 0 {
@@ -48,31 +58,36 @@ func (m *Monitor) sample(now time.Time) {
 			}
 		}
 	}
-	warming := map[string]bool{}
-	for k := range m.groups {
+	for k, g := range m.groups {
 		a := caps[k.capability]
 		if a == nil {
-			a = &agg{}
+			a = &capSample{}
 			caps[k.capability] = a
 		}
-		g := m.groups[k]
+		a.held = true
 		a.members += g.members
 		a.inRotation += g.inRotation
-		if m.panics[k] && awaiting[k] == g.members-g.inRotation {
-			warming[k.capability] = true
-			continue
+		if len(m.panics) > 0 && m.panics[k] {
+			if awaiting[k] == g.members-g.inRotation {
+				a.warming = true
+				continue
+			}
+			a.panic = true
 		}
-		a.panic = a.panic || m.panics[k]
 	}
 	start := now.Truncate(m.cfg.TimelineBucket).UTC()
 	for c, a := range caps {
+		if !a.held { // no group of it any more
+			delete(caps, c)
+			continue
+		}
 		level := "ok"
 		switch {
 		case a.members == 0:
 			level = "none"
 		case a.panic:
 			level = "panic"
-		case warming[c]:
+		case a.warming:
 			level = LevelWarmingUp
 		case a.inRotation < a.members:
 			level = "partial"
@@ -95,11 +110,12 @@ func (m *Monitor) sample(now time.Time) {
 		for i < len(h) && h[i].Start.Before(cut) {
 			i++
 		}
-		if i == len(h) {
+		switch {
+		case i == len(h):
 			delete(m.timeline, c)
-			continue
+		case i > 0:
+			m.timeline[c] = h[i:]
 		}
-		m.timeline[c] = h[i:]
 	}
 }
 

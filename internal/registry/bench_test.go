@@ -15,7 +15,7 @@ import (
 )
 
 // benchSizes are the registry sizes measured: 1,000 and -fleet (60,000 unless told).
-// `go test -run '^$' -bench . -fleet 1000000 ./internal/registry` gives the figures at one
+// `go test -run '^$' -bench . ./internal/registry -args -fleet=1000000` gives the figures at one
 // million instances (several GiB of memory and minutes of set-up).
 func benchSizes() []int { return []int{1000, *fleet} }
 

@@ -258,6 +258,7 @@ func BenchmarkEligibilityHeartbeat(b *testing.B) {
 	ids := instanceIDs(len(gens))
 	var next atomic.Int64
 	b.ReportAllocs()
+	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			i := int(next.Add(1)) % len(gens)

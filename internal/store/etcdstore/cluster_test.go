@@ -12,6 +12,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"github.com/meshflows/meshflows/internal/store/etcdstore/etcdtest"
 )
 
 // cluster is a three-member etcd cluster in this process.
@@ -28,8 +30,8 @@ func startCluster(t *testing.T) *cluster {
 	var initial []string
 	for i := range n {
 		names[i] = fmt.Sprintf("m%d", i)
-		cu, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", freePort(t)))
-		pu, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", freePort(t)))
+		cu, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", etcdtest.FreePort(t)))
+		pu, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", etcdtest.FreePort(t)))
 		cus[i], pus[i] = *cu, *pu
 		initial = append(initial, names[i]+"="+pu.String())
 	}

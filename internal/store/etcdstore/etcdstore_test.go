@@ -4,72 +4,31 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/url"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/server/v3/embed"
-	"go.uber.org/zap"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/store/etcdstore"
+	"github.com/meshflows/meshflows/internal/store/etcdstore/etcdtest"
 	"github.com/meshflows/meshflows/internal/store/storetest"
 )
-
-func freePort(t testing.TB) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
 
 // startEtcd runs a single-member etcd on loopback for the test and returns a client.
 func startEtcd(t testing.TB) *clientv3.Client {
 	t.Helper()
-	cli, _ := startEtcdServer(t)
-	return cli
+	return etcdtest.Start(t).Client
 }
 
 // startEtcdServer is startEtcd that also returns a func that stops the server (once; the
 // test's end stops it too).
 func startEtcdServer(t testing.TB) (*clientv3.Client, func()) {
 	t.Helper()
-	cfg := embed.NewConfig()
-	cfg.Name = "test"
-	cfg.Dir = t.TempDir()
-	cfg.LogLevel = "error"
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	cfg.UnsafeNoFsync = true
-	cu, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", freePort(t)))
-	pu, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", freePort(t)))
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
-	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stop := sync.OnceFunc(e.Close)
-	t.Cleanup(stop)
-	select {
-	case <-e.Server.ReadyNotify():
-	case <-time.After(30 * time.Second):
-		e.Server.Stop()
-		t.Fatal("etcd not ready")
-	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{cu.String()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	return cli, stop
+	s := etcdtest.Start(t)
+	return s.Client, s.Stop
 }
 
 var prefixes atomic.Int64

@@ -1,0 +1,71 @@
+// Package etcdtest runs a single-member etcd on loopback for tests and benchmarks.
+package etcdtest
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
+)
+
+// Server is a running single-member etcd.
+type Server struct {
+	// Endpoint is its client URL, e.g. http://127.0.0.1:41234.
+	Endpoint string
+	// Client is connected to it and closed when the test ends.
+	Client *clientv3.Client
+	// Stop stops the server (once; the test's end stops it too).
+	Stop func()
+}
+
+// Start runs etcd in this process with its data in a temporary directory, without fsync
+// and without logging, until the test ends.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	cfg := embed.NewConfig()
+	cfg.Name = "test"
+	cfg.Dir = t.TempDir()
+	cfg.LogLevel = "error"
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	cfg.UnsafeNoFsync = true
+	cu, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", FreePort(t)))
+	pu, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", FreePort(t)))
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
+	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := sync.OnceFunc(e.Close)
+	t.Cleanup(stop)
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-time.After(30 * time.Second):
+		e.Server.Stop()
+		t.Fatal("etcd not ready")
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{cu.String()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return &Server{Endpoint: cu.String(), Client: cli, Stop: stop}
+}
+
+// FreePort returns a loopback port that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
