@@ -18,6 +18,11 @@ type etcdTarget struct {
 	cli    *clientv3.Client
 	prefix string
 	ttl    int64 // seconds
+
+	// the watch of the propagation phase, kept open across its changes
+	wch      clientv3.WatchChan
+	wservice string
+	wcancel  context.CancelFunc
 }
 
 func newEtcdTarget(ctx context.Context, cfg RegistryConfig) (*etcdTarget, error) {
@@ -34,7 +39,12 @@ func newEtcdTarget(ctx context.Context, cfg RegistryConfig) (*etcdTarget, error)
 	return &etcdTarget{cli: cli, prefix: cfg.EtcdPrefix, ttl: int64(cfg.EtcdTTL / time.Second)}, nil
 }
 
-func (e *etcdTarget) close() error { return e.cli.Close() }
+func (e *etcdTarget) close() error {
+	if e.wcancel != nil {
+		e.wcancel()
+	}
+	return e.cli.Close()
+}
 
 func (e *etcdTarget) key(in *benchInstance) string { return e.prefix + in.service + "/" + in.id }
 
@@ -74,32 +84,37 @@ func (e *etcdTarget) deregister(ctx context.Context, in *benchInstance) error {
 	return err
 }
 
+// watch arms one watch of the service's prefix the first time (as a registry client keeps
+// one watch open) and returns a function that waits for its next event.
 func (e *etcdTarget) watch(ctx context.Context, service string) (func() error, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	wch := e.cli.Watch(clientv3.WithRequireLeader(ctx), e.prefix+service+"/", clientv3.WithPrefix(), clientv3.WithCreatedNotify())
-	select { // armed once etcd says the watch exists
-	case wr, ok := <-wch:
-		if !ok || wr.Err() != nil || !wr.Created {
-			cancel()
-			return nil, errors.Join(errors.New("etcd watch not created"), wr.Err())
+	if e.wch == nil || e.wservice != service {
+		if e.wcancel != nil {
+			e.wcancel()
 		}
-	case <-ctx.Done():
-		cancel()
-		return nil, ctx.Err()
+		wctx, cancel := context.WithCancel(ctx)
+		wch := e.cli.Watch(clientv3.WithRequireLeader(wctx), e.prefix+service+"/", clientv3.WithPrefix(), clientv3.WithCreatedNotify())
+		select { // armed once etcd says the watch exists
+		case wr, ok := <-wch:
+			if !ok || wr.Err() != nil || !wr.Created {
+				cancel()
+				return nil, errors.Join(errors.New("etcd watch not created"), wr.Err())
+			}
+		case <-ctx.Done():
+			cancel()
+			return nil, ctx.Err()
+		}
+		e.wch, e.wservice, e.wcancel = wch, service, cancel
 	}
 	return func() error {
-		defer cancel()
 		timeout := time.NewTimer(30 * time.Second)
 		defer timeout.Stop()
 		select {
-		case wr, ok := <-wch:
+		case wr, ok := <-e.wch:
 			if !ok {
+				e.wch = nil
 				return errors.New("etcd watch closed without a change")
 			}
-			if err := wr.Err(); err != nil {
-				return err
-			}
-			return nil
+			return wr.Err()
 		case <-timeout.C:
 			return errors.New("etcd watch saw no change within 30s")
 		}

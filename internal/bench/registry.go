@@ -201,7 +201,7 @@ func runWorkload(ctx context.Context, cfg RegistryConfig, t target, pid int) ([]
 		}
 		return err
 	}))
-	phases = append(phases, d.propagation(ctx, t, service, insts[:cfg.Changes]))
+	phases = append(phases, d.propagation(ctx, t, insts[:cfg.Changes]))
 	phases = append(phases, d.parallel(ctx, "deregister", len(insts)-cfg.Changes, func(ctx context.Context, i int) error {
 		return t.deregister(ctx, insts[cfg.Changes+i])
 	}))
@@ -258,7 +258,9 @@ func (r *registryTarget) discover(ctx context.Context, service string) (int, err
 	if err != nil {
 		return 0, err
 	}
-	return bytes.Count(raw, []byte(`"instance_id"`)), nil
+	// removals the registry reports during its warm-up come after the entries
+	entries, _, _ := bytes.Cut(raw, []byte(`"removed":`))
+	return bytes.Count(entries, []byte(`"instance_id"`)), nil
 }
 
 func (r *registryTarget) deregister(ctx context.Context, in *benchInstance) error {
@@ -321,7 +323,7 @@ func (d *driver) parallelN(ctx context.Context, name string, n, workers int, op 
 
 // propagation deregisters each instance in turn and times how long a watcher of the
 // service takes to see the change.
-func (d *driver) propagation(ctx context.Context, t target, service string, insts []*benchInstance) (p Phase) {
+func (d *driver) propagation(ctx context.Context, t target, insts []*benchInstance) (p Phase) {
 	cpu := startCPU(d.pid)
 	defer func() { cpu.stop(&p) }()
 	rec := newRecorder("propagation", len(insts))
@@ -329,7 +331,7 @@ func (d *driver) propagation(ctx context.Context, t target, service string, inst
 		if ctx.Err() != nil {
 			break
 		}
-		wait, err := t.watch(ctx, service)
+		wait, err := t.watch(ctx, in.service)
 		if err != nil {
 			rec.record(0, err)
 			continue
