@@ -47,7 +47,7 @@ servers, that is the figure to judge them by, not wall-clock throughput.`,
 		Example: "  meshflows bench registry --registry http://127.0.0.1:7400 --instances 10000 --concurrency 32\n" +
 			"  meshflows bench registry --registry http://127.0.0.1:7400 --server-pid 4242\n" +
 			"  meshflows bench registry --registry http://127.0.0.1:7400 -o json > bench.json\n" +
-			"  meshflows bench registry --instances 10000 --server-pid \"$(pgrep -f 'meshflows registry')\" --etcd http://127.0.0.1:2379 --etcd-pid \"$(pgrep -x etcd)\"",
+			"  meshflows bench registry --instances 10000 --server-pid 4242 --etcd http://127.0.0.1:2379 --etcd-pid 4343",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
