@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
+	"net/url"
+	"strconv"
 
 	"github.com/Masterminds/semver/v3"
 )
@@ -77,4 +79,25 @@ func boolInt(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// HostPort splits an instance endpoint URL into host and port (80, or 443 for https, when
+// the URL names none).
+func HostPort(endpoint string) (host string, port uint16, ok bool) {
+	u, err := url.Parse(endpoint)
+	if err != nil || u.Hostname() == "" {
+		return "", 0, false
+	}
+	ps := u.Port()
+	if ps == "" {
+		ps = "80"
+		if u.Scheme == "https" {
+			ps = "443"
+		}
+	}
+	p, err := strconv.ParseUint(ps, 10, 16)
+	if err != nil {
+		return "", 0, false
+	}
+	return u.Hostname(), uint16(p), true
 }

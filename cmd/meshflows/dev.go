@@ -30,6 +30,7 @@ const (
 	devDashboardOffset    = 3
 	devDNSOffset          = 5
 	devDNSMetricsOffset   = 6
+	devXDSOffset          = 7 // N+6 was the DNS metrics' before xDS came
 	devProviderOffsetJMS  = 10
 	devProviderOffsetRMQ  = 11
 )
@@ -51,10 +52,11 @@ no authentication. Ports are fixed offsets from --base-port:
   gateway       N+%d
   dashboard     N+%d
   dns           N+%d (UDP and TCP; its /metrics on N+%d)
+  xds           N+%d (gRPC ADS, for Envoy and xds:/// gRPC clients)
   providers     N+%d (jms), N+%d (rabbitmq)
 
 Stop with Ctrl-C: the providers deregister and the components stop in order.`,
-			devRegistryOffset, devOrchestratorOffset, devGatewayOffset, devDashboardOffset, devDNSOffset, devDNSMetricsOffset, devProviderOffsetJMS, devProviderOffsetRMQ),
+			devRegistryOffset, devOrchestratorOffset, devGatewayOffset, devDashboardOffset, devDNSOffset, devDNSMetricsOffset, devXDSOffset, devProviderOffsetJMS, devProviderOffsetRMQ),
 		Example: "  meshflows dev\n  meshflows dev --base-port 8400",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -128,6 +130,11 @@ Stop with Ctrl-C: the providers deregister and the components stop in order.`,
 			if err := startDNS(regCtx, gReg, &dnsFl, lns[devDNSOffset], lns[devDNSMetricsOffset], logger); err != nil {
 				return errors.Join(err, stopAll(), logOut.Flush())
 			}
+			xdsAddr := fmt.Sprintf("127.0.0.1:%d", basePort+devXDSOffset)
+			xdsFl := xdsFlags{registries: []string{regURL}, maxStale: discovery.DefaultStaleAllowance}
+			if err := startXDS(regCtx, gReg, &xdsFl, lns[devXDSOffset], logger); err != nil {
+				return errors.Join(err, stopAll(), logOut.Flush())
+			}
 			providers := []struct {
 				kind   string
 				offset int
@@ -146,6 +153,7 @@ Stop with Ctrl-C: the providers deregister and the components stop in order.`,
 			fmt.Fprintf(out, "  gateway       http://%s   (try: curl http://%s/v1/gateway/routes)\n", gwAddr, gwAddr)
 			fmt.Fprintf(out, "  dashboard     http://%s   (open it in a browser)\n", dbAddr)
 			fmt.Fprintf(out, "  dns           %s    (try: dig @127.0.0.1 -p %d SRV messaging.publish.cap.meshflows. +short)\n", dnsAddr, basePort+devDNSOffset)
+			fmt.Fprintf(out, "  xds           %s   (gRPC ADS; a gRPC client's target: xds:///messaging.publish)\n", xdsAddr)
 			fmt.Fprintf(out, "  providers     http://127.0.0.1:%d (jms), http://127.0.0.1:%d (rabbitmq)\n",
 				basePort+devProviderOffsetJMS, basePort+devProviderOffsetRMQ)
 			fmt.Fprintf(out, "                (try: curl -X POST http://%s/api/messaging/jms/publish -d '{\"destination\":\"orders.events\",\"payload\":{\"id\":1}}')\n\n",
@@ -157,7 +165,7 @@ Stop with Ctrl-C: the providers deregister and the components stop in order.`,
 			return errors.Join(err, logOut.Flush())
 		},
 	}
-	cmd.Flags().IntVar(&basePort, "base-port", 7400, "first port of the port plan (registry N, orchestrator N+1, gateway N+2, dashboard N+3, dns N+5 (metrics N+6), providers N+10 and N+11)")
+	cmd.Flags().IntVar(&basePort, "base-port", 7400, "first port of the port plan (registry N, orchestrator N+1, gateway N+2, dashboard N+3, dns N+5 (metrics N+6), xds N+7, providers N+10 and N+11)")
 	bindLogFlags(cmd.Flags(), &logCfg, "text")
 	return cmd
 }
@@ -168,7 +176,7 @@ var devPlan = []struct {
 	name   string
 }{
 	{devRegistryOffset, "registry"}, {devOrchestratorOffset, "orchestrator"}, {devGatewayOffset, "gateway"},
-	{devDashboardOffset, "dashboard"}, {devDNSOffset, "dns"}, {devDNSMetricsOffset, "dns metrics"}, {devProviderOffsetJMS, "jms provider"}, {devProviderOffsetRMQ, "rabbitmq provider"},
+	{devDashboardOffset, "dashboard"}, {devDNSOffset, "dns"}, {devDNSMetricsOffset, "dns metrics"}, {devXDSOffset, "xds"}, {devProviderOffsetJMS, "jms provider"}, {devProviderOffsetRMQ, "rabbitmq provider"},
 }
 
 // errDevPortBusy marks a port of the dev plan that could not be bound.

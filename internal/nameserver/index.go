@@ -95,7 +95,7 @@ func buildIndex(res *discovery.Result, domain string) *index {
 		if !apiv1.InRotation(c.Eligibility) && !c.Panic {
 			continue
 		}
-		host, port, ok := hostPort(c.Endpoint)
+		host, port, ok := apiv1.HostPort(c.Endpoint)
 		if !ok {
 			continue
 		}

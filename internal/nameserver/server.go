@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -361,24 +360,4 @@ func (s *Server) fit(m, req *dns.Msg, from net.Addr) {
 func (s *Server) soa() dns.RR {
 	return &dns.SOA{Hdr: dns.RR_Header{Name: s.domain, Rrtype: dns.TypeSOA, Class: dns.ClassINET, Ttl: uint32(s.cfg.TTL / time.Second)},
 		Ns: "ns." + s.domain, Mbox: "hostmaster." + s.domain, Serial: 1, Refresh: 60, Retry: 60, Expire: 600, Minttl: uint32(s.cfg.TTL / time.Second)}
-}
-
-// hostPort splits an endpoint URL into host and port (80/443 by scheme when absent).
-func hostPort(endpoint string) (string, uint16, bool) {
-	u, err := url.Parse(endpoint)
-	if err != nil || u.Hostname() == "" {
-		return "", 0, false
-	}
-	port := u.Port()
-	if port == "" {
-		port = map[string]string{"https": "443"}[u.Scheme]
-		if port == "" {
-			port = "80"
-		}
-	}
-	p, err := strconv.ParseUint(port, 10, 16)
-	if err != nil {
-		return "", 0, false
-	}
-	return u.Hostname(), uint16(p), true
 }

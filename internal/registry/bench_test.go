@@ -157,12 +157,12 @@ func BenchmarkMemoryPerInstance(b *testing.B) {
 	}
 }
 
-// BenchmarkRestoreSnapshot60k measures loading a 60,000-instance snapshot file.
-func BenchmarkRestoreSnapshot60k(b *testing.B) {
+// BenchmarkRestoreSnapshot measures loading a snapshot file of -fleet instances.
+func BenchmarkRestoreSnapshot(b *testing.B) {
 	dir := b.TempDir()
 	f := newFixture(b, registry.Config{SnapshotDir: dir})
 	f.clock.Advance(registry.DefaultLeaseTTL) // past the warm-up: snapshots are written
-	for i := range 60000 {
+	for i := range *fleet {
 		mustRegister(b, f, benchRequest(i))
 	}
 	wrote, err := f.reg.WriteSnapshot(context.Background())
@@ -177,26 +177,29 @@ func BenchmarkRestoreSnapshot60k(b *testing.B) {
 	}
 }
 
-// BenchmarkWatchFanOut measures one change waking 1,000 parked long polls: the time from
-// the registration to the last waiter's return.
+// BenchmarkWatchFanOut measures one change waking 1,000 and 10,000 parked long polls: the
+// time from the registration to the last waiter's return.
 func BenchmarkWatchFanOut(b *testing.B) {
-	const waiters = 1000
-	f := newFixture(b, registry.Config{})
-	ctx := context.Background()
-	i := 0
-	for b.Loop() {
-		b.StopTimer()
-		rev := f.reg.State().Revision
-		var wg sync.WaitGroup
-		for range waiters {
-			wg.Go(func() { f.reg.Wait(ctx, "", rev, time.Hour) })
-		}
-		for f.reg.Watchers() < waiters {
-			runtime.Gosched()
-		}
-		b.StartTimer()
-		mustRegister(b, f, benchRequest(i))
-		wg.Wait()
-		i++
+	for _, waiters := range []int{1000, 10000} {
+		b.Run(fmt.Sprintf("waiters=%d", waiters), func(b *testing.B) {
+			f := newFixture(b, registry.Config{})
+			ctx := context.Background()
+			i := 0
+			for b.Loop() {
+				b.StopTimer()
+				rev := f.reg.State().Revision
+				var wg sync.WaitGroup
+				for range waiters {
+					wg.Go(func() { f.reg.Wait(ctx, "", rev, time.Hour) })
+				}
+				for f.reg.Watchers() < int64(waiters) {
+					runtime.Gosched()
+				}
+				b.StartTimer()
+				mustRegister(b, f, benchRequest(i))
+				wg.Wait()
+				i++
+			}
+		})
 	}
 }

@@ -1,0 +1,48 @@
+package xds
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+)
+
+// callbacks log what clients do on their streams: NACKs with the error they gave, and
+// streams opening and closing.
+func callbacks(logger *slog.Logger) serverv3.CallbackFuncs {
+	return serverv3.CallbackFuncs{
+		StreamOpenFunc: func(_ context.Context, id int64, typ string) error {
+			logger.Debug("xds stream open", slog.Int64("stream", id), slog.String("type", typ))
+			return nil
+		},
+		StreamClosedFunc: func(id int64, node *corev3.Node) {
+			logger.Debug("xds stream closed", slog.Int64("stream", id), slog.String("node", node.GetId()))
+		},
+		StreamRequestFunc: func(id int64, req *discoveryv3.DiscoveryRequest) error {
+			if st := req.GetErrorDetail(); st != nil {
+				logger.Warn("xds NACK: a client refused a version", slog.Int64("stream", id), slog.String("type", req.GetTypeUrl()),
+					slog.String("accepted_version", req.GetVersionInfo()), slog.String("nonce", req.GetResponseNonce()), slog.String("node", req.GetNode().GetId()), slog.String("error", st.GetMessage()))
+			}
+			return nil
+		},
+	}
+}
+
+// cacheLogger hands the snapshot cache's messages to slog (its debug lines at debug level).
+type cacheLogger struct{ l *slog.Logger }
+
+func (c cacheLogger) Debugf(format string, args ...any) {
+	c.l.Debug("xds cache: " + fmt.Sprintf(format, args...))
+}
+func (c cacheLogger) Infof(format string, args ...any) {
+	c.l.Info("xds cache: " + fmt.Sprintf(format, args...))
+}
+func (c cacheLogger) Warnf(format string, args ...any) {
+	c.l.Warn("xds cache: " + fmt.Sprintf(format, args...))
+}
+func (c cacheLogger) Errorf(format string, args ...any) {
+	c.l.Error("xds cache: " + fmt.Sprintf(format, args...))
+}

@@ -1,0 +1,159 @@
+package xds
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+)
+
+// ClusterName names the cluster of a capability, or of one provider of it: "messaging.publish"
+// (every provider) and "messaging.publish/jms".
+func ClusterName(capability, provider string) string {
+	if provider == "" {
+		return capability
+	}
+	return capability + "/" + provider
+}
+
+// HealthStatus maps an eligibility verdict to an xDS endpoint health status: in rotation is
+// HEALTHY (DEGRADED when degraded), draining is DRAINING, anything else UNHEALTHY. In panic
+// every endpoint is HEALTHY: the registry says to use them all.
+func HealthStatus(eligibility string, panic bool) corev3.HealthStatus {
+	switch {
+	case panic:
+		return corev3.HealthStatus_HEALTHY
+	case eligibility == apiv1.EligibilityDegraded:
+		return corev3.HealthStatus_DEGRADED
+	case apiv1.InRotation(eligibility):
+		return corev3.HealthStatus_HEALTHY
+	case eligibility == apiv1.EligibilityDraining:
+		return corev3.HealthStatus_DRAINING
+	}
+	return corev3.HealthStatus_UNHEALTHY
+}
+
+// endpoint is one instance in one cluster.
+type endpoint struct {
+	instance string
+	host     string
+	port     uint16
+	zone     string
+	priority int64 // metadata.priority: higher first
+	weight   uint32
+	health   corev3.HealthStatus
+}
+
+// Resources builds the resources of a view, by type and name: for each cluster an EDS
+// cluster, its ClusterLoadAssignment, and an API listener of the same name whose inline route
+// sends every call to it (what gRPC's xDS resolver asks for an xds:///NAME target).
+func Resources(entries []apiv1.CapabilityEntry) (map[resourcev3.Type]map[string]types.Resource, error) {
+	clusters := map[string][]endpoint{}
+	for _, e := range entries {
+		host, port, ok := apiv1.HostPort(e.Endpoint)
+		if !ok {
+			continue
+		}
+		p, _ := apiv1.Priority(e.Metadata)
+		ep := endpoint{instance: e.InstanceID, host: host, port: port, zone: e.Zone, priority: p,
+			weight: uint32(min(max(e.Weight, 1), 1<<16)), health: HealthStatus(e.Eligibility, e.Panic)}
+		for _, name := range []string{ClusterName(e.CapabilityID, ""), ClusterName(e.CapabilityID, e.Provider)} {
+			clusters[name] = append(clusters[name], ep)
+		}
+	}
+	res := map[resourcev3.Type]map[string]types.Resource{resourcev3.ClusterType: {}, resourcev3.EndpointType: {},
+		resourcev3.ListenerType: {}, resourcev3.RouteType: {}}
+	for n, eps := range clusters {
+		res[resourcev3.ClusterType][n] = cluster(n)
+		res[resourcev3.EndpointType][n] = loadAssignment(n, eps)
+		l, err := apiListener(n)
+		if err != nil {
+			return nil, err
+		}
+		res[resourcev3.ListenerType][n] = l
+	}
+	return res, nil
+}
+
+// ads is the config source of resources that come over the same ADS stream.
+var ads = &corev3.ConfigSource{ResourceApiVersion: corev3.ApiVersion_V3,
+	ConfigSourceSpecifier: &corev3.ConfigSource_Ads{Ads: &corev3.AggregatedConfigSource{}}}
+
+func cluster(name string) *clusterv3.Cluster {
+	return &clusterv3.Cluster{Name: name, ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
+		EdsClusterConfig: &clusterv3.Cluster_EdsClusterConfig{EdsConfig: ads, ServiceName: name}, LbPolicy: clusterv3.Cluster_ROUND_ROBIN}
+}
+
+// loadAssignment groups the endpoints by priority (highest metadata.priority first: xDS
+// priority 0) and, within one, by locality. Each instance is a locality of its own inside
+// its zone (sub_zone = instance id) with its weight as the locality's weight too: gRPC's
+// round robin weighs localities, Envoy's endpoints, and both see the eligibility weight.
+func loadAssignment(name string, eps []endpoint) *endpointv3.ClusterLoadAssignment {
+	slices.SortFunc(eps, func(a, b endpoint) int {
+		return cmp.Or(cmp.Compare(b.priority, a.priority), cmp.Compare(a.zone, b.zone), cmp.Compare(a.instance, b.instance))
+	})
+	cla := &endpointv3.ClusterLoadAssignment{ClusterName: name}
+	var prio uint32
+	for i, ep := range eps {
+		if i > 0 && ep.priority != eps[i-1].priority {
+			prio++
+		}
+		cla.Endpoints = append(cla.Endpoints, &endpointv3.LocalityLbEndpoints{
+			Locality:            &corev3.Locality{Zone: ep.zone, SubZone: ep.instance},
+			LoadBalancingWeight: wrapperspb.UInt32(ep.weight),
+			Priority:            prio,
+			LbEndpoints: []*endpointv3.LbEndpoint{{
+				HealthStatus:        ep.health,
+				LoadBalancingWeight: wrapperspb.UInt32(ep.weight),
+				HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
+					Hostname: ep.instance,
+					Address:  socketAddress(ep.host, ep.port),
+				}},
+			}},
+		})
+	}
+	return cla
+}
+
+func socketAddress(host string, port uint16) *corev3.Address {
+	return &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
+		Protocol: corev3.SocketAddress_TCP, Address: host, PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: uint32(port)}}}}
+}
+
+// apiListener is the listener gRPC asks for an xds:///name target: an HTTP connection manager
+// with an inline route sending everything to the cluster of that name, and the terminal
+// router filter gRPC requires.
+func apiListener(name string) (*listenerv3.Listener, error) {
+	router, err := anypb.New(&routerv3.Router{})
+	if err != nil {
+		return nil, err
+	}
+	hcm, err := anypb.New(&hcmv3.HttpConnectionManager{
+		RouteSpecifier: &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: &routev3.RouteConfiguration{
+			Name: name,
+			VirtualHosts: []*routev3.VirtualHost{{Name: name, Domains: []string{"*"},
+				Routes: []*routev3.Route{{
+					Match:  &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: "/"}},
+					Action: &routev3.Route_Route{Route: &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: name}}},
+				}}}},
+		}},
+		HttpFilters: []*hcmv3.HttpFilter{{Name: "router", ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: router}}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listener %s: %w", name, err)
+	}
+	return &listenerv3.Listener{Name: name, ApiListener: &listenerv3.ApiListener{ApiListener: hcm}}, nil
+}

@@ -1,0 +1,169 @@
+package xds
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/meshflows/meshflows/discovery"
+)
+
+// Config configures a Server.
+type Config struct {
+	// Discovery is the registry view the server serves.
+	Discovery *discovery.Client
+	// Logger receives NACKs and stream events (default: discarded).
+	Logger *slog.Logger
+	// ShutdownGrace bounds how long Run lets streams end after its context ends (default 5 s).
+	ShutdownGrace time.Duration
+}
+
+// Validate reports a configuration that cannot run.
+func (c *Config) Validate() error {
+	if c.Discovery == nil {
+		return errors.New("xds: a discovery client is required")
+	}
+	if c.ShutdownGrace < 0 {
+		return fmt.Errorf("xds: shutdown grace %s is negative", c.ShutdownGrace)
+	}
+	return nil
+}
+
+// Server serves the discovery view over ADS.
+type Server struct {
+	cfg    Config
+	caches map[resourcev3.Type]*cachev3.LinearCache
+	mux    *cachev3.MuxCache
+
+	mu      sync.Mutex
+	version string                                        // of the view served, "" before the first
+	last    map[resourcev3.Type]map[string]types.Resource // the resources served, to find what changed
+}
+
+// servedTypes are the resource types served; a stream asking for another type gets an error.
+var servedTypes = []resourcev3.Type{resourcev3.ListenerType, resourcev3.RouteType, resourcev3.ClusterType, resourcev3.EndpointType}
+
+// New returns a server for cfg.
+func New(cfg Config) (*Server, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.ShutdownGrace == 0 {
+		cfg.ShutdownGrace = 5 * time.Second
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	// One linear cache per type: every client gets the same resources whatever its node id,
+	// a resource is marshalled once however many streams hold it, and a change of the view
+	// re-sends only the resources that changed.
+	s := &Server{cfg: cfg, caches: map[resourcev3.Type]*cachev3.LinearCache{}}
+	mux := &cachev3.MuxCache{Classify: func(r *cachev3.Request) string { return r.GetTypeUrl() },
+		ClassifyDelta: func(r *cachev3.DeltaRequest) string { return r.GetTypeUrl() }, Caches: map[string]cachev3.Cache{}}
+	for _, typ := range servedTypes {
+		c := cachev3.NewLinearCache(typ, cachev3.WithLogger(cacheLogger{cfg.Logger}))
+		s.caches[typ] = c
+		mux.Caches[typ] = c
+	}
+	s.mux = mux
+	return s, nil
+}
+
+// query is the view served: every instance with its verdict, so that out-of-rotation ones
+// are told as such (UNHEALTHY, DRAINING) rather than disappearing.
+var query = discovery.Query{IncludeAll: true}
+
+// Version returns the registry epoch and revision of the view served ("" before the first
+// view arrived).
+func (s *Server) Version() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.version
+}
+
+// update installs the resources of a view: only those that changed are replaced (and sent
+// again to the streams holding them).
+func (s *Server) update(res *discovery.Result) {
+	version := res.RegistryEpoch + "/" + strconv.FormatInt(res.Revision, 10)
+	next, err := Resources(res.Entries)
+	if err != nil {
+		s.cfg.Logger.Error("xds resources not built; the previous ones stay", slog.String("version", version), slog.Any("error", err))
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	changed := 0
+	for _, typ := range servedTypes {
+		old, cur := s.last[typ], next[typ]
+		update := map[string]types.Resource{}
+		var remove []string
+		for name, r := range cur {
+			if o, ok := old[name]; !ok || !proto.Equal(o, r) {
+				update[name] = r
+			}
+		}
+		for name := range old {
+			if _, ok := cur[name]; !ok {
+				remove = append(remove, name)
+			}
+		}
+		if len(update)+len(remove) == 0 {
+			continue
+		}
+		changed += len(update) + len(remove)
+		if err := s.caches[typ].UpdateResources(update, remove); err != nil {
+			s.cfg.Logger.Error("xds resources not installed", slog.String("type", typ), slog.String("version", version), slog.Any("error", err))
+		}
+	}
+	s.last, s.version = next, version
+	s.cfg.Logger.Debug("xds view", slog.String("version", version), slog.Int("entries", len(res.Entries)), slog.Int("resources_changed", changed))
+}
+
+// Run keeps the resources current from the discovery view and serves ADS on ln until ctx
+// ends; the last resources keep being served while the registry is away.
+func (s *Server) Run(ctx context.Context, ln net.Listener) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	gs := grpc.NewServer()
+	discoverygrpc.RegisterAggregatedDiscoveryServiceServer(gs, serverv3.NewServer(ctx, s.mux, callbacks(s.cfg.Logger)))
+	var wg sync.WaitGroup
+	errs := make(chan error, 2)
+	wg.Go(func() {
+		err := s.cfg.Discovery.Watch(ctx, query, s.update)
+		if ctx.Err() == nil {
+			errs <- fmt.Errorf("xds: discovery watch: %w", err)
+			cancel()
+		}
+	})
+	wg.Go(func() {
+		if err := gs.Serve(ln); err != nil && ctx.Err() == nil {
+			errs <- fmt.Errorf("xds: serve: %w", err)
+			cancel()
+		}
+	})
+	<-ctx.Done()
+	stopped := make(chan struct{})
+	go func() { gs.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(s.cfg.ShutdownGrace):
+		gs.Stop() // streams are long-lived: past the grace they are cut
+		<-stopped
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
