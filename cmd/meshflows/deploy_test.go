@@ -14,7 +14,7 @@ import (
 
 // deployedComponents are the servers a deployment runs; each has a Kubernetes manifest and a
 // systemd unit in deploy/.
-var deployedComponents = []string{"registry", "gateway", "orchestrator", "dashboard"}
+var deployedComponents = []string{"registry", "gateway", "orchestrator", "dashboard", "xds"}
 
 // checkArgs fails unless args are a meshflows command line that parses: the command exists
 // and is the component, every flag is known and its value valid.
