@@ -218,8 +218,8 @@ type Engine struct {
 	// renewals) or young (each owes renewals for the part of the window since it
 	// registered: youngSum is the sum of their registration instants, as offsets from
 	// base, and the young queue says when each turns old).
-	leases    deadlineQueue
-	young     deadlineQueue
+	leases    instanceQueue
+	young     instanceQueue
 	oldLive   int
 	youngLive int
 	youngSum  int64 // nanoseconds

@@ -1,8 +1,9 @@
 package health
 
 import (
-	"container/heap"
 	"time"
+
+	"github.com/meshflows/meshflows/internal/deadline"
 )
 
 // liveness is how the renewal expectation counts an instance.
@@ -45,70 +46,50 @@ func (l *renewalLog) len() int { return len(l.at) - l.head }
 
 func (l *renewalLog) reset() { l.at, l.head = l.at[:0], 0 }
 
-// deadlineQueue is a min-heap of (instant, instance incarnation). Entries are never removed
-// in place: whoever pops one checks that it still holds (same incarnation, same state).
-type deadlineQueue struct{ h deadlineHeap }
+// instanceQueue holds instance incarnations by an instant (their lease end, or the end of
+// their first window). Entries are never removed in place: whoever pops one checks that it
+// still holds (same incarnation, same state).
+type instanceQueue struct{ q deadline.Queue[incarnation] }
 
-type deadline struct {
-	at  int64 // Unix nanoseconds
+// incarnation names one incarnation of an instance.
+type incarnation struct {
 	in  *instance
 	seq uint64
 }
 
-func (q *deadlineQueue) push(at time.Time, in *instance) {
-	heap.Push(&q.h, deadline{at: at.UnixNano(), in: in, seq: in.seq})
+func (q *instanceQueue) push(at time.Time, in *instance) {
+	q.q.Push(at.UnixNano(), incarnation{in, in.seq})
 }
 
 // due reports whether the earliest entry is at or before t.
-func (q *deadlineQueue) due(t time.Time) bool {
-	return len(q.h) > 0 && q.h[0].at <= t.UnixNano()
-}
+func (q *instanceQueue) due(t time.Time) bool { return q.q.Due(t.UnixNano()) }
 
 // pop removes the earliest entry.
-func (q *deadlineQueue) pop() (time.Time, *instance, uint64) {
-	d := heap.Pop(&q.h).(deadline)
-	return time.Unix(0, d.at), d.in, d.seq
+func (q *instanceQueue) pop() (time.Time, *instance, uint64) {
+	at, inc := q.q.Pop()
+	return time.Unix(0, at), inc.in, inc.seq
 }
 
-func (q *deadlineQueue) len() int { return len(q.h) }
+func (q *instanceQueue) len() int { return q.q.Len() }
 
-type deadlineHeap []deadline
-
-func (h deadlineHeap) Len() int           { return len(h) }
-func (h deadlineHeap) Less(i, j int) bool { return h[i].at < h[j].at }
-func (h deadlineHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *deadlineHeap) Push(x any)        { *h = append(*h, x.(deadline)) }
-func (h *deadlineHeap) Pop() any {
-	old := *h
-	d := old[len(old)-1]
-	old[len(old)-1] = deadline{} // no pointer kept past the end
-	*h = old[:len(old)-1]
-	return d
-}
-
-// dueQueue is the monitor's min-heap of views by the instant their verdict may next change
-// by itself. A view has at most one live entry (at view.queuedAt); others are stale and
-// dropped when they come out.
+// dueQueue is the monitor's queue of views by the instant their verdict may next change by
+// itself. A view has at most one live entry (at view.queuedAt); others are stale and dropped
+// when they come out.
 type dueQueue struct {
-	h     dueHeap
+	q     deadline.Queue[*view]
 	batch []*view
 }
 
-type dueEntry struct {
-	at int64 // Unix nanoseconds; math.MinInt64 for at once
-	v  *view
-}
-
-func (q *dueQueue) push(at int64, v *view) { heap.Push(&q.h, dueEntry{at: at, v: v}) }
+func (q *dueQueue) push(at int64, v *view) { q.q.Push(at, v) }
 
 // takeDue removes the entries at or before now and returns their views, each once, no
 // longer queued. The slice is the queue's own: give it back with recycle.
 func (q *dueQueue) takeDue(now time.Time) []*view {
 	limit := now.UnixNano()
 	out := q.batch[:0]
-	for len(q.h) > 0 && q.h[0].at <= limit {
-		d := heap.Pop(&q.h).(dueEntry)
-		if v := d.v; !v.gone && v.queued && v.queuedAt == d.at {
+	for q.q.Due(limit) {
+		at, v := q.q.Pop()
+		if !v.gone && v.queued && v.queuedAt == at {
 			v.queued = false
 			out = append(out, v)
 		}
@@ -122,18 +103,4 @@ func (q *dueQueue) recycle(b []*view) {
 	q.batch = b[:0]
 }
 
-func (q *dueQueue) len() int { return len(q.h) }
-
-type dueHeap []dueEntry
-
-func (h dueHeap) Len() int           { return len(h) }
-func (h dueHeap) Less(i, j int) bool { return h[i].at < h[j].at }
-func (h dueHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *dueHeap) Push(x any)        { *h = append(*h, x.(dueEntry)) }
-func (h *dueHeap) Pop() any {
-	old := *h
-	d := old[len(old)-1]
-	old[len(old)-1] = dueEntry{}
-	*h = old[:len(old)-1]
-	return d
-}
+func (q *dueQueue) len() int { return q.q.Len() }

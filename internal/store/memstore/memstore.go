@@ -1,12 +1,12 @@
 package memstore
 
 import (
-	"container/heap"
 	"context"
 	"fmt"
 	"sync"
 	"time"
 
+	"github.com/meshflows/meshflows/internal/deadline"
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/store/storeindex"
 )
@@ -24,7 +24,7 @@ type Store struct {
 	// its new end, and one removed or replaced is dropped when it comes out. Guarded by qmu
 	// (taken after mu, never before).
 	qmu    sync.Mutex
-	leases leaseQueue
+	leases deadline.Queue[*registry.Record]
 }
 
 // New returns an empty store whose epoch starts at now (time.Now when nil).
@@ -110,13 +110,13 @@ func (s *Store) Deregister(_ context.Context, id string, generation int64) (*reg
 func (s *Store) Expire(_ context.Context, now time.Time) ([]*registry.Record, error) {
 	var gone []*registry.Record
 	s.qmu.Lock()
-	for s.leases.due(now) {
-		rec := s.leases.pop()
+	for s.leases.Due(now.UnixNano()) {
+		_, rec := s.leases.Pop()
 		if cur, ok := s.Get(rec.InstanceID); !ok || cur != rec {
 			continue // removed or replaced since it was queued
 		}
 		if !rec.Expired(now) {
-			s.leases.push(rec.LeaseExpiresAt(), rec) // renewed: back in at its new end
+			s.leases.Push(rec.LeaseExpiresAt().UnixNano(), rec) // renewed: back in at its new end
 			continue
 		}
 		gone = append(gone, rec)
@@ -147,29 +147,19 @@ func (s *Store) Expiring(now time.Time) []*registry.Record {
 	defer s.qmu.Unlock()
 	var out []*registry.Record
 	seen := map[*registry.Record]bool{} // a record moved earlier has two entries
-	limit := now.UnixNano()
-	// the heap's entries due by now form a subtree at its root
-	stack := []int{0}
-	for len(stack) > 0 {
-		i := stack[len(stack)-1]
-		stack = stack[:len(stack)-1]
-		if i >= len(s.leases.h) || s.leases.h[i].at > limit {
-			continue
-		}
-		rec := s.leases.h[i].rec
+	s.leases.Walk(now.UnixNano(), func(_ int64, rec *registry.Record) {
 		if cur, ok := s.Get(rec.InstanceID); ok && cur == rec && rec.Expired(now) && !seen[rec] {
 			seen[rec] = true
 			out = append(out, rec)
 		}
-		stack = append(stack, 2*i+1, 2*i+2)
-	}
+	})
 	return out
 }
 
 // queue puts rec in the lease queue at at.
 func (s *Store) queue(rec *registry.Record, at time.Time) {
 	s.qmu.Lock()
-	s.leases.push(at, rec)
+	s.leases.Push(at.UnixNano(), rec)
 	s.qmu.Unlock()
 }
 
@@ -179,9 +169,9 @@ func (s *Store) Restore(_ context.Context, epoch registry.Epoch, revision, gener
 	defer s.mu.Unlock()
 	s.Reset(recs, revision)
 	s.qmu.Lock()
-	s.leases = leaseQueue{}
+	s.leases.Reset()
 	for _, rec := range recs {
-		s.leases.push(rec.LeaseExpiresAt(), rec)
+		s.leases.Push(rec.LeaseExpiresAt().UnixNano(), rec)
 	}
 	s.qmu.Unlock()
 	s.epoch = epoch
@@ -194,35 +184,4 @@ func (s *Store) Generation() int64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.generation
-}
-
-// leaseQueue is a min-heap of records by lease end.
-type leaseQueue struct{ h leaseHeap }
-
-type leaseEntry struct {
-	at  int64 // Unix nanoseconds
-	rec *registry.Record
-}
-
-func (q *leaseQueue) push(at time.Time, rec *registry.Record) {
-	heap.Push(&q.h, leaseEntry{at: at.UnixNano(), rec: rec})
-}
-
-// due reports whether the earliest entry is at or before now.
-func (q *leaseQueue) due(now time.Time) bool { return len(q.h) > 0 && q.h[0].at <= now.UnixNano() }
-
-func (q *leaseQueue) pop() *registry.Record { return heap.Pop(&q.h).(leaseEntry).rec }
-
-type leaseHeap []leaseEntry
-
-func (h leaseHeap) Len() int           { return len(h) }
-func (h leaseHeap) Less(i, j int) bool { return h[i].at < h[j].at }
-func (h leaseHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *leaseHeap) Push(x any)        { *h = append(*h, x.(leaseEntry)) }
-func (h *leaseHeap) Pop() any {
-	old := *h
-	e := old[len(old)-1]
-	old[len(old)-1] = leaseEntry{}
-	*h = old[:len(old)-1]
-	return e
 }
