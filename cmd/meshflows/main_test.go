@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/meshflows/meshflows/internal/registry/registrytest"
+	"github.com/meshflows/meshflows/internal/store/etcdstore/etcdtest"
 )
 
 func run(ctx context.Context, args ...string) (string, error) {
@@ -81,23 +82,12 @@ func TestBadFlagsAreRefused(t *testing.T) {
 	}
 }
 
-// freePort returns a port that was free a moment ago.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // startDev runs 'meshflows dev' on a free port plan, trying another base port when
 // something else on the machine holds one of the plan's six ports.
 func startDev(t *testing.T, ctx context.Context) (base int, done <-chan devResult) {
 	t.Helper()
 	for attempt := 0; attempt < 10; attempt++ {
-		base = freePort(t)
+		base = etcdtest.FreePort(t)
 		if base+devProviderOffsetRMQ > 65535 {
 			continue
 		}

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/internal/store/etcdstore/etcdtest"
 )
 
 // TestRestartWithTheSameFlags runs one supervisor command line three times: the first start
@@ -20,7 +21,7 @@ import (
 // back (it used to overwrite it with an empty one a second after start).
 func TestRestartWithTheSameFlags(t *testing.T) {
 	dir := t.TempDir()
-	port := strconv.Itoa(freePort(t))
+	port := strconv.Itoa(etcdtest.FreePort(t))
 	base := "http://127.0.0.1:" + port
 	args := []string{"registry", "--insecure", "--listen", "127.0.0.1:" + port, "--lease-ttl", "3s", "--heartbeat-interval", "1s",
 		"--snapshot-dir", dir, "--snapshot-interval", "50ms", "--restore-snapshot", "auto", "--no-eligibility"}
