@@ -44,14 +44,7 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", pc.LocalAddr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
+	pc, ln := udpAndTCP(t)
 	e.addr = pc.LocalAddr().String()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -63,6 +56,27 @@ func newEnv(t *testing.T) *env {
 		}
 	})
 	return e
+}
+
+// udpAndTCP binds one free loopback port for both UDP and TCP. A port free for UDP may be
+// taken for TCP by another process: then it tries another.
+func udpAndTCP(t *testing.T) (net.PacketConn, net.Listener) {
+	t.Helper()
+	var last error
+	for range 20 {
+		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln, err := net.Listen("tcp", pc.LocalAddr().String())
+		if err == nil {
+			return pc, ln
+		}
+		pc.Close()
+		last = err
+	}
+	t.Fatalf("no port free for both UDP and TCP: %v", last)
+	return nil, nil
 }
 
 func (e *env) register(t *testing.T, id, service, provider, version, endpoint string, priority int) {
