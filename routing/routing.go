@@ -63,6 +63,27 @@ type Input struct {
 	Policy    Policy
 }
 
+// InputFromView builds a derivation's input from a routes view (the registry's manifests and
+// public paths) with the operator's static routes and policy: what a gateway, or any other
+// front end serving the same table, derives from.
+func InputFromView(static []StaticRoute, policy Policy, manifests []apiv1.ManifestEntry, paths []apiv1.PublicPath) Input {
+	in := Input{Static: static, Policy: policy, Manifests: make([]ManifestInput, 0, len(manifests))}
+	byInstance := map[string]apiv1.ManifestEntry{}
+	for _, m := range manifests {
+		in.Manifests = append(in.Manifests, ManifestInput{InstanceID: m.InstanceID, Generation: m.Generation, Endpoint: m.Endpoint, Parsed: m.Manifest})
+		byInstance[m.InstanceID] = m
+	}
+	for _, p := range paths {
+		// The routes view names the instance of a public path; its service and version come
+		// from the instance's manifest entry (an instance without a manifest has no aliases).
+		if m, ok := byInstance[p.InstanceID]; ok {
+			in.Aliases = append(in.Aliases, Alias{Path: p.Path, CapabilityID: p.CapabilityID, Service: m.ServiceName,
+				Version: m.ServiceVersion, Instance: p.InstanceID, Endpoint: p.Endpoint, Generation: p.Generation})
+		}
+	}
+	return in
+}
+
 // Route is one row of the canonical table.
 type Route struct {
 	Pattern    string   `json:"pattern"`

@@ -12,6 +12,7 @@ import (
 	"github.com/meshflows/meshflows/discovery"
 	"github.com/meshflows/meshflows/internal/telemetry"
 	"github.com/meshflows/meshflows/internal/xds"
+	"github.com/meshflows/meshflows/routing"
 )
 
 // xdsFlags are the flags of 'meshflows xds'.
@@ -19,6 +20,9 @@ type xdsFlags struct {
 	listen     string
 	registries []string
 	maxStale   time.Duration
+	routesFile string
+	policyFile string
+	policy     routing.Policy // set directly by meshflows dev
 	creds      clientCreds
 	log        telemetry.LogConfig
 }
@@ -38,6 +42,10 @@ with xds:/// targets. Resources (docs/reference/xds.md):
   locality              zone (sub_zone: the instance), priority from metadata.priority
   listener              an API listener of the same name with an inline route to its cluster,
                         which is what a gRPC client asks for xds:///messaging.publish
+  route configuration   "meshflows-gateway": the routing table the gateway derives from the
+                        manifests with --routes and --policy, most specific route first, each
+                        route sending to a cluster of its instances ("route:POST:/path"), for an
+                        Envoy that replaces the gateway
 
 Every client gets the same resources, whatever its node id; a change of the view re-sends
 only the resources that changed. The last view keeps being served while the registry is away.`,
@@ -54,6 +62,8 @@ only the resources that changed. The last view keeps being served while the regi
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:18000", "address the ADS server listens on (gRPC, plaintext)")
 	fl.StringSliceVar(&f.registries, "registry", []string{"http://127.0.0.1:7400"}, "registry base URL; repeat or comma-separate for failover")
 	bindEnv(fl, "registry", "MESHFLOWS_REGISTRY")
+	fl.StringVar(&f.routesFile, "routes", "", "static routes file (YAML): routes: [{path, methods, upstream}] (as the gateway's)")
+	fl.StringVar(&f.policyFile, "policy", "", "path policy file (YAML): path_prefixes: {service: [prefix, …]} (as the gateway's; without it no manifest route is served)")
 	fl.DurationVar(&f.maxStale, "max-stale", discovery.DefaultStaleAllowance, "how long the last-known-good view is kept while the registry is away")
 	f.creds.bindRegistry(fl)
 	bindLogFlags(fl, &f.log, "json")
@@ -71,7 +81,17 @@ func startXDS(ctx context.Context, g *errgroup.Group, f *xdsFlags, ln net.Listen
 	if err != nil {
 		return err
 	}
-	srv, err := xds.New(xds.Config{Discovery: disc, Logger: logger})
+	static, err := readStatic(f.routesFile)
+	if err != nil {
+		return err
+	}
+	policy := f.policy
+	if policy == nil {
+		if policy, err = readPolicy(f.policyFile); err != nil {
+			return err
+		}
+	}
+	srv, err := xds.New(xds.Config{Discovery: disc, Logger: logger, Static: static, Policy: policy})
 	if err != nil {
 		return err
 	}

@@ -496,21 +496,7 @@ func (g *Gateway) derive() {
 
 // input builds the derivation's input from a routes view.
 func (g *Gateway) input(r *discovery.RoutesResult, policy routing.Policy) routing.Input {
-	in := routing.Input{Static: g.cfg.Static, Policy: policy, Manifests: make([]routing.ManifestInput, 0, len(r.Manifests))}
-	services := map[string]apiv1.ManifestEntry{}
-	for _, m := range r.Manifests {
-		in.Manifests = append(in.Manifests, routing.ManifestInput{InstanceID: m.InstanceID, Generation: m.Generation, Endpoint: m.Endpoint, Parsed: m.Manifest})
-		services[m.InstanceID] = m
-	}
-	for _, p := range r.PublicPaths {
-		// The routes view names the instance of a public path; its service and version come
-		// from the instance's manifest entry (an instance without a manifest has no aliases).
-		if m, ok := services[p.InstanceID]; ok {
-			in.Aliases = append(in.Aliases, routing.Alias{Path: p.Path, CapabilityID: p.CapabilityID, Service: m.ServiceName,
-				Version: m.ServiceVersion, Instance: p.InstanceID, Endpoint: p.Endpoint, Generation: p.Generation})
-		}
-	}
-	return in
+	return routing.InputFromView(g.cfg.Static, policy, r.Manifests, r.PublicPaths)
 }
 
 // inputsKey names what a table is derived from: every manifest and public path by

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/meshflows/meshflows/discovery"
+	"github.com/meshflows/meshflows/routing"
 )
 
 // Config configures a Server.
@@ -29,6 +30,11 @@ type Config struct {
 	Logger *slog.Logger
 	// ShutdownGrace bounds how long Run lets streams end after its context ends (default 5 s).
 	ShutdownGrace time.Duration
+	// Static and Policy are the gateway's static routes and path policy: the routing table
+	// served over RDS (RouteConfigName) is derived with them from the registry's manifests,
+	// as the gateway derives its own.
+	Static []routing.StaticRoute
+	Policy routing.Policy
 }
 
 // Validate reports a configuration that cannot run.
@@ -50,6 +56,8 @@ type Server struct {
 
 	mu      sync.Mutex
 	version string                                        // of the view served, "" before the first
+	caps    map[resourcev3.Type]map[string]types.Resource // from the capabilities view
+	routes  map[resourcev3.Type]map[string]types.Resource // from the routes view (the table)
 	last    map[resourcev3.Type]map[string]types.Resource // the resources served, to find what changed
 }
 
@@ -98,13 +106,43 @@ func (s *Server) Version() string {
 // again to the streams holding them).
 func (s *Server) update(res *discovery.Result) {
 	version := res.RegistryEpoch + "/" + strconv.FormatInt(res.Revision, 10)
-	next, err := Resources(res.Entries)
+	caps, err := Resources(res.Entries)
 	if err != nil {
 		s.cfg.Logger.Error("xds resources not built; the previous ones stay", slog.String("version", version), slog.Any("error", err))
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.caps, s.version = caps, version
+	changed := s.installLocked()
+	s.cfg.Logger.Debug("xds view", slog.String("version", version), slog.Int("entries", len(res.Entries)), slog.Int("resources_changed", changed))
+}
+
+// updateRoutes installs the routing table derived from a routes view.
+func (s *Server) updateRoutes(res *discovery.RoutesResult) {
+	t := routing.Derive(routing.InputFromView(s.cfg.Static, s.cfg.Policy, res.Manifests, res.PublicPaths))
+	routes := RouteResources(t)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.routes = routes
+	changed := s.installLocked()
+	s.cfg.Logger.Debug("xds routes", slog.Int64("revision", res.Revision), slog.Int("routes", len(t.Entries())), slog.Int("resources_changed", changed))
+}
+
+// installLocked replaces, in the caches, the resources that differ from those served (the
+// union of the capabilities' and the routes'), and returns how many changed.
+func (s *Server) installLocked() int {
+	next := map[resourcev3.Type]map[string]types.Resource{}
+	for _, set := range []map[resourcev3.Type]map[string]types.Resource{s.caps, s.routes} {
+		for typ, rs := range set {
+			if next[typ] == nil {
+				next[typ] = map[string]types.Resource{}
+			}
+			for name, r := range rs {
+				next[typ][name] = r
+			}
+		}
+	}
 	changed := 0
 	for _, typ := range servedTypes {
 		old, cur := s.last[typ], next[typ]
@@ -125,11 +163,11 @@ func (s *Server) update(res *discovery.Result) {
 		}
 		changed += len(update) + len(remove)
 		if err := s.caches[typ].UpdateResources(update, remove); err != nil {
-			s.cfg.Logger.Error("xds resources not installed", slog.String("type", typ), slog.String("version", version), slog.Any("error", err))
+			s.cfg.Logger.Error("xds resources not installed", slog.String("type", typ), slog.Any("error", err))
 		}
 	}
-	s.last, s.version = next, version
-	s.cfg.Logger.Debug("xds view", slog.String("version", version), slog.Int("entries", len(res.Entries)), slog.Int("resources_changed", changed))
+	s.last = next
+	return changed
 }
 
 // Run keeps the resources current from the discovery view and serves ADS on ln until ctx
@@ -140,11 +178,18 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	gs := grpc.NewServer()
 	discoverygrpc.RegisterAggregatedDiscoveryServiceServer(gs, serverv3.NewServer(ctx, s.mux, callbacks(s.cfg.Logger)))
 	var wg sync.WaitGroup
-	errs := make(chan error, 2)
+	errs := make(chan error, 3)
 	wg.Go(func() {
 		err := s.cfg.Discovery.Watch(ctx, query, s.update)
 		if ctx.Err() == nil {
 			errs <- fmt.Errorf("xds: discovery watch: %w", err)
+			cancel()
+		}
+	})
+	wg.Go(func() {
+		err := s.cfg.Discovery.WatchRoutes(ctx, s.updateRoutes)
+		if ctx.Err() == nil {
+			errs <- fmt.Errorf("xds: routes watch: %w", err)
 			cancel()
 		}
 	})

@@ -83,7 +83,7 @@ type env struct {
 
 // newEnv runs a registry with the eligibility engine, the xDS server over a discovery client
 // of it, and returns them.
-func newEnv(t testing.TB, slowStart time.Duration) *env {
+func newEnv(t testing.TB, slowStart time.Duration, opts ...func(*xds.Config)) *env {
 	t.Helper()
 	m, err := health.NewMonitor(health.MonitorConfig{Engine: health.Config{SlowStart: slowStart}})
 	if err != nil {
@@ -97,7 +97,11 @@ func newEnv(t testing.TB, slowStart time.Duration) *env {
 		t.Fatal(err)
 	}
 	e.logs = &syncBuffer{}
-	srv, err := xds.New(xds.Config{Discovery: disc, ShutdownGrace: time.Second, Logger: slog.New(slog.NewTextHandler(e.logs, nil))})
+	cfg := xds.Config{Discovery: disc, ShutdownGrace: time.Second, Logger: slog.New(slog.NewTextHandler(e.logs, nil))}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	srv, err := xds.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
