@@ -67,6 +67,9 @@ servers, that is the figure to judge them by, not wall-clock throughput.`,
 					if err := bench.WriteTable(w, rep.Phases); err != nil {
 						return err
 					}
+					for _, warn := range rep.Warnings {
+						fmt.Fprintf(w, "warning: %s\n", warn)
+					}
 					if rep.Etcd != nil {
 						fmt.Fprintf(w, "\netcd %s, the same workload\n\n", strings.Join(rep.Etcd.Endpoints, ","))
 						if err := bench.WriteTable(w, rep.Etcd.Phases); err != nil {

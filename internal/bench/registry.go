@@ -115,6 +115,9 @@ type RegistryReport struct {
 	Instances   int     `json:"instances"`
 	Concurrency int     `json:"concurrency"`
 	Phases      []Phase `json:"phases"`
+	// Warnings say what makes the figures doubtful (for example leases that ended while the
+	// run was still registering).
+	Warnings []string `json:"warnings,omitempty"`
 	// Etcd is the same workload against a raw etcd in the same run (with EtcdEndpoints).
 	Etcd *EtcdReport `json:"etcd,omitempty"`
 }
@@ -158,7 +161,13 @@ func RunRegistry(ctx context.Context, cfg RegistryConfig) (*RegistryReport, erro
 	if err != nil {
 		return nil, err
 	}
-	if rep.Phases, err = runWorkload(ctx, cfg, &registryTarget{c: c, timeout: cfg.OpTimeout}, cfg.ServerPID); err != nil {
+	rt := &registryTarget{c: c, timeout: cfg.OpTimeout}
+	rep.Phases, err = runWorkload(ctx, cfg, rt, cfg.ServerPID)
+	if ttl := time.Duration(rt.leaseTTL.Load()) * time.Second; ttl > 0 && len(rep.Phases) > 0 && rep.Phases[0].Duration >= ttl {
+		rep.Warnings = append(rep.Warnings, fmt.Sprintf("registering took %s, longer than the registry's lease TTL (%s): the first instances' leases ended before their heartbeat (restart the registry with a longer --lease-ttl, or run fewer --instances)",
+			rep.Phases[0].Duration.Round(time.Second), ttl))
+	}
+	if err != nil {
 		return rep, err
 	}
 	if len(cfg.EtcdEndpoints) == 0 {
@@ -229,8 +238,9 @@ func newBenchInstance(run string, i, serviceSize int) *benchInstance {
 
 // registryTarget drives a registry through its HTTP API.
 type registryTarget struct {
-	c       *client.Client
-	timeout time.Duration
+	c        *client.Client
+	timeout  time.Duration
+	leaseTTL atomic.Int64 // seconds, as the registry told the registrations
 }
 
 func (r *registryTarget) register(ctx context.Context, in *benchInstance) error {
@@ -239,6 +249,7 @@ func (r *registryTarget) register(ctx context.Context, in *benchInstance) error 
 		return err
 	}
 	in.handle.Store(resp.Generation)
+	r.leaseTTL.Store(resp.LeaseTTLSeconds)
 	return nil
 }
 
