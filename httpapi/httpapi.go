@@ -3,6 +3,7 @@ package httpapi
 import (
 	"bytes"
 	"context"
+	"encoding/csv"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -136,4 +137,33 @@ func Serve(ctx context.Context, srv *http.Server, ln net.Listener, sd Shutdown) 
 		return fmt.Errorf("shutdown: %w", err)
 	}
 	return nil
+}
+
+// WriteCSV answers 200 with a CSV download named filename: the header row, then the rows
+// rows gives to emit. Every cell a spreadsheet would run as a formula is quoted (SafeCell),
+// so an export never carries someone's formula into an operator's spreadsheet.
+func WriteCSV(w http.ResponseWriter, filename string, header []string, rows func(emit func(cells ...string))) error {
+	h := w.Header()
+	h.Set("Content-Type", "text/csv; charset=utf-8")
+	h.Set("Content-Disposition", `attachment; filename="`+filename+`"`)
+	w.WriteHeader(http.StatusOK)
+	cw := csv.NewWriter(w)
+	cw.Write(header)
+	rows(func(cells ...string) {
+		for i, c := range cells {
+			cells[i] = SafeCell(c)
+		}
+		cw.Write(cells)
+	})
+	cw.Flush()
+	return cw.Error()
+}
+
+// SafeCell returns s as a spreadsheet shows it and never runs it: a cell starting with =, +,
+// -, @, a tab or a carriage return gets a leading quote.
+func SafeCell(s string) string {
+	if s != "" && strings.ContainsRune("=+-@\t\r", rune(s[0])) {
+		return "'" + s
+	}
+	return s
 }

@@ -117,3 +117,24 @@ func TestServeShutdown(t *testing.T) {
 		})
 	}
 }
+
+// TestWriteCSV: a download with the header row first, every cell a spreadsheet would run
+// as a formula quoted, and plain cells as they are.
+func TestWriteCSV(t *testing.T) {
+	rec := httptest.NewRecorder()
+	err := httpapi.WriteCSV(rec, "x.csv", []string{"a", "b"}, func(emit func(...string)) {
+		emit("=1+1", "plain")
+		emit("-2", "@SUM(A1)")
+		emit("\tx", "")
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ct, cd := rec.Header().Get("Content-Type"), rec.Header().Get("Content-Disposition"); ct != "text/csv; charset=utf-8" || cd != `attachment; filename="x.csv"` {
+		t.Errorf("headers %q, %q", ct, cd)
+	}
+	want := "a,b\n'=1+1,plain\n'-2,'@SUM(A1)\n'\tx,\n"
+	if got := rec.Body.String(); got != want {
+		t.Errorf("body %q, want %q", got, want)
+	}
+}

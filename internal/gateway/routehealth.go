@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"encoding/csv"
 	"net/http"
 	"slices"
 	"strconv"
@@ -180,17 +179,17 @@ func (g *Gateway) serveRouteHealth(w http.ResponseWriter, r *http.Request) {
 	case "", "json":
 		httpapi.WriteJSON(w, http.StatusOK, ans)
 	case "csv":
-		w.Header().Set("Content-Type", "text/csv; charset=utf-8")
-		w.Header().Set("Content-Disposition", `attachment; filename="meshflows-route-health.csv"`)
-		cw := csv.NewWriter(w)
-		cw.Write([]string{"route", "slice_start", "requests", "failed", "availability"})
-		for _, rt := range ans.Routes {
-			for _, s := range rt.Slices {
-				cw.Write([]string{rt.Route, s.Start.Format(time.RFC3339), strconv.FormatInt(s.Requests, 10), strconv.FormatInt(s.Failed, 10),
-					strconv.FormatFloat(s.Availability, 'f', 4, 64)})
+		err := httpapi.WriteCSV(w, "meshflows-route-health.csv", []string{"route", "slice_start", "requests", "failed", "availability"}, func(emit func(...string)) {
+			for _, rt := range ans.Routes {
+				for _, s := range rt.Slices {
+					emit(rt.Route, s.Start.Format(time.RFC3339), strconv.FormatInt(s.Requests, 10), strconv.FormatInt(s.Failed, 10),
+						strconv.FormatFloat(s.Availability, 'f', 4, 64))
+				}
 			}
+		})
+		if err != nil {
+			g.cfg.Logger.Warn("writing the route health CSV failed", "error", err)
 		}
-		cw.Flush()
 	default:
 		httpapi.WriteError(w, apiv1.InvalidRequest([]apiv1.Detail{{Path: "format", Message: "must be json or csv, got " + strconv.Quote(f)}}))
 	}

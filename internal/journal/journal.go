@@ -2,10 +2,10 @@ package journal
 
 import (
 	"context"
-	"encoding/csv"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
+	"net/http"
 	"slices"
 	"sort"
 	"strconv"
@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/httpapi"
 )
 
 // Defaults and bounds.
@@ -314,32 +315,22 @@ func (j *Journal) Wait(ctx context.Context, since int64, wait time.Duration) {
 // CSVHeader is the header row WriteCSV writes.
 var CSVHeader = []string{"seq", "time", "type", "severity", "subject", "message", "attrs"}
 
-// WriteCSV writes events as CSV with a header row. A field a spreadsheet would run as a
-// formula (starting with =, +, -, @, a tab or a carriage return) is prefixed with a quote.
-func WriteCSV(w io.Writer, events []apiv1.Event) error {
-	cw := csv.NewWriter(w)
-	cw.Write(CSVHeader)
-	for _, e := range events {
-		attrs := ""
-		if len(e.Attrs) > 0 {
-			b, err := json.Marshal(e.Attrs)
-			if err != nil {
-				return fmt.Errorf("event %d: %w", e.Seq, err)
+// WriteCSV answers events as a CSV download (httpapi.WriteCSV: formulas quoted), attrs as JSON.
+func WriteCSV(w http.ResponseWriter, events []apiv1.Event) error {
+	var bad error
+	err := httpapi.WriteCSV(w, "meshflows-events.csv", CSVHeader, func(emit func(...string)) {
+		for _, e := range events {
+			attrs := ""
+			if len(e.Attrs) > 0 {
+				b, err := json.Marshal(e.Attrs)
+				if err != nil {
+					bad = fmt.Errorf("event %d: %w", e.Seq, err)
+					return
+				}
+				attrs = string(b)
 			}
-			attrs = string(b)
+			emit(strconv.FormatInt(e.Seq, 10), e.Time.UTC().Format(time.RFC3339Nano), e.Type, e.Severity, e.Subject, e.Message, attrs)
 		}
-		cw.Write([]string{strconv.FormatInt(e.Seq, 10), e.Time.UTC().Format(time.RFC3339Nano), SafeCell(e.Type), SafeCell(e.Severity),
-			SafeCell(e.Subject), SafeCell(e.Message), SafeCell(attrs)})
-	}
-	cw.Flush()
-	return cw.Error()
-}
-
-// SafeCell returns s as a spreadsheet shows it and never runs it: a cell starting with =, +,
-// -, @, a tab or a carriage return gets a leading quote.
-func SafeCell(s string) string {
-	if s != "" && strings.ContainsRune("=+-@\t\r", rune(s[0])) {
-		return "'" + s
-	}
-	return s
+	})
+	return errors.Join(bad, err)
 }

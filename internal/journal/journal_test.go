@@ -1,10 +1,10 @@
 package journal
 
 import (
-	"bytes"
 	"context"
 	"encoding/csv"
 	"fmt"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -189,11 +189,14 @@ func TestWriteCSV(t *testing.T) {
 	fill(j)
 	j.Record(apiv1.EventRegistered, "", "+cmd|' /C calc'!A0", "-2+3", map[string]any{"k": "@SUM(1)"})
 	es, _ := j.Find(Query{})
-	var b bytes.Buffer
-	if err := WriteCSV(&b, es); err != nil {
+	rec := httptest.NewRecorder()
+	if err := WriteCSV(rec, es); err != nil {
 		t.Fatal(err)
 	}
-	rows, err := csv.NewReader(&b).ReadAll()
+	if ct, cd := rec.Header().Get("Content-Type"), rec.Header().Get("Content-Disposition"); ct != "text/csv; charset=utf-8" || !strings.Contains(cd, "meshflows-events.csv") {
+		t.Errorf("headers %q, %q", ct, cd)
+	}
+	rows, err := csv.NewReader(rec.Body).ReadAll()
 	if err != nil {
 		t.Fatalf("the CSV does not read back: %v", err)
 	}

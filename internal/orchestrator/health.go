@@ -1,14 +1,14 @@
 package orchestrator
 
 import (
-	"encoding/csv"
-	"io"
 	"math"
+	"net/http"
 	"slices"
 	"strconv"
 	"time"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/httpapi"
 )
 
 // Trigger health: per workflow, its runs in 5-minute slices over 24 hours — how many, how
@@ -174,16 +174,15 @@ func (o *Orchestrator) TriggerHealth() apiv1.TriggerHealthResponse {
 	return out
 }
 
-// writeTriggerCSV writes h as CSV: a header, then a row per workflow and slice.
-func writeTriggerCSV(w io.Writer, h apiv1.TriggerHealthResponse) error {
-	cw := csv.NewWriter(w)
-	cw.Write([]string{"workflow", "slice_start", "runs", "succeeded", "success_rate", "p95_ms"})
-	for _, wf := range h.Workflows {
-		for _, s := range wf.Slices {
-			cw.Write([]string{wf.Workflow, s.Start.Format(time.RFC3339), strconv.Itoa(s.Runs), strconv.Itoa(s.Succeeded),
-				strconv.FormatFloat(s.SuccessRate, 'f', 4, 64), strconv.FormatFloat(s.P95MS, 'f', 1, 64)})
-		}
-	}
-	cw.Flush()
-	return cw.Error()
+// writeTriggerCSV answers h as a CSV download: a header, then a row per workflow and slice.
+func writeTriggerCSV(w http.ResponseWriter, h apiv1.TriggerHealthResponse) error {
+	return httpapi.WriteCSV(w, "meshflows-trigger-health.csv", []string{"workflow", "slice_start", "runs", "succeeded", "success_rate", "p95_ms"},
+		func(emit func(...string)) {
+			for _, wf := range h.Workflows {
+				for _, s := range wf.Slices {
+					emit(wf.Workflow, s.Start.Format(time.RFC3339), strconv.Itoa(s.Runs), strconv.Itoa(s.Succeeded),
+						strconv.FormatFloat(s.SuccessRate, 'f', 4, 64), strconv.FormatFloat(s.P95MS, 'f', 1, 64))
+				}
+			}
+		})
 }

@@ -87,8 +87,6 @@ func (o *Orchestrator) Handler() http.Handler {
 		case "", "json":
 			httpapi.WriteJSON(w, http.StatusOK, h)
 		case "csv":
-			w.Header().Set("Content-Type", "text/csv; charset=utf-8")
-			w.Header().Set("Content-Disposition", `attachment; filename="meshflows-trigger-health.csv"`)
 			if err := writeTriggerCSV(w, h); err != nil {
 				o.cfg.Logger.Warn("writing the trigger health CSV failed", "error", err)
 			}

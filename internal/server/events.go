@@ -138,11 +138,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) (any, error) {
 		er.q.Since = next
 	}
 	if er.csv {
-		h := w.Header()
-		h.Set("Content-Type", "text/csv; charset=utf-8")
-		h.Set("Content-Disposition", `attachment; filename="meshflows-events.csv"`)
-		h.Set("X-Next-Since", strconv.FormatInt(next, 10))
-		w.WriteHeader(http.StatusOK)
+		w.Header().Set("X-Next-Since", strconv.FormatInt(next, 10))
 		if err := journal.WriteCSV(w, events); err != nil {
 			s.cfg.Logger.Warn("writing the events CSV failed", "error", err)
 		}

@@ -2,7 +2,6 @@ package server
 
 import (
 	"context"
-	"encoding/csv"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -12,8 +11,8 @@ import (
 	"time"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/httpapi"
 	"github.com/meshflows/meshflows/internal/incident"
-	"github.com/meshflows/meshflows/internal/journal"
 	"github.com/meshflows/meshflows/internal/registry"
 )
 
@@ -266,16 +265,17 @@ func (s *Server) timeline(w http.ResponseWriter, r *http.Request) (any, error) {
 	if err != nil || format != "csv" {
 		return tl, err
 	}
-	w.Header().Set("Content-Type", "text/csv; charset=utf-8")
-	w.Header().Set("Content-Disposition", `attachment; filename="meshflows-eligibility-timeline.csv"`)
-	cw := csv.NewWriter(w)
-	cw.Write([]string{"capability_id", "slice_start", "level", "instances", "min_in_rotation"})
-	for _, c := range tl.Capabilities {
-		for _, b := range c.Buckets {
-			cw.Write([]string{journal.SafeCell(c.CapabilityID), b.Start.UTC().Format(time.RFC3339), b.Level, strconv.Itoa(b.Instances), strconv.Itoa(b.MinInRotation)})
-		}
+	err = httpapi.WriteCSV(w, "meshflows-eligibility-timeline.csv", []string{"capability_id", "slice_start", "level", "instances", "min_in_rotation"},
+		func(emit func(...string)) {
+			for _, c := range tl.Capabilities {
+				for _, b := range c.Buckets {
+					emit(c.CapabilityID, b.Start.UTC().Format(time.RFC3339), b.Level, strconv.Itoa(b.Instances), strconv.Itoa(b.MinInRotation))
+				}
+			}
+		})
+	if err != nil {
+		s.cfg.Logger.Warn("writing the timeline CSV failed", "error", err)
 	}
-	cw.Flush()
 	return written{}, nil
 }
 
