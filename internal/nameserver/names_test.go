@@ -148,3 +148,26 @@ func BenchmarkSRV100Cold(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkMissReply answers names the per-revision cache never keeps (an unknown name, a
+// TXT) through the server's path: what a resolver probing names costs.
+func BenchmarkMissReply(b *testing.B) {
+	s := newBenchServer(b, 100)
+	from := &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5353}
+	for _, q := range []struct {
+		name  string
+		qtype uint16
+		rcode int
+	}{{"nothing.cap.meshflows.", dns.TypeSRV, dns.RcodeNameError}, {"messaging.publish.cap.meshflows.", dns.TypeTXT, dns.RcodeSuccess}} {
+		b.Run(dns.TypeToString[q.qtype]+"/"+dns.RcodeToString[q.rcode], func(b *testing.B) {
+			req := new(dns.Msg)
+			req.SetQuestion(q.name, q.qtype)
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, rcode := s.reply(req, from); rcode != q.rcode {
+					b.Fatal(dns.RcodeToString[rcode])
+				}
+			}
+		})
+	}
+}

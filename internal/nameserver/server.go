@@ -168,7 +168,7 @@ func (s *Server) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
 // sets its own id, flags and name case. Nothing is kept for names that do not exist.
 func (s *Server) reply(req *dns.Msg, from net.Addr) ([]byte, int) {
 	if req.Opcode != dns.OpcodeQuery || len(req.Question) != 1 || req.Question[0].Qclass != dns.ClassINET {
-		m := s.answer(req, from)
+		m := s.answerFrom(req, from, nil, discovery.Meta{}, nil) // refused before any view is needed
 		wire, _ := m.Pack()
 		return wire, m.Rcode
 	}
@@ -182,7 +182,7 @@ func (s *Server) reply(req *dns.Msg, from net.Addr) ([]byte, int) {
 	}
 	ix, meta, err := s.view()
 	if err != nil {
-		m := s.answer(req, from)
+		m := s.answerFrom(req, from, ix, meta, err)
 		wire, _ := m.Pack()
 		return wire, m.Rcode
 	}
@@ -190,7 +190,7 @@ func (s *Server) reply(req *dns.Msg, from net.Addr) ([]byte, int) {
 	if wire, ok := ix.cached(key); ok {
 		return patch(wire, req), dns.RcodeSuccess
 	}
-	m := s.answer(req, from)
+	m := s.answerFrom(req, from, ix, meta, nil) // the view just read: not read again
 	wire, err := m.Pack()
 	if err != nil {
 		return nil, dns.RcodeServerFailure
@@ -250,6 +250,12 @@ func boolBit(b bool) byte {
 
 // answer builds the reply to req.
 func (s *Server) answer(req *dns.Msg, from net.Addr) *dns.Msg {
+	ix, meta, err := s.view()
+	return s.answerFrom(req, from, ix, meta, err)
+}
+
+// answerFrom builds the reply to req from the view ix (viewErr: the view is unavailable).
+func (s *Server) answerFrom(req *dns.Msg, from net.Addr, ix *index, meta discovery.Meta, viewErr error) *dns.Msg {
 	m := new(dns.Msg)
 	m.SetReply(req)
 	m.Authoritative = true
@@ -283,8 +289,7 @@ func (s *Server) answer(req *dns.Msg, from net.Addr) *dns.Msg {
 		m.Answer = append(m.Answer, &dns.HINFO{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeHINFO, Class: dns.ClassINET, Ttl: 3600}, Cpu: "RFC8482"})
 		return m
 	}
-	ix, meta, err := s.view()
-	if err != nil {
+	if viewErr != nil {
 		m.SetRcode(req, dns.RcodeServerFailure) // the view is unavailable (never fetched, or expired)
 		return m
 	}
