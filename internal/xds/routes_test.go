@@ -1,12 +1,14 @@
 package xds_test
 
 import (
+	"cmp"
 	"context"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -14,7 +16,7 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"github.com/google/go-cmp/cmp"
+	gocmp "github.com/google/go-cmp/cmp"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
@@ -111,14 +113,11 @@ func TestRDSIsTheDerivedTable(t *testing.T) {
 				want = append(want, row{r.Method, r.Pattern, r.Instances})
 			}
 			key := func(a, b row) int {
-				if a.Pattern != b.Pattern {
-					return map[bool]int{true: -1, false: 1}[a.Pattern < b.Pattern]
-				}
-				return map[bool]int{true: -1, false: 1}[a.Method < b.Method]
+				return cmp.Or(strings.Compare(a.Pattern, b.Pattern), strings.Compare(a.Method, b.Method))
 			}
 			slices.SortFunc(got, key)
 			slices.SortFunc(want, key)
-			if diff := cmp.Diff(want, got); diff != "" {
+			if diff := gocmp.Diff(want, got); diff != "" {
 				t.Errorf("served routes (-derived +served):\n%s", diff)
 			}
 			for _, r := range c.Requests {
@@ -190,7 +189,7 @@ func TestServedRDSFollowsTheRegistry(t *testing.T) {
 	}
 	want := []string{"POST /api/messaging/jms/publish -> route:POST:/api/messaging/jms/publish",
 		"GET /api/messaging/jms/{queue} -> route:GET:/api/messaging/jms/{queue}"}
-	if diff := cmp.Diff(want, got); diff != "" {
+	if diff := gocmp.Diff(want, got); diff != "" {
 		t.Errorf("served routes (-want +got):\n%s", diff)
 	}
 	eps := adsStream(t, ctx, c, "envoy", resourcev3.EndpointType, xds.RouteClusterName("POST", "/api/messaging/jms/publish"))

@@ -54,11 +54,10 @@ type Server struct {
 	caches map[resourcev3.Type]*cachev3.LinearCache
 	mux    *cachev3.MuxCache
 
-	mu      sync.Mutex
-	version string                                        // of the view served, "" before the first
-	caps    map[resourcev3.Type]map[string]types.Resource // from the capabilities view
-	routes  map[resourcev3.Type]map[string]types.Resource // from the routes view (the table)
-	last    map[resourcev3.Type]map[string]types.Resource // the resources served, to find what changed
+	mu     sync.Mutex
+	caps   map[resourcev3.Type]map[string]types.Resource // from the capabilities view
+	routes map[resourcev3.Type]map[string]types.Resource // from the routes view (the table)
+	last   map[resourcev3.Type]map[string]types.Resource // the resources served, to find what changed
 }
 
 // servedTypes are the resource types served; a stream asking for another type gets an error.
@@ -94,14 +93,6 @@ func New(cfg Config) (*Server, error) {
 // are told as such (UNHEALTHY, DRAINING) rather than disappearing.
 var query = discovery.Query{IncludeAll: true}
 
-// Version returns the registry epoch and revision of the view served ("" before the first
-// view arrived).
-func (s *Server) Version() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.version
-}
-
 // update installs the resources of a view: only those that changed are replaced (and sent
 // again to the streams holding them).
 func (s *Server) update(res *discovery.Result) {
@@ -113,7 +104,7 @@ func (s *Server) update(res *discovery.Result) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.caps, s.version = caps, version
+	s.caps = caps
 	changed := s.installLocked()
 	s.cfg.Logger.Debug("xds view", slog.String("version", version), slog.Int("entries", len(res.Entries)), slog.Int("resources_changed", changed))
 }

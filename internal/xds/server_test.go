@@ -169,7 +169,7 @@ func calls(t *testing.T, c healthpb.HealthClient, n int) {
 }
 
 // TestGRPCClientThroughXDS: a gRPC client with an xds:/// target reaches both registered
-// instances; a deregistered one stops getting calls within a second; with the registry
+// instances; a deregistered one stops getting calls; with the registry
 // gone, calls go on from the last snapshot; a provider's own cluster reaches only it.
 func TestGRPCClientThroughXDS(t *testing.T) {
 	e := newEnv(t, time.Nanosecond)
@@ -185,18 +185,21 @@ func TestGRPCClientThroughXDS(t *testing.T) {
 	if err := e.reg.Registry.Deregister(context.Background(), "rmq-1", e.gens["rmq-1"]); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(time.Second)
+	// How fast a change reaches streams is BenchmarkViewChangeReachesStreams' figure; here it
+	// must happen at all (the bound only keeps a broken build from waiting forever).
+	start := time.Now()
 	for {
 		before := rmq.calls.Load()
 		calls(t, c, 20)
 		if rmq.calls.Load() == before {
 			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the deregistered instance still gets calls a second later")
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("the deregistered instance still gets calls 10 s later")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	t.Logf("the deregistered instance stopped getting calls after %s", time.Since(start).Round(time.Millisecond))
 
 	e.reg.Close() // the registry goes away: the snapshot stays
 	before := jms.calls.Load()
