@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/goccy/go-yaml"
 )
@@ -130,17 +129,4 @@ func scrapeNames(t *testing.T, url string) map[string]bool {
 		t.Fatal(err)
 	}
 	return names
-}
-
-// waitFor polls cond until it holds, failing the test with what after 60 s (a bound for
-// slow CI machines, not a timing assertion).
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within 60 s: %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 }

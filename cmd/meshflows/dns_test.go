@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/meshflows/meshflows/internal/registry/registrytest"
 )
 
 // TestDNSAgainstDev resolves the example providers through meshflows dev's DNS with Go's
@@ -23,7 +25,7 @@ func TestDNSAgainstDev(t *testing.T) {
 		return d.DialContext(ctx, network, addr)
 	}}
 	var got []string
-	waitFor(t, "both providers answer over DNS", func() bool {
+	registrytest.Until(t, "both providers answer over DNS", func() bool {
 		_, srvs, err := r.LookupSRV(ctx, "", "", "messaging.publish.cap.meshflows.")
 		got = got[:0]
 		for _, s := range srvs {

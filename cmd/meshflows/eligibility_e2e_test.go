@@ -21,6 +21,8 @@ import (
 	"github.com/meshflows/meshflows/internal/health"
 	"github.com/meshflows/meshflows/internal/store/etcdstore/etcdtest"
 	"github.com/meshflows/meshflows/provider"
+
+	"github.com/meshflows/meshflows/internal/registry/registrytest"
 )
 
 // startCommand runs a meshflows command until the test ends and waits until url answers.
@@ -39,7 +41,7 @@ func startCommandWith(t *testing.T, client *http.Client, url string, args ...str
 		done <- fmt.Sprintf("%v\n%s", err, out)
 	}()
 	t.Cleanup(func() { cancel(); <-done })
-	waitFor(t, args[0]+" serves "+url, func() bool {
+	registrytest.Until(t, args[0]+" serves "+url, func() bool {
 		select {
 		case out := <-done:
 			t.Fatalf("meshflows %s ended: %s", args[0], out)
@@ -146,7 +148,7 @@ func TestEligibilityEndToEnd(t *testing.T) {
 		getJSON(t, regURL+"/v1/services/"+id+"/eligibility", &ex)
 		return ex
 	}
-	waitFor(t, "all five serving", func() bool {
+	registrytest.Until(t, "all five serving", func() bool {
 		for name := range members {
 			if explain(name).State != apiv1.EligibilityServing {
 				return false
@@ -157,7 +159,7 @@ func TestEligibilityEndToEnd(t *testing.T) {
 
 	start := time.Now()
 	members["b"].failing.Store(true)
-	waitFor(t, "b leaves the gateway's rotation", func() bool { return explain("b").State == apiv1.EligibilityWithdrawn && served(20)["b"] == 0 })
+	registrytest.Until(t, "b leaves the gateway's rotation", func() bool { return explain("b").State == apiv1.EligibilityWithdrawn && served(20)["b"] == 0 })
 	t.Logf("failing health endpoint (unhealthy_after 2 × 200ms): out of the gateway's rotation after %s", time.Since(start).Round(time.Millisecond))
 	if ex := explain("b"); ex.Reasons[0].Code != health.ReasonProbeFailing || !strings.Contains(ex.Reasons[0].Evidence.Detail, "2 consecutive") {
 		t.Errorf("b's reasons: %+v", ex.Reasons)
@@ -165,7 +167,7 @@ func TestEligibilityEndToEnd(t *testing.T) {
 
 	start = time.Now()
 	members["c"].srv.Close() // refused from now on
-	waitFor(t, "c leaves at its first refused probe", func() bool {
+	registrytest.Until(t, "c leaves at its first refused probe", func() bool {
 		ex := explain("c")
 		return ex.State == apiv1.EligibilityWithdrawn && len(ex.Reasons) > 0 && ex.Reasons[0].Code == health.ReasonProbeRefused
 	})
@@ -175,7 +177,7 @@ func TestEligibilityEndToEnd(t *testing.T) {
 		Revision int64 `json:"revision"`
 	}
 	getJSON(t, regURL+"/v1/discovery/health", &h)
-	waitFor(t, "the gateway applies the withdrawal", func() bool {
+	registrytest.Until(t, "the gateway applies the withdrawal", func() bool {
 		var r struct {
 			Revision int64 `json:"registry_revision"`
 		}
@@ -187,8 +189,8 @@ func TestEligibilityEndToEnd(t *testing.T) {
 	}
 
 	members["b"].failing.Store(false)
-	waitFor(t, "b re-enters through slow start", func() bool { return explain("b").State == apiv1.EligibilitySlowStart })
-	waitFor(t, "b serving again", func() bool { return explain("b").State == apiv1.EligibilityServing })
+	registrytest.Until(t, "b re-enters through slow start", func() bool { return explain("b").State == apiv1.EligibilitySlowStart })
+	registrytest.Until(t, "b serving again", func() bool { return explain("b").State == apiv1.EligibilityServing })
 	var path []string
 	for _, tr := range explain("b").Transitions {
 		path = append(path, tr.To)
@@ -196,7 +198,7 @@ func TestEligibilityEndToEnd(t *testing.T) {
 	if got := strings.Join(path, ">"); !strings.HasSuffix(got, "serving>withdrawn>slow_start>serving") {
 		t.Errorf("b's transitions %s: want …serving>withdrawn>slow_start>serving", got)
 	}
-	waitFor(t, "the gateway uses b again", func() bool { return served(20)["b"] > 0 })
+	registrytest.Until(t, "the gateway uses b again", func() bool { return served(20)["b"] > 0 })
 }
 
 // partition forwards to the registry until cut, then drops every connection.
@@ -235,12 +237,12 @@ func TestSelfPreservationWithAFleetOfAgents(t *testing.T) {
 				Capabilities: []apiv1.Capability{{CapabilityID: "fleet.work", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0", Provider: "p"}}}})
 	}
 	var h apiv1.HealthResponse
-	waitFor(t, "12 registered for over a window", func() bool {
+	registrytest.Until(t, "12 registered for over a window", func() bool {
 		getJSON(t, regURL+"/v1/discovery/health", &h)
 		return h.ActiveInstances == 12 && h.UptimeSeconds >= 4 && !h.SelfPreservation
 	})
 	cut.cut.Store(true)
-	waitFor(t, "self-preservation on", func() bool {
+	registrytest.Until(t, "self-preservation on", func() bool {
 		getJSON(t, regURL+"/v1/discovery/health", &h)
 		return h.SelfPreservation
 	})
@@ -252,7 +254,7 @@ func TestSelfPreservationWithAFleetOfAgents(t *testing.T) {
 			lastLease = in.LeaseExpiresAt
 		}
 	}
-	waitFor(t, "every cut-off lease has run out, and a few sweeps more", func() bool { return time.Now().After(lastLease.Add(time.Second)) })
+	registrytest.Until(t, "every cut-off lease has run out, and a few sweeps more", func() bool { return time.Now().After(lastLease.Add(time.Second)) })
 	getJSON(t, regURL+"/v1/discovery/health", &h)
 	if h.ActiveInstances != 12 || !h.SelfPreservation {
 		t.Fatalf("leases ended at %s: %d instances, self_preservation %v; want 12 kept", lastLease, h.ActiveInstances, h.SelfPreservation)
@@ -267,7 +269,7 @@ func TestSelfPreservationWithAFleetOfAgents(t *testing.T) {
 		t.Error("the self-preservation gauge is not 1")
 	}
 	cut.cut.Store(false)
-	waitFor(t, "self-preservation off once renewals are back", func() bool {
+	registrytest.Until(t, "self-preservation off once renewals are back", func() bool {
 		getJSON(t, regURL+"/v1/discovery/health", &h)
 		return !h.SelfPreservation && h.ActiveInstances == 12
 	})

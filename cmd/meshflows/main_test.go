@@ -132,7 +132,7 @@ func startDev(t *testing.T, ctx context.Context) (base int, done <-chan devResul
 func waitDevReady(t *testing.T, base int) {
 	t.Helper()
 	gw := "http://127.0.0.1:" + strconv.Itoa(base+devGatewayOffset) + "/api/messaging/rabbitmq/messages"
-	waitFor(t, "the gateway routes to the rabbitmq provider from a fresh table", func() bool {
+	registrytest.Until(t, "the gateway routes to the rabbitmq provider from a fresh table", func() bool {
 		resp, err := http.Get(gw)
 		if err != nil {
 			return false
@@ -141,7 +141,7 @@ func waitDevReady(t *testing.T, base int) {
 		return resp.StatusCode == http.StatusOK && resp.Header.Get("X-Cache-Source") == "fresh"
 	})
 	run := "http://127.0.0.1:" + strconv.Itoa(base+devOrchestratorOffset) + "/v1/workflows/order-publish/run"
-	waitFor(t, "the example workflow runs to success", func() bool {
+	registrytest.Until(t, "the example workflow runs to success", func() bool {
 		resp, err := http.Post(run, "application/json", strings.NewReader(`{"order": 1}`))
 		if err != nil {
 			return false
@@ -166,7 +166,7 @@ func TestDevServesAndStopsCleanly(t *testing.T) {
 	base, done := startDev(t, ctx)
 	// both example providers register themselves
 	capsURL := "http://127.0.0.1:" + strconv.Itoa(base) + "/v1/discovery/capabilities?capability_id=messaging.publish"
-	waitFor(t, "both example providers register", func() bool {
+	registrytest.Until(t, "both example providers register", func() bool {
 		resp, err := http.Get(capsURL)
 		if err != nil {
 			return false

@@ -15,6 +15,8 @@ import (
 	"testing"
 
 	"github.com/meshflows/meshflows/internal/store/etcdstore/etcdtest"
+
+	"github.com/meshflows/meshflows/internal/registry/registrytest"
 )
 
 // TestRealPrometheusScrapesTheStack starts Debian's Prometheus on loopback against
@@ -99,7 +101,7 @@ scrape_configs:
 		{`sum(meshflows_provider_registry_register_success_total{job="meshflows-provider"})`, 2},
 		{`count(up{job=~"meshflows-.*"} == 1)`, 4},
 	} {
-		waitFor(t, fmt.Sprintf("Prometheus answers %s == %v", tc.query, tc.want), func() bool { v, ok := query(tc.query); return ok && v == tc.want })
+		registrytest.Until(t, fmt.Sprintf("Prometheus answers %s == %v", tc.query, tc.want), func() bool { v, ok := query(tc.query); return ok && v == tc.want })
 	}
 	// every dashboard panel's query and every runbook's PromQL is accepted by Prometheus
 	accepts := func(where, q string) {
@@ -142,7 +144,7 @@ scrape_configs:
 		t.Error("no PromQL found in docs/runbooks")
 	}
 	// every alert rule loaded and evaluates without error against the real series
-	waitFor(t, "every alert rule evaluates healthy", func() bool {
+	registrytest.Until(t, "every alert rule evaluates healthy", func() bool {
 		resp, err := http.Get("http://" + promAddr + "/api/v1/rules?type=alert")
 		if err != nil {
 			return false

@@ -12,6 +12,8 @@ import (
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/internal/store/etcdstore/etcdtest"
+
+	"github.com/meshflows/meshflows/internal/registry/registrytest"
 )
 
 // TestRestartWithTheSameFlags runs one supervisor command line three times: the first start
@@ -36,7 +38,7 @@ func TestRestartWithTheSameFlags(t *testing.T) {
 			}
 			done <- out
 		}()
-		waitFor(t, "the registry serving", func() bool {
+		registrytest.Until(t, "the registry serving", func() bool {
 			resp, err := http.Get(base + "/healthz")
 			if err == nil {
 				resp.Body.Close()
@@ -76,7 +78,7 @@ func TestRestartWithTheSameFlags(t *testing.T) {
 		}
 		r.Body.Close()
 	}
-	waitFor(t, "the warm-up over", func() bool {
+	registrytest.Until(t, "the warm-up over", func() bool {
 		beat() // the provider stays alive meanwhile
 		r, err := http.Get(base + "/v1/discovery/capabilities")
 		if err != nil {
@@ -97,7 +99,7 @@ func TestRestartWithTheSameFlags(t *testing.T) {
 	}
 	before := newest()
 	beat()
-	waitFor(t, "a snapshot written after the heartbeat", func() bool { return newest() != before })
+	registrytest.Until(t, "a snapshot written after the heartbeat", func() bool { return newest() != before })
 	if out := stop(); !strings.Contains(out, "no valid snapshot to restore: starting empty") {
 		t.Errorf("first start did not say it started empty:\n%s", out)
 	}

@@ -35,7 +35,7 @@ func newJudgedEnv(t *testing.T, gcfg gateway.Config) *env {
 func (e *env) caughtUp(t *testing.T) {
 	t.Helper()
 	want := e.reg.Registry.State().Revision
-	until(t, "the gateway applies revision "+strconv.FormatInt(want, 10), func() bool {
+	registrytest.Until(t, "the gateway applies revision "+strconv.FormatInt(want, 10), func() bool {
 		var r routing.RoutesAnswer
 		json.Unmarshal([]byte(e.do(t, "GET", "/v1/gateway/routes", "").body), &r)
 		return r.RegistryRevision == want
@@ -190,7 +190,7 @@ func TestSDKDegradedHealthLowersTheWeight(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- agent.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
-	until(t, "the agent registers", func() bool { return agent.Status().Registered })
+	registrytest.Until(t, "the agent registers", func() bool { return agent.Status().Registered })
 	e.reg.Clock.Advance(time.Minute) // past slow start
 	e.reg.Registry.Sweep(context.Background())
 	if err := agent.SetHealth("sideways"); err == nil {
@@ -199,7 +199,7 @@ func TestSDKDegradedHealthLowersTheWeight(t *testing.T) {
 	if err := agent.SetHealth(apiv1.HealthDegraded); err != nil {
 		t.Fatal(err)
 	}
-	until(t, "discovery answers b degraded at weight 50", func() bool {
+	registrytest.Until(t, "discovery answers b degraded at weight 50", func() bool {
 		in, err := e.reg.Registry.Instance(id)
 		return err == nil && in.Eligibility == apiv1.EligibilityDegraded && in.Weight == 50
 	})
@@ -208,7 +208,7 @@ func TestSDKDegradedHealthLowersTheWeight(t *testing.T) {
 		t.Errorf("weights 100/50 (-want +got):\n%s", diff)
 	}
 	agent.SetHealth(apiv1.HealthOK)
-	until(t, "b back to serving", func() bool {
+	registrytest.Until(t, "b back to serving", func() bool {
 		in, _ := e.reg.Registry.Instance(id)
 		return in.Eligibility == apiv1.EligibilityServing
 	})

@@ -150,23 +150,11 @@ func (e *env) do(t *testing.T, method, path, body string) answer {
 	return answer{resp.StatusCode, string(b), resp.Header}
 }
 
-// until polls cond; it asserts no timing, the 10 s bound only ends a broken test.
-func until(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("never: %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 func TestRoutesFollowTheRegistry(t *testing.T) {
 	e := newEnv(t)
 	a := upstream(t, "a")
 	e.register(t, "orders-a", a.URL, ordersRoutes...)
-	until(t, "the new provider's route is served", func() bool { return e.do(t, "GET", "/orders/1", "").status == 200 })
+	registrytest.Until(t, "the new provider's route is served", func() bool { return e.do(t, "GET", "/orders/1", "").status == 200 })
 	got := e.do(t, "GET", "//orders/./7/", "")
 	if !strings.HasPrefix(got.body, "a /orders/7 127.0.0.1") || got.header.Get("X-Cache-Source") != "fresh" {
 		t.Errorf("GET //orders/./7/ = %d %q %v", got.status, got.body, got.header)
@@ -190,16 +178,16 @@ func TestRoutesFollowTheRegistry(t *testing.T) {
 	if err := e.reg.Registry.Deregister(context.Background(), "orders-a", 0); err != nil {
 		t.Fatal(err)
 	}
-	until(t, "the route is withdrawn", func() bool { return e.do(t, "GET", "/orders/1", "").status == 404 })
+	registrytest.Until(t, "the route is withdrawn", func() bool { return e.do(t, "GET", "/orders/1", "").status == 404 })
 }
 
 func TestLastKnownGoodDuringAnOutage(t *testing.T) {
 	e := newEnv(t)
 	a := upstream(t, "a")
 	e.register(t, "orders-a", a.URL, ordersRoutes...)
-	until(t, "served", func() bool { return e.do(t, "GET", "/orders/1", "").status == 200 })
+	registrytest.Until(t, "served", func() bool { return e.do(t, "GET", "/orders/1", "").status == 200 })
 	e.front.down.Store(true)
-	until(t, "the gateway notices the outage", func() bool {
+	registrytest.Until(t, "the gateway notices the outage", func() bool {
 		return e.do(t, "GET", "/orders/1", "").header.Get("X-Cache-Source") == "snapshot"
 	})
 	for range 20 {
@@ -216,7 +204,7 @@ func TestLastKnownGoodDuringAnOutage(t *testing.T) {
 		t.Errorf("after a failed invalidation: %d", got.status)
 	}
 	e.front.down.Store(false)
-	until(t, "fresh again", func() bool { return e.do(t, "GET", "/orders/1", "").header.Get("X-Cache-Source") == "fresh" })
+	registrytest.Until(t, "fresh again", func() bool { return e.do(t, "GET", "/orders/1", "").header.Get("X-Cache-Source") == "fresh" })
 	if got := e.do(t, "DELETE", "/v1/discovery/invalidate", ""); got.status != 200 {
 		t.Errorf("invalidate = %d %s", got.status, got.body)
 	}
@@ -229,7 +217,7 @@ func TestIdempotentRetryOnly(t *testing.T) {
 	a := upstream(t, "a")
 	e.register(t, "orders-a", a.URL, ordersRoutes...)
 	e.register(t, "orders-dead", dead.URL, ordersRoutes...)
-	until(t, "two instances in the table", func() bool {
+	registrytest.Until(t, "two instances in the table", func() bool {
 		var r routing.RoutesAnswer
 		json.Unmarshal([]byte(e.do(t, "GET", "/v1/gateway/routes", "").body), &r)
 		return len(r.Routes) > 0 && len(r.Routes[0].Instances) == 2
@@ -277,7 +265,7 @@ func TestTableSwapUnderLoad(t *testing.T) {
 	e := newEnv(t)
 	a := upstream(t, "a")
 	e.register(t, "orders-a", a.URL, ordersRoutes...)
-	until(t, "served", func() bool { return e.do(t, "GET", "/orders/1", "").status == 200 })
+	registrytest.Until(t, "served", func() bool { return e.do(t, "GET", "/orders/1", "").status == 200 })
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	var bad atomic.Int64
@@ -320,7 +308,7 @@ func TestPublicAliasForwardsToInvoke(t *testing.T) {
 	if _, err := e.reg.Registry.Register(context.Background(), &req); err != nil {
 		t.Fatal(err)
 	}
-	until(t, "alias served", func() bool { return e.do(t, "POST", "/orders/submit", "{}").status == 200 })
+	registrytest.Until(t, "alias served", func() bool { return e.do(t, "POST", "/orders/submit", "{}").status == 200 })
 	if got := e.do(t, "POST", "/orders/submit", `{"x":1}`); !strings.HasPrefix(got.body, "a /v1/capabilities/orders.submit/invoke") {
 		t.Errorf("alias forwarded as %q", got.body)
 	}
@@ -342,19 +330,19 @@ func TestDrainHandshakeLosesNoRequest(t *testing.T) {
 	}
 	start("orders-a")
 	upB, stopB := start("orders-b")
-	until(t, "both instances in the table", func() bool {
+	registrytest.Until(t, "both instances in the table", func() bool {
 		var r routing.RoutesAnswer
 		json.Unmarshal([]byte(e.do(t, "GET", "/v1/gateway/routes", "").body), &r)
 		return len(r.Routes) == 2 && len(r.Routes[0].Instances) == 2
 	})
 	load := registrytest.StartLoad(e.srv.URL+"/orders/1", "x", 4)
-	until(t, "traffic flowing", func() bool { return load.Sent() > 50 })
+	registrytest.Until(t, "traffic flowing", func() bool { return load.Sent() > 50 })
 	if err := stopB(); err != nil { // returns once the gateway has acknowledged the withdrawal
 		t.Fatal(err)
 	}
 	upB.Close() // the provider stops serving only now
 	before := load.Sent()
-	until(t, "more traffic after the stop", func() bool { return load.Sent() > before+200 })
+	registrytest.Until(t, "more traffic after the stop", func() bool { return load.Sent() > before+200 })
 	load.Stop()
 	if n := load.Failed(); n != 0 {
 		t.Errorf("%d of %d requests failed while a provider drained", n, load.Sent())
@@ -388,7 +376,7 @@ func TestAckWaitsForRequestsOnOlderTables(t *testing.T) {
 		json.Unmarshal([]byte(e.do(t, "GET", "/v1/gateway/routes", "").body), &r)
 		return r
 	}
-	until(t, "both instances' routes in the table", func() bool { return len(routes().Routes) == 4 }) // and the static one
+	registrytest.Until(t, "both instances' routes in the table", func() bool { return len(routes().Routes) == 4 }) // and the static one
 
 	done := make(chan string, 1)
 	go func() {
@@ -405,7 +393,7 @@ func TestAckWaitsForRequestsOnOlderTables(t *testing.T) {
 	if err := e.reg.Registry.Deregister(context.Background(), "orders-b", 0); err != nil {
 		t.Fatal(err)
 	}
-	until(t, "orders-b's route gone from the table", func() bool { return len(routes().Routes) == 3 })
+	registrytest.Until(t, "orders-b's route gone from the table", func() bool { return len(routes().Routes) == 3 })
 	withdrawn := func() bool {
 		w, err := e.reg.Registry.Withdrawal("orders-b", reg.Generation)
 		if err != nil {
@@ -423,7 +411,7 @@ func TestAckWaitsForRequestsOnOlderTables(t *testing.T) {
 	if got := <-done; got != "200 slow" {
 		t.Fatalf("the request on the older table got %q", got)
 	}
-	until(t, "the withdrawal acknowledged once the request finished", withdrawn)
+	registrytest.Until(t, "the withdrawal acknowledged once the request finished", withdrawn)
 }
 
 // TestDrainHandshakeDuringWarmUp stops a provider under traffic right after a registry
@@ -445,7 +433,7 @@ func TestDrainHandshakeDuringWarmUp(t *testing.T) {
 		return r
 	}
 	twoUpstreams := func() bool { r := routes(); return len(r.Routes) == 2 && len(r.Routes[0].Instances) == 2 }
-	until(t, "both instances in the table", twoUpstreams)
+	registrytest.Until(t, "both instances in the table", twoUpstreams)
 
 	// The registry restarts with empty state: a new epoch, inside its warm-up window.
 	restarted := registrytest.NewServerAt(t, registry.Config{}, registrytest.Epoch0.Add(time.Hour))
@@ -457,25 +445,25 @@ func TestDrainHandshakeDuringWarmUp(t *testing.T) {
 	e.reg.Config.Handler = restarted.Config.Handler // the agents reach the restarted registry too
 	start("orders-a", upA)
 	stopB := start("orders-b", upB)
-	until(t, "both re-registered with the restarted registry", func() bool {
+	registrytest.Until(t, "both re-registered with the restarted registry", func() bool {
 		_, errA := restarted.Registry.Instance("orders-a")
 		_, errB := restarted.Registry.Instance("orders-b")
 		return errA == nil && errB == nil
 	})
-	until(t, "the table follows the restarted registry (incomplete)", func() bool {
+	registrytest.Until(t, "the table follows the restarted registry (incomplete)", func() bool {
 		r := routes()
 		return r.RegistryEpoch == restarted.Registry.State().Epoch && twoUpstreams()
 	})
 	genB := func() int64 { in, _ := restarted.Registry.Instance("orders-b"); return in.Generation }()
 
 	load := registrytest.StartLoad(e.srv.URL+"/orders/1", "x", 4)
-	until(t, "traffic flowing", func() bool { return load.Sent() > 50 })
+	registrytest.Until(t, "traffic flowing", func() bool { return load.Sent() > 50 })
 	if err := stopB(); err != nil {
 		t.Fatal(err)
 	}
 	upB.Close() // the provider stops serving once its agent returns
 	before := load.Sent()
-	until(t, "more traffic after the stop", func() bool { return load.Sent() > before+200 })
+	registrytest.Until(t, "more traffic after the stop", func() bool { return load.Sent() > before+200 })
 	load.Stop()
 	if n := load.Failed(); n != 0 {
 		t.Errorf("%d of %d requests failed while a provider drained during the warm-up", n, load.Sent())
@@ -494,7 +482,7 @@ func TestDrainHandshakeDuringWarmUp(t *testing.T) {
 		t.Fatalf("withdrawal right after the restart: %+v, want not acknowledged, none pending, a reason", w)
 	}
 	restarted.Clock.Advance(registry.DefaultGatewayTTL)
-	until(t, "the withdrawal acknowledged once every live gateway can be known", func() bool {
+	registrytest.Until(t, "the withdrawal acknowledged once every live gateway can be known", func() bool {
 		w, err := restarted.Registry.Withdrawal("orders-b", genB)
 		return err == nil && w.Acknowledged
 	})
@@ -518,8 +506,8 @@ func TestAckFollowsTheRegistrysInterval(t *testing.T) {
 		t.Fatal(err)
 	}
 	serveGateway(t, gateway.Config{Discovery: disc, AckInterval: time.Hour, OutcomeWindow: -1}, true)
-	until(t, "the first acknowledgement (of the first table)", func() bool { return acks.Load() >= 1 })
-	until(t, "acknowledgements every second with no new table", func() bool { return acks.Load() >= 3 })
+	registrytest.Until(t, "the first acknowledgement (of the first table)", func() bool { return acks.Load() >= 1 })
+	registrytest.Until(t, "acknowledgements every second with no new table", func() bool { return acks.Load() >= 3 })
 }
 
 // TestStaticRoutesWithoutARegistry: a gateway whose registry has never answered serves its
@@ -550,8 +538,8 @@ func TestStateDirKeepsRoutesAcrossARestart(t *testing.T) {
 	dir := t.TempDir()
 	e := newEnvWith(t, registry.Config{}, gateway.Config{StateDir: dir})
 	e.register(t, "orders-a", upstream(t, "orders-a").URL, ordersRoutes...)
-	until(t, "the route in the table", func() bool { return e.do(t, "GET", "/orders/1", "").status == 200 })
-	until(t, "the view saved", func() bool { _, err := os.Stat(filepath.Join(dir, "gateway-routes.json")); return err == nil })
+	registrytest.Until(t, "the route in the table", func() bool { return e.do(t, "GET", "/orders/1", "").status == 200 })
+	registrytest.Until(t, "the view saved", func() bool { _, err := os.Stat(filepath.Join(dir, "gateway-routes.json")); return err == nil })
 
 	e.front.down.Store(true) // the registry goes away, and the gateway restarts
 	disc, err := discovery.New(discovery.Config{Registries: []string{e.reg.URL + "/down"}, RetryInterval: time.Hour})
@@ -562,7 +550,7 @@ func TestStateDirKeepsRoutesAcrossARestart(t *testing.T) {
 		Policy: func() routing.Policy { return routing.Policy{"orders": {"/orders"}} }}, true)
 	restarted := &env{srv: srv}
 	var a answer
-	until(t, "the saved route served", func() bool { a = restarted.do(t, "GET", "/orders/1", ""); return a.status == 200 })
+	registrytest.Until(t, "the saved route served", func() bool { a = restarted.do(t, "GET", "/orders/1", ""); return a.status == 200 })
 	if !strings.HasPrefix(a.body, "orders-a") || a.header.Get("X-Cache-Source") != "snapshot" || a.header.Get("X-Route-Table-Age") == "" {
 		t.Fatalf("after the restart: %q, X-Cache-Source %q, X-Route-Table-Age %q; want orders-a from a snapshot with its age",
 			a.body, a.header.Get("X-Cache-Source"), a.header.Get("X-Route-Table-Age"))

@@ -15,6 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+
+	"github.com/meshflows/meshflows/internal/registry/registrytest"
 )
 
 // A failure injected upstream shows in the route's availability, its series and the CSV;
@@ -31,7 +33,7 @@ func TestRouteHealth(t *testing.T) {
 	}))
 	t.Cleanup(up.Close)
 	e.register(t, "orders-a", up.URL, ordersRoutes...)
-	until(t, "served", func() bool { return e.do(t, "GET", "/orders/1", "").status == 200 })
+	registrytest.Until(t, "served", func() bool { return e.do(t, "GET", "/orders/1", "").status == 200 })
 	for range 5 {
 		e.do(t, "GET", "/orders/1", "")
 	}
@@ -75,7 +77,7 @@ func TestRouteHealth(t *testing.T) {
 	if err := e.reg.Registry.Deregister(context.Background(), "orders-a", 0); err != nil {
 		t.Fatal(err)
 	}
-	until(t, "the route is withdrawn", func() bool { return e.do(t, "GET", "/orders/1", "").status == 404 })
+	registrytest.Until(t, "the route is withdrawn", func() bool { return e.do(t, "GET", "/orders/1", "").status == 404 })
 	if n := testutil.CollectAndCount(e.prom, "meshflows_gateway_route_requests_total"); n != 4 {
 		t.Errorf("series after the route left: %d, want the static route's 4 classes", n)
 	}

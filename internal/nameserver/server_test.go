@@ -142,18 +142,6 @@ func srvTargets(t *testing.T, r *net.Resolver, name string) []string {
 	return out
 }
 
-// until waits for cond; it asserts no timing, the bound only ends a broken test.
-func until(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("never: %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func TestNameForms(t *testing.T) {
 	e := newEnv(t)
 	e.register(t, "jms-1", "egress-jms", "jms", "1.2.0", "http://127.0.0.1:7410", 10)
@@ -161,7 +149,7 @@ func TestNameForms(t *testing.T) {
 	e.register(t, "hook-1", "egress-webhook", "webhook", "1.0.0", "https://hooks.example.com", 0)
 	e.settle(t) // out of slow start: weight 100
 	r := e.resolver()
-	until(t, "the view reaches the server", func() bool { return len(srvTargets(t, r, "messaging.publish.cap.meshflows.")) == 3 })
+	registrytest.Until(t, "the view reaches the server", func() bool { return len(srvTargets(t, r, "messaging.publish.cap.meshflows.")) == 3 })
 	tests := []struct {
 		name string
 		want []string
@@ -229,21 +217,21 @@ func TestEligibilityAndOutage(t *testing.T) {
 	}
 	r := e.resolver()
 	name := "egress-jms.svc.meshflows."
-	until(t, "three instances answer", func() bool { return len(srvTargets(t, r, name)) == 3 })
+	registrytest.Until(t, "three instances answer", func() bool { return len(srvTargets(t, r, name)) == 3 })
 	start := time.Now()
 	e.register(t, "jms-late", "egress-jms", "jms", "1.0.0", "http://127.0.0.1:7499", 0)
-	until(t, "a provider registered meanwhile answers", func() bool { return len(srvTargets(t, r, name)) == 4 })
+	registrytest.Until(t, "a provider registered meanwhile answers", func() bool { return len(srvTargets(t, r, name)) == 4 })
 	t.Logf("a registration answered by DNS after %s", time.Since(start).Round(time.Millisecond))
 	e.health(t, "jms-0", apiv1.HealthFailing) // withdrawn: 3 of 4 in rotation
-	until(t, "the withdrawn instance stops answering", func() bool {
+	registrytest.Until(t, "the withdrawn instance stops answering", func() bool {
 		got := srvTargets(t, r, name)
 		return len(got) == 3 && !slices.ContainsFunc(got, func(s string) bool { return strings.HasPrefix(s, "jms-0.") })
 	})
 	e.health(t, "jms-1", apiv1.HealthFailing)
 	e.health(t, "jms-2", apiv1.HealthFailing) // 1 of 4 in rotation: panic, everyone answers
-	until(t, "panic answers everyone", func() bool { return len(srvTargets(t, r, name)) == 4 })
+	registrytest.Until(t, "panic answers everyone", func() bool { return len(srvTargets(t, r, name)) == 4 })
 	e.reg.Close() // the registry goes away
-	until(t, "answers say they come from the snapshot", func() bool {
+	registrytest.Until(t, "answers say they come from the snapshot", func() bool {
 		txt, _ := r.LookupTXT(context.Background(), name)
 		return strings.Contains(strings.Join(txt, " "), "source=snapshot")
 	})
@@ -264,7 +252,7 @@ func TestTruncationAndTCP(t *testing.T) {
 		e.register(t, fmt.Sprintf("jms-%03d", i), "egress-jms", "jms", "1.0.0", fmt.Sprintf("http://127.0.0.1:%d", 20000+i), 0)
 	}
 	r := e.resolver()
-	until(t, "all 100 over TCP", func() bool { return len(srvTargets(t, r, "messaging.publish.cap.meshflows.")) == 100 })
+	registrytest.Until(t, "all 100 over TCP", func() bool { return len(srvTargets(t, r, "messaging.publish.cap.meshflows.")) == 100 })
 	m := e.exchange(t, "messaging.publish.cap.meshflows.", dns.TypeSRV)
 	if !m.Truncated || len(m.Answer) >= 100 {
 		t.Errorf("UDP answer with %d records, truncated %v: want the TC bit and fewer", len(m.Answer), m.Truncated)
@@ -290,7 +278,7 @@ func TestBadInput(t *testing.T) {
 	e := newEnv(t)
 	e.register(t, "jms-1", "egress-jms", "jms", "1.0.0", "http://127.0.0.1:7410", 0)
 	r := e.resolver()
-	until(t, "the view reaches the server", func() bool {
+	registrytest.Until(t, "the view reaches the server", func() bool {
 		got := srvTargets(t, r, "messaging.publish.cap.meshflows.")
 		return len(got) == 1 && strings.HasPrefix(got[0], "jms-1.") // not an error line
 	})

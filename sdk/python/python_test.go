@@ -12,7 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
+
+	"github.com/meshflows/meshflows/internal/registry/registrytest"
 )
 
 // TestPythonSDK builds meshflows, then runs 'python3 -m unittest' on sdk/python/tests with
@@ -86,7 +87,7 @@ func TestTutorialPython(t *testing.T) {
 	t.Cleanup(func() { dev.Process.Signal(os.Interrupt); dev.Wait() })
 	registry := "http://127.0.0.1:" + strconv.Itoa(base)
 	gateway := "http://127.0.0.1:" + strconv.Itoa(base+2)
-	waitFor(t, "meshflows dev answers", func() bool { return get(registry+"/healthz") == 200 })
+	registrytest.Until(t, "meshflows dev answers", func() bool { return get(registry+"/healthz") == 200 })
 
 	port := freeBase(t) + 9
 	wh := exec.Command(py, filepath.Join("..", "..", "examples", "providers", "webhook-python", "webhook.py"),
@@ -105,7 +106,7 @@ func TestTutorialPython(t *testing.T) {
 		}
 	})
 	var answer string
-	waitFor(t, "the gateway routes POST /api/webhook/send to the Python provider", func() bool {
+	registrytest.Until(t, "the gateway routes POST /api/webhook/send to the Python provider", func() bool {
 		resp, err := http.Post(gateway+"/api/webhook/send", "application/json", strings.NewReader(`{"url":"https://example.test/hook","payload":{"id":1}}`))
 		if err != nil {
 			return false
@@ -139,17 +140,6 @@ func get(url string) int {
 	}
 	resp.Body.Close()
 	return resp.StatusCode
-}
-
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within 30 s: %s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 }
 
 // freeBase returns a port p such that p..p+11 were free a moment ago (meshflows dev's plan).

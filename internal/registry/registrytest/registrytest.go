@@ -80,3 +80,16 @@ func NewServerWith(t testing.TB, cfg registry.Config, scfg server.Config, start 
 	t.Cleanup(hs.Close)
 	return &Server{Server: hs, Registry: reg, Store: store, Clock: clock}
 }
+
+// Until polls cond every 10 ms until it holds, failing the test with what after 60 s. It
+// asserts no timing: the bound only ends a broken test on a slow machine.
+func Until(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within a minute: %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

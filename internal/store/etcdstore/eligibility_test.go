@@ -18,6 +18,8 @@ import (
 	"github.com/meshflows/meshflows/internal/prober"
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/store/etcdstore"
+
+	"github.com/meshflows/meshflows/internal/registry/registrytest"
 )
 
 // startReplica runs a registry replica named name over the etcd prefix, with the
@@ -74,7 +76,7 @@ func TestVerdictsAreShared(t *testing.T) {
 		return reg
 	}
 	a, b := start("a"), start("b")
-	eventually(t, "one replica is elected", func() bool { return a.Leader() != b.Leader() })
+	registrytest.Until(t, "one replica is elected", func() bool { return a.Leader() != b.Leader() })
 	leader, follower := a, b
 	if b.Leader() {
 		leader, follower = b, a
@@ -93,11 +95,11 @@ func TestVerdictsAreShared(t *testing.T) {
 		}
 		return ex.State
 	}
-	eventually(t, "both replicas admit it (only the elected one probes)", func() bool {
+	registrytest.Until(t, "both replicas admit it (only the elected one probes)", func() bool {
 		return state(leader) == apiv1.EligibilityServing && state(follower) == apiv1.EligibilityServing
 	})
 	failing.Store(true)
-	eventually(t, "both replicas withdraw it", func() bool {
+	registrytest.Until(t, "both replicas withdraw it", func() bool {
 		return state(leader) == apiv1.EligibilityWithdrawn && state(follower) == apiv1.EligibilityWithdrawn
 	})
 	ex, _ := follower.Explain("jms-1")
@@ -105,7 +107,7 @@ func TestVerdictsAreShared(t *testing.T) {
 		t.Errorf("the follower's reasons: %+v, want PROBE_FAILING judged by the elected replica", ex.Reasons)
 	}
 	failing.Store(false)
-	eventually(t, "both replicas take it back through slow start", func() bool {
+	registrytest.Until(t, "both replicas take it back through slow start", func() bool {
 		return state(leader) == apiv1.EligibilityServing && state(follower) == apiv1.EligibilityServing
 	})
 
@@ -116,13 +118,13 @@ func TestVerdictsAreShared(t *testing.T) {
 		t.Fatal(err)
 	}
 	in, _ := follower.Instance("jms-1")
-	eventually(t, "the follower holds jms-2", func() bool { _, err := follower.Instance("jms-2"); return err == nil })
+	registrytest.Until(t, "the follower holds jms-2", func() bool { _, err := follower.Instance("jms-2"); return err == nil })
 	resp, err := follower.Outcomes(context.Background(), &apiv1.OutcomesRequest{GatewayID: "gw-1",
 		Outcomes: []apiv1.Outcome{{InstanceID: "jms-1", Generation: in.Generation, OK: 2, Errors: 38}}})
 	if err != nil || resp.Accepted != 1 {
 		t.Fatalf("outcomes through the follower: %+v %v", resp, err)
 	}
-	eventually(t, "the elected replica ejects it and the follower follows", func() bool {
+	registrytest.Until(t, "the elected replica ejects it and the follower follows", func() bool {
 		ex, _ := follower.Explain("jms-1")
 		return ex.State == apiv1.EligibilityWithdrawn && len(ex.Reasons) > 0 && ex.Reasons[0].Code == health.ReasonOutlierErrorRate
 	})

@@ -15,6 +15,8 @@ import (
 	"github.com/meshflows/meshflows/internal/store/etcdstore"
 	"github.com/meshflows/meshflows/internal/store/etcdstore/etcdtest"
 	"github.com/meshflows/meshflows/internal/store/storetest"
+
+	"github.com/meshflows/meshflows/internal/registry/registrytest"
 )
 
 // startEtcd runs a single-member etcd on loopback for the test and returns a client.
@@ -66,18 +68,6 @@ func record(id string) *registry.Record {
 		time.Now().Add(time.Minute))
 }
 
-// eventually polls cond; the bound only ends a broken test.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("never: %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func TestLeaseExpiryIsAnEviction(t *testing.T) {
 	cli := startEtcd(t)
 	s := newStore(t, cli, 2*time.Second)
@@ -89,7 +79,7 @@ func TestLeaseExpiryIsAnEviction(t *testing.T) {
 		t.Fatal(err)
 	}
 	var evicted []*registry.Record
-	eventually(t, "the lease expires", func() bool {
+	registrytest.Until(t, "the lease expires", func() bool {
 		ev, _ := s.Expire(ctx, time.Now())
 		evicted = append(evicted, ev...)
 		return len(evicted) > 0
@@ -124,7 +114,7 @@ func TestTwoReplicas(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("B's watchers were not woken by A's write")
 	}
-	eventually(t, "B sees the instance", func() bool { got, ok := b.Get("x"); return ok && got.Generation == rec.Generation })
+	registrytest.Until(t, "B sees the instance", func() bool { got, ok := b.Get("x"); return ok && got.Generation == rec.Generation })
 	if _, err := b.Heartbeat(ctx, "x", rec.Generation, "ok", time.Now().Add(time.Minute)); err != nil {
 		t.Errorf("heartbeat on B: %v", err)
 	}
@@ -144,7 +134,7 @@ func TestTwoReplicas(t *testing.T) {
 	if got, ok := c.Get("x"); !ok || got.Generation != rec2.Generation {
 		t.Errorf("restarted replica's view: %+v %v", got, ok)
 	}
-	eventually(t, "one replica is elected", func() bool { return a.Leader() || b.Leader() || c.Leader() })
+	registrytest.Until(t, "one replica is elected", func() bool { return a.Leader() || b.Leader() || c.Leader() })
 	if n := btoi(a.Leader()) + btoi(b.Leader()) + btoi(c.Leader()); n != 1 {
 		t.Errorf("%d leaders", n)
 	}
@@ -177,7 +167,7 @@ func TestLeadershipMovesWhenTheLeaderGoes(t *testing.T) {
 		return r
 	}
 	a, b := start("a"), start("b")
-	eventually(t, "a leader", func() bool { return a.s.Leader() || b.s.Leader() })
+	registrytest.Until(t, "a leader", func() bool { return a.s.Leader() || b.s.Leader() })
 	lead, other := a, b
 	if b.s.Leader() {
 		lead, other = b, a
@@ -185,7 +175,7 @@ func TestLeadershipMovesWhenTheLeaderGoes(t *testing.T) {
 	lead.cancel() // the leader's replica stops: it resigns
 	<-lead.done
 	lead.done <- nil
-	eventually(t, "the other replica takes over", other.s.Leader)
+	registrytest.Until(t, "the other replica takes over", other.s.Leader)
 }
 
 // TestResyncAfterCompaction: a replica whose watch resumes from a revision etcd has
@@ -218,7 +208,7 @@ func TestResyncAfterCompaction(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- lagging.Run(rctx) }() // its watch starts before the compaction point
 	defer func() { cancel(); <-done }()
-	eventually(t, "the lagging replica resyncs", func() bool { n, _ := lagging.Counts(); return n == 5 })
+	registrytest.Until(t, "the lagging replica resyncs", func() bool { n, _ := lagging.Counts(); return n == 5 })
 }
 
 // TestDeregisterThroughAReplicaThatHasNotSeenIt: the record a deregistration returns (what
@@ -245,7 +235,7 @@ func TestDeregisterThroughAReplicaThatHasNotSeenIt(t *testing.T) {
 	if got.ServiceName != "svc" || got.Generation != rec.Generation {
 		t.Fatalf("deregistered record %+v, want service svc, generation %d", got, rec.Generation)
 	}
-	eventually(t, "the other replica drops it", func() bool { _, ok := a.Get("x"); return !ok })
+	registrytest.Until(t, "the other replica drops it", func() bool { _, ok := a.Get("x"); return !ok })
 	resp, err := cli.Get(context.Background(), prefix+"instances/x")
 	if err != nil || len(resp.Kvs) != 0 {
 		t.Fatalf("the record's key is still there (lease not revoked): %v %v", resp, err)

@@ -101,7 +101,7 @@ func TestDrainAcrossAReplicaFailover(t *testing.T) {
 		}
 		return 0
 	}
-	eventually(t, "both providers in the gateway's table", func() bool { return upstreams() == 2 })
+	registrytest.Until(t, "both providers in the gateway's table", func() bool { return upstreams() == 2 })
 	time.Sleep(1100 * time.Millisecond) // past the gateway TTL: the replicas can know every gateway
 
 	in, err := regB.Instance("orders-2")
@@ -109,16 +109,16 @@ func TestDrainAcrossAReplicaFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	load := registrytest.StartLoad(edge.URL+"/orders/1", "x", 4)
-	eventually(t, "traffic flowing", func() bool { return load.Sent() > 50 })
+	registrytest.Until(t, "traffic flowing", func() bool { return load.Sent() > 50 })
 	aDown.Store(true) // the replica everyone used goes away
 	before := load.Sent()
-	eventually(t, "traffic flowing after the failover", func() bool { return load.Sent() > before+100 })
+	registrytest.Until(t, "traffic flowing after the failover", func() bool { return load.Sent() > before+100 })
 	if err := stop2(); err != nil {
 		t.Fatal(err)
 	}
 	up2.Close() // the provider stops serving once its agent returns
 	before = load.Sent()
-	eventually(t, "more traffic after the stop", func() bool { return load.Sent() > before+200 })
+	registrytest.Until(t, "more traffic after the stop", func() bool { return load.Sent() > before+200 })
 	load.Stop()
 	if n := load.Failed(); n != 0 {
 		t.Errorf("%d of %d requests failed across the failover and the drain", n, load.Sent())

@@ -13,6 +13,8 @@ import (
 	"github.com/meshflows/meshflows/internal/journal"
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/store/etcdstore"
+
+	"github.com/meshflows/meshflows/internal/registry/registrytest"
 )
 
 // TestSharedJournal: two registry replicas over one etcd share the event journal — a
@@ -48,7 +50,7 @@ func TestSharedJournal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "B sees the instance", func() bool { _, ok := sb.Get("jms-1"); return ok })
+	registrytest.Until(t, "B sees the instance", func() bool { _, ok := sb.Get("jms-1"); return ok })
 	if err := b.Deregister(ctx, "jms-1", resp.Generation); err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +62,7 @@ func TestSharedJournal(t *testing.T) {
 		}
 		return out
 	}
-	eventually(t, "both journals hold both events", func() bool { return len(lines(ja)) == 2 && len(lines(jb)) == 2 })
+	registrytest.Until(t, "both journals hold both events", func() bool { return len(lines(ja)) == 2 && len(lines(jb)) == 2 })
 	if diff := cmp.Diff(lines(ja), lines(jb)); diff != "" {
 		t.Errorf("replicas disagree (-a +b):\n%s", diff)
 	}
@@ -76,7 +78,7 @@ func TestSharedJournal(t *testing.T) {
 	for i := range 5 {
 		ja.Append(apiv1.Event{Type: apiv1.EventSnapshot, Subject: "registry", Message: fmt.Sprint(i)})
 	}
-	eventually(t, "B holds the newest", func() bool { es, _ := jb.Newest(journal.Query{Limit: 1}); return len(es) == 1 && es[0].Message == "4" })
+	registrytest.Until(t, "B holds the newest", func() bool { es, _ := jb.Newest(journal.Query{Limit: 1}); return len(es) == 1 && es[0].Message == "4" })
 	if err := sb.PruneEvents(ctx, 3); err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,8 @@ import (
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/internal/registry"
+
+	"github.com/meshflows/meshflows/internal/registry/registrytest"
 )
 
 // TestReplicasAgree: two replicas over one etcd cluster number the same state alike (etcd's
@@ -25,7 +27,7 @@ func TestReplicasAgree(t *testing.T) {
 	defer provider.Close()
 	a, stopA := startReplica(t, cli, prefix, "a")
 	b, stopB := startReplica(t, cli, prefix, "b")
-	eventually(t, "one replica is elected", func() bool { return a.Leader() != b.Leader() })
+	registrytest.Until(t, "one replica is elected", func() bool { return a.Leader() != b.Leader() })
 	leader, follower, stopLeader := a, b, stopA
 	if b.Leader() {
 		leader, follower, stopLeader = b, a, stopB
@@ -54,7 +56,7 @@ func TestReplicasAgree(t *testing.T) {
 		}
 		return v
 	}
-	eventually(t, "every instance serving on both replicas", func() bool {
+	registrytest.Until(t, "every instance serving on both replicas", func() bool {
 		for _, r := range []*registry.Registry{leader, follower} {
 			ans := r.Query(&registry.Query{})
 			if len(ans.Entries) != n {
@@ -70,7 +72,7 @@ func TestReplicasAgree(t *testing.T) {
 	})
 	// Settled, both replicas answer the same revision with the same entries.
 	var va, vb view
-	eventually(t, "both replicas at one revision", func() bool {
+	registrytest.Until(t, "both replicas at one revision", func() bool {
 		va, vb = answer(leader), answer(follower)
 		return va.Revision == vb.Revision
 	})
@@ -80,8 +82,8 @@ func TestReplicasAgree(t *testing.T) {
 
 	// A replica started now answers the published verdicts from its first sweep, not unknown.
 	c, _ := startReplica(t, cli, prefix, "c")
-	eventually(t, "the new replica holds the fleet", func() bool { return len(c.Catalog().Instances) == n })
-	eventually(t, "the new replica has swept once", func() bool { _, err := c.Explain("jms-0"); return err == nil })
+	registrytest.Until(t, "the new replica holds the fleet", func() bool { return len(c.Catalog().Instances) == n })
+	registrytest.Until(t, "the new replica has swept once", func() bool { _, err := c.Explain("jms-0"); return err == nil })
 	for i := range n {
 		if ex, err := c.Explain(fmt.Sprintf("jms-%d", i)); err != nil || ex.State != apiv1.EligibilityServing {
 			t.Errorf("a replica started after the verdicts: jms-%d %s %v, want serving", i, ex.State, err)
@@ -93,7 +95,7 @@ func TestReplicasAgree(t *testing.T) {
 	seen := va.Revision
 	stopLeader()
 	var next *registry.Registry
-	eventually(t, "another replica elected", func() bool {
+	registrytest.Until(t, "another replica elected", func() bool {
 		for _, r := range []*registry.Registry{follower, c} {
 			if r.Leader() {
 				next = r
