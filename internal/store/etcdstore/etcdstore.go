@@ -60,6 +60,7 @@ type Store struct {
 	epoch registry.Epoch
 
 	leases  sync.Map // instance id -> clientv3.LeaseID
+	renewer *renewer // heartbeats' lease renewals, over streams Run keeps open
 	healthM sync.Mutex
 	health  map[string]string // instance id -> health, from health keys
 
@@ -119,7 +120,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		cfg.Now = time.Now
 	}
 	s := &Store{cfg: cfg, index: storeindex.NewIndex(), health: map[string]string{}, verdicts: map[string]registry.SharedVerdict{},
-		acks: map[string]gatewayAck{}}
+		acks: map[string]gatewayAck{}, renewer: newRenewer(leaseStreams(cfg.Client))}
 	if s.cfg.ReplicaID == "" {
 		s.cfg.ReplicaID = cfg.Now().UTC().Format(time.RFC3339Nano)
 	}
@@ -246,9 +247,10 @@ func (s *Store) decodeRecord(kv *mvccpb.KeyValue) *registry.Record {
 func (s *Store) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	done := make(chan struct{})
-	go func() { defer close(done); s.campaign(ctx) }()
-	defer func() { <-done }()
+	var wg sync.WaitGroup
+	wg.Go(func() { s.campaign(ctx) })
+	wg.Go(func() { s.renewer.run(ctx) })
+	defer wg.Wait()
 	rev := s.startRev
 	for ctx.Err() == nil {
 		wch := s.cfg.Client.Watch(clientv3.WithRequireLeader(ctx), s.key(""), clientv3.WithPrefix(), clientv3.WithRev(rev+1))
@@ -724,7 +726,7 @@ func (s *Store) Heartbeat(ctx context.Context, id string, generation int64, heal
 	if !ok {
 		return nil, fmt.Errorf("instance %q: %w", id, registry.ErrInstanceNotFound)
 	}
-	if _, err := s.cfg.Client.KeepAliveOnce(ctx, l.(clientv3.LeaseID)); err != nil {
+	if err := s.renewLease(ctx, l.(clientv3.LeaseID)); err != nil {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			return nil, fmt.Errorf("instance %q: lease expired: %w", id, registry.ErrInstanceNotFound)
 		}
