@@ -22,8 +22,8 @@ type fakeKeepAlive struct {
 	pb.Lease_LeaseKeepAliveClient // nil: only Send and Recv are used
 	mu                            sync.Mutex
 	sent                          []int64
-	release                       chan struct{} // one answer per receive
-	broken                        chan struct{} // closed: Recv fails
+	release                       chan struct{}   // one answer per receive
+	broken                        chan struct{}   // closed: Recv fails
 	closed                        <-chan struct{} // the stream's context ended: Recv fails
 }
 
