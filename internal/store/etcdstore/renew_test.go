@@ -49,6 +49,19 @@ func (f *fakeKeepAlive) Recv() (*pb.LeaseKeepAliveResponse, error) {
 	return &pb.LeaseKeepAliveResponse{ID: id, TTL: id * 10}, nil
 }
 
+// allOpen reports whether every stream of r is open.
+func allOpen(r *renewer) bool {
+	for i := range r.streams {
+		r.streams[i].mu.Lock()
+		open := r.streams[i].stream != nil
+		r.streams[i].mu.Unlock()
+		if !open {
+			return false
+		}
+	}
+	return true
+}
+
 // TestRenewalsShareStreams: answers go to their callers in order, many callers on one
 // stream; a stream that breaks tells its waiting callers; no stream open says so (the store
 // then falls back to a stream of its own).
@@ -70,17 +83,7 @@ func TestRenewalsShareStreams(t *testing.T) {
 	done := make(chan struct{})
 	go func() { defer close(done); r.run(ctx) }()
 	defer func() { cancel(); <-done }()
-	registrytest.Until(t, "every stream is open", func() bool {
-		for i := range r.streams {
-			r.streams[i].mu.Lock()
-			open := r.streams[i].stream != nil
-			r.streams[i].mu.Unlock()
-			if !open {
-				return false
-			}
-		}
-		return true
-	})
+	registrytest.Until(t, "every stream is open", func() bool { return allOpen(r) })
 	mu.Lock()
 	first := append([]*fakeKeepAlive(nil), opened...)
 	mu.Unlock()
@@ -137,17 +140,7 @@ func TestRenewalsShareStreams(t *testing.T) {
 
 	// A caller that stops waiting leaves; the answer that comes later goes nowhere, and the
 	// next renewal on that stream gets its own.
-	registrytest.Until(t, "every stream is open again", func() bool {
-		for i := range r.streams {
-			r.streams[i].mu.Lock()
-			open := r.streams[i].stream != nil
-			r.streams[i].mu.Unlock()
-			if !open {
-				return false
-			}
-		}
-		return true
-	})
+	registrytest.Until(t, "every stream is open again", func() bool { return allOpen(r) })
 	short, stop := context.WithCancel(context.Background())
 	stop()
 	if _, err := r.renew(short, 3); !errors.Is(err, context.Canceled) {
