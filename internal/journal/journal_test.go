@@ -252,30 +252,78 @@ func BenchmarkFindText(b *testing.B) {
 }
 
 // fakeStore numbers events as etcd does (increasing, not consecutive) and hands them to
-// every replica's journal.
+// every replica's journal. A write waits while gate is set and not closed.
 type fakeStore struct {
 	mu       sync.Mutex
 	rev      int64
 	down     bool
 	replicas []*Journal
 	pruned   int
+	writes   []int // the number of events of each write
+	gate     chan struct{}
 }
 
-func (s *fakeStore) PublishEvent(_ context.Context, e apiv1.Event) error {
+func (s *fakeStore) PublishEvents(_ context.Context, es []apiv1.Event) error {
+	if s.gate != nil {
+		<-s.gate
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.down {
 		return fmt.Errorf("store away")
 	}
-	s.rev += 7 // other keys move the revision too
-	e.Seq = s.rev
-	for _, j := range s.replicas {
-		j.Insert(e)
+	s.writes = append(s.writes, len(es))
+	for _, e := range es {
+		s.rev += 7 // other keys move the revision too
+		e.Seq = s.rev
+		for _, j := range s.replicas {
+			j.Insert(e)
+		}
 	}
 	return nil
 }
 
 func (s *fakeStore) PruneEvents(context.Context, int) error { s.pruned++; return nil }
+
+// TestSharedJournalWritesInBatches: events queued while a write is under way go out
+// together, up to publishBatch a write, in order, none lost.
+func TestSharedJournalWritesInBatches(t *testing.T) {
+	store := &fakeStore{gate: make(chan struct{})}
+	j := New(1000, fixed)
+	store.replicas = []*Journal{j}
+	j.Share(store, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { j.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	j.Append(apiv1.Event{Type: apiv1.EventRegistered, Subject: "first"})
+	for len(j.shared.queue) != 0 { // the first write has taken it and waits at the gate
+		time.Sleep(time.Millisecond)
+	}
+	const n = 250
+	for i := range n {
+		j.Append(apiv1.Event{Type: apiv1.EventRegistered, Subject: fmt.Sprint("i-", i)})
+	}
+	close(store.gate)
+	for j.Last() < 7*(n+1) {
+		time.Sleep(time.Millisecond)
+	}
+	store.mu.Lock()
+	writes := store.writes
+	store.mu.Unlock()
+	if diff := cmp.Diff([]int{1, publishBatch, publishBatch, n - 2*publishBatch}, writes); diff != "" {
+		t.Errorf("events per write (-want +got):\n%s", diff)
+	}
+	es, _ := j.Find(Query{Limit: MaxLimit})
+	if len(es) != n+1 {
+		t.Fatalf("%d events held, want %d", len(es), n+1)
+	}
+	for i, e := range es[1:] {
+		if want := fmt.Sprint("i-", i); e.Subject != want {
+			t.Fatalf("event %d is %q, want %q: out of order", i+1, e.Subject, want)
+		}
+	}
+}
 
 // Two replicas sharing a journal answer the same sequence; a since from one works on the
 // other; the bound and its gap hold with sparse numbers.

@@ -9,17 +9,19 @@ import (
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 )
 
-// Store is what a shared journal needs of the registry's store (the etcd store): Publish
-// stores an event for every replica (the store numbers it and gives it back to each through
-// the callback it was given), Prune keeps the newest keep events stored.
+// Store is what a shared journal needs of the registry's store (the etcd store):
+// PublishEvents stores events for every replica, in the order given and all or none (the store
+// numbers them and gives them back to each through the callback it was given), PruneEvents
+// keeps the newest keep events stored.
 type Store interface {
-	PublishEvent(ctx context.Context, e apiv1.Event) error
+	PublishEvents(ctx context.Context, es []apiv1.Event) error
 	PruneEvents(ctx context.Context, keep int) error
 }
 
 // Sharing bounds.
 const (
 	shareQueue    = 4096
+	publishBatch  = 100 // events stored in one write at most
 	pruneInterval = time.Minute
 	publishRetry  = time.Second
 )
@@ -41,8 +43,10 @@ func (j *Journal) Share(store Store, logger *slog.Logger) {
 	j.shared = &sharing{store: store, queue: make(chan apiv1.Event, shareQueue), logger: logger}
 }
 
-// Run publishes a shared journal's events until ctx ends, and keeps the store to the
-// journal's bound (every replica prunes; pruning what another already pruned is harmless).
+// Run publishes a shared journal's events until ctx ends — those queued meanwhile together,
+// up to publishBatch in one write, so that a burst of registrations costs the store a few
+// writes rather than one each and the queue keeps up — and keeps the store to the journal's
+// bound (every replica prunes; pruning what another already pruned is harmless).
 // Events that could not be queued or published are counted and published as one
 // journal.gap event once the store takes events again. A journal that is not shared returns
 // at once.
@@ -53,6 +57,7 @@ func (j *Journal) Run(ctx context.Context) error {
 	}
 	prune := time.NewTicker(pruneInterval)
 	defer prune.Stop()
+	batch := make([]apiv1.Event, 0, publishBatch)
 	for {
 		select {
 		case <-ctx.Done():
@@ -62,13 +67,23 @@ func (j *Journal) Run(ctx context.Context) error {
 				sh.logger.Warn("pruning the shared journal failed", slog.Any("error", err))
 			}
 		case e := <-sh.queue:
-			j.publish(ctx, e)
+			batch = append(batch[:0], e)
+		more:
+			for len(batch) < publishBatch {
+				select {
+				case e := <-sh.queue:
+					batch = append(batch, e)
+				default:
+					break more
+				}
+			}
+			j.publish(ctx, batch)
 		}
 	}
 }
 
-// publish stores e, retrying while ctx lasts, first telling of the events lost meanwhile.
-func (j *Journal) publish(ctx context.Context, e apiv1.Event) {
+// publish stores es, retrying while ctx lasts, first telling of the events lost meanwhile.
+func (j *Journal) publish(ctx context.Context, es []apiv1.Event) {
 	sh := j.shared
 	j.mu.Lock()
 	lost := j.unsent
@@ -76,20 +91,20 @@ func (j *Journal) publish(ctx context.Context, e apiv1.Event) {
 	j.mu.Unlock()
 	if lost > 0 {
 		gap := apiv1.Event{Time: j.now().UTC(), Type: apiv1.EventJournalGap, Severity: apiv1.SeverityWarning, Subject: "journal",
-			Message: fmt.Sprintf("%d events were lost: the store was away and the queue of %d was full", lost, shareQueue),
+			Message: fmt.Sprintf("%d events were lost: the queue of %d events waiting for the store was full (the store was away, or slower than the events came)", lost, shareQueue),
 			Attrs:   map[string]any{"missed": lost}}
-		if err := sh.store.PublishEvent(ctx, gap); err != nil {
+		if err := sh.store.PublishEvents(ctx, []apiv1.Event{gap}); err != nil {
 			j.mu.Lock()
 			j.unsent += lost
 			j.mu.Unlock()
 		}
 	}
 	for ctx.Err() == nil {
-		err := sh.store.PublishEvent(ctx, e)
+		err := sh.store.PublishEvents(ctx, es)
 		if err == nil {
 			return
 		}
-		sh.logger.Warn("publishing an event to the shared journal failed; retrying", slog.String("type", e.Type), slog.Any("error", err))
+		sh.logger.Warn("publishing events to the shared journal failed; retrying", slog.Int("events", len(es)), slog.String("first_type", es[0].Type), slog.Any("error", err))
 		select {
 		case <-ctx.Done():
 		case <-time.After(publishRetry):

@@ -1,6 +1,7 @@
 package etcdstore
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -480,19 +481,34 @@ func (s *Store) ForwardOutcomes(ctx context.Context, req *apiv1.OutcomesRequest)
 	return nil
 }
 
-// The shared event journal: each event is a key under PREFIX/events/, numbered by the
-// revision etcd wrote it at, so that every replica's journal holds the same sequence.
+// The shared event journal: each event is a key under PREFIX/events/, written in batches
+// of one transaction each. An event's number is the revision etcd wrote its batch at times
+// eventsPerRevision, plus its place in the batch (stored in the event's seq field), so that
+// every replica's journal holds the same sequence; a key written one event per transaction
+// (seq 0) reads the same way.
 
-// PublishEvent stores an event of the journal for every replica (journal.Store).
-func (s *Store) PublishEvent(ctx context.Context, e apiv1.Event) error {
-	e.Seq = 0 // etcd numbers it
-	val, err := json.Marshal(e)
-	if err != nil {
-		return err
-	}
-	key := s.key("events/", s.cfg.ReplicaID, "/", fmt.Sprintf("%016d", s.eventSeq.Add(1)))
-	if _, err := s.cfg.Client.Put(ctx, key, string(val)); err != nil {
-		return fmt.Errorf("etcd put event: %w", err)
+// eventsPerRevision bounds the events of one batch (etcd takes maxTxnOps operations per
+// transaction), and spaces the numbers of consecutive revisions.
+const eventsPerRevision = 1024
+
+// PublishEvents stores events for every replica, in one transaction per maxTxnOps
+// (journal.Store).
+func (s *Store) PublishEvents(ctx context.Context, es []apiv1.Event) error {
+	for start := 0; start < len(es); start += maxTxnOps {
+		batch := es[start:min(start+maxTxnOps, len(es))]
+		ops := make([]clientv3.Op, 0, len(batch))
+		for i, e := range batch {
+			e.Seq = int64(i) // the place in the batch; etcd's revision numbers the batch
+			val, err := json.Marshal(e)
+			if err != nil {
+				return err
+			}
+			key := s.key("events/", s.cfg.ReplicaID, "/", fmt.Sprintf("%016d", s.eventSeq.Add(1)))
+			ops = append(ops, clientv3.OpPut(key, string(val)))
+		}
+		if _, err := s.cfg.Client.Txn(ctx).Then(ops...).Commit(); err != nil {
+			return fmt.Errorf("etcd put events: %w", err)
+		}
 	}
 	return nil
 }
@@ -537,9 +553,12 @@ func (s *Store) OnEvent(ctx context.Context, fn func(apiv1.Event)) error {
 	return nil
 }
 
-// replayEvents hands stored events to the callback, oldest first.
+// replayEvents hands stored events to the callback, oldest first: by revision, and within
+// one by key (a batch's keys grow with its order).
 func (s *Store) replayEvents(kvs []*mvccpb.KeyValue) {
-	slices.SortFunc(kvs, func(a, b *mvccpb.KeyValue) int { return cmp.Compare(a.ModRevision, b.ModRevision) })
+	slices.SortFunc(kvs, func(a, b *mvccpb.KeyValue) int {
+		return cmp.Or(cmp.Compare(a.ModRevision, b.ModRevision), bytes.Compare(a.Key, b.Key))
+	})
 	for _, kv := range kvs {
 		s.event(kv)
 	}
@@ -552,11 +571,11 @@ func (s *Store) event(kv *mvccpb.KeyValue) {
 		return
 	}
 	var e apiv1.Event
-	if err := json.Unmarshal(kv.Value, &e); err != nil {
+	if err := json.Unmarshal(kv.Value, &e); err != nil || e.Seq < 0 || e.Seq >= eventsPerRevision {
 		s.cfg.Logger.Warn("unreadable event in etcd", slog.String("key", string(kv.Key)))
 		return
 	}
-	e.Seq = kv.ModRevision
+	e.Seq += kv.ModRevision * eventsPerRevision
 	(*fn)(e)
 }
 

@@ -3,6 +3,7 @@ package etcdstore_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -85,5 +86,64 @@ func TestSharedJournal(t *testing.T) {
 	n, err := cli.Get(ctx, prefix+"events/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil || n.Count != 3 {
 		t.Errorf("events kept in etcd: %d (%v), want 3", n.Count, err)
+	}
+}
+
+// TestSharedJournalBurst: a burst of events goes to etcd in few transactions, and every
+// replica — those running and one started afterwards, which reads them from etcd — holds
+// them in the order they were appended, with the same numbers.
+func TestSharedJournalBurst(t *testing.T) {
+	cli := startEtcd(t)
+	prefix := fmt.Sprintf("/burst%d/", prefixes.Add(1))
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	replica := func() *journal.Journal {
+		s := runStore(t, etcdstore.Config{Client: cli, Prefix: prefix, LeaseTTL: time.Minute})
+		j := journal.New(1000, nil)
+		j.Share(s, nil)
+		if err := s.OnEvent(ctx, j.Insert); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { j.Run(ctx); close(done) }()
+		t.Cleanup(func() { cancel(); <-done })
+		return j
+	}
+	a, b := replica(), replica()
+	const n = 300
+	for i := range n {
+		a.Append(apiv1.Event{Type: apiv1.EventRegistered, Subject: fmt.Sprintf("i-%03d", i)})
+	}
+	held := func(j *journal.Journal) []string {
+		es, _ := j.Find(journal.Query{Limit: journal.MaxLimit})
+		out := make([]string, 0, len(es))
+		for _, e := range es {
+			out = append(out, fmt.Sprintf("%d %s", e.Seq, e.Subject))
+		}
+		return out
+	}
+	registrytest.Until(t, "both journals hold the burst", func() bool { return len(held(a)) == n && len(held(b)) == n })
+	want := held(a)
+	for i, line := range want {
+		if _, subject, _ := strings.Cut(line, " "); subject != fmt.Sprintf("i-%03d", i) {
+			t.Fatalf("event %d is %q: out of order", i, line)
+		}
+	}
+	if diff := cmp.Diff(want, held(b)); diff != "" {
+		t.Errorf("replicas disagree (-a +b):\n%s", diff)
+	}
+	if diff := cmp.Diff(want, held(replica())); diff != "" {
+		t.Errorf("a replica started afterwards (-a +c):\n%s", diff)
+	}
+	resp, err := cli.Get(ctx, prefix+"events/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	revisions := map[int64]bool{}
+	for _, kv := range resp.Kvs {
+		revisions[kv.ModRevision] = true
+	}
+	if len(resp.Kvs) != n || len(revisions) > n/2 {
+		t.Errorf("%d event keys in %d transactions; want %d keys in batches", len(resp.Kvs), len(revisions), n)
 	}
 }
