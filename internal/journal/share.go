@@ -10,9 +10,9 @@ import (
 )
 
 // Store is what a shared journal needs of the registry's store (the etcd store):
-// PublishEvents stores events for every replica, in the order given and all or none (the store
-// numbers them and gives them back to each through the callback it was given), PruneEvents
-// keeps the newest keep events stored.
+// PublishEvents stores at most publishBatch events for every replica, in the order given and
+// all or none, without keeping es past the call (the store numbers them and gives them back
+// to each through the callback it was given); PruneEvents keeps the newest keep events stored.
 type Store interface {
 	PublishEvents(ctx context.Context, es []apiv1.Event) error
 	PruneEvents(ctx context.Context, keep int) error

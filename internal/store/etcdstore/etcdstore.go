@@ -487,28 +487,28 @@ func (s *Store) ForwardOutcomes(ctx context.Context, req *apiv1.OutcomesRequest)
 // every replica's journal holds the same sequence; a key written one event per transaction
 // (seq 0) reads the same way.
 
-// eventsPerRevision bounds the events of one batch (etcd takes maxTxnOps operations per
-// transaction), and spaces the numbers of consecutive revisions.
+// eventsPerRevision spaces the numbers of consecutive revisions: more than a batch holds
+// (maxTxnOps).
 const eventsPerRevision = 1024
 
-// PublishEvents stores events for every replica, in one transaction per maxTxnOps
-// (journal.Store).
+// PublishEvents stores events for every replica in one transaction, all or none
+// (journal.Store); it takes at most maxTxnOps.
 func (s *Store) PublishEvents(ctx context.Context, es []apiv1.Event) error {
-	for start := 0; start < len(es); start += maxTxnOps {
-		batch := es[start:min(start+maxTxnOps, len(es))]
-		ops := make([]clientv3.Op, 0, len(batch))
-		for i, e := range batch {
-			e.Seq = int64(i) // the place in the batch; etcd's revision numbers the batch
-			val, err := json.Marshal(e)
-			if err != nil {
-				return err
-			}
-			key := s.key("events/", s.cfg.ReplicaID, "/", fmt.Sprintf("%016d", s.eventSeq.Add(1)))
-			ops = append(ops, clientv3.OpPut(key, string(val)))
+	if len(es) > maxTxnOps {
+		return fmt.Errorf("%d events in one write: at most %d", len(es), maxTxnOps)
+	}
+	ops := make([]clientv3.Op, 0, len(es))
+	for i, e := range es {
+		e.Seq = int64(i) // the place in the batch; etcd's revision numbers the batch
+		val, err := json.Marshal(e)
+		if err != nil {
+			return err
 		}
-		if _, err := s.cfg.Client.Txn(ctx).Then(ops...).Commit(); err != nil {
-			return fmt.Errorf("etcd put events: %w", err)
-		}
+		key := s.key("events/", s.cfg.ReplicaID, "/", fmt.Sprintf("%016d", s.eventSeq.Add(1)))
+		ops = append(ops, clientv3.OpPut(key, string(val)))
+	}
+	if _, err := s.cfg.Client.Txn(ctx).Then(ops...).Commit(); err != nil {
+		return fmt.Errorf("etcd put events: %w", err)
 	}
 	return nil
 }
