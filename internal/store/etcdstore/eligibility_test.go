@@ -129,3 +129,51 @@ func TestVerdictsAreShared(t *testing.T) {
 		return ex.State == apiv1.EligibilityWithdrawn && len(ex.Reasons) > 0 && ex.Reasons[0].Code == health.ReasonOutlierErrorRate
 	})
 }
+
+// TestABatchOfVerdictsShowsAtOnce: verdicts published in one transaction share a revision;
+// the revision readers see must not move to it until every one of them is followed (it used
+// to move with the first: an answer cached at that revision then lacked the others until the
+// next change, which on a quiet fleet can be minutes away).
+func TestABatchOfVerdictsShowsAtOnce(t *testing.T) {
+	cli := startEtcd(t)
+	s := newStore(t, cli, time.Minute)
+	ctx := context.Background()
+	var vs []registry.SharedVerdict
+	for _, id := range []string{"v-1", "v-2", "v-3"} {
+		rec := record(id)
+		if err := s.Register(ctx, rec); err != nil {
+			t.Fatal(err)
+		}
+		vs = append(vs, registry.SharedVerdict{InstanceID: id, Generation: rec.Generation, State: apiv1.EligibilityServing, Weight: 100, Since: time.Now()})
+	}
+	registrytest.Until(t, "the registrations' watch events are applied", func() bool {
+		_, ok := s.SharedVerdict("v-3")
+		rev, _ := s.Watch()
+		return !ok && rev >= vs[2].Generation
+	})
+	before, _ := s.Watch()
+	var mu sync.Mutex
+	var seen []int64 // the revision readers saw as each verdict was followed
+	s.OnVerdict(func(registry.SharedVerdict) {
+		rev, _ := s.Watch()
+		mu.Lock()
+		seen = append(seen, rev)
+		mu.Unlock()
+	})
+	if err := s.PublishVerdicts(ctx, vs); err != nil {
+		t.Fatal(err)
+	}
+	registrytest.Until(t, "all three are followed and shown", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		rev, _ := s.Watch()
+		return len(seen) == 3 && rev > before
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	for i, rev := range seen {
+		if rev != before {
+			t.Errorf("verdict %d followed with the revision at %d, want %d (the batch's revision shown before all of it)", i+1, rev, before)
+		}
+	}
+}

@@ -260,9 +260,7 @@ func (s *Store) Run(ctx context.Context) error {
 				s.cfg.Logger.Warn("etcd watch broken; resyncing", slog.Any("error", err))
 				break
 			}
-			for _, ev := range resp.Events {
-				s.apply(ev)
-			}
+			s.applyAll(resp.Events)
 			rev = resp.Header.Revision
 		}
 		if ctx.Err() != nil {
@@ -281,6 +279,17 @@ func (s *Store) Run(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// applyAll folds one watch response into the local view, moving the revision readers see once,
+// after all of it: the keys etcd wrote at one revision (a registration's record and health,
+// a batch of verdicts) come in one response, and an answer at that revision must hold them all.
+func (s *Store) applyAll(evs []*clientv3.Event) {
+	s.index.Hold()
+	defer s.index.Release()
+	for _, ev := range evs {
+		s.apply(ev)
+	}
 }
 
 // apply folds one watch event into the local view.

@@ -19,6 +19,13 @@ type Index struct {
 	caps      int
 	revision  int64
 	changed   chan struct{}
+
+	// While held (Hold, until the matching Release), changes apply at once but the revision
+	// readers see moves only at the release: heldRev is where it then goes (0: one past the
+	// current), held whether anything changed meanwhile.
+	holds   int
+	heldRev int64
+	held    bool
 }
 
 // NewIndex returns an empty index at revision 0.
@@ -27,8 +34,18 @@ func NewIndex() *Index {
 }
 
 // bumpLocked moves the revision to rev (or one past the current one when rev is 0) and wakes
-// every watcher; ix.mu must be held for writing.
+// every watcher — at the release, while the index is held; ix.mu must be held for writing.
 func (ix *Index) bumpLocked(rev int64) {
+	if ix.holds > 0 {
+		ix.held = true
+		ix.heldRev = max(ix.heldRev, rev)
+		return
+	}
+	ix.publishLocked(rev)
+}
+
+// publishLocked moves the revision readers see and wakes every watcher.
+func (ix *Index) publishLocked(rev int64) {
 	if rev > 0 {
 		ix.revision = max(rev, ix.revision)
 	} else {
@@ -110,7 +127,32 @@ func (ix *Index) Reset(recs []*registry.Record, rev int64) {
 		ix.indexLocked(rec)
 	}
 	ix.revision = rev - 1
-	ix.bumpLocked(0)
+	ix.publishLocked(0)
+}
+
+// Hold defers the revision moves of the changes that follow until the matching Release, so
+// that several changes at one revision (etcd writes a registration's record and health, or a
+// batch of verdicts, in one transaction) become visible under that revision together: a
+// reader in between sees the previous revision, and its answer at the previous revision is
+// replaced once the revision moves, instead of standing for the new revision with only some
+// of its changes. Holds nest; the changes themselves apply at once.
+func (ix *Index) Hold() {
+	ix.mu.Lock()
+	ix.holds++
+	ix.mu.Unlock()
+}
+
+// Release ends a Hold; the last one moves the revision past the held changes and wakes the
+// watchers.
+func (ix *Index) Release() {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	ix.holds--
+	if ix.holds == 0 && ix.held {
+		rev := ix.heldRev
+		ix.held, ix.heldRev = false, 0
+		ix.publishLocked(rev)
+	}
 }
 
 // Touch moves the revision without changing a record (a visible change of health).

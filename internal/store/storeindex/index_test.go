@@ -1,0 +1,69 @@
+package storeindex_test
+
+import (
+	"testing"
+	"time"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/internal/registry"
+	"github.com/meshflows/meshflows/internal/store/storeindex"
+)
+
+func record(id string) *registry.Record {
+	return registry.RecordFromInstance(apiv1.Instance{InstanceID: id, ServiceName: "svc", ServiceVersion: "1.0.0", Endpoint: "http://" + id,
+		Capabilities: []apiv1.Capability{{CapabilityID: "a.b", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0", Provider: "p"}}},
+		time.Now().Add(time.Minute))
+}
+
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
+
+// TestHeldChangesShowTogether: changes made while the index is held apply at once, but the
+// revision readers see — and their wake-up — waits for the last release, then moves past
+// all of them; without a hold every change moves it.
+func TestHeldChangesShowTogether(t *testing.T) {
+	ix := storeindex.NewIndex()
+	ix.Put(record("a"), 5)
+	rev, wake := ix.Watch()
+	if rev != 5 {
+		t.Fatalf("revision %d after a put at 5", rev)
+	}
+
+	ix.Hold()
+	ix.Hold() // holds nest
+	ix.Put(record("b"), 6)
+	ix.Touch(6)
+	ix.Remove("a", nil, 6)
+	if _, ok := ix.Get("b"); !ok {
+		t.Error("a held put is not applied at once")
+	}
+	if got, _ := ix.Watch(); got != 5 || closed(wake) {
+		t.Fatalf("while held: revision %d, woken %v; want 5 and asleep", got, closed(wake))
+	}
+	ix.Release()
+	if got, _ := ix.Watch(); got != 5 || closed(wake) {
+		t.Fatalf("after the inner release: revision %d, woken %v; want 5 and asleep", got, closed(wake))
+	}
+	ix.Release()
+	rev, next := ix.Watch()
+	if rev != 6 || !closed(wake) {
+		t.Fatalf("after the last release: revision %d, woken %v; want 6 and woken", rev, closed(wake))
+	}
+
+	// a hold without changes wakes nobody; changes after it move the revision again
+	ix.Hold()
+	ix.Release()
+	if closed(next) {
+		t.Error("a hold without changes woke the watchers")
+	}
+	ix.Put(record("c"), 0)
+	if got, _ := ix.Watch(); got != 7 || !closed(next) {
+		t.Errorf("a put after the holds: revision %d, woken %v; want 7 and woken", got, closed(next))
+	}
+}
