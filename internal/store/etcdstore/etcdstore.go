@@ -60,8 +60,9 @@ type Store struct {
 	index *storeindex.Index
 	epoch registry.Epoch
 
-	leases  sync.Map // instance id -> clientv3.LeaseID
-	renewer *renewer // heartbeats' lease renewals, over streams Run keeps open
+	leases  sync.Map   // instance id -> clientv3.LeaseID
+	renewer *renewer   // heartbeats' lease renewals, over streams Run keeps open
+	commits *committer // registrations waiting to be written together
 	healthM sync.Mutex
 	health  map[string]string // instance id -> health, from health keys
 
@@ -121,7 +122,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		cfg.Now = time.Now
 	}
 	s := &Store{cfg: cfg, index: storeindex.NewIndex(), health: map[string]string{}, verdicts: map[string]registry.SharedVerdict{},
-		acks: map[string]gatewayAck{}, renewer: newRenewer(leaseStreams(cfg.Client))}
+		acks: map[string]gatewayAck{}, renewer: newRenewer(leaseStreams(cfg.Client)), commits: newCommitter()}
 	if s.cfg.ReplicaID == "" {
 		s.cfg.ReplicaID = cfg.Now().UTC().Format(time.RFC3339Nano)
 	}
@@ -251,6 +252,7 @@ func (s *Store) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { s.campaign(ctx) })
 	wg.Go(func() { s.renewer.run(ctx) })
+	wg.Go(func() { s.runCommitter(ctx) })
 	defer wg.Wait()
 	rev := s.startRev
 	for ctx.Err() == nil {
@@ -682,7 +684,8 @@ func (s *Store) Ping(ctx context.Context) error {
 func (s *Store) ttlSeconds() int64 { return int64(math.Ceil(s.cfg.LeaseTTL.Seconds())) }
 
 // Register implements registry.Store: a new lease, the record and its health put under it
-// in one transaction; the revision of that transaction is the generation.
+// in one transaction — shared with the registrations that arrive meanwhile (commit.go); the
+// revision of that transaction is the generation.
 func (s *Store) Register(ctx context.Context, rec *registry.Record) error {
 	lease, err := s.cfg.Client.Grant(ctx, s.ttlSeconds())
 	if err != nil {
@@ -695,20 +698,18 @@ func (s *Store) Register(ctx context.Context, rec *registry.Record) error {
 		return err
 	}
 	k := s.key("instances/", rec.InstanceID)
-	resp, err := s.cfg.Client.Txn(ctx).Then(
+	w := &registration{rec: rec, lease: lease.ID, key: k, done: make(chan committed, 1), ops: [2]clientv3.Op{
 		clientv3.OpPut(k, string(val), clientv3.WithLease(lease.ID), clientv3.WithPrevKV()),
 		clientv3.OpPut(s.key("health/", rec.InstanceID), rec.Health(), clientv3.WithLease(lease.ID)),
-	).Commit()
+	}}
+	c, err := s.commit(ctx, w)
 	if err != nil {
 		s.revokeSoon(ctx, lease.ID)
 		return fmt.Errorf("etcd put: %w", err)
 	}
-	rec.Generation = resp.Header.Revision
-	if prev := resp.Responses[0].GetResponsePut().GetPrevKv(); prev != nil && prev.Lease != 0 && clientv3.LeaseID(prev.Lease) != lease.ID {
+	if prev := c.prev; prev != nil && prev.Lease != 0 && clientv3.LeaseID(prev.Lease) != lease.ID {
 		s.revokeSoon(ctx, clientv3.LeaseID(prev.Lease)) // the replaced incarnation's lease holds nothing now
 	}
-	s.leases.Store(rec.InstanceID, lease.ID)
-	s.index.Put(rec, rec.Generation) // read your own writes; the watch event is recognised later
 	return nil
 }
 

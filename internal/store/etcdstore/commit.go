@@ -1,0 +1,187 @@
+package etcdstore
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/meshflows/meshflows/internal/registry"
+)
+
+// Registrations that arrive while one is being written are written together, in one
+// transaction (group commit): under load a burst of registrations costs etcd a few
+// transactions, and this replica a few calls, instead of one each. Every instance of a batch
+// gets the batch's revision as its generation (fencing compares each key's own revision, so
+// a shared number is harmless), and the index takes the batch's records under one hold, so
+// that no reader sees that revision with only some of them. Two registrations of the same
+// instance never share a batch (etcd refuses a transaction that writes a key twice): the
+// second waits for the next.
+
+// commitBatch bounds the registrations of one transaction (two puts each).
+const commitBatch = maxTxnOps / 2
+
+// errStopped says the store's Run ended while a registration waited for its batch.
+var errStopped = errors.New("the etcd store stopped")
+
+// registration is one registration waiting for its batch: its two puts under its lease, and
+// where its outcome goes.
+type registration struct {
+	rec      *registry.Record
+	lease    clientv3.LeaseID
+	key      string
+	ops      [2]clientv3.Op
+	deadline time.Time // the caller's, zero without one
+	done     chan committed
+}
+
+// committed is a registration's outcome: the batch's revision and the record it replaced.
+type committed struct {
+	rev  int64
+	prev *mvccpb.KeyValue
+	err  error
+}
+
+// committer queues registrations for the goroutine that writes them (Run's).
+type committer struct {
+	queue   chan *registration
+	running chan struct{} // closed when the writing goroutine starts
+	stopped chan struct{} // closed when it ends
+}
+
+func newCommitter() *committer {
+	return &committer{queue: make(chan *registration, commitBatch), running: make(chan struct{}), stopped: make(chan struct{})}
+}
+
+// commit writes w: in a batch when Run's writer runs, else in a transaction of its own.
+func (s *Store) commit(ctx context.Context, w *registration) (committed, error) {
+	c := s.commits
+	select {
+	case <-c.running:
+	default:
+		return s.commitAlone(ctx, w)
+	}
+	if d, ok := ctx.Deadline(); ok {
+		w.deadline = d
+	}
+	select {
+	case c.queue <- w:
+	case <-c.stopped:
+		return committed{}, errStopped
+	case <-ctx.Done():
+		return committed{}, ctx.Err()
+	}
+	select {
+	case r := <-w.done:
+		return r, r.err
+	case <-c.stopped:
+		select {
+		case r := <-w.done:
+			return r, r.err
+		default:
+			return committed{}, errStopped
+		}
+	case <-ctx.Done():
+		return committed{}, ctx.Err() // the batch may still write it: as when a lone write times out
+	}
+}
+
+// commitAlone writes w in a transaction of its own (before Run starts).
+func (s *Store) commitAlone(ctx context.Context, w *registration) (committed, error) {
+	resp, err := s.cfg.Client.Txn(ctx).Then(w.ops[:]...).Commit()
+	if err != nil {
+		return committed{}, err
+	}
+	rev := resp.Header.Revision
+	w.rec.Generation = rev
+	s.leases.Store(w.rec.InstanceID, w.lease)
+	s.index.Put(w.rec, rev)
+	return committed{rev: rev, prev: resp.Responses[0].GetResponsePut().GetPrevKv()}, nil
+}
+
+// runCommitter writes the queued registrations in batches until ctx ends; those still queued
+// then are told the store stopped.
+func (s *Store) runCommitter(ctx context.Context) {
+	c := s.commits
+	close(c.running)
+	defer close(c.stopped)
+	var carry *registration // a registration of an instance the batch already held
+	batch := make([]*registration, 0, commitBatch)
+	keys := make(map[string]struct{}, commitBatch)
+	for {
+		first := carry
+		carry = nil
+		if first == nil {
+			select {
+			case <-ctx.Done():
+				for {
+					select {
+					case w := <-c.queue:
+						w.done <- committed{err: errStopped}
+					default:
+						return
+					}
+				}
+			case first = <-c.queue:
+			}
+		}
+		batch = append(batch[:0], first)
+		clear(keys)
+		keys[first.key] = struct{}{}
+	fill:
+		for len(batch) < commitBatch {
+			select {
+			case w := <-c.queue:
+				if _, twice := keys[w.key]; twice {
+					carry = w
+					break fill
+				}
+				keys[w.key] = struct{}{}
+				batch = append(batch, w)
+			default:
+				break fill
+			}
+		}
+		s.commitBatch(ctx, batch)
+	}
+}
+
+// commitBatch writes batch in one transaction and tells each registration its outcome.
+func (s *Store) commitBatch(ctx context.Context, batch []*registration) {
+	// The batch may take as long as its most patient registration: one near its deadline
+	// must not fail the others (it stops waiting by itself).
+	deadline, bounded := time.Time{}, true
+	ops := make([]clientv3.Op, 0, 2*len(batch))
+	for _, w := range batch {
+		bounded = bounded && !w.deadline.IsZero()
+		if w.deadline.After(deadline) {
+			deadline = w.deadline
+		}
+		ops = append(ops, w.ops[:]...)
+	}
+	if bounded {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
+	resp, err := s.cfg.Client.Txn(ctx).Then(ops...).Commit()
+	if err != nil {
+		for _, w := range batch {
+			w.done <- committed{err: err}
+		}
+		return
+	}
+	rev := resp.Header.Revision
+	s.index.Hold()
+	for _, w := range batch {
+		w.rec.Generation = rev
+		s.leases.Store(w.rec.InstanceID, w.lease)
+		s.index.Put(w.rec, rev) // read your own writes; the watch events are recognised later
+	}
+	s.index.Release()
+	for i, w := range batch {
+		w.done <- committed{rev: rev, prev: resp.Responses[2*i].GetResponsePut().GetPrevKv()}
+	}
+}

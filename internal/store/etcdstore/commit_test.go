@@ -1,0 +1,107 @@
+package etcdstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/internal/registry"
+	"github.com/meshflows/meshflows/internal/store/etcdstore/etcdtest"
+)
+
+func testRecord(id, endpoint string) *registry.Record {
+	return registry.RecordFromInstance(apiv1.Instance{InstanceID: id, ServiceName: "svc", ServiceVersion: "1.0.0", Endpoint: endpoint,
+		Health: "ok", Capabilities: []apiv1.Capability{{CapabilityID: "a.b", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0", Provider: "p"}}},
+		time.Now().Add(time.Minute))
+}
+
+// TestRegistrationsWaitingTogetherAreWrittenTogether: registrations queued while none is
+// being written go out in one transaction — one generation for all, each readable, each
+// fenced by it — except a second registration of an instance already in the batch, which
+// goes in the next one and wins; once the writer has stopped, a registration fails at once.
+func TestRegistrationsWaitingTogetherAreWrittenTogether(t *testing.T) {
+	cli := etcdtest.Start(t).Client
+	ctx := context.Background()
+	s, err := New(ctx, Config{Client: cli, Prefix: "/commit/", LeaseTTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Queue eleven registrations before the writer runs: the ten of x-0…x-9, then x-3 again.
+	var waiting []*registration
+	queue := func(id, endpoint string) *registration {
+		rec := testRecord(id, endpoint)
+		lease, err := cli.Grant(ctx, 60)
+		if err != nil {
+			t.Fatal(err)
+		}
+		k := s.key("instances/", id)
+		w := &registration{rec: rec, lease: lease.ID, key: k, done: make(chan committed, 1), ops: [2]clientv3.Op{
+			clientv3.OpPut(k, `{"instance_id":"`+id+`","service_name":"svc","service_version":"1.0.0","endpoint":"`+endpoint+`"}`,
+				clientv3.WithLease(lease.ID), clientv3.WithPrevKV()),
+			clientv3.OpPut(s.key("health/", id), "ok", clientv3.WithLease(lease.ID)),
+		}}
+		s.commits.queue <- w
+		waiting = append(waiting, w)
+		return w
+	}
+	for i := range 10 {
+		queue(fmt.Sprint("x-", i), "http://first")
+	}
+	again := queue("x-3", "http://second")
+
+	rctx, cancel := context.WithCancel(ctx)
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); s.runCommitter(rctx) }()
+	var outcomes []committed
+	for _, w := range waiting {
+		c := <-w.done
+		if c.err != nil {
+			t.Fatalf("registration of %s: %v", w.rec.InstanceID, c.err)
+		}
+		outcomes = append(outcomes, c)
+	}
+	batch := outcomes[0].rev
+	for i, c := range outcomes[:10] {
+		if c.rev != batch {
+			t.Errorf("x-%d written at revision %d, the batch at %d: not one transaction", i, c.rev, batch)
+		}
+		if got, ok := s.Get(fmt.Sprint("x-", i)); !ok || (i != 3 && got.Generation != batch) {
+			t.Errorf("x-%d in the index: %+v %v", i, got, ok)
+		}
+	}
+	if c := outcomes[10]; c.rev <= batch || c.prev == nil || c.prev.ModRevision != batch {
+		t.Errorf("the second registration of x-3: revision %d, replacing %+v; want a later transaction replacing the batch's", c.rev, c.prev)
+	}
+	if got, _ := s.Get("x-3"); got == nil || got.Generation != again.rec.Generation || got.Endpoint != "http://second" {
+		t.Errorf("x-3 in the index: %+v, want the second registration", got)
+	}
+	if rev, _ := s.Watch(); rev < outcomes[10].rev {
+		t.Errorf("the index is at revision %d, before its own write at %d", rev, outcomes[10].rev)
+	}
+	// The shared generation fences each instance by its own key.
+	if _, err := s.Deregister(ctx, "x-5", batch); err != nil {
+		t.Errorf("deregistering x-5 at the batch's generation: %v", err)
+	}
+	if _, err := s.Deregister(ctx, "x-3", batch); !errors.Is(err, registry.ErrGenerationMismatch) {
+		t.Errorf("deregistering x-3 at the replaced generation = %v, want ErrGenerationMismatch", err)
+	}
+
+	cancel()
+	<-stopped
+	rec := testRecord("late", "http://late")
+	done := make(chan error, 1)
+	go func() { done <- s.Register(ctx, rec) }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, errStopped) {
+			t.Errorf("registering after the writer stopped = %v, want errStopped", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a registration after the writer stopped hangs")
+	}
+}
