@@ -18,6 +18,23 @@ import (
 	"github.com/meshflows/meshflows/internal/registry/registrytest"
 )
 
+// sharedJournal runs a store over prefix and a journal of size events shared through it, until
+// the test ends.
+func sharedJournal(t *testing.T, cli *clientv3.Client, prefix string, size int) (*journal.Journal, *etcdstore.Store) {
+	t.Helper()
+	s := runStore(t, etcdstore.Config{Client: cli, Prefix: prefix, LeaseTTL: time.Minute})
+	j := journal.New(size, nil)
+	j.Share(s, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := s.OnEvent(ctx, j.Insert); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() { j.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return j, s
+}
+
 // TestSharedJournal: two registry replicas over one etcd share the event journal — a
 // registration through one and a deregistration through the other are in both journals
 // with the same sequence numbers; a replica started later reads what was written before; the
@@ -25,18 +42,9 @@ import (
 func TestSharedJournal(t *testing.T) {
 	cli := startEtcd(t)
 	prefix := fmt.Sprintf("/journal%d/", prefixes.Add(1))
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
+	ctx := context.Background()
 	replica := func() (*registry.Registry, *journal.Journal, *etcdstore.Store) {
-		s := runStore(t, etcdstore.Config{Client: cli, Prefix: prefix, LeaseTTL: time.Minute})
-		j := journal.New(3, nil)
-		j.Share(s, nil)
-		if err := s.OnEvent(ctx, j.Insert); err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan struct{})
-		go func() { j.Run(ctx); close(done) }()
-		t.Cleanup(func() { cancel(); <-done })
+		j, s := sharedJournal(t, cli, prefix, 3)
 		reg, err := registry.New(s, registry.Config{Journal: j, LeaseTTL: time.Minute})
 		if err != nil {
 			t.Fatal(err)
@@ -95,18 +103,9 @@ func TestSharedJournal(t *testing.T) {
 func TestSharedJournalBurst(t *testing.T) {
 	cli := startEtcd(t)
 	prefix := fmt.Sprintf("/burst%d/", prefixes.Add(1))
-	ctx, cancel := context.WithCancel(context.Background())
-	t.Cleanup(cancel)
+	ctx := context.Background()
 	replica := func() *journal.Journal {
-		s := runStore(t, etcdstore.Config{Client: cli, Prefix: prefix, LeaseTTL: time.Minute})
-		j := journal.New(1000, nil)
-		j.Share(s, nil)
-		if err := s.OnEvent(ctx, j.Insert); err != nil {
-			t.Fatal(err)
-		}
-		done := make(chan struct{})
-		go func() { j.Run(ctx); close(done) }()
-		t.Cleanup(func() { cancel(); <-done })
+		j, _ := sharedJournal(t, cli, prefix, 1000)
 		return j
 	}
 	a, b := replica(), replica()
