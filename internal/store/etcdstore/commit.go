@@ -88,17 +88,12 @@ func (s *Store) commit(ctx context.Context, w *registration) (committed, error) 
 	}
 }
 
-// commitAlone writes w in a transaction of its own (before Run starts).
+// commitAlone writes w in a transaction of its own (before Run starts), under the caller's
+// context.
 func (s *Store) commitAlone(ctx context.Context, w *registration) (committed, error) {
-	resp, err := s.cfg.Client.Txn(ctx).Then(w.ops[:]...).Commit()
-	if err != nil {
-		return committed{}, err
-	}
-	rev := resp.Header.Revision
-	w.rec.Generation = rev
-	s.leases.Store(w.rec.InstanceID, w.lease)
-	s.index.Put(w.rec, rev)
-	return committed{rev: rev, prev: resp.Responses[0].GetResponsePut().GetPrevKv()}, nil
+	s.commitBatch(ctx, []*registration{w})
+	r := <-w.done
+	return r, r.err
 }
 
 // runCommitter writes the queued registrations in batches until ctx ends; those still queued

@@ -20,8 +20,8 @@ func testRecord(id, endpoint string) *registry.Record {
 		time.Now().Add(time.Minute))
 }
 
-// TestRegistrationsWaitingTogetherAreWrittenTogether: registrations queued while none is
-// being written go out in one transaction — one generation for all, each readable, each
+// TestRegistrationsWaitingTogetherAreWrittenTogether: before the writer runs a registration
+// writes alone; registrations queued while none is being written go out in one transaction — one generation for all, each readable, each
 // fenced by it — except a second registration of an instance already in the batch, which
 // goes in the next one and wins; once the writer has stopped, a registration fails at once.
 func TestRegistrationsWaitingTogetherAreWrittenTogether(t *testing.T) {
@@ -30,6 +30,14 @@ func TestRegistrationsWaitingTogetherAreWrittenTogether(t *testing.T) {
 	s, err := New(ctx, Config{Client: cli, Prefix: "/commit/", LeaseTTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Before the writer runs, a registration writes alone.
+	solo := testRecord("solo", "http://solo")
+	if err := s.Register(ctx, solo); err != nil {
+		t.Fatal(err)
+	}
+	if got, ok := s.Get("solo"); !ok || got != solo || solo.Generation == 0 {
+		t.Fatalf("a registration before the writer runs: in the index %+v %v, generation %d", got, ok, solo.Generation)
 	}
 	// Queue eleven registrations before the writer runs: the ten of x-0…x-9, then x-3 again.
 	var waiting []*registration
