@@ -16,6 +16,13 @@ import (
 	"github.com/meshflows/meshflows/internal/registry/registrytest"
 )
 
+// answer builds the reply to req from the view as it stands (what reply does, without its
+// wire cache).
+func (s *Server) answer(req *dns.Msg, from net.Addr) *dns.Msg {
+	ix, meta, err := s.view()
+	return s.answerFrom(req, from, ix, meta, err)
+}
+
 func TestParseName(t *testing.T) {
 	tests := []struct {
 		q    string

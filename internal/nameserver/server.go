@@ -248,12 +248,6 @@ func boolBit(b bool) byte {
 	return 0
 }
 
-// answer builds the reply to req.
-func (s *Server) answer(req *dns.Msg, from net.Addr) *dns.Msg {
-	ix, meta, err := s.view()
-	return s.answerFrom(req, from, ix, meta, err)
-}
-
 // answerFrom builds the reply to req from the view ix (viewErr: the view is unavailable).
 func (s *Server) answerFrom(req *dns.Msg, from net.Addr, ix *index, meta discovery.Meta, viewErr error) *dns.Msg {
 	m := new(dns.Msg)
