@@ -73,6 +73,9 @@ func RunDNS(ctx context.Context, cfg DNSConfig) (*DNSReport, error) {
 	if !ok || cfg.Name == "" || cfg.Server == "" {
 		return nil, fmt.Errorf("bench dns: want --server, --name and a query type, got %q %q %q", cfg.Server, cfg.Name, cfg.Qtype)
 	}
+	if err := checkPID("--server-pid", cfg.ServerPID); err != nil {
+		return nil, fmt.Errorf("bench dns: %w", err)
+	}
 	q := new(dns.Msg)
 	q.SetQuestion(dns.Fqdn(cfg.Name), qtype)
 	q.SetEdns0(cfg.UDPSize, false)

@@ -37,4 +37,7 @@ func TestRunDNS(t *testing.T) {
 	if _, err := RunDNS(context.Background(), DNSConfig{Server: pc.LocalAddr().String(), Name: "x.", Qtype: "NOPE"}); err == nil {
 		t.Error("an unknown query type was accepted")
 	}
+	if _, err := RunDNS(context.Background(), DNSConfig{Server: pc.LocalAddr().String(), Name: "ok.test.", Qtype: "A", ServerPID: 1 << 30}); err == nil {
+		t.Error("a --server-pid whose CPU cannot be read was accepted (the report would lack its figure without a word)")
+	}
 }

@@ -100,6 +100,9 @@ func (c *RegistryConfig) Validate() error {
 			return fmt.Errorf("etcd endpoint %q: want http(s)://host:port", e)
 		}
 	}
+	if err := errors.Join(checkPID("--server-pid", c.ServerPID), checkPID("--etcd-pid", c.EtcdPID)); err != nil {
+		return err
+	}
 	if c.EtcdTTL < time.Second {
 		return fmt.Errorf("etcd lease TTL %s: at least 1s", c.EtcdTTL)
 	}

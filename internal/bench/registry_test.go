@@ -92,7 +92,8 @@ func TestRunRegistryAgainstEtcd(t *testing.T) {
 
 func TestRunRegistryRefusesBadConfig(t *testing.T) {
 	for _, cfg := range []bench.RegistryConfig{{URL: "ftp://x"}, {URL: "http://127.0.0.1:1", Instances: -1},
-		{URL: "http://127.0.0.1:1", EtcdEndpoints: []string{"127.0.0.1:2379"}}, {URL: "http://127.0.0.1:1", EtcdEndpoints: []string{"http://127.0.0.1:2379"}, EtcdTTL: time.Millisecond}} {
+		{URL: "http://127.0.0.1:1", EtcdEndpoints: []string{"127.0.0.1:2379"}}, {URL: "http://127.0.0.1:1", EtcdEndpoints: []string{"http://127.0.0.1:2379"}, EtcdTTL: time.Millisecond},
+		{URL: "http://127.0.0.1:1", ServerPID: 1 << 30}, {URL: "http://127.0.0.1:1", ServerPID: -1}, {URL: "http://127.0.0.1:1", EtcdPID: 1 << 30}} {
 		if _, err := bench.RunRegistry(context.Background(), cfg); err == nil {
 			t.Errorf("RunRegistry(%+v) succeeded", cfg)
 		}

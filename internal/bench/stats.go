@@ -53,6 +53,21 @@ func procCPU(pid int) (time.Duration, error) {
 	return time.Duration(utime+stime) * time.Second / clockTicks, nil
 }
 
+// checkPID refuses a process id whose CPU time cannot be read (0: none asked for), so that a
+// mistyped --server-pid is said at once rather than leaving the report without its figure.
+func checkPID(flag string, pid int) error {
+	if pid == 0 {
+		return nil
+	}
+	if pid < 0 {
+		return fmt.Errorf("%s %d: not a process id", flag, pid)
+	}
+	if _, err := procCPU(pid); err != nil {
+		return fmt.Errorf("%s %d: %w", flag, pid, err)
+	}
+	return nil
+}
+
 // cpuMeter measures a server process's CPU over a phase (pid 0: nothing).
 type cpuMeter struct {
 	pid   int
