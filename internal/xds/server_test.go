@@ -1,14 +1,12 @@
 package xds_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"net"
 	"runtime"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -55,26 +53,8 @@ func startBackend(t *testing.T) *backend {
 	return b
 }
 
-// syncBuffer is a bytes.Buffer safe for the server's goroutines and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type env struct {
-	logs *syncBuffer
+	logs *registrytest.SyncBuffer
 	reg  *registrytest.Server
 	gens map[string]int64
 	addr string // the xDS server
@@ -96,7 +76,7 @@ func newEnv(t testing.TB, slowStart time.Duration, opts ...func(*xds.Config)) *e
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.logs = &syncBuffer{}
+	e.logs = &registrytest.SyncBuffer{}
 	cfg := xds.Config{Discovery: disc, ShutdownGrace: time.Second, Logger: slog.New(slog.NewTextHandler(e.logs, nil))}
 	for _, o := range opts {
 		o(&cfg)
