@@ -92,10 +92,10 @@ func (r *Record) SetHealth(h string) bool {
 func newRecord(req *apiv1.RegisterRequest, now time.Time, lease time.Duration) *Record {
 	rec := &Record{
 		InstanceID:     req.InstanceID,
-		ServiceName:    req.ServiceName,
-		ServiceVersion: req.ServiceVersion,
+		ServiceName:    intern(req.ServiceName),
+		ServiceVersion: intern(req.ServiceVersion),
 		Endpoint:       req.Endpoint,
-		Zone:           req.Zone,
+		Zone:           intern(req.Zone),
 		Manifest:       req.Manifest,
 		RegisteredAt:   now.UTC(),
 		Capabilities:   make([]Capability, len(req.Capabilities)),
@@ -107,9 +107,12 @@ func newRecord(req *apiv1.RegisterRequest, now time.Time, lease time.Duration) *
 	return rec
 }
 
+// newCapability parses a capability's version and hints once; the values its instance's
+// siblings repeat are shared with them (intern.go).
 func newCapability(c apiv1.Capability) Capability {
-	out := Capability{Capability: c}
-	out.Version, _ = semver.StrictNewVersion(c.CapabilityVersion)
+	c.CapabilityID, c.CapabilityVersion = intern(c.CapabilityID), intern(c.CapabilityVersion)
+	c.ContractSchemaVersion, c.Provider = intern(c.ContractSchemaVersion), intern(c.Provider)
+	out := Capability{Capability: c, Version: parseVersion(c.CapabilityVersion)}
 	m := bytes.TrimSpace(c.Metadata)
 	if len(m) == 0 || bytes.Equal(m, []byte("null")) {
 		out.Metadata = emptyObject
@@ -117,6 +120,7 @@ func newCapability(c apiv1.Capability) Capability {
 	}
 	// Most metadata names neither hint; skip decoding it then (registration hot path).
 	// The bytes are kept as sent: JSON encoding compacts them on the way out.
+	out.Metadata = internMetadata(c.Metadata)
 	if !bytes.Contains(m, []byte(`"priority"`)) && !bytes.Contains(m, []byte(`"public_paths"`)) {
 		return out
 	}
@@ -157,10 +161,10 @@ func (r *Record) Instance() apiv1.Instance {
 func RecordFromInstance(in apiv1.Instance, leaseEnd time.Time) *Record {
 	rec := &Record{
 		InstanceID:     in.InstanceID,
-		ServiceName:    in.ServiceName,
-		ServiceVersion: in.ServiceVersion,
+		ServiceName:    intern(in.ServiceName),
+		ServiceVersion: intern(in.ServiceVersion),
 		Endpoint:       in.Endpoint,
-		Zone:           in.Zone,
+		Zone:           intern(in.Zone),
 		Manifest:       in.Manifest,
 		Generation:     in.Generation,
 		RegisteredAt:   in.RegisteredAt,

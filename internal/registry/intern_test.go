@@ -1,0 +1,81 @@
+package registry
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+	"unsafe"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+)
+
+// decodeRegistration decodes a registration as the HTTP handler does, so that every string
+// in it is a fresh allocation.
+func decodeRegistration(t *testing.T, id string) *apiv1.RegisterRequest {
+	t.Helper()
+	body := fmt.Sprintf(`{"instance_id":%q,"service_name":"billing","service_version":"1.4.0","endpoint":"http://10.0.0.1:8080",
+		"zone":"zone-a","capabilities":[{"capability_id":"invoice.create","capability_version":"2.1.0",
+		"contract_schema_version":"1","provider":"jms","metadata":{"priority":3}}]}`, id)
+	var req apiv1.RegisterRequest
+	if err := json.Unmarshal([]byte(body), &req); err != nil {
+		t.Fatal(err)
+	}
+	return &req
+}
+
+func sameString(a, b string) bool { return unsafe.StringData(a) == unsafe.StringData(b) }
+
+func TestRecordsShareRepeatedValues(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	a := newRecord(decodeRegistration(t, "a"), now, time.Minute)
+	b := newRecord(decodeRegistration(t, "b"), now, time.Minute)
+	snap := RecordFromInstance(b.Instance(), now)
+	ca, cb, cs := a.Capabilities[0], b.Capabilities[0], snap.Capabilities[0]
+	for _, tc := range []struct {
+		name   string
+		shared bool
+	}{
+		{"service name", sameString(a.ServiceName, b.ServiceName) && sameString(a.ServiceName, snap.ServiceName)},
+		{"service version", sameString(a.ServiceVersion, b.ServiceVersion)},
+		{"zone", sameString(a.Zone, b.Zone)},
+		{"capability id", sameString(ca.CapabilityID, cb.CapabilityID) && sameString(ca.CapabilityID, cs.CapabilityID)},
+		{"capability version", sameString(ca.CapabilityVersion, cb.CapabilityVersion)},
+		{"schema version", sameString(ca.ContractSchemaVersion, cb.ContractSchemaVersion)},
+		{"provider", sameString(ca.Provider, cb.Provider)},
+		{"metadata", &ca.Metadata[0] == &cb.Metadata[0]},
+		{"parsed version", ca.Version == cb.Version && ca.Version == cs.Version},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if !tc.shared {
+				t.Error("two records of one service hold separate copies")
+			}
+		})
+	}
+	if a.InstanceID == b.InstanceID || ca.Priority != 3 || ca.Version.String() != "2.1.0" {
+		t.Errorf("records changed by sharing: %q %q priority %d version %v", a.InstanceID, b.InstanceID, ca.Priority, ca.Version)
+	}
+}
+
+func TestInternTableStartsOverPastItsBound(t *testing.T) {
+	first := intern(strings.Repeat("x", 3) + "-first")
+	for i := range internMax + 10 {
+		if got, want := intern(fmt.Sprint("value-", i)), fmt.Sprint("value-", i); got != want {
+			t.Fatalf("intern(%q) = %q", want, got)
+		}
+	}
+	if n := internedStrings.n.Load(); n > internMax {
+		t.Errorf("table holds %d values, more than its bound %d", n, internMax)
+	}
+	if got := intern("xxx-first"); got != first {
+		t.Errorf("a value interned before the table started over reads %q", got)
+	}
+	if v := parseVersion("not-semver"); v != nil {
+		t.Errorf("parseVersion(not-semver) = %v, want nil", v)
+	}
+	long := strings.Repeat("m", internMaxLen+1)
+	if got := intern(long); !sameString(got, long) {
+		t.Error("a value longer than the bound was copied into the table")
+	}
+}
