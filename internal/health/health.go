@@ -162,8 +162,6 @@ type instance struct {
 	present     bool
 	draining    bool
 	admitted    bool
-	okRun       int // consecutive ok probes
-	badRun      int // consecutive fail/timeout probes
 	causes      map[string]Evidence
 	lastRenewal time.Time
 	// renewed is set by the first heartbeat of the incarnation: only instances that have
@@ -174,16 +172,12 @@ type instance struct {
 	degraded      bool
 	rotationSince time.Time // when it (re-)entered rotation: slow start runs from here
 
-	withdrawals     []time.Time // entries into withdrawn from rotation, for flap detection
-	quarantines     int         // how many times it was quarantined
-	quarantineUntil time.Time
-
-	ejections  int // how many times it was ejected
-	ejectUntil time.Time
-
 	lastHealth   string    // the last self-report: ok, degraded or failing
 	lastHealthAt time.Time // and when it came
-	lastProbe    Evidence  // the last probe result
+
+	// tr holds what probes, flapping and ejections record; nil until the first of them (a
+	// fleet that is neither probed nor troubled does not carry it).
+	tr *trouble
 
 	// The engine's fleet accounting (see Tick): which incarnation this is, so that the
 	// entries an older one left in the engine's queues are recognised as stale, how the
@@ -193,11 +187,48 @@ type instance struct {
 	gone bool
 }
 
+// trouble is the part of an instance's record that probes, withdrawals and ejections fill
+// in. Read it through in.troubles() (a zero value when there is none); write it through
+// in.trouble(), which makes it.
+type trouble struct {
+	okRun     int      // consecutive ok probes
+	badRun    int      // consecutive fail/timeout probes
+	lastProbe Evidence // the last probe result
+
+	withdrawals     []time.Time // entries into withdrawn from rotation, for flap detection
+	quarantines     int         // how many times it was quarantined
+	quarantineUntil time.Time
+
+	ejections  int // how many times it was ejected
+	ejectUntil time.Time
+}
+
+// noTrouble is what an instance without a trouble record reads as. Never written.
+var noTrouble trouble
+
+// troubles returns in's trouble record for reading (the zero record when it has none).
+func (in *instance) troubles() *trouble {
+	if in.tr == nil {
+		return &noTrouble
+	}
+	return in.tr
+}
+
+// trouble returns in's trouble record for writing, making it on first use.
+func (in *instance) trouble() *trouble {
+	if in.tr == nil {
+		in.tr = &trouble{}
+	}
+	return in.tr
+}
+
 // Evidence is the event behind a reason: when it happened and what it said (the wire type).
 type Evidence = apiv1.Evidence
 
 // quarantined reports whether in is in quarantine at now.
-func (in *instance) quarantined(now time.Time) bool { return now.Before(in.quarantineUntil) }
+func (in *instance) quarantined(now time.Time) bool {
+	return in.tr != nil && now.Before(in.tr.quarantineUntil)
+}
 
 // Engine is the eligibility state machine. It is not safe for concurrent use; its owner
 // serialises events, ticks and queries, in time order, and calls Tick regularly (every
@@ -400,34 +431,35 @@ func (e *Engine) renew(in *instance, at time.Time) {
 }
 
 func (e *Engine) probe(in *instance, ev Event) {
-	in.lastProbe = Evidence{At: ev.At, Detail: "probe " + ev.Result}
+	t := in.trouble()
+	t.lastProbe = Evidence{At: ev.At, Detail: "probe " + ev.Result}
 	switch ev.Result {
 	case ProbeOK:
 		if in.quarantined(ev.At) {
 			return // successes during quarantine do not count
 		}
-		in.okRun++
-		in.badRun = 0
+		t.okRun++
+		t.badRun = 0
 		if !in.admitted {
-			if in.okRun >= e.cfg.AdmitAfter {
+			if t.okRun >= e.cfg.AdmitAfter {
 				in.admitted, in.rotationSince = true, ev.At
 			}
 			return
 		}
-		if in.okRun >= e.unhealthyAfter(in)+2 {
+		if t.okRun >= e.unhealthyAfter(in)+2 {
 			e.clearCauses(in, ev.At, ReasonProbeFailing, ReasonProbeRefused, ReasonSilentCorroborated, ReasonQuarantineEnded)
 		}
 	case ProbeFail, ProbeTimeout, ProbeRefused:
-		in.okRun = 0
-		in.badRun++
+		t.okRun = 0
+		t.badRun++
 		if !in.admitted {
 			return
 		}
 		if ev.Result == ProbeRefused {
 			e.addCause(in, ev.At, ReasonProbeRefused, "probe refused: connection refused or reset")
 		}
-		if n := e.unhealthyAfter(in); in.badRun >= n {
-			e.addCause(in, ev.At, ReasonProbeFailing, fmt.Sprintf("%d consecutive failed probes (unhealthy_after %d), the last %s", in.badRun, n, ev.Result))
+		if n := e.unhealthyAfter(in); t.badRun >= n {
+			e.addCause(in, ev.At, ReasonProbeFailing, fmt.Sprintf("%d consecutive failed probes (unhealthy_after %d), the last %s", t.badRun, n, ev.Result))
 		}
 		if e.silent(in, ev.At) {
 			e.addCause(in, ev.At, ReasonSilentCorroborated, fmt.Sprintf("probe %s while silent since %s", ev.Result, in.lastRenewal.UTC().Format(time.RFC3339)))
@@ -437,9 +469,9 @@ func (e *Engine) probe(in *instance, ev Event) {
 
 // advance applies the time-driven changes due by now: the end of an ejection.
 func (e *Engine) advance(in *instance, now time.Time) {
-	if !in.ejectUntil.IsZero() && !now.Before(in.ejectUntil) {
-		e.clearCauses(in, in.ejectUntil, ReasonOutlierErrorRate, ReasonOutlierConnect)
-		in.ejectUntil = time.Time{}
+	if t := in.tr; t != nil && !t.ejectUntil.IsZero() && !now.Before(t.ejectUntil) {
+		e.clearCauses(in, t.ejectUntil, ReasonOutlierErrorRate, ReasonOutlierConnect)
+		t.ejectUntil = time.Time{}
 	}
 }
 
@@ -453,14 +485,15 @@ func (e *Engine) outcome(in *instance, ev Event) {
 	case requests >= e.cfg.OutlierMinRequests && float64(ev.Errors) >= e.cfg.OutlierErrorRate*float64(requests):
 		cause = ReasonOutlierErrorRate
 	}
-	if cause == "" || !in.admitted || !in.ejectUntil.IsZero() || e.ejectionCapped(in, ev.At) {
+	if cause == "" || !in.admitted || !in.troubles().ejectUntil.IsZero() || e.ejectionCapped(in, ev.At) {
 		return
 	}
-	in.ejections++
+	t := in.trouble()
+	t.ejections++
 	e.ejected++
-	in.ejectUntil = ev.At.Add(time.Duration(in.ejections) * e.cfg.EjectionBase)
+	t.ejectUntil = ev.At.Add(time.Duration(t.ejections) * e.cfg.EjectionBase)
 	e.addCause(in, ev.At, cause, fmt.Sprintf("gateway window ok=%d errors=%d connect_failures=%d; ejection %d until %s",
-		ev.OK, ev.Errors, ev.ConnectFailures, in.ejections, in.ejectUntil.UTC().Format(time.RFC3339)))
+		ev.OK, ev.Errors, ev.ConnectFailures, t.ejections, t.ejectUntil.UTC().Format(time.RFC3339)))
 }
 
 // ejectionCapped reports whether ejecting in would eject more than max_ejection_percent of
@@ -473,7 +506,7 @@ func (e *Engine) ejectionCapped(in *instance, now time.Time) bool {
 				continue
 			}
 			members++
-			if o != in && now.Before(o.ejectUntil) {
+			if o != in && now.Before(o.troubles().ejectUntil) {
 				ejected++
 			}
 		}
@@ -501,25 +534,26 @@ func (e *Engine) addCause(in *instance, now time.Time, cause, detail string) {
 	if !entering || in.quarantined(now) {
 		return
 	}
-	recent := in.withdrawals[:0]
-	for _, t := range in.withdrawals {
+	tr := in.trouble()
+	recent := tr.withdrawals[:0]
+	for _, t := range tr.withdrawals {
 		if now.Sub(t) < e.cfg.FlapWindow {
 			recent = append(recent, t)
 		}
 	}
-	in.withdrawals = append(recent, now)
-	if len(in.withdrawals) < e.cfg.FlapLimit {
+	tr.withdrawals = append(recent, now)
+	if len(tr.withdrawals) < e.cfg.FlapLimit {
 		return
 	}
-	in.quarantines++
-	d := e.cfg.Quarantine << min(in.quarantines-1, 30)
+	tr.quarantines++
+	d := e.cfg.Quarantine << min(tr.quarantines-1, 30)
 	if d <= 0 || d > e.cfg.QuarantineMax {
 		d = e.cfg.QuarantineMax
 	}
-	in.quarantineUntil = now.Add(d)
-	in.causes[ReasonQuarantineEnded] = Evidence{At: now, Detail: fmt.Sprintf("quarantine %d for %s: %d withdrawals within %s", in.quarantines, d, e.cfg.FlapLimit, e.cfg.FlapWindow)}
-	in.withdrawals = nil
-	in.okRun = 0
+	tr.quarantineUntil = now.Add(d)
+	in.causes[ReasonQuarantineEnded] = Evidence{At: now, Detail: fmt.Sprintf("quarantine %d for %s: %d withdrawals within %s", tr.quarantines, d, e.cfg.FlapLimit, e.cfg.FlapWindow)}
+	tr.withdrawals = nil
+	tr.okRun = 0
 }
 
 // clearCauses removes causes; when the last one goes, slow start begins at now.
@@ -551,10 +585,12 @@ func (e *Engine) nextChange(in *instance, now time.Time) time.Time {
 			next = t
 		}
 	}
-	if !in.ejectUntil.IsZero() {
-		consider(in.ejectUntil)
+	if t := in.tr; t != nil {
+		if !t.ejectUntil.IsZero() {
+			consider(t.ejectUntil)
+		}
+		consider(t.quarantineUntil)
 	}
-	consider(in.quarantineUntil)
 	if !e.cfg.ExternalLeases {
 		consider(in.lastRenewal.Add(2*e.cfg.HeartbeatInterval + time.Nanosecond)) // silent from just after
 		end := in.lastRenewal.Add(e.cfg.LeaseTTL)
@@ -778,7 +814,8 @@ func (e *Engine) Explain(id string, now time.Time) (Verdict, []Reason) {
 		switch {
 		case isCause:
 		case code == ReasonAdmitting:
-			ev = Evidence{At: in.lastProbe.At, Detail: fmt.Sprintf("%d of %d consecutive ok probes needed to admit; last: %s", in.okRun, e.cfg.AdmitAfter, cmp.Or(in.lastProbe.Detail, "no probe yet"))}
+			t := in.troubles()
+			ev = Evidence{At: t.lastProbe.At, Detail: fmt.Sprintf("%d of %d consecutive ok probes needed to admit; last: %s", t.okRun, e.cfg.AdmitAfter, cmp.Or(t.lastProbe.Detail, "no probe yet"))}
 		case code == ReasonSlowStart:
 			ev = Evidence{At: in.rotationSince, Detail: fmt.Sprintf("entered rotation; weight ramps to 100 over %s", e.cfg.SlowStart)}
 		case code == ReasonSilent:
@@ -786,7 +823,8 @@ func (e *Engine) Explain(id string, now time.Time) (Verdict, []Reason) {
 		case code == ReasonSelfReportedDegraded:
 			ev = Evidence{At: in.lastHealthAt, Detail: "heartbeat health " + in.lastHealth}
 		case code == ReasonFlapping:
-			ev = Evidence{At: in.quarantineUntil, Detail: fmt.Sprintf("quarantine %d ends at this time; probe successes during it do not count", in.quarantines)}
+			t := in.troubles()
+			ev = Evidence{At: t.quarantineUntil, Detail: fmt.Sprintf("quarantine %d ends at this time; probe successes during it do not count", t.quarantines)}
 		case code == ReasonDraining:
 			ev = Evidence{Detail: "deregistered; out of rotation until the gateways acknowledge"}
 		}

@@ -88,28 +88,52 @@ type Explanation = apiv1.Explanation
 
 type groupKey struct{ capability, zone string }
 
+// view is the monitor's record of one instance. A million of them are held at once, so the
+// instants it keeps are Unix nanoseconds (8 bytes, not a time.Time's 24) and its flags sit
+// together: 240 bytes, where time.Times made it 288.
 type view struct {
 	generation  int64
-	lastRenewal time.Time
+	lastRenewal int64 // Unix nanoseconds
 	verdict     Verdict
 	since       time.Time
 	history     []Transition
-	keys        []groupKey // the groups it belongs to
-	counted     string     // the state its groups' counters hold for it
-	synced      uint64     // the last Sync that found it in the fleet
-	health      string     // the last self-report applied
-	followed    *Followed  // the elected replica's verdict, when another replica judges
-	gone        bool       // forgotten: handles to it answer nothing
-	nextDue     time.Time  // when its verdict may next change without new evidence
-	in          *instance  // the engine's record of it
-	id          string
-	queued      bool  // the monitor's due queue holds an entry for it, at queuedAt
-	queuedAt    int64 // Unix nanoseconds
+	groups      []*group  // the groups it belongs to
+	counted     string    // the state its groups' counters hold for it
+	synced      uint64    // the last Sync that found it in the fleet
+	health      string    // the last self-report applied
+	followed    *Followed // the elected replica's verdict, when another replica judges
+	// nextDue is when its verdict may next change without new evidence (Unix nanoseconds):
+	// dueNow to judge it at once, dueNever when nothing is due.
+	nextDue  int64
+	in       *instance // the engine's record of it
+	id       string
+	queuedAt int64 // Unix nanoseconds
+	queued   bool  // the monitor's due queue holds an entry for it, at queuedAt
+	gone     bool  // forgotten: handles to it answer nothing
+}
+
+// The bounds of view.nextDue.
+const (
+	dueNow   = int64(math.MinInt64)
+	dueNever = int64(math.MaxInt64)
+)
+
+// dueAt returns t as a view.nextDue: never (and any instant past what Unix nanoseconds
+// hold, in 2262) is dueNever; the zero instant (and any before 1678) is dueNow.
+func dueAt(t time.Time) int64 {
+	switch sec := t.Unix(); {
+	case !t.Before(never) || sec >= math.MaxInt64/int64(time.Second):
+		return dueNever
+	case sec <= math.MinInt64/int64(time.Second):
+		return dueNow
+	}
+	return t.UnixNano()
 }
 
 // group counts the instances of one (capability, zone), kept up to date as verdicts change
 // so that the panic rule costs the same at any fleet size.
 type group struct {
+	key        groupKey
 	refs       int // instances held that belong to it
 	members    int // of those, neither absent nor draining
 	inRotation int
@@ -209,8 +233,8 @@ func (m *Monitor) register(in Instance, gen int64, at time.Time) {
 	v, ok := m.views[in.ID]
 	if ok {
 		m.ungroup(v)
-		for _, k := range v.keys {
-			m.panic(k, at) // the old incarnation's groups lost it
+		for _, g := range v.groups {
+			m.panic(g.key, at) // the old incarnation's groups lost it
 		}
 		m.release(v)
 		v.generation = gen
@@ -218,32 +242,35 @@ func (m *Monitor) register(in Instance, gen int64, at time.Time) {
 		v = &view{generation: gen, verdict: Verdict{State: apiv1.EligibilityAbsent}, since: at, counted: apiv1.EligibilityAbsent, id: in.ID}
 		m.views[in.ID] = v
 	}
-	v.nextDue = time.Time{} // a new incarnation is judged at once
+	v.nextDue = dueNow // a new incarnation is judged at once
 	m.schedule(v)
 	m.engine.Declare(in)
 	m.engine.Apply(Event{At: at, ID: in.ID, Kind: KindRegistered})
 	v.in = m.engine.instances[in.ID]
-	v.lastRenewal, v.health = at, "ok"
-	v.keys = v.keys[:0]
+	v.lastRenewal, v.health = at.UnixNano(), "ok"
+	if cap(v.groups) < len(in.Capabilities) {
+		v.groups = make([]*group, 0, len(in.Capabilities)) // exactly: a million views hold these
+	}
+	v.groups = v.groups[:0]
 	for _, c := range in.Capabilities {
 		k := groupKey{c, in.Zone}
-		if m.groups[k] == nil {
-			m.groups[k] = &group{}
+		g := m.groups[k]
+		if g == nil {
+			g = &group{key: k}
+			m.groups[k] = g
 		}
-		m.groups[k].refs++
-		v.keys = append(v.keys, k)
+		g.refs++
+		v.groups = append(v.groups, g)
 	}
 }
 
 // release drops v's references to its groups; a group nobody belongs to goes.
 func (m *Monitor) release(v *view) {
-	for _, k := range v.keys {
-		if g := m.groups[k]; g != nil {
-			if g.refs--; g.refs == 0 {
-				delete(m.groups, k)
-				delete(m.panics, k)
-				delete(m.panicSince, k)
-			}
+	for _, g := range v.groups {
+		if g.refs--; g.refs == 0 {
+			delete(m.groups, g.key)
+			delete(m.panics, g.key)
+			delete(m.panicSince, g.key)
 		}
 	}
 }
@@ -261,11 +288,10 @@ func (m *Monitor) recount(v *view, state string) bool {
 	}
 	om, or := tally(v.counted)
 	nm, nr := tally(state)
-	for _, k := range v.keys {
-		g := m.groups[k]
+	for _, g := range v.groups {
 		g.members += nm - om
 		g.inRotation += nr - or
-		m.dirty[k] = struct{}{}
+		m.dirty[g.key] = struct{}{}
 	}
 	v.counted = state
 	return true
@@ -296,7 +322,7 @@ func (m *Monitor) ObserveVia(h *Handle, ev Event) error {
 
 func (m *Monitor) observe(v *view, ev Event) error {
 	if ev.Kind == KindHeartbeat && v.in != nil && v.in.present && m.engine.quietRenewal(v.in, ev) {
-		v.lastRenewal = ev.At // nothing published changes
+		v.lastRenewal = ev.At.UnixNano() // nothing published changes
 		return nil
 	}
 	ejected := m.engine.Ejections()
@@ -307,7 +333,7 @@ func (m *Monitor) observe(v *view, ev Event) error {
 		m.metrics.ejections.Add(float64(n))
 	}
 	if ev.Kind == KindHeartbeat {
-		v.lastRenewal, v.health = ev.At, cmp.Or(ev.Health, "ok")
+		v.lastRenewal, v.health = ev.At.UnixNano(), cmp.Or(ev.Health, "ok")
 	}
 	m.publish(m.refresh(ev.ID, ev.At))
 	return nil
@@ -331,8 +357,8 @@ func (m *Monitor) forget(id string, at time.Time) {
 	delete(m.changedIDs, id)
 	v.gone = true
 	m.engine.Forget(id)
-	for _, k := range v.keys {
-		m.panic(k, at)
+	for _, g := range v.groups {
+		m.panic(g.key, at)
 	}
 	m.release(v)
 }
@@ -363,13 +389,14 @@ func (m *Monitor) reconcile(now time.Time, fleet Fleet) {
 		}
 		v.synced = m.syncs
 		// A renewal, or a new self-report that reached this replica through the store only.
-		if f.LastRenewal.After(v.lastRenewal) || f.Health != "" && f.Health != v.health {
+		renewedSince := !f.LastRenewal.IsZero() && f.LastRenewal.UnixNano() > v.lastRenewal
+		if renewedSince || f.Health != "" && f.Health != v.health {
 			at := f.LastRenewal
-			if !at.After(v.lastRenewal) {
+			if !renewedSince {
 				at = now
 			}
 			m.engine.Apply(Event{At: at, ID: f.ID, Kind: KindHeartbeat, Health: f.Health})
-			v.lastRenewal, v.health = at, f.Health
+			v.lastRenewal, v.health = at.UnixNano(), f.Health
 		}
 	}
 	for id, v := range m.views {
@@ -420,7 +447,7 @@ func (m *Monitor) tickAndPublish(now time.Time) {
 		// for the next sweep
 		batch := m.due.takeDue(now)
 		for _, v := range batch {
-			if now.Before(v.nextDue) {
+			if now.UnixNano() < v.nextDue {
 				m.schedule(v) // evidence moved it later since it was queued
 				continue
 			}
@@ -444,13 +471,10 @@ func (m *Monitor) tickAndPublish(now time.Time) {
 // schedule puts v in the due queue at its nextDue, unless an entry at that instant or
 // earlier is there already (a view found early is queued again).
 func (m *Monitor) schedule(v *view) {
-	if v.gone || !v.nextDue.Before(never) {
+	if v.gone || v.nextDue >= dueNever {
 		return
 	}
-	at := int64(math.MinInt64) // due at once
-	if !v.nextDue.IsZero() {
-		at = v.nextDue.UnixNano()
-	}
+	at := v.nextDue
 	if v.queued && v.queuedAt <= at {
 		return
 	}
@@ -465,8 +489,8 @@ func (m *Monitor) refresh(id string, now time.Time) bool {
 	if !ok || !m.refreshVerdict(id, v, now) {
 		return false
 	}
-	for _, k := range v.keys {
-		m.panic(k, now)
+	for _, g := range v.groups {
+		m.panic(g.key, now)
 	}
 	return true
 }
@@ -475,13 +499,13 @@ func (m *Monitor) refreshVerdict(id string, v *view, now time.Time) bool {
 	var nv Verdict
 	if f := v.followed; m.following && f != nil && f.Generation == v.generation {
 		nv = m.followedVerdict(f, now)
-		v.nextDue = never
+		v.nextDue = dueNever
 		if nv.State == apiv1.EligibilitySlowStart {
-			v.nextDue = now // the weight ramps: every sweep
+			v.nextDue = now.UnixNano() // the weight ramps: every sweep
 		}
 	} else {
 		nv = m.engine.verdictOf(v.in, now)
-		v.nextDue = m.engine.nextChange(v.in, now)
+		v.nextDue = dueAt(m.engine.nextChange(v.in, now))
 	}
 	m.schedule(v)
 	old := v.verdict

@@ -215,7 +215,11 @@ func TestMonitorGroupCountersMatchTheEngine(t *testing.T) {
 					t.Logf("counters %+v; engine %+v", g, m.engine.Group(c, z, at))
 					for _, id := range ids {
 						v := m.views[id]
-						t.Logf("%s %v counted=%s verdict=%s engine=%s", id, v.keys, v.counted, v.verdict.State, m.engine.Verdict(id, at).State)
+						var keys []groupKey
+						for _, g := range v.groups {
+							keys = append(keys, g.key)
+						}
+						t.Logf("%s %v counted=%s verdict=%s engine=%s", id, keys, v.counted, v.verdict.State, m.engine.Verdict(id, at).State)
 					}
 					t.Fatalf("step %d: panic(%s, %s) = %v, the engine counts %v", step, c, z, got, want)
 				}

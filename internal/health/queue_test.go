@@ -97,3 +97,23 @@ func TestSweepMatchesAWalkOfTheFleet(t *testing.T) {
 		t.Errorf("the walk never saw self-preservation (%v) or a lease end (%v): the fleet is too quiet to test either", sawSP, sawExpiry)
 	}
 }
+
+func TestDueAt(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		at   time.Time
+		want int64
+	}{
+		{"an instant", time.Unix(1_700_000_000, 5), 1_700_000_000_000_000_005},
+		{"never", never, dueNever},
+		{"past 2262", time.Date(2300, 1, 1, 0, 0, 0, 0, time.UTC), dueNever},
+		{"the zero instant", time.Time{}, dueNow},
+		{"before 1678", time.Date(1600, 1, 1, 0, 0, 0, 0, time.UTC), dueNow},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := dueAt(tc.at); got != tc.want {
+				t.Errorf("dueAt(%v) = %d, want %d", tc.at, got, tc.want)
+			}
+		})
+	}
+}

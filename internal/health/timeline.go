@@ -48,11 +48,11 @@ func (m *Monitor) sample(now time.Time) {
 	if len(m.panics) > 0 {
 		awaiting = map[groupKey]int{}
 		for _, v := range m.views {
-			if in := v.in; in != nil && in.Probe && !in.admitted && in.lastProbe.At.IsZero() && v.verdict.State == apiv1.EligibilityUnknown &&
+			if in := v.in; in != nil && in.Probe && !in.admitted && in.troubles().lastProbe.At.IsZero() && v.verdict.State == apiv1.EligibilityUnknown &&
 				now.Sub(in.registeredAt) < firstProbeGrace {
-				for _, k := range v.keys {
-					if m.panics[k] {
-						awaiting[k]++
+				for _, g := range v.groups {
+					if m.panics[g.key] {
+						awaiting[g.key]++
 					}
 				}
 			}
