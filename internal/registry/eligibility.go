@@ -15,9 +15,12 @@ import (
 
 // healthInstance is what the eligibility engine needs to know of a record.
 func healthInstance(rec *Record) health.Instance {
-	in := health.Instance{ID: rec.InstanceID, Zone: rec.Zone, Capabilities: make([]string, len(rec.Capabilities))}
-	for i, c := range rec.Capabilities {
-		in.Capabilities[i] = c.CapabilityID
+	in := health.Instance{ID: rec.InstanceID, Zone: rec.Zone, Capabilities: rec.capabilityIDs}
+	if len(in.Capabilities) != len(rec.Capabilities) { // a record not built by newRecord
+		in.Capabilities = make([]string, len(rec.Capabilities))
+		for i, c := range rec.Capabilities {
+			in.Capabilities[i] = c.CapabilityID
+		}
 	}
 	if m := rec.Manifest; m != nil && m.Health != nil {
 		in.Probe = true

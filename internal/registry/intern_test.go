@@ -46,6 +46,8 @@ func TestRecordsShareRepeatedValues(t *testing.T) {
 		{"provider", sameString(ca.Provider, cb.Provider)},
 		{"metadata", &ca.Metadata[0] == &cb.Metadata[0]},
 		{"parsed version", ca.Version == cb.Version && ca.Version == cs.Version},
+		{"capability list", &a.Capabilities[0] == &b.Capabilities[0] && &a.Capabilities[0] == &snap.Capabilities[0]},
+		{"ids the engine sees", &healthInstance(a).Capabilities[0] == &healthInstance(b).Capabilities[0]},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if !tc.shared {
@@ -77,5 +79,54 @@ func TestInternTableStartsOverPastItsBound(t *testing.T) {
 	long := strings.Repeat("m", internMaxLen+1)
 	if got := intern(long); !sameString(got, long) {
 		t.Error("a value longer than the bound was copied into the table")
+	}
+}
+
+func TestCapabilityKeysTellListsApart(t *testing.T) {
+	base := apiv1.Capability{CapabilityID: "ab", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1", Provider: "p",
+		Metadata: json.RawMessage(`{"a":1}`)}
+	key := func(cs ...apiv1.Capability) string {
+		k, ok := capabilityKey(cs)
+		if !ok {
+			t.Fatalf("capabilityKey(%v) refused a short list", cs)
+		}
+		return k
+	}
+	with := func(f func(*apiv1.Capability)) apiv1.Capability { c := base; f(&c); return c }
+	for _, tc := range []struct {
+		name string
+		a, b []apiv1.Capability
+	}{
+		{"id", []apiv1.Capability{base}, []apiv1.Capability{with(func(c *apiv1.Capability) { c.CapabilityID = "ac" })}},
+		{"version", []apiv1.Capability{base}, []apiv1.Capability{with(func(c *apiv1.Capability) { c.CapabilityVersion = "1.0.1" })}},
+		{"schema", []apiv1.Capability{base}, []apiv1.Capability{with(func(c *apiv1.Capability) { c.ContractSchemaVersion = "2" })}},
+		{"provider", []apiv1.Capability{base}, []apiv1.Capability{with(func(c *apiv1.Capability) { c.Provider = "q" })}},
+		{"metadata", []apiv1.Capability{base}, []apiv1.Capability{with(func(c *apiv1.Capability) { c.Metadata = json.RawMessage(`{"a":2}`) })}},
+		{"no metadata", []apiv1.Capability{base}, []apiv1.Capability{with(func(c *apiv1.Capability) { c.Metadata = nil })}},
+		{"a boundary moved between fields",
+			[]apiv1.Capability{with(func(c *apiv1.Capability) { c.CapabilityID, c.CapabilityVersion = "ab", "c" })},
+			[]apiv1.Capability{with(func(c *apiv1.Capability) { c.CapabilityID, c.CapabilityVersion = "a", "bc" })}},
+		{"order", []apiv1.Capability{base, with(func(c *apiv1.Capability) { c.CapabilityID = "x" })},
+			[]apiv1.Capability{with(func(c *apiv1.Capability) { c.CapabilityID = "x" }), base}},
+		{"one more", []apiv1.Capability{base}, []apiv1.Capability{base, base}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if key(tc.a...) == key(tc.b...) {
+				t.Errorf("two different lists share the key %q", key(tc.a...))
+			}
+			la, lb := capabilities(tc.a), capabilities(tc.b)
+			if len(la.caps) == len(lb.caps) && la.caps[0].Capability.CapabilityID == lb.caps[0].Capability.CapabilityID &&
+				string(la.caps[0].Metadata) == string(lb.caps[0].Metadata) && la.caps[0].CapabilityVersion == lb.caps[0].CapabilityVersion &&
+				la.caps[0].ContractSchemaVersion == lb.caps[0].ContractSchemaVersion && la.caps[0].Provider == lb.caps[0].Provider {
+				t.Errorf("two different lists read back alike: %+v", la.caps)
+			}
+		})
+	}
+	long := with(func(c *apiv1.Capability) { c.Metadata = json.RawMessage(`{"x":"` + strings.Repeat("y", capabilityKeyMax) + `"}`) })
+	if _, ok := capabilityKey([]apiv1.Capability{long}); ok {
+		t.Error("a list longer than the bound got a key")
+	}
+	if l := capabilities([]apiv1.Capability{long}); len(l.caps) != 1 || string(l.caps[0].Metadata) != string(long.Metadata) || l.ids[0] != "ab" {
+		t.Errorf("a list too long to share was not built as sent: %+v", l)
 	}
 }

@@ -37,14 +37,18 @@ type Record struct {
 	ServiceVersion string
 	Endpoint       string
 	Zone           string
-	Capabilities   []Capability
-	Manifest       *apiv1.Manifest
+	// Capabilities may be shared with other records that declared the same list: never
+	// modify it.
+	Capabilities []Capability
+	Manifest     *apiv1.Manifest
 	// Generation is assigned by the Store when the record is stored.
 	Generation   int64
 	RegisteredAt time.Time
 	// Owner is the identity that registered the instance ("" in open mode); only it may
 	// heartbeat or re-register the instance.
 	Owner string
+
+	capabilityIDs []string // the capabilities' ids (shared like Capabilities)
 
 	judged   atomic.Pointer[health.Handle] // the eligibility monitor's handle, when this replica registered it
 	lease    atomic.Int64                  // unix nanoseconds
@@ -98,11 +102,9 @@ func newRecord(req *apiv1.RegisterRequest, now time.Time, lease time.Duration) *
 		Zone:           intern(req.Zone),
 		Manifest:       req.Manifest,
 		RegisteredAt:   now.UTC(),
-		Capabilities:   make([]Capability, len(req.Capabilities)),
 	}
-	for i, c := range req.Capabilities {
-		rec.Capabilities[i] = newCapability(c)
-	}
+	l := capabilities(req.Capabilities)
+	rec.Capabilities, rec.capabilityIDs = l.caps, l.ids
 	rec.SetLeaseExpiresAt(now.Add(lease))
 	return rec
 }
@@ -169,11 +171,9 @@ func RecordFromInstance(in apiv1.Instance, leaseEnd time.Time) *Record {
 		Generation:     in.Generation,
 		RegisteredAt:   in.RegisteredAt,
 		Owner:          in.Owner,
-		Capabilities:   make([]Capability, len(in.Capabilities)),
 	}
-	for i, c := range in.Capabilities {
-		rec.Capabilities[i] = newCapability(c)
-	}
+	l := capabilities(in.Capabilities)
+	rec.Capabilities, rec.capabilityIDs = l.caps, l.ids
 	rec.SetHealth(in.Health)
 	rec.SetLeaseExpiresAt(leaseEnd)
 	return rec
