@@ -610,6 +610,17 @@ func (e *Engine) Verdict(id string, now time.Time) Verdict {
 	return e.verdictOf(e.instances[id], now)
 }
 
+// The single reasons of the most common verdicts, shared by every verdict that gives them (a
+// million instances in slow start would otherwise hold a million one-element slices).
+// Capacity equals length, so an append copies: never write to a verdict's Reasons in place.
+var (
+	reasonsDraining  = []string{ReasonDraining}
+	reasonsFlapping  = []string{ReasonFlapping}
+	reasonsAdmitting = []string{ReasonAdmitting}
+	reasonsSlowStart = []string{ReasonSlowStart}
+	reasonsDegraded  = []string{ReasonSelfReportedDegraded}
+)
+
 // verdictOf is Verdict for an instance record (nil: never declared).
 func (e *Engine) verdictOf(in *instance, now time.Time) Verdict {
 	if in != nil {
@@ -620,11 +631,11 @@ func (e *Engine) verdictOf(in *instance, now time.Time) Verdict {
 	}
 	switch {
 	case in.draining:
-		return Verdict{State: apiv1.EligibilityDraining, Reasons: []string{ReasonDraining}}
+		return Verdict{State: apiv1.EligibilityDraining, Reasons: reasonsDraining}
 	case in.quarantined(now):
-		return Verdict{State: apiv1.EligibilityQuarantined, Reasons: []string{ReasonFlapping}}
+		return Verdict{State: apiv1.EligibilityQuarantined, Reasons: reasonsFlapping}
 	case !in.admitted:
-		return Verdict{State: apiv1.EligibilityUnknown, Reasons: []string{ReasonAdmitting}}
+		return Verdict{State: apiv1.EligibilityUnknown, Reasons: reasonsAdmitting}
 	case len(in.causes) > 0:
 		reasons := make([]string, 0, len(in.causes))
 		for c := range in.causes {
@@ -635,10 +646,10 @@ func (e *Engine) verdictOf(in *instance, now time.Time) Verdict {
 	}
 	v := Verdict{State: apiv1.EligibilityServing, Weight: 100, Reasons: []string{}}
 	if elapsed := now.Sub(in.rotationSince); elapsed < e.cfg.SlowStart {
-		v = Verdict{State: apiv1.EligibilitySlowStart, Weight: 10 + int(90*elapsed/e.cfg.SlowStart), Reasons: []string{ReasonSlowStart}}
+		v = Verdict{State: apiv1.EligibilitySlowStart, Weight: 10 + int(90*elapsed/e.cfg.SlowStart), Reasons: reasonsSlowStart}
 	}
 	if in.degraded {
-		v.State, v.Weight, v.Reasons = apiv1.EligibilityDegraded, min(v.Weight, e.cfg.DegradedWeight), []string{ReasonSelfReportedDegraded}
+		v.State, v.Weight, v.Reasons = apiv1.EligibilityDegraded, min(v.Weight, e.cfg.DegradedWeight), reasonsDegraded
 	}
 	if e.silent(in, now) {
 		v.Reasons = append(v.Reasons, ReasonSilent)

@@ -10,18 +10,29 @@ import (
 )
 
 // TestMain fails the package's tests when a goroutine outlives them, or when any of them
-// wrote to the shared zero trouble record (instances read it, never write it).
+// wrote to what instances and verdicts share (the zero trouble record, the single reasons):
+// they read it, never write it.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(troubleUntouched{m})
+	goleak.VerifyTestMain(sharedUntouched{m})
 }
 
-type troubleUntouched struct{ m *testing.M }
+type sharedUntouched struct{ m *testing.M }
 
-func (t troubleUntouched) Run() int {
+func (t sharedUntouched) Run() int {
 	code := t.m.Run()
 	if !reflect.DeepEqual(noTrouble, trouble{}) {
 		fmt.Fprintf(os.Stderr, "the shared zero trouble record was written: %+v\n", noTrouble)
 		return 1
+	}
+	for _, r := range []struct {
+		shared []string
+		want   string
+	}{{reasonsDraining, ReasonDraining}, {reasonsFlapping, ReasonFlapping}, {reasonsAdmitting, ReasonAdmitting},
+		{reasonsSlowStart, ReasonSlowStart}, {reasonsDegraded, ReasonSelfReportedDegraded}} {
+		if len(r.shared) != 1 || cap(r.shared) != 1 || r.shared[0] != r.want {
+			fmt.Fprintf(os.Stderr, "the shared reasons %q were written: %q\n", r.want, r.shared)
+			return 1
+		}
 	}
 	return code
 }

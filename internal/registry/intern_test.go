@@ -122,7 +122,9 @@ func TestCapabilityKeysTellListsApart(t *testing.T) {
 			}
 		})
 	}
-	long := with(func(c *apiv1.Capability) { c.Metadata = json.RawMessage(`{"x":"` + strings.Repeat("y", capabilityKeyMax) + `"}`) })
+	long := with(func(c *apiv1.Capability) {
+		c.Metadata = json.RawMessage(`{"x":"` + strings.Repeat("y", capabilityKeyMax) + `"}`)
+	})
 	if _, ok := capabilityKey([]apiv1.Capability{long}); ok {
 		t.Error("a list longer than the bound got a key")
 	}
