@@ -59,6 +59,11 @@ type Store struct {
 	cfg   Config
 	index *storeindex.Index
 	epoch registry.Epoch
+	// putM makes the watch's look-then-put of an instance key and this replica's put of its
+	// own committed records exclusive: without it, the watch could look (finding the old
+	// incarnation), this replica put its new record, and the watch then replace it with a
+	// copy decoded from etcd — a record the registry does not hold, without its handles.
+	putM sync.Mutex
 
 	leases  sync.Map   // instance id -> clientv3.LeaseID
 	renewer *renewer   // heartbeats' lease renewals, over streams Run keeps open
@@ -362,6 +367,8 @@ func (s *Store) apply(ev *clientv3.Event) {
 		}
 	case strings.HasPrefix(k, s.key("instances/")):
 		id := strings.TrimPrefix(k, s.key("instances/"))
+		s.putM.Lock()
+		defer s.putM.Unlock()
 		cur, exists := s.index.Get(id)
 		if exists && cur.Generation > ev.Kv.ModRevision {
 			return // a newer incarnation is already known (written by this replica)
