@@ -38,7 +38,7 @@ type Journal struct {
 	now func() time.Time
 
 	mu          sync.Mutex
-	ring        []apiv1.Event // up to max events; ring[head] is the oldest once full
+	ring        []held // up to max events; ring[head] is the oldest once full
 	head        int
 	max         int
 	last        int64         // the newest sequence number held or given
@@ -59,7 +59,53 @@ func New(max int, now func() time.Time) *Journal {
 	if now == nil {
 		now = time.Now
 	}
-	return &Journal{now: now, ring: make([]apiv1.Event, 0, min(max, 1024)), max: max}
+	return &Journal{now: now, ring: make([]held, 0, min(max, 1024)), max: max}
+}
+
+// held is an event as the ring keeps it: its attributes encoded as JSON once, when it is
+// recorded. A map of four attributes costs some 400 bytes of heap, its JSON a quarter of
+// that, and every reader encoded the map again anyway (the HTTP answer, the CSV, the shared
+// store); with a registration and a transition recorded per instance, the maps were half the
+// heap of a registry of 10,000 instances.
+type held struct {
+	Seq                              int64
+	Time                             time.Time
+	Type, Severity, Subject, Message string
+	attrs                            []byte // a JSON object; nil without attributes
+}
+
+// hold returns e as the ring keeps it. Attributes that do not encode as JSON (a value of
+// a type JSON has no form for) are replaced by an error attribute saying so.
+func hold(e apiv1.Event) held {
+	h := held{Seq: e.Seq, Time: e.Time, Type: e.Type, Severity: e.Severity, Subject: e.Subject, Message: e.Message}
+	if len(e.Attrs) > 0 {
+		b, err := json.Marshal(e.Attrs)
+		if err != nil {
+			b, _ = json.Marshal(map[string]string{"attrs_error": err.Error()})
+		}
+		h.attrs = b
+	}
+	return h
+}
+
+// event returns h in its wire form, its attributes decoded (numbers as float64, as any
+// reader of the JSON sees them).
+func (h *held) event() apiv1.Event {
+	e := apiv1.Event{Seq: h.Seq, Time: h.Time, Type: h.Type, Severity: h.Severity, Subject: h.Subject, Message: h.Message}
+	if h.attrs != nil {
+		if err := json.Unmarshal(h.attrs, &e.Attrs); err != nil { // cannot happen: hold encoded it
+			e.Attrs = map[string]any{"attrs_error": err.Error()}
+		}
+	}
+	return e
+}
+
+// events returns hs in wire form. Called without j.mu: decoding is the costly part of a read.
+func events(dst []apiv1.Event, hs []held) []apiv1.Event {
+	for i := range hs {
+		dst = append(dst, hs[i].event())
+	}
+	return dst
 }
 
 // Max returns the journal's bound.
@@ -88,12 +134,13 @@ func (j *Journal) Append(e apiv1.Event) int64 {
 		}
 		return 0
 	}
+	h := hold(e) // encoded before the lock is taken
 	j.mu.Lock()
 	j.last++
-	e.Seq = j.last
-	j.push(e)
+	h.Seq = j.last
+	j.push(h)
 	j.mu.Unlock()
-	return e.Seq
+	return h.Seq
 }
 
 // Insert holds an event numbered elsewhere (a shared journal's store). An event not newer
@@ -102,18 +149,19 @@ func (j *Journal) Insert(e apiv1.Event) {
 	if j == nil {
 		return
 	}
+	h := hold(e)
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	if e.Seq <= j.last {
+	if h.Seq <= j.last {
 		return
 	}
-	j.last = e.Seq
-	j.push(e)
+	j.last = h.Seq
+	j.push(h)
 }
 
 // push adds e as the newest event, dropping the oldest past the bound, and wakes waiters.
 // Called with j.mu held.
-func (j *Journal) push(e apiv1.Event) {
+func (j *Journal) push(e held) {
 	if len(j.ring) < j.max {
 		j.ring = append(j.ring, e)
 	} else {
@@ -129,20 +177,20 @@ func (j *Journal) push(e apiv1.Event) {
 }
 
 // at returns the i-th oldest event held. Called with j.mu held.
-func (j *Journal) at(i int) *apiv1.Event { return &j.ring[(j.head+i)%len(j.ring)] }
+func (j *Journal) at(i int) *held { return &j.ring[(j.head+i)%len(j.ring)] }
 
 // segments returns the held events from position i on, oldest first, as at most two slices
 // of the ring. Called with j.mu held.
-func (j *Journal) segments(i int) [2][]apiv1.Event {
+func (j *Journal) segments(i int) [2][]held {
 	n := len(j.ring)
 	if i >= n {
-		return [2][]apiv1.Event{}
+		return [2][]held{}
 	}
 	p := (j.head + i) % n
 	if p >= j.head {
-		return [2][]apiv1.Event{j.ring[p:], j.ring[:j.head]}
+		return [2][]held{j.ring[p:], j.ring[:j.head]}
 	}
-	return [2][]apiv1.Event{j.ring[p:j.head], nil}
+	return [2][]held{j.ring[p:j.head], nil}
 }
 
 // after returns the position of the first event newer than seq. Called with j.mu held.
@@ -174,7 +222,7 @@ type Query struct {
 	Limit    int
 }
 
-func (q *Query) matches(e *apiv1.Event) bool {
+func (q *Query) matches(e *held) bool {
 	switch {
 	case len(q.Types) > 0 && !slices.Contains(q.Types, e.Type):
 		return false
@@ -238,11 +286,19 @@ func (j *Journal) Find(q Query) ([]apiv1.Event, int64) {
 	}
 	q.Limit = min(q.Limit, MaxLimit)
 	j.mu.Lock()
-	defer j.mu.Unlock()
+	out, found, next := j.find(q)
+	j.mu.Unlock()
+	return events(out, found), next
+}
+
+// find is Find under j.mu: the gap event, if any, and the held events selected, to be
+// decoded once the lock is released.
+func (j *Journal) find(q Query) ([]apiv1.Event, []held, int64) {
 	if q.Since < 0 || q.Since > j.last {
 		q.Since = 0
 	}
 	out := []apiv1.Event{}
+	var found []held
 	next := q.Since
 	if q.Since > 0 && q.Since < j.lastDropped {
 		gap := apiv1.Event{Time: j.now().UTC(), Type: apiv1.EventJournalGap, Severity: apiv1.SeverityWarning, Subject: "journal",
@@ -262,14 +318,14 @@ func (j *Journal) Find(q Query) ([]apiv1.Event, int64) {
 			e := &seg[k]
 			next = e.Seq
 			if q.matches(e) {
-				out = append(out, *e)
-				if len(out) >= q.Limit {
-					return out, next
+				found = append(found, *e)
+				if len(out)+len(found) >= q.Limit {
+					return out, found, next
 				}
 			}
 		}
 	}
-	return out, max(next, j.last)
+	return out, found, max(next, j.last)
 }
 
 // Newest returns the last limit events q selects looking back from the newest, oldest
@@ -280,15 +336,16 @@ func (j *Journal) Newest(q Query) ([]apiv1.Event, int64) {
 	}
 	q.Limit = min(q.Limit, MaxLimit)
 	j.mu.Lock()
-	defer j.mu.Unlock()
-	out := []apiv1.Event{}
-	for i := len(j.ring) - 1; i >= 0 && len(out) < q.Limit; i-- {
+	var found []held
+	for i := len(j.ring) - 1; i >= 0 && len(found) < q.Limit; i-- {
 		if e := j.at(i); q.matches(e) {
-			out = append(out, *e)
+			found = append(found, *e)
 		}
 	}
-	slices.Reverse(out)
-	return out, j.last
+	last := j.last
+	j.mu.Unlock()
+	slices.Reverse(found)
+	return events(make([]apiv1.Event, 0, len(found)), found), last
 }
 
 // Wait blocks until an event after since is appended, wait passes or ctx ends.

@@ -5,6 +5,7 @@ import (
 	"encoding/csv"
 	"fmt"
 	"net/http/httptest"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -380,5 +381,63 @@ func TestSharedJournal(t *testing.T) {
 	b.Insert(apiv1.Event{Seq: 28, Type: apiv1.EventRegistered})
 	if eb, _ := b.Find(Query{Since: 21, Limit: 1}); eb[0].Seq != 28 || len(eb) != 1 {
 		t.Errorf("after a duplicate: %v", seqs(eb))
+	}
+}
+
+// TestAttrsReadAsJSON: the ring keeps attributes as JSON, so a reader gets what a client of
+// the HTTP API gets (numbers as float64), and an attribute JSON cannot encode is replaced by
+// an error saying so, never dropped in silence.
+func TestAttrsReadAsJSON(t *testing.T) {
+	tests := []struct {
+		name  string
+		attrs map[string]any
+		want  map[string]any
+	}{
+		{"none", nil, nil},
+		{"empty", map[string]any{}, nil},
+		{"scalars", map[string]any{"service_name": "billing", "generation": int64(1 << 40), "capabilities": 3, "warm_up": true},
+			map[string]any{"service_name": "billing", "generation": float64(1 << 40), "capabilities": float64(3), "warm_up": true}},
+		{"lists and objects", map[string]any{"reasons": []string{"probe_failing", "silent"}, "window": map[string]int{"ok": 1}},
+			map[string]any{"reasons": []any{"probe_failing", "silent"}, "window": map[string]any{"ok": float64(1)}}},
+		{"not JSON", map[string]any{"c": make(chan int)},
+			map[string]any{"attrs_error": "json: unsupported type: chan int"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			j := New(0, fixed)
+			j.Record(apiv1.EventRegistered, "", "a", "a registered", tc.attrs)
+			for name, read := range map[string]func() []apiv1.Event{
+				"Find":   func() []apiv1.Event { es, _ := j.Find(Query{}); return es },
+				"Newest": func() []apiv1.Event { es, _ := j.Newest(Query{}); return es },
+			} {
+				es := read()
+				if len(es) != 1 {
+					t.Fatalf("%s: %d events, want 1", name, len(es))
+				}
+				if diff := cmp.Diff(tc.want, es[0].Attrs); diff != "" {
+					t.Errorf("%s: attrs (-want +got):\n%s", name, diff)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkJournalMemory reports the heap a full journal holds per event, for events like a
+// registration's (four attributes).
+func BenchmarkJournalMemory(b *testing.B) {
+	for b.Loop() {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		j := New(DefaultMax, nil)
+		for i := range DefaultMax {
+			id := fmt.Sprintf("instance-%d", i)
+			j.Record(apiv1.EventRegistered, "", id, id+" (billing) registered at http://10.0.0.1:8080, generation 7",
+				map[string]any{"service_name": "billing", "generation": int64(i), "endpoint": "http://10.0.0.1:8080", "capabilities": 3})
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/DefaultMax, "heap-bytes/event")
+		runtime.KeepAlive(j)
 	}
 }
