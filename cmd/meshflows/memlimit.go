@@ -1,16 +1,21 @@
 package main
 
 import (
+	"bufio"
+	"bytes"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"math"
+	"os"
+	"path"
 	"runtime/debug"
 	"strconv"
 	"strings"
 )
 
-// byteSize is a flag value holding a number of bytes, written as a plain number or with a
-// unit: B, KiB, MiB, GiB, TiB (powers of 1024) or KB, MB, GB, TB (powers of 1000).
+// byteSize is a number of bytes, written as a plain number or with a unit: B, KiB, MiB, GiB,
+// TiB (powers of 1024) or KB, MB, GB, TB (powers of 1000).
 type byteSize int64
 
 var byteUnits = []struct {
@@ -59,12 +64,117 @@ func (b *byteSize) String() string {
 // Type names the flag's kind in --help.
 func (b *byteSize) Type() string { return "size" }
 
-// applyMemoryLimit sets the Go runtime's soft memory limit when one was given (0 leaves it
-// as it is: unlimited, or GOMEMLIMIT from the environment).
-func applyMemoryLimit(limit byteSize, logger *slog.Logger) {
+// memoryLimit is --memory-limit: a size, "auto" (a share of the container's memory limit,
+// when the process runs under one) or "none".
+type memoryLimit struct {
+	auto bool
+	size byteSize // when not auto; 0 is none
+}
+
+// autoMemoryShare is the share of the container's memory limit that "auto" gives the Go heap:
+// the rest is for what the collector does not count (stacks, the binary's pages, buffers).
+const autoMemoryShare = 0.9
+
+// Set parses auto, none or a size.
+func (m *memoryLimit) Set(s string) error {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "auto":
+		*m = memoryLimit{auto: true}
+		return nil
+	case "none", "0":
+		*m = memoryLimit{}
+		return nil
+	}
+	var b byteSize
+	if err := b.Set(s); err != nil {
+		return fmt.Errorf("%w (or auto, or none)", err)
+	}
+	*m = memoryLimit{size: b}
+	return nil
+}
+
+// String formats the limit as Set reads it.
+func (m *memoryLimit) String() string {
+	switch {
+	case m.auto:
+		return "auto"
+	case m.size == 0:
+		return "none"
+	}
+	return m.size.String()
+}
+
+// Type names the flag's kind in --help.
+func (m *memoryLimit) Type() string { return "size|auto|none" }
+
+// applyMemoryLimit sets the Go runtime's soft memory limit: the size given; with auto, 90 %
+// of the container's memory limit when there is one (and GOMEMLIMIT is not set: the runtime
+// has applied it); with none, nothing (Go's default, or GOMEMLIMIT).
+func applyMemoryLimit(m memoryLimit, root fs.FS, getenv func(string) string, logger *slog.Logger) {
+	limit := int64(m.size)
+	if m.auto {
+		if env := getenv("GOMEMLIMIT"); env != "" {
+			logger.Info("memory limit from GOMEMLIMIT", "GOMEMLIMIT", env)
+			return
+		}
+		container, ok := containerMemoryLimit(root)
+		if !ok {
+			return
+		}
+		limit = int64(float64(container) * autoMemoryShare)
+		logger.Info("memory limit set from the container's", "container_limit_bytes", container, "limit_bytes", limit)
+	}
 	if limit <= 0 {
 		return
 	}
-	prev := debug.SetMemoryLimit(int64(limit))
-	logger.Info("memory limit set", "limit_bytes", int64(limit), "previous_bytes", prev)
+	prev := debug.SetMemoryLimit(limit)
+	if !m.auto {
+		logger.Info("memory limit set", "limit_bytes", limit, "previous_bytes", prev)
+	}
 }
+
+// containerMemoryLimit reads the memory limit of the cgroup the process runs in, version 2
+// (memory.max) or 1 (memory.limit_in_bytes), under root (the filesystem's "/"). It reports
+// false when there is none: no cgroup, "max", or version 1's "unlimited" (a value near
+// 2^63).
+func containerMemoryLimit(root fs.FS) (int64, bool) {
+	self, err := fs.ReadFile(root, "proc/self/cgroup")
+	if err != nil {
+		return 0, false
+	}
+	var files []string
+	sc := bufio.NewScanner(bytes.NewReader(self))
+	for sc.Scan() {
+		// hierarchy-ID:controller-list:cgroup-path
+		parts := strings.SplitN(sc.Text(), ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		dir := strings.TrimPrefix(path.Clean("/"+parts[2]), "/")
+		switch {
+		case parts[0] == "0" && parts[1] == "":
+			files = append(files, path.Join("sys/fs/cgroup", dir, "memory.max"), "sys/fs/cgroup/memory.max")
+		case strings.Contains(","+parts[1]+",", ",memory,"):
+			files = append(files, path.Join("sys/fs/cgroup/memory", dir, "memory.limit_in_bytes"), "sys/fs/cgroup/memory/memory.limit_in_bytes")
+		}
+	}
+	for _, f := range files {
+		b, err := fs.ReadFile(root, f)
+		if err != nil {
+			continue
+		}
+		v := strings.TrimSpace(string(b))
+		if v == "max" {
+			return 0, false
+		}
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n <= 0 || n >= 1<<62 {
+			return 0, false
+		}
+		return n, true
+	}
+	return 0, false
+}
+
+// rootFS is the machine's filesystem, where containerMemoryLimit looks.
+var rootFS fs.FS = os.DirFS("/")

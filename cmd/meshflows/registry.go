@@ -33,7 +33,7 @@ const logFlushInterval = 100 * time.Millisecond
 type registryFlags struct {
 	listen            string
 	debug             string
-	memoryLimit       byteSize
+	memoryLimit       memoryLimit
 	leaseTTL          time.Duration
 	heartbeatInterval time.Duration
 	sweepInterval     time.Duration
@@ -84,7 +84,8 @@ type securityFlags struct {
 func (f *registryFlags) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&f.listen, "listen", "127.0.0.1:7400", "address the registry API listens on")
 	fs.StringVar(&f.debug, "debug-listen", "", "serve Go profiling (/debug/pprof/) on this address, e.g. 127.0.0.1:6060 (off by default)")
-	fs.Var(&f.memoryLimit, "memory-limit", "soft limit of the Go heap, e.g. 2800MiB: the collector works harder as the heap nears it, so a large fleet stays under the limit at some CPU (default: none, or GOMEMLIMIT from the environment)")
+	f.memoryLimit = memoryLimit{auto: true}
+	fs.Var(&f.memoryLimit, "memory-limit", "soft limit of the Go heap, e.g. 2800MiB: the collector works harder as the heap nears it, so a large fleet stays under the limit at some CPU; auto: 90% of the container's memory limit when there is one (GOMEMLIMIT, when set, wins); none: none set here (GOMEMLIMIT still applies)")
 	fs.DurationVar(&f.leaseTTL, "lease-ttl", registry.DefaultLeaseTTL, "lease TTL: an instance without a heartbeat for this long is evicted; also the warm-up window after an empty start")
 	fs.DurationVar(&f.heartbeatInterval, "heartbeat-interval", registry.DefaultHeartbeatInterval, "heartbeat interval told to providers (must be shorter than --lease-ttl)")
 	fs.DurationVar(&f.sweepInterval, "sweep-interval", registry.DefaultSweepInterval, "how often expired leases are evicted")
@@ -157,7 +158,7 @@ unless --insecure says that running open is intended.`,
 // startRegistry builds the registry on a memory store and starts its loops and its HTTP
 // server on ln in g; they stop when ctx ends.
 func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln net.Listener, logger *slog.Logger) error {
-	applyMemoryLimit(f.memoryLimit, logger)
+	applyMemoryLimit(f.memoryLimit, rootFS, os.Getenv, logger)
 	sec, err := buildSecurity(ctx, g, f, logger)
 	if err != nil {
 		return err
