@@ -15,8 +15,10 @@ import (
 
 // healthInstance is what the eligibility engine needs to know of a record.
 func healthInstance(rec *Record) health.Instance {
-	in := health.Instance{ID: rec.InstanceID, Zone: rec.Zone, Capabilities: rec.capabilityIDs}
-	if len(in.Capabilities) != len(rec.Capabilities) { // a record not built by newRecord
+	in := health.Instance{ID: rec.InstanceID, Zone: rec.Zone}
+	if l := rec.capList; l != nil {
+		in.Capabilities = l.ids
+	} else { // a record not built by newRecord or RecordFromInstance
 		in.Capabilities = make([]string, len(rec.Capabilities))
 		for i, c := range rec.Capabilities {
 			in.Capabilities[i] = c.CapabilityID

@@ -124,14 +124,14 @@ func capabilityKey(cs []apiv1.Capability) (key string, ok bool) {
 
 // capabilities returns the parsed form of cs, shared with every record that declared the
 // same list.
-func capabilities(cs []apiv1.Capability) capabilityList {
+func capabilities(cs []apiv1.Capability) *capabilityList {
 	key, ok := capabilityKey(cs)
 	if ok {
 		if v, hit := internedCapabilities.lookup(key); hit {
-			return v.(capabilityList)
+			return v.(*capabilityList)
 		}
 	}
-	l := capabilityList{caps: make([]Capability, len(cs)), ids: make([]string, len(cs))}
+	l := &capabilityList{caps: make([]Capability, len(cs)), ids: make([]string, len(cs))}
 	for i, c := range cs {
 		l.caps[i] = newCapability(c)
 		l.ids[i] = l.caps[i].CapabilityID
@@ -139,5 +139,5 @@ func capabilities(cs []apiv1.Capability) capabilityList {
 	if !ok {
 		return l
 	}
-	return internedCapabilities.store(key, l).(capabilityList)
+	return internedCapabilities.store(key, l).(*capabilityList)
 }

@@ -48,7 +48,7 @@ type Record struct {
 	// heartbeat or re-register the instance.
 	Owner string
 
-	capabilityIDs []string // the capabilities' ids (shared like Capabilities)
+	capList *capabilityList // what Capabilities was taken from, with their ids (shared likewise)
 
 	judged   atomic.Pointer[health.Handle] // the eligibility monitor's handle, when this replica registered it
 	lease    atomic.Int64                  // unix nanoseconds
@@ -104,7 +104,7 @@ func newRecord(req *apiv1.RegisterRequest, now time.Time, lease time.Duration) *
 		RegisteredAt:   now.UTC(),
 	}
 	l := capabilities(req.Capabilities)
-	rec.Capabilities, rec.capabilityIDs = l.caps, l.ids
+	rec.Capabilities, rec.capList = l.caps, l
 	rec.SetLeaseExpiresAt(now.Add(lease))
 	return rec
 }
@@ -173,7 +173,7 @@ func RecordFromInstance(in apiv1.Instance, leaseEnd time.Time) *Record {
 		Owner:          in.Owner,
 	}
 	l := capabilities(in.Capabilities)
-	rec.Capabilities, rec.capabilityIDs = l.caps, l.ids
+	rec.Capabilities, rec.capList = l.caps, l
 	rec.SetHealth(in.Health)
 	rec.SetLeaseExpiresAt(leaseEnd)
 	return rec
