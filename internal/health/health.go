@@ -163,17 +163,17 @@ type instance struct {
 	draining    bool
 	admitted    bool
 	causes      map[string]Evidence
-	lastRenewal time.Time
+	lastRenewal int64 // Unix nanoseconds, as the instants below: a time.Time is three times the size
 	// renewed is set by the first heartbeat of the incarnation: only instances that have
 	// renewed at least once are expected to renew (a fleet that registers and never
 	// heartbeats is not a sign that renewals are failing to reach the registry).
 	renewed       bool
 	registeredAt  time.Time
 	degraded      bool
-	rotationSince time.Time // when it (re-)entered rotation: slow start runs from here
+	rotationSince int64 // when it (re-)entered rotation: slow start runs from here
 
-	lastHealth   string    // the last self-report: ok, degraded or failing
-	lastHealthAt time.Time // and when it came
+	lastHealth   string // the last self-report: ok, degraded or failing
+	lastHealthAt int64  // and when it came
 
 	// tr holds what probes, flapping and ejections record; nil until the first of them (a
 	// fleet that is neither probed nor troubled does not carry it).
@@ -202,6 +202,12 @@ type trouble struct {
 	ejections  int // how many times it was ejected
 	ejectUntil time.Time
 }
+
+// sinceNanos returns how long before now the instant at (Unix nanoseconds) was.
+func sinceNanos(now time.Time, at int64) time.Duration { return time.Duration(now.UnixNano() - at) }
+
+// instant returns at (Unix nanoseconds) as a time.Time in UTC.
+func instant(at int64) time.Time { return time.Unix(0, at).UTC() }
 
 // noTrouble is what an instance without a trouble record reads as. Never written.
 var noTrouble trouble
@@ -314,9 +320,9 @@ func (e *Engine) Adopt(id, state string, since time.Time) {
 	}
 	switch state {
 	case apiv1.EligibilitySlowStart:
-		in.admitted, in.rotationSince = true, since
+		in.admitted, in.rotationSince = true, since.UnixNano()
 	case apiv1.EligibilityServing, apiv1.EligibilityDegraded:
-		in.admitted, in.rotationSince = true, since.Add(-e.cfg.SlowStart)
+		in.admitted, in.rotationSince = true, since.Add(-e.cfg.SlowStart).UnixNano()
 	}
 }
 
@@ -339,12 +345,12 @@ func (e *Engine) unhealthyAfter(in *instance) int {
 
 // silent reports whether in has not renewed for more than silence_after at now.
 func (e *Engine) silent(in *instance, now time.Time) bool {
-	return !e.cfg.ExternalLeases && now.Sub(in.lastRenewal) > 2*e.cfg.HeartbeatInterval
+	return !e.cfg.ExternalLeases && sinceNanos(now, in.lastRenewal) > 2*e.cfg.HeartbeatInterval
 }
 
 // expired reports whether in's lease has run out at now.
 func (e *Engine) expired(in *instance, now time.Time) bool {
-	return !e.cfg.ExternalLeases && now.Sub(in.lastRenewal) >= e.cfg.LeaseTTL
+	return !e.cfg.ExternalLeases && sinceNanos(now, in.lastRenewal) >= e.cfg.LeaseTTL
 }
 
 // Apply records one event. Events must come in time order, and the owner ticks before an
@@ -360,9 +366,10 @@ func (e *Engine) Apply(ev Event) error {
 		// a new incarnation starts from scratch
 		e.untrack(in)
 		e.seq++
-		*in = instance{Instance: in.Instance, present: true, lastRenewal: ev.At, lastHealth: "ok", lastHealthAt: ev.At, registeredAt: ev.At, seq: e.seq}
+		at := ev.At.UnixNano()
+		*in = instance{Instance: in.Instance, present: true, lastRenewal: at, lastHealth: "ok", lastHealthAt: at, registeredAt: ev.At, seq: e.seq}
 		if !in.Probe {
-			in.admitted, in.rotationSince = true, ev.At
+			in.admitted, in.rotationSince = true, ev.At.UnixNano()
 		}
 		if !e.cfg.ExternalLeases {
 			e.leases.push(ev.At.Add(e.cfg.LeaseTTL), in)
@@ -375,7 +382,7 @@ func (e *Engine) Apply(ev Event) error {
 			return nil
 		}
 		e.renew(in, ev.At)
-		in.lastHealth, in.lastHealthAt = cmp.Or(ev.Health, "ok"), ev.At
+		in.lastHealth, in.lastHealthAt = cmp.Or(ev.Health, "ok"), ev.At.UnixNano()
 		switch ev.Health {
 		case "failing":
 			e.addCause(in, ev.At, ReasonSelfReportedFailing, "heartbeat health failing")
@@ -416,14 +423,14 @@ func (e *Engine) quietRenewal(in *instance, ev Event) bool {
 	if h != in.lastHealth || len(in.causes) > 0 || e.silent(in, ev.At) {
 		return false
 	}
-	in.lastHealthAt = ev.At
+	in.lastHealthAt = ev.At.UnixNano()
 	e.renew(in, ev.At)
 	return true
 }
 
 // renew records a renewal of in at at.
 func (e *Engine) renew(in *instance, at time.Time) {
-	in.lastRenewal, in.renewed = at, true
+	in.lastRenewal, in.renewed = at.UnixNano(), true
 	e.renewals.add(at)
 	if in.live == notCounted && !in.draining && !e.cfg.ExternalLeases {
 		e.track(in, at)
@@ -442,7 +449,7 @@ func (e *Engine) probe(in *instance, ev Event) {
 		t.badRun = 0
 		if !in.admitted {
 			if t.okRun >= e.cfg.AdmitAfter {
-				in.admitted, in.rotationSince = true, ev.At
+				in.admitted, in.rotationSince = true, ev.At.UnixNano()
 			}
 			return
 		}
@@ -462,7 +469,7 @@ func (e *Engine) probe(in *instance, ev Event) {
 			e.addCause(in, ev.At, ReasonProbeFailing, fmt.Sprintf("%d consecutive failed probes (unhealthy_after %d), the last %s", t.badRun, n, ev.Result))
 		}
 		if e.silent(in, ev.At) {
-			e.addCause(in, ev.At, ReasonSilentCorroborated, fmt.Sprintf("probe %s while silent since %s", ev.Result, in.lastRenewal.UTC().Format(time.RFC3339)))
+			e.addCause(in, ev.At, ReasonSilentCorroborated, fmt.Sprintf("probe %s while silent since %s", ev.Result, instant(in.lastRenewal).Format(time.RFC3339)))
 		}
 	}
 }
@@ -563,7 +570,7 @@ func (e *Engine) clearCauses(in *instance, now time.Time, causes ...string) {
 		delete(in.causes, c)
 	}
 	if had && len(in.causes) == 0 {
-		in.rotationSince = now
+		in.rotationSince = now.UnixNano()
 	}
 }
 
@@ -576,7 +583,7 @@ func (e *Engine) nextChange(in *instance, now time.Time) time.Time {
 	if in == nil || !in.present {
 		return never
 	}
-	if in.admitted && len(in.causes) == 0 && !in.draining && !in.quarantined(now) && now.Before(in.rotationSince.Add(e.cfg.SlowStart)) {
+	if in.admitted && len(in.causes) == 0 && !in.draining && !in.quarantined(now) && sinceNanos(now, in.rotationSince) < e.cfg.SlowStart {
 		return now
 	}
 	next := never
@@ -592,8 +599,8 @@ func (e *Engine) nextChange(in *instance, now time.Time) time.Time {
 		consider(t.quarantineUntil)
 	}
 	if !e.cfg.ExternalLeases {
-		consider(in.lastRenewal.Add(2*e.cfg.HeartbeatInterval + time.Nanosecond)) // silent from just after
-		end := in.lastRenewal.Add(e.cfg.LeaseTTL)
+		consider(instant(in.lastRenewal).Add(2*e.cfg.HeartbeatInterval + time.Nanosecond)) // silent from just after
+		end := instant(in.lastRenewal).Add(e.cfg.LeaseTTL)
 		if !end.After(now) && !in.draining && !e.sp {
 			// judged (on new evidence) after its lease ended and before the Tick that ends
 			// it: due at that Tick, or the verdict would stay "in rotation" until the next
@@ -645,7 +652,7 @@ func (e *Engine) verdictOf(in *instance, now time.Time) Verdict {
 		return Verdict{State: apiv1.EligibilityWithdrawn, Reasons: reasons}
 	}
 	v := Verdict{State: apiv1.EligibilityServing, Weight: 100, Reasons: []string{}}
-	if elapsed := now.Sub(in.rotationSince); elapsed < e.cfg.SlowStart {
+	if elapsed := sinceNanos(now, in.rotationSince); elapsed < e.cfg.SlowStart {
 		v = Verdict{State: apiv1.EligibilitySlowStart, Weight: 10 + int(90*elapsed/e.cfg.SlowStart), Reasons: reasonsSlowStart}
 	}
 	if in.degraded {
@@ -718,7 +725,7 @@ func (e *Engine) Tick(now time.Time) {
 			e.untrack(in)
 			continue
 		}
-		e.leases.push(in.lastRenewal.Add(e.cfg.LeaseTTL), in)
+		e.leases.push(instant(in.lastRenewal).Add(e.cfg.LeaseTTL), in)
 	}
 }
 
@@ -828,11 +835,11 @@ func (e *Engine) Explain(id string, now time.Time) (Verdict, []Reason) {
 			t := in.troubles()
 			ev = Evidence{At: t.lastProbe.At, Detail: fmt.Sprintf("%d of %d consecutive ok probes needed to admit; last: %s", t.okRun, e.cfg.AdmitAfter, cmp.Or(t.lastProbe.Detail, "no probe yet"))}
 		case code == ReasonSlowStart:
-			ev = Evidence{At: in.rotationSince, Detail: fmt.Sprintf("entered rotation; weight ramps to 100 over %s", e.cfg.SlowStart)}
+			ev = Evidence{At: instant(in.rotationSince), Detail: fmt.Sprintf("entered rotation; weight ramps to 100 over %s", e.cfg.SlowStart)}
 		case code == ReasonSilent:
-			ev = Evidence{At: in.lastRenewal, Detail: fmt.Sprintf("no renewal for more than %s", 2*e.cfg.HeartbeatInterval)}
+			ev = Evidence{At: instant(in.lastRenewal), Detail: fmt.Sprintf("no renewal for more than %s", 2*e.cfg.HeartbeatInterval)}
 		case code == ReasonSelfReportedDegraded:
-			ev = Evidence{At: in.lastHealthAt, Detail: "heartbeat health " + in.lastHealth}
+			ev = Evidence{At: instant(in.lastHealthAt), Detail: "heartbeat health " + in.lastHealth}
 		case code == ReasonFlapping:
 			t := in.troubles()
 			ev = Evidence{At: t.quarantineUntil, Detail: fmt.Sprintf("quarantine %d ends at this time; probe successes during it do not count", t.quarantines)}

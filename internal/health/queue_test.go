@@ -68,7 +68,7 @@ func TestSweepMatchesAWalkOfTheFleet(t *testing.T) {
 				for _, in := range e.instances {
 					sawExpiry = sawExpiry || !in.present
 					if !e.sp && in.present && !in.draining && e.expired(in, at) {
-						t.Fatalf("step %d: %s's lease ended at %s and it is still present", step, in.ID, in.lastRenewal.Add(window))
+						t.Fatalf("step %d: %s's lease ended at %s and it is still present", step, in.ID, instant(in.lastRenewal).Add(window))
 					}
 				}
 				d := e.SelfPreservationDecision()
