@@ -1,25 +1,22 @@
 package registry
 
 import (
-	"encoding/json"
 	"strconv"
 	"sync"
 	"sync/atomic"
 
-	"github.com/Masterminds/semver/v3"
-
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 )
 
-// Records of one service repeat the same few values: the service's name and version, the
-// zone, and for each capability its id, version, schema version, provider, metadata and parsed
-// version — most often the whole list of capabilities. Decoding a registration allocates each
-// of them afresh; at a million instances the copies were half the registry's heap. The registry keeps one copy of each value it has seen and
+// Records of one service repeat the same values: the service's name and version, the zone,
+// and most often the whole list of capabilities (with their parsed versions and metadata).
+// Decoding a registration allocates each of them afresh; at a million instances the copies
+// were half the registry's heap. The registry keeps one copy of each value it has seen and
 // gives records that copy (records are never modified once built, so sharing is safe).
 //
-// The table is bounded: past internMax distinct values it starts over (values already handed
-// out stay valid; only sharing with later records is lost), so a fleet of unique values costs
-// at most the table, never an unbounded map.
+// The tables are bounded: past internMax distinct values one starts over (values already
+// handed out stay valid; only sharing with later records is lost), so a fleet of unique
+// values costs at most the table, never an unbounded map.
 const (
 	internMax    = 1 << 16
 	internMaxLen = 512 // longer values (large metadata) are kept as sent
@@ -42,11 +39,7 @@ func (t *internTable) store(key string, v any) any {
 	return got
 }
 
-var (
-	internedStrings  internTable
-	internedMetadata internTable
-	internedVersions internTable
-)
+var internedStrings internTable
 
 // intern returns the shared copy of s.
 func intern(s string) string {
@@ -57,30 +50,6 @@ func intern(s string) string {
 		return v.(string)
 	}
 	return internedStrings.store(s, s).(string)
-}
-
-// internMetadata returns the shared copy of a capability's metadata.
-func internMetadata(m json.RawMessage) json.RawMessage {
-	if len(m) == 0 || len(m) > internMaxLen {
-		return m
-	}
-	if v, ok := internedMetadata.lookup(string(m)); ok {
-		return v.(json.RawMessage)
-	}
-	return internedMetadata.store(string(m), m).(json.RawMessage)
-}
-
-// parseVersion returns the shared parse of a capability version (nil when it is not strict
-// semver; validation has refused those before a record is built).
-func parseVersion(s string) *semver.Version {
-	if v, ok := internedVersions.lookup(s); ok {
-		return v.(*semver.Version)
-	}
-	v, err := semver.StrictNewVersion(s)
-	if err != nil {
-		return nil
-	}
-	return internedVersions.store(s, v).(*semver.Version)
 }
 
 // capabilityList is one registration's capabilities, built once for every record that

@@ -109,12 +109,13 @@ func newRecord(req *apiv1.RegisterRequest, now time.Time, lease time.Duration) *
 	return rec
 }
 
-// newCapability parses a capability's version and hints once; the values its instance's
-// siblings repeat are shared with them (intern.go).
+// newCapability parses a capability's version and hints, once per distinct capability list
+// (intern.go); its strings are shared with the lists of other services that repeat them.
 func newCapability(c apiv1.Capability) Capability {
 	c.CapabilityID, c.CapabilityVersion = intern(c.CapabilityID), intern(c.CapabilityVersion)
 	c.ContractSchemaVersion, c.Provider = intern(c.ContractSchemaVersion), intern(c.Provider)
-	out := Capability{Capability: c, Version: parseVersion(c.CapabilityVersion)}
+	out := Capability{Capability: c}
+	out.Version, _ = semver.StrictNewVersion(c.CapabilityVersion)
 	m := bytes.TrimSpace(c.Metadata)
 	if len(m) == 0 || bytes.Equal(m, []byte("null")) {
 		out.Metadata = emptyObject
@@ -122,7 +123,6 @@ func newCapability(c apiv1.Capability) Capability {
 	}
 	// Most metadata names neither hint; skip decoding it then (registration hot path).
 	// The bytes are kept as sent: JSON encoding compacts them on the way out.
-	out.Metadata = internMetadata(c.Metadata)
 	if !bytes.Contains(m, []byte(`"priority"`)) && !bytes.Contains(m, []byte(`"public_paths"`)) {
 		return out
 	}
