@@ -169,7 +169,6 @@ func (s *Store) commitBatch(ctx context.Context, batch []*registration) {
 		return
 	}
 	rev := resp.Header.Revision
-	s.putM.Lock()
 	s.index.Hold()
 	for _, w := range batch {
 		w.rec.Generation = rev
@@ -177,7 +176,6 @@ func (s *Store) commitBatch(ctx context.Context, batch []*registration) {
 		s.index.Put(w.rec, rev) // read your own writes; the watch events are recognised later
 	}
 	s.index.Release()
-	s.putM.Unlock()
 	for i, w := range batch {
 		w.done <- committed{rev: rev, prev: resp.Responses[2*i].GetResponsePut().GetPrevKv()}
 	}

@@ -59,11 +59,6 @@ type Store struct {
 	cfg   Config
 	index *storeindex.Index
 	epoch registry.Epoch
-	// putM makes the watch's look-then-put of an instance key and this replica's put of its
-	// own committed records exclusive: without it, the watch could look (finding the old
-	// incarnation), this replica put its new record, and the watch then replace it with a
-	// copy decoded from etcd — a record the registry does not hold, without its handles.
-	putM sync.Mutex
 
 	leases  sync.Map   // instance id -> clientv3.LeaseID
 	renewer *renewer   // heartbeats' lease renewals, over streams Run keeps open
@@ -367,8 +362,6 @@ func (s *Store) apply(ev *clientv3.Event) {
 		}
 	case strings.HasPrefix(k, s.key("instances/")):
 		id := strings.TrimPrefix(k, s.key("instances/"))
-		s.putM.Lock()
-		defer s.putM.Unlock()
 		cur, exists := s.index.Get(id)
 		if exists && cur.Generation > ev.Kv.ModRevision {
 			return // a newer incarnation is already known (written by this replica)
@@ -395,8 +388,11 @@ func (s *Store) apply(ev *clientv3.Event) {
 		if exists && cur.Generation == ev.Kv.ModRevision {
 			return // this replica's own write, already applied
 		}
+		// Not Put: this replica's commit may have put its own record of this generation
+		// since the look above, and the copy decoded here must not replace it (the
+		// registry holds that one, with its handles).
 		if rec := s.record(ev.Kv); rec != nil {
-			s.index.Put(rec, ev.Kv.ModRevision)
+			s.index.PutNewer(rec, ev.Kv.ModRevision)
 		}
 	}
 }

@@ -103,6 +103,21 @@ func (ix *Index) Put(rec *registry.Record, rev int64) {
 	ix.bumpLocked(rev)
 }
 
+// PutNewer is Put unless the index already holds an incarnation of rec's instance as new as
+// rec or newer (by Generation); it reports whether it stored rec. A store whose watch brings
+// back its own writes puts the copy it decoded with PutNewer: the look and the put are one
+// step, so the copy never replaces the record the store itself put meanwhile.
+func (ix *Index) PutNewer(rec *registry.Record, rev int64) bool {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if cur, ok := ix.records[rec.InstanceID]; ok && cur.Generation >= rec.Generation {
+		return false
+	}
+	ix.indexLocked(rec)
+	ix.bumpLocked(rev)
+	return true
+}
+
 // Remove deletes the record of id, if it is the one given (nil: any), and moves the
 // revision to rev (0: one more). It returns the record removed.
 func (ix *Index) Remove(id string, only *registry.Record, rev int64) *registry.Record {

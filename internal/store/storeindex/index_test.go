@@ -67,3 +67,38 @@ func TestHeldChangesShowTogether(t *testing.T) {
 		t.Errorf("a put after the holds: revision %d, woken %v; want 7 and woken", got, closed(next))
 	}
 }
+
+// TestPutNewer: a copy replaces an older incarnation, never one as new or newer (the store's
+// own record of the same generation stays, pointer and all).
+func TestPutNewer(t *testing.T) {
+	at := func(gen int64) *registry.Record { r := record("a"); r.Generation = gen; return r }
+	ix := storeindex.NewIndex()
+	own := at(7)
+	ix.Put(own, 7)
+	for _, tc := range []struct {
+		name   string
+		rec    *registry.Record
+		stored bool
+	}{
+		{"an older incarnation", at(3), false},
+		{"a copy of the same one", at(7), false},
+		{"a newer incarnation", at(9), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before, _ := ix.Get("a")
+			if got := ix.PutNewer(tc.rec, tc.rec.Generation); got != tc.stored {
+				t.Fatalf("PutNewer(generation %d) = %v, want %v", tc.rec.Generation, got, tc.stored)
+			}
+			want := before
+			if tc.stored {
+				want = tc.rec
+			}
+			if cur, _ := ix.Get("a"); cur != want {
+				t.Errorf("the index holds generation %d, want %d", cur.Generation, want.Generation)
+			}
+		})
+	}
+	if rev, _ := ix.Watch(); rev != 9 {
+		t.Errorf("revision %d, want 9 (a copy not stored moves nothing)", rev)
+	}
+}
