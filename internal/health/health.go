@@ -188,7 +188,7 @@ type instance struct {
 }
 
 // trouble is the part of an instance's record that probes, withdrawals and ejections fill
-// in. Read it through in.troubles() (a zero value when there is none); write it through
+// in. Read it through in.troubles() (a copy, zero when there is none); write it through
 // in.trouble(), which makes it.
 type trouble struct {
 	okRun     int      // consecutive ok probes
@@ -209,15 +209,13 @@ func sinceNanos(now time.Time, at int64) time.Duration { return time.Duration(no
 // instant returns at (Unix nanoseconds) as a time.Time in UTC.
 func instant(at int64) time.Time { return time.Unix(0, at).UTC() }
 
-// noTrouble is what an instance without a trouble record reads as. Never written.
-var noTrouble trouble
-
-// troubles returns in's trouble record for reading (the zero record when it has none).
-func (in *instance) troubles() *trouble {
+// troubles returns a copy of in's trouble record (the zero record when it has none): for
+// reading only, on paths that are not per heartbeat.
+func (in *instance) troubles() trouble {
 	if in.tr == nil {
-		return &noTrouble
+		return trouble{}
 	}
-	return in.tr
+	return *in.tr
 }
 
 // trouble returns in's trouble record for writing, making it on first use.
@@ -599,8 +597,9 @@ func (e *Engine) nextChange(in *instance, now time.Time) time.Time {
 		consider(t.quarantineUntil)
 	}
 	if !e.cfg.ExternalLeases {
-		consider(instant(in.lastRenewal).Add(2*e.cfg.HeartbeatInterval + time.Nanosecond)) // silent from just after
-		end := instant(in.lastRenewal).Add(e.cfg.LeaseTTL)
+		last := instant(in.lastRenewal)
+		consider(last.Add(2*e.cfg.HeartbeatInterval + time.Nanosecond)) // silent from just after
+		end := last.Add(e.cfg.LeaseTTL)
 		if !end.After(now) && !in.draining && !e.sp {
 			// judged (on new evidence) after its lease ended and before the Tick that ends
 			// it: due at that Tick, or the verdict would stay "in rotation" until the next
@@ -725,7 +724,7 @@ func (e *Engine) Tick(now time.Time) {
 			e.untrack(in)
 			continue
 		}
-		e.leases.push(instant(in.lastRenewal).Add(e.cfg.LeaseTTL), in)
+		e.leases.pushAt(in.lastRenewal+int64(e.cfg.LeaseTTL), in)
 	}
 }
 

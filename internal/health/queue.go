@@ -57,9 +57,10 @@ type incarnation struct {
 	seq uint64
 }
 
-func (q *instanceQueue) push(at time.Time, in *instance) {
-	q.q.Push(at.UnixNano(), incarnation{in, in.seq})
-}
+func (q *instanceQueue) push(at time.Time, in *instance) { q.pushAt(at.UnixNano(), in) }
+
+// pushAt is push at an instant in Unix nanoseconds.
+func (q *instanceQueue) pushAt(at int64, in *instance) { q.q.Push(at, incarnation{in, in.seq}) }
 
 // due reports whether the earliest entry is at or before t.
 func (q *instanceQueue) due(t time.Time) bool { return q.q.Due(t.UnixNano()) }
