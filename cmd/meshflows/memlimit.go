@@ -14,23 +14,24 @@ import (
 	"strings"
 )
 
-// byteSize is a number of bytes, written as a plain number or with a unit: B, KiB, MiB, GiB,
-// TiB (powers of 1024) or KB, MB, GB, TB (powers of 1000).
-type byteSize int64
-
-var byteUnits = []struct {
+// sizeUnits are the units a size may be written with: powers of 1024 (largest first, as
+// formatSize tries them), then powers of 1000, then plain bytes.
+var sizeUnits = []struct {
 	suffix string
 	scale  int64
 }{
-	{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"TiB", 1 << 40},
-	{"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
+	{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10},
+	{"TB", 1e12}, {"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3},
 	{"B", 1},
 }
 
-// Set parses s.
-func (b *byteSize) Set(s string) error {
+// binaryUnits is how many of sizeUnits are powers of 1024.
+const binaryUnits = 4
+
+// parseSize reads a number of bytes, plain or with a unit (2800MiB, 1.5 GiB, 3GB).
+func parseSize(s string) (int64, error) {
 	num, scale := strings.TrimSpace(s), int64(1)
-	for _, u := range byteUnits {
+	for _, u := range sizeUnits {
 		if rest, ok := strings.CutSuffix(num, u.suffix); ok {
 			num, scale = strings.TrimSpace(rest), u.scale
 			break
@@ -38,22 +39,17 @@ func (b *byteSize) Set(s string) error {
 	}
 	f, err := strconv.ParseFloat(num, 64)
 	if err != nil || f < 0 || math.IsInf(f, 0) || math.IsNaN(f) {
-		return fmt.Errorf("%q: want a size such as 2800MiB, 3GiB or 3000000000", s)
+		return 0, fmt.Errorf("%q: want a size such as 2800MiB, 3GiB or 3000000000", s)
 	}
 	if f*float64(scale) >= math.MaxInt64 {
-		return fmt.Errorf("%q: too large", s)
+		return 0, fmt.Errorf("%q: too large", s)
 	}
-	*b = byteSize(f * float64(scale))
-	return nil
+	return int64(f * float64(scale)), nil
 }
 
-// String formats the size in the largest binary unit that divides it.
-func (b *byteSize) String() string {
-	n := int64(*b)
-	for _, u := range []struct {
-		suffix string
-		scale  int64
-	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
+// formatSize writes n in the largest power of 1024 that divides it, else in bytes.
+func formatSize(n int64) string {
+	for _, u := range sizeUnits[:binaryUnits] {
 		if n != 0 && n%u.scale == 0 {
 			return strconv.FormatInt(n/u.scale, 10) + u.suffix
 		}
@@ -61,14 +57,11 @@ func (b *byteSize) String() string {
 	return strconv.FormatInt(n, 10)
 }
 
-// Type names the flag's kind in --help.
-func (b *byteSize) Type() string { return "size" }
-
 // memoryLimit is --memory-limit: a size, "auto" (a share of the container's memory limit,
 // when the process runs under one) or "none".
 type memoryLimit struct {
 	auto bool
-	size byteSize // when not auto; 0 is none
+	size int64 // bytes, when not auto; 0 is none
 }
 
 // autoMemoryShare is the share of the container's memory limit that "auto" gives the Go heap:
@@ -85,11 +78,11 @@ func (m *memoryLimit) Set(s string) error {
 		*m = memoryLimit{}
 		return nil
 	}
-	var b byteSize
-	if err := b.Set(s); err != nil {
+	n, err := parseSize(s)
+	if err != nil {
 		return fmt.Errorf("%w (or auto, or none)", err)
 	}
-	*m = memoryLimit{size: b}
+	*m = memoryLimit{size: n}
 	return nil
 }
 
@@ -101,7 +94,7 @@ func (m *memoryLimit) String() string {
 	case m.size == 0:
 		return "none"
 	}
-	return m.size.String()
+	return formatSize(m.size)
 }
 
 // Type names the flag's kind in --help.
@@ -111,7 +104,7 @@ func (m *memoryLimit) Type() string { return "size|auto|none" }
 // of the container's memory limit when there is one (and GOMEMLIMIT is not set: the runtime
 // has applied it); with none, nothing (Go's default, or GOMEMLIMIT).
 func applyMemoryLimit(m memoryLimit, root fs.FS, getenv func(string) string, logger *slog.Logger) {
-	limit := int64(m.size)
+	limit, from := m.size, "--memory-limit"
 	if m.auto {
 		if env := getenv("GOMEMLIMIT"); env != "" {
 			logger.Info("memory limit from GOMEMLIMIT", "GOMEMLIMIT", env)
@@ -121,16 +114,13 @@ func applyMemoryLimit(m memoryLimit, root fs.FS, getenv func(string) string, log
 		if !ok {
 			return
 		}
-		limit = int64(float64(container) * autoMemoryShare)
-		logger.Info("memory limit set from the container's", "container_limit_bytes", container, "limit_bytes", limit)
+		limit, from = int64(float64(container)*autoMemoryShare), "90% of the container's "+formatSize(container)
 	}
 	if limit <= 0 {
 		return
 	}
-	prev := debug.SetMemoryLimit(limit)
-	if !m.auto {
-		logger.Info("memory limit set", "limit_bytes", limit, "previous_bytes", prev)
-	}
+	debug.SetMemoryLimit(limit)
+	logger.Info("memory limit set", "limit", formatSize(limit), "from", from)
 }
 
 // containerMemoryLimit reads the memory limit of the cgroup the process runs in, version 2
