@@ -15,7 +15,6 @@ import (
 	"github.com/spf13/pflag"
 	"golang.org/x/sync/errgroup"
 
-	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/client"
 	"github.com/meshflows/meshflows/internal/health"
 	"github.com/meshflows/meshflows/internal/incident"
@@ -269,7 +268,7 @@ func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln 
 // sharedEvents is a store that keeps the event journal for every replica (the etcd store).
 type sharedEvents interface {
 	journal.Store
-	OnEvent(ctx context.Context, fn func(apiv1.Event)) error
+	OnEvent(ctx context.Context, fn func(journal.Stored)) error
 }
 
 // restoreAtStart restores the snapshot --restore-snapshot names: a file (which must restore),

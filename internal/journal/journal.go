@@ -38,7 +38,7 @@ type Journal struct {
 	now func() time.Time
 
 	mu          sync.Mutex
-	ring        []held // up to max events; ring[head] is the oldest once full
+	ring        []Stored // up to max events; ring[head] is the oldest once full
 	head        int
 	max         int
 	last        int64         // the newest sequence number held or given
@@ -59,41 +59,45 @@ func New(max int, now func() time.Time) *Journal {
 	if now == nil {
 		now = time.Now
 	}
-	return &Journal{now: now, ring: make([]held, 0, min(max, 1024)), max: max}
+	return &Journal{now: now, ring: make([]Stored, 0, min(max, 1024)), max: max}
 }
 
-// held is an event as the ring keeps it: its attributes encoded as JSON once, when it is
-// recorded. A map of four attributes costs some 400 bytes of heap, its JSON a quarter of
-// that, and every reader encoded the map again anyway (the HTTP answer, the CSV, the shared
-// store); with a registration and a transition recorded per instance, the maps were half the
-// heap of a registry of 10,000 instances.
-type held struct {
-	Seq                              int64
-	Time                             time.Time
-	Type, Severity, Subject, Message string
-	attrs                            []byte // a JSON object; nil without attributes
+// Stored is an event as the journal keeps it: apiv1.Event with its attributes as JSON,
+// encoded once when the event is recorded. A map of four attributes costs some 400 bytes of
+// heap, its JSON a quarter of that; with a registration and a transition recorded per
+// instance, the maps were half the heap of a registry of 10,000 instances. It decodes from
+// an encoded apiv1.Event as is, so a shared journal's store hands its documents over without
+// turning the attributes into a map and back.
+type Stored struct {
+	Seq      int64           `json:"seq"`
+	Time     time.Time       `json:"time"`
+	Type     string          `json:"type"`
+	Severity string          `json:"severity"`
+	Subject  string          `json:"subject"`
+	Message  string          `json:"message"`
+	Attrs    json.RawMessage `json:"attrs,omitempty"` // a JSON object; nil without attributes
 }
 
-// hold returns e as the ring keeps it. Attributes that do not encode as JSON (a value of
-// a type JSON has no form for) are replaced by an error attribute saying so.
-func hold(e apiv1.Event) held {
-	h := held{Seq: e.Seq, Time: e.Time, Type: e.Type, Severity: e.Severity, Subject: e.Subject, Message: e.Message}
+// encode returns e as the journal keeps it. Attributes that do not encode as JSON (a value
+// of a type JSON has no form for) are replaced by an error attribute saying so.
+func encode(e apiv1.Event) Stored {
+	h := Stored{Seq: e.Seq, Time: e.Time, Type: e.Type, Severity: e.Severity, Subject: e.Subject, Message: e.Message}
 	if len(e.Attrs) > 0 {
 		b, err := json.Marshal(e.Attrs)
 		if err != nil {
 			b, _ = json.Marshal(map[string]string{"attrs_error": err.Error()})
 		}
-		h.attrs = b
+		h.Attrs = b
 	}
 	return h
 }
 
 // event returns h in its wire form, its attributes decoded (numbers as float64, as any
 // reader of the JSON sees them).
-func (h *held) event() apiv1.Event {
+func (h *Stored) event() apiv1.Event {
 	e := apiv1.Event{Seq: h.Seq, Time: h.Time, Type: h.Type, Severity: h.Severity, Subject: h.Subject, Message: h.Message}
-	if h.attrs != nil {
-		if err := json.Unmarshal(h.attrs, &e.Attrs); err != nil { // cannot happen: hold encoded it
+	if h.Attrs != nil {
+		if err := json.Unmarshal(h.Attrs, &e.Attrs); err != nil {
 			e.Attrs = map[string]any{"attrs_error": err.Error()}
 		}
 	}
@@ -101,7 +105,7 @@ func (h *held) event() apiv1.Event {
 }
 
 // events returns hs in wire form. Called without j.mu: decoding is the costly part of a read.
-func events(dst []apiv1.Event, hs []held) []apiv1.Event {
+func events(dst []apiv1.Event, hs []Stored) []apiv1.Event {
 	for i := range hs {
 		dst = append(dst, hs[i].event())
 	}
@@ -134,7 +138,7 @@ func (j *Journal) Append(e apiv1.Event) int64 {
 		}
 		return 0
 	}
-	h := hold(e) // encoded before the lock is taken
+	h := encode(e) // encoded before the lock is taken
 	j.mu.Lock()
 	j.last++
 	h.Seq = j.last
@@ -143,13 +147,12 @@ func (j *Journal) Append(e apiv1.Event) int64 {
 	return h.Seq
 }
 
-// Insert holds an event numbered elsewhere (a shared journal's store). An event not newer
-// than the newest held is a duplicate and is ignored.
-func (j *Journal) Insert(e apiv1.Event) {
+// Insert holds an event numbered elsewhere (a shared journal's store), as the store keeps
+// it. An event not newer than the newest held is a duplicate and is ignored.
+func (j *Journal) Insert(h Stored) {
 	if j == nil {
 		return
 	}
-	h := hold(e)
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if h.Seq <= j.last {
@@ -161,7 +164,7 @@ func (j *Journal) Insert(e apiv1.Event) {
 
 // push adds e as the newest event, dropping the oldest past the bound, and wakes waiters.
 // Called with j.mu held.
-func (j *Journal) push(e held) {
+func (j *Journal) push(e Stored) {
 	if len(j.ring) < j.max {
 		j.ring = append(j.ring, e)
 	} else {
@@ -177,20 +180,20 @@ func (j *Journal) push(e held) {
 }
 
 // at returns the i-th oldest event held. Called with j.mu held.
-func (j *Journal) at(i int) *held { return &j.ring[(j.head+i)%len(j.ring)] }
+func (j *Journal) at(i int) *Stored { return &j.ring[(j.head+i)%len(j.ring)] }
 
 // segments returns the held events from position i on, oldest first, as at most two slices
 // of the ring. Called with j.mu held.
-func (j *Journal) segments(i int) [2][]held {
+func (j *Journal) segments(i int) [2][]Stored {
 	n := len(j.ring)
 	if i >= n {
-		return [2][]held{}
+		return [2][]Stored{}
 	}
 	p := (j.head + i) % n
 	if p >= j.head {
-		return [2][]held{j.ring[p:], j.ring[:j.head]}
+		return [2][]Stored{j.ring[p:], j.ring[:j.head]}
 	}
-	return [2][]held{j.ring[p:j.head], nil}
+	return [2][]Stored{j.ring[p:j.head], nil}
 }
 
 // after returns the position of the first event newer than seq. Called with j.mu held.
@@ -222,7 +225,7 @@ type Query struct {
 	Limit    int
 }
 
-func (q *Query) matches(e *held) bool {
+func (q *Query) matches(e *Stored) bool {
 	switch {
 	case len(q.Types) > 0 && !slices.Contains(q.Types, e.Type):
 		return false
@@ -293,12 +296,12 @@ func (j *Journal) Find(q Query) ([]apiv1.Event, int64) {
 
 // find is Find under j.mu: the gap event, if any, and the held events selected, to be
 // decoded once the lock is released.
-func (j *Journal) find(q Query) ([]apiv1.Event, []held, int64) {
+func (j *Journal) find(q Query) ([]apiv1.Event, []Stored, int64) {
 	if q.Since < 0 || q.Since > j.last {
 		q.Since = 0
 	}
 	out := []apiv1.Event{}
-	var found []held
+	var found []Stored
 	next := q.Since
 	if q.Since > 0 && q.Since < j.lastDropped {
 		gap := apiv1.Event{Time: j.now().UTC(), Type: apiv1.EventJournalGap, Severity: apiv1.SeverityWarning, Subject: "journal",
@@ -336,7 +339,7 @@ func (j *Journal) Newest(q Query) ([]apiv1.Event, int64) {
 	}
 	q.Limit = min(q.Limit, MaxLimit)
 	j.mu.Lock()
-	var found []held
+	var found []Stored
 	for i := len(j.ring) - 1; i >= 0 && len(found) < q.Limit; i-- {
 		if e := j.at(i); q.matches(e) {
 			found = append(found, *e)

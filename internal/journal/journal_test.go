@@ -3,6 +3,7 @@ package journal
 import (
 	"context"
 	"encoding/csv"
+	"encoding/json"
 	"fmt"
 	"net/http/httptest"
 	"runtime"
@@ -277,8 +278,16 @@ func (s *fakeStore) PublishEvents(_ context.Context, es []apiv1.Event) error {
 	for _, e := range es {
 		s.rev += 7 // other keys move the revision too
 		e.Seq = s.rev
+		doc, err := json.Marshal(e) // as etcd keeps it, and gives it back
+		if err != nil {
+			return err
+		}
+		var st Stored
+		if err := json.Unmarshal(doc, &st); err != nil {
+			return err
+		}
 		for _, j := range s.replicas {
-			j.Insert(e)
+			j.Insert(st)
 		}
 	}
 	return nil
@@ -345,7 +354,8 @@ func TestSharedJournal(t *testing.T) {
 		if i%2 == 1 {
 			src = b
 		}
-		if seq := src.Append(apiv1.Event{Type: apiv1.EventRegistered, Subject: fmt.Sprint("i-", i)}); seq != 0 {
+		e := apiv1.Event{Type: apiv1.EventRegistered, Subject: fmt.Sprint("i-", i), Attrs: map[string]any{"generation": i + 1}}
+		if seq := src.Append(e); seq != 0 {
 			t.Errorf("a shared journal numbered an event itself: %d", seq)
 		}
 	}
@@ -359,6 +369,13 @@ func TestSharedJournal(t *testing.T) {
 	}
 	if diff := cmp.Diff([]int64{7, 14, 21, 28}, seqs(ea)); diff != "" {
 		t.Errorf("sequence (-want +got):\n%s", diff)
+	}
+	for _, e := range eb { // the attributes came through the store's JSON as they went in
+		var i int
+		fmt.Sscanf(e.Subject, "i-%d", &i)
+		if e.Attrs["generation"] != float64(i+1) {
+			t.Errorf("event %d about %s: attrs %v, want generation %d", e.Seq, e.Subject, e.Attrs, i+1)
+		}
 	}
 	if got, _ := b.Find(Query{Since: 14}); len(got) != 2 || got[0].Seq != 21 {
 		t.Errorf("since 14 on the other replica: %v", seqs(got))
@@ -378,7 +395,7 @@ func TestSharedJournal(t *testing.T) {
 		t.Errorf("ring holds %d, want its bound 5", len(a.ring))
 	}
 	// a duplicate (the replica's own event coming back twice) is ignored
-	b.Insert(apiv1.Event{Seq: 28, Type: apiv1.EventRegistered})
+	b.Insert(Stored{Seq: 28, Type: apiv1.EventRegistered})
 	if eb, _ := b.Find(Query{Since: 21, Limit: 1}); eb[0].Seq != 28 || len(eb) != 1 {
 		t.Errorf("after a duplicate: %v", seqs(eb))
 	}

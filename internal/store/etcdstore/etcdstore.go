@@ -21,6 +21,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/internal/journal"
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/store/storeindex"
 )
@@ -79,7 +80,7 @@ type Store struct {
 	onVerdict  atomic.Pointer[func(registry.SharedVerdict)]
 	onOutcomes atomic.Pointer[func(*apiv1.OutcomesRequest)]
 	onRemoved  atomic.Pointer[func(string, int64)]
-	onEvent    atomic.Pointer[func(apiv1.Event)]
+	onEvent    atomic.Pointer[func(journal.Stored)]
 	eventSeq   atomic.Int64 // this replica's event keys
 }
 
@@ -557,7 +558,7 @@ func (s *Store) PruneEvents(ctx context.Context, keep int) error {
 
 // OnEvent hands every stored event to fn — those already stored at once, oldest first, then
 // each new one as the watch sees it — numbered with the revision it was written at.
-func (s *Store) OnEvent(ctx context.Context, fn func(apiv1.Event)) error {
+func (s *Store) OnEvent(ctx context.Context, fn func(journal.Stored)) error {
 	s.onEvent.Store(&fn)
 	resp, err := s.cfg.Client.Get(ctx, s.key("events/"), clientv3.WithPrefix())
 	if err != nil {
@@ -584,7 +585,7 @@ func (s *Store) event(kv *mvccpb.KeyValue) {
 	if fn == nil {
 		return
 	}
-	var e apiv1.Event
+	var e journal.Stored // its attributes stay JSON, as the journal keeps them
 	if err := json.Unmarshal(kv.Value, &e); err != nil || e.Seq < 0 || e.Seq >= eventsPerRevision {
 		s.cfg.Logger.Warn("unreadable event in etcd", slog.String("key", string(kv.Key)))
 		return
