@@ -263,10 +263,17 @@ type fakeStore struct {
 	pruned   int
 	writes   []int // the number of events of each write
 	gate     chan struct{}
+	atGate   chan struct{} // told (buffer of one) when a write reaches the gate
 }
 
 func (s *fakeStore) PublishEvents(_ context.Context, es []apiv1.Event) error {
 	if s.gate != nil {
+		if s.atGate != nil {
+			select {
+			case s.atGate <- struct{}{}:
+			default:
+			}
+		}
 		<-s.gate
 	}
 	s.mu.Lock()
@@ -298,7 +305,7 @@ func (s *fakeStore) PruneEvents(context.Context, int) error { s.pruned++; return
 // TestSharedJournalWritesInBatches: events queued while a write is under way go out
 // together, up to publishBatch a write, in order, none lost.
 func TestSharedJournalWritesInBatches(t *testing.T) {
-	store := &fakeStore{gate: make(chan struct{})}
+	store := &fakeStore{gate: make(chan struct{}), atGate: make(chan struct{}, 1)}
 	j := New(1000, fixed)
 	store.replicas = []*Journal{j}
 	j.Share(store, nil)
@@ -307,9 +314,7 @@ func TestSharedJournalWritesInBatches(t *testing.T) {
 	go func() { j.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 	j.Append(apiv1.Event{Type: apiv1.EventRegistered, Subject: "first"})
-	for len(j.shared.queue) != 0 { // the first write has taken it and waits at the gate
-		time.Sleep(time.Millisecond)
-	}
+	<-store.atGate // the first write has taken it, alone, and waits at the gate
 	const n = 250
 	for i := range n {
 		j.Append(apiv1.Event{Type: apiv1.EventRegistered, Subject: fmt.Sprint("i-", i)})
