@@ -166,9 +166,8 @@ func RunRegistry(ctx context.Context, cfg RegistryConfig) (*RegistryReport, erro
 	}
 	rt := &registryTarget{c: c, timeout: cfg.OpTimeout}
 	rep.Phases, err = runWorkload(ctx, cfg, rt, cfg.ServerPID)
-	if ttl := time.Duration(rt.leaseTTL.Load()) * time.Second; ttl > 0 && len(rep.Phases) > 0 && rep.Phases[0].Duration >= ttl {
-		rep.Warnings = append(rep.Warnings, fmt.Sprintf("registering took %s, longer than the registry's lease TTL (%s): the first instances' leases ended before their heartbeat (restart the registry with a longer --lease-ttl, or run fewer --instances)",
-			rep.Phases[0].Duration.Round(time.Second), ttl))
+	if w, ok := leaseWarning(rep.Phases, time.Duration(rt.leaseTTL.Load())*time.Second); ok {
+		rep.Warnings = append(rep.Warnings, w)
 	}
 	if err != nil {
 		return rep, err
@@ -237,6 +236,17 @@ func newBenchInstance(run string, i, serviceSize int) *benchInstance {
 	doc, _ := json.Marshal(req) // the same document etcd stores
 	in.value = string(doc)
 	return in
+}
+
+// leaseWarning says when the registration phase (the first) lasted the registry's lease TTL
+// or longer (0: not known): the first instances' leases ended before their heartbeat, so the
+// heartbeat figures are not those of a healthy fleet.
+func leaseWarning(phases []Phase, ttl time.Duration) (string, bool) {
+	if ttl <= 0 || len(phases) == 0 || phases[0].Duration < ttl {
+		return "", false
+	}
+	return fmt.Sprintf("registering took %s, longer than the registry's lease TTL (%s): the first instances' leases ended before their heartbeat (restart the registry with a longer --lease-ttl, or run fewer --instances)",
+		phases[0].Duration.Round(time.Second), ttl), true
 }
 
 // registryTarget drives a registry through its HTTP API.

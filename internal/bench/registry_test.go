@@ -3,8 +3,6 @@ package bench_test
 import (
 	"bytes"
 	"context"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
@@ -100,22 +98,3 @@ func TestRunRegistryRefusesBadConfig(t *testing.T) {
 	}
 }
 
-// TestRunRegistryWarnsWhenLeasesEndWhileRegistering: a registration phase longer than the
-// registry's lease TTL is reported, so that nobody reads its heartbeat figures as good.
-func TestRunRegistryWarnsWhenLeasesEndWhileRegistering(t *testing.T) {
-	s := registrytest.NewServer(t, registry.Config{LeaseTTL: 2 * time.Second, HeartbeatInterval: time.Second})
-	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost {
-			time.Sleep(10 * time.Millisecond) // 220 registrations one at a time: 2.2 s
-		}
-		s.Config.Handler.ServeHTTP(w, r)
-	}))
-	defer slow.Close()
-	rep, err := bench.RunRegistry(context.Background(), bench.RegistryConfig{URL: slow.URL, Instances: 220, Concurrency: 1, Queries: 1, Changes: 1})
-	if err != nil {
-		t.Fatalf("RunRegistry: %v", err)
-	}
-	if len(rep.Warnings) != 1 || !strings.Contains(rep.Warnings[0], "lease TTL (2s)") {
-		t.Errorf("warnings %q, want one about the lease TTL", rep.Warnings)
-	}
-}
