@@ -97,4 +97,3 @@ func TestRunRegistryRefusesBadConfig(t *testing.T) {
 		}
 	}
 }
-
