@@ -69,21 +69,18 @@ func New(max int, now func() time.Time) *Journal {
 // an encoded apiv1.Event as is, so a shared journal's store hands its documents over without
 // turning the attributes into a map and back.
 type Stored struct {
-	Seq      int64           `json:"seq"`
-	Time     time.Time       `json:"time"`
-	Type     string          `json:"type"`
-	Severity string          `json:"severity"`
-	Subject  string          `json:"subject"`
-	Message  string          `json:"message"`
-	Attrs    json.RawMessage `json:"attrs,omitempty"` // a JSON object; nil without attributes
+	apiv1.Event                 // its Attrs stay nil: the attributes are the JSON below, which hides them in JSON too
+	Attrs       json.RawMessage `json:"attrs,omitempty"` // a JSON object; nil without attributes
 }
 
 // encode returns e as the journal keeps it. Attributes that do not encode as JSON (a value
 // of a type JSON has no form for) are replaced by an error attribute saying so.
 func encode(e apiv1.Event) Stored {
-	h := Stored{Seq: e.Seq, Time: e.Time, Type: e.Type, Severity: e.Severity, Subject: e.Subject, Message: e.Message}
-	if len(e.Attrs) > 0 {
-		b, err := json.Marshal(e.Attrs)
+	attrs := e.Attrs
+	e.Attrs = nil
+	h := Stored{Event: e}
+	if len(attrs) > 0 {
+		b, err := json.Marshal(attrs)
 		if err != nil {
 			b, _ = json.Marshal(map[string]string{"attrs_error": err.Error()})
 		}
@@ -95,7 +92,7 @@ func encode(e apiv1.Event) Stored {
 // event returns h in its wire form, its attributes decoded (numbers as float64, as any
 // reader of the JSON sees them).
 func (h *Stored) event() apiv1.Event {
-	e := apiv1.Event{Seq: h.Seq, Time: h.Time, Type: h.Type, Severity: h.Severity, Subject: h.Subject, Message: h.Message}
+	e := h.Event
 	if h.Attrs != nil {
 		if err := json.Unmarshal(h.Attrs, &e.Attrs); err != nil {
 			e.Attrs = map[string]any{"attrs_error": err.Error()}

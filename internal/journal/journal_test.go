@@ -400,7 +400,7 @@ func TestSharedJournal(t *testing.T) {
 		t.Errorf("ring holds %d, want its bound 5", len(a.ring))
 	}
 	// a duplicate (the replica's own event coming back twice) is ignored
-	b.Insert(Stored{Seq: 28, Type: apiv1.EventRegistered})
+	b.Insert(Stored{Event: apiv1.Event{Seq: 28, Type: apiv1.EventRegistered}})
 	if eb, _ := b.Find(Query{Since: 21, Limit: 1}); eb[0].Seq != 28 || len(eb) != 1 {
 		t.Errorf("after a duplicate: %v", seqs(eb))
 	}
