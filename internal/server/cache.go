@@ -1,8 +1,11 @@
 package server
 
 import (
+	"bytes"
+	"compress/gzip"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/meshflows/meshflows/httpapi"
@@ -10,17 +13,25 @@ import (
 )
 
 // The answer cache's bounds: past either it starts over. An unfiltered answer at 100,000
-// instances is about 37 MB; the byte bound keeps a few of them, not thousands.
+// instances is about 37 MB; the byte bound keeps a few of them, not thousands. It counts the
+// answers as encoded; a gzip copy kept beside one is smaller than it (about a twentieth).
 const (
 	maxCachedAnswers = 4096
 	maxCachedBytes   = 256 << 20
 )
+
+// minGzipBytes is the smallest answer sent gzip-compressed to a client that accepts it: below
+// about one packet, compressing saves the server nothing.
+const minGzipBytes = 1400
 
 // encoded is a discovery answer encoded once for one (query, epoch, revision, complete).
 type encoded struct {
 	state registry.State
 	etag  string
 	body  []byte
+
+	gzipOnce sync.Once
+	gz       []byte // body gzip-compressed, made for the first client that accepts it; nil when not smaller
 }
 
 func newEncoded(st registry.State, v any) (*encoded, error) {
@@ -37,20 +48,85 @@ func newEncoded(st registry.State, v any) (*encoded, error) {
 	return &encoded{state: st, etag: `"` + etag + `"`, body: body}, nil
 }
 
-// write answers with the encoded body, or 304 when the client already holds it.
+// write answers with the encoded body, or 304 when the client already holds it. A client that
+// accepts gzip gets an answer of minGzipBytes or more compressed (once per answer, then
+// cached): a 100-instance answer of 39 KB goes as 2 KB, and the server's cost of an answer is
+// mostly the bytes it writes. The compressed answer's ETag is the weak form of the same tag
+// (as nginx does), and either form matches If-None-Match.
 func (e *encoded) write(w http.ResponseWriter, r *http.Request) {
 	h := w.Header()
-	h.Set("ETag", e.etag)
+	body, etag := e.body, e.etag
+	if len(e.body) >= minGzipBytes {
+		h.Set("Vary", "Accept-Encoding")
+		if acceptsGzip(r.Header.Get("Accept-Encoding")) {
+			if gz := e.compressed(); gz != nil {
+				body, etag = gz, "W/"+e.etag
+				h.Set("Content-Encoding", "gzip")
+			}
+		}
+	}
+	h.Set("ETag", etag)
 	h.Set("X-Registry-Revision", strconv.FormatInt(e.state.Revision, 10))
 	h.Set("Cache-Control", "no-cache")
-	if r.Header.Get("If-None-Match") == e.etag {
+	if inm := r.Header.Get("If-None-Match"); strings.TrimPrefix(inm, "W/") == e.etag {
+		h.Del("Content-Encoding")
 		w.WriteHeader(http.StatusNotModified)
 		return
 	}
 	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", strconv.Itoa(len(e.body)))
+	h.Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(http.StatusOK)
-	w.Write(e.body)
+	w.Write(body)
+}
+
+// gzipWriters reuses compressors: each holds about a megabyte of tables.
+var gzipWriters = sync.Pool{New: func() any {
+	zw, _ := gzip.NewWriterLevel(nil, gzip.BestSpeed) // a valid level: no error
+	return zw
+}}
+
+// compressed returns the body gzip-compressed at the fastest level (76 µs for a 39 KB
+// answer, to 2.1 KB), made once; nil when that is not smaller than the body.
+func (e *encoded) compressed() []byte {
+	e.gzipOnce.Do(func() {
+		var buf bytes.Buffer
+		buf.Grow(len(e.body) / 8)
+		zw := gzipWriters.Get().(*gzip.Writer)
+		zw.Reset(&buf)
+		_, err := zw.Write(e.body)
+		if err == nil {
+			err = zw.Close()
+		}
+		gzipWriters.Put(zw)
+		if err == nil && buf.Len() < len(e.body) {
+			e.gz = bytes.Clone(buf.Bytes())
+		}
+	})
+	return e.gz
+}
+
+// acceptsGzip reports whether an Accept-Encoding header names gzip with a q-value above 0.
+func acceptsGzip(accept string) bool {
+	for accept != "" {
+		var coding string
+		coding, accept, _ = strings.Cut(accept, ",")
+		name, params, _ := strings.Cut(coding, ";")
+		if !strings.EqualFold(strings.TrimSpace(name), "gzip") {
+			continue
+		}
+		for params != "" {
+			var p string
+			p, params, _ = strings.Cut(params, ";")
+			k, v, _ := strings.Cut(p, "=")
+			if strings.EqualFold(strings.TrimSpace(k), "q") {
+				if q, err := strconv.ParseFloat(strings.TrimSpace(v), 64); err == nil && q == 0 {
+					return false
+				}
+			}
+		}
+		return true
+	}
+	return false
 }
 
 // answerCache holds the latest encoded answer per query: while the revision stands, every
