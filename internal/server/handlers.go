@@ -54,14 +54,6 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) (any, error) {
 	return resp, nil
 }
 
-func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) (any, error) {
-	var req apiv1.HeartbeatRequest
-	if err := s.decode(w, r, &req); err != nil {
-		return nil, err
-	}
-	return s.reg.Heartbeat(r.Context(), r.PathValue("instance_id"), &req)
-}
-
 func (s *Server) deregister(_ http.ResponseWriter, r *http.Request) (any, error) {
 	var gen int64
 	if g := r.URL.Query().Get("generation"); g != "" {

@@ -108,9 +108,18 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
 	return err
 }
 
-// decodeBody reads a JSON request body into v and returns the body. A Content-Type other than
-// JSON is 415 (an absent one is taken as JSON).
+// decodeBody reads a JSON request body (readBody) into v and returns the body.
 func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any) ([]byte, error) {
+	body, err := s.readBody(w, r)
+	if err != nil {
+		return nil, err
+	}
+	return body, decodeJSON(body, v)
+}
+
+// readBody reads a JSON request body of at most the configured size, within the body
+// timeout. A Content-Type other than JSON is 415 (an absent one is taken as JSON).
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
 	if err := requireJSON(r); err != nil {
 		return nil, err
 	}
@@ -133,7 +142,7 @@ func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any) ([]by
 		}
 		return nil, apiv1.Errorf(http.StatusBadRequest, apiv1.CodeInvalidJSON, "read body: %v", err)
 	}
-	return body, decodeJSON(body, v)
+	return body, nil
 }
 
 // requireJSON refuses a request body declared as anything but JSON (application/json, or a
