@@ -39,6 +39,7 @@ type registryFlags struct {
 	gatewayTTL        time.Duration
 	storeTimeout      time.Duration
 	maxBodyBytes      int64
+	gzipMinBytes      int64
 	snapshotDir       string
 	snapshotInterval  time.Duration
 	snapshotKeep      int
@@ -91,6 +92,7 @@ func (f *registryFlags) bind(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.storeTimeout, "store-timeout", registry.DefaultStoreTimeout, "bound of every write to the store: past it the write fails with 503 STORE_UNAVAILABLE and Retry-After (the SDKs retry)")
 	fs.DurationVar(&f.gatewayTTL, "gateway-ttl", registry.DefaultGatewayTTL, "a gateway counts as live this long after its last drain acknowledgement (gateways acknowledge every 10 s); withdrawals are acknowledged only once the registry has run this long")
 	fs.Int64Var(&f.maxBodyBytes, "max-body-bytes", server.DefaultMaxBodyBytes, "largest request body accepted; larger ones get 413 PAYLOAD_TOO_LARGE")
+	fs.Int64Var(&f.gzipMinBytes, "gzip-min-bytes", server.DefaultGzipMinBytes, "discovery and routes answers of at least this many bytes go gzip-compressed to clients that accept it (compressed once per revision); lower it when consumers poll across slow links; 0: never compress")
 	fs.StringVar(&f.snapshotDir, "snapshot-dir", "", "directory for snapshot files (POST /v1/admin/snapshot and --snapshot-interval)")
 	fs.DurationVar(&f.snapshotInterval, "snapshot-interval", 0, "write a snapshot to --snapshot-dir this often (0: only on demand)")
 	fs.IntVar(&f.snapshotKeep, "snapshot-keep", registry.DefaultSnapshotKeep, "how many snapshot files to keep in --snapshot-dir (the newest)")
@@ -234,7 +236,11 @@ func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln 
 	if err := restoreAtStart(ctx, reg, f, logger); err != nil {
 		return err
 	}
-	srv, err := server.New(reg, sec.apply(server.Config{MaxBodyBytes: f.maxBodyBytes, Logger: logger, Registerer: promReg, Gatherer: promReg, Incidents: incidents, Journal: events}))
+	gzipMin := f.gzipMinBytes
+	if gzipMin <= 0 {
+		gzipMin = -1 // the flag's 0 is "never"; the server's 0 is its default
+	}
+	srv, err := server.New(reg, sec.apply(server.Config{MaxBodyBytes: f.maxBodyBytes, GzipMinBytes: gzipMin, Logger: logger, Registerer: promReg, Gatherer: promReg, Incidents: incidents, Journal: events}))
 	if err != nil {
 		return err
 	}

@@ -20,10 +20,6 @@ const (
 	maxCachedBytes   = 256 << 20
 )
 
-// minGzipBytes is the smallest answer sent gzip-compressed to a client that accepts it: below
-// about one packet, compressing saves the server nothing.
-const minGzipBytes = 1400
-
 // encoded is a discovery answer encoded once for one (query, epoch, revision, complete).
 type encoded struct {
 	state registry.State
@@ -49,14 +45,14 @@ func newEncoded(st registry.State, v any) (*encoded, error) {
 }
 
 // write answers with the encoded body, or 304 when the client already holds it. A client that
-// accepts gzip gets an answer of minGzipBytes or more compressed (once per answer, then
-// cached): a 100-instance answer of 39 KB goes as 2 KB, and the server's cost of an answer is
-// mostly the bytes it writes. The compressed answer's ETag is the weak form of the same tag
-// (as nginx does), and either form matches If-None-Match.
-func (e *encoded) write(w http.ResponseWriter, r *http.Request) {
+// accepts gzip gets an answer of gzipMin bytes or more (never when gzipMin is negative)
+// compressed, once per answer, then kept: the bytes are most of what an answer costs the
+// server to write, and over a network most of its time. The compressed answer's ETag is the
+// weak form of the same tag (as nginx does), and either form matches If-None-Match.
+func (e *encoded) write(w http.ResponseWriter, r *http.Request, gzipMin int64) {
 	h := w.Header()
 	body, etag := e.body, e.etag
-	if len(e.body) >= minGzipBytes {
+	if gzipMin >= 0 && int64(len(e.body)) >= gzipMin {
 		h.Set("Vary", "Accept-Encoding")
 		if acceptsGzip(r.Header.Get("Accept-Encoding")) {
 			if gz := e.compressed(); gz != nil {

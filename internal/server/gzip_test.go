@@ -11,6 +11,7 @@ import (
 
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/registry/registrytest"
+	"github.com/meshflows/meshflows/internal/server"
 )
 
 // rawGet sends a GET through a transport that leaves Content-Encoding alone (Go's client
@@ -54,18 +55,24 @@ func gunzip(t *testing.T, b []byte) []byte {
 	return out
 }
 
+// registerServices registers n instances of the JMS example, each its own service.
+func registerServices(t *testing.T, s *registrytest.Server, n int) {
+	t.Helper()
+	for i := range n {
+		body := strings.ReplaceAll(jmsBody, `"egress-jms"`, fmt.Sprintf(`"egress-jms-%d"`, i))
+		register(t, s, strings.ReplaceAll(body, "egress-jms-7c9f5d8c4f-9x2kq", fmt.Sprint("jms-", i)))
+	}
+}
+
 // TestDiscoveryAnswersGzip: a client that accepts gzip gets a large discovery answer
 // compressed, the same JSON once decompressed, under the weak form of the same ETag; either
 // form of the ETag gets 304; a small answer, or a client that does not accept gzip, gets the
 // JSON as it is.
 func TestDiscoveryAnswersGzip(t *testing.T) {
-	s := registrytest.NewServer(t, registry.Config{})
+	s := registrytest.NewServerWith(t, registry.Config{}, server.Config{GzipMinBytes: 1400}, registrytest.Epoch0)
 	one := s.URL + "/v1/discovery/capabilities?capability_id=messaging.publish&service_name=egress-jms-0"
 	all := s.URL + "/v1/discovery/capabilities?capability_id=messaging.publish"
-	for i := range 20 {
-		body := strings.ReplaceAll(jmsBody, `"egress-jms"`, fmt.Sprintf(`"egress-jms-%d"`, i))
-		register(t, s, strings.ReplaceAll(body, "egress-jms-7c9f5d8c4f-9x2kq", fmt.Sprint("jms-", i)))
-	}
+	registerServices(t, s, 20)
 
 	plain := rawGet(t, all)
 	if plain.status != http.StatusOK || plain.header.Get("Content-Encoding") != "" || len(plain.body) < 1400 {
@@ -127,4 +134,35 @@ func TestDiscoveryAnswersGzip(t *testing.T) {
 				r.header.Get("Content-Encoding"), r.header.Get("Vary"))
 		}
 	})
+}
+
+// TestGzipThreshold: by default an answer under 64 KiB goes as JSON (on a local network
+// decompressing it costs the client more than the bytes saved), one over it compressed; a
+// negative threshold never compresses.
+func TestGzipThreshold(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		min       int64
+		instances int
+		want      string
+	}{
+		{"default, small answer", 0, 20, ""},
+		{"default, large answer", 0, 160, "gzip"},
+		{"never", -1, 160, ""},
+		{"low threshold", 1400, 20, "gzip"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := registrytest.NewServerWith(t, registry.Config{}, server.Config{GzipMinBytes: tc.min}, registrytest.Epoch0)
+			registerServices(t, s, tc.instances)
+			url := s.URL + "/v1/discovery/capabilities?capability_id=messaging.publish"
+			plain := rawGet(t, url)
+			r := rawGet(t, url, "Accept-Encoding", "gzip")
+			if got := r.header.Get("Content-Encoding"); got != tc.want {
+				t.Fatalf("answer of %d bytes: Content-Encoding %q, want %q", len(plain.body), got, tc.want)
+			}
+			if tc.want == "gzip" && !bytes.Equal(gunzip(t, r.body), plain.body) {
+				t.Error("the decompressed answer differs from the JSON one")
+			}
+		})
+	}
 }

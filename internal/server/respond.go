@@ -37,7 +37,7 @@ func (s *Server) handle(pattern string, acc access, h handlerFunc) {
 		case nil:
 			w.WriteHeader(http.StatusNoContent)
 		case *encoded:
-			v.write(w, r)
+			v.write(w, r, s.cfg.GzipMinBytes)
 		case written:
 		default:
 			httpapi.WriteJSON(w, http.StatusOK, v)

