@@ -80,11 +80,7 @@ func encode(e apiv1.Event) Stored {
 	e.Attrs = nil
 	h := Stored{Event: e}
 	if len(attrs) > 0 {
-		b, err := json.Marshal(attrs)
-		if err != nil {
-			b, _ = json.Marshal(map[string]string{"attrs_error": err.Error()})
-		}
-		h.Attrs = b
+		h.Attrs = encodeAttrs(attrs)
 	}
 	return h
 }

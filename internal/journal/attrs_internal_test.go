@@ -1,0 +1,62 @@
+package journal
+
+import (
+	"encoding/json"
+	"math"
+	"testing"
+)
+
+func TestEncodeAttrsAsJSONMarshal(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		attrs  map[string]any
+		direct bool // written without json.Marshal
+	}{
+		{"registration", map[string]any{"service_name": "egress-jms", "generation": int64(42), "endpoint": "http://10.0.0.7:8080", "capabilities": 3, "warm_up": true}, true},
+		{"transition", map[string]any{"from": "in_rotation", "to": "ejected", "reasons": []string{"PROBE_FAILING", "LEASE_LATE"}}, true},
+		{"no reasons", map[string]any{"from": "absent", "to": "pending", "reasons": []string(nil)}, true},
+		{"empty reasons", map[string]any{"reasons": []string{}}, true},
+		{"nil value", map[string]any{"x": nil}, true},
+		{"extremes", map[string]any{"a": int64(math.MinInt64), "b": uint64(math.MaxUint64), "c": int32(-7), "d": false}, true},
+		{"keys in byte order", map[string]any{"b": 1, "B": 2, "a_b": 3, "ab": 4, "": 5}, true},
+		{"html", map[string]any{"message": "a < b && c > d"}, false},
+		{"quote", map[string]any{"message": `say "hi"`}, false},
+		{"newline", map[string]any{"message": "two\nlines"}, false},
+		{"not ASCII", map[string]any{"zone": "zürich"}, false},
+		{"escaped key", map[string]any{"a&b": 1}, false},
+		{"escaped list item", map[string]any{"reasons": []string{"ok", "<no>"}}, false},
+		{"float", map[string]any{"ratio": 0.25}, false},
+		{"map", map[string]any{"nested": map[string]any{"a": 1}}, false},
+		{"time-like struct", map[string]any{"at": struct{ X int }{1}}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, direct := appendAttrs(nil, tc.attrs)
+			if direct != tc.direct {
+				t.Errorf("written directly = %v, want %v", direct, tc.direct)
+			}
+			want, err := json.Marshal(tc.attrs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := encodeAttrs(tc.attrs); string(got) != string(want) {
+				t.Errorf("got  %s\nwant %s", got, want)
+			}
+		})
+	}
+}
+
+// FuzzEncodeAttrs: whatever the attributes hold, encodeAttrs writes what json.Marshal writes.
+func FuzzEncodeAttrs(f *testing.F) {
+	f.Add("service_name", "egress-jms", "reasons", "PROBE_FAILING", int64(42), true)
+	f.Add("a<b", "x\x00y", "", "é", int64(-1), false)
+	f.Fuzz(func(t *testing.T, k1, v1, k2, item string, n int64, b bool) {
+		attrs := map[string]any{k1: v1, k2: []string{item, v1}, "n": n, "b": b}
+		want, err := json.Marshal(attrs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := encodeAttrs(attrs); string(got) != string(want) {
+			t.Fatalf("got  %s\nwant %s", got, want)
+		}
+	})
+}
