@@ -284,11 +284,12 @@ func (r *Registry) Register(ctx context.Context, req *apiv1.RegisterRequest) (*a
 	}, nil
 }
 
-// Heartbeat extends the lease of the instance's current generation.
-func (r *Registry) Heartbeat(ctx context.Context, id string, req *apiv1.HeartbeatRequest) (*apiv1.HeartbeatResponse, error) {
+// Heartbeat extends the lease of the instance's current generation. The answer is a value: a
+// heartbeat is the most frequent call, and a pointer cost it an allocation.
+func (r *Registry) Heartbeat(ctx context.Context, id string, req *apiv1.HeartbeatRequest) (apiv1.HeartbeatResponse, error) {
 	if err := req.Validate(); err != nil {
 		r.metrics.heartbeatFail.WithLabelValues("invalid").Inc()
-		return nil, err
+		return apiv1.HeartbeatResponse{}, err
 	}
 	reported := req.Health
 	if reported == "" {
@@ -296,7 +297,7 @@ func (r *Registry) Heartbeat(ctx context.Context, id string, req *apiv1.Heartbea
 	}
 	if err := r.mayTouch(ctx, id, false); err != nil {
 		r.metrics.heartbeatFail.WithLabelValues("forbidden").Inc()
-		return nil, err
+		return apiv1.HeartbeatResponse{}, err
 	}
 	now := r.cfg.Now()
 	expires := now.Add(r.cfg.LeaseTTL)
@@ -305,7 +306,7 @@ func (r *Registry) Heartbeat(ctx context.Context, id string, req *apiv1.Heartbea
 	cancel()
 	if err = r.stored(ctx, err); err != nil {
 		r.metrics.heartbeatFail.WithLabelValues(failReason(err)).Inc()
-		return nil, err
+		return apiv1.HeartbeatResponse{}, err
 	}
 	if m := r.cfg.Eligibility; m != nil {
 		ev := health.Event{At: now, ID: id, Kind: health.KindHeartbeat, Health: reported}
@@ -316,12 +317,12 @@ func (r *Registry) Heartbeat(ctx context.Context, id string, req *apiv1.Heartbea
 			err = m.Observe(ev)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("heartbeat %s: %w", id, err)
+			return apiv1.HeartbeatResponse{}, fmt.Errorf("heartbeat %s: %w", id, err)
 		}
 	}
 	r.metrics.heartbeatSuccess.Inc()
 	r.activity.heartbeats.Add(1)
-	return &apiv1.HeartbeatResponse{
+	return apiv1.HeartbeatResponse{
 		Generation:     rec.Generation,
 		LeaseExpiresAt: expires.UTC(),
 		RegistryEpoch:  r.store.Epoch().ID,

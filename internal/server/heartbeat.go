@@ -160,7 +160,7 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) (any, error) 
 	if err != nil {
 		return nil, err
 	}
-	out, ok := appendHeartbeatAnswer(make([]byte, 0, 160), resp)
+	out, ok := appendHeartbeatAnswer(make([]byte, 0, 160), &resp)
 	if !ok {
 		return resp, nil
 	}
