@@ -188,7 +188,7 @@ type instance struct {
 }
 
 // trouble is the part of an instance's record that probes, withdrawals and ejections fill
-// in. Read it through in.troubles() (a copy, zero when there is none); write it through
+// in. Read it through in.troubles() (noTrouble when there is none); write it through
 // in.trouble(), which makes it.
 type trouble struct {
 	okRun     int      // consecutive ok probes
@@ -209,13 +209,15 @@ func sinceNanos(now time.Time, at int64) time.Duration { return time.Duration(no
 // instant returns at (Unix nanoseconds) as a time.Time in UTC.
 func instant(at int64) time.Time { return time.Unix(0, at).UTC() }
 
-// troubles returns a copy of in's trouble record (the zero record when it has none): for
-// reading only, on paths that are not per heartbeat.
-func (in *instance) troubles() trouble {
+// noTrouble is the record of every instance that has none: read only.
+var noTrouble trouble
+
+// troubles returns in's trouble record for reading, noTrouble when it has none.
+func (in *instance) troubles() *trouble {
 	if in.tr == nil {
-		return trouble{}
+		return &noTrouble
 	}
-	return *in.tr
+	return in.tr
 }
 
 // trouble returns in's trouble record for writing, making it on first use.

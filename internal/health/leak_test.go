@@ -3,13 +3,15 @@ package health
 import (
 	"fmt"
 	"os"
+	"reflect"
 	"testing"
 
 	"go.uber.org/goleak"
 )
 
 // TestMain fails the package's tests when a goroutine outlives them, or when any of them
-// wrote to the single reasons verdicts share: they read them, never write them.
+// wrote to what instances and verdicts share (the single reasons, the empty trouble record):
+// they read them, never write them.
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(sharedUntouched{m})
 }
@@ -18,6 +20,10 @@ type sharedUntouched struct{ m *testing.M }
 
 func (t sharedUntouched) Run() int {
 	code := t.m.Run()
+	if !reflect.DeepEqual(noTrouble, trouble{}) {
+		fmt.Fprintf(os.Stderr, "the shared empty trouble record was written: %+v\n", noTrouble)
+		return 1
+	}
 	for _, r := range []struct {
 		shared []string
 		want   string
