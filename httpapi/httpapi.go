@@ -25,6 +25,12 @@ func WriteJSON(w http.ResponseWriter, status int, v any) {
 		status = http.StatusInternalServerError
 		body, _ = Marshal(apiv1.ErrorBody{Error: apiv1.Errorf(status, apiv1.CodeInternal, "encode answer: %v", err)})
 	}
+	WriteEncoded(w, status, body)
+}
+
+// WriteEncoded writes body, a JSON answer already encoded (as Marshal does), with status and
+// Content-Length.
+func WriteEncoded(w http.ResponseWriter, status int, body []byte) {
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
 	h.Set("Content-Length", strconv.Itoa(len(body)))

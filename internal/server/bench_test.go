@@ -12,6 +12,7 @@ import (
 
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/registry/registrytest"
+	"github.com/meshflows/meshflows/internal/server"
 )
 
 // benchBody is the registration of instance i: 100 instances per service, three capabilities.
@@ -40,8 +41,9 @@ func serve(b *testing.B, h http.Handler, method, target string, body []byte, wan
 	return w
 }
 
-func filled(b *testing.B, n int) (*registrytest.Server, [][]byte) {
-	s := registrytest.NewServer(b, registry.Config{})
+// filled is a server with scfg's settings holding n registered instances, and their bodies.
+func filled(b *testing.B, n int, scfg server.Config) (*registrytest.Server, [][]byte) {
+	s := registrytest.NewServerWith(b, registry.Config{}, scfg, registrytest.Epoch0)
 	bodies := make([][]byte, n)
 	for i := range n {
 		bodies[i] = benchBody(i)
@@ -53,7 +55,7 @@ func filled(b *testing.B, n int) (*registrytest.Server, [][]byte) {
 func BenchmarkHTTPRegister(b *testing.B) {
 	for _, n := range []int{1000, 60000} {
 		b.Run(fmt.Sprintf("instances=%d", n), func(b *testing.B) {
-			s, bodies := filled(b, n)
+			s, bodies := filled(b, n, server.Config{})
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
@@ -67,7 +69,7 @@ func BenchmarkHTTPRegister(b *testing.B) {
 func BenchmarkHTTPHeartbeat(b *testing.B) {
 	for _, n := range []int{1000, 60000} {
 		b.Run(fmt.Sprintf("instances=%d", n), func(b *testing.B) {
-			s, _ := filled(b, n)
+			s, _ := filled(b, n, server.Config{})
 			paths, bodies := make([]string, n), make([][]byte, n)
 			for i := range n {
 				paths[i] = "/v1/services/inst-" + strconv.Itoa(i) + "/heartbeat"
@@ -85,7 +87,9 @@ func BenchmarkHTTPHeartbeat(b *testing.B) {
 
 func BenchmarkHTTPQuery(b *testing.B) {
 	for _, n := range []int{1000, 60000} {
-		s, _ := filled(b, n)
+		// the 100-instance answer (39 KB) is under the default gzip threshold: lowered here so
+		// that the gzip cases measure compression
+		s, _ := filled(b, n, server.Config{GzipMinBytes: 1024})
 		target := "/v1/discovery/capabilities?capability_id=orders.read&service_name=svc-3"
 		b.Run(fmt.Sprintf("instances=%d/cached", n), func(b *testing.B) {
 			b.ReportAllocs()
@@ -128,7 +132,7 @@ func BenchmarkHTTPQuery(b *testing.B) {
 // bytes each answer holds, and the time to the whole listing either way.
 func BenchmarkCatalogListing(b *testing.B) {
 	const n = 20000
-	s, _ := filled(b, n)
+	s, _ := filled(b, n, server.Config{})
 	b.Run("whole", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {

@@ -22,9 +22,11 @@ const (
 
 // encoded is a discovery answer encoded once for one (query, epoch, revision, complete).
 type encoded struct {
-	state registry.State
-	etag  string
-	body  []byte
+	state    registry.State
+	etag     string
+	weakETag string // the ETag of the compressed answer
+	revision string // X-Registry-Revision
+	body     []byte
 
 	gzipOnce sync.Once
 	gz       []byte // body gzip-compressed, made for the first client that accepts it; nil when not smaller
@@ -41,7 +43,8 @@ func newEncoded(st registry.State, v any) (*encoded, error) {
 		// incomplete answer must not be told 304 then.
 		etag += "/incomplete"
 	}
-	return &encoded{state: st, etag: `"` + etag + `"`, body: body}, nil
+	etag = `"` + etag + `"`
+	return &encoded{state: st, etag: etag, weakETag: "W/" + etag, revision: strconv.FormatInt(st.Revision, 10), body: body}, nil
 }
 
 // write answers with the encoded body, or 304 when the client already holds it. A client that
@@ -51,28 +54,26 @@ func newEncoded(st registry.State, v any) (*encoded, error) {
 // weak form of the same tag (as nginx does), and either form matches If-None-Match.
 func (e *encoded) write(w http.ResponseWriter, r *http.Request, gzipMin int64) {
 	h := w.Header()
-	body, etag := e.body, e.etag
+	body, etag, zipped := e.body, e.etag, false
 	if gzipMin >= 0 && int64(len(e.body)) >= gzipMin {
 		h.Set("Vary", "Accept-Encoding")
 		if acceptsGzip(r.Header.Get("Accept-Encoding")) {
 			if gz := e.compressed(); gz != nil {
-				body, etag = gz, "W/"+e.etag
-				h.Set("Content-Encoding", "gzip")
+				body, etag, zipped = gz, e.weakETag, true
 			}
 		}
 	}
 	h.Set("ETag", etag)
-	h.Set("X-Registry-Revision", strconv.FormatInt(e.state.Revision, 10))
+	h.Set("X-Registry-Revision", e.revision)
 	h.Set("Cache-Control", "no-cache")
 	if inm := r.Header.Get("If-None-Match"); strings.TrimPrefix(inm, "W/") == e.etag {
-		h.Del("Content-Encoding")
 		w.WriteHeader(http.StatusNotModified)
 		return
 	}
-	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", strconv.Itoa(len(body)))
-	w.WriteHeader(http.StatusOK)
-	w.Write(body)
+	if zipped {
+		h.Set("Content-Encoding", "gzip")
+	}
+	httpapi.WriteEncoded(w, http.StatusOK, body)
 }
 
 // gzipWriters reuses compressors: each holds about a megabyte of tables.

@@ -14,32 +14,17 @@ import (
 	"github.com/meshflows/meshflows/internal/server"
 )
 
-// rawGet sends a GET through a transport that leaves Content-Encoding alone (Go's client
-// would ask for gzip itself and hide it), with the given headers.
+// rawGet sends a GET through a client that leaves Content-Encoding alone (Go's client would
+// ask for gzip itself and hide it), with the given headers.
 func rawGet(t *testing.T, url string, header ...string) response {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, url, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := 0; i+1 < len(header); i += 2 {
-		req.Header.Set(header[i], header[i+1])
-	}
 	tr := &http.Transport{DisableCompression: true}
 	defer tr.CloseIdleConnections()
-	resp, err := tr.RoundTrip(req)
-	if err != nil {
-		t.Fatalf("GET %s: %v", url, err)
+	r := doVia(t, &http.Client{Transport: tr}, http.MethodGet, url, "", header...)
+	if n := r.header.Get("Content-Length"); r.status == http.StatusOK && n != fmt.Sprint(len(r.body)) {
+		t.Errorf("Content-Length %s for a body of %d bytes", n, len(r.body))
 	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := resp.Header.Get("Content-Length"); resp.StatusCode == http.StatusOK && n != fmt.Sprint(len(b)) {
-		t.Errorf("Content-Length %s for a body of %d bytes", n, len(b))
-	}
-	return response{resp.StatusCode, resp.Header, b}
+	return r
 }
 
 func gunzip(t *testing.T, b []byte) []byte {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/httpapi"
 )
 
 // The heartbeat is the registry's most frequent request, and its body and answer are tiny:
@@ -20,9 +21,9 @@ import (
 // a number in another form, a repeated key), which encoding/json then reads.
 func parseHeartbeat(b []byte, req *apiv1.HeartbeatRequest) bool {
 	var (
-		gen           int64
-		health        string
-		seenGen, seen bool // generation, health
+		gen                 int64
+		health              string
+		seenGen, seenHealth bool
 	)
 	i := skipSpace(b, 0)
 	if i >= len(b) || b[i] != '{' {
@@ -60,7 +61,7 @@ func parseHeartbeat(b []byte, req *apiv1.HeartbeatRequest) bool {
 				return false
 			}
 			gen, seenGen, i = n, true, j
-		case string(key) == "health" && !seen:
+		case string(key) == "health" && !seenHealth:
 			if i >= len(b) || b[i] != '"' {
 				return false
 			}
@@ -71,7 +72,7 @@ func parseHeartbeat(b []byte, req *apiv1.HeartbeatRequest) bool {
 			if j >= len(b) || b[j] != '"' {
 				return false
 			}
-			health, seen, i = healthWord(b[i+1:j]), true, j+1
+			health, seenHealth, i = healthWord(b[i+1:j]), true, j+1
 		default:
 			return false
 		}
@@ -92,7 +93,7 @@ func parseHeartbeat(b []byte, req *apiv1.HeartbeatRequest) bool {
 	if seenGen {
 		req.Generation = gen
 	}
-	if seen {
+	if seenHealth {
 		req.Health = health
 	}
 	return true
@@ -164,10 +165,6 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) (any, error) 
 	if !ok {
 		return resp, nil
 	}
-	h := w.Header()
-	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", strconv.Itoa(len(out)))
-	w.WriteHeader(http.StatusOK)
-	w.Write(out)
+	httpapi.WriteEncoded(w, http.StatusOK, out)
 	return written{}, nil
 }

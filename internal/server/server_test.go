@@ -49,6 +49,12 @@ type response struct {
 
 func do(t *testing.T, method, url, body string, header ...string) response {
 	t.Helper()
+	return doVia(t, http.DefaultClient, method, url, body, header...)
+}
+
+// doVia is do through c.
+func doVia(t *testing.T, c *http.Client, method, url, body string, header ...string) response {
+	t.Helper()
 	var rd io.Reader
 	if body != "" {
 		rd = strings.NewReader(body)
@@ -60,7 +66,7 @@ func do(t *testing.T, method, url, body string, header ...string) response {
 	for i := 0; i+1 < len(header); i += 2 {
 		req.Header.Set(header[i], header[i+1])
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, url, err)
 	}
