@@ -121,9 +121,10 @@ func (j *Journal) Append(e apiv1.Event) int64 {
 	if e.Severity == "" {
 		e.Severity = apiv1.SeverityInfo
 	}
+	h := encode(e) // before any lock; a shared journal's store writes this form too
 	if sh := j.shared; sh != nil {
 		select {
-		case sh.queue <- e:
+		case sh.queue <- h:
 		default:
 			j.mu.Lock()
 			j.unsent++
@@ -131,7 +132,6 @@ func (j *Journal) Append(e apiv1.Event) int64 {
 		}
 		return 0
 	}
-	h := encode(e) // encoded before the lock is taken
 	j.mu.Lock()
 	j.last++
 	h.Seq = j.last

@@ -266,7 +266,7 @@ type fakeStore struct {
 	atGate   chan struct{} // told (buffer of one) when a write reaches the gate
 }
 
-func (s *fakeStore) PublishEvents(_ context.Context, es []apiv1.Event) error {
+func (s *fakeStore) PublishEvents(_ context.Context, es []Stored) error {
 	if s.gate != nil {
 		if s.atGate != nil {
 			select {

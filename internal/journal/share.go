@@ -12,9 +12,10 @@ import (
 // Store is what a shared journal needs of the registry's store (the etcd store):
 // PublishEvents stores at most publishBatch events for every replica, in the order given and
 // all or none, without keeping es past the call (the store numbers them and gives them back
-// to each through the callback it was given); PruneEvents keeps the newest keep events stored.
+// to each through the callback it was given), each as the JSON of its Stored form;
+// PruneEvents keeps the newest keep events stored.
 type Store interface {
-	PublishEvents(ctx context.Context, es []apiv1.Event) error
+	PublishEvents(ctx context.Context, es []Stored) error
 	PruneEvents(ctx context.Context, keep int) error
 }
 
@@ -29,7 +30,7 @@ const (
 // sharing is a shared journal's side of its store.
 type sharing struct {
 	store  Store
-	queue  chan apiv1.Event
+	queue  chan Stored // encoded as the ring keeps them: the attributes once, as JSON
 	logger *slog.Logger
 }
 
@@ -40,7 +41,7 @@ func (j *Journal) Share(store Store, logger *slog.Logger) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	j.shared = &sharing{store: store, queue: make(chan apiv1.Event, shareQueue), logger: logger}
+	j.shared = &sharing{store: store, queue: make(chan Stored, shareQueue), logger: logger}
 }
 
 // Run publishes a shared journal's events until ctx ends — those queued meanwhile together,
@@ -57,7 +58,7 @@ func (j *Journal) Run(ctx context.Context) error {
 	}
 	prune := time.NewTicker(pruneInterval)
 	defer prune.Stop()
-	batch := make([]apiv1.Event, 0, publishBatch)
+	batch := make([]Stored, 0, publishBatch)
 	for {
 		select {
 		case <-ctx.Done():
@@ -83,7 +84,7 @@ func (j *Journal) Run(ctx context.Context) error {
 }
 
 // publish stores es, retrying while ctx lasts, first telling of the events lost meanwhile.
-func (j *Journal) publish(ctx context.Context, es []apiv1.Event) {
+func (j *Journal) publish(ctx context.Context, es []Stored) {
 	sh := j.shared
 	j.mu.Lock()
 	lost := j.unsent
@@ -93,7 +94,7 @@ func (j *Journal) publish(ctx context.Context, es []apiv1.Event) {
 		gap := apiv1.Event{Time: j.now().UTC(), Type: apiv1.EventJournalGap, Severity: apiv1.SeverityWarning, Subject: "journal",
 			Message: fmt.Sprintf("%d events were lost: the queue of %d events waiting for the store was full (the store was away, or slower than the events came)", lost, shareQueue),
 			Attrs:   map[string]any{"missed": lost}}
-		if err := sh.store.PublishEvents(ctx, []apiv1.Event{gap}); err != nil {
+		if err := sh.store.PublishEvents(ctx, []Stored{encode(gap)}); err != nil {
 			j.mu.Lock()
 			j.unsent += lost
 			j.mu.Unlock()

@@ -508,7 +508,7 @@ const eventsPerRevision = 1024
 
 // PublishEvents stores events for every replica in one transaction, all or none
 // (journal.Store); it takes at most maxTxnOps.
-func (s *Store) PublishEvents(ctx context.Context, es []apiv1.Event) error {
+func (s *Store) PublishEvents(ctx context.Context, es []journal.Stored) error {
 	if len(es) > maxTxnOps {
 		return fmt.Errorf("%d events in one write: at most %d", len(es), maxTxnOps)
 	}

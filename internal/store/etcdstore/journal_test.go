@@ -78,6 +78,11 @@ func TestSharedJournal(t *testing.T) {
 	if got := lines(ja); got[0][len(got[0])-len("instance.registered jms-1"):] != "instance.registered jms-1" {
 		t.Errorf("journal = %v", got)
 	}
+	// the attributes, encoded once by the replica that recorded the event, read back on the other
+	if es, _ := jb.Find(journal.Query{Types: []string{apiv1.EventRegistered}}); len(es) != 1 ||
+		es[0].Attrs["service_name"] != "egress-jms" || es[0].Attrs["generation"] != float64(resp.Generation) {
+		t.Errorf("registration event on the other replica: %+v", es)
+	}
 	// a replica started later reads what was written before it
 	_, jc, _ := replica()
 	if diff := cmp.Diff(lines(ja), lines(jc)); diff != "" {
