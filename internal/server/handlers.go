@@ -17,10 +17,16 @@ import (
 )
 
 func (s *Server) register(w http.ResponseWriter, r *http.Request) (any, error) {
-	var req apiv1.RegisterRequest
-	body, err := s.decodeBody(w, r, &req)
+	body, err := s.readBody(w, r)
 	if err != nil {
 		return nil, err
+	}
+	var req apiv1.RegisterRequest
+	plain := parseRegistration(body, &req) // no unknown field in it then: no warning to look for
+	if !plain {
+		if err := decodeJSON(body, &req); err != nil {
+			return nil, err
+		}
 	}
 	noteInstance(r.Context(), req.InstanceID)
 	if c := registry.CallerFrom(r.Context()); c.Identity != "" {
@@ -41,6 +47,9 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) (any, error) {
 	resp, err := s.reg.Register(r.Context(), &req)
 	if err != nil {
 		return nil, err
+	}
+	if plain {
+		return resp, nil
 	}
 	if ws := apiv1.UnknownFieldsOfDecoded(body, &req); len(ws) > 0 {
 		resp.Warnings = ws
