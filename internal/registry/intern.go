@@ -3,7 +3,6 @@ package registry
 import (
 	"strconv"
 	"sync"
-	"sync/atomic"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 )
@@ -22,24 +21,54 @@ const (
 	internMaxLen = 512 // longer values (large metadata) are kept as sent
 )
 
-// internTable maps a value to its shared copy.
-type internTable struct {
-	m sync.Map // string → T
-	n atomic.Int64
+// internTable maps a value to its shared copy. It is a plain map under a read-write lock,
+// not a sync.Map: a lookup by a key still in bytes (a capability list's, built in a buffer
+// on the stack) then costs no allocation, where sync.Map wants the key as a string in an
+// interface.
+type internTable[T any] struct {
+	mu sync.RWMutex
+	m  map[string]T
 }
 
-func (t *internTable) lookup(key string) (any, bool) { return t.m.Load(key) }
+// lookup returns the shared value of key.
+func (t *internTable[T]) lookup(key string) (T, bool) {
+	t.mu.RLock()
+	v, ok := t.m[key]
+	t.mu.RUnlock()
+	return v, ok
+}
 
-func (t *internTable) store(key string, v any) any {
-	if t.n.Add(1) > internMax {
-		t.m.Clear()
-		t.n.Store(1)
+// lookupBytes is lookup for a key in bytes; the conversion does not allocate.
+func (t *internTable[T]) lookupBytes(key []byte) (T, bool) {
+	t.mu.RLock()
+	v, ok := t.m[string(key)]
+	t.mu.RUnlock()
+	return v, ok
+}
+
+// store makes v the shared value of key unless another was stored first, and returns the
+// shared one. Past internMax values the table starts over.
+func (t *internTable[T]) store(key string, v T) T {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if got, ok := t.m[key]; ok {
+		return got
 	}
-	got, _ := t.m.LoadOrStore(key, v)
-	return got
+	if t.m == nil || len(t.m) >= internMax {
+		t.m = make(map[string]T)
+	}
+	t.m[key] = v
+	return v
 }
 
-var internedStrings internTable
+// len returns how many values the table holds.
+func (t *internTable[T]) len() int {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return len(t.m)
+}
+
+var internedStrings internTable[string]
 
 // intern returns the shared copy of s.
 func intern(s string) string {
@@ -47,9 +76,9 @@ func intern(s string) string {
 		return s
 	}
 	if v, ok := internedStrings.lookup(s); ok {
-		return v.(string)
+		return v
 	}
-	return internedStrings.store(s, s).(string)
+	return internedStrings.store(s, s)
 }
 
 // capabilityList is one registration's capabilities, built once for every record that
@@ -59,23 +88,23 @@ type capabilityList struct {
 	ids  []string // the capability ids, in order (the eligibility engine's view of them)
 }
 
-// internedCapabilities maps a list's key (capabilityKey) to its capabilityList.
-var internedCapabilities internTable
+// internedCapabilities maps a list's key (appendCapabilityKey) to its capabilityList.
+var internedCapabilities internTable[*capabilityList]
 
 // capabilityKeyMax bounds the key of a list worth sharing; longer lists are built afresh.
 const capabilityKeyMax = 4096
 
-// capabilityKey spells out every field of cs, each prefixed by its length so that no two
-// different lists have the same key; ok is false past capabilityKeyMax.
-func capabilityKey(cs []apiv1.Capability) (key string, ok bool) {
+// appendCapabilityKey appends to dst every field of cs, each prefixed by its length so that
+// no two different lists have the same key; ok is false past capabilityKeyMax.
+func appendCapabilityKey(dst []byte, cs []apiv1.Capability) (key []byte, ok bool) {
 	n := 0
 	for _, c := range cs {
 		n += len(c.CapabilityID) + len(c.CapabilityVersion) + len(c.ContractSchemaVersion) + len(c.Provider) + len(c.Metadata) + 5*4
 	}
 	if n > capabilityKeyMax {
-		return "", false
+		return dst, false
 	}
-	b := make([]byte, 0, n)
+	b := dst
 	field := func(s []byte) {
 		b = strconv.AppendInt(b, int64(len(s)), 10)
 		b = append(b, ':')
@@ -88,16 +117,17 @@ func capabilityKey(cs []apiv1.Capability) (key string, ok bool) {
 		field([]byte(c.Provider))
 		field(c.Metadata)
 	}
-	return string(b), true
+	return b, true
 }
 
 // capabilities returns the parsed form of cs, shared with every record that declared the
 // same list.
 func capabilities(cs []apiv1.Capability) *capabilityList {
-	key, ok := capabilityKey(cs)
+	var buf [512]byte // most lists' keys fit: finding a shared list allocates nothing
+	key, ok := appendCapabilityKey(buf[:0], cs)
 	if ok {
-		if v, hit := internedCapabilities.lookup(key); hit {
-			return v.(*capabilityList)
+		if l, hit := internedCapabilities.lookupBytes(key); hit {
+			return l
 		}
 	}
 	l := &capabilityList{caps: make([]Capability, len(cs)), ids: make([]string, len(cs))}
@@ -108,5 +138,5 @@ func capabilities(cs []apiv1.Capability) *capabilityList {
 	if !ok {
 		return l
 	}
-	return internedCapabilities.store(key, l).(*capabilityList)
+	return internedCapabilities.store(string(key), l)
 }
