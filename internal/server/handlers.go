@@ -48,19 +48,23 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) (any, error) {
 	if err != nil {
 		return nil, err
 	}
-	if plain {
+	if !plain {
+		if ws := apiv1.UnknownFieldsOfDecoded(body, &req); len(ws) > 0 {
+			resp.Warnings = ws
+			paths := make([]string, len(ws))
+			for i, w := range ws {
+				paths[i] = w.Path
+			}
+			s.cfg.Logger.LogAttrs(r.Context(), slog.LevelWarn, "registration with fields the contract does not define; ignored",
+				slog.String("instance_id", req.InstanceID), slog.Any("fields", paths))
+		}
+	}
+	out, ok := appendRegisterAnswer(make([]byte, 0, 192), resp)
+	if !ok {
 		return resp, nil
 	}
-	if ws := apiv1.UnknownFieldsOfDecoded(body, &req); len(ws) > 0 {
-		resp.Warnings = ws
-		paths := make([]string, len(ws))
-		for i, w := range ws {
-			paths[i] = w.Path
-		}
-		s.cfg.Logger.LogAttrs(r.Context(), slog.LevelWarn, "registration with fields the contract does not define; ignored",
-			slog.String("instance_id", req.InstanceID), slog.Any("fields", paths))
-	}
-	return resp, nil
+	httpapi.WriteEncoded(w, http.StatusOK, out)
+	return written{}, nil
 }
 
 func (s *Server) deregister(_ http.ResponseWriter, r *http.Request) (any, error) {

@@ -131,10 +131,8 @@ func appendHeartbeatAnswer(dst []byte, resp *apiv1.HeartbeatResponse) ([]byte, b
 	if _, off := t.Zone(); off%60 != 0 {
 		return dst, false
 	}
-	for i := 0; i < len(resp.RegistryEpoch); i++ {
-		if c := resp.RegistryEpoch[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
-			return dst, false
-		}
+	if !plainString(resp.RegistryEpoch) {
+		return dst, false
 	}
 	dst = append(dst, `{"generation":`...)
 	dst = strconv.AppendInt(dst, resp.Generation, 10)
@@ -143,6 +141,17 @@ func appendHeartbeatAnswer(dst []byte, resp *apiv1.HeartbeatResponse) ([]byte, b
 	dst = append(dst, `","registry_epoch":"`...)
 	dst = append(dst, resp.RegistryEpoch...)
 	return append(dst, "\"}\n"...), true
+}
+
+// plainString reports whether httpapi.Marshal writes s as it is, between quotes: printable
+// ASCII without a quote or a backslash.
+func plainString(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return true
 }
 
 // heartbeat renews an instance's lease: PUT /v1/services/{instance_id}/heartbeat.

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"strconv"
 	"unicode/utf8"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
@@ -13,7 +14,8 @@ import (
 // directly, in one pass that also proves it holds no unknown field. Anything else goes
 // through encoding/json and the unknown-field walk as before, so the accepted input, the
 // errors, the warnings and the decoded request are the same either way
-// (FuzzParseRegistration holds the direct reader to that).
+// (FuzzParseRegistration holds the direct reader to that). The answer is written directly
+// too, byte for byte as encoding/json writes it (FuzzAppendRegisterAnswer).
 
 // maxPlainDepth bounds the nesting of metadata the direct reader follows; deeper metadata
 // is left to encoding/json.
@@ -324,4 +326,24 @@ func (p *plainReader) number() bool {
 	}
 	p.i = j
 	return true
+}
+
+// appendRegisterAnswer appends resp as httpapi.Marshal encodes it (one line of JSON and a
+// newline), or reports false when resp holds what it leaves to encoding/json: warnings, or
+// an epoch that needs escaping.
+func appendRegisterAnswer(dst []byte, resp *apiv1.RegisterResponse) ([]byte, bool) {
+	if len(resp.Warnings) > 0 || !plainString(resp.RegistryEpoch) {
+		return dst, false
+	}
+	dst = append(dst, `{"accepted":`...)
+	dst = strconv.AppendBool(dst, resp.Accepted)
+	dst = append(dst, `,"lease_ttl_seconds":`...)
+	dst = strconv.AppendInt(dst, resp.LeaseTTLSeconds, 10)
+	dst = append(dst, `,"heartbeat_interval_seconds":`...)
+	dst = strconv.AppendInt(dst, resp.HeartbeatIntervalSeconds, 10)
+	dst = append(dst, `,"generation":`...)
+	dst = strconv.AppendInt(dst, resp.Generation, 10)
+	dst = append(dst, `,"registry_epoch":"`...)
+	dst = append(dst, resp.RegistryEpoch...)
+	return append(dst, "\"}\n"...), true
 }

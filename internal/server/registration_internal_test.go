@@ -2,6 +2,7 @@ package server
 
 import (
 	"encoding/json"
+	"math"
 	"reflect"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/httpapi"
 )
 
 // usualRegistration is a registration as providers send it.
@@ -125,5 +127,62 @@ func FuzzParseRegistration(f *testing.F) {
 			return
 		}
 		sameAsEncodingJSON(t, b, &got)
+	})
+}
+
+func TestAppendRegisterAnswer(t *testing.T) {
+	usual := apiv1.RegisterResponse{Accepted: true, LeaseTTLSeconds: 30, HeartbeatIntervalSeconds: 10, Generation: 42,
+		RegistryEpoch: "2026-11-30T18:01:49.765623051Z"}
+	for _, tc := range []struct {
+		name   string
+		resp   apiv1.RegisterResponse
+		direct bool // false: left to encoding/json
+	}{
+		{"usual", usual, true},
+		{"empty", apiv1.RegisterResponse{}, true},
+		{"largest", apiv1.RegisterResponse{Accepted: true, LeaseTTLSeconds: math.MaxInt64, HeartbeatIntervalSeconds: math.MinInt64,
+			Generation: math.MaxInt64, RegistryEpoch: "<&>"}, true},
+		{"warnings", apiv1.RegisterResponse{Accepted: true, Warnings: []apiv1.Warning{{Code: apiv1.CodeUnknownField, Path: "tags"}}}, false},
+		{"quote", apiv1.RegisterResponse{RegistryEpoch: `a"b`}, false},
+		{"not ASCII", apiv1.RegisterResponse{RegistryEpoch: "é"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := appendRegisterAnswer(nil, &tc.resp)
+			if ok != tc.direct {
+				t.Fatalf("written directly = %v, want %v", ok, tc.direct)
+			}
+			if !ok {
+				return
+			}
+			want, err := httpapi.Marshal(tc.resp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if string(got) != string(want) {
+				t.Errorf("got  %s\nwant %s", got, want)
+			}
+		})
+	}
+}
+
+// FuzzAppendRegisterAnswer: whatever the answer holds, written directly it is byte for byte
+// what httpapi.Marshal writes.
+func FuzzAppendRegisterAnswer(f *testing.F) {
+	f.Add(true, int64(30), int64(10), int64(42), "2026-11-30T18:01:49.765623051Z")
+	f.Add(false, int64(-1), int64(0), int64(math.MinInt64), "é\"\\")
+	f.Fuzz(func(t *testing.T, accepted bool, ttl, interval, gen int64, epoch string) {
+		resp := apiv1.RegisterResponse{Accepted: accepted, LeaseTTLSeconds: ttl, HeartbeatIntervalSeconds: interval,
+			Generation: gen, RegistryEpoch: epoch}
+		got, ok := appendRegisterAnswer(nil, &resp)
+		if !ok {
+			return
+		}
+		want, err := httpapi.Marshal(resp)
+		if err != nil {
+			t.Fatalf("written directly, but encoding/json fails: %v", err)
+		}
+		if string(got) != string(want) {
+			t.Fatalf("got  %s\nwant %s", got, want)
+		}
 	})
 }
