@@ -337,3 +337,36 @@ func TestFreshStackWarmsUp(t *testing.T) {
 		t.Fatalf("unprobed at 20 s: %s, want panic", got)
 	}
 }
+
+// TestMonitorLogsFirstVerdictsAtDebug checks the levels of the "eligibility" log lines: an
+// instance's first verdict is at debug (a line per registration; the journal keeps it), every
+// later transition at info.
+func TestMonitorLogsFirstVerdictsAtDebug(t *testing.T) {
+	var buf bytes.Buffer
+	m, err := NewMonitor(MonitorConfig{Logger: slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Engine: Config{SlowStart: 10 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := Instance{ID: "a", Zone: "z", Capabilities: []string{"c.x"}, Probe: true}
+	m.Register(in, 1, t0)
+	m.Observe(probeEv("a", ProbeOK, t0.Add(time.Second)))
+	m.Observe(probeEv("a", ProbeOK, t0.Add(2*time.Second)))
+	m.Observe(probeEv("a", ProbeRefused, t0.Add(3*time.Second)))
+	m.Register(in, 2, t0.Add(4*time.Second)) // a new incarnation
+	var got []string
+	for l := range strings.Lines(buf.String()) {
+		var line struct{ Level, Msg, From, To string }
+		if err := json.Unmarshal([]byte(l), &line); err != nil {
+			t.Fatal(err)
+		}
+		if line.Msg == "eligibility" {
+			got = append(got, line.Level+" "+line.From+">"+line.To)
+		}
+	}
+	// the new incarnation follows from the old one's verdict, not from absent: at info
+	want := []string{"DEBUG absent>unknown", "INFO unknown>slow_start", "INFO slow_start>withdrawn", "INFO withdrawn>unknown"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("eligibility log lines (-want +got):\n%s", diff)
+	}
+}
