@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -496,57 +497,80 @@ func (s *Store) ForwardOutcomes(ctx context.Context, req *apiv1.OutcomesRequest)
 	return nil
 }
 
-// The shared event journal: each event is a key under PREFIX/events/, written in batches
-// of one transaction each. An event's number is the revision etcd wrote its batch at times
-// eventsPerRevision, plus its place in the batch (stored in the event's seq field), so that
-// every replica's journal holds the same sequence; a key written one event per transaction
-// (seq 0) reads the same way.
+// The shared event journal: each batch of events a replica publishes is one key under
+// PREFIX/events/<replica>/<n>.<count>, its value the JSON array of the batch's events. An
+// event's number is the revision etcd wrote its batch at times eventsPerRevision, plus its
+// place in the batch, so that every replica's journal holds the same sequence. A batch was a
+// transaction of one key per event until etcd's share of a registration showed what that
+// cost: etcd 3.4 copies the index of its not yet committed writes for every read view it
+// opens (each lease grant opens one), so every key written makes each grant that follows
+// dearer. A key holding one event as a JSON object (the earlier form; its seq field is its
+// place in its transaction) is still read.
 
-// eventsPerRevision spaces the numbers of consecutive revisions: more than a batch holds
-// (maxTxnOps).
+// eventsPerRevision spaces the numbers of consecutive revisions: more than a batch holds.
 const eventsPerRevision = 1024
 
-// PublishEvents stores events for every replica in one transaction, all or none
-// (journal.Store); it takes at most maxTxnOps.
+// PublishEvents stores events for every replica as one key, all or none (journal.Store).
 func (s *Store) PublishEvents(ctx context.Context, es []journal.Stored) error {
-	if len(es) > maxTxnOps {
-		return fmt.Errorf("%d events in one write: at most %d", len(es), maxTxnOps)
+	if len(es) >= eventsPerRevision {
+		return fmt.Errorf("%d events in one write: at most %d", len(es), eventsPerRevision-1)
 	}
-	ops := make([]clientv3.Op, 0, len(es))
+	val := make([]byte, 0, 512*len(es))
+	val = append(val, '[')
 	for i, e := range es {
-		e.Seq = int64(i) // the place in the batch; etcd's revision numbers the batch
-		val, err := json.Marshal(e)
+		e.Seq = 0 // numbered by its place in the batch, when read
+		b, err := json.Marshal(e)
 		if err != nil {
 			return err
 		}
-		key := s.key("events/", s.cfg.ReplicaID, "/", fmt.Sprintf("%016d", s.eventSeq.Add(1)))
-		ops = append(ops, clientv3.OpPut(key, string(val)))
+		if i > 0 {
+			val = append(val, ',')
+		}
+		val = append(val, b...)
 	}
-	if _, err := s.cfg.Client.Txn(ctx).Then(ops...).Commit(); err != nil {
+	val = append(val, ']')
+	key := s.key("events/", s.cfg.ReplicaID, "/", fmt.Sprintf("%016d.%d", s.eventSeq.Add(1), len(es)))
+	if _, err := s.cfg.Client.Put(ctx, key, string(val)); err != nil {
 		return fmt.Errorf("etcd put events: %w", err)
 	}
 	return nil
 }
 
-// PruneEvents deletes the oldest stored events past keep (journal.Store).
+// eventsIn returns how many events the key of a batch says it holds: one for a key of the
+// earlier form, which holds one.
+func eventsIn(key []byte) int {
+	k := key[bytes.LastIndexByte(key, '/')+1:]
+	i := bytes.LastIndexByte(k, '.')
+	if i < 0 {
+		return 1
+	}
+	n, err := strconv.Atoi(string(k[i+1:]))
+	if err != nil || n < 1 {
+		return 1
+	}
+	return n
+}
+
+// PruneEvents deletes the oldest stored batches, keeping the newest that hold at least keep
+// events (journal.Store): at most a batch less one (99) more than keep.
 func (s *Store) PruneEvents(ctx context.Context, keep int) error {
-	prefix := s.key("events/")
-	resp, err := s.cfg.Client.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	resp, err := s.cfg.Client.Get(ctx, s.key("events/"), clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+		clientv3.WithSort(clientv3.SortByModRevision, clientv3.SortDescend))
 	if err != nil {
-		return fmt.Errorf("etcd count events: %w", err)
+		return fmt.Errorf("etcd list events: %w", err)
 	}
-	over := resp.Count - int64(keep)
-	if over <= 0 {
-		return nil
+	var old []*mvccpb.KeyValue
+	held := 0
+	for i, kv := range resp.Kvs {
+		if held >= keep {
+			old = resp.Kvs[i:]
+			break
+		}
+		held += eventsIn(kv.Key)
 	}
-	old, err := s.cfg.Client.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
-		clientv3.WithSort(clientv3.SortByModRevision, clientv3.SortAscend), clientv3.WithLimit(over))
-	if err != nil {
-		return fmt.Errorf("etcd list old events: %w", err)
-	}
-	for start := 0; start < len(old.Kvs); start += maxTxnOps {
+	for start := 0; start < len(old); start += maxTxnOps {
 		var ops []clientv3.Op
-		for _, kv := range old.Kvs[start:min(start+maxTxnOps, len(old.Kvs))] {
+		for _, kv := range old[start:min(start+maxTxnOps, len(old))] {
 			ops = append(ops, clientv3.OpDelete(string(kv.Key)))
 		}
 		if _, err := s.cfg.Client.Txn(ctx).Then(ops...).Commit(); err != nil {
@@ -579,18 +603,32 @@ func (s *Store) replayEvents(kvs []*mvccpb.KeyValue) {
 	}
 }
 
-// event decodes one stored event and hands it to the callback.
+// event decodes one stored batch (or a single event of the earlier form) and hands its
+// events to the callback, in order.
 func (s *Store) event(kv *mvccpb.KeyValue) {
 	fn := s.onEvent.Load()
 	if fn == nil {
 		return
 	}
-	var e journal.Stored // its attributes stay JSON, as the journal keeps them
+	base := kv.ModRevision * eventsPerRevision
+	if v := bytes.TrimLeft(kv.Value, " \t\r\n"); len(v) > 0 && v[0] == '[' {
+		var es []journal.Stored // their attributes stay JSON, as the journal keeps them
+		if err := json.Unmarshal(kv.Value, &es); err != nil || len(es) >= eventsPerRevision {
+			s.cfg.Logger.Warn("unreadable events in etcd", slog.String("key", string(kv.Key)))
+			return
+		}
+		for i := range es {
+			es[i].Seq = base + int64(i)
+			(*fn)(es[i])
+		}
+		return
+	}
+	var e journal.Stored
 	if err := json.Unmarshal(kv.Value, &e); err != nil || e.Seq < 0 || e.Seq >= eventsPerRevision {
 		s.cfg.Logger.Warn("unreadable event in etcd", slog.String("key", string(kv.Key)))
 		return
 	}
-	e.Seq += kv.ModRevision * eventsPerRevision
+	e.Seq += base
 	(*fn)(e)
 }
 

@@ -2,7 +2,9 @@ package etcdstore_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -96,19 +98,43 @@ func TestSharedJournal(t *testing.T) {
 	if err := sb.PruneEvents(ctx, 3); err != nil {
 		t.Fatal(err)
 	}
-	n, err := cli.Get(ctx, prefix+"events/", clientv3.WithPrefix(), clientv3.WithCountOnly())
-	if err != nil || n.Count != 3 {
-		t.Errorf("events kept in etcd: %d (%v), want 3", n.Count, err)
+	// the newest batches holding at least 3 events stay: the five snapshots' (one to five
+	// batches), not the instance's two
+	kept, _ := storedEvents(t, cli, prefix)
+	var types []string
+	for _, e := range kept {
+		types = append(types, e.Type)
+	}
+	if len(kept) < 3 || len(kept) > 5 || slices.Contains(types, apiv1.EventRegistered) || slices.Contains(types, apiv1.EventDeregistered) ||
+		kept[len(kept)-1].Message != "4" {
+		t.Errorf("events kept in etcd: %v, want the newest 3 to 5 snapshots", types)
 	}
 }
 
-// TestSharedJournalBurst: a burst of events goes to etcd in few transactions, and every
+// storedEvents reads the events stored under prefix, oldest first, and how many keys hold them.
+func storedEvents(t *testing.T, cli *clientv3.Client, prefix string) (events []apiv1.Event, keys int) {
+	t.Helper()
+	resp, err := cli.Get(context.Background(), prefix+"events/", clientv3.WithPrefix(),
+		clientv3.WithSort(clientv3.SortByModRevision, clientv3.SortAscend))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kv := range resp.Kvs {
+		var batch []apiv1.Event
+		if err := json.Unmarshal(kv.Value, &batch); err != nil {
+			t.Fatalf("%s: %v", kv.Key, err)
+		}
+		events = append(events, batch...)
+	}
+	return events, len(resp.Kvs)
+}
+
+// TestSharedJournalBurst: a burst of events goes to etcd in few keys, and every
 // replica — those running and one started afterwards, which reads them from etcd — holds
 // them in the order they were appended, with the same numbers.
 func TestSharedJournalBurst(t *testing.T) {
 	cli := startEtcd(t)
 	prefix := fmt.Sprintf("/burst%d/", prefixes.Add(1))
-	ctx := context.Background()
 	replica := func() *journal.Journal {
 		j, _ := sharedJournal(t, cli, prefix, 1000)
 		return j
@@ -139,15 +165,54 @@ func TestSharedJournalBurst(t *testing.T) {
 	if diff := cmp.Diff(want, held(replica())); diff != "" {
 		t.Errorf("a replica started afterwards (-a +c):\n%s", diff)
 	}
+	events, keys := storedEvents(t, cli, prefix)
+	if len(events) != n || keys > n/2 {
+		t.Errorf("%d events stored in %d keys; want %d in batches, a key each", len(events), keys, n)
+	}
+}
+
+// TestSharedJournalReadsEarlierForm: a key of one event (the form of registries before
+// batches were one key) is read by a replica and counted as one event when pruning.
+func TestSharedJournalReadsEarlierForm(t *testing.T) {
+	cli := startEtcd(t)
+	prefix := fmt.Sprintf("/earlier%d/", prefixes.Add(1))
+	ctx := context.Background()
+	for i, subject := range []string{"old-1", "old-2"} {
+		val := fmt.Sprintf(`{"seq":0,"time":"2026-11-30T12:00:0%dZ","type":%q,"severity":"info","subject":%q,"message":"m","attrs":{"generation":7}}`,
+			i, apiv1.EventRegistered, subject)
+		if _, err := cli.Put(ctx, fmt.Sprintf("%sevents/older/%016d", prefix, i+1), val); err != nil {
+			t.Fatal(err)
+		}
+	}
+	j, s := sharedJournal(t, cli, prefix, 10)
+	j.Append(apiv1.Event{Type: apiv1.EventSnapshot, Subject: "registry", Message: "new"})
+	subjects := func() []string {
+		es, _ := j.Find(journal.Query{})
+		var out []string
+		for _, e := range es {
+			out = append(out, e.Subject)
+		}
+		return out
+	}
+	registrytest.Until(t, "the journal holds the earlier events and the new one", func() bool { return len(subjects()) == 3 })
+	if diff := cmp.Diff([]string{"old-1", "old-2", "registry"}, subjects()); diff != "" {
+		t.Errorf("journal (-want +got):\n%s", diff)
+	}
+	if es, _ := j.Find(journal.Query{Types: []string{apiv1.EventRegistered}}); len(es) != 2 || es[0].Attrs["generation"] != float64(7) {
+		t.Errorf("earlier events read as %+v", es)
+	}
+	if err := s.PruneEvents(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
 	resp, err := cli.Get(ctx, prefix+"events/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
 		t.Fatal(err)
 	}
-	revisions := map[int64]bool{}
+	var keys []string
 	for _, kv := range resp.Kvs {
-		revisions[kv.ModRevision] = true
+		keys = append(keys, strings.TrimPrefix(string(kv.Key), prefix+"events/"))
 	}
-	if len(resp.Kvs) != n || len(revisions) > n/2 {
-		t.Errorf("%d event keys in %d transactions; want %d keys in batches", len(resp.Kvs), len(revisions), n)
+	if len(keys) != 2 || !slices.Contains(keys, fmt.Sprintf("older/%016d", 2)) {
+		t.Errorf("kept %v, want the second earlier key and the new batch", keys)
 	}
 }
