@@ -83,6 +83,8 @@ type Store struct {
 	onRemoved  atomic.Pointer[func(string, int64)]
 	onEvent    atomic.Pointer[func(journal.Stored)]
 	eventSeq   atomic.Int64 // this replica's event keys
+	ownM       sync.Mutex
+	own        map[string][]journal.Stored // key -> the batch this replica is writing there: the watch need not decode it
 }
 
 var (
@@ -124,7 +126,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		cfg.Now = time.Now
 	}
 	s := &Store{cfg: cfg, index: storeindex.NewIndex(), health: map[string]string{}, verdicts: map[string]registry.SharedVerdict{},
-		acks: map[string]gatewayAck{}, renewer: newRenewer(leaseStreams(cfg.Client)), commits: newCommitter()}
+		acks: map[string]gatewayAck{}, own: map[string][]journal.Stored{}, renewer: newRenewer(leaseStreams(cfg.Client)), commits: newCommitter()}
 	if s.cfg.ReplicaID == "" {
 		s.cfg.ReplicaID = cfg.Now().UTC().Format(time.RFC3339Nano)
 	}
@@ -530,7 +532,15 @@ func (s *Store) PublishEvents(ctx context.Context, es []journal.Stored) error {
 	}
 	val = append(val, ']')
 	key := s.key("events/", s.cfg.ReplicaID, "/", fmt.Sprintf("%016d.%d", s.eventSeq.Add(1), len(es)))
+	// Held until the watch brings the key back (it may do so before Put returns), so that
+	// this replica takes its own events as they are instead of decoding them again.
+	s.ownM.Lock()
+	s.own[key] = slices.Clone(es)
+	s.ownM.Unlock()
 	if _, err := s.cfg.Client.Put(ctx, key, string(val)); err != nil {
+		s.ownM.Lock()
+		delete(s.own, key) // if etcd wrote it after all, the watch decodes it
+		s.ownM.Unlock()
 		return fmt.Errorf("etcd put events: %w", err)
 	}
 	return nil
@@ -604,13 +614,24 @@ func (s *Store) replayEvents(kvs []*mvccpb.KeyValue) {
 }
 
 // event decodes one stored batch (or a single event of the earlier form) and hands its
-// events to the callback, in order.
+// events to the callback, in order; a batch this replica wrote is taken as it was written.
 func (s *Store) event(kv *mvccpb.KeyValue) {
+	s.ownM.Lock()
+	es, mine := s.own[string(kv.Key)]
+	delete(s.own, string(kv.Key))
+	s.ownM.Unlock()
 	fn := s.onEvent.Load()
 	if fn == nil {
 		return
 	}
 	base := kv.ModRevision * eventsPerRevision
+	if mine {
+		for i := range es {
+			es[i].Seq = base + int64(i)
+			(*fn)(es[i])
+		}
+		return
+	}
 	if v := bytes.TrimLeft(kv.Value, " \t\r\n"); len(v) > 0 && v[0] == '[' {
 		var es []journal.Stored // their attributes stay JSON, as the journal keeps them
 		if err := json.Unmarshal(kv.Value, &es); err != nil || len(es) >= eventsPerRevision {

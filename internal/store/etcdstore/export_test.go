@@ -1,0 +1,8 @@
+package etcdstore
+
+// OwnBatches returns how many batches of events s wrote that the watch has not brought back.
+func OwnBatches(s *Store) int {
+	s.ownM.Lock()
+	defer s.ownM.Unlock()
+	return len(s.own)
+}
