@@ -109,15 +109,8 @@ func TestAppendHeartbeatAnswer(t *testing.T) {
 			if ok != tc.direct {
 				t.Fatalf("written directly = %v, want %v", ok, tc.direct)
 			}
-			if !ok {
-				return
-			}
-			want, err := httpapi.Marshal(tc.resp)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if string(got) != string(want) {
-				t.Errorf("got  %s\nwant %s", got, want)
+			if ok {
+				matchesMarshal(t, got, tc.resp)
 			}
 		})
 	}
@@ -135,15 +128,22 @@ func FuzzAppendHeartbeatAnswer(f *testing.F) {
 		if !ok {
 			return
 		}
-		want, err := httpapi.Marshal(resp)
-		if err != nil {
-			t.Fatalf("written directly, but encoding/json fails: %v", err)
-		}
-		if string(got) != string(want) {
-			t.Fatalf("got  %s\nwant %s", got, want)
-		}
+		matchesMarshal(t, got, resp)
 		if strings.Count(string(got), "\n") != 1 {
 			t.Fatalf("not one line: %q", got)
 		}
 	})
+}
+
+// matchesMarshal fails unless got, an answer written directly, is byte for byte what
+// httpapi.Marshal writes for v.
+func matchesMarshal(t *testing.T, got []byte, v any) {
+	t.Helper()
+	want, err := httpapi.Marshal(v)
+	if err != nil {
+		t.Fatalf("written directly, but encoding/json fails: %v", err)
+	}
+	if string(got) != string(want) {
+		t.Fatalf("got  %s\nwant %s", got, want)
+	}
 }

@@ -10,7 +10,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
-	"github.com/meshflows/meshflows/httpapi"
 )
 
 // usualRegistration is a registration as providers send it.
@@ -151,15 +150,8 @@ func TestAppendRegisterAnswer(t *testing.T) {
 			if ok != tc.direct {
 				t.Fatalf("written directly = %v, want %v", ok, tc.direct)
 			}
-			if !ok {
-				return
-			}
-			want, err := httpapi.Marshal(tc.resp)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if string(got) != string(want) {
-				t.Errorf("got  %s\nwant %s", got, want)
+			if ok {
+				matchesMarshal(t, got, tc.resp)
 			}
 		})
 	}
@@ -177,12 +169,6 @@ func FuzzAppendRegisterAnswer(f *testing.F) {
 		if !ok {
 			return
 		}
-		want, err := httpapi.Marshal(resp)
-		if err != nil {
-			t.Fatalf("written directly, but encoding/json fails: %v", err)
-		}
-		if string(got) != string(want) {
-			t.Fatalf("got  %s\nwant %s", got, want)
-		}
+		matchesMarshal(t, got, resp)
 	})
 }
