@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
@@ -174,6 +175,50 @@ func TestABatchOfVerdictsShowsAtOnce(t *testing.T) {
 	for i, rev := range seen {
 		if rev != before {
 			t.Errorf("verdict %d followed with the revision at %d, want %d (the batch's revision shown before all of it)", i+1, rev, before)
+		}
+	}
+}
+
+// TestOwnVerdictsComeBackAsWritten: the replica that publishes verdicts takes them back from
+// its watch as it wrote them, the other decodes them; both hold the same, the last of
+// several writes of one key included, and the writer holds none once the watch has caught up.
+func TestOwnVerdictsComeBackAsWritten(t *testing.T) {
+	cli := startEtcd(t)
+	prefix := fmt.Sprintf("/held%d/", prefixes.Add(1))
+	ctx := context.Background()
+	writer := runStore(t, etcdstore.Config{Client: cli, Prefix: prefix, LeaseTTL: time.Minute, ReplicaID: "w"})
+	reader := runStore(t, etcdstore.Config{Client: cli, Prefix: prefix, LeaseTTL: time.Minute, ReplicaID: "r"})
+	for _, id := range []string{"i-1", "i-2"} {
+		if err := writer.Register(ctx, record(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	since := time.Now() // with a monotonic clock reading, which a decoded copy lacks
+	var last []registry.SharedVerdict
+	for step, weight := range []int{10, 20, 30} {
+		last = []registry.SharedVerdict{
+			{InstanceID: "i-1", Generation: 1, State: apiv1.EligibilitySlowStart, Weight: weight, Since: since, Reasons: []string{}},
+			{InstanceID: "i-2", Generation: 1, State: apiv1.EligibilityServing, Weight: 100, Since: since.Add(time.Duration(step))},
+		}
+		if err := writer.PublishVerdicts(ctx, last); err != nil {
+			t.Fatal(err)
+		}
+	}
+	registrytest.Until(t, "both replicas hold the last verdicts and the writer holds none back", func() bool {
+		for _, want := range last {
+			for _, s := range []*etcdstore.Store{writer, reader} {
+				if got, ok := s.SharedVerdict(want.InstanceID); !ok || got.Weight != want.Weight || !got.Since.Equal(want.Since) {
+					return false
+				}
+			}
+		}
+		return etcdstore.HeldVerdicts(writer) == 0
+	})
+	for _, want := range last {
+		w, _ := writer.SharedVerdict(want.InstanceID)
+		r, _ := reader.SharedVerdict(want.InstanceID)
+		if diff := cmp.Diff(r, w); diff != "" {
+			t.Errorf("%s: the writer's copy and the reader's differ (-reader +writer):\n%s", want.InstanceID, diff)
 		}
 	}
 }

@@ -85,6 +85,14 @@ type Store struct {
 	eventSeq   atomic.Int64 // this replica's event keys
 	ownM       sync.Mutex
 	own        map[string][]journal.Stored // key -> the batch this replica is writing there: the watch need not decode it
+	heldM      sync.Mutex
+	held       map[string]heldVerdict // key -> a verdict this replica is writing there, until the watch brings it back
+}
+
+// heldVerdict is a verdict as this replica wrote it: the value, and what it decodes to.
+type heldVerdict struct {
+	val string
+	v   registry.SharedVerdict
 }
 
 var (
@@ -126,7 +134,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		cfg.Now = time.Now
 	}
 	s := &Store{cfg: cfg, index: storeindex.NewIndex(), health: map[string]string{}, verdicts: map[string]registry.SharedVerdict{},
-		acks: map[string]gatewayAck{}, own: map[string][]journal.Stored{}, renewer: newRenewer(leaseStreams(cfg.Client)), commits: newCommitter()}
+		acks: map[string]gatewayAck{}, own: map[string][]journal.Stored{}, held: map[string]heldVerdict{}, renewer: newRenewer(leaseStreams(cfg.Client)), commits: newCommitter()}
 	if s.cfg.ReplicaID == "" {
 		s.cfg.ReplicaID = cfg.Now().UTC().Format(time.RFC3339Nano)
 	}
@@ -204,6 +212,9 @@ func (s *Store) resync(ctx context.Context) error {
 	s.verdictM.Lock()
 	s.verdicts = verdicts
 	s.verdictM.Unlock()
+	s.heldM.Lock()
+	clear(s.held) // the view read decoded them; the watch may have missed some of ours
+	s.heldM.Unlock()
 	s.acksM.Lock()
 	s.acks = acks
 	s.acksM.Unlock()
@@ -339,9 +350,11 @@ func (s *Store) apply(ev *clientv3.Event) {
 			s.verdictM.Unlock()
 			return // with the instance's lease: its own deletion moves the revision
 		}
-		v, ok := s.verdict(ev.Kv)
+		v, ok := s.heldVerdict(k, ev.Kv.Value)
 		if !ok {
-			return
+			if v, ok = s.verdict(ev.Kv); !ok {
+				return
+			}
 		}
 		s.verdictM.Lock()
 		s.verdicts[id] = v
@@ -433,6 +446,19 @@ func (s *Store) campaign(ctx context.Context) {
 	}
 }
 
+// heldVerdict returns the verdict this replica wrote under key, if val is what it wrote,
+// and stops holding it.
+func (s *Store) heldVerdict(key string, val []byte) (registry.SharedVerdict, bool) {
+	s.heldM.Lock()
+	defer s.heldM.Unlock()
+	h, ok := s.held[key]
+	if !ok || h.val != string(val) {
+		return registry.SharedVerdict{}, false // another write (the watch decodes it); a later one of ours stays held
+	}
+	delete(s.held, key)
+	return h.v, true
+}
+
 // verdict decodes a verdict key.
 func (s *Store) verdict(kv *mvccpb.KeyValue) (registry.SharedVerdict, bool) {
 	var v registry.SharedVerdict
@@ -444,15 +470,26 @@ func (s *Store) verdict(kv *mvccpb.KeyValue) (registry.SharedVerdict, bool) {
 }
 
 // PublishVerdicts implements registry.VerdictSharer: each verdict is put under its
-// instance's lease (it goes with the instance), a transaction per 128.
+// instance's lease (it goes with the instance), a transaction per 128. Each is held until
+// the watch brings it back (it may do so before the transaction returns), so that this
+// replica takes it as it wrote it instead of decoding it again: during a fleet's slow start
+// the elected replica writes a verdict per instance and tenth of the ramp.
 func (s *Store) PublishVerdicts(ctx context.Context, vs []registry.SharedVerdict) error {
 	ops := make([]clientv3.Op, 0, min(len(vs), maxTxnOps))
+	keys := make([]string, 0, cap(ops))
 	flush := func() error {
 		if len(ops) == 0 {
 			return nil
 		}
 		_, err := s.cfg.Client.Txn(ctx).Then(ops...).Commit()
-		ops = ops[:0]
+		if err != nil {
+			s.heldM.Lock()
+			for _, k := range keys {
+				delete(s.held, k) // if etcd wrote them after all, the watch decodes them
+			}
+			s.heldM.Unlock()
+		}
+		ops, keys = ops[:0], keys[:0]
 		if err != nil {
 			return fmt.Errorf("etcd put verdicts: %w", err)
 		}
@@ -463,11 +500,17 @@ func (s *Store) PublishVerdicts(ctx context.Context, vs []registry.SharedVerdict
 		if !ok {
 			continue // gone meanwhile
 		}
-		val, err := json.Marshal(v)
+		b, err := json.Marshal(v)
 		if err != nil {
 			return err
 		}
-		ops = append(ops, clientv3.OpPut(s.key("verdicts/", v.InstanceID), string(val), clientv3.WithLease(l.(clientv3.LeaseID))))
+		key, val := s.key("verdicts/", v.InstanceID), string(b)
+		v.Since = v.Since.Round(0) // as a decoded copy has it: no monotonic clock reading
+		s.heldM.Lock()
+		s.held[key] = heldVerdict{val: val, v: v}
+		s.heldM.Unlock()
+		keys = append(keys, key)
+		ops = append(ops, clientv3.OpPut(key, val, clientv3.WithLease(l.(clientv3.LeaseID))))
 		if len(ops) == maxTxnOps {
 			if err := flush(); err != nil {
 				return err

@@ -6,3 +6,10 @@ func OwnBatches(s *Store) int {
 	defer s.ownM.Unlock()
 	return len(s.own)
 }
+
+// HeldVerdicts returns how many verdicts s wrote that the watch has not brought back.
+func HeldVerdicts(s *Store) int {
+	s.heldM.Lock()
+	defer s.heldM.Unlock()
+	return len(s.held)
+}
