@@ -1,16 +1,12 @@
 package etcdstore
 
 import (
-	"bytes"
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
-	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -89,23 +85,11 @@ type Store struct {
 	held       map[string]heldVerdict // key -> a verdict this replica is writing there, until the watch brings it back
 }
 
-// heldVerdict is a verdict as this replica wrote it: the value, and what it decodes to.
-type heldVerdict struct {
-	val string
-	v   registry.SharedVerdict
-}
-
 var (
 	_ registry.VerdictSharer = (*Store)(nil)
 	_ registry.AckSharer     = (*Store)(nil)
 	_ registry.Pinger        = (*Store)(nil)
 )
-
-// gatewayAck is a live gateway's acknowledgement as the store holds it, with its lease.
-type gatewayAck struct {
-	ack   registry.GatewayAck
-	lease clientv3.LeaseID
-}
 
 // maxTxnOps bounds the operations of one etcd transaction (etcd's default limit is 128).
 const maxTxnOps = 128
@@ -446,256 +430,6 @@ func (s *Store) campaign(ctx context.Context) {
 	}
 }
 
-// heldVerdict returns the verdict this replica wrote under key, if val is what it wrote,
-// and stops holding it.
-func (s *Store) heldVerdict(key string, val []byte) (registry.SharedVerdict, bool) {
-	s.heldM.Lock()
-	defer s.heldM.Unlock()
-	h, ok := s.held[key]
-	if !ok || h.val != string(val) {
-		return registry.SharedVerdict{}, false // another write (the watch decodes it); a later one of ours stays held
-	}
-	delete(s.held, key)
-	return h.v, true
-}
-
-// verdict decodes a verdict key.
-func (s *Store) verdict(kv *mvccpb.KeyValue) (registry.SharedVerdict, bool) {
-	var v registry.SharedVerdict
-	if err := json.Unmarshal(kv.Value, &v); err != nil || v.InstanceID == "" {
-		s.cfg.Logger.Warn("unreadable verdict in etcd", slog.String("key", string(kv.Key)))
-		return v, false
-	}
-	return v, true
-}
-
-// PublishVerdicts implements registry.VerdictSharer: each verdict is put under its
-// instance's lease (it goes with the instance), a transaction per 128. Each is held until
-// the watch brings it back (it may do so before the transaction returns), so that this
-// replica takes it as it wrote it instead of decoding it again: during a fleet's slow start
-// the elected replica writes a verdict per instance and tenth of the ramp.
-func (s *Store) PublishVerdicts(ctx context.Context, vs []registry.SharedVerdict) error {
-	ops := make([]clientv3.Op, 0, min(len(vs), maxTxnOps))
-	keys := make([]string, 0, cap(ops))
-	flush := func() error {
-		if len(ops) == 0 {
-			return nil
-		}
-		_, err := s.cfg.Client.Txn(ctx).Then(ops...).Commit()
-		if err != nil {
-			s.heldM.Lock()
-			for _, k := range keys {
-				delete(s.held, k) // if etcd wrote them after all, the watch decodes them
-			}
-			s.heldM.Unlock()
-		}
-		ops, keys = ops[:0], keys[:0]
-		if err != nil {
-			return fmt.Errorf("etcd put verdicts: %w", err)
-		}
-		return nil
-	}
-	for _, v := range vs {
-		l, ok := s.leases.Load(v.InstanceID)
-		if !ok {
-			continue // gone meanwhile
-		}
-		b, err := json.Marshal(v)
-		if err != nil {
-			return err
-		}
-		key, val := s.key("verdicts/", v.InstanceID), string(b)
-		v.Since = v.Since.Round(0) // as a decoded copy has it: no monotonic clock reading
-		s.heldM.Lock()
-		s.held[key] = heldVerdict{val: val, v: v}
-		s.heldM.Unlock()
-		keys = append(keys, key)
-		ops = append(ops, clientv3.OpPut(key, val, clientv3.WithLease(l.(clientv3.LeaseID))))
-		if len(ops) == maxTxnOps {
-			if err := flush(); err != nil {
-				return err
-			}
-		}
-	}
-	return flush()
-}
-
-// SharedVerdict implements registry.VerdictSharer: the verdict the store holds on id.
-func (s *Store) SharedVerdict(id string) (registry.SharedVerdict, bool) {
-	s.verdictM.Lock()
-	defer s.verdictM.Unlock()
-	v, ok := s.verdicts[id]
-	return v, ok
-}
-
-// ForwardOutcomes implements registry.VerdictSharer: the gateway's window is put under a key
-// of its own, which the elected replica's watch applies (each put is one event; the key is
-// overwritten by the gateway's next window).
-func (s *Store) ForwardOutcomes(ctx context.Context, req *apiv1.OutcomesRequest) error {
-	val, err := json.Marshal(req)
-	if err != nil {
-		return err
-	}
-	if _, err := s.cfg.Client.Put(ctx, s.key("outcomes/", req.GatewayID), string(val)); err != nil {
-		return fmt.Errorf("etcd put outcomes: %w", err)
-	}
-	return nil
-}
-
-// The shared event journal: each batch of events a replica publishes is one key under
-// PREFIX/events/<replica>/<n>.<count>, its value the JSON array of the batch's events. An
-// event's number is the revision etcd wrote its batch at times eventsPerRevision, plus its
-// place in the batch, so that every replica's journal holds the same sequence. A batch was a
-// transaction of one key per event until etcd's share of a registration showed what that
-// cost: etcd 3.4 copies the index of its not yet committed writes for every read view it
-// opens (each lease grant opens one), so every key written makes each grant that follows
-// dearer. A key holding one event as a JSON object (the earlier form; its seq field is its
-// place in its transaction) is still read.
-
-// eventsPerRevision spaces the numbers of consecutive revisions: more than a batch holds.
-const eventsPerRevision = 1024
-
-// PublishEvents stores events for every replica as one key, all or none (journal.Store).
-func (s *Store) PublishEvents(ctx context.Context, es []journal.Stored) error {
-	if len(es) >= eventsPerRevision {
-		return fmt.Errorf("%d events in one write: at most %d", len(es), eventsPerRevision-1)
-	}
-	val := make([]byte, 0, 512*len(es))
-	val = append(val, '[')
-	for i, e := range es {
-		e.Seq = 0 // numbered by its place in the batch, when read
-		b, err := json.Marshal(e)
-		if err != nil {
-			return err
-		}
-		if i > 0 {
-			val = append(val, ',')
-		}
-		val = append(val, b...)
-	}
-	val = append(val, ']')
-	key := s.key("events/", s.cfg.ReplicaID, "/", fmt.Sprintf("%016d.%d", s.eventSeq.Add(1), len(es)))
-	// Held until the watch brings the key back (it may do so before Put returns), so that
-	// this replica takes its own events as they are instead of decoding them again.
-	s.ownM.Lock()
-	s.own[key] = slices.Clone(es)
-	s.ownM.Unlock()
-	if _, err := s.cfg.Client.Put(ctx, key, string(val)); err != nil {
-		s.ownM.Lock()
-		delete(s.own, key) // if etcd wrote it after all, the watch decodes it
-		s.ownM.Unlock()
-		return fmt.Errorf("etcd put events: %w", err)
-	}
-	return nil
-}
-
-// eventsIn returns how many events the key of a batch says it holds: one for a key of the
-// earlier form, which holds one.
-func eventsIn(key []byte) int {
-	k := key[bytes.LastIndexByte(key, '/')+1:]
-	i := bytes.LastIndexByte(k, '.')
-	if i < 0 {
-		return 1
-	}
-	n, err := strconv.Atoi(string(k[i+1:]))
-	if err != nil || n < 1 {
-		return 1
-	}
-	return n
-}
-
-// PruneEvents deletes the oldest stored batches, keeping the newest that hold at least keep
-// events (journal.Store): at most a batch less one (99) more than keep.
-func (s *Store) PruneEvents(ctx context.Context, keep int) error {
-	resp, err := s.cfg.Client.Get(ctx, s.key("events/"), clientv3.WithPrefix(), clientv3.WithKeysOnly(),
-		clientv3.WithSort(clientv3.SortByModRevision, clientv3.SortDescend))
-	if err != nil {
-		return fmt.Errorf("etcd list events: %w", err)
-	}
-	var old []*mvccpb.KeyValue
-	held := 0
-	for i, kv := range resp.Kvs {
-		if held >= keep {
-			old = resp.Kvs[i:]
-			break
-		}
-		held += eventsIn(kv.Key)
-	}
-	for start := 0; start < len(old); start += maxTxnOps {
-		var ops []clientv3.Op
-		for _, kv := range old[start:min(start+maxTxnOps, len(old))] {
-			ops = append(ops, clientv3.OpDelete(string(kv.Key)))
-		}
-		if _, err := s.cfg.Client.Txn(ctx).Then(ops...).Commit(); err != nil {
-			return fmt.Errorf("etcd delete old events: %w", err)
-		}
-	}
-	return nil
-}
-
-// OnEvent hands every stored event to fn — those already stored at once, oldest first, then
-// each new one as the watch sees it — numbered with the revision it was written at.
-func (s *Store) OnEvent(ctx context.Context, fn func(journal.Stored)) error {
-	s.onEvent.Store(&fn)
-	resp, err := s.cfg.Client.Get(ctx, s.key("events/"), clientv3.WithPrefix())
-	if err != nil {
-		return fmt.Errorf("etcd read events: %w", err)
-	}
-	s.replayEvents(resp.Kvs)
-	return nil
-}
-
-// replayEvents hands stored events to the callback, oldest first: by revision, and within
-// one by key (a batch's keys grow with its order).
-func (s *Store) replayEvents(kvs []*mvccpb.KeyValue) {
-	slices.SortFunc(kvs, func(a, b *mvccpb.KeyValue) int {
-		return cmp.Or(cmp.Compare(a.ModRevision, b.ModRevision), bytes.Compare(a.Key, b.Key))
-	})
-	for _, kv := range kvs {
-		s.event(kv)
-	}
-}
-
-// event decodes one stored batch (or a single event of the earlier form) and hands its
-// events to the callback, in order; a batch this replica wrote is taken as it was written.
-func (s *Store) event(kv *mvccpb.KeyValue) {
-	s.ownM.Lock()
-	es, mine := s.own[string(kv.Key)]
-	delete(s.own, string(kv.Key))
-	s.ownM.Unlock()
-	fn := s.onEvent.Load()
-	if fn == nil {
-		return
-	}
-	base := kv.ModRevision * eventsPerRevision
-	if mine {
-		for i := range es {
-			es[i].Seq = base + int64(i)
-			(*fn)(es[i])
-		}
-		return
-	}
-	if v := bytes.TrimLeft(kv.Value, " \t\r\n"); len(v) > 0 && v[0] == '[' {
-		var es []journal.Stored // their attributes stay JSON, as the journal keeps them
-		if err := json.Unmarshal(kv.Value, &es); err != nil || len(es) >= eventsPerRevision {
-			s.cfg.Logger.Warn("unreadable events in etcd", slog.String("key", string(kv.Key)))
-			return
-		}
-		for i := range es {
-			es[i].Seq = base + int64(i)
-			(*fn)(es[i])
-		}
-		return
-	}
-	var e journal.Stored
-	if err := json.Unmarshal(kv.Value, &e); err != nil || e.Seq < 0 || e.Seq >= eventsPerRevision {
-		s.cfg.Logger.Warn("unreadable event in etcd", slog.String("key", string(kv.Key)))
-		return
-	}
-	e.Seq += base
-	(*fn)(e)
-}
-
 // OnRemoved implements registry.RemovalNotifier.
 func (s *Store) OnRemoved(fn func(id string, generation int64)) { s.onRemoved.Store(&fn) }
 
@@ -705,68 +439,6 @@ func (s *Store) removed(rec *registry.Record) {
 		(*fn)(rec.InstanceID, rec.Generation)
 	}
 }
-
-// gatewayAck decodes a gateway's acknowledgement key.
-func (s *Store) gatewayAck(kv *mvccpb.KeyValue) (gatewayAck, bool) {
-	var a registry.GatewayAck
-	if err := json.Unmarshal(kv.Value, &a); err != nil || a.GatewayID == "" {
-		s.cfg.Logger.Warn("unreadable gateway acknowledgement in etcd", slog.String("key", string(kv.Key)))
-		return gatewayAck{}, false
-	}
-	return gatewayAck{ack: a, lease: clientv3.LeaseID(kv.Lease)}, true
-}
-
-// PutAck implements registry.AckSharer: the acknowledgement is put under the gateway's
-// lease of ttl, renewed by each acknowledgement (a new lease when it has ended), so that a
-// gateway that stops acknowledging drops out of every replica's view by itself.
-func (s *Store) PutAck(ctx context.Context, ack registry.GatewayAck, ttl time.Duration) error {
-	val, err := json.Marshal(ack)
-	if err != nil {
-		return err
-	}
-	s.acksM.Lock()
-	lease := s.acks[ack.GatewayID].lease
-	s.acksM.Unlock()
-	if lease != 0 {
-		if _, err := s.cfg.Client.KeepAliveOnce(ctx, lease); err != nil {
-			if !errors.Is(err, rpctypes.ErrLeaseNotFound) {
-				return fmt.Errorf("etcd keep-alive of gateway %q: %w", ack.GatewayID, err)
-			}
-			lease = 0
-		}
-	}
-	if lease == 0 {
-		l, err := s.cfg.Client.Grant(ctx, int64(math.Ceil(ttl.Seconds())))
-		if err != nil {
-			return fmt.Errorf("etcd lease of gateway %q: %w", ack.GatewayID, err)
-		}
-		lease = l.ID
-	}
-	if _, err := s.cfg.Client.Put(ctx, s.key("gateways/", ack.GatewayID), string(val), clientv3.WithLease(lease)); err != nil {
-		return fmt.Errorf("etcd put the acknowledgement of gateway %q: %w", ack.GatewayID, err)
-	}
-	s.acksM.Lock()
-	s.acks[ack.GatewayID] = gatewayAck{ack: ack, lease: lease} // read your own writes
-	s.acksM.Unlock()
-	return nil
-}
-
-// Acks implements registry.AckSharer: the acknowledgements of the gateways whose lease lives.
-func (s *Store) Acks() []registry.GatewayAck {
-	s.acksM.Lock()
-	defer s.acksM.Unlock()
-	out := make([]registry.GatewayAck, 0, len(s.acks))
-	for _, a := range s.acks {
-		out = append(out, a.ack)
-	}
-	return out
-}
-
-// OnOutcomes implements registry.VerdictSharer: fn receives every forwarded window.
-func (s *Store) OnOutcomes(fn func(*apiv1.OutcomesRequest)) { s.onOutcomes.Store(&fn) }
-
-// OnVerdict implements registry.VerdictSharer: fn receives every verdict the watch sees.
-func (s *Store) OnVerdict(fn func(registry.SharedVerdict)) { s.onVerdict.Store(&fn) }
 
 // ExpiresLeases reports that etcd expires the leases and that heartbeats renew them through
 // any replica: a replica's eligibility engine must not judge lease expiry or silence.

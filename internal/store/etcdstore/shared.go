@@ -1,0 +1,191 @@
+package etcdstore
+
+// What replicas share besides the records: the elected replica's verdicts, the outcomes
+// gateways report to another replica, and the gateways' drain acknowledgements.
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/internal/registry"
+)
+
+// gatewayAck is a live gateway's acknowledgement as the store holds it, with its lease.
+type gatewayAck struct {
+	ack   registry.GatewayAck
+	lease clientv3.LeaseID
+}
+
+// heldVerdict is a verdict as this replica wrote it: the value, and what it decodes to.
+type heldVerdict struct {
+	val string
+	v   registry.SharedVerdict
+}
+
+// heldVerdict returns the verdict this replica wrote under key, if val is what it wrote,
+// and stops holding it.
+func (s *Store) heldVerdict(key string, val []byte) (registry.SharedVerdict, bool) {
+	s.heldM.Lock()
+	defer s.heldM.Unlock()
+	h, ok := s.held[key]
+	if !ok || h.val != string(val) {
+		return registry.SharedVerdict{}, false // another write (the watch decodes it); a later one of ours stays held
+	}
+	delete(s.held, key)
+	return h.v, true
+}
+
+// verdict decodes a verdict key.
+func (s *Store) verdict(kv *mvccpb.KeyValue) (registry.SharedVerdict, bool) {
+	var v registry.SharedVerdict
+	if err := json.Unmarshal(kv.Value, &v); err != nil || v.InstanceID == "" {
+		s.cfg.Logger.Warn("unreadable verdict in etcd", slog.String("key", string(kv.Key)))
+		return v, false
+	}
+	return v, true
+}
+
+// PublishVerdicts implements registry.VerdictSharer: each verdict is put under its
+// instance's lease (it goes with the instance), a transaction per 128. Each is held until
+// the watch brings it back (it may do so before the transaction returns), so that this
+// replica takes it as it wrote it instead of decoding it again: during a fleet's slow start
+// the elected replica writes a verdict per instance and tenth of the ramp.
+func (s *Store) PublishVerdicts(ctx context.Context, vs []registry.SharedVerdict) error {
+	ops := make([]clientv3.Op, 0, min(len(vs), maxTxnOps))
+	keys := make([]string, 0, cap(ops))
+	flush := func() error {
+		if len(ops) == 0 {
+			return nil
+		}
+		_, err := s.cfg.Client.Txn(ctx).Then(ops...).Commit()
+		if err != nil {
+			s.heldM.Lock()
+			for _, k := range keys {
+				delete(s.held, k) // if etcd wrote them after all, the watch decodes them
+			}
+			s.heldM.Unlock()
+		}
+		ops, keys = ops[:0], keys[:0]
+		if err != nil {
+			return fmt.Errorf("etcd put verdicts: %w", err)
+		}
+		return nil
+	}
+	for _, v := range vs {
+		l, ok := s.leases.Load(v.InstanceID)
+		if !ok {
+			continue // gone meanwhile
+		}
+		b, err := json.Marshal(v)
+		if err != nil {
+			return err
+		}
+		key, val := s.key("verdicts/", v.InstanceID), string(b)
+		v.Since = v.Since.Round(0) // as a decoded copy has it: no monotonic clock reading
+		s.heldM.Lock()
+		s.held[key] = heldVerdict{val: val, v: v}
+		s.heldM.Unlock()
+		keys = append(keys, key)
+		ops = append(ops, clientv3.OpPut(key, val, clientv3.WithLease(l.(clientv3.LeaseID))))
+		if len(ops) == maxTxnOps {
+			if err := flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return flush()
+}
+
+// SharedVerdict implements registry.VerdictSharer: the verdict the store holds on id.
+func (s *Store) SharedVerdict(id string) (registry.SharedVerdict, bool) {
+	s.verdictM.Lock()
+	defer s.verdictM.Unlock()
+	v, ok := s.verdicts[id]
+	return v, ok
+}
+
+// ForwardOutcomes implements registry.VerdictSharer: the gateway's window is put under a key
+// of its own, which the elected replica's watch applies (each put is one event; the key is
+// overwritten by the gateway's next window).
+func (s *Store) ForwardOutcomes(ctx context.Context, req *apiv1.OutcomesRequest) error {
+	val, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	if _, err := s.cfg.Client.Put(ctx, s.key("outcomes/", req.GatewayID), string(val)); err != nil {
+		return fmt.Errorf("etcd put outcomes: %w", err)
+	}
+	return nil
+}
+
+// gatewayAck decodes a gateway's acknowledgement key.
+func (s *Store) gatewayAck(kv *mvccpb.KeyValue) (gatewayAck, bool) {
+	var a registry.GatewayAck
+	if err := json.Unmarshal(kv.Value, &a); err != nil || a.GatewayID == "" {
+		s.cfg.Logger.Warn("unreadable gateway acknowledgement in etcd", slog.String("key", string(kv.Key)))
+		return gatewayAck{}, false
+	}
+	return gatewayAck{ack: a, lease: clientv3.LeaseID(kv.Lease)}, true
+}
+
+// PutAck implements registry.AckSharer: the acknowledgement is put under the gateway's
+// lease of ttl, renewed by each acknowledgement (a new lease when it has ended), so that a
+// gateway that stops acknowledging drops out of every replica's view by itself.
+func (s *Store) PutAck(ctx context.Context, ack registry.GatewayAck, ttl time.Duration) error {
+	val, err := json.Marshal(ack)
+	if err != nil {
+		return err
+	}
+	s.acksM.Lock()
+	lease := s.acks[ack.GatewayID].lease
+	s.acksM.Unlock()
+	if lease != 0 {
+		if _, err := s.cfg.Client.KeepAliveOnce(ctx, lease); err != nil {
+			if !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+				return fmt.Errorf("etcd keep-alive of gateway %q: %w", ack.GatewayID, err)
+			}
+			lease = 0
+		}
+	}
+	if lease == 0 {
+		l, err := s.cfg.Client.Grant(ctx, int64(math.Ceil(ttl.Seconds())))
+		if err != nil {
+			return fmt.Errorf("etcd lease of gateway %q: %w", ack.GatewayID, err)
+		}
+		lease = l.ID
+	}
+	if _, err := s.cfg.Client.Put(ctx, s.key("gateways/", ack.GatewayID), string(val), clientv3.WithLease(lease)); err != nil {
+		return fmt.Errorf("etcd put the acknowledgement of gateway %q: %w", ack.GatewayID, err)
+	}
+	s.acksM.Lock()
+	s.acks[ack.GatewayID] = gatewayAck{ack: ack, lease: lease} // read your own writes
+	s.acksM.Unlock()
+	return nil
+}
+
+// Acks implements registry.AckSharer: the acknowledgements of the gateways whose lease lives.
+func (s *Store) Acks() []registry.GatewayAck {
+	s.acksM.Lock()
+	defer s.acksM.Unlock()
+	out := make([]registry.GatewayAck, 0, len(s.acks))
+	for _, a := range s.acks {
+		out = append(out, a.ack)
+	}
+	return out
+}
+
+// OnOutcomes implements registry.VerdictSharer: fn receives every forwarded window.
+func (s *Store) OnOutcomes(fn func(*apiv1.OutcomesRequest)) { s.onOutcomes.Store(&fn) }
+
+// OnVerdict implements registry.VerdictSharer: fn receives every verdict the watch sees.
+func (s *Store) OnVerdict(fn func(registry.SharedVerdict)) { s.onVerdict.Store(&fn) }
