@@ -70,19 +70,17 @@ type Store struct {
 	startRev int64 // the revision the initial view was read at
 	leader   atomic.Bool
 
-	verdictM   sync.Mutex
-	verdicts   map[string]registry.SharedVerdict // instance id -> the elected replica's verdict
-	acksM      sync.Mutex
-	acks       map[string]gatewayAck // gateway id -> its last acknowledgement, while its lease lives
-	onVerdict  atomic.Pointer[func(registry.SharedVerdict)]
-	onOutcomes atomic.Pointer[func(*apiv1.OutcomesRequest)]
-	onRemoved  atomic.Pointer[func(string, int64)]
-	onEvent    atomic.Pointer[func(journal.Stored)]
-	eventSeq   atomic.Int64 // this replica's event keys
-	ownM       sync.Mutex
-	own        map[string][]journal.Stored // key -> the batch this replica is writing there: the watch need not decode it
-	heldM      sync.Mutex
-	held       map[string]heldVerdict // key -> a verdict this replica is writing there, until the watch brings it back
+	verdictM    sync.Mutex
+	verdicts    map[string]registry.SharedVerdict // instance id -> the elected replica's verdict
+	acksM       sync.Mutex
+	acks        map[string]gatewayAck // gateway id -> its last acknowledgement, while its lease lives
+	onVerdict   atomic.Pointer[func(registry.SharedVerdict)]
+	onOutcomes  atomic.Pointer[func(*apiv1.OutcomesRequest)]
+	onRemoved   atomic.Pointer[func(string, int64)]
+	onEvent     atomic.Pointer[func(journal.Stored)]
+	eventSeq    atomic.Int64                      // this replica's event keys
+	ownEvents   ownWrites[[]journal.Stored]       // the batches of events this replica is writing
+	ownVerdicts ownWrites[registry.SharedVerdict] // the verdicts it is writing
 }
 
 var (
@@ -118,7 +116,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		cfg.Now = time.Now
 	}
 	s := &Store{cfg: cfg, index: storeindex.NewIndex(), health: map[string]string{}, verdicts: map[string]registry.SharedVerdict{},
-		acks: map[string]gatewayAck{}, own: map[string][]journal.Stored{}, held: map[string]heldVerdict{}, renewer: newRenewer(leaseStreams(cfg.Client)), commits: newCommitter()}
+		acks: map[string]gatewayAck{}, renewer: newRenewer(leaseStreams(cfg.Client)), commits: newCommitter()}
 	if s.cfg.ReplicaID == "" {
 		s.cfg.ReplicaID = cfg.Now().UTC().Format(time.RFC3339Nano)
 	}
@@ -196,9 +194,8 @@ func (s *Store) resync(ctx context.Context) error {
 	s.verdictM.Lock()
 	s.verdicts = verdicts
 	s.verdictM.Unlock()
-	s.heldM.Lock()
-	clear(s.held) // the view read decoded them; the watch may have missed some of ours
-	s.heldM.Unlock()
+	s.ownVerdicts.reset() // the view read decoded them; the broken watch may never bring some back
+	s.ownEvents.reset()
 	s.acksM.Lock()
 	s.acks = acks
 	s.acksM.Unlock()
@@ -334,7 +331,7 @@ func (s *Store) apply(ev *clientv3.Event) {
 			s.verdictM.Unlock()
 			return // with the instance's lease: its own deletion moves the revision
 		}
-		v, ok := s.heldVerdict(k, ev.Kv.Value)
+		v, ok := s.ownVerdicts.take(k, ev.Kv.Value)
 		if !ok {
 			if v, ok = s.verdict(ev.Kv); !ok {
 				return

@@ -1,15 +1,7 @@
 package etcdstore
 
 // OwnBatches returns how many batches of events s wrote that the watch has not brought back.
-func OwnBatches(s *Store) int {
-	s.ownM.Lock()
-	defer s.ownM.Unlock()
-	return len(s.own)
-}
+func OwnBatches(s *Store) int { return s.ownEvents.len() }
 
 // HeldVerdicts returns how many verdicts s wrote that the watch has not brought back.
-func HeldVerdicts(s *Store) int {
-	s.heldM.Lock()
-	defer s.heldM.Unlock()
-	return len(s.held)
-}
+func HeldVerdicts(s *Store) int { return s.ownVerdicts.len() }

@@ -49,15 +49,10 @@ func (s *Store) PublishEvents(ctx context.Context, es []journal.Stored) error {
 	}
 	val = append(val, ']')
 	key := s.key("events/", s.cfg.ReplicaID, "/", fmt.Sprintf("%016d.%d", s.eventSeq.Add(1), len(es)))
-	// Held until the watch brings the key back (it may do so before Put returns), so that
-	// this replica takes its own events as they are instead of decoding them again.
-	s.ownM.Lock()
-	s.own[key] = slices.Clone(es)
-	s.ownM.Unlock()
-	if _, err := s.cfg.Client.Put(ctx, key, string(val)); err != nil {
-		s.ownM.Lock()
-		delete(s.own, key) // if etcd wrote it after all, the watch decodes it
-		s.ownM.Unlock()
+	sval := string(val)
+	s.ownEvents.hold(key, sval, slices.Clone(es)) // until the watch brings it back
+	if _, err := s.cfg.Client.Put(ctx, key, sval); err != nil {
+		s.ownEvents.forget(key)
 		return fmt.Errorf("etcd put events: %w", err)
 	}
 	return nil
@@ -133,10 +128,7 @@ func (s *Store) replayEvents(kvs []*mvccpb.KeyValue) {
 // event decodes one stored batch (or a single event of the earlier form) and hands its
 // events to the callback, in order; a batch this replica wrote is taken as it was written.
 func (s *Store) event(kv *mvccpb.KeyValue) {
-	s.ownM.Lock()
-	es, mine := s.own[string(kv.Key)]
-	delete(s.own, string(kv.Key))
-	s.ownM.Unlock()
+	es, mine := s.ownEvents.take(string(kv.Key), kv.Value)
 	fn := s.onEvent.Load()
 	if fn == nil {
 		return

@@ -26,25 +26,6 @@ type gatewayAck struct {
 	lease clientv3.LeaseID
 }
 
-// heldVerdict is a verdict as this replica wrote it: the value, and what it decodes to.
-type heldVerdict struct {
-	val string
-	v   registry.SharedVerdict
-}
-
-// heldVerdict returns the verdict this replica wrote under key, if val is what it wrote,
-// and stops holding it.
-func (s *Store) heldVerdict(key string, val []byte) (registry.SharedVerdict, bool) {
-	s.heldM.Lock()
-	defer s.heldM.Unlock()
-	h, ok := s.held[key]
-	if !ok || h.val != string(val) {
-		return registry.SharedVerdict{}, false // another write (the watch decodes it); a later one of ours stays held
-	}
-	delete(s.held, key)
-	return h.v, true
-}
-
 // verdict decodes a verdict key.
 func (s *Store) verdict(kv *mvccpb.KeyValue) (registry.SharedVerdict, bool) {
 	var v registry.SharedVerdict
@@ -56,10 +37,8 @@ func (s *Store) verdict(kv *mvccpb.KeyValue) (registry.SharedVerdict, bool) {
 }
 
 // PublishVerdicts implements registry.VerdictSharer: each verdict is put under its
-// instance's lease (it goes with the instance), a transaction per 128. Each is held until
-// the watch brings it back (it may do so before the transaction returns), so that this
-// replica takes it as it wrote it instead of decoding it again: during a fleet's slow start
-// the elected replica writes a verdict per instance and tenth of the ramp.
+// instance's lease (it goes with the instance), a transaction per 128; each is held
+// (ownWrites) until the watch brings it back.
 func (s *Store) PublishVerdicts(ctx context.Context, vs []registry.SharedVerdict) error {
 	ops := make([]clientv3.Op, 0, min(len(vs), maxTxnOps))
 	keys := make([]string, 0, cap(ops))
@@ -69,17 +48,11 @@ func (s *Store) PublishVerdicts(ctx context.Context, vs []registry.SharedVerdict
 		}
 		_, err := s.cfg.Client.Txn(ctx).Then(ops...).Commit()
 		if err != nil {
-			s.heldM.Lock()
-			for _, k := range keys {
-				delete(s.held, k) // if etcd wrote them after all, the watch decodes them
-			}
-			s.heldM.Unlock()
+			s.ownVerdicts.forget(keys...)
+			err = fmt.Errorf("etcd put verdicts: %w", err)
 		}
 		ops, keys = ops[:0], keys[:0]
-		if err != nil {
-			return fmt.Errorf("etcd put verdicts: %w", err)
-		}
-		return nil
+		return err
 	}
 	for _, v := range vs {
 		l, ok := s.leases.Load(v.InstanceID)
@@ -92,9 +65,7 @@ func (s *Store) PublishVerdicts(ctx context.Context, vs []registry.SharedVerdict
 		}
 		key, val := s.key("verdicts/", v.InstanceID), string(b)
 		v.Since = v.Since.Round(0) // as a decoded copy has it: no monotonic clock reading
-		s.heldM.Lock()
-		s.held[key] = heldVerdict{val: val, v: v}
-		s.heldM.Unlock()
+		s.ownVerdicts.hold(key, val, v)
 		keys = append(keys, key)
 		ops = append(ops, clientv3.OpPut(key, val, clientv3.WithLease(l.(clientv3.LeaseID))))
 		if len(ops) == maxTxnOps {
