@@ -370,3 +370,64 @@ func TestMonitorLogsFirstVerdictsAtDebug(t *testing.T) {
 		t.Errorf("eligibility log lines (-want +got):\n%s", diff)
 	}
 }
+
+// TestMonitorSharesASlowStartOnce: the elected replica publishes a slow start once, when it
+// begins (weight 0, since when), and again when it ends, not at each step of its ramp; a
+// follower ramps from since on its own clock and answers the elected replica's weights. A
+// step an earlier version published (a weight above 0) is still answered as published.
+func TestMonitorSharesASlowStartOnce(t *testing.T) {
+	in := Instance{ID: "a", Zone: "z", Capabilities: []string{"c.x"}}
+	leader := newTestMonitor(t, nil, nil)
+	leader.TakeChanged() // from now on changes are kept
+	leader.Register(in, 1, t0)
+	state, weight, since, _, ok := leader.Judged("a")
+	if !ok || state != apiv1.EligibilitySlowStart || weight != 0 || !since.Equal(t0) {
+		t.Fatalf("published at registration: %s %d %s %v, want slow_start 0 since %s", state, weight, since, ok, t0)
+	}
+	if got := leader.TakeChanged(); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("changed at registration: %v, want [a]", got)
+	}
+
+	newFollower := func(weight int) *Monitor {
+		m := newTestMonitor(t, nil, nil)
+		m.SetFollowing(true)
+		m.Register(in, 1, t0)
+		m.Follow(Followed{ID: "a", Generation: 1, State: apiv1.EligibilitySlowStart, Weight: weight, Since: t0}, t0)
+		return m
+	}
+	follower, earlier := newFollower(0), newFollower(30)
+	for _, tc := range []struct {
+		at          time.Duration
+		wantState   string
+		wantWeight  int
+		wantChanged bool
+	}{
+		{at: 500 * time.Millisecond, wantState: apiv1.EligibilitySlowStart, wantWeight: 14},
+		{at: 2500 * time.Millisecond, wantState: apiv1.EligibilitySlowStart, wantWeight: 32},
+		{at: 5 * time.Second, wantState: apiv1.EligibilitySlowStart, wantWeight: 55},
+		{at: 9900 * time.Millisecond, wantState: apiv1.EligibilitySlowStart, wantWeight: 99},
+		{at: 10 * time.Second, wantState: apiv1.EligibilityServing, wantWeight: 100, wantChanged: true},
+		{at: 11 * time.Second, wantState: apiv1.EligibilityServing, wantWeight: 100},
+	} {
+		t.Run(tc.at.String(), func(t *testing.T) {
+			now := t0.Add(tc.at)
+			for name, m := range map[string]*Monitor{"elected": leader, "follower": follower} {
+				m.Sync(now, nil)
+				if st, w, _ := m.Verdict("a"); st != tc.wantState || w != tc.wantWeight {
+					t.Errorf("%s answers %s %d, want %s %d", name, st, w, tc.wantState, tc.wantWeight)
+				}
+			}
+			if got := leader.TakeChanged(); (len(got) > 0) != tc.wantChanged {
+				t.Errorf("changed %v, want a change: %v", got, tc.wantChanged)
+			}
+			earlier.Sync(now, nil)
+			want := 30
+			if tc.wantState == apiv1.EligibilityServing {
+				want = 100
+			}
+			if _, w, _ := earlier.Verdict("a"); w != want {
+				t.Errorf("following a published step of 30: weight %d, want %d", w, want)
+			}
+		})
+	}
+}
