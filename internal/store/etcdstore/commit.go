@@ -20,21 +20,38 @@ import (
 // instance never share a batch (etcd refuses a transaction that writes a key twice): the
 // second waits for the next.
 
-// commitBatch bounds the registrations of one transaction (two puts each).
+// commitBatch bounds the registrations of one transaction (two operations each).
 const commitBatch = maxTxnOps / 2
 
 // errStopped says the store's Run ended while a registration waited for its batch.
 var errStopped = errors.New("the etcd store stopped")
 
-// registration is one registration waiting for its batch: its two puts under its lease, and
-// where its outcome goes.
+// registration is one registration waiting for its batch: its operations, and where its
+// outcome goes.
 type registration struct {
 	rec      *registry.Record
 	lease    clientv3.LeaseID
 	key      string
-	ops      [2]clientv3.Op
-	deadline time.Time // the caller's, zero without one
+	ops      [2]clientv3.Op // see newRegistration
+	deadline time.Time      // the caller's, zero without one
 	done     chan committed
+}
+
+// putOp is the place of the instance's put among a registration's operations.
+const putOp = 1
+
+// newRegistration returns the registration of rec, whose encoded record is val, under lease.
+// Its record carries its health, so no health key is written: the previous incarnation's, if
+// any, is deleted first (a replica that reads the two events in order never applies a stale
+// health to the new record), and a heartbeat writes one when the health changes. Deleting a
+// key that does not exist writes nothing in etcd, where a put of the health key made the
+// registration's every later lease grant dearer (see journal.go).
+func (s *Store) newRegistration(rec *registry.Record, val string, lease clientv3.LeaseID) *registration {
+	k := s.key("instances/", rec.InstanceID)
+	return &registration{rec: rec, lease: lease, key: k, done: make(chan committed, 1), ops: [2]clientv3.Op{
+		clientv3.OpDelete(s.key("health/", rec.InstanceID)),
+		putOp: clientv3.OpPut(k, val, clientv3.WithLease(lease), clientv3.WithPrevKV()),
+	}}
 }
 
 // committed is a registration's outcome: the batch's revision and the record it replaced.
@@ -148,7 +165,7 @@ func (s *Store) commitBatch(ctx context.Context, batch []*registration) {
 	// The batch may take as long as its most patient registration: one near its deadline
 	// must not fail the others (it stops waiting by itself).
 	deadline, bounded := time.Time{}, true
-	ops := make([]clientv3.Op, 0, 2*len(batch))
+	ops := make([]clientv3.Op, 0, len(registration{}.ops)*len(batch))
 	for _, w := range batch {
 		bounded = bounded && !w.deadline.IsZero()
 		if w.deadline.After(deadline) {
@@ -177,6 +194,6 @@ func (s *Store) commitBatch(ctx context.Context, batch []*registration) {
 	}
 	s.index.Release()
 	for i, w := range batch {
-		w.done <- committed{rev: rev, prev: resp.Responses[2*i].GetResponsePut().GetPrevKv()}
+		w.done <- committed{rev: rev, prev: resp.Responses[len(w.ops)*i+putOp].GetResponsePut().GetPrevKv()}
 	}
 }

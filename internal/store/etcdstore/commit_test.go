@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/store/etcdstore/etcdtest"
@@ -47,12 +45,7 @@ func TestRegistrationsWaitingTogetherAreWrittenTogether(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		k := s.key("instances/", id)
-		w := &registration{rec: rec, lease: lease.ID, key: k, done: make(chan committed, 1), ops: [2]clientv3.Op{
-			clientv3.OpPut(k, `{"instance_id":"`+id+`","service_name":"svc","service_version":"1.0.0","endpoint":"`+endpoint+`"}`,
-				clientv3.WithLease(lease.ID), clientv3.WithPrevKV()),
-			clientv3.OpPut(s.key("health/", id), "ok", clientv3.WithLease(lease.ID)),
-		}}
+		w := s.newRegistration(rec, `{"instance_id":"`+id+`","service_name":"svc","service_version":"1.0.0","endpoint":"`+endpoint+`"}`, lease.ID)
 		s.commits.queue <- w
 		waiting = append(waiting, w)
 		return w

@@ -7,7 +7,8 @@
 // One elected replica runs the singleton duties.
 //
 // Layout under the prefix: epoch (created once), instances/<id> (the record), health/<id>
-// (self-reported health, on the same lease), leader (the election), verdicts/<id> (the
+// (self-reported health when a heartbeat changed it, on the same lease; until then the
+// record's), leader (the election), verdicts/<id> (the
 // elected replica's verdict, on the instance's lease), gateways/<id> (a gateway's drain
 // acknowledgement, on its own lease), outcomes/<gateway id> (outcomes forwarded to the
 // elected replica), events/<replica>/<n>.<count> (a batch of the shared event journal).

@@ -472,11 +472,7 @@ func (s *Store) Register(ctx context.Context, rec *registry.Record) error {
 	if err != nil {
 		return err
 	}
-	k := s.key("instances/", rec.InstanceID)
-	w := &registration{rec: rec, lease: lease.ID, key: k, done: make(chan committed, 1), ops: [2]clientv3.Op{
-		clientv3.OpPut(k, string(val), clientv3.WithLease(lease.ID), clientv3.WithPrevKV()),
-		clientv3.OpPut(s.key("health/", rec.InstanceID), rec.Health(), clientv3.WithLease(lease.ID)),
-	}}
+	w := s.newRegistration(rec, string(val), lease.ID)
 	c, err := s.commit(ctx, w)
 	if err != nil {
 		s.revokeSoon(ctx, lease.ID)

@@ -241,3 +241,68 @@ func TestDeregisterThroughAReplicaThatHasNotSeenIt(t *testing.T) {
 		t.Fatalf("the record's key is still there (lease not revoked): %v %v", resp, err)
 	}
 }
+
+// TestHealthAcrossIncarnations: a registration's health travels in its record, not in a
+// health key of its own; a heartbeat that changes the health writes one. A re-registration
+// deletes the previous incarnation's health key in its transaction, so no replica — the
+// writer, one that follows the watch, one that starts later — answers the old health for the
+// new incarnation.
+func TestHealthAcrossIncarnations(t *testing.T) {
+	cli := startEtcd(t)
+	prefix := fmt.Sprintf("/health%d/", prefixes.Add(1))
+	open := func() *etcdstore.Store {
+		return runStore(t, etcdstore.Config{Client: cli, Prefix: prefix, LeaseTTL: time.Minute})
+	}
+	a, b := open(), open()
+	ctx := context.Background()
+	healthKeys := func() int64 {
+		resp, err := cli.Get(ctx, prefix+"health/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Count
+	}
+	healthOn := func(s *etcdstore.Store, gen int64) string {
+		if rec, ok := s.Get("x"); ok && rec.Generation == gen {
+			return rec.Health()
+		}
+		return ""
+	}
+	steps := []struct {
+		name       string
+		register   bool
+		heartbeat  string // the health a heartbeat reports, after any registration
+		wantHealth string
+		wantKeys   int64
+	}{
+		{name: "registered", register: true, wantHealth: apiv1.HealthOK, wantKeys: 0},
+		{name: "degraded by a heartbeat", heartbeat: apiv1.HealthDegraded, wantHealth: apiv1.HealthDegraded, wantKeys: 1},
+		{name: "registered again", register: true, wantHealth: apiv1.HealthOK, wantKeys: 0},
+		{name: "degraded again", heartbeat: apiv1.HealthDegraded, wantHealth: apiv1.HealthDegraded, wantKeys: 1},
+		{name: "ok again", heartbeat: apiv1.HealthOK, wantHealth: apiv1.HealthOK, wantKeys: 1},
+	}
+	var gen int64
+	for _, st := range steps {
+		if st.register {
+			rec := record("x")
+			if err := a.Register(ctx, rec); err != nil {
+				t.Fatal(err)
+			}
+			gen = rec.Generation
+		}
+		if st.heartbeat != "" {
+			if _, err := a.Heartbeat(ctx, "x", gen, st.heartbeat, time.Now().Add(time.Minute)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		registrytest.Until(t, st.name+": the writer and the other replica follow", func() bool {
+			return healthOn(a, gen) == st.wantHealth && healthOn(b, gen) == st.wantHealth
+		})
+		if got := healthOn(open(), gen); got != st.wantHealth {
+			t.Errorf("%s: a replica started now answers %q, want %q", st.name, got, st.wantHealth)
+		}
+		if got := healthKeys(); got != st.wantKeys {
+			t.Errorf("%s: %d health keys in etcd, want %d", st.name, got, st.wantKeys)
+		}
+	}
+}
