@@ -110,9 +110,6 @@ type view struct {
 	queuedAt int64 // Unix nanoseconds
 	queued   bool  // the monitor's due queue holds an entry for it, at queuedAt
 	gone     bool  // forgotten: handles to it answer nothing
-	// departed says this replica's engine judged the incarnation otherwise than every
-	// replica's engine would by itself (see Judgement.Derived): its verdicts are published.
-	departed bool
 }
 
 // The bounds of view.nextDue.
@@ -246,7 +243,6 @@ func (m *Monitor) register(in Instance, gen int64, at time.Time) {
 		m.views[in.ID] = v
 	}
 	v.nextDue = dueNow // a new incarnation is judged at once
-	v.departed = false
 	m.schedule(v)
 	m.engine.Declare(in)
 	m.engine.Apply(Event{At: at, ID: in.ID, Kind: KindRegistered})
@@ -510,7 +506,6 @@ func (m *Monitor) refreshVerdict(id string, v *view, now time.Time) bool {
 	} else {
 		nv = m.engine.verdictOf(v.in, now)
 		v.nextDue = dueAt(m.engine.nextChange(v.in, now))
-		v.departed = v.departed || !derived(v.in, nv)
 	}
 	m.schedule(v)
 	old := v.verdict
@@ -784,41 +779,21 @@ func (m *Monitor) TakeChanged() []string {
 	return out
 }
 
-// Judgement is this replica's own verdict on an instance, as the elected replica publishes it.
-type Judgement struct {
-	State string
-	// Weight is 0 during slow start: every replica ramps from Since on its own clock, so a
-	// ramp is published once, not per step (see Follow).
-	Weight  int
-	Since   time.Time
-	Reasons []string
-	// Derived says every replica's engine reaches this verdict by itself from what the store
-	// holds, and this incarnation's verdicts never departed from that: an instance without a
-	// probe class, in rotation since it registered (slow start from its registration, then
-	// serving). Nothing of it needs publishing.
-	Derived bool
-}
-
-// Judged returns this replica's own verdict on id (what the elected replica publishes).
-func (m *Monitor) Judged(id string) (Judgement, bool) {
+// Judged returns this replica's own verdict on id (what the elected replica publishes):
+// its state, its weight, since when, and its reasons. The weight is 0 during slow start:
+// every replica ramps from since on its own clock, so the ramp is published once, not per
+// step (see Follow).
+func (m *Monitor) Judged(id string) (state string, weight int, since time.Time, reasons []string, ok bool) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	v, ok := m.views[id]
 	if !ok || m.following {
-		return Judgement{}, false
+		return "", 0, time.Time{}, nil, false
 	}
-	j := Judgement{State: v.verdict.State, Weight: v.verdict.Weight, Since: v.since.UTC(), Reasons: v.verdict.Reasons, Derived: !v.departed}
-	if j.State == apiv1.EligibilitySlowStart {
-		j.Weight = 0
+	if v.verdict.State != apiv1.EligibilitySlowStart {
+		weight = v.verdict.Weight
 	}
-	return j, true
-}
-
-// derived reports whether every replica's engine reaches nv on in by itself, from the
-// registration and time alone (see Judgement.Derived).
-func derived(in *instance, nv Verdict) bool {
-	return in != nil && !in.Probe && in.admitted && in.rotationSince == in.registeredAt.UnixNano() &&
-		(nv.State == apiv1.EligibilitySlowStart || nv.State == apiv1.EligibilityServing)
+	return v.verdict.State, weight, v.since.UTC(), v.verdict.Reasons, true
 }
 
 // publishedVerdict is what of a verdict the elected replica publishes again when it changes.

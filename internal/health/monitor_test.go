@@ -376,24 +376,22 @@ func TestMonitorLogsFirstVerdictsAtDebug(t *testing.T) {
 // follower ramps from since on its own clock and answers the elected replica's weights. A
 // step an earlier version published (a weight above 0) is still answered as published.
 func TestMonitorSharesASlowStartOnce(t *testing.T) {
-	in := Instance{ID: "a", Zone: "z", Capabilities: []string{"c.x"}, Probe: true}
+	in := Instance{ID: "a", Zone: "z", Capabilities: []string{"c.x"}}
 	leader := newTestMonitor(t, nil, nil)
 	leader.TakeChanged() // from now on changes are kept
-	leader.Register(in, 1, t0.Add(-2*time.Second))
-	leader.Observe(probeEv("a", ProbeOK, t0.Add(-time.Second)))
-	leader.Observe(probeEv("a", ProbeOK, t0)) // admitted: slow start from t0
-	j, ok := leader.Judged("a")
-	if !ok || j.State != apiv1.EligibilitySlowStart || j.Weight != 0 || !j.Since.Equal(t0) || j.Derived {
-		t.Fatalf("published at admission: %+v %v, want slow_start 0 since %s, not derived", j, ok, t0)
+	leader.Register(in, 1, t0)
+	state, weight, since, _, ok := leader.Judged("a")
+	if !ok || state != apiv1.EligibilitySlowStart || weight != 0 || !since.Equal(t0) {
+		t.Fatalf("published at registration: %s %d %s %v, want slow_start 0 since %s", state, weight, since, ok, t0)
 	}
 	if got := leader.TakeChanged(); !slices.Equal(got, []string{"a"}) {
-		t.Fatalf("changed at admission: %v, want [a]", got)
+		t.Fatalf("changed at registration: %v, want [a]", got)
 	}
 
 	newFollower := func(weight int) *Monitor {
 		m := newTestMonitor(t, nil, nil)
 		m.SetFollowing(true)
-		m.Register(in, 1, t0.Add(-2*time.Second))
+		m.Register(in, 1, t0)
 		m.Follow(Followed{ID: "a", Generation: 1, State: apiv1.EligibilitySlowStart, Weight: weight, Since: t0}, t0)
 		return m
 	}
@@ -433,74 +431,3 @@ func TestMonitorSharesASlowStartOnce(t *testing.T) {
 		})
 	}
 }
-
-// TestMonitorDerivedVerdicts: a verdict every replica's engine reaches by itself (no probe
-// class, in rotation since the registration) is marked Derived, so that the elected replica
-// need not publish it; once an incarnation's verdict departs from that, it is not Derived
-// again until a new incarnation.
-func TestMonitorDerivedVerdicts(t *testing.T) {
-	plain := Instance{ID: "a", Zone: "z", Capabilities: []string{"c.x"}}
-	probed := plain
-	probed.Probe = true
-	heartbeat := func(health string, at time.Duration) Event {
-		return Event{At: t0.Add(at), ID: "a", Kind: KindHeartbeat, Health: health}
-	}
-	type step struct {
-		at          time.Duration
-		event       *Event // applied at at
-		register    bool   // a new incarnation at at
-		wantState   string
-		wantDerived bool
-	}
-	for _, tc := range []struct {
-		name  string
-		in    Instance
-		steps []step
-	}{
-		{name: "no probe class: slow start, then serving", in: plain, steps: []step{
-			{at: 0, wantState: apiv1.EligibilitySlowStart, wantDerived: true},
-			{at: 5 * time.Second, wantState: apiv1.EligibilitySlowStart, wantDerived: true},
-			{at: 10 * time.Second, wantState: apiv1.EligibilityServing, wantDerived: true},
-		}},
-		{name: "a probe class: judged by probes only the elected replica runs", in: probed, steps: []step{
-			{at: 0, wantState: apiv1.EligibilityUnknown},
-			{at: time.Second, event: &Event{At: t0.Add(time.Second), ID: "a", Kind: KindProbe, Result: ProbeOK}, wantState: apiv1.EligibilityUnknown},
-			{at: 2 * time.Second, event: &Event{At: t0.Add(2 * time.Second), ID: "a", Kind: KindProbe, Result: ProbeOK}, wantState: apiv1.EligibilitySlowStart},
-		}},
-		{name: "departed: degraded, then ok again", in: plain, steps: []step{
-			{at: 0, wantState: apiv1.EligibilitySlowStart, wantDerived: true},
-			{at: time.Second, event: ptr(heartbeat("degraded", time.Second)), wantState: apiv1.EligibilityDegraded},
-			{at: 2 * time.Second, event: ptr(heartbeat("ok", 2*time.Second)), wantState: apiv1.EligibilitySlowStart},
-			{at: 20 * time.Second, wantState: apiv1.EligibilityServing},
-			{at: 21 * time.Second, register: true, wantState: apiv1.EligibilitySlowStart, wantDerived: true},
-		}},
-		{name: "departed: withdrawn by a failing self-report", in: plain, steps: []step{
-			{at: 0, wantState: apiv1.EligibilitySlowStart, wantDerived: true},
-			{at: time.Second, event: ptr(heartbeat("failing", time.Second)), wantState: apiv1.EligibilityWithdrawn},
-			{at: 2 * time.Second, event: ptr(heartbeat("ok", 2*time.Second)), wantState: apiv1.EligibilitySlowStart},
-		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			m := newTestMonitor(t, nil, nil)
-			gen := int64(1)
-			m.Register(tc.in, gen, t0)
-			for _, s := range tc.steps {
-				now := t0.Add(s.at)
-				if s.register {
-					gen++
-					m.Register(tc.in, gen, now)
-				}
-				if s.event != nil {
-					m.Observe(*s.event)
-				}
-				m.Sync(now, nil)
-				j, ok := m.Judged("a")
-				if !ok || j.State != s.wantState || j.Derived != s.wantDerived {
-					t.Errorf("at %s: %s, derived %v (%v); want %s, derived %v", s.at, j.State, j.Derived, ok, s.wantState, s.wantDerived)
-				}
-			}
-		})
-	}
-}
-
-func ptr[T any](v T) *T { return &v }

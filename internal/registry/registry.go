@@ -92,7 +92,7 @@ type Eligibility interface {
 	SetFollowing(following bool)
 	Follow(f health.Followed, now time.Time)
 	TakeChanged() []string
-	Judged(id string) (health.Judgement, bool)
+	Judged(id string) (state string, weight int, since time.Time, reasons []string, ok bool)
 }
 
 var _ Eligibility = (*health.Monitor)(nil)

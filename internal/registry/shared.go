@@ -61,22 +61,15 @@ func (r *Registry) shareVerdicts(ctx context.Context, vs VerdictSharer) {
 	}
 	var out []SharedVerdict
 	for _, rec := range recs {
-		j, ok := m.Judged(rec.InstanceID)
+		state, weight, since, reasons, ok := m.Judged(rec.InstanceID)
 		if !ok {
 			continue
 		}
 		cur, held := vs.SharedVerdict(rec.InstanceID)
-		held = held && cur.Generation == rec.Generation
-		if held && cur.State == j.State && cur.Weight == j.Weight {
+		if held && cur.Generation == rec.Generation && cur.State == state && cur.Weight == weight {
 			continue
 		}
-		if !held && j.Derived {
-			// Every replica judges it alike by itself (no probe class, in rotation since it
-			// registered): a registration writes no verdict to the store. One published for
-			// this incarnation (by an earlier elected replica) is overwritten as usual.
-			continue
-		}
-		out = append(out, SharedVerdict{InstanceID: rec.InstanceID, Generation: rec.Generation, State: j.State, Weight: j.Weight, Since: j.Since, Reasons: j.Reasons})
+		out = append(out, SharedVerdict{InstanceID: rec.InstanceID, Generation: rec.Generation, State: state, Weight: weight, Since: since, Reasons: reasons})
 	}
 	if len(out) == 0 {
 		return

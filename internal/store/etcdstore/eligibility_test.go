@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -130,75 +129,6 @@ func TestVerdictsAreShared(t *testing.T) {
 		ex, _ := follower.Explain("jms-1")
 		return ex.State == apiv1.EligibilityWithdrawn && len(ex.Reasons) > 0 && ex.Reasons[0].Code == health.ReasonOutlierErrorRate
 	})
-}
-
-// TestDerivedVerdictsAreNotWritten: instances without a probe class, registered through
-// either replica, go through slow start to serving on both replicas with no verdict written
-// to etcd (every replica's engine judges them alike by itself); once the elected replica
-// judges one otherwise (ejected on outcomes a gateway reported to the other replica), its
-// verdict is written and followed.
-func TestDerivedVerdictsAreNotWritten(t *testing.T) {
-	cli := startEtcd(t)
-	prefix := fmt.Sprintf("/derived%d/", prefixes.Add(1))
-	a, _ := startReplica(t, cli, prefix, "a")
-	b, _ := startReplica(t, cli, prefix, "b")
-	registrytest.Until(t, "one replica is elected", func() bool { return a.Leader() != b.Leader() })
-	leader, follower := a, b
-	if b.Leader() {
-		leader, follower = b, a
-	}
-	for i, through := range []*registry.Registry{follower, leader} {
-		id := fmt.Sprintf("plain-%d", i)
-		req := &apiv1.RegisterRequest{InstanceID: id, ServiceName: "egress-jms", ServiceVersion: "1.0.0", Endpoint: "http://" + id, Zone: "a",
-			Capabilities: []apiv1.Capability{{CapabilityID: "messaging.publish", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0", Provider: "jms"}}}
-		if _, err := through.Register(context.Background(), req); err != nil {
-			t.Fatal(err)
-		}
-	}
-	state := func(r *registry.Registry, id string) string {
-		ex, err := r.Explain(id)
-		if err != nil {
-			return err.Error()
-		}
-		return ex.State
-	}
-	for _, id := range []string{"plain-0", "plain-1"} {
-		registrytest.Until(t, id+" serving on both replicas", func() bool {
-			return state(leader, id) == apiv1.EligibilityServing && state(follower, id) == apiv1.EligibilityServing
-		})
-		for name, r := range map[string]*registry.Registry{"elected": leader, "follower": follower} {
-			ex, _ := r.Explain(id)
-			var path []string
-			for _, tr := range ex.Transitions {
-				path = append(path, tr.To)
-			}
-			if !slices.Equal(path, []string{apiv1.EligibilitySlowStart, apiv1.EligibilityServing}) {
-				t.Errorf("%s on the %s replica went through %v, want slow start from its registration, then serving", id, name, path)
-			}
-		}
-	}
-	verdictKeys := func() int64 {
-		resp, err := cli.Get(context.Background(), prefix+"verdicts/", clientv3.WithPrefix(), clientv3.WithCountOnly())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp.Count
-	}
-	if n := verdictKeys(); n != 0 {
-		t.Errorf("%d verdicts written for instances every replica judges alike", n)
-	}
-	in, _ := follower.Instance("plain-0")
-	resp, err := follower.Outcomes(context.Background(), &apiv1.OutcomesRequest{GatewayID: "gw-1",
-		Outcomes: []apiv1.Outcome{{InstanceID: "plain-0", Generation: in.Generation, OK: 2, Errors: 38}}})
-	if err != nil || resp.Accepted != 1 {
-		t.Fatalf("outcomes through the follower: %+v %v", resp, err)
-	}
-	registrytest.Until(t, "the elected replica ejects it and the follower follows", func() bool {
-		return state(leader, "plain-0") == apiv1.EligibilityWithdrawn && state(follower, "plain-0") == apiv1.EligibilityWithdrawn
-	})
-	if n := verdictKeys(); n != 1 {
-		t.Errorf("%d verdicts written, want the ejected instance's", n)
-	}
 }
 
 // TestABatchOfVerdictsShowsAtOnce: verdicts published in one transaction share a revision;
