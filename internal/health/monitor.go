@@ -514,8 +514,8 @@ func (m *Monitor) refreshVerdict(id string, v *view, now time.Time) bool {
 		return recounted
 	}
 	v.verdict = nv
-	if m.changedIDs != nil && !m.following && published(old) != published(nv) {
-		m.changedIDs[id] = struct{}{} // the elected replica publishes it
+	if m.changedIDs != nil && !m.following && (nv.State != old.State || weightStep(nv.Weight) != weightStep(old.Weight)) {
+		m.changedIDs[id] = struct{}{} // the elected replica publishes it (a ramp by tenths)
 	}
 	if nv.State != old.State {
 		t := Transition{InstanceID: id, At: now.UTC(), From: old.State, To: nv.State, Reasons: nv.Reasons}
@@ -715,9 +715,9 @@ func (m *Monitor) followedVerdict(f *Followed, now time.Time) Verdict {
 		v.Weight = m.cfg.Engine.DegradedWeight
 	case apiv1.EligibilitySlowStart:
 		if elapsed := now.Sub(f.Since); elapsed < m.cfg.Engine.SlowStart {
-			v.Weight = 10 + int(90*elapsed/m.cfg.Engine.SlowStart) // as the elected replica's engine ramps
+			v.Weight = 10 + int(90*elapsed/m.cfg.Engine.SlowStart)
 			if f.Weight > 0 {
-				v.Weight = f.Weight // a step an earlier version published (by tenths)
+				v.Weight = f.Weight // the elected replica's step: every replica answers alike
 			}
 		} else {
 			v = Verdict{State: apiv1.EligibilityServing, Weight: 100, Reasons: []string{}}
@@ -780,9 +780,7 @@ func (m *Monitor) TakeChanged() []string {
 }
 
 // Judged returns this replica's own verdict on id (what the elected replica publishes):
-// its state, its weight, since when, and its reasons. The weight is 0 during slow start:
-// every replica ramps from since on its own clock, so the ramp is published once, not per
-// step (see Follow).
+// its state, its weight (in steps of a tenth during slow start), since when, and its reasons.
 func (m *Monitor) Judged(id string) (state string, weight int, since time.Time, reasons []string, ok bool) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
@@ -790,24 +788,13 @@ func (m *Monitor) Judged(id string) (state string, weight int, since time.Time, 
 	if !ok || m.following {
 		return "", 0, time.Time{}, nil, false
 	}
-	if v.verdict.State != apiv1.EligibilitySlowStart {
-		weight = v.verdict.Weight
+	weight = v.verdict.Weight
+	if v.verdict.State == apiv1.EligibilitySlowStart {
+		weight = max(10, weightStep(weight)*10)
 	}
 	return v.verdict.State, weight, v.since.UTC(), v.verdict.Reasons, true
 }
 
-// publishedVerdict is what of a verdict the elected replica publishes again when it changes.
-type publishedVerdict struct {
-	state string
-	step  int // the tenth of the weight range the weight is in; 0 during slow start
-}
-
-// published is what of v the elected replica publishes again when it changes: the state, and
-// outside slow start the tenth its weight is in (a degraded weight follows a slow start's
-// ramp while that is lower).
-func published(v Verdict) publishedVerdict {
-	if v.State == apiv1.EligibilitySlowStart {
-		return publishedVerdict{state: v.State}
-	}
-	return publishedVerdict{state: v.State, step: v.Weight / 10}
-}
+// weightStep is the tenth of the weight range a weight is in: slow start is published to the
+// other replicas when it enters the next one.
+func weightStep(w int) int { return w / 10 }

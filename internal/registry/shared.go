@@ -15,10 +15,8 @@ type SharedVerdict struct {
 	InstanceID string `json:"instance_id"`
 	Generation int64  `json:"generation"`
 	State      string `json:"state"`
-	// Weight is the weight the elected replica published. During slow start it is 0: every
-	// replica ramps from Since on its own clock, by the formula the elected replica's engine
-	// follows, so a ramp is written once rather than at each step. (Earlier versions published
-	// each tenth of the ramp; a follower still answers such a weight as published.)
+	// Weight is the weight the elected replica published: during slow start in steps of a
+	// tenth, so that every replica answers the same ramp at the same revision.
 	Weight  int       `json:"weight"`
 	Since   time.Time `json:"since"`
 	Reasons []string  `json:"reasons"`
