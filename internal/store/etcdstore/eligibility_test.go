@@ -222,3 +222,52 @@ func TestOwnVerdictsComeBackAsWritten(t *testing.T) {
 		}
 	}
 }
+
+// TestLongPollsSeeEveryIncarnation: a consumer long-polls the elected replica (each answer
+// made at a revision, the next poll waiting for the revision to pass it) while an instance
+// without a probe class is re-registered again and again. Each new incarnation must reach
+// the consumer within a few sweeps, not when the poll times out: with a store shared by
+// replicas the revision is etcd's, and what the answers hold may change only with it. (A
+// build that wrote no verdict for such an instance left an answer made between the record's
+// write and the monitor's verdict without the new incarnation until the next write.)
+func TestLongPollsSeeEveryIncarnation(t *testing.T) {
+	cli := startEtcd(t)
+	prefix := fmt.Sprintf("/poll%d/", prefixes.Add(1))
+	reg, _ := startReplica(t, cli, prefix, "a")
+	registrytest.Until(t, "the replica is elected", reg.Leader)
+	req := &apiv1.RegisterRequest{InstanceID: "x", ServiceName: "egress-jms", ServiceVersion: "1.0.0", Endpoint: "http://x", Zone: "a",
+		Capabilities: []apiv1.Capability{{CapabilityID: "messaging.publish", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0", Provider: "jms"}}}
+
+	var seen atomic.Int64 // the generation of x in the consumer's latest answer
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			ans := reg.Query(&registry.Query{CapabilityID: "messaging.publish"})
+			gen := int64(0)
+			for _, e := range ans.Entries {
+				if e.Record.InstanceID == "x" {
+					gen = e.Record.Generation
+				}
+			}
+			seen.Store(gen)
+			reg.Wait(ctx, ans.Epoch, ans.Revision, time.Minute)
+		}
+	}()
+	defer func() { cancel(); <-done }()
+
+	for i := range 20 {
+		resp, err := reg.Register(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for seen.Load() != resp.Generation {
+			if time.Now().After(deadline) {
+				t.Fatalf("re-registration %d: the consumer's answer holds generation %d of x 5 s later, want %d", i, seen.Load(), resp.Generation)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
