@@ -7,11 +7,11 @@
 // One elected replica runs the singleton duties.
 //
 // Layout under the prefix: epoch (created once), instances/<id> (the record), health/<id>
-// (self-reported health when a heartbeat changed it, on the same lease; until then the
-// record's), leader (the election), verdicts/<id> (the
-// elected replica's verdict, on the instance's lease), gateways/<id> (a gateway's drain
-// acknowledgement, on its own lease), outcomes/<gateway id> (outcomes forwarded to the
-// elected replica), events/<replica>/<n>.<count> (a batch of the shared event journal).
+// (self-reported health once a heartbeat changed it, on the same lease; until then the
+// record's), leader (the election), verdicts/<id> (the elected replica's verdict, on the
+// instance's lease), gateways/<id> (a gateway's drain acknowledgement, on its own lease),
+// outcomes/<gateway id> (outcomes forwarded to the elected replica),
+// events/<replica>/<n>.<count> (a batch of the shared event journal).
 // etcdstore.go holds the records and the watch, commit.go the batched registrations,
 // renew.go the lease renewals, shared.go the verdicts, outcomes and acknowledgements, and
 // journal.go the event journal.

@@ -542,7 +542,8 @@ func (s *Store) Heartbeat(ctx context.Context, id string, generation int64, heal
 }
 
 // Deregister implements registry.Store: in one transaction that compares the generation, a
-// tombstone over the record; then the lease is revoked, which deletes both keys.
+// tombstone over the record; then the lease is revoked, which deletes it (and its health
+// key, if a heartbeat wrote one).
 func (s *Store) Deregister(ctx context.Context, id string, generation int64) (*registry.Record, error) {
 	k := s.key("instances/", id)
 	cmp := clientv3.Compare(clientv3.CreateRevision(k), ">", 0)

@@ -55,6 +55,16 @@ func runStore(t testing.TB, cfg etcdstore.Config) *etcdstore.Store {
 	return s
 }
 
+// replicas returns a func that starts one more store replica over a prefix of its own (named
+// after name), running until the test ends, and the prefix.
+func replicas(t testing.TB, cli *clientv3.Client, name string) (open func() *etcdstore.Store, prefix string) {
+	t.Helper()
+	prefix = fmt.Sprintf("/%s%d/", name, prefixes.Add(1))
+	return func() *etcdstore.Store {
+		return runStore(t, etcdstore.Config{Client: cli, Prefix: prefix, LeaseTTL: time.Minute})
+	}, prefix
+}
+
 func TestStoreSuite(t *testing.T) {
 	cli := startEtcd(t)
 	storetest.Run(t, func(t *testing.T, now func() time.Time) registry.Store {
@@ -95,10 +105,7 @@ func TestLeaseExpiryIsAnEviction(t *testing.T) {
 // TestTwoReplicas: two stores on one prefix, as two registry replicas over one cluster.
 func TestTwoReplicas(t *testing.T) {
 	cli := startEtcd(t)
-	prefix := fmt.Sprintf("/shared%d/", prefixes.Add(1))
-	open := func() *etcdstore.Store {
-		return runStore(t, etcdstore.Config{Client: cli, Prefix: prefix, LeaseTTL: time.Minute})
-	}
+	open, _ := replicas(t, cli, "shared")
 	a, b := open(), open()
 	if a.Epoch().ID != b.Epoch().ID || !a.Epoch().Start.Equal(b.Epoch().Start) {
 		t.Fatalf("epochs %+v and %+v: one cluster has one epoch, created once", a.Epoch(), b.Epoch())
@@ -249,10 +256,7 @@ func TestDeregisterThroughAReplicaThatHasNotSeenIt(t *testing.T) {
 // new incarnation.
 func TestHealthAcrossIncarnations(t *testing.T) {
 	cli := startEtcd(t)
-	prefix := fmt.Sprintf("/health%d/", prefixes.Add(1))
-	open := func() *etcdstore.Store {
-		return runStore(t, etcdstore.Config{Client: cli, Prefix: prefix, LeaseTTL: time.Minute})
-	}
+	open, prefix := replicas(t, cli, "health")
 	a, b := open(), open()
 	ctx := context.Background()
 	healthKeys := func() int64 {
