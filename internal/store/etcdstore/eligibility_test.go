@@ -271,3 +271,70 @@ func TestLongPollsSeeEveryIncarnation(t *testing.T) {
 		}
 	}
 }
+
+// TestLongPollsSeeTheRamp: a consumer long-polls the replica that does not judge while an
+// instance without a probe class goes through a slow start of 3 s. The ramp reaches it
+// through the revision (the elected replica writes each tenth of it), and two answers at one
+// revision hold the same weight during the ramp: an answer cached under a revision stays
+// true. (A build that ramped on each replica's own clock moved no revision during the ramp.)
+// The end of the ramp is left out of that comparison: a follower ends a slow start on its
+// own clock, up to a sweep before the elected replica's serving verdict moves the revision.
+func TestLongPollsSeeTheRamp(t *testing.T) {
+	cli := startEtcd(t)
+	prefix := fmt.Sprintf("/ramp%d/", prefixes.Add(1))
+	slowStart := func(cfg *registry.Config) {
+		m, err := health.NewMonitor(health.MonitorConfig{Engine: health.Config{ExternalLeases: true, SlowStart: 3 * time.Second}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Eligibility = m
+	}
+	a, _ := startReplica(t, cli, prefix, "a", slowStart)
+	b, _ := startReplica(t, cli, prefix, "b", slowStart)
+	registrytest.Until(t, "one replica is elected", func() bool { return a.Leader() != b.Leader() })
+	leader, follower := a, b
+	if b.Leader() {
+		leader, follower = b, a
+	}
+
+	weights := map[int64]int{} // revision -> the weight of x answered at it
+	var seen []int             // the distinct weights, in order
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			ans := follower.Query(&registry.Query{CapabilityID: "messaging.publish"})
+			for _, e := range ans.Entries {
+				if e.Record.InstanceID != "x" {
+					continue
+				}
+				if w, ok := weights[ans.Revision]; ok && w != e.Weight && e.Weight != 100 {
+					t.Errorf("revision %d answered weight %d, then %d", ans.Revision, w, e.Weight)
+				}
+				weights[ans.Revision] = e.Weight
+				if len(seen) == 0 || seen[len(seen)-1] != e.Weight {
+					seen = append(seen, e.Weight)
+				}
+			}
+			follower.Wait(ctx, ans.Epoch, ans.Revision, time.Minute)
+		}
+	}()
+
+	req := &apiv1.RegisterRequest{InstanceID: "x", ServiceName: "egress-jms", ServiceVersion: "1.0.0", Endpoint: "http://x", Zone: "a",
+		Capabilities: []apiv1.Capability{{CapabilityID: "messaging.publish", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0", Provider: "jms"}}}
+	if _, err := leader.Register(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	registrytest.Until(t, "x serving on the follower", func() bool {
+		ex, err := follower.Explain("x")
+		return err == nil && ex.State == apiv1.EligibilityServing
+	})
+	time.Sleep(200 * time.Millisecond) // the consumer's last answer
+	cancel()
+	<-done
+	t.Logf("the consumer saw the weights %v", seen)
+	if len(seen) < 6 || seen[len(seen)-1] != 100 {
+		t.Errorf("the consumer saw the weights %v: want the ramp, at least 6 steps ending at 100", seen)
+	}
+}
