@@ -223,6 +223,23 @@ func TestOwnVerdictsComeBackAsWritten(t *testing.T) {
 	}
 }
 
+// consume runs a consumer of reg's messaging.publish answers until stop is called: it asks,
+// hands the answer to see, and long-polls for the next revision, as a client of the HTTP
+// API does.
+func consume(reg *registry.Registry, see func(registry.Answer)) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			ans := reg.Query(&registry.Query{CapabilityID: "messaging.publish"})
+			see(ans)
+			reg.Wait(ctx, ans.Epoch, ans.Revision, time.Minute)
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
 // TestLongPollsSeeEveryIncarnation: a consumer long-polls the elected replica (each answer
 // made at a revision, the next poll waiting for the revision to pass it) while an instance
 // without a probe class is re-registered again and again. Each new incarnation must reach
@@ -239,23 +256,16 @@ func TestLongPollsSeeEveryIncarnation(t *testing.T) {
 		Capabilities: []apiv1.Capability{{CapabilityID: "messaging.publish", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0", Provider: "jms"}}}
 
 	var seen atomic.Int64 // the generation of x in the consumer's latest answer
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for ctx.Err() == nil {
-			ans := reg.Query(&registry.Query{CapabilityID: "messaging.publish"})
-			gen := int64(0)
-			for _, e := range ans.Entries {
-				if e.Record.InstanceID == "x" {
-					gen = e.Record.Generation
-				}
+	stop := consume(reg, func(ans registry.Answer) {
+		gen := int64(0)
+		for _, e := range ans.Entries {
+			if e.Record.InstanceID == "x" {
+				gen = e.Record.Generation
 			}
-			seen.Store(gen)
-			reg.Wait(ctx, ans.Epoch, ans.Revision, time.Minute)
 		}
-	}()
-	defer func() { cancel(); <-done }()
+		seen.Store(gen)
+	})
+	defer stop()
 
 	for i := range 20 {
 		resp, err := reg.Register(context.Background(), req)
@@ -299,27 +309,20 @@ func TestLongPollsSeeTheRamp(t *testing.T) {
 
 	weights := map[int64]int{} // revision -> the weight of x answered at it
 	var seen []int             // the distinct weights, in order
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for ctx.Err() == nil {
-			ans := follower.Query(&registry.Query{CapabilityID: "messaging.publish"})
-			for _, e := range ans.Entries {
-				if e.Record.InstanceID != "x" {
-					continue
-				}
-				if w, ok := weights[ans.Revision]; ok && w != e.Weight && e.Weight != 100 {
-					t.Errorf("revision %d answered weight %d, then %d", ans.Revision, w, e.Weight)
-				}
-				weights[ans.Revision] = e.Weight
-				if len(seen) == 0 || seen[len(seen)-1] != e.Weight {
-					seen = append(seen, e.Weight)
-				}
+	stop := consume(follower, func(ans registry.Answer) {
+		for _, e := range ans.Entries {
+			if e.Record.InstanceID != "x" {
+				continue
 			}
-			follower.Wait(ctx, ans.Epoch, ans.Revision, time.Minute)
+			if w, ok := weights[ans.Revision]; ok && w != e.Weight && e.Weight != 100 {
+				t.Errorf("revision %d answered weight %d, then %d", ans.Revision, w, e.Weight)
+			}
+			weights[ans.Revision] = e.Weight
+			if len(seen) == 0 || seen[len(seen)-1] != e.Weight {
+				seen = append(seen, e.Weight)
+			}
 		}
-	}()
+	})
 
 	req := &apiv1.RegisterRequest{InstanceID: "x", ServiceName: "egress-jms", ServiceVersion: "1.0.0", Endpoint: "http://x", Zone: "a",
 		Capabilities: []apiv1.Capability{{CapabilityID: "messaging.publish", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0", Provider: "jms"}}}
@@ -331,8 +334,7 @@ func TestLongPollsSeeTheRamp(t *testing.T) {
 		return err == nil && ex.State == apiv1.EligibilityServing
 	})
 	time.Sleep(200 * time.Millisecond) // the consumer's last answer
-	cancel()
-	<-done
+	stop()
 	t.Logf("the consumer saw the weights %v", seen)
 	if len(seen) < 6 || seen[len(seen)-1] != 100 {
 		t.Errorf("the consumer saw the weights %v: want the ramp, at least 6 steps ending at 100", seen)
