@@ -168,8 +168,13 @@ type Monitor struct {
 	syncs      uint64
 	following  bool                // another replica judges: published verdicts are the followed ones
 	changedIDs map[string]struct{} // instances whose state changed since TakeChanged (nil until someone asks)
-	changed    chan struct{}
-	timeline   map[string][]apiv1.TimelineBucket // by capability, oldest first
+	// rampMoved says, on the elected replica, that a slow start entered its next tenth since
+	// TakeRampMoved; rampClock is, on a follower, the elected replica's ramp clock (see
+	// SetRampClock).
+	rampMoved bool
+	rampClock time.Time
+	changed   chan struct{}
+	timeline  map[string][]apiv1.TimelineBucket // by capability, oldest first
 	// panicSince holds when each group in panic entered it, until TransitionPanicSustained is said
 	panicSince map[groupKey]time.Time
 	// due holds the views by the instant their verdict may next change by itself, so that a
@@ -499,9 +504,9 @@ func (m *Monitor) refreshVerdict(id string, v *view, now time.Time) bool {
 	var nv Verdict
 	if f := v.followed; m.following && f != nil && f.Generation == v.generation {
 		nv = m.followedVerdict(f, now)
-		v.nextDue = dueNever
-		if nv.State == apiv1.EligibilitySlowStart {
-			v.nextDue = now.UnixNano() // the weight ramps: every sweep
+		v.nextDue = dueNever // it changes with what the elected replica publishes (SetRampClock)
+		if nv.State == apiv1.EligibilitySlowStart && f.Weight > 0 {
+			v.nextDue = now.UnixNano() // an earlier version's step ends on this replica's clock
 		}
 	} else {
 		nv = m.engine.verdictOf(v.in, now)
@@ -514,8 +519,13 @@ func (m *Monitor) refreshVerdict(id string, v *view, now time.Time) bool {
 		return recounted
 	}
 	v.verdict = nv
-	if m.changedIDs != nil && !m.following && (nv.State != old.State || weightStep(nv.Weight) != weightStep(old.Weight)) {
-		m.changedIDs[id] = struct{}{} // the elected replica publishes it (a ramp by tenths)
+	if m.changedIDs != nil && !m.following {
+		if published(old) != published(nv) {
+			m.changedIDs[id] = struct{}{} // the elected replica publishes it
+		}
+		if nv.State == apiv1.EligibilitySlowStart && old.State == apiv1.EligibilitySlowStart && weightStep(nv.Weight) != weightStep(old.Weight) {
+			m.rampMoved = true // the elected replica publishes its ramp clock
+		}
 	}
 	if nv.State != old.State {
 		t := Transition{InstanceID: id, At: now.UTC(), From: old.State, To: nv.State, Reasons: nv.Reasons}
@@ -699,13 +709,14 @@ type Followed struct {
 	ID         string
 	Generation int64
 	State      string
-	// Weight is the published weight (0: not published, computed from Since).
+	// Weight is the published weight; 0 during a slow start, weighed from Since at the
+	// elected replica's ramp clock (SetRampClock).
 	Weight  int
 	Since   time.Time
 	Reasons []string
 }
 
-// followedVerdict is f at now: the weight follows slow start from f.Since locally.
+// followedVerdict is f at now: a slow start's weight at the elected replica's ramp clock.
 func (m *Monitor) followedVerdict(f *Followed, now time.Time) Verdict {
 	v := Verdict{State: f.State, Reasons: f.Reasons}
 	switch f.State {
@@ -714,12 +725,15 @@ func (m *Monitor) followedVerdict(f *Followed, now time.Time) Verdict {
 	case apiv1.EligibilityDegraded:
 		v.Weight = m.cfg.Engine.DegradedWeight
 	case apiv1.EligibilitySlowStart:
-		if elapsed := now.Sub(f.Since); elapsed < m.cfg.Engine.SlowStart {
-			v.Weight = 10 + int(90*elapsed/m.cfg.Engine.SlowStart)
-			if f.Weight > 0 {
-				v.Weight = f.Weight // the elected replica's step: every replica answers alike
-			}
-		} else {
+		switch {
+		case f.Weight == 0:
+			// The tenth the ramp is in at the elected replica's ramp clock: every replica
+			// answers the same weight at one revision, and the ramp ends when the elected
+			// replica publishes serving.
+			v.Weight = rampStep(m.rampClock.Sub(f.Since), m.cfg.Engine.SlowStart)
+		case now.Sub(f.Since) < m.cfg.Engine.SlowStart:
+			v.Weight = f.Weight // a step an earlier version published
+		default:
 			v = Verdict{State: apiv1.EligibilityServing, Weight: 100, Reasons: []string{}}
 		}
 	}
@@ -727,6 +741,54 @@ func (m *Monitor) followedVerdict(f *Followed, now time.Time) Verdict {
 		v.Reasons = []string{}
 	}
 	return v
+}
+
+// rampStep is the weight a slow start elapsed into (of slowStart) has, to the tenth: 10 to 90
+// (the ramp ends with the serving verdict, not by itself). Before it began (no ramp clock
+// yet, or one behind it), 10.
+func rampStep(elapsed, slowStart time.Duration) int {
+	if elapsed <= 0 || slowStart <= 0 {
+		return 10
+	}
+	w := 90
+	if elapsed < slowStart {
+		w = 10 + int(90*elapsed/slowStart)
+	}
+	return max(10, min(90, weightStep(w)*10))
+}
+
+// SetRampClock takes the elected replica's ramp clock on a follower: the instant at which
+// every replica weighs the slow starts the elected replica published (with weight 0). It
+// publishes the clock when one of its slow starts enters its next tenth (TakeRampMoved), a
+// write for the whole fleet where each instance's tenth used to be one; a follower weighs
+// those slow starts again at once.
+func (m *Monitor) SetRampClock(t, now time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if t.Equal(m.rampClock) {
+		return
+	}
+	m.rampClock = t
+	if !m.following {
+		return
+	}
+	changed := false
+	for id, v := range m.views {
+		if f := v.followed; f != nil && f.Generation == v.generation && f.State == apiv1.EligibilitySlowStart && f.Weight == 0 {
+			changed = m.refreshVerdict(id, v, now) || changed
+		}
+	}
+	m.publish(changed)
+}
+
+// TakeRampMoved reports whether one of this replica's slow starts entered its next tenth
+// since the last call: the elected replica then publishes its ramp clock.
+func (m *Monitor) TakeRampMoved() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	moved := m.rampMoved
+	m.rampMoved = false
+	return moved
 }
 
 // SetFollowing says whether another replica judges (true on the replicas that are not
@@ -780,7 +842,9 @@ func (m *Monitor) TakeChanged() []string {
 }
 
 // Judged returns this replica's own verdict on id (what the elected replica publishes):
-// its state, its weight (in steps of a tenth during slow start), since when, and its reasons.
+// its state, its weight, since when, and its reasons. During slow start the weight is 0 and
+// since is when the ramp began: every replica weighs it at the elected replica's ramp clock
+// (see SetRampClock), so a ramp is published once, not at each tenth.
 func (m *Monitor) Judged(id string) (state string, weight int, since time.Time, reasons []string, ok bool) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
@@ -788,13 +852,32 @@ func (m *Monitor) Judged(id string) (state string, weight int, since time.Time, 
 	if !ok || m.following {
 		return "", 0, time.Time{}, nil, false
 	}
-	weight = v.verdict.Weight
+	since = v.since
 	if v.verdict.State == apiv1.EligibilitySlowStart {
-		weight = max(10, weightStep(weight)*10)
+		if v.in != nil {
+			since = time.Unix(0, v.in.rotationSince)
+		}
+	} else {
+		weight = v.verdict.Weight
 	}
-	return v.verdict.State, weight, v.since.UTC(), v.verdict.Reasons, true
+	return v.verdict.State, weight, since.UTC(), v.verdict.Reasons, true
 }
 
-// weightStep is the tenth of the weight range a weight is in: slow start is published to the
-// other replicas when it enters the next one.
+// publishedVerdict is what of a verdict the elected replica publishes again when it changes.
+type publishedVerdict struct {
+	state string
+	step  int // the tenth of the weight range the weight is in; 0 during slow start
+}
+
+// published is what of v the elected replica publishes again when it changes: the state, and
+// outside slow start the tenth its weight is in (a degraded weight follows a slow start's
+// ramp while that is lower).
+func published(v Verdict) publishedVerdict {
+	if v.State == apiv1.EligibilitySlowStart {
+		return publishedVerdict{state: v.State}
+	}
+	return publishedVerdict{state: v.State, step: weightStep(v.Weight)}
+}
+
+// weightStep is the tenth of the weight range a weight is in.
 func weightStep(w int) int { return w / 10 }

@@ -370,3 +370,95 @@ func TestMonitorLogsFirstVerdictsAtDebug(t *testing.T) {
 		t.Errorf("eligibility log lines (-want +got):\n%s", diff)
 	}
 }
+
+// TestMonitorSharesASlowStartByItsClock: the elected replica publishes a slow start once,
+// with weight 0 and the instant its ramp began, and again when it ends; in between it asks
+// for its ramp clock to be published when the ramp enters its next tenth, not for the
+// verdict. A follower weighs the slow start at the ramp clock it was given — to the tenth,
+// 10 to 90, whatever its own clock says — until the serving verdict comes. A step an earlier
+// version published (a weight above 0) is still answered as published.
+func TestMonitorSharesASlowStartByItsClock(t *testing.T) {
+	in := Instance{ID: "a", Zone: "z", Capabilities: []string{"c.x"}, Probe: true}
+	leader := newTestMonitor(t, nil, nil)
+	leader.TakeChanged() // from now on changes are kept
+	leader.Register(in, 1, t0.Add(-2*time.Second))
+	leader.Observe(probeEv("a", ProbeOK, t0.Add(-time.Second)))
+	leader.Observe(probeEv("a", ProbeOK, t0)) // admitted: slow start (10 s) from t0
+	state, weight, since, _, ok := leader.Judged("a")
+	if !ok || state != apiv1.EligibilitySlowStart || weight != 0 || !since.Equal(t0) {
+		t.Fatalf("published at admission: %s %d since %s (%v), want slow_start 0 since %s", state, weight, since, ok, t0)
+	}
+	if got := leader.TakeChanged(); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("changed at admission: %v, want [a]", got)
+	}
+	leader.TakeRampMoved()
+
+	newFollower := func(f Followed) *Monitor {
+		m := newTestMonitor(t, nil, nil)
+		m.SetFollowing(true)
+		m.Register(in, 1, t0.Add(-2*time.Second))
+		m.Follow(f, t0)
+		return m
+	}
+	follower := newFollower(Followed{ID: "a", Generation: 1, State: apiv1.EligibilitySlowStart, Since: since})
+	earlier := newFollower(Followed{ID: "a", Generation: 1, State: apiv1.EligibilitySlowStart, Weight: 30, Since: since})
+	for _, tc := range []struct {
+		at          time.Duration // the leader's sweep, and the follower's own clock
+		clock       time.Duration // the ramp clock the follower holds, from t0; -1 for none
+		wantLeader  int
+		wantMoved   bool
+		wantChanged bool
+		wantFollow  int
+		wantEarlier int
+	}{
+		{at: 500 * time.Millisecond, clock: -1, wantLeader: 14, wantFollow: 10, wantEarlier: 30},
+		{at: 1500 * time.Millisecond, clock: 1500 * time.Millisecond, wantLeader: 23, wantMoved: true, wantFollow: 20, wantEarlier: 30},
+		{at: 1800 * time.Millisecond, clock: 1500 * time.Millisecond, wantLeader: 26, wantFollow: 20, wantEarlier: 30},
+		{at: 5 * time.Second, clock: 5 * time.Second, wantLeader: 55, wantMoved: true, wantFollow: 50, wantEarlier: 30},
+		{at: 9900 * time.Millisecond, clock: 9900 * time.Millisecond, wantLeader: 99, wantMoved: true, wantFollow: 90, wantEarlier: 30},
+		// past the ramp on the follower's clock, before the serving verdict comes
+		{at: 10 * time.Second, clock: 9900 * time.Millisecond, wantLeader: 100, wantChanged: true, wantFollow: 90, wantEarlier: 100},
+	} {
+		t.Run(tc.at.String(), func(t *testing.T) {
+			now := t0.Add(tc.at)
+			leader.Sync(now, nil)
+			if _, w, _ := leader.Verdict("a"); w != tc.wantLeader {
+				t.Errorf("the elected replica answers %d, want %d", w, tc.wantLeader)
+			}
+			if got := leader.TakeRampMoved(); got != tc.wantMoved {
+				t.Errorf("ramp moved: %v, want %v", got, tc.wantMoved)
+			}
+			if got := leader.TakeChanged(); (len(got) > 0) != tc.wantChanged {
+				t.Errorf("changed %v, want a change: %v", got, tc.wantChanged)
+			}
+			if tc.clock >= 0 {
+				follower.SetRampClock(t0.Add(tc.clock), now)
+			}
+			for name, m := range map[string]*Monitor{"follower": follower, "follower of an earlier version": earlier} {
+				m.Sync(now, nil)
+				want := map[string]int{"follower": tc.wantFollow, "follower of an earlier version": tc.wantEarlier}[name]
+				if _, w, _ := m.Verdict("a"); w != want {
+					t.Errorf("the %s answers %d, want %d", name, w, want)
+				}
+			}
+		})
+	}
+	follower.Follow(Followed{ID: "a", Generation: 1, State: apiv1.EligibilityServing, Since: t0.Add(10 * time.Second)}, t0.Add(10*time.Second))
+	if st, w, _ := follower.Verdict("a"); st != apiv1.EligibilityServing || w != 100 {
+		t.Errorf("after the serving verdict the follower answers %s %d, want serving 100", st, w)
+	}
+}
+
+func TestRampStep(t *testing.T) {
+	for _, tc := range []struct {
+		elapsed time.Duration
+		want    int
+	}{
+		{-time.Hour, 10}, {0, 10}, {time.Second, 10}, {1112 * time.Millisecond, 20}, {5 * time.Second, 50},
+		{9999 * time.Millisecond, 90}, {10 * time.Second, 90}, {time.Hour, 90},
+	} {
+		if got := rampStep(tc.elapsed, 10*time.Second); got != tc.want {
+			t.Errorf("rampStep(%s of 10s) = %d, want %d", tc.elapsed, got, tc.want)
+		}
+	}
+}

@@ -79,7 +79,9 @@ func (r *Registry) syncEligibility(now time.Time) {
 	r.syncedRev.Store(rev)
 	if vs, ok := r.store.(VerdictSharer); ok {
 		// The verdicts already published (a replica that starts, or resyncs, after them) are
-		// followed at once, not from the elected replica's next change.
+		// followed at once, not from the elected replica's next change, and weighed at the
+		// ramp clock already published.
+		r.cfg.Eligibility.SetRampClock(vs.RampClock(), now)
 		for _, rec := range recs {
 			if v, ok := vs.SharedVerdict(rec.InstanceID); ok && v.Generation == rec.Generation {
 				r.follow(v)

@@ -92,6 +92,8 @@ type Eligibility interface {
 	SetFollowing(following bool)
 	Follow(f health.Followed, now time.Time)
 	TakeChanged() []string
+	TakeRampMoved() bool
+	SetRampClock(t, now time.Time)
 	Judged(id string) (state string, weight int, since time.Time, reasons []string, ok bool)
 }
 
@@ -176,8 +178,10 @@ type Registry struct {
 	// other replicas write to); reconcile asks for one at the next sweep (this one's store).
 	syncedRev atomic.Int64
 	reconcile atomic.Bool
-	// shareAll asks the next publication of verdicts to walk the whole fleet.
-	shareAll atomic.Bool
+	// shareAll asks the next publication of verdicts to walk the whole fleet; rampPending
+	// asks it to publish the ramp clock.
+	shareAll    atomic.Bool
+	rampPending atomic.Bool
 	// storeErr is the last error reaching the store while it is unreachable (nil: reachable).
 	storeErr atomic.Pointer[error]
 	// activity counts what happened since the last summary line.
@@ -205,6 +209,7 @@ func New(store Store, cfg Config) (*Registry, error) {
 	}
 	if vs, ok := store.(VerdictSharer); ok && cfg.Eligibility != nil {
 		vs.OnVerdict(r.follow)
+		vs.OnRampClock(func(t time.Time) { r.cfg.Eligibility.SetRampClock(t, r.cfg.Now()) })
 		vs.OnOutcomes(r.forwarded)
 	}
 	m, err := newMetrics(cfg.Registerer, r)

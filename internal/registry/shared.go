@@ -15,21 +15,29 @@ type SharedVerdict struct {
 	InstanceID string `json:"instance_id"`
 	Generation int64  `json:"generation"`
 	State      string `json:"state"`
-	// Weight is the weight the elected replica published: during slow start in steps of a
-	// tenth, so that every replica answers the same ramp at the same revision.
+	// Weight is the weight the elected replica published. During slow start it is 0 and
+	// Since is when the ramp began: every replica weighs it, to the tenth, at the elected
+	// replica's ramp clock, which the store shares too, so that every replica answers the
+	// same ramp at the same revision. (Earlier versions published each tenth here; such a
+	// weight is still answered as published.)
 	Weight  int       `json:"weight"`
 	Since   time.Time `json:"since"`
 	Reasons []string  `json:"reasons"`
 }
 
 // VerdictSharer is a Store that shares verdicts between replicas (the etcd store).
-// OnVerdict is called from the store's watch for every verdict another replica published.
+// OnVerdict is called from the store's watch for every verdict another replica published,
+// OnRampClock for every ramp clock; a store calls them before its revision moves to the
+// write's, so that answers at that revision hold what they brought.
 // Gateways report outcomes to any replica: ForwardOutcomes hands them to the elected one,
 // whose store calls OnOutcomes with them.
 type VerdictSharer interface {
 	PublishVerdicts(ctx context.Context, vs []SharedVerdict) error
 	SharedVerdict(id string) (SharedVerdict, bool)
 	OnVerdict(func(SharedVerdict))
+	PublishRampClock(ctx context.Context, t time.Time) error
+	RampClock() time.Time
+	OnRampClock(func(time.Time))
 	ForwardOutcomes(ctx context.Context, req *apiv1.OutcomesRequest) error
 	OnOutcomes(func(*apiv1.OutcomesRequest))
 }
@@ -45,6 +53,7 @@ func (r *Registry) shareVerdicts(ctx context.Context, vs VerdictSharer) {
 	changed := m.TakeChanged() // taken either way, so that it never grows on a follower
 	if !leader {
 		r.shareAll.Store(true) // when elected, publish every verdict once
+		r.rampPending.Store(true)
 		return
 	}
 	recs := make([]*Record, 0, len(changed))
@@ -69,12 +78,20 @@ func (r *Registry) shareVerdicts(ctx context.Context, vs VerdictSharer) {
 		}
 		out = append(out, SharedVerdict{InstanceID: rec.InstanceID, Generation: rec.Generation, State: state, Weight: weight, Since: since, Reasons: reasons})
 	}
-	if len(out) == 0 {
-		return
+	if len(out) > 0 {
+		if err := r.write(ctx, func(ctx context.Context) error { return vs.PublishVerdicts(ctx, out) }); err != nil {
+			r.shareAll.Store(true)
+			r.cfg.Logger.Warn("publishing verdicts to the other replicas failed; retrying at the next sweep", slog.Any("error", err))
+			return
+		}
 	}
-	if err := r.write(ctx, func(ctx context.Context) error { return vs.PublishVerdicts(ctx, out) }); err != nil {
-		r.shareAll.Store(true)
-		r.cfg.Logger.Warn("publishing verdicts to the other replicas failed; retrying at the next sweep", slog.Any("error", err))
+	// After the verdicts, so that a follower holds a slow start before the clock that weighs it.
+	if m.TakeRampMoved() || r.rampPending.Swap(false) {
+		now := r.cfg.Now()
+		if err := r.write(ctx, func(ctx context.Context) error { return vs.PublishRampClock(ctx, now) }); err != nil {
+			r.rampPending.Store(true)
+			r.cfg.Logger.Warn("publishing the ramp clock to the other replicas failed; retrying at the next sweep", slog.Any("error", err))
+		}
 	}
 }
 

@@ -10,9 +10,10 @@
 // (self-reported health once a heartbeat changed it, on the same lease; until then the
 // record's), leader (the election), verdicts/<id> (the elected replica's verdict, on the
 // instance's lease), gateways/<id> (a gateway's drain acknowledgement, on its own lease),
-// outcomes/<gateway id> (outcomes forwarded to the elected replica),
-// events/<replica>/<n>.<count> (a batch of the shared event journal).
+// outcomes/<gateway id> (outcomes forwarded to the elected replica), rampclock (the instant
+// at which every replica weighs the published slow starts), events/<replica>/<n>.<count>
+// (a batch of the shared event journal).
 // etcdstore.go holds the records and the watch, commit.go the batched registrations,
-// renew.go the lease renewals, shared.go the verdicts, outcomes and acknowledgements, and
-// journal.go the event journal.
+// renew.go the lease renewals, shared.go the verdicts, the ramp clock, outcomes and
+// acknowledgements, and journal.go the event journal.
 package etcdstore

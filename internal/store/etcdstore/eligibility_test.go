@@ -285,10 +285,10 @@ func TestLongPollsSeeEveryIncarnation(t *testing.T) {
 // TestLongPollsSeeTheRamp: a consumer long-polls the replica that does not judge while an
 // instance without a probe class goes through a slow start of 3 s. The ramp reaches it
 // through the revision (the elected replica writes each tenth of it), and two answers at one
-// revision hold the same weight during the ramp: an answer cached under a revision stays
-// true. (A build that ramped on each replica's own clock moved no revision during the ramp.)
-// The end of the ramp is left out of that comparison: a follower ends a slow start on its
-// own clock, up to a sweep before the elected replica's serving verdict moves the revision.
+// revision hold the same weight, to the end of the ramp: an answer cached under a revision
+// stays true. (A build that ramped on each replica's own clock moved no revision during the
+// ramp; an earlier one ended the ramp on the follower's clock, up to a sweep before the
+// elected replica's serving verdict moved the revision.)
 func TestLongPollsSeeTheRamp(t *testing.T) {
 	cli := startEtcd(t)
 	prefix := fmt.Sprintf("/ramp%d/", prefixes.Add(1))
@@ -314,7 +314,7 @@ func TestLongPollsSeeTheRamp(t *testing.T) {
 			if e.Record.InstanceID != "x" {
 				continue
 			}
-			if w, ok := weights[ans.Revision]; ok && w != e.Weight && e.Weight != 100 {
+			if w, ok := weights[ans.Revision]; ok && w != e.Weight {
 				t.Errorf("revision %d answered weight %d, then %d", ans.Revision, w, e.Weight)
 			}
 			weights[ans.Revision] = e.Weight
@@ -338,5 +338,40 @@ func TestLongPollsSeeTheRamp(t *testing.T) {
 	t.Logf("the consumer saw the weights %v", seen)
 	if len(seen) < 6 || seen[len(seen)-1] != 100 {
 		t.Errorf("the consumer saw the weights %v: want the ramp, at least 6 steps ending at 100", seen)
+	}
+}
+
+// TestRampClockIsShared: the ramp clock one replica publishes reaches another's hook from its
+// watch, before that replica's revision moves to the write's, and a replica started later
+// reads it with its view.
+func TestRampClockIsShared(t *testing.T) {
+	cli := startEtcd(t)
+	open, _ := replicas(t, cli, "rampclock")
+	a, b := open(), open()
+	type seen struct {
+		at       time.Time
+		revision int64 // b's revision when its hook ran
+	}
+	got := make(chan seen, 4)
+	b.OnRampClock(func(at time.Time) { rev, _ := b.Watch(); got <- seen{at, rev} })
+	if !b.RampClock().IsZero() {
+		t.Fatalf("a ramp clock before any was published: %s", b.RampClock())
+	}
+	at := time.Date(2026, 11, 30, 12, 0, 0, 123456789, time.FixedZone("x", 3600))
+	rev0, _ := b.Watch()
+	if err := a.PublishRampClock(context.Background(), at); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case s := <-got:
+		if !s.at.Equal(at) || s.revision != rev0 {
+			t.Errorf("b's hook got %s at its revision %d, want %s before its revision moved from %d", s.at, s.revision, at, rev0)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("b's hook never got the ramp clock")
+	}
+	registrytest.Until(t, "b's revision moves to the write's", func() bool { rev, _ := b.Watch(); return rev > rev0 })
+	if c := open(); !c.RampClock().Equal(at) {
+		t.Errorf("a replica started later holds the ramp clock %s, want %s", c.RampClock(), at)
 	}
 }

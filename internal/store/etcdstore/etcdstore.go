@@ -75,6 +75,8 @@ type Store struct {
 	acksM       sync.Mutex
 	acks        map[string]gatewayAck // gateway id -> its last acknowledgement, while its lease lives
 	onVerdict   atomic.Pointer[func(registry.SharedVerdict)]
+	rampClock   atomic.Pointer[time.Time] // the elected replica's ramp clock, nil before one is read
+	onRampClock atomic.Pointer[func(time.Time)]
 	onOutcomes  atomic.Pointer[func(*apiv1.OutcomesRequest)]
 	onRemoved   atomic.Pointer[func(string, int64)]
 	onEvent     atomic.Pointer[func(journal.Stored)]
@@ -184,6 +186,10 @@ func (s *Store) resync(ctx context.Context) error {
 			}
 		case strings.HasPrefix(k, s.key("health/")):
 			health[strings.TrimPrefix(k, s.key("health/"))] = string(kv.Value)
+		case k == s.key(rampClockKey):
+			if t, ok := s.readRampClock(kv); ok {
+				s.rampClock.Store(&t)
+			}
 		case strings.HasPrefix(k, s.key("instances/")):
 			insts = append(insts, kv)
 		}
@@ -298,6 +304,19 @@ func (s *Store) apply(ev *clientv3.Event) {
 		if ev.Type == clientv3.EventTypePut {
 			s.event(ev.Kv)
 		}
+	case k == s.key(rampClockKey):
+		if ev.Type != clientv3.EventTypePut {
+			return
+		}
+		t, ok := s.readRampClock(ev.Kv)
+		if !ok {
+			return
+		}
+		s.rampClock.Store(&t)
+		if fn := s.onRampClock.Load(); fn != nil {
+			(*fn)(t)
+		}
+		s.index.Touch(ev.Kv.ModRevision) // as a verdict's: answers at this revision weigh by it
 	case strings.HasPrefix(k, s.key("gateways/")):
 		id := strings.TrimPrefix(k, s.key("gateways/"))
 		if ev.Type == clientv3.EventTypeDelete {

@@ -5,7 +5,7 @@ import "sync"
 // ownWrites holds what this replica is writing under some keys until its watch brings each
 // write back, so that the replica takes the value as it wrote it instead of decoding its own
 // JSON again: the batches of the shared journal, and the elected replica's verdicts (one
-// per instance and tenth of a slow-start ramp). A write is held from before it is sent, since
+// per instance and change of state). A write is held from before it is sent, since
 // the watch may bring it back before the call returns, and is taken only for the very value
 // written: another write of the key (another replica's, or an earlier one of this replica's)
 // is decoded as usual. What a failed write or a resync leaves is dropped; the zero value is

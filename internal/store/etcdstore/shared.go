@@ -77,6 +77,41 @@ func (s *Store) PublishVerdicts(ctx context.Context, vs []registry.SharedVerdict
 	return flush()
 }
 
+// rampClockKey holds the elected replica's ramp clock (registry.VerdictSharer): an instant,
+// RFC 3339 with nanoseconds.
+const rampClockKey = "rampclock"
+
+// PublishRampClock implements registry.VerdictSharer: one key for the whole fleet,
+// overwritten.
+func (s *Store) PublishRampClock(ctx context.Context, t time.Time) error {
+	if _, err := s.cfg.Client.Put(ctx, s.key(rampClockKey), t.UTC().Format(time.RFC3339Nano)); err != nil {
+		return fmt.Errorf("etcd put the ramp clock: %w", err)
+	}
+	return nil
+}
+
+// RampClock implements registry.VerdictSharer: the ramp clock the store holds, zero before
+// one was published.
+func (s *Store) RampClock() time.Time {
+	if t := s.rampClock.Load(); t != nil {
+		return *t
+	}
+	return time.Time{}
+}
+
+// OnRampClock implements registry.VerdictSharer: fn receives every ramp clock the watch sees.
+func (s *Store) OnRampClock(fn func(time.Time)) { s.onRampClock.Store(&fn) }
+
+// readRampClock decodes the ramp clock's key.
+func (s *Store) readRampClock(kv *mvccpb.KeyValue) (time.Time, bool) {
+	t, err := time.Parse(time.RFC3339Nano, string(kv.Value))
+	if err != nil {
+		s.cfg.Logger.Warn("unreadable ramp clock in etcd", slog.String("key", string(kv.Key)))
+		return time.Time{}, false
+	}
+	return t, true
+}
+
 // SharedVerdict implements registry.VerdictSharer: the verdict the store holds on id.
 func (s *Store) SharedVerdict(id string) (registry.SharedVerdict, bool) {
 	s.verdictM.Lock()
