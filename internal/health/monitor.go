@@ -758,10 +758,10 @@ func rampStep(elapsed, slowStart time.Duration) int {
 }
 
 // SetRampClock takes the elected replica's ramp clock on a follower: the instant at which
-// every replica weighs the slow starts the elected replica published (with weight 0). It
-// publishes the clock when one of its slow starts enters its next tenth (TakeRampMoved), a
-// write for the whole fleet where each instance's tenth used to be one; a follower weighs
-// those slow starts again at once.
+// every replica weighs the slow starts the elected replica published (with weight 0). The
+// elected replica publishes its clock when one of its slow starts enters its next tenth
+// (TakeRampMoved): one write for the whole fleet, where each instance's tenth used to be
+// one. A follower weighs those slow starts again at once.
 func (m *Monitor) SetRampClock(t, now time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
