@@ -88,7 +88,9 @@ class AgentTest(unittest.TestCase):
             gen = agent.generation
             agent.update_capabilities([Capability("webhook.send", "1.1.0", provider="webhook")])
             eventually("registered with 1.1.0", lambda: self.registry.instance("py-webhook-1")["capabilities"][0]["capability_version"] == "1.1.0")
-            self.assertGreater(agent.generation, gen)
+            # The registry holds the new incarnation before the agent has read its answer.
+            eventually("the agent holds the new generation", lambda: agent.generation > gen)
+            self.assertEqual(self.registry.instance("py-webhook-1")["generation"], agent.generation)
 
     def test_failover_to_the_next_registry(self):
         dead = f"http://127.0.0.1:{free_port()}"
