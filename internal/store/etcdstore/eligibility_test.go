@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -373,5 +374,81 @@ func TestRampClockIsShared(t *testing.T) {
 	registrytest.Until(t, "b's revision moves to the write's", func() bool { rev, _ := b.Watch(); return rev > rev0 })
 	if c := open(); !c.RampClock().Equal(at) {
 		t.Errorf("a replica started later holds the ramp clock %s, want %s", c.RampClock(), at)
+	}
+}
+
+// TestRampAcrossAFailover: three replicas; an instance without a probe class is in the middle
+// of a 3 s slow start when the elected replica goes. The replica elected next takes over the
+// published slow start and publishes its own ramp clock, so the replica still following
+// carries on up the ramp from where it was — never back to 10 — to serving.
+func TestRampAcrossAFailover(t *testing.T) {
+	cli := startEtcd(t)
+	prefix := fmt.Sprintf("/rampfail%d/", prefixes.Add(1))
+	slowStart := func(cfg *registry.Config) {
+		m, err := health.NewMonitor(health.MonitorConfig{Engine: health.Config{ExternalLeases: true, SlowStart: 3 * time.Second}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Eligibility = m
+	}
+	type replica struct {
+		reg  *registry.Registry
+		stop func()
+	}
+	var rs []replica
+	for _, name := range []string{"a", "b", "c"} {
+		reg, stop := startReplica(t, cli, prefix, name, slowStart)
+		rs = append(rs, replica{reg, stop})
+	}
+	leader := func() int {
+		for i, r := range rs {
+			if r.stop != nil && r.reg.Leader() {
+				return i
+			}
+		}
+		return -1
+	}
+	registrytest.Until(t, "one replica is elected", func() bool { return leader() >= 0 })
+	l := leader()
+	req := &apiv1.RegisterRequest{InstanceID: "x", ServiceName: "egress-jms", ServiceVersion: "1.0.0", Endpoint: "http://x", Zone: "a",
+		Capabilities: []apiv1.Capability{{CapabilityID: "messaging.publish", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0", Provider: "jms"}}}
+	if _, err := rs[l].reg.Register(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	weight := func(reg *registry.Registry) int {
+		for _, e := range reg.Query(&registry.Query{CapabilityID: "messaging.publish"}).Entries {
+			if e.Record.InstanceID == "x" {
+				return e.Weight
+			}
+		}
+		return 0
+	}
+	followers := []int{(l + 1) % 3, (l + 2) % 3}
+	registrytest.Until(t, "the followers are on the ramp", func() bool {
+		return weight(rs[followers[0]].reg) >= 30 && weight(rs[followers[1]].reg) >= 30
+	})
+	rs[l].stop()
+	rs[l].stop = nil
+	registrytest.Until(t, "another replica is elected", func() bool { return leader() >= 0 })
+	still := followers[0]
+	if leader() == still {
+		still = followers[1]
+	}
+	var seen []int
+	for start := time.Now(); time.Since(start) < 10*time.Second; time.Sleep(20 * time.Millisecond) {
+		w := weight(rs[still].reg)
+		if len(seen) == 0 || seen[len(seen)-1] != w {
+			seen = append(seen, w)
+		}
+		if w == 100 {
+			break
+		}
+	}
+	t.Logf("the replica still following answered %v after the failover", seen)
+	if len(seen) < 4 || seen[len(seen)-1] != 100 {
+		t.Errorf("the replica still following answered %v: want the ramp carried on, step by step, to serving", seen)
+	}
+	if slices.Min(seen) < 30 {
+		t.Errorf("the replica still following answered %v: the ramp went back below where it was", seen)
 	}
 }
