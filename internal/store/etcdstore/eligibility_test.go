@@ -224,6 +224,17 @@ func TestOwnVerdictsComeBackAsWritten(t *testing.T) {
 	}
 }
 
+// withSlowStart is a startReplica option: the replica's eligibility engine ramps over d.
+func withSlowStart(t *testing.T, d time.Duration) func(*registry.Config) {
+	return func(cfg *registry.Config) {
+		m, err := health.NewMonitor(health.MonitorConfig{Engine: health.Config{ExternalLeases: true, SlowStart: d}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Eligibility = m
+	}
+}
+
 // consume runs a consumer of reg's messaging.publish answers until stop is called: it asks,
 // hands the answer to see, and long-polls for the next revision, as a client of the HTTP
 // API does.
@@ -293,13 +304,7 @@ func TestLongPollsSeeEveryIncarnation(t *testing.T) {
 func TestLongPollsSeeTheRamp(t *testing.T) {
 	cli := startEtcd(t)
 	prefix := fmt.Sprintf("/ramp%d/", prefixes.Add(1))
-	slowStart := func(cfg *registry.Config) {
-		m, err := health.NewMonitor(health.MonitorConfig{Engine: health.Config{ExternalLeases: true, SlowStart: 3 * time.Second}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg.Eligibility = m
-	}
+	slowStart := withSlowStart(t, 3*time.Second)
 	a, _ := startReplica(t, cli, prefix, "a", slowStart)
 	b, _ := startReplica(t, cli, prefix, "b", slowStart)
 	registrytest.Until(t, "one replica is elected", func() bool { return a.Leader() != b.Leader() })
@@ -384,13 +389,7 @@ func TestRampClockIsShared(t *testing.T) {
 func TestRampAcrossAFailover(t *testing.T) {
 	cli := startEtcd(t)
 	prefix := fmt.Sprintf("/rampfail%d/", prefixes.Add(1))
-	slowStart := func(cfg *registry.Config) {
-		m, err := health.NewMonitor(health.MonitorConfig{Engine: health.Config{ExternalLeases: true, SlowStart: 3 * time.Second}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg.Eligibility = m
-	}
+	slowStart := withSlowStart(t, 3*time.Second)
 	type replica struct {
 		reg  *registry.Registry
 		stop func()
