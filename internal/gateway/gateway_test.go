@@ -539,7 +539,12 @@ func TestStateDirKeepsRoutesAcrossARestart(t *testing.T) {
 	e := newEnvWith(t, registry.Config{}, gateway.Config{StateDir: dir})
 	e.register(t, "orders-a", upstream(t, "orders-a").URL, ordersRoutes...)
 	registrytest.Until(t, "the route in the table", func() bool { return e.do(t, "GET", "/orders/1", "").status == 200 })
-	registrytest.Until(t, "the view saved", func() bool { _, err := os.Stat(filepath.Join(dir, "gateway-routes.json")); return err == nil })
+	// The route is served before the view holding it is written (an earlier view may be on
+	// disk already): wait for the one that holds it.
+	registrytest.Until(t, "the view with the route saved", func() bool {
+		raw, err := os.ReadFile(filepath.Join(dir, "gateway-routes.json"))
+		return err == nil && strings.Contains(string(raw), "orders-a")
+	})
 
 	e.front.down.Store(true) // the registry goes away, and the gateway restarts
 	disc, err := discovery.New(discovery.Config{Registries: []string{e.reg.URL + "/down"}, RetryInterval: time.Hour})
