@@ -178,10 +178,9 @@ type Registry struct {
 	// other replicas write to); reconcile asks for one at the next sweep (this one's store).
 	syncedRev atomic.Int64
 	reconcile atomic.Bool
-	// shareAll asks the next publication of verdicts to walk the whole fleet; rampPending
-	// asks it to publish the ramp clock.
-	shareAll    atomic.Bool
-	rampPending atomic.Bool
+	// shareAll asks the next publication of verdicts to walk the whole fleet and to publish
+	// the ramp clock.
+	shareAll atomic.Bool
 	// storeErr is the last error reaching the store while it is unreachable (nil: reachable).
 	storeErr atomic.Pointer[error]
 	// activity counts what happened since the last summary line.

@@ -45,19 +45,20 @@ type VerdictSharer interface {
 // shareVerdicts runs on every sweep, and after a change of verdict, with a store that shares
 // verdicts. The elected replica publishes the verdicts that changed since it last looked (all
 // of them once, when it is elected or after a failed publication) and differ from what the
-// store holds; the others follow the published ones.
+// store holds, then its ramp clock when a slow start entered its next tenth (and with the
+// whole fleet); the others follow the published ones.
 func (r *Registry) shareVerdicts(ctx context.Context, vs VerdictSharer) {
 	m := r.cfg.Eligibility
 	leader := r.Leader()
 	m.SetFollowing(!leader)
 	changed := m.TakeChanged() // taken either way, so that it never grows on a follower
 	if !leader {
-		r.shareAll.Store(true) // when elected, publish every verdict once
-		r.rampPending.Store(true)
+		r.shareAll.Store(true) // when elected, publish every verdict, and the ramp clock, once
 		return
 	}
+	all := r.shareAll.Swap(false)
 	recs := make([]*Record, 0, len(changed))
-	if r.shareAll.Swap(false) {
+	if all {
 		recs = r.store.Records()
 	} else {
 		for _, id := range changed {
@@ -86,10 +87,10 @@ func (r *Registry) shareVerdicts(ctx context.Context, vs VerdictSharer) {
 		}
 	}
 	// After the verdicts, so that a follower holds a slow start before the clock that weighs it.
-	if m.TakeRampMoved() || r.rampPending.Swap(false) {
+	if m.TakeRampMoved() || all {
 		now := r.cfg.Now()
 		if err := r.write(ctx, func(ctx context.Context) error { return vs.PublishRampClock(ctx, now) }); err != nil {
-			r.rampPending.Store(true)
+			r.shareAll.Store(true)
 			r.cfg.Logger.Warn("publishing the ramp clock to the other replicas failed; retrying at the next sweep", slog.Any("error", err))
 		}
 	}
