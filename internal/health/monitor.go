@@ -743,11 +743,11 @@ func (m *Monitor) followedVerdict(f *Followed, now time.Time) Verdict {
 	return v
 }
 
-// rampStep is the weight a slow start elapsed into (of slowStart) has, to the tenth: 10 to 90
-// (the ramp ends with the serving verdict, not by itself). Before it began (no ramp clock
-// yet, or one behind it), 10.
+// rampStep is the weight a slow start elapsed into (of slowStart, never 0: the engine's
+// Config defaults it) has, to the tenth: 10 to 90 (the ramp ends with the serving verdict,
+// not by itself). Before it began (no ramp clock yet, or one behind it), 10.
 func rampStep(elapsed, slowStart time.Duration) int {
-	if elapsed <= 0 || slowStart <= 0 {
+	if elapsed <= 0 {
 		return 10
 	}
 	w := 90
