@@ -25,21 +25,21 @@ import (
 )
 
 // startReplica runs a registry replica named name over the etcd prefix, with the
-// eligibility engine (slow start 1 s) and a prober that probes only while it is elected,
-// until the test ends or stop is called (it then resigns). opts adjust its configuration.
+// eligibility engine (slow start 1 s unless an option sets another engine, see
+// withSlowStart) and a prober that probes only while it is elected, until the test ends or
+// stop is called (it then resigns). opts adjust its configuration.
 func startReplica(t *testing.T, cli *clientv3.Client, prefix, name string, opts ...func(*registry.Config)) (reg *registry.Registry, stop func()) {
 	t.Helper()
 	s, err := etcdstore.New(context.Background(), etcdstore.Config{Client: cli, Prefix: prefix, LeaseTTL: time.Minute, ReplicaID: name})
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := health.NewMonitor(health.MonitorConfig{Engine: health.Config{ExternalLeases: true, SlowStart: time.Second}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := registry.Config{Eligibility: m, LeaseTTL: time.Minute, SweepInterval: 50 * time.Millisecond}
+	cfg := registry.Config{LeaseTTL: time.Minute, SweepInterval: 50 * time.Millisecond}
 	for _, o := range opts {
 		o(&cfg)
+	}
+	if cfg.Eligibility == nil {
+		withSlowStart(t, time.Second)(&cfg)
 	}
 	reg, err = registry.New(s, cfg)
 	if err != nil {
