@@ -87,11 +87,7 @@ func FuzzParseHeartbeat(f *testing.F) {
 
 func TestAppendHeartbeatAnswer(t *testing.T) {
 	utc := time.Date(2026, 11, 30, 18, 31, 57, 800751195, time.UTC)
-	for _, tc := range []struct {
-		name   string
-		resp   apiv1.HeartbeatResponse
-		direct bool // false: left to encoding/json
-	}{
+	checkDirect(t, appendHeartbeatAnswer, []directCase[apiv1.HeartbeatResponse]{
 		{"usual", apiv1.HeartbeatResponse{Generation: 42, LeaseExpiresAt: utc, RegistryEpoch: "2026-11-30T18:01:49.765623051Z"}, true},
 		{"whole second", apiv1.HeartbeatResponse{Generation: 1, LeaseExpiresAt: utc.Truncate(time.Second), RegistryEpoch: "e"}, true},
 		{"zone", apiv1.HeartbeatResponse{Generation: 1, LeaseExpiresAt: utc.In(time.FixedZone("x", -5*3600-30*60)), RegistryEpoch: "e"}, true},
@@ -103,17 +99,7 @@ func TestAppendHeartbeatAnswer(t *testing.T) {
 		{"backslash", apiv1.HeartbeatResponse{LeaseExpiresAt: utc, RegistryEpoch: `a\b`}, false},
 		{"control", apiv1.HeartbeatResponse{LeaseExpiresAt: utc, RegistryEpoch: "a\nb"}, false},
 		{"not ASCII", apiv1.HeartbeatResponse{LeaseExpiresAt: utc, RegistryEpoch: "é"}, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, ok := appendHeartbeatAnswer(nil, &tc.resp)
-			if ok != tc.direct {
-				t.Fatalf("written directly = %v, want %v", ok, tc.direct)
-			}
-			if ok {
-				matchesMarshal(t, got, tc.resp)
-			}
-		})
-	}
+	})
 }
 
 // FuzzAppendHeartbeatAnswer: whatever the answer holds, written directly it is byte for byte
@@ -133,6 +119,31 @@ func FuzzAppendHeartbeatAnswer(f *testing.F) {
 			t.Fatalf("not one line: %q", got)
 		}
 	})
+}
+
+// directCase is one answer of a table for a direct writer, and whether the writer takes it
+// (false: it is left to encoding/json).
+type directCase[T any] struct {
+	name   string
+	resp   T
+	direct bool
+}
+
+// checkDirect runs write on each case: it must take exactly the cases marked direct, and
+// write those byte for byte as httpapi.Marshal does.
+func checkDirect[T any](t *testing.T, write func([]byte, *T) ([]byte, bool), cases []directCase[T]) {
+	t.Helper()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := write(nil, &tc.resp)
+			if ok != tc.direct {
+				t.Fatalf("written directly = %v, want %v", ok, tc.direct)
+			}
+			if ok {
+				matchesMarshal(t, got, tc.resp)
+			}
+		})
+	}
 }
 
 // matchesMarshal fails unless got, an answer written directly, is byte for byte what

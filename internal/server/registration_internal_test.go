@@ -132,11 +132,7 @@ func FuzzParseRegistration(f *testing.F) {
 func TestAppendRegisterAnswer(t *testing.T) {
 	usual := apiv1.RegisterResponse{Accepted: true, LeaseTTLSeconds: 30, HeartbeatIntervalSeconds: 10, Generation: 42,
 		RegistryEpoch: "2026-11-30T18:01:49.765623051Z"}
-	for _, tc := range []struct {
-		name   string
-		resp   apiv1.RegisterResponse
-		direct bool // false: left to encoding/json
-	}{
+	checkDirect(t, appendRegisterAnswer, []directCase[apiv1.RegisterResponse]{
 		{"usual", usual, true},
 		{"empty", apiv1.RegisterResponse{}, true},
 		{"largest", apiv1.RegisterResponse{Accepted: true, LeaseTTLSeconds: math.MaxInt64, HeartbeatIntervalSeconds: math.MinInt64,
@@ -144,17 +140,7 @@ func TestAppendRegisterAnswer(t *testing.T) {
 		{"warnings", apiv1.RegisterResponse{Accepted: true, Warnings: []apiv1.Warning{{Code: apiv1.CodeUnknownField, Path: "tags"}}}, false},
 		{"quote", apiv1.RegisterResponse{RegistryEpoch: `a"b`}, false},
 		{"not ASCII", apiv1.RegisterResponse{RegistryEpoch: "é"}, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, ok := appendRegisterAnswer(nil, &tc.resp)
-			if ok != tc.direct {
-				t.Fatalf("written directly = %v, want %v", ok, tc.direct)
-			}
-			if ok {
-				matchesMarshal(t, got, tc.resp)
-			}
-		})
-	}
+	})
 }
 
 // FuzzAppendRegisterAnswer: whatever the answer holds, written directly it is byte for byte
