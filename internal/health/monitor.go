@@ -502,7 +502,7 @@ func (m *Monitor) refresh(id string, now time.Time) bool {
 
 func (m *Monitor) refreshVerdict(id string, v *view, now time.Time) bool {
 	var nv Verdict
-	if f := v.followed; m.following && f != nil && f.Generation == v.generation {
+	if f, _, ok := m.followedOf(v); ok {
 		nv = m.followedVerdict(f, now)
 		v.nextDue = dueNever // it changes with what the elected replica publishes (SetRampClock)
 		if nv.State == apiv1.EligibilitySlowStart && f.Weight > 0 {
@@ -645,6 +645,26 @@ func (r Reader) VerdictOf(h *Handle) (state string, weight int, ok bool) {
 	return h.v.verdict.State, h.v.verdict.Weight, true
 }
 
+// VerdictAt is Verdict for incarnation gen of id: ok is false unless the monitor holds that
+// incarnation.
+func (r Reader) VerdictAt(id string, gen int64) (state string, weight int, ok bool) {
+	v, ok := r.m.views[id]
+	if !ok || v.generation != gen {
+		return "", 0, false
+	}
+	return v.verdict.State, v.verdict.Weight, true
+}
+
+// First is the published verdict on an incarnation the monitor does not hold yet (registered
+// a moment ago, through another replica or before this one's monitor heard of it): its first
+// verdict, derived from the registration — admitting (out of rotation) with a probe class,
+// else a slow start weighed at the ramp clock. It is what the monitor publishes once it holds
+// the incarnation on a replica that follows, so that an answer does not change when it does.
+func (r Reader) First(probe bool, registeredAt time.Time) (state string, weight int) {
+	v := r.m.followedVerdict(firstVerdict("", 0, probe, registeredAt), registeredAt)
+	return v.State, v.Weight
+}
+
 // Panic is Monitor.Panic under the held lock.
 func (r Reader) Panic(capability, zone string) bool { return r.m.panics[groupKey{capability, zone}] }
 
@@ -682,10 +702,14 @@ func (m *Monitor) Explain(id string, now time.Time) (Explanation, bool) {
 	}
 	m.publish(m.refresh(id, now)) // the answer and its history agree: a change due by now is recorded first
 	verdict, reasons := m.engine.Explain(id, now)
-	if f := v.followed; m.following && f != nil && f.Generation == v.generation {
+	if f, derived, ok := m.followedOf(v); ok {
+		detail := "judged by the elected replica, which probes"
+		if derived {
+			detail = "the first verdict, derived from the registration: the elected replica has published none on this incarnation"
+		}
 		verdict, reasons = v.verdict, make([]Reason, 0, len(v.verdict.Reasons))
 		for _, code := range v.verdict.Reasons {
-			reasons = append(reasons, Reason{Code: code, Evidence: Evidence{At: f.Since, Detail: "judged by the elected replica, which probes"}})
+			reasons = append(reasons, Reason{Code: code, Evidence: Evidence{At: f.Since, Detail: detail}})
 		}
 	}
 	return Explanation{InstanceID: id, Generation: v.generation, State: verdict.State, Weight: verdict.Weight,
@@ -716,8 +740,35 @@ type Followed struct {
 	Reasons []string
 }
 
+// followedOf returns, on a replica that follows, what v's verdict follows: the elected
+// replica's verdict on v's incarnation or, while it has published none, the first verdict
+// (derived true). ok is false on the elected replica, or a monitor alone.
+func (m *Monitor) followedOf(v *view) (f Followed, derived, ok bool) {
+	switch {
+	case !m.following:
+		return Followed{}, false, false
+	case v.followed != nil && v.followed.Generation == v.generation:
+		return *v.followed, false, true
+	case v.in == nil:
+		return Followed{}, false, false
+	}
+	return firstVerdict(v.id, v.generation, v.in.Probe, v.in.registeredAt), true, true
+}
+
+// firstVerdict is an incarnation's first verdict, which every replica derives from its
+// registration alone: admitting while a probe class has not admitted it, else a slow start
+// from the registration (weighed at the ramp clock). The elected replica publishes a verdict
+// only once it differs from this one (Judgment.Derived): a registration then costs a shared
+// store no verdict write.
+func firstVerdict(id string, gen int64, probe bool, registeredAt time.Time) Followed {
+	if probe {
+		return Followed{ID: id, Generation: gen, State: apiv1.EligibilityUnknown, Since: registeredAt, Reasons: reasonsAdmitting}
+	}
+	return Followed{ID: id, Generation: gen, State: apiv1.EligibilitySlowStart, Since: registeredAt, Reasons: reasonsSlowStart}
+}
+
 // followedVerdict is f at now: a slow start's weight at the elected replica's ramp clock.
-func (m *Monitor) followedVerdict(f *Followed, now time.Time) Verdict {
+func (m *Monitor) followedVerdict(f Followed, now time.Time) Verdict {
 	v := Verdict{State: f.State, Reasons: f.Reasons}
 	switch f.State {
 	case apiv1.EligibilityServing:
@@ -774,7 +825,7 @@ func (m *Monitor) SetRampClock(t, now time.Time) {
 	}
 	changed := false
 	for id, v := range m.views {
-		if f := v.followed; f != nil && f.Generation == v.generation && f.State == apiv1.EligibilitySlowStart && f.Weight == 0 {
+		if f, _, ok := m.followedOf(v); ok && f.State == apiv1.EligibilitySlowStart && f.Weight == 0 {
 			changed = m.refreshVerdict(id, v, now) || changed
 		}
 	}
@@ -841,26 +892,47 @@ func (m *Monitor) TakeChanged() []string {
 	return out
 }
 
-// Judged returns this replica's own verdict on id (what the elected replica publishes):
-// its state, its weight, since when, and its reasons. During slow start the weight is 0 and
-// since is when the ramp began: every replica weighs it at the elected replica's ramp clock
-// (see SetRampClock), so a ramp is published once, not at each tenth.
-func (m *Monitor) Judged(id string) (state string, weight int, since time.Time, reasons []string, ok bool) {
+// Judgment is this replica's own verdict on one incarnation, as the elected replica
+// publishes it. During slow start Weight is 0 and Since is when the ramp began: every replica
+// weighs it at the elected replica's ramp clock (see SetRampClock), so a ramp is published
+// once, not at each tenth.
+type Judgment struct {
+	Generation int64
+	State      string
+	Weight     int
+	Since      time.Time
+	Reasons    []string
+	// Derived says the verdict is the incarnation's first, which every replica derives from
+	// the registration: while the store holds no verdict on the incarnation, it need not
+	// be published.
+	Derived bool
+}
+
+// Judged returns this replica's own verdict on id (what the elected replica publishes); ok
+// is false when the monitor does not hold id, or follows.
+func (m *Monitor) Judged(id string) (j Judgment, ok bool) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	v, ok := m.views[id]
 	if !ok || m.following {
-		return "", 0, time.Time{}, nil, false
+		return Judgment{}, false
 	}
-	since = v.since
+	j = Judgment{Generation: v.generation, State: v.verdict.State, Since: v.since, Reasons: v.verdict.Reasons}
 	if v.verdict.State == apiv1.EligibilitySlowStart {
 		if v.in != nil {
-			since = time.Unix(0, v.in.rotationSince)
+			j.Since = time.Unix(0, v.in.rotationSince)
 		}
 	} else {
-		weight = v.verdict.Weight
+		j.Weight = v.verdict.Weight
 	}
-	return v.verdict.State, weight, since.UTC(), v.verdict.Reasons, true
+	j.Since = j.Since.UTC()
+	if v.in != nil {
+		f := firstVerdict(id, v.generation, v.in.Probe, v.in.registeredAt)
+		// the instant matters to a slow start alone: its weight is reckoned from it
+		j.Derived = j.State == f.State && j.Weight == f.Weight && slices.Equal(j.Reasons, f.Reasons) &&
+			(j.State != apiv1.EligibilitySlowStart || j.Since.Equal(f.Since))
+	}
+	return j, true
 }
 
 // publishedVerdict is what of a verdict the elected replica publishes again when it changes.

@@ -384,9 +384,10 @@ func TestMonitorSharesASlowStartByItsClock(t *testing.T) {
 	leader.Register(in, 1, t0.Add(-2*time.Second))
 	leader.Observe(probeEv("a", ProbeOK, t0.Add(-time.Second)))
 	leader.Observe(probeEv("a", ProbeOK, t0)) // admitted: slow start (10 s) from t0
-	state, weight, since, _, ok := leader.Judged("a")
-	if !ok || state != apiv1.EligibilitySlowStart || weight != 0 || !since.Equal(t0) {
-		t.Fatalf("published at admission: %s %d since %s (%v), want slow_start 0 since %s", state, weight, since, ok, t0)
+	j, ok := leader.Judged("a")
+	since := j.Since
+	if !ok || j.State != apiv1.EligibilitySlowStart || j.Weight != 0 || !since.Equal(t0) || j.Derived {
+		t.Fatalf("published at admission: %+v (%v), want slow_start 0 since %s, not derived", j, ok, t0)
 	}
 	if got := leader.TakeChanged(); !slices.Equal(got, []string{"a"}) {
 		t.Fatalf("changed at admission: %v, want [a]", got)
@@ -461,4 +462,91 @@ func TestRampStep(t *testing.T) {
 			t.Errorf("rampStep(%s of 10s) = %d, want %d", tc.elapsed, got, tc.want)
 		}
 	}
+}
+
+// TestMonitorDerivesTheFirstVerdict: an incarnation's first verdict is derived from its
+// registration on every replica, so the elected replica need not publish it: Judged says
+// when its verdict is still that one, and a follower answers it, weighed at the ramp clock,
+// until a published verdict comes.
+func TestMonitorDerivesTheFirstVerdict(t *testing.T) {
+	plain := Instance{ID: "a", Zone: "z", Capabilities: []string{"c.x"}}
+	probed := plain
+	probed.Probe = true
+	for _, tc := range []struct {
+		name        string
+		in          Instance
+		then        func(m *Monitor) // evidence after the registration at t0
+		wantState   string
+		wantDerived bool
+	}{
+		{name: "without a probe class", in: plain, wantState: apiv1.EligibilitySlowStart, wantDerived: true},
+		{name: "with a probe class", in: probed, wantState: apiv1.EligibilityUnknown, wantDerived: true},
+		{name: "admitted by its probes", in: probed, wantState: apiv1.EligibilitySlowStart, then: func(m *Monitor) {
+			m.Observe(probeEv("a", ProbeOK, t0.Add(time.Second)))
+			m.Observe(probeEv("a", ProbeOK, t0.Add(2*time.Second))) // the ramp begins here, not at the registration
+		}},
+		{name: "self-reported degraded", in: plain, wantState: apiv1.EligibilityDegraded, then: func(m *Monitor) {
+			m.Observe(Event{At: t0.Add(time.Second), ID: "a", Kind: KindHeartbeat, Health: apiv1.HealthDegraded})
+		}},
+		{name: "registered again", in: plain, wantState: apiv1.EligibilitySlowStart, wantDerived: true, then: func(m *Monitor) {
+			m.Sync(t0.Add(20*time.Second), nil)
+			m.Register(plain, 2, t0.Add(20*time.Second))
+		}},
+		{name: "past its slow start", in: plain, wantState: apiv1.EligibilityServing, then: func(m *Monitor) {
+			m.Sync(t0.Add(20*time.Second), nil)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newTestMonitor(t, nil, nil)
+			m.Register(tc.in, 1, t0)
+			if tc.then != nil {
+				tc.then(m)
+			}
+			j, ok := m.Judged("a")
+			if !ok || j.State != tc.wantState || j.Derived != tc.wantDerived {
+				t.Errorf("judged %+v (%v), want %s, derived %v", j, ok, tc.wantState, tc.wantDerived)
+			}
+		})
+	}
+
+	t.Run("a follower answers it", func(t *testing.T) {
+		for _, tc := range []struct {
+			in    Instance
+			clock time.Duration // the ramp clock, from the registration
+			state string
+			want  int
+		}{
+			{in: plain, clock: -time.Second, state: apiv1.EligibilitySlowStart, want: 10},
+			{in: plain, clock: 5 * time.Second, state: apiv1.EligibilitySlowStart, want: 50},
+			{in: plain, clock: time.Hour, state: apiv1.EligibilitySlowStart, want: 90}, // until the serving verdict
+			{in: probed, clock: time.Hour, state: apiv1.EligibilityUnknown, want: 0},
+		} {
+			m := newTestMonitor(t, nil, nil)
+			m.SetFollowing(true)
+			m.SetRampClock(t0.Add(tc.clock), t0)
+			var first [2]any
+			m.Read(func(rd Reader) { // before the monitor holds it
+				s, w := rd.First(tc.in.Probe, t0)
+				first = [2]any{s, w}
+			})
+			m.Register(tc.in, 1, t0)
+			m.Sync(t0.Add(2*time.Hour), nil) // its own clock does not move the answer
+			st, w, _ := m.Verdict("a")
+			if got := [2]any{st, w}; got != [2]any{tc.state, tc.want} || first != got {
+				t.Errorf("%+v at the ramp clock %s: answered %v, %v before the monitor held it; want %s %d", tc.in, tc.clock, got, first, tc.state, tc.want)
+			}
+			m.Read(func(rd Reader) {
+				if _, _, ok := rd.VerdictAt("a", 2); ok {
+					t.Errorf("a verdict on generation 2, which the monitor does not hold")
+				}
+			})
+			if ex, _ := m.Explain("a", t0); len(ex.Reasons) != 1 || !strings.Contains(ex.Reasons[0].Evidence.Detail, "derived from the registration") {
+				t.Errorf("explained %+v, want the derived first verdict", ex.Reasons)
+			}
+			m.Follow(Followed{ID: "a", Generation: 1, State: apiv1.EligibilityServing, Since: t0.Add(time.Minute)}, t0.Add(2*time.Hour))
+			if st, w, _ := m.Verdict("a"); st != apiv1.EligibilityServing || w != 100 {
+				t.Errorf("after the serving verdict: %s %d, want serving 100", st, w)
+			}
+		}
+	})
 }

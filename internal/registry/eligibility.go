@@ -24,9 +24,8 @@ func healthInstance(rec *Record) health.Instance {
 			in.Capabilities[i] = c.CapabilityID
 		}
 	}
-	if m := rec.Manifest; m != nil && m.Health != nil {
-		in.Probe = true
-		if m.Health.UnhealthyAfter != nil {
+	if in.Probe = probed(rec); in.Probe {
+		if m := rec.Manifest; m.Health.UnhealthyAfter != nil {
 			if n, ok := m.Health.UnhealthyAfter.Int64(); ok {
 				in.UnhealthyAfter = int(n)
 			}
@@ -34,6 +33,10 @@ func healthInstance(rec *Record) health.Instance {
 	}
 	return in
 }
+
+// probed reports whether rec's manifest declares a probe class: its instance is admitted by
+// probes, not at registration.
+func probed(rec *Record) bool { return rec.Manifest != nil && rec.Manifest.Health != nil }
 
 // revision is the revision discovery answers carry: the store's plus the eligibility
 // monitor's, so that a change of either is a new revision (both only grow). With a store that
@@ -133,10 +136,7 @@ func judgeChunkOf(m Eligibility, es, out []Entry, all bool) []Entry {
 		var lastCap, lastZone string
 		var lastPanic, known bool
 		for _, e := range es {
-			state, weight, ok := verdictOf(rd, e.Record)
-			if !ok {
-				continue // registered a moment ago on another replica: the next sync declares it
-			}
+			state, weight := verdictOf(rd, e.Record)
 			e.Eligibility, e.Weight = state, weight
 			// answers come sorted by capability: one panic lookup per run of a group
 			if c, z := e.Capability().CapabilityID, e.Record.Zone; !known || c != lastCap || z != lastZone {
@@ -157,27 +157,30 @@ func judgeChunkOf(m Eligibility, es, out []Entry, all bool) []Entry {
 }
 
 // verdictOf reads the published verdict on rec: through the monitor's handle when this
-// replica registered it, else by id (registered through another replica, or restored).
-func verdictOf(rd health.Reader, rec *Record) (state string, weight int, ok bool) {
-	if state, weight, ok = rd.VerdictOf(rec.judged.Load()); ok {
-		return state, weight, true
+// replica registered it, else by id (registered through another replica, or restored). An
+// incarnation the monitor does not hold yet (registered a moment ago elsewhere; the next
+// sync declares it) has its first verdict, derived from the record — the one the monitor
+// publishes for it on a replica that follows, so that the answer at this revision stays.
+func verdictOf(rd health.Reader, rec *Record) (state string, weight int) {
+	if state, weight, ok := rd.VerdictOf(rec.judged.Load()); ok {
+		return state, weight
 	}
-	return rd.Verdict(rec.InstanceID)
+	if state, weight, ok := rd.VerdictAt(rec.InstanceID, rec.Generation); ok {
+		return state, weight
+	}
+	return rd.First(probed(rec), rec.RegisteredAt)
 }
 
 // eligibilityOf returns the published state and weight of rec, and whether one of its
 // (capability, zone) groups is in panic (serving at 100 when the registry runs without the
-// engine; unknown before the engine has heard of it).
+// engine).
 func (r *Registry) eligibilityOf(rec *Record) (state string, weight int, inPanic bool) {
 	m := r.cfg.Eligibility
 	if m == nil {
 		return apiv1.EligibilityServing, 100, false
 	}
-	state, weight = apiv1.EligibilityUnknown, 0
 	m.Read(func(rd health.Reader) {
-		if s, w, ok := verdictOf(rd, rec); ok {
-			state, weight = s, w
-		}
+		state, weight = verdictOf(rd, rec)
 		for _, c := range rec.Capabilities {
 			inPanic = inPanic || rd.Panic(c.CapabilityID, rec.Zone)
 		}

@@ -94,7 +94,7 @@ type Eligibility interface {
 	TakeChanged() []string
 	TakeRampMoved() bool
 	SetRampClock(t, now time.Time)
-	Judged(id string) (state string, weight int, since time.Time, reasons []string, ok bool)
+	Judged(id string) (health.Judgment, bool)
 }
 
 var _ Eligibility = (*health.Monitor)(nil)

@@ -69,15 +69,15 @@ func (r *Registry) shareVerdicts(ctx context.Context, vs VerdictSharer) {
 	}
 	var out []SharedVerdict
 	for _, rec := range recs {
-		state, weight, since, reasons, ok := m.Judged(rec.InstanceID)
-		if !ok {
-			continue
+		j, ok := m.Judged(rec.InstanceID)
+		if !ok || j.Generation != rec.Generation {
+			continue // the monitor holds an earlier incarnation: the next sync declares this one
 		}
 		cur, held := vs.SharedVerdict(rec.InstanceID)
-		if held && cur.Generation == rec.Generation && cur.State == state && cur.Weight == weight {
-			continue
+		if held = held && cur.Generation == rec.Generation; held && cur.State == j.State && cur.Weight == j.Weight || !held && j.Derived {
+			continue // what the store holds, or, while it holds nothing, what every replica derives
 		}
-		out = append(out, SharedVerdict{InstanceID: rec.InstanceID, Generation: rec.Generation, State: state, Weight: weight, Since: since, Reasons: reasons})
+		out = append(out, SharedVerdict{InstanceID: rec.InstanceID, Generation: rec.Generation, State: j.State, Weight: j.Weight, Since: j.Since, Reasons: j.Reasons})
 	}
 	if len(out) > 0 {
 		if err := r.write(ctx, func(ctx context.Context) error { return vs.PublishVerdicts(ctx, out) }); err != nil {

@@ -9,7 +9,7 @@
 // Layout under the prefix: epoch (created once), instances/<id> (the record), health/<id>
 // (self-reported health once a heartbeat changed it, on the same lease; until then the
 // record's), leader (the election), verdicts/<id> (the elected replica's verdict, on the
-// instance's lease), gateways/<id> (a gateway's drain acknowledgement, on its own lease),
+// instance's lease, once it differs from the first, which every replica derives), gateways/<id> (a gateway's drain acknowledgement, on its own lease),
 // outcomes/<gateway id> (outcomes forwarded to the elected replica), rampclock (the instant
 // at which every replica weighs the published slow starts), events/<replica>/<n>.<count>
 // (a batch of the shared event journal).

@@ -3,6 +3,7 @@ package etcdstore_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -257,8 +258,9 @@ func consume(reg *registry.Registry, see func(registry.Answer)) (stop func()) {
 // without a probe class is re-registered again and again. Each new incarnation must reach
 // the consumer within a few sweeps, not when the poll times out: with a store shared by
 // replicas the revision is etcd's, and what the answers hold may change only with it. (A
-// build that wrote no verdict for such an instance left an answer made between the record's
-// write and the monitor's verdict without the new incarnation until the next write.)
+// build that wrote no verdict for such an instance, and did not derive its first verdict
+// from the record, left an answer made between the record's write and the monitor's verdict
+// without the new incarnation until the next write.)
 func TestLongPollsSeeEveryIncarnation(t *testing.T) {
 	cli := startEtcd(t)
 	prefix := fmt.Sprintf("/poll%d/", prefixes.Add(1))
@@ -296,7 +298,7 @@ func TestLongPollsSeeEveryIncarnation(t *testing.T) {
 
 // TestLongPollsSeeTheRamp: a consumer long-polls the replica that does not judge while an
 // instance without a probe class goes through a slow start of 3 s. The ramp reaches it
-// through the revision (the elected replica writes each tenth of it), and two answers at one
+// through the revision (the elected replica's ramp clock moves it), and two answers at one
 // revision hold the same weight, to the end of the ramp: an answer cached under a revision
 // stays true. (A build that ramped on each replica's own clock moved no revision during the
 // ramp; an earlier one ended the ramp on the follower's clock, up to a sweep before the
@@ -449,5 +451,74 @@ func TestRampAcrossAFailover(t *testing.T) {
 	}
 	if slices.Min(seen) < 30 {
 		t.Errorf("the replica still following answered %v: the ramp went back below where it was", seen)
+	}
+}
+
+// TestFirstVerdictsAreNotWritten: an incarnation's first verdict (here a slow start of 2 s)
+// is derived from its registration by every replica, so the elected replica writes no
+// verdict until it differs: none during the ramp, one when it ends. A replica whose monitor
+// has not heard of the instance yet (it never sweeps here) answers at each revision what a
+// replica that holds it answers.
+func TestFirstVerdictsAreNotWritten(t *testing.T) {
+	cli := startEtcd(t)
+	prefix := fmt.Sprintf("/first%d/", prefixes.Add(1))
+	slowStart := withSlowStart(t, 2*time.Second)
+	leader, _ := startReplica(t, cli, prefix, "a", slowStart)
+	registrytest.Until(t, "the first replica is elected", leader.Leader)
+	follower, _ := startReplica(t, cli, prefix, "b", slowStart)
+	unswept, _ := startReplica(t, cli, prefix, "c", slowStart, func(cfg *registry.Config) { cfg.SweepInterval = time.Hour })
+
+	var mu sync.Mutex
+	weights := map[string]map[int64]int{} // replica -> revision -> the weight of x answered at it
+	watch := func(name string, reg *registry.Registry) func() {
+		weights[name] = map[int64]int{}
+		return consume(reg, func(ans registry.Answer) {
+			for _, e := range ans.Entries {
+				if e.Record.InstanceID == "x" {
+					mu.Lock()
+					weights[name][ans.Revision] = e.Weight
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	stopF, stopU := watch("follower", follower), watch("unswept", unswept)
+	verdicts := func() int64 {
+		resp, err := cli.Get(context.Background(), prefix+"verdicts/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Count
+	}
+
+	req := &apiv1.RegisterRequest{InstanceID: "x", ServiceName: "egress-jms", ServiceVersion: "1.0.0", Endpoint: "http://x", Zone: "a",
+		Capabilities: []apiv1.Capability{{CapabilityID: "messaging.publish", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0", Provider: "jms"}}}
+	if _, err := follower.Register(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	registrytest.Until(t, "both followers answer x half-way up the ramp", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Max(append(slices.Collect(maps.Values(weights["follower"])), 0)) >= 50 &&
+			slices.Max(append(slices.Collect(maps.Values(weights["unswept"])), 0)) >= 50
+	})
+	if n := verdicts(); n != 0 {
+		t.Errorf("%d verdicts in etcd half-way up the ramp, want none", n)
+	}
+	stopF()
+	stopU()
+	mu.Lock()
+	for rev, w := range weights["unswept"] {
+		if fw, ok := weights["follower"][rev]; ok && fw != w {
+			t.Errorf("at revision %d the replica that never swept answered weight %d, the one that syncs %d", rev, w, fw)
+		}
+	}
+	mu.Unlock()
+	registrytest.Until(t, "x serving on the follower", func() bool {
+		ex, err := follower.Explain("x")
+		return err == nil && ex.State == apiv1.EligibilityServing
+	})
+	if n := verdicts(); n != 1 {
+		t.Errorf("%d verdicts in etcd after the ramp, want 1 (serving)", n)
 	}
 }
