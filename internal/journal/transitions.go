@@ -11,9 +11,14 @@ import (
 // FromTransitions returns the eligibility monitor's OnTransition hook that records every
 // transition in j: an instance's state (with the reasons), a group entering or leaving panic,
 // self-preservation entered or left. It only appends, so it may run under the monitor's lock.
+//
+// An incarnation's first verdict (out of absent) is not recorded: it is derived from the
+// registration, whose event says it (attribute eligibility). Recorded, it was an event per
+// registration beside that one: half of the journal's memory and of its writes to etcd while
+// a fleet registers.
 func FromTransitions(j *Journal) func(health.Transition) {
 	return func(t health.Transition) {
-		if j == nil {
+		if j == nil || t.From == apiv1.EligibilityAbsent {
 			return
 		}
 		why := strings.Join(t.Reasons, "; ")

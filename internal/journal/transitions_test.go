@@ -21,6 +21,7 @@ func TestFromTransitions(t *testing.T) {
 			"eligibility.transition warning jms-1: jms-1: serving -> withdrawn: PROBE_FAILING; PROBE_REFUSED"},
 		{"back in rotation is news", health.Transition{InstanceID: "jms-1", From: apiv1.EligibilitySlowStart, To: apiv1.EligibilityServing},
 			"eligibility.transition info jms-1: jms-1: slow_start -> serving"},
+		{"a first verdict comes with the registration's event", health.Transition{InstanceID: "jms-1", From: apiv1.EligibilityAbsent, To: apiv1.EligibilitySlowStart, Reasons: []string{"SLOW_START"}}, ""},
 		{"panic", health.Transition{To: health.TransitionPanic, Reasons: []string{"messaging.publish", "a"}},
 			`eligibility.panic warning messaging.publish: messaging.publish in zone "a" entered panic: too few instances in rotation, discovery answers all of them`},
 		{"sustained panic", health.Transition{To: health.TransitionPanicSustained, Reasons: []string{"messaging.publish", "a"}},

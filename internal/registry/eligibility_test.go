@@ -13,6 +13,7 @@ import (
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/internal/health"
+	"github.com/meshflows/meshflows/internal/journal"
 	"github.com/meshflows/meshflows/internal/registry"
 )
 
@@ -263,4 +264,35 @@ func TestProbeTargetsFollowTheFleet(t *testing.T) {
 		t.Fatal(err)
 	}
 	check("expired")
+}
+
+// TestJournalCarriesTheFirstVerdict: a registration's event says the new incarnation's first
+// verdict, and the journal records no transition out of absent beside it; later transitions
+// are recorded as before.
+func TestJournalCarriesTheFirstVerdict(t *testing.T) {
+	j := journal.New(0, nil)
+	m, err := health.NewMonitor(health.MonitorConfig{OnTransition: journal.FromTransitions(j),
+		Engine: health.Config{LeaseTTL: 90 * time.Second, HeartbeatInterval: 30 * time.Second, SlowStart: 10 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t, registry.Config{Eligibility: m, Journal: j})
+	probed := request("p", "egress-jms")
+	probed.Manifest = &apiv1.Manifest{FARP: "1.0", Service: apiv1.ManifestService{Name: "egress-jms", Instance: "p", Version: "0.1.3"},
+		Health: &apiv1.ManifestHealth{Path: "/healthz", Interval: "1s", UnhealthyAfter: apiv1.Int(2)}}
+	mustRegister(t, f, request("a", "egress-jms"))
+	mustRegister(t, f, probed)
+	mustRegister(t, f, request("a", "egress-jms")) // a new incarnation
+	f.clock.Advance(11 * time.Second)
+	f.reg.Sweep(context.Background())
+	es, _ := j.Find(journal.Query{Types: []string{apiv1.EventRegistered, apiv1.EventReregistered, apiv1.EventEligibility}})
+	var got []string
+	for _, e := range es {
+		got = append(got, fmt.Sprintf("%s %s %v", e.Type, e.Subject, e.Attrs["eligibility"]))
+	}
+	want := []string{"instance.registered a slow_start", "instance.registered p unknown", "instance.reregistered a slow_start",
+		"eligibility.transition a <nil>"} // slow_start -> serving
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
 }

@@ -18,6 +18,10 @@ func (r *Registry) journalRegistration(rec, prev *Record, warmingUp bool) {
 	}
 	attrs := map[string]any{"service_name": rec.ServiceName, "generation": rec.Generation, "endpoint": rec.Endpoint,
 		"capabilities": len(rec.Capabilities)}
+	if r.cfg.Eligibility != nil {
+		// the new incarnation's first verdict, which the journal records nowhere else
+		attrs["eligibility"], _, _ = r.eligibilityOf(rec)
+	}
 	if prev == nil {
 		msg := fmt.Sprintf("%s (%s) registered at %s, generation %d", rec.InstanceID, rec.ServiceName, rec.Endpoint, rec.Generation)
 		if warmingUp {
