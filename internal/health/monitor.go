@@ -168,10 +168,12 @@ type Monitor struct {
 	syncs      uint64
 	following  bool                // another replica judges: published verdicts are the followed ones
 	changedIDs map[string]struct{} // instances whose state changed since TakeChanged (nil until someone asks)
-	// rampMoved says, on the elected replica, that a slow start entered its next tenth since
-	// TakeRampMoved; rampClock is, on a follower, the elected replica's ramp clock (see
+	// rampMoved says, on the elected replica, that a slow start entered its next tenth, or
+	// ended, since TakeRampMoved; judgedAt is the latest instant it judged a verdict at (the
+	// ramp clock it publishes); rampClock is, on a follower, the elected replica's ramp clock (see
 	// SetRampClock).
 	rampMoved bool
+	judgedAt  time.Time
 	rampClock time.Time
 	changed   chan struct{}
 	timeline  map[string][]apiv1.TimelineBucket // by capability, oldest first
@@ -501,6 +503,9 @@ func (m *Monitor) refresh(id string, now time.Time) bool {
 }
 
 func (m *Monitor) refreshVerdict(id string, v *view, now time.Time) bool {
+	if now.After(m.judgedAt) {
+		m.judgedAt = now
+	}
 	var nv Verdict
 	if f, _, ok := m.followedOf(v); ok {
 		nv = m.followedVerdict(f, now)
@@ -523,7 +528,8 @@ func (m *Monitor) refreshVerdict(id string, v *view, now time.Time) bool {
 		if published(old) != published(nv) {
 			m.changedIDs[id] = struct{}{} // the elected replica publishes it
 		}
-		if nv.State == apiv1.EligibilitySlowStart && old.State == apiv1.EligibilitySlowStart && weightStep(nv.Weight) != weightStep(old.Weight) {
+		if old.State == apiv1.EligibilitySlowStart && (nv.State == apiv1.EligibilitySlowStart && weightStep(nv.Weight) != weightStep(old.Weight) ||
+			nv.State == apiv1.EligibilityServing) {
 			m.rampMoved = true // the elected replica publishes its ramp clock
 		}
 	}
@@ -777,10 +783,13 @@ func (m *Monitor) followedVerdict(f Followed, now time.Time) Verdict {
 		v.Weight = m.cfg.Engine.DegradedWeight
 	case apiv1.EligibilitySlowStart:
 		switch {
+		case f.Weight == 0 && m.rampClock.Sub(f.Since) >= m.cfg.Engine.SlowStart:
+			// The ramp ended at the elected replica's ramp clock, which it publishes at the
+			// sweep that judged the instance serving: no verdict says so (Judgment.Follows).
+			v = Verdict{State: apiv1.EligibilityServing, Weight: 100, Reasons: []string{}}
 		case f.Weight == 0:
 			// The tenth the ramp is in at the elected replica's ramp clock: every replica
-			// answers the same weight at one revision, and the ramp ends when the elected
-			// replica publishes serving.
+			// answers the same weight at one revision.
 			v.Weight = rampStep(m.rampClock.Sub(f.Since), m.cfg.Engine.SlowStart)
 		case now.Sub(f.Since) < m.cfg.Engine.SlowStart:
 			v.Weight = f.Weight // a step an earlier version published
@@ -795,8 +804,8 @@ func (m *Monitor) followedVerdict(f Followed, now time.Time) Verdict {
 }
 
 // rampStep is the weight a slow start elapsed into (of slowStart, never 0: the engine's
-// Config defaults it) has, to the tenth: 10 to 90 (the ramp ends with the serving verdict,
-// not by itself). Before it began (no ramp clock yet, or one behind it), 10.
+// Config defaults it) has, to the tenth: 10 to 90 (past the ramp's end the verdict is
+// serving, see followedVerdict). Before it began (no ramp clock yet, or one behind it), 10.
 func rampStep(elapsed, slowStart time.Duration) int {
 	if elapsed <= 0 {
 		return 10
@@ -832,14 +841,16 @@ func (m *Monitor) SetRampClock(t, now time.Time) {
 	m.publish(changed)
 }
 
-// TakeRampMoved reports whether one of this replica's slow starts entered its next tenth
-// since the last call: the elected replica then publishes its ramp clock.
-func (m *Monitor) TakeRampMoved() bool {
+// TakeRampMoved reports whether one of this replica's slow starts entered its next tenth, or
+// ended, since the last call: the elected replica then publishes its ramp clock, at. at is the
+// latest instant the monitor judged a verdict at (a sweep, or evidence), so a follower ends
+// a ramp at the clock no earlier than the elected replica did, and no later.
+func (m *Monitor) TakeRampMoved() (at time.Time, moved bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	moved := m.rampMoved
+	moved = m.rampMoved
 	m.rampMoved = false
-	return moved
+	return m.judgedAt, moved
 }
 
 // SetFollowing says whether another replica judges (true on the replicas that are not
@@ -902,10 +913,25 @@ type Judgment struct {
 	Weight     int
 	Since      time.Time
 	Reasons    []string
-	// Derived says the verdict is the incarnation's first, which every replica derives from
-	// the registration: while the store holds no verdict on the incarnation, it need not
-	// be published.
+	// Derived says a follower answers this verdict from the registration alone (the
+	// incarnation's first verdict, or the serving its slow start ends in, at the ramp
+	// clock): while the store holds no verdict on the incarnation, it need not be published.
 	Derived bool
+	// rampSince is when the incarnation (re-)entered rotation: a slow start from then ends
+	// in this serving verdict.
+	rampSince time.Time
+}
+
+// Follows reports whether a follower holding f (a published verdict on the same
+// incarnation) answers j already: the same verdict, or a slow start published with weight 0
+// that j, serving, ends — a follower ends it at the ramp clock. The elected replica writes j
+// only when it does not.
+func (j Judgment) Follows(f Followed) bool {
+	if j.State == apiv1.EligibilityServing && len(j.Reasons) == 0 && f.State == apiv1.EligibilitySlowStart && f.Weight == 0 {
+		return f.Since.Equal(j.rampSince)
+	}
+	return j.State == f.State && j.Weight == f.Weight && slices.Equal(j.Reasons, f.Reasons) &&
+		(j.State != apiv1.EligibilitySlowStart || j.Since.Equal(f.Since))
 }
 
 // Judged returns this replica's own verdict on id (what the elected replica publishes); ok
@@ -917,20 +943,18 @@ func (m *Monitor) Judged(id string) (j Judgment, ok bool) {
 	if !ok || m.following {
 		return Judgment{}, false
 	}
-	j = Judgment{Generation: v.generation, State: v.verdict.State, Since: v.since, Reasons: v.verdict.Reasons}
-	if v.verdict.State == apiv1.EligibilitySlowStart {
-		if v.in != nil {
-			j.Since = time.Unix(0, v.in.rotationSince)
-		}
-	} else {
+	j = Judgment{Generation: v.generation, State: v.verdict.State, Since: v.since.UTC(), Reasons: v.verdict.Reasons}
+	if v.verdict.State != apiv1.EligibilitySlowStart {
 		j.Weight = v.verdict.Weight
 	}
-	j.Since = j.Since.UTC()
 	if v.in != nil {
-		f := firstVerdict(id, v.generation, v.in.Probe, v.in.registeredAt)
-		// the instant matters to a slow start alone: its weight is reckoned from it
-		j.Derived = j.State == f.State && j.Weight == f.Weight && slices.Equal(j.Reasons, f.Reasons) &&
-			(j.State != apiv1.EligibilitySlowStart || j.Since.Equal(f.Since))
+		if v.in.admitted {
+			j.rampSince = time.Unix(0, v.in.rotationSince).UTC()
+		}
+		if v.verdict.State == apiv1.EligibilitySlowStart {
+			j.Since = j.rampSince
+		}
+		j.Derived = j.Follows(firstVerdict(id, v.generation, v.in.Probe, v.in.registeredAt))
 	}
 	return j, true
 }

@@ -372,11 +372,12 @@ func TestMonitorLogsFirstVerdictsAtDebug(t *testing.T) {
 }
 
 // TestMonitorSharesASlowStartByItsClock: the elected replica publishes a slow start once,
-// with weight 0 and the instant its ramp began, and again when it ends; in between it asks
-// for its ramp clock to be published when the ramp enters its next tenth, not for the
-// verdict. A follower weighs the slow start at the ramp clock it was given — to the tenth,
-// 10 to 90, whatever its own clock says — until the serving verdict comes. A step an earlier
-// version published (a weight above 0) is still answered as published.
+// with weight 0 and the instant its ramp began; it asks for its ramp clock (the instant of
+// its sweep) to be published when the ramp enters its next tenth or ends, not for the
+// verdict, and the serving verdict the ramp ends in follows from the published slow start.
+// A follower weighs the slow start at the ramp clock it was given — to the tenth, 10 to 90,
+// whatever its own clock says — and answers serving once that clock is past the ramp. A
+// step an earlier version published (a weight above 0) is still answered as published.
 func TestMonitorSharesASlowStartByItsClock(t *testing.T) {
 	in := Instance{ID: "a", Zone: "z", Capabilities: []string{"c.x"}, Probe: true}
 	leader := newTestMonitor(t, nil, nil)
@@ -417,8 +418,9 @@ func TestMonitorSharesASlowStartByItsClock(t *testing.T) {
 		{at: 1800 * time.Millisecond, clock: 1500 * time.Millisecond, wantLeader: 26, wantFollow: 20, wantEarlier: 30},
 		{at: 5 * time.Second, clock: 5 * time.Second, wantLeader: 55, wantMoved: true, wantFollow: 50, wantEarlier: 30},
 		{at: 9900 * time.Millisecond, clock: 9900 * time.Millisecond, wantLeader: 99, wantMoved: true, wantFollow: 90, wantEarlier: 30},
-		// past the ramp on the follower's clock, before the serving verdict comes
-		{at: 10 * time.Second, clock: 9900 * time.Millisecond, wantLeader: 100, wantChanged: true, wantFollow: 90, wantEarlier: 100},
+		// past the ramp on the follower's clock, before the ramp clock is
+		{at: 10 * time.Second, clock: 9900 * time.Millisecond, wantLeader: 100, wantMoved: true, wantChanged: true, wantFollow: 90, wantEarlier: 100},
+		{at: 10500 * time.Millisecond, clock: 10 * time.Second, wantLeader: 100, wantFollow: 100, wantEarlier: 100},
 	} {
 		t.Run(tc.at.String(), func(t *testing.T) {
 			now := t0.Add(tc.at)
@@ -426,8 +428,8 @@ func TestMonitorSharesASlowStartByItsClock(t *testing.T) {
 			if _, w, _ := leader.Verdict("a"); w != tc.wantLeader {
 				t.Errorf("the elected replica answers %d, want %d", w, tc.wantLeader)
 			}
-			if got := leader.TakeRampMoved(); got != tc.wantMoved {
-				t.Errorf("ramp moved: %v, want %v", got, tc.wantMoved)
+			if at, got := leader.TakeRampMoved(); got != tc.wantMoved || got && !at.Equal(now) {
+				t.Errorf("ramp moved: %v at %s, want %v (at the sweep, %s)", got, at, tc.wantMoved, now)
 			}
 			if got := leader.TakeChanged(); (len(got) > 0) != tc.wantChanged {
 				t.Errorf("changed %v, want a change: %v", got, tc.wantChanged)
@@ -443,6 +445,10 @@ func TestMonitorSharesASlowStartByItsClock(t *testing.T) {
 				}
 			}
 		})
+	}
+	if j, _ := leader.Judged("a"); j.State != apiv1.EligibilityServing || !j.Follows(Followed{State: apiv1.EligibilitySlowStart, Since: since}) ||
+		j.Follows(Followed{State: apiv1.EligibilitySlowStart, Since: since.Add(time.Second)}) {
+		t.Errorf("serving %+v must follow from the slow start published since %s, and from no other", j, since)
 	}
 	follower.Follow(Followed{ID: "a", Generation: 1, State: apiv1.EligibilityServing, Since: t0.Add(10 * time.Second)}, t0.Add(10*time.Second))
 	if st, w, _ := follower.Verdict("a"); st != apiv1.EligibilityServing || w != 100 {
@@ -492,7 +498,7 @@ func TestMonitorDerivesTheFirstVerdict(t *testing.T) {
 			m.Sync(t0.Add(20*time.Second), nil)
 			m.Register(plain, 2, t0.Add(20*time.Second))
 		}},
-		{name: "past its slow start", in: plain, wantState: apiv1.EligibilityServing, then: func(m *Monitor) {
+		{name: "past its slow start", in: plain, wantState: apiv1.EligibilityServing, wantDerived: true, then: func(m *Monitor) {
 			m.Sync(t0.Add(20*time.Second), nil)
 		}},
 	} {
@@ -518,7 +524,8 @@ func TestMonitorDerivesTheFirstVerdict(t *testing.T) {
 		}{
 			{in: plain, clock: -time.Second, state: apiv1.EligibilitySlowStart, want: 10},
 			{in: plain, clock: 5 * time.Second, state: apiv1.EligibilitySlowStart, want: 50},
-			{in: plain, clock: time.Hour, state: apiv1.EligibilitySlowStart, want: 90}, // until the serving verdict
+			{in: plain, clock: 9999 * time.Millisecond, state: apiv1.EligibilitySlowStart, want: 90},
+			{in: plain, clock: 10 * time.Second, state: apiv1.EligibilityServing, want: 100},
 			{in: probed, clock: time.Hour, state: apiv1.EligibilityUnknown, want: 0},
 		} {
 			m := newTestMonitor(t, nil, nil)
@@ -540,8 +547,9 @@ func TestMonitorDerivesTheFirstVerdict(t *testing.T) {
 					t.Errorf("a verdict on generation 2, which the monitor does not hold")
 				}
 			})
-			if ex, _ := m.Explain("a", t0); len(ex.Reasons) != 1 || !strings.Contains(ex.Reasons[0].Evidence.Detail, "derived from the registration") {
-				t.Errorf("explained %+v, want the derived first verdict", ex.Reasons)
+			if ex, _ := m.Explain("a", t0); ex.State != tc.state || tc.state != apiv1.EligibilityServing &&
+				(len(ex.Reasons) != 1 || !strings.Contains(ex.Reasons[0].Evidence.Detail, "derived from the registration")) {
+				t.Errorf("explained %s %+v, want %s, the derived first verdict", ex.State, ex.Reasons, tc.state)
 			}
 			m.Follow(Followed{ID: "a", Generation: 1, State: apiv1.EligibilityServing, Since: t0.Add(time.Minute)}, t0.Add(2*time.Hour))
 			if st, w, _ := m.Verdict("a"); st != apiv1.EligibilityServing || w != 100 {

@@ -92,7 +92,7 @@ type Eligibility interface {
 	SetFollowing(following bool)
 	Follow(f health.Followed, now time.Time)
 	TakeChanged() []string
-	TakeRampMoved() bool
+	TakeRampMoved() (at time.Time, moved bool)
 	SetRampClock(t, now time.Time)
 	Judged(id string) (health.Judgment, bool)
 }

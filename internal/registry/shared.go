@@ -44,9 +44,10 @@ type VerdictSharer interface {
 
 // shareVerdicts runs on every sweep, and after a change of verdict, with a store that shares
 // verdicts. The elected replica publishes the verdicts that changed since it last looked (all
-// of them once, when it is elected or after a failed publication) and differ from what the
-// store holds, then its ramp clock when a slow start entered its next tenth (and with the
-// whole fleet); the others follow the published ones.
+// of them once, when it is elected or after a failed publication) that the others do not
+// answer already (health.Judgment.Follows: from what the store holds or, while it holds
+// nothing on the incarnation, from the record), then its ramp clock when a slow start entered
+// its next tenth or ended (and with the whole fleet); the others follow the published ones.
 func (r *Registry) shareVerdicts(ctx context.Context, vs VerdictSharer) {
 	m := r.cfg.Eligibility
 	leader := r.Leader()
@@ -74,8 +75,8 @@ func (r *Registry) shareVerdicts(ctx context.Context, vs VerdictSharer) {
 			continue // the monitor holds an earlier incarnation: the next sync declares this one
 		}
 		cur, held := vs.SharedVerdict(rec.InstanceID)
-		if held = held && cur.Generation == rec.Generation; held && cur.State == j.State && cur.Weight == j.Weight || !held && j.Derived {
-			continue // what the store holds, or, while it holds nothing, what every replica derives
+		if held = held && cur.Generation == rec.Generation; held && j.Follows(cur.followed()) || !held && j.Derived {
+			continue // followers answer it from what the store holds, or, while it holds nothing, from the record
 		}
 		out = append(out, SharedVerdict{InstanceID: rec.InstanceID, Generation: rec.Generation, State: j.State, Weight: j.Weight, Since: j.Since, Reasons: j.Reasons})
 	}
@@ -87,9 +88,11 @@ func (r *Registry) shareVerdicts(ctx context.Context, vs VerdictSharer) {
 		}
 	}
 	// After the verdicts, so that a follower holds a slow start before the clock that weighs it.
-	if m.TakeRampMoved() || all {
-		now := r.cfg.Now()
-		if err := r.write(ctx, func(ctx context.Context) error { return vs.PublishRampClock(ctx, now) }); err != nil {
+	if at, moved := m.TakeRampMoved(); moved || all {
+		if !moved {
+			at = r.cfg.Now() // just elected: the previous elected replica's clock may be later than this monitor's last verdict
+		}
+		if err := r.write(ctx, func(ctx context.Context) error { return vs.PublishRampClock(ctx, at) }); err != nil {
 			r.shareAll.Store(true)
 			r.cfg.Logger.Warn("publishing the ramp clock to the other replicas failed; retrying at the next sweep", slog.Any("error", err))
 		}
@@ -109,6 +112,11 @@ func (r *Registry) forwarded(req *apiv1.OutcomesRequest) {
 // follow hands a verdict another replica published to the monitor.
 func (r *Registry) follow(v SharedVerdict) {
 	if rec, ok := r.store.Get(v.InstanceID); ok && rec.Generation == v.Generation {
-		r.cfg.Eligibility.Follow(health.Followed{ID: v.InstanceID, Generation: v.Generation, State: v.State, Weight: v.Weight, Since: v.Since, Reasons: v.Reasons}, r.cfg.Now())
+		r.cfg.Eligibility.Follow(v.followed(), r.cfg.Now())
 	}
+}
+
+// followed is v as the monitor follows it.
+func (v SharedVerdict) followed() health.Followed {
+	return health.Followed{ID: v.InstanceID, Generation: v.Generation, State: v.State, Weight: v.Weight, Since: v.Since, Reasons: v.Reasons}
 }

@@ -9,9 +9,11 @@
 // Layout under the prefix: epoch (created once), instances/<id> (the record), health/<id>
 // (self-reported health once a heartbeat changed it, on the same lease; until then the
 // record's), leader (the election), verdicts/<id> (the elected replica's verdict, on the
-// instance's lease, once it differs from the first, which every replica derives), gateways/<id> (a gateway's drain acknowledgement, on its own lease),
-// outcomes/<gateway id> (outcomes forwarded to the elected replica), rampclock (the instant
-// at which every replica weighs the published slow starts), events/<replica>/<n>.<count>
+// instance's lease, once it differs from what every replica derives: the first verdict, and
+// the serving a slow start ends in at the ramp clock), gateways/<id> (a gateway's drain
+// acknowledgement, on its own lease), outcomes/<gateway id> (outcomes forwarded to the
+// elected replica), rampclock (the instant at which every replica weighs the slow starts),
+// events/<replica>/<n>.<count>
 // (a batch of the shared event journal).
 // etcdstore.go holds the records and the watch, commit.go the batched registrations,
 // renew.go the lease renewals, shared.go the verdicts, the ramp clock, outcomes and

@@ -455,10 +455,10 @@ func TestRampAcrossAFailover(t *testing.T) {
 }
 
 // TestFirstVerdictsAreNotWritten: an incarnation's first verdict (here a slow start of 2 s)
-// is derived from its registration by every replica, so the elected replica writes no
-// verdict until it differs: none during the ramp, one when it ends. A replica whose monitor
-// has not heard of the instance yet (it never sweeps here) answers at each revision what a
-// replica that holds it answers.
+// is derived from its registration by every replica, and the serving it ends in from the
+// ramp clock, so the elected replica writes no verdict while neither differs: none during
+// the ramp, none when it ends. A replica whose monitor has not heard of the instance yet (it
+// never sweeps here) answers at each revision what a replica that holds it answers.
 func TestFirstVerdictsAreNotWritten(t *testing.T) {
 	cli := startEtcd(t)
 	prefix := fmt.Sprintf("/first%d/", prefixes.Add(1))
@@ -514,11 +514,19 @@ func TestFirstVerdictsAreNotWritten(t *testing.T) {
 		}
 	}
 	mu.Unlock()
-	registrytest.Until(t, "x serving on the follower", func() bool {
+	registrytest.Until(t, "x serving on both followers", func() bool {
 		ex, err := follower.Explain("x")
-		return err == nil && ex.State == apiv1.EligibilityServing
+		if err != nil || ex.State != apiv1.EligibilityServing {
+			return false
+		}
+		for _, e := range unswept.Query(&registry.Query{CapabilityID: "messaging.publish"}).Entries {
+			if e.Record.InstanceID == "x" {
+				return e.Eligibility == apiv1.EligibilityServing && e.Weight == 100
+			}
+		}
+		return false
 	})
-	if n := verdicts(); n != 1 {
-		t.Errorf("%d verdicts in etcd after the ramp, want 1 (serving)", n)
+	if n := verdicts(); n != 0 {
+		t.Errorf("%d verdicts in etcd after the ramp, want none", n)
 	}
 }
