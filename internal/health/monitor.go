@@ -170,8 +170,8 @@ type Monitor struct {
 	changedIDs map[string]struct{} // instances whose state changed since TakeChanged (nil until someone asks)
 	// rampMoved says, on the elected replica, that a slow start entered its next tenth, or
 	// ended, since TakeRampMoved; judgedAt is the latest instant it judged a verdict at (the
-	// ramp clock it publishes); rampClock is, on a follower, the elected replica's ramp clock (see
-	// SetRampClock).
+	// ramp clock it publishes); rampClock is, on a follower, the elected replica's ramp
+	// clock (see SetRampClock).
 	rampMoved bool
 	judgedAt  time.Time
 	rampClock time.Time
@@ -763,9 +763,9 @@ func (m *Monitor) followedOf(v *view) (f Followed, derived, ok bool) {
 
 // firstVerdict is an incarnation's first verdict, which every replica derives from its
 // registration alone: admitting while a probe class has not admitted it, else a slow start
-// from the registration (weighed at the ramp clock). The elected replica publishes a verdict
-// only once it differs from this one (Judgment.Derived): a registration then costs a shared
-// store no verdict write.
+// from the registration (weighed at the ramp clock, and ending at it). The elected replica
+// publishes a verdict only once followers do not answer it from this one (Judgment.Derived):
+// a registration then costs a shared store no verdict write.
 func firstVerdict(id string, gen int64, probe bool, registeredAt time.Time) Followed {
 	if probe {
 		return Followed{ID: id, Generation: gen, State: apiv1.EligibilityUnknown, Since: registeredAt, Reasons: reasonsAdmitting}
