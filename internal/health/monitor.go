@@ -773,6 +773,10 @@ func firstVerdict(id string, gen int64, probe bool, registeredAt time.Time) Foll
 	return Followed{ID: id, Generation: gen, State: apiv1.EligibilitySlowStart, Since: registeredAt, Reasons: reasonsSlowStart}
 }
 
+// FirstState is the state of an incarnation's first verdict: unknown (admitting) with a probe
+// class, else slow start. Every replica derives it from the registration alone.
+func FirstState(probe bool) string { return firstVerdict("", 0, probe, time.Time{}).State }
+
 // followedVerdict is f at now: a slow start's weight at the elected replica's ramp clock.
 func (m *Monitor) followedVerdict(f Followed, now time.Time) Verdict {
 	v := Verdict{State: f.State, Reasons: f.Reasons}

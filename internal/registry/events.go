@@ -5,6 +5,7 @@ import (
 	"time"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/internal/health"
 )
 
 // What the registry tells the journal (Config.Journal). Heartbeats are not events: they
@@ -20,7 +21,7 @@ func (r *Registry) journalRegistration(rec, prev *Record, warmingUp bool) {
 		"capabilities": len(rec.Capabilities)}
 	if r.cfg.Eligibility != nil {
 		// the new incarnation's first verdict, which the journal records nowhere else
-		attrs["eligibility"], _, _ = r.eligibilityOf(rec)
+		attrs["eligibility"] = health.FirstState(probed(rec))
 	}
 	if prev == nil {
 		msg := fmt.Sprintf("%s (%s) registered at %s, generation %d", rec.InstanceID, rec.ServiceName, rec.Endpoint, rec.Generation)
