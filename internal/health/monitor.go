@@ -175,8 +175,11 @@ type Monitor struct {
 	rampMoved bool
 	judgedAt  time.Time
 	rampClock time.Time
-	changed   chan struct{}
-	timeline  map[string][]apiv1.TimelineBucket // by capability, oldest first
+	// ramping holds, on a follower, the views on a slow start weighed at the ramp clock that
+	// has not ended: those a new clock weighs again (not the whole fleet).
+	ramping  map[*view]struct{}
+	changed  chan struct{}
+	timeline map[string][]apiv1.TimelineBucket // by capability, oldest first
 	// panicSince holds when each group in panic entered it, until TransitionPanicSustained is said
 	panicSince map[groupKey]time.Time
 	// due holds the views by the instant their verdict may next change by itself, so that a
@@ -211,7 +214,7 @@ func NewMonitor(cfg MonitorConfig) (*Monitor, error) {
 	cfg.Engine = e.cfg
 	m := &Monitor{cfg: cfg, engine: e, views: map[string]*view{}, groups: map[groupKey]*group{},
 		panics: map[groupKey]bool{}, changed: make(chan struct{}), timeline: map[string][]apiv1.TimelineBucket{},
-		panicSince: map[groupKey]time.Time{}, dirty: map[groupKey]struct{}{}}
+		panicSince: map[groupKey]time.Time{}, dirty: map[groupKey]struct{}{}, ramping: map[*view]struct{}{}}
 	if m.metrics, err = newMonitorMetrics(cfg.Registerer, m); err != nil {
 		return nil, err
 	}
@@ -362,6 +365,7 @@ func (m *Monitor) forget(id string, at time.Time) {
 	m.ungroup(v)
 	delete(m.views, id)
 	delete(m.changedIDs, id)
+	delete(m.ramping, v)
 	v.gone = true
 	m.engine.Forget(id)
 	for _, g := range v.groups {
@@ -512,6 +516,11 @@ func (m *Monitor) refreshVerdict(id string, v *view, now time.Time) bool {
 		v.nextDue = dueNever // it changes with what the elected replica publishes (SetRampClock)
 		if nv.State == apiv1.EligibilitySlowStart && f.Weight > 0 {
 			v.nextDue = now.UnixNano() // an earlier version's step ends on this replica's clock
+		}
+		if nv.State == apiv1.EligibilitySlowStart && f.Weight == 0 {
+			m.ramping[v] = struct{}{}
+		} else {
+			delete(m.ramping, v)
 		}
 	} else {
 		nv = m.engine.verdictOf(v.in, now)

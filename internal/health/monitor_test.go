@@ -538,6 +538,9 @@ func TestMonitorDerivesTheFirstVerdict(t *testing.T) {
 			})
 			m.Register(tc.in, 1, t0)
 			m.Sync(t0.Add(2*time.Hour), nil) // its own clock does not move the answer
+			if ramping := tc.state == apiv1.EligibilitySlowStart; (len(m.ramping) == 1) != ramping {
+				t.Errorf("%+v at the ramp clock %s: %d views a new clock weighs again, want them only while it ramps", tc.in, tc.clock, len(m.ramping))
+			}
 			st, w, _ := m.Verdict("a")
 			if got := [2]any{st, w}; got != [2]any{tc.state, tc.want} || first != got {
 				t.Errorf("%+v at the ramp clock %s: answered %v, %v before the monitor held it; want %s %d", tc.in, tc.clock, got, first, tc.state, tc.want)

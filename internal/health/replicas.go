@@ -114,7 +114,9 @@ func rampStep(elapsed, slowStart time.Duration) int {
 // every replica weighs the slow starts the elected replica published (with weight 0). The
 // elected replica publishes its clock when one of its slow starts enters its next tenth
 // (TakeRampMoved): one write for the whole fleet, where each instance's tenth used to be
-// one. A follower weighs those slow starts again at once.
+// one. A follower weighs again at once the slow starts (published or derived) still ramping
+// at its previous clock: a ramp that ended stays ended, and a clock costs the ramps in
+// progress, not the fleet.
 func (m *Monitor) SetRampClock(t, now time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -126,10 +128,8 @@ func (m *Monitor) SetRampClock(t, now time.Time) {
 		return
 	}
 	changed := false
-	for id, v := range m.views {
-		if f, _, ok := m.followedOf(v); ok && f.State == apiv1.EligibilitySlowStart && f.Weight == 0 {
-			changed = m.refreshVerdict(id, v, now) || changed
-		}
+	for v := range m.ramping { // refreshVerdict drops those whose ramp ends
+		changed = m.refreshVerdict(v.id, v, now) || changed
 	}
 	m.publish(changed)
 }
@@ -156,6 +156,9 @@ func (m *Monitor) SetFollowing(following bool) {
 	}
 	m.following = following
 	m.allDue = true // every verdict is due again: its source changed
+	if !following {
+		clear(m.ramping) // the engine weighs its own slow starts
+	}
 	for id, v := range m.views {
 		if f := v.followed; !following && f != nil && f.Generation == v.generation {
 			// Elected: take over what the previous elected replica judged, rather than
