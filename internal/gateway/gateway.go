@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"slices"
 	"strconv"
@@ -198,21 +197,6 @@ func New(cfg Config) (*Gateway, error) {
 	g.admin = g.adminRoutes()
 	g.derive() // the static table, from the first second: it needs no registry
 	return g, nil
-}
-
-// NewTransport returns the upstream transport: keep-alive pools sized for a gateway and
-// timeouts on everything but the response body.
-func NewTransport() *http.Transport {
-	return &http.Transport{
-		Proxy:                 nil,
-		DialContext:           (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:          1024,
-		MaxIdleConnsPerHost:   256,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   5 * time.Second,
-		ResponseHeaderTimeout: 30 * time.Second,
-		ExpectContinueTimeout: time.Second,
-	}
 }
 
 // Run keeps the table current until ctx ends: a long-poll watch of the routes view, and a
