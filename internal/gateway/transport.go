@@ -81,7 +81,7 @@ func NewTransport() *Transport {
 // checked again, as http.Transport does: the gateway's server already refused a request
 // with an invalid one, and Request.Write writes a line break inside a value as a space.
 func direct(req *http.Request) bool {
-	if req.URL.Scheme != "http" || req.URL.Host == "" || (req.Body != nil && req.Body != http.NoBody) || req.Close {
+	if !directPath || req.URL.Scheme != "http" || req.URL.Host == "" || (req.Body != nil && req.Body != http.NoBody) || req.Close {
 		return false
 	}
 	switch req.Method {
@@ -308,22 +308,10 @@ func (t *Transport) maxHeaderBytes() int64 {
 const maxInformational = 5
 
 // usable reports whether a pooled connection may carry a request: the upstream has not
-// closed it and sent nothing unasked. It peeks at the socket without waiting.
+// closed it and sent nothing unasked. It peeks at the socket without waiting; a connection
+// that cannot be peeked at (not a socket) is never used twice.
 func (c *upstreamConn) usable() bool {
-	if c.br.Buffered() > 0 {
-		return false
-	}
-	if c.raw == nil {
-		return true
-	}
-	ok := true
-	var b [1]byte
-	err := c.raw.Read(func(fd uintptr) bool {
-		n, _, err := syscall.Recvfrom(int(fd), b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
-		ok = n < 0 && (err == syscall.EAGAIN || err == syscall.EWOULDBLOCK)
-		return true
-	})
-	return ok && err == nil
+	return c.br.Buffered() == 0 && c.raw != nil && quiet(c.raw)
 }
 
 // connBody is the body of an answer on the direct path. Read to its end, it gives its
