@@ -582,3 +582,32 @@ func FuzzTransportAnswers(f *testing.F) {
 		}
 	})
 }
+
+// BenchmarkTransport sends GETs to a local upstream from GOMAXPROCS goroutines, on the direct
+// path and through the http.Transport it falls back to.
+func BenchmarkTransport(b *testing.B) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	defer srv.Close()
+	tr := gateway.NewTransport()
+	defer tr.CloseIdleConnections()
+	for _, bc := range []struct {
+		name string
+		rt   http.RoundTripper
+	}{{"direct", tr}, {"http.Transport", tr.Fallback}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					req, _ := http.NewRequest("GET", srv.URL, nil)
+					resp, err := bc.rt.RoundTrip(req)
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			})
+		})
+	}
+}
