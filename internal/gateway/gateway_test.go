@@ -678,3 +678,65 @@ func TestSlowBodiesHoldNoUpstream(t *testing.T) {
 		})
 	}
 }
+
+// TestUpstreamRestartBehindTheGateway: the gateway's pooled connections to an upstream die
+// with it; after the upstream comes back on the same address, the next GET is answered by
+// the new process, not failed on a dead connection, and a HEAD and a POST go through too.
+func TestUpstreamRestartBehindTheGateway(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	serve := func(l net.Listener, name string) *httptest.Server {
+		s := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			body, _ := io.ReadAll(r.Body)
+			fmt.Fprintf(w, "%s %s %s", name, r.Method, body)
+		}))
+		s.Listener.Close()
+		s.Listener = l
+		s.Start()
+		return s
+	}
+	first := serve(l, "first")
+	disc, err := discovery.New(discovery.Config{Registries: []string{"http://127.0.0.1:1"}}) // never asked: the static table serves
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, srv := serveGateway(t, gateway.Config{Discovery: disc, OutcomeWindow: -1, Policy: func() routing.Policy { return nil },
+		Static: []routing.StaticRoute{{Path: "/{rest...}", Methods: []string{"GET", "HEAD", "POST"}, Upstream: "http://" + addr}}}, false)
+	send := func(method, body string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest(method, srv.URL+"/items/1", strings.NewReader(body))
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	for range 3 { // the gateway now holds pooled connections to the first process
+		if code, body := send("GET", ""); code != 200 || body != "first GET " {
+			t.Fatalf("before the restart: %d %q", code, body)
+		}
+	}
+	first.CloseClientConnections()
+	first.Close()
+	l, err = net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second := serve(l, "second")
+	defer second.Close()
+	for _, tt := range []struct{ method, body, want string }{
+		{"GET", "", "second GET "},
+		{"HEAD", "", ""},
+		{"POST", "sent", "second POST sent"},
+		{"GET", "", "second GET "},
+	} {
+		if code, body := send(tt.method, tt.body); code != 200 || body != tt.want {
+			t.Errorf("%s after the restart: %d %q, want 200 %q", tt.method, code, body, tt.want)
+		}
+	}
+}
