@@ -11,8 +11,11 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
+	"net/textproto"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -738,5 +741,38 @@ func TestUpstreamRestartBehindTheGateway(t *testing.T) {
 		if code, body := send(tt.method, tt.body); code != 200 || body != tt.want {
 			t.Errorf("%s after the restart: %d %q, want 200 %q", tt.method, code, body, tt.want)
 		}
+	}
+}
+
+// TestEarlyHintsPassThroughTheGateway: an upstream's 103 Early Hints reach the client before
+// the answer, as ReverseProxy forwards them.
+func TestEarlyHintsPassThroughTheGateway(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Link", "</style.css>; rel=preload")
+		w.WriteHeader(http.StatusEarlyHints)
+		w.Header().Del("Link")
+		io.WriteString(w, "ok")
+	}))
+	t.Cleanup(up.Close)
+	disc, err := discovery.New(discovery.Config{Registries: []string{"http://127.0.0.1:1"}}) // never asked: the static table serves
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, srv := serveGateway(t, gateway.Config{Discovery: disc, OutcomeWindow: -1, Policy: func() routing.Policy { return nil },
+		Static: []routing.StaticRoute{{Path: "/page", Methods: []string{"GET"}, Upstream: up.URL}}}, false)
+	var hints []string
+	ctx := httptrace.WithClientTrace(context.Background(), &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+		hints = append(hints, fmt.Sprintf("%d %s", code, h.Get("Link")))
+		return nil
+	}})
+	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL+"/page", nil)
+	resp, err := srv.Client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if want := []string{"103 </style.css>; rel=preload"}; resp.StatusCode != 200 || string(body) != "ok" || !slices.Equal(hints, want) {
+		t.Errorf("got %d %q after %q, want 200 ok after %q", resp.StatusCode, body, hints, want)
 	}
 }

@@ -9,6 +9,8 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
 	"sync"
 	"syscall"
 	"time"
@@ -26,7 +28,8 @@ import (
 // was idle, found when the request is written or before any byte of the answer arrives, is
 // dropped and the request sent once more on a new connection; the request's context ends the
 // wait for the answer and its body; the answer's headers must come within
-// ResponseHeaderTimeout. A connection goes back to the pool only once its answer's body was
+// ResponseHeaderTimeout; informational answers go to the request's httptrace.ClientTrace
+// (ReverseProxy forwards them). A connection goes back to the pool only once its answer's body was
 // read to the end, and is checked when taken from it: one that the upstream closed, or on
 // which bytes arrived that no request asked for, is closed instead of used.
 //
@@ -230,7 +233,8 @@ type upstreamConn struct {
 	idleSince time.Time
 }
 
-// roundTrip writes req and reads the headers of its answer, skipping informational ones.
+// roundTrip writes req and reads the headers of its answer, handing informational ones to
+// the request's trace.
 // The context's end sets the connection's deadline in the past until stop is called.
 func (c *upstreamConn) roundTrip(ctx context.Context, req *http.Request, headerTimeout time.Duration, maxHeader int64) (resp *http.Response, stop func() bool, err error) {
 	stop = context.AfterFunc(ctx, func() { c.nc.SetDeadline(time.Unix(1, 0)) })
@@ -258,7 +262,7 @@ func (c *upstreamConn) roundTrip(ctx context.Context, req *http.Request, headerT
 		}
 		return fail(fmt.Errorf("%w: %w", errNoAnswer, err))
 	}
-	for informational := 0; ; informational++ {
+	for {
 		resp, err := http.ReadResponse(c.br, req)
 		if err != nil {
 			return fail(fmt.Errorf("read the upstream's answer: %w", err))
@@ -270,8 +274,14 @@ func (c *upstreamConn) roundTrip(ctx context.Context, req *http.Request, headerT
 			}
 			return resp, stop, nil
 		}
-		if informational == maxInformational {
-			return fail(fmt.Errorf("read the upstream's answer: more than %d informational answers", maxInformational))
+		// An informational answer goes to the request's trace, as http.Transport hands it:
+		// ReverseProxy forwards it to the client (103 Early Hints). Delivered there, its bytes
+		// no longer count against the bound on headers.
+		if trace := httptrace.ContextClientTrace(ctx); trace != nil && trace.Got1xxResponse != nil {
+			if err := trace.Got1xxResponse(resp.StatusCode, textproto.MIMEHeader(resp.Header)); err != nil {
+				return fail(err)
+			}
+			c.limit.n = maxHeader
 		}
 	}
 }
@@ -302,10 +312,6 @@ func (t *Transport) maxHeaderBytes() int64 {
 	}
 	return t.MaxResponseHeaderBytes
 }
-
-// maxInformational is how many 1xx answers may come before the final one; http.Transport
-// allows as many.
-const maxInformational = 5
 
 // usable reports whether a pooled connection may carry a request: the upstream has not
 // closed it and sent nothing unasked. It peeks at the socket without waiting; a connection

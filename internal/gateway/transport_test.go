@@ -10,6 +10,9 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
+	"net/textproto"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -395,16 +398,18 @@ func TestTransportBoundsTheWaitForHeaders(t *testing.T) {
 
 func TestTransportBoundsTheHeaders(t *testing.T) {
 	pad := strings.Repeat("X-Pad: "+strings.Repeat("x", 90)+"\r\n", 700) // 68,600 bytes
+	hints := strings.Repeat("HTTP/1.1 103 Early Hints\r\n"+pad[:99*300]+"\r\n", 3) + "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 	tests := []struct {
 		name    string
 		answer  string
 		max     int64
+		trace   bool // the request carries a trace that takes informational answers
 		wantErr string
 	}{
 		{name: "within the bound", answer: "HTTP/1.1 200 OK\r\n" + pad + "Content-Length: 2\r\n\r\nok", max: 1 << 20},
 		{name: "over it", answer: "HTTP/1.1 200 OK\r\n" + pad + "Content-Length: 2\r\n\r\nok", max: 64 << 10, wantErr: "too large"},
-		{name: "informational answers count", answer: strings.Repeat("HTTP/1.1 103 Early Hints\r\n"+pad[:99*300]+"\r\n", 3) + "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", max: 64 << 10, wantErr: "too large"},
-		{name: "too many informational answers", answer: strings.Repeat("HTTP/1.1 100 Continue\r\n\r\n", 6) + "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", max: 1 << 20, wantErr: "informational"},
+		{name: "informational answers count", answer: hints, max: 64 << 10, wantErr: "too large"},
+		{name: "unless a trace took them", answer: hints, max: 64 << 10, trace: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -416,7 +421,11 @@ func TestTransportBoundsTheHeaders(t *testing.T) {
 			tr, _ := counted()
 			tr.MaxResponseHeaderBytes = tt.max
 			defer tr.CloseIdleConnections()
-			req, _ := http.NewRequest("GET", "http://"+addr+"/", nil)
+			ctx := context.Background()
+			if tt.trace {
+				ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{Got1xxResponse: func(int, textproto.MIMEHeader) error { return nil }})
+			}
+			req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+addr+"/", nil)
 			resp, err := tr.RoundTrip(req)
 			if err == nil {
 				b, _ := io.ReadAll(resp.Body)
@@ -433,7 +442,7 @@ func TestTransportBoundsTheHeaders(t *testing.T) {
 	}
 }
 
-func TestTransportSkipsInformationalAnswers(t *testing.T) {
+func TestTransportHandsInformationalAnswersToTheTrace(t *testing.T) {
 	addr := rawUpstream(t, func(_ int, c net.Conn) {
 		br := bufio.NewReader(c)
 		for readRequest(br) == nil {
@@ -442,9 +451,27 @@ func TestTransportSkipsInformationalAnswers(t *testing.T) {
 	})
 	tr, dials := counted()
 	defer tr.CloseIdleConnections()
-	for range 2 {
-		if resp, body := get(t, tr, "GET", "http://"+addr+"/"); resp.StatusCode != 200 || body != "ok" {
-			t.Fatalf("answer %d %q, want 200 ok", resp.StatusCode, body)
+	for _, traced := range []bool{true, false} {
+		var got []string
+		ctx := context.Background()
+		if traced {
+			ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+				got = append(got, fmt.Sprintf("%d %s", code, h.Get("Link")))
+				return nil
+			}})
+		}
+		req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+addr+"/", nil)
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(b) != "ok" {
+			t.Fatalf("answer %d %q, want 200 ok", resp.StatusCode, b)
+		}
+		if want := map[bool][]string{true: {"103 </style.css>; rel=preload"}}[traced]; !slices.Equal(got, want) {
+			t.Errorf("traced %v: the trace got %q, want %q", traced, got, want)
 		}
 	}
 	if n := dials.Load(); n != 1 {
