@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/internal/registry/registrytest"
 	"github.com/meshflows/meshflows/internal/store/etcdstore/etcdtest"
 )
@@ -152,6 +153,25 @@ func waitDevReady(t *testing.T, base int) {
 		}
 		json.NewDecoder(resp.Body).Decode(&r)
 		return r.Status == "succeeded"
+	})
+	// dev publishes its example workflows one after the other: order-batch follows the one
+	// that just ran
+	list := "http://127.0.0.1:" + strconv.Itoa(base+devOrchestratorOffset) + "/v1/workflows"
+	registrytest.Until(t, "both example workflows are published", func() bool {
+		resp, err := http.Get(list)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var l apiv1.WorkflowList
+		json.NewDecoder(resp.Body).Decode(&l)
+		published := 0
+		for _, w := range l.Workflows {
+			if w.Published && (w.Name == "order-publish" || w.Name == "order-batch") {
+				published++
+			}
+		}
+		return published == 2
 	})
 }
 
