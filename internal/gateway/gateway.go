@@ -32,7 +32,8 @@ type Config struct {
 	// Policy returns the path prefixes each service may claim; it is called at every
 	// derivation, so a reloaded policy applies at the next one.
 	Policy func() routing.Policy
-	// PolicyCheck is how often the gateway checks whether Policy changed (default 2 s).
+	// PolicyCheck is how often the gateway checks whether Policy changed, and asks its
+	// Transport to close upstream connections idle for too long (default 2 s).
 	PolicyCheck time.Duration
 	// Transport sends requests upstream (default: a tuned keep-alive transport).
 	Transport http.RoundTripper
@@ -268,9 +269,16 @@ func (g *Gateway) Run(ctx context.Context) error {
 			if st := g.state.Load(); st != nil && st.policy != fingerprint(g.cfg.Policy()) {
 				g.derive()
 			}
+			if s, ok := g.cfg.Transport.(staleCloser); ok {
+				s.CloseStale()
+			}
 		}
 	}
 }
+
+// staleCloser is a transport that closes the pooled connections idle for too long when
+// asked (Transport): the gateway asks every PolicyCheck, so that they go without traffic.
+type staleCloser interface{ CloseStale() }
 
 // drainPoll is how often the gateway looks again whether the requests on a replaced table
 // have finished, to acknowledge the current one.

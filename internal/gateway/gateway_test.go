@@ -776,3 +776,32 @@ func TestEarlyHintsPassThroughTheGateway(t *testing.T) {
 		t.Errorf("got %d %q after %q, want 200 ok after %q", resp.StatusCode, body, hints, want)
 	}
 }
+
+// staleCounter is a transport that counts the gateway's requests to close stale connections.
+type staleCounter struct {
+	http.RoundTripper
+	asked chan struct{}
+}
+
+func (s *staleCounter) CloseStale() {
+	select {
+	case s.asked <- struct{}{}:
+	default:
+	}
+}
+
+// TestGatewayClosesStaleUpstreamConnections: the running gateway asks its transport to close
+// the connections idle for too long, without waiting for a request to come.
+func TestGatewayClosesStaleUpstreamConnections(t *testing.T) {
+	tr := &staleCounter{RoundTripper: http.DefaultTransport, asked: make(chan struct{}, 1)}
+	disc, err := discovery.New(discovery.Config{Registries: []string{"http://127.0.0.1:1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveGateway(t, gateway.Config{Discovery: disc, OutcomeWindow: -1, Transport: tr, PolicyCheck: 10 * time.Millisecond}, true)
+	select {
+	case <-tr.asked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the gateway never asked its transport to close stale connections")
+	}
+}

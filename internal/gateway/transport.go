@@ -53,8 +53,9 @@ type Transport struct {
 	// answers included (default 10 MiB, as http.Transport's).
 	MaxResponseHeaderBytes int64
 
-	mu   sync.Mutex
-	idle map[string][]*upstreamConn
+	mu    sync.Mutex
+	idle  map[string][]*upstreamConn // by upstream address; an address left without any goes at the next expiry
+	swept time.Time                  // when put last closed what sat idle too long
 }
 
 // NewTransport returns the upstream transport: keep-alive pools sized for a gateway and
@@ -157,10 +158,7 @@ var defaultDialer net.Dialer
 // conn takes an idle connection to addr from the pool, or dials one.
 func (t *Transport) conn(ctx context.Context, addr string) (*upstreamConn, bool, error) {
 	now := t.now()
-	idleTimeout := t.IdleTimeout
-	if idleTimeout <= 0 {
-		idleTimeout = 90 * time.Second
-	}
+	idleTimeout := t.idleTimeout()
 	for {
 		t.mu.Lock()
 		cs := t.idle[addr]
@@ -196,13 +194,17 @@ func (t *Transport) conn(ctx context.Context, addr string) (*upstreamConn, bool,
 	return c, false, nil
 }
 
-// put returns c to the pool of addr, or closes it when the pool is full.
+// put returns c to the pool of addr, or closes it when the pool is full. Once a second at
+// most, it also closes every pooled connection idle for longer than IdleTimeout: upstreams
+// come and go, and the connections to one that went would otherwise stay open.
 func (t *Transport) put(addr string, c *upstreamConn) {
-	c.idleSince = t.now()
+	now := t.now()
+	c.idleSince = now
 	limit := t.MaxIdlePerHost
 	if limit <= 0 {
 		limit = 256
 	}
+	var stale []*upstreamConn
 	t.mu.Lock()
 	if t.idle == nil {
 		t.idle = map[string][]*upstreamConn{}
@@ -212,10 +214,59 @@ func (t *Transport) put(addr string, c *upstreamConn) {
 		t.idle[addr] = append(cs, c)
 		c = nil
 	}
+	if now.Sub(t.swept) >= time.Second {
+		t.swept = now
+		stale = t.expireLocked(now)
+	}
 	t.mu.Unlock()
 	if c != nil {
 		c.nc.Close()
 	}
+	for _, c := range stale {
+		c.nc.Close()
+	}
+}
+
+// CloseStale closes the pooled connections idle for longer than IdleTimeout (the gateway
+// calls it every few seconds, so that they go even when no request comes).
+func (t *Transport) CloseStale() {
+	t.mu.Lock()
+	stale := t.expireLocked(t.now())
+	t.mu.Unlock()
+	for _, c := range stale {
+		c.nc.Close()
+	}
+}
+
+// expireLocked takes out of the pools the connections idle for longer than IdleTimeout at
+// now, and the entries of addresses left without any, and returns the connections.
+func (t *Transport) expireLocked(now time.Time) []*upstreamConn {
+	var stale []*upstreamConn
+	timeout := t.idleTimeout()
+	for addr, cs := range t.idle {
+		kept := cs[:0]
+		for _, c := range cs {
+			if now.Sub(c.idleSince) < timeout {
+				kept = append(kept, c)
+			} else {
+				stale = append(stale, c)
+			}
+		}
+		clear(cs[len(kept):])
+		if len(kept) == 0 {
+			delete(t.idle, addr)
+		} else {
+			t.idle[addr] = kept
+		}
+	}
+	return stale
+}
+
+func (t *Transport) idleTimeout() time.Duration {
+	if t.IdleTimeout <= 0 {
+		return 90 * time.Second
+	}
+	return t.IdleTimeout
 }
 
 // errNoAnswer marks a request that failed before any byte of an answer came back: on a
