@@ -203,3 +203,29 @@ func BenchmarkWatchFanOut(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkProbeTargets: the prober's question after a registration moved the revision, in a
+// fleet where 100 instances declare a health probe and the rest none.
+func BenchmarkProbeTargets(b *testing.B) {
+	for _, n := range benchSizes() {
+		b.Run(fmt.Sprintf("instances=%d", n), func(b *testing.B) {
+			f, _ := fill(b, n)
+			for i := range 100 {
+				req := request(fmt.Sprintf("probed-%d", i), "svc-probed")
+				req.Manifest = &apiv1.Manifest{FARP: "1.0", Service: apiv1.ManifestService{Name: "svc-probed", Instance: req.InstanceID, Version: "0.1.3"},
+					Health: &apiv1.ManifestHealth{Path: "/healthz", Interval: "5s", UnhealthyAfter: apiv1.Int(2)}}
+				mustRegister(b, f, req)
+			}
+			again := benchRequest(0)
+			b.ResetTimer()
+			for b.Loop() {
+				b.StopTimer()
+				mustRegister(b, f, again) // a new incarnation: the revision moves
+				b.StartTimer()
+				if got := len(f.reg.ProbeTargets()); got != 100 {
+					b.Fatalf("%d targets, want 100", got)
+				}
+			}
+		})
+	}
+}

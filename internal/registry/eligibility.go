@@ -259,6 +259,13 @@ type probeTargetCache struct {
 	targets []prober.Target
 }
 
+// probedLister is a store that keeps the records with a health probe apart, so that the
+// targets are found without walking the whole fleet at each change (the prober asks every
+// 100 ms, and while instances register the revision moves every time).
+type probedLister interface {
+	ProbedRecords() []*Record
+}
+
 // ProbeTargets returns every instance whose manifest declares health, at its declared path
 // and interval. The answer is built once per store revision; callers must not modify it.
 func (r *Registry) ProbeTargets() []prober.Target {
@@ -271,7 +278,13 @@ func (r *Registry) ProbeTargets() []prober.Target {
 		return pt.targets
 	}
 	out := []prober.Target{} // not nil: the answer at this revision is known
-	for _, rec := range r.store.Records() {
+	var recs []*Record
+	if p, ok := r.store.(probedLister); ok {
+		recs = p.ProbedRecords()
+	} else {
+		recs = r.store.Records()
+	}
+	for _, rec := range recs {
 		m := rec.Manifest
 		if m == nil || m.Health == nil {
 			continue

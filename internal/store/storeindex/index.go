@@ -16,6 +16,7 @@ type Index struct {
 	records   map[string]*registry.Record
 	byService map[string]set
 	byCap     map[string]set
+	probed    set // the records whose manifest declares a health probe
 	caps      int
 	revision  int64
 	changed   chan struct{}
@@ -30,7 +31,8 @@ type Index struct {
 
 // NewIndex returns an empty index at revision 0.
 func NewIndex() *Index {
-	return &Index{records: map[string]*registry.Record{}, byService: map[string]set{}, byCap: map[string]set{}, changed: make(chan struct{})}
+	return &Index{records: map[string]*registry.Record{}, byService: map[string]set{}, byCap: map[string]set{}, probed: set{},
+		changed: make(chan struct{})}
 }
 
 // bumpLocked moves the revision to rev (or one past the current one when rev is 0) and wakes
@@ -64,8 +66,14 @@ func (ix *Index) indexLocked(rec *registry.Record) {
 	for _, c := range rec.Capabilities {
 		add(ix.byCap, c.CapabilityID, rec)
 	}
+	if probed(rec) {
+		ix.probed[rec] = struct{}{}
+	}
 	ix.caps += len(rec.Capabilities)
 }
+
+// probed reports whether rec's manifest declares a health probe.
+func probed(rec *registry.Record) bool { return rec.Manifest != nil && rec.Manifest.Health != nil }
 
 func (ix *Index) unindexLocked(rec *registry.Record) {
 	delete(ix.records, rec.InstanceID)
@@ -73,6 +81,7 @@ func (ix *Index) unindexLocked(rec *registry.Record) {
 	for _, c := range rec.Capabilities {
 		remove(ix.byCap, c.CapabilityID, rec)
 	}
+	delete(ix.probed, rec)
 	ix.caps -= len(rec.Capabilities)
 }
 
@@ -137,7 +146,7 @@ func (ix *Index) Reset(recs []*registry.Record, rev int64) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	ix.records = make(map[string]*registry.Record, len(recs))
-	ix.byService, ix.byCap, ix.caps = map[string]set{}, map[string]set{}, 0
+	ix.byService, ix.byCap, ix.probed, ix.caps = map[string]set{}, map[string]set{}, set{}, 0
 	for _, rec := range recs {
 		ix.indexLocked(rec)
 	}
@@ -191,6 +200,18 @@ func (ix *Index) Records() []*registry.Record {
 	defer ix.mu.RUnlock()
 	out := make([]*registry.Record, 0, len(ix.records))
 	for _, rec := range ix.records {
+		out = append(out, rec)
+	}
+	return out
+}
+
+// ProbedRecords returns the records whose manifest declares a health probe, in no order:
+// what the prober walks, without walking the records that declare none.
+func (ix *Index) ProbedRecords() []*registry.Record {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	out := make([]*registry.Record, 0, len(ix.probed))
+	for rec := range ix.probed {
 		out = append(out, rec)
 	}
 	return out

@@ -1,6 +1,7 @@
 package storeindex_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -100,5 +101,45 @@ func TestPutNewer(t *testing.T) {
 	}
 	if rev, _ := ix.Watch(); rev != 9 {
 		t.Errorf("revision %d, want 9 (a copy not stored moves nothing)", rev)
+	}
+}
+
+// probedRecord is record(id) with a manifest that declares a health probe.
+func probedRecord(id string) *registry.Record {
+	return registry.RecordFromInstance(apiv1.Instance{InstanceID: id, ServiceName: "svc", ServiceVersion: "1.0.0", Endpoint: "http://" + id,
+		Capabilities: []apiv1.Capability{{CapabilityID: "a.b", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0", Provider: "p"}},
+		Manifest:     &apiv1.Manifest{Health: &apiv1.ManifestHealth{Path: "/healthz", Interval: "5s"}}},
+		time.Now().Add(time.Minute))
+}
+
+// TestProbedRecords: the index keeps the records with a health probe apart through every
+// change: a put, a new incarnation with or without one, a removal, a reset.
+func TestProbedRecords(t *testing.T) {
+	ix := storeindex.NewIndex()
+	steps := []struct {
+		name string
+		do   func()
+		want []string
+	}{
+		{"puts", func() {
+			ix.Put(probedRecord("p1"), 0)
+			ix.Put(record("u1"), 0)
+			ix.Put(probedRecord("p2"), 0)
+		}, []string{"p1", "p2"}},
+		{"a new incarnation without a probe", func() { ix.Put(record("p1"), 0) }, []string{"p2"}},
+		{"a new incarnation with one", func() { ix.Put(probedRecord("u1"), 0) }, []string{"p2", "u1"}},
+		{"a removal", func() { ix.Remove("p2", nil, 0) }, []string{"u1"}},
+		{"a reset", func() { ix.Reset([]*registry.Record{record("a"), probedRecord("b"), probedRecord("c")}, 10) }, []string{"b", "c"}},
+	}
+	for _, st := range steps {
+		st.do()
+		var got []string
+		for _, rec := range ix.ProbedRecords() {
+			got = append(got, rec.InstanceID)
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, st.want) {
+			t.Errorf("after %s: probed %q, want %q", st.name, got, st.want)
+		}
 	}
 }
