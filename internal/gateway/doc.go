@@ -5,4 +5,9 @@
 // instances, one retry on another instance after a connection failure for idempotent routes
 // only, and the last valid table while the registry cannot be reached, every response
 // saying so (X-Cache-Source, X-Route-Table-Age).
+//
+// Requests go upstream through httputil.ReverseProxy over the package's Transport
+// (transport.go): a bodiless GET, HEAD or OPTIONS to a plain-HTTP upstream is written and
+// answered on the request's goroutine over a pooled connection, everything else through
+// http.Transport.
 package gateway
