@@ -24,7 +24,7 @@ func healthInstance(rec *Record) health.Instance {
 			in.Capabilities[i] = c.CapabilityID
 		}
 	}
-	if in.Probe = probed(rec); in.Probe {
+	if in.Probe = rec.Probed(); in.Probe {
 		if m := rec.Manifest; m.Health.UnhealthyAfter != nil {
 			if n, ok := m.Health.UnhealthyAfter.Int64(); ok {
 				in.UnhealthyAfter = int(n)
@@ -33,10 +33,6 @@ func healthInstance(rec *Record) health.Instance {
 	}
 	return in
 }
-
-// probed reports whether rec's manifest declares a probe class: its instance is admitted by
-// probes, not at registration.
-func probed(rec *Record) bool { return rec.Manifest != nil && rec.Manifest.Health != nil }
 
 // revision is the revision discovery answers carry: the store's plus the eligibility
 // monitor's, so that a change of either is a new revision (both only grow). With a store that
@@ -168,7 +164,7 @@ func verdictOf(rd health.Reader, rec *Record) (state string, weight int) {
 	if state, weight, ok := rd.VerdictAt(rec.InstanceID, rec.Generation); ok {
 		return state, weight
 	}
-	return rd.First(probed(rec), rec.RegisteredAt)
+	return rd.First(rec.Probed(), rec.RegisteredAt)
 }
 
 // eligibilityOf returns the published state and weight of rec, and whether one of its
@@ -259,13 +255,6 @@ type probeTargetCache struct {
 	targets []prober.Target
 }
 
-// probedLister is a store that keeps the records with a health probe apart, so that the
-// targets are found without walking the whole fleet at each change (the prober asks every
-// 100 ms, and while instances register the revision moves every time).
-type probedLister interface {
-	ProbedRecords() []*Record
-}
-
 // ProbeTargets returns every instance whose manifest declares health, at its declared path
 // and interval. The answer is built once per store revision; callers must not modify it.
 func (r *Registry) ProbeTargets() []prober.Target {
@@ -278,17 +267,8 @@ func (r *Registry) ProbeTargets() []prober.Target {
 		return pt.targets
 	}
 	out := []prober.Target{} // not nil: the answer at this revision is known
-	var recs []*Record
-	if p, ok := r.store.(probedLister); ok {
-		recs = p.ProbedRecords()
-	} else {
-		recs = r.store.Records()
-	}
-	for _, rec := range recs {
+	for _, rec := range r.store.ProbedRecords() {
 		m := rec.Manifest
-		if m == nil || m.Health == nil {
-			continue
-		}
 		iv, err := time.ParseDuration(m.Health.Interval)
 		if err != nil || iv <= 0 {
 			continue // validation refuses these at registration

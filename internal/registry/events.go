@@ -21,7 +21,7 @@ func (r *Registry) journalRegistration(rec, prev *Record, warmingUp bool) {
 		"capabilities": len(rec.Capabilities)}
 	if r.cfg.Eligibility != nil {
 		// the new incarnation's first verdict, which the journal records nowhere else
-		attrs["eligibility"] = health.FirstState(probed(rec))
+		attrs["eligibility"] = health.FirstState(rec.Probed())
 	}
 	if prev == nil {
 		msg := fmt.Sprintf("%s (%s) registered at %s, generation %d", rec.InstanceID, rec.ServiceName, rec.Endpoint, rec.Generation)

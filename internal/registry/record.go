@@ -60,6 +60,10 @@ type Record struct {
 // heartbeated since: it may have gone away while the registry was down.
 func (r *Record) Restored() bool { return r.restored.Load() }
 
+// Probed reports whether the record's manifest declares a probe class: its instance is
+// admitted by probes, not at registration, and the prober visits it.
+func (r *Record) Probed() bool { return r.Manifest != nil && r.Manifest.Health != nil }
+
 // Confirm clears the restored mark (the instance heartbeated) and reports whether it was set.
 func (r *Record) Confirm() bool { return r.restored.Swap(false) }
 

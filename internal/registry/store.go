@@ -103,6 +103,10 @@ type Store interface {
 	Get(id string) (*Record, bool)
 	// Records returns every record, in no particular order.
 	Records() []*Record
+	// ProbedRecords returns the records whose manifest declares a probe class (Probed), in
+	// no particular order: the prober asks for them every 100 ms, and a store keeps them
+	// apart so that the answer costs the probed instances, not the fleet.
+	ProbedRecords() []*Record
 	// Query returns the entries that match q, in no particular order.
 	Query(q *Query) []Entry
 	// Counts returns how many instances and capabilities are registered.

@@ -624,8 +624,7 @@ func (s *Store) Get(id string) (*registry.Record, bool) { return s.index.Get(id)
 // Records implements registry.Store.
 func (s *Store) Records() []*registry.Record { return s.index.Records() }
 
-// ProbedRecords returns the records whose manifest declares a health probe (the prober's
-// targets).
+// ProbedRecords implements registry.Store.
 func (s *Store) ProbedRecords() []*registry.Record { return s.index.ProbedRecords() }
 
 // Query implements registry.Store.

@@ -66,14 +66,11 @@ func (ix *Index) indexLocked(rec *registry.Record) {
 	for _, c := range rec.Capabilities {
 		add(ix.byCap, c.CapabilityID, rec)
 	}
-	if probed(rec) {
+	if rec.Probed() {
 		ix.probed[rec] = struct{}{}
 	}
 	ix.caps += len(rec.Capabilities)
 }
-
-// probed reports whether rec's manifest declares a health probe.
-func probed(rec *registry.Record) bool { return rec.Manifest != nil && rec.Manifest.Health != nil }
 
 func (ix *Index) unindexLocked(rec *registry.Record) {
 	delete(ix.records, rec.InstanceID)
