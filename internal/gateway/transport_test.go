@@ -388,19 +388,21 @@ func TestTransportEndsWithTheRequestsContext(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			release := make(chan struct{})
+			release, got := make(chan struct{}), make(chan struct{})
 			defer close(release)
 			addr := rawUpstream(t, func(_ int, c net.Conn) {
 				readRequest(bufio.NewReader(c))
 				io.WriteString(c, tt.answer)
+				close(got)
 				<-release
 			})
 			tr, _ := counted()
 			defer tr.CloseIdleConnections()
 			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
 			req, _ := http.NewRequestWithContext(ctx, "GET", "http://"+addr+"/", nil)
 			if tt.answer == "" {
-				time.AfterFunc(10*time.Millisecond, cancel)
+				go func() { <-got; cancel() }() // the request is out: the transport waits for the answer
 				_, err := tr.RoundTrip(req)
 				if !errors.Is(err, context.Canceled) {
 					t.Fatalf("error %v, want context.Canceled", err)
