@@ -58,6 +58,14 @@ type Transport struct {
 	swept time.Time                  // when put last closed what sat idle too long
 }
 
+// The defaults of a Transport's pool and bounds, which its fallback shares.
+const (
+	defaultMaxIdlePerHost = 256
+	defaultIdleTimeout    = 90 * time.Second
+	defaultMaxHeaderBytes = 10 << 20 // http.Transport's
+	headerTimeout         = 30 * time.Second
+)
+
 // NewTransport returns the upstream transport: keep-alive pools sized for a gateway and
 // timeouts on everything but the response body.
 func NewTransport() *Transport {
@@ -67,16 +75,14 @@ func NewTransport() *Transport {
 			Proxy:                 nil,
 			DialContext:           dial,
 			MaxIdleConns:          1024,
-			MaxIdleConnsPerHost:   256,
-			IdleConnTimeout:       90 * time.Second,
+			MaxIdleConnsPerHost:   defaultMaxIdlePerHost,
+			IdleConnTimeout:       defaultIdleTimeout,
 			TLSHandshakeTimeout:   5 * time.Second,
-			ResponseHeaderTimeout: 30 * time.Second,
+			ResponseHeaderTimeout: headerTimeout,
 			ExpectContinueTimeout: time.Second,
 		},
 		Dial:                  dial,
-		MaxIdlePerHost:        256,
-		IdleTimeout:           90 * time.Second,
-		ResponseHeaderTimeout: 30 * time.Second,
+		ResponseHeaderTimeout: headerTimeout,
 	}
 }
 
@@ -200,17 +206,13 @@ func (t *Transport) conn(ctx context.Context, addr string) (*upstreamConn, bool,
 func (t *Transport) put(addr string, c *upstreamConn) {
 	now := t.now()
 	c.idleSince = now
-	limit := t.MaxIdlePerHost
-	if limit <= 0 {
-		limit = 256
-	}
 	var stale []*upstreamConn
 	t.mu.Lock()
 	if t.idle == nil {
 		t.idle = map[string][]*upstreamConn{}
 	}
 	cs := t.idle[addr]
-	if len(cs) < limit {
+	if len(cs) < or(t.MaxIdlePerHost, defaultMaxIdlePerHost) {
 		t.idle[addr] = append(cs, c)
 		c = nil
 	}
@@ -262,11 +264,14 @@ func (t *Transport) expireLocked(now time.Time) []*upstreamConn {
 	return stale
 }
 
-func (t *Transport) idleTimeout() time.Duration {
-	if t.IdleTimeout <= 0 {
-		return 90 * time.Second
+func (t *Transport) idleTimeout() time.Duration { return or(t.IdleTimeout, defaultIdleTimeout) }
+
+// or is v, or def when v is not positive (a field left to its default).
+func or[T int | int64 | time.Duration](v, def T) T {
+	if v <= 0 {
+		return def
 	}
-	return t.IdleTimeout
+	return v
 }
 
 // errNoAnswer marks a request that failed before any byte of an answer came back: on a
@@ -357,10 +362,7 @@ func (l *limitedReader) Read(p []byte) (int, error) {
 var errHeadersTooLarge = errors.New("the answer's headers are too large")
 
 func (t *Transport) maxHeaderBytes() int64 {
-	if t.MaxResponseHeaderBytes <= 0 {
-		return 10 << 20
-	}
-	return t.MaxResponseHeaderBytes
+	return or(t.MaxResponseHeaderBytes, defaultMaxHeaderBytes)
 }
 
 // usable reports whether a pooled connection may carry a request: the upstream has not
