@@ -514,12 +514,13 @@ func (m *Monitor) refreshVerdict(id string, v *view, now time.Time) bool {
 	if f, _, ok := m.followedOf(v); ok {
 		nv = m.followedVerdict(f, now)
 		v.nextDue = dueNever // it changes with what the elected replica publishes (SetRampClock)
-		if nv.State == apiv1.EligibilitySlowStart && f.Weight > 0 {
+		switch {
+		case nv.State == apiv1.EligibilitySlowStart && f.Weight == 0:
+			m.ramping[v] = struct{}{} // weighed again at each ramp clock
+		case nv.State == apiv1.EligibilitySlowStart:
 			v.nextDue = now.UnixNano() // an earlier version's step ends on this replica's clock
-		}
-		if nv.State == apiv1.EligibilitySlowStart && f.Weight == 0 {
-			m.ramping[v] = struct{}{}
-		} else {
+			fallthrough
+		default:
 			delete(m.ramping, v)
 		}
 	} else {
