@@ -193,11 +193,6 @@ func (s *Store) commitBatch(ctx context.Context, batch []*registration) {
 		s.index.Put(w.rec, rev) // read your own writes; the watch events are recognised later
 	}
 	s.index.Release()
-	// The revision too: while the watch folds in a response (its Hold), the revision readers
-	// see waits for that to end, and a registrant that looked at it once answered would see
-	// the revision before its own write, then a move no write of its own made. (Cut short
-	// at shutdown: the write is done all the same.)
-	_ = s.index.Reached(ctx, rev)
 	for i, w := range batch {
 		w.done <- committed{rev: rev, prev: resp.Responses[len(w.ops)*i+putOp].GetResponsePut().GetPrevKv()}
 	}

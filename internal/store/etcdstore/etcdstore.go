@@ -599,11 +599,7 @@ func (s *Store) Deregister(ctx context.Context, id string, generation int64) (*r
 	if rec == nil {
 		return &registry.Record{InstanceID: id, Generation: generation}, nil
 	}
-	if s.index.Remove(id, rec, resp.Header.Revision) != nil {
-		// As a registration's (commit.go): the revision of the removal, once a hold lets it
-		// show. Not when the index did not hold the record: nothing moves its revision then.
-		_ = s.index.Reached(ctx, resp.Header.Revision)
-	}
+	s.index.Remove(id, rec, resp.Header.Revision)
 	return rec, nil
 }
 

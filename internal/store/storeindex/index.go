@@ -1,7 +1,6 @@
 package storeindex
 
 import (
-	"context"
 	"sync"
 
 	"github.com/meshflows/meshflows/internal/registry"
@@ -266,22 +265,4 @@ func (ix *Index) Watch() (int64, <-chan struct{}) {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	return ix.revision, ix.changed
-}
-
-// Reached waits until the revision readers see is rev or later, or ctx ends. A writer whose
-// change another holder's Hold deferred calls it before answering, so that whoever it
-// answers sees the revision of that change (not the one before) at its next look. Only a
-// change that moved the revision to rev (Put, a Remove that removed) is certain to reach it.
-func (ix *Index) Reached(ctx context.Context, rev int64) error {
-	for {
-		cur, changed := ix.Watch()
-		if cur >= rev {
-			return nil
-		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
 }

@@ -1,8 +1,6 @@
 package storeindex_test
 
 import (
-	"context"
-	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -143,33 +141,5 @@ func TestProbedRecords(t *testing.T) {
 		if !slices.Equal(got, st.want) {
 			t.Errorf("after %s: probed %q, want %q", st.name, got, st.want)
 		}
-	}
-}
-
-// TestChangesUnderAnotherHoldAreReached: a writer's change made while another holder holds
-// the index shows under its revision only at that holder's release; Reached waits for it.
-func TestChangesUnderAnotherHoldAreReached(t *testing.T) {
-	ix := storeindex.NewIndex()
-	ix.Put(record("a"), 5)
-	ix.Hold() // the watch folding in a response
-	ix.Put(record("b"), 7)
-	if rev, _ := ix.Watch(); rev != 5 {
-		t.Fatalf("revision %d under the hold, want 5", rev)
-	}
-	reached := make(chan error, 1)
-	go func() { reached <- ix.Reached(context.Background(), 7) }()
-	select {
-	case <-reached:
-		t.Fatal("Reached(7) returned while the revision was 5")
-	default:
-	}
-	ix.Release()
-	if err := <-reached; err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if err := ix.Reached(ctx, 99); !errors.Is(err, context.Canceled) {
-		t.Errorf("Reached past the revision with an ended context: %v, want context.Canceled", err)
 	}
 }
