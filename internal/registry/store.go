@@ -82,7 +82,9 @@ type Store interface {
 
 	// Register stores rec as the current incarnation of rec.InstanceID, replacing any
 	// other, sets rec.Generation to the next generation (strictly increasing for the life
-	// of the store) and advances the revision.
+	// of the store) and advances the revision: at once, or — a store that folds a watch's
+	// responses into its view (etcd) while one is being folded in — when that ends, a moment
+	// after Register returned. The record itself is read at once either way.
 	Register(ctx context.Context, rec *Record) error
 	// Heartbeat extends the lease of the record with that id and generation to expires and
 	// stores its health; it advances the revision only when the health changed. It returns

@@ -69,6 +69,21 @@ func closedWithin(ch <-chan struct{}) bool {
 	}
 }
 
+// registered returns the revision once it shows rec's registration, and its channel. A store
+// fed by a watch may show it a moment after Register returns (registry.Store.Register); a
+// revision is never below the generations it holds, so that one is reached by then.
+func registered(s registry.Store, rec *registry.Record) (int64, <-chan struct{}) {
+	for {
+		rev, changed := s.Watch()
+		if rev >= rec.Generation {
+			return rev, changed
+		}
+		if !closedWithin(changed) {
+			return rev, changed // the assertions that follow say what is wrong
+		}
+	}
+}
+
 // Run runs the whole suite against stores made by newStore.
 func Run(t *testing.T, newStore NewStore, opts Options) {
 	ctx := context.Background()
@@ -103,7 +118,7 @@ func Run(t *testing.T, newStore NewStore, opts Options) {
 		s := newStore(t, now)
 		a := Record(t, "a", "svc", "x.y/p@1.0.0")
 		s.Register(ctx, a)
-		rev, changed := s.Watch()
+		rev, changed := registered(s, a)
 		exp := t0.Add(5 * time.Minute)
 		if _, err := s.Heartbeat(ctx, "a", a.Generation, apiv1.HealthOK, exp); err != nil {
 			t.Fatalf("Heartbeat: %v", err)
