@@ -82,9 +82,10 @@ type Store interface {
 
 	// Register stores rec as the current incarnation of rec.InstanceID, replacing any
 	// other, sets rec.Generation to the next generation (strictly increasing for the life
-	// of the store) and advances the revision: at once, or — a store that folds a watch's
-	// responses into its view (etcd) while one is being folded in — when that ends, a moment
-	// after Register returned. The record itself is read at once either way.
+	// of the store) and advances the revision: at once, or — a store whose revision follows a
+	// watch (etcd) — once the watch has brought in every write before it, a moment after
+	// Register returned, so that a revision always holds every write up to it, other
+	// replicas' included. The record itself is read at once either way.
 	Register(ctx context.Context, rec *Record) error
 	// Heartbeat extends the lease of the record with that id and generation to expires and
 	// stores its health; it advances the revision only when the health changed. It returns
@@ -92,7 +93,7 @@ type Store interface {
 	// (Record.Confirm), which advances the revision too.
 	Heartbeat(ctx context.Context, id string, generation int64, health string, expires time.Time) (*Record, error)
 	// Deregister removes the record with that id; a generation > 0 must be the current one
-	// (ErrGenerationMismatch otherwise). It advances the revision.
+	// (ErrGenerationMismatch otherwise). It advances the revision (as Register does).
 	Deregister(ctx context.Context, id string, generation int64) (*Record, error)
 	// Expire removes every record whose lease ended at or before now and returns them.
 	Expire(ctx context.Context, now time.Time) ([]*Record, error)

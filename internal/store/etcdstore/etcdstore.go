@@ -59,6 +59,7 @@ type Store struct {
 	epoch registry.Epoch
 
 	leases  sync.Map   // instance id -> clientv3.LeaseID
+	ahead   ahead      // this replica's writes its view holds before its revision shows them
 	renewer *renewer   // heartbeats' lease renewals, over streams Run keeps open
 	commits *committer // registrations waiting to be written together
 	healthM sync.Mutex
@@ -212,6 +213,7 @@ func (s *Store) resync(ctx context.Context) error {
 		}
 	}
 	s.index.Reset(recs, resp.Header.Revision)
+	s.ahead.reached(resp.Header.Revision) // the view read holds this replica's writes up to it
 	s.startRev = resp.Header.Revision
 	s.replayEvents(events)
 	return nil
@@ -288,11 +290,20 @@ func (s *Store) Run(ctx context.Context) error {
 // applyAll folds one watch response into the local view, moving the revision readers see once,
 // after all of it: the keys etcd wrote at one revision (a registration's record and health,
 // a batch of verdicts) come in one response, and an answer at that revision must hold them all.
+//
+// The events of a response are every write up to the last one's revision, so the revision
+// also moves past this replica's own writes up to it, which its view took when it made them.
 func (s *Store) applyAll(evs []*clientv3.Event) {
+	if len(evs) == 0 {
+		return // a progress notification
+	}
 	s.index.Hold()
 	defer s.index.Release()
 	for _, ev := range evs {
 		s.apply(ev)
+	}
+	if own := s.ahead.reached(evs[len(evs)-1].Kv.ModRevision); own > 0 {
+		s.index.Touch(own)
 	}
 }
 
@@ -403,7 +414,7 @@ func (s *Store) apply(ev *clientv3.Event) {
 			return
 		}
 		if exists && cur.Generation == ev.Kv.ModRevision {
-			return // this replica's own write, already applied
+			return // this replica's own write, already in the view (applyAll moves the revision)
 		}
 		// Not Put: this replica's commit may have put its own record of this generation
 		// since the look above, and the copy decoded here must not replace it (the
@@ -599,7 +610,8 @@ func (s *Store) Deregister(ctx context.Context, id string, generation int64) (*r
 	if rec == nil {
 		return &registry.Record{InstanceID: id, Generation: generation}, nil
 	}
-	s.index.Remove(id, rec, resp.Header.Revision)
+	s.ahead.wrote(resp.Header.Revision)
+	s.index.RemoveAhead(id, rec) // the revision follows the watch (ahead.go)
 	return rec, nil
 }
 
@@ -633,8 +645,12 @@ func (s *Store) Query(q *registry.Query) []registry.Entry { return s.index.Query
 // Counts implements registry.Store.
 func (s *Store) Counts() (int, int) { return s.index.Counts() }
 
-// Generation implements registry.Store: generations are etcd revisions.
-func (s *Store) Generation() int64 { rev, _ := s.index.Watch(); return rev }
+// Generation implements registry.Store: generations are etcd revisions; the last one this
+// replica assigned may be ahead of the revision its watch has reached.
+func (s *Store) Generation() int64 {
+	rev, _ := s.index.Watch()
+	return max(rev, s.ahead.lastWrite())
+}
 
 // Watch implements registry.Store.
 func (s *Store) Watch() (int64, <-chan struct{}) { return s.index.Watch() }

@@ -129,13 +129,38 @@ func (ix *Index) PutNewer(rec *registry.Record, rev int64) bool {
 func (ix *Index) Remove(id string, only *registry.Record, rev int64) *registry.Record {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
+	rec := ix.removeLocked(id, only)
+	if rec != nil {
+		ix.bumpLocked(rev)
+	}
+	return rec
+}
+
+func (ix *Index) removeLocked(id string, only *registry.Record) *registry.Record {
 	rec, ok := ix.records[id]
 	if !ok || (only != nil && rec != only) {
 		return nil
 	}
 	ix.unindexLocked(rec)
-	ix.bumpLocked(rev)
 	return rec
+}
+
+// PutAhead stores rec (replacing the record of its instance) without moving the revision:
+// the change is read at once, and counted in the revision by a later Touch. A store whose
+// revision follows a watch (etcd) puts its own writes so: their revision may be above writes
+// of other replicas that the watch has not brought in yet, and a revision readers see must
+// hold every write up to it.
+func (ix *Index) PutAhead(rec *registry.Record) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	ix.indexLocked(rec)
+}
+
+// RemoveAhead is Remove without moving the revision (see PutAhead).
+func (ix *Index) RemoveAhead(id string, only *registry.Record) *registry.Record {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	return ix.removeLocked(id, only)
 }
 
 // Reset replaces every record and sets the revision.

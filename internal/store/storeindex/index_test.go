@@ -143,3 +143,35 @@ func TestProbedRecords(t *testing.T) {
 		}
 	}
 }
+
+// TestChangesAheadOfTheRevision: a change put ahead is read at once, but moves neither the
+// revision nor its watchers until a Touch counts it.
+func TestChangesAheadOfTheRevision(t *testing.T) {
+	ix := storeindex.NewIndex()
+	ix.Put(record("a"), 5)
+	_, wake := ix.Watch()
+	b := record("b")
+	ix.PutAhead(b)
+	if got := ix.RemoveAhead("a", nil); got == nil || got.InstanceID != "a" {
+		t.Errorf("RemoveAhead(a) = %v, want a's record", got)
+	}
+	if got := ix.RemoveAhead("nobody", nil); got != nil {
+		t.Errorf("RemoveAhead(nobody) = %v, want nil", got)
+	}
+	if got, ok := ix.Get("b"); !ok || got != b {
+		t.Error("a put ahead is not read at once")
+	}
+	if _, ok := ix.Get("a"); ok {
+		t.Error("a removal ahead is not read at once")
+	}
+	if n, _ := ix.Counts(); n != 1 {
+		t.Errorf("Counts() = %d instances, want 1", n)
+	}
+	if rev, _ := ix.Watch(); rev != 5 || closed(wake) {
+		t.Fatalf("after changes ahead: revision %d, woken %v; want 5 and asleep", rev, closed(wake))
+	}
+	ix.Touch(8)
+	if rev, _ := ix.Watch(); rev != 8 || !closed(wake) {
+		t.Errorf("after the touch: revision %d, woken %v; want 8 and woken", rev, closed(wake))
+	}
+}
