@@ -2,12 +2,18 @@ package etcdstore_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"slices"
 	"testing"
 	"time"
 
+	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/registry/registrytest"
+	"github.com/meshflows/meshflows/internal/server"
 	"github.com/meshflows/meshflows/internal/store/etcdstore"
 )
 
@@ -60,5 +66,97 @@ func TestARevisionHoldsEveryEarlierWrite(t *testing.T) {
 	}
 	if got := a.Query(&registry.Query{CapabilityID: "a.b"}); len(got) != 2 {
 		t.Errorf("A's answer holds %d entries, want 2", len(got))
+	}
+}
+
+// TestAConsumerOfOneReplicaSeesAnotherReplicasEarlierWrite is the same at the seam a consumer
+// meets, over HTTP: replica A, whose watch lags, answers a discovery request after its own
+// registration and before another replica's earlier one has reached it. The consumer's
+// conditional request and its long poll from that answer must both bring the other
+// replica's instance once the watch does, not the cached answer again.
+func TestAConsumerOfOneReplicaSeesAnotherReplicasEarlierWrite(t *testing.T) {
+	cli := startEtcd(t)
+	prefix := fmt.Sprintf("/consumer%d/", prefixes.Add(1))
+	ctx := context.Background()
+	open := func() (*etcdstore.Store, *registry.Registry) {
+		s, err := etcdstore.New(ctx, etcdstore.Config{Client: cli, Prefix: prefix, LeaseTTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		reg, err := registry.New(s, registry.Config{LeaseTTL: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s, reg
+	}
+	storeA, regA := open()
+	_, regB := open()
+	srv, err := server.New(regA, server.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv)
+	defer hs.Close()
+	register := func(reg *registry.Registry, id string) {
+		t.Helper()
+		req := &apiv1.RegisterRequest{InstanceID: id, ServiceName: "egress-jms", ServiceVersion: "1.0.0", Endpoint: "http://" + id, Zone: "a",
+			Capabilities: []apiv1.Capability{{CapabilityID: "messaging.publish", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0", Provider: "jms"}}}
+		if _, err := reg.Register(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	register(regB, "other")
+	register(regA, "own")
+
+	url := hs.URL + "/v1/discovery/capabilities?capability_id=messaging.publish"
+	type answer struct {
+		status    int
+		etag      string
+		revision  int64
+		instances []string
+	}
+	get := func(url, etag string) answer {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		if etag != "" {
+			req.Header.Set("If-None-Match", etag)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		a := answer{status: resp.StatusCode, etag: resp.Header.Get("ETag")}
+		if resp.StatusCode != http.StatusOK {
+			return a
+		}
+		var d apiv1.DiscoveryResponse
+		if err := json.NewDecoder(resp.Body).Decode(&d); err != nil {
+			t.Fatal(err)
+		}
+		a.revision = d.Revision
+		for _, c := range d.Capabilities {
+			a.instances = append(a.instances, c.InstanceID)
+		}
+		slices.Sort(a.instances)
+		return a
+	}
+	first := get(url, "")
+	if first.status != http.StatusOK || slices.Contains(first.instances, "other") {
+		t.Fatalf("before A's watch runs: %+v; the test needs an answer without B's instance", first)
+	}
+
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- storeA.Run(runCtx) }()
+	t.Cleanup(func() { cancel(); <-done })
+
+	want := []string{"other", "own"}
+	poll := get(fmt.Sprintf("%s&index=%d&wait=10s", url, first.revision), "")
+	if !slices.Equal(poll.instances, want) {
+		t.Errorf("the long poll from revision %d answered revision %d with %v, want %v", first.revision, poll.revision, poll.instances, want)
+	}
+	if again := get(url, first.etag); again.status != http.StatusOK || !slices.Equal(again.instances, want) {
+		t.Errorf("a conditional request with the first answer's ETag %s: status %d, %v; want 200 with %v", first.etag, again.status, again.instances, want)
 	}
 }
