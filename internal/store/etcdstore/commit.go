@@ -16,7 +16,7 @@ import (
 // transactions, and this replica a few calls, instead of one each. Every instance of a batch
 // gets the batch's revision as its generation (fencing compares each key's own revision, so
 // a shared number is harmless), and the revision readers see moves to it once the watch has
-// brought in the whole batch (ahead.go). Two registrations of the same
+// brought in the whole batch (storeindex.Index.PutAhead). Two registrations of the same
 // instance never share a batch (etcd refuses a transaction that writes a key twice): the
 // second waits for the next.
 
@@ -186,11 +186,10 @@ func (s *Store) commitBatch(ctx context.Context, batch []*registration) {
 		return
 	}
 	rev := resp.Header.Revision
-	s.ahead.wrote(rev)
 	for _, w := range batch {
 		w.rec.Generation = rev
 		s.leases.Store(w.rec.InstanceID, w.lease)
-		s.index.PutAhead(w.rec) // read your own writes; the revision follows the watch (ahead.go)
+		s.index.PutAhead(w.rec, rev) // read your own writes; the revision follows the watch
 	}
 	for i, w := range batch {
 		w.done <- committed{rev: rev, prev: resp.Responses[len(w.ops)*i+putOp].GetResponsePut().GetPrevKv()}

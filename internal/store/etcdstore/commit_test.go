@@ -81,7 +81,7 @@ func TestRegistrationsWaitingTogetherAreWrittenTogether(t *testing.T) {
 	if got, _ := s.Get("x-3"); got == nil || got.Generation != again.rec.Generation || got.Endpoint != "http://second" {
 		t.Errorf("x-3 in the index: %+v, want the second registration", got)
 	}
-	// The revision follows the watch, which does not run here (ahead.go); the generation
+	// The revision follows the watch, which does not run here (Index.PutAhead); the generation
 	// counts the writes.
 	if rev, _ := s.Watch(); rev >= batch {
 		t.Errorf("with no watch the revision is %d: it shows the batch of %d before every write up to it is in", rev, batch)

@@ -59,7 +59,6 @@ type Store struct {
 	epoch registry.Epoch
 
 	leases  sync.Map   // instance id -> clientv3.LeaseID
-	ahead   ahead      // this replica's writes its view holds before its revision shows them
 	renewer *renewer   // heartbeats' lease renewals, over streams Run keeps open
 	commits *committer // registrations waiting to be written together
 	healthM sync.Mutex
@@ -213,7 +212,6 @@ func (s *Store) resync(ctx context.Context) error {
 		}
 	}
 	s.index.Reset(recs, resp.Header.Revision)
-	s.ahead.reached(resp.Header.Revision) // the view read holds this replica's writes up to it
 	s.startRev = resp.Header.Revision
 	s.replayEvents(events)
 	return nil
@@ -302,9 +300,7 @@ func (s *Store) applyAll(evs []*clientv3.Event) {
 	for _, ev := range evs {
 		s.apply(ev)
 	}
-	if own := s.ahead.reached(evs[len(evs)-1].Kv.ModRevision); own > 0 {
-		s.index.Touch(own)
-	}
+	s.index.Reached(evs[len(evs)-1].Kv.ModRevision)
 }
 
 // apply folds one watch event into the local view.
@@ -610,8 +606,7 @@ func (s *Store) Deregister(ctx context.Context, id string, generation int64) (*r
 	if rec == nil {
 		return &registry.Record{InstanceID: id, Generation: generation}, nil
 	}
-	s.ahead.wrote(resp.Header.Revision)
-	s.index.RemoveAhead(id, rec) // the revision follows the watch (ahead.go)
+	s.index.RemoveAhead(id, rec, resp.Header.Revision) // the revision follows the watch
 	return rec, nil
 }
 
@@ -647,10 +642,7 @@ func (s *Store) Counts() (int, int) { return s.index.Counts() }
 
 // Generation implements registry.Store: generations are etcd revisions; the last one this
 // replica assigned may be ahead of the revision its watch has reached.
-func (s *Store) Generation() int64 {
-	rev, _ := s.index.Watch()
-	return max(rev, s.ahead.lastWrite())
-}
+func (s *Store) Generation() int64 { return s.index.Newest() }
 
 // Watch implements registry.Store.
 func (s *Store) Watch() (int64, <-chan struct{}) { return s.index.Watch() }

@@ -1,6 +1,7 @@
 package storeindex
 
 import (
+	"slices"
 	"sync"
 
 	"github.com/meshflows/meshflows/internal/registry"
@@ -27,6 +28,11 @@ type Index struct {
 	holds   int
 	heldRev int64
 	held    bool
+
+	// Changes put ahead of the revision (PutAhead): the revisions they were written at,
+	// above reached, the revision up to which the store has seen every write (Reached).
+	ahead   []int64
+	reached int64
 }
 
 // NewIndex returns an empty index at revision 0.
@@ -145,22 +151,60 @@ func (ix *Index) removeLocked(id string, only *registry.Record) *registry.Record
 	return rec
 }
 
-// PutAhead stores rec (replacing the record of its instance) without moving the revision:
-// the change is read at once, and counted in the revision by a later Touch. A store whose
-// revision follows a watch (etcd) puts its own writes so: their revision may be above writes
-// of other replicas that the watch has not brought in yet, and a revision readers see must
-// hold every write up to it.
-func (ix *Index) PutAhead(rec *registry.Record) {
+// PutAhead stores rec (replacing the record of its instance), written at rev, without moving
+// the revision yet: the change is read at once, and the revision moves to rev once Reached
+// says every write up to rev is in. A store whose view follows a watch (etcd) puts its own
+// writes so: one may be ahead of another replica's earlier write the watch has not brought
+// in yet, and a revision readers see must hold every write up to it (answers are cached, and
+// long polls woken, by revision).
+func (ix *Index) PutAhead(rec *registry.Record, rev int64) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	ix.indexLocked(rec)
+	ix.aheadLocked(rev)
 }
 
-// RemoveAhead is Remove without moving the revision (see PutAhead).
-func (ix *Index) RemoveAhead(id string, only *registry.Record) *registry.Record {
+// RemoveAhead is Remove at rev, ahead of the revision as PutAhead is.
+func (ix *Index) RemoveAhead(id string, only *registry.Record, rev int64) *registry.Record {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	return ix.removeLocked(id, only)
+	rec := ix.removeLocked(id, only)
+	if rec != nil {
+		ix.aheadLocked(rev)
+	}
+	return rec
+}
+
+// aheadLocked notes a change at rev put ahead of the revision. At a revision already reached
+// there is nothing to note: the store saw that write first, and the revision moved with it.
+func (ix *Index) aheadLocked(rev int64) {
+	if rev > ix.reached {
+		ix.ahead = append(ix.ahead, rev)
+	}
+}
+
+// Reached says the store has seen every write up to rev: the revision moves past the
+// changes put ahead at revisions up to it (at the release, while held).
+func (ix *Index) Reached(rev int64) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if shown := ix.reachedLocked(rev); shown > 0 {
+		ix.bumpLocked(shown)
+	}
+}
+
+// reachedLocked drops the changes put ahead at revisions up to rev and returns the highest
+// of them (0: none).
+func (ix *Index) reachedLocked(rev int64) (shown int64) {
+	ix.reached = max(ix.reached, rev)
+	ix.ahead = slices.DeleteFunc(ix.ahead, func(r int64) bool {
+		if r <= rev {
+			shown = max(shown, r)
+			return true
+		}
+		return false
+	})
+	return shown
 }
 
 // Reset replaces every record and sets the revision.
@@ -174,6 +218,7 @@ func (ix *Index) Reset(recs []*registry.Record, rev int64) {
 	}
 	ix.revision = rev - 1
 	ix.publishLocked(0)
+	ix.reachedLocked(rev) // the records given hold the changes put ahead up to rev, counted in rev
 }
 
 // Hold defers the revision moves of the changes that follow until the matching Release, so
@@ -283,6 +328,18 @@ func (ix *Index) Counts() (instances, capabilities int) {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
 	return len(ix.records), ix.caps
+}
+
+// Newest returns the revision of the newest change the index holds: the revision, or a
+// change put ahead of it.
+func (ix *Index) Newest() int64 {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	newest := ix.revision
+	for _, r := range ix.ahead {
+		newest = max(newest, r)
+	}
+	return newest
 }
 
 // Watch returns the current revision and a channel closed at the next change.

@@ -145,33 +145,49 @@ func TestProbedRecords(t *testing.T) {
 }
 
 // TestChangesAheadOfTheRevision: a change put ahead is read at once, but moves neither the
-// revision nor its watchers until a Touch counts it.
+// revision nor its watchers until Reached says every write up to its revision is in; then
+// the revision moves to the highest of those reached. A put at a revision already reached
+// (the store saw the write first) notes nothing; Newest counts what is ahead; a reset's
+// revision counts what it holds.
 func TestChangesAheadOfTheRevision(t *testing.T) {
 	ix := storeindex.NewIndex()
 	ix.Put(record("a"), 5)
-	_, wake := ix.Watch()
-	b := record("b")
-	ix.PutAhead(b)
-	if got := ix.RemoveAhead("a", nil); got == nil || got.InstanceID != "a" {
-		t.Errorf("RemoveAhead(a) = %v, want a's record", got)
+	ix.Reached(5)
+	at := func(id string, gen int64) *registry.Record { r := record(id); r.Generation = gen; return r }
+	steps := []struct {
+		name        string
+		do          func() // then Reached(reached)
+		reached     int64
+		rev, newest int64
+		woken       bool
+	}{
+		{"nothing of ours", func() {}, 6, 5, 5, false},
+		{"ours, not reached yet", func() { ix.PutAhead(at("b", 8), 8); ix.RemoveAhead("a", nil, 7) }, 6, 5, 8, false},
+		{"a removal of nobody notes nothing", func() { ix.RemoveAhead("nobody", nil, 20) }, 6, 5, 8, false},
+		{"the lower one reached", func() {}, 7, 7, 8, true},
+		{"the other reached", func() {}, 9, 8, 8, true},
+		{"seen first, then put ahead", func() {
+			ix.PutNewer(at("c", 10), 10) // the watch's copy of the write
+			ix.Reached(10)
+			ix.PutAhead(at("c", 10), 10)
+		}, 10, 10, 10, true},
+		{"a reset's read past several", func() {
+			ix.PutAhead(at("d", 12), 12)
+			ix.Reset([]*registry.Record{at("b", 8), at("c", 10), at("d", 12)}, 13)
+		}, 13, 13, 13, true},
 	}
-	if got := ix.RemoveAhead("nobody", nil); got != nil {
-		t.Errorf("RemoveAhead(nobody) = %v, want nil", got)
+	for _, st := range steps {
+		_, wake := ix.Watch()
+		st.do()
+		ix.Reached(st.reached)
+		if rev, _ := ix.Watch(); rev != st.rev || ix.Newest() != st.newest || closed(wake) != st.woken {
+			t.Errorf("%s: revision %d, newest %d, woken %v; want %d, %d, %v", st.name, rev, ix.Newest(), closed(wake), st.rev, st.newest, st.woken)
+		}
 	}
-	if got, ok := ix.Get("b"); !ok || got != b {
-		t.Error("a put ahead is not read at once")
+	if _, ok := ix.Get("b"); !ok {
+		t.Error("a put ahead is not read")
 	}
 	if _, ok := ix.Get("a"); ok {
-		t.Error("a removal ahead is not read at once")
-	}
-	if n, _ := ix.Counts(); n != 1 {
-		t.Errorf("Counts() = %d instances, want 1", n)
-	}
-	if rev, _ := ix.Watch(); rev != 5 || closed(wake) {
-		t.Fatalf("after changes ahead: revision %d, woken %v; want 5 and asleep", rev, closed(wake))
-	}
-	ix.Touch(8)
-	if rev, _ := ix.Watch(); rev != 8 || !closed(wake) {
-		t.Errorf("after the touch: revision %d, woken %v; want 8 and woken", rev, closed(wake))
+		t.Error("a removal ahead is not read")
 	}
 }

@@ -69,9 +69,9 @@ func closedWithin(ch <-chan struct{}) bool {
 	}
 }
 
-// registered returns the revision once it shows rec's registration, and its channel. A store
-// fed by a watch may show it a moment after Register returns (registry.Store.Register); a
-// revision is never below the generations it holds, so that one is reached by then.
+// registered returns the revision once it shows rec's registration (reaches its generation),
+// and its channel. A store whose revision follows a watch shows it a moment after Register
+// returns (registry.Store.Register).
 func registered(s registry.Store, rec *registry.Record) (int64, <-chan struct{}) {
 	for {
 		rev, changed := s.Watch()
