@@ -44,7 +44,8 @@ type Transport struct {
 	Now func() time.Time
 	// MaxIdlePerHost is how many idle connections are kept per upstream address.
 	MaxIdlePerHost int
-	// IdleTimeout is how long an idle connection may wait to be used again.
+	// IdleTimeout is how long an idle connection may wait to be used again; CloseStale
+	// closes those that waited longer.
 	IdleTimeout time.Duration
 	// ResponseHeaderTimeout bounds the wait for an answer's headers after the request is
 	// written.
@@ -53,9 +54,8 @@ type Transport struct {
 	// answers included (default 10 MiB, as http.Transport's).
 	MaxResponseHeaderBytes int64
 
-	mu    sync.Mutex
-	idle  map[string][]*upstreamConn // by upstream address; an address left without any goes at the next expiry
-	swept time.Time                  // when put last closed what sat idle too long
+	mu   sync.Mutex
+	idle map[string][]*upstreamConn // by upstream address; an address left without any goes at the next CloseStale
 }
 
 // The defaults of a Transport's pool and bounds, which its fallback shares.
@@ -200,13 +200,9 @@ func (t *Transport) conn(ctx context.Context, addr string) (*upstreamConn, bool,
 	return c, false, nil
 }
 
-// put returns c to the pool of addr, or closes it when the pool is full. Once a second at
-// most, it also closes every pooled connection idle for longer than IdleTimeout: upstreams
-// come and go, and the connections to one that went would otherwise stay open.
+// put returns c to the pool of addr, or closes it when the pool is full.
 func (t *Transport) put(addr string, c *upstreamConn) {
-	now := t.now()
-	c.idleSince = now
-	var stale []*upstreamConn
+	c.idleSince = t.now()
 	t.mu.Lock()
 	if t.idle == nil {
 		t.idle = map[string][]*upstreamConn{}
@@ -216,21 +212,16 @@ func (t *Transport) put(addr string, c *upstreamConn) {
 		t.idle[addr] = append(cs, c)
 		c = nil
 	}
-	if now.Sub(t.swept) >= time.Second {
-		t.swept = now
-		stale = t.expireLocked(now)
-	}
 	t.mu.Unlock()
 	if c != nil {
 		c.nc.Close()
 	}
-	for _, c := range stale {
-		c.nc.Close()
-	}
 }
 
-// CloseStale closes the pooled connections idle for longer than IdleTimeout (the gateway
-// calls it every few seconds, so that they go even when no request comes).
+// CloseStale closes the pooled connections idle for longer than IdleTimeout, and forgets the
+// upstream addresses left without any: upstreams come and go, and the connections to one
+// that went would otherwise stay open. The gateway calls it every PolicyCheck. (A connection
+// idle too long is never used, called or not: conn closes it when it takes it.)
 func (t *Transport) CloseStale() {
 	t.mu.Lock()
 	stale := t.expireLocked(t.now())
