@@ -76,17 +76,16 @@ func (m *Monitor) followedVerdict(f Followed, now time.Time) Verdict {
 		v.Weight = m.cfg.Engine.DegradedWeight
 	case apiv1.EligibilitySlowStart:
 		switch {
-		case f.Weight == 0 && m.rampClock.Sub(f.Since) >= m.cfg.Engine.SlowStart:
-			// The ramp ended at the elected replica's ramp clock, which it publishes at the
-			// sweep that judged the instance serving: no verdict says so (Judgment.Follows).
-			v = Verdict{State: apiv1.EligibilityServing, Weight: 100, Reasons: []string{}}
-		case f.Weight == 0:
+		case f.Weight == 0 && m.rampClock.Sub(f.Since) < m.cfg.Engine.SlowStart:
 			// The tenth the ramp is in at the elected replica's ramp clock: every replica
 			// answers the same weight at one revision.
 			v.Weight = rampStep(m.rampClock.Sub(f.Since), m.cfg.Engine.SlowStart)
-		case now.Sub(f.Since) < m.cfg.Engine.SlowStart:
-			v.Weight = f.Weight // a step an earlier version published
+		case f.Weight != 0 && now.Sub(f.Since) < m.cfg.Engine.SlowStart:
+			v.Weight = f.Weight // a step an earlier version published, on this replica's clock
 		default:
+			// The ramp ended: at the elected replica's ramp clock, which it publishes at the
+			// sweep that judged the instance serving (no verdict says so: Judgment.Follows),
+			// or for an earlier version's step, on this replica's clock.
 			v = Verdict{State: apiv1.EligibilityServing, Weight: 100, Reasons: []string{}}
 		}
 	}
