@@ -10,12 +10,25 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/registry/registrytest"
 	"github.com/meshflows/meshflows/internal/server"
 	"github.com/meshflows/meshflows/internal/store/etcdstore"
 )
+
+// unwatched connects a store replica over prefix and does not run it: its view is what it
+// read, and what it writes itself, until the test runs it.
+func unwatched(t *testing.T, cli *clientv3.Client, prefix string) *etcdstore.Store {
+	t.Helper()
+	s, err := etcdstore.New(context.Background(), etcdstore.Config{Client: cli, Prefix: prefix, LeaseTTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
 
 // TestARevisionHoldsEveryEarlierWrite: a revision a replica answers at holds every write etcd
 // made up to it, its own and other replicas' alike. A replica's own registration lands in its
@@ -27,14 +40,7 @@ func TestARevisionHoldsEveryEarlierWrite(t *testing.T) {
 	cli := startEtcd(t)
 	prefix := fmt.Sprintf("/prefix%d/", prefixes.Add(1))
 	ctx := context.Background()
-	open := func() *etcdstore.Store {
-		s, err := etcdstore.New(ctx, etcdstore.Config{Client: cli, Prefix: prefix, LeaseTTL: time.Minute})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
-	a, b := open(), open() // A's watch is not running yet: it has not seen what B writes
+	a, b := unwatched(t, cli, prefix), unwatched(t, cli, prefix) // A has not seen what B writes
 	other, own := record("other"), record("own")
 	if err := b.Register(ctx, other); err != nil {
 		t.Fatal(err)
@@ -79,10 +85,7 @@ func TestAConsumerOfOneReplicaSeesAnotherReplicasEarlierWrite(t *testing.T) {
 	prefix := fmt.Sprintf("/consumer%d/", prefixes.Add(1))
 	ctx := context.Background()
 	open := func() (*etcdstore.Store, *registry.Registry) {
-		s, err := etcdstore.New(ctx, etcdstore.Config{Client: cli, Prefix: prefix, LeaseTTL: time.Minute})
-		if err != nil {
-			t.Fatal(err)
-		}
+		s := unwatched(t, cli, prefix)
 		reg, err := registry.New(s, registry.Config{LeaseTTL: time.Minute})
 		if err != nil {
 			t.Fatal(err)
