@@ -457,19 +457,9 @@ func (g *Gateway) derive() {
 	}
 	g.tallies = tallies
 	g.talliesMu.Unlock()
-	g.state.Store(st)
-	if prev != nil {
-		g.retiredMu.Lock()
-		g.retired = append(g.retired, prev)
-		g.retiredMu.Unlock()
-	}
-	g.updateFreshness()
-	select {
-	case g.ackNow <- struct{}{}:
-	default:
-	}
 	// A new table is news (INFO); upstreams re-picked for a change of eligibility alone — a
-	// slow start ramps once a second — are not (DEBUG).
+	// slow start ramps once a second — are not (DEBUG). Said before the table serves, so that
+	// whoever sees the table finds its line written.
 	rederived := prev == nil || prev.inputs != inputs
 	level := slog.LevelDebug
 	if rederived {
@@ -483,6 +473,17 @@ func (g *Gateway) derive() {
 		g.cfg.Logger.LogAttrs(context.Background(), level, msg, slog.Int64("registry_revision", r.Revision), slog.Int("routes", len(st.canonical.Routes)),
 			slog.Int("rejected", len(st.canonical.Rejected)), slog.Int("conflicts", len(st.canonical.Conflicts)),
 			slog.String("took", g.cfg.Now().Sub(start).String()))
+	}
+	g.state.Store(st)
+	if prev != nil {
+		g.retiredMu.Lock()
+		g.retired = append(g.retired, prev)
+		g.retiredMu.Unlock()
+	}
+	g.updateFreshness()
+	select {
+	case g.ackNow <- struct{}{}:
+	default:
 	}
 }
 
