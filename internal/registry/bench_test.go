@@ -229,3 +229,31 @@ func BenchmarkProbeTargets(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRoutes: the answer every gateway asks for after a registration moved the revision
+// (GET /v1/discovery/routes), in a fleet where 100 instances publish a manifest and a public
+// path and the rest neither.
+func BenchmarkRoutes(b *testing.B) {
+	for _, n := range benchSizes() {
+		b.Run(fmt.Sprintf("instances=%d", n), func(b *testing.B) {
+			f, _ := fill(b, n)
+			for i := range 100 {
+				id := fmt.Sprintf("routed-%d", i)
+				req := request(id, "svc-routed", capability("routed.publish", "http", "1.0.0", `{"public_paths":["/api/routed/publish"]}`))
+				req.Manifest = &apiv1.Manifest{FARP: "1.0", Service: apiv1.ManifestService{Name: "svc-routed", Instance: id, Version: "0.1.3"},
+					Routes: []apiv1.ManifestRoute{{Path: "/api/routed/publish", Methods: []string{"POST"}}}}
+				mustRegister(b, f, req)
+			}
+			again := benchRequest(0)
+			b.ResetTimer()
+			for b.Loop() {
+				b.StopTimer()
+				mustRegister(b, f, again) // a new incarnation: the revision moves
+				b.StartTimer()
+				if got := f.reg.Routes(); len(got.Manifests) != 100 || len(got.PublicPaths) != 100 {
+					b.Fatalf("%d manifests and %d public paths, want 100 of each", len(got.Manifests), len(got.PublicPaths))
+				}
+			}
+		})
+	}
+}

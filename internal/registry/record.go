@@ -64,6 +64,20 @@ func (r *Record) Restored() bool { return r.restored.Load() }
 // admitted by probes, not at registration, and the prober visits it.
 func (r *Record) Probed() bool { return r.Manifest != nil && r.Manifest.Health != nil }
 
+// Routed reports whether the record is an input of the gateways' routes: it publishes a
+// manifest, or a capability of it declares a public path.
+func (r *Record) Routed() bool {
+	if r.Manifest != nil {
+		return true
+	}
+	for _, c := range r.Capabilities {
+		if len(c.PublicPaths) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // Confirm clears the restored mark (the instance heartbeated) and reports whether it was set.
 func (r *Record) Confirm() bool { return r.restored.Swap(false) }
 

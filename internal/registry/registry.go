@@ -678,12 +678,12 @@ func sortedRecords(recs []*Record) []*Record {
 }
 
 // Routes returns the inputs of route derivation: every manifest and every public path,
-// in instance order.
+// in instance order. It walks only the records that publish either (Store.RoutedRecords).
 func (r *Registry) Routes() apiv1.RoutesResponse {
 	st := r.State()
 	out := apiv1.RoutesResponse{RegistryEpoch: st.Epoch, Revision: st.Revision, Complete: st.Complete,
 		Manifests: []apiv1.ManifestEntry{}, PublicPaths: []apiv1.PublicPath{}, Removed: r.drain.removed(st.Epoch, st.Complete)}
-	for _, rec := range sortedRecords(r.store.Records()) {
+	for _, rec := range sortedRecords(r.store.RoutedRecords()) {
 		if rec.Manifest != nil {
 			state, weight, inPanic := r.eligibilityOf(rec)
 			out.Manifests = append(out.Manifests, apiv1.ManifestEntry{InstanceID: rec.InstanceID, ServiceName: rec.ServiceName,

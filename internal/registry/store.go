@@ -110,6 +110,10 @@ type Store interface {
 	// no particular order: the prober asks for them every 100 ms, and a store keeps them
 	// apart so that the answer costs the probed instances, not the fleet.
 	ProbedRecords() []*Record
+	// RoutedRecords returns the records that are inputs of the gateways' routes (Routed), in
+	// no particular order: every gateway asks for them after each change, and a store keeps
+	// them apart so that the answer costs the routed instances, not the fleet.
+	RoutedRecords() []*Record
 	// Query returns the entries that match q, in no particular order.
 	Query(q *Query) []Entry
 	// Counts returns how many instances and capabilities are registered.

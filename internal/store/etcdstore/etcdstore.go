@@ -634,6 +634,9 @@ func (s *Store) Records() []*registry.Record { return s.index.Records() }
 // ProbedRecords implements registry.Store.
 func (s *Store) ProbedRecords() []*registry.Record { return s.index.ProbedRecords() }
 
+// RoutedRecords implements registry.Store.
+func (s *Store) RoutedRecords() []*registry.Record { return s.index.RoutedRecords() }
+
 // Query implements registry.Store.
 func (s *Store) Query(q *registry.Query) []registry.Entry { return s.index.Query(q) }
 

@@ -18,6 +18,7 @@ type Index struct {
 	byService map[string]set
 	byCap     map[string]set
 	probed    set // the records whose manifest declares a health probe
+	routed    set // the records with a manifest or a public path: the inputs of gateways' routes
 	caps      int
 	revision  int64
 	changed   chan struct{}
@@ -37,7 +38,7 @@ type Index struct {
 
 // NewIndex returns an empty index at revision 0.
 func NewIndex() *Index {
-	return &Index{records: map[string]*registry.Record{}, byService: map[string]set{}, byCap: map[string]set{}, probed: set{},
+	return &Index{records: map[string]*registry.Record{}, byService: map[string]set{}, byCap: map[string]set{}, probed: set{}, routed: set{},
 		changed: make(chan struct{})}
 }
 
@@ -75,6 +76,9 @@ func (ix *Index) indexLocked(rec *registry.Record) {
 	if rec.Probed() {
 		ix.probed[rec] = struct{}{}
 	}
+	if rec.Routed() {
+		ix.routed[rec] = struct{}{}
+	}
 	ix.caps += len(rec.Capabilities)
 }
 
@@ -85,6 +89,7 @@ func (ix *Index) unindexLocked(rec *registry.Record) {
 		remove(ix.byCap, c.CapabilityID, rec)
 	}
 	delete(ix.probed, rec)
+	delete(ix.routed, rec)
 	ix.caps -= len(rec.Capabilities)
 }
 
@@ -212,7 +217,7 @@ func (ix *Index) Reset(recs []*registry.Record, rev int64) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	ix.records = make(map[string]*registry.Record, len(recs))
-	ix.byService, ix.byCap, ix.probed, ix.caps = map[string]set{}, map[string]set{}, set{}, 0
+	ix.byService, ix.byCap, ix.probed, ix.routed, ix.caps = map[string]set{}, map[string]set{}, set{}, set{}, 0
 	for _, rec := range recs {
 		ix.indexLocked(rec)
 	}
@@ -274,11 +279,18 @@ func (ix *Index) Records() []*registry.Record {
 
 // ProbedRecords returns the records whose manifest declares a health probe, in no order:
 // what the prober walks, without walking the records that declare none.
-func (ix *Index) ProbedRecords() []*registry.Record {
+func (ix *Index) ProbedRecords() []*registry.Record { return ix.members(ix.probed) }
+
+// RoutedRecords returns the records with a manifest or a public path, in no order: what the
+// routes answer is built from, without walking the records that publish neither.
+func (ix *Index) RoutedRecords() []*registry.Record { return ix.members(ix.routed) }
+
+// members returns the records of one of the index's sets.
+func (ix *Index) members(s set) []*registry.Record {
 	ix.mu.RLock()
 	defer ix.mu.RUnlock()
-	out := make([]*registry.Record, 0, len(ix.probed))
-	for rec := range ix.probed {
+	out := make([]*registry.Record, 0, len(s))
+	for rec := range s {
 		out = append(out, rec)
 	}
 	return out

@@ -1,6 +1,7 @@
 package storeindex_test
 
 import (
+	"encoding/json"
 	"slices"
 	"testing"
 	"time"
@@ -112,34 +113,54 @@ func probedRecord(id string) *registry.Record {
 		time.Now().Add(time.Minute))
 }
 
-// TestProbedRecords: the index keeps the records with a health probe apart through every
-// change: a put, a new incarnation with or without one, a removal, a reset.
-func TestProbedRecords(t *testing.T) {
+// publishingRecord is record(id) with a capability that declares a public path: routed,
+// not probed.
+func publishingRecord(id string) *registry.Record {
+	return registry.RecordFromInstance(apiv1.Instance{InstanceID: id, ServiceName: "svc", ServiceVersion: "1.0.0", Endpoint: "http://" + id,
+		Capabilities: []apiv1.Capability{{CapabilityID: "a.b", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0", Provider: "p",
+			Metadata: json.RawMessage(`{"public_paths":["/api/a"]}`)}}},
+		time.Now().Add(time.Minute))
+}
+
+// TestRecordSets: the index keeps the records with a health probe, and those with a manifest
+// or a public path, apart through every change: a put, a new incarnation with or without
+// one, a removal, a reset.
+func TestRecordSets(t *testing.T) {
 	ix := storeindex.NewIndex()
+	ids := func(recs []*registry.Record) []string {
+		out := []string{}
+		for _, rec := range recs {
+			out = append(out, rec.InstanceID)
+		}
+		slices.Sort(out)
+		return out
+	}
 	steps := []struct {
-		name string
-		do   func()
-		want []string
+		name           string
+		do             func()
+		probed, routed []string
 	}{
 		{"puts", func() {
 			ix.Put(probedRecord("p1"), 0)
 			ix.Put(record("u1"), 0)
 			ix.Put(probedRecord("p2"), 0)
-		}, []string{"p1", "p2"}},
-		{"a new incarnation without a probe", func() { ix.Put(record("p1"), 0) }, []string{"p2"}},
-		{"a new incarnation with one", func() { ix.Put(probedRecord("u1"), 0) }, []string{"p2", "u1"}},
-		{"a removal", func() { ix.Remove("p2", nil, 0) }, []string{"u1"}},
-		{"a reset", func() { ix.Reset([]*registry.Record{record("a"), probedRecord("b"), probedRecord("c")}, 10) }, []string{"b", "c"}},
+			ix.Put(publishingRecord("w1"), 0)
+		}, []string{"p1", "p2"}, []string{"p1", "p2", "w1"}},
+		{"a new incarnation without a probe or a path", func() { ix.Put(record("p1"), 0) }, []string{"p2"}, []string{"p2", "w1"}},
+		{"a new incarnation with a probe", func() { ix.Put(probedRecord("u1"), 0) }, []string{"p2", "u1"}, []string{"p2", "u1", "w1"}},
+		{"a new incarnation with a path", func() { ix.Put(publishingRecord("p2"), 0) }, []string{"u1"}, []string{"p2", "u1", "w1"}},
+		{"a removal", func() { ix.Remove("w1", nil, 0) }, []string{"u1"}, []string{"p2", "u1"}},
+		{"a reset", func() {
+			ix.Reset([]*registry.Record{record("a"), probedRecord("b"), probedRecord("c"), publishingRecord("d")}, 10)
+		}, []string{"b", "c"}, []string{"b", "c", "d"}},
 	}
 	for _, st := range steps {
 		st.do()
-		var got []string
-		for _, rec := range ix.ProbedRecords() {
-			got = append(got, rec.InstanceID)
+		if got := ids(ix.ProbedRecords()); !slices.Equal(got, st.probed) {
+			t.Errorf("after %s: probed %q, want %q", st.name, got, st.probed)
 		}
-		slices.Sort(got)
-		if !slices.Equal(got, st.want) {
-			t.Errorf("after %s: probed %q, want %q", st.name, got, st.want)
+		if got := ids(ix.RoutedRecords()); !slices.Equal(got, st.routed) {
+			t.Errorf("after %s: routed %q, want %q", st.name, got, st.routed)
 		}
 	}
 }
