@@ -3,11 +3,9 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/pprof"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -182,27 +180,6 @@ func startGateway(ctx context.Context, g *errgroup.Group, f *gatewayFlags, ln ne
 	}
 	g.Go(func() error { return gw.Run(ctx) })
 	g.Go(func() error { return serveUntil(ctx, srv, ln) })
-	return nil
-}
-
-// serveDebug serves Go's profiles (/debug/pprof/) on addr until ctx ends; an empty addr
-// serves nothing. It is bound on its own listener so that the API port never exposes them.
-func serveDebug(ctx context.Context, g *errgroup.Group, addr string) error {
-	if addr == "" {
-		return nil
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return fmt.Errorf("--debug-listen: %w", err)
-	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	g.Go(func() error {
-		return serveUntil(ctx, &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, ln)
-	})
 	return nil
 }
 
