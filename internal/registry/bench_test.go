@@ -204,56 +204,54 @@ func BenchmarkWatchFanOut(b *testing.B) {
 	}
 }
 
-// BenchmarkProbeTargets: the prober's question after a registration moved the revision, in a
-// fleet where 100 instances declare a health probe and the rest none.
-func BenchmarkProbeTargets(b *testing.B) {
+// benchAfterChange times ask after a registration moved the revision, in fleets of
+// benchSizes plus the 100 instances extra returns (for 0..99).
+func benchAfterChange(b *testing.B, extra func(i int) *apiv1.RegisterRequest, ask func(b *testing.B, f *fixture)) {
 	for _, n := range benchSizes() {
 		b.Run(fmt.Sprintf("instances=%d", n), func(b *testing.B) {
 			f, _ := fill(b, n)
 			for i := range 100 {
-				req := request(fmt.Sprintf("probed-%d", i), "svc-probed")
-				req.Manifest = &apiv1.Manifest{FARP: "1.0", Service: apiv1.ManifestService{Name: "svc-probed", Instance: req.InstanceID, Version: "0.1.3"},
-					Health: &apiv1.ManifestHealth{Path: "/healthz", Interval: "5s", UnhealthyAfter: apiv1.Int(2)}}
-				mustRegister(b, f, req)
+				mustRegister(b, f, extra(i))
 			}
 			again := benchRequest(0)
-			b.ResetTimer()
 			for b.Loop() {
 				b.StopTimer()
 				mustRegister(b, f, again) // a new incarnation: the revision moves
 				b.StartTimer()
-				if got := len(f.reg.ProbeTargets()); got != 100 {
-					b.Fatalf("%d targets, want 100", got)
-				}
+				ask(b, f)
 			}
 		})
 	}
+}
+
+// BenchmarkProbeTargets: the prober's question after a registration moved the revision, in a
+// fleet where 100 instances declare a health probe and the rest none.
+func BenchmarkProbeTargets(b *testing.B) {
+	benchAfterChange(b, func(i int) *apiv1.RegisterRequest {
+		req := request(fmt.Sprintf("probed-%d", i), "svc-probed")
+		req.Manifest = &apiv1.Manifest{FARP: "1.0", Service: apiv1.ManifestService{Name: "svc-probed", Instance: req.InstanceID, Version: "0.1.3"},
+			Health: &apiv1.ManifestHealth{Path: "/healthz", Interval: "5s", UnhealthyAfter: apiv1.Int(2)}}
+		return req
+	}, func(b *testing.B, f *fixture) {
+		if got := len(f.reg.ProbeTargets()); got != 100 {
+			b.Fatalf("%d targets, want 100", got)
+		}
+	})
 }
 
 // BenchmarkRoutes: the answer every gateway asks for after a registration moved the revision
 // (GET /v1/discovery/routes), in a fleet where 100 instances publish a manifest and a public
 // path and the rest neither.
 func BenchmarkRoutes(b *testing.B) {
-	for _, n := range benchSizes() {
-		b.Run(fmt.Sprintf("instances=%d", n), func(b *testing.B) {
-			f, _ := fill(b, n)
-			for i := range 100 {
-				id := fmt.Sprintf("routed-%d", i)
-				req := request(id, "svc-routed", capability("routed.publish", "http", "1.0.0", `{"public_paths":["/api/routed/publish"]}`))
-				req.Manifest = &apiv1.Manifest{FARP: "1.0", Service: apiv1.ManifestService{Name: "svc-routed", Instance: id, Version: "0.1.3"},
-					Routes: []apiv1.ManifestRoute{{Path: "/api/routed/publish", Methods: []string{"POST"}}}}
-				mustRegister(b, f, req)
-			}
-			again := benchRequest(0)
-			b.ResetTimer()
-			for b.Loop() {
-				b.StopTimer()
-				mustRegister(b, f, again) // a new incarnation: the revision moves
-				b.StartTimer()
-				if got := f.reg.Routes(); len(got.Manifests) != 100 || len(got.PublicPaths) != 100 {
-					b.Fatalf("%d manifests and %d public paths, want 100 of each", len(got.Manifests), len(got.PublicPaths))
-				}
-			}
-		})
-	}
+	benchAfterChange(b, func(i int) *apiv1.RegisterRequest {
+		id := fmt.Sprintf("routed-%d", i)
+		req := request(id, "svc-routed", capability("routed.publish", "http", "1.0.0", `{"public_paths":["/api/routed/publish"]}`))
+		req.Manifest = &apiv1.Manifest{FARP: "1.0", Service: apiv1.ManifestService{Name: "svc-routed", Instance: id, Version: "0.1.3"},
+			Routes: []apiv1.ManifestRoute{{Path: "/api/routed/publish", Methods: []string{"POST"}}}}
+		return req
+	}, func(b *testing.B, f *fixture) {
+		if got := f.reg.Routes(); len(got.Manifests) != 100 || len(got.PublicPaths) != 100 {
+			b.Fatalf("%d manifests and %d public paths, want 100 of each", len(got.Manifests), len(got.PublicPaths))
+		}
+	})
 }
