@@ -14,7 +14,9 @@ import (
 
 // The answer cache's bounds: past either it starts over. An unfiltered answer at 100,000
 // instances is about 37 MB; the byte bound keeps a few of them, not thousands. It counts the
-// answers as encoded; a gzip copy kept beside one is smaller than it (about a twentieth).
+// answers as encoded, and their keys (a query naming a service of a megabyte has a small
+// answer and a key of a megabyte); a gzip copy kept beside an answer is smaller than it
+// (about a twentieth).
 const (
 	maxCachedAnswers = 4096
 	maxCachedBytes   = 256 << 20
@@ -131,7 +133,7 @@ func acceptsGzip(accept string) bool {
 type answerCache struct {
 	mu      sync.RWMutex
 	m       map[string]*encoded
-	bytes   int                // the bodies' sizes in m
+	bytes   int                // the sizes of the keys and bodies in m (a key can be long: a query's values)
 	flights map[string]*flight // answers being built, per query: later requests join them
 }
 
@@ -190,12 +192,12 @@ func (c *answerCache) put(key string, e *encoded) {
 		return // a newer answer is already there
 	}
 	if old := c.m[key]; old != nil {
-		c.bytes -= len(old.body)
+		c.bytes -= len(key) + len(old.body)
 	}
-	if len(c.m) >= maxCachedAnswers || c.bytes+len(e.body) > maxCachedBytes {
+	if len(c.m) >= maxCachedAnswers || c.bytes+len(key)+len(e.body) > maxCachedBytes {
 		clear(c.m)
 		c.bytes = 0
 	}
 	c.m[key] = e
-	c.bytes += len(e.body)
+	c.bytes += len(key) + len(e.body)
 }

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/meshflows/meshflows/internal/registry"
@@ -69,5 +71,22 @@ func TestAnswerCacheIsBoundedInBytes(t *testing.T) {
 	c.put("a", &encoded{state: registry.State{Epoch: "e", Revision: 2}, body: body[:10]})
 	if got := c.get("a", registry.State{Epoch: "e", Revision: 2}); got == nil {
 		t.Error("the newest answer is not cached")
+	}
+}
+
+// TestAnswerCacheCountsItsKeys: answers to queries with long values (a service name of a
+// megabyte has an empty answer and a key of a megabyte) are bounded by the keys' bytes too.
+func TestAnswerCacheCountsItsKeys(t *testing.T) {
+	c := newAnswerCache()
+	long := strings.Repeat("s", 1<<20)
+	for i := range 400 { // 400 MB of keys, under the count bound of 4,096 answers
+		c.put(fmt.Sprint(i, long), &encoded{state: registry.State{Epoch: "e", Revision: 1}, body: []byte(`{}`)})
+		held := 0
+		for k, e := range c.m {
+			held += len(k) + len(e.body)
+		}
+		if held > maxCachedBytes {
+			t.Fatalf("after %d answers the cache holds %d bytes of keys and answers, over its bound of %d", i+1, held, maxCachedBytes)
+		}
 	}
 }
