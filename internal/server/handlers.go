@@ -135,19 +135,11 @@ func (s *Server) longPoll(ctx context.Context, v url.Values) error {
 }
 
 func (s *Server) capabilities(_ http.ResponseWriter, r *http.Request) (any, error) {
-	v := r.URL.Query()
-	if err := registry.UnknownParameters(v, registry.CapabilitiesListing); err != nil {
-		return nil, err
-	}
-	q, err := registry.ParseQuery(v)
+	d, pg, paged, err := s.parseDiscovery(r)
 	if err != nil {
 		return nil, err
 	}
-	key := registry.CanonicalQuery(v)
-	pg, paged, err := parsePaging(v, key)
-	if err != nil {
-		return nil, err
-	}
+	v, q, key := d.v, d.q, d.key
 	if err := s.longPoll(r.Context(), v); err != nil {
 		return nil, err
 	}

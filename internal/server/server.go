@@ -108,6 +108,7 @@ type Server struct {
 	mux       *http.ServeMux
 	cache     *answerCache
 	pages     *pageStore // listings of paged requests (limit, page_token)
+	queries   queryMemo  // discovery query strings already parsed
 	metrics   *metrics
 	startedAt time.Time
 }
