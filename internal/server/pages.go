@@ -17,9 +17,16 @@ import (
 // MaxPageLimit is the largest limit a paged listing takes.
 const MaxPageLimit = 10_000
 
-// maxPagedItems bounds the items the page store holds across its listings: past it the
-// oldest listings are dropped, and their next pages answer 410 PAGE_EXPIRED.
-const maxPagedItems = 500_000
+// The page store's bounds: past any of them the oldest listings are dropped, and their next
+// pages answer 410 PAGE_EXPIRED. maxPagedItems bounds the items across its listings;
+// maxPagedListings and maxPagedKeyBytes bound the listings themselves, which an empty one
+// (a query matching nothing, paged at every revision) would not move the item count for, and
+// their keys (a query's values, up to a megabyte each).
+const (
+	maxPagedItems    = 500_000
+	maxPagedListings = 4096
+	maxPagedKeyBytes = 16 << 20
+)
 
 // pageToken is what a next_page_token carries: the listing (a hash of its query) and the
 // state it was cut from, and where the next page starts.
@@ -109,13 +116,15 @@ type listing struct {
 }
 
 // pageStore keeps the listings that paged requests cut their pages from, so that every page
-// of a listing comes from one revision. It holds at most maxPagedItems items; the oldest
-// listings go first.
+// of a listing comes from one revision. It holds at most maxPagedItems items in at most
+// maxPagedListings listings under keys of at most maxPagedKeyBytes; the oldest listings go
+// first.
 type pageStore struct {
-	mu    sync.Mutex
-	m     map[string]*listing
-	order []string // keys, oldest first
-	items int
+	mu       sync.Mutex
+	m        map[string]*listing
+	order    []string // keys, oldest first
+	items    int
+	keyBytes int
 }
 
 func newPageStore() *pageStore { return &pageStore{m: map[string]*listing{}} }
@@ -146,10 +155,12 @@ func (p *pageStore) load(query string, st registry.State, current bool, build fu
 	p.m[key] = l
 	p.order = append(p.order, key)
 	p.items += l.n
-	for p.items > maxPagedItems && len(p.order) > 1 {
+	p.keyBytes += len(key)
+	for (p.items > maxPagedItems || len(p.order) > maxPagedListings || p.keyBytes > maxPagedKeyBytes) && len(p.order) > 1 {
 		oldest := p.order[0]
 		p.order = p.order[1:]
 		p.items -= p.m[oldest].n
+		p.keyBytes -= len(oldest)
 		delete(p.m, oldest)
 	}
 	return l

@@ -57,6 +57,41 @@ func TestPageStoreIsBounded(t *testing.T) {
 	}
 }
 
+// TestPageStoreBoundsEmptyListings: listings of no items — a query matching nothing, paged
+// at every revision, or with values of a megabyte — are bounded too: by their number and by
+// their keys' bytes (before, only items counted, and such listings were never dropped).
+func TestPageStoreBoundsEmptyListings(t *testing.T) {
+	tests := []struct {
+		name  string
+		query func(i int) string
+		n     int
+	}{
+		{"a query matching nothing, paged at each revision", func(int) string { return "service_name=gone&limit=10" }, 3 * maxPagedListings},
+		{"queries with values of a megabyte", func(i int) string { return fmt.Sprint(i, strings.Repeat("s", 1<<20)) }, 64},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			p := newPageStore()
+			for i := range tt.n {
+				st := registry.State{Epoch: "e", Revision: int64(i + 1)}
+				p.load(tt.query(i), st, true, func() *listing { return &listing{state: st} })
+				keyBytes := 0
+				for k := range p.m {
+					keyBytes += len(k)
+				}
+				if len(p.m) > maxPagedListings || keyBytes > maxPagedKeyBytes || len(p.order) != len(p.m) {
+					t.Fatalf("after %d listings the store holds %d (%d in order) under %d bytes of keys; bounds %d and %d",
+						i+1, len(p.m), len(p.order), keyBytes, maxPagedListings, maxPagedKeyBytes)
+				}
+			}
+			last := registry.State{Epoch: "e", Revision: int64(tt.n)}
+			if p.load(tt.query(tt.n-1), last, false, nil) == nil {
+				t.Error("the newest listing is not held")
+			}
+		})
+	}
+}
+
 // TestAnswerCacheIsBoundedInBytes: however many large answers are cached, the cache holds
 // at most maxCachedBytes of bodies (before, only the count was bounded: 4,096 answers).
 func TestAnswerCacheIsBoundedInBytes(t *testing.T) {
