@@ -38,7 +38,8 @@ type Journal struct {
 	now func() time.Time
 
 	mu          sync.Mutex
-	ring        []Stored // up to max events; ring[head] is the oldest once full
+	ring        [][]Stored // up to max events in blocks of ringBlock (see slot); the one at head is the oldest once full
+	n           int        // events held
 	head        int
 	max         int
 	last        int64         // the newest sequence number held or given
@@ -59,8 +60,13 @@ func New(max int, now func() time.Time) *Journal {
 	if now == nil {
 		now = time.Now
 	}
-	return &Journal{now: now, ring: make([]Stored, 0, min(max, 1024)), max: max}
+	return &Journal{now: now, max: max}
 }
+
+// ringBlock is how many events a block of the ring holds. The ring grows a block at a time up
+// to its bound and never moves what it holds: grown as one slice, it copied every event held
+// at each growth, and a journal filling to 20,000 events left 11.6 MB of discarded copies.
+const ringBlock = 1024
 
 // Stored is an event as the journal keeps it: apiv1.Event with its attributes as JSON,
 // encoded once when the event is recorded. A map of four attributes costs some 400 bytes of
@@ -158,12 +164,17 @@ func (j *Journal) Insert(h Stored) {
 // push adds e as the newest event, dropping the oldest past the bound, and wakes waiters.
 // Called with j.mu held.
 func (j *Journal) push(e Stored) {
-	if len(j.ring) < j.max {
-		j.ring = append(j.ring, e)
+	if j.n < j.max {
+		if j.n%ringBlock == 0 {
+			j.ring = append(j.ring, make([]Stored, min(ringBlock, j.max-j.n)))
+		}
+		*j.slot(j.n) = e
+		j.n++
 	} else {
-		j.lastDropped = j.ring[j.head].Seq
+		old := j.slot(j.head)
+		j.lastDropped = old.Seq
 		j.dropped++
-		j.ring[j.head] = e
+		*old = e
 		j.head = (j.head + 1) % j.max
 	}
 	if j.changed != nil {
@@ -173,25 +184,28 @@ func (j *Journal) push(e Stored) {
 }
 
 // at returns the i-th oldest event held. Called with j.mu held.
-func (j *Journal) at(i int) *Stored { return &j.ring[(j.head+i)%len(j.ring)] }
+func (j *Journal) at(i int) *Stored { return j.slot((j.head + i) % j.n) }
 
-// segments returns the held events from position i on, oldest first, as at most two slices
-// of the ring. Called with j.mu held.
-func (j *Journal) segments(i int) [2][]Stored {
-	n := len(j.ring)
-	if i >= n {
-		return [2][]Stored{}
+// slot returns the event at position p of the ring. Called with j.mu held.
+func (j *Journal) slot(p int) *Stored { return &j.ring[p/ringBlock][p%ringBlock] }
+
+// segments returns the held events from position i on, oldest first, as contiguous runs of
+// the ring's blocks. Called with j.mu held.
+func (j *Journal) segments(i int) [][]Stored {
+	var out [][]Stored
+	for i < j.n {
+		p := (j.head + i) % j.n
+		run := j.ring[p/ringBlock][p%ringBlock:]
+		run = run[:min(len(run), j.n-i)] // not past the newest (a block ends where the ring does)
+		out = append(out, run)
+		i += len(run)
 	}
-	p := (j.head + i) % n
-	if p >= j.head {
-		return [2][]Stored{j.ring[p:], j.ring[:j.head]}
-	}
-	return [2][]Stored{j.ring[p:j.head], nil}
+	return out
 }
 
 // after returns the position of the first event newer than seq. Called with j.mu held.
 func (j *Journal) after(seq int64) int {
-	return sort.Search(len(j.ring), func(i int) bool { return j.at(i).Seq > seq })
+	return sort.Search(j.n, func(i int) bool { return j.at(i).Seq > seq })
 }
 
 // Record appends an event of type typ about subject.
@@ -308,7 +322,7 @@ func (j *Journal) find(q Query) ([]apiv1.Event, []Stored, int64) {
 		out = append(out, gap)
 		next = j.lastDropped
 	}
-	// The held events in order are ring[head:] then ring[:head]: two plain loops.
+	// The held events in order, a block's run at a time: plain loops.
 	for _, seg := range j.segments(j.after(q.Since)) {
 		for k := range seg {
 			e := &seg[k]
@@ -333,7 +347,7 @@ func (j *Journal) Newest(q Query) ([]apiv1.Event, int64) {
 	q.Limit = min(q.Limit, MaxLimit)
 	j.mu.Lock()
 	var found []Stored
-	for i := len(j.ring) - 1; i >= 0 && len(found) < q.Limit; i-- {
+	for i := j.n - 1; i >= 0 && len(found) < q.Limit; i-- {
 		if e := j.at(i); q.matches(e) {
 			found = append(found, *e)
 		}

@@ -90,6 +90,51 @@ func TestNewest(t *testing.T) {
 	}
 }
 
+// TestRingAcrossBlocks: the ring is kept in blocks of ringBlock events; whatever its bound and
+// however far it has wrapped, it holds the newest events in order, Find reads them all from
+// any point, and Newest reads them back from the end, across the blocks' edges.
+func TestRingAcrossBlocks(t *testing.T) {
+	for _, bound := range []int{1, 5, ringBlock, ringBlock + 1, 2*ringBlock + 300} {
+		for _, n := range []int{0, 1, bound - 1, bound, bound + 1, 2*bound + 7, 3 * ringBlock} {
+			if n < 0 {
+				continue
+			}
+			t.Run(fmt.Sprintf("bound=%d/events=%d", bound, n), func(t *testing.T) {
+				j := New(bound, fixed)
+				for i := range n {
+					j.Record(apiv1.EventRegistered, "", fmt.Sprint("i-", i%7), "registered", nil)
+				}
+				held := min(n, bound)
+				want := []int64{}
+				for s := n - held + 1; s <= n; s++ {
+					want = append(want, int64(s))
+				}
+				for _, since := range []int64{int64(n - held), int64(n - held/2), int64(n)} {
+					var got []int64
+					next := since
+					for {
+						es, nx := j.Find(Query{Since: next, Limit: MaxLimit})
+						got = append(got, seqs(es)...)
+						if len(es) == 0 || nx == next {
+							break
+						}
+						next = nx
+					}
+					if diff := cmp.Diff(want[since-int64(n-held):], append([]int64{}, got...)); diff != "" {
+						t.Errorf("Find from %d (-want +got):\n%s", since, diff)
+					}
+				}
+				for _, limit := range []int{1, 3, MaxLimit} {
+					got, _ := j.Newest(Query{Limit: limit})
+					if diff := cmp.Diff(want[max(0, held-min(limit, held)):], seqs(got)); diff != "" {
+						t.Errorf("Newest %d (-want +got):\n%s", limit, diff)
+					}
+				}
+			})
+		}
+	}
+}
+
 // A flapping fleet outruns the ring: the bound holds, and a reader left behind is told how
 // many events it missed before it reads on.
 func TestRingBoundAndGap(t *testing.T) {
@@ -97,8 +142,8 @@ func TestRingBoundAndGap(t *testing.T) {
 	for i := range 100_000 {
 		j.Record(apiv1.EventEligibility, "", fmt.Sprintf("i-%d", i%50), "flap", nil)
 	}
-	if len(j.ring) != 1000 {
-		t.Fatalf("ring holds %d, want its bound 1000", len(j.ring))
+	if j.n != 1000 {
+		t.Fatalf("ring holds %d, want its bound 1000", j.n)
 	}
 	got, next := j.Find(Query{Since: 10, Limit: 3})
 	if len(got) != 3 || got[0].Type != apiv1.EventJournalGap {
@@ -396,8 +441,8 @@ func TestSharedJournal(t *testing.T) {
 	if len(got) == 0 || got[0].Type != apiv1.EventJournalGap || got[0].Attrs["to"] != int64(21) || got[0].Attrs["missed"] != nil {
 		t.Errorf("gap in a shared journal: %+v", got)
 	}
-	if len(a.ring) != 5 {
-		t.Errorf("ring holds %d, want its bound 5", len(a.ring))
+	if a.n != 5 {
+		t.Errorf("ring holds %d, want its bound 5", a.n)
 	}
 	// a duplicate (the replica's own event coming back twice) is ignored
 	b.Insert(Stored{Event: apiv1.Event{Seq: 28, Type: apiv1.EventRegistered}})
