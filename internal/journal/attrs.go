@@ -99,3 +99,58 @@ func plainJSON(s string) bool {
 	}
 	return true
 }
+
+// Object writes an event's attributes as a JSON object while they are added, for the event
+// the registry records with every registration: the bytes encodeAttrs writes for a map of the
+// same attributes (json.Marshal's), without building the map, sorting its keys or boxing its
+// values. Keys must be plain (plainJSON) and added in their byte order, as json.Marshal sorts
+// a map's. Adding returns the Object grown, as append does (so that a buffer on the caller's
+// stack stays there). The zero Object is empty; NewObject gives it room to write in.
+type Object struct {
+	b []byte
+}
+
+// NewObject returns an empty Object that writes in buf while the object fits (an array on the
+// caller's stack: then nothing is allocated but the finished object).
+func NewObject(buf []byte) Object { return Object{b: buf[:0]} }
+
+func (o Object) key(k string) []byte {
+	b := o.b
+	if len(b) == 0 {
+		b = append(b, '{')
+	} else {
+		b = append(b, ',')
+	}
+	b = append(b, '"')
+	b = append(b, k...)
+	return append(b, '"', ':')
+}
+
+// Str adds a string attribute.
+func (o Object) Str(k, v string) Object {
+	b := o.key(k)
+	if plainJSON(v) {
+		b = append(b, '"')
+		b = append(b, v...)
+		return Object{b: append(b, '"')}
+	}
+	q, _ := json.Marshal(v) // escaped as json.Marshal escapes it in a map; a string always encodes
+	return Object{b: append(b, q...)}
+}
+
+// Int adds an integer attribute.
+func (o Object) Int(k string, v int64) Object { return Object{b: strconv.AppendInt(o.key(k), v, 10)} }
+
+// Bool adds a boolean attribute.
+func (o Object) Bool(k string, v bool) Object { return Object{b: strconv.AppendBool(o.key(k), v)} }
+
+// JSON returns the object, exactly sized (the journal keeps it): {} when nothing was added.
+func (o Object) JSON() json.RawMessage {
+	if len(o.b) == 0 {
+		return json.RawMessage(`{}`)
+	}
+	out := make(json.RawMessage, len(o.b)+1)
+	copy(out, o.b)
+	out[len(o.b)] = '}'
+	return out
+}

@@ -60,3 +60,58 @@ func FuzzEncodeAttrs(f *testing.F) {
 		}
 	})
 }
+
+// objectCase adds its attributes to an Object in their keys' byte order and returns the same
+// attributes as a map.
+func objectCase(n int64, s1, s2 string, b bool) (Object, map[string]any) {
+	var buf [16]byte // outgrown by most cases: the object then moves to the heap
+	o := NewObject(buf[:]).Int("a_count", n).Str("b_name", s1).Bool("c_flag", b).Str("d_text", s2)
+	return o, map[string]any{"a_count": n, "b_name": s1, "c_flag": b, "d_text": s2}
+}
+
+// TestObjectIsMarshal: an Object writes the bytes json.Marshal writes for a map of the same
+// attributes, strings to escape (quotes, HTML, control characters, invalid UTF-8) included.
+func TestObjectIsMarshal(t *testing.T) {
+	tests := []struct {
+		name   string
+		n      int64
+		s1, s2 string
+		b      bool
+	}{
+		{"plain", 42, "egress-jms", "http://10.0.0.7:8080", true},
+		{"to escape", math.MinInt64, `a "quoted" \ name`, "x=1&y=<2>", false},
+		{"control and invalid UTF-8", math.MaxInt64, "tab\there\n", "\xff\xfe é \u2028", true},
+		{"empty", 0, "", "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			o, m := objectCase(tt.n, tt.s1, tt.s2, tt.b)
+			want, err := json.Marshal(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := o.JSON(); string(got) != string(want) {
+				t.Errorf("Object = %s\njson.Marshal = %s", got, want)
+			}
+		})
+	}
+	var empty Object
+	if got := string(empty.JSON()); got != "{}" {
+		t.Errorf("an empty Object = %s, want {}", got)
+	}
+}
+
+func FuzzObject(f *testing.F) {
+	f.Add(int64(7), "egress-jms", "http://10.0.0.7:8080", true)
+	f.Add(int64(-1), "<&>", "\x00\"\\\xff", false)
+	f.Fuzz(func(t *testing.T, n int64, s1, s2 string, b bool) {
+		o, m := objectCase(n, s1, s2, b)
+		want, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := o.JSON(); string(got) != string(want) {
+			t.Errorf("Object = %s\njson.Marshal = %s", got, want)
+		}
+	})
+}

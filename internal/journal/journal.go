@@ -121,13 +121,17 @@ func (j *Journal) Append(e apiv1.Event) int64 {
 	if j == nil {
 		return 0
 	}
-	if e.Time.IsZero() {
-		e.Time = j.now().UTC()
+	return j.appendStored(encode(e)) // encoded before any lock; a shared journal's store writes this form too
+}
+
+// appendStored is Append of an event already in the form the journal keeps.
+func (j *Journal) appendStored(h Stored) int64 {
+	if h.Time.IsZero() {
+		h.Time = j.now().UTC()
 	}
-	if e.Severity == "" {
-		e.Severity = apiv1.SeverityInfo
+	if h.Severity == "" {
+		h.Severity = apiv1.SeverityInfo
 	}
-	h := encode(e) // before any lock; a shared journal's store writes this form too
 	if sh := j.shared; sh != nil {
 		select {
 		case sh.queue <- h:
@@ -211,6 +215,14 @@ func (j *Journal) after(seq int64) int {
 // Record appends an event of type typ about subject.
 func (j *Journal) Record(typ, severity, subject, message string, attrs map[string]any) {
 	j.Append(apiv1.Event{Type: typ, Severity: severity, Subject: subject, Message: message, Attrs: attrs})
+}
+
+// RecordObject is Record with the attributes written as they were added (Object).
+func (j *Journal) RecordObject(typ, severity, subject, message string, attrs Object) {
+	if j == nil {
+		return
+	}
+	j.appendStored(Stored{Event: apiv1.Event{Type: typ, Severity: severity, Subject: subject, Message: message}, Attrs: attrs.JSON()})
 }
 
 // Last returns the last sequence number given (0 before any).

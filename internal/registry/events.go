@@ -2,10 +2,12 @@ package registry
 
 import (
 	"fmt"
+	"strconv"
 	"time"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/internal/health"
+	"github.com/meshflows/meshflows/internal/journal"
 )
 
 // What the registry tells the journal (Config.Journal). Heartbeats are not events: they
@@ -17,28 +19,33 @@ func (r *Registry) journalRegistration(rec, prev *Record, warmingUp bool) {
 	if j == nil {
 		return
 	}
-	attrs := map[string]any{"service_name": rec.ServiceName, "generation": rec.Generation, "endpoint": rec.Endpoint,
-		"capabilities": len(rec.Capabilities)}
+	// The attributes in their keys' byte order (journal.Object): capabilities, eligibility,
+	// endpoint, generation, previous_generation, reason, service_name, warm_up.
+	var buf [256]byte
+	attrs := journal.NewObject(buf[:]).Int("capabilities", int64(len(rec.Capabilities)))
 	if r.cfg.Eligibility != nil {
 		// the new incarnation's first verdict, which the journal records nowhere else
-		attrs["eligibility"] = health.FirstState(rec.Probed())
+		attrs = attrs.Str("eligibility", health.FirstState(rec.Probed()))
 	}
+	attrs = attrs.Str("endpoint", rec.Endpoint).Int("generation", rec.Generation)
+	gen := strconv.FormatInt(rec.Generation, 10)
 	if prev == nil {
-		msg := fmt.Sprintf("%s (%s) registered at %s, generation %d", rec.InstanceID, rec.ServiceName, rec.Endpoint, rec.Generation)
+		msg := rec.InstanceID + " (" + rec.ServiceName + ") registered at " + rec.Endpoint + ", generation " + gen
+		attrs = attrs.Str("service_name", rec.ServiceName)
 		if warmingUp {
-			attrs["warm_up"] = true
+			attrs = attrs.Bool("warm_up", true)
 			msg += " during the registry's warm-up"
 		}
-		j.Record(apiv1.EventRegistered, apiv1.SeverityInfo, rec.InstanceID, msg, attrs)
+		j.RecordObject(apiv1.EventRegistered, apiv1.SeverityInfo, rec.InstanceID, msg, attrs)
 		return
 	}
 	reason := "a new incarnation replaced the registered one (the provider restarted or lost its lease)"
 	if prev.Restored() {
 		reason = "the provider re-registered after the registry restarted (its record was restored from a snapshot)"
 	}
-	attrs["previous_generation"], attrs["reason"] = prev.Generation, reason
-	j.Record(apiv1.EventReregistered, apiv1.SeverityInfo, rec.InstanceID,
-		fmt.Sprintf("%s (%s) re-registered, generation %d replaces %d: %s", rec.InstanceID, rec.ServiceName, rec.Generation, prev.Generation, reason), attrs)
+	attrs = attrs.Int("previous_generation", prev.Generation).Str("reason", reason).Str("service_name", rec.ServiceName)
+	j.RecordObject(apiv1.EventReregistered, apiv1.SeverityInfo, rec.InstanceID,
+		rec.InstanceID+" ("+rec.ServiceName+") re-registered, generation "+gen+" replaces "+strconv.FormatInt(prev.Generation, 10)+": "+reason, attrs)
 }
 
 // journalDeregistration records a deregistration by the provider.

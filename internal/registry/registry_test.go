@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/internal/journal"
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/registry/registrytest"
 	"github.com/meshflows/meshflows/internal/store/memstore"
@@ -491,6 +492,38 @@ func TestRoutesInputs(t *testing.T) {
 		InstanceID: "j-1", Endpoint: "http://j-1:8080", Generation: gen}}
 	if diff := cmp.Diff(want, got.PublicPaths); diff != "" {
 		t.Errorf("Routes().PublicPaths (-want +got):\n%s", diff)
+	}
+}
+
+// TestRegistrationEvents: what the journal says of a registration during the warm-up, of one
+// after it, and of a new incarnation — type, message and attributes.
+func TestRegistrationEvents(t *testing.T) {
+	j := journal.New(0, nil)
+	f := newFixture(t, registry.Config{LeaseTTL: 30 * time.Second, HeartbeatInterval: 10 * time.Second, Journal: j})
+	a1 := mustRegister(t, f, request("a", "egress-jms"))
+	f.clock.Advance(30 * time.Second) // the warm-up is over
+	b := mustRegister(t, f, request("b", "egress-jms", capability("messaging.publish", "jms", "1.0.0", ""), capability("messaging.consume", "jms", "1.0.0", "")))
+	a2 := mustRegister(t, f, request("a", "egress-jms"))
+	type event struct {
+		Type, Subject, Message string
+		Attrs                  map[string]any
+	}
+	want := []event{
+		{apiv1.EventRegistered, "a", fmt.Sprintf("a (egress-jms) registered at http://a:8080, generation %d during the registry's warm-up", a1.Generation),
+			map[string]any{"capabilities": 1.0, "endpoint": "http://a:8080", "generation": float64(a1.Generation), "service_name": "egress-jms", "warm_up": true}},
+		{apiv1.EventRegistered, "b", fmt.Sprintf("b (egress-jms) registered at http://b:8080, generation %d", b.Generation),
+			map[string]any{"capabilities": 2.0, "endpoint": "http://b:8080", "generation": float64(b.Generation), "service_name": "egress-jms"}},
+		{apiv1.EventReregistered, "a", fmt.Sprintf("a (egress-jms) re-registered, generation %d replaces %d: a new incarnation replaced the registered one (the provider restarted or lost its lease)", a2.Generation, a1.Generation),
+			map[string]any{"capabilities": 1.0, "endpoint": "http://a:8080", "generation": float64(a2.Generation), "previous_generation": float64(a1.Generation),
+				"reason": "a new incarnation replaced the registered one (the provider restarted or lost its lease)", "service_name": "egress-jms"}},
+	}
+	es, _ := j.Find(journal.Query{})
+	var got []event
+	for _, e := range es {
+		got = append(got, event{e.Type, e.Subject, e.Message, e.Attrs})
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
 	}
 }
 
