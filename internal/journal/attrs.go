@@ -8,12 +8,13 @@ import (
 
 // encodeAttrs returns attrs as JSON, as json.Marshal writes them. Events carry a few
 // attributes of plain kinds, and json.Marshal's reflection and map sorting were a twentieth of
-// a registration's CPU (two events each): those are written here directly, anything else by
-// json.Marshal. A map JSON cannot encode gives an attrs_error attribute instead.
+// a registration's CPU (two events each): those are written here directly (an Object),
+// anything else by json.Marshal. A map JSON cannot encode gives an attrs_error attribute
+// instead.
 func encodeAttrs(attrs map[string]any) json.RawMessage {
 	var scratch [512]byte
-	if b, ok := appendAttrs(scratch[:0], attrs); ok {
-		return append(json.RawMessage(nil), b...) // exactly sized: the journal keeps it
+	if o, ok := appendAttrs(NewObject(scratch[:]), attrs); ok {
+		return o.JSON()
 	}
 	b, err := json.Marshal(attrs)
 	if err != nil {
@@ -22,70 +23,42 @@ func encodeAttrs(attrs map[string]any) json.RawMessage {
 	return b
 }
 
-// appendAttrs appends attrs as a JSON object, its keys in order, when every key and value is
-// one it writes byte for byte as json.Marshal does: strings that need no escaping, integers,
-// booleans, nil, and lists of such strings. It reports false for anything else.
-func appendAttrs(dst []byte, attrs map[string]any) ([]byte, bool) {
+// appendAttrs adds attrs to o, their keys in byte order, when every key is plain (plainJSON)
+// and every value of a kind an Object writes: strings, integers, booleans, nil, and lists of
+// strings. It reports false for anything else.
+func appendAttrs(o Object, attrs map[string]any) (Object, bool) {
 	var keyArr [16]string
 	keys := keyArr[:0]
 	for k := range attrs {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys) // json.Marshal's order: by bytes
-	dst = append(dst, '{')
-	for i, k := range keys {
-		if i > 0 {
-			dst = append(dst, ',')
-		}
+	for _, k := range keys {
 		if !plainJSON(k) {
-			return dst, false
+			return o, false
 		}
-		dst = append(dst, '"')
-		dst = append(dst, k...)
-		dst = append(dst, '"', ':')
 		switch v := attrs[k].(type) {
 		case string:
-			if !plainJSON(v) {
-				return dst, false
-			}
-			dst = append(dst, '"')
-			dst = append(dst, v...)
-			dst = append(dst, '"')
+			o = o.Str(k, v)
 		case int:
-			dst = strconv.AppendInt(dst, int64(v), 10)
+			o = o.Int(k, int64(v))
 		case int64:
-			dst = strconv.AppendInt(dst, v, 10)
+			o = o.Int(k, v)
 		case int32:
-			dst = strconv.AppendInt(dst, int64(v), 10)
+			o = o.Int(k, int64(v))
 		case uint64:
-			dst = strconv.AppendUint(dst, v, 10)
+			o = Object{b: strconv.AppendUint(o.key(k), v, 10)}
 		case bool:
-			dst = strconv.AppendBool(dst, v)
+			o = o.Bool(k, v)
 		case nil:
-			dst = append(dst, "null"...)
+			o = Object{b: append(o.key(k), "null"...)}
 		case []string:
-			if v == nil {
-				dst = append(dst, "null"...)
-				break
-			}
-			dst = append(dst, '[')
-			for j, s := range v {
-				if !plainJSON(s) {
-					return dst, false
-				}
-				if j > 0 {
-					dst = append(dst, ',')
-				}
-				dst = append(dst, '"')
-				dst = append(dst, s...)
-				dst = append(dst, '"')
-			}
-			dst = append(dst, ']')
+			o = o.strs(k, v)
 		default:
-			return dst, false
+			return o, false
 		}
 	}
-	return append(dst, '}'), true
+	return o, true
 }
 
 // plainJSON reports whether json.Marshal writes s between quotes as it is: printable ASCII
@@ -127,15 +100,33 @@ func (o Object) key(k string) []byte {
 }
 
 // Str adds a string attribute.
-func (o Object) Str(k, v string) Object {
+func (o Object) Str(k, v string) Object { return Object{b: appendString(o.key(k), v)} }
+
+// strs adds a list of strings (null when nil).
+func (o Object) strs(k string, vs []string) Object {
 	b := o.key(k)
+	if vs == nil {
+		return Object{b: append(b, "null"...)}
+	}
+	b = append(b, '[')
+	for i, v := range vs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendString(b, v)
+	}
+	return Object{b: append(b, ']')}
+}
+
+// appendString appends v as json.Marshal writes a string: quoted, escaped when not plain.
+func appendString(b []byte, v string) []byte {
 	if plainJSON(v) {
 		b = append(b, '"')
 		b = append(b, v...)
-		return Object{b: append(b, '"')}
+		return append(b, '"')
 	}
-	q, _ := json.Marshal(v) // escaped as json.Marshal escapes it in a map; a string always encodes
-	return Object{b: append(b, q...)}
+	q, _ := json.Marshal(v) // a string always encodes
+	return append(b, q...)
 }
 
 // Int adds an integer attribute.
