@@ -113,12 +113,7 @@ func remove(m map[string]set, k string, rec *registry.Record) {
 
 // Put stores rec (replacing the record of its instance) and moves the revision to rev (0:
 // one more).
-func (ix *Index) Put(rec *registry.Record, rev int64) {
-	ix.mu.Lock()
-	defer ix.mu.Unlock()
-	ix.indexLocked(rec)
-	ix.bumpLocked(rev)
-}
+func (ix *Index) Put(rec *registry.Record, rev int64) { ix.put(rec, rev, (*Index).bumpLocked) }
 
 // PutNewer is Put unless the index already holds an incarnation of rec's instance as new as
 // rec or newer (by Generation); it reports whether it stored rec. A store whose watch brings
@@ -138,22 +133,7 @@ func (ix *Index) PutNewer(rec *registry.Record, rev int64) bool {
 // Remove deletes the record of id, if it is the one given (nil: any), and moves the
 // revision to rev (0: one more). It returns the record removed.
 func (ix *Index) Remove(id string, only *registry.Record, rev int64) *registry.Record {
-	ix.mu.Lock()
-	defer ix.mu.Unlock()
-	rec := ix.removeLocked(id, only)
-	if rec != nil {
-		ix.bumpLocked(rev)
-	}
-	return rec
-}
-
-func (ix *Index) removeLocked(id string, only *registry.Record) *registry.Record {
-	rec, ok := ix.records[id]
-	if !ok || (only != nil && rec != only) {
-		return nil
-	}
-	ix.unindexLocked(rec)
-	return rec
+	return ix.remove(id, only, rev, (*Index).bumpLocked)
 }
 
 // PutAhead stores rec (replacing the record of its instance), written at rev, without moving
@@ -162,21 +142,33 @@ func (ix *Index) removeLocked(id string, only *registry.Record) *registry.Record
 // writes so: one may be ahead of another replica's earlier write the watch has not brought
 // in yet, and a revision readers see must hold every write up to it (answers are cached, and
 // long polls woken, by revision).
-func (ix *Index) PutAhead(rec *registry.Record, rev int64) {
-	ix.mu.Lock()
-	defer ix.mu.Unlock()
-	ix.indexLocked(rec)
-	ix.aheadLocked(rev)
-}
+func (ix *Index) PutAhead(rec *registry.Record, rev int64) { ix.put(rec, rev, (*Index).aheadLocked) }
 
 // RemoveAhead is Remove at rev, ahead of the revision as PutAhead is.
 func (ix *Index) RemoveAhead(id string, only *registry.Record, rev int64) *registry.Record {
+	return ix.remove(id, only, rev, (*Index).aheadLocked)
+}
+
+// put stores rec and then has move note the change at rev (bumpLocked: the revision moves
+// now; aheadLocked: once reached).
+func (ix *Index) put(rec *registry.Record, rev int64, move func(*Index, int64)) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	rec := ix.removeLocked(id, only)
-	if rec != nil {
-		ix.aheadLocked(rev)
+	ix.indexLocked(rec)
+	move(ix, rev)
+}
+
+// remove deletes the record of id, if it is only (nil: any), and has move note the change at
+// rev, as put does; it returns the record removed.
+func (ix *Index) remove(id string, only *registry.Record, rev int64, move func(*Index, int64)) *registry.Record {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	rec, ok := ix.records[id]
+	if !ok || (only != nil && rec != only) {
+		return nil
 	}
+	ix.unindexLocked(rec)
+	move(ix, rev)
 	return rec
 }
 
