@@ -12,8 +12,9 @@ import (
 // A discovery request's query string is parsed, checked for unknown parameters, turned into
 // a registry.Query and written in canonical form before the answer cache is even asked; a
 // fleet polling the same few queries paid that on every request. queryMemo remembers the
-// outcome for the query strings that parsed without error and ask no page: it depends on
-// the string alone.
+// outcome for the query strings that parsed without error, ask no page and are no long poll
+// (whose index moves with every revision, and which waits anyway): it depends on the string
+// alone.
 
 // The memo's bounds: past maxMemoQueries, a flood of distinct query strings starts it over;
 // a query string longer than maxMemoQueryLen (a service name of a megabyte) is parsed each
@@ -75,7 +76,7 @@ func (s *Server) parseDiscovery(r *http.Request) (d *discoveryQuery, pg paging, 
 	if pg, paged, err = parsePaging(v, d.key); err != nil {
 		return nil, paging{}, false, err
 	}
-	if !paged {
+	if !paged && v.Get("index") == "" {
 		s.queries.store(raw, d)
 	}
 	return d, pg, paged, nil
