@@ -12,7 +12,7 @@
 // instance's lease, once it differs from what every replica derives: the first verdict, and
 // the serving a slow start ends in at the ramp clock), gateways/<id> (a gateway's drain
 // acknowledgement, on its own lease), outcomes/<gateway id> (outcomes forwarded to the
-// elected replica), rampclock (the instant at which every replica weighs the slow starts),
+// elected replica, on the gateway's acknowledgement lease, else on one of their own), rampclock (the instant at which every replica weighs the slow starts),
 // events/<replica>/<n>.<count>
 // (a batch of the shared event journal).
 // etcdstore.go holds the records and the watch, commit.go the batched registrations,

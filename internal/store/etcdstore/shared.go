@@ -120,15 +120,39 @@ func (s *Store) SharedVerdict(id string) (registry.SharedVerdict, bool) {
 	return v, ok
 }
 
+// outcomesTTL bounds how long a forwarded window outlives its gateway's acknowledgements:
+// the key is a mailbox, of no use once the elected replica's watch has applied its put.
+const outcomesTTL = 60 // seconds
+
 // ForwardOutcomes implements registry.VerdictSharer: the gateway's window is put under a key
 // of its own, which the elected replica's watch applies (each put is one event; the key is
-// overwritten by the gateway's next window).
+// overwritten by the gateway's next window). The key goes with the gateway: it is put under
+// the lease of the gateway's acknowledgement, or, before the first acknowledgement or once
+// that lease has ended, under a lease of its own of outcomesTTL, so that a gateway that went
+// away leaves nothing behind in etcd.
 func (s *Store) ForwardOutcomes(ctx context.Context, req *apiv1.OutcomesRequest) error {
-	val, err := json.Marshal(req)
+	b, err := json.Marshal(req)
 	if err != nil {
 		return err
 	}
-	if _, err := s.cfg.Client.Put(ctx, s.key("outcomes/", req.GatewayID), string(val)); err != nil {
+	key, val := s.key("outcomes/", req.GatewayID), string(b)
+	s.acksM.Lock()
+	lease := s.acks[req.GatewayID].lease
+	s.acksM.Unlock()
+	if lease != 0 {
+		_, err := s.cfg.Client.Put(ctx, key, val, clientv3.WithLease(lease))
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			return fmt.Errorf("etcd put outcomes: %w", err)
+		}
+	}
+	l, err := s.cfg.Client.Grant(ctx, outcomesTTL)
+	if err != nil {
+		return fmt.Errorf("etcd lease of the outcomes of gateway %q: %w", req.GatewayID, err)
+	}
+	if _, err := s.cfg.Client.Put(ctx, key, val, clientv3.WithLease(l.ID)); err != nil {
 		return fmt.Errorf("etcd put outcomes: %w", err)
 	}
 	return nil
