@@ -1,6 +1,7 @@
 package dashboard
 
 import (
+	"bytes"
 	"context"
 	"crypto/subtle"
 	"embed"
@@ -10,6 +11,7 @@ import (
 	"html/template"
 	"io"
 	"io/fs"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -40,6 +42,9 @@ type Config struct {
 	ExpiringWithin time.Duration
 	// MapLimit is the most routes the route map draws (default 50).
 	MapLimit int
+	// TableLimit is the most instances the capabilities table lists (default 500): of a
+	// large fleet it shows the first that match the filters, and counts them all.
+	TableLimit int
 	// GrafanaURL, when set, is a Grafana with deploy/grafana's dashboards: each page links
 	// the matching one ("Metrics").
 	GrafanaURL string
@@ -66,6 +71,9 @@ func New(cfg Config) (*Dashboard, error) {
 	}
 	if cfg.MapLimit == 0 {
 		cfg.MapLimit = 50
+	}
+	if cfg.TableLimit == 0 {
+		cfg.TableLimit = 500
 	}
 	if cfg.GrafanaURL != "" {
 		u, err := url.Parse(cfg.GrafanaURL)
@@ -187,12 +195,17 @@ func (d *Dashboard) metricsLink(path string) string {
 	return d.cfg.GrafanaURL + "/d/" + uid
 }
 
+// render answers the page name. It is rendered whole before a byte is sent, so that a
+// template that fails answers 500 alone, not a page cut short with the error after it.
 func (d *Dashboard) render(w http.ResponseWriter, r *http.Request, name, title string, data any, errs []string) {
+	var b bytes.Buffer
+	if err := d.tmpl.ExecuteTemplate(&b, name, page{Title: title, Path: r.URL.Path, Insecure: d.cfg.Insecure, Errors: errs, Data: data, Metrics: d.metricsLink(r.URL.Path)}); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Content-Security-Policy", "default-src 'self'; style-src 'self'; script-src 'self'; img-src 'self' data:")
-	if err := d.tmpl.ExecuteTemplate(w, name, page{Title: title, Path: r.URL.Path, Insecure: d.cfg.Insecure, Errors: errs, Data: data, Metrics: d.metricsLink(r.URL.Path)}); err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-	}
+	w.Write(b.Bytes()) // an error here is the client's going: nothing to tell it
 }
 
 // write guards a write action with the admin token (header or form field "token").
@@ -286,13 +299,15 @@ type capRow struct {
 }
 
 type capsData struct {
-	Revision              int64
-	Rows                  []capRow
-	Provider, Cap, Svc    string
-	Providers, CapIDs     []string
-	Detail                *apiv1.Instance
-	Total, Shown          int
-	ExpiringSoon, Expired int
+	Revision           int64
+	Rows               []capRow // the first TableLimit of those that match
+	Provider, Cap, Svc string
+	Providers, CapIDs  []string
+	Detail             *apiv1.Instance
+	// Total counts the catalog's instances, Matching those the filters keep, Shown the rows
+	// listed; ExpiringSoon and Expired count among Matching.
+	Total, Matching, Shown int
+	ExpiringSoon, Expired  int
 }
 
 func (d *Dashboard) catalog(ctx context.Context, v url.Values) (*capsData, error) {
@@ -301,15 +316,12 @@ func (d *Dashboard) catalog(ctx context.Context, v url.Values) (*capsData, error
 		return nil, err
 	}
 	data := &capsData{Revision: cat.Revision, Provider: v.Get("provider"), Cap: v.Get("capability_id"), Svc: v.Get("service_name"), Total: len(cat.Instances)}
+	providers, capIDs := map[string]struct{}{}, map[string]struct{}{}
 	now := d.cfg.Now()
 	for _, in := range cat.Instances {
 		for _, c := range in.Capabilities {
-			if !slices.Contains(data.Providers, c.Provider) {
-				data.Providers = append(data.Providers, c.Provider)
-			}
-			if !slices.Contains(data.CapIDs, c.CapabilityID) {
-				data.CapIDs = append(data.CapIDs, c.CapabilityID)
-			}
+			providers[c.Provider] = struct{}{}
+			capIDs[c.CapabilityID] = struct{}{}
 		}
 		if id := v.Get("instance"); id != "" && in.InstanceID == id {
 			in := in
@@ -327,6 +339,7 @@ func (d *Dashboard) catalog(ctx context.Context, v url.Values) (*capsData, error
 		if len(caps) == 0 {
 			continue
 		}
+		data.Matching++
 		status := "active"
 		switch left := in.LeaseExpiresAt.Sub(now); {
 		case left <= 0:
@@ -336,10 +349,12 @@ func (d *Dashboard) catalog(ctx context.Context, v url.Values) (*capsData, error
 			status = "expiring soon"
 			data.ExpiringSoon++
 		}
-		data.Rows = append(data.Rows, capRow{Instance: in, Status: status, Caps: caps})
+		if len(data.Rows) < d.cfg.TableLimit {
+			data.Rows = append(data.Rows, capRow{Instance: in, Status: status, Caps: caps})
+		}
 	}
-	slices.Sort(data.Providers)
-	slices.Sort(data.CapIDs)
+	data.Providers = slices.Sorted(maps.Keys(providers))
+	data.CapIDs = slices.Sorted(maps.Keys(capIDs))
 	data.Shown = len(data.Rows)
 	return data, nil
 }

@@ -1,6 +1,7 @@
 package dashboard_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -8,7 +9,9 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
+	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/internal/dashboard"
 )
 
@@ -98,6 +101,7 @@ func BenchmarkCatalogPage(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		io.Copy(io.Discard, resp.Body) // the whole page: a body left unread cuts its rendering short
 		resp.Body.Close()
 	}
 }
@@ -139,5 +143,85 @@ func TestRoutesPageSaysWhenTheGatewayShowsOnlyASummary(t *testing.T) {
 		if !strings.Contains(string(body), "7 routes, not shown") || !strings.Contains(string(body), "gateway_admin") {
 			t.Errorf("%s does not say the table was withheld:\n%s", page, body)
 		}
+	}
+}
+
+// TestCapabilitiesTableOfALargeFleet: the capabilities page lists at most TableLimit
+// instances of those the filters keep and says how many more match; its counts, and the
+// filters' lists of providers and capabilities (each name once, sorted), cover the whole
+// catalog.
+func TestCapabilitiesTableOfALargeFleet(t *testing.T) {
+	const n = 60
+	now := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
+	cat := apiv1.CatalogResponse{RegistryEpoch: "e", Revision: 7}
+	for i := range n {
+		cat.Instances = append(cat.Instances, apiv1.Instance{InstanceID: fmt.Sprintf("i-%02d", i), ServiceName: fmt.Sprintf("svc-%d", i%3),
+			LeaseExpiresAt: now.Add(time.Duration(i%4) * 20 * time.Second), // 0 s: stale; 20 s: expiring soon
+			Capabilities: []apiv1.Capability{
+				{CapabilityID: fmt.Sprintf("cap.%d", i%5), Provider: fmt.Sprintf("p%d", i%2)},
+				{CapabilityID: "cap.shared", Provider: "p0"},
+			}})
+	}
+	reg := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != apiv1.PathServices {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(cat)
+	}))
+	defer reg.Close()
+	d, err := dashboard.New(dashboard.Config{RegistryURL: reg.URL, Insecure: true, TableLimit: 10, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(d.Handler())
+	defer srv.Close()
+	for _, tc := range []struct {
+		query         string
+		rows          int
+		want, wantNot []string
+	}{
+		{"", 10, []string{"10</span> of 60 instances shown", "15 expiring soon, 15 stale.", "The first 10 of the 60 that match"}, nil},
+		{"service_name=svc-1", 10, []string{"The first 10 of the 20 that match"}, nil},
+		{"service_name=svc-1&capability_id=cap.3", 4, []string{"4</span> of 60 instances shown"}, []string{`id="truncated"`}},
+		{"provider=p1&capability_id=cap.shared", 0, []string{"0</span> of 60 instances shown"}, []string{`id="truncated"`}},
+	} {
+		t.Run(tc.query, func(t *testing.T) {
+			resp, err := http.Get(srv.URL + "/capabilities?" + tc.query)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			page := string(b)
+			if got := strings.Count(page, "data-instance="); got != tc.rows {
+				t.Errorf("%d rows, want %d", got, tc.rows)
+			}
+			for _, s := range tc.want {
+				if !strings.Contains(page, s) {
+					t.Errorf("the page lacks %q", s)
+				}
+			}
+			for _, s := range tc.wantNot {
+				if strings.Contains(page, s) {
+					t.Errorf("the page has %q", s)
+				}
+			}
+			for _, list := range [][]string{{"p0", "p1"}, {"cap.0", "cap.1", "cap.2", "cap.3", "cap.4", "cap.shared"}} {
+				at := -1
+				for _, name := range list {
+					opt := ">" + name + "</option>"
+					if c := strings.Count(page, opt); c != 1 {
+						t.Fatalf("option %s appears %d times, want once", name, c)
+					}
+					i := strings.Index(page, opt)
+					if i < at {
+						t.Errorf("option %s is out of order", name)
+					}
+					at = i
+				}
+			}
+		})
 	}
 }
