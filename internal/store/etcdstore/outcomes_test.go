@@ -49,7 +49,7 @@ func TestForwardedOutcomesGoWithTheirGateway(t *testing.T) {
 		case <-time.After(10 * time.Second):
 			t.Fatalf("the window of %q never reached the watch", gw)
 		}
-		l, ok := leaseOf(t, "outcomes/" + gw)
+		l, ok := leaseOf(t, "outcomes/"+gw)
 		if !ok {
 			t.Fatalf("no outcomes key of %q", gw)
 		}
