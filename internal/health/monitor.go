@@ -387,33 +387,55 @@ func (m *Monitor) Sync(now time.Time, fleet Fleet) {
 	m.tickAndPublish(now)
 }
 
+// SyncChanged is Sync for a registry that knows which instances changed since it last
+// synced (a replica whose store tells it what other replicas changed): the members of changed
+// are reconciled as Sync's fleet is, the instances of gone are forgotten, and the others are
+// left as they are, so that a sweep costs what changed rather than a walk of the fleet.
+func (m *Monitor) SyncChanged(now time.Time, changed Fleet, gone []string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for i := range changed.Len() {
+		m.reconcileMember(now, changed, i)
+	}
+	for _, id := range gone {
+		m.forget(id, now)
+	}
+	m.tickAndPublish(now)
+}
+
 // reconcile declares the fleet's incarnations the monitor does not hold, applies renewals and
 // self-reports that reached this replica through the store only, and forgets the rest.
 func (m *Monitor) reconcile(now time.Time, fleet Fleet) {
 	m.syncs++
 	for i := range fleet.Len() {
-		f := fleet.Member(i)
-		v, ok := m.views[f.ID]
-		if !ok || v.generation != f.Generation {
-			m.register(fleet.Instance(i), f.Generation, f.RegisteredAt)
-			v = m.views[f.ID]
-		}
-		v.synced = m.syncs
-		// A renewal, or a new self-report that reached this replica through the store only.
-		renewedSince := !f.LastRenewal.IsZero() && f.LastRenewal.UnixNano() > v.lastRenewal
-		if renewedSince || f.Health != "" && f.Health != v.health {
-			at := f.LastRenewal
-			if !renewedSince {
-				at = now
-			}
-			m.engine.Apply(Event{At: at, ID: f.ID, Kind: KindHeartbeat, Health: f.Health})
-			v.lastRenewal, v.health = at.UnixNano(), f.Health
-		}
+		m.reconcileMember(now, fleet, i)
 	}
 	for id, v := range m.views {
 		if v.synced != m.syncs {
 			m.forget(id, now)
 		}
+	}
+}
+
+// reconcileMember declares the fleet's member i unless the monitor holds its incarnation, and
+// applies a renewal or a self-report that reached this replica through the store only.
+func (m *Monitor) reconcileMember(now time.Time, fleet Fleet, i int) {
+	f := fleet.Member(i)
+	v, ok := m.views[f.ID]
+	if !ok || v.generation != f.Generation {
+		m.register(fleet.Instance(i), f.Generation, f.RegisteredAt)
+		v = m.views[f.ID]
+	}
+	v.synced = m.syncs
+	// A renewal, or a new self-report that reached this replica through the store only.
+	renewedSince := !f.LastRenewal.IsZero() && f.LastRenewal.UnixNano() > v.lastRenewal
+	if renewedSince || f.Health != "" && f.Health != v.health {
+		at := f.LastRenewal
+		if !renewedSince {
+			at = now
+		}
+		m.engine.Apply(Event{At: at, ID: f.ID, Kind: KindHeartbeat, Health: f.Health})
+		v.lastRenewal, v.health = at.UnixNano(), f.Health
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
@@ -64,29 +65,85 @@ func (r *Registry) watch() (int64, <-chan struct{}, <-chan struct{}) {
 // (another replica, a snapshot) are declared, removed ones forgotten, and time applied.
 // Walking the fleet is needed only when the store changed by other means than this registry's
 // own calls, which feed the monitor directly: after a restore, or — with a store other
-// replicas write to — when its revision moved.
+// replicas write to — when its revision moved. A store that says which instances it changed
+// (ChangeNotifier) is walked only when it read its whole view anew; otherwise the monitor
+// gets the instances it named since the last sweep.
 func (r *Registry) syncEligibility(now time.Time) {
 	rev, _ := r.store.Watch()
-	_, shared := r.store.(VerdictSharer)
-	walk := r.reconcile.Swap(false) || shared && rev != r.syncedRev.Load()
+	vs, shared := r.store.(VerdictSharer)
+	walk := r.reconcile.Swap(false) || shared && !r.changes.told.Load() && rev != r.syncedRev.Load()
+	changed := r.changes.take() // before the records are read: a change told after them comes at the next sweep
 	if !walk {
-		r.cfg.Eligibility.Sync(now, nil)
+		if len(changed) == 0 {
+			r.cfg.Eligibility.Sync(now, nil)
+			return
+		}
+		var recs []*Record
+		var gone []string
+		for _, id := range changed {
+			if rec, ok := r.store.Get(id); ok {
+				recs = append(recs, rec)
+			} else {
+				gone = append(gone, id)
+			}
+		}
+		r.cfg.Eligibility.SyncChanged(now, recordFleet{recs: recs, ttl: r.cfg.LeaseTTL}, gone)
+		if shared {
+			r.followShared(vs, recs, now)
+		}
 		return
 	}
 	recs := r.store.Records()
 	r.cfg.Eligibility.Sync(now, recordFleet{recs: recs, ttl: r.cfg.LeaseTTL})
 	r.syncedRev.Store(rev)
-	if vs, ok := r.store.(VerdictSharer); ok {
-		// The verdicts already published (a replica that starts, or resyncs, after them) are
-		// followed at once, not from the elected replica's next change, and weighed at the
-		// ramp clock already published.
-		r.cfg.Eligibility.SetRampClock(vs.RampClock(), now)
-		for _, rec := range recs {
-			if v, ok := vs.SharedVerdict(rec.InstanceID); ok && v.Generation == rec.Generation {
-				r.follow(v)
-			}
+	if shared {
+		r.followShared(vs, recs, now)
+	}
+}
+
+// followShared follows the verdicts already published on recs (a replica that starts, or
+// resyncs, after them; an instance another replica registered, whose verdict may have come
+// before the monitor held it) at once, not from the elected replica's next change, weighed at
+// the ramp clock already published.
+func (r *Registry) followShared(vs VerdictSharer, recs []*Record, now time.Time) {
+	r.cfg.Eligibility.SetRampClock(vs.RampClock(), now)
+	for _, rec := range recs {
+		if v, ok := vs.SharedVerdict(rec.InstanceID); ok && v.Generation == rec.Generation {
+			r.follow(v)
 		}
 	}
+}
+
+// storeChanges is the set of instances a ChangeNotifier store changed since the last sweep.
+type storeChanges struct {
+	told atomic.Bool // the store is a ChangeNotifier
+	mu   sync.Mutex
+	ids  map[string]struct{}
+}
+
+// add notes that the store changed instance id.
+func (c *storeChanges) add(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ids == nil {
+		c.ids = make(map[string]struct{})
+	}
+	c.ids[id] = struct{}{}
+}
+
+// take returns the instances noted since the last take, and forgets them.
+func (c *storeChanges) take() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.ids) == 0 {
+		return nil
+	}
+	ids := make([]string, 0, len(c.ids))
+	for id := range c.ids {
+		ids = append(ids, id)
+	}
+	c.ids = nil
+	return ids
 }
 
 // recordFleet is the store's records as the monitor's Fleet.

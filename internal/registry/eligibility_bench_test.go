@@ -284,3 +284,18 @@ func BenchmarkEligibilityHeartbeat(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkEligibilityWalk is BenchmarkEligibilitySweep with the fleet walked at every sweep,
+// as a replica over etcd walks it whenever the store's revision moved since its last sweep.
+func BenchmarkEligibilityWalk(b *testing.B) {
+	f, _ := judgedFleet(b, *fleet)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		f.clock.Advance(100 * time.Microsecond)
+		f.reg.WalkFleetAtNextSweep()
+		if _, err := f.reg.Sweep(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -82,6 +82,7 @@ type Eligibility interface {
 	ObserveVia(h *health.Handle, ev health.Event) error
 	Forget(id string, at time.Time)
 	Sync(now time.Time, fleet health.Fleet)
+	SyncChanged(now time.Time, changed health.Fleet, gone []string)
 	// Verdicts.
 	Watch() (revision int64, changed <-chan struct{})
 	Read(fn func(health.Reader))
@@ -178,6 +179,9 @@ type Registry struct {
 	// other replicas write to); reconcile asks for one at the next sweep (this one's store).
 	syncedRev atomic.Int64
 	reconcile atomic.Bool
+	// changes holds what a store that says what changed (ChangeNotifier) changed from
+	// elsewhere since the last sweep.
+	changes storeChanges
 	// shareAll asks the next publication of verdicts to walk the whole fleet and to publish
 	// the ramp clock.
 	shareAll atomic.Bool
@@ -204,6 +208,16 @@ func New(store Store, cfg Config) (*Registry, error) {
 			if st := r.State(); !st.Complete {
 				r.drain.recordRemoval(id, generation, st.Epoch)
 			}
+		})
+	}
+	if cn, ok := store.(ChangeNotifier); ok && cfg.Eligibility != nil {
+		r.changes.told.Store(true)
+		cn.OnChanged(func(id string) {
+			if id == "" {
+				r.reconcile.Store(true)
+				return
+			}
+			r.changes.add(id)
 		})
 	}
 	if vs, ok := store.(VerdictSharer); ok && cfg.Eligibility != nil {

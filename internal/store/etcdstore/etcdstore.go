@@ -79,6 +79,7 @@ type Store struct {
 	onRampClock atomic.Pointer[func(time.Time)]
 	onOutcomes  atomic.Pointer[func(*apiv1.OutcomesRequest)]
 	onRemoved   atomic.Pointer[func(string, int64)]
+	onChanged   atomic.Pointer[func(string)]
 	onEvent     atomic.Pointer[func(journal.Stored)]
 	eventSeq    atomic.Int64                      // this replica's event keys
 	ownEvents   ownWrites[[]journal.Stored]       // the batches of events this replica is writing
@@ -212,6 +213,7 @@ func (s *Store) resync(ctx context.Context) error {
 		}
 	}
 	s.index.Reset(recs, resp.Header.Revision)
+	s.changed("") // every record may have changed
 	s.startRev = resp.Header.Revision
 	s.replayEvents(events)
 	return nil
@@ -383,6 +385,7 @@ func (s *Store) apply(ev *clientv3.Event) {
 		s.healthM.Unlock()
 		if rec, ok := s.index.Get(id); ok && ev.Type == clientv3.EventTypePut && rec.SetHealth(string(ev.Kv.Value)) {
 			s.index.Touch(ev.Kv.ModRevision)
+			s.changed(id)
 		}
 	case strings.HasPrefix(k, s.key("instances/")):
 		id := strings.TrimPrefix(k, s.key("instances/"))
@@ -394,6 +397,7 @@ func (s *Store) apply(ev *clientv3.Event) {
 			if exists {
 				s.removed(cur)
 				s.index.Remove(id, cur, ev.Kv.ModRevision)
+				s.changed(id)
 				// Not tombstoned first: the lease expired. Count it as an eviction.
 				s.evictM.Lock()
 				s.evicted = append(s.evicted, cur)
@@ -406,6 +410,7 @@ func (s *Store) apply(ev *clientv3.Event) {
 			if exists {
 				s.removed(cur)
 				s.index.Remove(id, cur, ev.Kv.ModRevision)
+				s.changed(id)
 			}
 			return
 		}
@@ -417,6 +422,7 @@ func (s *Store) apply(ev *clientv3.Event) {
 		// registry holds that one, with its handles).
 		if rec := s.record(ev.Kv); rec != nil {
 			s.index.PutNewer(rec, ev.Kv.ModRevision)
+			s.changed(id)
 		}
 	}
 }
@@ -450,6 +456,17 @@ func (s *Store) campaign(ctx context.Context) {
 			cancel()
 		}
 		sess.Close()
+	}
+}
+
+// OnChanged implements registry.ChangeNotifier.
+func (s *Store) OnChanged(fn func(id string)) { s.onChanged.Store(&fn) }
+
+// changed tells the registry that the view now holds a change of instance id made elsewhere
+// ("": the whole view was read anew).
+func (s *Store) changed(id string) {
+	if fn := s.onChanged.Load(); fn != nil {
+		(*fn)(id)
 	}
 }
 
