@@ -255,3 +255,19 @@ func BenchmarkRoutes(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkQueryAll is the unfiltered answer, every instance in or out of rotation (what a
+// DNS or an xDS server watches): three entries per instance, in the answer's full order.
+func BenchmarkQueryAll(b *testing.B) {
+	for _, n := range benchSizes() {
+		f, _ := fill(b, n)
+		b.Run(fmt.Sprintf("instances=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if got := len(f.reg.Query(&registry.Query{IncludeAll: true}).Entries); got != 3*n {
+					b.Fatalf("%d entries, want %d", got, 3*n)
+				}
+			}
+		})
+	}
+}
