@@ -60,6 +60,10 @@ type Record struct {
 // heartbeated since: it may have gone away while the registry was down.
 func (r *Record) Restored() bool { return r.restored.Load() }
 
+// MarkRestored says the record was restored from a snapshot: Restored until its instance
+// is heard from.
+func (r *Record) MarkRestored() { r.restored.Store(true) }
+
 // Probed reports whether the record's manifest declares a probe class: its instance is
 // admitted by probes, not at registration, and the prober visits it.
 func (r *Record) Probed() bool { return r.Manifest != nil && r.Manifest.Health != nil }

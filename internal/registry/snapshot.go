@@ -225,7 +225,7 @@ func (r *Registry) RestoreSnapshot(ctx context.Context, path string) (*Snapshot,
 		maxGen = max(maxGen, in.Generation)
 		left := min(max(in.LeaseExpiresAt.Sub(s.Timestamp), 0), r.cfg.LeaseTTL)
 		recs[i] = RecordFromInstance(in, now.Add(left))
-		recs[i].restored.Store(true)
+		recs[i].MarkRestored()
 	}
 	id := now.UTC().Format(time.RFC3339Nano)
 	if id == s.RegistryEpoch {

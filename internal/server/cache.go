@@ -39,6 +39,11 @@ func newEncoded(st registry.State, v any) (*encoded, error) {
 	if err != nil {
 		return nil, err
 	}
+	return encodedAs(st, body), nil
+}
+
+// encodedAs is the answer at st whose encoded body is body.
+func encodedAs(st registry.State, body []byte) *encoded {
 	etag := st.Epoch + "/" + strconv.FormatInt(st.Revision, 10)
 	if !st.Complete {
 		// The same revision turns complete when the warm-up ends; a client holding the
@@ -46,7 +51,7 @@ func newEncoded(st registry.State, v any) (*encoded, error) {
 		etag += "/incomplete"
 	}
 	etag = `"` + etag + `"`
-	return &encoded{state: st, etag: etag, weakETag: "W/" + etag, revision: strconv.FormatInt(st.Revision, 10), body: body}, nil
+	return &encoded{state: st, etag: etag, weakETag: "W/" + etag, revision: strconv.FormatInt(st.Revision, 10), body: body}
 }
 
 // write answers with the encoded body, or 304 when the client already holds it. A client that

@@ -167,12 +167,12 @@ func (s *Server) capabilities(_ http.ResponseWriter, r *http.Request) (any, erro
 	}
 	return s.cache.load(key, s.reg.State(), func() (*encoded, error) {
 		s.metrics.encodes.WithLabelValues("capabilities").Inc()
-		resp := build()
-		e, err := newEncoded(registry.State{Epoch: resp.RegistryEpoch, Revision: resp.Revision, Complete: resp.Complete}, resp)
+		ans := s.reg.Query(q)
+		body, err := appendDiscovery(nil, &ans)
 		if err != nil {
 			return nil, fmt.Errorf("encode discovery answer: %w", err)
 		}
-		return e, nil
+		return encodedAs(ans.State, body), nil
 	})
 }
 
