@@ -28,7 +28,13 @@ type encoded struct {
 	etag     string
 	weakETag string // the ETag of the compressed answer
 	revision string // X-Registry-Revision
+	size     int    // of the body
+
+	// body is the answer as JSON. An answer built compressed first (zippedAnswer) has none
+	// until a client that does not accept gzip asks: identity then writes it, once.
 	body     []byte
+	bodyOnce sync.Once
+	identity func() []byte
 
 	gzipOnce sync.Once
 	gz       []byte // body gzip-compressed, made for the first client that accepts it; nil when not smaller
@@ -51,7 +57,24 @@ func encodedAs(st registry.State, body []byte) *encoded {
 		etag += "/incomplete"
 	}
 	etag = `"` + etag + `"`
-	return &encoded{state: st, etag: etag, weakETag: "W/" + etag, revision: strconv.FormatInt(st.Revision, 10), body: body}
+	return &encoded{state: st, etag: etag, weakETag: "W/" + etag, revision: strconv.FormatInt(st.Revision, 10), body: body, size: len(body)}
+}
+
+// zipped is the answer at st of size bytes built compressed, gz; identity writes its JSON
+// when a client asks for that.
+func zipped(st registry.State, size int, gz []byte, identity func() []byte) *encoded {
+	e := encodedAs(st, nil)
+	e.size, e.identity = size, identity
+	e.gzipOnce.Do(func() { e.gz = gz }) // compressed already
+	return e
+}
+
+// json returns the answer as JSON, written now if it was built compressed.
+func (e *encoded) json() []byte {
+	if e.identity != nil { // set once, when the answer is made: never written after
+		e.bodyOnce.Do(func() { e.body = e.identity() })
+	}
+	return e.body
 }
 
 // write answers with the encoded body, or 304 when the client already holds it. A client that
@@ -61,8 +84,9 @@ func encodedAs(st registry.State, body []byte) *encoded {
 // weak form of the same tag (as nginx does), and either form matches If-None-Match.
 func (e *encoded) write(w http.ResponseWriter, r *http.Request, gzipMin int64) {
 	h := w.Header()
-	body, etag, zipped := e.body, e.etag, false
-	if gzipMin >= 0 && int64(len(e.body)) >= gzipMin {
+	var body []byte
+	etag, zipped := e.etag, false
+	if gzipMin >= 0 && int64(e.size) >= gzipMin {
 		h.Set("Vary", "Accept-Encoding")
 		if acceptsGzip(r.Header.Get("Accept-Encoding")) {
 			if gz := e.compressed(); gz != nil {
@@ -79,6 +103,8 @@ func (e *encoded) write(w http.ResponseWriter, r *http.Request, gzipMin int64) {
 	}
 	if zipped {
 		h.Set("Content-Encoding", "gzip")
+	} else {
+		body = e.json()
 	}
 	httpapi.WriteEncoded(w, http.StatusOK, body)
 }
@@ -197,12 +223,12 @@ func (c *answerCache) put(key string, e *encoded) {
 		return // a newer answer is already there
 	}
 	if old := c.m[key]; old != nil {
-		c.bytes -= len(key) + len(old.body)
+		c.bytes -= len(key) + old.size
 	}
-	if len(c.m) >= maxCachedAnswers || c.bytes+len(key)+len(e.body) > maxCachedBytes {
+	if len(c.m) >= maxCachedAnswers || c.bytes+len(key)+e.size > maxCachedBytes {
 		clear(c.m)
 		c.bytes = 0
 	}
 	c.m[key] = e
-	c.bytes += len(key) + len(e.body)
+	c.bytes += len(key) + e.size
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"cmp"
+	"compress/gzip"
 	"encoding/json"
 	"slices"
 	"strconv"
@@ -23,13 +24,7 @@ import (
 // HTML escaping, a newline at the end), byte for byte: FuzzAppendDiscovery holds it to that.
 // The error is encoding/json's for metadata that is not JSON.
 func appendDiscovery(b []byte, ans *registry.Answer) ([]byte, error) {
-	b = append(b, `{"registry_epoch":`...)
-	b = appendJSONString(b, ans.Epoch)
-	b = append(b, `,"revision":`...)
-	b = strconv.AppendInt(b, ans.Revision, 10)
-	b = append(b, `,"complete":`...)
-	b = strconv.AppendBool(b, ans.Complete)
-	b = append(b, `,"capabilities":[`...)
+	b = appendDiscoveryHead(b, ans)
 	for i, e := range ans.Entries {
 		if i > 0 {
 			b = append(b, ',')
@@ -46,6 +41,22 @@ func appendDiscovery(b []byte, ans *registry.Answer) ([]byte, error) {
 			b = slices.Grow(b, rest+rest/8+64)
 		}
 	}
+	return appendDiscoveryTail(b, ans), nil
+}
+
+// appendDiscoveryHead appends what comes before the entries.
+func appendDiscoveryHead(b []byte, ans *registry.Answer) []byte {
+	b = append(b, `{"registry_epoch":`...)
+	b = appendJSONString(b, ans.Epoch)
+	b = append(b, `,"revision":`...)
+	b = strconv.AppendInt(b, ans.Revision, 10)
+	b = append(b, `,"complete":`...)
+	b = strconv.AppendBool(b, ans.Complete)
+	return append(b, `,"capabilities":[`...)
+}
+
+// appendDiscoveryTail appends what comes after the entries.
+func appendDiscoveryTail(b []byte, ans *registry.Answer) []byte {
 	b = append(b, ']')
 	if len(ans.Removed) > 0 {
 		b = append(b, `,"removed":[`...)
@@ -61,7 +72,71 @@ func appendDiscovery(b []byte, ans *registry.Answer) ([]byte, error) {
 		}
 		b = append(b, ']')
 	}
-	return append(b, "}\n"...), nil
+	return append(b, "}\n"...)
+}
+
+// zippedFrom is the size from which an answer asked for by a client that accepts gzip is
+// built compressed, without its JSON: a few megabytes are worth neither their memory nor the
+// page faults of writing them, only to be compressed and, for most clients, never sent.
+const zippedFrom = 4 << 20
+
+// zippedAnswer builds ans compressed, streaming its JSON through gzip in 64 KiB pieces, when
+// its first entry says the JSON would be at least zippedFrom bytes long, and gzipMin (the
+// size from which answers go compressed); ok is false otherwise (and when it would not be
+// smaller). The JSON is written only if a client that
+// does not accept gzip asks for it: with the leases as they are then (a heartbeat moves no
+// revision), the rest as it was.
+func zippedAnswer(ans *registry.Answer, gzipMin int64) (e *encoded, ok bool, err error) {
+	if len(ans.Entries) == 0 {
+		return nil, false, nil
+	}
+	first, err := appendEntry(nil, ans.Entries[0])
+	if err != nil {
+		return nil, false, err
+	}
+	if n := int64(len(first)+1) * int64(len(ans.Entries)); n < zippedFrom || n < gzipMin {
+		return nil, false, nil
+	}
+	var gz bytes.Buffer
+	zw := gzipWriters.Get().(*gzip.Writer)
+	defer gzipWriters.Put(zw)
+	zw.Reset(&gz)
+	size := 0
+	piece := make([]byte, 0, 80<<10)
+	flush := func() error {
+		n, err := zw.Write(piece)
+		size += n
+		piece = piece[:0]
+		return err
+	}
+	piece = appendDiscoveryHead(piece, ans)
+	for i, en := range ans.Entries {
+		if i > 0 {
+			piece = append(piece, ',')
+		}
+		if piece, err = appendEntry(piece, en); err != nil {
+			return nil, false, err
+		}
+		if len(piece) >= 64<<10 {
+			if err := flush(); err != nil {
+				return nil, false, err
+			}
+		}
+	}
+	piece = appendDiscoveryTail(piece, ans)
+	if err := flush(); err != nil {
+		return nil, false, err
+	}
+	if err := zw.Close(); err != nil {
+		return nil, false, err
+	}
+	if gz.Len() >= size {
+		return nil, false, nil
+	}
+	return zipped(ans.State, size, bytes.Clone(gz.Bytes()), func() []byte {
+		b, _ := appendDiscovery(nil, ans) // it encoded once already: it encodes again
+		return b
+	}), true, nil
 }
 
 // appendEntry appends the JSON of e.Wire().

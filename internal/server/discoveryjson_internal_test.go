@@ -1,6 +1,12 @@
 package server
 
 import (
+	"bytes"
+	"compress/gzip"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -99,4 +105,67 @@ func FuzzAppendDiscovery(f *testing.F) {
 		}
 		checkAppendDiscovery(t, &ans)
 	})
+}
+
+// TestZippedAnswer: a large answer asked for by a client that accepts gzip is built
+// compressed only — the same JSON once decompressed, under the weak form of the answer's
+// ETag — and its JSON is written when a client that does not accept gzip asks, the same
+// bytes; a small answer is not built that way.
+func TestZippedAnswer(t *testing.T) {
+	lease := time.Date(2026, 12, 1, 9, 30, 0, 0, time.UTC)
+	var ans registry.Answer
+	ans.State = registry.State{Epoch: "2026-12-01T09:00:00Z", Revision: 9, Complete: true}
+	for i := range 14000 {
+		ans.Entries = append(ans.Entries, discoveryEntry(fmt.Sprintf("egress-jms-%05d", i), "messaging.publish", `{"priority":1,"path":"/v1/publish"}`, "a", apiv1.HealthOK, int64(i+1), lease))
+	}
+	want, err := appendDiscovery(nil, &ans)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(want) < zippedFrom {
+		t.Fatalf("the answer is %d bytes: under %d, the test asks nothing", len(want), zippedFrom)
+	}
+	e, ok, err := zippedAnswer(&ans, DefaultGzipMinBytes)
+	if err != nil || !ok {
+		t.Fatalf("zippedAnswer: ok %v, %v", ok, err)
+	}
+	if e.size != len(want) || e.body != nil {
+		t.Fatalf("size %d (want %d), JSON written: %v", e.size, len(want), e.body != nil)
+	}
+	get := func(accept string) *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		r := httptest.NewRequest(http.MethodGet, "/v1/discovery/capabilities", nil)
+		if accept != "" {
+			r.Header.Set("Accept-Encoding", accept)
+		}
+		e.write(rec, r, DefaultGzipMinBytes)
+		return rec
+	}
+	z := get("gzip")
+	if z.Header().Get("Content-Encoding") != "gzip" || z.Header().Get("ETag") != `W/"2026-12-01T09:00:00Z/9"` {
+		t.Fatalf("compressed answer: headers %v", z.Header())
+	}
+	zr, err := gzip.NewReader(z.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(zr)
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("decompressed answer differs from the JSON (%v): %d bytes, want %d", err, len(got), len(want))
+	}
+	if e.body != nil {
+		t.Error("the JSON was written for a client that takes gzip")
+	}
+	plain := get("")
+	if plain.Header().Get("Content-Encoding") != "" || plain.Header().Get("ETag") != `"2026-12-01T09:00:00Z/9"` || !bytes.Equal(plain.Body.Bytes(), want) {
+		t.Fatalf("identity answer: headers %v, %d bytes, want %d", plain.Header(), plain.Body.Len(), len(want))
+	}
+
+	small := registry.Answer{Entries: ans.Entries[:100]}
+	if _, ok, err := zippedAnswer(&small, DefaultGzipMinBytes); ok || err != nil {
+		t.Errorf("a small answer was built compressed (%v)", err)
+	}
+	if _, ok, _ := zippedAnswer(&ans, 1<<30); ok {
+		t.Error("an answer under the gzip threshold was built compressed")
+	}
 }
