@@ -83,9 +83,8 @@ const zippedFrom = 4 << 20
 // zippedAnswer builds ans compressed, streaming its JSON through gzip in 64 KiB pieces, when
 // its first entry says the JSON would be at least zippedFrom bytes long, and gzipMin (the
 // size from which answers go compressed); ok is false otherwise (and when it would not be
-// smaller). The JSON is written only if a client that
-// does not accept gzip asks for it: with the leases as they are then (a heartbeat moves no
-// revision), the rest as it was.
+// smaller). The JSON is written only if a client that does not accept gzip asks for it: with
+// the leases as they are then (a heartbeat moves no revision), the rest as it was.
 func zippedAnswer(ans *registry.Answer, gzipMin int64) (e *encoded, ok bool, err error) {
 	if len(ans.Entries) == 0 {
 		return nil, false, nil
