@@ -313,15 +313,3 @@ func uniform(es []Entry) bool {
 	}
 	return true
 }
-
-func compareEntries(a, b Entry) int {
-	ca, cb := a.Capability(), b.Capability()
-	if c := strings.Compare(ca.CapabilityID, cb.CapabilityID); c != 0 {
-		return c
-	}
-	if c := strings.Compare(ca.Provider, cb.Provider); c != 0 {
-		return c
-	}
-	return apiv1.Rank{Priority: ca.Priority, Version: ca.Version, Generation: a.Record.Generation}.Compare(
-		apiv1.Rank{Priority: cb.Priority, Version: cb.Version, Generation: b.Record.Generation})
-}
