@@ -25,6 +25,22 @@ type toldStore struct {
 
 func (s *toldStore) OnChanged(fn func(id string)) { s.tell = fn }
 
+// toldRegistry is a registry with the eligibility engine over a toldStore, on a fake clock.
+func toldRegistry(tb testing.TB) (*registry.Registry, *toldStore, *registrytest.Clock) {
+	tb.Helper()
+	clock := registrytest.NewClock(registrytest.Epoch0)
+	store := &toldStore{Store: memstore.New(clock.Now)}
+	m, err := health.NewMonitor(health.MonitorConfig{})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	reg, err := registry.New(store, registry.Config{Now: clock.Now, Registerer: prometheus.NewRegistry(), Eligibility: m})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return reg, store, clock
+}
+
 // TestSweepTakesWhatTheStoreSaysChanged: over a store that says what it changed, a sweep
 // hands the eligibility monitor the instances it named — registered, with a new self-report,
 // removed — and not the rest of the fleet; the fleet is walked only when the store says it
@@ -32,16 +48,7 @@ func (s *toldStore) OnChanged(fn func(id string)) { s.tell = fn }
 // sweep its store's revision moved (37 ms at 60,000 instances, BenchmarkEligibilityWalk).
 func TestSweepTakesWhatTheStoreSaysChanged(t *testing.T) {
 	ctx := context.Background()
-	clock := registrytest.NewClock(registrytest.Epoch0)
-	store := &toldStore{Store: memstore.New(clock.Now)}
-	m, err := health.NewMonitor(health.MonitorConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg, err := registry.New(store, registry.Config{Now: clock.Now, Registerer: prometheus.NewRegistry(), Eligibility: m})
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, store, clock := toldRegistry(t)
 	if store.tell == nil {
 		t.Fatal("the registry did not ask the store to tell its changes")
 	}
@@ -114,16 +121,7 @@ func TestSweepTakesWhatTheStoreSaysChanged(t *testing.T) {
 // (BenchmarkEligibilityWalk).
 func BenchmarkEligibilityChanges(b *testing.B) {
 	ctx := context.Background()
-	clock := registrytest.NewClock(registrytest.Epoch0)
-	store := &toldStore{Store: memstore.New(clock.Now)}
-	m, err := health.NewMonitor(health.MonitorConfig{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	reg, err := registry.New(store, registry.Config{Now: clock.Now, Registerer: prometheus.NewRegistry(), Eligibility: m})
-	if err != nil {
-		b.Fatal(err)
-	}
+	reg, store, clock := toldRegistry(b)
 	recs := make([]*registry.Record, *fleet)
 	for i := range recs {
 		req := benchRequest(i)
