@@ -30,13 +30,14 @@ func (r *Registry) journalRegistration(rec, prev *Record, warmingUp bool) {
 	attrs = attrs.Str("endpoint", rec.Endpoint).Int("generation", rec.Generation)
 	gen := strconv.FormatInt(rec.Generation, 10)
 	if prev == nil {
-		msg := rec.InstanceID + " (" + rec.ServiceName + ") registered at " + rec.Endpoint + ", generation " + gen
 		attrs = attrs.Str("service_name", rec.ServiceName)
+		during := ""
 		if warmingUp {
 			attrs = attrs.Bool("warm_up", true)
-			msg += " during the registry's warm-up"
+			during = " during the registry's warm-up"
 		}
-		j.RecordObject(apiv1.EventRegistered, apiv1.SeverityInfo, rec.InstanceID, msg, attrs)
+		j.RecordObject(apiv1.EventRegistered, apiv1.SeverityInfo, rec.InstanceID,
+			rec.InstanceID+" ("+rec.ServiceName+") registered at "+rec.Endpoint+", generation "+gen+during, attrs) // one string, not two
 		return
 	}
 	reason := "a new incarnation replaced the registered one (the provider restarted or lost its lease)"
