@@ -6,7 +6,6 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
@@ -62,25 +61,22 @@ func (r *Registry) watch() (int64, <-chan struct{}, <-chan struct{}) {
 }
 
 // syncEligibility hands the fleet to the monitor: records registered or renewed elsewhere
-// (another replica, a snapshot) are declared, removed ones forgotten, and time applied.
-// Walking the fleet is needed only when the store changed by other means than this registry's
-// own calls, which feed the monitor directly: after a restore, or — with a store other
-// replicas write to — when its revision moved. A store that says which instances it changed
-// (ChangeNotifier) is walked only when it read its whole view anew; otherwise the monitor
-// gets the instances it named since the last sweep.
+// (another replica, a snapshot) are declared, removed ones forgotten, and time applied. The
+// registry's own calls feed the monitor directly; the whole fleet is walked only after a
+// start or a restore, or when a store other replicas write to read its whole view anew, and
+// otherwise the monitor gets the instances such a store said it changed since the last sweep.
 func (r *Registry) syncEligibility(now time.Time) {
-	rev, _ := r.store.Watch()
-	vs, shared := r.store.(VerdictSharer)
-	walk := r.reconcile.Swap(false) || shared && !r.changes.told.Load() && rev != r.syncedRev.Load()
+	walk := r.reconcile.Swap(false)
 	changed := r.changes.take() // before the records are read: a change told after them comes at the next sweep
-	if !walk {
-		if len(changed) == 0 {
-			r.cfg.Eligibility.Sync(now, nil)
-			return
-		}
-		var recs []*Record
+	vs, shared := r.store.(VerdictSharer)
+	var recs []*Record
+	switch {
+	case walk:
+		recs = r.store.Records()
+		r.cfg.Eligibility.Sync(now, recordFleet{recs: recs, ttl: r.cfg.LeaseTTL})
+	case len(changed) > 0:
 		var gone []string
-		for _, id := range changed {
+		for id := range changed {
 			if rec, ok := r.store.Get(id); ok {
 				recs = append(recs, rec)
 			} else {
@@ -88,14 +84,10 @@ func (r *Registry) syncEligibility(now time.Time) {
 			}
 		}
 		r.cfg.Eligibility.SyncChanged(now, recordFleet{recs: recs, ttl: r.cfg.LeaseTTL}, gone)
-		if shared {
-			r.followShared(vs, recs, now)
-		}
+	default:
+		r.cfg.Eligibility.Sync(now, nil)
 		return
 	}
-	recs := r.store.Records()
-	r.cfg.Eligibility.Sync(now, recordFleet{recs: recs, ttl: r.cfg.LeaseTTL})
-	r.syncedRev.Store(rev)
 	if shared {
 		r.followShared(vs, recs, now)
 	}
@@ -116,9 +108,8 @@ func (r *Registry) followShared(vs VerdictSharer, recs []*Record, now time.Time)
 
 // storeChanges is the set of instances a ChangeNotifier store changed since the last sweep.
 type storeChanges struct {
-	told atomic.Bool // the store is a ChangeNotifier
-	mu   sync.Mutex
-	ids  map[string]struct{}
+	mu  sync.Mutex
+	ids map[string]struct{}
 }
 
 // add notes that the store changed instance id.
@@ -132,16 +123,10 @@ func (c *storeChanges) add(id string) {
 }
 
 // take returns the instances noted since the last take, and forgets them.
-func (c *storeChanges) take() []string {
+func (c *storeChanges) take() map[string]struct{} {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.ids) == 0 {
-		return nil
-	}
-	ids := make([]string, 0, len(c.ids))
-	for id := range c.ids {
-		ids = append(ids, id)
-	}
+	ids := c.ids
 	c.ids = nil
 	return ids
 }

@@ -175,13 +175,11 @@ type Registry struct {
 	metrics  *metrics
 	watchers atomic.Int64
 	drain    drain
-	// syncedRev is the store revision the eligibility monitor was last reconciled at (stores
-	// other replicas write to); reconcile asks for one at the next sweep (this one's store).
-	syncedRev atomic.Int64
+	// reconcile asks the next sweep to hand the whole fleet to the eligibility monitor;
+	// changes holds the instances a store other replicas write to (ChangeNotifier) changed
+	// since the last sweep.
 	reconcile atomic.Bool
-	// changes holds what a store that says what changed (ChangeNotifier) changed from
-	// elsewhere since the last sweep.
-	changes storeChanges
+	changes   storeChanges
 	// shareAll asks the next publication of verdicts to walk the whole fleet and to publish
 	// the ramp clock.
 	shareAll atomic.Bool
@@ -211,7 +209,6 @@ func New(store Store, cfg Config) (*Registry, error) {
 		})
 	}
 	if cn, ok := store.(ChangeNotifier); ok && cfg.Eligibility != nil {
-		r.changes.told.Store(true)
 		cn.OnChanged(func(id string) {
 			if id == "" {
 				r.reconcile.Store(true)

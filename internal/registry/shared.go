@@ -30,8 +30,10 @@ type SharedVerdict struct {
 // OnRampClock for every ramp clock; a store calls them before its revision moves to the
 // write's, so that answers at that revision hold what they brought.
 // Gateways report outcomes to any replica: ForwardOutcomes hands them to the elected one,
-// whose store calls OnOutcomes with them.
+// whose store calls OnOutcomes with them. It tells what the other replicas changed
+// (ChangeNotifier), so that its eligibility monitor holds their instances.
 type VerdictSharer interface {
+	ChangeNotifier
 	PublishVerdicts(ctx context.Context, vs []SharedVerdict) error
 	SharedVerdict(id string) (SharedVerdict, bool)
 	OnVerdict(func(SharedVerdict))

@@ -71,12 +71,13 @@ type RemovalNotifier interface {
 	OnRemoved(func(id string, generation int64))
 }
 
-// ChangeNotifier is a Store that other replicas change (etcd) and that says what changed:
-// it calls the function given to OnChanged with the id of each instance whose record or
-// self-reported health it changed from what it read of the others' writes, once its view
-// holds the change, and with "" when it read its whole view anew (after a compaction or a
-// reconnect). The registry then hands the eligibility monitor those instances at its next
-// sweep, instead of walking the fleet at every sweep the store's revision moved.
+// ChangeNotifier is a Store that other replicas change (etcd; every VerdictSharer is one) and
+// that says what changed: it calls the function given to OnChanged with the id of each
+// instance whose record or self-reported health it changed from what it read of the others'
+// writes, once its view holds the change, and with "" when it read its whole view anew (after
+// a compaction or a reconnect). The registry hands the eligibility monitor those instances at
+// its next sweep, and the whole fleet after "" (it walked the fleet at every sweep the
+// store's revision moved before).
 type ChangeNotifier interface {
 	OnChanged(func(id string))
 }
