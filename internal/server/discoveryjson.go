@@ -10,6 +10,7 @@ import (
 	"time"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/httpapi"
 	"github.com/meshflows/meshflows/internal/registry"
 )
 
@@ -24,7 +25,21 @@ import (
 // HTML escaping, a newline at the end), byte for byte: FuzzAppendDiscovery holds it to that.
 // The error is encoding/json's for metadata that is not JSON.
 func appendDiscovery(b []byte, ans *registry.Answer) ([]byte, error) {
-	b = appendDiscoveryHead(b, ans)
+	return writeDiscovery(b, ans, nil)
+}
+
+// writeDiscovery appends ans to b as appendDiscovery does. With flush, it hands b to flush
+// whenever b holds 64 KiB or more, and at the end, and goes on writing in what flush returns;
+// without, it takes room for the whole answer once, from the first entry's size and an eighth
+// more (an answer of 80 MB grown by appending was copied over and over).
+func writeDiscovery(b []byte, ans *registry.Answer, flush func([]byte) ([]byte, error)) ([]byte, error) {
+	b = append(b, `{"registry_epoch":`...)
+	b = appendJSONString(b, ans.Epoch)
+	b = append(b, `,"revision":`...)
+	b = strconv.AppendInt(b, ans.Revision, 10)
+	b = append(b, `,"complete":`...)
+	b = strconv.AppendBool(b, ans.Complete)
+	b = append(b, `,"capabilities":[`...)
 	for i, e := range ans.Entries {
 		if i > 0 {
 			b = append(b, ',')
@@ -34,29 +49,16 @@ func appendDiscovery(b []byte, ans *registry.Answer) ([]byte, error) {
 		if b, err = appendEntry(b, e); err != nil {
 			return nil, err
 		}
-		if i == 0 {
-			// Room for the rest at once, from the first entry's size and an eighth more: an
-			// answer of 80 MB grown by appending was copied over and over.
+		switch {
+		case flush != nil && len(b) >= 64<<10:
+			if b, err = flush(b); err != nil {
+				return nil, err
+			}
+		case flush == nil && i == 0:
 			rest := (len(b) - at + 1) * (len(ans.Entries) - 1)
 			b = slices.Grow(b, rest+rest/8+64)
 		}
 	}
-	return appendDiscoveryTail(b, ans), nil
-}
-
-// appendDiscoveryHead appends what comes before the entries.
-func appendDiscoveryHead(b []byte, ans *registry.Answer) []byte {
-	b = append(b, `{"registry_epoch":`...)
-	b = appendJSONString(b, ans.Epoch)
-	b = append(b, `,"revision":`...)
-	b = strconv.AppendInt(b, ans.Revision, 10)
-	b = append(b, `,"complete":`...)
-	b = strconv.AppendBool(b, ans.Complete)
-	return append(b, `,"capabilities":[`...)
-}
-
-// appendDiscoveryTail appends what comes after the entries.
-func appendDiscoveryTail(b []byte, ans *registry.Answer) []byte {
 	b = append(b, ']')
 	if len(ans.Removed) > 0 {
 		b = append(b, `,"removed":[`...)
@@ -72,7 +74,11 @@ func appendDiscoveryTail(b []byte, ans *registry.Answer) []byte {
 		}
 		b = append(b, ']')
 	}
-	return append(b, "}\n"...)
+	b = append(b, "}\n"...)
+	if flush != nil {
+		return flush(b)
+	}
+	return b, nil
 }
 
 // zippedFrom is the size from which an answer asked for by a client that accepts gzip is
@@ -101,29 +107,11 @@ func zippedAnswer(ans *registry.Answer, gzipMin int64) (e *encoded, ok bool, err
 	defer gzipWriters.Put(zw)
 	zw.Reset(&gz)
 	size := 0
-	piece := make([]byte, 0, 80<<10)
-	flush := func() error {
+	if _, err := writeDiscovery(make([]byte, 0, 80<<10), ans, func(piece []byte) ([]byte, error) {
 		n, err := zw.Write(piece)
 		size += n
-		piece = piece[:0]
-		return err
-	}
-	piece = appendDiscoveryHead(piece, ans)
-	for i, en := range ans.Entries {
-		if i > 0 {
-			piece = append(piece, ',')
-		}
-		if piece, err = appendEntry(piece, en); err != nil {
-			return nil, false, err
-		}
-		if len(piece) >= 64<<10 {
-			if err := flush(); err != nil {
-				return nil, false, err
-			}
-		}
-	}
-	piece = appendDiscoveryTail(piece, ans)
-	if err := flush(); err != nil {
+		return piece[:0], err
+	}); err != nil {
 		return nil, false, err
 	}
 	if err := zw.Close(); err != nil {
@@ -191,17 +179,16 @@ func appendEntry(b []byte, e registry.Entry) ([]byte, error) {
 	return append(b, '}'), nil
 }
 
-// appendJSONString appends s as a JSON string without HTML escaping; strings of printable
-// ASCII without quote or backslash, nearly all of an answer's, are copied as they are.
+// appendJSONString appends s as a JSON string without HTML escaping: copied as it is when
+// plain (plainString), which nearly all of an answer's strings are.
 func appendJSONString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= 0x80 {
-			return appendMarshaled(b, s)
-		}
+	if plainString(s) {
+		b = append(b, '"')
+		b = append(b, s...)
+		return append(b, '"')
 	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
+	q, _ := httpapi.Marshal(s) // a string always encodes
+	return append(b, q[:len(q)-1]...)
 }
 
 // appendRawJSON appends raw metadata as encoding/json writes a json.RawMessage: null when
@@ -221,23 +208,30 @@ func appendRawJSON(b []byte, raw json.RawMessage) ([]byte, error) {
 	return append(b, buf.Bytes()...), nil
 }
 
-// appendTime appends t as its MarshalJSON does (RFC 3339 with nanoseconds, quoted); years
-// outside 0-9999 are its error.
+// appendTime appends t as httpapi.Marshal writes it (appendJSONTime), or encoding/json's
+// error for it.
 func appendTime(b []byte, t time.Time) ([]byte, error) {
-	if y := t.Year(); y < 0 || y > 9999 {
-		_, err := json.Marshal(t)
+	if b2, ok := appendJSONTime(b, t); ok {
+		return b2, nil
+	}
+	q, err := httpapi.Marshal(t)
+	if err != nil {
 		return nil, err
+	}
+	return append(b, q[:len(q)-1]...), nil
+}
+
+// appendJSONTime appends t as encoding/json writes it (RFC 3339 with nanoseconds, quoted), or
+// reports false when only encoding/json writes it correctly: a year outside 0–9999, or a zone
+// offset in seconds.
+func appendJSONTime(b []byte, t time.Time) ([]byte, bool) {
+	if y := t.Year(); y < 0 || y > 9999 {
+		return b, false
+	}
+	if _, off := t.Zone(); off%60 != 0 {
+		return b, false
 	}
 	b = append(b, '"')
 	b = t.AppendFormat(b, time.RFC3339Nano)
-	return append(b, '"'), nil
-}
-
-// appendMarshaled appends v as encoding/json writes it without HTML escaping.
-func appendMarshaled(b []byte, v any) []byte {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	enc.Encode(v) // a string always encodes
-	return append(b, bytes.TrimSuffix(buf.Bytes(), []byte("\n"))...)
+	return append(b, '"'), true
 }

@@ -3,7 +3,6 @@ package server
 import (
 	"net/http"
 	"strconv"
-	"time"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/httpapi"
@@ -124,21 +123,18 @@ func skipSpace(b []byte, i int) int {
 // newline), or reports false when resp holds what only encoding/json writes correctly: a
 // year outside 0–9999, a zone offset in seconds, or an epoch that needs escaping.
 func appendHeartbeatAnswer(dst []byte, resp *apiv1.HeartbeatResponse) ([]byte, bool) {
-	t := resp.LeaseExpiresAt
-	if y := t.Year(); y < 0 || y > 9999 {
-		return dst, false
-	}
-	if _, off := t.Zone(); off%60 != 0 {
-		return dst, false
-	}
 	if !plainString(resp.RegistryEpoch) {
 		return dst, false
 	}
+	start := len(dst)
 	dst = append(dst, `{"generation":`...)
 	dst = strconv.AppendInt(dst, resp.Generation, 10)
-	dst = append(dst, `,"lease_expires_at":"`...)
-	dst = t.AppendFormat(dst, time.RFC3339Nano)
-	dst = append(dst, `","registry_epoch":"`...)
+	dst = append(dst, `,"lease_expires_at":`...)
+	dst, ok := appendJSONTime(dst, resp.LeaseExpiresAt)
+	if !ok {
+		return dst[:start], false
+	}
+	dst = append(dst, `,"registry_epoch":"`...)
 	dst = append(dst, resp.RegistryEpoch...)
 	return append(dst, "\"}\n"...), true
 }
