@@ -81,6 +81,21 @@ func writeDiscovery(b []byte, ans *registry.Answer, flush func([]byte) ([]byte, 
 	return b, nil
 }
 
+// encodeDiscovery encodes ans for the answer cache: compressed only when it is large and the
+// client that asked accepts gzip (zippedAnswer), else as JSON.
+func encodeDiscovery(ans *registry.Answer, gzipMin int64, gzipOK bool) (*encoded, error) {
+	if gzipOK && gzipMin >= 0 {
+		if e, ok, err := zippedAnswer(ans, gzipMin); err != nil || ok {
+			return e, err
+		}
+	}
+	body, err := appendDiscovery(nil, ans)
+	if err != nil {
+		return nil, err
+	}
+	return encodedAs(ans.State, body), nil
+}
+
 // zippedFrom is the size from which an answer asked for by a client that accepts gzip is
 // built compressed, without its JSON: a few megabytes are worth neither their memory nor the
 // page faults of writing them, only to be compressed and, for most clients, never sent.

@@ -168,19 +168,11 @@ func (s *Server) capabilities(_ http.ResponseWriter, r *http.Request) (any, erro
 	return s.cache.load(key, s.reg.State(), func() (*encoded, error) {
 		s.metrics.encodes.WithLabelValues("capabilities").Inc()
 		ans := s.reg.Query(q)
-		if s.cfg.GzipMinBytes >= 0 && acceptsGzip(r.Header.Get("Accept-Encoding")) {
-			if e, ok, err := zippedAnswer(&ans, s.cfg.GzipMinBytes); err != nil || ok {
-				if err != nil {
-					return nil, fmt.Errorf("encode discovery answer: %w", err)
-				}
-				return e, nil
-			}
-		}
-		body, err := appendDiscovery(nil, &ans)
+		e, err := encodeDiscovery(&ans, s.cfg.GzipMinBytes, acceptsGzip(r.Header.Get("Accept-Encoding")))
 		if err != nil {
 			return nil, fmt.Errorf("encode discovery answer: %w", err)
 		}
-		return encodedAs(ans.State, body), nil
+		return e, nil
 	})
 }
 
