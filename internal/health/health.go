@@ -159,17 +159,10 @@ func (v Verdict) InRotation() bool {
 // instance is the engine's record of one instance.
 type instance struct {
 	Instance
-	present     bool
-	draining    bool
-	admitted    bool
 	causes      map[string]Evidence
 	lastRenewal int64 // Unix nanoseconds, as the instants below: a time.Time is three times the size
-	// renewed is set by the first heartbeat of the incarnation: only instances that have
-	// renewed at least once are expected to renew (a fleet that registers and never
-	// heartbeats is not a sign that renewals are failing to reach the registry).
-	renewed       bool
-	registeredAt  time.Time
-	degraded      bool
+	// registeredAt is when this incarnation registered.
+	registeredAt  int64
 	rotationSince int64 // when it (re-)entered rotation: slow start runs from here
 
 	lastHealth   string // the last self-report: ok, degraded or failing
@@ -185,6 +178,16 @@ type instance struct {
 	seq  uint64
 	live liveness
 	gone bool
+
+	// The flags sit together, after the words: apart, each took a word of its own.
+	present  bool
+	draining bool
+	admitted bool
+	// renewed is set by the first heartbeat of the incarnation: only instances that have
+	// renewed at least once are expected to renew (a fleet that registers and never
+	// heartbeats is not a sign that renewals are failing to reach the registry).
+	renewed  bool
+	degraded bool
 }
 
 // trouble is the part of an instance's record that probes, withdrawals and ejections fill
@@ -367,7 +370,7 @@ func (e *Engine) Apply(ev Event) error {
 		e.untrack(in)
 		e.seq++
 		at := ev.At.UnixNano()
-		*in = instance{Instance: in.Instance, present: true, lastRenewal: at, lastHealth: "ok", lastHealthAt: at, registeredAt: ev.At, seq: e.seq}
+		*in = instance{Instance: in.Instance, present: true, lastRenewal: at, lastHealth: "ok", lastHealthAt: at, registeredAt: at, seq: e.seq}
 		if !in.Probe {
 			in.admitted, in.rotationSince = true, ev.At.UnixNano()
 		}
@@ -683,7 +686,7 @@ func (e *Engine) Tick(now time.Time) {
 	// heartbeats, or a burst of fresh registrations, is no sign that renewals are lost.
 	for e.young.due(now.Add(-window)) {
 		at, in, seq := e.young.pop()
-		if in.seq == seq && in.live == liveYoung && in.registeredAt.Equal(at) {
+		if in.seq == seq && in.live == liveYoung && in.registeredAt == at.UnixNano() {
 			e.untrack(in)
 			in.live, e.oldLive = liveOld, e.oldLive+1
 		}
@@ -738,13 +741,13 @@ func (e *Engine) track(in *instance, at time.Time) {
 	if e.base.IsZero() {
 		e.base = at.Add(-e.cfg.LeaseTTL)
 	}
-	if at.Sub(in.registeredAt) >= e.cfg.LeaseTTL {
+	if sinceNanos(at, in.registeredAt) >= e.cfg.LeaseTTL {
 		in.live, e.oldLive = liveOld, e.oldLive+1
 		return
 	}
 	in.live, e.youngLive = liveYoung, e.youngLive+1
-	e.youngSum += int64(in.registeredAt.Sub(e.base))
-	e.young.push(in.registeredAt, in)
+	e.youngSum += in.registeredAt - e.base.UnixNano()
+	e.young.pushAt(in.registeredAt, in)
 }
 
 // untrack takes in out of the instances expected to renew (its queue entry, if any, turns
@@ -755,7 +758,7 @@ func (e *Engine) untrack(in *instance) {
 		e.oldLive--
 	case liveYoung:
 		e.youngLive--
-		e.youngSum -= int64(in.registeredAt.Sub(e.base))
+		e.youngSum -= in.registeredAt - e.base.UnixNano()
 	}
 	in.live = notCounted
 }

@@ -95,21 +95,51 @@ type view struct {
 	generation  int64
 	lastRenewal int64 // Unix nanoseconds
 	verdict     Verdict
-	since       time.Time
-	history     []Transition
-	groups      []*group  // the groups it belongs to
-	counted     string    // the state its groups' counters hold for it
-	synced      uint64    // the last Sync that found it in the fleet
-	health      string    // the last self-report applied
-	followed    *Followed // the elected replica's verdict, when another replica judges
+	since       int64 // when the verdict's state began, Unix nanoseconds: a time.Time is three times the size
+	history     []change
+	groups      []*group // the groups it belongs to
+	// synced is the last Sync that found it in the fleet (the low bits of Monitor.syncs: a
+	// view that misses one Sync is forgotten at it, so the count wrapping is harmless).
+	synced uint32
+	// ungrouped says that its groups' counters hold it as absent; otherwise they hold it in
+	// its verdict's state (recount keeps the two in step).
+	ungrouped bool
+	queued    bool      // the monitor's due queue holds an entry for it, at queuedAt
+	gone      bool      // forgotten: handles to it answer nothing
+	health    string    // the last self-report applied
+	followed  *Followed // the elected replica's verdict, when another replica judges
 	// nextDue is when its verdict may next change without new evidence (Unix nanoseconds):
 	// dueNow to judge it at once, dueNever when nothing is due.
 	nextDue  int64
 	in       *instance // the engine's record of it
 	id       string
 	queuedAt int64 // Unix nanoseconds
-	queued   bool  // the monitor's due queue holds an entry for it, at queuedAt
-	gone     bool  // forgotten: handles to it answer nothing
+}
+
+// counted is the state its groups' counters hold it in.
+func (v *view) counted() string {
+	if v.ungrouped {
+		return apiv1.EligibilityAbsent
+	}
+	return v.verdict.State
+}
+
+// change is one transition of a view's history, in less room than a Transition: the
+// instance's id is the view's, the instant Unix nanoseconds (a history holds a million of
+// them in a large fleet).
+type change struct {
+	at       int64
+	from, to string
+	reasons  []string
+}
+
+// transitions returns v's history as Transitions.
+func (v *view) transitions() []Transition {
+	ts := make([]Transition, len(v.history))
+	for i, c := range v.history {
+		ts[i] = Transition{InstanceID: v.id, At: instant(c.at), From: c.from, To: c.to, Reasons: c.reasons}
+	}
+	return ts
 }
 
 // The bounds of view.nextDue.
@@ -249,7 +279,7 @@ func (m *Monitor) register(in Instance, gen int64, at time.Time) {
 		m.release(v)
 		v.generation = gen
 	} else {
-		v = &view{generation: gen, verdict: Verdict{State: apiv1.EligibilityAbsent}, since: at, counted: apiv1.EligibilityAbsent, id: in.ID}
+		v = &view{generation: gen, verdict: Verdict{State: apiv1.EligibilityAbsent}, since: at.UnixNano(), ungrouped: true, id: in.ID}
 		m.views[in.ID] = v
 	}
 	v.nextDue = dueNow // a new incarnation is judged at once
@@ -293,17 +323,18 @@ func (m *Monitor) ungroup(v *view) {
 // recount moves v's contribution to its groups' counters to state and reports whether
 // that changed anything.
 func (m *Monitor) recount(v *view, state string) bool {
-	if v.counted == state {
+	if v.counted() == state {
 		return false
 	}
-	om, or := tally(v.counted)
+	om, or := tally(v.counted())
 	nm, nr := tally(state)
 	for _, g := range v.groups {
 		g.members += nm - om
 		g.inRotation += nr - or
 		m.dirty[g.key] = struct{}{}
 	}
-	v.counted = state
+	// Its verdict is state from here on (refreshVerdict), unless state is absent.
+	v.ungrouped = state == apiv1.EligibilityAbsent
 	return true
 }
 
@@ -411,7 +442,7 @@ func (m *Monitor) reconcile(now time.Time, fleet Fleet) {
 		m.reconcileMember(now, fleet, i)
 	}
 	for id, v := range m.views {
-		if v.synced != m.syncs {
+		if v.synced != uint32(m.syncs) {
 			m.forget(id, now)
 		}
 	}
@@ -426,7 +457,7 @@ func (m *Monitor) reconcileMember(now time.Time, fleet Fleet, i int) {
 		m.register(fleet.Instance(i), f.Generation, f.RegisteredAt)
 		v = m.views[f.ID]
 	}
-	v.synced = m.syncs
+	v.synced = uint32(m.syncs)
 	// A renewal, or a new self-report that reached this replica through the store only.
 	renewedSince := !f.LastRenewal.IsZero() && f.LastRenewal.UnixNano() > v.lastRenewal
 	if renewedSince || f.Health != "" && f.Health != v.health {
@@ -567,11 +598,11 @@ func (m *Monitor) refreshVerdict(id string, v *view, now time.Time) bool {
 	}
 	if nv.State != old.State {
 		t := Transition{InstanceID: id, At: now.UTC(), From: old.State, To: nv.State, Reasons: nv.Reasons}
-		v.since = now
+		v.since = now.UnixNano()
 		if len(v.history) == m.cfg.History {
 			v.history = v.history[1:]
 		}
-		v.history = append(v.history, t)
+		v.history = append(v.history, change{at: v.since, from: t.From, to: t.To, reasons: t.Reasons})
 		m.metrics.transition(t)
 		m.cfg.Logger.LogAttrs(context.Background(), transitionLevel(old.State), "eligibility", slog.String("instance_id", id),
 			slog.String("from", old.State), slog.String("to", nv.State), slog.Any("reasons", nv.Reasons), slog.Int("weight", nv.Weight))
@@ -741,7 +772,7 @@ func (m *Monitor) Explain(id string, now time.Time) (Explanation, bool) {
 		}
 	}
 	return Explanation{InstanceID: id, Generation: v.generation, State: verdict.State, Weight: verdict.Weight,
-		Since: v.since.UTC(), Reasons: reasons, Transitions: slices.Clone(v.history)}, true
+		Since: instant(v.since), Reasons: reasons, Transitions: v.transitions()}, true
 }
 
 // counts returns how many instances are in each state, and how many groups are in panic.

@@ -34,7 +34,12 @@ func probeEv(id, result string, at time.Time) Event {
 }
 
 func TestMonitorPublishesVerdictsAndWakesWatchers(t *testing.T) {
-	m := newTestMonitor(t, nil, nil)
+	var told []Transition
+	m := newTestMonitor(t, nil, func(tr Transition) {
+		if tr.InstanceID == "a" { // not a group's panic
+			told = append(told, tr)
+		}
+	})
 	rev0, changed := m.Watch()
 	m.Register(Instance{ID: "a", Zone: "z", Capabilities: []string{"c.x"}, Probe: true}, 1, t0)
 	select {
@@ -72,6 +77,10 @@ func TestMonitorPublishesVerdictsAndWakesWatchers(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"absent>unknown", "unknown>slow_start", "slow_start>withdrawn"}, path); diff != "" {
 		t.Errorf("transitions (-want +got):\n%s", diff)
+	}
+	// The history the monitor keeps (in a compact form) gives back what it told, field by field.
+	if diff := cmp.Diff(told, ex.Transitions); diff != "" {
+		t.Errorf("the history against the transitions told (-told +history):\n%s", diff)
 	}
 	if !ex.Since.Equal(t0.Add(8 * time.Second)) {
 		t.Errorf("since %s, want the withdrawal", ex.Since)
@@ -219,7 +228,7 @@ func TestMonitorGroupCountersMatchTheEngine(t *testing.T) {
 						for _, g := range v.groups {
 							keys = append(keys, g.key)
 						}
-						t.Logf("%s %v counted=%s verdict=%s engine=%s", id, keys, v.counted, v.verdict.State, m.engine.Verdict(id, at).State)
+						t.Logf("%s %v counted=%s verdict=%s engine=%s", id, keys, v.counted(), v.verdict.State, m.engine.Verdict(id, at).State)
 					}
 					t.Fatalf("step %d: panic(%s, %s) = %v, the engine counts %v", step, c, z, got, want)
 				}

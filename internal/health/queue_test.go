@@ -60,7 +60,7 @@ func TestSweepMatchesAWalkOfTheFleet(t *testing.T) {
 				for _, in := range e.instances {
 					if in.present && !in.draining && in.renewed {
 						live++
-						expected += float64(min(window, at.Sub(in.registeredAt))) / float64(e.cfg.HeartbeatInterval)
+						expected += float64(min(window, sinceNanos(at, in.registeredAt))) / float64(e.cfg.HeartbeatInterval)
 					}
 				}
 				m.Sync(at, nil)

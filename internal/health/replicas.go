@@ -47,7 +47,7 @@ func (m *Monitor) followedOf(v *view) (f Followed, derived, ok bool) {
 	case v.in == nil:
 		return Followed{}, false, false
 	}
-	return firstVerdict(v.id, v.generation, v.in.Probe, v.in.registeredAt), true, true
+	return firstVerdict(v.id, v.generation, v.in.Probe, instant(v.in.registeredAt)), true, true
 }
 
 // firstVerdict is an incarnation's first verdict, which every replica derives from its
@@ -238,7 +238,7 @@ func (m *Monitor) Judged(id string) (j Judgment, ok bool) {
 	if !ok || m.following {
 		return Judgment{}, false
 	}
-	j = Judgment{Generation: v.generation, State: v.verdict.State, Since: v.since.UTC(), Reasons: v.verdict.Reasons}
+	j = Judgment{Generation: v.generation, State: v.verdict.State, Since: instant(v.since), Reasons: v.verdict.Reasons}
 	if v.verdict.State != apiv1.EligibilitySlowStart {
 		j.Weight = v.verdict.Weight
 	}
@@ -249,7 +249,7 @@ func (m *Monitor) Judged(id string) (j Judgment, ok bool) {
 		if v.verdict.State == apiv1.EligibilitySlowStart {
 			j.Since = j.rampSince
 		}
-		j.Derived = j.Follows(firstVerdict(id, v.generation, v.in.Probe, v.in.registeredAt))
+		j.Derived = j.Follows(firstVerdict(id, v.generation, v.in.Probe, instant(v.in.registeredAt)))
 	}
 	return j, true
 }

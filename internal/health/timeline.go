@@ -49,7 +49,7 @@ func (m *Monitor) sample(now time.Time) {
 		awaiting = map[groupKey]int{}
 		for _, v := range m.views {
 			if in := v.in; in != nil && in.Probe && !in.admitted && in.troubles().lastProbe.At.IsZero() && v.verdict.State == apiv1.EligibilityUnknown &&
-				now.Sub(in.registeredAt) < firstProbeGrace {
+				sinceNanos(now, in.registeredAt) < firstProbeGrace {
 				for _, g := range v.groups {
 					if m.panics[g.key] {
 						awaiting[g.key]++
