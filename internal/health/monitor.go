@@ -111,9 +111,8 @@ type view struct {
 	// nextDue is when its verdict may next change without new evidence (Unix nanoseconds):
 	// dueNow to judge it at once, dueNever when nothing is due.
 	nextDue  int64
-	in       *instance // the engine's record of it
-	id       string
-	queuedAt int64 // Unix nanoseconds
+	in       *instance // the engine's record of it, from its registration on (its ID is the view's)
+	queuedAt int64     // Unix nanoseconds
 }
 
 // counted is the state its groups' counters hold it in.
@@ -137,7 +136,7 @@ type change struct {
 func (v *view) transitions() []Transition {
 	ts := make([]Transition, len(v.history))
 	for i, c := range v.history {
-		ts[i] = Transition{InstanceID: v.id, At: instant(c.at), From: c.from, To: c.to, Reasons: c.reasons}
+		ts[i] = Transition{InstanceID: v.in.ID, At: instant(c.at), From: c.from, To: c.to, Reasons: c.reasons}
 	}
 	return ts
 }
@@ -279,7 +278,7 @@ func (m *Monitor) register(in Instance, gen int64, at time.Time) {
 		m.release(v)
 		v.generation = gen
 	} else {
-		v = &view{generation: gen, verdict: Verdict{State: apiv1.EligibilityAbsent}, since: at.UnixNano(), ungrouped: true, id: in.ID}
+		v = &view{generation: gen, verdict: Verdict{State: apiv1.EligibilityAbsent}, since: at.UnixNano(), ungrouped: true}
 		m.views[in.ID] = v
 	}
 	v.nextDue = dueNow // a new incarnation is judged at once
@@ -515,7 +514,7 @@ func (m *Monitor) tickAndPublish(now time.Time) {
 				m.schedule(v) // evidence moved it later since it was queued
 				continue
 			}
-			changed = m.refreshVerdict(v.id, v, now) || changed
+			changed = m.refreshVerdict(v.in.ID, v, now) || changed
 		}
 		m.due.recycle(batch)
 	}

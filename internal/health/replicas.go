@@ -47,7 +47,7 @@ func (m *Monitor) followedOf(v *view) (f Followed, derived, ok bool) {
 	case v.in == nil:
 		return Followed{}, false, false
 	}
-	return firstVerdict(v.id, v.generation, v.in.Probe, instant(v.in.registeredAt)), true, true
+	return firstVerdict(v.in.ID, v.generation, v.in.Probe, instant(v.in.registeredAt)), true, true
 }
 
 // firstVerdict is an incarnation's first verdict, which every replica derives from its
@@ -128,7 +128,7 @@ func (m *Monitor) SetRampClock(t, now time.Time) {
 	}
 	changed := false
 	for v := range m.ramping { // refreshVerdict drops those whose ramp ends
-		changed = m.refreshVerdict(v.id, v, now) || changed
+		changed = m.refreshVerdict(v.in.ID, v, now) || changed
 	}
 	m.publish(changed)
 }
