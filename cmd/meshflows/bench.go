@@ -43,7 +43,9 @@ would drive it (a lease and a put per registration, one keep-alive per heartbeat
 over the service's prefix per discovery, a watch for propagation, a revoke per
 deregistration), and a comparison table follows. Give --server-pid and --etcd-pid to compare
 the servers' CPU per operation: on a machine where the load driver shares the cores with the
-servers, that is the figure to judge them by, not wall-clock throughput.`,
+servers, that is the figure to judge them by, not wall-clock throughput. The same flags add
+each server's memory: resident at the end of each phase, and the most it has held since it
+started (VmRSS and VmHWM).`,
 		Example: "  meshflows bench registry --registry http://127.0.0.1:7400 --instances 10000 --concurrency 32\n" +
 			"  meshflows bench registry --registry http://127.0.0.1:7400 --server-pid 4242\n" +
 			"  meshflows bench registry --registry http://127.0.0.1:7400 -o json > bench.json\n" +
@@ -93,9 +95,9 @@ servers, that is the figure to judge them by, not wall-clock throughput.`,
 	f.IntVar(&cfg.QueryConcurrency, "query-concurrency", 0, "concurrent discovery queries (default --concurrency; 1 for unloaded latency)")
 	f.IntVar(&cfg.Changes, "changes", 200, "deregistrations timed until a watcher sees them")
 	f.DurationVar(&cfg.OpTimeout, "op-timeout", 10*time.Second, "timeout of one request")
-	f.IntVar(&cfg.ServerPID, "server-pid", 0, "the registry's process id on this machine: report its CPU time per operation (read from /proc)")
+	f.IntVar(&cfg.ServerPID, "server-pid", 0, "the registry's process id on this machine: report its CPU time per operation and its memory (read from /proc)")
 	f.StringSliceVar(&cfg.EtcdEndpoints, "etcd", nil, "etcd client URLs: run the same workload against this etcd after the registry and compare")
-	f.IntVar(&cfg.EtcdPID, "etcd-pid", 0, "etcd's process id on this machine: report its CPU time per operation")
+	f.IntVar(&cfg.EtcdPID, "etcd-pid", 0, "etcd's process id on this machine: report its CPU time per operation and its memory")
 	f.StringVar(&cfg.EtcdPrefix, "etcd-prefix", "/bench/", "key prefix the etcd run writes under (it removes what it writes)")
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "deadline of the whole run")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
@@ -196,7 +198,7 @@ counts as an error.`,
 	f.IntVar(&cfg.Concurrency, "concurrency", 32, "queries in flight")
 	f.DurationVar(&cfg.Duration, "duration", 10*time.Second, "how long the load runs")
 	f.DurationVar(&cfg.Timeout, "timeout", time.Second, "timeout of one query")
-	f.IntVar(&cfg.ServerPID, "server-pid", 0, "the server's process id on this machine: report its CPU time per query (read from /proc)")
+	f.IntVar(&cfg.ServerPID, "server-pid", 0, "the server's process id on this machine: report its CPU time per query and its memory (read from /proc)")
 	out.bind(cmd, "text")
 	return cmd
 }

@@ -48,6 +48,11 @@ func TestRunRegistry(t *testing.T) {
 	if serverCPU <= 0 {
 		t.Error("no server CPU measured (--server-pid)")
 	}
+	for _, p := range rep.Phases {
+		if p.ServerRSS <= 0 || p.ServerPeakRSS < p.ServerRSS {
+			t.Errorf("%s: server RSS %d, peak %d: want 0 < RSS <= peak (--server-pid)", p.Name, p.ServerRSS, p.ServerPeakRSS)
+		}
+	}
 	if rep.Etcd != nil {
 		t.Errorf("an etcd report without etcd endpoints: %+v", rep.Etcd)
 	}
@@ -58,7 +63,7 @@ func TestRunRegistry(t *testing.T) {
 		t.Errorf("the run left %d instances registered", n)
 	}
 	var table bytes.Buffer
-	if err := bench.WriteTable(&table, rep.Phases); err != nil || !strings.Contains(table.String(), "propagation") || !strings.Contains(table.String(), "server cpu/op") {
+	if err := bench.WriteTable(&table, rep.Phases); err != nil || !strings.Contains(table.String(), "propagation") || !strings.Contains(table.String(), "server cpu/op") || !strings.Contains(table.String(), "peak rss") {
 		t.Errorf("WriteTable = %q, %v", table.String(), err)
 	}
 }

@@ -28,6 +28,11 @@ type Phase struct {
 	// ServerCPUPerOp that divided by the operations (when the server's pid is known).
 	ServerCPU      time.Duration `json:"server_cpu_ns,omitempty"`
 	ServerCPUPerOp time.Duration `json:"server_cpu_per_op_ns,omitempty"`
+	// ServerRSS is the server's resident memory at the end of the phase, and ServerPeakRSS
+	// the most it has held since it started (VmRSS and VmHWM), in bytes (when the server's
+	// pid is known).
+	ServerRSS     int64 `json:"server_rss_bytes,omitempty"`
+	ServerPeakRSS int64 `json:"server_peak_rss_bytes,omitempty"`
 }
 
 // clockTicks is the unit of /proc/PID/stat's CPU times (USER_HZ, 100 on Linux).
@@ -51,6 +56,45 @@ func procCPU(pid int) (time.Duration, error) {
 		return 0, fmt.Errorf("server cpu: /proc/%d/stat: unreadable times", pid)
 	}
 	return time.Duration(utime+stime) * time.Second / clockTicks, nil
+}
+
+// procMemory returns process pid's resident memory now and the most it has held since it
+// started, in bytes, from /proc/PID/status.
+func procMemory(pid int) (rss, peak int64, err error) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0, 0, fmt.Errorf("server memory: %w", err)
+	}
+	return statusMemory(string(b))
+}
+
+// statusMemory reads VmRSS and VmHWM (in kB) from the text of /proc/PID/status.
+func statusMemory(status string) (rss, peak int64, err error) {
+	rss, peak = -1, -1
+	for line := range strings.Lines(status) {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok || k != "VmRSS" && k != "VmHWM" {
+			continue
+		}
+		bad := fmt.Errorf("server memory: unreadable %s %q", k, strings.TrimSpace(v))
+		f := strings.Fields(v)
+		if len(f) != 2 || f[1] != "kB" {
+			return 0, 0, bad
+		}
+		n, err := strconv.ParseInt(f[0], 10, 64)
+		if err != nil || n < 0 {
+			return 0, 0, bad
+		}
+		if k == "VmRSS" {
+			rss = n << 10
+		} else {
+			peak = n << 10
+		}
+	}
+	if rss < 0 || peak < 0 {
+		return 0, 0, errors.New("server memory: no VmRSS and VmHWM (a kernel thread, or not Linux)")
+	}
+	return rss, peak, nil
 }
 
 // checkPID refuses a process id whose CPU time cannot be read (0: none asked for), so that a
@@ -85,10 +129,13 @@ func startCPU(pid int) cpuMeter {
 	return cpuMeter{pid: pid, start: c}
 }
 
-// stop fills p's server CPU figures.
+// stop fills p's server CPU and memory figures.
 func (m cpuMeter) stop(p *Phase) {
 	if m.pid <= 0 {
 		return
+	}
+	if rss, peak, err := procMemory(m.pid); err == nil {
+		p.ServerRSS, p.ServerPeakRSS = rss, peak
 	}
 	c, err := procCPU(m.pid)
 	if err != nil {
@@ -153,9 +200,13 @@ func percentileIndex(n int, q float64) int {
 func WriteTable(w io.Writer, phases []Phase) error {
 	var b strings.Builder
 	cpu := slices.ContainsFunc(phases, func(p Phase) bool { return p.ServerCPU > 0 })
+	mem := slices.ContainsFunc(phases, func(p Phase) bool { return p.ServerRSS > 0 })
 	fmt.Fprintf(&b, "%-12s %8s %7s %10s %12s %10s %10s %10s", "phase", "ops", "errors", "seconds", "ops/s", "p50", "p99", "max")
 	if cpu {
 		fmt.Fprintf(&b, " %14s", "server cpu/op")
+	}
+	if mem {
+		fmt.Fprintf(&b, " %12s %12s", "server rss", "peak rss")
 	}
 	b.WriteString("\n")
 	for _, p := range phases {
@@ -163,6 +214,9 @@ func WriteTable(w io.Writer, phases []Phase) error {
 			round(p.P50), round(p.P99), round(p.Max))
 		if cpu {
 			fmt.Fprintf(&b, " %14s", p.ServerCPUPerOp.Round(100*time.Nanosecond))
+		}
+		if mem {
+			fmt.Fprintf(&b, " %12s %12s", mebibytes(p.ServerRSS), mebibytes(p.ServerPeakRSS))
 		}
 		b.WriteString("\n")
 	}
@@ -173,6 +227,14 @@ func WriteTable(w io.Writer, phases []Phase) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// mebibytes formats n bytes in MiB ("-" for none).
+func mebibytes(n int64) string {
+	if n <= 0 {
+		return "-"
+	}
+	return strconv.FormatFloat(float64(n)/(1<<20), 'f', 1, 64) + " MiB"
 }
 
 func round(d time.Duration) time.Duration {
