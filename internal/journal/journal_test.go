@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -381,6 +382,88 @@ func TestSharedJournalWritesInBatches(t *testing.T) {
 	for i, e := range es[1:] {
 		if want := fmt.Sprint("i-", i); e.Subject != want {
 			t.Fatalf("event %d is %q, want %q: out of order", i+1, e.Subject, want)
+		}
+	}
+}
+
+// TestSharedJournalWaitsToFillAWrite: a write waits publishLinger from its first event for
+// more (the test's own timer says when that has passed), up to publishBatch, and a full
+// write does not wait.
+func TestSharedJournalWaitsToFillAWrite(t *testing.T) {
+	store := &fakeStore{}
+	j := New(1000, fixed)
+	store.replicas = []*Journal{j}
+	j.Share(store, nil)
+	waits := make(chan chan time.Time, 4) // each wait the publisher starts, for the test to end
+	j.shared.after = func(d time.Duration) <-chan time.Time {
+		if d != publishLinger {
+			t.Errorf("a write waits %s, want %s", d, publishLinger)
+		}
+		c := make(chan time.Time, 1)
+		waits <- c
+		return c
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { j.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	writes := func() []int {
+		store.mu.Lock()
+		defer store.mu.Unlock()
+		return slices.Clone(store.writes)
+	}
+	appendN := func(from, n int) {
+		for i := range n {
+			j.Append(apiv1.Event{Type: apiv1.EventRegistered, Subject: fmt.Sprint("i-", from+i)})
+		}
+	}
+
+	// Events that trickle in while a write waits go in it.
+	appendN(0, 1)
+	var wait chan time.Time
+	select {
+	case wait = <-waits: // the publisher took the first event and waits for more
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the publisher did not wait for more: writes %v", writes())
+	}
+	appendN(1, 9)
+	for len(j.shared.queue) > 0 { // until the publisher has taken them; no time is asserted
+		time.Sleep(time.Millisecond)
+	}
+	if got := writes(); len(got) != 0 {
+		t.Fatalf("writes %v before the wait ended", got)
+	}
+	wait <- time.Time{}
+	for j.Last() < 7*10 {
+		time.Sleep(time.Millisecond)
+	}
+	if diff := cmp.Diff([]int{10}, writes()); diff != "" {
+		t.Fatalf("events per write (-want +got):\n%s", diff)
+	}
+
+	// A write that fills does not wait (it may have started a wait while the events came);
+	// what is left over waits for the next.
+	appendN(10, publishBatch+5)
+	for hang := time.Now().Add(10 * time.Second); j.Last() < 7*(10+publishBatch); time.Sleep(time.Millisecond) {
+		if time.Now().After(hang) {
+			t.Fatalf("no full write without the wait's end: writes %v", writes())
+		}
+	}
+	for j.Last() < 7*(10+publishBatch+5) { // end every wait started, the one that holds the 5 among them
+		select {
+		case w := <-waits:
+			w <- time.Time{}
+		default:
+			time.Sleep(time.Millisecond)
+		}
+	}
+	if diff := cmp.Diff([]int{10, publishBatch, 5}, writes()); diff != "" {
+		t.Errorf("events per write (-want +got):\n%s", diff)
+	}
+	es, _ := j.Find(Query{Limit: MaxLimit})
+	for i, e := range es {
+		if want := fmt.Sprint("i-", i); e.Subject != want {
+			t.Fatalf("event %d is %q, want %q: out of order", i, e.Subject, want)
 		}
 	}
 }
