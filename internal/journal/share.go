@@ -81,20 +81,11 @@ func (j *Journal) Run(ctx context.Context) error {
 	}
 }
 
-// gather adds to batch, up to publishBatch, what is queued and what comes until
-// publishLinger after it was called (or ctx ends).
+// gather adds to batch, up to publishBatch, what comes until publishLinger after it was
+// called (or ctx ends); a batch that fills goes at once.
 func (sh *sharing) gather(ctx context.Context, batch []Stored) []Stored {
-	var linger <-chan time.Time
+	linger := sh.after(publishLinger)
 	for len(batch) < publishBatch {
-		select {
-		case e := <-sh.queue: // what is queued first, whatever the time
-			batch = append(batch, e)
-			continue
-		default:
-		}
-		if linger == nil {
-			linger = sh.after(publishLinger)
-		}
 		select {
 		case e := <-sh.queue:
 			batch = append(batch, e)
