@@ -93,7 +93,7 @@ func RunDNS(ctx context.Context, cfg DNSConfig) (*DNSReport, error) {
 	}
 	results := make([]result, cfg.Concurrency)
 	var wg sync.WaitGroup
-	cpu := startCPU(cfg.ServerPID)
+	m := startMeter(cfg.ServerPID)
 	start := time.Now()
 	for w := range cfg.Concurrency {
 		wg.Go(func() {
@@ -161,7 +161,7 @@ func RunDNS(ctx context.Context, cfg DNSConfig) (*DNSReport, error) {
 	if rep.Phase.Duration > 0 {
 		rep.PerSecond = float64(rep.Ops) / rep.Phase.Duration.Seconds()
 	}
-	cpu.stop(&rep.Phase)
+	m.stop(&rep.Phase)
 	return rep, nil
 }
 

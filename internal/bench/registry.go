@@ -323,8 +323,8 @@ func (d *driver) parallel(ctx context.Context, name string, n int, op func(ctx c
 
 // parallelN is parallel on workers workers.
 func (d *driver) parallelN(ctx context.Context, name string, n, workers int, op func(ctx context.Context, i int) error) (p Phase) {
-	cpu := startCPU(d.pid)
-	defer func() { cpu.stop(&p) }()
+	m := startMeter(d.pid)
+	defer func() { m.stop(&p) }()
 	rec := newRecorder(name, n)
 	var next atomic.Int64
 	var wg sync.WaitGroup
@@ -348,8 +348,8 @@ func (d *driver) parallelN(ctx context.Context, name string, n, workers int, op 
 // propagation deregisters each instance in turn and times how long a watcher of the
 // service takes to see the change.
 func (d *driver) propagation(ctx context.Context, t target, insts []*benchInstance) (p Phase) {
-	cpu := startCPU(d.pid)
-	defer func() { cpu.stop(&p) }()
+	m := startMeter(d.pid)
+	defer func() { m.stop(&p) }()
 	rec := newRecorder("propagation", len(insts))
 	for _, in := range insts {
 		if ctx.Err() != nil {

@@ -112,25 +112,26 @@ func checkPID(flag string, pid int) error {
 	return nil
 }
 
-// cpuMeter measures a server process's CPU over a phase (pid 0: nothing).
-type cpuMeter struct {
+// serverMeter measures a server process over a phase: the CPU it used, and its memory at the
+// end (pid 0: nothing).
+type serverMeter struct {
 	pid   int
 	start time.Duration
 }
 
-func startCPU(pid int) cpuMeter {
+func startMeter(pid int) serverMeter {
 	if pid <= 0 {
-		return cpuMeter{}
+		return serverMeter{}
 	}
 	c, err := procCPU(pid)
 	if err != nil {
-		return cpuMeter{}
+		return serverMeter{}
 	}
-	return cpuMeter{pid: pid, start: c}
+	return serverMeter{pid: pid, start: c}
 }
 
 // stop fills p's server CPU and memory figures.
-func (m cpuMeter) stop(p *Phase) {
+func (m serverMeter) stop(p *Phase) {
 	if m.pid <= 0 {
 		return
 	}
