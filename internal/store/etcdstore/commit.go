@@ -35,6 +35,9 @@ type registration struct {
 	ops      [2]clientv3.Op // see newRegistration
 	deadline time.Time      // the caller's, zero without one
 	done     chan committed
+
+	// installed says the view holds rec; guarded by Store.pendingM (see pending).
+	installed bool
 }
 
 // putOp is the place of the instance's put among a registration's operations.
@@ -178,20 +181,107 @@ func (s *Store) commitBatch(ctx context.Context, batch []*registration) {
 		ctx, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()
 	}
+	s.hold(batch)
 	resp, err := s.cfg.Client.Txn(ctx).Then(ops...).Commit()
 	if err != nil {
+		s.drop(batch)
 		for _, w := range batch {
 			w.done <- committed{err: err}
 		}
 		return
 	}
 	rev := resp.Header.Revision
-	for _, w := range batch {
-		w.rec.Generation = rev
-		s.leases.Store(w.rec.InstanceID, w.lease)
-		s.index.PutAhead(w.rec, rev) // read your own writes; the revision follows the watch
-	}
+	s.settle(batch, rev)
 	for i, w := range batch {
 		w.done <- committed{rev: rev, prev: resp.Responses[len(w.ops)*i+putOp].GetResponsePut().GetPrevKv()}
+	}
+}
+
+// What the watch brings back of this replica's own registrations. etcd sends a write's watch
+// event before it answers the transaction, so the watch usually brings a registration in
+// before its commit returns. The view then takes the registry's own record (the one the
+// commit would have put) instead of decoding the record's JSON into a copy that the commit
+// replaced at once. A registration is held from before its transaction is sent until its
+// outcome is known, found by its lease (each registration has a lease of its own, so an
+// earlier incarnation's write, even of the same value, is never taken for it). Whichever of
+// the watch and the commit comes first dates the record with the batch's revision and puts
+// it in the view; the other finds it there.
+
+// hold holds the registrations of batch until settle or drop.
+func (s *Store) hold(batch []*registration) {
+	s.pendingM.Lock()
+	defer s.pendingM.Unlock()
+	for _, w := range batch {
+		s.pending[w.lease] = w
+	}
+}
+
+// install puts w's record in the view at rev, the revision of its transaction, unless it is
+// there already, and reports whether it put it. Called with s.pendingM held.
+func (s *Store) install(w *registration, rev int64, put func(*registry.Record, int64)) bool {
+	if w.installed {
+		return false
+	}
+	w.installed = true
+	if w.rec.Generation != rev {
+		w.rec.Generation = rev // once: after a resync (unsettle) the record may be read elsewhere
+	}
+	s.leases.Store(w.rec.InstanceID, w.lease)
+	put(w.rec, rev)
+	return true
+}
+
+// settle stops holding the registrations of a batch committed at rev, putting in the view
+// those the watch has not brought in: read your own writes; the revision readers see
+// follows the watch (storeindex.Index.PutAhead).
+func (s *Store) settle(batch []*registration, rev int64) {
+	s.pendingM.Lock()
+	defer s.pendingM.Unlock()
+	for _, w := range batch {
+		delete(s.pending, w.lease)
+		s.install(w, rev, s.index.PutAhead)
+	}
+}
+
+// drop stops holding the registrations of a batch whose transaction failed. etcd may have
+// written it all the same (an answer lost, a deadline passed): a record the watch brought in
+// stays in the view, as any write the watch brings does, until the lease the registration
+// revokes takes it out, and the registry is told of it as of a write made elsewhere.
+func (s *Store) drop(batch []*registration) {
+	s.pendingM.Lock()
+	var seen []string
+	for _, w := range batch {
+		delete(s.pending, w.lease)
+		if w.installed {
+			seen = append(seen, w.rec.InstanceID)
+		}
+	}
+	s.pendingM.Unlock()
+	for _, id := range seen {
+		s.changed(id)
+	}
+}
+
+// own puts in the view the registration of this replica that kv is the write of, if it is
+// held, and reports whether kv was one. Called by the watch, before the revision moves to
+// kv's.
+func (s *Store) own(kv *mvccpb.KeyValue) bool {
+	s.pendingM.Lock()
+	defer s.pendingM.Unlock()
+	w, ok := s.pending[clientv3.LeaseID(kv.Lease)]
+	if !ok || kv.Lease == 0 || w.key != string(kv.Key) {
+		return false
+	}
+	s.install(w, kv.ModRevision, func(rec *registry.Record, rev int64) { s.index.PutNewer(rec, rev) })
+	return true
+}
+
+// unsettle says the view was read anew (a resync), so the held registrations it holds are
+// copies decoded from etcd: their commits put the registry's records back.
+func (s *Store) unsettle() {
+	s.pendingM.Lock()
+	defer s.pendingM.Unlock()
+	for _, w := range s.pending {
+		w.installed = false
 	}
 }

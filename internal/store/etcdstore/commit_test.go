@@ -2,10 +2,14 @@ package etcdstore
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"testing"
 	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/internal/registry"
@@ -110,4 +114,127 @@ func TestRegistrationsWaitingTogetherAreWrittenTogether(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("a registration after the writer stopped hangs")
 	}
+}
+
+// TestTheWatchTakesOwnRegistrationsAsMade: the watch brings a registration back before its
+// commit returns (etcd notifies watchers before it answers). The view then takes the
+// registry's own record, dated with the transaction's revision, without decoding its JSON
+// and without telling the registry of a change made elsewhere; the commit finds it there. A
+// write of the same key under another lease (an earlier incarnation, another replica's) is
+// decoded as before; after a resync the commit puts the registry's record back over the
+// decoded copy; a registration whose transaction failed but which the watch brought in is
+// told to the registry as a change.
+func TestTheWatchTakesOwnRegistrationsAsMade(t *testing.T) {
+	cli := etcdtest.Start(t).Client
+	ctx := context.Background()
+	s, err := New(ctx, Config{Client: cli, Prefix: "/own/", LeaseTTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var changed []string
+	s.OnChanged(func(id string) { changed = append(changed, id) })
+	// write commits w's operations as commitBatch does, without telling w its outcome, and
+	// returns the key as the watch brings it.
+	write := func(w *registration) *mvccpb.KeyValue {
+		t.Helper()
+		if _, err := cli.Txn(ctx).Then(w.ops[:]...).Commit(); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := cli.Get(ctx, w.key)
+		if err != nil || len(resp.Kvs) != 1 {
+			t.Fatalf("reading %s back: %v %v", w.key, resp, err)
+		}
+		return resp.Kvs[0]
+	}
+	register := func(id, endpoint string) *registration {
+		t.Helper()
+		lease, err := cli.Grant(ctx, 60)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := testRecord(id, endpoint)
+		in := rec.Instance()
+		in.Generation = 0
+		val, err := json.Marshal(in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.newRegistration(rec, string(val), lease.ID)
+	}
+	watch := func(kv *mvccpb.KeyValue) {
+		s.applyAll([]*clientv3.Event{{Type: clientv3.EventTypePut, Kv: kv}})
+	}
+	inView := func(id string) *registry.Record {
+		t.Helper()
+		got, ok := s.Get(id)
+		if !ok {
+			t.Fatalf("%s is not in the view", id)
+		}
+		return got
+	}
+
+	t.Run("the watch first", func(t *testing.T) {
+		changed = nil
+		w := register("early", "http://early")
+		s.hold([]*registration{w})
+		kv := write(w)
+		watch(kv)
+		if got := inView("early"); got != w.rec || got.Generation != kv.ModRevision {
+			t.Errorf("after the watch: the view holds %p at generation %d, want the registry's record %p at %d", got, got.Generation, w.rec, kv.ModRevision)
+		}
+		if rev, _ := s.Watch(); rev != kv.ModRevision {
+			t.Errorf("the revision is %d, want the write's %d", rev, kv.ModRevision)
+		}
+		s.settle([]*registration{w}, kv.ModRevision)
+		if got := inView("early"); got != w.rec {
+			t.Errorf("after the commit: the view holds %p, want the registry's record %p", got, w.rec)
+		}
+		if len(changed) != 0 || len(s.pending) != 0 {
+			t.Errorf("told the registry of %q, %d registrations still held; want none of either", changed, len(s.pending))
+		}
+	})
+
+	t.Run("another lease's write is decoded", func(t *testing.T) {
+		changed = nil
+		mine := register("twice", "http://mine")
+		s.hold([]*registration{mine})
+		other := register("twice", "http://other") // the same key under a lease of its own
+		watch(write(other))
+		if got := inView("twice"); got == mine.rec || got == other.rec || got.Endpoint != "http://other" {
+			t.Errorf("the view holds %+v, want a copy decoded from the other write", got)
+		}
+		if mine.installed || len(changed) != 1 || changed[0] != "twice" {
+			t.Errorf("held registration installed: %v; told the registry of %q, want [twice]", mine.installed, changed)
+		}
+		s.drop([]*registration{mine})
+	})
+
+	t.Run("a resync in between", func(t *testing.T) {
+		changed = nil
+		w := register("resynced", "http://resynced")
+		s.hold([]*registration{w})
+		kv := write(w)
+		watch(kv)
+		if err := s.resync(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := inView("resynced"); got == w.rec {
+			t.Fatal("the resync kept the registry's record: the test shows nothing")
+		}
+		s.settle([]*registration{w}, kv.ModRevision)
+		if got := inView("resynced"); got != w.rec || got.Generation != kv.ModRevision {
+			t.Errorf("after the commit: the view holds %p at generation %d, want the registry's record %p at %d", got, got.Generation, w.rec, kv.ModRevision)
+		}
+	})
+
+	t.Run("a failed commit the watch brought in", func(t *testing.T) {
+		changed = nil
+		w := register("lost", "http://lost")
+		s.hold([]*registration{w})
+		watch(write(w))
+		s.drop([]*registration{w})
+		if len(changed) != 1 || changed[0] != "lost" || len(s.pending) != 0 {
+			t.Errorf("told the registry of %q with %d held, want [lost] and none", changed, len(s.pending))
+		}
+	})
 }

@@ -84,6 +84,8 @@ type Store struct {
 	eventSeq    atomic.Int64                      // this replica's event keys
 	ownEvents   ownWrites[[]journal.Stored]       // the batches of events this replica is writing
 	ownVerdicts ownWrites[registry.SharedVerdict] // the verdicts it is writing
+	pendingM    sync.Mutex
+	pending     map[clientv3.LeaseID]*registration // registrations being committed, by lease (commit.go)
 }
 
 var (
@@ -119,7 +121,7 @@ func New(ctx context.Context, cfg Config) (*Store, error) {
 		cfg.Now = time.Now
 	}
 	s := &Store{cfg: cfg, index: storeindex.NewIndex(), health: map[string]string{}, verdicts: map[string]registry.SharedVerdict{},
-		acks: map[string]gatewayAck{}, renewer: newRenewer(leaseStreams(cfg.Client)), commits: newCommitter()}
+		acks: map[string]gatewayAck{}, pending: map[clientv3.LeaseID]*registration{}, renewer: newRenewer(leaseStreams(cfg.Client)), commits: newCommitter()}
 	if s.cfg.ReplicaID == "" {
 		s.cfg.ReplicaID = cfg.Now().UTC().Format(time.RFC3339Nano)
 	}
@@ -213,6 +215,7 @@ func (s *Store) resync(ctx context.Context) error {
 		}
 	}
 	s.index.Reset(recs, resp.Header.Revision)
+	s.unsettle()
 	s.changed("") // every record may have changed
 	s.startRev = resp.Header.Revision
 	s.replayEvents(events)
@@ -416,6 +419,9 @@ func (s *Store) apply(ev *clientv3.Event) {
 		}
 		if exists && cur.Generation == ev.Kv.ModRevision {
 			return // this replica's own write, already in the view (applyAll moves the revision)
+		}
+		if s.own(ev.Kv) {
+			return // this replica's own write, whose commit has not returned yet
 		}
 		// Not Put: this replica's commit may have put its own record of this generation
 		// since the look above, and the copy decoded here must not replace it (the
