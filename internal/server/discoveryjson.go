@@ -4,13 +4,11 @@ import (
 	"bytes"
 	"cmp"
 	"compress/gzip"
-	"encoding/json"
 	"slices"
 	"strconv"
-	"time"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
-	"github.com/meshflows/meshflows/httpapi"
+	"github.com/meshflows/meshflows/internal/apijson"
 	"github.com/meshflows/meshflows/internal/registry"
 )
 
@@ -34,7 +32,7 @@ func appendDiscovery(b []byte, ans *registry.Answer) ([]byte, error) {
 // more (an answer of 80 MB grown by appending was copied over and over).
 func writeDiscovery(b []byte, ans *registry.Answer, flush func([]byte) ([]byte, error)) ([]byte, error) {
 	b = append(b, `{"registry_epoch":`...)
-	b = appendJSONString(b, ans.Epoch)
+	b = apijson.String(b, ans.Epoch)
 	b = append(b, `,"revision":`...)
 	b = strconv.AppendInt(b, ans.Revision, 10)
 	b = append(b, `,"complete":`...)
@@ -67,7 +65,7 @@ func writeDiscovery(b []byte, ans *registry.Answer, flush func([]byte) ([]byte, 
 				b = append(b, ',')
 			}
 			b = append(b, `{"instance_id":`...)
-			b = appendJSONString(b, r.InstanceID)
+			b = apijson.String(b, r.InstanceID)
 			b = append(b, `,"generation":`...)
 			b = strconv.AppendInt(b, r.Generation, 10)
 			b = append(b, '}')
@@ -145,40 +143,40 @@ func zippedAnswer(ans *registry.Answer, gzipMin int64) (e *encoded, ok bool, err
 func appendEntry(b []byte, e registry.Entry) ([]byte, error) {
 	r, c := e.Record, e.Capability()
 	b = append(b, `{"capability_id":`...)
-	b = appendJSONString(b, c.CapabilityID)
+	b = apijson.String(b, c.CapabilityID)
 	b = append(b, `,"capability_version":`...)
-	b = appendJSONString(b, c.CapabilityVersion)
+	b = apijson.String(b, c.CapabilityVersion)
 	b = append(b, `,"contract_schema_version":`...)
-	b = appendJSONString(b, c.ContractSchemaVersion)
+	b = apijson.String(b, c.ContractSchemaVersion)
 	b = append(b, `,"provider":`...)
-	b = appendJSONString(b, c.Provider)
+	b = apijson.String(b, c.Provider)
 	b = append(b, `,"metadata":`...)
-	b, err := appendRawJSON(b, c.Metadata)
+	b, err := apijson.Raw(b, c.Metadata)
 	if err != nil {
 		return nil, err
 	}
 	b = append(b, `,"instance_id":`...)
-	b = appendJSONString(b, r.InstanceID)
+	b = apijson.String(b, r.InstanceID)
 	b = append(b, `,"service_name":`...)
-	b = appendJSONString(b, r.ServiceName)
+	b = apijson.String(b, r.ServiceName)
 	b = append(b, `,"service_version":`...)
-	b = appendJSONString(b, r.ServiceVersion)
+	b = apijson.String(b, r.ServiceVersion)
 	b = append(b, `,"endpoint":`...)
-	b = appendJSONString(b, r.Endpoint)
+	b = apijson.String(b, r.Endpoint)
 	if r.Zone != "" {
 		b = append(b, `,"zone":`...)
-		b = appendJSONString(b, r.Zone)
+		b = apijson.String(b, r.Zone)
 	}
 	b = append(b, `,"generation":`...)
 	b = strconv.AppendInt(b, r.Generation, 10)
 	b = append(b, `,"lease_expires_at":`...)
-	if b, err = appendTime(b, r.LeaseExpiresAt()); err != nil {
+	if b, err = apijson.Time(b, r.LeaseExpiresAt()); err != nil {
 		return nil, err
 	}
 	b = append(b, `,"health":`...)
-	b = appendJSONString(b, r.Health())
+	b = apijson.String(b, r.Health())
 	b = append(b, `,"eligibility":`...)
-	b = appendJSONString(b, cmp.Or(e.Eligibility, apiv1.EligibilityServing))
+	b = apijson.String(b, cmp.Or(e.Eligibility, apiv1.EligibilityServing))
 	b = append(b, `,"weight":`...)
 	w := e.Weight
 	if e.Eligibility == "" {
@@ -192,61 +190,4 @@ func appendEntry(b []byte, e registry.Entry) ([]byte, error) {
 		b = append(b, `,"restored":true`...)
 	}
 	return append(b, '}'), nil
-}
-
-// appendJSONString appends s as a JSON string without HTML escaping: copied as it is when
-// plain (plainString), which nearly all of an answer's strings are.
-func appendJSONString(b []byte, s string) []byte {
-	if plainString(s) {
-		b = append(b, '"')
-		b = append(b, s...)
-		return append(b, '"')
-	}
-	q, _ := httpapi.Marshal(s) // a string always encodes
-	return append(b, q[:len(q)-1]...)
-}
-
-// appendRawJSON appends raw metadata as encoding/json writes a json.RawMessage: null when
-// nil, else compacted (an error when it is not JSON). Metadata already compact is copied.
-func appendRawJSON(b []byte, raw json.RawMessage) ([]byte, error) {
-	if raw == nil {
-		return append(b, "null"...), nil
-	}
-	if json.Valid(raw) && !bytes.ContainsAny(raw, " \t\r\n") {
-		return append(b, raw...), nil
-	}
-	var buf bytes.Buffer
-	if err := json.Compact(&buf, raw); err != nil {
-		_, err = json.Marshal(raw) // encoding/json's own error for it
-		return nil, err
-	}
-	return append(b, buf.Bytes()...), nil
-}
-
-// appendTime appends t as httpapi.Marshal writes it (appendJSONTime), or encoding/json's
-// error for it.
-func appendTime(b []byte, t time.Time) ([]byte, error) {
-	if b2, ok := appendJSONTime(b, t); ok {
-		return b2, nil
-	}
-	q, err := httpapi.Marshal(t)
-	if err != nil {
-		return nil, err
-	}
-	return append(b, q[:len(q)-1]...), nil
-}
-
-// appendJSONTime appends t as encoding/json writes it (RFC 3339 with nanoseconds, quoted), or
-// reports false when only encoding/json writes it correctly: a year outside 0–9999, or a zone
-// offset in seconds.
-func appendJSONTime(b []byte, t time.Time) ([]byte, bool) {
-	if y := t.Year(); y < 0 || y > 9999 {
-		return b, false
-	}
-	if _, off := t.Zone(); off%60 != 0 {
-		return b, false
-	}
-	b = append(b, '"')
-	b = t.AppendFormat(b, time.RFC3339Nano)
-	return append(b, '"'), true
 }

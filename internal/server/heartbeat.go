@@ -6,6 +6,7 @@ import (
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/httpapi"
+	"github.com/meshflows/meshflows/internal/apijson"
 )
 
 // The heartbeat is the registry's most frequent request, and its body and answer are tiny:
@@ -123,31 +124,20 @@ func skipSpace(b []byte, i int) int {
 // newline), or reports false when resp holds what only encoding/json writes correctly: a
 // year outside 0–9999, a zone offset in seconds, or an epoch that needs escaping.
 func appendHeartbeatAnswer(dst []byte, resp *apiv1.HeartbeatResponse) ([]byte, bool) {
-	if !plainString(resp.RegistryEpoch) {
+	if !apijson.Plain(resp.RegistryEpoch) {
 		return dst, false
 	}
 	start := len(dst)
 	dst = append(dst, `{"generation":`...)
 	dst = strconv.AppendInt(dst, resp.Generation, 10)
 	dst = append(dst, `,"lease_expires_at":`...)
-	dst, ok := appendJSONTime(dst, resp.LeaseExpiresAt)
+	dst, ok := apijson.TimeFast(dst, resp.LeaseExpiresAt)
 	if !ok {
 		return dst[:start], false
 	}
 	dst = append(dst, `,"registry_epoch":"`...)
 	dst = append(dst, resp.RegistryEpoch...)
 	return append(dst, "\"}\n"...), true
-}
-
-// plainString reports whether httpapi.Marshal writes s as it is, between quotes: printable
-// ASCII without a quote or a backslash.
-func plainString(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' {
-			return false
-		}
-	}
-	return true
 }
 
 // heartbeat renews an instance's lease: PUT /v1/services/{instance_id}/heartbeat.

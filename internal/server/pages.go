@@ -168,7 +168,7 @@ func (p *pageStore) load(query string, st registry.State, current bool, build fu
 
 // page answers one page of a paged listing: the listing is the token's, or the current
 // state's for a first page; a listing no longer held is 410 PAGE_EXPIRED.
-func (s *Server) page(query string, pg paging, build func() *listing, answer func(l *listing, from, to int, next string) any) (any, error) {
+func (s *Server) page(query string, pg paging, build func() *listing, answer func(l *listing, from, to int, next string) (any, error)) (any, error) {
 	st, offset := s.reg.State(), 0
 	if pg.token != nil {
 		st, offset = pg.token.state(), pg.token.Offset
@@ -184,5 +184,5 @@ func (s *Server) page(query string, pg paging, build func() *listing, answer fun
 	if to < l.n {
 		next = pageToken{Query: queryHash(query), Epoch: l.state.Epoch, Revision: l.state.Revision, Complete: l.state.Complete, Offset: to}.encode()
 	}
-	return answer(l, from, to, next), nil
+	return answer(l, from, to, next)
 }

@@ -6,6 +6,7 @@ import (
 	"unicode/utf8"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/internal/apijson"
 )
 
 // A registration's body went through encoding/json's reflection, after its validity pass,
@@ -332,7 +333,7 @@ func (p *plainReader) number() bool {
 // newline), or reports false when resp holds what it leaves to encoding/json: warnings, or
 // an epoch that needs escaping.
 func appendRegisterAnswer(dst []byte, resp *apiv1.RegisterResponse) ([]byte, bool) {
-	if len(resp.Warnings) > 0 || !plainString(resp.RegistryEpoch) {
+	if len(resp.Warnings) > 0 || !apijson.Plain(resp.RegistryEpoch) {
 		return dst, false
 	}
 	dst = append(dst, `{"accepted":`...)

@@ -39,11 +39,17 @@ func (s *Server) handle(pattern string, acc access, h handlerFunc) {
 		case *encoded:
 			v.write(w, r, s.cfg.GzipMinBytes)
 		case written:
+		case answerJSON:
+			httpapi.WriteEncoded(w, http.StatusOK, v)
 		default:
 			httpapi.WriteJSON(w, http.StatusOK, v)
 		}
 	}))
 }
+
+// answerJSON is an answer a handler wrote as JSON itself (as httpapi.Marshal writes it:
+// one line and a newline), to go out with status 200.
+type answerJSON []byte
 
 // apiError maps an error to the wire error and its status.
 func apiError(err error) *apiv1.Error {
