@@ -18,6 +18,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/internal/apijson"
 	"github.com/meshflows/meshflows/internal/journal"
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/store/storeindex"
@@ -517,7 +518,7 @@ func (s *Store) Register(ctx context.Context, rec *registry.Record) error {
 	}
 	in := rec.Instance()
 	in.Generation = 0
-	val, err := json.Marshal(in)
+	val, err := apijson.Instance(make([]byte, 0, 1024), &in) // encoding/json's reflection was 3.5 % of a registration's CPU
 	if err != nil {
 		return err
 	}
