@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -174,6 +175,29 @@ func BenchmarkRestoreSnapshot(b *testing.B) {
 		if _, err := g.reg.RestoreSnapshot(context.Background(), wrote.Path); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkWriteSnapshot writes a snapshot of the large fleet (-fleet): the time and the
+// memory it takes, which at a million instances is what every --snapshot-interval costs.
+func BenchmarkWriteSnapshot(b *testing.B) {
+	f := newFixture(b, registry.Config{SnapshotDir: b.TempDir(), SnapshotKeep: 1})
+	f.clock.Advance(registry.DefaultLeaseTTL) // past the warm-up: snapshots are written
+	for i := range *fleet {
+		mustRegister(b, f, benchRequest(i))
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		f.clock.Advance(time.Second) // a file name of its own
+		wrote, err := f.reg.WriteSnapshot(context.Background())
+		if err != nil {
+			b.Fatal(err)
+		}
+		st, err := os.Stat(wrote.Path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(st.Size()), "file-bytes")
 	}
 }
 

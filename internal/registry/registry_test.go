@@ -1,6 +1,7 @@
 package registry_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -374,6 +375,57 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	}
 	if ans := g.reg.Query(&registry.Query{}); ans.Complete || cmp.Diff([]apiv1.Removal{{InstanceID: "j-1", Generation: 1}}, ans.Removed) != "" {
 		t.Errorf("answer after the eviction: complete %v, removed %+v; want incomplete, j-1 removed", ans.Complete, ans.Removed)
+	}
+}
+
+// TestSnapshotFileIsTheSnapshot: WriteSnapshot writes its file one instance at a time; the
+// file must say what encoding/json would have written of Snapshot(), HTML-sensitive text, a
+// manifest and metadata with spaces included, and an empty registry's file an empty list.
+func TestSnapshotFileIsTheSnapshot(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		reqs []*apiv1.RegisterRequest
+	}{
+		{"empty", nil},
+		{"varied", func() []*apiv1.RegisterRequest {
+			odd := request("odd-1", "svc-odd", capability("messaging.publish", "jms", "1.0.0", `{ "priority" : 2, "note": "<a & \"b\" é>" }`),
+				capability("webhook.send", "http", "2.1.0", ""))
+			odd.Manifest = &apiv1.Manifest{FARP: "1.0", Service: apiv1.ManifestService{Name: "svc-odd", Instance: odd.InstanceID, Version: "0.1.3"},
+				Routes: []apiv1.ManifestRoute{{Path: "/odd/{id}", Methods: []string{"GET"}}}}
+			return []*apiv1.RegisterRequest{request("j-1", "egress-jms"), odd, request("r-1", "egress-rabbitmq")}
+		}()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, registry.Config{SnapshotDir: t.TempDir()})
+			f.clock.Advance(registry.DefaultLeaseTTL) // past the warm-up
+			for _, req := range tc.reqs {
+				mustRegister(t, f, req)
+			}
+			want := f.reg.Snapshot()
+			wrote, err := f.reg.WriteSnapshot(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := os.ReadFile(wrote.Path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// what the two say, as values: encoding/json escapes HTML, even inside metadata
+			var got, wantDecoded any
+			wj, err := json.Marshal(want)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := errors.Join(json.Unmarshal(b, &got), json.Unmarshal(wj, &wantDecoded)); err != nil {
+				t.Fatalf("%v in\n%s", err, b)
+			}
+			if diff := cmp.Diff(wantDecoded, got); diff != "" {
+				t.Errorf("the file says something else than Snapshot() (-Snapshot() +file):\n%s", diff)
+			}
+			if !bytes.HasSuffix(b, []byte("]}\n")) || !bytes.Contains(b, []byte(`"instances":[`)) {
+				t.Errorf("the file does not end its list as encoding/json does, or has no list:\n%s", b)
+			}
+		})
 	}
 }
 

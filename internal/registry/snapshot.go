@@ -7,14 +7,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/internal/apijson"
 	"github.com/meshflows/meshflows/internal/statefile"
 )
 
@@ -71,21 +74,25 @@ type Snapshot struct {
 // Its revision is the one discovery answers carry (with the eligibility engine, the store's
 // plus the verdicts'): a registry restored from it continues above it.
 func (r *Registry) Snapshot() *Snapshot {
-	rev := r.revision()
-	recs := sortedRecords(r.store.Records())
-	s := &Snapshot{
-		Timestamp:     r.cfg.Now().UTC(),
-		RegistryEpoch: r.store.Epoch().ID,
-		Revision:      rev,
-		Generation:    r.store.Generation(),
-		InstanceCount: len(recs),
-		Instances:     make([]apiv1.Instance, len(recs)),
-	}
+	s, recs := r.snapshotHeader()
+	s.Instances = make([]apiv1.Instance, len(recs))
 	for i, rec := range recs {
 		s.Instances[i] = rec.Instance()
-		s.CapabilityCount += len(rec.Capabilities)
 	}
 	return s
+}
+
+// snapshotHeader returns the current state as a Snapshot without its instances, and the
+// records they are made of, in the snapshot's order.
+func (r *Registry) snapshotHeader() (*Snapshot, []*Record) {
+	rev := r.revision()
+	recs := sortedRecords(r.store.Records())
+	s := &Snapshot{Timestamp: r.cfg.Now().UTC(), RegistryEpoch: r.store.Epoch().ID, Revision: rev,
+		Generation: r.store.Generation(), InstanceCount: len(recs)}
+	for _, rec := range recs {
+		s.CapabilityCount += len(rec.Capabilities)
+	}
+	return s, recs
 }
 
 // WriteSnapshot writes the current state to a new file in SnapshotDir atomically (a
@@ -99,9 +106,12 @@ func (r *Registry) WriteSnapshot(ctx context.Context) (*apiv1.SnapshotResponse, 
 	if st := r.State(); !st.Complete {
 		return nil, &WarmingUpError{Left: r.store.Epoch().Start.Add(r.cfg.LeaseTTL).Sub(r.cfg.Now())}
 	}
-	s := r.Snapshot()
+	// The file is written as it is made, one instance at a time: at a million instances it is
+	// about 700 MB, which encoding/json would hold whole, and its copies of the records as
+	// well, before writing a byte.
+	s, recs := r.snapshotHeader()
 	path := filepath.Join(r.cfg.SnapshotDir, snapshotPrefix+s.Timestamp.Format(snapshotTimeLayout)+snapshotSuffix)
-	if err := statefile.WriteJSON(path, s); err != nil {
+	if err := statefile.Write(path, func(w io.Writer) error { return writeSnapshot(w, s, recs) }); err != nil {
 		return nil, fmt.Errorf("write snapshot: %w", err)
 	}
 	r.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "snapshot written", slog.String("path", path),
@@ -113,6 +123,47 @@ func (r *Registry) WriteSnapshot(ctx context.Context) (*apiv1.SnapshotResponse, 
 		Revision: s.Revision, Instances: s.InstanceCount, Capabilities: s.CapabilityCount}
 	r.journalSnapshot(resp)
 	return resp, nil
+}
+
+// writeSnapshot writes the snapshot whose header is s (its Instances left empty) and whose
+// instances are recs' as JSON, as encoding/json writes a Snapshot but for HTML escaping
+// (TestSnapshotFileIsTheSnapshot): one instance at a time, through apijson.
+func writeSnapshot(w io.Writer, s *Snapshot, recs []*Record) error {
+	b := make([]byte, 0, 4096)
+	b = append(b, `{"timestamp":`...)
+	b, err := apijson.Time(b, s.Timestamp)
+	if err != nil {
+		return err
+	}
+	b = append(b, `,"registry_epoch":`...)
+	b = apijson.String(b, s.RegistryEpoch)
+	b = append(b, `,"revision":`...)
+	b = strconv.AppendInt(b, s.Revision, 10)
+	b = append(b, `,"generation":`...)
+	b = strconv.AppendInt(b, s.Generation, 10)
+	b = append(b, `,"instance_count":`...)
+	b = strconv.AppendInt(b, int64(s.InstanceCount), 10)
+	b = append(b, `,"capability_count":`...)
+	b = strconv.AppendInt(b, int64(s.CapabilityCount), 10)
+	b = append(b, `,"instances":[`...)
+	for i, rec := range recs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		in := rec.Instance()
+		if b, err = apijson.Instance(b, &in); err != nil {
+			return fmt.Errorf("instance %s: %w", rec.InstanceID, err)
+		}
+		if len(b) >= 64<<10 {
+			if _, err := w.Write(b); err != nil {
+				return err
+			}
+			b = b[:0]
+		}
+	}
+	b = append(b, "]}\n"...)
+	_, err = w.Write(b)
+	return err
 }
 
 // snapshotFiles returns the snapshot files of dir, newest first: the timestamped ones by

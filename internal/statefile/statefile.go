@@ -3,6 +3,7 @@ package statefile
 import (
 	"bufio"
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 )
@@ -10,6 +11,13 @@ import (
 // WriteJSON encodes v as JSON into path atomically (creating the directory if needed): a
 // reader sees the old file or the new one, never a part of either.
 func WriteJSON(path string, v any) error {
+	return Write(path, func(w io.Writer) error { return json.NewEncoder(w).Encode(v) })
+}
+
+// Write writes into path atomically what write writes (creating the directory if needed),
+// through a buffer of its own: a reader sees the old file or the new one, never a part of
+// either. A file too large to hold in memory at once is written as it is made.
+func Write(path string, write func(io.Writer) error) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -20,7 +28,7 @@ func WriteJSON(path string, v any) error {
 	}
 	defer os.Remove(f.Name()) // a no-op after the rename
 	w := bufio.NewWriterSize(f, 1<<20)
-	if err := json.NewEncoder(w).Encode(v); err != nil {
+	if err := write(w); err != nil {
 		f.Close()
 		return err
 	}
