@@ -170,11 +170,7 @@ func Instance(b []byte, in *apiv1.Instance) ([]byte, error) {
 // Catalog appends c as httpapi.Marshal writes an apiv1.CatalogResponse: one line of JSON
 // and a newline.
 func Catalog(b []byte, c *apiv1.CatalogResponse) ([]byte, error) {
-	b = append(b, `{"registry_epoch":`...)
-	b = String(b, c.RegistryEpoch)
-	b = append(b, `,"revision":`...)
-	b = strconv.AppendInt(b, c.Revision, 10)
-	b = append(b, `,"instances":`...)
+	b = CatalogHead(b, c)
 	if c.Instances == nil {
 		b = append(b, "null"...)
 	} else {
@@ -196,9 +192,24 @@ func Catalog(b []byte, c *apiv1.CatalogResponse) ([]byte, error) {
 		}
 		b = append(b, ']')
 	}
+	return CatalogTail(b, c), nil
+}
+
+// CatalogHead appends what Catalog writes of c before its instances, up to the colon of
+// "instances"; a catalog written in pieces continues with its list, then CatalogTail.
+func CatalogHead(b []byte, c *apiv1.CatalogResponse) []byte {
+	b = append(b, `{"registry_epoch":`...)
+	b = String(b, c.RegistryEpoch)
+	b = append(b, `,"revision":`...)
+	b = strconv.AppendInt(b, c.Revision, 10)
+	return append(b, `,"instances":`...)
+}
+
+// CatalogTail appends what Catalog writes of c after its instances.
+func CatalogTail(b []byte, c *apiv1.CatalogResponse) []byte {
 	if c.NextPageToken != "" {
 		b = append(b, `,"next_page_token":`...)
 		b = String(b, c.NextPageToken)
 	}
-	return append(b, "}\n"...), nil
+	return append(b, "}\n"...)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"log/slog"
 	"slices"
 	"strings"
@@ -669,13 +670,24 @@ func (r *Registry) wire(rec *Record) apiv1.Instance {
 
 // Catalog returns every instance, sorted by service name and instance id.
 func (r *Registry) Catalog() apiv1.CatalogResponse {
+	out, n, all := r.CatalogStream()
+	out.Instances = slices.AppendSeq(make([]apiv1.Instance, 0, n), all)
+	return out
+}
+
+// CatalogStream returns the catalog without its instances, how many it has, and the
+// instances one at a time in Catalog's order, each made when it is asked for: a catalog of a
+// large fleet can be written as it is made, never held whole.
+func (r *Registry) CatalogStream() (apiv1.CatalogResponse, int, iter.Seq[apiv1.Instance]) {
 	rev := r.revision()
 	recs := sortedRecords(r.store.Records())
-	out := apiv1.CatalogResponse{RegistryEpoch: r.store.Epoch().ID, Revision: rev, Instances: make([]apiv1.Instance, len(recs))}
-	for i, rec := range recs {
-		out.Instances[i] = r.wire(rec)
+	return apiv1.CatalogResponse{RegistryEpoch: r.store.Epoch().ID, Revision: rev}, len(recs), func(yield func(apiv1.Instance) bool) {
+		for _, rec := range recs {
+			if !yield(r.wire(rec)) {
+				return
+			}
+		}
 	}
-	return out
 }
 
 func sortedRecords(recs []*Record) []*Record {

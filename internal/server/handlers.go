@@ -83,7 +83,7 @@ func (s *Server) deregister(_ http.ResponseWriter, r *http.Request) (any, error)
 // catalogKey names the catalog's listings in the page store.
 const catalogKey = " services"
 
-func (s *Server) catalog(_ http.ResponseWriter, r *http.Request) (any, error) {
+func (s *Server) catalog(w http.ResponseWriter, r *http.Request) (any, error) {
 	v := r.URL.Query()
 	if err := registry.UnknownParameters(v, registry.CatalogListing); err != nil {
 		return nil, err
@@ -93,8 +93,7 @@ func (s *Server) catalog(_ http.ResponseWriter, r *http.Request) (any, error) {
 		return nil, err
 	}
 	if !paged {
-		c := s.reg.Catalog()
-		return catalogJSON(&c)
+		return s.writeCatalog(w)
 	}
 	return s.page(catalogKey, pg, func() *listing {
 		st := s.reg.State()
@@ -114,6 +113,51 @@ func catalogJSON(c *apiv1.CatalogResponse) (any, error) {
 		return nil, fmt.Errorf("encode answer: %w", err)
 	}
 	return answerJSON(b), nil
+}
+
+// catalogChunk is how much of an unpaged catalog is made before it is written: a catalog
+// that fits goes out whole, with its Content-Length; a larger one goes as it is made, never
+// held whole (a million instances are about 700 MB of JSON).
+const catalogChunk = 64 << 10
+
+// writeCatalog answers the whole catalog as it is made (apijson, Registry.CatalogStream).
+func (s *Server) writeCatalog(w http.ResponseWriter) (any, error) {
+	head, _, all := s.reg.CatalogStream()
+	b := apijson.CatalogHead(make([]byte, 0, catalogChunk+4096), &head)
+	b = append(b, '[')
+	streaming, n := false, 0
+	for in := range all {
+		if n > 0 {
+			b = append(b, ',')
+		}
+		n++
+		var err error
+		if b, err = apijson.Instance(b, &in); err != nil {
+			if !streaming {
+				return nil, fmt.Errorf("encode answer: %w", err)
+			}
+			// The status is sent: end the connection, so that the client sees the answer
+			// cut short rather than a JSON that ends well.
+			panic(http.ErrAbortHandler)
+		}
+		if len(b) >= catalogChunk {
+			if !streaming {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusOK)
+				streaming = true
+			}
+			if _, err := w.Write(b); err != nil {
+				return written{}, nil // the client went
+			}
+			b = b[:0]
+		}
+	}
+	b = apijson.CatalogTail(append(b, ']'), &head)
+	if !streaming {
+		return answerJSON(b), nil
+	}
+	w.Write(b)
+	return written{}, nil
 }
 
 func (s *Server) instance(_ http.ResponseWriter, r *http.Request) (any, error) {

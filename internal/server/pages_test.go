@@ -3,12 +3,15 @@ package server_test
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"net/url"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/httpapi"
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/registry/registrytest"
 )
@@ -152,5 +155,49 @@ func TestPagingRefusals(t *testing.T) {
 	}
 	if r := do(t, "GET", s.URL+"/v1/discovery/capabilities?capability_id=messaging.publish&limit=2&page_token="+tok, ""); r.status != 200 {
 		t.Errorf("the good token after the refusals = %d %s", r.status, r.body)
+	}
+}
+
+// TestCatalogWrittenAsMade: an unpaged catalog larger than what the server makes before it
+// writes goes out as it is made (no Content-Length), one that fits goes whole with its
+// Content-Length, and either way the bytes are what encoding/json writes of the catalog.
+func TestCatalogWrittenAsMade(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		instances int
+		whole     bool
+	}{
+		{"none", 0, true},
+		{"a few", 3, true},
+		{"more than a piece", 400, false}, // about 300 bytes each: past 64 KiB
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := registrytest.NewServer(t, registry.Config{})
+			for i := range tc.instances {
+				if r := do(t, "POST", s.URL+"/v1/services/register", pagedBody(i)); r.status != 200 {
+					t.Fatalf("register: %d %s", r.status, r.body)
+				}
+			}
+			want, err := httpapi.Marshal(s.Registry.Catalog())
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.Get(s.URL + "/v1/services")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			got, err := io.ReadAll(resp.Body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(string(want), string(got)); resp.StatusCode != 200 || diff != "" {
+				t.Errorf("GET /v1/services = %d (-encoding/json +answer):\n%s", resp.StatusCode, diff)
+			}
+			if whole := resp.ContentLength == int64(len(want)); whole != tc.whole || resp.Header.Get("Content-Type") != "application/json" {
+				t.Errorf("Content-Length %d of %d bytes, Content-Type %q; want whole %v, application/json",
+					resp.ContentLength, len(want), resp.Header.Get("Content-Type"), tc.whole)
+			}
+		})
 	}
 }
