@@ -22,17 +22,25 @@ func testRecord(id, endpoint string) *registry.Record {
 		time.Now().Add(time.Minute))
 }
 
+// notRunning is a store under prefix on an etcd of its own, whose Run the test does not start:
+// the test drives the committer and the watch itself.
+func notRunning(t *testing.T, prefix string) (*Store, *clientv3.Client) {
+	t.Helper()
+	cli := etcdtest.Start(t).Client
+	s, err := New(context.Background(), Config{Client: cli, Prefix: prefix, LeaseTTL: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, cli
+}
+
 // TestRegistrationsWaitingTogetherAreWrittenTogether: before the writer runs a registration
 // writes alone; registrations queued while none is being written go out in one transaction — one generation for all, each readable, each
 // fenced by it — except a second registration of an instance already in the batch, which
 // goes in the next one and wins; once the writer has stopped, a registration fails at once.
 func TestRegistrationsWaitingTogetherAreWrittenTogether(t *testing.T) {
-	cli := etcdtest.Start(t).Client
 	ctx := context.Background()
-	s, err := New(ctx, Config{Client: cli, Prefix: "/commit/", LeaseTTL: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, cli := notRunning(t, "/commit/")
 	// Before the writer runs, a registration writes alone.
 	solo := testRecord("solo", "http://solo")
 	if err := s.Register(ctx, solo); err != nil {
@@ -125,12 +133,8 @@ func TestRegistrationsWaitingTogetherAreWrittenTogether(t *testing.T) {
 // decoded copy; a registration whose transaction failed but which the watch brought in is
 // told to the registry as a change.
 func TestTheWatchTakesOwnRegistrationsAsMade(t *testing.T) {
-	cli := etcdtest.Start(t).Client
 	ctx := context.Background()
-	s, err := New(ctx, Config{Client: cli, Prefix: "/own/", LeaseTTL: time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, cli := notRunning(t, "/own/")
 	var changed []string
 	s.OnChanged(func(id string) { changed = append(changed, id) })
 	// write commits w's operations as commitBatch does, without telling w its outcome, and
