@@ -3,16 +3,19 @@ package dashboard_test
 import (
 	"encoding/json"
 	"fmt"
+	"html"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/internal/dashboard"
+	"github.com/meshflows/meshflows/routing"
 )
 
 func TestWriteActionsNeedTheToken(t *testing.T) {
@@ -221,6 +224,63 @@ func TestCapabilitiesTableOfALargeFleet(t *testing.T) {
 					}
 					at = i
 				}
+			}
+		})
+	}
+}
+
+// TestRouteMapReadsTheCatalogOnlyToDrawIt: a table within MapLimit is drawn with the
+// instances the catalog names; a larger one is listed, and the catalog (at a million
+// instances some 700 MB of JSON) is not read for it.
+func TestRouteMapReadsTheCatalogOnlyToDrawIt(t *testing.T) {
+	routes := []routing.Route{
+		{Pattern: "/a/{rest...}", Method: "GET", Source: "manifest", Service: "svc-a", Version: "1.0.0", Instances: []string{"a-1"}},
+		{Pattern: "/b/{rest...}", Method: "GET", Source: "manifest", Service: "svc-b", Version: "1.0.0", Instances: []string{"b-1"}},
+		{Pattern: "/c/{rest...}", Method: "GET", Source: "manifest", Service: "svc-c", Version: "1.0.0", Instances: []string{"c-1"}},
+	}
+	gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(routing.RoutesAnswer{Canonical: routing.Canonical{Routes: routes}})
+	}))
+	defer gw.Close()
+	var catalogReads atomic.Int32
+	reg := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != apiv1.PathServices {
+			http.NotFound(w, r)
+			return
+		}
+		catalogReads.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(apiv1.CatalogResponse{RegistryEpoch: "e", Instances: []apiv1.Instance{{InstanceID: "a-1", ServiceName: "svc-a",
+			ServiceVersion: "1.0.0", Endpoint: "http://a-1:8080", Eligibility: apiv1.EligibilityServing, Weight: 100,
+			Capabilities: []apiv1.Capability{{CapabilityID: "cap.a", Provider: "p"}}}}})
+	}))
+	defer reg.Close()
+	for _, tc := range []struct {
+		name     string
+		mapLimit int
+		reads    int32
+		want     string
+	}{
+		{"drawn", 10, 1, "svc-a 1.0.0 at http://a-1:8080"},
+		{"listed", 2, 0, "GET /c/{rest...} → svc-c@1.0.0 (c-1)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			catalogReads.Store(0)
+			d, err := dashboard.New(dashboard.Config{GatewayURL: gw.URL, RegistryURL: reg.URL, Insecure: true, MapLimit: tc.mapLimit})
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := httptest.NewServer(d.Handler())
+			defer srv.Close()
+			resp, err := http.Get(srv.URL + "/routes/map")
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if n := catalogReads.Load(); n != tc.reads || !strings.Contains(html.UnescapeString(string(body)), tc.want) {
+				t.Errorf("the catalog was read %d times (want %d), or the page lacks %q:\n%s", n, tc.reads, tc.want, body)
 			}
 		})
 	}

@@ -138,11 +138,7 @@ func layout(gr *routing.RoutesAnswer, cat *apiv1.CatalogResponse, health *apiv1.
 }
 
 func (d *Dashboard) routeMap(w http.ResponseWriter, r *http.Request) {
-	cat := &apiv1.CatalogResponse{}
 	gr, err := d.gatewayTable(r.Context())
-	if err == nil {
-		cat, err = d.registry.Services(r.Context(), client.Page{})
-	}
 	var data *mapData
 	if len(gr.Routes) > d.cfg.MapLimit {
 		q := r.URL.Query().Get("q")
@@ -157,6 +153,12 @@ func (d *Dashboard) routeMap(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	} else {
+		// The catalog only for the map: a table too large for one is listed without it (at a
+		// million instances the catalog is about 700 MB of JSON).
+		cat := &apiv1.CatalogResponse{}
+		if err == nil {
+			cat, err = d.registry.Services(r.Context(), client.Page{})
+		}
 		health, _ := d.gateway.GatewayRouteHealth(r.Context()) // figures only: the map stands without them
 		data = layout(gr, cat, health)
 		if id := r.URL.Query().Get("node"); id != "" {
