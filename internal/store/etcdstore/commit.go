@@ -216,19 +216,20 @@ func (s *Store) hold(batch []*registration) {
 	}
 }
 
-// install puts w's record in the view at rev, the revision of its transaction, unless it is
-// there already, and reports whether it put it. Called with s.pendingM held.
-func (s *Store) install(w *registration, rev int64, put func(*registry.Record, int64)) bool {
+// install puts w's record in the view with put at rev, the revision of its transaction,
+// unless it is there already. Called with s.pendingM held.
+func (s *Store) install(w *registration, rev int64, put func(*registry.Record, int64)) {
 	if w.installed {
-		return false
+		return
 	}
 	w.installed = true
 	if w.rec.Generation != rev {
-		w.rec.Generation = rev // once: after a resync (unsettle) the record may be read elsewhere
+		// Dated once: put again after a resync (unsettle), the record has been in the view,
+		// where others read it.
+		w.rec.Generation = rev
 	}
 	s.leases.Store(w.rec.InstanceID, w.lease)
 	put(w.rec, rev)
-	return true
 }
 
 // settle stops holding the registrations of a batch committed at rev, putting in the view
@@ -269,15 +270,15 @@ func (s *Store) own(kv *mvccpb.KeyValue) bool {
 	s.pendingM.Lock()
 	defer s.pendingM.Unlock()
 	w, ok := s.pending[clientv3.LeaseID(kv.Lease)]
-	if !ok || kv.Lease == 0 || w.key != string(kv.Key) {
+	if !ok || w.key != string(kv.Key) {
 		return false
 	}
 	s.install(w, kv.ModRevision, func(rec *registry.Record, rev int64) { s.index.PutNewer(rec, rev) })
 	return true
 }
 
-// unsettle says the view was read anew (a resync), so the held registrations it holds are
-// copies decoded from etcd: their commits put the registry's records back.
+// unsettle says the view was read anew (a resync): it holds copies decoded from etcd of the
+// registrations held, and their commits put the registry's records back over them.
 func (s *Store) unsettle() {
 	s.pendingM.Lock()
 	defer s.pendingM.Unlock()
