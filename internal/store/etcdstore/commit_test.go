@@ -177,12 +177,20 @@ func TestTheWatchTakesOwnRegistrationsAsMade(t *testing.T) {
 		return got
 	}
 
-	t.Run("the watch first", func(t *testing.T) {
-		changed = nil
-		w := register("early", "http://early")
+	// brought is a registration of id held and committed, which the watch then brings in
+	// before the commit returns.
+	brought := func(id string) (*registration, *mvccpb.KeyValue) {
+		t.Helper()
+		w := register(id, "http://"+id)
 		s.hold([]*registration{w})
 		kv := write(w)
 		watch(kv)
+		return w, kv
+	}
+
+	t.Run("the watch first", func(t *testing.T) {
+		changed = nil
+		w, kv := brought("early")
 		if got := inView("early"); got != w.rec || got.Generation != kv.ModRevision {
 			t.Errorf("after the watch: the view holds %p at generation %d, want the registry's record %p at %d", got, got.Generation, w.rec, kv.ModRevision)
 		}
@@ -215,10 +223,7 @@ func TestTheWatchTakesOwnRegistrationsAsMade(t *testing.T) {
 
 	t.Run("a resync in between", func(t *testing.T) {
 		changed = nil
-		w := register("resynced", "http://resynced")
-		s.hold([]*registration{w})
-		kv := write(w)
-		watch(kv)
+		w, kv := brought("resynced")
 		if err := s.resync(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -233,9 +238,7 @@ func TestTheWatchTakesOwnRegistrationsAsMade(t *testing.T) {
 
 	t.Run("a failed commit the watch brought in", func(t *testing.T) {
 		changed = nil
-		w := register("lost", "http://lost")
-		s.hold([]*registration{w})
-		watch(write(w))
+		w, _ := brought("lost")
 		s.drop([]*registration{w})
 		if len(changed) != 1 || changed[0] != "lost" || len(s.pending) != 0 {
 			t.Errorf("told the registry of %q with %d held, want [lost] and none", changed, len(s.pending))
