@@ -35,9 +35,6 @@ type registration struct {
 	ops      [2]clientv3.Op // see newRegistration
 	deadline time.Time      // the caller's, zero without one
 	done     chan committed
-
-	// installed says the view holds rec; guarded by Store.pendingM (see pending).
-	installed bool
 }
 
 // putOp is the place of the instance's put among a registration's operations.
@@ -203,9 +200,11 @@ func (s *Store) commitBatch(ctx context.Context, batch []*registration) {
 // commit would have put) instead of decoding the record's JSON into a copy that the commit
 // replaced at once. A registration is held from before its transaction is sent until its
 // outcome is known, found by its lease (each registration has a lease of its own, so an
-// earlier incarnation's write, even of the same value, is never taken for it). Whichever of
-// the watch and the commit comes first dates the record with the batch's revision and puts
-// it in the view; the other finds it there.
+// earlier incarnation's write, even of the same value, is never taken for it: ownWrites,
+// which matches values, would). Whichever of the watch and the commit comes first dates the
+// record with the batch's revision and puts it in the view; the other finds it there. The
+// view itself says which came first: after a resync it holds a copy decoded from etcd, over
+// which the commit puts the registry's record again.
 
 // hold holds the registrations of batch until settle or drop.
 func (s *Store) hold(batch []*registration) {
@@ -216,31 +215,34 @@ func (s *Store) hold(batch []*registration) {
 	}
 }
 
-// install puts w's record in the view with put at rev, the revision of its transaction,
-// unless it is there already. Called with s.pendingM held.
+// inView reports whether the view holds w's record, the registry's own.
+func (s *Store) inView(w *registration) bool {
+	cur, ok := s.index.Get(w.rec.InstanceID)
+	return ok && cur == w.rec
+}
+
+// install dates w's record with rev, the revision of its transaction, and puts it in the
+// view with put. Called with s.pendingM held, by the first of the watch and the commit, or by
+// the commit again after a resync.
 func (s *Store) install(w *registration, rev int64, put func(*registry.Record, int64)) {
-	if w.installed {
-		return
-	}
-	w.installed = true
 	if w.rec.Generation != rev {
-		// Dated once: put again after a resync (unsettle), the record has been in the view,
-		// where others read it.
-		w.rec.Generation = rev
+		w.rec.Generation = rev // once: put again after a resync, the record was read elsewhere
 	}
 	s.leases.Store(w.rec.InstanceID, w.lease)
 	put(w.rec, rev)
 }
 
 // settle stops holding the registrations of a batch committed at rev, putting in the view
-// those the watch has not brought in: read your own writes; the revision readers see
-// follows the watch (storeindex.Index.PutAhead).
+// those it does not hold: read your own writes; the revision readers see follows the watch
+// (storeindex.Index.PutAhead).
 func (s *Store) settle(batch []*registration, rev int64) {
 	s.pendingM.Lock()
 	defer s.pendingM.Unlock()
 	for _, w := range batch {
 		delete(s.pending, w.lease)
-		s.install(w, rev, s.index.PutAhead)
+		if !s.inView(w) {
+			s.install(w, rev, s.index.PutAhead)
+		}
 	}
 }
 
@@ -253,7 +255,7 @@ func (s *Store) drop(batch []*registration) {
 	var seen []string
 	for _, w := range batch {
 		delete(s.pending, w.lease)
-		if w.installed {
+		if s.inView(w) {
 			seen = append(seen, w.rec.InstanceID)
 		}
 	}
@@ -275,14 +277,4 @@ func (s *Store) own(kv *mvccpb.KeyValue) bool {
 	}
 	s.install(w, kv.ModRevision, func(rec *registry.Record, rev int64) { s.index.PutNewer(rec, rev) })
 	return true
-}
-
-// unsettle says the view was read anew (a resync): it holds copies decoded from etcd of the
-// registrations held, and their commits put the registry's records back over them.
-func (s *Store) unsettle() {
-	s.pendingM.Lock()
-	defer s.pendingM.Unlock()
-	for _, w := range s.pending {
-		w.installed = false
-	}
 }

@@ -216,7 +216,6 @@ func (s *Store) resync(ctx context.Context) error {
 		}
 	}
 	s.index.Reset(recs, resp.Header.Revision)
-	s.unsettle()
 	s.changed("") // every record may have changed
 	s.startRev = resp.Header.Revision
 	s.replayEvents(events)
