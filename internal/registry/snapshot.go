@@ -129,7 +129,7 @@ func (r *Registry) WriteSnapshot(ctx context.Context) (*apiv1.SnapshotResponse, 
 // instances are recs' as JSON, as encoding/json writes a Snapshot but for HTML escaping
 // (TestSnapshotFileIsTheSnapshot): one instance at a time, through apijson.
 func writeSnapshot(w io.Writer, s *Snapshot, recs []*Record) error {
-	b := make([]byte, 0, 4096)
+	b := make([]byte, 0, apijson.Chunk+4096)
 	b = append(b, `{"timestamp":`...)
 	b, err := apijson.Time(b, s.Timestamp)
 	if err != nil {
@@ -145,24 +145,22 @@ func writeSnapshot(w io.Writer, s *Snapshot, recs []*Record) error {
 	b = strconv.AppendInt(b, int64(s.InstanceCount), 10)
 	b = append(b, `,"capability_count":`...)
 	b = strconv.AppendInt(b, int64(s.CapabilityCount), 10)
-	b = append(b, `,"instances":[`...)
-	for i, rec := range recs {
-		if i > 0 {
-			b = append(b, ',')
-		}
+	b = append(b, `,"instances":`...)
+	b, err = apijson.List(b, slices.Values(recs), len(recs), func(b []byte, rec *Record) ([]byte, error) {
 		in := rec.Instance()
-		if b, err = apijson.Instance(b, &in); err != nil {
-			return fmt.Errorf("instance %s: %w", rec.InstanceID, err)
+		b, err := apijson.Instance(b, &in)
+		if err != nil {
+			return nil, fmt.Errorf("instance %s: %w", rec.InstanceID, err)
 		}
-		if len(b) >= 64<<10 {
-			if _, err := w.Write(b); err != nil {
-				return err
-			}
-			b = b[:0]
-		}
+		return b, nil
+	}, func(piece []byte) ([]byte, error) {
+		_, err := w.Write(piece)
+		return piece[:0], err
+	})
+	if err != nil {
+		return err
 	}
-	b = append(b, "]}\n"...)
-	_, err = w.Write(b)
+	_, err = w.Write(append(b, "}\n"...))
 	return err
 }
 

@@ -26,10 +26,9 @@ func appendDiscovery(b []byte, ans *registry.Answer) ([]byte, error) {
 	return writeDiscovery(b, ans, nil)
 }
 
-// writeDiscovery appends ans to b as appendDiscovery does. With flush, it hands b to flush
-// whenever b holds 64 KiB or more, and at the end, and goes on writing in what flush returns;
-// without, it takes room for the whole answer once, from the first entry's size and an eighth
-// more (an answer of 80 MB grown by appending was copied over and over).
+// writeDiscovery appends ans to b as appendDiscovery does, its entries as apijson.List
+// writes them: with flush, a piece at a time (flush also takes what is left at the end);
+// without, in room taken once for the whole answer.
 func writeDiscovery(b []byte, ans *registry.Answer, flush func([]byte) ([]byte, error)) ([]byte, error) {
 	b = append(b, `{"registry_epoch":`...)
 	b = apijson.String(b, ans.Epoch)
@@ -37,27 +36,11 @@ func writeDiscovery(b []byte, ans *registry.Answer, flush func([]byte) ([]byte, 
 	b = strconv.AppendInt(b, ans.Revision, 10)
 	b = append(b, `,"complete":`...)
 	b = strconv.AppendBool(b, ans.Complete)
-	b = append(b, `,"capabilities":[`...)
-	for i, e := range ans.Entries {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		at := len(b)
-		var err error
-		if b, err = appendEntry(b, e); err != nil {
-			return nil, err
-		}
-		switch {
-		case flush != nil && len(b) >= 64<<10:
-			if b, err = flush(b); err != nil {
-				return nil, err
-			}
-		case flush == nil && i == 0:
-			rest := (len(b) - at + 1) * (len(ans.Entries) - 1)
-			b = slices.Grow(b, rest+rest/8+64)
-		}
+	b = append(b, `,"capabilities":`...)
+	b, err := apijson.List(b, slices.Values(ans.Entries), len(ans.Entries), appendEntry, flush)
+	if err != nil {
+		return nil, err
 	}
-	b = append(b, ']')
 	if len(ans.Removed) > 0 {
 		b = append(b, `,"removed":[`...)
 		for i, r := range ans.Removed {

@@ -115,48 +115,37 @@ func catalogJSON(c *apiv1.CatalogResponse) (any, error) {
 	return answerJSON(b), nil
 }
 
-// catalogChunk is how much of an unpaged catalog is made before it is written: a catalog
-// that fits goes out whole, with its Content-Length; a larger one goes as it is made, never
-// held whole (a million instances are about 700 MB of JSON).
-const catalogChunk = 64 << 10
-
-// writeCatalog answers the whole catalog as it is made (apijson, Registry.CatalogStream).
+// writeCatalog answers the whole catalog as it is made (Registry.CatalogStream, apijson.List),
+// never holding it whole (a million instances are about 700 MB of JSON): a catalog that fits
+// in one piece (apijson.Chunk) goes out whole, with its Content-Length, a larger one as it is
+// made.
 func (s *Server) writeCatalog(w http.ResponseWriter) (any, error) {
 	head, _, all := s.reg.CatalogStream()
-	b := apijson.CatalogHead(make([]byte, 0, catalogChunk+4096), &head)
-	b = append(b, '[')
-	streaming, n := false, 0
-	for in := range all {
-		if n > 0 {
-			b = append(b, ',')
-		}
-		n++
-		var err error
-		if b, err = apijson.Instance(b, &in); err != nil {
-			if !streaming {
-				return nil, fmt.Errorf("encode answer: %w", err)
-			}
-			// The status is sent: end the connection, so that the client sees the answer
-			// cut short rather than a JSON that ends well.
-			panic(http.ErrAbortHandler)
-		}
-		if len(b) >= catalogChunk {
+	streaming, gone := false, false
+	b, err := apijson.List(apijson.CatalogHead(make([]byte, 0, apijson.Chunk+4096), &head), all, 0, apijson.InstanceValue,
+		func(piece []byte) ([]byte, error) {
 			if !streaming {
 				w.Header().Set("Content-Type", "application/json")
 				w.WriteHeader(http.StatusOK)
 				streaming = true
 			}
-			if _, err := w.Write(b); err != nil {
-				return written{}, nil // the client went
-			}
-			b = b[:0]
-		}
+			_, err := w.Write(piece)
+			gone = err != nil
+			return piece[:0], err
+		})
+	switch {
+	case gone:
+		return written{}, nil // the client went
+	case err != nil && streaming:
+		// The status is sent: end the connection, so that the client sees the answer cut
+		// short rather than a JSON that ends well.
+		panic(http.ErrAbortHandler)
+	case err != nil:
+		return nil, fmt.Errorf("encode answer: %w", err)
+	case !streaming:
+		return answerJSON(apijson.CatalogTail(b, &head)), nil
 	}
-	b = apijson.CatalogTail(append(b, ']'), &head)
-	if !streaming {
-		return answerJSON(b), nil
-	}
-	w.Write(b)
+	w.Write(apijson.CatalogTail(b, &head))
 	return written{}, nil
 }
 
