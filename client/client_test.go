@@ -79,3 +79,37 @@ func TestNewRefusesBadURLs(t *testing.T) {
 		}
 	}
 }
+
+// TestCatalogSummaryAsks: CatalogSummary sends the filters, the window and the limit it is
+// given, and leaves out what is zero (the registry's defaults).
+func TestCatalogSummaryAsks(t *testing.T) {
+	var got string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got = r.URL.Path + "?" + r.URL.Query().Encode()
+		w.Write([]byte(`{"total": 3, "matching": 1, "instances": [{"instance_id": "i-1"}]}`))
+	}))
+	defer srv.Close()
+	c, err := client.New(client.Config{Registries: []string{srv.URL}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		q    client.SummaryQuery
+		want string
+	}{
+		{client.SummaryQuery{}, apiv1.PathCatalogSummary + "?"},
+		{client.SummaryQuery{ServiceName: "s", CapabilityID: "a.b", Provider: "p", ExpiringWithin: 45 * time.Second, Limit: 500},
+			apiv1.PathCatalogSummary + "?capability_id=a.b&expiring_within=45s&limit=500&provider=p&service_name=s"},
+	} {
+		sum, err := c.CatalogSummary(context.Background(), tc.q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got != tc.want {
+			t.Errorf("CatalogSummary(%+v) asked %s, want %s", tc.q, got, tc.want)
+		}
+		if sum.Total != 3 || sum.Matching != 1 || len(sum.Instances) != 1 || sum.Instances[0].InstanceID != "i-1" {
+			t.Errorf("answer read as %+v", sum)
+		}
+	}
+}

@@ -81,6 +81,35 @@ func (c *Client) Services(ctx context.Context, p Page) (*apiv1.CatalogResponse, 
 	return &out, c.call(ctx, http.MethodGet, apiv1.PathServices, p.set(url.Values{}), nil, &out)
 }
 
+// SummaryQuery asks for a catalog summary: the filters (each optional; an instance matches
+// when its service name and one of its capabilities match every one set), the window within
+// which a lease counts as expiring soon (0: the registry's default, 30 s), and the most
+// instances to list (0: the registry's default, 100).
+type SummaryQuery struct {
+	ServiceName, CapabilityID, Provider string
+	ExpiringWithin                      time.Duration
+	Limit                               int
+}
+
+// CatalogSummary counts the catalog and lists the first instances q keeps
+// (GET /v1/catalog/summary): what to ask of a catalog too large to read whole.
+func (c *Client) CatalogSummary(ctx context.Context, q SummaryQuery) (*apiv1.CatalogSummary, error) {
+	v := url.Values{}
+	for k, s := range map[string]string{"service_name": q.ServiceName, "capability_id": q.CapabilityID, "provider": q.Provider} {
+		if s != "" {
+			v.Set(k, s)
+		}
+	}
+	if q.ExpiringWithin > 0 {
+		v.Set("expiring_within", q.ExpiringWithin.String())
+	}
+	if q.Limit > 0 {
+		v.Set("limit", strconv.Itoa(q.Limit))
+	}
+	var out apiv1.CatalogSummary
+	return &out, c.call(ctx, http.MethodGet, apiv1.PathCatalogSummary, v, nil, &out)
+}
+
 // Instance returns the catalog entry of one instance.
 func (c *Client) Instance(ctx context.Context, instanceID string) (*apiv1.Instance, error) {
 	var out apiv1.Instance

@@ -11,6 +11,7 @@ const (
 	// Registry.
 	PathRegister             = "/v1/services/register"
 	PathServices             = "/v1/services"
+	PathCatalogSummary       = "/v1/catalog/summary"
 	PathCapabilities         = "/v1/discovery/capabilities"
 	PathDiscoveryRoutes      = "/v1/discovery/routes"
 	PathDiscoveryHealth      = "/v1/discovery/health"

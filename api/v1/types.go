@@ -111,6 +111,29 @@ type CatalogResponse struct {
 	NextPageToken string `json:"next_page_token,omitempty"`
 }
 
+// CatalogSummary is the answer of GET /v1/catalog/summary: what a console shows of a
+// catalog of any size, counted by the registry in one pass over its records, so that a look
+// at a fleet of a million instances never carries the fleet.
+type CatalogSummary struct {
+	RegistryEpoch string `json:"registry_epoch"`
+	Revision      int64  `json:"revision"`
+	// Total counts every instance of the catalog; Matching those the filters keep
+	// (service_name, capability_id, provider). Expired and ExpiringSoon count among Matching
+	// the instances whose lease has ended (an instance the registry holds past its lease:
+	// self-preservation, or not yet swept) or ends within expiring_within.
+	Total        int `json:"total"`
+	Matching     int `json:"matching"`
+	Expired      int `json:"expired"`
+	ExpiringSoon int `json:"expiring_soon"`
+	// Providers and CapabilityIDs are every value of the catalog, sorted, whatever the
+	// filters: what a filter can choose from.
+	Providers     []string `json:"providers"`
+	CapabilityIDs []string `json:"capability_ids"`
+	// Instances are the first limit of Matching, in the catalog's order (service name, then
+	// instance id), each whole.
+	Instances []Instance `json:"instances"`
+}
+
 // CapabilityEntry is one (instance, capability) pair in a discovery answer.
 type CapabilityEntry struct {
 	CapabilityID          string          `json:"capability_id"`

@@ -95,6 +95,8 @@ func TestOpenAPIDescribesTheServers(t *testing.T) {
 		{name: "heartbeat unknown", method: "PUT", url: registry + "/v1/services/nobody/heartbeat", contentType: "application/json", body: `{"generation":1}`, want: 404},
 		{name: "instance", method: "GET", url: registry + "/v1/services/openapi-1", want: 200},
 		{name: "catalog", method: "GET", url: registry + "/v1/services", want: 200},
+		{name: "catalog summary", method: "GET", url: registry + "/v1/catalog/summary?capability_id=messaging.publish&limit=1", want: 200},
+		{name: "catalog summary refused", method: "GET", url: registry + "/v1/catalog/summary?limit=many", want: 400},
 		{name: "capabilities", method: "GET", url: registry + "/v1/discovery/capabilities?capability_id=messaging.publish&version=%3E%3D1.0%20%3C2.0", want: 200},
 		{name: "capabilities bad constraint", method: "GET", url: registry + "/v1/discovery/capabilities?version=not-semver", want: 400},
 		{name: "capabilities unchanged", method: "GET", url: registry + "/v1/discovery/capabilities", prepare: current, want: 304},

@@ -11,7 +11,6 @@ import (
 	"html/template"
 	"io"
 	"io/fs"
-	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -42,8 +41,9 @@ type Config struct {
 	ExpiringWithin time.Duration
 	// MapLimit is the most routes the route map draws (default 50).
 	MapLimit int
-	// TableLimit is the most instances the capabilities table lists (default 500): of a
-	// large fleet it shows the first that match the filters, and counts them all.
+	// TableLimit is the most instances the capabilities table lists (default 500, at most
+	// 10,000): of a large fleet it shows the first that match the filters, and the registry
+	// counts them all.
 	TableLimit int
 	// GrafanaURL, when set, is a Grafana with deploy/grafana's dashboards: each page links
 	// the matching one ("Metrics").
@@ -57,6 +57,9 @@ type Dashboard struct {
 	tmpl                   *template.Template
 	registry, gateway, orc *client.Client // typed clients of the components (see source)
 }
+
+// maxTableLimit is the most instances a catalog summary lists (the registry's page limit).
+const maxTableLimit = 10_000
 
 // New returns a Dashboard.
 func New(cfg Config) (*Dashboard, error) {
@@ -74,6 +77,9 @@ func New(cfg Config) (*Dashboard, error) {
 	}
 	if cfg.TableLimit == 0 {
 		cfg.TableLimit = 500
+	}
+	if cfg.TableLimit < 0 || cfg.TableLimit > maxTableLimit {
+		return nil, fmt.Errorf("dashboard: table limit %d: want 1 to %d (what the registry lists at most)", cfg.TableLimit, maxTableLimit)
 	}
 	if cfg.GrafanaURL != "" {
 		u, err := url.Parse(cfg.GrafanaURL)
@@ -310,52 +316,49 @@ type capsData struct {
 	ExpiringSoon, Expired  int
 }
 
+// catalog reads what the capabilities page shows: the registry counts the catalog and lists
+// the first TableLimit instances the filters keep (GET /v1/catalog/summary), so a look at a
+// fleet of a million instances carries a few kilobytes, not the catalog's 700 MB.
 func (d *Dashboard) catalog(ctx context.Context, v url.Values) (*capsData, error) {
-	cat, err := d.registry.Services(ctx, client.Page{})
+	data := &capsData{Provider: v.Get("provider"), Cap: v.Get("capability_id"), Svc: v.Get("service_name")}
+	sum, err := d.registry.CatalogSummary(ctx, client.SummaryQuery{ServiceName: data.Svc, CapabilityID: data.Cap, Provider: data.Provider,
+		ExpiringWithin: d.cfg.ExpiringWithin, Limit: d.cfg.TableLimit})
 	if err != nil {
 		return nil, err
 	}
-	data := &capsData{Revision: cat.Revision, Provider: v.Get("provider"), Cap: v.Get("capability_id"), Svc: v.Get("service_name"), Total: len(cat.Instances)}
-	providers, capIDs := map[string]struct{}{}, map[string]struct{}{}
+	data.Revision, data.Total, data.Matching = sum.Revision, sum.Total, sum.Matching
+	data.Expired, data.ExpiringSoon = sum.Expired, sum.ExpiringSoon
+	data.Providers, data.CapIDs = sum.Providers, sum.CapabilityIDs
 	now := d.cfg.Now()
-	for _, in := range cat.Instances {
-		for _, c := range in.Capabilities {
-			providers[c.Provider] = struct{}{}
-			capIDs[c.CapabilityID] = struct{}{}
-		}
-		if id := v.Get("instance"); id != "" && in.InstanceID == id {
-			in := in
-			data.Detail = &in
-		}
-		if data.Svc != "" && in.ServiceName != data.Svc {
-			continue
-		}
+	for _, in := range sum.Instances {
 		var caps []apiv1.Capability
 		for _, c := range in.Capabilities {
 			if (data.Provider == "" || c.Provider == data.Provider) && (data.Cap == "" || c.CapabilityID == data.Cap) {
 				caps = append(caps, c)
 			}
 		}
-		if len(caps) == 0 {
-			continue
-		}
-		data.Matching++
 		status := "active"
 		switch left := in.LeaseExpiresAt.Sub(now); {
 		case left <= 0:
 			status = "stale"
-			data.Expired++
 		case left < d.cfg.ExpiringWithin:
 			status = "expiring soon"
-			data.ExpiringSoon++
 		}
-		if len(data.Rows) < d.cfg.TableLimit {
-			data.Rows = append(data.Rows, capRow{Instance: in, Status: status, Caps: caps})
+		data.Rows = append(data.Rows, capRow{Instance: in, Status: status, Caps: caps})
+	}
+	data.Shown = len(data.Rows)
+	if id := v.Get("instance"); id != "" {
+		in, err := d.registry.Instance(ctx, id)
+		var ae *apiv1.Error
+		switch {
+		case err == nil:
+			data.Detail = in
+		case errors.As(err, &ae) && ae.Status == http.StatusNotFound:
+			// gone since the link was drawn: the page says nothing of it, as before
+		default:
+			return nil, err
 		}
 	}
-	data.Providers = slices.Sorted(maps.Keys(providers))
-	data.CapIDs = slices.Sorted(maps.Keys(capIDs))
-	data.Shown = len(data.Rows)
 	return data, nil
 }
 

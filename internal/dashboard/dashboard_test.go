@@ -1,12 +1,15 @@
 package dashboard_test
 
 import (
+	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"html"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
 	"net/url"
 	"strings"
 	"sync/atomic"
@@ -15,6 +18,8 @@ import (
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/internal/dashboard"
+	"github.com/meshflows/meshflows/internal/registry"
+	"github.com/meshflows/meshflows/internal/registry/registrytest"
 	"github.com/meshflows/meshflows/routing"
 )
 
@@ -84,21 +89,24 @@ func TestMetricsLinks(t *testing.T) {
 	}
 }
 
-// BenchmarkCatalogPage renders /capabilities for 1,000 instances × 3 capabilities (server
-// time, the registry answering from memory).
+var catalogSize = flag.Int("catalog-instances", 1000, "instances in the catalog of BenchmarkCatalogPage")
+
+// BenchmarkCatalogPage renders /capabilities for -catalog-instances instances × 3
+// capabilities (server time, the registry answering from memory): 500 rows, the counts over
+// the whole catalog.
 func BenchmarkCatalogPage(b *testing.B) {
 	s := newStack(b)
-	for i := range 1000 {
-		body := fmt.Sprintf(`{"instance_id":"b-%d","service_name":"svc-%d","service_version":"1.0.0","endpoint":"http://127.0.0.1:%d","capabilities":[
-{"capability_id":"a.read","capability_version":"1.0.0","contract_schema_version":"1.0","provider":"p1"},
-{"capability_id":"a.write","capability_version":"1.0.0","contract_schema_version":"1.0","provider":"p2"},
-{"capability_id":"a.audit","capability_version":"1.0.0","contract_schema_version":"1.0","provider":"p3"}]}`, i, i/10, 10000+i)
-		resp, err := http.Post(s.reg.URL+"/v1/services/register", "application/json", strings.NewReader(body))
-		if err != nil || resp.StatusCode != 200 {
+	for i := range *catalogSize {
+		req := apiv1.RegisterRequest{InstanceID: fmt.Sprintf("b-%d", i), ServiceName: fmt.Sprintf("svc-%d", i/10), ServiceVersion: "1.0.0",
+			Endpoint: fmt.Sprintf("http://127.0.0.1:%d", 10000+i%50000), Capabilities: []apiv1.Capability{
+				{CapabilityID: "a.read", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0", Provider: "p1"},
+				{CapabilityID: "a.write", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0", Provider: "p2"},
+				{CapabilityID: "a.audit", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0", Provider: "p3"}}}
+		if _, err := s.reg.Registry.Register(context.Background(), &req); err != nil {
 			b.Fatal(err)
 		}
-		resp.Body.Close()
 	}
+	b.ReportAllocs()
 	for b.Loop() {
 		resp, err := http.Get(s.dashboard.URL + "/capabilities")
 		if err != nil {
@@ -152,29 +160,43 @@ func TestRoutesPageSaysWhenTheGatewayShowsOnlyASummary(t *testing.T) {
 // TestCapabilitiesTableOfALargeFleet: the capabilities page lists at most TableLimit
 // instances of those the filters keep and says how many more match; its counts, and the
 // filters' lists of providers and capabilities (each name once, sorted), cover the whole
-// catalog.
+// catalog. The registry is a real one: it counts (GET /v1/catalog/summary), the page never
+// reads the catalog whole.
 func TestCapabilitiesTableOfALargeFleet(t *testing.T) {
 	const n = 60
-	now := time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
-	cat := apiv1.CatalogResponse{RegistryEpoch: "e", Revision: 7}
-	for i := range n {
-		cat.Instances = append(cat.Instances, apiv1.Instance{InstanceID: fmt.Sprintf("i-%02d", i), ServiceName: fmt.Sprintf("svc-%d", i%3),
-			LeaseExpiresAt: now.Add(time.Duration(i%4) * 20 * time.Second), // 0 s: stale; 20 s: expiring soon
-			Capabilities: []apiv1.Capability{
-				{CapabilityID: fmt.Sprintf("cap.%d", i%5), Provider: fmt.Sprintf("p%d", i%2)},
-				{CapabilityID: "cap.shared", Provider: "p0"},
-			}})
+	reg := registrytest.NewServer(t, registry.Config{})
+	target, err := url.Parse(reg.URL)
+	if err != nil {
+		t.Fatal(err)
 	}
-	reg := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != apiv1.PathServices {
-			http.NotFound(w, r)
-			return
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	var catalogRead atomic.Bool
+	spy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == apiv1.PathServices {
+			catalogRead.Store(true)
 		}
-		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(cat)
+		proxy.ServeHTTP(w, r)
 	}))
-	defer reg.Close()
-	d, err := dashboard.New(dashboard.Config{RegistryURL: reg.URL, Insecure: true, TableLimit: 10, Now: func() time.Time { return now }})
+	defer spy.Close()
+	// Instance i registers (i%4)*20 s after the first, so that a lease TTL later its lease
+	// has 0 s (stale), 20 s (expiring soon), 40 s or 60 s left.
+	start := reg.Clock.Now()
+	for step := range 4 {
+		for i := step; i < n; i += 4 {
+			req := apiv1.RegisterRequest{InstanceID: fmt.Sprintf("i-%02d", i), ServiceName: fmt.Sprintf("svc-%d", i%3), ServiceVersion: "1.0.0",
+				Endpoint: fmt.Sprintf("http://127.0.0.1:%d", 20000+i),
+				Capabilities: []apiv1.Capability{
+					{CapabilityID: fmt.Sprintf("cap.n%d", i%5), CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0", Provider: fmt.Sprintf("p%d", i%2)},
+					{CapabilityID: "cap.shared", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0", Provider: "p0"},
+				}}
+			if _, err := reg.Registry.Register(context.Background(), &req); err != nil {
+				t.Fatal(err)
+			}
+		}
+		reg.Clock.Advance(20 * time.Second)
+	}
+	reg.Clock.Advance(start.Add(registry.DefaultLeaseTTL).Sub(reg.Clock.Now()))
+	d, err := dashboard.New(dashboard.Config{RegistryURL: spy.URL, Insecure: true, TableLimit: 10, Now: reg.Clock.Now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,10 +207,14 @@ func TestCapabilitiesTableOfALargeFleet(t *testing.T) {
 		rows          int
 		want, wantNot []string
 	}{
-		{"", 10, []string{"10</span> of 60 instances shown", "15 expiring soon, 15 stale.", "The first 10 of the 60 that match"}, nil},
+		{"", 10, []string{"10</span> of 60 instances shown", "15 expiring soon, 15 stale.", "The first 10 of the 60 that match",
+			`data-instance="i-00"`, `data-instance="i-27"`}, []string{`data-instance="i-30"`, `id="detail"`}},
 		{"service_name=svc-1", 10, []string{"The first 10 of the 20 that match"}, nil},
-		{"service_name=svc-1&capability_id=cap.3", 4, []string{"4</span> of 60 instances shown"}, []string{`id="truncated"`}},
+		{"service_name=svc-1&capability_id=cap.n3", 4, []string{"4</span> of 60 instances shown"}, []string{`id="truncated"`}},
 		{"provider=p1&capability_id=cap.shared", 0, []string{"0</span> of 60 instances shown"}, []string{`id="truncated"`}},
+		// the detail of an instance outside the rows shown, and of one gone since the link was drawn
+		{"instance=i-59", 10, []string{`<h2>i-59</h2>`}, nil},
+		{"instance=gone", 10, []string{"10</span> of 60 instances shown"}, []string{`id="detail"`}},
 	} {
 		t.Run(tc.query, func(t *testing.T) {
 			resp, err := http.Get(srv.URL + "/capabilities?" + tc.query)
@@ -198,6 +224,9 @@ func TestCapabilitiesTableOfALargeFleet(t *testing.T) {
 			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			page := string(b)
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("status %d: %s", resp.StatusCode, page)
+			}
 			if got := strings.Count(page, "data-instance="); got != tc.rows {
 				t.Errorf("%d rows, want %d", got, tc.rows)
 			}
@@ -211,7 +240,7 @@ func TestCapabilitiesTableOfALargeFleet(t *testing.T) {
 					t.Errorf("the page has %q", s)
 				}
 			}
-			for _, list := range [][]string{{"p0", "p1"}, {"cap.0", "cap.1", "cap.2", "cap.3", "cap.4", "cap.shared"}} {
+			for _, list := range [][]string{{"p0", "p1"}, {"cap.n0", "cap.n1", "cap.n2", "cap.n3", "cap.n4", "cap.shared"}} {
 				at := -1
 				for _, name := range list {
 					opt := ">" + name + "</option>"
@@ -226,6 +255,9 @@ func TestCapabilitiesTableOfALargeFleet(t *testing.T) {
 				}
 			}
 		})
+	}
+	if catalogRead.Load() {
+		t.Error("the page read the whole catalog (GET /v1/services)")
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/internal/apijson"
 	"github.com/meshflows/meshflows/internal/registry"
 )
 
@@ -290,6 +291,42 @@ func BenchmarkQueryAll(b *testing.B) {
 			for b.Loop() {
 				if got := len(f.reg.Query(&registry.Query{IncludeAll: true}).Entries); got != 3*n {
 					b.Fatalf("%d entries, want %d", got, 3*n)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkSummary is what a console asks of the catalog (GET /v1/catalog/summary with the
+// console's 500 rows), against what it read before: the whole catalog, encoded as the
+// registry writes it.
+func BenchmarkSummary(b *testing.B) {
+	for _, n := range benchSizes() {
+		f, _ := fill(b, n)
+		for _, tc := range []struct {
+			name string
+			q    registry.SummaryQuery
+		}{
+			{"unfiltered", registry.SummaryQuery{Limit: 500}},
+			{"one-service", registry.SummaryQuery{ServiceName: "svc-7", Limit: 500}},
+		} {
+			b.Run(fmt.Sprintf("instances=%d/%s", n, tc.name), func(b *testing.B) {
+				b.ReportAllocs()
+				for b.Loop() {
+					if got := f.reg.Summary(tc.q); got.Total != n {
+						b.Fatalf("total %d, want %d", got.Total, n)
+					}
+				}
+			})
+		}
+		b.Run(fmt.Sprintf("instances=%d/whole-catalog", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				head, _, all := f.reg.CatalogStream()
+				_, err := apijson.List(apijson.CatalogHead(make([]byte, 0, apijson.Chunk+4096), &head), all, 0, apijson.InstanceValue,
+					func(piece []byte) ([]byte, error) { return piece[:0], nil })
+				if err != nil {
+					b.Fatal(err)
 				}
 			}
 		})

@@ -53,6 +53,8 @@ const (
 	CatalogListing
 	// EventsListing is GET /v1/events: the journal's filters, long poll and format.
 	EventsListing
+	// SummaryListing is GET /v1/catalog/summary: SummaryQuery's filters and limit.
+	SummaryListing
 )
 
 var listingParams = [...][]string{
@@ -60,6 +62,7 @@ var listingParams = [...][]string{
 	RoutesListing:       pollParams,
 	CatalogListing:      pageParams,
 	EventsListing:       {"since", "type", "subject", "severity", "q", "limit", "wait", "format"},
+	SummaryListing:      {"service_name", "capability_id", "provider", "expiring_within", "limit"},
 }
 
 // UnknownParameters refuses (400 UNKNOWN_PARAMETER, naming each) the parameters of v that

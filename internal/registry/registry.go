@@ -7,7 +7,6 @@ import (
 	"iter"
 	"log/slog"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -691,12 +690,7 @@ func (r *Registry) CatalogStream() (apiv1.CatalogResponse, int, iter.Seq[apiv1.I
 }
 
 func sortedRecords(recs []*Record) []*Record {
-	slices.SortFunc(recs, func(a, b *Record) int {
-		if c := strings.Compare(a.ServiceName, b.ServiceName); c != 0 {
-			return c
-		}
-		return strings.Compare(a.InstanceID, b.InstanceID)
-	})
+	slices.SortFunc(recs, catalogOrder)
 	return recs
 }
 

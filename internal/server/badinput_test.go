@@ -59,6 +59,10 @@ func TestBadInputIsRefused(t *testing.T) {
 			415, apiv1.CodeUnsupportedMediaType, nil, "takes application/json"},
 		{"plain text", "PUT", "/v1/services/jms-1/heartbeat", `{"generation":1}`, []string{"Content-Type", "text/plain"},
 			415, apiv1.CodeUnsupportedMediaType, nil, "takes application/json"},
+		{"a misspelled summary filter", "GET", "/v1/catalog/summary?servce_name=a", "", nil,
+			400, apiv1.CodeUnknownParameter, []string{"servce_name"}, "did you mean service_name?"},
+		{"a summary's limit and window", "GET", "/v1/catalog/summary?limit=10001&expiring_within=-1s", "", nil,
+			400, apiv1.CodeInvalidRequest, []string{"limit", "expiring_within"}, "must be an integer from 0 to 10000"},
 		{"errors do not escape < and >", "GET", "/v1/discovery/capabilities?version=%3E%3D1.0+%3Cfoo", "", nil,
 			400, apiv1.CodeInvalidRequest, []string{"version"}, ">=1.0 <foo"},
 	}

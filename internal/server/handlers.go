@@ -105,6 +105,46 @@ func (s *Server) catalog(w http.ResponseWriter, r *http.Request) (any, error) {
 	})
 }
 
+// Defaults of GET /v1/catalog/summary.
+const (
+	// DefaultSummaryLimit is how many instances a summary lists without limit.
+	DefaultSummaryLimit = 100
+	// DefaultExpiringWithin is the summary's expiring_within without one: one heartbeat
+	// interval of the SDK's default.
+	DefaultExpiringWithin = 30 * time.Second
+)
+
+// catalogSummary answers GET /v1/catalog/summary (Registry.Summary): what a console shows of
+// the catalog, whatever its size.
+func (s *Server) catalogSummary(_ http.ResponseWriter, r *http.Request) (any, error) {
+	v := r.URL.Query()
+	if err := registry.UnknownParameters(v, registry.SummaryListing); err != nil {
+		return nil, err
+	}
+	q := registry.SummaryQuery{ServiceName: v.Get("service_name"), CapabilityID: v.Get("capability_id"), Provider: v.Get("provider"),
+		ExpiringWithin: DefaultExpiringWithin, Limit: DefaultSummaryLimit}
+	var ds []apiv1.Detail
+	if ls := v.Get("limit"); ls != "" {
+		n, err := strconv.Atoi(ls)
+		if err != nil || n < 0 || n > MaxPageLimit {
+			ds = append(ds, apiv1.Detail{Path: "limit", Message: fmt.Sprintf("must be an integer from 0 to %d, got %q", MaxPageLimit, ls)})
+		}
+		q.Limit = n
+	}
+	if ws := v.Get("expiring_within"); ws != "" {
+		d, err := time.ParseDuration(ws)
+		if err != nil || d < 0 {
+			ds = append(ds, apiv1.Detail{Path: "expiring_within", Message: fmt.Sprintf("must be a duration >= 0 such as 30s, got %q", ws)})
+		}
+		q.ExpiringWithin = d
+	}
+	if len(ds) > 0 {
+		return nil, apiv1.InvalidRequest(ds)
+	}
+	out := s.reg.Summary(q)
+	return &out, nil
+}
+
 // catalogJSON writes a page of the catalog without encoding/json's reflection
 // (apijson.Catalog).
 func catalogJSON(c *apiv1.CatalogResponse) (any, error) {

@@ -12,6 +12,7 @@ func (s *Server) routes() {
 	s.handle("GET /v1/services/{instance_id}/withdrawal", provider, s.withdrawal)
 	s.handle("GET /v1/services", discover, s.catalog)
 	s.handle("GET /v1/services/{instance_id}", discover, s.instance)
+	s.handle("GET /v1/catalog/summary", discover, s.catalogSummary)
 	s.handle("GET /v1/services/{instance_id}/eligibility", discover, s.eligibility)
 	s.handle("POST /v1/outcomes", gateway, s.outcomes)
 	s.handle("GET /v1/eligibility/timeline", discover, s.timeline)

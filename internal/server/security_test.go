@@ -260,6 +260,8 @@ func TestSecurity(t *testing.T) {
 		{"the owner's heartbeat", jms, call{"PUT", "/v1/services/jms-1/heartbeat", `{"generation":1}`, ""}, 200, nil},
 		{"consumer discovery", gateway, call{"GET", "/v1/discovery/capabilities?capability_id=messaging.publish", "", ""}, 200, nil},
 		{"consumer catalog", gateway, call{"GET", "/v1/services", "", ""}, 200, nil},
+		{"consumer catalog summary", gateway, call{"GET", "/v1/catalog/summary", "", ""}, 200, nil},
+		{"identity with no roles: catalog summary", lonely, call{"GET", "/v1/catalog/summary", "", ""}, 403, nil},
 		{"provider discovery", jms, call{"GET", "/v1/discovery/routes", "", ""}, 200, nil},
 		{"consumer may not register", gateway, call{"POST", "/v1/services/register", registration("g-1", "gateway", "messaging.publish"), ""}, 403, []string{"capabilities[0].capability_id"}},
 		{"snapshot needs admin", gateway, call{"POST", "/v1/admin/snapshot", "", ""}, 403, nil},

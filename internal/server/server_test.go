@@ -390,6 +390,7 @@ func TestGoldenAnswers(t *testing.T) {
 		"capabilities.json": "/v1/discovery/capabilities?capability_id=messaging.publish",
 		"routes.json":       "/v1/discovery/routes",
 		"catalog.json":      "/v1/services",
+		"summary.json":      "/v1/catalog/summary?capability_id=messaging.publish&provider=rabbitmq",
 	} {
 		t.Run(name, func(t *testing.T) {
 			r := do(t, "GET", s.URL+path, "")
