@@ -678,16 +678,28 @@ func (r *Registry) Catalog() apiv1.CatalogResponse {
 // instances one at a time in Catalog's order, each made when it is asked for: a catalog of a
 // large fleet can be written as it is made, never held whole.
 func (r *Registry) CatalogStream() (apiv1.CatalogResponse, int, iter.Seq[apiv1.Instance]) {
-	rev := r.revision()
-	recs := sortedRecords(r.store.Records())
-	return apiv1.CatalogResponse{RegistryEpoch: r.store.Epoch().ID, Revision: rev}, len(recs), func(yield func(apiv1.Instance) bool) {
+	head, recs := r.CatalogRecords()
+	return head, len(recs), func(yield func(apiv1.Instance) bool) {
 		for _, rec := range recs {
-			if !yield(r.wire(rec)) {
+			if !yield(r.Wire(rec)) {
 				return
 			}
 		}
 	}
 }
+
+// CatalogRecords returns the catalog without its instances, and its records in Catalog's
+// order: what the catalog lists at this revision, a pointer each. A listing paged over a
+// large catalog holds these and makes each page's instances (Wire) when it is asked for,
+// rather than the wire form of the whole catalog at once.
+func (r *Registry) CatalogRecords() (apiv1.CatalogResponse, []*Record) {
+	rev := r.revision()
+	return apiv1.CatalogResponse{RegistryEpoch: r.store.Epoch().ID, Revision: rev}, sortedRecords(r.store.Records())
+}
+
+// Wire returns rec as the catalog lists it, with its lease and verdict as they are now (the
+// verdict of rec's own incarnation, also after a newer one replaced it).
+func (r *Registry) Wire(rec *Record) apiv1.Instance { return r.wire(rec) }
 
 func sortedRecords(recs []*Record) []*Record {
 	slices.SortFunc(recs, catalogOrder)

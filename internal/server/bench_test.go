@@ -129,7 +129,8 @@ func BenchmarkHTTPQuery(b *testing.B) {
 
 // BenchmarkCatalogListing lists the catalog of 20,000 instances whole, and in pages of 1,000
 // (the first page of a new revision builds the listing; the others are cut from it): the
-// bytes each answer holds, and the time to the whole listing either way.
+// bytes each answer holds, and the time to the whole listing either way; and what the first
+// page of a new revision costs, its listing built.
 func BenchmarkCatalogListing(b *testing.B) {
 	const n = 20000
 	s, _ := filled(b, n, server.Config{})
@@ -168,6 +169,16 @@ func BenchmarkCatalogListing(b *testing.B) {
 				b.Fatalf("%d pages", pages)
 			}
 			b.ReportMetric(float64(largest), "answer-bytes")
+		}
+	})
+	b.Run("first-page-of-a-new-revision", func(b *testing.B) { // the listing built, and held
+		body := benchBody(n + 1)
+		b.ReportAllocs()
+		for b.Loop() {
+			b.StopTimer()
+			serve(b, s.Config.Handler, "POST", "/v1/services/register", body, 200)
+			b.StartTimer()
+			serve(b, s.Config.Handler, "GET", "/v1/services?limit=1000", nil, 200)
 		}
 	})
 }

@@ -6,7 +6,9 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -199,5 +201,55 @@ func TestCatalogWrittenAsMade(t *testing.T) {
 					resp.ContentLength, len(want), resp.Header.Get("Content-Type"), tc.whole)
 			}
 		})
+	}
+}
+
+// TestCatalogPagesListTheFirstPagesRevision: the pages of a catalog listing list the
+// instances of its first page's revision, each incarnation as it was registered then, while
+// its lease is the one it has when the page is read (as the unpaged catalog has it).
+func TestCatalogPagesListTheFirstPagesRevision(t *testing.T) {
+	s := registrytest.NewServer(t, registry.Config{})
+	s.Clock.Advance(registry.DefaultLeaseTTL)
+	// svc-0: pub-00, pub-03, pub-06, pub-09; svc-1: pub-01, …: the catalog's order is by
+	// service, so pub-01 and pub-04 are on the second page of four.
+	for i := range 10 {
+		register(t, s, pagedBody(i))
+	}
+	var first apiv1.CatalogResponse
+	json.Unmarshal(do(t, "GET", s.URL+"/v1/services?limit=4", "").body, &first)
+	if len(first.Instances) != 4 || first.NextPageToken == "" {
+		t.Fatalf("first page: %d instances, next %q", len(first.Instances), first.NextPageToken)
+	}
+	// Meanwhile: pub-01 renews its lease later, pub-04 is replaced by a new incarnation,
+	// pub-07 deregisters, pub-10 registers.
+	s.Clock.Advance(10 * time.Second)
+	if r := do(t, "PUT", s.URL+"/v1/services/pub-01/heartbeat", `{"generation":2}`, "Content-Type", "application/json"); r.status != 200 {
+		t.Fatalf("heartbeat: %d %s", r.status, r.body)
+	}
+	renewed := s.Clock.Now().Add(registry.DefaultLeaseTTL)
+	register(t, s, pagedBody(4))
+	if r := do(t, "DELETE", s.URL+"/v1/services/pub-07", ""); r.status != 204 {
+		t.Fatalf("deregister: %d %s", r.status, r.body)
+	}
+	register(t, s, pagedBody(10))
+	var second apiv1.CatalogResponse
+	json.Unmarshal(do(t, "GET", s.URL+"/v1/services?limit=4&page_token="+url.QueryEscape(first.NextPageToken), "").body, &second)
+	if second.Revision != first.Revision {
+		t.Errorf("second page of revision %d, the first of %d", second.Revision, first.Revision)
+	}
+	got := map[string]apiv1.Instance{}
+	var ids []string
+	for _, in := range second.Instances {
+		got[in.InstanceID] = in
+		ids = append(ids, in.InstanceID)
+	}
+	if want := []string{"pub-01", "pub-04", "pub-07", "pub-02"}; !slices.Equal(ids, want) {
+		t.Fatalf("second page lists %v, want %v (the first page's revision)", ids, want)
+	}
+	if g := got["pub-04"].Generation; g != 5 {
+		t.Errorf("pub-04 listed with generation %d, want 5 (the incarnation of the listing's revision)", g)
+	}
+	if l := got["pub-01"].LeaseExpiresAt; !l.Equal(renewed) {
+		t.Errorf("pub-01's lease ends %s on the page, want %s (as renewed)", l, renewed)
 	}
 }
