@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -594,5 +595,67 @@ func BenchmarkJournalMemory(b *testing.B) {
 		runtime.ReadMemStats(&after)
 		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/DefaultMax, "heap-bytes/event")
 		runtime.KeepAlive(j)
+	}
+}
+
+// renderCount is a Deferred that counts how often it is made.
+type renderCount struct {
+	msg   string
+	attrs string
+	n     atomic.Int32
+}
+
+func (r *renderCount) Render() (string, json.RawMessage) {
+	r.n.Add(1)
+	return r.msg, json.RawMessage(r.attrs)
+}
+
+// TestDeferredEvents: an event recorded with RecordDeferred reads as one recorded with its
+// message and attributes (Find, Newest, a text search, the CSV), made only when read; a
+// shared journal makes them before its store gets the event.
+func TestDeferredEvents(t *testing.T) {
+	d := &renderCount{msg: "i-1 (svc) registered at http://e:1, generation 3", attrs: `{"generation":3,"service_name":"svc"}`}
+	j := New(10, fixed)
+	j.RecordDeferred(apiv1.EventRegistered, apiv1.SeverityInfo, "i-1", d)
+	j.Record(apiv1.EventDeregistered, apiv1.SeverityInfo, "i-2", "i-2 deregistered", nil)
+	if n := d.n.Load(); n != 0 {
+		t.Fatalf("made %d times before any read", n)
+	}
+	want := apiv1.Event{Seq: 1, Time: t0, Type: apiv1.EventRegistered, Severity: apiv1.SeverityInfo, Subject: "i-1", Message: d.msg,
+		Attrs: map[string]any{"generation": float64(3), "service_name": "svc"}}
+	found, _ := j.Find(Query{Text: "HTTP://E:1"}) // the search reads the message
+	newest, _ := j.Newest(Query{Types: []string{apiv1.EventRegistered}})
+	for name, got := range map[string][]apiv1.Event{"Find": found, "Newest": newest} {
+		if len(got) != 1 {
+			t.Fatalf("%s: %d events, want 1", name, len(got))
+		}
+		if diff := cmp.Diff(want, got[0]); diff != "" {
+			t.Errorf("%s (-want +got):\n%s", name, diff)
+		}
+	}
+	if none, _ := j.Find(Query{Text: "rabbit"}); len(none) != 0 {
+		t.Errorf("a search for what the message does not say found %v", seqs(none))
+	}
+
+	// shared: the store gets the made event, whose JSON says it all
+	store := &fakeStore{}
+	s := New(10, fixed)
+	store.replicas = []*Journal{s}
+	s.Share(store, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { s.Run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	s.RecordDeferred(apiv1.EventRegistered, apiv1.SeverityInfo, "i-1", d)
+	for s.Last() == 0 { // the publisher runs beside; this waits for it, asserting no time
+		time.Sleep(time.Millisecond)
+	}
+	got, _ := s.Find(Query{})
+	want.Seq = 7
+	if len(got) != 1 {
+		t.Fatalf("shared: %d events", len(got))
+	}
+	if diff := cmp.Diff(want, got[0]); diff != "" {
+		t.Errorf("shared (-want +got):\n%s", diff)
 	}
 }
