@@ -113,16 +113,7 @@ func BenchmarkHTTPQuery(b *testing.B) {
 			if accept != "" {
 				name += "/" + accept
 			}
-			b.Run(name, func(b *testing.B) {
-				body := benchBody(n + 1)
-				b.ReportAllocs()
-				for b.Loop() {
-					b.StopTimer()
-					serve(b, s.Config.Handler, "POST", "/v1/services/register", body, 200)
-					b.StartTimer()
-					serve(b, s.Config.Handler, "GET", target, nil, 200, "Accept-Encoding", accept)
-				}
-			})
+			b.Run(name, func(b *testing.B) { servedAfterChange(b, s.Config.Handler, n, target, "Accept-Encoding", accept) })
 		}
 	}
 }
@@ -172,15 +163,21 @@ func BenchmarkCatalogListing(b *testing.B) {
 		}
 	})
 	b.Run("first-page-of-a-new-revision", func(b *testing.B) { // the listing built, and held
-		body := benchBody(n + 1)
-		b.ReportAllocs()
-		for b.Loop() {
-			b.StopTimer()
-			serve(b, s.Config.Handler, "POST", "/v1/services/register", body, 200)
-			b.StartTimer()
-			serve(b, s.Config.Handler, "GET", "/v1/services?limit=1000", nil, 200)
-		}
+		servedAfterChange(b, s.Config.Handler, n, "/v1/services?limit=1000")
 	})
+}
+
+// servedAfterChange times GET target, each answered after a registration (not timed) moved
+// the registry of n instances to a new revision.
+func servedAfterChange(b *testing.B, h http.Handler, n int, target string, header ...string) {
+	body := benchBody(n + 1)
+	b.ReportAllocs()
+	for b.Loop() {
+		b.StopTimer()
+		serve(b, h, "POST", "/v1/services/register", body, 200)
+		b.StartTimer()
+		serve(b, h, "GET", target, nil, 200, header...)
+	}
 }
 
 // countingWriter is a ResponseWriter that keeps only the status and how many bytes came.
