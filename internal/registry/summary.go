@@ -53,16 +53,15 @@ func (r *Registry) Summary(q SummaryQuery) apiv1.CatalogSummary {
 	out := apiv1.CatalogSummary{RegistryEpoch: r.store.Epoch().ID, Revision: rev, Total: len(recs)}
 	providers, capIDs := map[string]struct{}{}, map[string]struct{}{}
 	// The replicas of a service mostly share one capability list (intern.go): its values
-	// are taken once.
+	// are taken once. A fleet whose lists are not shared (metadata of each instance's own)
+	// would make this a map of the fleet: past maxSeenLists, values are taken from each.
 	seen := map[*capabilityList]struct{}{}
 	first := &catalogHeap{}
 	for _, rec := range recs {
-		if l := rec.capList; l != nil {
-			if _, ok := seen[l]; !ok {
+		if l := rec.capList; l == nil || !has(seen, l) {
+			if l != nil && len(seen) < maxSeenLists {
 				seen[l] = struct{}{}
-				addValues(providers, capIDs, rec.Capabilities)
 			}
-		} else {
 			addValues(providers, capIDs, rec.Capabilities)
 		}
 		if !q.matches(rec) {
@@ -93,6 +92,11 @@ func (r *Registry) Summary(q SummaryQuery) apiv1.CatalogSummary {
 	}
 	return out
 }
+
+func has[K comparable](m map[K]struct{}, k K) bool { _, ok := m[k]; return ok }
+
+// maxSeenLists bounds the capability lists a summary remembers having taken the values of.
+const maxSeenLists = 1 << 16
 
 func addValues(providers, capIDs map[string]struct{}, caps []Capability) {
 	for i := range caps {
