@@ -167,6 +167,15 @@ func BenchmarkCatalogListing(b *testing.B) {
 	})
 }
 
+// BenchmarkDiscoveryPages is the first page of 1,000 of the unfiltered answer (every
+// instance in or out of rotation, three entries each) of 20,000 instances at a new revision:
+// its listing built, and held for the pages after it.
+func BenchmarkDiscoveryPages(b *testing.B) {
+	const n = 20000
+	s, _ := filled(b, n, server.Config{})
+	servedAfterChange(b, s.Config.Handler, n, "/v1/discovery/capabilities?include=all&limit=1000")
+}
+
 // servedAfterChange times GET target, each answered after a registration (not timed) moved
 // the registry of n instances to a new revision.
 func servedAfterChange(b *testing.B, h http.Handler, n int, target string, header ...string) {

@@ -246,24 +246,23 @@ func (s *Server) capabilities(_ http.ResponseWriter, r *http.Request) (any, erro
 	}
 	start := time.Now()
 	defer func() { s.metrics.discovery.WithLabelValues("capabilities").Observe(time.Since(start).Seconds()) }()
-	build := func() apiv1.DiscoveryResponse {
-		ans := s.reg.Query(q)
-		resp := apiv1.DiscoveryResponse{RegistryEpoch: ans.Epoch, Revision: ans.Revision, Complete: ans.Complete,
-			Capabilities: make([]apiv1.CapabilityEntry, len(ans.Entries)), Removed: ans.Removed}
-		for i, e := range ans.Entries {
-			resp.Capabilities[i] = e.Wire()
-		}
-		return resp
-	}
 	if paged {
+		// The listing holds the answer's entries (48 bytes each: the record, the capability,
+		// the verdict), and each page makes its own wire forms, with the leases and health as
+		// they are when the page is read; the wire forms of an unfiltered answer at a million
+		// instances would be some 900 MB held between pages.
 		return s.page(key, pg, func() *listing {
 			s.metrics.encodes.WithLabelValues("capabilities").Inc()
-			resp := build()
-			return &listing{state: registry.State{Epoch: resp.RegistryEpoch, Revision: resp.Revision, Complete: resp.Complete},
-				items: resp.Capabilities, n: len(resp.Capabilities), removed: resp.Removed}
+			ans := s.reg.Query(q)
+			return &listing{state: ans.State, items: ans.Entries, n: len(ans.Entries), removed: ans.Removed}
 		}, func(l *listing, from, to int, next string) (any, error) {
+			entries := l.items.([]registry.Entry)[from:to]
+			page := make([]apiv1.CapabilityEntry, len(entries))
+			for i, e := range entries {
+				page[i] = e.Wire()
+			}
 			return apiv1.DiscoveryResponse{RegistryEpoch: l.state.Epoch, Revision: l.state.Revision, Complete: l.state.Complete,
-				Capabilities: l.items.([]apiv1.CapabilityEntry)[from:to], Removed: l.removed, NextPageToken: next}, nil
+				Capabilities: page, Removed: l.removed, NextPageToken: next}, nil
 		})
 	}
 	return s.cache.load(key, s.reg.State(), func() (*encoded, error) {

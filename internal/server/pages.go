@@ -110,7 +110,7 @@ func queryHash(query string) uint64 {
 // listing is one answer's items, kept while its pages are asked for.
 type listing struct {
 	state   registry.State
-	items   any // []apiv1.CapabilityEntry, or the catalog's []*registry.Record
+	items   any // a discovery answer's []registry.Entry, or the catalog's []*registry.Record
 	n       int
 	removed []apiv1.Removal
 }

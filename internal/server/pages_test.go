@@ -204,52 +204,93 @@ func TestCatalogWrittenAsMade(t *testing.T) {
 	}
 }
 
-// TestCatalogPagesListTheFirstPagesRevision: the pages of a catalog listing list the
-// instances of its first page's revision, each incarnation as it was registered then, while
-// its lease is the one it has when the page is read (as the unpaged catalog has it).
-func TestCatalogPagesListTheFirstPagesRevision(t *testing.T) {
-	s := registrytest.NewServer(t, registry.Config{})
-	s.Clock.Advance(registry.DefaultLeaseTTL)
-	// svc-0: pub-00, pub-03, pub-06, pub-09; svc-1: pub-01, …: the catalog's order is by
-	// service, so pub-01 and pub-04 are on the second page of four.
-	for i := range 10 {
-		register(t, s, pagedBody(i))
+// TestPagesListTheFirstPagesRevision: the pages of a listing — the catalog, or a discovery
+// answer — list the instances of its first page's revision, each incarnation as it was
+// registered then, while an instance's lease is the one it has when its page is read (as an
+// unpaged answer has it). The instances changed between the pages are ones the first page
+// does not list.
+func TestPagesListTheFirstPagesRevision(t *testing.T) {
+	type item struct {
+		ID    string    `json:"instance_id"`
+		Gen   int64     `json:"generation"`
+		Lease time.Time `json:"lease_expires_at"`
 	}
-	var first apiv1.CatalogResponse
-	json.Unmarshal(do(t, "GET", s.URL+"/v1/services?limit=4", "").body, &first)
-	if len(first.Instances) != 4 || first.NextPageToken == "" {
-		t.Fatalf("first page: %d instances, next %q", len(first.Instances), first.NextPageToken)
+	type page struct {
+		Revision  int64  `json:"revision"`
+		Next      string `json:"next_page_token"`
+		Instances []item `json:"instances"`
+		Entries   []item `json:"capabilities"`
 	}
-	// Meanwhile: pub-01 renews its lease later, pub-04 is replaced by a new incarnation,
-	// pub-07 deregisters, pub-10 registers.
-	s.Clock.Advance(10 * time.Second)
-	if r := do(t, "PUT", s.URL+"/v1/services/pub-01/heartbeat", `{"generation":2}`, "Content-Type", "application/json"); r.status != 200 {
-		t.Fatalf("heartbeat: %d %s", r.status, r.body)
-	}
-	renewed := s.Clock.Now().Add(registry.DefaultLeaseTTL)
-	register(t, s, pagedBody(4))
-	if r := do(t, "DELETE", s.URL+"/v1/services/pub-07", ""); r.status != 204 {
-		t.Fatalf("deregister: %d %s", r.status, r.body)
-	}
-	register(t, s, pagedBody(10))
-	var second apiv1.CatalogResponse
-	json.Unmarshal(do(t, "GET", s.URL+"/v1/services?limit=4&page_token="+url.QueryEscape(first.NextPageToken), "").body, &second)
-	if second.Revision != first.Revision {
-		t.Errorf("second page of revision %d, the first of %d", second.Revision, first.Revision)
-	}
-	got := map[string]apiv1.Instance{}
-	var ids []string
-	for _, in := range second.Instances {
-		got[in.InstanceID] = in
-		ids = append(ids, in.InstanceID)
-	}
-	if want := []string{"pub-01", "pub-04", "pub-07", "pub-02"}; !slices.Equal(ids, want) {
-		t.Fatalf("second page lists %v, want %v (the first page's revision)", ids, want)
-	}
-	if g := got["pub-04"].Generation; g != 5 {
-		t.Errorf("pub-04 listed with generation %d, want 5 (the incarnation of the listing's revision)", g)
-	}
-	if l := got["pub-01"].LeaseExpiresAt; !l.Equal(renewed) {
-		t.Errorf("pub-01's lease ends %s on the page, want %s (as renewed)", l, renewed)
+	for _, path := range []string{"/v1/services?limit=4", "/v1/discovery/capabilities?capability_id=messaging.publish&limit=4"} {
+		t.Run(path, func(t *testing.T) {
+			s := registrytest.NewServer(t, registry.Config{})
+			s.Clock.Advance(registry.DefaultLeaseTTL)
+			gens := map[string]int64{}
+			for i := range 10 {
+				gens[fmt.Sprintf("pub-%02d", i)] = register(t, s, pagedBody(i)).Generation
+			}
+			get := func(p string) page {
+				var pg page
+				if err := json.Unmarshal(do(t, "GET", s.URL+p, "").body, &pg); err != nil {
+					t.Fatal(err)
+				}
+				pg.Instances = append(pg.Instances, pg.Entries...)
+				return pg
+			}
+			first := get(path)
+			onFirst := map[string]bool{}
+			for _, it := range first.Instances {
+				onFirst[it.ID] = true
+			}
+			var later []string // in the listing, not on its first page
+			for i := range 10 {
+				if id := fmt.Sprintf("pub-%02d", i); !onFirst[id] {
+					later = append(later, id)
+				}
+			}
+			if len(first.Instances) != 4 || first.Next == "" || len(later) != 6 {
+				t.Fatalf("first page: %v, next %q", first.Instances, first.Next)
+			}
+			// Meanwhile: one renews its lease later, one is replaced by a new incarnation, one
+			// deregisters, and pub-10 registers.
+			renewedID, replacedID, goneID := later[0], later[1], later[2]
+			s.Clock.Advance(10 * time.Second)
+			if r := do(t, "PUT", s.URL+"/v1/services/"+renewedID+"/heartbeat", fmt.Sprintf(`{"generation":%d}`, gens[renewedID]), "Content-Type", "application/json"); r.status != 200 {
+				t.Fatalf("heartbeat: %d %s", r.status, r.body)
+			}
+			renewed := s.Clock.Now().Add(registry.DefaultLeaseTTL)
+			var n int
+			fmt.Sscanf(replacedID, "pub-%d", &n)
+			register(t, s, pagedBody(n))
+			if r := do(t, "DELETE", s.URL+"/v1/services/"+goneID, ""); r.status != 204 {
+				t.Fatalf("deregister: %d %s", r.status, r.body)
+			}
+			register(t, s, pagedBody(10))
+			listed := map[string]item{}
+			for next := first.Next; next != ""; {
+				pg := get(path + "&page_token=" + url.QueryEscape(next))
+				if pg.Revision != first.Revision {
+					t.Errorf("a page of revision %d, the first of %d", pg.Revision, first.Revision)
+				}
+				for _, it := range pg.Instances {
+					listed[it.ID] = it
+				}
+				next = pg.Next
+			}
+			var ids []string
+			for id := range listed {
+				ids = append(ids, id)
+			}
+			slices.Sort(ids)
+			if !slices.Equal(ids, later) {
+				t.Fatalf("the later pages list %v, want %v (the first page's revision)", ids, later)
+			}
+			if g := listed[replacedID].Gen; g != gens[replacedID] {
+				t.Errorf("%s listed with generation %d, want %d (the incarnation of the listing's revision)", replacedID, g, gens[replacedID])
+			}
+			if l := listed[renewedID].Lease; !l.Equal(renewed) {
+				t.Errorf("%s's lease ends %s on its page, want %s (as renewed)", renewedID, l, renewed)
+			}
+		})
 	}
 }
