@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"net/url"
 	"slices"
 	"sort"
@@ -102,8 +103,10 @@ func newGetCmd() *cobra.Command {
 		Long: `List what the registry, the gateway or the orchestrator holds, as a table (-o table,
 the default), a wider one (-o wide) or the API's own answer (-o json, -o yaml).
 
-Kinds: services and instances (the registry's catalog), capabilities (discovery, with the
-filters --capability, --provider, --constraint, --service), routes (the gateway's table),
+Kinds: services and instances (the registry's catalog; with --service or --provider the
+registry selects them, so one service of a large fleet is cheap to list), capabilities
+(discovery, with the filters --capability, --provider, --constraint, --service), routes (the
+gateway's table),
 workflows and runs (the orchestrator; runs need --workflow), incidents (--status) and events
 (the registry's journal: --type, --severity, --subject, --q, --limit).
 
@@ -111,6 +114,7 @@ workflows and runs (the orchestrator; runs need --workflow), incidents (--status
 are tailed, the others are asked again every two seconds. A registry that goes away or
 restarts is said so on stderr, and the watch goes on.`,
 		Example: `  meshflows get instances
+  meshflows get instances --service egress-jms
   meshflows get capabilities --capability messaging.publish --constraint '>=1.0 <2.0' -o wide
   meshflows get routes -o json
   meshflows get runs --workflow order-publish
@@ -178,6 +182,36 @@ func tries(n int, fn func() error) error {
 	return err
 }
 
+// catalog reads the instances get services and get instances list. With --service or
+// --provider the registry selects them (GET /v1/catalog/summary, up to its 10,000): a look
+// at one service of a large fleet does not carry the fleet's catalog (700 MB at a million
+// instances). Without a filter, when more match, or from a registry without the summary,
+// it reads the whole catalog and filters it here.
+func (f *getFlags) catalog(ctx context.Context, c *client.Client) (*apiv1.CatalogResponse, error) {
+	if f.service != "" || f.provider != "" {
+		sum, err := c.CatalogSummary(ctx, client.SummaryQuery{ServiceName: f.service, Provider: f.provider, Limit: summaryLimit})
+		var ae *apiv1.Error
+		switch {
+		case err == nil && len(sum.Instances) == sum.Matching:
+			return &apiv1.CatalogResponse{RegistryEpoch: sum.RegistryEpoch, Revision: sum.Revision, Instances: sum.Instances}, nil
+		case err != nil && !(errors.As(err, &ae) && ae.Status == http.StatusNotFound):
+			return nil, err
+		}
+	}
+	cat, err := c.Services(ctx, client.Page{})
+	if err != nil {
+		return nil, err
+	}
+	cat.Instances = slices.DeleteFunc(cat.Instances, func(in apiv1.Instance) bool {
+		return f.service != "" && in.ServiceName != f.service ||
+			f.provider != "" && !slices.ContainsFunc(in.Capabilities, func(c apiv1.Capability) bool { return c.Provider == f.provider })
+	})
+	return cat, nil
+}
+
+// summaryLimit is the most instances a catalog summary lists (the registry's page limit).
+const summaryLimit = 10_000
+
 // fetchOnce reads kind once; it returns what -o json/yaml print and the table.
 func (f *getFlags) fetchOnce(ctx context.Context, kind string, poll client.Poll) (any, *table, int64, string, error) {
 	which := "registry"
@@ -194,15 +228,11 @@ func (f *getFlags) fetchOnce(ctx context.Context, kind string, poll client.Poll)
 	wide := f.out.value == "wide"
 	switch kind {
 	case "services", "instances":
-		cat, err := c.Services(ctx, client.Page{})
+		cat, err := f.catalog(ctx, c)
 		if err != nil {
 			return nil, nil, 0, "", err
 		}
-		insts := slices.DeleteFunc(slices.Clone(cat.Instances), func(in apiv1.Instance) bool {
-			return f.service != "" && in.ServiceName != f.service ||
-				f.provider != "" && !slices.ContainsFunc(in.Capabilities, func(c apiv1.Capability) bool { return c.Provider == f.provider })
-		})
-		cat.Instances = insts
+		insts := cat.Instances
 		if kind == "instances" {
 			return cat, instancesTable(insts, wide), cat.Revision, cat.RegistryEpoch, nil
 		}

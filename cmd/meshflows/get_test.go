@@ -6,15 +6,26 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/goccy/go-yaml"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/httpapi"
+	"github.com/meshflows/meshflows/internal/registry"
+	"github.com/meshflows/meshflows/internal/registry/registrytest"
 )
 
 // TestGetDescribeStatus runs the CLI's read commands against meshflows dev: every kind in
@@ -197,5 +208,62 @@ func TestCertsInitHosts(t *testing.T) {
 	var ee *exitError
 	if !errors.As(err, &ee) || ee.code != 2 || !strings.Contains(err.Error(), "--identity is required") {
 		t.Errorf("certs issue without --identity: %v", err)
+	}
+}
+
+// TestGetAFilteredCatalog: get instances and get services with --service or --provider
+// list what the filters keep, selected by the registry (its catalog summary), without
+// reading the whole catalog; from a registry without the summary (an older one), they read
+// the catalog and filter it themselves.
+func TestGetAFilteredCatalog(t *testing.T) {
+	reg := registrytest.NewServer(t, registry.Config{})
+	for _, r := range []apiv1.RegisterRequest{registrytest.Orders("orders-1", "http://127.0.0.1:9001"), registrytest.Orders("orders-2", "http://127.0.0.1:9002")} {
+		if _, err := reg.Registry.Register(context.Background(), &r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	other := apiv1.RegisterRequest{InstanceID: "billing-1", ServiceName: "billing", ServiceVersion: "1.0.0", Endpoint: "http://127.0.0.1:9003",
+		Capabilities: []apiv1.Capability{{CapabilityID: "billing.charge", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0", Provider: "stripe"}}}
+	if _, err := reg.Registry.Register(context.Background(), &other); err != nil {
+		t.Fatal(err)
+	}
+	target, _ := url.Parse(reg.URL)
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	for _, old := range []bool{false, true} {
+		t.Run(fmt.Sprintf("summary gone %v", old), func(t *testing.T) {
+			var mu sync.Mutex
+			var paths []string
+			spy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				paths = append(paths, r.URL.Path)
+				mu.Unlock()
+				if old && r.URL.Path == apiv1.PathCatalogSummary {
+					httpapi.WriteError(w, apiv1.Errorf(http.StatusNotFound, apiv1.CodeNotFound, "no route"))
+					return
+				}
+				proxy.ServeHTTP(w, r)
+			}))
+			defer spy.Close()
+			for _, tc := range []struct {
+				args      []string
+				want, not string
+			}{
+				{[]string{"get", "instances", "--service", "billing"}, "billing-1", "orders-1"},
+				{[]string{"get", "services", "--provider", "stripe"}, "billing", "orders"},
+			} {
+				out, err := run(context.Background(), append(tc.args, "--registry", spy.URL)...)
+				if err != nil {
+					t.Fatalf("%v: %v\n%s", tc.args, err, out)
+				}
+				if !strings.Contains(out, tc.want) || strings.Contains(out, tc.not) {
+					t.Errorf("%v lists (want %s, not %s):\n%s", tc.args, tc.want, tc.not, out)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if read := slices.Contains(paths, apiv1.PathServices); read != old {
+				t.Errorf("the whole catalog read: %v, want %v (asked: %v)", read, old, paths)
+			}
+		})
 	}
 }
