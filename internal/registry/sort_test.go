@@ -34,6 +34,7 @@ func TestSortEntriesIsTheFullOrder(t *testing.T) {
 		priorities                    bool
 	}{
 		{"one capability, one version", 300, 1, 1, 1, false},
+		{"one capability, one version, a large answer", 5000, 1, 1, 1, false},
 		{"one capability, versions", 300, 1, 1, 4, false},
 		{"one capability, priorities", 300, 1, 1, 2, true},
 		{"capabilities and providers", 2000, 7, 3, 1, false},
@@ -67,6 +68,45 @@ func TestSortEntriesIsTheFullOrder(t *testing.T) {
 					a, b := es[i].Capability(), want[i].Capability()
 					t.Fatalf("entry %d of %d: %s %s %s gen %d, want %s %s %s gen %d", i, len(es),
 						a.CapabilityID, a.Provider, a.CapabilityVersion, es[i].Record.Generation, b.CapabilityID, b.Provider, b.CapabilityVersion, want[i].Record.Generation)
+				}
+			}
+		})
+	}
+}
+
+// TestSortEntriesOfSharedLists: the replicas of a service share their parsed capability
+// list, which SortEntries finds runs by; an unfiltered answer of such a fleet is in the full
+// order, and still is once SortEntries remembers fewer capability addresses than there are.
+func TestSortEntriesOfSharedLists(t *testing.T) {
+	f := newFixture(t, registry.Config{})
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := range 3000 {
+		svc := i % 20
+		md := ""
+		if svc%3 == 0 {
+			md = fmt.Sprintf(`{"priority": %d}`, svc%2)
+		}
+		id := fmt.Sprintf("i-%d", rng.IntN(1<<30)) // registered in no order of their ids
+		mustRegister(t, f, request(id, fmt.Sprintf("svc-%d", svc),
+			capability("orders.read", fmt.Sprintf("p%d", svc%3), fmt.Sprintf("1.%d.0", svc%4), md),
+			capability(fmt.Sprintf("orders.s%d", svc%7), "http", "2.0.0", ""),
+			capability("audit.write", "kafka", fmt.Sprintf("1.%d.0+build.%d", svc%2, svc), "")))
+	}
+	for _, limit := range []int{1 << 16, 5} {
+		t.Run(fmt.Sprintf("remembering %d", limit), func(t *testing.T) {
+			registry.LimitRunAddresses(t, limit)
+			got := f.reg.Query(&registry.Query{IncludeAll: true}).Entries
+			if len(got) != 9000 {
+				t.Fatalf("%d entries, want 9000", len(got))
+			}
+			want := slices.Clone(got)
+			rng.Shuffle(len(want), func(i, j int) { want[i], want[j] = want[j], want[i] })
+			slices.SortStableFunc(want, fullOrder)
+			for i := range got {
+				if got[i] != want[i] {
+					a, b := got[i].Capability(), want[i].Capability()
+					t.Fatalf("entry %d: %s %s %s gen %d, want %s %s %s gen %d", i, a.CapabilityID, a.Provider, a.CapabilityVersion,
+						got[i].Record.Generation, b.CapabilityID, b.Provider, b.CapabilityVersion, want[i].Record.Generation)
 				}
 			}
 		})
