@@ -259,6 +259,16 @@ func TestCapabilitiesTableOfALargeFleet(t *testing.T) {
 	if catalogRead.Load() {
 		t.Error("the page read the whole catalog (GET /v1/services)")
 	}
+	// the live table's fragment says its revision, and how long to wait before the next
+	resp, err := http.Get(srv.URL + "/capabilities/fragment?service_name=svc-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.Header.Get("X-Registry-Revision") == "" || resp.Header.Get("X-Refresh-After") != "1000" || strings.Count(string(b), "data-instance=") != 10 {
+		t.Errorf("fragment: revision %q, refresh after %q, %d rows", resp.Header.Get("X-Registry-Revision"), resp.Header.Get("X-Refresh-After"), strings.Count(string(b), "data-instance="))
+	}
 }
 
 // TestRouteMapReadsTheCatalogOnlyToDrawIt: a table within MapLimit is drawn with the

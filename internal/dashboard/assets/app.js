@@ -43,11 +43,12 @@
   }
   var tableBox = document.getElementById("captable");
   if (!tableBox) { return; }
-  // At most one table a second: each costs the registry a pass over its records (a few
+  // At most one table per X-Refresh-After milliseconds (one second, more when the registry
+  // took long to count the catalog): each costs the registry a pass over its records (a few
   // hundred milliseconds of CPU at a million instances), and a large fleet changes all the time.
-  var last = 0;
+  var last = 0, every = 1000;
   function poll() {
-    var wait = last + 1000 - Date.now();
+    var wait = last + every - Date.now();
     if (wait > 0) { setTimeout(poll, wait); return; }
     last = Date.now();
     var rev = tableBox.getAttribute("data-revision") || "0";
@@ -56,6 +57,7 @@
     fetch("/capabilities/fragment?" + q.toString()).then(function (r) {
       if (!r.ok) { throw new Error(r.status); }
       var next = r.headers.get("X-Registry-Revision");
+      every = parseInt(r.headers.get("X-Refresh-After"), 10) || 1000;
       return r.text().then(function (html) {
         if (next && next !== rev) { tableBox.innerHTML = html; tableBox.setAttribute("data-revision", next); }
       });
