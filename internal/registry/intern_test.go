@@ -129,3 +129,27 @@ func TestCapabilityKeysTellListsApart(t *testing.T) {
 		t.Errorf("a list too long to share was not built as sent: %+v", l)
 	}
 }
+
+// TestMetadataJSON: a capability's metadata is kept as encoding/json writes it (valid,
+// compact), once, so that answers copy it; metadata that is not JSON is kept as sent and
+// said not to be.
+func TestMetadataJSON(t *testing.T) {
+	for _, tc := range []struct {
+		sent, kept string
+		compact    bool
+	}{
+		{"", "{}", true},
+		{"null", "{}", true},
+		{`{"owner":"a"}`, `{"owner":"a"}`, true},
+		{" {\n  \"owner\": \"a b\",\t\"n\": [1, 2]\n} ", `{"owner":"a b","n":[1,2]}`, true},
+		{`{"owner":`, `{"owner":`, false},
+	} {
+		rec := RecordFromInstance(apiv1.Instance{InstanceID: "i-1", ServiceName: "svc", ServiceVersion: "1.0.0", Endpoint: "http://e:1",
+			Capabilities: []apiv1.Capability{{CapabilityID: "a.b", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0", Provider: "p",
+				Metadata: json.RawMessage(tc.sent)}}}, time.Now())
+		m, compact := rec.Capabilities[0].MetadataJSON()
+		if string(m) != tc.kept || compact != tc.compact {
+			t.Errorf("metadata %q: kept %q (compact %v), want %q (%v)", tc.sent, m, compact, tc.kept, tc.compact)
+		}
+	}
+}

@@ -26,7 +26,15 @@ type Capability struct {
 	Priority int64
 	// PublicPaths is metadata.public_paths, when it is a list of strings.
 	PublicPaths []string
+	// compact says Metadata is valid JSON without white space between its tokens, as
+	// encoding/json writes a json.RawMessage (MetadataJSON).
+	compact bool
 }
+
+// MetadataJSON returns the capability's metadata, and whether it is already as encoding/json
+// writes it (valid, compact): then a writer copies it, without checking it again for every
+// answer it is in.
+func (c *Capability) MetadataJSON() (json.RawMessage, bool) { return c.Metadata, c.compact }
 
 // Record is one incarnation of an instance. Everything but the lease expiry and the
 // self-reported health is fixed when the record is built; a re-registration makes a new
@@ -140,11 +148,22 @@ func newCapability(c apiv1.Capability) Capability {
 	out.Version, _ = semver.StrictNewVersion(c.CapabilityVersion)
 	m := bytes.TrimSpace(c.Metadata)
 	if len(m) == 0 || bytes.Equal(m, []byte("null")) {
-		out.Metadata = emptyObject
+		out.Metadata, out.compact = emptyObject, true
 		return out
 	}
+	// Compacted once here (once per distinct capability list), as encoding/json writes it,
+	// rather than checked and compacted in every answer it is in: that was two fifths of
+	// writing a discovery entry. Metadata that is not JSON is kept as sent, for the writers'
+	// own error.
+	if json.Valid(m) {
+		out.Metadata, out.compact = m, true
+		if bytes.ContainsAny(m, " \t\r\n") {
+			var buf bytes.Buffer
+			json.Compact(&buf, m) // valid: no error
+			out.Metadata = buf.Bytes()
+		}
+	}
 	// Most metadata names neither hint; skip decoding it then (registration hot path).
-	// The bytes are kept as sent: JSON encoding compacts them on the way out.
 	if !bytes.Contains(m, []byte(`"priority"`)) && !bytes.Contains(m, []byte(`"public_paths"`)) {
 		return out
 	}

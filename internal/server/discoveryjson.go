@@ -134,8 +134,10 @@ func appendEntry(b []byte, e registry.Entry) ([]byte, error) {
 	b = append(b, `,"provider":`...)
 	b = apijson.String(b, c.Provider)
 	b = append(b, `,"metadata":`...)
-	b, err := apijson.Raw(b, c.Metadata)
-	if err != nil {
+	var err error
+	if m, compact := c.MetadataJSON(); compact {
+		b = append(b, m...)
+	} else if b, err = apijson.Raw(b, m); err != nil {
 		return nil, err
 	}
 	b = append(b, `,"instance_id":`...)
