@@ -64,8 +64,7 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) (any, error) {
 	if !ok {
 		return resp, nil
 	}
-	httpapi.WriteEncoded(w, http.StatusOK, out)
-	return written{}, nil
+	return answerJSON(out), nil
 }
 
 func (s *Server) deregister(_ http.ResponseWriter, r *http.Request) (any, error) {

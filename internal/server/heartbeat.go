@@ -5,7 +5,6 @@ import (
 	"strconv"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
-	"github.com/meshflows/meshflows/httpapi"
 	"github.com/meshflows/meshflows/internal/apijson"
 )
 
@@ -160,6 +159,5 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request) (any, error) 
 	if !ok {
 		return resp, nil
 	}
-	httpapi.WriteEncoded(w, http.StatusOK, out)
-	return written{}, nil
+	return answerJSON(out), nil
 }
