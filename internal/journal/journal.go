@@ -88,17 +88,19 @@ type Stored struct {
 // when it is recorded. A registration's event says what its record says, in strings the
 // record already holds: kept as those and a few numbers, it takes 80 bytes where its message
 // and attributes took some 270 (the journal was a quarter of a registry's live heap at
-// 10,000 instances, one registration event each). What Render reads must never change.
+// 10,000 instances, one registration event each). What its methods read must never change.
 type Deferred interface {
-	// Render returns the event's message and its attributes (a JSON object; nil for none).
-	Render() (message string, attrs json.RawMessage)
+	// Message returns the event's message.
+	Message() string
+	// Attrs returns the event's attributes: a JSON object, or nil for none.
+	Attrs() json.RawMessage
 }
 
 // made returns h with its message and attributes made (h itself when they are).
 func (h *Stored) made() Stored {
 	out := *h
 	if h.deferred != nil {
-		out.Message, out.Attrs = h.deferred.Render()
+		out.Message, out.Attrs = h.deferred.Message(), h.deferred.Attrs()
 		out.deferred = nil
 	}
 	return out
@@ -107,8 +109,7 @@ func (h *Stored) made() Stored {
 // message returns h's message, made when deferred.
 func (h *Stored) message() string {
 	if h.deferred != nil {
-		m, _ := h.deferred.Render()
-		return m
+		return h.deferred.Message() // a search reads messages only: no attributes made for it
 	}
 	return h.Message
 }

@@ -598,16 +598,20 @@ func BenchmarkJournalMemory(b *testing.B) {
 	}
 }
 
-// renderCount is a Deferred that counts how often it is made.
+// renderCount is a Deferred that counts how often its message and its attributes are made.
 type renderCount struct {
 	msg   string
 	attrs string
-	n     atomic.Int32
+	n     atomic.Int32 // messages and attributes made
+	attrN atomic.Int32 // attributes made
 }
 
-func (r *renderCount) Render() (string, json.RawMessage) {
+func (r *renderCount) Message() string { r.n.Add(1); return r.msg }
+
+func (r *renderCount) Attrs() json.RawMessage {
 	r.n.Add(1)
-	return r.msg, json.RawMessage(r.attrs)
+	r.attrN.Add(1)
+	return json.RawMessage(r.attrs)
 }
 
 // TestDeferredEvents: an event recorded with RecordDeferred reads as one recorded with its
@@ -633,8 +637,12 @@ func TestDeferredEvents(t *testing.T) {
 			t.Errorf("%s (-want +got):\n%s", name, diff)
 		}
 	}
+	before := d.attrN.Load()
 	if none, _ := j.Find(Query{Text: "rabbit"}); len(none) != 0 {
 		t.Errorf("a search for what the message does not say found %v", seqs(none))
+	}
+	if d.attrN.Load() != before {
+		t.Error("a search that found nothing made the event's attributes")
 	}
 
 	// shared: the store gets the made event, whose JSON says it all

@@ -47,10 +47,31 @@ type registrationEvent struct {
 	judged                bool // the registry runs the eligibility engine
 }
 
-// Render writes the event's message and attributes.
-func (e *registrationEvent) Render() (string, json.RawMessage) {
-	// The attributes in their keys' byte order (journal.Object): capabilities, eligibility,
-	// endpoint, generation, previous_generation, reason, service_name, warm_up.
+// reason says why a re-registration replaced the incarnation before it.
+func (e *registrationEvent) reason() string {
+	if e.prevRestored {
+		return "the provider re-registered after the registry restarted (its record was restored from a snapshot)"
+	}
+	return "a new incarnation replaced the registered one (the provider restarted or lost its lease)"
+}
+
+// Message writes the event's message.
+func (e *registrationEvent) Message() string {
+	gen := strconv.FormatInt(e.generation, 10)
+	if e.replaced {
+		return e.id + " (" + e.service + ") re-registered, generation " + gen + " replaces " + strconv.FormatInt(e.prevGeneration, 10) + ": " + e.reason()
+	}
+	during := ""
+	if e.warmingUp {
+		during = " during the registry's warm-up"
+	}
+	return e.id + " (" + e.service + ") registered at " + e.endpoint + ", generation " + gen + during
+}
+
+// Attrs writes the event's attributes, in their keys' byte order (journal.Object):
+// capabilities, eligibility, endpoint, generation, previous_generation, reason,
+// service_name, warm_up.
+func (e *registrationEvent) Attrs() json.RawMessage {
 	var buf [256]byte
 	attrs := journal.NewObject(buf[:]).Int("capabilities", int64(e.capabilities))
 	if e.judged {
@@ -58,22 +79,14 @@ func (e *registrationEvent) Render() (string, json.RawMessage) {
 		attrs = attrs.Str("eligibility", health.FirstState(e.probed))
 	}
 	attrs = attrs.Str("endpoint", e.endpoint).Int("generation", e.generation)
-	gen := strconv.FormatInt(e.generation, 10)
-	if !e.replaced {
-		attrs = attrs.Str("service_name", e.service)
-		during := ""
-		if e.warmingUp {
-			attrs = attrs.Bool("warm_up", true)
-			during = " during the registry's warm-up"
-		}
-		return e.id + " (" + e.service + ") registered at " + e.endpoint + ", generation " + gen + during, attrs.JSON()
+	if e.replaced {
+		attrs = attrs.Int("previous_generation", e.prevGeneration).Str("reason", e.reason())
 	}
-	reason := "a new incarnation replaced the registered one (the provider restarted or lost its lease)"
-	if e.prevRestored {
-		reason = "the provider re-registered after the registry restarted (its record was restored from a snapshot)"
+	attrs = attrs.Str("service_name", e.service)
+	if e.warmingUp && !e.replaced {
+		attrs = attrs.Bool("warm_up", true)
 	}
-	attrs = attrs.Int("previous_generation", e.prevGeneration).Str("reason", reason).Str("service_name", e.service)
-	return e.id + " (" + e.service + ") re-registered, generation " + gen + " replaces " + strconv.FormatInt(e.prevGeneration, 10) + ": " + reason, attrs.JSON()
+	return attrs.JSON()
 }
 
 // journalDeregistration records a deregistration by the provider.
