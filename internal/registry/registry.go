@@ -678,7 +678,8 @@ func (r *Registry) Catalog() apiv1.CatalogResponse {
 // instances one at a time in Catalog's order, each made when it is asked for: a catalog of a
 // large fleet can be written as it is made, never held whole.
 func (r *Registry) CatalogStream() (apiv1.CatalogResponse, int, iter.Seq[apiv1.Instance]) {
-	head, recs := r.CatalogRecords()
+	st, recs := r.CatalogRecords()
+	head := apiv1.CatalogResponse{RegistryEpoch: st.Epoch, Revision: st.Revision}
 	return head, len(recs), func(yield func(apiv1.Instance) bool) {
 		for _, rec := range recs {
 			if !yield(r.Wire(rec)) {
@@ -688,13 +689,13 @@ func (r *Registry) CatalogStream() (apiv1.CatalogResponse, int, iter.Seq[apiv1.I
 	}
 }
 
-// CatalogRecords returns the catalog without its instances, and its records in Catalog's
-// order: what the catalog lists at this revision, a pointer each. A listing paged over a
-// large catalog holds these and makes each page's instances (Wire) when it is asked for,
-// rather than the wire form of the whole catalog at once.
-func (r *Registry) CatalogRecords() (apiv1.CatalogResponse, []*Record) {
-	rev := r.revision()
-	return apiv1.CatalogResponse{RegistryEpoch: r.store.Epoch().ID, Revision: rev}, sortedRecords(r.store.Records())
+// CatalogRecords returns the registry's state and its records in Catalog's order: what the
+// catalog lists at this revision, a pointer each. A listing paged over a large catalog holds
+// these and makes each page's instances (Wire) when it is asked for, rather than the wire
+// form of the whole catalog at once.
+func (r *Registry) CatalogRecords() (State, []*Record) {
+	st := r.State()
+	return st, sortedRecords(r.store.Records())
 }
 
 // Wire returns rec as the catalog lists it, with its lease and verdict as they are now (the

@@ -46,11 +46,11 @@ func (q *SummaryQuery) matches(rec *Record) bool {
 // needs of it (how many, which match, the values a filter can take, a first screen of rows)
 // is a few kilobytes.
 func (r *Registry) Summary(q SummaryQuery) apiv1.CatalogSummary {
-	rev := r.revision()
+	st := r.State()
 	now := r.cfg.Now().UnixNano()
 	within := q.ExpiringWithin.Nanoseconds()
 	recs := r.store.Records()
-	out := apiv1.CatalogSummary{RegistryEpoch: r.store.Epoch().ID, Revision: rev, Total: len(recs)}
+	out := apiv1.CatalogSummary{RegistryEpoch: st.Epoch, Revision: st.Revision, Total: len(recs)}
 	providers, capIDs := map[string]struct{}{}, map[string]struct{}{}
 	// The replicas of a service mostly share one capability list (intern.go): its values
 	// are taken once. A fleet whose lists are not shared (metadata of each instance's own)

@@ -99,9 +99,8 @@ func (s *Server) catalog(w http.ResponseWriter, r *http.Request) (any, error) {
 	// their leases and verdicts as they are when the page is asked for, as the whole catalog
 	// has them.
 	return s.page(catalogKey, pg, func() *listing {
-		st := s.reg.State()
-		head, recs := s.reg.CatalogRecords()
-		return &listing{state: registry.State{Epoch: head.RegistryEpoch, Revision: head.Revision, Complete: st.Complete}, items: recs, n: len(recs)}
+		st, recs := s.reg.CatalogRecords()
+		return &listing{state: st, items: recs, n: len(recs)}
 	}, func(l *listing, from, to int, next string) (any, error) {
 		recs := l.items.([]*registry.Record)[from:to]
 		page := make([]apiv1.Instance, len(recs))
