@@ -111,6 +111,10 @@ type CatalogResponse struct {
 	NextPageToken string `json:"next_page_token,omitempty"`
 }
 
+// MaxLimit is the largest limit a listing takes: a page of the catalog or of a discovery
+// answer, and the instances a catalog summary lists.
+const MaxLimit = 10_000
+
 // CatalogSummary is the answer of GET /v1/catalog/summary: what a console shows of a
 // catalog of any size, counted by the registry in one pass over its records, so that a look
 // at a fleet of a million instances never carries the fleet.

@@ -189,7 +189,7 @@ func tries(n int, fn func() error) error {
 // it reads the whole catalog and filters it here.
 func (f *getFlags) catalog(ctx context.Context, c *client.Client) (*apiv1.CatalogResponse, error) {
 	if f.service != "" || f.provider != "" {
-		sum, err := c.CatalogSummary(ctx, client.SummaryQuery{ServiceName: f.service, Provider: f.provider, Limit: summaryLimit})
+		sum, err := c.CatalogSummary(ctx, client.SummaryQuery{ServiceName: f.service, Provider: f.provider, Limit: apiv1.MaxLimit})
 		var ae *apiv1.Error
 		switch {
 		case err == nil && len(sum.Instances) == sum.Matching:
@@ -208,9 +208,6 @@ func (f *getFlags) catalog(ctx context.Context, c *client.Client) (*apiv1.Catalo
 	})
 	return cat, nil
 }
-
-// summaryLimit is the most instances a catalog summary lists (the registry's page limit).
-const summaryLimit = 10_000
 
 // fetchOnce reads kind once; it returns what -o json/yaml print and the table.
 func (f *getFlags) fetchOnce(ctx context.Context, kind string, poll client.Poll) (any, *table, int64, string, error) {

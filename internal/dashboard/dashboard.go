@@ -58,9 +58,6 @@ type Dashboard struct {
 	registry, gateway, orc *client.Client // typed clients of the components (see source)
 }
 
-// maxTableLimit is the most instances a catalog summary lists (the registry's page limit).
-const maxTableLimit = 10_000
-
 // New returns a Dashboard.
 func New(cfg Config) (*Dashboard, error) {
 	if !cfg.Insecure && cfg.AdminToken == "" {
@@ -78,8 +75,8 @@ func New(cfg Config) (*Dashboard, error) {
 	if cfg.TableLimit == 0 {
 		cfg.TableLimit = 500
 	}
-	if cfg.TableLimit < 0 || cfg.TableLimit > maxTableLimit {
-		return nil, fmt.Errorf("dashboard: table limit %d: want 1 to %d (what the registry lists at most)", cfg.TableLimit, maxTableLimit)
+	if cfg.TableLimit < 0 || cfg.TableLimit > apiv1.MaxLimit {
+		return nil, fmt.Errorf("dashboard: table limit %d: want 1 to %d (what the registry lists at most)", cfg.TableLimit, apiv1.MaxLimit)
 	}
 	if cfg.GrafanaURL != "" {
 		u, err := url.Parse(cfg.GrafanaURL)

@@ -14,8 +14,8 @@ import (
 	"github.com/meshflows/meshflows/internal/registry"
 )
 
-// MaxPageLimit is the largest limit a paged listing takes.
-const MaxPageLimit = 10_000
+// MaxPageLimit is the largest limit a paged listing takes (and a catalog summary).
+const MaxPageLimit = apiv1.MaxLimit
 
 // The page store's bounds: past any of them the oldest listings are dropped, and their next
 // pages answer 410 PAGE_EXPIRED. maxPagedItems bounds the items across its listings;
