@@ -92,7 +92,7 @@ Stop with Ctrl-C: the providers deregister and the components stop in order.`,
 			gReg.Go(func() error { return logOut.Run(regCtx, logFlushInterval) })
 			f := registryFlags{
 				leaseTTL: registry.DefaultLeaseTTL, heartbeatInterval: registry.DefaultHeartbeatInterval,
-				sweepInterval: time.Second, maxBodyBytes: server.DefaultMaxBodyBytes, gzipMinBytes: server.DefaultGzipMinBytes, insecure: true, eventsMax: journal.DefaultMax,
+				sweepInterval: time.Second, maxBodyBytes: server.DefaultMaxBodyBytes, gzipMinBytes: server.DefaultGzipMinBytes, pollSpacing: server.DefaultPollSpacing, insecure: true, eventsMax: journal.DefaultMax,
 				// the gateway is started here and acknowledges every second when told: a registry
 				// 2 s old already knows it, so stopping dev right after start does not wait 30 s
 				gatewayTTL: devGatewayTTL,

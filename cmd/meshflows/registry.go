@@ -40,6 +40,7 @@ type registryFlags struct {
 	storeTimeout      time.Duration
 	maxBodyBytes      int64
 	gzipMinBytes      int64
+	pollSpacing       float64
 	snapshotDir       string
 	snapshotInterval  time.Duration
 	snapshotKeep      int
@@ -93,6 +94,7 @@ func (f *registryFlags) bind(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.gatewayTTL, "gateway-ttl", registry.DefaultGatewayTTL, "a gateway counts as live this long after its last drain acknowledgement (gateways acknowledge every 10 s); withdrawals are acknowledged only once the registry has run this long")
 	fs.Int64Var(&f.maxBodyBytes, "max-body-bytes", server.DefaultMaxBodyBytes, "largest request body accepted; larger ones get 413 PAYLOAD_TOO_LARGE")
 	fs.Int64Var(&f.gzipMinBytes, "gzip-min-bytes", server.DefaultGzipMinBytes, "discovery and routes answers of at least this many bytes go gzip-compressed to clients that accept it (compressed once per revision); lower it when consumers poll across slow links; 0: never compress")
+	fs.Float64Var(&f.pollSpacing, "poll-spacing", server.DefaultPollSpacing, "hold a long poll whose answer is costly to build (a millisecond or more: a whole fleet's, as DNS and xDS servers watch) until this many times its last build time has passed since that build, at most 5 s, so that a fast-changing fleet's answer is built at most once per such span; 0: never hold")
 	fs.StringVar(&f.snapshotDir, "snapshot-dir", "", "directory for snapshot files (POST /v1/admin/snapshot and --snapshot-interval)")
 	fs.DurationVar(&f.snapshotInterval, "snapshot-interval", 0, "write a snapshot to --snapshot-dir this often (0: only on demand)")
 	fs.IntVar(&f.snapshotKeep, "snapshot-keep", registry.DefaultSnapshotKeep, "how many snapshot files to keep in --snapshot-dir (the newest)")
@@ -240,7 +242,11 @@ func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln 
 	if gzipMin <= 0 {
 		gzipMin = -1 // the flag's 0 is "never"; the server's 0 is its default
 	}
-	srv, err := server.New(reg, sec.apply(server.Config{MaxBodyBytes: f.maxBodyBytes, GzipMinBytes: gzipMin, Logger: logger, Registerer: promReg, Gatherer: promReg, Incidents: incidents, Journal: events}))
+	spacing := f.pollSpacing
+	if spacing <= 0 {
+		spacing = -1 // the flag's 0 is "never"; the server's 0 is its default
+	}
+	srv, err := server.New(reg, sec.apply(server.Config{MaxBodyBytes: f.maxBodyBytes, GzipMinBytes: gzipMin, PollSpacing: spacing, Logger: logger, Registerer: promReg, Gatherer: promReg, Incidents: incidents, Journal: events}))
 	if err != nil {
 		return err
 	}

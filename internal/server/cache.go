@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/meshflows/meshflows/httpapi"
 	"github.com/meshflows/meshflows/internal/registry"
@@ -38,6 +39,11 @@ type encoded struct {
 
 	gzipOnce sync.Once
 	gz       []byte // body gzip-compressed, made for the first client that accepts it; nil when not smaller
+
+	// builtAt is when the answer was built, took how long that took (zero for an answer not
+	// built by answerCache.load): how long a long poll for the next one is held (spacing).
+	builtAt time.Time
+	took    time.Duration
 }
 
 func newEncoded(st registry.State, v any) (*encoded, error) {
@@ -162,6 +168,7 @@ func acceptsGzip(accept string) bool {
 // answerCache holds the latest encoded answer per query: while the revision stands, every
 // request for the same query is a map lookup and a write.
 type answerCache struct {
+	now     func() time.Time // times each build (encoded.builtAt, took)
 	mu      sync.RWMutex
 	m       map[string]*encoded
 	bytes   int                // the sizes of the keys and bodies in m (a key can be long: a query's values)
@@ -175,8 +182,8 @@ type flight struct {
 	err  error
 }
 
-func newAnswerCache() *answerCache {
-	return &answerCache{m: map[string]*encoded{}, flights: map[string]*flight{}}
+func newAnswerCache(now func() time.Time) *answerCache {
+	return &answerCache{now: now, m: map[string]*encoded{}, flights: map[string]*flight{}}
 }
 
 // load returns the answer to key at st: cached, or built once by build however many requests
@@ -195,8 +202,11 @@ func (c *answerCache) load(key string, st registry.State, build func() (*encoded
 	f := &flight{done: make(chan struct{})}
 	c.flights[key] = f
 	c.mu.Unlock()
+	start := c.now()
 	f.e, f.err = build()
 	if f.err == nil {
+		f.e.builtAt = c.now()
+		f.e.took = f.e.builtAt.Sub(start)
 		c.put(key, f.e)
 	}
 	c.mu.Lock()
@@ -214,6 +224,27 @@ func (c *answerCache) get(key string, st registry.State) *encoded {
 		return e
 	}
 	return nil
+}
+
+// Spacing of long polls (Config.PollSpacing): an answer built in less than spacedBuild is
+// never held for, and no hold is longer than maxSpacing.
+const (
+	spacedBuild = time.Millisecond
+	maxSpacing  = 5 * time.Second
+)
+
+// nextBuild returns when the answer to key may be built anew for a long poll, spacing times
+// as long after the last build as that build took (at most maxSpacing), and whether a long
+// poll should wait for it: not when the answer at st is cached (nothing to build), when none
+// was built before, or when the last took less than spacedBuild.
+func (c *answerCache) nextBuild(key string, st registry.State, spacing float64) (time.Time, bool) {
+	c.mu.RLock()
+	e := c.m[key]
+	c.mu.RUnlock()
+	if e == nil || e.state == st || e.took < spacedBuild || spacing <= 0 {
+		return time.Time{}, false
+	}
+	return e.builtAt.Add(min(time.Duration(spacing*float64(e.took)), maxSpacing)), true
 }
 
 func (c *answerCache) put(key string, e *encoded) {

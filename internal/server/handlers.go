@@ -208,10 +208,11 @@ func (s *Server) instance(_ http.ResponseWriter, r *http.Request) (any, error) {
 }
 
 // longPoll reads index and wait and, when an index is given, waits for a revision past it.
-func (s *Server) longPoll(ctx context.Context, v url.Values) error {
+// It returns the end of the wait the request asked for: zero when it is not a long poll.
+func (s *Server) longPoll(ctx context.Context, v url.Values) (time.Time, error) {
 	is := v.Get("index")
 	if is == "" {
-		return nil
+		return time.Time{}, nil
 	}
 	var ds []apiv1.Detail
 	index, err := strconv.ParseInt(is, 10, 64)
@@ -227,10 +228,31 @@ func (s *Server) longPoll(ctx context.Context, v url.Values) error {
 		wait = min(wait, MaxWait)
 	}
 	if len(ds) > 0 {
-		return apiv1.InvalidRequest(ds)
+		return time.Time{}, apiv1.InvalidRequest(ds)
 	}
+	end := s.cfg.Now().Add(wait)
 	s.reg.Wait(ctx, v.Get("epoch"), index, wait)
-	return nil
+	return end, nil
+}
+
+// space holds a long poll that would have the answer to key built anew until that build is
+// due (Config.PollSpacing), never past end, the end of the poll's wait: the changes that
+// come meanwhile are in the answer it then gets. A plain request (end zero) is not held.
+func (s *Server) space(ctx context.Context, endpoint, key string, end time.Time) {
+	if end.IsZero() {
+		return
+	}
+	due, ok := s.cache.nextBuild(key, s.reg.State(), s.cfg.PollSpacing)
+	if !ok {
+		return
+	}
+	if due.After(end) {
+		due = end
+	}
+	if d := due.Sub(s.cfg.Now()); d > 0 {
+		s.metrics.held.WithLabelValues(endpoint).Observe(d.Seconds())
+		s.cfg.Sleep(ctx, d)
+	}
 }
 
 func (s *Server) capabilities(_ http.ResponseWriter, r *http.Request) (any, error) {
@@ -239,8 +261,12 @@ func (s *Server) capabilities(_ http.ResponseWriter, r *http.Request) (any, erro
 		return nil, err
 	}
 	v, q, key := d.v, d.q, d.key
-	if err := s.longPoll(r.Context(), v); err != nil {
+	end, err := s.longPoll(r.Context(), v)
+	if err != nil {
 		return nil, err
+	}
+	if !paged {
+		s.space(r.Context(), "capabilities", key, end) // a listing is read a page at a time: never held
 	}
 	start := time.Now()
 	defer func() { s.metrics.discovery.WithLabelValues("capabilities").Observe(time.Since(start).Seconds()) }()
@@ -282,9 +308,11 @@ func (s *Server) discoveryRoutes(_ http.ResponseWriter, r *http.Request) (any, e
 	if err := registry.UnknownParameters(r.URL.Query(), registry.RoutesListing); err != nil {
 		return nil, err
 	}
-	if err := s.longPoll(r.Context(), r.URL.Query()); err != nil {
+	end, err := s.longPoll(r.Context(), r.URL.Query())
+	if err != nil {
 		return nil, err
 	}
+	s.space(r.Context(), "routes", routesKey, end)
 	start := time.Now()
 	defer func() { s.metrics.discovery.WithLabelValues("routes").Observe(time.Since(start).Seconds()) }()
 	return s.cache.load(routesKey, s.reg.State(), func() (*encoded, error) {

@@ -9,6 +9,7 @@ import (
 type metrics struct {
 	discovery *prometheus.HistogramVec
 	encodes   *prometheus.CounterVec
+	held      *prometheus.HistogramVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -22,12 +23,17 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "meshflows", Subsystem: "registry", Name: "discovery_encodes_total",
 			Help: "Discovery answers built and encoded, by endpoint: once per (query, revision), however many requests ask at once.",
 		}, []string{"endpoint"}),
+		held: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "meshflows", Subsystem: "registry", Name: "long_poll_held_seconds",
+			Help:    "Time a long poll was held before its answer was built anew, by endpoint (capabilities, routes): a costly answer is built at most once per --poll-spacing times its build time.",
+			Buckets: prometheus.ExponentialBuckets(1e-3, 2, 13), // 1ms .. 4s
+		}, []string{"endpoint"}),
 	}
 	for _, e := range []string{"capabilities", "routes"} {
 		m.encodes.WithLabelValues(e)
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.discovery, m.encodes} {
+		for _, c := range []prometheus.Collector{m.discovery, m.encodes, m.held} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register server metrics: %w", err)
 			}
