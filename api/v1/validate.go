@@ -254,6 +254,14 @@ func endpointProblem(s string) string {
 	if s == "" {
 		return "is required"
 	}
+	if plainEndpoint(s) {
+		return ""
+	}
+	return parsedEndpointProblem(s)
+}
+
+// parsedEndpointProblem is endpointProblem of a non-empty endpoint by url.Parse.
+func parsedEndpointProblem(s string) string {
 	u, err := url.Parse(s)
 	switch {
 	case err != nil:
@@ -268,4 +276,51 @@ func endpointProblem(s string) string {
 		return "must not contain white space"
 	}
 	return ""
+}
+
+// plainEndpoint reports whether s has the form nearly every endpoint has — "http://" or
+// "https://", a host of letters, digits, dots and dashes, an optional port of digits, an
+// optional path of letters, digits, "/", ".", "_", "~" and "-" — which url.Parse takes and
+// every check of endpointProblem passes. A registration so skips url.Parse, 3 % of its CPU;
+// anything else gets the whole check (FuzzPlainEndpoint holds the two together).
+func plainEndpoint(s string) bool {
+	rest, ok := strings.CutPrefix(s, "http://")
+	if !ok {
+		if rest, ok = strings.CutPrefix(s, "https://"); !ok {
+			return false
+		}
+	}
+	i := 0
+	for i < len(rest) && (isAlnum(rest[i]) || rest[i] == '.' || rest[i] == '-') {
+		i++
+	}
+	if i == 0 {
+		return false // no host
+	}
+	if i < len(rest) && rest[i] == ':' {
+		j := i + 1
+		for j < len(rest) && rest[j] >= '0' && rest[j] <= '9' {
+			j++
+		}
+		if j == i+1 {
+			return false // an empty port: the whole check decides
+		}
+		i = j
+	}
+	if i == len(rest) {
+		return true
+	}
+	if rest[i] != '/' {
+		return false
+	}
+	for _, c := range []byte(rest[i:]) {
+		if !isAlnum(c) && c != '/' && c != '.' && c != '_' && c != '~' && c != '-' {
+			return false
+		}
+	}
+	return true
+}
+
+func isAlnum(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
 }
