@@ -102,6 +102,39 @@ func BenchmarkEligibilitySweep(b *testing.B) {
 	}
 }
 
+// BenchmarkEligibilitySweepSlowStart is one sweep of a fleet of -fleet instances (60,000)
+// that all registered within the last seconds, as after a registry restart: every instance
+// is in slow start, its weight ramping (10 + 90 × elapsed / slow start, a step every 333 ms
+// at 30 s), so every sweep judges every instance again. The clock moves 100 ms a sweep.
+func BenchmarkEligibilitySweepSlowStart(b *testing.B) {
+	m, err := health.NewMonitor(health.MonitorConfig{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	f := newFixture(b, registry.Config{Eligibility: m})
+	for i := range *fleet {
+		req := benchRequest(i)
+		req.Zone = zoneOf(i)
+		mustRegister(b, f, req)
+	}
+	ctx := context.Background()
+	f.clock.Advance(time.Second)
+	if _, err := f.reg.Sweep(ctx); err != nil {
+		b.Fatal(err)
+	}
+	start := f.clock.Now()
+	b.ReportAllocs()
+	for b.Loop() {
+		f.clock.Advance(100 * time.Millisecond)
+		if _, err := f.reg.Sweep(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if ran := f.clock.Now().Sub(start); ran > 25*time.Second {
+		b.Fatalf("the sweeps ran %s of the clock, past most of the slow start: it measured quiet sweeps (ask fewer, -benchtime 200x)", ran)
+	}
+}
+
 // BenchmarkZoneEvacuation withdraws every instance of zone a (40,000 of 60,000) as fast as
 // the evidence arrives, with a watcher that long-polls the registry in a loop and reads the
 // answer, as a gateway does: the burst's length, how long after the first withdrawal the
