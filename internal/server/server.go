@@ -59,9 +59,10 @@ type Config struct {
 	// its last build took after that build, is held until then (within its wait), and the
 	// changes meanwhile come in one answer (default DefaultPollSpacing; negative: never).
 	// A whole-fleet watcher (a DNS or xDS server) asks again at each change, and a
-	// registration storm changes the fleet thousands of times a second: unspaced, at 30,000
-	// instances, a DNS server attached halved the registrations a second. Answers built in
-	// under a millisecond are never held for, and no hold is longer than 5 s.
+	// registration storm changes the fleet thousands of times a second: unspaced, a watcher
+	// that asks again at once had the registry build the fleet's answer 60 times while
+	// 30,000 instances registered, renewed and left; spaced, 11. Answers built in under a
+	// millisecond are never held for, and no hold is longer than 5 s.
 	PollSpacing float64
 	// Sleep waits for d or until ctx ends (default a timer): the hold of PollSpacing.
 	Sleep func(ctx context.Context, d time.Duration)
