@@ -365,6 +365,7 @@ func place(es []Entry, ds []genAt) {
 	}
 }
 
+// uniform reports whether entries share their capability, provider, priority and version.
 func uniform(es []Entry) bool {
 	first := es[0].Capability()
 	for _, e := range es[1:] {

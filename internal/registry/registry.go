@@ -657,11 +657,12 @@ func (r *Registry) Instance(id string) (apiv1.Instance, error) {
 	if !ok {
 		return apiv1.Instance{}, fmt.Errorf("instance %q: %w", id, ErrInstanceNotFound)
 	}
-	return r.wire(rec), nil
+	return r.Wire(rec), nil
 }
 
-// wire returns the catalog form of rec with its eligibility.
-func (r *Registry) wire(rec *Record) apiv1.Instance {
+// Wire returns rec as the catalog lists it, with its lease and verdict as they are now (the
+// verdict of rec's own incarnation, also after a newer one replaced it).
+func (r *Registry) Wire(rec *Record) apiv1.Instance {
 	in := rec.Instance()
 	in.Eligibility, in.Weight, _ = r.eligibilityOf(rec)
 	return in
@@ -697,10 +698,6 @@ func (r *Registry) CatalogRecords() (State, []*Record) {
 	st := r.State()
 	return st, sortedRecords(r.store.Records())
 }
-
-// Wire returns rec as the catalog lists it, with its lease and verdict as they are now (the
-// verdict of rec's own incarnation, also after a newer one replaced it).
-func (r *Registry) Wire(rec *Record) apiv1.Instance { return r.wire(rec) }
 
 func sortedRecords(recs []*Record) []*Record {
 	slices.SortFunc(recs, catalogOrder)

@@ -88,7 +88,7 @@ func (r *Registry) Summary(q SummaryQuery) apiv1.CatalogSummary {
 	listed := sortedRecords(*first)
 	out.Instances = make([]apiv1.Instance, len(listed))
 	for i, rec := range listed {
-		out.Instances[i] = r.wire(rec)
+		out.Instances[i] = r.Wire(rec)
 	}
 	return out
 }
