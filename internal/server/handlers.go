@@ -131,11 +131,9 @@ func (s *Server) catalogSummary(_ http.ResponseWriter, r *http.Request) (any, er
 		ExpiringWithin: DefaultExpiringWithin, Limit: DefaultSummaryLimit}
 	var ds []apiv1.Detail
 	if ls := v.Get("limit"); ls != "" {
-		n, err := strconv.Atoi(ls)
-		if err != nil || n < 0 || n > MaxPageLimit {
-			ds = append(ds, apiv1.Detail{Path: "limit", Message: fmt.Sprintf("must be an integer from 0 to %d, got %q", MaxPageLimit, ls)})
-		}
-		q.Limit = n
+		var bad []apiv1.Detail
+		q.Limit, bad = parseLimit(ls, 0)
+		ds = append(ds, bad...)
 	}
 	if ws := v.Get("expiring_within"); ws != "" {
 		d, err := time.ParseDuration(ws)

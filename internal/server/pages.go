@@ -14,9 +14,6 @@ import (
 	"github.com/meshflows/meshflows/internal/registry"
 )
 
-// MaxPageLimit is the largest limit a paged listing takes (and a catalog summary).
-const MaxPageLimit = apiv1.MaxLimit
-
 // The page store's bounds: past any of them the oldest listings are dropped, and their next
 // pages answer 410 PAGE_EXPIRED. maxPagedItems bounds the items across its listings;
 // maxPagedListings and maxPagedKeyBytes bound the listings themselves, which an empty one
@@ -74,13 +71,11 @@ func parsePaging(v url.Values, query string) (p paging, ok bool, err error) {
 		return paging{}, false, nil
 	}
 	var ds []apiv1.Detail
-	p.limit = MaxPageLimit
+	p.limit = apiv1.MaxLimit
 	if ls != "" {
-		n, err := strconv.Atoi(ls)
-		if err != nil || n < 1 || n > MaxPageLimit {
-			ds = append(ds, apiv1.Detail{Path: "limit", Message: fmt.Sprintf("must be an integer from 1 to %d, got %q", MaxPageLimit, ls)})
-		}
-		p.limit = n
+		var bad []apiv1.Detail
+		p.limit, bad = parseLimit(ls, 1)
+		ds = append(ds, bad...)
 	}
 	if ts != "" {
 		t, err := decodePageToken(ts)
@@ -99,6 +94,16 @@ func parsePaging(v url.Values, query string) (p paging, ok bool, err error) {
 		return paging{}, false, apiv1.InvalidRequest(ds)
 	}
 	return p, true, nil
+}
+
+// parseLimit reads a limit parameter of least to apiv1.MaxLimit: a listing's page (from 1)
+// or a catalog summary's instances (from 0). A bad one comes with the detail that says so.
+func parseLimit(s string, least int) (int, []apiv1.Detail) {
+	n, err := strconv.Atoi(s)
+	if err != nil || n < least || n > apiv1.MaxLimit {
+		return n, []apiv1.Detail{{Path: "limit", Message: fmt.Sprintf("must be an integer from %d to %d, got %q", least, apiv1.MaxLimit, s)}}
+	}
+	return n, nil
 }
 
 func queryHash(query string) uint64 {
