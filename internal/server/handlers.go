@@ -205,12 +205,13 @@ func (s *Server) instance(_ http.ResponseWriter, r *http.Request) (any, error) {
 	return answerJSON(append(b, '\n')), nil
 }
 
-// longPoll reads index and wait and, when an index is given, waits for a revision past it.
-// It returns the end of the wait the request asked for: zero when it is not a long poll.
-func (s *Server) longPoll(ctx context.Context, v url.Values) (time.Time, error) {
+// longPoll reads index and wait and, when an index is given, waits for a revision past it,
+// then, when the answer to key (of endpoint) is costly to build, until its next build is due
+// (space). A listing read a page at a time passes no key: it is never held.
+func (s *Server) longPoll(ctx context.Context, v url.Values, endpoint, key string) error {
 	is := v.Get("index")
 	if is == "" {
-		return time.Time{}, nil
+		return nil
 	}
 	var ds []apiv1.Detail
 	index, err := strconv.ParseInt(is, 10, 64)
@@ -226,20 +227,20 @@ func (s *Server) longPoll(ctx context.Context, v url.Values) (time.Time, error) 
 		wait = min(wait, MaxWait)
 	}
 	if len(ds) > 0 {
-		return time.Time{}, apiv1.InvalidRequest(ds)
+		return apiv1.InvalidRequest(ds)
 	}
 	end := s.cfg.Now().Add(wait)
 	s.reg.Wait(ctx, v.Get("epoch"), index, wait)
-	return end, nil
+	if key != "" {
+		s.space(ctx, endpoint, key, end)
+	}
+	return nil
 }
 
 // space holds a long poll that would have the answer to key built anew until that build is
 // due (Config.PollSpacing), never past end, the end of the poll's wait: the changes that
-// come meanwhile are in the answer it then gets. A plain request (end zero) is not held.
+// come meanwhile are in the answer it then gets.
 func (s *Server) space(ctx context.Context, endpoint, key string, end time.Time) {
-	if end.IsZero() {
-		return
-	}
 	due, ok := s.cache.nextBuild(key, s.reg.State(), s.cfg.PollSpacing)
 	if !ok {
 		return
@@ -259,12 +260,12 @@ func (s *Server) capabilities(_ http.ResponseWriter, r *http.Request) (any, erro
 		return nil, err
 	}
 	v, q, key := d.v, d.q, d.key
-	end, err := s.longPoll(r.Context(), v)
-	if err != nil {
-		return nil, err
+	spaced := key
+	if paged {
+		spaced = "" // a listing is read a page at a time: never held
 	}
-	if !paged {
-		s.space(r.Context(), "capabilities", key, end) // a listing is read a page at a time: never held
+	if err := s.longPoll(r.Context(), v, "capabilities", spaced); err != nil {
+		return nil, err
 	}
 	start := time.Now()
 	defer func() { s.metrics.discovery.WithLabelValues("capabilities").Observe(time.Since(start).Seconds()) }()
@@ -306,11 +307,9 @@ func (s *Server) discoveryRoutes(_ http.ResponseWriter, r *http.Request) (any, e
 	if err := registry.UnknownParameters(r.URL.Query(), registry.RoutesListing); err != nil {
 		return nil, err
 	}
-	end, err := s.longPoll(r.Context(), r.URL.Query())
-	if err != nil {
+	if err := s.longPoll(r.Context(), r.URL.Query(), "routes", routesKey); err != nil {
 		return nil, err
 	}
-	s.space(r.Context(), "routes", routesKey, end)
 	start := time.Now()
 	defer func() { s.metrics.discovery.WithLabelValues("routes").Observe(time.Since(start).Seconds()) }()
 	return s.cache.load(routesKey, s.reg.State(), func() (*encoded, error) {
