@@ -655,9 +655,7 @@ func TestDeferredEvents(t *testing.T) {
 	go func() { s.Run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 	s.RecordDeferred(apiv1.EventRegistered, apiv1.SeverityInfo, "i-1", d)
-	for s.Last() == 0 { // the publisher runs beside; this waits for it, asserting no time
-		time.Sleep(time.Millisecond)
-	}
+	s.Wait(ctx, 0, time.Minute) // the publisher runs beside: until the store gives the event back
 	got, _ := s.Find(Query{})
 	want.Seq = 7
 	if len(got) != 1 {
