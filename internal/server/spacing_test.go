@@ -4,19 +4,20 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/meshflows/meshflows/internal/registry"
+	"github.com/meshflows/meshflows/internal/registry/registrytest"
 	"github.com/meshflows/meshflows/internal/server"
 	"github.com/meshflows/meshflows/internal/store/memstore"
 )
 
-// spacingFixture is a server whose clock moves step at every reading, so that every answer
-// it builds took step, and whose Sleep records the holds instead of waiting them out.
+// spacingFixture is a registry (registrytest) whose server's clock moves step at every
+// reading, so that every answer it builds took step, and whose Sleep records the holds
+// instead of waiting them out.
 type spacingFixture struct {
 	url string
 	reg *registry.Registry
@@ -29,18 +30,9 @@ type spacingFixture struct {
 
 func newSpacingFixture(t *testing.T, step time.Duration, spacing float64) *spacingFixture {
 	t.Helper()
-	f := &spacingFixture{now: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC), step: step}
-	reg, err := registry.New(memstore.New(nil), registry.Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv, err := server.New(reg, server.Config{PollSpacing: spacing, Now: f.clock, Sleep: f.sleep})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts := httptest.NewServer(srv)
-	t.Cleanup(ts.Close)
-	f.url, f.reg = ts.URL, reg
+	f := &spacingFixture{now: registrytest.Epoch0, step: step}
+	s := registrytest.NewServerWith(t, registry.Config{}, server.Config{PollSpacing: spacing, Now: f.clock, Sleep: f.sleep}, registrytest.Epoch0)
+	f.url, f.reg = s.URL, s.Registry
 	return f
 }
 

@@ -61,7 +61,8 @@ func NewServerAt(t testing.TB, cfg registry.Config, start time.Time) *Server {
 	return NewServerWith(t, cfg, server.Config{}, start)
 }
 
-// NewServerWith is NewServerAt with the server's settings too (its Now is the fake clock).
+// NewServerWith is NewServerAt with the server's settings too (its Now is the fake clock,
+// unless scfg has a clock of its own).
 func NewServerWith(t testing.TB, cfg registry.Config, scfg server.Config, start time.Time) *Server {
 	t.Helper()
 	clock := NewClock(start)
@@ -71,7 +72,9 @@ func NewServerWith(t testing.TB, cfg registry.Config, scfg server.Config, start 
 	if err != nil {
 		t.Fatalf("registry.New: %v", err)
 	}
-	scfg.Now = clock.Now
+	if scfg.Now == nil {
+		scfg.Now = clock.Now
+	}
 	srv, err := server.New(reg, scfg)
 	if err != nil {
 		t.Fatalf("server.New: %v", err)
