@@ -356,10 +356,7 @@ func TestSharedJournalWritesInBatches(t *testing.T) {
 	j := New(1000, fixed)
 	store.replicas = []*Journal{j}
 	j.Share(store, nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { j.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	runShared(t, j)
 	j.Append(apiv1.Event{Type: apiv1.EventRegistered, Subject: "first"})
 	<-store.atGate // the first write has taken it, alone, and waits at the gate
 	const n = 250
@@ -404,10 +401,7 @@ func TestSharedJournalWaitsToFillAWrite(t *testing.T) {
 		waits <- c
 		return c
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { j.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	runShared(t, j)
 	writes := func() []int {
 		store.mu.Lock()
 		defer store.mu.Unlock()
@@ -482,12 +476,8 @@ func TestSharedJournal(t *testing.T) {
 	store.replicas = []*Journal{a, b}
 	a.Share(store, nil)
 	b.Share(store, nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{}, 2)
-	for _, j := range []*Journal{a, b} {
-		go func() { j.Run(ctx); done <- struct{}{} }()
-	}
-	defer func() { cancel(); <-done; <-done }()
+	runShared(t, a)
+	runShared(t, b)
 	for i := range 4 {
 		src := a
 		if i%2 == 1 {
@@ -650,10 +640,7 @@ func TestDeferredEvents(t *testing.T) {
 	s := New(10, fixed)
 	store.replicas = []*Journal{s}
 	s.Share(store, nil)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { s.Run(ctx); close(done) }()
-	defer func() { cancel(); <-done }()
+	ctx := runShared(t, s)
 	s.RecordDeferred(apiv1.EventRegistered, apiv1.SeverityInfo, "i-1", d)
 	s.Wait(ctx, 0, time.Minute) // the publisher runs beside: until the store gives the event back
 	got, _ := s.Find(Query{})
@@ -664,4 +651,13 @@ func TestDeferredEvents(t *testing.T) {
 	if diff := cmp.Diff(want, got[0]); diff != "" {
 		t.Errorf("shared (-want +got):\n%s", diff)
 	}
+}
+
+// runShared runs j's publisher until the test ends, and returns the context it runs in.
+func runShared(t *testing.T, j *Journal) context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { j.Run(ctx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return ctx
 }
