@@ -464,7 +464,14 @@ func (m *Monitor) reconcileMember(now time.Time, fleet Fleet, i int) {
 		if !renewedSince {
 			at = now
 		}
-		m.engine.Apply(Event{At: at, ID: f.ID, Kind: KindHeartbeat, Health: f.Health})
+		ev := Event{At: at, ID: f.ID, Kind: KindHeartbeat, Health: f.Health}
+		if v.in == nil || !v.in.present || !m.engine.quietRenewal(v.in, ev) {
+			// it can change the verdict (a new self-report, the end of a silence): judged by
+			// the engine at this sweep, not when its verdict would next change by itself
+			m.engine.Apply(ev)
+			v.nextDue = dueNow
+			m.schedule(v)
+		}
 		v.lastRenewal, v.health = at.UnixNano(), f.Health
 	}
 }

@@ -139,6 +139,12 @@ func TestMonitorSyncDeclaresRenewsAndForgets(t *testing.T) {
 	if st, _, _ := m.Verdict("x"); st != apiv1.EligibilityServing {
 		t.Fatalf("renewed through Sync: %s, want serving", st)
 	}
+	// a self-report that reached this replica through the store is judged at the sweep that
+	// brings it, not when the verdict would next change by itself
+	m.Sync(t0.Add(100*time.Second), Members{{Instance: in, Generation: 3, RegisteredAt: t0, LastRenewal: t0.Add(100 * time.Second), Health: "degraded"}})
+	if st, w, _ := m.Verdict("x"); st != apiv1.EligibilityDegraded || w != 50 {
+		t.Fatalf("a degraded self-report through Sync: %s/%d, want degraded/50", st, w)
+	}
 	m.Sync(t0.Add(101*time.Second), Members{})
 	if _, _, ok := m.Verdict("x"); ok {
 		t.Fatal("an instance gone from the fleet is still held")
