@@ -166,6 +166,9 @@ type group struct {
 	refs       int // instances held that belong to it
 	members    int // of those, neither absent nor draining
 	inRotation int
+	// sample is its capability's entry of Monitor.sampleBuf, once a sample found it: a
+	// capability keeps its entry while it has a group.
+	sample *capSample
 }
 
 // tally returns what a state adds to a group's counters.
@@ -218,8 +221,10 @@ type Monitor struct {
 	// dirty holds the groups whose counters moved since the last sweep: only their panic
 	// flags can have changed.
 	dirty map[groupKey]struct{}
-	// sampleBuf is the timeline's per-capability scratch space, kept between sweeps.
+	// sampleBuf is the timeline's per-capability scratch space, kept between sweeps;
+	// sampledAt is when sample last walked the groups.
 	sampleBuf map[string]*capSample
+	sampledAt time.Time
 }
 
 // NewMonitor returns a monitor with cfg.
@@ -525,6 +530,7 @@ func (m *Monitor) tickAndPublish(now time.Time) {
 		}
 		m.due.recycle(batch)
 	}
+	moved := len(m.dirty) > 0
 	for k := range m.dirty {
 		changed = m.panic(k, now) || changed
 	}
@@ -534,7 +540,7 @@ func (m *Monitor) tickAndPublish(now time.Time) {
 		clear(m.dirty)
 	}
 	m.sustained(now)
-	m.sample(now)
+	m.sample(now, moved)
 	m.publish(changed || spChanged)
 }
 

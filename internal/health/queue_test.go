@@ -12,8 +12,9 @@ import (
 // (some instances stop renewing for good, some for a while), probes, deregistrations and
 // forgets, with time moving by up to 20 s between sweeps, and checks after every sweep that
 // what the queues and counters give is what a walk of the whole fleet gives: the renewal
-// expectation, the instances counted as live, no lease left unexpired, and every published
-// verdict equal to the engine's verdict now.
+// expectation, the instances counted as live, no lease left unexpired, every published
+// verdict equal to the engine's verdict now, and the timeline's bucket of now holding the
+// group as it is.
 func TestSweepMatchesAWalkOfTheFleet(t *testing.T) {
 	sawSP, sawExpiry := false, false
 	for _, seed := range []uint64{1, 2, 3, 4} {
@@ -82,6 +83,21 @@ func TestSweepMatchesAWalkOfTheFleet(t *testing.T) {
 					want := e.Verdict(id, at)
 					if v.verdict.State != want.State || v.verdict.Weight != want.Weight {
 						t.Fatalf("step %d: %s published %s/%d, the engine says %s/%d now", step, id, v.verdict.State, v.verdict.Weight, want.State, want.Weight)
+					}
+				}
+				// the timeline's bucket of now holds the group as it is now (a sample skipped
+				// when nothing moved would miss a change)
+				if g := m.groups[groupKey{"c.x", "z"}]; g != nil {
+					tl := m.Timeline()
+					if len(tl.Capabilities) != 1 {
+						t.Fatalf("step %d: timeline %+v", step, tl)
+					}
+					bs := tl.Capabilities[0].Buckets
+					b := bs[len(bs)-1]
+					if !b.Start.Equal(at.Truncate(m.cfg.TimelineBucket)) || b.Instances < g.members || b.MinInRotation > g.inRotation ||
+						m.panics[g.key] && b.Level != "panic" && b.Level != LevelWarmingUp {
+						t.Fatalf("step %d at %s: the timeline's last bucket is %+v; the group has %d members, %d in rotation, panic %v",
+							step, at, b, g.members, g.inRotation, m.panics[g.key])
 					}
 				}
 			}
