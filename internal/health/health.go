@@ -583,12 +583,43 @@ var never = time.Unix(1<<40, 0)
 // nextChange returns the earliest instant after now at which in's verdict may change with no
 // new evidence (now itself while slow start ramps its weight; never when nothing is due).
 func (e *Engine) nextChange(in *instance, now time.Time) time.Time {
-	if in == nil || !in.present {
+	switch {
+	case in == nil || !in.present:
 		return never
-	}
-	if in.admitted && len(in.causes) == 0 && !in.draining && !in.quarantined(now) && sinceNanos(now, in.rotationSince) < e.cfg.SlowStart {
+	case e.ramping(in, now):
 		return now
 	}
+	return e.otherChange(in, now)
+}
+
+// ramping reports whether in is in rotation within its slow start at now: its weight grows
+// with time.
+func (e *Engine) ramping(in *instance, now time.Time) bool {
+	return in.admitted && len(in.causes) == 0 && !in.draining && !in.quarantined(now) && sinceNanos(now, in.rotationSince) < e.cfg.SlowStart
+}
+
+// rampWeight is the weight of an instance elapsed into its slow start.
+func (e *Engine) rampWeight(elapsed time.Duration) int {
+	return 10 + int(90*elapsed/e.cfg.SlowStart)
+}
+
+// rampUntil returns, for an instance ramping at now, when its slow start began and the
+// instant until which nothing but its weight can change its verdict without new evidence:
+// the end of the slow start, or an earlier instant at which something else falls due
+// (silence, the lease's end, an ejection or a quarantine ending). ok is false when in is
+// not ramping at now.
+func (e *Engine) rampUntil(in *instance, now time.Time) (from, until int64, ok bool) {
+	if in == nil || !in.present || !e.ramping(in, now) {
+		return 0, 0, false
+	}
+	until = dueAt(e.otherChange(in, now))
+	return in.rotationSince, min(until, in.rotationSince+int64(e.cfg.SlowStart)), true
+}
+
+// otherChange is nextChange for an instance that is not ramping: the earliest instant after
+// now at which its verdict may change by itself (now when its lease ended before a Tick
+// evicted it, never when nothing is due).
+func (e *Engine) otherChange(in *instance, now time.Time) time.Time {
 	next := never
 	consider := func(t time.Time) {
 		if t.After(now) && t.Before(next) {
@@ -657,7 +688,7 @@ func (e *Engine) verdictOf(in *instance, now time.Time) Verdict {
 	}
 	v := Verdict{State: apiv1.EligibilityServing, Weight: 100, Reasons: []string{}}
 	if elapsed := sinceNanos(now, in.rotationSince); elapsed < e.cfg.SlowStart {
-		v = Verdict{State: apiv1.EligibilitySlowStart, Weight: 10 + int(90*elapsed/e.cfg.SlowStart), Reasons: reasonsSlowStart}
+		v = Verdict{State: apiv1.EligibilitySlowStart, Weight: e.rampWeight(elapsed), Reasons: reasonsSlowStart}
 	}
 	if in.degraded {
 		v.State, v.Weight, v.Reasons = apiv1.EligibilityDegraded, min(v.Weight, e.cfg.DegradedWeight), reasonsDegraded

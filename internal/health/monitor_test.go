@@ -234,7 +234,7 @@ func TestMonitorGroupCountersMatchTheEngine(t *testing.T) {
 						for _, g := range v.groups {
 							keys = append(keys, g.key)
 						}
-						t.Logf("%s %v counted=%s verdict=%s engine=%s", id, keys, v.counted(), v.verdict.State, m.engine.Verdict(id, at).State)
+						t.Logf("%s %v counted=%s verdict=%s engine=%s", id, keys, v.counted(), v.state, m.engine.Verdict(id, at).State)
 					}
 					t.Fatalf("step %d: panic(%s, %s) = %v, the engine counts %v", step, c, z, got, want)
 				}

@@ -4,113 +4,180 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
+	"unsafe"
 )
 
 // TestSweepMatchesAWalkOfTheFleet drives a monitor through random registrations, renewals
-// (some instances stop renewing for good, some for a while), probes, deregistrations and
-// forgets, with time moving by up to 20 s between sweeps, and checks after every sweep that
-// what the queues and counters give is what a walk of the whole fleet gives: the renewal
-// expectation, the instances counted as live, no lease left unexpired, every published
-// verdict equal to the engine's verdict now, and the timeline's bucket of now holding the
-// group as it is.
+// (some instances stop renewing for good, some for a while, some renew through another
+// replica and the store), probes, deregistrations and forgets, with time moving by up to
+// 20 s between sweeps, and checks after every sweep that what the queues and counters give
+// is what a walk of the whole fleet gives: the renewal expectation, the instances counted as
+// live, no lease left unexpired, every published verdict (state, weight and reasons) equal
+// to the engine's verdict now, and the timeline's bucket of now holding the group as it is.
 func TestSweepMatchesAWalkOfTheFleet(t *testing.T) {
 	sawSP, sawExpiry := false, false
-	for _, seed := range []uint64{1, 2, 3, 4} {
-		t.Run(fmt.Sprint(seed), func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(seed, 7))
-			m := newTestMonitor(t, nil, nil)
-			e := m.engine
-			ids := make([]string, 40)
-			gen := map[string]int64{}
-			at := t0
-			for i := range ids {
-				ids[i] = fmt.Sprintf("i%02d", i)
-				gen[ids[i]] = 1
-				m.Register(Instance{ID: ids[i], Zone: "z", Capabilities: []string{"c.x"}, Probe: i%5 == 0}, 1, at)
-			}
-			silent := map[string]bool{}
-			for step := range 2000 {
-				at = at.Add(time.Duration(rng.IntN(20000)) * time.Millisecond)
-				for range rng.IntN(30) {
-					id := ids[rng.IntN(len(ids))]
-					switch r := rng.IntN(100); {
-					case r < 60:
-						if !silent[id] {
-							m.Observe(Event{At: at, ID: id, Kind: KindHeartbeat, Health: []string{"ok", "ok", "ok", "degraded", "failing"}[rng.IntN(5)]})
-						}
-					case r < 75:
-						m.Observe(Event{At: at, ID: id, Kind: KindProbe, Result: []string{ProbeOK, ProbeOK, ProbeFail}[rng.IntN(3)]})
-					case r < 80:
-						silent[id] = !silent[id]
-					case r < 85:
-						gen[id]++
-						m.Register(Instance{ID: id, Zone: "z", Capabilities: []string{"c.x"}}, gen[id], at)
-					case r < 88:
-						m.Forget(id, at)
-						gen[id]++
-						m.Register(Instance{ID: id, Zone: "z", Capabilities: []string{"c.x"}}, gen[id], at)
-					case r < 90:
-						m.Observe(Event{At: at, ID: id, Kind: KindDeregistered})
-					}
-				}
-				// the decision counts the fleet as it is before this sweep's leases end
-				window := e.cfg.LeaseTTL
-				live, expected := 0, 0.0
-				for _, in := range e.instances {
-					if in.present && !in.draining && in.renewed {
-						live++
-						expected += float64(min(window, sinceNanos(at, in.registeredAt))) / float64(e.cfg.HeartbeatInterval)
-					}
-				}
-				m.Sync(at, nil)
-				sawSP = sawSP || e.sp
-				for _, in := range e.instances {
-					sawExpiry = sawExpiry || !in.present
-					if !e.sp && in.present && !in.draining && e.expired(in, at) {
-						t.Fatalf("step %d: %s's lease ended at %s and it is still present", step, in.ID, instant(in.lastRenewal).Add(window))
-					}
-				}
-				d := e.SelfPreservationDecision()
-				if d.Live != live || math.Abs(d.Expected-expected) > 1e-6 {
-					t.Fatalf("step %d: live %d expected %.6f; a walk gives %d, %.6f", step, d.Live, d.Expected, live, expected)
-				}
-				if got, want := m.Panic("c.x", "z"), e.Group("c.x", "z", at).Panic; got != want {
-					t.Fatalf("step %d: panic flag %v, the engine says %v", step, got, want)
-				}
-				for id, v := range m.views {
-					want := e.Verdict(id, at)
-					if v.verdict.State != want.State || v.verdict.Weight != want.Weight {
-						t.Fatalf("step %d: %s published %s/%d, the engine says %s/%d now", step, id, v.verdict.State, v.verdict.Weight, want.State, want.Weight)
-					}
-				}
-				// the timeline's bucket of now holds the group as it is now (a sample skipped
-				// when nothing moved would miss a change)
-				if g := m.groups[groupKey{"c.x", "z"}]; g != nil {
-					tl := m.Timeline()
-					if len(tl.Capabilities) != 1 {
-						t.Fatalf("step %d: timeline %+v", step, tl)
-					}
-					bs := tl.Capabilities[0].Buckets
-					b := bs[len(bs)-1]
-					if !b.Start.Equal(at.Truncate(m.cfg.TimelineBucket)) || b.Instances < g.members || b.MinInRotation > g.inRotation ||
-						m.panics[g.key] && b.Level != "panic" && b.Level != LevelWarmingUp {
-						t.Fatalf("step %d at %s: the timeline's last bucket is %+v; the group has %d members, %d in rotation, panic %v",
-							step, at, b, g.members, g.inRotation, m.panics[g.key])
-					}
-				}
-			}
-			if n := m.due.len(); n > 4*len(ids) {
-				t.Errorf("the due queue holds %d entries for %d instances", n, len(ids))
-			}
-			if n := e.leases.len() + e.young.len(); n > 4*len(ids) {
-				t.Errorf("the engine's queues hold %d entries for %d instances", n, len(ids))
-			}
-		})
+	// A slow start of 10 s ends before a heartbeat is missed; one of 2 m outlasts silences
+	// and lease ends, which end the weight-only sweeps of a ramping instance (reweigh).
+	for _, slowStart := range []time.Duration{10 * time.Second, 2 * time.Minute} {
+		for _, seed := range []uint64{1, 2, 3, 4} {
+			walkTheFleet(t, slowStart, seed, &sawSP, &sawExpiry)
+		}
 	}
 	if !sawSP || !sawExpiry {
 		t.Errorf("the walk never saw self-preservation (%v) or a lease end (%v): the fleet is too quiet to test either", sawSP, sawExpiry)
+	}
+}
+
+// walkTheFleet is one walk of TestSweepMatchesAWalkOfTheFleet.
+func walkTheFleet(t *testing.T, slowStart time.Duration, seed uint64, sawSP, sawExpiry *bool) {
+	t.Run(fmt.Sprintf("slow_start=%s/seed=%d", slowStart, seed), func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(seed, 7))
+		m, err := NewMonitor(MonitorConfig{Engine: Config{SlowStart: slowStart}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		e := m.engine
+		ids := make([]string, 40)
+		gen := map[string]int64{}
+		inst, regAt := map[string]Instance{}, map[string]time.Time{} // the latest incarnation's
+		at := t0
+		register := func(in Instance) {
+			inst[in.ID], regAt[in.ID] = in, at
+			m.Register(in, gen[in.ID], at)
+		}
+		for i := range ids {
+			ids[i] = fmt.Sprintf("i%02d", i)
+			gen[ids[i]] = 1
+			register(Instance{ID: ids[i], Zone: "z", Capabilities: []string{"c.x"}, Probe: i%5 == 0})
+		}
+		silent := map[string]bool{}
+		for step := range 2000 {
+			at = at.Add(time.Duration(rng.IntN(20000)) * time.Millisecond)
+			for range rng.IntN(30) {
+				id := ids[rng.IntN(len(ids))]
+				switch r := rng.IntN(100); {
+				case r < 60:
+					if !silent[id] {
+						m.Observe(Event{At: at, ID: id, Kind: KindHeartbeat, Health: []string{"ok", "ok", "ok", "degraded", "failing"}[rng.IntN(5)]})
+					}
+				case r < 75:
+					m.Observe(Event{At: at, ID: id, Kind: KindProbe, Result: []string{ProbeOK, ProbeOK, ProbeFail}[rng.IntN(3)]})
+				case r < 80:
+					silent[id] = !silent[id]
+				case r < 85:
+					gen[id]++
+					register(Instance{ID: id, Zone: "z", Capabilities: []string{"c.x"}})
+				case r < 88:
+					m.Forget(id, at)
+					gen[id]++
+					register(Instance{ID: id, Zone: "z", Capabilities: []string{"c.x"}})
+				case r < 90:
+					m.Observe(Event{At: at, ID: id, Kind: KindDeregistered})
+				case r < 95:
+					if !silent[id] { // renewed through another replica: the store tells this one
+						m.SyncChanged(at, Members{{Instance: inst[id], Generation: gen[id], RegisteredAt: regAt[id], LastRenewal: at,
+							Health: []string{"ok", "ok", "degraded", "failing"}[rng.IntN(4)]}}, nil)
+					}
+				}
+			}
+			// the decision counts the fleet as it is before this sweep's leases end
+			window := e.cfg.LeaseTTL
+			live, expected := 0, 0.0
+			for _, in := range e.instances {
+				if in.present && !in.draining && in.renewed {
+					live++
+					expected += float64(min(window, sinceNanos(at, in.registeredAt))) / float64(e.cfg.HeartbeatInterval)
+				}
+			}
+			m.Sync(at, nil)
+			*sawSP = *sawSP || e.sp
+			for _, in := range e.instances {
+				*sawExpiry = *sawExpiry || !in.present
+				if !e.sp && in.present && !in.draining && e.expired(in, at) {
+					t.Fatalf("step %d: %s's lease ended at %s and it is still present", step, in.ID, instant(in.lastRenewal).Add(window))
+				}
+			}
+			d := e.SelfPreservationDecision()
+			if d.Live != live || math.Abs(d.Expected-expected) > 1e-6 {
+				t.Fatalf("step %d: live %d expected %.6f; a walk gives %d, %.6f", step, d.Live, d.Expected, live, expected)
+			}
+			if got, want := m.Panic("c.x", "z"), e.Group("c.x", "z", at).Panic; got != want {
+				t.Fatalf("step %d: panic flag %v, the engine says %v", step, got, want)
+			}
+			for id, v := range m.views {
+				want := e.Verdict(id, at)
+				if got := v.verdict(); got.State != want.State || got.Weight != want.Weight || !slices.Equal(got.Reasons, want.Reasons) {
+					t.Fatalf("step %d: %s published %s/%d %v, the engine says %s/%d %v now", step, id, got.State, got.Weight, got.Reasons,
+						want.State, want.Weight, want.Reasons)
+				}
+			}
+			// the timeline's bucket of now holds the group as it is now (a sample skipped
+			// when nothing moved would miss a change)
+			if g := m.groups[groupKey{"c.x", "z"}]; g != nil {
+				tl := m.Timeline()
+				if len(tl.Capabilities) != 1 {
+					t.Fatalf("step %d: timeline %+v", step, tl)
+				}
+				bs := tl.Capabilities[0].Buckets
+				b := bs[len(bs)-1]
+				if !b.Start.Equal(at.Truncate(m.cfg.TimelineBucket)) || b.Instances < g.members || b.MinInRotation > g.inRotation ||
+					m.panics[g.key] && b.Level != "panic" && b.Level != LevelWarmingUp {
+					t.Fatalf("step %d at %s: the timeline's last bucket is %+v; the group has %d members, %d in rotation, panic %v",
+						step, at, b, g.members, g.inRotation, m.panics[g.key])
+				}
+			}
+		}
+		if n := m.due.len(); n > 4*len(ids) {
+			t.Errorf("the due queue holds %d entries for %d instances", n, len(ids))
+		}
+		if n := e.leases.len() + e.young.len(); n > 4*len(ids) {
+			t.Errorf("the engine's queues hold %d entries for %d instances", n, len(ids))
+		}
+	})
+}
+
+// TestDueQueue checks the queue's two places: an entry pushed due by the last take's limit
+// waits in the list for the next take, unless it is later than that take's limit (a clock
+// ahead of the sweep's); one pushed later waits in the heap; stale entries never come out.
+func TestDueQueue(t *testing.T) {
+	type push struct {
+		at int64
+		id int
+	}
+	for _, tc := range []struct {
+		name  string
+		first int64 // the limit of a take before the pushes
+		push  []push
+		takes []int64
+		want  [][]int // the views each take yields, by id
+	}{
+		{"due at once: the next take", 100, []push{{100, 0}, {50, 1}}, []int64{100}, [][]int{{0, 1}}},
+		{"ahead of the next take: a later one", 100, []push{{90, 0}, {100, 1}}, []int64{95, 100}, [][]int{{0}, {1}}},
+		{"in the heap until due", 100, []push{{300, 0}, {200, 1}}, []int64{150, 250, 300}, [][]int{nil, {1}, {0}}},
+		{"queued again earlier: once, at the earlier", 100, []push{{300, 0}, {80, 0}}, []int64{100, 400}, [][]int{{0}, nil}},
+		{"queued again later: the earlier entry is stale", 100, []push{{80, 0}, {300, 0}}, []int64{100, 400}, [][]int{nil, {0}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var q dueQueue
+			q.takeDue(time.Unix(0, tc.first), func(*view) { t.Fatal("an empty queue yielded a view") })
+			views := []*view{{}, {}}
+			for _, p := range tc.push {
+				v := views[p.id]
+				v.queued, v.queuedAt = true, p.at
+				q.push(p.at, v)
+			}
+			for i, limit := range tc.takes {
+				var got []int
+				q.takeDue(time.Unix(0, limit), func(v *view) { got = append(got, slices.Index(views, v)) })
+				slices.Sort(got)
+				if !slices.Equal(got, tc.want[i]) {
+					t.Errorf("take %d at %d: %v, want %v", i, limit, got, tc.want[i])
+				}
+			}
+		})
 	}
 }
 
@@ -131,5 +198,18 @@ func TestDueAt(t *testing.T) {
 				t.Errorf("dueAt(%v) = %d, want %d", tc.at, got, tc.want)
 			}
 		})
+	}
+}
+
+// TestViewLayout holds the view to the layout a sweep of a million views in slow start
+// relies on: 192 bytes (a multiple of a cache line, so that every view begins one), with
+// everything reweigh reads and writes in the first 64.
+func TestViewLayout(t *testing.T) {
+	var v view
+	if size := unsafe.Sizeof(v); size != 192 {
+		t.Errorf("a view is %d bytes, want 192", size)
+	}
+	if end := unsafe.Offsetof(v.synced) + unsafe.Sizeof(v.synced); end > 64 || unsafe.Offsetof(v.state) != 64 {
+		t.Errorf("the sweep's fields end at byte %d and the rest begins at %d, want 64 for both", end, unsafe.Offsetof(v.state))
 	}
 }

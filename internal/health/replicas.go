@@ -128,7 +128,7 @@ func (m *Monitor) SetRampClock(t, now time.Time) {
 	}
 	changed := false
 	for v := range m.ramping { // refreshVerdict drops those whose ramp ends
-		changed = m.refreshVerdict(v.in.ID, v, now) || changed
+		changed = m.refreshVerdict(v, now) || changed
 	}
 	m.publish(changed)
 }
@@ -238,15 +238,15 @@ func (m *Monitor) Judged(id string) (j Judgment, ok bool) {
 	if !ok || m.following {
 		return Judgment{}, false
 	}
-	j = Judgment{Generation: v.generation, State: v.verdict.State, Since: instant(v.since), Reasons: v.verdict.Reasons}
-	if v.verdict.State != apiv1.EligibilitySlowStart {
-		j.Weight = v.verdict.Weight
+	j = Judgment{Generation: v.generation, State: v.state, Since: instant(v.since), Reasons: v.reasons}
+	if v.state != apiv1.EligibilitySlowStart {
+		j.Weight = int(v.weight)
 	}
 	if v.in != nil {
 		if v.in.admitted {
 			j.rampSince = time.Unix(0, v.in.rotationSince).UTC()
 		}
-		if v.verdict.State == apiv1.EligibilitySlowStart {
+		if v.state == apiv1.EligibilitySlowStart {
 			j.Since = j.rampSince
 		}
 		j.Derived = j.Follows(firstVerdict(id, v.generation, v.in.Probe, instant(v.in.registeredAt)))

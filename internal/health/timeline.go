@@ -59,7 +59,7 @@ func (m *Monitor) sample(now time.Time, moved bool) {
 	if len(m.panics) > 0 {
 		awaiting = map[groupKey]int{}
 		for _, v := range m.views {
-			if in := v.in; in != nil && in.Probe && !in.admitted && in.troubles().lastProbe.At.IsZero() && v.verdict.State == apiv1.EligibilityUnknown &&
+			if in := v.in; in != nil && in.Probe && !in.admitted && in.troubles().lastProbe.At.IsZero() && v.state == apiv1.EligibilityUnknown &&
 				sinceNanos(now, in.registeredAt) < firstProbeGrace {
 				for _, g := range v.groups {
 					if m.panics[g.key] {
