@@ -12,6 +12,7 @@ type metrics struct {
 	heartbeatSuccess prometheus.Counter
 	heartbeatFail    *prometheus.CounterVec
 	evictions        prometheus.Counter
+	sweep            prometheus.Histogram
 }
 
 // newMetrics creates the registry's collectors and registers them with reg (none when nil).
@@ -29,6 +30,9 @@ func newMetrics(reg prometheus.Registerer, r *Registry) (*metrics, error) {
 			Name: "heartbeat_fail_total", Help: "Heartbeats refused, by reason (invalid, not_found, generation_mismatch, forbidden, store)."}, []string{"reason"}),
 		evictions: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "stale_evictions_total", Help: "Instances evicted because their lease expired."}),
+		sweep: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
+			Name: "sweep_duration_seconds", Help: "How long a sweep (lease expiry, eligibility verdicts due by time, panic flags, timeline) took.",
+			Buckets: []float64{.0001, .0005, .001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}}),
 	}
 	for _, reason := range []string{"invalid", "forbidden", "store"} {
 		m.registerFail.WithLabelValues(reason)
@@ -61,7 +65,7 @@ func newMetrics(reg prometheus.Registerer, r *Registry) (*metrics, error) {
 				return 0
 			}),
 	}
-	for _, c := range append(gauges, m.registerSuccess, m.registerFail, m.heartbeatSuccess, m.heartbeatFail, m.evictions) {
+	for _, c := range append(gauges, m.registerSuccess, m.registerFail, m.heartbeatSuccess, m.heartbeatFail, m.evictions, m.sweep) {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register registry metrics: %w", err)
 		}

@@ -560,9 +560,11 @@ func (r *Registry) Run(ctx context.Context) error {
 		case <-summary.C:
 			r.logSummary(ctx)
 		case <-sweep.C:
+			start := time.Now() // the work's own time, whatever clock the registry reads
 			if _, err := r.Sweep(ctx); err != nil {
 				r.cfg.Logger.Error("sweep failed", slog.Any("error", err))
 			}
+			r.metrics.sweep.Observe(time.Since(start).Seconds())
 		case <-judged:
 			judged = nil
 			publish = time.After(verdictPublishDelay)

@@ -640,6 +640,19 @@ func TestRunSweepsAndSnapshots(t *testing.T) {
 	if n := snapshots(); n > registry.DefaultSnapshotKeep {
 		t.Errorf("%d snapshots kept, want at most %d", n, registry.DefaultSnapshotKeep)
 	}
+	mfs, err := f.prom.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sweeps uint64
+	for _, mf := range mfs {
+		if mf.GetName() == "meshflows_registry_sweep_duration_seconds" {
+			sweeps = mf.GetMetric()[0].GetHistogram().GetSampleCount()
+		}
+	}
+	if sweeps < 2 { // the eviction's, and one at least before it
+		t.Errorf("meshflows_registry_sweep_duration_seconds counts %d sweeps, want every sweep Run made", sweeps)
+	}
 }
 
 func TestOwnership(t *testing.T) {
