@@ -679,7 +679,7 @@ func (m *Monitor) setVerdict(v *view, nv Verdict, now time.Time) bool {
 		}
 		v.history = append(v.history, change{at: v.since, from: t.From, to: t.To, reasons: t.Reasons})
 		m.metrics.transition(t)
-		m.cfg.Logger.LogAttrs(context.Background(), transitionLevel(old.State), "eligibility", slog.String("instance_id", id),
+		m.cfg.Logger.LogAttrs(context.Background(), transitionLevel(old.State, nv.State), "eligibility", slog.String("instance_id", id),
 			slog.String("from", old.State), slog.String("to", nv.State), slog.Any("reasons", nv.Reasons), slog.Int("weight", nv.Weight))
 		if m.cfg.OnTransition != nil {
 			m.cfg.OnTransition(t)
@@ -688,12 +688,19 @@ func (m *Monitor) setVerdict(v *view, nv Verdict, now time.Time) bool {
 	return true
 }
 
-// transitionLevel is the log level of a transition out of from. An instance's first verdict
-// (out of absent) comes with its registration, and the journal records both the registration
-// and the transition: logged at info, it was a line per registration, 7 % of the registry's
-// CPU while a fleet registers. Every later transition is logged at info.
-func transitionLevel(from string) slog.Level {
-	if from == apiv1.EligibilityAbsent {
+// transitionLevel is the log level of a transition from one state to another. The steps
+// every registration takes by itself are logged at debug: its first verdict (out of
+// absent), its admission by the first probes (unknown to slow start) and the end of its
+// ramp (slow start to serving). The journal records each of them, and the transitions
+// counter counts them; logged at info, each was a line per registration: 7 % of the
+// registry's CPU while a fleet registers for the first verdicts, and half a million lines
+// a minute for the ramps' ends while a million instances registered again after a restart.
+// Every other transition is logged at info.
+func transitionLevel(from, to string) slog.Level {
+	switch {
+	case from == apiv1.EligibilityAbsent,
+		from == apiv1.EligibilityUnknown && to == apiv1.EligibilitySlowStart,
+		from == apiv1.EligibilitySlowStart && to == apiv1.EligibilityServing:
 		return slog.LevelDebug
 	}
 	return slog.LevelInfo

@@ -353,9 +353,10 @@ func TestFreshStackWarmsUp(t *testing.T) {
 	}
 }
 
-// TestMonitorLogsFirstVerdictsAtDebug checks the levels of the "eligibility" log lines: an
-// instance's first verdict is at debug (a line per registration; the journal keeps it), every
-// later transition at info.
+// TestMonitorLogsFirstVerdictsAtDebug checks the levels of the "eligibility" log lines: the
+// steps every registration takes by itself (its first verdict, its admission, the end of its
+// ramp) are at debug (a line per registration each; the journal keeps them), every other
+// transition at info.
 func TestMonitorLogsFirstVerdictsAtDebug(t *testing.T) {
 	var buf bytes.Buffer
 	m, err := NewMonitor(MonitorConfig{Logger: slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})),
@@ -369,6 +370,14 @@ func TestMonitorLogsFirstVerdictsAtDebug(t *testing.T) {
 	m.Observe(probeEv("a", ProbeOK, t0.Add(2*time.Second)))
 	m.Observe(probeEv("a", ProbeRefused, t0.Add(3*time.Second)))
 	m.Register(in, 2, t0.Add(4*time.Second)) // a new incarnation
+	m.Observe(probeEv("a", ProbeOK, t0.Add(5*time.Second)))
+	m.Observe(probeEv("a", ProbeOK, t0.Add(6*time.Second)))
+	m.Sync(t0.Add(20*time.Second), nil) // the ramp ends
+	m.Observe(probeEv("a", ProbeRefused, t0.Add(21*time.Second)))
+	for i := range 6 { // healthy_after (unhealthy_after + 2) oks bring it back
+		m.Observe(probeEv("a", ProbeOK, t0.Add(time.Duration(22+i)*time.Second)))
+	}
+	m.Sync(t0.Add(45*time.Second), nil) // the ramp after the recovery ends
 	var got []string
 	for l := range strings.Lines(buf.String()) {
 		var line struct{ Level, Msg, From, To string }
@@ -380,7 +389,8 @@ func TestMonitorLogsFirstVerdictsAtDebug(t *testing.T) {
 		}
 	}
 	// the new incarnation follows from the old one's verdict, not from absent: at info
-	want := []string{"DEBUG absent>unknown", "INFO unknown>slow_start", "INFO slow_start>withdrawn", "INFO withdrawn>unknown"}
+	want := []string{"DEBUG absent>unknown", "DEBUG unknown>slow_start", "INFO slow_start>withdrawn", "INFO withdrawn>unknown",
+		"DEBUG unknown>slow_start", "DEBUG slow_start>serving", "INFO serving>withdrawn", "INFO withdrawn>slow_start", "DEBUG slow_start>serving"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("eligibility log lines (-want +got):\n%s", diff)
 	}
