@@ -239,9 +239,10 @@ func CleanPath(p string) string {
 // Match finds the most specific route for method and path.
 func (t *Table) Match(method, rawPath string) Match {
 	p := CleanPath(rawPath)
-	var segs []string
+	var buf [16]string // most paths have fewer segments: no allocation per request for them
+	segs := buf[:0]
 	if p != "/" {
-		segs = strings.Split(p[1:], "/")
+		segs = appendSegments(segs, p[1:])
 	}
 	if e := t.root.find(segs, method); e != nil {
 		return Match{Entry: e, Path: p}
@@ -257,6 +258,20 @@ func (t *Table) Match(method, rawPath string) Match {
 	}
 	slices.Sort(allow)
 	return Match{Status: 405, Allow: allow, Path: p}
+}
+
+// appendSegments appends the segments of path, split at every "/", to segs: what
+// strings.Split(path, "/") returns, without a slice of its own (Match splits every request's
+// path into a buffer on its stack).
+func appendSegments(segs []string, path string) []string {
+	for {
+		seg, rest, more := strings.Cut(path, "/")
+		segs = append(segs, seg)
+		if !more {
+			return segs
+		}
+		path = rest
+	}
 }
 
 // find returns the most specific entry for method under n for the remaining segments.
