@@ -805,3 +805,31 @@ func TestGatewayClosesStaleUpstreamConnections(t *testing.T) {
 		t.Fatal("the gateway never asked its transport to close stale connections")
 	}
 }
+
+// TestRequestsCountedBySourceAndCode: meshflows_gateway_requests_total counts every
+// request once, by the source of the route that answered (none without one) and the status.
+func TestRequestsCountedBySourceAndCode(t *testing.T) {
+	e := newEnv(t)
+	for _, tc := range []struct {
+		method, path string
+		n            int
+	}{
+		{"GET", "/static/x", 3},
+		{"GET", "/nothing", 2},
+		{"PUT", "/static/x", 1},
+	} {
+		for range tc.n {
+			e.do(t, tc.method, tc.path, "")
+		}
+	}
+	want := `
+# HELP meshflows_gateway_requests_total Requests by route source (static, dynamic, none) and status code.
+# TYPE meshflows_gateway_requests_total counter
+meshflows_gateway_requests_total{code="200",source="static"} 3
+meshflows_gateway_requests_total{code="404",source="none"} 2
+meshflows_gateway_requests_total{code="405",source="none"} 1
+`
+	if err := testutil.GatherAndCompare(e.prom, strings.NewReader(want), "meshflows_gateway_requests_total"); err != nil {
+		t.Error(err)
+	}
+}

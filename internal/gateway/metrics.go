@@ -3,7 +3,7 @@ package gateway
 import (
 	"fmt"
 	"strconv"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -16,19 +16,31 @@ type metrics struct {
 	derivations prometheus.Counter
 
 	// Resolved series for the hot path: a label lookup per request costs more than the
-	// counter itself.
-	byCode     sync.Map // "source code" -> prometheus.Counter
+	// counter itself. byCode is read only once built: a source's counters by status code,
+	// each resolved at its first use.
+	byCode     map[string]*codeCounters
 	upstreamBy map[string]prometheus.Observer
 }
 
+// codeCounters holds one source's request counters by status code (100-599).
+type codeCounters [500]atomic.Pointer[prometheus.Counter]
+
+// count counts one request answered with code on a route of source. The series is
+// resolved once per (source, code); a key was built per request to find it, an allocation
+// per forwarded request.
 func (m *metrics) count(source string, code int) {
-	key := source + " " + strconv.Itoa(code)
-	if c, ok := m.byCode.Load(key); ok {
-		c.(prometheus.Counter).Inc()
+	cs := m.byCode[source]
+	if cs == nil || code < 100 || code > 599 {
+		m.requests.WithLabelValues(source, strconv.Itoa(code)).Inc() // outside the table: resolved per call
 		return
 	}
-	c := m.requests.WithLabelValues(source, strconv.Itoa(code))
-	m.byCode.Store(key, c)
+	slot := &cs[code-100]
+	if c := slot.Load(); c != nil {
+		(*c).Inc()
+		return
+	}
+	c := m.requests.WithLabelValues(source, strconv.Itoa(code)) // the same series for every caller: a race stores it twice
+	slot.Store(&c)
 	c.Inc()
 }
 
@@ -52,6 +64,7 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) (*metrics, error) {
 			Help: "Routing tables derived."}),
 	}
 	m.upstreamBy = map[string]prometheus.Observer{"static": m.upstream.WithLabelValues("static"), "dynamic": m.upstream.WithLabelValues("dynamic")}
+	m.byCode = map[string]*codeCounters{"static": new(codeCounters), "dynamic": new(codeCounters), "none": new(codeCounters)}
 	if reg == nil {
 		return m, nil
 	}
