@@ -195,7 +195,9 @@ func (t *Transport) conn(ctx context.Context, addr string) (*upstreamConn, bool,
 	c.limit.r = nc
 	c.br = bufio.NewReaderSize(&c.limit, 4096)
 	if sc, ok := nc.(syscall.Conn); ok {
-		c.raw, _ = sc.SyscallConn()
+		if raw, err := sc.SyscallConn(); err == nil {
+			c.peek = newPeeker(raw)
+		}
 	}
 	return c, false, nil
 }
@@ -272,7 +274,7 @@ var errNoAnswer = errors.New("no answer from the upstream")
 // upstreamConn is one keep-alive connection of the direct path.
 type upstreamConn struct {
 	nc        net.Conn
-	raw       syscall.RawConn
+	peek      *peeker       // nil when nc is not a socket
 	limit     limitedReader // under br: bounds what an answer's headers may take
 	br        *bufio.Reader
 	bw        *bufio.Writer
@@ -360,7 +362,7 @@ func (t *Transport) maxHeaderBytes() int64 {
 // closed it and sent nothing unasked. It peeks at the socket without waiting; a connection
 // that cannot be peeked at (not a socket) is never used twice.
 func (c *upstreamConn) usable() bool {
-	return c.br.Buffered() == 0 && c.raw != nil && quiet(c.raw)
+	return c.br.Buffered() == 0 && c.peek != nil && c.peek.quiet()
 }
 
 // connBody is the body of an answer on the direct path. Read to its end, it gives its
