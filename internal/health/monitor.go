@@ -626,10 +626,11 @@ func (m *Monitor) refreshVerdict(v *view, now time.Time) bool {
 
 // reweigh is refreshVerdict for a view the sweep found due. Its ramp fields come from its
 // last judgment by the engine, which saw every piece of evidence about it (evidence that
-// does not judge it at once zeroes rampUntil): a view ramping until past now has nothing but
-// its weight to change, and that is weighed from the view's first cache line alone. After a registry restart a
-// million views are in slow start and due at every sweep; judging each through the engine
-// read its record too, and the sweep took 235 ms. The caller records now as judgedAt.
+// does not judge it at once zeroes rampUntil): a view ramping until past now has nothing
+// but its weight to change, and that is weighed from the view's first cache line alone.
+// After a registry restart a million views are in slow start and due at every sweep;
+// judging each through the engine read its record too, and the sweep took 235 ms. The
+// caller records now as judgedAt.
 func (m *Monitor) reweigh(v *view, now time.Time) bool {
 	n := now.UnixNano()
 	if m.following || n >= v.rampUntil || n < v.rampFrom {
