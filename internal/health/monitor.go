@@ -104,7 +104,7 @@ type view struct {
 	// rampFrom and rampUntil say, when the engine last judged it, that it was ramping from
 	// rampFrom and that until rampUntil nothing but its weight can change without new
 	// evidence: a sweep weighs it again from these alone, up to rampCap (see reweigh).
-	// Evidence that does not judge it at once zeroes rampUntil.
+	// Evidence that can change its verdict zeroes rampUntil (apply).
 	rampFrom  int64
 	rampUntil int64
 	in        *instance // the engine's record of it, from its registration on (its ID is the view's)
@@ -386,13 +386,26 @@ func (m *Monitor) ObserveVia(h *Handle, ev Event) error {
 }
 
 func (m *Monitor) observe(v *view, ev Event) error {
+	if changes, err := m.apply(v, ev); err != nil || !changes {
+		return err
+	}
+	m.publish(m.refresh(ev.ID, ev.At))
+	return nil
+}
+
+// apply applies evidence about v to the engine and reports whether it can change v's
+// verdict; the caller then judges v, at once or at the sweep. A renewal that changes
+// nothing (a heartbeat's usual case) is applied the quiet way, with no judgment. Any other
+// evidence zeroes v.rampUntil: until judged again, v is not weighed from what was known
+// before it (reweigh).
+func (m *Monitor) apply(v *view, ev Event) (bool, error) {
 	if ev.Kind == KindHeartbeat && v.in != nil && v.in.present && m.engine.quietRenewal(v.in, ev) {
 		v.lastRenewal = ev.At.UnixNano() // nothing published changes
-		return nil
+		return false, nil
 	}
 	ejected := m.engine.Ejections()
 	if err := m.engine.Apply(ev); err != nil {
-		return err
+		return false, err
 	}
 	if n := m.engine.Ejections() - ejected; n > 0 {
 		m.metrics.ejections.Add(float64(n))
@@ -400,8 +413,8 @@ func (m *Monitor) observe(v *view, ev Event) error {
 	if ev.Kind == KindHeartbeat {
 		v.lastRenewal, v.health = ev.At.UnixNano(), cmp.Or(ev.Health, "ok")
 	}
-	m.publish(m.refresh(ev.ID, ev.At))
-	return nil
+	v.rampUntil = 0
+	return true, nil
 }
 
 // Forget drops an instance the registry no longer holds.
@@ -489,15 +502,13 @@ func (m *Monitor) reconcileMember(now time.Time, fleet Fleet, i int) {
 		if !renewedSince {
 			at = now
 		}
-		ev := Event{At: at, ID: f.ID, Kind: KindHeartbeat, Health: f.Health}
-		if v.in == nil || !v.in.present || !m.engine.quietRenewal(v.in, ev) {
-			// it can change the verdict (a new self-report, the end of a silence): judged by
-			// the engine at this sweep, not when its verdict would next change by itself
-			m.engine.Apply(ev)
-			v.nextDue, v.rampUntil = dueNow, 0
+		// the monitor holds the instance (declared above): Apply has nothing to refuse
+		if changes, _ := m.apply(v, Event{At: at, ID: f.ID, Kind: KindHeartbeat, Health: f.Health}); changes {
+			// a new self-report, the end of a silence: judged at this sweep, not when the
+			// verdict would next change by itself
+			v.nextDue = dueNow
 			m.schedule(v)
 		}
-		v.lastRenewal, v.health = at.UnixNano(), f.Health
 	}
 }
 
@@ -626,7 +637,7 @@ func (m *Monitor) refreshVerdict(v *view, now time.Time) bool {
 
 // reweigh is refreshVerdict for a view the sweep found due. Its ramp fields come from its
 // last judgment by the engine, which saw every piece of evidence about it (evidence that
-// does not judge it at once zeroes rampUntil): a view ramping until past now has nothing
+// can change its verdict zeroes rampUntil: apply): a view ramping until past now has nothing
 // but its weight to change, and that is weighed from the view's first cache line alone.
 // After a registry restart a million views are in slow start and due at every sweep;
 // judging each through the engine read its record too, and the sweep took 235 ms. The
