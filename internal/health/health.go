@@ -606,14 +606,13 @@ func (e *Engine) rampWeight(elapsed time.Duration) int {
 // rampUntil returns, for an instance ramping at now, when its slow start began and the
 // instant until which nothing but its weight can change its verdict without new evidence:
 // the end of the slow start, or an earlier instant at which something else falls due
-// (silence, the lease's end, an ejection or a quarantine ending). ok is false when in is
-// not ramping at now.
-func (e *Engine) rampUntil(in *instance, now time.Time) (from, until int64, ok bool) {
+// (silence, the lease's end, an ejection or a quarantine ending). For an instance not
+// ramping at now, until is 0: never past now.
+func (e *Engine) rampUntil(in *instance, now time.Time) (from, until int64) {
 	if in == nil || !in.present || !e.ramping(in, now) {
-		return 0, 0, false
+		return 0, 0
 	}
-	until = dueAt(e.otherChange(in, now))
-	return in.rotationSince, min(until, in.rotationSince+int64(e.cfg.SlowStart)), true
+	return in.rotationSince, min(dueAt(e.otherChange(in, now)), in.rotationSince+int64(e.cfg.SlowStart))
 }
 
 // otherChange is nextChange for an instance that is not ramping: the earliest instant after

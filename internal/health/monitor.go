@@ -625,7 +625,7 @@ func (m *Monitor) refreshVerdict(v *view, now time.Time) bool {
 	} else {
 		nv = m.engine.verdictOf(v.in, now)
 		v.nextDue = dueAt(m.engine.nextChange(v.in, now))
-		v.rampFrom, v.rampUntil, _ = m.engine.rampUntil(v.in, now)
+		v.rampFrom, v.rampUntil = m.engine.rampUntil(v.in, now)
 		v.rampCap = 100
 		if nv.State == apiv1.EligibilityDegraded {
 			v.rampCap = int32(m.cfg.Engine.DegradedWeight)
