@@ -19,6 +19,7 @@ import (
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/client"
+	"github.com/meshflows/meshflows/internal/deadline"
 	"github.com/meshflows/meshflows/routing"
 )
 
@@ -331,7 +332,7 @@ func (f *getFlags) watchKind(ctx context.Context, w, errw io.Writer, kind string
 				fmt.Fprintf(errw, "meshflows: %v; still watching\n", err)
 				failing = true
 			}
-			sleep(ctx, time.Second)
+			deadline.Sleep(ctx, time.Second)
 			continue
 		}
 		if failing {
@@ -376,19 +377,10 @@ func (f *getFlags) watchKind(ctx context.Context, w, errw io.Writer, kind string
 			last = b.String()
 		}
 		if !longPoll {
-			sleep(ctx, 2*time.Second)
+			deadline.Sleep(ctx, 2*time.Second)
 		}
 	}
 	return nil
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }
 
 // table is rows of cells under a header.

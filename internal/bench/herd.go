@@ -13,6 +13,7 @@ import (
 	"time"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/internal/deadline"
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/server"
 	"github.com/meshflows/meshflows/internal/store/memstore"
@@ -164,7 +165,7 @@ func RunHerd(ctx context.Context, cfg HerdConfig) (*HerdReport, error) {
 	}
 	cfg.Notify("%d providers registered", cfg.Providers)
 	// Let the heartbeats of agents started together drift apart, as a real fleet's are.
-	if err := sleep(ctx, 2*cfg.HeartbeatInterval); err != nil {
+	if err := deadline.Sleep(ctx, 2*cfg.HeartbeatInterval); err != nil {
 		return nil, err
 	}
 	oldEpoch := agents[0].Status().RegistryEpoch
@@ -242,17 +243,6 @@ func waitFor(ctx context.Context, cond func() bool) error {
 		}
 	}
 	return nil
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // restartableRegistry is a registry in this process whose state can be thrown away.

@@ -1,6 +1,7 @@
-// Package deadline owns the queues of things due at an instant: a min-heap of values by
-// Unix-nanosecond instant, used where a sweep must look only at what is due (lease ends,
-// verdicts that may change by themselves) instead of walking everything.
+// Package deadline owns waiting for instants: the queues of things due at an instant (a
+// min-heap of values by Unix-nanosecond instant, used where a sweep must look only at what
+// is due — lease ends, verdicts that may change by themselves — instead of walking
+// everything), and Sleep, a wait that ends with its context.
 package deadline
 
 // Queue is a min-heap of values by instant. Entries are never removed in place: the owner

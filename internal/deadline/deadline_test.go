@@ -1,9 +1,12 @@
 package deadline_test
 
 import (
+	"context"
+	"errors"
 	"math/rand/v2"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -57,5 +60,27 @@ func TestQueueOrdersAndWalks(t *testing.T) {
 		if q.Len() != 0 || q.Due(1<<62) {
 			t.Fatal("Reset left entries")
 		}
+	}
+}
+
+// TestSleep: Sleep waits its duration, or returns the context's error as soon as the
+// context ends (a canceled one before any wait: nothing here waits its minute).
+func TestSleep(t *testing.T) {
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, tc := range []struct {
+		name string
+		ctx  context.Context
+		d    time.Duration
+		want error
+	}{
+		{"elapses", context.Background(), time.Microsecond, nil},
+		{"context ended", canceled, time.Minute, context.Canceled},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if err := deadline.Sleep(tc.ctx, tc.d); !errors.Is(err, tc.want) {
+				t.Fatalf("Sleep = %v, want %v", err, tc.want)
+			}
+		})
 	}
 }

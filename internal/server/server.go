@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/meshflows/meshflows/httpapi"
+	"github.com/meshflows/meshflows/internal/deadline"
 	"github.com/meshflows/meshflows/internal/incident"
 	"github.com/meshflows/meshflows/internal/journal"
 	"github.com/meshflows/meshflows/internal/registry"
@@ -105,14 +106,7 @@ func (c *Config) setDefaults() {
 		c.PollSpacing = DefaultPollSpacing
 	}
 	if c.Sleep == nil {
-		c.Sleep = func(ctx context.Context, d time.Duration) {
-			t := time.NewTimer(d)
-			defer t.Stop()
-			select {
-			case <-t.C:
-			case <-ctx.Done():
-			}
-		}
+		c.Sleep = func(ctx context.Context, d time.Duration) { deadline.Sleep(ctx, d) } // a hold cut short by its request's end is over
 	}
 }
 
