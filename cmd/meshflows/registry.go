@@ -238,15 +238,7 @@ func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln 
 	if err := restoreAtStart(ctx, reg, f, logger); err != nil {
 		return err
 	}
-	gzipMin := f.gzipMinBytes
-	if gzipMin <= 0 {
-		gzipMin = -1 // the flag's 0 is "never"; the server's 0 is its default
-	}
-	spacing := f.pollSpacing
-	if spacing <= 0 {
-		spacing = -1 // the flag's 0 is "never"; the server's 0 is its default
-	}
-	srv, err := server.New(reg, sec.apply(server.Config{MaxBodyBytes: f.maxBodyBytes, GzipMinBytes: gzipMin, PollSpacing: spacing, Logger: logger, Registerer: promReg, Gatherer: promReg, Incidents: incidents, Journal: events}))
+	srv, err := server.New(reg, sec.apply(server.Config{MaxBodyBytes: f.maxBodyBytes, GzipMinBytes: never(f.gzipMinBytes), PollSpacing: never(f.pollSpacing), Logger: logger, Registerer: promReg, Gatherer: promReg, Incidents: incidents, Journal: events}))
 	if err != nil {
 		return err
 	}
@@ -315,4 +307,13 @@ func restoreAtStart(ctx context.Context, reg *registry.Registry, f *registryFlag
 		slog.String("snapshot_epoch", snap.RegistryEpoch), slog.String("registry_epoch", reg.State().Epoch), slog.Int64("revision", snap.Revision),
 		slog.Time("snapshot_taken", snap.Timestamp), slog.String("took", time.Since(start).String()))
 	return nil
+}
+
+// never maps a flag's 0 or less, which turns a feature off, to the -1 that server.Config
+// takes for off (its 0 is the default).
+func never[T int64 | float64](v T) T {
+	if v <= 0 {
+		return -1
+	}
+	return v
 }
