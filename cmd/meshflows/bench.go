@@ -2,7 +2,11 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"io"
+	"net"
+	"os"
 	"strings"
 	"time"
 
@@ -19,7 +23,7 @@ func newBenchCmd() *cobra.Command {
 for operators sizing a deployment. Every run is bounded by its counts and --timeout.`,
 		Example: "  meshflows bench registry --registry http://127.0.0.1:7400 --instances 1000\n  meshflows bench herd --providers 1000",
 	}
-	cmd.AddCommand(newBenchRegistryCmd(), newBenchHerdCmd(), newBenchDNSCmd())
+	cmd.AddCommand(newBenchRegistryCmd(), newBenchHerdCmd(), newBenchDNSCmd(), newBenchFloorServerCmd())
 	return cmd
 }
 
@@ -29,6 +33,7 @@ func newBenchRegistryCmd() *cobra.Command {
 		asJSON  bool // the old spelling of -o json
 		out     outputFlag
 		timeout time.Duration
+		floor   bool
 	)
 	cmd := &cobra.Command{
 		Use:   "registry",
@@ -45,17 +50,33 @@ deregistration), and a comparison table follows. Give --server-pid and --etcd-pi
 the servers' CPU per operation: on a machine where the load driver shares the cores with the
 servers, that is the figure to judge them by, not wall-clock throughput. The same flags add
 each server's memory: resident at the end of each phase, and the most it has held since it
-started (VmRSS and VmHWM).`,
+started (VmRSS and VmHWM).
+
+With --floor, the registration, heartbeat and discovery phases then run against two servers
+that do no work and answer with the registry's own answers from this run: a net/http
+server whose handler only reads the request and writes the answer, and a minimal HTTP/1.1
+responder on raw TCP. Each runs in a process of its own on loopback, started by this
+command, and its CPU per operation is measured as the registry's is (give --server-pid for
+the registry's): what the connection alone costs on this machine, so that the registry's
+figure can be read against it.`,
 		Example: "  meshflows bench registry --registry http://127.0.0.1:7400 --instances 10000 --concurrency 32\n" +
 			"  meshflows bench registry --registry http://127.0.0.1:7400 --server-pid 4242\n" +
 			"  meshflows bench registry --registry http://127.0.0.1:7400 -o json > bench.json\n" +
-			"  meshflows bench registry --instances 10000 --server-pid 4242 --etcd http://127.0.0.1:2379 --etcd-pid 4343",
+			"  meshflows bench registry --instances 10000 --server-pid 4242 --etcd http://127.0.0.1:2379 --etcd-pid 4343\n" +
+			"  meshflows bench registry --instances 10000 --server-pid 4242 --floor",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
 			if err := legacyJSON(&out, asJSON); err != nil {
 				return err
+			}
+			if floor {
+				exe, err := os.Executable()
+				if err != nil {
+					return fmt.Errorf("--floor starts this program again: %w", err)
+				}
+				cfg.FloorCommand = []string{exe, "bench", "floor-server", "--kind"}
 			}
 			rep, err := bench.RunRegistry(ctx, cfg)
 			if rep != nil {
@@ -82,6 +103,18 @@ started (VmRSS and VmHWM).`,
 							return err
 						}
 					}
+					for _, f := range rep.Floor {
+						fmt.Fprintf(w, "\nfloor: %s, the same exchanges\n\n", bench.FloorTitle(f.Server))
+						if err := bench.WriteTable(w, f.Phases); err != nil {
+							return err
+						}
+					}
+					if len(rep.Floor) > 0 {
+						fmt.Fprintln(w)
+						if err := bench.WriteFloor(w, rep); err != nil {
+							return err
+						}
+					}
 				}
 			}
 			return err
@@ -99,10 +132,37 @@ started (VmRSS and VmHWM).`,
 	f.StringSliceVar(&cfg.EtcdEndpoints, "etcd", nil, "etcd client URLs: run the same workload against this etcd after the registry and compare")
 	f.IntVar(&cfg.EtcdPID, "etcd-pid", 0, "etcd's process id on this machine: report its CPU time per operation and its memory")
 	f.StringVar(&cfg.EtcdPrefix, "etcd-prefix", "/bench/", "key prefix the etcd run writes under (it removes what it writes)")
+	f.BoolVar(&floor, "floor", false, "then run the same exchanges against a net/http server and a raw TCP responder that do no work, and compare CPU per operation")
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "deadline of the whole run")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	f.MarkDeprecated("json", "use -o json")
 	out.bind(cmd, "text")
+	return cmd
+}
+
+// newBenchFloorServerCmd is the floor server 'bench registry --floor' starts: hidden, it is
+// not for operators.
+func newBenchFloorServerCmd() *cobra.Command {
+	var kind string
+	cmd := &cobra.Command{
+		Use:    "floor-server",
+		Short:  "Serve canned answers as 'bench registry --floor' measures them (started by it)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var a bench.FloorAnswers
+			if err := json.NewDecoder(io.LimitReader(cmd.InOrStdin(), 64<<20)).Decode(&a); err != nil {
+				return fmt.Errorf("read the answers on standard input: %w", err)
+			}
+			l, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "http://%s\n", l.Addr())
+			return bench.ServeFloor(cmd.Context(), l, kind, a)
+		},
+	}
+	cmd.Flags().StringVar(&kind, "kind", bench.FloorHTTP, "the server: "+strings.Join(bench.FloorKinds, " or "))
 	return cmd
 }
 

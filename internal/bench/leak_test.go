@@ -1,10 +1,51 @@
 package bench_test
 
 import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/signal"
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/meshflows/meshflows/internal/bench"
 )
 
+// floorChild is the environment variable that makes this test binary a floor server, of the
+// kind given as its last argument (TestRunRegistryFloor starts it so, as 'meshflows bench
+// floor-server' would be).
+const floorChild = "MESHFLOWS_BENCH_TEST_FLOOR_SERVER"
+
 // TestMain fails the package's tests when a goroutine outlives them.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if os.Getenv(floorChild) != "" {
+		os.Exit(serveFloorChild(os.Args[len(os.Args)-1]))
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// serveFloorChild is the floor server process: its answers on standard input, its URL on the
+// first line of standard output, until interrupted.
+func serveFloorChild(kind string) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	var a bench.FloorAnswers
+	if err := json.NewDecoder(os.Stdin).Decode(&a); err != nil {
+		fmt.Fprintln(os.Stderr, "answers:", err)
+		return 2
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	fmt.Printf("http://%s\n", l.Addr())
+	if err := bench.ServeFloor(ctx, l, kind, a); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	return 0
+}

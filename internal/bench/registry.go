@@ -52,6 +52,13 @@ type RegistryConfig struct {
 	EtcdPID       int
 	EtcdPrefix    string
 	EtcdTTL       time.Duration
+	// FloorCommand, when set, starts a floor server (ServeFloor) for the kind given as its
+	// last argument, reading its answers as JSON on its standard input and printing its URL
+	// on the first line of its standard output. The registration, heartbeat and discovery
+	// phases then run against each floor server, in a process of its own and measured as the
+	// registry is, after the registry (and etcd): what a server that does no work costs on
+	// this machine, from the same run.
+	FloorCommand []string
 }
 
 func (c *RegistryConfig) setDefaults() {
@@ -123,6 +130,9 @@ type RegistryReport struct {
 	Warnings []string `json:"warnings,omitempty"`
 	// Etcd is the same workload against a raw etcd in the same run (with EtcdEndpoints).
 	Etcd *EtcdReport `json:"etcd,omitempty"`
+	// Floor is the registration, heartbeat and discovery phases against servers that do no
+	// work, in the same run (with FloorCommand).
+	Floor []FloorReport `json:"floor,omitempty"`
 }
 
 // EtcdReport is the etcd side of a comparison run.
@@ -160,11 +170,11 @@ func RunRegistry(ctx context.Context, cfg RegistryConfig) (*RegistryReport, erro
 		return nil, err
 	}
 	rep := &RegistryReport{URL: cfg.URL, Instances: cfg.Instances, Concurrency: cfg.Concurrency}
-	c, err := client.New(client.Config{Registries: []string{cfg.URL}, HTTPClient: cfg.Client, Timeout: cfg.OpTimeout})
+	rt, err := newRegistryTarget(cfg, cfg.URL)
 	if err != nil {
 		return nil, err
 	}
-	rt := &registryTarget{c: c, timeout: cfg.OpTimeout}
+	rt.keep = len(cfg.FloorCommand) > 0
 	rep.Phases, err = runWorkload(ctx, cfg, rt, cfg.ServerPID)
 	if w, ok := leaseWarning(rep.Phases, time.Duration(rt.leaseTTL.Load())*time.Second); ok {
 		rep.Warnings = append(rep.Warnings, w)
@@ -172,31 +182,61 @@ func RunRegistry(ctx context.Context, cfg RegistryConfig) (*RegistryReport, erro
 	if err != nil {
 		return rep, err
 	}
-	if len(cfg.EtcdEndpoints) == 0 {
-		return rep, nil
+	if len(cfg.EtcdEndpoints) > 0 {
+		if rep.Etcd, err = runEtcd(ctx, cfg); err != nil {
+			return rep, err
+		}
 	}
+	if rt.keep {
+		rep.Floor, err = runFloors(ctx, cfg, rt.answers)
+	}
+	return rep, err
+}
+
+// runEtcd runs the workload against the raw etcd of cfg.
+func runEtcd(ctx context.Context, cfg RegistryConfig) (*EtcdReport, error) {
 	et, err := newEtcdTarget(ctx, cfg)
 	if err != nil {
-		return rep, err
+		return nil, err
 	}
 	defer et.close()
-	rep.Etcd = &EtcdReport{Endpoints: cfg.EtcdEndpoints}
-	rep.Etcd.Phases, err = runWorkload(ctx, cfg, et, cfg.EtcdPID)
+	rep := &EtcdReport{Endpoints: cfg.EtcdEndpoints}
+	rep.Phases, err = runWorkload(ctx, cfg, et, cfg.EtcdPID)
 	return rep, err
 }
 
 // runWorkload runs the phases against t; pid is the server process whose CPU is measured.
 func runWorkload(ctx context.Context, cfg RegistryConfig, t target, pid int) ([]Phase, error) {
-	run := "b" + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
+	insts := benchInstances(cfg, "b")
+	d := &driver{cfg: cfg, pid: pid}
+	phases, err := d.exchanges(ctx, t, insts)
+	if err != nil {
+		return phases, err
+	}
+	phases = append(phases, d.propagation(ctx, t, insts[:cfg.Changes]))
+	phases = append(phases, d.parallel(ctx, "deregister", len(insts)-cfg.Changes, func(ctx context.Context, i int) error {
+		return t.deregister(ctx, insts[cfg.Changes+i])
+	}))
+	return phases, nil
+}
+
+// benchInstances returns cfg.Instances instances, named after run (its prefix, then the time).
+func benchInstances(cfg RegistryConfig, prefix string) []*benchInstance {
+	run := prefix + strconv.FormatInt(time.Now().UnixNano()%1e9, 36)
 	insts := make([]*benchInstance, cfg.Instances)
 	for i := range insts {
 		insts[i] = newBenchInstance(run, i, cfg.ServiceSize)
 	}
-	d := &driver{cfg: cfg, pid: pid}
-	var phases []Phase
-	phases = append(phases, d.parallel(ctx, "register", len(insts), func(ctx context.Context, i int) error {
+	return insts
+}
+
+// exchanges runs the phases of single exchanges against t: registration, heartbeat and
+// discovery (of the first instance's service). Every registration failing ends it with an
+// error after the first.
+func (d *driver) exchanges(ctx context.Context, t target, insts []*benchInstance) ([]Phase, error) {
+	phases := []Phase{d.parallel(ctx, "register", len(insts), func(ctx context.Context, i int) error {
 		return t.register(ctx, insts[i])
-	}))
+	})}
 	if p := phases[0]; p.Errors == p.Ops+p.Errors {
 		return phases, fmt.Errorf("every registration failed: %s", p.FirstError)
 	}
@@ -204,17 +244,13 @@ func runWorkload(ctx context.Context, cfg RegistryConfig, t target, pid int) ([]
 		return t.heartbeat(ctx, insts[i])
 	}))
 	service := insts[0].service
-	want := min(cfg.ServiceSize, cfg.Instances)
-	phases = append(phases, d.parallelN(ctx, "discovery", cfg.Queries, cfg.QueryConcurrency, func(ctx context.Context, _ int) error {
+	want := min(d.cfg.ServiceSize, len(insts))
+	phases = append(phases, d.parallelN(ctx, "discovery", d.cfg.Queries, d.cfg.QueryConcurrency, func(ctx context.Context, _ int) error {
 		got, err := t.discover(ctx, service)
 		if err == nil && got != want {
 			err = fmt.Errorf("discovery returned %d entries, want %d", got, want)
 		}
 		return err
-	}))
-	phases = append(phases, d.propagation(ctx, t, insts[:cfg.Changes]))
-	phases = append(phases, d.parallel(ctx, "deregister", len(insts)-cfg.Changes, func(ctx context.Context, i int) error {
-		return t.deregister(ctx, insts[cfg.Changes+i])
 	}))
 	return phases, nil
 }
@@ -254,6 +290,35 @@ type registryTarget struct {
 	c        *client.Client
 	timeout  time.Duration
 	leaseTTL atomic.Int64 // seconds, as the registry told the registrations
+	// keep has the first answer of each kind kept in answers, for the floor servers.
+	keep       bool
+	answers    FloorAnswers // each field written by the one call that set its flag
+	registered atomic.Bool
+	renewed    atomic.Bool
+	found      atomic.Bool
+}
+
+// newRegistryTarget returns the target of the registry at url.
+func newRegistryTarget(cfg RegistryConfig, url string) (*registryTarget, error) {
+	c, err := client.New(client.Config{Registries: []string{url}, HTTPClient: cfg.Client, Timeout: cfg.OpTimeout})
+	if err != nil {
+		return nil, err
+	}
+	return &registryTarget{c: c, timeout: cfg.OpTimeout}, nil
+}
+
+// keepAnswer keeps, when r keeps answers and done was not yet set, the answer made by
+// encode in *to.
+func (r *registryTarget) keepAnswer(done *atomic.Bool, to *[]byte, encode func() ([]byte, error)) {
+	if !r.keep || done.Swap(true) {
+		return
+	}
+	b, err := encode()
+	if err != nil {
+		done.Store(false)
+		return
+	}
+	*to = b
 }
 
 func (r *registryTarget) register(ctx context.Context, in *benchInstance) error {
@@ -263,11 +328,15 @@ func (r *registryTarget) register(ctx context.Context, in *benchInstance) error 
 	}
 	in.handle.Store(resp.Generation)
 	r.leaseTTL.Store(resp.LeaseTTLSeconds)
+	r.keepAnswer(&r.registered, &r.answers.Register, func() ([]byte, error) { return json.Marshal(resp) })
 	return nil
 }
 
 func (r *registryTarget) heartbeat(ctx context.Context, in *benchInstance) error {
-	_, err := r.c.Heartbeat(ctx, in.id, &apiv1.HeartbeatRequest{Generation: in.handle.Load(), Health: apiv1.HealthOK})
+	resp, err := r.c.Heartbeat(ctx, in.id, &apiv1.HeartbeatRequest{Generation: in.handle.Load(), Health: apiv1.HealthOK})
+	if err == nil {
+		r.keepAnswer(&r.renewed, &r.answers.Heartbeat, func() ([]byte, error) { return json.Marshal(resp) })
+	}
 	return err
 }
 
@@ -282,6 +351,7 @@ func (r *registryTarget) discover(ctx context.Context, service string) (int, err
 	if err != nil {
 		return 0, err
 	}
+	r.keepAnswer(&r.found, &r.answers.Discovery, func() ([]byte, error) { return raw, nil })
 	// removals the registry reports during its warm-up come after the entries
 	entries, _, _ := bytes.Cut(raw, []byte(`"removed":`))
 	return bytes.Count(entries, []byte(`"instance_id"`)), nil
