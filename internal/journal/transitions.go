@@ -1,6 +1,7 @@
 package journal
 
 import (
+	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -21,7 +22,6 @@ func FromTransitions(j *Journal) func(health.Transition) {
 		if j == nil || t.From == apiv1.EligibilityAbsent {
 			return
 		}
-		why := strings.Join(t.Reasons, "; ")
 		switch t.To {
 		case health.TransitionPanic, health.TransitionPanicSustained, health.TransitionPanicOver:
 			if len(t.Reasons) != 2 {
@@ -42,20 +42,45 @@ func FromTransitions(j *Journal) func(health.Transition) {
 			}
 			j.Append(e)
 		case health.TransitionSelfPreservation:
+			why := strings.Join(t.Reasons, "; ")
 			j.Append(apiv1.Event{Time: t.At, Type: apiv1.EventSelfPreservation, Severity: apiv1.SeverityError, Subject: "registry",
 				Message: "self-preservation entered: lease expiry stops evicting (" + why + ")", Attrs: map[string]any{"state": "entered", "reasons": t.Reasons}})
 		case health.TransitionSelfPreservationOver:
+			why := strings.Join(t.Reasons, "; ")
 			j.Append(apiv1.Event{Time: t.At, Type: apiv1.EventSelfPreservation, Severity: apiv1.SeverityInfo, Subject: "registry",
 				Message: "self-preservation left: lease expiry evicts again (" + why + ")", Attrs: map[string]any{"state": "left", "reasons": t.Reasons}})
 		default:
-			msg := fmt.Sprintf("%s: %s -> %s", t.InstanceID, t.From, t.To)
-			if why != "" {
-				msg += ": " + why
-			}
-			j.Append(apiv1.Event{Time: t.At, Type: apiv1.EventEligibility, Severity: transitionSeverity(t.To), Subject: t.InstanceID,
-				Message: msg, Attrs: map[string]any{"from": t.From, "to": t.To, "reasons": t.Reasons}})
+			j.appendStored(Stored{Event: apiv1.Event{Time: t.At, Type: apiv1.EventEligibility, Severity: transitionSeverity(t.To), Subject: t.InstanceID},
+				deferred: &transitionEvent{id: t.InstanceID, from: t.From, to: t.To, reasons: t.Reasons}})
 		}
 	}
+}
+
+// transitionEvent is an instance's transition as the journal keeps it (Deferred): its
+// message and attributes are written when it is read. After a restart a whole fleet ends its
+// slow start within a few minutes, an event each: written at once, with a message, a map of
+// attributes and their JSON, they were half of the cost of the sweeps that ended the ramps.
+// The monitor never changes a verdict's reasons once made, so they are kept as they are.
+type transitionEvent struct {
+	id, from, to string
+	reasons      []string
+}
+
+// Message writes "<id>: <from> -> <to>", then ": " and the reasons, joined by "; ", when
+// there are any.
+func (e *transitionEvent) Message() string {
+	msg := e.id + ": " + e.from + " -> " + e.to
+	if len(e.reasons) > 0 {
+		msg += ": " + strings.Join(e.reasons, "; ")
+	}
+	return msg
+}
+
+// Attrs writes the attributes from, reasons and to (in their keys' byte order, as a map of
+// them encodes).
+func (e *transitionEvent) Attrs() json.RawMessage {
+	var buf [256]byte
+	return NewObject(buf[:]).Str("from", e.from).strs("reasons", e.reasons).Str("to", e.to).JSON()
 }
 
 // transitionSeverity: leaving rotation against the provider's will is a warning, quarantine

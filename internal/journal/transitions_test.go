@@ -1,7 +1,10 @@
 package journal
 
 import (
+	"encoding/json"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -49,4 +52,35 @@ func TestFromTransitions(t *testing.T) {
 		})
 	}
 	FromTransitions(nil)(health.Transition{InstanceID: "x", To: apiv1.EligibilityServing}) // a nil journal records nothing, and does not panic
+}
+
+// TestTransitionEventAsBefore: an instance's transition, kept as it is and written when read,
+// reads as the event written at once did: the same time, message and attributes (the bytes
+// a map of from, to and reasons encodes to), whatever the reasons.
+func TestTransitionEventAsBefore(t *testing.T) {
+	at := t0.Add(time.Minute)
+	for _, reasons := range [][]string{nil, {}, {"SLOW_START"}, {"PROBE_FAILING", "PROBE_REFUSED"}, {`a "quoted" <reason>`, "ünïcode"}} {
+		tr := health.Transition{InstanceID: "jms-1", At: at, From: apiv1.EligibilityServing, To: apiv1.EligibilityWithdrawn, Reasons: reasons}
+		j := New(0, fixed)
+		FromTransitions(j)(tr)
+		es, _ := j.Find(Query{})
+		if len(es) != 1 {
+			t.Fatalf("reasons %q: %d events, want 1", reasons, len(es))
+		}
+		msg := "jms-1: serving -> withdrawn"
+		if len(reasons) > 0 {
+			msg += ": " + strings.Join(reasons, "; ")
+		}
+		want := apiv1.Event{Seq: 1, Time: at, Type: apiv1.EventEligibility, Severity: apiv1.SeverityWarning, Subject: "jms-1", Message: msg}
+		if err := json.Unmarshal(encodeAttrs(map[string]any{"from": tr.From, "to": tr.To, "reasons": reasons}), &want.Attrs); err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(want, es[0]); diff != "" {
+			t.Errorf("reasons %q: the event (-as before +now):\n%s", reasons, diff)
+		}
+		stored := j.at(0).made()
+		if got, before := string(stored.Attrs), string(encodeAttrs(map[string]any{"from": tr.From, "to": tr.To, "reasons": reasons})); got != before {
+			t.Errorf("reasons %q: attributes %s, as before %s", reasons, got, before)
+		}
+	}
 }

@@ -10,6 +10,7 @@ import (
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/internal/health"
+	"github.com/meshflows/meshflows/internal/journal"
 	"github.com/meshflows/meshflows/internal/registry"
 )
 
@@ -150,6 +151,45 @@ func BenchmarkEligibilitySweepSlowStart(b *testing.B) {
 		lat = append(lat, time.Since(t))
 	}
 	percentiles(b, lat, "sweep")
+}
+
+// BenchmarkEligibilityRampsEnd is the sweep that ends the slow start of a fleet of -fleet
+// instances (60,000) that registered together, with the journal recording every transition
+// as the registry does: each instance goes from slow start to serving, its transition
+// counted, kept in its history and journaled. After a restart, the fleet's ramps end over
+// as many sweeps as its registrations took. ns/instance is one ramp's end.
+func BenchmarkEligibilityRampsEnd(b *testing.B) {
+	j := journal.New(journal.DefaultMax, nil)
+	m, err := health.NewMonitor(health.MonitorConfig{OnTransition: journal.FromTransitions(j)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	// leases of an hour: no expiry of an earlier round's incarnations falls due in the sweeps timed
+	f := newFixture(b, registry.Config{Eligibility: m, Journal: j, LeaseTTL: time.Hour})
+	ctx := context.Background()
+	ends := 0
+	b.ReportAllocs()
+	for b.Loop() {
+		b.StopTimer()
+		for i := range *fleet {
+			mustRegister(b, f, benchRequest(i))
+		}
+		f.clock.Advance(time.Second)
+		if _, err := f.reg.Sweep(ctx); err != nil {
+			b.Fatal(err)
+		}
+		f.clock.Advance(30 * time.Second)
+		runtime.GC() // the registrations' garbage is not collected during the sweep timed
+		b.StartTimer()
+		if _, err := f.reg.Sweep(ctx); err != nil {
+			b.Fatal(err)
+		}
+		ends += *fleet
+	}
+	if st, _, _ := m.Verdict("inst-0"); st != apiv1.EligibilityServing {
+		b.Fatalf("after the sweep, an instance is %s: its ramp did not end", st)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(ends), "ns/instance")
 }
 
 // BenchmarkZoneEvacuation withdraws every instance of zone a (40,000 of 60,000) as fast as
