@@ -57,8 +57,8 @@ func (f *spacingFixture) held() []time.Duration {
 
 // TestLongPollSpacing: a long poll that would have a costly answer built anew within
 // PollSpacing times its last build is held until then, never past its own wait; a plain
-// request, an answer already built for the revision, a cheap answer, and a server that
-// does not space are never held. The clock is the fixture's: nothing here waits.
+// request, an answer already built for the revision, a cheap answer, a page of a listing,
+// and a server that does not space are never held. The clock is the fixture's: nothing here waits.
 func TestLongPollSpacing(t *testing.T) {
 	const step = 2 * time.Millisecond // every build takes one step
 	tests := []struct {
@@ -67,6 +67,7 @@ func TestLongPollSpacing(t *testing.T) {
 		spacing float64
 		path    string
 		poll    bool   // a long poll (index given), else a plain request
+		paged   bool   // the long poll asks for a page (limit) of what was built unpaged
 		wait    string // the long poll's wait
 		cached  bool   // the answer at the new revision is built before the request
 		wantMin time.Duration
@@ -84,6 +85,8 @@ func TestLongPollSpacing(t *testing.T) {
 		{name: "answer already built", step: step, spacing: 10, path: "/v1/discovery/capabilities?include=all", poll: true, wait: "30s", cached: true},
 		{name: "answer built in under a millisecond", step: 500 * time.Microsecond, spacing: 10, path: "/v1/discovery/capabilities?include=all", poll: true, wait: "30s"},
 		{name: "spacing off", step: step, spacing: -1, path: "/v1/discovery/capabilities?include=all", poll: true, wait: "30s"},
+		// a listing read a page at a time is never held: each page is a request of its own
+		{name: "paged long poll", step: step, spacing: 10, path: "/v1/discovery/capabilities?include=all", poll: true, paged: true, wait: "30s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -106,6 +109,9 @@ func TestLongPollSpacing(t *testing.T) {
 			url := f.url + tt.path
 			if tt.poll {
 				url += "&index=" + itoa(before) + "&wait=" + tt.wait
+			}
+			if tt.paged {
+				url += "&limit=10"
 			}
 			r := do(t, "GET", url, "")
 			if r.status != 200 || !strings.Contains(string(r.body), "jms-2") {
