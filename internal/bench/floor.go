@@ -100,37 +100,49 @@ func serveFloorHTTP(ctx context.Context, l net.Listener, a FloorAnswers) error {
 		h["Content-Length"] = []string{strconv.Itoa(len(b))}
 		w.Write(b)
 	})}
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		<-ctx.Done()
-		srv.Close()
-	}()
+	stop := whenDone(ctx, func() { srv.Close() })
 	err := srv.Serve(l)
-	<-stopped
+	stop()
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}
 	return err
 }
 
-func serveFloorTCP(ctx context.Context, l net.Listener, a FloorAnswers) error {
-	var (
-		mu    sync.Mutex
-		conns = map[net.Conn]struct{}{}
-		wg    sync.WaitGroup
-	)
-	stopped := make(chan struct{})
+// whenDone runs closeAll when ctx ends or when the returned stop is called, whichever comes
+// first; stop returns once closeAll has run.
+func whenDone(ctx context.Context, closeAll func()) (stop func()) {
+	quit, stopped := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(stopped)
-		<-ctx.Done()
+		select {
+		case <-ctx.Done():
+		case <-quit:
+		}
+		closeAll()
+	}()
+	return func() {
+		close(quit)
+		<-stopped
+	}
+}
+
+func serveFloorTCP(ctx context.Context, l net.Listener, a FloorAnswers) error {
+	var (
+		mu     sync.Mutex
+		conns  = map[net.Conn]struct{}{}
+		closed bool // conns were closed: one accepted since is closed at once
+		wg     sync.WaitGroup
+	)
+	stop := whenDone(ctx, func() {
 		l.Close()
 		mu.Lock()
+		defer mu.Unlock()
+		closed = true
 		for c := range conns {
 			c.Close()
 		}
-		mu.Unlock()
-	}()
+	})
 	var err error
 	for {
 		c, aerr := l.Accept()
@@ -142,6 +154,9 @@ func serveFloorTCP(ctx context.Context, l net.Listener, a FloorAnswers) error {
 		}
 		mu.Lock()
 		conns[c] = struct{}{}
+		if closed {
+			c.Close()
+		}
 		mu.Unlock()
 		wg.Go(func() {
 			defer func() {
@@ -153,18 +168,8 @@ func serveFloorTCP(ctx context.Context, l net.Listener, a FloorAnswers) error {
 			respondFloor(c, a)
 		})
 	}
-	if err != nil { // the listener failed: stop what it accepted
-		l.Close()
-		mu.Lock()
-		for c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-	}
+	stop() // closes what it accepted, if the listener failed first
 	wg.Wait()
-	if err == nil {
-		<-stopped
-	}
 	return err
 }
 
