@@ -295,8 +295,9 @@ func startFloor(ctx context.Context, command []string, kind string, a FloorAnswe
 		return nil, fmt.Errorf("the %s floor server did not start: %q %s", kind, first, strings.TrimSpace(stderr.String()))
 	}
 	return &floorServer{url: url, pid: c.Process.Pid, stop: func() error {
-		cancel()
-		if err := c.Wait(); err != nil && ctx.Err() == nil {
+		cancel() // an interrupt: the server ends with status 0
+		var ee *exec.ExitError
+		if err := c.Wait(); errors.As(err, &ee) { // else the context's error: it was interrupted
 			return fmt.Errorf("the %s floor server: %w: %s", kind, err, strings.TrimSpace(stderr.String()))
 		}
 		return nil

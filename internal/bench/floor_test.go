@@ -196,3 +196,25 @@ func TestRunRegistryFloor(t *testing.T) {
 		t.Errorf("WriteFloor = %q, %v", out.String(), err)
 	}
 }
+
+// TestRunRegistryFloorFails: a floor server that does not start, or that fails, is an error
+// of the run, which keeps the registry's figures.
+func TestRunRegistryFloorFails(t *testing.T) {
+	s := registrytest.NewServer(t, registry.Config{})
+	for name, command := range map[string][]string{
+		"no URL":        {"sh", "-c", "echo starting; exit 0", "sh"},
+		"not a command": {"/nonexistent/meshflows"},
+		"exits failing": {"sh", "-c", "echo http://127.0.0.1:1; echo broken >&2; exit 3", "sh"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			rep, err := bench.RunRegistry(context.Background(), bench.RegistryConfig{URL: s.URL, Instances: 20, Concurrency: 2, Queries: 2, Changes: 1,
+				FloorCommand: command})
+			if err == nil || !strings.Contains(err.Error(), "floor server") {
+				t.Errorf("RunRegistry = %v, want a floor server's error", err)
+			}
+			if rep == nil || len(rep.Phases) == 0 {
+				t.Errorf("the registry's figures are lost: %+v", rep)
+			}
+		})
+	}
+}
