@@ -217,4 +217,16 @@ func TestRunRegistryFloorFails(t *testing.T) {
 			}
 		})
 	}
+	// a floor server that answers every exchange, then exits failing
+	t.Run("fails at its end", func(t *testing.T) {
+		t.Setenv(floorChild, "fail")
+		rep, err := bench.RunRegistry(context.Background(), bench.RegistryConfig{URL: s.URL, Instances: 20, Concurrency: 2, Queries: 2, Changes: 1,
+			FloorCommand: []string{os.Args[0]}})
+		if err == nil || !strings.Contains(err.Error(), "exit status 3") || !strings.Contains(err.Error(), "failing as asked") {
+			t.Errorf("RunRegistry = %v, want the floor server's exit status and what it said", err)
+		}
+		if rep == nil || len(rep.Floor) != 1 || len(rep.Floor[0].Phases) != 3 {
+			t.Errorf("the failing floor's figures are lost: %+v", rep)
+		}
+	})
 }

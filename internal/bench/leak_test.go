@@ -16,7 +16,7 @@ import (
 
 // floorChild is the environment variable that makes this test binary a floor server, of the
 // kind given as its last argument (TestRunRegistryFloor starts it so, as 'meshflows bench
-// floor-server' would be).
+// floor-server' would be). Set to "fail", the server exits with status 3 when it ends.
 const floorChild = "MESHFLOWS_BENCH_TEST_FLOOR_SERVER"
 
 // TestMain fails the package's tests when a goroutine outlives them.
@@ -46,6 +46,10 @@ func serveFloorChild(kind string) int {
 	if err := bench.ServeFloor(ctx, l, kind, a); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
+	}
+	if os.Getenv(floorChild) == "fail" {
+		fmt.Fprintln(os.Stderr, "failing as asked")
+		return 3
 	}
 	return 0
 }
