@@ -13,6 +13,10 @@ var states = []string{apiv1.EligibilityUnknown, apiv1.EligibilitySlowStart, apiv
 
 type monitorMetrics struct {
 	transitions *prometheus.CounterVec
+	// entered holds transitions' counter of each (state entered, first reason) counted: a
+	// sweep that ends a fleet's slow starts counts one per instance, and looking the counter
+	// up by its labels was a tenth of that sweep. Used under the monitor's lock.
+	entered     map[[2]string]prometheus.Counter
 	ejections   prometheus.Counter
 	quarantines prometheus.Counter
 }
@@ -44,6 +48,7 @@ func (c *monitorCollector) Collect(ch chan<- prometheus.Metric) {
 
 func newMonitorMetrics(reg prometheus.Registerer, m *Monitor) (*monitorMetrics, error) {
 	mm := &monitorMetrics{
+		entered: map[[2]string]prometheus.Counter{},
 		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meshflows_eligibility_transitions_total",
 			Help: "Changes of eligibility state, by the state entered and its first reason."}, []string{"to", "reason"}),
 		ejections: prometheus.NewCounter(prometheus.CounterOpts{Name: "meshflows_eligibility_ejections_total",
@@ -73,7 +78,13 @@ func (mm *monitorMetrics) transition(t Transition) {
 	if len(t.Reasons) > 0 {
 		reason = t.Reasons[0]
 	}
-	mm.transitions.WithLabelValues(t.To, reason).Inc()
+	k := [2]string{t.To, reason}
+	c, ok := mm.entered[k]
+	if !ok {
+		c = mm.transitions.WithLabelValues(t.To, reason)
+		mm.entered[k] = c
+	}
+	c.Inc()
 	if t.To == apiv1.EligibilityQuarantined {
 		mm.quarantines.Inc()
 	}

@@ -178,6 +178,9 @@ meshflows_eligibility_self_preservation 0
 		t.Errorf("transitions into slow_start: %v, want 1", n)
 	}
 	m.Register(Instance{ID: "c", Zone: "z", Capabilities: []string{"c.x"}}, 1, t0)
+	if n := testutil.ToFloat64(m.metrics.transitions.WithLabelValues(apiv1.EligibilitySlowStart, ReasonSlowStart)); n != 2 {
+		t.Errorf("transitions into slow_start after a second: %v, want 2 (the counter kept from the first)", n)
+	}
 	m.Observe(Event{At: t0.Add(time.Second), ID: "b", Kind: KindOutcome, OK: 1, Errors: 29})
 	if n := testutil.ToFloat64(m.metrics.ejections); n != 1 {
 		t.Errorf("ejections after a window of 29 errors in 30: %v, want 1", n)
