@@ -692,8 +692,12 @@ func (m *Monitor) setVerdict(v *view, nv Verdict, now time.Time) bool {
 		}
 		v.history = append(v.history, change{at: v.since, from: t.From, to: t.To, reasons: t.Reasons})
 		m.metrics.transition(t)
-		m.cfg.Logger.LogAttrs(context.Background(), transitionLevel(old.State, nv.State), "eligibility", slog.String("instance_id", id),
-			slog.String("from", old.State), slog.String("to", nv.State), slog.Any("reasons", nv.Reasons), slog.Int("weight", nv.Weight))
+		// the attributes only when the line is written: at debug (every registration's first
+		// verdict, every ramp's end) building them was an allocation per transition for nothing
+		if ctx, level := context.Background(), transitionLevel(old.State, nv.State); m.cfg.Logger.Enabled(ctx, level) {
+			m.cfg.Logger.LogAttrs(ctx, level, "eligibility", slog.String("instance_id", id),
+				slog.String("from", old.State), slog.String("to", nv.State), slog.Any("reasons", nv.Reasons), slog.Int("weight", nv.Weight))
+		}
 		if m.cfg.OnTransition != nil {
 			m.cfg.OnTransition(t)
 		}
