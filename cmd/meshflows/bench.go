@@ -2,10 +2,7 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"strings"
 	"time"
@@ -150,16 +147,7 @@ func newBenchFloorServerCmd() *cobra.Command {
 		Hidden: true,
 		Args:   cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var a bench.FloorAnswers
-			if err := json.NewDecoder(io.LimitReader(cmd.InOrStdin(), 64<<20)).Decode(&a); err != nil {
-				return fmt.Errorf("read the answers on standard input: %w", err)
-			}
-			l, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "http://%s\n", l.Addr())
-			return bench.ServeFloor(cmd.Context(), l, kind, a)
+			return bench.RunFloorServer(cmd.Context(), kind, cmd.InOrStdin(), cmd.OutOrStdout())
 		},
 	}
 	cmd.Flags().StringVar(&kind, "kind", bench.FloorHTTP, "the server: "+strings.Join(bench.FloorKinds, " or "))

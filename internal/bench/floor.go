@@ -84,6 +84,25 @@ func ServeFloor(ctx context.Context, l net.Listener, kind string, a FloorAnswers
 	return fmt.Errorf("floor server %q: want %s or %s", kind, FloorHTTP, FloorTCP)
 }
 
+// RunFloorServer is a floor server's process ('meshflows bench floor-server', which
+// FloorCommand starts): it reads its answers as JSON from in, listens on a loopback port,
+// writes its URL on a line of out, and serves as kind until ctx ends.
+func RunFloorServer(ctx context.Context, kind string, in io.Reader, out io.Writer) error {
+	var a FloorAnswers
+	if err := json.NewDecoder(io.LimitReader(in, 64<<20)).Decode(&a); err != nil {
+		return fmt.Errorf("read the answers on standard input: %w", err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintf(out, "http://%s\n", l.Addr()); err != nil {
+		l.Close()
+		return err
+	}
+	return ServeFloor(ctx, l, kind, a)
+}
+
 func serveFloorHTTP(ctx context.Context, l net.Listener, a FloorAnswers) error {
 	srv := &http.Server{ReadHeaderTimeout: 10 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if _, err := io.Copy(io.Discard, http.MaxBytesReader(w, r.Body, maxFloorBody)); err != nil {
@@ -307,6 +326,9 @@ func startFloor(ctx context.Context, command []string, kind string, a FloorAnswe
 // runFloors runs the registration, heartbeat and discovery phases of cfg against each floor
 // server, answering with a.
 func runFloors(ctx context.Context, cfg RegistryConfig, a FloorAnswers) ([]FloorReport, error) {
+	if a.Discovery == nil {
+		cfg.Queries = 0 // the registry's run asked none
+	}
 	var reps []FloorReport
 	for _, kind := range FloorKinds {
 		fs, err := startFloor(ctx, cfg.FloorCommand, kind, a)
@@ -317,9 +339,6 @@ func runFloors(ctx context.Context, cfg RegistryConfig, a FloorAnswers) ([]Floor
 		if err != nil {
 			fs.stop()
 			return reps, err
-		}
-		if a.Discovery == nil {
-			cfg.Queries = 0 // the registry's run asked none
 		}
 		d := &driver{cfg: cfg, pid: fs.pid}
 		phases, err := d.exchanges(ctx, t, benchInstances(cfg, "f"))

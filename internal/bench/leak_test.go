@@ -2,9 +2,7 @@ package bench_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/signal"
 	"testing"
@@ -27,23 +25,12 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// serveFloorChild is the floor server process: its answers on standard input, its URL on the
-// first line of standard output, until interrupted.
+// serveFloorChild is the floor server process, as 'meshflows bench floor-server' runs it,
+// until interrupted.
 func serveFloorChild(kind string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	var a bench.FloorAnswers
-	if err := json.NewDecoder(os.Stdin).Decode(&a); err != nil {
-		fmt.Fprintln(os.Stderr, "answers:", err)
-		return 2
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 2
-	}
-	fmt.Printf("http://%s\n", l.Addr())
-	if err := bench.ServeFloor(ctx, l, kind, a); err != nil {
+	if err := bench.RunFloorServer(ctx, kind, os.Stdin, os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
