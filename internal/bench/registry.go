@@ -290,12 +290,11 @@ type registryTarget struct {
 	c        *client.Client
 	timeout  time.Duration
 	leaseTTL atomic.Int64 // seconds, as the registry told the registrations
-	// keep has the first answer of each kind kept in answers, for the floor servers.
-	keep       bool
-	answers    FloorAnswers // each field written by the one call that set its flag
-	registered atomic.Bool
-	renewed    atomic.Bool
-	found      atomic.Bool
+	// keep has the first answer of each kind kept in answers, for the floor servers: each
+	// field is written once, under its Once.
+	keep                       bool
+	answers                    FloorAnswers
+	registered, renewed, found sync.Once
 }
 
 // newRegistryTarget returns the target of the registry at url.
@@ -307,18 +306,19 @@ func newRegistryTarget(cfg RegistryConfig, url string) (*registryTarget, error) 
 	return &registryTarget{c: c, timeout: cfg.OpTimeout}, nil
 }
 
-// keepAnswer keeps, when r keeps answers and done was not yet set, the answer made by
-// encode in *to.
-func (r *registryTarget) keepAnswer(done *atomic.Bool, to *[]byte, encode func() ([]byte, error)) {
-	if !r.keep || done.Swap(true) {
+// keepAnswer keeps, when r keeps answers, the first answer in *to: the JSON of v, or v
+// itself when it is the answer's bytes.
+func (r *registryTarget) keepAnswer(once *sync.Once, to *[]byte, v any) {
+	if !r.keep {
 		return
 	}
-	b, err := encode()
-	if err != nil {
-		done.Store(false)
-		return
-	}
-	*to = b
+	once.Do(func() {
+		if b, ok := v.([]byte); ok {
+			*to = b
+			return
+		}
+		*to, _ = json.Marshal(v) // an answer the client decoded encodes again
+	})
 }
 
 func (r *registryTarget) register(ctx context.Context, in *benchInstance) error {
@@ -328,14 +328,14 @@ func (r *registryTarget) register(ctx context.Context, in *benchInstance) error 
 	}
 	in.handle.Store(resp.Generation)
 	r.leaseTTL.Store(resp.LeaseTTLSeconds)
-	r.keepAnswer(&r.registered, &r.answers.Register, func() ([]byte, error) { return json.Marshal(resp) })
+	r.keepAnswer(&r.registered, &r.answers.Register, resp)
 	return nil
 }
 
 func (r *registryTarget) heartbeat(ctx context.Context, in *benchInstance) error {
 	resp, err := r.c.Heartbeat(ctx, in.id, &apiv1.HeartbeatRequest{Generation: in.handle.Load(), Health: apiv1.HealthOK})
 	if err == nil {
-		r.keepAnswer(&r.renewed, &r.answers.Heartbeat, func() ([]byte, error) { return json.Marshal(resp) })
+		r.keepAnswer(&r.renewed, &r.answers.Heartbeat, resp)
 	}
 	return err
 }
@@ -351,7 +351,7 @@ func (r *registryTarget) discover(ctx context.Context, service string) (int, err
 	if err != nil {
 		return 0, err
 	}
-	r.keepAnswer(&r.found, &r.answers.Discovery, func() ([]byte, error) { return raw, nil })
+	r.keepAnswer(&r.found, &r.answers.Discovery, raw)
 	// removals the registry reports during its warm-up come after the entries
 	entries, _, _ := bytes.Cut(raw, []byte(`"removed":`))
 	return bytes.Count(entries, []byte(`"instance_id"`)), nil
