@@ -13,6 +13,7 @@ import (
 
 	"github.com/meshflows/meshflows/discovery"
 	"github.com/meshflows/meshflows/internal/gateway"
+	"github.com/meshflows/meshflows/internal/registry/registrytest"
 	"github.com/meshflows/meshflows/routing"
 )
 
@@ -35,35 +36,15 @@ func BenchmarkGatewayServeHTTP(b *testing.B) {
 	}
 	req := httptest.NewRequest(http.MethodGet, "/items/1", nil)
 	req.Header.Set("Accept", "*/*")
-	w := &discardWriter{header: http.Header{}}
+	w := &registrytest.CountingWriter{}
 	b.ReportAllocs()
 	for b.Loop() {
-		clear(w.header)
-		w.code = 0
+		w.Reset()
 		gw.ServeHTTP(w, req)
-		if w.code != http.StatusOK {
-			b.Fatalf("status %d", w.code)
+		if w.Code != http.StatusOK {
+			b.Fatalf("status %d", w.Code)
 		}
 	}
-}
-
-// discardWriter is an http.ResponseWriter that keeps the status and drops the body.
-type discardWriter struct {
-	header http.Header
-	code   int
-}
-
-func (w *discardWriter) Header() http.Header { return w.header }
-
-func (w *discardWriter) WriteHeader(code int) {
-	if w.code == 0 {
-		w.code = code
-	}
-}
-
-func (w *discardWriter) Write(p []byte) (int, error) {
-	w.WriteHeader(http.StatusOK)
-	return len(p), nil
 }
 
 // fixedUpstream serves HTTP/1.1 on loopback until the benchmark ends, answering every

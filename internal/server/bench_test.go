@@ -135,12 +135,12 @@ func BenchmarkCatalogListing(b *testing.B) {
 	b.Run("whole-discarded", func(b *testing.B) { // what the server takes, not the recorder
 		b.ReportAllocs()
 		for b.Loop() {
-			w := &countingWriter{header: http.Header{}}
+			w := &registrytest.CountingWriter{}
 			s.Config.Handler.ServeHTTP(w, httptest.NewRequest("GET", "/v1/services", nil))
-			if w.code != 200 {
-				b.Fatalf("status %d", w.code)
+			if w.Code != 200 {
+				b.Fatalf("status %d", w.Code)
 			}
-			b.ReportMetric(float64(w.n), "answer-bytes")
+			b.ReportMetric(float64(w.Bytes), "answer-bytes")
 		}
 	})
 	b.Run("pages-of-1000", func(b *testing.B) {
@@ -187,25 +187,4 @@ func servedAfterChange(b *testing.B, h http.Handler, n int, target string, heade
 		b.StartTimer()
 		serve(b, h, "GET", target, nil, 200, header...)
 	}
-}
-
-// countingWriter is a ResponseWriter that keeps only the status and how many bytes came.
-type countingWriter struct {
-	header http.Header
-	code   int
-	n      int
-}
-
-func (w *countingWriter) Header() http.Header { return w.header }
-
-func (w *countingWriter) WriteHeader(code int) {
-	if w.code == 0 {
-		w.code = code
-	}
-}
-
-func (w *countingWriter) Write(p []byte) (int, error) {
-	w.WriteHeader(http.StatusOK)
-	w.n += len(p)
-	return len(p), nil
 }

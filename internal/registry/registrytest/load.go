@@ -104,3 +104,41 @@ func (s *SyncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// CountingWriter is an http.ResponseWriter for benchmarks of handlers: it keeps the status
+// and how many bytes of body came, and drops the bytes, so that what a benchmark counts is
+// the handler's (httptest.ResponseRecorder keeps the body, and allocates for it). Reset
+// readies it for the next request.
+type CountingWriter struct {
+	Code   int // the status written first, 0 before any
+	Bytes  int // the body's bytes so far
+	header http.Header
+}
+
+// Header returns the answer's header map.
+func (w *CountingWriter) Header() http.Header {
+	if w.header == nil {
+		w.header = http.Header{}
+	}
+	return w.header
+}
+
+// WriteHeader keeps the first status written.
+func (w *CountingWriter) WriteHeader(code int) {
+	if w.Code == 0 {
+		w.Code = code
+	}
+}
+
+// Write counts p; a body without a status written first is a 200.
+func (w *CountingWriter) Write(p []byte) (int, error) {
+	w.WriteHeader(http.StatusOK)
+	w.Bytes += len(p)
+	return len(p), nil
+}
+
+// Reset empties the writer, keeping its header map for reuse.
+func (w *CountingWriter) Reset() {
+	clear(w.header)
+	w.Code, w.Bytes = 0, 0
+}
