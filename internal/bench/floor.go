@@ -119,31 +119,15 @@ func serveFloorHTTP(ctx context.Context, l net.Listener, a FloorAnswers) error {
 		h["Content-Length"] = []string{strconv.Itoa(len(b))}
 		w.Write(b)
 	})}
-	stop := whenDone(ctx, func() { srv.Close() })
+	stop := context.AfterFunc(ctx, func() { srv.Close() })
 	err := srv.Serve(l)
-	stop()
+	if stop() { // ended on its own
+		srv.Close()
+	}
 	if errors.Is(err, http.ErrServerClosed) {
 		return nil
 	}
 	return err
-}
-
-// whenDone runs closeAll when ctx ends or when the returned stop is called, whichever comes
-// first; stop returns once closeAll has run.
-func whenDone(ctx context.Context, closeAll func()) (stop func()) {
-	quit, stopped := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(stopped)
-		select {
-		case <-ctx.Done():
-		case <-quit:
-		}
-		closeAll()
-	}()
-	return func() {
-		close(quit)
-		<-stopped
-	}
 }
 
 func serveFloorTCP(ctx context.Context, l net.Listener, a FloorAnswers) error {
@@ -153,7 +137,7 @@ func serveFloorTCP(ctx context.Context, l net.Listener, a FloorAnswers) error {
 		closed bool // conns were closed: one accepted since is closed at once
 		wg     sync.WaitGroup
 	)
-	stop := whenDone(ctx, func() {
+	closeAll := func() {
 		l.Close()
 		mu.Lock()
 		defer mu.Unlock()
@@ -161,7 +145,8 @@ func serveFloorTCP(ctx context.Context, l net.Listener, a FloorAnswers) error {
 		for c := range conns {
 			c.Close()
 		}
-	})
+	}
+	stop := context.AfterFunc(ctx, closeAll)
 	var err error
 	for {
 		c, aerr := l.Accept()
@@ -187,7 +172,9 @@ func serveFloorTCP(ctx context.Context, l net.Listener, a FloorAnswers) error {
 			respondFloor(c, a)
 		})
 	}
-	stop() // closes what it accepted, if the listener failed first
+	if stop() { // the listener failed first: close what it accepted
+		closeAll()
+	}
 	wg.Wait()
 	return err
 }
