@@ -63,6 +63,106 @@ func TestQueueOrdersAndWalks(t *testing.T) {
 	}
 }
 
+// TestQueueTidy models an owner whose items are replaced over and over: slots entries, each
+// pushed again and again, the one before going stale, with pops at random. It tidies after
+// every push and checks that no entry that holds is ever dropped, that the heap stays in
+// order, that the queue stays within its bound when nothing is popped, and that Tidy looks
+// at a few entries per push in all.
+func TestQueueTidy(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		slots      int  // how many entries hold at most
+		live       int  // what the owner tells Tidy (0: slots)
+		sequential bool // push the slots in turn, not at random
+		pushes     int
+		popPct     int // the share of steps that pop instead of pushing
+	}{
+		{name: "a storm of re-registrations, few slots", slots: 10, pushes: 50_000},
+		{name: "a storm, more slots than the minimum", slots: 3000, pushes: 50_000},
+		{name: "re-registrations and lease ends", slots: 300, pushes: 50_000, popPct: 30},
+		{name: "every slot once, nothing stale", slots: 5000, sequential: true, pushes: 5000},
+		// an owner that counts fewer than hold (a lease moved earlier is queued twice): Tidy
+		// finds little to drop, and must not look at the whole queue at every push
+		{name: "more hold than the owner counts", slots: 20_000, live: 10, sequential: true, pushes: 20_000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(uint64(tc.slots), uint64(tc.popPct)))
+			live := tc.live
+			if live == 0 {
+				live = tc.slots
+			}
+			type item struct{ slot, n int }
+			var q deadline.Queue[item]
+			current := make([]int, tc.slots) // the latest push of each slot; earlier ones are stale
+			held := map[item]int64{}         // what the queue should hold, by instant
+			keep := func(_ int64, it item) bool { return current[it.slot] == it.n }
+			looked, tidied := 0, 0
+			counting := func(at int64, it item) bool { looked++; return keep(at, it) }
+			for n := 1; n <= tc.pushes; {
+				if rng.IntN(100) < tc.popPct && q.Len() > 0 {
+					at, it := q.Pop()
+					want, ok := held[it]
+					if !ok || want != at {
+						t.Fatalf("Pop = %d, %+v: the queue does not hold it (held at %d, %v)", at, it, want, ok)
+					}
+					for o, oat := range held {
+						if oat < at {
+							t.Fatalf("Pop = %d, %+v, but %+v at %d is earlier", at, it, o, oat)
+						}
+					}
+					delete(held, it)
+					continue
+				}
+				it := item{rng.IntN(tc.slots), n}
+				if tc.sequential {
+					it.slot = (n - 1) % tc.slots
+				}
+				at := int64(rng.IntN(1_000_000))
+				current[it.slot] = n
+				q.Push(at, it)
+				held[it] = at
+				n++
+				if dropped := q.Tidy(live, counting); dropped > 0 {
+					tidied++
+					for o := range held {
+						if !keep(0, o) {
+							delete(held, o)
+							dropped--
+						}
+					}
+					if dropped != 0 {
+						t.Fatalf("Tidy dropped %d entries more or fewer than the stale ones", dropped)
+					}
+				}
+				if q.Len() != len(held) {
+					t.Fatalf("Len = %d after Tidy, want %d", q.Len(), len(held))
+				}
+				if bound := max(1024, 2*tc.slots) + 1; tc.popPct == 0 && tc.live == 0 && q.Len() > bound {
+					t.Fatalf("after %d pushes the queue holds %d entries for %d slots (bound %d)", n-1, q.Len(), tc.slots, bound)
+				}
+			}
+			if stale := tc.pushes > tc.slots; stale && tidied == 0 {
+				t.Fatal("Tidy never compacted")
+			} else if !stale && tidied != 0 {
+				t.Fatalf("Tidy compacted %d times with nothing stale", tidied)
+			}
+			if looked > 3*tc.pushes {
+				t.Errorf("Tidy looked at %d entries for %d pushes: more than a few per push", looked, tc.pushes)
+			}
+			for q.Len() > 0 { // what is left comes out in order, every entry that holds among it
+				at, it := q.Pop()
+				if want, ok := held[it]; !ok || want != at {
+					t.Fatalf("Pop = %d, %+v: not held (%d, %v)", at, it, want, ok)
+				}
+				delete(held, it)
+			}
+			if len(held) != 0 {
+				t.Fatalf("%d entries never came out", len(held))
+			}
+		})
+	}
+}
+
 // TestSleep: Sleep waits its duration, or returns the context's error as soon as the
 // context ends (a canceled one before any wait: nothing here waits its minute).
 func TestSleep(t *testing.T) {

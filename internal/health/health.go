@@ -375,7 +375,7 @@ func (e *Engine) Apply(ev Event) error {
 			in.admitted, in.rotationSince = true, ev.At.UnixNano()
 		}
 		if !e.cfg.ExternalLeases {
-			e.leases.push(ev.At.Add(e.cfg.LeaseTTL), in)
+			e.leases.pushAt(ev.At.Add(e.cfg.LeaseTTL).UnixNano(), in, len(e.instances), leaseHolds)
 		}
 	case KindHeartbeat:
 		if !in.present {
@@ -715,8 +715,8 @@ func (e *Engine) Tick(now time.Time) {
 	// interval over the part of the window it has been registered for: a fleet that never
 	// heartbeats, or a burst of fresh registrations, is no sign that renewals are lost.
 	for e.young.due(now.Add(-window)) {
-		at, in, seq := e.young.pop()
-		if in.seq == seq && in.live == liveYoung && in.registeredAt == at.UnixNano() {
+		at, inc := e.young.pop()
+		if in := inc.in; youngHolds(at, inc) {
 			e.untrack(in)
 			in.live, e.oldLive = liveOld, e.oldLive+1
 		}
@@ -750,8 +750,9 @@ func (e *Engine) Tick(now time.Time) {
 	// Leases end: only the incarnations whose earliest possible end has come are looked at;
 	// one renewed since goes back in the queue at its new end.
 	for e.leases.due(now) {
-		_, in, seq := e.leases.pop()
-		if in.seq != seq || in.gone || !in.present || in.draining {
+		at, inc := e.leases.pop()
+		in := inc.in
+		if !leaseHolds(at, inc) {
 			continue // stale: a later incarnation, forgotten, or no lease to end any more
 		}
 		if e.expired(in, now) {
@@ -759,7 +760,7 @@ func (e *Engine) Tick(now time.Time) {
 			e.untrack(in)
 			continue
 		}
-		e.leases.pushAt(in.lastRenewal+int64(e.cfg.LeaseTTL), in)
+		e.leases.pushAt(in.lastRenewal+int64(e.cfg.LeaseTTL), in, len(e.instances), leaseHolds)
 	}
 }
 
@@ -777,7 +778,7 @@ func (e *Engine) track(in *instance, at time.Time) {
 	}
 	in.live, e.youngLive = liveYoung, e.youngLive+1
 	e.youngSum += in.registeredAt - e.base.UnixNano()
-	e.young.pushAt(in.registeredAt, in)
+	e.young.pushAt(in.registeredAt, in, e.youngLive, youngHolds)
 }
 
 // untrack takes in out of the instances expected to renew (its queue entry, if any, turns

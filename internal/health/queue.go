@@ -57,18 +57,34 @@ type incarnation struct {
 	seq uint64
 }
 
-func (q *instanceQueue) push(at time.Time, in *instance) { q.pushAt(at.UnixNano(), in) }
-
-// pushAt is push at an instant in Unix nanoseconds.
-func (q *instanceQueue) pushAt(at int64, in *instance) { q.q.Push(at, incarnation{in, in.seq}) }
+// pushAt is push at an instant in Unix nanoseconds. Once the queue could hold more than
+// twice live entries, it drops those keep rejects (deadline's Tidy): keep must reject only
+// entries that can never hold again.
+func (q *instanceQueue) pushAt(at int64, in *instance, live int, keep func(at int64, inc incarnation) bool) {
+	q.q.Push(at, incarnation{in, in.seq})
+	q.q.Tidy(live, keep)
+}
 
 // due reports whether the earliest entry is at or before t.
 func (q *instanceQueue) due(t time.Time) bool { return q.q.Due(t.UnixNano()) }
 
 // pop removes the earliest entry.
-func (q *instanceQueue) pop() (time.Time, *instance, uint64) {
-	at, inc := q.q.Pop()
-	return time.Unix(0, at), inc.in, inc.seq
+func (q *instanceQueue) pop() (int64, incarnation) { return q.q.Pop() }
+
+// leaseHolds reports whether an entry of the lease queue still names a lease that can end:
+// the same incarnation, present, not draining. One that does not never will again (a new
+// incarnation has a new seq).
+func leaseHolds(_ int64, inc incarnation) bool {
+	in := inc.in
+	return in.seq == inc.seq && !in.gone && in.present && !in.draining
+}
+
+// youngHolds reports whether an entry of the young queue still names an instance counted as
+// young that registered at its instant. An incarnation is counted young once at most, so one
+// that does not never will again.
+func youngHolds(at int64, inc incarnation) bool {
+	in := inc.in
+	return in.seq == inc.seq && in.live == liveYoung && in.registeredAt == at
 }
 
 func (q *instanceQueue) len() int { return q.q.Len() }

@@ -139,6 +139,54 @@ func walkTheFleet(t *testing.T, slowStart time.Duration, seed uint64, sawSP, saw
 	})
 }
 
+// TestEngineQueuesFollowTheFleet re-registers and renews the same instances over and over
+// within one lease: the engine's lease and young queues, where every earlier incarnation
+// used to wait for its instant, stay near the fleet's size, and every incarnation the
+// engine holds keeps an entry that holds in each.
+func TestEngineQueuesFollowTheFleet(t *testing.T) {
+	m, err := NewMonitor(MonitorConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := m.engine
+	const fleet, rounds = 100, 200
+	holding := func(q *instanceQueue, holds func(int64, incarnation) bool) map[string]bool {
+		ids := map[string]bool{}
+		q.q.Walk(math.MaxInt64, func(at int64, inc incarnation) {
+			if holds(at, inc) {
+				ids[inc.in.ID] = true
+			}
+		})
+		return ids
+	}
+	at := t0
+	mostLeases, mostYoung := 0, 0
+	for round := range rounds {
+		for i := range fleet {
+			id := fmt.Sprintf("i%03d", i)
+			m.Register(Instance{ID: id, Zone: "z", Capabilities: []string{"c.x"}}, int64(round+1), at)
+			m.Observe(Event{At: at, ID: id, Kind: KindHeartbeat}) // counted young: an entry in the young queue
+			mostLeases, mostYoung = max(mostLeases, e.leases.len()), max(mostYoung, e.young.len())
+		}
+		leases, young := holding(&e.leases, leaseHolds), holding(&e.young, youngHolds)
+		for id, in := range e.instances {
+			if !leases[id] || in.live == liveYoung && !young[id] {
+				t.Fatalf("round %d: %s (present %v, counted %v) lost its entry: in the lease queue %v, in the young queue %v",
+					round, id, in.present, in.live, leases[id], young[id])
+			}
+		}
+		at = at.Add(10 * time.Millisecond)
+	}
+	// 1,024 entries before a queue is tidied at all, then twice the fleet
+	if bound := 1025; mostLeases > bound || mostYoung > bound {
+		t.Errorf("the lease queue held up to %d entries and the young queue %d for %d instances registered %d times each (bound %d)",
+			mostLeases, mostYoung, fleet, rounds, bound)
+	}
+	if len(e.instances) != fleet {
+		t.Fatalf("the engine holds %d instances, want %d", len(e.instances), fleet)
+	}
+}
+
 // TestDueQueue checks the queue's two places: an entry pushed due by the last take's limit
 // waits in the list for the next take, unless it is later than that take's limit (a clock
 // ahead of the sweep's); one pushed later waits in the heap; stale entries never come out.

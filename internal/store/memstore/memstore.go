@@ -111,8 +111,8 @@ func (s *Store) Expire(_ context.Context, now time.Time) ([]*registry.Record, er
 	var gone []*registry.Record
 	s.qmu.Lock()
 	for s.leases.Due(now.UnixNano()) {
-		_, rec := s.leases.Pop()
-		if cur, ok := s.Get(rec.InstanceID); !ok || cur != rec {
+		at, rec := s.leases.Pop()
+		if !s.isCurrent(at, rec) {
 			continue // removed or replaced since it was queued
 		}
 		if !rec.Expired(now) {
@@ -147,8 +147,8 @@ func (s *Store) Expiring(now time.Time) []*registry.Record {
 	defer s.qmu.Unlock()
 	var out []*registry.Record
 	seen := map[*registry.Record]bool{} // a record moved earlier has two entries
-	s.leases.Walk(now.UnixNano(), func(_ int64, rec *registry.Record) {
-		if cur, ok := s.Get(rec.InstanceID); ok && cur == rec && rec.Expired(now) && !seen[rec] {
+	s.leases.Walk(now.UnixNano(), func(at int64, rec *registry.Record) {
+		if s.isCurrent(at, rec) && rec.Expired(now) && !seen[rec] {
 			seen[rec] = true
 			out = append(out, rec)
 		}
@@ -156,11 +156,23 @@ func (s *Store) Expiring(now time.Time) []*registry.Record {
 	return out
 }
 
-// queue puts rec in the lease queue at at.
+// queue puts rec in the lease queue at at, and drops the entries of records replaced or
+// removed since they were queued once they could outnumber the records held (deadline's
+// Tidy): each holds its record, and through it the instance's eligibility view, until its
+// lease end.
 func (s *Store) queue(rec *registry.Record, at time.Time) {
 	s.qmu.Lock()
 	s.leases.Push(at.UnixNano(), rec)
+	live, _ := s.Counts()
+	s.leases.Tidy(live, s.isCurrent)
 	s.qmu.Unlock()
+}
+
+// isCurrent reports whether rec is the record the store holds for its instance: a lease
+// queue entry that is not never will be again.
+func (s *Store) isCurrent(_ int64, rec *registry.Record) bool {
+	cur, ok := s.Get(rec.InstanceID)
+	return ok && cur == rec
 }
 
 // Restore implements registry.Store.

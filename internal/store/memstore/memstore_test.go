@@ -106,3 +106,61 @@ func TestExpireMatchesAWalk(t *testing.T) {
 	}
 	t.Logf("%d expiries", expiredSeen)
 }
+
+// TestLeaseQueueFollowsTheFleet re-registers the same instances over and over, and
+// deregisters and registers them again, within one lease: the lease queue, where a replaced
+// or removed record used to wait for its lease end, stays near the fleet's size, and the
+// leases of the records held still end.
+func TestLeaseQueueFollowsTheFleet(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		deregister bool // deregister each incarnation before the next
+	}{
+		{"re-registered", false},
+		{"deregistered and registered again", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+			s := memstore.New(func() time.Time { return at })
+			const fleet, rounds = 100, 200
+			most := 0
+			for round := range rounds {
+				for i := range fleet {
+					id := fmt.Sprintf("i%03d", i)
+					if tc.deregister && round > 0 {
+						if _, err := s.Deregister(ctx, id, 0); err != nil {
+							t.Fatal(err)
+						}
+					}
+					rec := storetest.Record(t, id, "svc", "x.y/p@1.0.0")
+					rec.SetLeaseExpiresAt(at.Add(10 * time.Minute))
+					if err := s.Register(ctx, rec); err != nil {
+						t.Fatal(err)
+					}
+					most = max(most, memstore.QueuedLeases(s))
+				}
+				// every record held is still queued: listed once its lease has ended
+				if n := len(s.Expiring(at.Add(11 * time.Minute))); n != fleet {
+					t.Fatalf("round %d: %d records listed as expiring after every lease ended, want the %d held", round, n, fleet)
+				}
+				at = at.Add(time.Second)
+			}
+			// 1,024 entries before the queue is tidied at all, then twice the fleet
+			if bound := 1025; most > bound {
+				t.Errorf("the lease queue held up to %d entries for %d instances registered %d times each (bound %d)", most, fleet, rounds, bound)
+			}
+			at = at.Add(10 * time.Minute)
+			gone, err := s.Expire(ctx, at)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(gone) != fleet {
+				t.Fatalf("Expire removed %d records once every lease ended, want the %d held", len(gone), fleet)
+			}
+			if n, _ := s.Counts(); n != 0 {
+				t.Fatalf("%d records left after every lease ended", n)
+			}
+		})
+	}
+}
