@@ -57,9 +57,9 @@ type incarnation struct {
 	seq uint64
 }
 
-// pushAt is push at an instant in Unix nanoseconds. Once the queue could hold more than
-// twice live entries, it drops those keep rejects (deadline's Tidy): keep must reject only
-// entries that can never hold again.
+// pushAt queues in's incarnation at an instant in Unix nanoseconds. Once the queue could
+// hold more than twice live entries, it drops those keep rejects (deadline's Tidy): keep
+// must reject only entries that can never hold again.
 func (q *instanceQueue) pushAt(at int64, in *instance, live int, keep func(at int64, inc incarnation) bool) {
 	q.q.Push(at, incarnation{in, in.seq})
 	q.q.Tidy(live, keep)
