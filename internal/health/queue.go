@@ -57,8 +57,8 @@ type incarnation struct {
 	seq uint64
 }
 
-// pushAt queues in's incarnation at an instant in Unix nanoseconds. Once the queue could
-// hold more than twice live entries, it drops those keep rejects (deadline's Tidy): keep
+// pushAt queues in's incarnation at an instant in Unix nanoseconds. Once the queue holds
+// more than live entries, it removes a few of those keep rejects (deadline's Tidy): keep
 // must reject only entries that can never hold again.
 func (q *instanceQueue) pushAt(at int64, in *instance, live int, keep func(at int64, inc incarnation) bool) {
 	q.q.Push(at, incarnation{in, in.seq})

@@ -156,10 +156,10 @@ func (s *Store) Expiring(now time.Time) []*registry.Record {
 	return out
 }
 
-// queue puts rec in the lease queue at at, and drops the entries of records replaced or
-// removed since they were queued once they could outnumber the records held (deadline's
-// Tidy): each holds its record, and through it the instance's eligibility view, until its
-// lease end.
+// queue puts rec in the lease queue at at, and removes a few entries of records replaced
+// or removed since they were queued, once the queue holds more than the records held
+// (deadline's Tidy): each holds its record, and through it the instance's eligibility view,
+// until its lease end.
 func (s *Store) queue(rec *registry.Record, at time.Time) {
 	s.qmu.Lock()
 	s.leases.Push(at.UnixNano(), rec)
