@@ -86,7 +86,7 @@ func (s *Store) Heartbeat(_ context.Context, id string, generation int64, health
 		changed = true
 	}
 	if changed {
-		if cur, ok := s.Get(id); ok && cur == rec { // still current: the change is visible
+		if s.Holds(rec) { // still current: the change is visible
 			s.Touch(0)
 		}
 	}
@@ -111,8 +111,8 @@ func (s *Store) Expire(_ context.Context, now time.Time) ([]*registry.Record, er
 	var gone []*registry.Record
 	s.qmu.Lock()
 	for s.leases.Due(now.UnixNano()) {
-		at, rec := s.leases.Pop()
-		if !s.isCurrent(at, rec) {
+		_, rec := s.leases.Pop()
+		if !s.Holds(rec) {
 			continue // removed or replaced since it was queued
 		}
 		if !rec.Expired(now) {
@@ -133,7 +133,7 @@ func (s *Store) Expire(_ context.Context, now time.Time) ([]*registry.Record, er
 			out = append(out, rec)
 			continue
 		}
-		if cur, ok := s.Get(rec.InstanceID); ok && cur == rec { // renewed in between
+		if s.Holds(rec) { // renewed in between
 			s.queue(rec, rec.LeaseExpiresAt())
 		}
 	}
@@ -147,8 +147,8 @@ func (s *Store) Expiring(now time.Time) []*registry.Record {
 	defer s.qmu.Unlock()
 	var out []*registry.Record
 	seen := map[*registry.Record]bool{} // a record moved earlier has two entries
-	s.leases.Walk(now.UnixNano(), func(at int64, rec *registry.Record) {
-		if s.isCurrent(at, rec) && rec.Expired(now) && !seen[rec] {
+	s.leases.Walk(now.UnixNano(), func(_ int64, rec *registry.Record) {
+		if s.Holds(rec) && rec.Expired(now) && !seen[rec] {
 			seen[rec] = true
 			out = append(out, rec)
 		}
@@ -164,16 +164,13 @@ func (s *Store) queue(rec *registry.Record, at time.Time) {
 	s.qmu.Lock()
 	s.leases.Push(at.UnixNano(), rec)
 	live, _ := s.Counts()
-	s.leases.Tidy(live, s.isCurrent)
+	s.leases.Tidy(live, s.leaseHolds)
 	s.qmu.Unlock()
 }
 
-// isCurrent reports whether rec is the record the store holds for its instance: a lease
-// queue entry that is not never will be again.
-func (s *Store) isCurrent(_ int64, rec *registry.Record) bool {
-	cur, ok := s.Get(rec.InstanceID)
-	return ok && cur == rec
-}
+// leaseHolds reports whether a lease queue entry's record is still the one held: one that is
+// not never will be again (a record replaced or removed does not come back).
+func (s *Store) leaseHolds(_ int64, rec *registry.Record) bool { return s.Holds(rec) }
 
 // Restore implements registry.Store.
 func (s *Store) Restore(_ context.Context, epoch registry.Epoch, revision, generation int64, recs []*registry.Record) error {

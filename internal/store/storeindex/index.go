@@ -258,6 +258,14 @@ func (ix *Index) Get(id string) (*registry.Record, bool) {
 	return rec, ok
 }
 
+// Holds reports whether rec is the record the index holds for its instance: not replaced by
+// a later incarnation, not removed.
+func (ix *Index) Holds(rec *registry.Record) bool {
+	ix.mu.RLock()
+	defer ix.mu.RUnlock()
+	return ix.records[rec.InstanceID] == rec
+}
+
 // Records returns every record, in no particular order.
 func (ix *Index) Records() []*registry.Record {
 	ix.mu.RLock()

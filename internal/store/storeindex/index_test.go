@@ -212,3 +212,36 @@ func TestChangesAheadOfTheRevision(t *testing.T) {
 		t.Error("a removal ahead is not read")
 	}
 }
+
+// TestHolds: the index holds a record from its put until a later incarnation of its instance
+// replaces it, it is removed, or a reset leaves it out; another record of the same instance
+// and content that was never put is never held.
+func TestHolds(t *testing.T) {
+	ix := storeindex.NewIndex()
+	first, second, other, twin := record("a"), record("a"), record("b"), record("b")
+	steps := []struct {
+		name string
+		do   func()
+		held []*registry.Record
+		not  []*registry.Record
+	}{
+		{"before any put", func() {}, nil, []*registry.Record{first, other}},
+		{"puts", func() { ix.Put(first, 0); ix.Put(other, 0) }, []*registry.Record{first, other}, []*registry.Record{second, twin}},
+		{"a new incarnation", func() { ix.Put(second, 0) }, []*registry.Record{second, other}, []*registry.Record{first}},
+		{"a removal", func() { ix.Remove("b", nil, 0) }, []*registry.Record{second}, []*registry.Record{other}},
+		{"a reset", func() { ix.Reset([]*registry.Record{first}, 5) }, []*registry.Record{first}, []*registry.Record{second, other}},
+	}
+	for _, st := range steps {
+		st.do()
+		for _, rec := range st.held {
+			if !ix.Holds(rec) {
+				t.Errorf("after %s: %s (%p) not held", st.name, rec.InstanceID, rec)
+			}
+		}
+		for _, rec := range st.not {
+			if ix.Holds(rec) {
+				t.Errorf("after %s: %s (%p) held", st.name, rec.InstanceID, rec)
+			}
+		}
+	}
+}
