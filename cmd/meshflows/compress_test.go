@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/meshflows/meshflows/internal/store/etcdstore/etcdtest"
+	"github.com/meshflows/meshflows/internal/freeport"
 )
 
 // TestRegistryGzipMinBytes starts the registry command with --gzip-min-bytes and asks for a
@@ -21,7 +21,7 @@ func TestRegistryGzipMinBytes(t *testing.T) {
 		{"1000000", ""},
 	} {
 		t.Run(tc.flag, func(t *testing.T) {
-			port := etcdtest.FreePort(t)
+			port := freeport.Port(t)
 			url := "http://127.0.0.1:" + strconv.Itoa(port)
 			startCommand(t, url+"/healthz", "registry", "--insecure", "--listen", "127.0.0.1:"+strconv.Itoa(port), "--gzip-min-bytes", tc.flag)
 			body := `{"instance_id":"w1","service_name":"egress-webhook","service_version":"0.1.0","endpoint":"http://127.0.0.1:9000",` +

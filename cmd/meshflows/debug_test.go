@@ -2,25 +2,22 @@ package main
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 
 	"golang.org/x/sync/errgroup"
+
+	"github.com/meshflows/meshflows/internal/freeport"
 )
 
 // TestServeDebug: --debug-listen serves Go's profiles on an address of its own; without it
 // nothing is served and the heap profiler, which only that address could read, stops sampling.
 func TestServeDebug(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
+	addr := "127.0.0.1:" + strconv.Itoa(freeport.Port(t))
 	ctx, cancel := context.WithCancel(context.Background())
 	g := &errgroup.Group{}
 	t.Cleanup(func() {

@@ -18,8 +18,8 @@ import (
 	"time"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/internal/freeport"
 	"github.com/meshflows/meshflows/internal/health"
-	"github.com/meshflows/meshflows/internal/store/etcdstore/etcdtest"
 	"github.com/meshflows/meshflows/provider"
 
 	"github.com/meshflows/meshflows/internal/registry/registrytest"
@@ -116,7 +116,7 @@ func getJSON(t *testing.T, url string, v any) int {
 // leaves the gateway's rotation; another stops listening and leaves at its first refused
 // probe; the first recovers and comes back through slow start.
 func TestEligibilityEndToEnd(t *testing.T) {
-	regPort, gwPort := etcdtest.FreePort(t), etcdtest.FreePort(t)
+	regPort, gwPort := freeport.Port(t), freeport.Port(t)
 	regURL := "http://127.0.0.1:" + strconv.Itoa(regPort)
 	gwURL := "http://127.0.0.1:" + strconv.Itoa(gwPort)
 	startCommand(t, regURL+"/healthz", "registry", "--insecure", "--listen", "127.0.0.1:"+strconv.Itoa(regPort),
@@ -218,7 +218,7 @@ func (p *partition) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // (a partition: their heartbeats never arrive). The registry must not evict them when their
 // leases run out; when the partition heals the mode ends.
 func TestSelfPreservationWithAFleetOfAgents(t *testing.T) {
-	regPort := etcdtest.FreePort(t)
+	regPort := freeport.Port(t)
 	regURL := "http://127.0.0.1:" + strconv.Itoa(regPort)
 	startCommand(t, regURL+"/healthz", "registry", "--insecure", "--listen", "127.0.0.1:"+strconv.Itoa(regPort),
 		"--lease-ttl", "3s", "--heartbeat-interval", "1s", "--sweep-interval", "100ms", "--log-level", "error")

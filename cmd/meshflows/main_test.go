@@ -12,8 +12,8 @@ import (
 	"time"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/internal/freeport"
 	"github.com/meshflows/meshflows/internal/registry/registrytest"
-	"github.com/meshflows/meshflows/internal/store/etcdstore/etcdtest"
 )
 
 func run(ctx context.Context, args ...string) (string, error) {
@@ -84,14 +84,11 @@ func TestBadFlagsAreRefused(t *testing.T) {
 }
 
 // startDev runs 'meshflows dev' on a free port plan, trying another base port when
-// something else on the machine holds one of the plan's six ports.
+// something else on the machine holds one of the plan's twelve ports.
 func startDev(t *testing.T, ctx context.Context) (base int, done <-chan devResult) {
 	t.Helper()
 	for attempt := 0; attempt < 10; attempt++ {
-		base = etcdtest.FreePort(t)
-		if base+devProviderOffsetRMQ > 65535 {
-			continue
-		}
+		base = freeport.Block(t, devProviderOffsetRMQ+1)
 		ch := make(chan devResult, 1)
 		go func() {
 			out, err := run(ctx, "dev", "--base-port", strconv.Itoa(base))

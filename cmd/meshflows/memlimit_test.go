@@ -9,7 +9,7 @@ import (
 	"testing"
 	"testing/fstest"
 
-	"github.com/meshflows/meshflows/internal/store/etcdstore/etcdtest"
+	"github.com/meshflows/meshflows/internal/freeport"
 )
 
 // TestRegistryMemoryLimit starts the registry command with --memory-limit and reads the
@@ -17,7 +17,7 @@ import (
 func TestRegistryMemoryLimit(t *testing.T) {
 	prev := debug.SetMemoryLimit(-1)
 	t.Cleanup(func() { debug.SetMemoryLimit(prev) })
-	port := etcdtest.FreePort(t)
+	port := freeport.Port(t)
 	url := "http://127.0.0.1:" + strconv.Itoa(port)
 	startCommand(t, url+"/healthz", "registry", "--insecure", "--listen", "127.0.0.1:"+strconv.Itoa(port), "--memory-limit", "2800MiB")
 	if got := debug.SetMemoryLimit(-1); got != 2800<<20 {

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/meshflows/meshflows/internal/store/etcdstore/etcdtest"
+	"github.com/meshflows/meshflows/internal/freeport"
 
 	"github.com/meshflows/meshflows/internal/registry/registrytest"
 )
@@ -52,7 +52,7 @@ scrape_configs:
 	if err := os.WriteFile(filepath.Join(dir, "prometheus.yml"), []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	promAddr := "127.0.0.1:" + strconv.Itoa(etcdtest.FreePort(t))
+	promAddr := "127.0.0.1:" + strconv.Itoa(freeport.Port(t))
 	cmd := exec.CommandContext(ctx, bin, "--config.file="+filepath.Join(dir, "prometheus.yml"),
 		"--storage.tsdb.path="+filepath.Join(dir, "data"), "--web.listen-address="+promAddr, "--log.level=warn")
 	logs, err := os.Create(filepath.Join(dir, "prometheus.log"))

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
-	"github.com/meshflows/meshflows/internal/store/etcdstore/etcdtest"
+	"github.com/meshflows/meshflows/internal/freeport"
 
 	"github.com/meshflows/meshflows/internal/registry/registrytest"
 )
@@ -23,7 +23,7 @@ import (
 // back (it used to overwrite it with an empty one a second after start).
 func TestRestartWithTheSameFlags(t *testing.T) {
 	dir := t.TempDir()
-	port := strconv.Itoa(etcdtest.FreePort(t))
+	port := strconv.Itoa(freeport.Port(t))
 	base := "http://127.0.0.1:" + port
 	args := []string{"registry", "--insecure", "--listen", "127.0.0.1:" + port, "--lease-ttl", "3s", "--heartbeat-interval", "1s",
 		"--snapshot-dir", dir, "--snapshot-interval", "50ms", "--restore-snapshot", "auto", "--no-eligibility"}

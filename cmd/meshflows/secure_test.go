@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/meshflows/meshflows/client"
-	"github.com/meshflows/meshflows/internal/store/etcdstore/etcdtest"
+	"github.com/meshflows/meshflows/internal/freeport"
 )
 
 // TestSecureRegistryEndToEnd drives the commands as an operator would: certs init and
@@ -41,7 +41,7 @@ roles:
   consumer: {discover: true}
   admin: {admin: true}
 `), 0o600)
-	regPort, provPort := etcdtest.FreePort(t), etcdtest.FreePort(t)
+	regPort, provPort := freeport.Port(t), freeport.Port(t)
 	registryURL := "https://127.0.0.1:" + strconv.Itoa(regPort)
 	audit := filepath.Join(dir, "audit.jsonl")
 
@@ -147,7 +147,7 @@ roles:
 `), 0o600)
 	pem := func(name string) string { return filepath.Join(certs, name) }
 	serverFlags := []string{"--tls-cert", pem("server.pem"), "--tls-key", pem("server-key.pem"), "--client-ca", pem("ca.pem"), "--rbac", rbac, "--log-level", "error"}
-	regPort, orPort, gwPort := etcdtest.FreePort(t), etcdtest.FreePort(t), etcdtest.FreePort(t)
+	regPort, orPort, gwPort := freeport.Port(t), freeport.Port(t), freeport.Port(t)
 	regURL := "https://127.0.0.1:" + strconv.Itoa(regPort)
 	orURL := "https://127.0.0.1:" + strconv.Itoa(orPort)
 	gwURL := "https://127.0.0.1:" + strconv.Itoa(gwPort)

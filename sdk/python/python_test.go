@@ -4,7 +4,6 @@ package python_test
 
 import (
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -13,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/meshflows/meshflows/internal/freeport"
 	"github.com/meshflows/meshflows/internal/registry/registrytest"
 )
 
@@ -77,7 +77,7 @@ func TestTutorialPython(t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, "github.com/meshflows/meshflows/cmd/meshflows").CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	base := freeBase(t)
+	base := freeport.Block(t, 12) // meshflows dev's port plan
 	dev := exec.Command(bin, "dev", "--base-port", strconv.Itoa(base))
 	var devOut strings.Builder
 	dev.Stdout, dev.Stderr = &devOut, &devOut
@@ -89,7 +89,7 @@ func TestTutorialPython(t *testing.T) {
 	gateway := "http://127.0.0.1:" + strconv.Itoa(base+2)
 	registrytest.Until(t, "meshflows dev answers", func() bool { return get(registry+"/healthz") == 200 })
 
-	port := freeBase(t) + 9
+	port := freeport.Port(t)
 	wh := exec.Command(py, filepath.Join("..", "..", "examples", "providers", "webhook-python", "webhook.py"),
 		"--registry", registry, "--listen", "127.0.0.1:"+strconv.Itoa(port))
 	wh.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
@@ -140,34 +140,4 @@ func get(url string) int {
 	}
 	resp.Body.Close()
 	return resp.StatusCode
-}
-
-// freeBase returns a port p such that p..p+11 were free a moment ago (meshflows dev's plan).
-func freeBase(t *testing.T) int {
-	t.Helper()
-	for attempt := 0; attempt < 50; attempt++ {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		p := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if p+12 > 65535 {
-			continue
-		}
-		ok := true
-		for i := 0; i < 12 && ok; i++ {
-			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p+i))
-			if err != nil {
-				ok = false
-				continue
-			}
-			l.Close()
-		}
-		if ok {
-			return p
-		}
-	}
-	t.Fatal("no free port range")
-	return 0
 }

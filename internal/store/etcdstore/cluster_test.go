@@ -2,10 +2,12 @@ package etcdstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -13,7 +15,7 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 
-	"github.com/meshflows/meshflows/internal/store/etcdstore/etcdtest"
+	"github.com/meshflows/meshflows/internal/freeport"
 )
 
 // cluster is a three-member etcd cluster in this process.
@@ -22,7 +24,24 @@ type cluster struct {
 	endpoints []string
 }
 
+// startCluster starts the cluster. A member whose port another process took between
+// freeport's probe and etcd's bind fails with "address already in use"; the cluster is then
+// started again on other ports, up to three times.
 func startCluster(t *testing.T) *cluster {
+	t.Helper()
+	for attempt := 1; ; attempt++ {
+		c, err := tryStartCluster(t)
+		if err == nil {
+			return c
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) || attempt == 3 {
+			t.Fatal(err)
+		}
+		t.Logf("attempt %d: %v; starting again on other ports", attempt, err)
+	}
+}
+
+func tryStartCluster(t *testing.T) (*cluster, error) {
 	t.Helper()
 	const n = 3
 	names := make([]string, n)
@@ -30,8 +49,8 @@ func startCluster(t *testing.T) *cluster {
 	var initial []string
 	for i := range n {
 		names[i] = fmt.Sprintf("m%d", i)
-		cu, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", etcdtest.FreePort(t)))
-		pu, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", etcdtest.FreePort(t)))
+		cu, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", freeport.Port(t)))
+		pu, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", freeport.Port(t)))
 		cus[i], pus[i] = *cu, *pu
 		initial = append(initial, names[i]+"="+pu.String())
 	}
@@ -56,11 +75,20 @@ func startCluster(t *testing.T) *cluster {
 		})
 	}
 	wg.Wait()
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("member %d: %v", i, err)
+	closeAll := func() {
+		for _, m := range c.members {
+			if m != nil {
+				m.Close()
+			}
 		}
 	}
+	for i, err := range errs {
+		if err != nil {
+			closeAll()
+			return nil, fmt.Errorf("member %d: %w", i, err)
+		}
+	}
+	t.Cleanup(closeAll)
 	for _, m := range c.members {
 		select {
 		case <-m.Server.ReadyNotify():
@@ -68,14 +96,7 @@ func startCluster(t *testing.T) *cluster {
 			t.Fatal("cluster not ready")
 		}
 	}
-	t.Cleanup(func() {
-		for _, m := range c.members {
-			if m != nil {
-				m.Close()
-			}
-		}
-	})
-	return c
+	return c, nil
 }
 
 // leader returns the index of the member that leads, or -1.

@@ -2,16 +2,19 @@
 package etcdtest
 
 import (
+	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"github.com/meshflows/meshflows/internal/freeport"
 )
 
 // Server is a running single-member etcd.
@@ -25,23 +28,32 @@ type Server struct {
 }
 
 // Start runs etcd in this process with its data in a temporary directory, without fsync
-// and without logging, until the test ends.
+// and without logging, until the test ends. Should another process take one of its ports
+// between freeport's probe and etcd's bind, it starts again on other ports, up to three times.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	cfg := embed.NewConfig()
-	cfg.Name = "test"
-	cfg.Dir = t.TempDir()
-	cfg.LogLevel = "error"
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	cfg.UnsafeNoFsync = true
-	cu, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", FreePort(t)))
-	pu, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", FreePort(t)))
-	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
-	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
-	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		t.Fatal(err)
+	var e *embed.Etcd
+	var cu *url.URL
+	for attempt := 1; ; attempt++ {
+		cfg := embed.NewConfig()
+		cfg.Name = "test"
+		cfg.Dir = t.TempDir()
+		cfg.LogLevel = "error"
+		cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+		cfg.UnsafeNoFsync = true
+		cu, _ = url.Parse(fmt.Sprintf("http://127.0.0.1:%d", freeport.Port(t)))
+		pu, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", freeport.Port(t)))
+		cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
+		cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
+		cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+		var err error
+		e, err = embed.StartEtcd(cfg)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.EADDRINUSE) || attempt == 3 {
+			t.Fatal(err)
+		}
 	}
 	stop := sync.OnceFunc(e.Close)
 	t.Cleanup(stop)
@@ -57,15 +69,4 @@ func Start(t testing.TB) *Server {
 	}
 	t.Cleanup(func() { cli.Close() })
 	return &Server{Endpoint: cu.String(), Client: cli, Stop: stop}
-}
-
-// FreePort returns a loopback port that was free a moment ago.
-func FreePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
