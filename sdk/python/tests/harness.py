@@ -3,6 +3,7 @@
 import json
 import logging
 import os
+import random
 import socket
 import subprocess
 import tempfile
@@ -23,12 +24,42 @@ def require_binary(case: unittest.TestCase) -> None:
         case.skipTest("MESHFLOWS_BIN is not set (run under 'go test ./sdk/python/')")
 
 
+_LOWEST_PORT = 10000
+_given_ports: set = set()
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (Linux's setting, else 32768)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+    return low if low >= _LOWEST_PORT + 1000 else 32768
+
+
 def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    """A loopback port that was free a moment ago, below the ephemeral range, never given twice.
+
+    A port probed on port 0 comes from the ephemeral range, where the kernel also picks the
+    local port of every outgoing connection: a test running in parallel could take it before
+    the server binds it. Below that range the kernel never assigns a port by itself.
+    """
+    high = _ephemeral_low()
+    for _ in range(100):
+        port = random.randrange(_LOWEST_PORT, high)
+        if port in _given_ports:
+            continue
+        s = socket.socket()
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        finally:
+            s.close()
+        _given_ports.add(port)
+        return port
+    raise RuntimeError(f"no free loopback port in [{_LOWEST_PORT}, {high}) after 100 tries")
 
 
 def eventually(what: str, cond: Callable[[], bool], timeout: float = 15.0) -> None:
