@@ -2,9 +2,9 @@ package prober
 
 import (
 	"context"
-	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/meshflows/meshflows/internal/freeport"
 	"github.com/meshflows/meshflows/internal/health"
 )
 
@@ -77,12 +78,10 @@ func TestProberClassifiesAndRecovers(t *testing.T) {
 	}))
 	defer slow.Close()
 	defer close(hang)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	refusedURL := "http://" + ln.Addr().String() + "/healthz"
-	ln.Close() // nothing listens there now: connections are refused
+	// Nothing listens there: connections are refused. A port freed after listening on port 0
+	// could be bound again by a server of a test running in parallel; one below the
+	// ephemeral range, given once, cannot but by chance.
+	refusedURL := "http://127.0.0.1:" + strconv.Itoa(freeport.Port(t)) + "/healthz"
 
 	targets := []Target{
 		{ID: "flaky", Generation: 1, URL: flaky.URL + "/health/live", Interval: 5 * time.Second},
