@@ -7,5 +7,6 @@
 // any other test package running in parallel may take that port, and the server fails with
 // "address already in use". This package picks at random below the ephemeral range, where
 // the kernel never assigns a port by itself, keeps only ports it could bind, and never gives
-// the same port twice in one process.
+// the same port twice in one process. Retry starts a server again, on other ports, should
+// another process still take one first.
 package freeport

@@ -1,6 +1,7 @@
 package freeport
 
 import (
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -8,12 +9,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 )
 
-// Lowest is the lowest port handed out: above the well-known and registered ports that
+// lowest is the lowest port handed out: above the well-known and registered ports that
 // services on a developer's machine are likely to hold.
-const Lowest = 10000
+const lowest = 10000
 
 var given = struct {
 	sync.Mutex
@@ -31,22 +33,35 @@ func Port(t testing.TB) int {
 // below the ephemeral range and none given before in this process.
 func Block(t testing.TB, n int) int {
 	t.Helper()
-	base, err := block(n, EphemeralLow())
+	base, err := block(n, ephemeralLow())
 	if err != nil {
 		t.Fatal(err)
 	}
 	return base
 }
 
+// Retry calls start, which binds ports it took from this package, up to three times while
+// it fails with "address already in use": a port is free when handed out, but another
+// process may bind it before start does. It returns start's last error.
+func Retry(start func() error) error {
+	var err error
+	for range 3 {
+		if err = start(); !errors.Is(err, syscall.EADDRINUSE) {
+			return err
+		}
+	}
+	return err
+}
+
 func block(n, high int) (int, error) {
-	if n < 1 || high-n <= Lowest {
-		return 0, fmt.Errorf("freeport: no room for %d ports in [%d, %d)", n, Lowest, high)
+	if n < 1 || high-n <= lowest {
+		return 0, fmt.Errorf("freeport: no room for %d ports in [%d, %d)", n, lowest, high)
 	}
 	given.Lock()
 	defer given.Unlock()
 	const tries = 100
 	for range tries {
-		base := Lowest + rand.IntN(high-n-Lowest)
+		base := lowest + rand.IntN(high-n-lowest)
 		if free(base, n) {
 			for p := base; p < base+n; p++ {
 				given.ports[p] = true
@@ -54,7 +69,7 @@ func block(n, high int) (int, error) {
 			return base, nil
 		}
 	}
-	return 0, fmt.Errorf("freeport: no %d free consecutive loopback ports in [%d, %d) after %d tries", n, Lowest, high, tries)
+	return 0, fmt.Errorf("freeport: no %d free consecutive loopback ports in [%d, %d) after %d tries", n, lowest, high, tries)
 }
 
 // free says whether ports base..base+n-1 were neither given before nor held by anyone.
@@ -72,10 +87,10 @@ func free(base, n int) bool {
 	return true
 }
 
-// EphemeralLow is the first port of the kernel's ephemeral range: Linux's setting where it
+// ephemeralLow is the first port of the kernel's ephemeral range: Linux's setting where it
 // can be read, and otherwise 32768, Linux's default, which is below the range of macOS and
 // Windows (49152 and up) too.
-func EphemeralLow() int {
+func ephemeralLow() int {
 	const fallback = 32768
 	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
 	if err != nil {
@@ -86,7 +101,7 @@ func EphemeralLow() int {
 		return fallback
 	}
 	low, err := strconv.Atoi(f[0])
-	if err != nil || low < Lowest+1000 {
+	if err != nil || low < lowest+1000 {
 		return fallback
 	}
 	return low

@@ -2,12 +2,10 @@ package etcdstore_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/url"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -24,21 +22,20 @@ type cluster struct {
 	endpoints []string
 }
 
-// startCluster starts the cluster. A member whose port another process took between
-// freeport's probe and etcd's bind fails with "address already in use"; the cluster is then
-// started again on other ports, up to three times.
+// startCluster starts the cluster, again on other ports should another process take one
+// between freeport's probe and etcd's bind (freeport.Retry).
 func startCluster(t *testing.T) *cluster {
 	t.Helper()
-	for attempt := 1; ; attempt++ {
-		c, err := tryStartCluster(t)
-		if err == nil {
-			return c
-		}
-		if !errors.Is(err, syscall.EADDRINUSE) || attempt == 3 {
-			t.Fatal(err)
-		}
-		t.Logf("attempt %d: %v; starting again on other ports", attempt, err)
+	var c *cluster
+	err := freeport.Retry(func() error {
+		var err error
+		c, err = tryStartCluster(t)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
+	return c
 }
 
 func tryStartCluster(t *testing.T) (*cluster, error) {

@@ -2,11 +2,9 @@
 package etcdtest
 
 import (
-	"errors"
 	"fmt"
 	"net/url"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -29,12 +27,12 @@ type Server struct {
 
 // Start runs etcd in this process with its data in a temporary directory, without fsync
 // and without logging, until the test ends. Should another process take one of its ports
-// between freeport's probe and etcd's bind, it starts again on other ports, up to three times.
+// between freeport's probe and etcd's bind, it starts again on other ports (freeport.Retry).
 func Start(t testing.TB) *Server {
 	t.Helper()
 	var e *embed.Etcd
 	var cu *url.URL
-	for attempt := 1; ; attempt++ {
+	err := freeport.Retry(func() error {
 		cfg := embed.NewConfig()
 		cfg.Name = "test"
 		cfg.Dir = t.TempDir()
@@ -48,12 +46,10 @@ func Start(t testing.TB) *Server {
 		cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 		var err error
 		e, err = embed.StartEtcd(cfg)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, syscall.EADDRINUSE) || attempt == 3 {
-			t.Fatal(err)
-		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	stop := sync.OnceFunc(e.Close)
 	t.Cleanup(stop)
