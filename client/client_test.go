@@ -56,11 +56,12 @@ func TestDo(t *testing.T) {
 }
 
 func TestFailover(t *testing.T) {
-	dead := httptest.NewServer(http.NotFoundHandler())
-	dead.Close()
+	// Port 1 refuses: nothing listens there, and no test binds it (a closed test server's
+	// port can be taken again by a parallel test's listener).
+	const dead = "http://127.0.0.1:1"
 	live := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte(`{}`)) }))
 	defer live.Close()
-	c, _ := client.New(client.Config{Registries: []string{dead.URL, live.URL}})
+	c, _ := client.New(client.Config{Registries: []string{dead, live.URL}})
 	if err := c.Do(context.Background(), client.Request{Method: "GET", Path: "/x"}, nil); err == nil {
 		t.Fatal("the dead registry answered")
 	}

@@ -267,10 +267,11 @@ func TestHeartbeatFailuresReRegister(t *testing.T) {
 }
 
 func TestFailoverToTheNextRegistry(t *testing.T) {
-	dead := httptest.NewServer(http.NotFoundHandler())
-	dead.Close() // connection refused
+	// Port 1 refuses: nothing listens there, and no test binds it (a closed test server's
+	// port can be taken again by a parallel test's listener).
+	const dead = "http://127.0.0.1:1"
 	r := newRestartable(t)
-	a, _ := startAgent(t, provider.Config{Registries: []string{dead.URL, r.URL}, Registration: registration("jms-1")})
+	a, _ := startAgent(t, provider.Config{Registries: []string{dead, r.URL}, Registration: registration("jms-1")})
 	eventually(t, "registered with the second registry", registered(r.registry(), "jms-1"))
 	if got := a.Status().Registry; got != r.URL {
 		t.Errorf("Status().Registry = %s, want %s", got, r.URL)
