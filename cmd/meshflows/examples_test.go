@@ -18,8 +18,9 @@ import (
 // against meshflows dev, as written; a block whose info string says "norun" is shown, not
 // run. The norun blocks are: the two commands themselves and go install (README), which CI
 // runs and which need the network; Prometheus itself and the benchmarks (README,
-// docs/performance.md: minutes of load each); an etcd cluster (docs/deploy-etcd.md); and the
-// provider tutorial's commands, which ExampleAgent and TestTutorialPython run end to end.
+// docs/performance.md and docs/performance-log.md: minutes of load each); an etcd cluster
+// (docs/deploy-etcd.md); and the provider tutorial's commands, which ExampleAgent and
+// TestTutorialPython run end to end.
 // TestEveryDocIsRun keeps new documents from escaping this list.
 //
 // They run in this order on one stack: the API reference last, as its examples end by deleting
@@ -28,7 +29,7 @@ var runnableDocs = []string{"README.md", "docs/console.md",
 	"docs/runbooks/discovery-staleness.md", "docs/runbooks/eligibility.md", "docs/runbooks/incident-spike.md",
 	"docs/runbooks/provider-reregistering.md", "docs/runbooks/registry-restart.md", "docs/runbooks/route-conflicts.md",
 	"docs/runbooks/route-unavailable.md", "docs/runbooks/validation-timeouts.md", "docs/runbooks/workflow-failing.md",
-	"docs/provider-tutorial.md", "docs/performance.md", "docs/deploy-etcd.md", "docs/reference/dns.md", "docs/reference/api.md", "docs/reference/xds.md"}
+	"docs/provider-tutorial.md", "docs/performance.md", "docs/performance-log.md", "docs/deploy-etcd.md", "docs/reference/dns.md", "docs/reference/api.md", "docs/reference/xds.md"}
 
 // exampleFiles are the repository's files the examples name by relative path; they are
 // copied into the examples' working directory (the repository itself is never written to).
