@@ -21,7 +21,7 @@ import (
 // gateway forwards, is written and its answer read on the calling goroutine over a pooled
 // keep-alive connection; every other request goes to an http.Transport. http.Transport hands
 // each request to a writing and a reading goroutine of its connection and back; without those
-// hand-offs a forwarded GET costs the gateway 12-32 % less CPU (docs/performance.md).
+// hand-offs a forwarded GET costs the gateway 12-32 % less CPU (docs/performance-log.md).
 //
 // On the direct path, as in http.Transport: a pooled connection the upstream closed while it
 // was idle, found when the request is written or before any byte of the answer arrives, is
