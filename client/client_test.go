@@ -56,8 +56,8 @@ func TestDo(t *testing.T) {
 }
 
 func TestFailover(t *testing.T) {
-	// Port 1 refuses: nothing listens there, and no test binds it (a closed test server's
-	// port can be taken again by a parallel test's listener).
+	// Port 1 refuses, as everywhere in the tests (a closed test server's port can be taken
+	// again by a parallel test's listener).
 	const dead = "http://127.0.0.1:1"
 	live := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte(`{}`)) }))
 	defer live.Close()

@@ -267,8 +267,8 @@ func TestHeartbeatFailuresReRegister(t *testing.T) {
 }
 
 func TestFailoverToTheNextRegistry(t *testing.T) {
-	// Port 1 refuses: nothing listens there, and no test binds it (a closed test server's
-	// port can be taken again by a parallel test's listener).
+	// Port 1 refuses, as everywhere in the tests (a closed test server's port can be taken
+	// again by a parallel test's listener).
 	const dead = "http://127.0.0.1:1"
 	r := newRestartable(t)
 	a, _ := startAgent(t, provider.Config{Registries: []string{dead, r.URL}, Registration: registration("jms-1")})

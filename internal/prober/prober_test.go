@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
-	"github.com/meshflows/meshflows/internal/freeport"
 	"github.com/meshflows/meshflows/internal/health"
 )
 
@@ -78,10 +76,9 @@ func TestProberClassifiesAndRecovers(t *testing.T) {
 	}))
 	defer slow.Close()
 	defer close(hang)
-	// Nothing listens there: connections are refused. A port freed after listening on port 0
-	// could be bound again by a server of a test running in parallel; one below the
-	// ephemeral range, given once, cannot but by chance.
-	refusedURL := "http://127.0.0.1:" + strconv.Itoa(freeport.Port(t)) + "/healthz"
+	// Port 1 refuses, as everywhere in the tests: nothing listens there and no test binds it
+	// (a port freed after listening could be bound again by a parallel test's server).
+	refusedURL := "http://127.0.0.1:1/healthz"
 
 	targets := []Target{
 		{ID: "flaky", Generation: 1, URL: flaky.URL + "/health/live", Interval: 5 * time.Second},
