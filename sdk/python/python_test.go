@@ -3,6 +3,7 @@
 package python_test
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -17,8 +18,9 @@ import (
 )
 
 // TestPythonSDK builds meshflows, then runs 'python3 -m unittest' on sdk/python/tests with
-// $MESHFLOWS_BIN pointing at it; a failure prints the Python output. It is skipped, saying
-// so, only when python3 is absent.
+// $MESHFLOWS_BIN pointing at it and $MESHFLOWS_TEST_PORTS naming a block of ports from
+// freeport for the servers the suites start (the harness hands them out in turn); a failure
+// prints the Python output. It is skipped, saying so, only when python3 is absent.
 func TestPythonSDK(t *testing.T) {
 	py, err := exec.LookPath("python3")
 	if err != nil {
@@ -30,7 +32,10 @@ func TestPythonSDK(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	cmd := exec.Command(py, "-m", "unittest", "discover", "-s", "tests", "-t", "tests", "-v")
-	cmd.Env = append(os.Environ(), "MESHFLOWS_BIN="+bin, "PYTHONPATH=.", "PYTHONDONTWRITEBYTECODE=1")
+	const ports = 32 // the suites start about fifteen servers
+	first := freeport.Block(t, ports)
+	cmd.Env = append(os.Environ(), "MESHFLOWS_BIN="+bin, "PYTHONPATH=.", "PYTHONDONTWRITEBYTECODE=1",
+		fmt.Sprintf("MESHFLOWS_TEST_PORTS=%d-%d", first, first+ports-1))
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("python3 -m unittest: %v\n%s", err, out)

@@ -3,7 +3,6 @@
 import json
 import logging
 import os
-import random
 import socket
 import subprocess
 import tempfile
@@ -24,42 +23,50 @@ def require_binary(case: unittest.TestCase) -> None:
         case.skipTest("MESHFLOWS_BIN is not set (run under 'go test ./sdk/python/')")
 
 
-_LOWEST_PORT = 10000
-_given_ports: set = set()
+# Connections to port 1 are refused: nothing listens there and no test binds it.
+DEAD = "http://127.0.0.1:1"
 
 
-def _ephemeral_low() -> int:
-    """The first port of the kernel's ephemeral range (Linux's setting, else 32768)."""
-    try:
-        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
-            low = int(f.read().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
-    return low if low >= _LOWEST_PORT + 1000 else 32768
+class PortBlock:
+    """Hands out the ports of a block in turn, each once."""
+
+    def __init__(self, first: int, count: int) -> None:
+        self._next, self._end = first, first + count
+
+    def take(self) -> int:
+        if self._next >= self._end:
+            raise RuntimeError(f"the test ports ({PORTS_ENV}) are used up: ask python_test.go for more")
+        self._next += 1
+        return self._next - 1
+
+
+# python_test.go hands the suites a block of loopback ports from internal/freeport: free a
+# moment ago, below the kernel's ephemeral range, where no outgoing connection of a test
+# running in parallel can take one before the server binds it. As "FIRST-LAST".
+PORTS_ENV = "MESHFLOWS_TEST_PORTS"
+
+
+def _block_from_env() -> Optional[PortBlock]:
+    value = os.environ.get(PORTS_ENV, "")
+    if not value:
+        return None
+    first, last = (int(p) for p in value.split("-"))
+    return PortBlock(first, last - first + 1)
+
+
+_ports = _block_from_env()
 
 
 def free_port() -> int:
-    """A loopback port that was free a moment ago, below the ephemeral range, never given twice.
-
-    A port probed on port 0 comes from the ephemeral range, where the kernel also picks the
-    local port of every outgoing connection: a test running in parallel could take it before
-    the server binds it. Below that range the kernel never assigns a port by itself.
-    """
-    high = _ephemeral_low()
-    for _ in range(100):
-        port = random.randrange(_LOWEST_PORT, high)
-        if port in _given_ports:
-            continue
-        s = socket.socket()
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        finally:
-            s.close()
-        _given_ports.add(port)
-        return port
-    raise RuntimeError(f"no free loopback port in [{_LOWEST_PORT}, {high}) after 100 tries")
+    """A loopback port for a server: the next of the block python_test.go gave, or, when the
+    suites run by hand without one, a port the kernel picks (which a parallel test could take)."""
+    if _ports is not None:
+        return _ports.take()
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
 
 
 def eventually(what: str, cond: Callable[[], bool], timeout: float = 15.0) -> None:

@@ -11,7 +11,7 @@ import unittest
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from harness import BIN, Registry, eventually, free_port, get_json, require_binary
+from harness import BIN, DEAD, Registry, eventually, get_json, require_binary
 from meshflows import Agent, Capability, DiscoveryClient, ProviderServer, RegistryUnavailable
 from meshflows._client import ssl_context
 
@@ -93,8 +93,7 @@ class AgentTest(unittest.TestCase):
             self.assertEqual(self.registry.instance("py-webhook-1")["generation"], agent.generation)
 
     def test_failover_to_the_next_registry(self):
-        dead = f"http://127.0.0.1:{free_port()}"
-        with webhook_agent([dead, self.registry.url]) as agent:
+        with webhook_agent([DEAD, self.registry.url]) as agent:
             self.assertTrue(agent.wait_registered(10))
             self.assertEqual(agent.registry, self.registry.url)
 
@@ -108,7 +107,7 @@ class DiscoveryTest(unittest.TestCase):
         self.addCleanup(registry.stop)
         client = DiscoveryClient([registry.url], ttl=0.05, max_stale=1.0)
         with self.assertRaises(RegistryUnavailable):  # before anything: never an empty list
-            DiscoveryClient([f"http://127.0.0.1:{free_port()}"]).capabilities("webhook.send")
+            DiscoveryClient([DEAD]).capabilities("webhook.send")
         with webhook_agent([registry.url], drain_timeout=0.2) as agent:
             self.assertTrue(agent.wait_registered(10))
             eventually("discovered", lambda: len(client.capabilities("webhook.send")) == 1)

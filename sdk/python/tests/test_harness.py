@@ -1,26 +1,16 @@
 """Tests of the harness itself."""
 
-import socket
 import unittest
 
-from harness import _LOWEST_PORT, _ephemeral_low, free_port
+from harness import PortBlock
 
 
-class FreePortTest(unittest.TestCase):
-    def test_below_the_ephemeral_range_bindable_and_never_twice(self) -> None:
-        high = _ephemeral_low()
-        seen = set()
-        for _ in range(200):
-            port = free_port()
-            self.assertGreaterEqual(port, _LOWEST_PORT)
-            self.assertLess(port, high)
-            self.assertNotIn(port, seen)
-            seen.add(port)
-            s = socket.socket()
-            try:
-                s.bind(("127.0.0.1", port))
-            finally:
-                s.close()
+class PortBlockTest(unittest.TestCase):
+    def test_each_port_of_the_block_once_then_an_error(self) -> None:
+        block = PortBlock(20000, 3)
+        self.assertEqual([block.take() for _ in range(3)], [20000, 20001, 20002])
+        with self.assertRaises(RuntimeError):
+            block.take()
 
 
 if __name__ == "__main__":
