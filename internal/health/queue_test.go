@@ -140,9 +140,9 @@ func walkTheFleet(t *testing.T, slowStart time.Duration, seed uint64, sawSP, saw
 }
 
 // TestEngineQueuesFollowTheFleet re-registers and renews the same instances over and over
-// within one lease, beside a few that register once: the engine's lease and young queues, where every earlier incarnation
-// used to wait for its instant, stay near the fleet's size, and every incarnation the
-// engine holds keeps an entry that holds in each.
+// within one lease, beside a few that register once: the engine's lease and young queues,
+// where every earlier incarnation used to wait for its instant, stay near the fleet's size,
+// and every incarnation the engine holds keeps an entry that holds in each.
 func TestEngineQueuesFollowTheFleet(t *testing.T) {
 	m, err := NewMonitor(MonitorConfig{})
 	if err != nil {
