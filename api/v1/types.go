@@ -175,7 +175,9 @@ type DiscoveryResponse struct {
 	Capabilities []CapabilityEntry `json:"capabilities"`
 	// Removed, only while Complete is false, lists the incarnations the registry has
 	// deregistered or evicted since its epoch began: a consumer that keeps entries it knew
-	// before (an incomplete answer may lack live instances) drops these.
+	// before (an incomplete answer may lack live instances) drops these. An answer to a query
+	// that names a service_name lists only that service's; one that names none, every
+	// service's.
 	Removed []Removal `json:"removed,omitempty"`
 	// NextPageToken, on a paged answer (limit) with more entries, asks for the next page
 	// (page_token); every page of one listing is cut from the same revision.
@@ -224,7 +226,7 @@ type RoutesResponse struct {
 	Complete      bool            `json:"complete"`
 	Manifests     []ManifestEntry `json:"manifests"`
 	PublicPaths   []PublicPath    `json:"public_paths"`
-	// Removed is DiscoveryResponse.Removed.
+	// Removed is DiscoveryResponse.Removed, of every service.
 	Removed []Removal `json:"removed,omitempty"`
 }
 

@@ -332,3 +332,32 @@ func BenchmarkSummary(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkQueryWarmingUp is one service's answer (100 instances) while the registry warms
+// up and a tenth of the fleet was deregistered and registered again meanwhile (a rolling
+// deployment during a restart): the answer lists the removals of the epoch that concern it.
+func BenchmarkQueryWarmingUp(b *testing.B) {
+	for _, n := range benchSizes() {
+		f, gens := fill(b, n)
+		ctx := context.Background()
+		for i := 0; i < n; i += 10 {
+			if err := f.reg.Deregister(ctx, fmt.Sprintf("inst-%d", i), gens[i]); err != nil {
+				b.Fatal(err)
+			}
+			mustRegister(b, f, benchRequest(i))
+		}
+		q := &registry.Query{CapabilityID: "orders.read", ServiceName: "svc-3"}
+		b.Run(fmt.Sprintf("instances=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			var removals int
+			for b.Loop() {
+				ans := f.reg.Query(q)
+				if ans.Complete || len(ans.Entries) != 100 {
+					b.Fatalf("complete %v, %d entries; want an incomplete answer of 100", ans.Complete, len(ans.Entries))
+				}
+				removals = len(ans.Removed)
+			}
+			b.ReportMetric(float64(removals), "removals/answer")
+		})
+	}
+}

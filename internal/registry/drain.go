@@ -3,6 +3,7 @@ package registry
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -23,12 +24,22 @@ const maxWithdrawals = 10000
 // evictions) of the epoch, which incomplete answers carry: consumers that merge an incomplete
 // answer into what they knew drop them, so a table merged from warm-up answers never keeps an
 // instance the registry removed, and a gateway may acknowledge it.
+//
+// An answer about one service lists only the removals of that service's instances: a
+// warm-up with a rolling deployment in it would otherwise give a one-service answer every
+// removal of the fleet, sorted anew for each answer built.
 type drain struct {
 	mu          sync.Mutex
 	gateways    map[string]GatewayAck // with a store that does not share them
 	withdrawals map[withdrawalKey]withdrawal
-	removals    map[string]int64 // instance id -> generation removed, in removalsOf's epoch
-	removalsOf  string
+	// removals are the removals of removalsOf's epoch: service name -> instance id -> the
+	// highest generation removed.
+	removals   map[string]map[string]int64
+	removalsOf string
+	// allRemoved is every removal, one per instance id, sorted by it: what an answer about
+	// every service lists, made once per change of removals (nil: to be made again) and
+	// shared by the answers, which only read it.
+	allRemoved []apiv1.Removal
 }
 
 // GatewayAck is a gateway's last acknowledgement: its table reflects Revision of Epoch.
@@ -82,22 +93,33 @@ func (d *drain) recordWithdrawal(id string, generation int64, epoch string, revi
 // forgetRemovals releases the removals once the warm-up is over (the sweep calls it).
 func (d *drain) forgetRemovals() {
 	d.mu.Lock()
-	d.removals, d.removalsOf = nil, ""
+	d.removals, d.removalsOf, d.allRemoved = nil, "", nil
 	d.mu.Unlock()
 }
 
-// recordRemoval remembers that the incarnation was removed during the warm-up of epoch.
-func (d *drain) recordRemoval(id string, generation int64, epoch string) {
+// recordRemoval remembers that the incarnation of service was removed during the warm-up of
+// epoch.
+func (d *drain) recordRemoval(id, service string, generation int64, epoch string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.removalsOf != epoch {
-		d.removals, d.removalsOf = map[string]int64{}, epoch
+		d.removals, d.removalsOf, d.allRemoved = map[string]map[string]int64{}, epoch, nil
 	}
-	d.removals[id] = max(d.removals[id], generation)
+	ids := d.removals[service]
+	if ids == nil {
+		ids = map[string]int64{}
+		d.removals[service] = ids
+	}
+	if g, ok := ids[id]; !ok || generation > g {
+		ids[id] = generation
+		d.allRemoved = nil
+	}
 }
 
-// removed returns the removals of epoch, sorted by instance id; nil once the warm-up is over.
-func (d *drain) removed(epoch string, complete bool) []apiv1.Removal {
+// removed returns the removals of epoch that an answer about service lists (every service
+// when it is ""), sorted by instance id, one per instance; nil once the warm-up is over. The
+// caller must not modify what it returns.
+func (d *drain) removed(epoch string, complete bool, service string) []apiv1.Removal {
 	if complete {
 		return nil // every discovery answer asks: a complete one takes no lock
 	}
@@ -106,9 +128,41 @@ func (d *drain) removed(epoch string, complete bool) []apiv1.Removal {
 	if d.removalsOf != epoch {
 		return nil
 	}
-	out := make([]apiv1.Removal, 0, len(d.removals))
-	for id, g := range d.removals {
-		out = append(out, apiv1.Removal{InstanceID: id, Generation: g})
+	if service != "" {
+		return sortedRemovals(d.removals[service])
+	}
+	if d.allRemoved == nil {
+		d.allRemoved = sortedRemovals(slices.Collect(maps.Values(d.removals))...)
+	}
+	return d.allRemoved
+}
+
+// sortedRemovals merges sets of removals into one entry per instance id, with the highest
+// generation, sorted by id.
+func sortedRemovals(sets ...map[string]int64) []apiv1.Removal {
+	n := 0
+	for _, ids := range sets {
+		n += len(ids)
+	}
+	if n == 0 {
+		return nil
+	}
+	out := make([]apiv1.Removal, 0, n)
+	var at map[string]int // where each id is in out, when an id may be in more than one set
+	if len(sets) > 1 {
+		at = map[string]int{}
+	}
+	for _, ids := range sets {
+		for id, g := range ids {
+			if at != nil {
+				if i, ok := at[id]; ok {
+					out[i].Generation = max(out[i].Generation, g)
+					continue
+				}
+				at[id] = len(out)
+			}
+			out = append(out, apiv1.Removal{InstanceID: id, Generation: g})
+		}
 	}
 	slices.SortFunc(out, func(a, b apiv1.Removal) int { return strings.Compare(a.InstanceID, b.InstanceID) })
 	return out

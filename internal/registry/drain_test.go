@@ -42,6 +42,56 @@ func TestWarmUpAnswersListRemovals(t *testing.T) {
 	}
 }
 
+// TestWarmUpRemovalsByService: an answer about one service lists the removals of that
+// service's instances only; an answer about every service, and the routes, list them all,
+// one per instance at its highest generation, and a removal made after such an answer is in
+// the next one.
+func TestWarmUpRemovalsByService(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, registry.Config{LeaseTTL: 30 * time.Second, HeartbeatInterval: 10 * time.Second})
+	deregister := func(id string, generation int64) {
+		t.Helper()
+		if err := f.reg.Deregister(ctx, id, generation); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustRegister(t, f, request("jms-1", "egress-jms"))
+	jms2 := mustRegister(t, f, request("jms-2", "egress-jms"))
+	mustRegister(t, f, request("rabbit-1", "egress-rabbitmq"))
+	rabbit2 := mustRegister(t, f, request("rabbit-2", "egress-rabbitmq"))
+	deregister("jms-2", jms2.Generation)
+	deregister("rabbit-2", rabbit2.Generation)
+	// An instance id that moves to another service keeps its removal in the answers of both.
+	moved := mustRegister(t, f, request("jms-2", "egress-rabbitmq"))
+	all := func() []apiv1.Removal { return f.reg.Query(&registry.Query{}).Removed }
+	if diff := cmp.Diff([]apiv1.Removal{{InstanceID: "jms-2", Generation: jms2.Generation}, {InstanceID: "rabbit-2", Generation: rabbit2.Generation}}, all()); diff != "" {
+		t.Errorf("every service (-want +got):\n%s", diff)
+	}
+	deregister("jms-2", moved.Generation)
+
+	for _, tc := range []struct {
+		name string
+		got  []apiv1.Removal
+		want []apiv1.Removal
+	}{
+		{"egress-jms", f.reg.Query(&registry.Query{ServiceName: "egress-jms"}).Removed,
+			[]apiv1.Removal{{InstanceID: "jms-2", Generation: jms2.Generation}}},
+		{"egress-rabbitmq", f.reg.Query(&registry.Query{ServiceName: "egress-rabbitmq", CapabilityID: "messaging.publish"}).Removed,
+			[]apiv1.Removal{{InstanceID: "jms-2", Generation: moved.Generation}, {InstanceID: "rabbit-2", Generation: rabbit2.Generation}}},
+		{"a service with no removal", f.reg.Query(&registry.Query{ServiceName: "egress-webhook"}).Removed, nil},
+		{"every service", all(),
+			[]apiv1.Removal{{InstanceID: "jms-2", Generation: moved.Generation}, {InstanceID: "rabbit-2", Generation: rabbit2.Generation}}},
+		{"routes", f.reg.Routes().Removed,
+			[]apiv1.Removal{{InstanceID: "jms-2", Generation: moved.Generation}, {InstanceID: "rabbit-2", Generation: rabbit2.Generation}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, tc.got); diff != "" {
+				t.Errorf("removed (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 // TestWithdrawalNeedsEveryLiveGateway: a withdrawal is acknowledged only when every live
 // gateway has applied it and the registry has run long enough to know every live gateway; a
 // withdrawal this replica does not remember is judged at its current revision, never

@@ -202,9 +202,9 @@ func New(store Store, cfg Config) (*Registry, error) {
 	r.reconcile.Store(true)
 	r.shareAll.Store(true)
 	if rn, ok := store.(RemovalNotifier); ok {
-		rn.OnRemoved(func(id string, generation int64) {
+		rn.OnRemoved(func(rec *Record) {
 			if st := r.State(); !st.Complete {
-				r.drain.recordRemoval(id, generation, st.Epoch)
+				r.drain.recordRemoval(rec.InstanceID, rec.ServiceName, rec.Generation, st.Epoch)
 			}
 		})
 	}
@@ -420,7 +420,7 @@ func (r *Registry) Deregister(ctx context.Context, id string, generation int64) 
 	// consumers drop only what the answer itself does not hold).
 	if st := r.State(); !st.Complete {
 		if cur, ok := r.store.Get(id); ok {
-			r.drain.recordRemoval(id, cur.Generation, st.Epoch)
+			r.drain.recordRemoval(id, cur.ServiceName, cur.Generation, st.Epoch)
 		}
 	}
 	wctx, cancel := r.bound(ctx)
@@ -463,12 +463,12 @@ func (r *Registry) Sweep(ctx context.Context) (int, error) {
 		// is paid only during a warm-up.
 		if el, ok := r.store.(expiringLister); ok {
 			for _, rec := range el.Expiring(now) {
-				r.drain.recordRemoval(rec.InstanceID, rec.Generation, st.Epoch)
+				r.drain.recordRemoval(rec.InstanceID, rec.ServiceName, rec.Generation, st.Epoch)
 			}
 		} else {
 			for _, rec := range r.store.Records() {
 				if rec.Expired(now) {
-					r.drain.recordRemoval(rec.InstanceID, rec.Generation, st.Epoch)
+					r.drain.recordRemoval(rec.InstanceID, rec.ServiceName, rec.Generation, st.Epoch)
 				}
 			}
 		}
@@ -618,7 +618,7 @@ func (r *Registry) Query(q *Query) Answer {
 	st := r.stateAt(rev)
 	es := r.judge(r.store.Query(q), q.IncludeAll)
 	SortEntries(es)
-	return Answer{State: st, Entries: es, Removed: r.drain.removed(st.Epoch, st.Complete)}
+	return Answer{State: st, Entries: es, Removed: r.drain.removed(st.Epoch, st.Complete, q.ServiceName)}
 }
 
 // Wait blocks until the revision exceeds index, ctx ends or wait passes, and returns the
@@ -711,7 +711,7 @@ func sortedRecords(recs []*Record) []*Record {
 func (r *Registry) Routes() apiv1.RoutesResponse {
 	st := r.State()
 	out := apiv1.RoutesResponse{RegistryEpoch: st.Epoch, Revision: st.Revision, Complete: st.Complete,
-		Manifests: []apiv1.ManifestEntry{}, PublicPaths: []apiv1.PublicPath{}, Removed: r.drain.removed(st.Epoch, st.Complete)}
+		Manifests: []apiv1.ManifestEntry{}, PublicPaths: []apiv1.PublicPath{}, Removed: r.drain.removed(st.Epoch, st.Complete, "")}
 	for _, rec := range sortedRecords(r.store.RoutedRecords()) {
 		if rec.Manifest != nil {
 			state, weight, inPanic := r.eligibilityOf(rec)

@@ -64,11 +64,11 @@ func ExpiresLeases(s Store) bool {
 }
 
 // RemovalNotifier is a Store that other replicas change (etcd): it calls the function given
-// to OnRemoved for every instance another replica removed (deregistered, or whose lease
-// ended), before the removal is visible in its view, so that the registry's warm-up answers
-// list it among the removals.
+// to OnRemoved with the record of every instance another replica removed (deregistered, or
+// whose lease ended), before the removal is visible in its view, so that the registry's
+// warm-up answers list it among the removals.
 type RemovalNotifier interface {
-	OnRemoved(func(id string, generation int64))
+	OnRemoved(func(rec *Record))
 }
 
 // ChangeNotifier is a Store that other replicas change (etcd; every VerdictSharer is one) and

@@ -79,7 +79,7 @@ type Store struct {
 	rampClock   atomic.Pointer[time.Time] // the elected replica's ramp clock, nil before one is read
 	onRampClock atomic.Pointer[func(time.Time)]
 	onOutcomes  atomic.Pointer[func(*apiv1.OutcomesRequest)]
-	onRemoved   atomic.Pointer[func(string, int64)]
+	onRemoved   atomic.Pointer[func(*registry.Record)]
 	onChanged   atomic.Pointer[func(string)]
 	onEvent     atomic.Pointer[func(journal.Stored)]
 	eventSeq    atomic.Int64                      // this replica's event keys
@@ -477,12 +477,12 @@ func (s *Store) changed(id string) {
 }
 
 // OnRemoved implements registry.RemovalNotifier.
-func (s *Store) OnRemoved(fn func(id string, generation int64)) { s.onRemoved.Store(&fn) }
+func (s *Store) OnRemoved(fn func(rec *registry.Record)) { s.onRemoved.Store(&fn) }
 
 // removed tells the registry, before the view drops it, that rec was removed.
 func (s *Store) removed(rec *registry.Record) {
 	if fn := s.onRemoved.Load(); fn != nil {
-		(*fn)(rec.InstanceID, rec.Generation)
+		(*fn)(rec)
 	}
 }
 

@@ -117,3 +117,48 @@ func TestReplicasAgree(t *testing.T) {
 		time.Sleep(100 * time.Millisecond) // watching, not timing: a slower machine only watches longer
 	}
 }
+
+// TestWarmUpRemovalsFromAnotherReplica: while the replicas warm up, an instance deregistered
+// through one replica is listed as removed by the other too, in the answers about its
+// service and about every service, and not in the answers about another service.
+func TestWarmUpRemovalsFromAnotherReplica(t *testing.T) {
+	ctx := context.Background()
+	cli := startEtcd(t)
+	prefix := fmt.Sprintf("/removals%d/", prefixes.Add(1))
+	a, _ := startReplica(t, cli, prefix, "a")
+	b, _ := startReplica(t, cli, prefix, "b")
+	register := func(id, service string) *apiv1.RegisterResponse {
+		t.Helper()
+		resp, err := a.Register(ctx, &apiv1.RegisterRequest{InstanceID: id, ServiceName: service, ServiceVersion: "1.0.0", Endpoint: "http://" + id + ":8080", Zone: "a",
+			Capabilities: []apiv1.Capability{{CapabilityID: "messaging.publish", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0", Provider: "jms"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	gone := register("jms-1", "egress-jms")
+	register("rabbit-1", "egress-rabbitmq")
+	registrytest.Until(t, "the other replica holds both instances", func() bool { return len(b.Query(&registry.Query{}).Entries) == 2 })
+	if err := a.Deregister(ctx, "jms-1", gone.Generation); err != nil {
+		t.Fatal(err)
+	}
+	want := []apiv1.Removal{{InstanceID: "jms-1", Generation: gone.Generation}}
+	registrytest.Until(t, "the other replica lists the removal", func() bool {
+		return len(b.Query(&registry.Query{ServiceName: "egress-jms"}).Removed) > 0
+	})
+	if ans := b.Query(&registry.Query{}); ans.Complete {
+		t.Fatal("the replica's answer is complete: no warm-up to test")
+	}
+	for _, tc := range []struct {
+		q    registry.Query
+		want []apiv1.Removal
+	}{
+		{registry.Query{ServiceName: "egress-jms"}, want},
+		{registry.Query{}, want},
+		{registry.Query{ServiceName: "egress-rabbitmq"}, nil},
+	} {
+		if diff := cmp.Diff(tc.want, b.Query(&tc.q).Removed); diff != "" {
+			t.Errorf("service %q: removed (-want +got):\n%s", tc.q.ServiceName, diff)
+		}
+	}
+}
