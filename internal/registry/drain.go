@@ -3,7 +3,6 @@ package registry
 import (
 	"context"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -32,13 +31,14 @@ type drain struct {
 	mu          sync.Mutex
 	gateways    map[string]GatewayAck // with a store that does not share them
 	withdrawals map[withdrawalKey]withdrawal
-	// removals are the removals of removalsOf's epoch: service name -> instance id -> the
-	// highest generation removed.
-	removals   map[string]map[string]int64
+	// removals are the removals of removalsOf's epoch, instance id -> the highest generation
+	// removed; byService the same for each service's instances.
+	removals   map[string]int64
+	byService  map[string]map[string]int64
 	removalsOf string
-	// allRemoved is every removal, one per instance id, sorted by it: what an answer about
-	// every service lists, made once per change of removals (nil: to be made again) and
-	// shared by the answers, which only read it.
+	// allRemoved is removals sorted: what an answer about every service lists, made once
+	// per change of removals (nil: to be made again) and shared by the answers, which only
+	// read it.
 	allRemoved []apiv1.Removal
 }
 
@@ -93,7 +93,7 @@ func (d *drain) recordWithdrawal(id string, generation int64, epoch string, revi
 // forgetRemovals releases the removals once the warm-up is over (the sweep calls it).
 func (d *drain) forgetRemovals() {
 	d.mu.Lock()
-	d.removals, d.removalsOf, d.allRemoved = nil, "", nil
+	d.removals, d.byService, d.removalsOf, d.allRemoved = nil, nil, "", nil
 	d.mu.Unlock()
 }
 
@@ -103,22 +103,23 @@ func (d *drain) recordRemoval(id, service string, generation int64, epoch string
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.removalsOf != epoch {
-		d.removals, d.removalsOf, d.allRemoved = map[string]map[string]int64{}, epoch, nil
+		d.removals, d.byService, d.removalsOf, d.allRemoved = map[string]int64{}, map[string]map[string]int64{}, epoch, nil
 	}
-	ids := d.removals[service]
-	if ids == nil {
-		ids = map[string]int64{}
-		d.removals[service] = ids
-	}
-	if g, ok := ids[id]; !ok || generation > g {
-		ids[id] = generation
+	if g, ok := d.removals[id]; !ok || generation > g {
+		d.removals[id] = generation
 		d.allRemoved = nil
 	}
+	ids := d.byService[service]
+	if ids == nil {
+		ids = map[string]int64{}
+		d.byService[service] = ids
+	}
+	ids[id] = max(ids[id], generation)
 }
 
 // removed returns the removals of epoch that an answer about service lists (every service
-// when it is ""), sorted by instance id, one per instance; nil once the warm-up is over. The
-// caller must not modify what it returns.
+// when it is ""), sorted by instance id; nil once the warm-up is over. The caller must not
+// modify what it returns.
 func (d *drain) removed(epoch string, complete bool, service string) []apiv1.Removal {
 	if complete {
 		return nil // every discovery answer asks: a complete one takes no lock
@@ -129,40 +130,22 @@ func (d *drain) removed(epoch string, complete bool, service string) []apiv1.Rem
 		return nil
 	}
 	if service != "" {
-		return sortedRemovals(d.removals[service])
+		return sortedRemovals(d.byService[service])
 	}
 	if d.allRemoved == nil {
-		d.allRemoved = sortedRemovals(slices.Collect(maps.Values(d.removals))...)
+		d.allRemoved = sortedRemovals(d.removals)
 	}
 	return d.allRemoved
 }
 
-// sortedRemovals merges sets of removals into one entry per instance id, with the highest
-// generation, sorted by id.
-func sortedRemovals(sets ...map[string]int64) []apiv1.Removal {
-	n := 0
-	for _, ids := range sets {
-		n += len(ids)
-	}
-	if n == 0 {
+// sortedRemovals returns removals (instance id -> generation) sorted by instance id.
+func sortedRemovals(removals map[string]int64) []apiv1.Removal {
+	if len(removals) == 0 {
 		return nil
 	}
-	out := make([]apiv1.Removal, 0, n)
-	var at map[string]int // where each id is in out, when an id may be in more than one set
-	if len(sets) > 1 {
-		at = map[string]int{}
-	}
-	for _, ids := range sets {
-		for id, g := range ids {
-			if at != nil {
-				if i, ok := at[id]; ok {
-					out[i].Generation = max(out[i].Generation, g)
-					continue
-				}
-				at[id] = len(out)
-			}
-			out = append(out, apiv1.Removal{InstanceID: id, Generation: g})
-		}
+	out := make([]apiv1.Removal, 0, len(removals))
+	for id, g := range removals {
+		out = append(out, apiv1.Removal{InstanceID: id, Generation: g})
 	}
 	slices.SortFunc(out, func(a, b apiv1.Removal) int { return strings.Compare(a.InstanceID, b.InstanceID) })
 	return out
