@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/meshflows/meshflows/internal/freeport"
+	"github.com/meshflows/meshflows/internal/store/etcdstore/etcdtest"
 )
 
 // cluster is a three-member etcd cluster in this process.
@@ -46,23 +47,14 @@ func tryStartCluster(t *testing.T) (*cluster, error) {
 	var initial []string
 	for i := range n {
 		names[i] = fmt.Sprintf("m%d", i)
-		cu, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", freeport.Port(t)))
-		pu, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", freeport.Port(t)))
-		cus[i], pus[i] = *cu, *pu
-		initial = append(initial, names[i]+"="+pu.String())
+		cus[i], pus[i] = *etcdtest.LoopbackURL(t), *etcdtest.LoopbackURL(t)
+		initial = append(initial, names[i]+"="+pus[i].String())
 	}
 	c := &cluster{members: make([]*embed.Etcd, n)}
 	var wg sync.WaitGroup
 	errs := make([]error, n)
 	for i := range n {
-		cfg := embed.NewConfig()
-		cfg.Name = names[i]
-		cfg.Dir = t.TempDir()
-		cfg.LogLevel = "error"
-		cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-		cfg.UnsafeNoFsync = true
-		cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{cus[i]}, []url.URL{cus[i]}
-		cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pus[i]}, []url.URL{pus[i]}
+		cfg := etcdtest.Config(t, names[i], cus[i], pus[i])
 		cfg.InitialCluster = strings.Join(initial, ",")
 		cfg.InitialClusterToken = "meshflows-test"
 		c.endpoints = append(c.endpoints, cus[i].String())

@@ -33,16 +33,8 @@ func Start(t testing.TB) *Server {
 	var e *embed.Etcd
 	var cu *url.URL
 	err := freeport.Retry(func() error {
-		cfg := embed.NewConfig()
-		cfg.Name = "test"
-		cfg.Dir = t.TempDir()
-		cfg.LogLevel = "error"
-		cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-		cfg.UnsafeNoFsync = true
-		cu, _ = url.Parse(fmt.Sprintf("http://127.0.0.1:%d", freeport.Port(t)))
-		pu, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", freeport.Port(t)))
-		cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{*cu}, []url.URL{*cu}
-		cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*pu}, []url.URL{*pu}
+		cu = LoopbackURL(t)
+		cfg := Config(t, "test", *cu, *LoopbackURL(t))
 		cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 		var err error
 		e, err = embed.StartEtcd(cfg)
@@ -65,4 +57,25 @@ func Start(t testing.TB) *Server {
 	}
 	t.Cleanup(func() { cli.Close() })
 	return &Server{Endpoint: cu.String(), Client: cli, Stop: stop}
+}
+
+// Config returns the configuration of an etcd member named name for a test: clients on
+// client, peers on peer, its data in a temporary directory, without fsync and without
+// logging. The caller sets the initial cluster.
+func Config(t testing.TB, name string, client, peer url.URL) *embed.Config {
+	cfg := embed.NewConfig()
+	cfg.Name = name
+	cfg.Dir = t.TempDir()
+	cfg.LogLevel = "error"
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
+	cfg.UnsafeNoFsync = true
+	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{client}, []url.URL{client}
+	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{peer}, []url.URL{peer}
+	return cfg
+}
+
+// LoopbackURL returns http://127.0.0.1:PORT with a port from freeport.
+func LoopbackURL(t testing.TB) *url.URL {
+	t.Helper()
+	return &url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", freeport.Port(t))}
 }
