@@ -131,6 +131,12 @@ type Instance struct {
 	Probe bool
 	// UnhealthyAfter is the manifest's unhealthy_after (0: the engine's setting).
 	UnhealthyAfter int
+	// Service is the instance's service_name and Routed whether it is an input of the
+	// gateways' routes: the engine does not judge by them; the monitor hands them to
+	// Monitor.OnPublish, so that a change of a verdict wakes the long polls of its service
+	// alone.
+	Service string
+	Routed  bool
 }
 
 // Event is one piece of evidence about an instance at an instant.

@@ -229,9 +229,15 @@ type Monitor struct {
 	rampClock time.Time
 	// ramping holds, on a follower, the views on a slow start weighed at the ramp clock that
 	// has not ended: those a new clock weighs again (not the whole fleet).
-	ramping  map[*view]struct{}
-	changed  chan struct{}
-	timeline map[string][]apiv1.TimelineBucket // by capability, oldest first
+	ramping map[*view]struct{}
+	changed chan struct{}
+	// onPublish hears each publication (OnPublish): touched holds the instances whose
+	// published verdict changed since the last one, touchedAll that a change of every answer
+	// came (a panic flag), or more instances than touched keeps.
+	onPublish  func(rev int64, touched []Instance, all bool)
+	touched    []Instance
+	touchedAll bool
+	timeline   map[string][]apiv1.TimelineBucket // by capability, oldest first
 	// panicSince holds when each group in panic entered it, until TransitionPanicSustained is said
 	panicSince map[groupKey]time.Time
 	// due holds the views by the instant their verdict may next change by itself, so that a
@@ -431,6 +437,7 @@ func (m *Monitor) forget(id string, at time.Time) {
 		return
 	}
 	m.ungroup(v)
+	m.touch(v)
 	delete(m.views, id)
 	delete(m.changedIDs, id)
 	delete(m.ramping, v)
@@ -660,6 +667,7 @@ func (m *Monitor) reweigh(v *view, now time.Time) bool {
 		return m.setVerdict(v, nv, now)
 	}
 	v.weight = w
+	m.touch(v)
 	return true
 }
 
@@ -672,6 +680,7 @@ func (m *Monitor) setVerdict(v *view, nv Verdict, now time.Time) bool {
 		return recounted
 	}
 	v.state, v.weight, v.reasons = nv.State, int32(nv.Weight), nv.Reasons
+	m.touch(v)
 	if m.changedIDs != nil && !m.following {
 		if published(old) != published(nv) {
 			m.changedIDs[v.in.ID] = struct{}{} // the elected replica publishes it
@@ -734,6 +743,7 @@ func (m *Monitor) panic(k groupKey, now time.Time) bool {
 	if m.panics[k] == p {
 		return false
 	}
+	m.touchedAll = m.onPublish != nil // every entry of the group is answered anew, in any service
 	if p {
 		m.panics[k] = true
 		m.panicSince[k] = now
@@ -768,14 +778,46 @@ func (m *Monitor) sustained(now time.Time) {
 	}
 }
 
+// maxTouched bounds the instances one publication names (OnPublish): past it, it says that
+// every answer may have changed.
+const maxTouched = 4096
+
+// touch notes that v's published verdict changed, for the next publication's OnPublish.
+func (m *Monitor) touch(v *view) {
+	if m.onPublish == nil || m.touchedAll {
+		return
+	}
+	if len(m.touched) == maxTouched {
+		m.touched, m.touchedAll = m.touched[:0], true
+		return
+	}
+	m.touched = append(m.touched, v.in.Instance)
+}
+
 // publish advances the revision and wakes the watchers when something changed.
 func (m *Monitor) publish(changed bool) {
 	if !changed {
 		return
 	}
 	m.rev++
+	if m.onPublish != nil {
+		m.onPublish(m.rev, m.touched, m.touchedAll)
+		clear(m.touched) // the strings they hold
+		m.touched, m.touchedAll = m.touched[:0], false
+	}
 	close(m.changed)
 	m.changed = make(chan struct{})
+}
+
+// OnPublish has fn called at every move of the monitor's revision, under the monitor's lock
+// (fn must be quick and must not call the monitor), with the new revision and the instances
+// whose published verdict changed since the previous move, or all true when every answer may
+// have changed (a panic flag moved, or too many instances to name). The registry wakes the
+// long polls of those instances' services from it. fn must not keep touched.
+func (m *Monitor) OnPublish(fn func(rev int64, touched []Instance, all bool)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.onPublish = fn
 }
 
 // Watch returns the monitor's revision and a channel closed when it next changes.

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
@@ -32,14 +33,19 @@ type drain struct {
 	gateways    map[string]GatewayAck // with a store that does not share them
 	withdrawals map[withdrawalKey]withdrawal
 	// removals are the removals of removalsOf's epoch, instance id -> the highest generation
-	// removed; byService the same for each service's instances.
-	removals   map[string]int64
-	byService  map[string]map[string]int64
-	removalsOf string
+	// removed; byService and byCapability the same for each service's, and each
+	// capability's, instances.
+	removals     map[string]int64
+	byService    map[string]map[string]int64
+	byCapability map[string]map[string]int64
+	removalsOf   string
 	// allRemoved is removals sorted: what an answer about every service lists, made once
 	// per change of removals (nil: to be made again) and shared by the answers, which only
 	// read it.
 	allRemoved []apiv1.Removal
+	// warming says that removals are kept (read without the lock, by the store's
+	// publications: a removal then changes the routes answer, which lists them all).
+	warming atomic.Bool
 }
 
 // GatewayAck is a gateway's last acknowledgement: its table reflects Revision of Epoch.
@@ -93,34 +99,46 @@ func (d *drain) recordWithdrawal(id string, generation int64, epoch string, revi
 // forgetRemovals releases the removals once the warm-up is over (the sweep calls it).
 func (d *drain) forgetRemovals() {
 	d.mu.Lock()
-	d.removals, d.byService, d.removalsOf, d.allRemoved = nil, nil, "", nil
+	d.removals, d.byService, d.byCapability, d.removalsOf, d.allRemoved = nil, nil, nil, "", nil
+	d.warming.Store(false)
 	d.mu.Unlock()
 }
 
-// recordRemoval remembers that the incarnation of service was removed during the warm-up of
-// epoch.
-func (d *drain) recordRemoval(id, service string, generation int64, epoch string) {
+// recordRemoval remembers that the incarnation rec was removed during the warm-up of epoch.
+func (d *drain) recordRemoval(rec *Record, epoch string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.removalsOf != epoch {
-		d.removals, d.byService, d.removalsOf, d.allRemoved = map[string]int64{}, map[string]map[string]int64{}, epoch, nil
+		d.removals, d.byService, d.byCapability, d.removalsOf, d.allRemoved = map[string]int64{}, map[string]map[string]int64{}, map[string]map[string]int64{}, epoch, nil
 	}
+	d.warming.Store(true)
+	id, generation := rec.InstanceID, rec.Generation
 	if g, ok := d.removals[id]; !ok || generation > g {
 		d.removals[id] = generation
 		d.allRemoved = nil
 	}
-	ids := d.byService[service]
+	noteRemoval(d.byService, rec.ServiceName, id, generation)
+	for _, c := range rec.Capabilities {
+		noteRemoval(d.byCapability, c.CapabilityID, id, generation)
+	}
+}
+
+// noteRemoval records generation of id among the removals of one service or capability.
+func noteRemoval(m map[string]map[string]int64, name, id string, generation int64) {
+	ids := m[name]
 	if ids == nil {
 		ids = map[string]int64{}
-		d.byService[service] = ids
+		m[name] = ids
 	}
 	ids[id] = max(ids[id], generation)
 }
 
-// removed returns the removals of epoch that an answer about service lists (every service
-// when it is ""), sorted by instance id; nil once the warm-up is over. The caller must not
-// modify what it returns.
-func (d *drain) removed(epoch string, complete bool, service string) []apiv1.Removal {
+// removed returns the removals of epoch that an answer about service lists, or, for an
+// answer about no service, about capability (every removal when both are ""), sorted by
+// instance id; nil once the warm-up is over. A consumer merges an answer into its view of the
+// same query only, which holds the instances of that service or capability alone. The caller
+// must not modify what it returns.
+func (d *drain) removed(epoch string, complete bool, service, capability string) []apiv1.Removal {
 	if complete {
 		return nil // every discovery answer asks: a complete one takes no lock
 	}
@@ -129,8 +147,11 @@ func (d *drain) removed(epoch string, complete bool, service string) []apiv1.Rem
 	if d.removalsOf != epoch {
 		return nil
 	}
-	if service != "" {
+	switch {
+	case service != "":
 		return sortedRemovals(d.byService[service])
+	case capability != "":
+		return sortedRemovals(d.byCapability[capability])
 	}
 	if d.allRemoved == nil {
 		d.allRemoved = sortedRemovals(d.removals)

@@ -15,7 +15,7 @@ import (
 
 // healthInstance is what the eligibility engine needs to know of a record.
 func healthInstance(rec *Record) health.Instance {
-	in := health.Instance{ID: rec.InstanceID, Zone: rec.Zone}
+	in := health.Instance{ID: rec.InstanceID, Zone: rec.Zone, Service: rec.ServiceName, Routed: rec.Routed()}
 	if l := rec.capList; l != nil {
 		in.Capabilities = l.ids
 	} else { // a record not built by newRecord or RecordFromInstance

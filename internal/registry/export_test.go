@@ -11,3 +11,18 @@ func LimitRunAddresses(t interface{ Cleanup(func()) }, n int) {
 	maxRunAddresses = n
 	t.Cleanup(func() { maxRunAddresses = prev })
 }
+
+// TopicChanged reports whether t changed past index: a long poll on it at index would be
+// answered now (WaitOn), without waiting for it.
+func (r *Registry) TopicChanged(t Topic, index int64) bool {
+	if !r.topics.attributed || t == (Topic{}) {
+		return r.revision() > index
+	}
+	at, _, _ := r.topics.watch(t)
+	return at > index
+}
+
+// ServiceTopic and CapabilityTopic name the topics of a query on one service, or on one
+// capability and no service.
+func ServiceTopic(name string) Topic    { return Topic{kind: 's', name: name} }
+func CapabilityTopic(name string) Topic { return Topic{kind: 'c', name: name} }

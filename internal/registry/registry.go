@@ -96,6 +96,9 @@ type Eligibility interface {
 	TakeRampMoved() (at time.Time, moved bool)
 	SetRampClock(t, now time.Time)
 	Judged(id string) (health.Judgment, bool)
+	// OnPublish has a function hear every move of the monitor's revision with the instances
+	// whose verdict changed (health.Monitor.OnPublish): long polls wake by service from it.
+	OnPublish(fn func(rev int64, touched []health.Instance, all bool))
 }
 
 var _ Eligibility = (*health.Monitor)(nil)
@@ -190,6 +193,10 @@ type Registry struct {
 	// probeTargets is the last ProbeTargets answer and the store state it was built at: the
 	// prober asks ten times a second, and the fleet rarely changed in between.
 	probeTargets probeTargetCache
+	// topics wakes each long poll at a change of what it asked for (WaitOn); judgedNames is
+	// the monitor's publications' scratch space (they come one at a time, under its lock).
+	topics      *topics
+	judgedNames struct{ services, capabilities []string }
 }
 
 // New returns a Registry over store.
@@ -198,13 +205,14 @@ func New(store Store, cfg Config) (*Registry, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("registry config: %w", err)
 	}
-	r := &Registry{cfg: cfg, store: store, started: cfg.Now()}
+	r := &Registry{cfg: cfg, store: store, started: cfg.Now(), topics: newTopics()}
+	r.followTopics()
 	r.reconcile.Store(true)
 	r.shareAll.Store(true)
 	if rn, ok := store.(RemovalNotifier); ok {
 		rn.OnRemoved(func(rec *Record) {
 			if st := r.State(); !st.Complete {
-				r.drain.recordRemoval(rec.InstanceID, rec.ServiceName, rec.Generation, st.Epoch)
+				r.drain.recordRemoval(rec, st.Epoch)
 			}
 		})
 	}
@@ -420,7 +428,7 @@ func (r *Registry) Deregister(ctx context.Context, id string, generation int64) 
 	// consumers drop only what the answer itself does not hold).
 	if st := r.State(); !st.Complete {
 		if cur, ok := r.store.Get(id); ok {
-			r.drain.recordRemoval(id, cur.ServiceName, cur.Generation, st.Epoch)
+			r.drain.recordRemoval(cur, st.Epoch)
 		}
 	}
 	wctx, cancel := r.bound(ctx)
@@ -463,12 +471,12 @@ func (r *Registry) Sweep(ctx context.Context) (int, error) {
 		// is paid only during a warm-up.
 		if el, ok := r.store.(expiringLister); ok {
 			for _, rec := range el.Expiring(now) {
-				r.drain.recordRemoval(rec.InstanceID, rec.ServiceName, rec.Generation, st.Epoch)
+				r.drain.recordRemoval(rec, st.Epoch)
 			}
 		} else {
 			for _, rec := range r.store.Records() {
 				if rec.Expired(now) {
-					r.drain.recordRemoval(rec.InstanceID, rec.ServiceName, rec.Generation, st.Epoch)
+					r.drain.recordRemoval(rec, st.Epoch)
 				}
 			}
 		}
@@ -618,17 +626,55 @@ func (r *Registry) Query(q *Query) Answer {
 	st := r.stateAt(rev)
 	es := r.judge(r.store.Query(q), q.IncludeAll)
 	SortEntries(es)
-	return Answer{State: st, Entries: es, Removed: r.drain.removed(st.Epoch, st.Complete, q.ServiceName)}
+	return Answer{State: st, Entries: es, Removed: r.drain.removed(st.Epoch, st.Complete, q.ServiceName, q.CapabilityID)}
 }
 
-// Wait blocks until the revision exceeds index, ctx ends or wait passes, and returns the
-// revision then. When epoch is the current epoch and index is ahead of this replica's
-// revision (a consumer that failed over from a replica further along etcd's history), it
-// waits for a change too: nothing newer is here yet. Otherwise (another epoch, or no epoch
-// given and an index that is not the current revision) it returns at once.
+// Wait is WaitOn for the whole fleet: it returns at the first change anywhere.
 func (r *Registry) Wait(ctx context.Context, epoch string, index int64, wait time.Duration) int64 {
+	return r.WaitOn(ctx, Topic{}, epoch, index, wait)
+}
+
+// WaitOn blocks until what t names changed past revision index (TopicOf), ctx ends or wait
+// passes, and returns the revision then. A poll on one service is not answered for a change
+// of another: the revision it then gets may be well past index (the fleet's revision, which
+// every change moves). When epoch is the current epoch and index is ahead of this replica's
+// revision (a consumer that failed over from a replica further along etcd's history), it
+// waits for a change of the fleet: nothing newer is here yet. Otherwise (another epoch, or no
+// epoch given and an index that is not the current revision) it returns at once.
+func (r *Registry) WaitOn(ctx context.Context, t Topic, epoch string, index int64, wait time.Duration) int64 {
 	rev, changed, judged := r.watch()
-	if rev > index || rev < index && epoch != r.store.Epoch().ID {
+	if rev < index && epoch != r.store.Epoch().ID {
+		return rev
+	}
+	if t == (Topic{}) || !r.topics.attributed || rev < index {
+		return r.waitFleet(ctx, rev, changed, judged, index, wait)
+	}
+	at, topic, all := r.topics.watch(t)
+	if at > index {
+		return rev
+	}
+	r.watchers.Add(1)
+	defer r.watchers.Add(-1)
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	for {
+		select {
+		case <-topic:
+		case <-all:
+		case <-timer.C:
+			return r.revision()
+		case <-ctx.Done():
+			return r.revision()
+		}
+		if at, topic, all = r.topics.watch(t); at > index {
+			return r.revision()
+		}
+	}
+}
+
+// waitFleet waits for the revision to exceed index (rev, changed and judged from watch).
+func (r *Registry) waitFleet(ctx context.Context, rev int64, changed, judged <-chan struct{}, index int64, wait time.Duration) int64 {
+	if rev > index {
 		return rev
 	}
 	r.watchers.Add(1)
@@ -648,6 +694,42 @@ func (r *Registry) Wait(ctx context.Context, epoch string, index int64, wait tim
 			return rev
 		}
 	}
+}
+
+// followTopics has the store's publications, and the monitor's unless the store shares
+// verdicts (its revision holds them then), move the topics (WaitOn).
+func (r *Registry) followTopics() {
+	cp, ok := r.store.(ChangePublisher)
+	if !ok {
+		return // every poll waits on the fleet
+	}
+	r.topics.attributed = true
+	cp.OnPublish(func(rev int64, c Changes) {
+		// a removal during the warm-up is listed by the routes answer, whoever it was
+		r.topics.markStore(rev, c, c.Removed && r.drain.warming.Load())
+	})
+	rev, _ := r.store.Watch()
+	storeMax(&r.topics.storeRev, rev)
+	m := r.cfg.Eligibility
+	if _, shared := r.store.(VerdictSharer); shared || m == nil {
+		return
+	}
+	m.OnPublish(func(rev int64, touched []health.Instance, all bool) {
+		n := &r.judgedNames
+		n.services, n.capabilities = n.services[:0], n.capabilities[:0]
+		routed := false
+		for i := range touched {
+			in := &touched[i]
+			n.services = append(n.services, in.Service)
+			n.capabilities = append(n.capabilities, in.Capabilities...)
+			routed = routed || in.Routed
+		}
+		r.topics.markJudged(rev, n.services, n.capabilities, routed, all)
+		clear(n.services)
+		clear(n.capabilities)
+	})
+	mrev, _ := m.Watch()
+	storeMax(&r.topics.judgedRev, mrev)
 }
 
 // Watchers returns how many requests are waiting in Wait.
@@ -711,7 +793,7 @@ func sortedRecords(recs []*Record) []*Record {
 func (r *Registry) Routes() apiv1.RoutesResponse {
 	st := r.State()
 	out := apiv1.RoutesResponse{RegistryEpoch: st.Epoch, Revision: st.Revision, Complete: st.Complete,
-		Manifests: []apiv1.ManifestEntry{}, PublicPaths: []apiv1.PublicPath{}, Removed: r.drain.removed(st.Epoch, st.Complete, "")}
+		Manifests: []apiv1.ManifestEntry{}, PublicPaths: []apiv1.PublicPath{}, Removed: r.drain.removed(st.Epoch, st.Complete, "", "")}
 	for _, rec := range sortedRecords(r.store.RoutedRecords()) {
 		if rec.Manifest != nil {
 			state, weight, inPanic := r.eligibilityOf(rec)

@@ -205,10 +205,11 @@ func (s *Server) instance(_ http.ResponseWriter, r *http.Request) (any, error) {
 	return answerJSON(append(b, '\n')), nil
 }
 
-// longPoll reads index and wait and, when an index is given, waits for a revision past it,
-// then, when the answer to key (of endpoint) is costly to build, until its next build is due
-// (space). A listing read a page at a time passes no key: it is never held.
-func (s *Server) longPoll(ctx context.Context, v url.Values, endpoint, key string) error {
+// longPoll reads index and wait and, when an index is given, waits for a change of topic past
+// it (registry.WaitOn), then, when the answer to key (of endpoint) is costly to build, until
+// its next build is due (space). A listing read a page at a time passes no key: it is never
+// held.
+func (s *Server) longPoll(ctx context.Context, v url.Values, endpoint string, topic registry.Topic, key string) error {
 	is := v.Get("index")
 	if is == "" {
 		return nil
@@ -230,7 +231,7 @@ func (s *Server) longPoll(ctx context.Context, v url.Values, endpoint, key strin
 		return apiv1.InvalidRequest(ds)
 	}
 	end := s.cfg.Now().Add(wait)
-	s.reg.Wait(ctx, v.Get("epoch"), index, wait)
+	s.reg.WaitOn(ctx, topic, v.Get("epoch"), index, wait)
 	if key != "" {
 		s.space(ctx, endpoint, key, end)
 	}
@@ -264,7 +265,7 @@ func (s *Server) capabilities(_ http.ResponseWriter, r *http.Request) (any, erro
 	if paged {
 		spaced = "" // a listing is read a page at a time: never held
 	}
-	if err := s.longPoll(r.Context(), v, "capabilities", spaced); err != nil {
+	if err := s.longPoll(r.Context(), v, "capabilities", registry.TopicOf(q), spaced); err != nil {
 		return nil, err
 	}
 	start := time.Now()
@@ -307,7 +308,7 @@ func (s *Server) discoveryRoutes(_ http.ResponseWriter, r *http.Request) (any, e
 	if err := registry.UnknownParameters(r.URL.Query(), registry.RoutesListing); err != nil {
 		return nil, err
 	}
-	if err := s.longPoll(r.Context(), r.URL.Query(), "routes", routesKey); err != nil {
+	if err := s.longPoll(r.Context(), r.URL.Query(), "routes", registry.RoutesTopic, routesKey); err != nil {
 		return nil, err
 	}
 	start := time.Now()

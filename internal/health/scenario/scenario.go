@@ -234,7 +234,7 @@ func (s *Scenario) Answers() ([]map[string]any, error) {
 		return nil, err
 	}
 	for _, in := range s.Instances {
-		e.Declare(health.Instance(in))
+		e.Declare(health.Instance{ID: in.ID, Zone: in.Zone, Capabilities: in.Capabilities, Probe: in.Probe, UnhealthyAfter: in.UnhealthyAfter})
 	}
 	// the owner's ticks: every scenarioTick from the start, between events
 	tick := time.Duration(0)

@@ -376,7 +376,7 @@ func (s *Store) apply(ev *clientv3.Event) {
 		}
 		// A verdict is part of what discovery answers: the revision moves to etcd's, after
 		// the verdict is followed, so that an answer at this revision holds it on every replica.
-		s.index.Touch(ev.Kv.ModRevision)
+		s.index.TouchID(id, ev.Kv.ModRevision)
 	case strings.HasPrefix(k, s.key("health/")):
 		id := strings.TrimPrefix(k, s.key("health/"))
 		s.healthM.Lock()
@@ -387,7 +387,7 @@ func (s *Store) apply(ev *clientv3.Event) {
 		}
 		s.healthM.Unlock()
 		if rec, ok := s.index.Get(id); ok && ev.Type == clientv3.EventTypePut && rec.SetHealth(string(ev.Kv.Value)) {
-			s.index.Touch(ev.Kv.ModRevision)
+			s.index.TouchRecord(rec, ev.Kv.ModRevision)
 			s.changed(id)
 		}
 	case strings.HasPrefix(k, s.key("instances/")):
@@ -672,3 +672,6 @@ func (s *Store) Generation() int64 { return s.index.Newest() }
 
 // Watch implements registry.Store.
 func (s *Store) Watch() (int64, <-chan struct{}) { return s.index.Watch() }
+
+// OnPublish implements registry.ChangePublisher.
+func (s *Store) OnPublish(fn func(rev int64, c registry.Changes)) { s.index.OnPublish(fn) }

@@ -87,7 +87,7 @@ func (s *Store) Heartbeat(_ context.Context, id string, generation int64, health
 	}
 	if changed {
 		if s.Holds(rec) { // still current: the change is visible
-			s.Touch(0)
+			s.TouchRecord(rec, 0)
 		}
 	}
 	return rec, nil

@@ -34,6 +34,47 @@ type Index struct {
 	// above reached, the revision up to which the store has seen every write (Reached).
 	ahead   []int64
 	reached int64
+
+	// dirty is what changed since the revision readers see last moved, told to onPublish
+	// when it moves (registry.ChangePublisher).
+	dirty     registry.Changes
+	onPublish func(rev int64, c registry.Changes)
+}
+
+// OnPublish implements registry.ChangePublisher: fn hears every move of the revision readers
+// see, with what changed since the previous one, under the index's write lock.
+func (ix *Index) OnPublish(fn func(rev int64, c registry.Changes)) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	ix.onPublish = fn
+}
+
+// maxDirtyNames bounds the names one move of the revision tells: past it, the move says that
+// everything changed (a batch of thousands of writes).
+const maxDirtyNames = 4096
+
+// noteLocked adds rec's service and capabilities to what the next move of the revision tells.
+func (ix *Index) noteLocked(rec *registry.Record, removed bool) {
+	d := &ix.dirty
+	if ix.onPublish == nil || d.All {
+		return
+	}
+	if len(d.Services)+len(d.Capabilities) >= maxDirtyNames {
+		ix.noteAllLocked()
+		return
+	}
+	d.Services = append(d.Services, rec.ServiceName)
+	for _, c := range rec.Capabilities {
+		d.Capabilities = append(d.Capabilities, c.CapabilityID)
+	}
+	d.Routed = d.Routed || rec.Routed()
+	d.Removed = d.Removed || removed
+}
+
+// noteAllLocked says that the next move of the revision may change every answer.
+func (ix *Index) noteAllLocked() {
+	ix.dirty.Services, ix.dirty.Capabilities = ix.dirty.Services[:0], ix.dirty.Capabilities[:0]
+	ix.dirty.All = true
 }
 
 // NewIndex returns an empty index at revision 0.
@@ -59,6 +100,12 @@ func (ix *Index) publishLocked(rev int64) {
 		ix.revision = max(rev, ix.revision)
 	} else {
 		ix.revision++
+	}
+	if ix.onPublish != nil {
+		ix.onPublish(ix.revision, ix.dirty)
+		clear(ix.dirty.Services) // the strings they hold
+		clear(ix.dirty.Capabilities)
+		ix.dirty = registry.Changes{Services: ix.dirty.Services[:0], Capabilities: ix.dirty.Capabilities[:0]}
 	}
 	close(ix.changed)
 	ix.changed = make(chan struct{})
@@ -122,9 +169,14 @@ func (ix *Index) Put(rec *registry.Record, rev int64) { ix.put(rec, rev, (*Index
 func (ix *Index) PutNewer(rec *registry.Record, rev int64) bool {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	if cur, ok := ix.records[rec.InstanceID]; ok && cur.Generation >= rec.Generation {
+	cur, ok := ix.records[rec.InstanceID]
+	if ok && cur.Generation >= rec.Generation {
 		return false
 	}
+	if ok {
+		ix.noteLocked(cur, false)
+	}
+	ix.noteLocked(rec, false)
 	ix.indexLocked(rec)
 	ix.bumpLocked(rev)
 	return true
@@ -154,6 +206,10 @@ func (ix *Index) RemoveAhead(id string, only *registry.Record, rev int64) *regis
 func (ix *Index) put(rec *registry.Record, rev int64, move func(*Index, int64)) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
+	if old, ok := ix.records[rec.InstanceID]; ok {
+		ix.noteLocked(old, false)
+	}
+	ix.noteLocked(rec, false)
 	ix.indexLocked(rec)
 	move(ix, rev)
 }
@@ -167,6 +223,7 @@ func (ix *Index) remove(id string, only *registry.Record, rev int64, move func(*
 	if !ok || (only != nil && rec != only) {
 		return nil
 	}
+	ix.noteLocked(rec, true)
 	ix.unindexLocked(rec)
 	move(ix, rev)
 	return rec
@@ -214,6 +271,7 @@ func (ix *Index) Reset(recs []*registry.Record, rev int64) {
 		ix.indexLocked(rec)
 	}
 	ix.revision = rev - 1
+	ix.noteAllLocked()
 	ix.publishLocked(0)
 	ix.reachedLocked(rev) // the records given hold the changes put ahead up to rev, counted in rev
 }
@@ -243,10 +301,33 @@ func (ix *Index) Release() {
 	}
 }
 
-// Touch moves the revision without changing a record (a visible change of health).
+// Touch moves the revision without changing a record, for a change that may concern every
+// answer (a ramp clock that weighs the whole fleet again).
 func (ix *Index) Touch(rev int64) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
+	ix.noteAllLocked()
+	ix.bumpLocked(rev)
+}
+
+// TouchRecord moves the revision for a visible change of rec that is not in the record's
+// indexes (its self-reported health, its verdict), so that it concerns the answers of rec's
+// service and capabilities alone.
+func (ix *Index) TouchRecord(rec *registry.Record, rev int64) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	ix.noteLocked(rec, false)
+	ix.bumpLocked(rev)
+}
+
+// TouchID is TouchRecord for the record the index holds for id; when it holds none the
+// revision moves with nothing to tell (no answer holds the instance).
+func (ix *Index) TouchID(id string, rev int64) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if rec, ok := ix.records[id]; ok {
+		ix.noteLocked(rec, false)
+	}
 	ix.bumpLocked(rev)
 }
 

@@ -1,0 +1,206 @@
+package registry
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// Changes is what one move of a store's revision changed: the services and capabilities of
+// the records put, removed or touched since the previous move (a record replaced by one of
+// another service names both), whether one of them is an input of the gateways' routes,
+// whether one was removed, and All when the change is not of named records (a restore, a
+// reset of the view, a ramp clock that weighs the whole fleet again). The lists may repeat a
+// name; the callee must not keep them.
+type Changes struct {
+	Services     []string
+	Capabilities []string
+	Routed       bool
+	Removed      bool
+	All          bool
+}
+
+// ChangePublisher is a Store that says, each time its revision moves, what changed
+// (storeindex.Index does, for both stores). It calls the function given to OnPublish with the
+// new revision and the changes, under the lock its writers hold: the function must be quick
+// and must not call the store. Without one, every long poll waits on the whole fleet's
+// revision.
+type ChangePublisher interface {
+	OnPublish(func(revision int64, c Changes))
+}
+
+// Topic is what a long poll waits for a change of: the answer of one service (every query
+// that names a service_name), of one capability (a query that names a capability_id and no
+// service), the routes' inputs, or, the zero Topic, anything in the fleet. A change of any
+// instance of the service (its record, its lease's end, its self-reported health, its verdict
+// or weight) moves its service's topic; a panic flag or a change the store does not attribute
+// moves every topic. Matching a query's other filters is not attempted: a poll on a service
+// may be answered by a change of another capability of that service, never by another
+// service.
+type Topic struct {
+	kind byte // 0: the fleet; 's' service, 'c' capability, 'r' routes
+	name string
+}
+
+// TopicOf is the topic of the answer to q.
+func TopicOf(q *Query) Topic {
+	switch {
+	case q.ServiceName != "":
+		return Topic{kind: 's', name: q.ServiceName}
+	case q.CapabilityID != "":
+		return Topic{kind: 'c', name: q.CapabilityID}
+	}
+	return Topic{}
+}
+
+// RoutesTopic is the topic of the routes answer (Registry.Routes).
+var RoutesTopic = Topic{kind: 'r'}
+
+// topics keeps, per topic, the revision of its last change and a channel closed at its next
+// one, so that a change wakes the long polls whose answer it changes, not every poll of the
+// fleet. Revisions are the registry's (the store's plus the monitor's, or the store's alone
+// with a shared store): a topic's is the registry's revision just after its change was
+// applied, so an answer built before the change has a lower one.
+type topics struct {
+	// storeRev and judgedRev are the store's and the monitor's revisions as their last
+	// publication left them; their sum is the registry's revision (judgedRev stays 0 with a
+	// shared store, whose revision holds the verdicts).
+	storeRev, judgedRev atomic.Int64
+	// attributed is false until the store publishes its changes (ChangePublisher): then a
+	// topic's poll waits on the fleet.
+	attributed bool
+
+	mu   sync.Mutex
+	m    map[Topic]*topicState
+	all  int64         // the last revision at which every topic changed
+	wake chan struct{} // closed when every topic changes
+}
+
+type topicState struct {
+	rev  int64
+	wake chan struct{} // nil until a poll waits
+}
+
+func newTopics() *topics {
+	return &topics{m: map[Topic]*topicState{}, wake: make(chan struct{})}
+}
+
+// maxIdleTopics bounds the topics kept without a waiter; past it those are dropped and the
+// fleet-wide revision stands for them (a dropped topic's poll is answered once, at most, for
+// a change that was not its own).
+const maxIdleTopics = 1 << 16
+
+// watch returns the revision of t's last change and a channel closed at its next one (or at
+// the next change of every topic).
+func (ts *topics) watch(t Topic) (rev int64, topic, all <-chan struct{}) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	s := ts.m[t]
+	if s == nil {
+		s = &topicState{}
+		ts.m[t] = s
+	}
+	if s.wake == nil {
+		s.wake = make(chan struct{})
+	}
+	return max(s.rev, ts.all), s.wake, ts.wake
+}
+
+// markStore records a move of the store's revision to rev with its changes.
+func (ts *topics) markStore(rev int64, c Changes, routesToo bool) {
+	storeMax(&ts.storeRev, rev)
+	at := rev + ts.judgedRev.Load()
+	if c.All {
+		ts.markAll(at)
+		return
+	}
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	for _, s := range c.Services {
+		ts.markLocked(Topic{kind: 's', name: s}, at)
+	}
+	for _, n := range c.Capabilities {
+		ts.markLocked(Topic{kind: 'c', name: n}, at)
+	}
+	if c.Routed || routesToo {
+		ts.markLocked(RoutesTopic, at)
+	}
+}
+
+// markJudged records a move of the monitor's revision to rev: services and capabilities are
+// those of the instances whose verdict changed, routed whether one of them is a routes input,
+// all a change of every answer (a panic flag).
+func (ts *topics) markJudged(rev int64, services, capabilities []string, routed, all bool) {
+	storeMax(&ts.judgedRev, rev)
+	at := ts.storeRev.Load() + rev
+	if all {
+		ts.markAll(at)
+		return
+	}
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	for _, s := range services {
+		ts.markLocked(Topic{kind: 's', name: s}, at)
+	}
+	for _, n := range capabilities {
+		ts.markLocked(Topic{kind: 'c', name: n}, at)
+	}
+	if routed {
+		ts.markLocked(RoutesTopic, at)
+	}
+}
+
+func (ts *topics) markLocked(t Topic, at int64) {
+	s := ts.m[t]
+	if s == nil {
+		if len(ts.m) >= maxIdleTopics {
+			ts.dropIdleLocked(at)
+		}
+		s = &topicState{}
+		ts.m[t] = s
+	}
+	s.rev = max(s.rev, at)
+	if s.wake != nil {
+		close(s.wake)
+		s.wake = nil
+	}
+}
+
+// dropIdleLocked forgets the topics no poll waits on, and has the fleet-wide revision stand
+// for them: a poll on one of them later is answered at the next change of its own, or once
+// at once if it holds an answer older than at.
+func (ts *topics) dropIdleLocked(at int64) {
+	for t, s := range ts.m {
+		if s.wake == nil {
+			delete(ts.m, t)
+		}
+	}
+	ts.all = max(ts.all, at)
+}
+
+// markAll moves every topic to at and wakes every poll.
+func (ts *topics) markAll(at int64) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	ts.all = max(ts.all, at)
+	close(ts.wake)
+	ts.wake = make(chan struct{})
+	for t, s := range ts.m {
+		if s.wake == nil {
+			delete(ts.m, t) // the fleet-wide revision stands for it
+			continue
+		}
+		s.rev = max(s.rev, at)
+		close(s.wake)
+		s.wake = nil
+	}
+}
+
+// storeMax moves a to v unless it is there or past it already.
+func storeMax(a *atomic.Int64, v int64) {
+	for {
+		cur := a.Load()
+		if cur >= v || a.CompareAndSwap(cur, v) {
+			return
+		}
+	}
+}

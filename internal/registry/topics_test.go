@@ -1,0 +1,153 @@
+package registry_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/internal/registry"
+)
+
+// TestWaitOnTopic: a long poll waits for a change of what it asked for. A change of one
+// service (a registration, a deregistration, a lease's end, a self-report, a verdict) answers
+// the polls on that service, on its capabilities and on the fleet, and never a poll on
+// another service or capability; a change of the routes' inputs answers the routes' polls.
+func TestWaitOnTopic(t *testing.T) {
+	publish := apiv1.Capability{CapabilityID: "messaging.publish", Provider: "jms", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0"}
+	orders := apiv1.Capability{CapabilityID: "orders.read", Provider: "db", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0"}
+	routed := func(id, service string) *apiv1.RegisterRequest {
+		return request(id, service, capability("orders.read", "db", "1.0.0", `{"public_paths": ["/api/`+id+`"]}`))
+	}
+	topics := []struct {
+		name  string
+		topic registry.Topic
+	}{
+		{"svc-a", registry.ServiceTopic("svc-a")},
+		{"svc-b", registry.ServiceTopic("svc-b")},
+		{"messaging.publish", registry.CapabilityTopic("messaging.publish")},
+		{"orders.read", registry.CapabilityTopic("orders.read")},
+		{"routes", registry.RoutesTopic},
+		{"fleet", registry.Topic{}},
+	}
+	type fixtureOp = func(t *testing.T, f *fixture, gens map[string]int64)
+	cases := []struct {
+		name string
+		op   fixtureOp
+		want []string // the topics answered
+	}{
+		{"a registration in svc-a", func(t *testing.T, f *fixture, _ map[string]int64) {
+			mustRegister(t, f, request("a-2", "svc-a", publish))
+		}, []string{"svc-a", "messaging.publish", "fleet"}},
+		{"a registration in svc-b", func(t *testing.T, f *fixture, _ map[string]int64) {
+			mustRegister(t, f, request("b-2", "svc-b", publish))
+		}, []string{"svc-b", "messaging.publish", "fleet"}},
+		{"a re-registration that moves an instance to svc-b", func(t *testing.T, f *fixture, _ map[string]int64) {
+			mustRegister(t, f, request("a-1", "svc-b", publish))
+		}, []string{"svc-a", "svc-b", "messaging.publish", "fleet"}},
+		{"a deregistration in svc-b during the warm-up", func(t *testing.T, f *fixture, gens map[string]int64) {
+			if err := f.reg.Deregister(context.Background(), "b-1", gens["b-1"]); err != nil {
+				t.Fatal(err)
+			}
+			// the routes answer lists every removal of the warm-up
+		}, []string{"svc-b", "messaging.publish", "routes", "fleet"}},
+		{"a self-report of failing in svc-b", func(t *testing.T, f *fixture, gens map[string]int64) {
+			heartbeat(t, f, "b-1", gens["b-1"], "failing")
+		}, []string{"svc-b", "messaging.publish", "fleet"}},
+		{"a panic of messaging.publish in zone a", func(t *testing.T, f *fixture, gens map[string]int64) {
+			heartbeat(t, f, "a-1", gens["a-1"], "failing")
+			heartbeat(t, f, "b-1", gens["b-1"], "failing")
+			if got := answer(f)["a-1"]; !strings.HasSuffix(got, "panic=true") {
+				t.Fatalf("a-1 is answered %s, want its group in panic", got)
+			}
+			// a panic flag changes the entries of its group in every service: every poll
+		}, []string{"svc-a", "svc-b", "messaging.publish", "orders.read", "routes", "fleet"}},
+		{"a lease's end in svc-b", func(t *testing.T, f *fixture, gens map[string]int64) {
+			for _, id := range []string{"a-1", "c-1", "r-1"} { // the others renew
+				heartbeat(t, f, id, gens[id], "ok")
+			}
+			f.clock.Advance(60 * time.Second)
+			for _, id := range []string{"a-1", "c-1", "r-1"} {
+				heartbeat(t, f, id, gens[id], "ok")
+			}
+			// the index is taken after the renewals: only the sweep is looked at
+		}, nil},
+		{"a registration of a route input", func(t *testing.T, f *fixture, _ map[string]int64) {
+			mustRegister(t, f, routed("r-2", "svc-r"))
+		}, []string{"orders.read", "routes", "fleet"}},
+		{"a registration in svc-c", func(t *testing.T, f *fixture, _ map[string]int64) {
+			mustRegister(t, f, request("c-2", "svc-c", orders))
+		}, []string{"orders.read", "fleet"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newJudgedFixture(t)
+			gens := map[string]int64{}
+			for _, req := range []*apiv1.RegisterRequest{request("a-1", "svc-a", publish), request("b-1", "svc-b", publish),
+				request("c-1", "svc-c", orders), routed("r-1", "svc-r")} {
+				gens[req.InstanceID] = mustRegister(t, f, req).Generation
+			}
+			f.clock.Advance(35 * time.Second) // past the slow start: no weight moves by itself
+			f.reg.Sweep(context.Background())
+			index := f.reg.State().Revision
+			tc.op(t, f, gens)
+			if tc.name == "a lease's end in svc-b" {
+				index = f.reg.State().Revision
+				f.clock.Advance(40 * time.Second) // b-1's lease ended 90 s after its last renewal
+				if n, err := f.reg.Sweep(context.Background()); err != nil || n != 1 {
+					t.Fatalf("Sweep = %d, %v; want b-1 evicted", n, err)
+				}
+				tc.want = []string{"svc-b", "messaging.publish", "fleet"}
+			}
+			if f.reg.State().Revision <= index {
+				t.Fatalf("the change did not move the revision (%d)", index)
+			}
+			var got []string
+			for _, tp := range topics {
+				if f.reg.TopicChanged(tp.topic, index) {
+					got = append(got, tp.name)
+				}
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Errorf("answered %v, want %v", got, tc.want)
+			}
+			// and a poll at the revision now waits, on every topic
+			for _, tp := range topics {
+				if f.reg.TopicChanged(tp.topic, f.reg.State().Revision) {
+					t.Errorf("%s: changed past the current revision", tp.name)
+				}
+			}
+		})
+	}
+}
+
+// TestWaitOnTopicWakesAndSleeps: a parked poll on a service is woken by its service's
+// change, not by another's, and answers the revision then.
+func TestWaitOnTopicWakesAndSleeps(t *testing.T) {
+	f := newJudgedFixture(t)
+	mustRegister(t, f, request("a-1", "svc-a"))
+	mustRegister(t, f, request("b-1", "svc-b"))
+	index := f.reg.State().Revision
+	woke := make(chan int64, 1)
+	go func() { woke <- f.reg.WaitOn(context.Background(), registry.ServiceTopic("svc-a"), "", index, time.Hour) }()
+	for f.reg.Watchers() == 0 { // parked before anything changes
+		time.Sleep(time.Millisecond)
+	}
+	mustRegister(t, f, request("b-2", "svc-b"))
+	other := f.reg.State().Revision
+	select {
+	case rev := <-woke:
+		t.Fatalf("the poll on svc-a was answered at %d by a change of svc-b", rev)
+	default:
+	}
+	mustRegister(t, f, request("a-2", "svc-a"))
+	if rev := <-woke; rev <= other {
+		t.Errorf("woke at revision %d, want past svc-b's change at %d", rev, other)
+	}
+	// the answer's revision jumps past svc-b's change, and a poll from there waits
+	if f.reg.TopicChanged(registry.ServiceTopic("svc-a"), f.reg.State().Revision) {
+		t.Error("svc-a changed past the current revision")
+	}
+}
