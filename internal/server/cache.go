@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"net/http"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -168,7 +169,9 @@ func acceptsGzip(accept string) bool {
 // answerCache holds the latest encoded answer per query: while the revision stands, every
 // request for the same query is a map lookup and a write.
 type answerCache struct {
-	now     func() time.Time // times each build (encoded.builtAt, took)
+	now func() time.Time // when each build ended (encoded.builtAt)
+	// cost times each build (encoded.took), by BuildClock or the building thread's CPU
+	cost    func(build func()) time.Duration
 	mu      sync.RWMutex
 	m       map[string]*encoded
 	bytes   int                // the sizes of the keys and bodies in m (a key can be long: a query's values)
@@ -182,8 +185,37 @@ type flight struct {
 	err  error
 }
 
-func newAnswerCache(now func() time.Time) *answerCache {
-	return &answerCache{now: now, m: map[string]*encoded{}, flights: map[string]*flight{}}
+func newAnswerCache(now func() time.Time, clock func() time.Duration) *answerCache {
+	return &answerCache{now: now, cost: buildCost(now, clock), m: map[string]*encoded{}, flights: map[string]*flight{}}
+}
+
+// buildCost returns what times a build: clock when it is set (tests), else the CPU time of
+// the thread that builds, the goroutine locked to it meanwhile, so that a build held up on a
+// busy machine (waiting for a core, not working) does not count as cost (PollSpacing). Where
+// the system has no thread clock, the wall clock now.
+func buildCost(now func() time.Time, clock func() time.Duration) func(func()) time.Duration {
+	if clock != nil {
+		return func(build func()) time.Duration {
+			start := clock()
+			build()
+			return clock() - start
+		}
+	}
+	if _, ok := threadCPU(); !ok {
+		return func(build func()) time.Duration {
+			start := now()
+			build()
+			return now().Sub(start)
+		}
+	}
+	return func(build func()) time.Duration {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		start, _ := threadCPU()
+		build()
+		end, _ := threadCPU()
+		return time.Duration(end - start)
+	}
 }
 
 // load returns the answer to key at st: cached, or built once by build however many requests
@@ -202,11 +234,9 @@ func (c *answerCache) load(key string, st registry.State, build func() (*encoded
 	f := &flight{done: make(chan struct{})}
 	c.flights[key] = f
 	c.mu.Unlock()
-	start := c.now()
-	f.e, f.err = build()
+	took := c.cost(func() { f.e, f.err = build() })
 	if f.err == nil {
-		f.e.builtAt = c.now()
-		f.e.took = f.e.builtAt.Sub(start)
+		f.e.builtAt, f.e.took = c.now(), took
 		c.put(key, f.e)
 	}
 	c.mu.Lock()
@@ -226,8 +256,9 @@ func (c *answerCache) get(key string, st registry.State) *encoded {
 	return nil
 }
 
-// Spacing of long polls (Config.PollSpacing): an answer built in less than spacedBuild is
-// never held for, and no hold is longer than maxSpacing.
+// Spacing of long polls (Config.PollSpacing): an answer whose build cost less than
+// spacedBuild (of CPU: Config.BuildClock) is never held for, and no hold is longer than
+// maxSpacing.
 const (
 	spacedBuild = time.Millisecond
 	maxSpacing  = 5 * time.Second

@@ -96,7 +96,7 @@ func TestPageStoreBoundsEmptyListings(t *testing.T) {
 // TestAnswerCacheIsBoundedInBytes: however many large answers are cached, the cache holds
 // at most maxCachedBytes of bodies (before, only the count was bounded: 4,096 answers).
 func TestAnswerCacheIsBoundedInBytes(t *testing.T) {
-	c := newAnswerCache(time.Now)
+	c := newAnswerCache(time.Now, nil)
 	body := make([]byte, 40<<20) // an unfiltered answer at 100,000 instances is about 37 MB
 	for i := range 20 {
 		c.put(string(rune('a'+i)), &encoded{state: registry.State{Epoch: "e", Revision: 1}, body: body})
@@ -113,7 +113,7 @@ func TestAnswerCacheIsBoundedInBytes(t *testing.T) {
 // TestAnswerCacheCountsItsKeys: answers to queries with long values (a service name of a
 // megabyte has an empty answer and a key of a megabyte) are bounded by the keys' bytes too.
 func TestAnswerCacheCountsItsKeys(t *testing.T) {
-	c := newAnswerCache(time.Now)
+	c := newAnswerCache(time.Now, nil)
 	long := strings.Repeat("s", 1<<20)
 	for i := range 400 { // 400 MB of keys, under the count bound of 4,096 answers
 		c.put(fmt.Sprint(i, long), &encoded{state: registry.State{Epoch: "e", Revision: 1}, body: []byte(`{}`)})

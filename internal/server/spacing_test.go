@@ -15,9 +15,9 @@ import (
 	"github.com/meshflows/meshflows/internal/store/memstore"
 )
 
-// spacingFixture is a registry (registrytest) whose server's clock moves step at every
-// reading, so that every answer it builds took step, and whose Sleep records the holds
-// instead of waiting them out.
+// spacingFixture is a registry (registrytest) whose server's clock (and build clock) moves
+// step at every reading, so that every answer it builds took step, and whose Sleep records
+// the holds instead of waiting them out.
 type spacingFixture struct {
 	url string
 	reg *registry.Registry
@@ -31,7 +31,8 @@ type spacingFixture struct {
 func newSpacingFixture(t *testing.T, step time.Duration, spacing float64) *spacingFixture {
 	t.Helper()
 	f := &spacingFixture{now: registrytest.Epoch0, step: step}
-	s := registrytest.NewServerWith(t, registry.Config{}, server.Config{PollSpacing: spacing, Now: f.clock, Sleep: f.sleep}, registrytest.Epoch0)
+	s := registrytest.NewServerWith(t, registry.Config{}, server.Config{PollSpacing: spacing, Now: f.clock, Sleep: f.sleep,
+		BuildClock: func() time.Duration { return f.clock().Sub(registrytest.Epoch0) }}, registrytest.Epoch0)
 	f.url, f.reg = s.URL, s.Registry
 	return f
 }
