@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -39,6 +40,8 @@ type drain struct {
 	byService    map[string]map[string]int64
 	byCapability map[string]map[string]int64
 	removalsOf   string
+	// order holds the removals in the order they were made, for ageRemovals.
+	order []removalAt
 	// allRemoved is removals sorted: what an answer about every service lists, made once
 	// per change of removals (nil: to be made again) and shared by the answers, which only
 	// read it.
@@ -100,16 +103,39 @@ func (d *drain) recordWithdrawal(id string, generation int64, epoch string, revi
 func (d *drain) forgetRemovals() {
 	d.mu.Lock()
 	d.removals, d.byService, d.byCapability, d.removalsOf, d.allRemoved = nil, nil, nil, "", nil
+	clear(d.order)
+	d.order = nil
 	d.warming.Store(false)
 	d.mu.Unlock()
 }
 
-// recordRemoval remembers that the incarnation rec was removed during the warm-up of epoch.
-func (d *drain) recordRemoval(rec *Record, epoch string) {
+// Bounds of the warm-up's removals (drain.removed): an answer lists at most
+// MaxRemovedPerAnswer, the newest, and a removal is listed for RemovalKeep after it was
+// made. A consumer that polls merges each answer as it comes, and drops a removed instance
+// from the first answer that lists it; one away for longer than RemovalKeep while the
+// registry warms up keeps a removed instance until the warm-up ends (one lease TTL). An
+// evacuation's 667 deregistrations a second would otherwise list some 1,300 removals in
+// every answer about one service by the warm-up's end, more than the answer itself.
+const (
+	MaxRemovedPerAnswer = 1000
+	RemovalKeep         = 5 * time.Minute
+)
+
+// removalAt is one removal in the order they were made, for their ageing out.
+type removalAt struct {
+	at         time.Time
+	rec        *Record
+	generation int64
+}
+
+// recordRemoval remembers that the incarnation rec was removed at now during the warm-up of
+// epoch.
+func (d *drain) recordRemoval(rec *Record, epoch string, now time.Time) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.removalsOf != epoch {
 		d.removals, d.byService, d.byCapability, d.removalsOf, d.allRemoved = map[string]int64{}, map[string]map[string]int64{}, map[string]map[string]int64{}, epoch, nil
+		d.order = nil
 	}
 	d.warming.Store(true)
 	id, generation := rec.InstanceID, rec.Generation
@@ -120,6 +146,32 @@ func (d *drain) recordRemoval(rec *Record, epoch string) {
 	noteRemoval(d.byService, rec.ServiceName, id, generation)
 	for _, c := range rec.Capabilities {
 		noteRemoval(d.byCapability, c.CapabilityID, id, generation)
+	}
+	d.order = append(d.order, removalAt{at: now, rec: rec, generation: generation})
+}
+
+// ageRemovals forgets the removals made RemovalKeep or longer before now (the sweep calls
+// it during the warm-up).
+func (d *drain) ageRemovals(now time.Time) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := 0
+	for n < len(d.order) && now.Sub(d.order[n].at) >= RemovalKeep {
+		r := d.order[n]
+		id := r.rec.InstanceID
+		if d.removals[id] == r.generation {
+			delete(d.removals, id)
+			d.allRemoved = nil
+		}
+		forgetRemoval(d.byService, r.rec.ServiceName, id, r.generation)
+		for _, c := range r.rec.Capabilities {
+			forgetRemoval(d.byCapability, c.CapabilityID, id, r.generation)
+		}
+		n++
+	}
+	if n > 0 {
+		clear(d.order[:n]) // the records they hold
+		d.order = d.order[n:]
 	}
 }
 
@@ -133,11 +185,24 @@ func noteRemoval(m map[string]map[string]int64, name, id string, generation int6
 	ids[id] = max(ids[id], generation)
 }
 
+// forgetRemoval drops generation of id from the removals of one service or capability,
+// unless a later one of the same instance replaced it.
+func forgetRemoval(m map[string]map[string]int64, name, id string, generation int64) {
+	ids := m[name]
+	if ids[id] != generation {
+		return
+	}
+	delete(ids, id)
+	if len(ids) == 0 {
+		delete(m, name)
+	}
+}
+
 // removed returns the removals of epoch that an answer about service lists, or, for an
 // answer about no service, about capability (every removal when both are ""), sorted by
-// instance id; nil once the warm-up is over. A consumer merges an answer into its view of the
-// same query only, which holds the instances of that service or capability alone. The caller
-// must not modify what it returns.
+// instance id, the newest MaxRemovedPerAnswer of them; nil once the warm-up is over. A
+// consumer merges an answer into its view of the same query only, which holds the instances
+// of that service or capability alone. The caller must not modify what it returns.
 func (d *drain) removed(epoch string, complete bool, service, capability string) []apiv1.Removal {
 	if complete {
 		return nil // every discovery answer asks: a complete one takes no lock
@@ -159,7 +224,8 @@ func (d *drain) removed(epoch string, complete bool, service, capability string)
 	return d.allRemoved
 }
 
-// sortedRemovals returns removals (instance id -> generation) sorted by instance id.
+// sortedRemovals returns removals (instance id -> generation) sorted by instance id: the
+// newest MaxRemovedPerAnswer of them (generations grow with time).
 func sortedRemovals(removals map[string]int64) []apiv1.Removal {
 	if len(removals) == 0 {
 		return nil
@@ -167,6 +233,10 @@ func sortedRemovals(removals map[string]int64) []apiv1.Removal {
 	out := make([]apiv1.Removal, 0, len(removals))
 	for id, g := range removals {
 		out = append(out, apiv1.Removal{InstanceID: id, Generation: g})
+	}
+	if len(out) > MaxRemovedPerAnswer {
+		slices.SortFunc(out, func(a, b apiv1.Removal) int { return cmp.Compare(b.Generation, a.Generation) })
+		out = out[:MaxRemovedPerAnswer]
 	}
 	slices.SortFunc(out, func(a, b apiv1.Removal) int { return strings.Compare(a.InstanceID, b.InstanceID) })
 	return out

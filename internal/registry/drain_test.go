@@ -2,6 +2,7 @@ package registry_test
 
 import (
 	"context"
+	"fmt"
 	"errors"
 	"testing"
 	"time"
@@ -139,5 +140,50 @@ func TestWithdrawalNeedsEveryLiveGateway(t *testing.T) {
 	}
 	if _, err := f.reg.Withdrawal("jms-9", 2); !errors.Is(err, registry.ErrInstanceNotFound) {
 		t.Fatalf("withdrawal of a registered incarnation: %v, want not found", err)
+	}
+}
+
+// TestWarmUpRemovalsByCapabilityBoundedAndAged: an answer about a capability (and no
+// service) lists that capability's removals only; an answer lists the newest
+// MaxRemovedPerAnswer removals at most; a removal ages out RemovalKeep after it was made,
+// while the warm-up goes on.
+func TestWarmUpRemovalsByCapabilityBoundedAndAged(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t, registry.Config{LeaseTTL: 30 * time.Minute, HeartbeatInterval: 30 * time.Second})
+	orders := capability("orders.read", "db", "1.0.0", "")
+	n := registry.MaxRemovedPerAnswer + 5
+	gens := make([]int64, n)
+	for i := range n {
+		gens[i] = mustRegister(t, f, request(fmt.Sprintf("jms-%04d", i), "egress-jms")).Generation
+	}
+	db := mustRegister(t, f, request("db-1", "orders-db", orders))
+	for i := range n {
+		if err := f.reg.Deregister(ctx, fmt.Sprintf("jms-%04d", i), gens[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.clock.Advance(time.Minute)
+	if err := f.reg.Deregister(ctx, "db-1", db.Generation); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.reg.Query(&registry.Query{CapabilityID: "orders.read"}).Removed; !cmp.Equal(got, []apiv1.Removal{{InstanceID: "db-1", Generation: db.Generation}}) {
+		t.Errorf("orders.read lists %v, want db-1 alone", got)
+	}
+	pub := f.reg.Query(&registry.Query{CapabilityID: "messaging.publish"}).Removed
+	if len(pub) != registry.MaxRemovedPerAnswer || pub[0].InstanceID != "jms-0005" || pub[len(pub)-1].InstanceID != fmt.Sprintf("jms-%04d", n-1) {
+		t.Errorf("messaging.publish lists %d removals from %v, want the newest %d (jms-0005 on)", len(pub), pub[:1], registry.MaxRemovedPerAnswer)
+	}
+	f.clock.Advance(registry.RemovalKeep - time.Minute)
+	if _, err := f.reg.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.reg.Query(&registry.Query{ServiceName: "egress-jms"}).Removed; got != nil {
+		t.Errorf("egress-jms lists %d removals after %v, want none", len(got), registry.RemovalKeep)
+	}
+	if got := f.reg.Routes().Removed; !cmp.Equal(got, []apiv1.Removal{{InstanceID: "db-1", Generation: db.Generation}}) {
+		t.Errorf("routes list %v, want db-1 alone (a minute younger)", got)
+	}
+	if st := f.reg.State(); st.Complete {
+		t.Fatal("the warm-up is over: the test needs it going on")
 	}
 }

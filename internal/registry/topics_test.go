@@ -131,7 +131,9 @@ func TestWaitOnTopicWakesAndSleeps(t *testing.T) {
 	mustRegister(t, f, request("b-1", "svc-b"))
 	index := f.reg.State().Revision
 	woke := make(chan int64, 1)
-	go func() { woke <- f.reg.WaitOn(context.Background(), registry.ServiceTopic("svc-a"), "", index, time.Hour) }()
+	go func() {
+		woke <- f.reg.WaitOn(context.Background(), registry.ServiceTopic("svc-a"), "", index, time.Hour)
+	}()
 	for f.reg.Watchers() == 0 { // parked before anything changes
 		time.Sleep(time.Millisecond)
 	}

@@ -31,14 +31,15 @@ func callbacks(logger *slog.Logger) serverv3.CallbackFuncs {
 	}
 }
 
-// cacheLogger hands the snapshot cache's messages to slog (its debug lines at debug level).
+// cacheLogger hands the snapshot cache's messages to slog: its debug and info lines at debug
+// level (its info lines are per watch, that is per request and ACK of every stream).
 type cacheLogger struct{ l *slog.Logger }
 
 func (c cacheLogger) Debugf(format string, args ...any) {
 	c.l.Debug("xds cache: " + fmt.Sprintf(format, args...))
 }
 func (c cacheLogger) Infof(format string, args ...any) {
-	c.l.Info("xds cache: " + fmt.Sprintf(format, args...))
+	c.l.Debug("xds cache: " + fmt.Sprintf(format, args...))
 }
 func (c cacheLogger) Warnf(format string, args ...any) {
 	c.l.Warn("xds cache: " + fmt.Sprintf(format, args...))
