@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/Masterminds/semver/v3"
 )
@@ -100,4 +102,70 @@ func HostPort(endpoint string) (host string, port uint16, ok bool) {
 		return "", 0, false
 	}
 	return u.Hostname(), uint16(p), true
+}
+
+// SortCapabilityEntries puts the entries of a discovery answer in the registry's order:
+// capability_id, provider, metadata.priority descending, capability_version descending
+// (precedence), generation ascending. A delta watcher orders the answer it rebuilds by it
+// (DiscoveryDelta). An unparsable version sorts after every version, a metadata.priority
+// that is not an integer counts as 0.
+func SortCapabilityEntries(es []CapabilityEntry) {
+	type keyed struct {
+		e    CapabilityEntry
+		rank Rank
+	}
+	ks := make([]keyed, len(es))
+	for i, e := range es {
+		p, _ := Priority(e.Metadata)
+		v, err := semver.StrictNewVersion(e.CapabilityVersion)
+		if err != nil {
+			v = nil
+		}
+		ks[i] = keyed{e: e, rank: Rank{Priority: p, Version: v, Generation: e.Generation}}
+	}
+	slices.SortStableFunc(ks, func(a, b keyed) int {
+		return cmp.Or(strings.Compare(a.e.CapabilityID, b.e.CapabilityID), strings.Compare(a.e.Provider, b.e.Provider), a.rank.Compare(b.rank))
+	})
+	for i := range ks {
+		es[i] = ks[i].e
+	}
+}
+
+// Apply returns the answer a delta watcher holds after d, given the entries it held at the
+// delta's base (see DiscoveryDelta): the reset's entries, or held with d's removals dropped
+// and its additions and updates put in, in SortCapabilityEntries' order. held is not
+// modified.
+func (d *DiscoveryDelta) Apply(held []CapabilityEntry) []CapabilityEntry {
+	if d.Reset {
+		return slices.Clone(d.Capabilities)
+	}
+	type key struct{ instance, capability, provider, version string }
+	keyOf := func(e *CapabilityEntry) key {
+		return key{e.InstanceID, e.CapabilityID, e.Provider, e.CapabilityVersion}
+	}
+	gone := make(map[string]int64, len(d.Removed))
+	for _, r := range d.Removed {
+		gone[r.InstanceID] = max(gone[r.InstanceID], r.Generation)
+	}
+	out := make([]CapabilityEntry, 0, len(held)+len(d.Added))
+	at := make(map[key]int, len(held)+len(d.Added))
+	for _, e := range held {
+		if g, ok := gone[e.InstanceID]; ok && e.Generation <= g {
+			continue
+		}
+		at[keyOf(&e)] = len(out)
+		out = append(out, e)
+	}
+	for _, es := range [][]CapabilityEntry{d.Added, d.Updated} {
+		for _, e := range es {
+			if i, ok := at[keyOf(&e)]; ok {
+				out[i] = e
+				continue
+			}
+			at[keyOf(&e)] = len(out)
+			out = append(out, e)
+		}
+	}
+	SortCapabilityEntries(out)
+	return out
 }

@@ -184,6 +184,34 @@ type DiscoveryResponse struct {
 	NextPageToken string `json:"next_page_token,omitempty"`
 }
 
+// DiscoveryDelta is the answer of a delta watch, GET /v1/discovery/capabilities with
+// index=N&delta=true: what changed in the answer to the same query since the answer at
+// revision N — or, with Reset, the whole answer (Capabilities and the warm-up's Removed, as
+// DiscoveryResponse has them), when the registry cannot tell the changes since N (another
+// epoch, a revision it holds no answer of, or one further back than the changes it keeps).
+//
+// A watcher applies a delta to the answer it holds at N: it drops every entry of each
+// instance in Removed whose generation is at or below the one named, then puts every entry
+// of Added and Updated in place of the entry with the same (instance_id, capability_id,
+// provider, capability_version), and orders the result by SortCapabilityEntries. It then
+// holds the answer at Revision, byte for byte but for lease_expires_at, which a delta
+// carries as of the entry's last change (the catalog has the live value). Added are
+// entries the answer at N did not hold, Updated those it held with another eligibility,
+// weight, health, panic or restored; Removed names the instances whose entries left the
+// answer, and, while Complete is false, the warm-up's removals of incarnations newer than
+// the answer at N, which a watcher that merges incomplete answers drops from what it kept.
+type DiscoveryDelta struct {
+	RegistryEpoch string `json:"registry_epoch"`
+	Revision      int64  `json:"revision"`
+	Complete      bool   `json:"complete"`
+	// Reset: this is the whole answer (Capabilities), not a change.
+	Reset        bool              `json:"reset,omitempty"`
+	Capabilities []CapabilityEntry `json:"capabilities,omitempty"`
+	Added        []CapabilityEntry `json:"added,omitempty"`
+	Updated      []CapabilityEntry `json:"updated,omitempty"`
+	Removed      []Removal         `json:"removed,omitempty"`
+}
+
 // Removal is one incarnation a registry removed (deregistered or evicted) during its warm-up.
 type Removal struct {
 	InstanceID string `json:"instance_id"`

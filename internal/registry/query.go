@@ -58,7 +58,7 @@ const (
 )
 
 var listingParams = [...][]string{
-	CapabilitiesListing: slices.Concat(queryParams, pollParams, pageParams),
+	CapabilitiesListing: slices.Concat(queryParams, pollParams, []string{"delta"}, pageParams),
 	RoutesListing:       pollParams,
 	CatalogListing:      pageParams,
 	EventsListing:       {"since", "type", "subject", "severity", "q", "limit", "wait", "format"},

@@ -255,18 +255,46 @@ func (s *Server) space(ctx context.Context, endpoint, key string, end time.Time)
 	}
 }
 
-func (s *Server) capabilities(_ http.ResponseWriter, r *http.Request) (any, error) {
+// parseDelta reads delta=true|false: a delta watch needs an index and is not paged.
+func parseDelta(v url.Values, paged bool) (bool, error) {
+	ds := v.Get("delta")
+	if ds == "" {
+		return false, nil
+	}
+	delta, err := strconv.ParseBool(ds)
+	switch {
+	case err != nil:
+		return false, apiv1.InvalidRequest([]apiv1.Detail{{Path: "delta", Message: fmt.Sprintf("must be true or false, got %q", ds)}})
+	case delta && v.Get("index") == "":
+		return false, apiv1.InvalidRequest([]apiv1.Detail{{Path: "delta", Message: "a delta watch needs index: the revision of the answer it holds (0 for none: the first answer is a reset)"}})
+	case delta && paged:
+		return false, apiv1.InvalidRequest([]apiv1.Detail{{Path: "delta", Message: "a delta watch is not paged: drop limit and page_token"}})
+	}
+	return delta, nil
+}
+
+func (s *Server) capabilities(w http.ResponseWriter, r *http.Request) (any, error) {
 	d, pg, paged, err := s.parseDiscovery(r)
 	if err != nil {
 		return nil, err
 	}
 	v, q, key := d.v, d.q, d.key
+	delta, err := parseDelta(v, paged)
+	if err != nil {
+		return nil, err
+	}
 	spaced := key
 	if paged {
 		spaced = "" // a listing is read a page at a time: never held
 	}
 	if err := s.longPoll(r.Context(), v, "capabilities", registry.TopicOf(q), spaced); err != nil {
 		return nil, err
+	}
+	if delta {
+		start := time.Now()
+		defer func() { s.metrics.discovery.WithLabelValues("capabilities").Observe(time.Since(start).Seconds()) }()
+		index, _ := strconv.ParseInt(v.Get("index"), 10, 64) // longPoll checked it
+		return s.deltaAnswer(w, key, index, v.Get("epoch"), func() registry.Answer { return s.reg.Query(q) })
 	}
 	start := time.Now()
 	defer func() { s.metrics.discovery.WithLabelValues("capabilities").Observe(time.Since(start).Seconds()) }()

@@ -10,6 +10,7 @@ type metrics struct {
 	discovery *prometheus.HistogramVec
 	encodes   *prometheus.CounterVec
 	held      *prometheus.HistogramVec
+	deltas    *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -28,12 +29,19 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Time a long poll was held before its answer was built anew, by endpoint (capabilities, routes): a costly answer is built at most once per --poll-spacing times its build time.",
 			Buckets: prometheus.ExponentialBuckets(1e-3, 2, 13), // 1ms .. 4s
 		}, []string{"endpoint"}),
+		deltas: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "meshflows", Subsystem: "registry", Name: "discovery_deltas_total",
+			Help: "Answers to delta watches (delta=true), by kind: delta (the changes since the watcher's index) or reset (the whole answer: the registry could not tell the changes since it).",
+		}, []string{"kind"}),
+	}
+	for _, k := range []string{"delta", "reset"} {
+		m.deltas.WithLabelValues(k)
 	}
 	for _, e := range []string{"capabilities", "routes"} {
 		m.encodes.WithLabelValues(e)
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.discovery, m.encodes, m.held} {
+		for _, c := range []prometheus.Collector{m.discovery, m.encodes, m.held, m.deltas} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register server metrics: %w", err)
 			}

@@ -139,6 +139,7 @@ type Server struct {
 	reg       *registry.Registry
 	mux       *http.ServeMux
 	cache     *answerCache
+	deltas    *deltaLog
 	pages     *pageStore // listings of paged requests (limit, page_token)
 	queries   queryMemo  // discovery query strings already parsed
 	metrics   *metrics
@@ -155,7 +156,7 @@ func New(reg *registry.Registry, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, reg: reg, mux: http.NewServeMux(), cache: newAnswerCache(cfg.Now, cfg.BuildClock), pages: newPageStore(), metrics: m, startedAt: cfg.Now()}
+	s := &Server{cfg: cfg, reg: reg, mux: http.NewServeMux(), cache: newAnswerCache(cfg.Now, cfg.BuildClock), deltas: newDeltaLog(), pages: newPageStore(), metrics: m, startedAt: cfg.Now()}
 	s.routes()
 	return s, nil
 }
