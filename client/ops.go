@@ -144,6 +144,23 @@ func (c *Client) Capabilities(ctx context.Context, q url.Values, p Poll) (*apiv1
 	return &out, c.Do(ctx, p.request(apiv1.PathCapabilities, cloneValues(q), c.cfg.Timeout), &out)
 }
 
+// CapabilitiesDelta is Capabilities as a delta watch (delta=true): the changes since the
+// answer at p.Index, or the whole answer with Reset (apiv1.DiscoveryDelta; Apply rebuilds the
+// answer). p.Index 0 asks for the whole answer.
+func (c *Client) CapabilitiesDelta(ctx context.Context, q url.Values, p Poll) (*apiv1.DiscoveryDelta, error) {
+	var out apiv1.DiscoveryDelta
+	q = cloneValues(q)
+	q.Set("delta", "true")
+	if p.Wait <= 0 {
+		q.Set("index", strconv.FormatInt(p.Index, 10))
+		if p.Epoch != "" {
+			q.Set("epoch", p.Epoch)
+		}
+		q.Set("wait", "1ns") // a delta is a poll: one that answers at once
+	}
+	return &out, c.Do(ctx, p.request(apiv1.PathCapabilities, q, c.cfg.Timeout), &out)
+}
+
 // Routes returns the gateways' inputs: every manifest and public path.
 func (c *Client) Routes(ctx context.Context, p Poll) (*apiv1.RoutesResponse, error) {
 	var out apiv1.RoutesResponse

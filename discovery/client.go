@@ -76,6 +76,11 @@ type Config struct {
 	RequestTimeout time.Duration
 	// WatchWait is the long-poll wait of Watch (default 30 s, at most 5 min).
 	WatchWait time.Duration
+	// FullAnswers makes Watch long-poll for the whole answer at every change. By default it
+	// asks for the changes since the answer it holds (a delta watch: GET
+	// /v1/discovery/capabilities?delta=true), and falls back to whole answers by itself
+	// when the registry does not know delta watches.
+	FullAnswers bool
 	// Logger, Registerer: nil is silent / no metrics.
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
@@ -391,9 +396,14 @@ func (v *view[T]) invalidate() {
 func (c *Client) Watch(ctx context.Context, q Query, onChange func(*Result)) error {
 	vals := q.values()
 	v := c.capsView(vals.Encode())
-	return watch(ctx, c, v, func(ctx context.Context, at position) (answer[[]apiv1.CapabilityEntry], error) {
+	fetch := func(ctx context.Context, at position) (answer[[]apiv1.CapabilityEntry], error) {
 		return c.fetchCapabilities(ctx, vals, at)
-	}, func(a *answer[[]apiv1.CapabilityEntry], m Meta) {
+	}
+	if !c.cfg.FullAnswers {
+		d := &deltaWatch{c: c, vals: vals}
+		fetch = d.fetch
+	}
+	return watch(ctx, c, v, fetch, func(a *answer[[]apiv1.CapabilityEntry], m Meta) {
 		if onChange != nil {
 			onChange(&Result{Meta: m, Entries: a.body})
 		}
@@ -557,6 +567,63 @@ func (c *Client) fetchRoutes(ctx context.Context, at position) (answer[Routes], 
 	}
 	return answer[Routes]{epoch: resp.RegistryEpoch, revision: resp.Revision, complete: resp.Complete,
 		body: Routes{Manifests: resp.Manifests, PublicPaths: resp.PublicPaths}, removed: removedSet(resp.Removed)}, nil
+}
+
+// deltaWatch is the state of one Watch's delta watch: the registry's answer as the deltas
+// rebuilt it (held, at epoch and revision), which the view then applies as it would a whole
+// answer (merged while the registry warms up). The watch loop owns it: one fetch at a time.
+type deltaWatch struct {
+	c    *Client
+	vals url.Values
+	// off: the registry refused delta=true (one that predates delta watches): whole answers
+	off      bool
+	epoch    string
+	revision int64
+	held     []apiv1.CapabilityEntry
+}
+
+// fetch asks for the changes since what d holds (the whole answer when it holds nothing)
+// and returns the answer they make; a long poll when at is one.
+func (d *deltaWatch) fetch(ctx context.Context, at position) (answer[[]apiv1.CapabilityEntry], error) {
+	if d.off || at.index < 0 {
+		a, err := d.c.fetchCapabilities(ctx, d.vals, at)
+		if err == nil && !d.off {
+			d.epoch, d.revision, d.held = a.epoch, a.revision, a.body
+		}
+		return a, err
+	}
+	p := d.c.poll(position{epoch: d.epoch, index: d.revision})
+	if d.held == nil {
+		p = client.Poll{} // nothing held: the whole answer, at once
+	}
+	resp, err := d.c.client.CapabilitiesDelta(ctx, d.vals, p)
+	var ae *apiv1.Error
+	if errors.As(err, &ae) && ae.Status == http.StatusBadRequest && ae.Code == apiv1.CodeUnknownParameter {
+		d.off = true
+		d.c.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "the registry has no delta watch: watching whole answers", slog.Any("error", err))
+		return d.c.fetchCapabilities(ctx, d.vals, at)
+	}
+	if err != nil {
+		return answer[[]apiv1.CapabilityEntry]{}, err
+	}
+	if resp.RegistryEpoch == "" || resp.Reset && resp.Capabilities == nil {
+		return answer[[]apiv1.CapabilityEntry]{}, errors.New("delta answer without registry_epoch, or a reset without capabilities")
+	}
+	if !resp.Reset && resp.RegistryEpoch != d.epoch {
+		return answer[[]apiv1.CapabilityEntry]{}, fmt.Errorf("delta of epoch %s on an answer of epoch %s", resp.RegistryEpoch, d.epoch)
+	}
+	d.held = resp.Apply(d.held)
+	d.epoch, d.revision = resp.RegistryEpoch, resp.Revision
+	d.c.metrics.deltas.WithLabelValues(deltaKind(resp)).Inc()
+	return answer[[]apiv1.CapabilityEntry]{epoch: resp.RegistryEpoch, revision: resp.Revision, complete: resp.Complete, body: d.held,
+		removed: removedSet(resp.Removed)}, nil
+}
+
+func deltaKind(d *apiv1.DiscoveryDelta) string {
+	if d.Reset {
+		return "reset"
+	}
+	return "delta"
 }
 
 // removedSet is the instances an incomplete answer says were removed.

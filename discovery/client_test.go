@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -564,4 +565,102 @@ func get(t *testing.T, url, etag string) *http.Response {
 	}
 	resp.Body.Close()
 	return resp
+}
+
+// recording wraps a handler and keeps the query of every discovery request.
+type recording struct {
+	h       http.Handler
+	mu      sync.Mutex
+	queries []url.Values
+	// old, when set, answers delta=true as a registry that predates delta watches
+	old bool
+}
+
+func (r *recording) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	r.mu.Lock()
+	r.queries = append(r.queries, req.URL.Query())
+	old := r.old
+	r.mu.Unlock()
+	if old && req.URL.Query().Has("delta") {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		w.Write([]byte(`{"error":{"code":"UNKNOWN_PARAMETER","message":"unknown parameter","details":[{"path":"delta","message":"not a parameter of this endpoint"}]}}`))
+		return
+	}
+	r.h.ServeHTTP(w, req)
+}
+
+func (r *recording) deltas() (delta, full int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, q := range r.queries {
+		if q.Get("delta") == "true" {
+			delta++
+		} else {
+			full++
+		}
+	}
+	return delta, full
+}
+
+// TestWatchWithDeltas: Watch asks for the changes since its view (delta=true) and its view
+// stays the registry's whole answer; against a registry that refuses delta=true it watches
+// whole answers instead.
+func TestWatchWithDeltas(t *testing.T) {
+	for _, old := range []bool{false, true} {
+		t.Run(fmt.Sprintf("old registry %v", old), func(t *testing.T) {
+			s := registrytest.NewServer(t, registry.Config{})
+			rec := &recording{h: s.Config.Handler, old: old}
+			front := httptest.NewServer(rec)
+			t.Cleanup(front.Close)
+			c, err := discovery.New(discovery.Config{Registries: []string{front.URL}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			changes := make(chan *discovery.Result, 64)
+			done := make(chan error, 1)
+			go func() { done <- c.Watch(ctx, publish, func(r *discovery.Result) { changes <- r }) }()
+			<-changes
+			var want []string
+			for i := range 10 {
+				for s.Registry.Watchers() == 0 { // the poll is parked
+					time.Sleep(time.Millisecond)
+				}
+				id := fmt.Sprintf("jms-%d", i)
+				registerOne(t, s.Registry, id)
+				want = append(want, id)
+				got := <-changes
+				full, err := http.Get(s.URL + "/v1/discovery/capabilities?capability_id=messaging.publish")
+				if err != nil {
+					t.Fatal(err)
+				}
+				var answer apiv1.DiscoveryResponse
+				if err := json.NewDecoder(full.Body).Decode(&answer); err != nil {
+					t.Fatal(err)
+				}
+				full.Body.Close()
+				if got.Revision != answer.Revision || !cmp.Equal(ids(got.Entries), want) {
+					t.Fatalf("view at %d holds %v, want %v at %d", got.Revision, ids(got.Entries), want, answer.Revision)
+				}
+				for j := range got.Entries { // the order too
+					if got.Entries[j].InstanceID != answer.Capabilities[j].InstanceID {
+						t.Fatalf("view order %v, answer's %v", ids(got.Entries), ids(answer.Capabilities))
+					}
+				}
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Watch = %v", err)
+			}
+			delta, full := rec.deltas()
+			switch {
+			case !old && (delta < 10 || full > 1):
+				t.Errorf("%d delta and %d whole-answer requests, want the first alone whole", delta, full)
+			case old && (delta != 1 || full < 10):
+				t.Errorf("against an old registry: %d delta and %d whole-answer requests, want one delta refused", delta, full)
+			}
+		})
+	}
 }

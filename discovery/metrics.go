@@ -9,6 +9,7 @@ import (
 
 type metrics struct {
 	hits, misses, staleServed prometheus.Counter
+	deltas                    *prometheus.CounterVec
 }
 
 // stats is read when metrics are scraped: the oldest view's age, the newest revision and
@@ -54,6 +55,11 @@ func newMetrics(reg prometheus.Registerer, consumer string, c *Client) (*metrics
 			Name: "cache_misses_total", Help: "Reads that asked the registry."}),
 		staleServed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "stale_served_total", Help: "Reads answered from the last-known-good view because the registry could not be reached."}),
+		deltas: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "watch_deltas_total", Help: "Answers of delta watches, by kind: delta (the changes since the view's revision) or reset (the whole answer)."}, []string{"kind"}),
+	}
+	for _, k := range []string{"delta", "reset"} {
+		m.deltas.WithLabelValues(k)
 	}
 	if reg == nil {
 		return m, nil
@@ -72,7 +78,7 @@ func newMetrics(reg prometheus.Registerer, consumer string, c *Client) (*metrics
 			Help: "Entries held in all cached views."},
 			func() float64 { _, _, n := c.stats(); return n }),
 	}
-	for _, col := range append(gauges, m.hits, m.misses, m.staleServed) {
+	for _, col := range append(gauges, m.hits, m.misses, m.staleServed, m.deltas) {
 		if err := reg.Register(col); err != nil {
 			return nil, fmt.Errorf("register discovery metrics: %w", err)
 		}
