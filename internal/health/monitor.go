@@ -116,6 +116,10 @@ type view struct {
 	// ungrouped says that its groups' counters hold it as absent; otherwise they hold it in
 	// its verdict's state (recount keeps the two in step).
 	ungrouped bool
+	// fresh: its incarnation has had no verdict yet. Until it has, discovery answers the
+	// first verdict derived from the record (Reader.First): its first verdict, when it is
+	// that one, changes no answer (touch is not told).
+	fresh bool
 	// synced is the last Sync that found it in the fleet (the low bits of Monitor.syncs: a
 	// view that misses one Sync is forgotten at it, so the count wrapping is harmless).
 	synced uint32
@@ -313,6 +317,7 @@ func (m *Monitor) register(in Instance, gen int64, at time.Time) {
 		m.views[in.ID] = v
 	}
 	v.nextDue, v.rampUntil = dueNow, 0 // a new incarnation is judged at once, by the engine
+	v.fresh = true
 	m.schedule(v)
 	m.engine.Declare(in)
 	m.engine.Apply(Event{At: at, ID: in.ID, Kind: KindRegistered})
@@ -436,8 +441,7 @@ func (m *Monitor) forget(id string, at time.Time) {
 	if !ok {
 		return
 	}
-	m.ungroup(v)
-	m.touch(v)
+	m.ungroup(v) // not touched: the registry forgets an instance it no longer holds, which no answer has
 	delete(m.views, id)
 	delete(m.changedIDs, id)
 	delete(m.ramping, v)
@@ -680,7 +684,10 @@ func (m *Monitor) setVerdict(v *view, nv Verdict, now time.Time) bool {
 		return recounted
 	}
 	v.state, v.weight, v.reasons = nv.State, int32(nv.Weight), nv.Reasons
-	m.touch(v)
+	if first := v.fresh; !first || !m.firstAsDerived(v, nv) {
+		m.touch(v)
+	}
+	v.fresh = false
 	if m.changedIDs != nil && !m.following {
 		if published(old) != published(nv) {
 			m.changedIDs[v.in.ID] = struct{}{} // the elected replica publishes it
@@ -781,6 +788,16 @@ func (m *Monitor) sustained(now time.Time) {
 // maxTouched bounds the instances one publication names (OnPublish): past it, it says that
 // every answer may have changed.
 const maxTouched = 4096
+
+// firstAsDerived reports whether nv, v's first verdict, is the one discovery answered for
+// it before the monitor held it (Reader.First at its registration).
+func (m *Monitor) firstAsDerived(v *view, nv Verdict) bool {
+	if m.onPublish == nil || v.in == nil {
+		return false
+	}
+	state, weight := (Reader{m}).First(v.in.Probe, time.Unix(0, v.in.registeredAt))
+	return state == nv.State && weight == nv.Weight
+}
 
 // touch notes that v's published verdict changed, for the next publication's OnPublish.
 func (m *Monitor) touch(v *view) {

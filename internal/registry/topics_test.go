@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"pgregory.net/rapid"
+
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/internal/registry"
 )
@@ -152,4 +154,104 @@ func TestWaitOnTopicWakesAndSleeps(t *testing.T) {
 	if f.reg.TopicChanged(registry.ServiceTopic("svc-a"), f.reg.State().Revision) {
 		t.Error("svc-a changed past the current revision")
 	}
+}
+
+// TestNoMissedWake: a long poll is answered whenever its answer changed. After every change
+// of a random sequence (registrations, new incarnations, deregistrations, self-reports,
+// passive outcomes, time that ramps, ejects, ends leases and the warm-up), a poll whose topic
+// did not change past the revision of the answer it holds would still be holding the answer
+// to its query now (leases aside): the registry never leaves a poll parked on a changed
+// answer.
+func TestNoMissedWake(t *testing.T) {
+	caps := []apiv1.Capability{capability("messaging.publish", "jms", "1.0.0", ""), capability("messaging.publish", "rabbitmq", "2.0.0", `{"priority":3}`),
+		capability("orders.read", "db", "1.0.0", `{"public_paths":["/api/orders"]}`)}
+	type poll struct {
+		q      *registry.Query
+		topic  registry.Topic
+		index  int64
+		answer string
+	}
+	answerOf := func(f *fixture, q *registry.Query) string {
+		var b strings.Builder
+		for _, e := range f.reg.Query(q).Entries {
+			w := e.Wire()
+			w.LeaseExpiresAt = time.Time{}
+			fmt.Fprintf(&b, "%+v\n", w)
+		}
+		return b.String()
+	}
+	rapid.Check(t, func(rt *rapid.T) {
+		f := newJudgedFixture(t)
+		ctx := context.Background()
+		queries := []*registry.Query{{ServiceName: "svc-a"}, {ServiceName: "svc-b", IncludeAll: true}, {CapabilityID: "messaging.publish"},
+			{CapabilityID: "orders.read", IncludeAll: true}, {}}
+		polls := make([]*poll, len(queries))
+		for i, q := range queries {
+			polls[i] = &poll{q: q, topic: registry.TopicOf(q), index: f.reg.State().Revision, answer: answerOf(f, q)}
+		}
+		gens := map[string]int64{}
+		ids := []string{"i-1", "i-2", "i-3", "i-4", "i-5"}
+		rt.Repeat(map[string]func(*rapid.T){
+			"register": func(rt *rapid.T) {
+				id := rapid.SampledFrom(ids).Draw(rt, "id")
+				req := request(id, rapid.SampledFrom([]string{"svc-a", "svc-b"}).Draw(rt, "service"))
+				req.Zone = rapid.SampledFrom([]string{"a", "b"}).Draw(rt, "zone")
+				req.Capabilities = nil
+				for _, c := range rapid.SliceOfNDistinct(rapid.IntRange(0, len(caps)-1), 1, len(caps), rapid.ID[int]).Draw(rt, "caps") {
+					req.Capabilities = append(req.Capabilities, caps[c])
+				}
+				gens[id] = mustRegister(t, f, req).Generation
+			},
+			"deregister": func(rt *rapid.T) {
+				id := rapid.SampledFrom(ids).Draw(rt, "id")
+				if g, ok := gens[id]; ok {
+					if err := f.reg.Deregister(ctx, id, g); err != nil {
+						rt.Fatal(err)
+					}
+					delete(gens, id)
+				}
+			},
+			"self-report": func(rt *rapid.T) {
+				id := rapid.SampledFrom(ids).Draw(rt, "id")
+				if g, ok := gens[id]; ok {
+					if _, err := f.reg.Heartbeat(ctx, id, &apiv1.HeartbeatRequest{Generation: g, Health: rapid.SampledFrom([]string{"ok", "degraded", "failing"}).Draw(rt, "health")}); err != nil {
+						rt.Fatal(err)
+					}
+				}
+			},
+			"outcomes": func(rt *rapid.T) {
+				id := rapid.SampledFrom(ids).Draw(rt, "id")
+				if g, ok := gens[id]; ok {
+					if _, err := f.reg.Outcomes(ctx, &apiv1.OutcomesRequest{GatewayID: "gw", Outcomes: []apiv1.Outcome{{InstanceID: id, Generation: g,
+						OK: rapid.IntRange(0, 30).Draw(rt, "ok"), Errors: rapid.IntRange(0, 30).Draw(rt, "errors")}}}); err != nil {
+						rt.Fatal(err)
+					}
+				}
+			},
+			"time": func(rt *rapid.T) {
+				f.clock.Advance(time.Duration(rapid.IntRange(1, 40).Draw(rt, "seconds")) * time.Second)
+				if _, err := f.reg.Sweep(ctx); err != nil {
+					rt.Fatal(err)
+				}
+				for id := range gens {
+					if _, err := f.reg.Instance(id); err != nil {
+						delete(gens, id)
+					}
+				}
+			},
+			"": func(rt *rapid.T) {
+				now := f.reg.State().Revision
+				for _, p := range polls {
+					got := answerOf(f, p.q)
+					if !f.reg.TopicChanged(p.topic, p.index) {
+						if got != p.answer {
+							rt.Fatalf("%+v: parked at %d while its answer changed (now %d):\nheld:\n%s\nnow:\n%s", *p.q, p.index, now, p.answer, got)
+						}
+						continue
+					}
+					p.index, p.answer = now, got // answered: it holds the answer now
+				}
+			},
+		})
+	})
 }

@@ -1,9 +1,13 @@
 """The discovery client: capability queries answered from a cache with a last-known-good view,
 as the Go ``discovery`` package does."""
 
+import functools
+import json
+import random
+import re
 import threading
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from ._client import RegistryClient, ssl_context
 from .errors import APIError, TransportError
@@ -24,6 +28,84 @@ class RegistryUnavailable(Exception):
         super().__init__(f"discovery unavailable ({state}): {cause}")
         self.state = state
         self.cause = cause
+
+
+_SEMVER = re.compile(r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-([0-9A-Za-z.-]+))?(?:\+[0-9A-Za-z.-]+)?$")
+
+
+def _version(s: Any) -> Optional[Tuple[int, int, int, Optional[List[str]]]]:
+    m = _SEMVER.match(s) if isinstance(s, str) else None
+    if not m:
+        return None
+    return int(m.group(1)), int(m.group(2)), int(m.group(3)), m.group(4).split(".") if m.group(4) else None
+
+
+def _compare_versions(a: Any, b: Any) -> int:
+    """Semantic version precedence of two parsed versions; None (unparsable) lowest."""
+    if a is None or b is None:
+        return (a is not None) - (b is not None)
+    for x, y in zip(a[:3], b[:3]):
+        if x != y:
+            return -1 if x < y else 1
+    pa, pb = a[3], b[3]
+    if pa is None or pb is None:
+        return (pa is None) - (pb is None)  # a release follows its pre-releases
+    for x, y in zip(pa, pb):
+        if x == y:
+            continue
+        xn, yn = x.isdigit(), y.isdigit()
+        if xn and yn:
+            return -1 if int(x) < int(y) else 1
+        if xn != yn:
+            return -1 if xn else 1  # numeric identifiers come first
+        return -1 if x < y else 1
+    return (len(pa) > len(pb)) - (len(pa) < len(pb))
+
+
+def _priority(e: Dict[str, Any]) -> int:
+    p = (e.get("metadata") or {}).get("priority") if isinstance(e.get("metadata"), dict) else None
+    return p if isinstance(p, int) and not isinstance(p, bool) else 0
+
+
+def _entry_order(a: Dict[str, Any], b: Dict[str, Any]) -> int:
+    """The registry's order of a discovery answer: capability_id, provider, priority
+    descending, capability_version descending, generation ascending."""
+    for k in ("capability_id", "provider"):
+        if a.get(k) != b.get(k):
+            return -1 if (a.get(k) or "") < (b.get(k) or "") else 1
+    pa, pb = _priority(a), _priority(b)
+    if pa != pb:
+        return -1 if pa > pb else 1
+    c = _compare_versions(_version(b.get("capability_version")), _version(a.get("capability_version")))
+    if c:
+        return c
+    ga, gb = int(a.get("generation") or 0), int(b.get("generation") or 0)
+    return (ga > gb) - (ga < gb)
+
+
+def _entry_key(e: Dict[str, Any]) -> Tuple[Any, Any, Any, Any]:
+    return e.get("instance_id"), e.get("capability_id"), e.get("provider"), e.get("capability_version")
+
+
+def apply_delta(held: List[Dict[str, Any]], delta: Dict[str, Any]) -> List[Dict[str, Any]]:
+    """The answer a delta watcher holds after delta (the registry's delta=true answer), given
+    what it held: the reset's capabilities, or held without each removed instance's entries at
+    or below the generation named, with added and updated put in place, in the registry's
+    order."""
+    if delta.get("reset"):
+        return list(delta.get("capabilities") or [])
+    gone: Dict[Any, int] = {}
+    for r in delta.get("removed") or []:
+        gone[r.get("instance_id")] = max(gone.get(r.get("instance_id"), 0), int(r.get("generation") or 0))
+    out: Dict[Tuple[Any, Any, Any, Any], Dict[str, Any]] = {}
+    for e in held:
+        g = gone.get(e.get("instance_id"))
+        if g is not None and int(e.get("generation") or 0) <= g:
+            continue
+        out[_entry_key(e)] = e
+    for e in list(delta.get("added") or []) + list(delta.get("updated") or []):
+        out[_entry_key(e)] = e
+    return sorted(out.values(), key=functools.cmp_to_key(_entry_order))
 
 
 class _View:
@@ -110,6 +192,79 @@ class DiscoveryClient:
             self._apply(v, ans)
             self._last_state = AUTHORITATIVE_EMPTY if not v.entries and v.complete else FRESH
             return list(v.entries or [])
+
+    def watch(self, capability_id: str, on_change: Optional[Callable[[List[Dict[str, Any]]], None]] = None,
+              stop: Optional[threading.Event] = None, constraint: Optional[str] = None, provider: Optional[str] = None,
+              zone: Optional[str] = None, wait: float = 30.0) -> None:
+        """Keeps the view of the query current until stop is set, in the calling thread (run it
+        in a thread of its own): a loop of delta long polls (delta=true) that ask for the
+        changes since the answer the view holds, rebuild the registry's answer from them and
+        apply it as capabilities() applies an answer (merged while the registry warms up).
+        on_change gets the entries after every change. Failures are retried after a jittered
+        backoff (0.1 s doubling to 5 s); meanwhile capabilities() serves the last-known-good
+        view by the usual rules. A registry that refuses delta=true is watched with whole
+        answers."""
+        stop = stop or threading.Event()
+        q = {"capability_id": capability_id}
+        if constraint:
+            q["version"] = constraint
+        if provider:
+            q["provider"] = provider
+        if zone:
+            q["zone"] = zone
+        key = tuple(sorted(q.items()))
+        with self._lock:
+            v = self._views.setdefault(key, _View())
+        held: Optional[List[Dict[str, Any]]] = None
+        epoch, revision, delta, failures = "", 0, True, 0
+        while not stop.is_set():
+            query = dict(q)
+            if held is not None:
+                query.update(index=str(revision), wait=f"{wait:g}s", epoch=epoch)
+            if delta:
+                query["delta"] = "true"
+                query.setdefault("index", "0")
+                query.setdefault("wait", "0.000000001s")
+            try:
+                _, ans = self._client.request("GET", "/v1/discovery/capabilities", query=query,
+                                              timeout=self._client.timeout + (wait if held is not None else 0))
+                if not isinstance(ans, dict) or not ans.get("registry_epoch"):
+                    raise TransportError("the discovery answer has no registry_epoch")
+                if delta:
+                    if not ans.get("reset") and ans["registry_epoch"] != epoch:
+                        raise TransportError("a delta of another epoch than the answer held")
+                    held = apply_delta(held or [], ans)
+                else:
+                    if not isinstance(ans.get("capabilities"), list):
+                        raise TransportError("the discovery answer has no capabilities")
+                    held = ans["capabilities"]
+            except APIError as e:
+                if delta and e.status == 400 and e.code == "UNKNOWN_PARAMETER":
+                    delta = False  # a registry that predates delta watches
+                    continue
+                failures = self._watch_failed(v, e, failures, stop)
+                continue
+            except TransportError as e:
+                failures = self._watch_failed(v, e, failures, stop)
+                continue
+            failures = 0
+            epoch, revision = ans["registry_epoch"], int(ans.get("revision") or 0)
+            whole = {"registry_epoch": epoch, "revision": revision, "complete": bool(ans.get("complete")),
+                     "capabilities": held, "removed": ans.get("removed") or []}
+            with self._lock:
+                before = (v.epoch, v.revision, v.complete, json.dumps(v.entries, sort_keys=True) if v.entries is not None else None)
+                self._apply(v, whole)
+                changed = before != (v.epoch, v.revision, v.complete, json.dumps(v.entries, sort_keys=True))
+                entries = list(v.entries or [])
+            if changed and on_change is not None:
+                on_change(entries)
+
+    def _watch_failed(self, v: _View, e: BaseException, failures: int, stop: threading.Event) -> int:
+        with self._lock:
+            v.error = e
+        failures += 1
+        stop.wait(random.random() * min(0.1 * 2 ** min(failures - 1, 6), 5.0))
+        return failures
 
     def _apply(self, v: _View, ans: Dict[str, Any]) -> None:
         epoch, revision, complete = ans["registry_epoch"], int(ans.get("revision", 0)), bool(ans.get("complete"))

@@ -148,3 +148,62 @@ class GatewayPicksTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class WatchTest(unittest.TestCase):
+    def setUp(self):
+        require_binary(self)
+
+    def _register(self, reg, iid, version="1.0.0", priority=None):
+        meta = {"priority": priority} if priority is not None else {}
+        body = {"instance_id": iid, "service_name": "svc", "service_version": "1.0.0", "endpoint": f"http://{iid}:8080",
+                "capabilities": [{"capability_id": "x.y", "capability_version": version, "contract_schema_version": "1.0",
+                                  "provider": "p", "metadata": meta}]}
+        req = urllib.request.Request(reg.url + "/v1/services/register", data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=5) as resp:
+            return json.loads(resp.read())["generation"]
+
+    def test_watch_with_deltas_holds_the_whole_answer(self):
+        reg = Registry()
+        self.addCleanup(reg.stop)
+        c = DiscoveryClient([reg.url], ttl=60)
+        seen = []
+        stop = threading.Event()
+        t = threading.Thread(target=c.watch, args=("x.y",), kwargs={"on_change": seen.append, "stop": stop, "wait": 1.0}, daemon=True)
+        t.start()
+        self.addCleanup(t.join, 5)
+        self.addCleanup(stop.set)
+        self._register(reg, "a", "1.0.0")
+        self._register(reg, "b", "2.0.0")
+        self._register(reg, "c", "1.0.0", priority=5)
+        gen = self._register(reg, "d", "1.0.0-rc.1")
+        urllib.request.urlopen(urllib.request.Request(f"{reg.url}/v1/services/d?generation={gen}", method="DELETE"), timeout=5).close()
+
+        def same():
+            full = [e["instance_id"] for e in get_full(reg)]
+            return bool(seen) and [e["instance_id"] for e in seen[-1]] == full and full == ["c", "b", "a"]
+        eventually("the watched view equals the whole answer, in its order", same)
+        # the view is what capabilities() serves, and the registry answered deltas
+        self.assertEqual([e["instance_id"] for e in c.capabilities("x.y")], ["c", "b", "a"])
+        with urllib.request.urlopen(reg.url + "/metrics", timeout=5) as resp:
+            metrics = resp.read().decode()
+        deltas = [line for line in metrics.splitlines() if line.startswith('meshflows_registry_discovery_deltas_total{kind="delta"}')]
+        self.assertTrue(deltas and float(deltas[0].split()[-1]) > 0, deltas)
+
+    def test_apply_delta_orders_as_the_registry(self):
+        held = [dict(entry("a"), generation=1), dict(entry("b"), generation=2)]
+        delta = {"registry_epoch": "e", "revision": 7, "complete": True,
+                 "added": [dict(entry("c"), generation=3, capability_version="1.10.0"),
+                           dict(entry("d"), generation=4, capability_version="1.2.0-alpha.10")],
+                 "updated": [dict(entry("b"), generation=2, weight=50)],
+                 "removed": [{"instance_id": "a", "generation": 1}]}
+        from meshflows.discovery import apply_delta
+        out = apply_delta(held, delta)
+        self.assertEqual([(e["instance_id"], e.get("weight")) for e in out], [("c", None), ("d", None), ("b", 50)])
+        self.assertEqual(apply_delta(out, {"reset": True, "capabilities": [entry("z")]}), [entry("z")])
+
+
+def get_full(reg):
+    with urllib.request.urlopen(reg.url + "/v1/discovery/capabilities?capability_id=x.y", timeout=5) as resp:
+        return json.loads(resp.read())["capabilities"]
