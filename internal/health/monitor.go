@@ -786,8 +786,10 @@ func (m *Monitor) sustained(now time.Time) {
 }
 
 // maxTouched bounds the instances one publication names (OnPublish): past it, it says that
-// every answer may have changed.
-const maxTouched = 4096
+// every answer may have changed. A sweep during an evacuation reweighs thousands of slow
+// starts at once (667 new instances a second ramp in tenths over 30 s: some 6,700 weight
+// steps a second); with 4,096 every sweep woke every long poll of the fleet.
+const maxTouched = 1 << 16
 
 // firstAsDerived reports whether nv, v's first verdict, is the one discovery answered for
 // it before the monitor held it (Reader.First at its registration).
