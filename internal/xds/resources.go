@@ -63,29 +63,51 @@ type endpoint struct {
 func Resources(entries []apiv1.CapabilityEntry) (map[resourcev3.Type]map[string]types.Resource, error) {
 	clusters := map[string][]endpoint{}
 	for _, e := range entries {
-		host, port, ok := apiv1.HostPort(e.Endpoint)
+		ep, ok := endpointOf(e)
 		if !ok {
 			continue
 		}
-		p, _ := apiv1.Priority(e.Metadata)
-		ep := endpoint{instance: e.InstanceID, host: host, port: port, zone: e.Zone, priority: p,
-			weight: uint32(min(max(e.Weight, 1), 1<<16)), health: HealthStatus(e.Eligibility, e.Panic)}
-		for _, name := range []string{ClusterName(e.CapabilityID, ""), ClusterName(e.CapabilityID, e.Provider)} {
+		for _, name := range clusterNames(e) {
 			clusters[name] = append(clusters[name], ep)
 		}
 	}
 	res := map[resourcev3.Type]map[string]types.Resource{resourcev3.ClusterType: {}, resourcev3.EndpointType: {},
 		resourcev3.ListenerType: {}, resourcev3.RouteType: {}}
 	for n, eps := range clusters {
-		res[resourcev3.ClusterType][n] = cluster(n)
-		res[resourcev3.EndpointType][n] = loadAssignment(n, eps)
-		l, err := apiListener(n)
-		if err != nil {
+		if err := putCluster(res, n, eps); err != nil {
 			return nil, err
 		}
-		res[resourcev3.ListenerType][n] = l
 	}
 	return res, nil
+}
+
+// clusterNames are the clusters an entry is an endpoint of: its capability's, and its
+// provider's of it.
+func clusterNames(e apiv1.CapabilityEntry) [2]string {
+	return [2]string{ClusterName(e.CapabilityID, ""), ClusterName(e.CapabilityID, e.Provider)}
+}
+
+// endpointOf is the endpoint of an entry (false: its endpoint has no host and port).
+func endpointOf(e apiv1.CapabilityEntry) (endpoint, bool) {
+	host, port, ok := apiv1.HostPort(e.Endpoint)
+	if !ok {
+		return endpoint{}, false
+	}
+	p, _ := apiv1.Priority(e.Metadata)
+	return endpoint{instance: e.InstanceID, host: host, port: port, zone: e.Zone, priority: p,
+		weight: uint32(min(max(e.Weight, 1), 1<<16)), health: HealthStatus(e.Eligibility, e.Panic)}, true
+}
+
+// putCluster sets the resources of cluster n with endpoints eps in res.
+func putCluster(res map[resourcev3.Type]map[string]types.Resource, n string, eps []endpoint) error {
+	res[resourcev3.ClusterType][n] = cluster(n)
+	res[resourcev3.EndpointType][n] = loadAssignment(n, eps)
+	l, err := apiListener(n)
+	if err != nil {
+		return err
+	}
+	res[resourcev3.ListenerType][n] = l
+	return nil
 }
 
 // ads is the config source of resources that come over the same ADS stream.

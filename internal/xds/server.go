@@ -55,6 +55,7 @@ type Server struct {
 	mux    *cachev3.MuxCache
 
 	mu     sync.Mutex
+	index  *capsIndex                                      // the capabilities view, to update by change
 	caps   map[resourcev3.Type]map[string]types.Resource // from the capabilities view
 	routes map[resourcev3.Type]map[string]types.Resource // from the routes view (the table)
 	last   map[resourcev3.Type]map[string]types.Resource // the resources served, to find what changed
@@ -77,7 +78,7 @@ func New(cfg Config) (*Server, error) {
 	// One linear cache per type: every client gets the same resources whatever its node id,
 	// a resource is marshalled once however many streams hold it, and a change of the view
 	// re-sends only the resources that changed.
-	s := &Server{cfg: cfg, caches: map[resourcev3.Type]*cachev3.LinearCache{}}
+	s := &Server{cfg: cfg, caches: map[resourcev3.Type]*cachev3.LinearCache{}, index: newCapsIndex(), caps: emptyResources()}
 	mux := &cachev3.MuxCache{Classify: func(r *cachev3.Request) string { return r.GetTypeUrl() },
 		ClassifyDelta: func(r *cachev3.DeltaRequest) string { return r.GetTypeUrl() }, Caches: map[string]cachev3.Cache{}}
 	for _, typ := range servedTypes {
@@ -93,20 +94,77 @@ func New(cfg Config) (*Server, error) {
 // are told as such (UNHEALTHY, DRAINING) rather than disappearing.
 var query = discovery.Query{IncludeAll: true}
 
-// update installs the resources of a view: only those that changed are replaced (and sent
-// again to the streams holding them).
-func (s *Server) update(res *discovery.Result) {
+// emptyResources is a resource set with a map for every type.
+func emptyResources() map[resourcev3.Type]map[string]types.Resource {
+	return map[resourcev3.Type]map[string]types.Resource{resourcev3.ClusterType: {}, resourcev3.EndpointType: {},
+		resourcev3.ListenerType: {}, resourcev3.RouteType: {}}
+}
+
+// update installs the resources of a view: those of the clusters the change touched (every
+// cluster when it is whole) are built again, and those that differ replaced (and sent again
+// to the streams holding them). The resources are those Resources builds from the whole view
+// (TestUpdatesByChangeAreTheWholeView).
+func (s *Server) update(res *discovery.Result, ch *discovery.Change) {
 	version := res.RegistryEpoch + "/" + strconv.FormatInt(res.Revision, 10)
-	caps, err := Resources(res.Entries)
-	if err != nil {
-		s.cfg.Logger.Error("xds resources not built; the previous ones stay", slog.String("version", version), slog.Any("error", err))
-		return
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.caps = caps
-	changed := s.installLocked()
-	s.cfg.Logger.Debug("xds view", slog.String("version", version), slog.Int("entries", len(res.Entries)), slog.Int("resources_changed", changed))
+	var dirty map[string]struct{}
+	if ch == nil || ch.Whole {
+		dirty = s.index.reset(res.Entries)
+	} else {
+		dirty = s.index.apply(ch)
+	}
+	for _, n := range sortedNames(dirty) {
+		if err := s.index.build(s.caps, n); err != nil {
+			// the index holds the view; the cluster's resources stay as they were
+			s.cfg.Logger.Error("xds resources not built; the previous ones stay", slog.String("version", version), slog.String("cluster", n), slog.Any("error", err))
+			delete(dirty, n)
+		}
+	}
+	changed := s.installNamesLocked(dirty)
+	s.cfg.Logger.Debug("xds view", slog.String("version", version), slog.Int("entries", len(res.Entries)), slog.Int("clusters_touched", len(dirty)),
+		slog.Int("resources_changed", changed))
+}
+
+// installNamesLocked is installLocked for the capabilities' resources of the names given
+// (the routes' are not touched), and returns how many changed.
+func (s *Server) installNamesLocked(names map[string]struct{}) int {
+	if s.last == nil {
+		s.last = map[resourcev3.Type]map[string]types.Resource{}
+	}
+	changed := 0
+	for _, typ := range []resourcev3.Type{resourcev3.ClusterType, resourcev3.EndpointType, resourcev3.ListenerType} {
+		update := map[string]types.Resource{}
+		var remove []string
+		last := s.last[typ]
+		if last == nil {
+			last = map[string]types.Resource{}
+			s.last[typ] = last
+		}
+		for n := range names {
+			cur, ok := s.caps[typ][n]
+			if r, routed := s.routes[typ][n]; routed && !ok {
+				cur, ok = r, true // a name of the routes' too keeps theirs
+			}
+			old, had := last[n]
+			switch {
+			case ok && (!had || !proto.Equal(old, cur)):
+				update[n] = cur
+				last[n] = cur
+			case !ok && had:
+				remove = append(remove, n)
+				delete(last, n)
+			}
+		}
+		if len(update)+len(remove) == 0 {
+			continue
+		}
+		changed += len(update) + len(remove)
+		if err := s.caches[typ].UpdateResources(update, remove); err != nil {
+			s.cfg.Logger.Error("xds resources not installed", slog.String("type", typ), slog.Any("error", err))
+		}
+	}
+	return changed
 }
 
 // updateRoutes installs the routing table derived from a routes view.
@@ -171,7 +229,7 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	var wg sync.WaitGroup
 	errs := make(chan error, 3)
 	wg.Go(func() {
-		err := s.cfg.Discovery.Watch(ctx, query, s.update)
+		err := s.cfg.Discovery.WatchChanges(ctx, query, s.update)
 		if ctx.Err() == nil {
 			errs <- fmt.Errorf("xds: discovery watch: %w", err)
 			cancel()

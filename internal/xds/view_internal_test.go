@@ -1,0 +1,102 @@
+package xds
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+
+	"google.golang.org/protobuf/proto"
+	"pgregory.net/rapid"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/discovery"
+)
+
+// TestUpdatesByChangeAreTheWholeView: after every change of a random sequence — entries put
+// (new instances, new weights and verdicts, new incarnations), instances gone, a whole view
+// now and then — the resources the server holds, built for the clusters each change touched
+// alone, are those Resources builds from the whole view.
+func TestUpdatesByChangeAreTheWholeView(t *testing.T) {
+	caps := []struct{ id, provider, version, meta string }{
+		{"orders.read", "db", "1.0.0", ""}, {"orders.read", "db", "1.1.0", `{"priority":2}`},
+		{"orders.read", "cache", "1.0.0", ""}, {"messaging.publish", "jms", "1.0.0", ""},
+	}
+	rapid.Check(t, func(rt *rapid.T) {
+		s, err := New(Config{Discovery: &discovery.Client{}})
+		if err != nil {
+			rt.Fatal(err)
+		}
+		view := map[entryKey]apiv1.CapabilityEntry{}
+		gen := int64(0)
+		result := func() *discovery.Result {
+			es := make([]apiv1.CapabilityEntry, 0, len(view))
+			for _, e := range view {
+				es = append(es, e)
+			}
+			apiv1.SortCapabilityEntries(es)
+			return &discovery.Result{Entries: es}
+		}
+		entry := func(rt *rapid.T, id string) apiv1.CapabilityEntry {
+			c := caps[rapid.IntRange(0, len(caps)-1).Draw(rt, "cap")]
+			gen++
+			e := apiv1.CapabilityEntry{InstanceID: id, CapabilityID: c.id, Provider: c.provider, CapabilityVersion: c.version,
+				Endpoint: fmt.Sprintf("http://10.0.0.%d:80%02d", rapid.IntRange(1, 3).Draw(rt, "host"), rapid.IntRange(1, 9).Draw(rt, "port")),
+				Zone: rapid.SampledFrom([]string{"", "a", "b"}).Draw(rt, "zone"), Generation: gen,
+				Eligibility: rapid.SampledFrom([]string{"serving", "slow_start", "degraded", "withdrawn", "draining"}).Draw(rt, "eligibility"),
+				Weight:      rapid.IntRange(0, 100).Draw(rt, "weight"), Panic: rapid.Bool().Draw(rt, "panic")}
+			if c.meta != "" {
+				e.Metadata = json.RawMessage(c.meta)
+			}
+			if rapid.IntRange(0, 9).Draw(rt, "bad endpoint") == 0 {
+				e.Endpoint = "not a url"
+			}
+			return e
+		}
+		ids := []string{"i-1", "i-2", "i-3", "i-4", "i-5", "i-6"}
+		rt.Repeat(map[string]func(*rapid.T){
+			"put": func(rt *rapid.T) {
+				var put []apiv1.CapabilityEntry
+				for range rapid.IntRange(1, 3).Draw(rt, "n") {
+					e := entry(rt, rapid.SampledFrom(ids).Draw(rt, "id"))
+					view[keyOf(&e)] = e
+					put = append(put, e)
+				}
+				s.update(result(), &discovery.Change{Put: put})
+			},
+			"gone": func(rt *rapid.T) {
+				id := rapid.SampledFrom(ids).Draw(rt, "id")
+				g := rapid.Int64Range(0, gen).Draw(rt, "generation")
+				for k, e := range view {
+					if e.InstanceID == id && e.Generation <= g {
+						delete(view, k)
+					}
+				}
+				s.update(result(), &discovery.Change{Gone: []apiv1.Removal{{InstanceID: id, Generation: g}}})
+			},
+			"whole": func(rt *rapid.T) {
+				s.update(result(), &discovery.Change{Whole: true})
+			},
+			"": func(rt *rapid.T) {
+				want, err := Resources(result().Entries)
+				if err != nil {
+					rt.Fatal(err)
+				}
+				s.mu.Lock()
+				defer s.mu.Unlock()
+				for typ, rs := range want {
+					if len(rs) != len(s.caps[typ]) {
+						rt.Fatalf("%s: %d resources, the whole view has %d", typ, len(s.caps[typ]), len(rs))
+					}
+					for n, r := range rs {
+						if got := s.caps[typ][n]; !proto.Equal(got, r) {
+							rt.Fatalf("%s %s:\n got %v\nwant %v", typ, n, got, r)
+						}
+						if got := s.last[typ][n]; !proto.Equal(got, r) {
+							rt.Fatalf("%s %s served:\n got %v\nwant %v", typ, n, got, r)
+						}
+					}
+				}
+			},
+		})
+	})
+}
