@@ -55,7 +55,7 @@ type Server struct {
 	mux    *cachev3.MuxCache
 
 	mu     sync.Mutex
-	index  *capsIndex                                      // the capabilities view, to update by change
+	index  *capsIndex                                    // the capabilities view, to update by change
 	caps   map[resourcev3.Type]map[string]types.Resource // from the capabilities view
 	routes map[resourcev3.Type]map[string]types.Resource // from the routes view (the table)
 	last   map[resourcev3.Type]map[string]types.Resource // the resources served, to find what changed

@@ -41,7 +41,7 @@ func TestUpdatesByChangeAreTheWholeView(t *testing.T) {
 			gen++
 			e := apiv1.CapabilityEntry{InstanceID: id, CapabilityID: c.id, Provider: c.provider, CapabilityVersion: c.version,
 				Endpoint: fmt.Sprintf("http://10.0.0.%d:80%02d", rapid.IntRange(1, 3).Draw(rt, "host"), rapid.IntRange(1, 9).Draw(rt, "port")),
-				Zone: rapid.SampledFrom([]string{"", "a", "b"}).Draw(rt, "zone"), Generation: gen,
+				Zone:     rapid.SampledFrom([]string{"", "a", "b"}).Draw(rt, "zone"), Generation: gen,
 				Eligibility: rapid.SampledFrom([]string{"serving", "slow_start", "degraded", "withdrawn", "draining"}).Draw(rt, "eligibility"),
 				Weight:      rapid.IntRange(0, 100).Draw(rt, "weight"), Panic: rapid.Bool().Draw(rt, "panic")}
 			if c.meta != "" {
