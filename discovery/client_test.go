@@ -697,3 +697,105 @@ func TestWatchWithDeltas(t *testing.T) {
 		})
 	}
 }
+
+// TestWatchDeltas: a consumer that keeps its own copy from WatchDeltas alone holds the
+// registry's answer after every change — through the warm-up (merged resets) and its end (a
+// reset), and against a registry without delta watches (every answer a reset).
+func TestWatchDeltas(t *testing.T) {
+	for _, old := range []bool{false, true} {
+		t.Run(fmt.Sprintf("old registry %v", old), func(t *testing.T) {
+			s := registrytest.NewServer(t, registry.Config{})
+			rec := &recording{h: s.Config.Handler, old: old}
+			front := httptest.NewServer(rec)
+			t.Cleanup(front.Close)
+			c, err := discovery.New(discovery.Config{Registries: []string{front.URL}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			type key struct{ id, capability string }
+			kept := map[key]apiv1.CapabilityEntry{}
+			deltas := make(chan *discovery.Delta, 64)
+			done := make(chan error, 1)
+			go func() { done <- c.WatchDeltas(ctx, publish, func(d *discovery.Delta) { deltas <- d }) }()
+			apply := func(d *discovery.Delta) {
+				if d.Reset && d.Complete {
+					clear(kept)
+				}
+				for _, g := range d.Gone {
+					for k, e := range kept {
+						if k.id == g.InstanceID && e.Generation <= g.Generation {
+							delete(kept, k)
+						}
+					}
+				}
+				put := d.Put
+				if d.Reset {
+					for k := range kept {
+						for _, e := range d.Entries {
+							if e.InstanceID == k.id {
+								delete(kept, k)
+							}
+						}
+					}
+					put = d.Entries
+				}
+				for _, e := range put {
+					kept[key{e.InstanceID, e.CapabilityID}] = e
+				}
+			}
+			check := func(what string) {
+				t.Helper()
+				for {
+					d := <-deltas
+					apply(d)
+					resp, err := http.Get(s.URL + "/v1/discovery/capabilities?capability_id=messaging.publish")
+					if err != nil {
+						t.Fatal(err)
+					}
+					var answer apiv1.DiscoveryResponse
+					json.NewDecoder(resp.Body).Decode(&answer)
+					resp.Body.Close()
+					if d.Revision < answer.Revision || d.Complete != answer.Complete {
+						continue // a change made before the last is still coming
+					}
+					var got []string
+					for k := range kept {
+						got = append(got, k.id)
+					}
+					sort.Strings(got)
+					if want := ids(answer.Capabilities); !cmp.Equal(got, want) {
+						t.Fatalf("%s: the consumer keeps %v, the registry answers %v", what, got, want)
+					}
+					return
+				}
+			}
+			check("first answer")
+			for i := range 5 {
+				for s.Registry.Watchers() == 0 {
+					time.Sleep(time.Millisecond)
+				}
+				registerOne(t, s.Registry, fmt.Sprintf("jms-%d", i))
+				check(fmt.Sprintf("registration %d", i))
+			}
+			for s.Registry.Watchers() == 0 {
+				time.Sleep(time.Millisecond)
+			}
+			if err := s.Registry.Deregister(context.Background(), "jms-0", 0); err != nil {
+				t.Fatal(err)
+			}
+			check("a deregistration")
+			s.Clock.Advance(registry.DefaultLeaseTTL) // the warm-up ends (no sweep runs: the leases stay)
+			for s.Registry.Watchers() == 0 {
+				time.Sleep(time.Millisecond)
+			}
+			registerOne(t, s.Registry, "jms-9")
+			check("after the warm-up")
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("WatchDeltas = %v", err)
+			}
+		})
+	}
+}

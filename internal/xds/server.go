@@ -100,20 +100,16 @@ func emptyResources() map[resourcev3.Type]map[string]types.Resource {
 		resourcev3.ListenerType: {}, resourcev3.RouteType: {}}
 }
 
-// update installs the resources of a view: those of the clusters the change touched (every
-// cluster when it is whole) are built again, and those that differ replaced (and sent again
-// to the streams holding them). The resources are those Resources builds from the whole view
-// (TestUpdatesByChangeAreTheWholeView).
-func (s *Server) update(res *discovery.Result, ch *discovery.Change) {
-	version := res.RegistryEpoch + "/" + strconv.FormatInt(res.Revision, 10)
+// update folds a change of the view in (discovery.WatchDeltas): the resources of the clusters
+// it touched (every cluster at a reset) are built again, and those that differ replaced (and
+// sent again to the streams holding them). The resources are those Resources builds from the
+// whole view (TestUpdatesByChangeAreTheWholeView): a change costs the clusters it touched,
+// not the fleet.
+func (s *Server) update(d *discovery.Delta) {
+	version := d.Epoch + "/" + strconv.FormatInt(d.Revision, 10)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var dirty map[string]struct{}
-	if ch == nil || ch.Whole {
-		dirty = s.index.reset(res.Entries)
-	} else {
-		dirty = s.index.apply(ch)
-	}
+	dirty := s.index.apply(d)
 	for _, n := range sortedNames(dirty) {
 		if err := s.index.build(s.caps, n); err != nil {
 			// the index holds the view; the cluster's resources stay as they were
@@ -122,7 +118,7 @@ func (s *Server) update(res *discovery.Result, ch *discovery.Change) {
 		}
 	}
 	changed := s.installNamesLocked(dirty)
-	s.cfg.Logger.Debug("xds view", slog.String("version", version), slog.Int("entries", len(res.Entries)), slog.Int("clusters_touched", len(dirty)),
+	s.cfg.Logger.Debug("xds view", slog.String("version", version), slog.Int("entries", len(s.index.entries)), slog.Int("clusters_touched", len(dirty)),
 		slog.Int("resources_changed", changed))
 }
 
@@ -229,7 +225,7 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	var wg sync.WaitGroup
 	errs := make(chan error, 3)
 	wg.Go(func() {
-		err := s.cfg.Discovery.WatchChanges(ctx, query, s.update)
+		err := s.cfg.Discovery.WatchDeltas(ctx, query, s.update)
 		if ctx.Err() == nil {
 			errs <- fmt.Errorf("xds: discovery watch: %w", err)
 			cancel()

@@ -45,20 +45,43 @@ func (x *capsIndex) reset(entries []apiv1.CapabilityEntry) map[string]struct{} {
 	return dirty
 }
 
-// apply folds a change in and returns the clusters it touched.
-func (x *capsIndex) apply(ch *discovery.Change) map[string]struct{} {
+// apply folds a delta in (discovery.Delta) and returns the clusters it touched.
+func (x *capsIndex) apply(d *discovery.Delta) map[string]struct{} {
+	if d.Reset && (d.Complete || len(x.entries) == 0) {
+		return x.reset(d.Entries)
+	}
 	dirty := map[string]struct{}{}
-	for _, g := range ch.Gone {
+	x.gone(d.Gone, dirty)
+	put := d.Put
+	if d.Reset {
+		// a registry warming up: keep the entries of the instances it does not answer yet,
+		// unless it says they went
+		answered := make(map[string]bool, len(d.Entries))
+		for _, e := range d.Entries {
+			answered[e.InstanceID] = true
+		}
+		for k := range x.entries {
+			if answered[k.instance] {
+				x.remove(k, dirty)
+			}
+		}
+		put = d.Entries
+	}
+	for _, e := range put {
+		x.put(e, dirty)
+	}
+	return dirty
+}
+
+// gone drops the entries of each instance of gs at or below the generation named.
+func (x *capsIndex) gone(gs []apiv1.Removal, dirty map[string]struct{}) {
+	for _, g := range gs {
 		for k := range x.byInst[g.InstanceID] {
 			if x.entries[k].Generation <= g.Generation {
 				x.remove(k, dirty)
 			}
 		}
 	}
-	for _, e := range ch.Put {
-		x.put(e, dirty)
-	}
-	return dirty
 }
 
 func (x *capsIndex) put(e apiv1.CapabilityEntry, dirty map[string]struct{}) {

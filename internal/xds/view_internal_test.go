@@ -61,7 +61,7 @@ func TestUpdatesByChangeAreTheWholeView(t *testing.T) {
 					view[keyOf(&e)] = e
 					put = append(put, e)
 				}
-				s.update(result(), &discovery.Change{Put: put})
+				s.update(&discovery.Delta{Complete: true, Put: put})
 			},
 			"gone": func(rt *rapid.T) {
 				id := rapid.SampledFrom(ids).Draw(rt, "id")
@@ -71,10 +71,40 @@ func TestUpdatesByChangeAreTheWholeView(t *testing.T) {
 						delete(view, k)
 					}
 				}
-				s.update(result(), &discovery.Change{Gone: []apiv1.Removal{{InstanceID: id, Generation: g}}})
+				s.update(&discovery.Delta{Complete: true, Gone: []apiv1.Removal{{InstanceID: id, Generation: g}}})
 			},
 			"whole": func(rt *rapid.T) {
-				s.update(result(), &discovery.Change{Whole: true})
+				s.update(&discovery.Delta{Complete: true, Reset: true, Entries: result().Entries})
+			},
+			"warm-up reset": func(rt *rapid.T) {
+				// a restarted registry answers some instances (of those the view holds, and
+				// new ones), says some went; the others are kept
+				var answered []apiv1.CapabilityEntry
+				for _, id := range ids {
+					if rapid.Bool().Draw(rt, "answered "+id) {
+						for k := range view {
+							if k.instance == id {
+								delete(view, k)
+							}
+						}
+						e := entry(rt, id)
+						view[keyOf(&e)] = e
+						answered = append(answered, e)
+					}
+				}
+				gone := rapid.SampledFrom(ids).Draw(rt, "gone")
+				for k := range view {
+					if k.instance == gone {
+						delete(view, k)
+					}
+				}
+				for i, e := range answered {
+					if e.InstanceID == gone {
+						answered = append(answered[:i:i], answered[i+1:]...)
+						break
+					}
+				}
+				s.update(&discovery.Delta{Reset: true, Entries: answered, Gone: []apiv1.Removal{{InstanceID: gone, Generation: gen}}})
 			},
 			"": func(rt *rapid.T) {
 				want, err := Resources(result().Entries)
