@@ -25,6 +25,7 @@ type xdsFlags struct {
 	policy     routing.Policy // set directly by meshflows dev
 	creds      clientCreds
 	log        telemetry.LogConfig
+	debug      string
 }
 
 func newXDSCmd() *cobra.Command {
@@ -65,6 +66,8 @@ only the resources that changed. The last view keeps being served while the regi
 	fl.StringVar(&f.routesFile, "routes", "", "static routes file (YAML): routes: [{path, methods, upstream}] (as the gateway's)")
 	fl.StringVar(&f.policyFile, "policy", "", "path policy file (YAML): path_prefixes: {service: [prefix, …]} (as the gateway's; without it no manifest route is served)")
 	fl.DurationVar(&f.maxStale, "max-stale", discovery.DefaultStaleAllowance, "how long the last-known-good view is kept while the registry is away")
+	fl.StringVar(&f.debug, "debug-listen", "", "serve Go profiling (/debug/pprof/) on this address, e.g. 127.0.0.1:6062 (off by default)")
+	bindEnv(fl, "debug-listen", "MESHFLOWS_XDS_DEBUG_LISTEN")
 	f.creds.bindRegistry(fl)
 	bindLogFlags(fl, &f.log, "json")
 	return cmd
@@ -93,6 +96,9 @@ func startXDS(ctx context.Context, g *errgroup.Group, f *xdsFlags, ln net.Listen
 	}
 	srv, err := xds.New(xds.Config{Discovery: disc, Logger: logger, Static: static, Policy: policy})
 	if err != nil {
+		return err
+	}
+	if err := serveDebug(ctx, g, f.debug); err != nil {
 		return err
 	}
 	logger.Info("xds listening", slog.String("addr", ln.Addr().String()))

@@ -122,97 +122,79 @@ func (s *Server) update(d *discovery.Delta) {
 		slog.Int("resources_changed", changed))
 }
 
-// installNamesLocked is installLocked for the capabilities' resources of the names given
-// (the routes' are not touched), and returns how many changed.
-func (s *Server) installNamesLocked(names map[string]struct{}) int {
-	if s.last == nil {
-		s.last = map[resourcev3.Type]map[string]types.Resource{}
-	}
-	changed := 0
-	for _, typ := range []resourcev3.Type{resourcev3.ClusterType, resourcev3.EndpointType, resourcev3.ListenerType} {
-		update := map[string]types.Resource{}
-		var remove []string
-		last := s.last[typ]
-		if last == nil {
-			last = map[string]types.Resource{}
-			s.last[typ] = last
-		}
-		for n := range names {
-			cur, ok := s.caps[typ][n]
-			if r, routed := s.routes[typ][n]; routed && !ok {
-				cur, ok = r, true // a name of the routes' too keeps theirs
-			}
-			old, had := last[n]
-			switch {
-			case ok && (!had || !proto.Equal(old, cur)):
-				update[n] = cur
-				last[n] = cur
-			case !ok && had:
-				remove = append(remove, n)
-				delete(last, n)
-			}
-		}
-		if len(update)+len(remove) == 0 {
-			continue
-		}
-		changed += len(update) + len(remove)
-		if err := s.caches[typ].UpdateResources(update, remove); err != nil {
-			s.cfg.Logger.Error("xds resources not installed", slog.String("type", typ), slog.Any("error", err))
-		}
-	}
-	return changed
-}
-
-// updateRoutes installs the routing table derived from a routes view.
+// updateRoutes installs the routing table derived from a routes view: only its resources are
+// compared with those served (a routes answer moves at every removal while the registry warms
+// up, and comparing the fleet's clusters then was most of the server's CPU during a churn).
 func (s *Server) updateRoutes(res *discovery.RoutesResult) {
 	t := routing.Derive(routing.InputFromView(s.cfg.Static, s.cfg.Policy, res.Manifests, res.PublicPaths))
 	routes := RouteResources(t)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	names := map[resourcev3.Type]map[string]struct{}{}
+	for _, set := range []map[resourcev3.Type]map[string]types.Resource{s.routes, routes} {
+		for typ, rs := range set {
+			if names[typ] == nil {
+				names[typ] = map[string]struct{}{}
+			}
+			for n := range rs {
+				names[typ][n] = struct{}{}
+			}
+		}
+	}
 	s.routes = routes
-	changed := s.installLocked()
+	changed := 0
+	for _, typ := range servedTypes {
+		changed += s.installTypeLocked(typ, names[typ])
+	}
 	s.cfg.Logger.Debug("xds routes", slog.Int64("revision", res.Revision), slog.Int("routes", len(t.Entries())), slog.Int("resources_changed", changed))
 }
 
-// installLocked replaces, in the caches, the resources that differ from those served (the
-// union of the capabilities' and the routes'), and returns how many changed.
-func (s *Server) installLocked() int {
-	next := map[resourcev3.Type]map[string]types.Resource{}
-	for _, set := range []map[resourcev3.Type]map[string]types.Resource{s.caps, s.routes} {
-		for typ, rs := range set {
-			if next[typ] == nil {
-				next[typ] = map[string]types.Resource{}
-			}
-			for name, r := range rs {
-				next[typ][name] = r
-			}
-		}
-	}
+// installNamesLocked installs the capabilities' resources of the names given (their
+// clusters, endpoints and listeners), and returns how many changed.
+func (s *Server) installNamesLocked(names map[string]struct{}) int {
 	changed := 0
-	for _, typ := range servedTypes {
-		old, cur := s.last[typ], next[typ]
-		update := map[string]types.Resource{}
-		var remove []string
-		for name, r := range cur {
-			if o, ok := old[name]; !ok || !proto.Equal(o, r) {
-				update[name] = r
-			}
+	for _, typ := range []resourcev3.Type{resourcev3.ClusterType, resourcev3.EndpointType, resourcev3.ListenerType} {
+		changed += s.installTypeLocked(typ, names)
+	}
+	return changed
+}
+
+// installTypeLocked replaces, in the cache of typ, the resources of the names given that
+// differ from those served (a name of the capabilities' resources and the routes' alike is
+// the capabilities'), removes those neither has any more, and returns how many changed.
+func (s *Server) installTypeLocked(typ resourcev3.Type, names map[string]struct{}) int {
+	if s.last == nil {
+		s.last = map[resourcev3.Type]map[string]types.Resource{}
+	}
+	last := s.last[typ]
+	if last == nil {
+		last = map[string]types.Resource{}
+		s.last[typ] = last
+	}
+	update := map[string]types.Resource{}
+	var remove []string
+	for n := range names {
+		cur, ok := s.caps[typ][n]
+		if !ok {
+			cur, ok = s.routes[typ][n]
 		}
-		for name := range old {
-			if _, ok := cur[name]; !ok {
-				remove = append(remove, name)
-			}
-		}
-		if len(update)+len(remove) == 0 {
-			continue
-		}
-		changed += len(update) + len(remove)
-		if err := s.caches[typ].UpdateResources(update, remove); err != nil {
-			s.cfg.Logger.Error("xds resources not installed", slog.String("type", typ), slog.Any("error", err))
+		old, had := last[n]
+		switch {
+		case ok && (!had || !proto.Equal(old, cur)):
+			update[n] = cur
+			last[n] = cur
+		case !ok && had:
+			remove = append(remove, n)
+			delete(last, n)
 		}
 	}
-	s.last = next
-	return changed
+	if len(update)+len(remove) == 0 {
+		return 0
+	}
+	if err := s.caches[typ].UpdateResources(update, remove); err != nil {
+		s.cfg.Logger.Error("xds resources not installed", slog.String("type", typ), slog.Any("error", err))
+	}
+	return len(update) + len(remove)
 }
 
 // Run keeps the resources current from the discovery view and serves ADS on ln until ctx
