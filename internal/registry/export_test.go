@@ -26,3 +26,11 @@ func (r *Registry) TopicChanged(t Topic, index int64) bool {
 // capability and no service.
 func ServiceTopic(name string) Topic    { return Topic{kind: 's', name: name} }
 func CapabilityTopic(name string) Topic { return Topic{kind: 'c', name: name} }
+
+// LimitChangeLog makes the change log of registries made from now on keep n changes until
+// the test ends.
+func LimitChangeLog(t interface{ Cleanup(func()) }, n int) {
+	prev := maxLogged
+	maxLogged = n
+	t.Cleanup(func() { maxLogged = prev })
+}

@@ -201,7 +201,8 @@ type Registry struct {
 	// topics wakes each long poll at a change of what it asked for (WaitOn); judgedNames is
 	// the monitor's publications' scratch space (they come one at a time, under its lock).
 	topics      *topics
-	judgedNames struct{ services, capabilities []string }
+	judgedNames struct{ services, capabilities, instances []string }
+	changes2    changeLog // the instances each revision changed (ChangesSince)
 }
 
 // New returns a Registry over store.
@@ -713,6 +714,7 @@ func (r *Registry) followTopics() {
 	cp.OnPublish(func(rev int64, c Changes) {
 		// a removal during the warm-up is listed by the routes answer, whoever it was
 		r.topics.markStore(rev, c, c.Removed && r.drain.warming.Load())
+		r.changes2.add(rev+r.topics.judgedRev.Load(), c.Instances, c.All)
 	})
 	rev, _ := r.store.Watch()
 	storeMax(&r.topics.storeRev, rev)
@@ -722,17 +724,20 @@ func (r *Registry) followTopics() {
 	}
 	m.OnPublish(func(rev int64, touched []health.Instance, all bool) {
 		n := &r.judgedNames
-		n.services, n.capabilities = n.services[:0], n.capabilities[:0]
+		n.services, n.capabilities, n.instances = n.services[:0], n.capabilities[:0], n.instances[:0]
 		routed := false
 		for i := range touched {
 			in := &touched[i]
 			n.services = append(n.services, in.Service)
+			n.instances = append(n.instances, in.ID)
 			n.capabilities = append(n.capabilities, in.Capabilities...)
 			routed = routed || in.Routed
 		}
 		r.topics.markJudged(rev, n.services, n.capabilities, routed, all)
+		r.changes2.add(r.topics.storeRev.Load()+rev, n.instances, all)
 		clear(n.services)
 		clear(n.capabilities)
+		clear(n.instances)
 	})
 	mrev, _ := m.Watch()
 	storeMax(&r.topics.judgedRev, mrev)

@@ -14,9 +14,11 @@ import (
 type Changes struct {
 	Services     []string
 	Capabilities []string
-	Routed       bool
-	Removed      bool
-	All          bool
+	// Instances are the ids of the records put, removed or touched.
+	Instances []string
+	Routed    bool
+	Removed   bool
+	All       bool
 }
 
 // ChangePublisher is a Store that says, each time its revision moves, what changed
@@ -195,6 +197,79 @@ func (ts *topics) markAll(at int64) {
 	}
 }
 
+// changeLog keeps the instances each revision changed, the newest maxLogged of them, so that
+// a delta watch from revision N is answered from the instances changed since N alone
+// (ChangesSince), whatever the size of the answer. A change it cannot attribute (a panic
+// flag, a restore) is logged as every instance.
+type changeLog struct {
+	mu sync.Mutex
+	// ring holds (revision, instance) pairs in the order they were logged; start is the
+	// oldest, n how many; since is the revision up to which the log says nothing (every
+	// change after it is in the ring, or after all).
+	ring  []loggedChange
+	start int
+	n     int
+	since int64
+	all   int64 // the last revision at which every instance changed
+}
+
+type loggedChange struct {
+	rev int64
+	id  string
+}
+
+// maxLogged is how many instance changes the log keeps: at 667 changes a second (each a
+// deregistration and a registration, each also a verdict), some 40 s of an evacuation. A
+// variable for the tests.
+var maxLogged = 1 << 16
+
+func (l *changeLog) add(rev int64, ids []string, all bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ring == nil {
+		l.ring = make([]loggedChange, maxLogged)
+	}
+	if all {
+		l.all = max(l.all, rev)
+		return
+	}
+	for _, id := range ids {
+		if l.n == len(l.ring) {
+			l.since = max(l.since, l.ring[l.start].rev) // the oldest goes
+			l.ring[l.start] = loggedChange{}
+			l.start = (l.start + 1) % len(l.ring)
+			l.n--
+		}
+		l.ring[(l.start+l.n)%len(l.ring)] = loggedChange{rev: rev, id: id}
+		l.n++
+	}
+}
+
+// ChangesSince returns the instances that changed after revision index (each once), or ok
+// false when the log cannot tell them: index is older than what it keeps, or every
+// instance changed since.
+func (r *Registry) ChangesSince(index int64) (ids []string, ok bool) {
+	l := &r.changes2
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !r.topics.attributed || index < l.since || index < l.all {
+		return nil, false
+	}
+	seen := map[string]struct{}{}
+	// newest first, back to index
+	for i := l.n - 1; i >= 0; i-- {
+		c := l.ring[(l.start+i)%len(l.ring)]
+		if c.rev <= index {
+			break
+		}
+		if _, dup := seen[c.id]; !dup {
+			seen[c.id] = struct{}{}
+			ids = append(ids, c.id)
+		}
+	}
+	return ids, true
+}
+
 // storeMax moves a to v unless it is there or past it already.
 func storeMax(a *atomic.Int64, v int64) {
 	for {
@@ -203,4 +278,35 @@ func storeMax(a *atomic.Int64, v int64) {
 			return
 		}
 	}
+}
+
+// EntriesOf returns the answer to q as it holds for the instances ids alone, judged and in
+// answer order (Query's), with the state it was read at: what a delta watch sends of the
+// instances that changed.
+func (r *Registry) EntriesOf(q *Query, ids []string) Answer {
+	st := r.State()
+	var es []Entry
+	for _, id := range ids {
+		rec, ok := r.store.Get(id)
+		if !ok {
+			continue
+		}
+		for i := range rec.Capabilities {
+			if q.Matches(rec, &rec.Capabilities[i]) {
+				es = append(es, Entry{Record: rec, Cap: i})
+			}
+		}
+	}
+	es = r.judge(es, q.IncludeAll)
+	SortEntries(es)
+	return Answer{State: st, Entries: es}
+}
+
+// Generation returns the generation of the incarnation of id the registry holds (false: none).
+func (r *Registry) Generation(id string) (int64, bool) {
+	rec, ok := r.store.Get(id)
+	if !ok {
+		return 0, false
+	}
+	return rec.Generation, true
 }

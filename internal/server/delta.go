@@ -1,9 +1,11 @@
 package server
 
 import (
+	"math"
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
@@ -12,293 +14,97 @@ import (
 	"github.com/meshflows/meshflows/internal/registry"
 )
 
-// Delta watches (GET /v1/discovery/capabilities?index=N&delta=true): for each query a delta
-// watcher asked, the registry keeps the entries of the answer it last built and the changes
-// between its last builds, so that a watcher at revision N is sent what changed since its
-// answer at N — a few entries after a change of one instance, where the whole answer of a
-// service of 100 instances is some 42 KB — and the whole answer (reset) only when it cannot
-// tell the changes since N.
-//
-// A change is judged per entry by what the answer says of it, lease_expires_at aside: the
-// incarnation (a record is one incarnation: a new one is a removal of the old and additions),
-// its eligibility, weight, health, panic and restored. Heartbeats that change nothing else
-// move no revision, and a delta does not carry their leases.
+// Delta watches (GET /v1/discovery/capabilities?index=N&delta=true) are answered from the
+// registry's log of the instances each revision changed (Registry.ChangesSince): for each
+// instance changed since N, the delta removes what the watcher holds of its incarnations up
+// to the current one (all of them when it is gone) and adds its entries in the answer now.
+// A change of one instance costs that instance, whatever the size of the answer — the whole
+// fleet's, which an xDS server watches, is 120,000 entries at 60,000 instances. When the log
+// cannot tell the changes since N (N is 0, of another epoch, older than the log keeps, or a
+// change of every instance came since: a panic flag, a restore), the answer is the whole
+// answer with reset.
 
-// Bounds of the delta history: the queries kept (past it, the least recently asked go), the
-// changes kept per query (a watcher further back is reset).
-const (
-	maxDeltaQueries = 4096
-	maxDeltaSteps   = 64
-)
+// maxDeltaQueries bounds the queries whose encoded deltas are kept for the watchers that ask
+// the same at the same revision (past it they start over).
+const maxDeltaQueries = 4096
 
-// entryKey names one entry of an answer: an instance's capability (its index in the record:
-// one incarnation's capabilities never change).
-type entryKey struct {
-	instance string
-	cap      int
+// deltaBodies are the encoded deltas of one query at one state, by the index they start
+// from, and its reset.
+type deltaBodies struct {
+	state registry.State
+	reset []byte
+	from  map[int64][]byte
 }
 
-// entryState is what a delta compares of an entry: the incarnation (its record) and its
-// verdict, self-report and flags.
-type entryState struct {
-	rec         *registry.Record
-	eligibility string
-	weight      int
-	panic       bool
-	health      string
-	restored    bool
-}
-
-func stateOf(e registry.Entry) entryState {
-	return entryState{rec: e.Record, eligibility: e.Eligibility, weight: e.Weight, panic: e.Panic, health: e.Record.Health(), restored: e.Record.Restored()}
-}
-
-// upsert is one entry a step added or changed; updated says the step's base held it.
-type upsert struct {
-	key     entryKey
-	entry   registry.Entry
-	updated bool
-}
-
-// step is the change from the answer at from to the answer at to: the instances whose
-// entries left (removals first), then the entries put.
-type step struct {
-	from, to int64
-	// fromGeneration is answerSet.generation of the answer at from
-	fromGeneration int64
-	removed        []apiv1.Removal
-	upserts        []upsert
-}
-
-// answerSet is the entries of one build, by key, and the instances' records.
-type answerSet struct {
-	state     registry.State
-	entries   map[entryKey]entryState
-	instances map[string]*registry.Record
-	order     []registry.Entry // in the answer's order
-	removed   []apiv1.Removal  // the warm-up's removals the answer lists
-	// generation is the highest generation the registry had assigned when the answer was
-	// read: the warm-up's removals above it are newer than the answer.
-	generation int64
-}
-
-// queryHistory is the delta history of one query.
-type queryHistory struct {
-	mu    sync.Mutex
-	cur   *answerSet
-	steps []step // oldest first; steps[len-1].to == cur.state.Revision
-	used  uint64 // when it was last asked (deltaLog.clock)
-	// the encoded answers for cur: the reset, and the deltas by the index they start from
-	reset  []byte
-	deltas map[int64][]byte
-}
-
-// deltaLog holds the histories of the queries delta watchers asked.
+// deltaLog keeps, per query, the encoded deltas of the current state: the watchers of one
+// query at one revision share one.
 type deltaLog struct {
-	mu    sync.Mutex
-	m     map[string]*queryHistory
-	clock uint64
+	mu sync.Mutex
+	m  map[string]*deltaBodies
 }
 
-func newDeltaLog() *deltaLog { return &deltaLog{m: map[string]*queryHistory{}} }
+func newDeltaLog() *deltaLog { return &deltaLog{m: map[string]*deltaBodies{}} }
 
-// history returns the history of key, made empty if there is none.
-func (d *deltaLog) history(key string) *queryHistory {
+// load returns the body for (key, st, index) (index < 0: the reset), built by build when
+// there is none.
+func (d *deltaLog) load(key string, st registry.State, index int64, build func() ([]byte, error)) ([]byte, error) {
+	d.mu.Lock()
+	b := d.m[key]
+	if b != nil && b.state == st {
+		if body := b.get(index); body != nil {
+			d.mu.Unlock()
+			return body, nil
+		}
+	}
+	d.mu.Unlock()
+	body, err := build() // outside the lock: two watchers at once may build the same
+	if err != nil {
+		return nil, err
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.clock++
-	h := d.m[key]
-	if h == nil {
+	b = d.m[key]
+	if b == nil || b.state != st {
 		if len(d.m) >= maxDeltaQueries {
-			d.evictLocked()
+			clear(d.m)
 		}
-		h = &queryHistory{}
-		d.m[key] = h
+		b = &deltaBodies{state: st, from: map[int64][]byte{}}
+		d.m[key] = b
 	}
-	h.used = d.clock
-	return h
+	if index < 0 {
+		b.reset = body
+	} else {
+		b.from[index] = body
+	}
+	return body, nil
 }
 
-// evictLocked drops the least recently asked half of the histories.
-func (d *deltaLog) evictLocked() {
-	used := make([]uint64, 0, len(d.m))
-	for _, h := range d.m {
-		used = append(used, h.used) // a racy read of another history's clock is harmless: it only orders
+func (b *deltaBodies) get(index int64) []byte {
+	if index < 0 {
+		return b.reset
 	}
-	slices.Sort(used)
-	cut := used[len(used)/2]
-	for k, h := range d.m {
-		if h.used <= cut {
-			delete(d.m, k)
-		}
-	}
+	return b.from[index]
 }
 
-// newAnswerSet indexes ans.
-func newAnswerSet(ans *registry.Answer, generation int64) *answerSet {
-	s := &answerSet{state: ans.State, entries: make(map[entryKey]entryState, len(ans.Entries)),
-		instances: make(map[string]*registry.Record, len(ans.Entries)), order: ans.Entries, removed: ans.Removed, generation: generation}
-	for _, e := range ans.Entries {
-		s.entries[entryKey{e.Record.InstanceID, e.Cap}] = stateOf(e)
-		s.instances[e.Record.InstanceID] = e.Record
-	}
-	return s
-}
-
-// diff is the step from a to b (same epoch).
-func diff(a, b *answerSet) step {
-	st := step{from: a.state.Revision, to: b.state.Revision, fromGeneration: a.generation}
-	// an instance whose incarnation changed, or one of whose entries left while others stay,
-	// is removed whole and its entries put again
-	replaced := map[string]bool{}
-	for id, rec := range a.instances {
-		nrec, ok := b.instances[id]
-		if !ok || nrec != rec {
-			st.removed = append(st.removed, apiv1.Removal{InstanceID: id, Generation: rec.Generation})
-			replaced[id] = ok
-		}
-	}
-	for k := range a.entries {
-		if _, ok := b.entries[k]; !ok && !replaced[k.instance] {
-			if _, stays := b.instances[k.instance]; stays {
-				st.removed = append(st.removed, apiv1.Removal{InstanceID: k.instance, Generation: a.instances[k.instance].Generation})
-				replaced[k.instance] = true
-			}
-		}
-	}
-	for _, e := range b.order {
-		k := entryKey{e.Record.InstanceID, e.Cap}
-		old, had := a.entries[k]
-		switch {
-		case replaced[k.instance] || !had:
-			st.upserts = append(st.upserts, upsert{key: k, entry: e})
-		case old != stateOf(e):
-			st.upserts = append(st.upserts, upsert{key: k, entry: e, updated: true})
-		}
-	}
-	slices.SortFunc(st.removed, byInstance)
-	return st
-}
-
-// byInstance orders removals by instance id.
-func byInstance(x, y apiv1.Removal) int {
-	switch {
-	case x.InstanceID < y.InstanceID:
-		return -1
-	case x.InstanceID > y.InstanceID:
-		return 1
-	}
-	return 0
-}
-
-// advance makes ans the history's current answer, keeping the step from the previous one
-// when it is of the same epoch.
-func (h *queryHistory) advance(ans *registry.Answer, generation int64) {
-	next := newAnswerSet(ans, generation)
-	prev := h.cur
-	h.cur, h.reset, h.deltas = next, nil, nil
-	if prev == nil || prev.state.Epoch != next.state.Epoch || prev.state.Revision > next.state.Revision {
-		h.steps = nil
-		return
-	}
-	if prev.state.Revision == next.state.Revision && prev.state.Complete == next.state.Complete {
-		h.cur = prev // nothing moved
-		return
-	}
-	h.steps = append(h.steps, diff(prev, next))
-	if len(h.steps) > maxDeltaSteps {
-		h.steps = slices.Delete(h.steps, 0, len(h.steps)-maxDeltaSteps)
-	}
-}
-
-// since folds the steps after index into one: ok is false when the history does not reach
-// back to index (a reset is due).
-func (h *queryHistory) since(index int64) (st step, baseGeneration int64, ok bool) {
-	if h.cur.state.Revision == index {
-		return step{from: index, to: index}, h.cur.generation, true
-	}
-	first := -1
-	for i, s := range h.steps {
-		if s.from == index {
-			first = i
-			break
-		}
-	}
-	if first < 0 {
-		return step{}, 0, false
-	}
-	st = step{from: index, to: h.cur.state.Revision}
-	removedGen := map[string]int64{}
-	puts := map[entryKey]int{}        // index in st.upserts
-	byInst := map[string][]entryKey{} // the keys put, by instance
-	for _, s := range h.steps[first:] {
-		for _, r := range s.removed {
-			removedGen[r.InstanceID] = max(removedGen[r.InstanceID], r.Generation)
-			// entries put by an earlier step, of this incarnation or an older one, are gone again
-			keep := byInst[r.InstanceID][:0]
-			for _, k := range byInst[r.InstanceID] {
-				if i := puts[k]; st.upserts[i].entry.Record.Generation <= r.Generation {
-					st.upserts[i].entry.Record = nil // dropped below
-					delete(puts, k)
-					continue
-				}
-				keep = append(keep, k)
-			}
-			byInst[r.InstanceID] = keep
-		}
-		for _, u := range s.upserts {
-			if i, ok := puts[u.key]; ok {
-				st.upserts[i].entry = u.entry // the latest form; its first kind stays
-				continue
-			}
-			_, dropped := removedGen[u.key.instance]
-			u.updated = u.updated && !dropped
-			puts[u.key] = len(st.upserts)
-			byInst[u.key.instance] = append(byInst[u.key.instance], u.key)
-			st.upserts = append(st.upserts, u)
-		}
-	}
-	st.upserts = slices.DeleteFunc(st.upserts, func(u upsert) bool { return u.entry.Record == nil })
-	st.removed = sortedRemovalList(removedGen)
-	return st, h.steps[first].fromGeneration, true
-}
-
-// appendDelta writes the delta st at the current answer as JSON.
-func appendDelta(b []byte, cur *answerSet, st step, warmUp []apiv1.Removal) ([]byte, error) {
+// appendDelta writes the delta of the instances ids (their entries now in ans) as JSON.
+func appendDelta(b []byte, ans *registry.Answer, removed []apiv1.Removal) ([]byte, error) {
 	b = append(b, `{"registry_epoch":`...)
-	b = apijson.String(b, cur.state.Epoch)
+	b = apijson.String(b, ans.Epoch)
 	b = append(b, `,"revision":`...)
-	b = strconv.AppendInt(b, cur.state.Revision, 10)
+	b = strconv.AppendInt(b, ans.Revision, 10)
 	b = append(b, `,"complete":`...)
-	b = strconv.AppendBool(b, cur.state.Complete)
+	b = strconv.AppendBool(b, ans.Complete)
+	b = append(b, `,"added":[`...)
 	var err error
-	for _, kind := range []struct {
-		name    string
-		updated bool
-	}{{"added", false}, {"updated", true}} {
-		b = append(b, `,"`...)
-		b = append(b, kind.name...)
-		b = append(b, `":[`...)
-		n := 0
-		for _, u := range st.upserts {
-			if u.updated != kind.updated {
-				continue
-			}
-			if n > 0 {
-				b = append(b, ',')
-			}
-			n++
-			if b, err = appendEntry(b, u.entry); err != nil {
-				return nil, err
-			}
+	for i, e := range ans.Entries {
+		if i > 0 {
+			b = append(b, ',')
 		}
-		b = append(b, ']')
+		if b, err = appendEntry(b, e); err != nil {
+			return nil, err
+		}
 	}
-	b = append(b, `,"removed":[`...)
-	removed := st.removed
-	if len(warmUp) > 0 {
-		removed = mergeRemovals(removed, warmUp)
-	}
+	b = append(b, `],"updated":[],"removed":[`...)
 	for i, r := range removed {
 		if i > 0 {
 			b = append(b, ',')
@@ -312,33 +118,10 @@ func appendDelta(b []byte, cur *answerSet, st step, warmUp []apiv1.Removal) ([]b
 	return append(b, "]}\n"...), nil
 }
 
-// mergeRemovals is the union of two removal lists sorted by instance id, the higher
-// generation of an instance in both.
-func mergeRemovals(a, b []apiv1.Removal) []apiv1.Removal {
-	m := make(map[string]int64, len(a)+len(b))
-	for _, r := range a {
-		m[r.InstanceID] = max(m[r.InstanceID], r.Generation)
-	}
-	for _, r := range b {
-		m[r.InstanceID] = max(m[r.InstanceID], r.Generation)
-	}
-	return sortedRemovalList(m)
-}
-
-func sortedRemovalList(m map[string]int64) []apiv1.Removal {
-	out := make([]apiv1.Removal, 0, len(m))
-	for id, g := range m {
-		out = append(out, apiv1.Removal{InstanceID: id, Generation: g})
-	}
-	slices.SortFunc(out, byInstance)
-	return out
-}
-
-// appendReset writes the whole current answer as a delta watch's reset: the discovery answer
-// with "reset": true.
-func appendReset(b []byte, cur *answerSet) ([]byte, error) {
-	ans := registry.Answer{State: cur.state, Entries: cur.order, Removed: cur.removed}
-	body, err := appendDiscovery(nil, &ans)
+// appendReset writes the whole answer as a delta watch's reset: the discovery answer with
+// "reset": true.
+func appendReset(b []byte, ans *registry.Answer) ([]byte, error) {
+	body, err := appendDiscovery(nil, ans)
 	if err != nil {
 		return nil, err
 	}
@@ -346,58 +129,52 @@ func appendReset(b []byte, cur *answerSet) ([]byte, error) {
 	return append(b, body[1:]...), nil
 }
 
-// deltaAnswer answers a delta watch of key at index (of epoch): the changes since the answer
-// at index, or the whole answer as a reset. query reads the answer now.
-func (s *Server) deltaAnswer(w http.ResponseWriter, key string, index int64, epoch string, query func() registry.Answer) (any, error) {
-	h := s.deltas.history(key)
-	h.mu.Lock()
-	defer h.mu.Unlock()
+// deltaAnswer answers a delta watch of q (its key) at index (of epoch): the changes since
+// the answer at index, or the whole answer as a reset.
+func (s *Server) deltaAnswer(w http.ResponseWriter, key string, q *registry.Query, index int64, epoch string) (any, error) {
 	st := s.reg.State()
-	if h.cur == nil || h.cur.state != st {
-		gen := s.reg.Store().Generation() // before the read: every incarnation above it is newer than the answer
-		ans := query()
-		s.metrics.encodes.WithLabelValues("capabilities").Inc()
-		h.advance(&ans, gen)
-	}
-	cur := h.cur
-	var body []byte
-	var err error
-	change, base, ok := step{}, int64(0), false
-	if index > 0 && (epoch == "" || epoch == cur.state.Epoch) { // index 0: the watcher holds nothing yet
-		change, base, ok = h.since(index)
+	var ids []string
+	ok := false
+	if index > 0 && index <= st.Revision && (epoch == "" || epoch == st.Epoch) { // index 0: the watcher holds nothing yet
+		ids, ok = s.reg.ChangesSince(index)
 	}
 	kind := "delta"
-	switch {
-	case !ok:
+	var body []byte
+	var err error
+	if !ok {
 		kind = "reset"
-		if h.reset == nil {
-			if h.reset, err = appendReset(nil, cur); err != nil {
-				return nil, err
-			}
-		}
-		body = h.reset
-	default:
-		if body = h.deltas[index]; body == nil {
-			var warmUp []apiv1.Removal
-			if !cur.state.Complete {
-				for _, r := range cur.removed {
-					if r.Generation > base {
-						warmUp = append(warmUp, r)
-					}
+		body, err = s.deltas.load(key, st, -1, func() ([]byte, error) {
+			s.metrics.encodes.WithLabelValues("capabilities").Inc()
+			ans := s.reg.Query(q)
+			return appendReset(nil, &ans)
+		})
+	} else {
+		body, err = s.deltas.load(key, st, index, func() ([]byte, error) {
+			ans := s.reg.EntriesOf(q, ids)
+			ans.State = st
+			removed := make([]apiv1.Removal, 0, len(ids))
+			for _, id := range ids {
+				g, held := s.reg.Generation(id)
+				if !held {
+					g = math.MaxInt64 // gone: every incarnation of it
 				}
+				removed = append(removed, apiv1.Removal{InstanceID: id, Generation: g})
 			}
-			if body, err = appendDelta(nil, cur, change, warmUp); err != nil {
-				return nil, err
-			}
-			if h.deltas == nil {
-				h.deltas = map[int64][]byte{}
-			}
-			h.deltas[index] = body
-		}
+			return appendDelta(nil, &ans, sortedRemovalList(removed))
+		})
+	}
+	if err != nil {
+		return nil, err
 	}
 	s.metrics.deltas.WithLabelValues(kind).Inc()
-	w.Header().Set("X-Registry-Revision", strconv.FormatInt(cur.state.Revision, 10))
+	w.Header().Set("X-Registry-Revision", strconv.FormatInt(st.Revision, 10))
 	w.Header().Set("Cache-Control", "no-cache")
 	httpapi.WriteEncoded(w, http.StatusOK, body)
 	return written{}, nil
+}
+
+// sortedRemovalList orders removals by instance id.
+func sortedRemovalList(rs []apiv1.Removal) []apiv1.Removal {
+	slices.SortFunc(rs, func(x, y apiv1.Removal) int { return strings.Compare(x.InstanceID, y.InstanceID) })
+	return rs
 }

@@ -294,7 +294,7 @@ func (s *Server) capabilities(w http.ResponseWriter, r *http.Request) (any, erro
 		start := time.Now()
 		defer func() { s.metrics.discovery.WithLabelValues("capabilities").Observe(time.Since(start).Seconds()) }()
 		index, _ := strconv.ParseInt(v.Get("index"), 10, 64) // longPoll checked it
-		return s.deltaAnswer(w, key, index, v.Get("epoch"), func() registry.Answer { return s.reg.Query(q) })
+		return s.deltaAnswer(w, key, q, index, v.Get("epoch"))
 	}
 	start := time.Now()
 	defer func() { s.metrics.discovery.WithLabelValues("capabilities").Observe(time.Since(start).Seconds()) }()

@@ -59,11 +59,12 @@ func (ix *Index) noteLocked(rec *registry.Record, removed bool) {
 	if ix.onPublish == nil || d.All {
 		return
 	}
-	if len(d.Services)+len(d.Capabilities) >= maxDirtyNames {
+	if len(d.Services)+len(d.Capabilities)+len(d.Instances) >= maxDirtyNames {
 		ix.noteAllLocked()
 		return
 	}
 	d.Services = append(d.Services, rec.ServiceName)
+	d.Instances = append(d.Instances, rec.InstanceID)
 	for _, c := range rec.Capabilities {
 		d.Capabilities = append(d.Capabilities, c.CapabilityID)
 	}
@@ -73,7 +74,7 @@ func (ix *Index) noteLocked(rec *registry.Record, removed bool) {
 
 // noteAllLocked says that the next move of the revision may change every answer.
 func (ix *Index) noteAllLocked() {
-	ix.dirty.Services, ix.dirty.Capabilities = ix.dirty.Services[:0], ix.dirty.Capabilities[:0]
+	ix.dirty.Services, ix.dirty.Capabilities, ix.dirty.Instances = ix.dirty.Services[:0], ix.dirty.Capabilities[:0], ix.dirty.Instances[:0]
 	ix.dirty.All = true
 }
 
@@ -105,7 +106,8 @@ func (ix *Index) publishLocked(rev int64) {
 		ix.onPublish(ix.revision, ix.dirty)
 		clear(ix.dirty.Services) // the strings they hold
 		clear(ix.dirty.Capabilities)
-		ix.dirty = registry.Changes{Services: ix.dirty.Services[:0], Capabilities: ix.dirty.Capabilities[:0]}
+		clear(ix.dirty.Instances)
+		ix.dirty = registry.Changes{Services: ix.dirty.Services[:0], Capabilities: ix.dirty.Capabilities[:0], Instances: ix.dirty.Instances[:0]}
 	}
 	close(ix.changed)
 	ix.changed = make(chan struct{})
