@@ -124,9 +124,7 @@ func cluster(name string) *clusterv3.Cluster {
 // its zone (sub_zone = instance id) with its weight as the locality's weight too: gRPC's
 // round robin weighs localities, Envoy's endpoints, and both see the eligibility weight.
 func loadAssignment(name string, eps []endpoint) *endpointv3.ClusterLoadAssignment {
-	slices.SortFunc(eps, func(a, b endpoint) int {
-		return cmp.Or(cmp.Compare(b.priority, a.priority), cmp.Compare(a.zone, b.zone), cmp.Compare(a.instance, b.instance))
-	})
+	sortEndpoints(eps)
 	cla := &endpointv3.ClusterLoadAssignment{ClusterName: name}
 	var prio uint32
 	for i, ep := range eps {
@@ -148,6 +146,16 @@ func loadAssignment(name string, eps []endpoint) *endpointv3.ClusterLoadAssignme
 		})
 	}
 	return cla
+}
+
+// sortEndpoints puts endpoints in an assignment's order: priority (higher first), zone,
+// instance, then the rest of what they say, so that the order is the same whatever order
+// they came in.
+func sortEndpoints(eps []endpoint) {
+	slices.SortFunc(eps, func(a, b endpoint) int {
+		return cmp.Or(cmp.Compare(b.priority, a.priority), cmp.Compare(a.zone, b.zone), cmp.Compare(a.instance, b.instance),
+			cmp.Compare(a.host, b.host), cmp.Compare(a.port, b.port), cmp.Compare(a.weight, b.weight), cmp.Compare(a.health, b.health))
+	})
 }
 
 func socketAddress(host string, port uint16) *corev3.Address {

@@ -111,9 +111,12 @@ func (s *Server) update(d *discovery.Delta) {
 	defer s.mu.Unlock()
 	dirty := s.index.apply(d)
 	for _, n := range sortedNames(dirty) {
-		if err := s.index.build(s.caps, n); err != nil {
+		built, err := s.index.build(s.caps, n)
+		if err != nil {
 			// the index holds the view; the cluster's resources stay as they were
 			s.cfg.Logger.Error("xds resources not built; the previous ones stay", slog.String("version", version), slog.String("cluster", n), slog.Any("error", err))
+		}
+		if err != nil || !built {
 			delete(dirty, n)
 		}
 	}
@@ -144,7 +147,7 @@ func (s *Server) updateRoutes(res *discovery.RoutesResult) {
 	s.routes = routes
 	changed := 0
 	for _, typ := range servedTypes {
-		changed += s.installTypeLocked(typ, names[typ])
+		changed += s.installTypeLocked(typ, names[typ], false)
 	}
 	s.cfg.Logger.Debug("xds routes", slog.Int64("revision", res.Revision), slog.Int("routes", len(t.Entries())), slog.Int("resources_changed", changed))
 }
@@ -154,7 +157,7 @@ func (s *Server) updateRoutes(res *discovery.RoutesResult) {
 func (s *Server) installNamesLocked(names map[string]struct{}) int {
 	changed := 0
 	for _, typ := range []resourcev3.Type{resourcev3.ClusterType, resourcev3.EndpointType, resourcev3.ListenerType} {
-		changed += s.installTypeLocked(typ, names)
+		changed += s.installTypeLocked(typ, names, true)
 	}
 	return changed
 }
@@ -162,7 +165,9 @@ func (s *Server) installNamesLocked(names map[string]struct{}) int {
 // installTypeLocked replaces, in the cache of typ, the resources of the names given that
 // differ from those served (a name of the capabilities' resources and the routes' alike is
 // the capabilities'), removes those neither has any more, and returns how many changed.
-func (s *Server) installTypeLocked(typ resourcev3.Type, names map[string]struct{}) int {
+// built says that every resource of names that is not the one served was built anew from
+// other endpoints (capsIndex.build): it differs, without comparing.
+func (s *Server) installTypeLocked(typ resourcev3.Type, names map[string]struct{}, built bool) int {
 	if s.last == nil {
 		s.last = map[resourcev3.Type]map[string]types.Resource{}
 	}
@@ -180,7 +185,8 @@ func (s *Server) installTypeLocked(typ resourcev3.Type, names map[string]struct{
 		}
 		old, had := last[n]
 		switch {
-		case ok && (!had || !proto.Equal(old, cur)):
+		case ok && had && old == cur: // the same resource: unchanged
+		case ok && (!had || built || !proto.Equal(old, cur)):
 			update[n] = cur
 			last[n] = cur
 		case !ok && had:

@@ -36,11 +36,14 @@ type capsIndex struct {
 	entries  map[entryKey]apiv1.CapabilityEntry
 	byInst   map[string]map[entryKey]struct{}
 	clusters map[string][]member
+	// served holds each cluster's endpoints as its assignment was last built from them, in
+	// the assignment's order: a cluster whose endpoints did not change is not built again.
+	served map[string][]endpoint
 }
 
 func newCapsIndex() *capsIndex {
 	return &capsIndex{entries: map[entryKey]apiv1.CapabilityEntry{}, byInst: map[string]map[entryKey]struct{}{},
-		clusters: map[string][]member{}}
+		clusters: map[string][]member{}, served: map[string][]endpoint{}}
 }
 
 // reset makes the index hold entries, and returns every cluster name it held or holds.
@@ -49,7 +52,9 @@ func (x *capsIndex) reset(entries []apiv1.CapabilityEntry) map[string]struct{} {
 	for n := range x.clusters {
 		dirty[n] = struct{}{}
 	}
+	served := x.served
 	*x = *newCapsIndex()
+	x.served = served // what the resources were built from stays true of them
 	for _, e := range entries {
 		x.put(e, dirty)
 	}
@@ -165,8 +170,9 @@ func (x *capsIndex) remove(k entryKey, dirty map[string]struct{}) {
 }
 
 // build puts the resources of cluster n, as Resources builds them from the whole view, in
-// res (and removes them when the cluster has no endpoint left).
-func (x *capsIndex) build(res map[resourcev3.Type]map[string]types.Resource, n string) error {
+// res (and removes them when the cluster has no endpoint left), and reports whether they
+// changed: not when its endpoints are those its assignment was built from.
+func (x *capsIndex) build(res map[resourcev3.Type]map[string]types.Resource, n string) (bool, error) {
 	ms := x.clusters[n]
 	eps := make([]endpoint, 0, len(ms))
 	for i := range ms {
@@ -175,16 +181,24 @@ func (x *capsIndex) build(res map[resourcev3.Type]map[string]types.Resource, n s
 		}
 	}
 	if len(eps) == 0 {
+		_, had := res[resourcev3.ClusterType][n]
 		for _, typ := range []resourcev3.Type{resourcev3.ClusterType, resourcev3.EndpointType, resourcev3.ListenerType} {
 			delete(res[typ], n)
 		}
-		return nil
+		delete(x.served, n)
+		return had, nil
 	}
-	if _, ok := res[resourcev3.ClusterType][n]; ok {
+	sortEndpoints(eps)
+	_, had := res[resourcev3.ClusterType][n]
+	if had && slices.Equal(eps, x.served[n]) {
+		return false, nil
+	}
+	x.served[n] = eps
+	if had {
 		res[resourcev3.EndpointType][n] = loadAssignment(n, eps) // the cluster and its listener stay
-		return nil
+		return true, nil
 	}
-	return putCluster(res, n, eps)
+	return true, putCluster(res, n, eps)
 }
 
 // sortedNames returns the names of a set, sorted.
