@@ -176,8 +176,9 @@ type DiscoveryResponse struct {
 	// Removed, only while Complete is false, lists the incarnations the registry has
 	// deregistered or evicted since its epoch began: a consumer that keeps entries it knew
 	// before (an incomplete answer may lack live instances) drops these. An answer to a query
-	// that names a service_name lists only that service's; one that names none, every
-	// service's.
+	// that names a service_name lists only that service's; one that names a capability_id and
+	// no service, only that capability's; one that names neither, every service's. At most
+	// the newest 1,000 are listed, each for 5 minutes after it was made.
 	Removed []Removal `json:"removed,omitempty"`
 	// NextPageToken, on a paged answer (limit) with more entries, asks for the next page
 	// (page_token); every page of one listing is cut from the same revision.
@@ -254,7 +255,8 @@ type RoutesResponse struct {
 	Complete      bool            `json:"complete"`
 	Manifests     []ManifestEntry `json:"manifests"`
 	PublicPaths   []PublicPath    `json:"public_paths"`
-	// Removed is DiscoveryResponse.Removed, of every service.
+	// Removed is DiscoveryResponse.Removed, of the route inputs (the instances with a
+	// manifest or a public path): a routes view holds those alone.
 	Removed []Removal `json:"removed,omitempty"`
 }
 

@@ -7,7 +7,6 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
@@ -39,16 +38,17 @@ type drain struct {
 	removals     map[string]int64
 	byService    map[string]map[string]int64
 	byCapability map[string]map[string]int64
-	removalsOf   string
+	// routed holds the removals of the routes' inputs (records with a manifest or a public
+	// path): all a routes answer lists, since a routes view holds those alone
+	routed     map[string]int64
+	allRouted  []apiv1.Removal // routed sorted, made once per change of it
+	removalsOf string
 	// order holds the removals in the order they were made, for ageRemovals.
 	order []removalAt
 	// allRemoved is removals sorted: what an answer about every service lists, made once
 	// per change of removals (nil: to be made again) and shared by the answers, which only
 	// read it.
 	allRemoved []apiv1.Removal
-	// warming says that removals are kept (read without the lock, by the store's
-	// publications: a removal then changes the routes answer, which lists them all).
-	warming atomic.Bool
 }
 
 // GatewayAck is a gateway's last acknowledgement: its table reflects Revision of Epoch.
@@ -103,9 +103,9 @@ func (d *drain) recordWithdrawal(id string, generation int64, epoch string, revi
 func (d *drain) forgetRemovals() {
 	d.mu.Lock()
 	d.removals, d.byService, d.byCapability, d.removalsOf, d.allRemoved = nil, nil, nil, "", nil
+	d.routed, d.allRouted = nil, nil
 	clear(d.order)
 	d.order = nil
-	d.warming.Store(false)
 	d.mu.Unlock()
 }
 
@@ -135,9 +135,9 @@ func (d *drain) recordRemoval(rec *Record, epoch string, now time.Time) {
 	defer d.mu.Unlock()
 	if d.removalsOf != epoch {
 		d.removals, d.byService, d.byCapability, d.removalsOf, d.allRemoved = map[string]int64{}, map[string]map[string]int64{}, map[string]map[string]int64{}, epoch, nil
+		d.routed, d.allRouted = map[string]int64{}, nil
 		d.order = nil
 	}
-	d.warming.Store(true)
 	id, generation := rec.InstanceID, rec.Generation
 	if g, ok := d.removals[id]; !ok || generation > g {
 		d.removals[id] = generation
@@ -146,6 +146,10 @@ func (d *drain) recordRemoval(rec *Record, epoch string, now time.Time) {
 	noteRemoval(d.byService, rec.ServiceName, id, generation)
 	for _, c := range rec.Capabilities {
 		noteRemoval(d.byCapability, c.CapabilityID, id, generation)
+	}
+	if rec.Routed() {
+		d.routed[id] = max(d.routed[id], generation)
+		d.allRouted = nil
 	}
 	d.order = append(d.order, removalAt{at: now, rec: rec, generation: generation})
 }
@@ -166,6 +170,10 @@ func (d *drain) ageRemovals(now time.Time) {
 		forgetRemoval(d.byService, r.rec.ServiceName, id, r.generation)
 		for _, c := range r.rec.Capabilities {
 			forgetRemoval(d.byCapability, c.CapabilityID, id, r.generation)
+		}
+		if d.routed[id] == r.generation {
+			delete(d.routed, id)
+			d.allRouted = nil
 		}
 		n++
 	}
@@ -222,6 +230,23 @@ func (d *drain) removed(epoch string, complete bool, service, capability string)
 		d.allRemoved = sortedRemovals(d.removals)
 	}
 	return d.allRemoved
+}
+
+// routedRemoved returns the removals of epoch of the routes' inputs: what a routes answer
+// lists (nil once the warm-up is over).
+func (d *drain) routedRemoved(epoch string, complete bool) []apiv1.Removal {
+	if complete {
+		return nil
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.removalsOf != epoch {
+		return nil
+	}
+	if d.allRouted == nil {
+		d.allRouted = sortedRemovals(d.routed)
+	}
+	return d.allRouted
 }
 
 // sortedRemovals returns removals (instance id -> generation) sorted by instance id: the

@@ -18,7 +18,8 @@ import (
 func TestWarmUpAnswersListRemovals(t *testing.T) {
 	f := newFixture(t, registry.Config{LeaseTTL: 30 * time.Second, HeartbeatInterval: 10 * time.Second})
 	mustRegister(t, f, request("jms-1", "egress-jms"))
-	gone := mustRegister(t, f, request("jms-2", "egress-jms"))
+	// a route input: the routes answer lists the removals of route inputs
+	gone := mustRegister(t, f, request("jms-2", "egress-jms", capability("messaging.publish", "jms", "1.0.0", `{"public_paths":["/api/jms"]}`)))
 	mustRegister(t, f, request("jms-3", "egress-jms"))
 	if err := f.reg.Deregister(context.Background(), "jms-2", gone.Generation); err != nil {
 		t.Fatal(err)
@@ -44,7 +45,7 @@ func TestWarmUpAnswersListRemovals(t *testing.T) {
 }
 
 // TestWarmUpRemovalsByService: an answer about one service lists the removals of that
-// service's instances only; an answer about every service, and the routes, list them all,
+// service's instances only; an answer about every service lists them all, the routes answer those of route inputs,
 // one per instance at its highest generation, and a removal made after such an answer is in
 // the next one.
 func TestWarmUpRemovalsByService(t *testing.T) {
@@ -82,8 +83,8 @@ func TestWarmUpRemovalsByService(t *testing.T) {
 		{"a service with no removal", f.reg.Query(&registry.Query{ServiceName: "egress-webhook"}).Removed, nil},
 		{"every service", all(),
 			[]apiv1.Removal{{InstanceID: "jms-2", Generation: moved.Generation}, {InstanceID: "rabbit-2", Generation: rabbit2.Generation}}},
-		{"routes", f.reg.Routes().Removed,
-			[]apiv1.Removal{{InstanceID: "jms-2", Generation: moved.Generation}, {InstanceID: "rabbit-2", Generation: rabbit2.Generation}}},
+		// the routes answer lists the removals of route inputs alone: none of these is one
+		{"routes", f.reg.Routes().Removed, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if diff := cmp.Diff(tc.want, tc.got); diff != "" {
@@ -150,13 +151,12 @@ func TestWithdrawalNeedsEveryLiveGateway(t *testing.T) {
 func TestWarmUpRemovalsByCapabilityBoundedAndAged(t *testing.T) {
 	ctx := context.Background()
 	f := newFixture(t, registry.Config{LeaseTTL: 30 * time.Minute, HeartbeatInterval: 30 * time.Second})
-	orders := capability("orders.read", "db", "1.0.0", "")
 	n := registry.MaxRemovedPerAnswer + 5
 	gens := make([]int64, n)
 	for i := range n {
 		gens[i] = mustRegister(t, f, request(fmt.Sprintf("jms-%04d", i), "egress-jms")).Generation
 	}
-	db := mustRegister(t, f, request("db-1", "orders-db", orders))
+	db := mustRegister(t, f, request("db-1", "orders-db", capability("orders.read", "db", "1.0.0", `{"public_paths":["/api/orders"]}`)))
 	for i := range n {
 		if err := f.reg.Deregister(ctx, fmt.Sprintf("jms-%04d", i), gens[i]); err != nil {
 			t.Fatal(err)
@@ -181,7 +181,7 @@ func TestWarmUpRemovalsByCapabilityBoundedAndAged(t *testing.T) {
 		t.Errorf("egress-jms lists %d removals after %v, want none", len(got), registry.RemovalKeep)
 	}
 	if got := f.reg.Routes().Removed; !cmp.Equal(got, []apiv1.Removal{{InstanceID: "db-1", Generation: db.Generation}}) {
-		t.Errorf("routes list %v, want db-1 alone (a minute younger)", got)
+		t.Errorf("routes list %v, want db-1 alone (a route input, a minute younger)", got)
 	}
 	if st := f.reg.State(); st.Complete {
 		t.Fatal("the warm-up is over: the test needs it going on")

@@ -712,8 +712,7 @@ func (r *Registry) followTopics() {
 	}
 	r.topics.attributed = true
 	cp.OnPublish(func(rev int64, c Changes) {
-		// a removal during the warm-up is listed by the routes answer, whoever it was
-		r.topics.markStore(rev, c, c.Removed && r.drain.warming.Load())
+		r.topics.markStore(rev, c)
 		r.changes2.add(rev+r.topics.judgedRev.Load(), c.Instances, c.All)
 	})
 	rev, _ := r.store.Watch()
@@ -804,7 +803,7 @@ func sortedRecords(recs []*Record) []*Record {
 func (r *Registry) Routes() apiv1.RoutesResponse {
 	st := r.State()
 	out := apiv1.RoutesResponse{RegistryEpoch: st.Epoch, Revision: st.Revision, Complete: st.Complete,
-		Manifests: []apiv1.ManifestEntry{}, PublicPaths: []apiv1.PublicPath{}, Removed: r.drain.removed(st.Epoch, st.Complete, "", "")}
+		Manifests: []apiv1.ManifestEntry{}, PublicPaths: []apiv1.PublicPath{}, Removed: r.drain.routedRemoved(st.Epoch, st.Complete)}
 	for _, rec := range sortedRecords(r.store.RoutedRecords()) {
 		if rec.Manifest != nil {
 			state, weight, inPanic := r.eligibilityOf(rec)

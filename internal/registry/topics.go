@@ -108,7 +108,7 @@ func (ts *topics) watch(t Topic) (rev int64, topic, all <-chan struct{}) {
 }
 
 // markStore records a move of the store's revision to rev with its changes.
-func (ts *topics) markStore(rev int64, c Changes, routesToo bool) {
+func (ts *topics) markStore(rev int64, c Changes) {
 	storeMax(&ts.storeRev, rev)
 	at := rev + ts.judgedRev.Load()
 	if c.All {
@@ -123,7 +123,7 @@ func (ts *topics) markStore(rev int64, c Changes, routesToo bool) {
 	for _, n := range c.Capabilities {
 		ts.markLocked(Topic{kind: 'c', name: n}, at)
 	}
-	if c.Routed || routesToo {
+	if c.Routed {
 		ts.markLocked(RoutesTopic, at)
 	}
 }
