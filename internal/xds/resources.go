@@ -124,14 +124,38 @@ func cluster(name string) *clusterv3.Cluster {
 // its zone (sub_zone = instance id) with its weight as the locality's weight too: gRPC's
 // round robin weighs localities, Envoy's endpoints, and both see the eligibility weight.
 func loadAssignment(name string, eps []endpoint) *endpointv3.ClusterLoadAssignment {
-	sortEndpoints(eps)
-	cla := &endpointv3.ClusterLoadAssignment{ClusterName: name}
+	return loadAssignmentOf(name, eps, nil, nil)
+}
+
+// placed is an endpoint at its xDS priority: what one LocalityLbEndpoints says.
+type placed struct {
+	endpoint
+	prio uint32
+}
+
+// loadAssignmentOf is loadAssignment that takes each endpoint's LocalityLbEndpoints from prev
+// when it holds one for it (the messages are never changed once made, so an assignment built
+// again shares those of the endpoints that did not change), and puts every one it uses in
+// next (when not nil). eps in sortEndpoints' order are not sorted again.
+func loadAssignmentOf(name string, eps []endpoint, prev, next map[placed]*endpointv3.LocalityLbEndpoints) *endpointv3.ClusterLoadAssignment {
+	if !slices.IsSortedFunc(eps, compareEndpoints) {
+		sortEndpoints(eps)
+	}
+	cla := &endpointv3.ClusterLoadAssignment{ClusterName: name, Endpoints: make([]*endpointv3.LocalityLbEndpoints, 0, len(eps))}
 	var prio uint32
 	for i, ep := range eps {
 		if i > 0 && ep.priority != eps[i-1].priority {
 			prio++
 		}
-		cla.Endpoints = append(cla.Endpoints, &endpointv3.LocalityLbEndpoints{
+		k := placed{ep, prio}
+		if l := prev[k]; l != nil {
+			if next != nil {
+				next[k] = l
+			}
+			cla.Endpoints = append(cla.Endpoints, l)
+			continue
+		}
+		l := &endpointv3.LocalityLbEndpoints{
 			Locality:            &corev3.Locality{Zone: ep.zone, SubZone: ep.instance},
 			LoadBalancingWeight: wrapperspb.UInt32(ep.weight),
 			Priority:            prio,
@@ -143,7 +167,11 @@ func loadAssignment(name string, eps []endpoint) *endpointv3.ClusterLoadAssignme
 					Address:  socketAddress(ep.host, ep.port),
 				}},
 			}},
-		})
+		}
+		if next != nil {
+			next[k] = l
+		}
+		cla.Endpoints = append(cla.Endpoints, l)
 	}
 	return cla
 }
@@ -151,11 +179,11 @@ func loadAssignment(name string, eps []endpoint) *endpointv3.ClusterLoadAssignme
 // sortEndpoints puts endpoints in an assignment's order: priority (higher first), zone,
 // instance, then the rest of what they say, so that the order is the same whatever order
 // they came in.
-func sortEndpoints(eps []endpoint) {
-	slices.SortFunc(eps, func(a, b endpoint) int {
-		return cmp.Or(cmp.Compare(b.priority, a.priority), cmp.Compare(a.zone, b.zone), cmp.Compare(a.instance, b.instance),
-			cmp.Compare(a.host, b.host), cmp.Compare(a.port, b.port), cmp.Compare(a.weight, b.weight), cmp.Compare(a.health, b.health))
-	})
+func sortEndpoints(eps []endpoint) { slices.SortFunc(eps, compareEndpoints) }
+
+func compareEndpoints(a, b endpoint) int {
+	return cmp.Or(cmp.Compare(b.priority, a.priority), cmp.Compare(a.zone, b.zone), cmp.Compare(a.instance, b.instance),
+		cmp.Compare(a.host, b.host), cmp.Compare(a.port, b.port), cmp.Compare(a.weight, b.weight), cmp.Compare(a.health, b.health))
 }
 
 func socketAddress(host string, port uint16) *corev3.Address {

@@ -1,10 +1,12 @@
 package xds
 
 import (
+	"cmp"
 	"slices"
 	"sort"
 
 	"github.com/Masterminds/semver/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
@@ -37,13 +39,15 @@ type capsIndex struct {
 	byInst   map[string]map[entryKey]struct{}
 	clusters map[string][]member
 	// served holds each cluster's endpoints as its assignment was last built from them, in
-	// the assignment's order: a cluster whose endpoints did not change is not built again.
+	// the assignment's order: a cluster whose endpoints did not change is not built again;
+	// parts holds the messages of its endpoints, for the next build to share.
 	served map[string][]endpoint
+	parts  map[string]map[placed]*endpointv3.LocalityLbEndpoints
 }
 
 func newCapsIndex() *capsIndex {
 	return &capsIndex{entries: map[entryKey]apiv1.CapabilityEntry{}, byInst: map[string]map[entryKey]struct{}{},
-		clusters: map[string][]member{}, served: map[string][]endpoint{}}
+		clusters: map[string][]member{}, served: map[string][]endpoint{}, parts: map[string]map[placed]*endpointv3.LocalityLbEndpoints{}}
 }
 
 // reset makes the index hold entries, and returns every cluster name it held or holds.
@@ -52,9 +56,9 @@ func (x *capsIndex) reset(entries []apiv1.CapabilityEntry) map[string]struct{} {
 	for n := range x.clusters {
 		dirty[n] = struct{}{}
 	}
-	served := x.served
+	served, parts := x.served, x.parts
 	*x = *newCapsIndex()
-	x.served = served // what the resources were built from stays true of them
+	x.served, x.parts = served, parts // what the resources were built from stays true of them
 	for _, e := range entries {
 		x.put(e, dirty)
 	}
@@ -107,21 +111,19 @@ func rankOf(e *apiv1.CapabilityEntry) apiv1.Rank {
 	return apiv1.Rank{Priority: p, Version: v, Generation: e.Generation}
 }
 
-// compareMembers orders members as the view does: capability_id, provider, then rank.
+// compareMembers orders a cluster's members as its assignment lists their endpoints
+// (compareEndpoints), those without one last: an assignment is built from them as they are.
 func compareMembers(a, b *member) int {
 	switch {
-	case a.e.CapabilityID != b.e.CapabilityID:
-		if a.e.CapabilityID < b.e.CapabilityID {
+	case a.ok != b.ok:
+		if a.ok {
 			return -1
 		}
 		return 1
-	case a.e.Provider != b.e.Provider:
-		if a.e.Provider < b.e.Provider {
-			return -1
-		}
-		return 1
+	case !a.ok:
+		return a.rank.Compare(b.rank)
 	}
-	return a.rank.Compare(b.rank)
+	return cmp.Or(compareEndpoints(a.ep, b.ep), a.rank.Compare(b.rank))
 }
 
 func (x *capsIndex) put(e apiv1.CapabilityEntry, dirty map[string]struct{}) {
@@ -186,19 +188,27 @@ func (x *capsIndex) build(res map[resourcev3.Type]map[string]types.Resource, n s
 			delete(res[typ], n)
 		}
 		delete(x.served, n)
+		delete(x.parts, n)
 		return had, nil
 	}
-	sortEndpoints(eps)
+	// the members are in the assignment's order already
 	_, had := res[resourcev3.ClusterType][n]
 	if had && slices.Equal(eps, x.served[n]) {
 		return false, nil
 	}
 	x.served[n] = eps
+	parts := make(map[placed]*endpointv3.LocalityLbEndpoints, len(eps)) // this build's alone
+	cla := loadAssignmentOf(n, eps, x.parts[n], parts)
+	x.parts[n] = parts
 	if had {
-		res[resourcev3.EndpointType][n] = loadAssignment(n, eps) // the cluster and its listener stay
+		res[resourcev3.EndpointType][n] = cla // the cluster and its listener stay
 		return true, nil
 	}
-	return true, putCluster(res, n, eps)
+	if err := putCluster(res, n, eps); err != nil {
+		return false, err
+	}
+	res[resourcev3.EndpointType][n] = cla
+	return true, nil
 }
 
 // sortedNames returns the names of a set, sorted.
