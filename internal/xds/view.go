@@ -24,7 +24,7 @@ func keyOf(e *apiv1.CapabilityEntry) entryKey {
 // member is one entry of a cluster, with its endpoint (ok false: the entry's endpoint has no
 // host and port) and its rank in the view's order.
 type member struct {
-	e    apiv1.CapabilityEntry
+	key  entryKey
 	rank apiv1.Rank
 	ep   endpoint
 	ok   bool
@@ -138,7 +138,7 @@ func (x *capsIndex) put(e apiv1.CapabilityEntry, dirty map[string]struct{}) {
 		x.byInst[e.InstanceID] = ids
 	}
 	ids[k] = struct{}{}
-	m := member{e: e, rank: rankOf(&e)}
+	m := member{key: k, rank: rankOf(&e)}
 	m.ep, m.ok = endpointOf(e)
 	for _, n := range clusterNames(e) {
 		ms := x.clusters[n]
@@ -159,7 +159,7 @@ func (x *capsIndex) remove(k entryKey, dirty map[string]struct{}) {
 	}
 	for _, n := range clusterNames(e) {
 		ms := x.clusters[n]
-		if i := slices.IndexFunc(ms, func(m member) bool { return keyOf(&m.e) == k }); i >= 0 {
+		if i := slices.IndexFunc(ms, func(m member) bool { return m.rank.Generation == e.Generation && m.key == k }); i >= 0 {
 			ms = slices.Delete(ms, i, i+1)
 		}
 		if len(ms) == 0 {
