@@ -500,9 +500,7 @@ func (c *Client) WatchDeltas(ctx context.Context, q Query, fn func(*Delta)) erro
 				break
 			}
 			failures++
-			dl := time.Duration(c.cfg.Rand() * float64(min(100*time.Millisecond<<min(failures-1, 6), 5*time.Second)))
-			c.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "discovery delta watch failed", slog.Any("error", err), slog.String("retry_in", dl.String()))
-			c.cfg.Sleep(ctx, dl)
+			c.backOff(ctx, "discovery delta watch failed", err, failures)
 			continue
 		}
 		failures = 0
@@ -559,11 +557,7 @@ func watch[T any](ctx context.Context, c *Client, v *view[T], fetch func(context
 				break
 			}
 			failures++
-			// 100 ms doubling to 5 s, with full jitter: a fleet of consumers reconnecting
-			// after a registry restart does not arrive at once.
-			d := time.Duration(c.cfg.Rand() * float64(min(100*time.Millisecond<<min(failures-1, 6), 5*time.Second)))
-			c.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "discovery watch failed", slog.Any("error", err), slog.String("retry_in", d.String()))
-			c.cfg.Sleep(ctx, d)
+			c.backOff(ctx, "discovery watch failed", err, failures)
 			continue
 		}
 		failures = 0
@@ -583,6 +577,15 @@ func watch[T any](ctx context.Context, c *Client, v *view[T], fetch func(context
 		}
 	}
 	return nil
+}
+
+// backOff logs a watch's failure and waits before its next try: 100 ms doubling to 5 s with
+// the failures in a row, with full jitter, so that a fleet of consumers reconnecting after a
+// registry restart does not arrive at once.
+func (c *Client) backOff(ctx context.Context, msg string, err error, failures int) {
+	d := time.Duration(c.cfg.Rand() * float64(min(100*time.Millisecond<<min(failures-1, 6), 5*time.Second)))
+	c.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, msg, slog.Any("error", err), slog.String("retry_in", d.String()))
+	c.cfg.Sleep(ctx, d)
 }
 
 // Change is what one answer of a watch changed in its view (WatchChanges): Put, the entries

@@ -590,6 +590,21 @@ func (r *recording) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	r.h.ServeHTTP(w, req)
 }
 
+// newRecorded is a registry behind a recording front (answering as one without delta watches
+// when old), and a discovery client of the front.
+func newRecorded(t *testing.T, old bool) (*registrytest.Server, *recording, *discovery.Client) {
+	t.Helper()
+	s := registrytest.NewServer(t, registry.Config{})
+	rec := &recording{h: s.Config.Handler, old: old}
+	front := httptest.NewServer(rec)
+	t.Cleanup(front.Close)
+	c, err := discovery.New(discovery.Config{Registries: []string{front.URL}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, rec, c
+}
+
 func (r *recording) deltas() (delta, full int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -609,14 +624,7 @@ func (r *recording) deltas() (delta, full int) {
 func TestWatchWithDeltas(t *testing.T) {
 	for _, old := range []bool{false, true} {
 		t.Run(fmt.Sprintf("old registry %v", old), func(t *testing.T) {
-			s := registrytest.NewServer(t, registry.Config{})
-			rec := &recording{h: s.Config.Handler, old: old}
-			front := httptest.NewServer(rec)
-			t.Cleanup(front.Close)
-			c, err := discovery.New(discovery.Config{Registries: []string{front.URL}})
-			if err != nil {
-				t.Fatal(err)
-			}
+			s, rec, c := newRecorded(t, old)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			changes := make(chan *discovery.Result, 64)
@@ -704,14 +712,7 @@ func TestWatchWithDeltas(t *testing.T) {
 func TestWatchDeltas(t *testing.T) {
 	for _, old := range []bool{false, true} {
 		t.Run(fmt.Sprintf("old registry %v", old), func(t *testing.T) {
-			s := registrytest.NewServer(t, registry.Config{})
-			rec := &recording{h: s.Config.Handler, old: old}
-			front := httptest.NewServer(rec)
-			t.Cleanup(front.Close)
-			c, err := discovery.New(discovery.Config{Registries: []string{front.URL}})
-			if err != nil {
-				t.Fatal(err)
-			}
+			s, _, c := newRecorded(t, old)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			type key struct{ id, capability string }

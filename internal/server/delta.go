@@ -104,18 +104,9 @@ func appendDelta(b []byte, ans *registry.Answer, removed []apiv1.Removal) ([]byt
 			return nil, err
 		}
 	}
-	b = append(b, `],"updated":[],"removed":[`...)
-	for i, r := range removed {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = append(b, `{"instance_id":`...)
-		b = apijson.String(b, r.InstanceID)
-		b = append(b, `,"generation":`...)
-		b = strconv.AppendInt(b, r.Generation, 10)
-		b = append(b, '}')
-	}
-	return append(b, "]}\n"...), nil
+	b = append(b, `],"updated":[],"removed":`...)
+	b = appendRemovals(b, removed)
+	return append(b, "}\n"...), nil
 }
 
 // appendReset writes the whole answer as a delta watch's reset: the discovery answer with

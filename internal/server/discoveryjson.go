@@ -42,24 +42,30 @@ func writeDiscovery(b []byte, ans *registry.Answer, flush func([]byte) ([]byte, 
 		return nil, err
 	}
 	if len(ans.Removed) > 0 {
-		b = append(b, `,"removed":[`...)
-		for i, r := range ans.Removed {
-			if i > 0 {
-				b = append(b, ',')
-			}
-			b = append(b, `{"instance_id":`...)
-			b = apijson.String(b, r.InstanceID)
-			b = append(b, `,"generation":`...)
-			b = strconv.AppendInt(b, r.Generation, 10)
-			b = append(b, '}')
-		}
-		b = append(b, ']')
+		b = append(b, `,"removed":`...)
+		b = appendRemovals(b, ans.Removed)
 	}
 	b = append(b, "}\n"...)
 	if flush != nil {
 		return flush(b)
 	}
 	return b, nil
+}
+
+// appendRemovals appends rs as a JSON array of {"instance_id", "generation"}.
+func appendRemovals(b []byte, rs []apiv1.Removal) []byte {
+	b = append(b, '[')
+	for i, r := range rs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"instance_id":`...)
+		b = apijson.String(b, r.InstanceID)
+		b = append(b, `,"generation":`...)
+		b = strconv.AppendInt(b, r.Generation, 10)
+		b = append(b, '}')
+	}
+	return append(b, ']')
 }
 
 // encodeDiscovery encodes ans for the answer cache: compressed only when it is large and the

@@ -284,8 +284,10 @@ func (s *Server) capabilities(w http.ResponseWriter, r *http.Request) (any, erro
 		return nil, err
 	}
 	spaced := key
-	if paged {
-		spaced = "" // a listing is read a page at a time: never held
+	if paged || delta {
+		// a listing is read a page at a time, a delta costs the instances that changed: never
+		// held for the cost of building the whole answer
+		spaced = ""
 	}
 	if err := s.longPoll(r.Context(), v, "capabilities", registry.TopicOf(q), spaced); err != nil {
 		return nil, err

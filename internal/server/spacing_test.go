@@ -69,6 +69,7 @@ func TestLongPollSpacing(t *testing.T) {
 		path    string
 		poll    bool   // a long poll (index given), else a plain request
 		paged   bool   // the long poll asks for a page (limit) of what was built unpaged
+		delta   bool   // the long poll is a delta watch
 		wait    string // the long poll's wait
 		cached  bool   // the answer at the new revision is built before the request
 		wantMin time.Duration
@@ -88,6 +89,8 @@ func TestLongPollSpacing(t *testing.T) {
 		{name: "spacing off", step: step, spacing: -1, path: "/v1/discovery/capabilities?include=all", poll: true, wait: "30s"},
 		// a listing read a page at a time is never held: each page is a request of its own
 		{name: "paged long poll", step: step, spacing: 10, path: "/v1/discovery/capabilities?include=all", poll: true, paged: true, wait: "30s"},
+		// a delta costs the instances that changed, not the whole answer's build
+		{name: "delta watch", step: step, spacing: 10, path: "/v1/discovery/capabilities?include=all", poll: true, delta: true, wait: "30s"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -113,6 +116,9 @@ func TestLongPollSpacing(t *testing.T) {
 			}
 			if tt.paged {
 				url += "&limit=10"
+			}
+			if tt.delta {
+				url += "&delta=true"
 			}
 			r := do(t, "GET", url, "")
 			if r.status != 200 || !strings.Contains(string(r.body), "jms-2") {

@@ -159,11 +159,9 @@ class DiscoveryClient:
             for v in self._views.values():
                 v.fetched_at = min(v.fetched_at, time.monotonic() - self.ttl - 1)
 
-    def capabilities(self, capability_id: str, constraint: Optional[str] = None, provider: Optional[str] = None,
-                     zone: Optional[str] = None) -> List[Dict[str, Any]]:
-        """The entries of the instances that offer capability_id (with the version constraint,
-        provider and zone when given), in the registry's order. Raises RegistryUnavailable when
-        there is nothing to serve."""
+    def _view_of(self, capability_id: str, constraint: Optional[str], provider: Optional[str],
+                 zone: Optional[str]) -> Tuple[Dict[str, str], _View]:
+        """The query's parameters and its view (made empty the first time)."""
         q = {"capability_id": capability_id}
         if constraint:
             q["version"] = constraint
@@ -171,9 +169,16 @@ class DiscoveryClient:
             q["provider"] = provider
         if zone:
             q["zone"] = zone
-        key = tuple(sorted(q.items()))
         with self._lock:
-            v = self._views.setdefault(key, _View())
+            return q, self._views.setdefault(tuple(sorted(q.items())), _View())
+
+    def capabilities(self, capability_id: str, constraint: Optional[str] = None, provider: Optional[str] = None,
+                     zone: Optional[str] = None) -> List[Dict[str, Any]]:
+        """The entries of the instances that offer capability_id (with the version constraint,
+        provider and zone when given), in the registry's order. Raises RegistryUnavailable when
+        there is nothing to serve."""
+        q, v = self._view_of(capability_id, constraint, provider, zone)
+        with self._lock:
             if v.entries is not None and v.error is None and time.monotonic() - v.fetched_at <= self.ttl:
                 self._last_state = self._state_of(v)
                 return list(v.entries)
@@ -205,16 +210,7 @@ class DiscoveryClient:
         view by the usual rules. A registry that refuses delta=true is watched with whole
         answers."""
         stop = stop or threading.Event()
-        q = {"capability_id": capability_id}
-        if constraint:
-            q["version"] = constraint
-        if provider:
-            q["provider"] = provider
-        if zone:
-            q["zone"] = zone
-        key = tuple(sorted(q.items()))
-        with self._lock:
-            v = self._views.setdefault(key, _View())
+        q, v = self._view_of(capability_id, constraint, provider, zone)
         held: Optional[List[Dict[str, Any]]] = None
         epoch, revision, delta, failures = "", 0, True, 0
         while not stop.is_set():
