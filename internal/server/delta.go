@@ -10,7 +10,6 @@ import (
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/httpapi"
-	"github.com/meshflows/meshflows/internal/apijson"
 	"github.com/meshflows/meshflows/internal/registry"
 )
 
@@ -88,12 +87,7 @@ func (b *deltaBodies) get(index int64) []byte {
 
 // appendDelta writes the delta of the instances ids (their entries now in ans) as JSON.
 func appendDelta(b []byte, ans *registry.Answer, removed []apiv1.Removal) ([]byte, error) {
-	b = append(b, `{"registry_epoch":`...)
-	b = apijson.String(b, ans.Epoch)
-	b = append(b, `,"revision":`...)
-	b = strconv.AppendInt(b, ans.Revision, 10)
-	b = append(b, `,"complete":`...)
-	b = strconv.AppendBool(b, ans.Complete)
+	b = appendState(b, ans.State)
 	b = append(b, `,"added":[`...)
 	var err error
 	for i, e := range ans.Entries {

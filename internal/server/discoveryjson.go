@@ -30,12 +30,7 @@ func appendDiscovery(b []byte, ans *registry.Answer) ([]byte, error) {
 // writes them: with flush, a piece at a time (flush also takes what is left at the end);
 // without, in room taken once for the whole answer.
 func writeDiscovery(b []byte, ans *registry.Answer, flush func([]byte) ([]byte, error)) ([]byte, error) {
-	b = append(b, `{"registry_epoch":`...)
-	b = apijson.String(b, ans.Epoch)
-	b = append(b, `,"revision":`...)
-	b = strconv.AppendInt(b, ans.Revision, 10)
-	b = append(b, `,"complete":`...)
-	b = strconv.AppendBool(b, ans.Complete)
+	b = appendState(b, ans.State)
 	b = append(b, `,"capabilities":`...)
 	b, err := apijson.List(b, slices.Values(ans.Entries), len(ans.Entries), appendEntry, flush)
 	if err != nil {
@@ -50,6 +45,17 @@ func writeDiscovery(b []byte, ans *registry.Answer, flush func([]byte) ([]byte, 
 		return flush(b)
 	}
 	return b, nil
+}
+
+// appendState opens an answer's JSON object with the registry's state: epoch, revision and
+// completeness.
+func appendState(b []byte, st registry.State) []byte {
+	b = append(b, `{"registry_epoch":`...)
+	b = apijson.String(b, st.Epoch)
+	b = append(b, `,"revision":`...)
+	b = strconv.AppendInt(b, st.Revision, 10)
+	b = append(b, `,"complete":`...)
+	return strconv.AppendBool(b, st.Complete)
 }
 
 // appendRemovals appends rs as a JSON array of {"instance_id", "generation"}.
