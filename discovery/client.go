@@ -392,18 +392,10 @@ func (v *view[T]) invalidate() {
 }
 
 // Watch keeps the view of q current with long polls until ctx ends, calling onChange (from
-// its own goroutine, one call at a time) with every new view. Failures are retried with
+// its own goroutine, one call at a time) with every new view. It asks for the changes since
+// the view it holds (a delta watch) unless Config.FullAnswers. Failures are retried with
 // jittered backoff; readers meanwhile get the cache rules (stale, then expired).
 func (c *Client) Watch(ctx context.Context, q Query, onChange func(*Result)) error {
-	var fn func(*Result, *Change)
-	if onChange != nil {
-		fn = func(r *Result, _ *Change) { onChange(r) }
-	}
-	return c.WatchChanges(ctx, q, fn)
-}
-
-// WatchChanges is the Watch loop with onChange hearing the change too (see changeOf).
-func (c *Client) WatchChanges(ctx context.Context, q Query, onChange func(*Result, *Change)) error {
 	vals := q.values()
 	v := c.capsView(vals.Encode())
 	fetch := func(ctx context.Context, at position) (answer[[]apiv1.CapabilityEntry], error) {
@@ -413,9 +405,9 @@ func (c *Client) WatchChanges(ctx context.Context, q Query, onChange func(*Resul
 		d := &deltaWatch{c: c, vals: vals}
 		fetch = d.fetch
 	}
-	return watch(ctx, c, v, fetch, func(a *answer[[]apiv1.CapabilityEntry], m Meta, ch *Change) {
+	return watch(ctx, c, v, fetch, func(a *answer[[]apiv1.CapabilityEntry], m Meta) {
 		if onChange != nil {
-			onChange(&Result{Meta: m, Entries: a.body}, ch)
+			onChange(&Result{Meta: m, Entries: a.body})
 		}
 	})
 }
@@ -524,16 +516,15 @@ func removals(m map[string]bool) []apiv1.Removal {
 
 // WatchRoutes is Watch for the routes view.
 func (c *Client) WatchRoutes(ctx context.Context, onChange func(*RoutesResult)) error {
-	return watch(ctx, c, c.routes, c.fetchRoutes, func(a *answer[Routes], m Meta, _ *Change) {
+	return watch(ctx, c, c.routes, c.fetchRoutes, func(a *answer[Routes], m Meta) {
 		if onChange != nil {
 			onChange(&RoutesResult{Meta: m, Routes: a.body})
 		}
 	})
 }
 
-func watch[T any](ctx context.Context, c *Client, v *view[T], fetch func(context.Context, position) (answer[T], error), notify func(*answer[T], Meta, *Change)) error {
+func watch[T any](ctx context.Context, c *Client, v *view[T], fetch func(context.Context, position) (answer[T], error), notify func(*answer[T], Meta)) error {
 	failures := 0
-	var notified *answer[T] // the view the last notify told
 	for ctx.Err() == nil {
 		v.mu.Lock()
 		at := position{index: -1}
@@ -543,14 +534,13 @@ func watch[T any](ctx context.Context, c *Client, v *view[T], fetch func(context
 		v.mu.Unlock()
 		get := func(ctx context.Context) (answer[T], error) { return fetch(ctx, at) }
 		var changed bool
-		var prior *answer[T]
 		var err error
 		if at.index < 0 {
 			changed, err = v.refresh(ctx, c.cfg.Now, get) // a plain fetch: readers may share it
 		} else {
 			// A long poll may be held for the whole wait: never shared, so that a reader that
 			// needs the view now (after Invalidate, past the TTL) gets its own request.
-			changed, prior, err = v.fetchAndApply(ctx, c.cfg.Now, get)
+			changed, err = v.fetchAndApply(ctx, c.cfg.Now, get)
 		}
 		if err != nil {
 			if ctx.Err() != nil {
@@ -562,18 +552,11 @@ func watch[T any](ctx context.Context, c *Client, v *view[T], fetch func(context
 		}
 		failures = 0
 		if changed {
-			// a change is told against the view last told (notified): one a read refreshed in
-			// between, or another answer than the one applied, is told whole
-			before := prior
-			if prior != notified {
-				before = nil
-			}
 			v.mu.Lock()
 			a := v.lkg
-			notified = a
 			st, age := v.snapshotLocked(c.cfg.Now(), c.cfg.StaleAllowance)
 			v.mu.Unlock()
-			notify(a, Meta{Source: SourceFresh, State: st, Age: age, RegistryEpoch: a.epoch, Revision: a.revision, Complete: a.complete}, changeOf(before, a))
+			notify(a, Meta{Source: SourceFresh, State: st, Age: age, RegistryEpoch: a.epoch, Revision: a.revision, Complete: a.complete})
 		}
 	}
 	return nil
@@ -586,34 +569,6 @@ func (c *Client) backOff(ctx context.Context, msg string, err error, failures in
 	d := time.Duration(c.cfg.Rand() * float64(min(100*time.Millisecond<<min(failures-1, 6), 5*time.Second)))
 	c.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, msg, slog.Any("error", err), slog.String("retry_in", d.String()))
 	c.cfg.Sleep(ctx, d)
-}
-
-// Change is what one answer of a watch changed in its view (WatchChanges): Put, the entries
-// added or updated, and Gone, the instances whose entries at or below the generation named
-// left the view — or Whole, when the view must be read whole (the first answer, a reset, an
-// answer of another epoch, the end of the registry's warm-up, a read that refreshed the view
-// between two answers of the watch, or a watch of whole answers).
-type Change struct {
-	Whole bool
-	Put   []apiv1.CapabilityEntry
-	Gone  []apiv1.Removal
-}
-
-// changeOf is the change from the view before (nil: none) to a, when a was rebuilt from a
-// delta on exactly what before held; Whole otherwise.
-func changeOf[T any](before, a *answer[T]) *Change {
-	ad := a.delta
-	if ad == nil || before == nil || before.epoch != ad.epoch || before.revision != ad.base || before.complete != a.complete {
-		return &Change{Whole: true}
-	}
-	ch := &Change{Put: make([]apiv1.CapabilityEntry, 0, len(ad.d.Added)+len(ad.d.Updated)), Gone: ad.d.Removed}
-	ch.Put = append(append(ch.Put, ad.d.Added...), ad.d.Updated...)
-	for _, e := range ch.Put {
-		if e.Restored {
-			return &Change{Whole: true} // a merge may leave a restored entry out of the view
-		}
-	}
-	return ch
 }
 
 // Ack tells the registry that this consumer's view (a gateway's table) reflects revision of
@@ -766,15 +721,11 @@ func (d *deltaWatch) fetch(ctx context.Context, at position) (answer[[]apiv1.Cap
 	if !resp.Reset && resp.RegistryEpoch != d.epoch {
 		return answer[[]apiv1.CapabilityEntry]{}, fmt.Errorf("delta of epoch %s on an answer of epoch %s", resp.RegistryEpoch, d.epoch)
 	}
-	applied := &appliedDelta{epoch: d.epoch, base: d.revision, d: resp}
-	if resp.Reset {
-		applied = nil
-	}
 	d.held = resp.Apply(d.held)
 	d.epoch, d.revision = resp.RegistryEpoch, resp.Revision
 	d.c.metrics.deltas.WithLabelValues(deltaKind(resp)).Inc()
 	return answer[[]apiv1.CapabilityEntry]{epoch: resp.RegistryEpoch, revision: resp.Revision, complete: resp.Complete, body: d.held,
-		removed: removedSet(resp.Removed), delta: applied}, nil
+		removed: removedSet(resp.Removed)}, nil
 }
 
 func deltaKind(d *apiv1.DiscoveryDelta) string {

@@ -629,38 +629,7 @@ func TestWatchWithDeltas(t *testing.T) {
 			defer cancel()
 			changes := make(chan *discovery.Result, 64)
 			done := make(chan error, 1)
-			// a consumer that keeps its own copy from the changes alone
-			kept := map[string]apiv1.CapabilityEntry{}
-			partial := 0
-			go func() {
-				done <- c.WatchChanges(ctx, publish, func(r *discovery.Result, ch *discovery.Change) {
-					if ch.Whole {
-						clear(kept)
-						for _, e := range r.Entries {
-							kept[e.InstanceID] = e
-						}
-					} else {
-						partial++
-						for _, g := range ch.Gone {
-							if e, ok := kept[g.InstanceID]; ok && e.Generation <= g.Generation {
-								delete(kept, g.InstanceID)
-							}
-						}
-						for _, e := range ch.Put {
-							kept[e.InstanceID] = e
-						}
-					}
-					if len(kept) != len(r.Entries) {
-						t.Errorf("the changes keep %d entries, the view has %d", len(kept), len(r.Entries))
-					}
-					for _, e := range r.Entries {
-						if !cmp.Equal(kept[e.InstanceID], e) {
-							t.Errorf("the changes keep %+v, the view has %+v", kept[e.InstanceID], e)
-						}
-					}
-					changes <- r
-				})
-			}()
+			go func() { done <- c.Watch(ctx, publish, func(r *discovery.Result) { changes <- r }) }()
 			<-changes
 			var want []string
 			for i := range 10 {
@@ -699,8 +668,6 @@ func TestWatchWithDeltas(t *testing.T) {
 				t.Errorf("%d delta and %d whole-answer requests, want the first alone whole", delta, full)
 			case old && (delta != 1 || full < 10):
 				t.Errorf("against an old registry: %d delta and %d whole-answer requests, want one delta refused", delta, full)
-			case !old && partial < 9, old && partial != 0: // the first delta, from revision 0, is a reset
-				t.Errorf("%d changes told as such (not whole)", partial)
 			}
 		})
 	}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"sync"
 	"time"
-
-	apiv1 "github.com/meshflows/meshflows/api/v1"
 )
 
 // Source says where a Result came from.
@@ -41,16 +39,6 @@ type answer[T any] struct {
 	body     T
 	// removed: the instances an incomplete answer says the registry removed in its epoch
 	removed map[string]bool
-	// delta, on an answer a delta watch rebuilt, is the delta and the revision it applied to
-	delta *appliedDelta
-}
-
-// appliedDelta is what a delta watch's answer changed: the delta, and the epoch and revision
-// of the answer it applied to.
-type appliedDelta struct {
-	epoch string
-	base  int64
-	d     *apiv1.DiscoveryDelta
 }
 
 // kind tells a view how to talk about its type T.
@@ -98,8 +86,7 @@ func (v *view[T]) apply(a answer[T], now time.Time) bool {
 		return true
 	default:
 		// A registry that started empty is still warming up: keep what we knew, add what it says.
-		// a delta's change holds for the merge too: its entries put, its instances gone
-		merged := answer[T]{epoch: a.epoch, revision: a.revision, complete: false, body: v.kind.merge(cur.body, a.body, a.removed), delta: a.delta}
+		merged := answer[T]{epoch: a.epoch, revision: a.revision, complete: false, body: v.kind.merge(cur.body, a.body, a.removed)}
 		v.lkg = &merged
 		return true
 	}
@@ -121,7 +108,7 @@ func (v *view[T]) refresh(ctx context.Context, now func() time.Time, fetch func(
 	v.inflight = f
 	v.mu.Unlock()
 
-	changed, _, err = v.fetchAndApply(ctx, now, fetch)
+	changed, err = v.fetchAndApply(ctx, now, fetch)
 
 	v.mu.Lock()
 	v.inflight = nil
@@ -131,18 +118,16 @@ func (v *view[T]) refresh(ctx context.Context, now func() time.Time, fetch func(
 	return changed, err
 }
 
-// fetchAndApply runs fetch and applies its answer, or records its failure; prior is the view
-// the answer was applied to.
-func (v *view[T]) fetchAndApply(ctx context.Context, now func() time.Time, fetch func(ctx context.Context) (answer[T], error)) (changed bool, prior *answer[T], err error) {
+// fetchAndApply runs fetch and applies its answer, or records its failure.
+func (v *view[T]) fetchAndApply(ctx context.Context, now func() time.Time, fetch func(ctx context.Context) (answer[T], error)) (changed bool, err error) {
 	a, err := fetch(ctx)
 	v.mu.Lock()
 	defer v.mu.Unlock()
 	if err != nil {
 		v.checkedAt, v.lastErr = now(), err
-		return false, nil, err
+		return false, err
 	}
-	prior = v.lkg
-	return v.apply(a, now()), prior, nil
+	return v.apply(a, now()), nil
 }
 
 // snapshot describes the view at now; it must be called with v.mu held.
