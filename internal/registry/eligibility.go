@@ -13,17 +13,22 @@ import (
 	"github.com/meshflows/meshflows/internal/prober"
 )
 
+// capabilityIDs returns the ids of rec's capabilities, in order: its interned list's, shared
+// by the replicas of a service, when it has one.
+func capabilityIDs(rec *Record) []string {
+	if l := rec.capList; l != nil {
+		return l.ids
+	}
+	ids := make([]string, len(rec.Capabilities)) // a record not built by newRecord or RecordFromInstance
+	for i, c := range rec.Capabilities {
+		ids[i] = c.CapabilityID
+	}
+	return ids
+}
+
 // healthInstance is what the eligibility engine needs to know of a record.
 func healthInstance(rec *Record) health.Instance {
-	in := health.Instance{ID: rec.InstanceID, Zone: rec.Zone, Service: rec.ServiceName, Routed: rec.Routed()}
-	if l := rec.capList; l != nil {
-		in.Capabilities = l.ids
-	} else { // a record not built by newRecord or RecordFromInstance
-		in.Capabilities = make([]string, len(rec.Capabilities))
-		for i, c := range rec.Capabilities {
-			in.Capabilities[i] = c.CapabilityID
-		}
-	}
+	in := health.Instance{ID: rec.InstanceID, Zone: rec.Zone, Service: rec.ServiceName, Routed: rec.Routed(), Capabilities: capabilityIDs(rec)}
 	if in.Probe = rec.Probed(); in.Probe {
 		if m := rec.Manifest; m.Health.UnhealthyAfter != nil {
 			if n, ok := m.Health.UnhealthyAfter.Int64(); ok {
