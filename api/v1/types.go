@@ -178,7 +178,7 @@ type DiscoveryResponse struct {
 	// before (an incomplete answer may lack live instances) drops these. An answer to a query
 	// that names a service_name lists only that service's; one that names a capability_id and
 	// no service, only that capability's; one that names neither, every service's. At most
-	// the newest 1,000 are listed, each for 5 minutes after it was made.
+	// the newest 1,000 are listed, each for a minute after it was made.
 	Removed []Removal `json:"removed,omitempty"`
 	// NextPageToken, on a paged answer (limit) with more entries, asks for the next page
 	// (page_token); every page of one listing is cut from the same revision.

@@ -110,15 +110,16 @@ func (d *drain) forgetRemovals() {
 }
 
 // Bounds of the warm-up's removals (drain.removed): an answer lists at most
-// MaxRemovedPerAnswer, the newest, and a removal is listed for RemovalKeep after it was
-// made. A consumer that polls merges each answer as it comes, and drops a removed instance
+// MaxRemovedPerAnswer, the newest, and a removal is listed for RemovalKeep (twice the
+// default long-poll wait) after it was made. A consumer that polls merges each answer as it
+// comes, and drops a removed instance
 // from the first answer that lists it; one away for longer than RemovalKeep while the
 // registry warms up keeps a removed instance until the warm-up ends (one lease TTL). An
 // evacuation's 667 deregistrations a second would otherwise list some 1,300 removals in
 // every answer about one service by the warm-up's end, more than the answer itself.
 const (
 	MaxRemovedPerAnswer = 1000
-	RemovalKeep         = 5 * time.Minute
+	RemovalKeep         = time.Minute
 )
 
 // removalAt is one removal in the order they were made, for their ageing out: its names, not
