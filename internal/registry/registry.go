@@ -649,16 +649,28 @@ func (r *Registry) Wait(ctx context.Context, epoch string, index int64, wait tim
 // waits for a change of the fleet: nothing newer is here yet. Otherwise (another epoch, or no
 // epoch given and an index that is not the current revision) it returns at once.
 func (r *Registry) WaitOn(ctx context.Context, t Topic, epoch string, index int64, wait time.Duration) int64 {
-	rev, changed, judged := r.watch()
+	rev, _, _ := r.watch()
 	if rev < index && epoch != r.store.Epoch().ID {
 		return rev
 	}
 	if t == (Topic{}) || !r.topics.attributed || rev < index {
-		return r.waitFleet(ctx, rev, changed, judged, index, wait)
+		return r.park(ctx, wait, func() (bool, <-chan struct{}, <-chan struct{}) {
+			rev, changed, judged := r.watch()
+			return rev > index, changed, judged
+		})
 	}
-	at, topic, all := r.topics.watch(t)
-	if at > index {
-		return rev
+	return r.park(ctx, wait, func() (bool, <-chan struct{}, <-chan struct{}) {
+		at, topic, all := r.topics.watch(t)
+		return at > index, topic, all
+	})
+}
+
+// park waits until ready says the wait is over, ctx ends or wait passes, and returns the
+// revision then. ready also gives the two channels closed when it may next say so.
+func (r *Registry) park(ctx context.Context, wait time.Duration, ready func() (bool, <-chan struct{}, <-chan struct{})) int64 {
+	done, a, b := ready()
+	if done {
+		return r.revision()
 	}
 	r.watchers.Add(1)
 	defer r.watchers.Add(-1)
@@ -666,39 +678,15 @@ func (r *Registry) WaitOn(ctx context.Context, t Topic, epoch string, index int6
 	defer timer.Stop()
 	for {
 		select {
-		case <-topic:
-		case <-all:
+		case <-a:
+		case <-b:
 		case <-timer.C:
 			return r.revision()
 		case <-ctx.Done():
 			return r.revision()
 		}
-		if at, topic, all = r.topics.watch(t); at > index {
+		if done, a, b = ready(); done {
 			return r.revision()
-		}
-	}
-}
-
-// waitFleet waits for the revision to exceed index (rev, changed and judged from watch).
-func (r *Registry) waitFleet(ctx context.Context, rev int64, changed, judged <-chan struct{}, index int64, wait time.Duration) int64 {
-	if rev > index {
-		return rev
-	}
-	r.watchers.Add(1)
-	defer r.watchers.Add(-1)
-	t := time.NewTimer(wait)
-	defer t.Stop()
-	for {
-		select {
-		case <-changed:
-		case <-judged:
-		case <-t.C:
-			return r.revision()
-		case <-ctx.Done():
-			return r.revision()
-		}
-		if rev, changed, judged = r.watch(); rev > index {
-			return rev
 		}
 	}
 }
