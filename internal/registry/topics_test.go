@@ -125,32 +125,30 @@ func TestWaitOnTopic(t *testing.T) {
 	}
 }
 
-// TestWaitOnTopicWakesAndSleeps: a parked poll on a service is woken by its service's
-// change, not by another's, and answers the revision then.
+// TestWaitOnTopicWakesAndSleeps: a poll on a service whose answer is current parks even when
+// another service changed past its index (a poll on the fleet would answer at once), and its
+// own service's change answers it with the revision then.
 func TestWaitOnTopicWakesAndSleeps(t *testing.T) {
 	f := newJudgedFixture(t)
 	mustRegister(t, f, request("a-1", "svc-a"))
 	mustRegister(t, f, request("b-1", "svc-b"))
 	index := f.reg.State().Revision
-	woke := make(chan int64, 1)
-	go func() {
-		woke <- f.reg.WaitOn(context.Background(), registry.ServiceTopic("svc-a"), "", index, time.Hour)
-	}()
-	for f.reg.Watchers() == 0 { // parked before anything changes
-		time.Sleep(time.Millisecond)
-	}
 	mustRegister(t, f, request("b-2", "svc-b"))
 	other := f.reg.State().Revision
-	select {
-	case rev := <-woke:
-		t.Fatalf("the poll on svc-a was answered at %d by a change of svc-b", rev)
-	default:
+	woke := make(chan int64, 1)
+	go func() { woke <- f.reg.WaitOn(context.Background(), registry.ServiceTopic("svc-a"), "", index, time.Hour) }()
+	for f.reg.Watchers() == 0 { // it parks, or it answered: one of the two comes
+		select {
+		case rev := <-woke:
+			t.Fatalf("the poll on svc-a at %d was answered at %d for a change of svc-b", index, rev)
+		default:
+			time.Sleep(time.Millisecond)
+		}
 	}
 	mustRegister(t, f, request("a-2", "svc-a"))
 	if rev := <-woke; rev <= other {
 		t.Errorf("woke at revision %d, want past svc-b's change at %d", rev, other)
 	}
-	// the answer's revision jumps past svc-b's change, and a poll from there waits
 	if f.reg.TopicChanged(registry.ServiceTopic("svc-a"), f.reg.State().Revision) {
 		t.Error("svc-a changed past the current revision")
 	}
