@@ -5,7 +5,6 @@ import (
 	"slices"
 	"sort"
 
-	"github.com/Masterminds/semver/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -22,12 +21,11 @@ func keyOf(e *apiv1.CapabilityEntry) entryKey {
 }
 
 // member is one entry of a cluster, with its endpoint (ok false: the entry's endpoint has no
-// host and port) and its rank in the view's order.
+// host and port).
 type member struct {
-	key  entryKey
-	rank apiv1.Rank
-	ep   endpoint
-	ok   bool
+	key entryKey
+	ep  endpoint
+	ok  bool
 }
 
 // capsIndex is the capabilities view as the server keeps it to update by change: the entries
@@ -104,26 +102,24 @@ func (x *capsIndex) gone(gs []apiv1.Removal, dirty map[string]struct{}) {
 	}
 }
 
-// rankOf is an entry's rank in the view's order (apiv1.SortCapabilityEntries).
-func rankOf(e *apiv1.CapabilityEntry) apiv1.Rank {
-	p, _ := apiv1.Priority(e.Metadata)
-	v, _ := semverOf(e.CapabilityVersion)
-	return apiv1.Rank{Priority: p, Version: v, Generation: e.Generation}
-}
-
 // compareMembers orders a cluster's members as its assignment lists their endpoints
 // (compareEndpoints), those without one last: an assignment is built from them as they are.
+// Members whose endpoints tie (two capabilities of one instance) make the same message; their
+// keys order them.
 func compareMembers(a, b *member) int {
-	switch {
-	case a.ok != b.ok:
+	if a.ok != b.ok {
 		if a.ok {
 			return -1
 		}
 		return 1
-	case !a.ok:
-		return a.rank.Compare(b.rank)
 	}
-	return cmp.Or(compareEndpoints(a.ep, b.ep), a.rank.Compare(b.rank))
+	if a.ok {
+		if c := compareEndpoints(a.ep, b.ep); c != 0 {
+			return c
+		}
+	}
+	k, l := a.key, b.key
+	return cmp.Or(cmp.Compare(k.instance, l.instance), cmp.Compare(k.capability, l.capability), cmp.Compare(k.provider, l.provider), cmp.Compare(k.version, l.version))
 }
 
 func (x *capsIndex) put(e apiv1.CapabilityEntry, dirty map[string]struct{}) {
@@ -138,7 +134,7 @@ func (x *capsIndex) put(e apiv1.CapabilityEntry, dirty map[string]struct{}) {
 		x.byInst[e.InstanceID] = ids
 	}
 	ids[k] = struct{}{}
-	m := member{key: k, rank: rankOf(&e)}
+	m := member{key: k}
 	m.ep, m.ok = endpointOf(e)
 	for _, n := range clusterNames(e) {
 		ms := x.clusters[n]
@@ -159,7 +155,7 @@ func (x *capsIndex) remove(k entryKey, dirty map[string]struct{}) {
 	}
 	for _, n := range clusterNames(e) {
 		ms := x.clusters[n]
-		if i := slices.IndexFunc(ms, func(m member) bool { return m.rank.Generation == e.Generation && m.key == k }); i >= 0 {
+		if i := slices.IndexFunc(ms, func(m member) bool { return m.key == k }); i >= 0 {
 			ms = slices.Delete(ms, i, i+1)
 		}
 		if len(ms) == 0 {
@@ -220,6 +216,3 @@ func sortedNames(m map[string]struct{}) []string {
 	slices.Sort(out)
 	return out
 }
-
-// semverOf parses a capability version as the registry does (nil when it is not one).
-func semverOf(v string) (*semver.Version, error) { return semver.StrictNewVersion(v) }
