@@ -136,7 +136,9 @@ func TestWaitOnTopicWakesAndSleeps(t *testing.T) {
 	mustRegister(t, f, request("b-2", "svc-b"))
 	other := f.reg.State().Revision
 	woke := make(chan int64, 1)
-	go func() { woke <- f.reg.WaitOn(context.Background(), registry.ServiceTopic("svc-a"), "", index, time.Hour) }()
+	go func() {
+		woke <- f.reg.WaitOn(context.Background(), registry.ServiceTopic("svc-a"), "", index, time.Hour)
+	}()
 	for f.reg.Watchers() == 0 { // it parks, or it answered: one of the two comes
 		select {
 		case rev := <-woke:
