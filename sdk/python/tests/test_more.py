@@ -174,6 +174,9 @@ class WatchTest(unittest.TestCase):
         t.start()
         self.addCleanup(t.join, 5)
         self.addCleanup(stop.set)
+        # the watch holds its first (empty) answer before the fleet changes, so what follows
+        # reaches it as deltas rather than in the first, whole answer
+        eventually("the watch holds its first answer", lambda: bool(seen))
         self._register(reg, "a", "1.0.0")
         self._register(reg, "b", "2.0.0")
         self._register(reg, "c", "1.0.0", priority=5)
@@ -186,10 +189,13 @@ class WatchTest(unittest.TestCase):
         eventually("the watched view equals the whole answer, in its order", same)
         # the view is what capabilities() serves, and the registry answered deltas
         self.assertEqual([e["instance_id"] for e in c.capabilities("x.y")], ["c", "b", "a"])
-        with urllib.request.urlopen(reg.url + "/metrics", timeout=5) as resp:
-            metrics = resp.read().decode()
-        deltas = [line for line in metrics.splitlines() if line.startswith('meshflows_registry_discovery_deltas_total{kind="delta"}')]
-        self.assertTrue(deltas and float(deltas[0].split()[-1]) > 0, deltas)
+        def answered_deltas():
+            with urllib.request.urlopen(reg.url + "/metrics", timeout=5) as resp:
+                metrics = resp.read().decode()
+            deltas = [line for line in metrics.splitlines()
+                      if line.startswith('meshflows_registry_discovery_deltas_total{kind="delta"}')]
+            return bool(deltas) and float(deltas[0].split()[-1]) > 0
+        eventually("the registry answered the watch with deltas", answered_deltas)
 
     def test_apply_delta_orders_as_the_registry(self):
         held = [dict(entry("a"), generation=1), dict(entry("b"), generation=2)]
