@@ -143,9 +143,9 @@ func (c *Client) exchange(ctx context.Context, r Request, out any) (int, []byte,
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	target := base + r.Path
-	if len(r.Query) > 0 {
-		target += "?" + r.Query.Encode()
+	target, err := joinURL(base, r.Path, r.Query)
+	if err != nil {
+		return 0, nil, err
 	}
 	var rd io.Reader
 	if r.Body != nil {
@@ -254,4 +254,17 @@ func HTTPClient(tlsCfg *tls.Config) *http.Client {
 		TLSClientConfig: tlsCfg, MaxIdleConnsPerHost: 16, IdleConnTimeout: 90 * time.Second,
 		TLSHandshakeTimeout: 10 * time.Second, ForceAttemptHTTP2: false,
 	}}
+}
+
+// joinURL is the URL of path (escaped) under base — a registry's URL, or a provider's
+// endpoint with its path prefix — with query as its only query: base's own query and
+// fragment never reach the request, whatever base holds.
+func joinURL(base, path string, query url.Values) (string, error) {
+	u, err := url.Parse(base)
+	if err != nil {
+		return "", fmt.Errorf("base URL %q: %w", base, err)
+	}
+	u = u.JoinPath(path)
+	u.RawQuery, u.ForceQuery, u.Fragment, u.RawFragment = query.Encode(), false, "", ""
+	return u.String(), nil
 }

@@ -15,20 +15,25 @@ func TestPlainEndpoint(t *testing.T) {
 		{"http://svc.ns.svc.cluster.local/api/v1_x/~u", true, false},
 		{"http://h", true, false},
 		{"http://h/", true, false},
-		{"HTTP://h", false, false},        // upper-case scheme: url.Parse's check takes it
-		{"http://[::1]:80", false, false}, // IPv6: url.Parse's check takes it
-		{"http://h:/x", false, false},     // an empty port: url.Parse takes it
-		{"http://h/a?b=c", false, false},  // a query: url.Parse takes it
-		{"http://h/a%20b", false, false},  // an escape: url.Parse takes it
-		{"http://u:p@h", false, true},     // user info
-		{"http://", false, true},          // no host
-		{"http://:80", false, true},       // no host name
-		{"ftp://h", false, true},          // scheme
-		{"http://h/a b", false, true},     // white space
-		{"http://h:8x", false, true},      // a port that is not one
-		{"http//h", false, true},          // not absolute
-		{"", false, true},                 // missing
-		{"http://h\n", false, true},       // a control byte
+		{"HTTP://h", false, false},                                     // upper-case scheme: url.Parse's check takes it
+		{"http://[::1]:80", false, false},                              // IPv6: url.Parse's check takes it
+		{"http://h:/x", false, false},                                  // an empty port: url.Parse takes it
+		{"http://h/a?b=c", false, true},                                // a query: an endpoint is an origin and a path prefix
+		{"http://127.0.0.1:7601/v1/workflows/rec/run?x=", false, true}, // a query aiming at another path
+		{"http://h/a?", false, true},                                   // an empty query
+		{"http://h/a#f", false, true},                                  // a fragment
+		{"http://h#", false, true},                                     // an empty fragment
+		{"http://h/prefix/v2", true, false},
+		{"http://h/a%20b", false, false}, // an escape: url.Parse takes it
+		{"http://u:p@h", false, true},    // user info
+		{"http://", false, true},         // no host
+		{"http://:80", false, true},      // no host name
+		{"ftp://h", false, true},         // scheme
+		{"http://h/a b", false, true},    // white space
+		{"http://h:8x", false, true},     // a port that is not one
+		{"http//h", false, true},         // not absolute
+		{"", false, true},                // missing
+		{"http://h\n", false, true},      // a control byte
 		{"https://h:99999999999/p", true, false},
 	}
 	for _, tt := range tests {

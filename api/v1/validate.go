@@ -250,6 +250,10 @@ func isDNSLabel(s string) bool {
 	return true
 }
 
+// EndpointProblem returns why s is not an endpoint — scheme://host[:port] with an optional
+// path prefix, http or https, no query, fragment or user info — or "".
+func EndpointProblem(s string) string { return endpointProblem(s) }
+
 func endpointProblem(s string) string {
 	if s == "" {
 		return "is required"
@@ -272,6 +276,10 @@ func parsedEndpointProblem(s string) string {
 		return fmt.Sprintf("has no host: %q", s)
 	case u.User != nil:
 		return "must not carry user info"
+	case u.RawQuery != "" || u.ForceQuery || strings.Contains(s, "?"):
+		return fmt.Sprintf("must not carry a query: an endpoint is scheme://host[:port] with an optional path prefix: %q", s)
+	case u.Fragment != "" || strings.Contains(s, "#"):
+		return fmt.Sprintf("must not carry a fragment: an endpoint is scheme://host[:port] with an optional path prefix: %q", s)
 	case strings.ContainsAny(s, " \t\r\n"):
 		return "must not contain white space"
 	}

@@ -37,6 +37,8 @@ type gatewayFlags struct {
 	stateDir      string
 	bodyTimeout   time.Duration
 	maxBuffered   int64
+	// allowEndpointCIDR is --allow-endpoint-cidr.
+	allowEndpointCIDR []string
 }
 
 func newGatewayCmd() *cobra.Command {
@@ -86,6 +88,7 @@ endpoints are intended. The gateway calls the registry with --registry-ca, --reg
 	fl.DurationVar(&f.bodyTimeout, "body-timeout", 10*time.Second, "a request body of up to --max-buffered-body must arrive within this before anything goes upstream (else 408); a larger one may pause this long between reads")
 	fl.Int64Var(&f.maxBuffered, "max-buffered-body", 1<<20, "request bodies up to this many bytes are read whole before going upstream (a slow client holds no upstream connection; idempotent requests can be retried); larger ones are streamed")
 	fl.DurationVar(&f.outcomeWindow, "outcome-window", 10*time.Second, "report per-instance outcomes (ok, errors, connect failures) to the registry this often, as passive health evidence (needs a gateway role; 0: never)")
+	fl.StringSliceVar(&f.allowEndpointCIDR, "allow-endpoint-cidr", nil, allowEndpointCIDRUsage)
 	fl.StringVar(&f.debug, "debug-listen", "", "serve Go profiling (/debug/pprof/) on this address, e.g. 127.0.0.1:6060 (off by default)")
 	bindLogFlags(fl, &f.log, "json")
 	f.creds.bindRegistry(fl)
@@ -163,7 +166,11 @@ func startGateway(ctx context.Context, g *errgroup.Group, f *gatewayFlags, ln ne
 	if err != nil {
 		return err
 	}
-	gw, err := gateway.New(gateway.Config{ID: id, Reporter: reporter, Discovery: disc, Static: static, Policy: policy,
+	endpoints, err := endpointPolicy(f.allowEndpointCIDR)
+	if err != nil {
+		return err
+	}
+	gw, err := gateway.New(gateway.Config{Endpoints: endpoints, ID: id, Reporter: reporter, Discovery: disc, Static: static, Policy: policy,
 		OutcomeWindow: outcomeWindow(f.outcomeWindow), StateDir: f.stateDir, Admin: admin, BodyTimeout: f.bodyTimeout, MaxBufferedBody: f.maxBuffered, Logger: logger, Registerer: promReg})
 	if err != nil {
 		return err

@@ -35,6 +35,8 @@ type orchestratorFlags struct {
 	log                      telemetry.LogConfig
 	// preload are workflows to upload and publish at start (meshflows dev's example).
 	preload [][]byte
+	// allowEndpointCIDR is --allow-endpoint-cidr.
+	allowEndpointCIDR []string
 }
 
 func newOrchestratorCmd() *cobra.Command {
@@ -73,6 +75,7 @@ that an open API is intended. It calls the registry with --registry-ca, --regist
 	fl.StringSliceVar(&f.registries, "registry", []string{"http://127.0.0.1:7400"}, "registry base URL; repeat or comma-separate for failover")
 	bindEnv(fl, "registry", "MESHFLOWS_REGISTRY")
 	fl.StringVar(&f.dir, "workflows-dir", "", "directory where workflows, their results, run history and trigger health, and the last discovery view persist (loaded at start: runs resolve from the saved view while the registry is away)")
+	fl.StringSliceVar(&f.allowEndpointCIDR, "allow-endpoint-cidr", nil, allowEndpointCIDRUsage)
 	fl.StringVar(&f.staticFile, "static-capabilities", "", "YAML list of {capability_id, provider, version, endpoint}: used when the registry has never answered")
 	fl.DurationVar(&f.timeout, "provider-timeout", workflow.DefaultProviderTimeout, "timeout of each provider validation")
 	fl.StringVar(&f.scopeMode, "scope-mode", "legacy", "scope mode of workflows that name none: legacy (loops and branches share the context) or strict (default: $"+scopeEnv+", else legacy)")
@@ -131,7 +134,11 @@ func startOrchestrator(ctx context.Context, g *errgroup.Group, f *orchestratorFl
 	if err != nil {
 		return err
 	}
-	o, err := orchestrator.New(orchestrator.Config{Reporter: reporter, Discovery: disc, Static: static, Dir: f.dir, ProviderTimeout: f.timeout, Strict: strict, ScopeMode: mode, MaxParallel: f.maxParallel, TriggerWarning: f.triggerWarn, TriggerCritical: f.triggerCrit, Authorizer: authz, Registerer: promReg, Logger: logger})
+	endpoints, err := endpointPolicy(f.allowEndpointCIDR)
+	if err != nil {
+		return err
+	}
+	o, err := orchestrator.New(orchestrator.Config{Endpoints: endpoints, Reporter: reporter, Discovery: disc, Static: static, Dir: f.dir, ProviderTimeout: f.timeout, Strict: strict, ScopeMode: mode, MaxParallel: f.maxParallel, TriggerWarning: f.triggerWarn, TriggerCritical: f.triggerCrit, Authorizer: authz, Registerer: promReg, Logger: logger})
 	if err != nil {
 		return err
 	}

@@ -31,6 +31,7 @@ const logFlushInterval = 100 * time.Millisecond
 // registryFlags are the flags of 'meshflows registry'.
 type registryFlags struct {
 	listen            string
+	allowEndpointCIDR []string
 	debug             string
 	memoryLimit       memoryLimit
 	leaseTTL          time.Duration
@@ -100,6 +101,7 @@ func (f *registryFlags) bind(fs *pflag.FlagSet) {
 	fs.IntVar(&f.snapshotKeep, "snapshot-keep", registry.DefaultSnapshotKeep, "how many snapshot files to keep in --snapshot-dir (the newest)")
 	fs.IntVar(&f.eventsMax, "events-max", journal.DefaultMax, "how many events the journal (GET /v1/events, the console's Events page) keeps; the oldest go first, and a reader they overtook is told how many it missed")
 	fs.StringVar(&f.restoreSnapshot, "restore-snapshot", "", "load a snapshot at start: a file, or 'auto' for the newest valid one in --snapshot-dir (none: start empty and say so)")
+	fs.StringSliceVar(&f.allowEndpointCIDR, "allow-endpoint-cidr", nil, allowEndpointCIDRUsage)
 	fs.BoolVar(&f.insecure, "insecure", false, "serve without authentication (development only: anyone who reaches the port can register and deregister)")
 	f.security.bind(fs, "RBAC policy file (YAML); reloaded when it changes, an invalid new version is refused")
 	fs.StringVar(&f.security.auditLog, "audit-log", "", "audit log: a file to append JSON lines to, or - for stdout (default: none)")
@@ -218,7 +220,12 @@ func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln 
 	if monitor != nil {
 		eligibility = monitor
 	}
+	endpoints, err := endpointPolicy(f.allowEndpointCIDR)
+	if err != nil {
+		return err
+	}
 	reg, err = registry.New(store, registry.Config{
+		Endpoints:         endpoints,
 		Eligibility:       eligibility,
 		LeaseTTL:          f.leaseTTL,
 		HeartbeatInterval: f.heartbeatInterval,

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/meshflows/meshflows/internal/auth"
+	"github.com/meshflows/meshflows/internal/endpoint"
 	"github.com/meshflows/meshflows/internal/server"
 	"github.com/meshflows/meshflows/internal/telemetry"
 )
@@ -169,4 +170,13 @@ func buildSecurity(ctx context.Context, g *errgroup.Group, f *registryFlags, log
 		sec.limiter = auth.NewRateLimiter(s.registerRate, max(s.registerBurst, 1), nil)
 	}
 	return &sec, nil
+}
+
+// allowEndpointCIDRUsage is the help of --allow-endpoint-cidr, the same on every command
+// that registers or calls endpoints.
+const allowEndpointCIDRUsage = "allow endpoints in this range although it is link-local or a cloud metadata address (refused by default: 169.254.0.0/16, fe80::/10, fd00:ec2::254, 100.100.100.200); a CIDR prefix or an address, repeat or comma-separate"
+
+// endpointPolicy parses --allow-endpoint-cidr.
+func endpointPolicy(values []string) (endpoint.Policy, error) {
+	return endpoint.ParseAllow(values)
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/meshflows/meshflows/discovery"
 	"github.com/meshflows/meshflows/httpapi"
 	"github.com/meshflows/meshflows/internal/auth"
+	"github.com/meshflows/meshflows/internal/endpoint"
 	"github.com/meshflows/meshflows/internal/report"
 	"github.com/meshflows/meshflows/routing"
 )
@@ -37,6 +38,9 @@ type Config struct {
 	PolicyCheck time.Duration
 	// Transport sends requests upstream (default: a tuned keep-alive transport).
 	Transport http.RoundTripper
+	// Endpoints is the address policy of the default Transport: it does not connect to a
+	// link-local or metadata address unless the policy allows its range.
+	Endpoints endpoint.Policy
 	// ID names the gateway in the drain handshake (default "gateway"); every gateway of a
 	// fleet needs its own.
 	ID string
@@ -156,7 +160,7 @@ func New(cfg Config) (*Gateway, error) {
 		cfg.PolicyCheck = 2 * time.Second
 	}
 	if cfg.Transport == nil {
-		cfg.Transport = NewTransport()
+		cfg.Transport = NewTransportFor(cfg.Endpoints)
 	}
 	if cfg.ID == "" {
 		cfg.ID = "gateway"

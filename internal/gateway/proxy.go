@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
 
@@ -61,8 +62,7 @@ func newProxy(rt http.RoundTripper, maxBuffered int64, bodyTimeout time.Duration
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			t := pr.In.Context().Value(targetKey{}).(*target)
 			pr.SetURL(t.upstreams[0])
-			pr.Out.URL.Path = joinPath(t.upstreams[0].Path, t.path)
-			pr.Out.URL.RawPath = ""
+			pr.Out.URL.Path, pr.Out.URL.RawPath = upstreamPath(t.upstreams[0], t.path)
 			pr.SetXForwarded()
 		},
 		Transport:  &retrying{next: rt, metrics: m},
@@ -95,21 +95,18 @@ func newProxy(rt http.RoundTripper, maxBuffered int64, bodyTimeout time.Duration
 	return p
 }
 
-func joinPath(base, p string) string {
-	if base == "" || base == "/" {
-		return p
+// upstreamPath is where a request for p (decoded, as routing matched it) goes on upstream
+// u: p under u's path prefix, joined by url.JoinPath (never by concatenation), as a path and
+// its escaped form.
+func upstreamPath(u *url.URL, p string) (path, rawPath string) {
+	j := u.JoinPath((&url.URL{Path: p}).EscapedPath())
+	if !strings.HasPrefix(j.Path, "/") { // an origin without a path: JoinPath leaves the path relative
+		j.Path = "/" + j.Path
+		if j.RawPath != "" {
+			j.RawPath = "/" + j.RawPath
+		}
 	}
-	if p == "/" {
-		return base
-	}
-	return base[:len(base)-boolInt(base[len(base)-1] == '/')] + p
-}
-
-func boolInt(b bool) int {
-	if b {
-		return 1
-	}
-	return 0
+	return j.Path, j.RawPath
 }
 
 // serve proxies r to the route of m, to the upstream the balancer picks.
@@ -228,7 +225,7 @@ func (rt *retrying) RoundTrip(req *http.Request) (*http.Response, error) {
 	again := req.Clone(req.Context())
 	next := t.upstreams[1]
 	again.URL.Scheme, again.URL.Host, again.Host = next.Scheme, next.Host, ""
-	again.URL.Path = joinPath(next.Path, t.path)
+	again.URL.Path, again.URL.RawPath = upstreamPath(next, t.path)
 	if body != nil {
 		if again.Body, err = body(); err != nil {
 			return nil, err

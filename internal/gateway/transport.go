@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/meshflows/meshflows/internal/endpoint"
 )
 
 // Transport sends requests upstream. A plain-HTTP request without a body whose method may be
@@ -68,8 +70,12 @@ const (
 
 // NewTransport returns the upstream transport: keep-alive pools sized for a gateway and
 // timeouts on everything but the response body.
-func NewTransport() *Transport {
-	dial := (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+func NewTransport() *Transport { return NewTransportFor(endpoint.Policy{}) }
+
+// NewTransportFor is NewTransport connecting only to addresses policy admits: a name that
+// resolves to a link-local or metadata address is refused as its literal would be.
+func NewTransportFor(policy endpoint.Policy) *Transport {
+	dial := (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second, Control: policy.Control}).DialContext
 	return &Transport{
 		Fallback: &http.Transport{
 			Proxy:                 nil,

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -22,6 +23,7 @@ import (
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/discovery"
+	"github.com/meshflows/meshflows/internal/endpoint"
 	"github.com/meshflows/meshflows/internal/report"
 	"github.com/meshflows/meshflows/internal/statefile"
 	"github.com/meshflows/meshflows/internal/workflow"
@@ -38,6 +40,9 @@ type Config struct {
 	Dir string
 	// Client calls providers (default: a plain client).
 	Client *http.Client
+	// Endpoints is the address policy of the default Client: it does not connect to a
+	// link-local or metadata address unless the policy allows its range.
+	Endpoints endpoint.Policy
 	// ProviderTimeout bounds each provider validation (default 5 s).
 	ProviderTimeout time.Duration
 	// Strict is the default provider strictness for workflows that do not set one.
@@ -123,8 +128,17 @@ func New(cfg Config) (*Orchestrator, error) {
 	if cfg.Discovery == nil {
 		return nil, errors.New("orchestrator: no discovery client")
 	}
+	for i, sc := range cfg.Static {
+		msg := apiv1.EndpointProblem(sc.Endpoint)
+		if msg == "" {
+			msg = cfg.Endpoints.Problem(sc.Endpoint)
+		}
+		if msg != "" {
+			return nil, fmt.Errorf("orchestrator: static capability %d (%s): endpoint %s", i, sc.CapabilityID, msg)
+		}
+	}
 	if cfg.Client == nil {
-		cfg.Client = &http.Client{}
+		cfg.Client = &http.Client{Transport: providerTransport(cfg.Endpoints)}
 	}
 	if cfg.MaxRuns == 0 {
 		cfg.MaxRuns = 100
@@ -679,4 +693,13 @@ func (o *Orchestrator) load(ctx context.Context, f string) error {
 		}
 	}
 	return o.restoreRuns(res.Workflow)
+}
+
+// providerTransport is http.DefaultTransport's settings, with a dialer that refuses what
+// policy refuses, whatever name led to the address.
+func providerTransport(policy endpoint.Policy) *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.Proxy = nil // providers are called directly, never through $HTTP_PROXY
+	t.DialContext = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, Control: policy.Control}).DialContext
+	return t
 }

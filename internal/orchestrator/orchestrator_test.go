@@ -638,3 +638,57 @@ func TestTriggerIncident(t *testing.T) {
 		t.Errorf("recovered: %v, want the condition cleared", got)
 	}
 }
+
+// TestProviderCallsStayUnderTheEndpoint: a step goes to the endpoint's path prefix joined
+// with the invoke path, never to a path or host the endpoint's text could splice in; a
+// static endpoint with a query, or on the metadata address, is refused at start.
+func TestProviderCallsStayUnderTheEndpoint(t *testing.T) {
+	var mu sync.Mutex
+	var asked []string
+	prov := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		asked = append(asked, r.URL.RequestURI())
+		mu.Unlock()
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"output":{"ok":true}}`)
+	}))
+	t.Cleanup(prov.Close)
+	disc, _ := discovery.New(discovery.Config{Registries: []string{"http://127.0.0.1:1"}, RequestTimeout: 100 * time.Millisecond})
+	static := func(ep string) []orchestrator.StaticCapability {
+		return []orchestrator.StaticCapability{{CapabilityID: "messaging.publish", Provider: "jms", Version: "1.0.0", Endpoint: ep}}
+	}
+	for _, bad := range []string{prov.URL + "/v1/workflows/rec/run?x=", prov.URL + "/p#f", "http://169.254.169.254/latest"} {
+		if _, err := orchestrator.New(orchestrator.Config{Discovery: disc, Static: static(bad)}); err == nil {
+			t.Errorf("New took the static endpoint %s", bad)
+		}
+	}
+	src := "name: once\ninvocation:\n  type: [http]\nvalidation:\n  provider_strict: false\nsteps:\n" +
+		"  - id: s\n    type: service_call\n    step_version: \"1.1\"\n    capability: {id: messaging.publish, provider: jms, capability_version: \">=1.0\"}\n" +
+		"    request: {destination: d}\n"
+	run := func(ep string) *apiv1.Run {
+		t.Helper()
+		o, err := orchestrator.New(orchestrator.Config{Discovery: disc, Static: static(ep)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := o.Upload(context.Background(), []byte(src)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := o.Publish("once"); err != nil {
+			t.Fatal(err)
+		}
+		rec, _ := o.RunNow(context.Background(), "once", "http", nil)
+		return rec
+	}
+	if rec := run(prov.URL + "/prefix/"); rec == nil || rec.Status != apiv1.RunSucceeded {
+		t.Fatalf("run = %+v", rec)
+	}
+	mu.Lock()
+	got := slices.Clone(asked)
+	mu.Unlock()
+	if want := "/prefix/v1/capabilities/messaging.publish/invoke"; !slices.Contains(got, want) {
+		t.Errorf("the provider was asked %q, want %q among them", got, want)
+	}
+
+}

@@ -13,6 +13,9 @@ type metrics struct {
 	heartbeatFail    *prometheus.CounterVec
 	evictions        prometheus.Counter
 	sweep            prometheus.Histogram
+	// refusableEndpoints counts the registrations held at start whose endpoint a new
+	// registration would be refused for.
+	refusableEndpoints prometheus.Gauge
 }
 
 // newMetrics creates the registry's collectors and registers them with reg (none when nil).
@@ -33,6 +36,8 @@ func newMetrics(reg prometheus.Registerer, r *Registry) (*metrics, error) {
 		sweep: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub,
 			Name: "sweep_duration_seconds", Help: "How long a sweep (lease expiry, eligibility verdicts due by time, panic flags, timeline) took.",
 			Buckets: []float64{.0001, .0005, .001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}}),
+		refusableEndpoints: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+			Name: "refusable_endpoints", Help: "Registrations held at start (restored or shared) whose endpoint breaks the endpoint rules; each is logged."}),
 	}
 	for _, reason := range []string{"invalid", "forbidden", "store"} {
 		m.registerFail.WithLabelValues(reason)
@@ -65,7 +70,7 @@ func newMetrics(reg prometheus.Registerer, r *Registry) (*metrics, error) {
 				return 0
 			}),
 	}
-	for _, c := range append(gauges, m.registerSuccess, m.registerFail, m.heartbeatSuccess, m.heartbeatFail, m.evictions, m.sweep) {
+	for _, c := range append(gauges, m.registerSuccess, m.registerFail, m.heartbeatSuccess, m.heartbeatFail, m.evictions, m.sweep, m.refusableEndpoints) {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register registry metrics: %w", err)
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/internal/endpoint"
 	"github.com/meshflows/meshflows/internal/health"
 	"github.com/meshflows/meshflows/internal/journal"
 )
@@ -76,6 +77,9 @@ type Config struct {
 	// sweep, filters discovery by its verdicts and stops evicting under self-preservation.
 	// Nil: every instance with a live lease is serving at weight 100.
 	Eligibility Eligibility
+	// Endpoints is the address policy of registered endpoints: link-local and cloud metadata
+	// addresses are refused unless it allows their range (--allow-endpoint-cidr).
+	Endpoints endpoint.Policy
 }
 
 // Eligibility is what the registry asks of the eligibility monitor (a *health.Monitor):
@@ -274,6 +278,10 @@ func (r *Registry) Register(ctx context.Context, req *apiv1.RegisterRequest) (*a
 	if err := req.Validate(); err != nil {
 		r.metrics.registerFail.WithLabelValues("invalid").Inc()
 		return nil, err
+	}
+	if msg := r.cfg.Endpoints.Problem(req.Endpoint); msg != "" {
+		r.metrics.registerFail.WithLabelValues("invalid").Inc()
+		return nil, apiv1.InvalidRequest([]apiv1.Detail{{Path: "endpoint", Message: msg}})
 	}
 	if err := r.mayTouch(ctx, req.InstanceID, true); err != nil {
 		r.metrics.registerFail.WithLabelValues("forbidden").Inc()
@@ -543,6 +551,7 @@ func (r *Registry) Run(ctx context.Context) error {
 	}
 	sweep := time.NewTicker(r.cfg.SweepInterval)
 	defer sweep.Stop()
+	reported := false // the registrations held at start whose endpoint breaks the rules
 	summary := time.NewTicker(r.cfg.SummaryInterval)
 	defer summary.Stop()
 	var snap <-chan time.Time
@@ -575,6 +584,10 @@ func (r *Registry) Run(ctx context.Context) error {
 		case <-summary.C:
 			r.logSummary(ctx)
 		case <-sweep.C:
+			if !reported {
+				reported = true
+				r.reportEndpoints()
+			}
 			start := time.Now() // the work's own time, whatever clock the registry reads
 			if _, err := r.Sweep(ctx); err != nil {
 				r.cfg.Logger.Error("sweep failed", slog.Any("error", err))
@@ -820,4 +833,34 @@ func (r *Registry) Health(startedAt time.Time) apiv1.HealthResponse {
 		out.Status, out.StoreError = "store_unreachable", (*err).Error()
 	}
 	return out
+}
+
+// maxReported bounds the lines reportEndpoints writes, one per registration.
+const maxReported = 20
+
+// reportEndpoints logs, once after start, the registrations the registry holds (restored
+// from a snapshot or read from the shared store) whose endpoint a registration would be
+// refused for today: a query, a fragment, user info, a link-local or metadata address.
+// They are served as before — withdrawing them is the operator's call — and counted in
+// meshflows_registry_refusable_endpoints.
+func (r *Registry) reportEndpoints() {
+	n := 0
+	for _, rec := range r.store.Records() {
+		msg := apiv1.EndpointProblem(rec.Endpoint)
+		if msg == "" {
+			msg = r.cfg.Endpoints.Problem(rec.Endpoint)
+		}
+		if msg == "" {
+			continue
+		}
+		n++
+		if n <= maxReported {
+			r.cfg.Logger.Warn("a registration held breaks the endpoint rules: it is served, but would be refused if it registered again",
+				slog.String("instance_id", rec.InstanceID), slog.String("endpoint", rec.Endpoint), slog.String("problem", msg))
+		}
+	}
+	r.metrics.refusableEndpoints.Set(float64(n))
+	if n > maxReported {
+		r.cfg.Logger.Warn("more registrations held break the endpoint rules", slog.Int("total", n), slog.Int("logged", maxReported))
+	}
 }

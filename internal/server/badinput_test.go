@@ -30,6 +30,9 @@ func TestBadInputIsRefused(t *testing.T) {
 		return `{"instance_id":"` + id + `","service_name":"egress-jms","service_version":"1.0.0","endpoint":"http://e:1",
 			"capabilities":[{"capability_id":"messaging.publish","capability_version":"1.0.0","contract_schema_version":"1.0","provider":"jms","metadata":` + metadata + `}]}`
 	}
+	at := func(id, endpoint string) string {
+		return strings.Replace(body(id, "{}"), `"http://e:1"`, strconv.Quote(endpoint), 1)
+	}
 	asJSON := []string{"Content-Type", "application/json"}
 	tests := []struct {
 		name, method, path, body string
@@ -55,6 +58,18 @@ func TestBadInputIsRefused(t *testing.T) {
 			400, apiv1.CodeInvalidRequest, []string{"instance_id"}, "character 'é' at offset 3"},
 		{"priority not an integer", "POST", "/v1/services/register", body("jms-2", `{"priority":"high"}`), asJSON,
 			400, apiv1.CodeInvalidRequest, []string{"capabilities[0].metadata.priority"}, `must be an integer, got "high"`},
+		{"an endpoint with a query aims at another path", "POST", "/v1/services/register", at("jms-2", "http://127.0.0.1:7601/v1/workflows/rec/run?x="), asJSON,
+			400, apiv1.CodeInvalidRequest, []string{"endpoint"}, "must not carry a query"},
+		{"an endpoint with a fragment", "POST", "/v1/services/register", at("jms-2", "http://e:1/p#x"), asJSON,
+			400, apiv1.CodeInvalidRequest, []string{"endpoint"}, "must not carry a fragment"},
+		{"the metadata service", "POST", "/v1/services/register", at("jms-2", "http://169.254.169.254/latest"), asJSON,
+			400, apiv1.CodeInvalidRequest, []string{"endpoint"}, "--allow-endpoint-cidr"},
+		{"a link-local IPv6 address", "POST", "/v1/services/register", at("jms-2", "http://[fe80::1]:8080"), asJSON,
+			400, apiv1.CodeInvalidRequest, []string{"endpoint"}, "link-local"},
+		{"the metadata service by name", "POST", "/v1/services/register", at("jms-2", "http://metadata.google.internal/computeMetadata/v1"), asJSON,
+			400, apiv1.CodeInvalidRequest, []string{"endpoint"}, "metadata service"},
+		{"the metadata service as a number", "POST", "/v1/services/register", at("jms-2", "http://2852039166/latest"), asJSON,
+			400, apiv1.CodeInvalidRequest, []string{"endpoint"}, "non-canonical"},
 		{"a form, not JSON", "POST", "/v1/services/register", body("jms-2", "{}"), []string{"Content-Type", "application/x-www-form-urlencoded"},
 			415, apiv1.CodeUnsupportedMediaType, nil, "takes application/json"},
 		{"plain text", "PUT", "/v1/services/jms-1/heartbeat", `{"generation":1}`, []string{"Content-Type", "text/plain"},
