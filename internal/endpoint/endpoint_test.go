@@ -35,7 +35,7 @@ func TestPolicyProblem(t *testing.T) {
 		{"http://100.100.100.201", endpoint.Policy{}, false},
 		{"http://metadata.google.internal/computeMetadata/v1", endpoint.Policy{}, true},
 		{"http://METADATA.google.internal./x", endpoint.Policy{}, true},
-		{"http://2852039166/latest", endpoint.Policy{}, true},      // 169.254.169.254 as one number
+		{"http://2852039166/latest", endpoint.Policy{}, true},       // 169.254.169.254 as one number
 		{"http://0xa9.254.169.254/latest", endpoint.Policy{}, true}, // hexadecimal
 		{"http://169.254.169.254./latest", endpoint.Policy{}, true}, // a trailing dot
 		{"http://svc-1.ns:80", endpoint.Policy{}, false},
