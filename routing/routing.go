@@ -95,6 +95,13 @@ type Route struct {
 	Instances  []string `json:"instances,omitempty"`
 	Idempotent bool     `json:"idempotent"`
 	Weight     *int     `json:"weight,omitempty"`
+	// MaxBodyBytes is the largest request body the service takes (its manifest's
+	// capabilities.max_body_bytes); 0: the gateway's default.
+	MaxBodyBytes int64 `json:"max_body_bytes,omitempty"`
+	// Streaming: the service reads bodies as they come (capabilities.streaming).
+	Streaming bool `json:"streaming,omitempty"`
+	// Schema is the route's schema reference, as the manifest gives it.
+	Schema string `json:"schema,omitempty"`
 }
 
 // Rejected is a manifest that was rejected whole, with the first rule it broke.
@@ -170,6 +177,8 @@ type origin struct {
 	instance, endpoint string
 	generation         int64
 	rewrite            string
+	maxBody            int64 // capabilities.max_body_bytes, 0 when not declared
+	streaming          bool
 	// replicas are the other instances whose manifest is this one's but for the instance:
 	// every claim of this origin is theirs too.
 	replicas []*origin
@@ -181,6 +190,7 @@ type claim struct {
 	hash         uint64 // of the key, by the derivation's seed
 	segs         []apiv1.Segment
 	weight       int
+	schema       string
 	methods      methodSet // the methods claimed
 	idempotent   methodSet // those of them declared idempotent
 	*origin
@@ -200,9 +210,12 @@ func sameButInstance(a, b *apiv1.Manifest) bool {
 		!sameNumber(a.Health.UnhealthyAfter, b.Health.UnhealthyAfter)) {
 		return false
 	}
+	if a.MaxBodyBytesOr(0) != b.MaxBodyBytesOr(0) || a.IsStreaming() != b.IsStreaming() {
+		return false
+	}
 	for i, ra := range a.Routes {
 		rb := b.Routes[i]
-		if ra.Path != rb.Path || !slices.Equal(ra.Methods, rb.Methods) || !slices.Equal(ra.Idempotent, rb.Idempotent) || !sameNumber(ra.Weight, rb.Weight) {
+		if ra.Path != rb.Path || !slices.Equal(ra.Methods, rb.Methods) || !slices.Equal(ra.Idempotent, rb.Idempotent) || !sameNumber(ra.Weight, rb.Weight) || ra.Schema != rb.Schema {
 			return false
 		}
 	}
@@ -458,7 +471,7 @@ func buildEntries(slots []*slot) ([]*Entry, []Conflict, *node) {
 				n := w.newest
 				idem := n.idempotent.has(mi)
 				*e = Entry{Route: Route{Pattern: n.pattern, Method: apiv1.Methods[mi], Source: "dynamic", Service: n.service, Version: n.version,
-					Instances: w.ids, Idempotent: idem}, Key: k, Rewrite: w.rewrite,
+					Instances: w.ids, Idempotent: idem, MaxBodyBytes: n.maxBody, Streaming: n.streaming, Schema: n.schema}, Key: k, Rewrite: w.rewrite,
 					Upstreams: w.upstreams, weight: n.weight}
 				e.Weight = &e.weight
 				for _, r := range rs[1:] {
@@ -534,7 +547,8 @@ func claimsOf(m *apiv1.Manifest, mi ManifestInput, prefixes []string, seed mapha
 		return nil, reject(ps[0].Code, ps[0].Path+": "+ps[0].Message)
 	}
 	o := an.origins.new()
-	*o = origin{service: m.Service.Name, version: m.Service.Version, instance: m.Service.Instance, endpoint: mi.Endpoint, generation: mi.Generation}
+	*o = origin{service: m.Service.Name, version: m.Service.Version, instance: m.Service.Instance, endpoint: mi.Endpoint, generation: mi.Generation,
+		maxBody: m.MaxBodyBytesOr(0), streaming: m.IsStreaming()}
 	out := an.claims.take(len(m.Routes))[:0]
 	keys := newRouteKeys(m.Routes, infos)
 	for i, r := range m.Routes {
@@ -542,7 +556,7 @@ func claimsOf(m *apiv1.Manifest, mi ManifestInput, prefixes []string, seed mapha
 			return nil, reject(apiv1.CodePathNotAuthorized, fmt.Sprintf("path %q is outside every prefix granted to %q", r.Path, m.Service.Name))
 		}
 		key := keys.next(r.Path, infos[i].Segments)
-		c := claim{key: key, hash: maphash.String(seed, key), pattern: r.Path, segs: infos[i].Segments, weight: r.WeightOr(100), origin: o}
+		c := claim{key: key, hash: maphash.String(seed, key), pattern: r.Path, segs: infos[i].Segments, weight: r.WeightOr(100), schema: r.Schema, origin: o}
 		for _, meth := range r.Methods { // valid, and listed once: Analyze said so
 			c.methods |= 1 << apiv1.MethodIndex(meth)
 		}

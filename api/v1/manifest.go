@@ -15,19 +15,40 @@ const FARPVersion = "1.0"
 // Manifest codes: a manifest that breaks any rule is rejected whole, with the code of the
 // first rule it breaks, in this order (docs/reference/routing.md, "Manifest validation").
 const (
-	CodeUnsupportedVersion = "UNSUPPORTED_VERSION"
-	CodeInvalidService     = "INVALID_SERVICE"
-	CodeInvalidHealth      = "INVALID_HEALTH"
-	CodeInvalidRoute       = "INVALID_ROUTE"
-	CodePathNotAuthorized  = "PATH_NOT_AUTHORIZED"
+	CodeUnsupportedVersion  = "UNSUPPORTED_VERSION"
+	CodeInvalidService      = "INVALID_SERVICE"
+	CodeInvalidHealth       = "INVALID_HEALTH"
+	CodeInvalidRoute        = "INVALID_ROUTE"
+	CodeInvalidCapabilities = "INVALID_CAPABILITIES"
+	CodePathNotAuthorized   = "PATH_NOT_AUTHORIZED"
 )
 
 // Manifest is a FARP manifest: the routes and health check a service publishes.
 type Manifest struct {
-	FARP    string          `json:"farp"`
-	Service ManifestService `json:"service"`
-	Health  *ManifestHealth `json:"health,omitempty"`
-	Routes  []ManifestRoute `json:"routes"`
+	FARP         string                `json:"farp"`
+	Service      ManifestService       `json:"service"`
+	Health       *ManifestHealth       `json:"health,omitempty"`
+	Capabilities *ManifestCapabilities `json:"capabilities,omitempty"`
+	Routes       []ManifestRoute       `json:"routes"`
+}
+
+// MaxBodyBytesLimit is the largest max_body_bytes a manifest may declare (1 TiB).
+const MaxBodyBytesLimit = 1 << 40
+
+// MaxSchemaRefLen bounds a route's schema reference.
+const MaxSchemaRefLen = 2048
+
+// ManifestCapabilities is what a service says about how it takes requests, for every route
+// of its manifest.
+type ManifestCapabilities struct {
+	// MaxBodyBytes is the largest request body the service takes (an integer from 1 to
+	// MaxBodyBytesLimit): the gateway answers 413 to a larger one without forwarding it.
+	// Nil: the gateway's --max-body-bytes.
+	MaxBodyBytes *Number `json:"max_body_bytes,omitempty"`
+	// Streaming says the service reads request bodies as they arrive and may answer before
+	// the end: the gateway then forwards a body as it comes instead of reading a small one
+	// whole first.
+	Streaming *bool `json:"streaming,omitempty"`
 }
 
 // ManifestService names the instance a manifest belongs to.
@@ -51,6 +72,10 @@ type ManifestRoute struct {
 	Idempotent []string `json:"idempotent,omitempty"`
 	// Weight is 0..1000; nil means 100.
 	Weight *Number `json:"weight,omitempty"`
+	// Schema references the route's request and response schema (an absolute http(s) URL, or
+	// a path on the service starting with /, at most MaxSchemaRefLen bytes, an optional
+	// #fragment): shown with the route, never fetched by the gateway.
+	Schema string `json:"schema,omitempty"`
 }
 
 // Number is a JSON value kept exactly as written, for fields the contract requires to be
@@ -307,6 +332,11 @@ func (m *Manifest) Analyze() ([]ManifestProblem, []RouteInfo) {
 			add(CodeInvalidHealth, "health.unhealthy_after", "not an integer >= 1: %s", *h.UnhealthyAfter)
 		}
 	}
+	if c := m.Capabilities; c != nil && c.MaxBodyBytes != nil {
+		if v, ok := c.MaxBodyBytes.Int64(); !ok || v < 1 || v > MaxBodyBytesLimit {
+			add(CodeInvalidCapabilities, "capabilities.max_body_bytes", "not an integer from 1 to %d: %s", int64(MaxBodyBytesLimit), *c.MaxBodyBytes)
+		}
+	}
 	infos := make([]RouteInfo, len(m.Routes))
 	// One array holds the segments of every route: one allocation per manifest.
 	n := 0
@@ -381,8 +411,51 @@ func (m *Manifest) Analyze() ([]ManifestProblem, []RouteInfo) {
 				add(CodeInvalidRoute, at("weight", -1), "not an integer in 0..1000: %s", *r.Weight)
 			}
 		}
+		if r.Schema != "" {
+			if msg := schemaRefProblem(r.Schema); msg != "" {
+				add(CodeInvalidRoute, at("schema", -1), "%s", msg)
+			}
+		}
 	}
 	return ps, infos
+}
+
+// schemaRefProblem says why s is not a schema reference: an absolute http(s) URL or a path
+// starting with /, printable, without white space, at most MaxSchemaRefLen bytes.
+func schemaRefProblem(s string) string {
+	if len(s) > MaxSchemaRefLen {
+		return fmt.Sprintf("a reference of %d bytes, at most %d allowed", len(s), MaxSchemaRefLen)
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] <= ' ' || s[i] == 0x7f {
+			return fmt.Sprintf("must not hold white space or control bytes: %q", s)
+		}
+	}
+	if strings.HasPrefix(s, "/") && !strings.HasPrefix(s, "//") {
+		return ""
+	}
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Sprintf("not an absolute http(s) URL or a path starting with /: %q", s)
+	}
+	return ""
+}
+
+// MaxBodyBytesOr returns the declared max_body_bytes, or def when the manifest declares none
+// (or an invalid one, which Analyze reports).
+func (m *Manifest) MaxBodyBytesOr(def int64) int64 {
+	if m.Capabilities == nil || m.Capabilities.MaxBodyBytes == nil {
+		return def
+	}
+	if v, ok := m.Capabilities.MaxBodyBytes.Int64(); ok && v >= 1 && v <= MaxBodyBytesLimit {
+		return v
+	}
+	return def
+}
+
+// IsStreaming reports whether the manifest declares capabilities.streaming: true.
+func (m *Manifest) IsStreaming() bool {
+	return m.Capabilities != nil && m.Capabilities.Streaming != nil && *m.Capabilities.Streaming
 }
 
 // WeightOr returns the route's weight, or def when it is omitted or invalid.

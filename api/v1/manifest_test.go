@@ -52,6 +52,16 @@ func TestManifestProblems(t *testing.T) {
 		{"route weight 0 and 1000", `{"routes":[{"path":"/a","methods":["GET"],"weight":0},{"path":"/b","methods":["GET"],"weight":1000}]}`, nil},
 		{"same key twice", `{"routes":[{"path":"/v2/{id}","methods":["GET"]},{"path":"/v2/{assetId}","methods":["GET","POST"]}]}`, []string{"INVALID_ROUTE"}},
 		{"same path other method", `{"routes":[{"path":"/v2/{id}","methods":["GET"]},{"path":"/v2/{id}","methods":["POST"]}]}`, nil},
+		{"max_body_bytes", `{"capabilities":{"max_body_bytes":1048576,"streaming":true}}`, nil},
+		{"max_body_bytes zero", `{"capabilities":{"max_body_bytes":0}}`, []string{"INVALID_CAPABILITIES"}},
+		{"max_body_bytes fraction", `{"capabilities":{"max_body_bytes":1.5}}`, []string{"INVALID_CAPABILITIES"}},
+		{"max_body_bytes string", `{"capabilities":{"max_body_bytes":"1MiB"}}`, []string{"INVALID_CAPABILITIES"}},
+		{"max_body_bytes over 1 TiB", `{"capabilities":{"max_body_bytes":1099511627777}}`, []string{"INVALID_CAPABILITIES"}},
+		{"route schema path", `{"routes":[{"path":"/v2","methods":["GET"],"schema":"/openapi.json#/paths/~1v2"}]}`, nil},
+		{"route schema URL", `{"routes":[{"path":"/v2","methods":["GET"],"schema":"https://schemas.example.com/v2.json"}]}`, nil},
+		{"route schema relative", `{"routes":[{"path":"/v2","methods":["GET"],"schema":"v2.json"}]}`, []string{"INVALID_ROUTE"}},
+		{"route schema scheme", `{"routes":[{"path":"/v2","methods":["GET"],"schema":"file:///etc/passwd"}]}`, []string{"INVALID_ROUTE"}},
+		{"route schema space", `{"routes":[{"path":"/v2","methods":["GET"],"schema":"/a b"}]}`, []string{"INVALID_ROUTE"}},
 		{"rule order", `{"farp":"0.9","routes":[{"path":"x","methods":[]}]}`, []string{"UNSUPPORTED_VERSION", "INVALID_ROUTE", "INVALID_ROUTE"}},
 	}
 	for _, tt := range tests {

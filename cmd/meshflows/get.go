@@ -492,7 +492,7 @@ func capabilitiesTable(ans *apiv1.DiscoveryResponse, wide bool) *table {
 func routesTable(gr *routing.RoutesAnswer, wide bool) *table {
 	t := &table{header: []string{"METHOD", "PATTERN", "TARGET", "INSTANCES"}}
 	if wide {
-		t.header = append(t.header, "SOURCE", "WEIGHT", "IDEMPOTENT")
+		t.header = append(t.header, "SOURCE", "WEIGHT", "IDEMPOTENT", "MAX BODY", "SCHEMA")
 	}
 	for _, rt := range gr.Routes {
 		target := rt.Service + "@" + rt.Version
@@ -505,7 +505,14 @@ func routesTable(gr *routing.RoutesAnswer, wide bool) *table {
 			if rt.Weight != nil {
 				w = strconv.Itoa(*rt.Weight)
 			}
-			r = append(r, rt.Source, w, strconv.FormatBool(rt.Idempotent))
+			maxBody := "-" // the gateway's --max-body-bytes
+			if rt.MaxBodyBytes > 0 {
+				maxBody = strconv.FormatInt(rt.MaxBodyBytes, 10)
+			}
+			if rt.Streaming {
+				maxBody += ",streamed"
+			}
+			r = append(r, rt.Source, w, strconv.FormatBool(rt.Idempotent), maxBody, dash(rt.Schema))
 		}
 		t.rows = append(t.rows, r)
 	}

@@ -56,6 +56,7 @@ func TestGetDescribeStatus(t *testing.T) {
 		{[]string{"get", "services"}, []string{"SERVICE", "IN ROTATION", "egress-jms", "egress-rabbitmq"}},
 		{[]string{"get", "capabilities", "--provider", "jms", "--constraint", ">=1.0 <2.0"}, []string{"messaging.publish", jms}},
 		{[]string{"get", "routes"}, []string{"METHOD", "/api/messaging/jms/publish", "egress-jms@0.1.3"}},
+		{[]string{"get", "routes", "-o", "wide"}, []string{"MAX BODY", "SCHEMA", "1048576", "/schemas/publish.json"}},
 		{[]string{"get", "workflows"}, []string{"WORKFLOW", "order-publish", "order-batch"}},
 		{[]string{"get", "runs", "--workflow", "order-publish"}, []string{"RUN", "succeeded"}},
 		{[]string{"get", "incidents", "--status", "unresolved"}, []string{"ID", "SEVERITY"}},

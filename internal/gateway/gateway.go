@@ -56,6 +56,11 @@ type Config struct {
 	// BodyTimeout bounds reading a buffered body (default 10 s; past it the client gets 408
 	// and its connection is closed) and, for a streamed body, each wait for its next bytes.
 	BodyTimeout time.Duration
+	// MaxBodyBytes is the largest request body a route takes when its manifest declares no
+	// capabilities.max_body_bytes (default DefaultMaxBodyBytes): a larger one is answered 413
+	// before anything goes upstream, by its Content-Length or once that many bytes of a
+	// chunked body arrived.
+	MaxBodyBytes int64
 	// PanicThreshold: a route with fewer than this share of its upstreams in rotation uses
 	// all of them (default 0.5, as the registry's --panic-threshold).
 	PanicThreshold float64
@@ -150,8 +155,8 @@ func New(cfg Config) (*Gateway, error) {
 	if err := routing.ValidateStatic(cfg.Static); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	if cfg.BodyTimeout < 0 || cfg.MaxBufferedBody < 0 {
-		return nil, fmt.Errorf("gateway: body timeout %s and max buffered body %d must not be negative", cfg.BodyTimeout, cfg.MaxBufferedBody)
+	if cfg.BodyTimeout < 0 || cfg.MaxBufferedBody < 0 || cfg.MaxBodyBytes < 0 {
+		return nil, fmt.Errorf("gateway: body timeout %s, max buffered body %d and max body bytes %d must not be negative", cfg.BodyTimeout, cfg.MaxBufferedBody, cfg.MaxBodyBytes)
 	}
 	if cfg.Policy == nil {
 		cfg.Policy = func() routing.Policy { return routing.Policy{} }
@@ -177,6 +182,9 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.BodyTimeout == 0 {
 		cfg.BodyTimeout = 10 * time.Second
 	}
+	if cfg.MaxBodyBytes == 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
 	if cfg.MaxBufferedBody == 0 {
 		cfg.MaxBufferedBody = 1 << 20
 	}
@@ -199,6 +207,7 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, fmt.Errorf("register gateway metrics: %w", err)
 	}
 	g.proxy = newProxy(cfg.Transport, cfg.MaxBufferedBody, cfg.BodyTimeout, m, cfg.Logger, cfg.Now)
+	g.proxy.maxBody = cfg.MaxBodyBytes
 	g.admin = g.adminRoutes()
 	g.derive() // the static table, from the first second: it needs no registry
 	return g, nil

@@ -20,8 +20,13 @@ import (
 )
 
 // proxy forwards requests with httputil.ReverseProxy over a retrying transport.
+// DefaultMaxBodyBytes is the gateway's --max-body-bytes: the largest request body of a
+// route whose manifest declares no capabilities.max_body_bytes.
+const DefaultMaxBodyBytes = 10 << 20
+
 type proxy struct {
 	rp          *httputil.ReverseProxy
+	maxBody     int64 // the default limit of a request body (a route may declare its own)
 	maxBuffered int64
 	bodyTimeout time.Duration
 	metrics     *metrics
@@ -37,6 +42,7 @@ type target struct {
 	served    int         // which of the two the answer came from
 	path      string
 	retry     bool // idempotent and more than one upstream
+	declared  bool // the body limit is the route's own (max_body_bytes), not the gateway's
 	source    string
 	route     *routeStat
 }
@@ -74,6 +80,16 @@ func newProxy(rt http.RoundTripper, maxBuffered int64, bodyTimeout time.Duration
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if t, ok := r.Context().Value(targetKey{}).(*target); ok {
 				t.outcome(t.served, connectFailure(err), true)
+			}
+			var mbe *http.MaxBytesError
+			if errors.As(err, &mbe) { // the client's body passed the route's limit while it streamed
+				t, _ := r.Context().Value(targetKey{}).(*target)
+				if t != nil {
+					p.metrics.count(t.source, http.StatusRequestEntityTooLarge)
+					t.route.record(p.now(), http.StatusRequestEntityTooLarge)
+				}
+				httpapi.WriteError(w, tooLarge(mbe.Limit, t != nil && t.declared))
+				return
 			}
 			status := http.StatusBadGateway
 			if errors.Is(err, context.DeadlineExceeded) {
@@ -121,8 +137,27 @@ func (p *proxy) serve(w http.ResponseWriter, r *http.Request, m routing.Match, s
 	a, b := &sv.upstreams[first], &sv.upstreams[second]
 	t.upstreams, t.tallies = [2]*url.URL{a.url, b.url}, [2]*tally{a.tally, b.tally}
 	t.retry = e.Idempotent && n > 1
+	limit := p.maxBody
+	if e.MaxBodyBytes > 0 {
+		limit, t.declared = e.MaxBodyBytes, true
+	}
+	if r.ContentLength > limit {
+		p.metrics.count(e.Source, http.StatusRequestEntityTooLarge)
+		sv.health.record(p.now(), http.StatusRequestEntityTooLarge)
+		w.Header().Set("Connection", "close") // the rest of the body is not read
+		httpapi.WriteError(w, tooLarge(limit, t.declared))
+		return
+	}
 	if r.Body != nil && r.Body != http.NoBody {
-		buffered, err := p.readBody(w, r)
+		r.Body = http.MaxBytesReader(w, r.Body, limit)
+	}
+	if r.Body != nil && r.Body != http.NoBody && e.Streaming {
+		// The service reads as the body comes: forward it so, with no first read of a
+		// small one whole (and so no retry on another upstream).
+		r.Body = &idleBody{ReadCloser: r.Body, rc: http.NewResponseController(w), timeout: p.bodyTimeout, deadline: true}
+		t.retry = false
+	} else if r.Body != nil && r.Body != http.NoBody {
+		buffered, err := p.readBody(w, r, t.declared)
 		if err != nil {
 			p.metrics.count(e.Source, err.Status)
 			sv.health.record(p.now(), err.Status)
@@ -136,11 +171,21 @@ func (p *proxy) serve(w http.ResponseWriter, r *http.Request, m routing.Match, s
 	p.metrics.observe(e.Source, time.Since(begin))
 }
 
+// tooLarge is the 413 of a request body over limit, naming where the limit comes from.
+func tooLarge(limit int64, declared bool) *apiv1.Error {
+	from := "the gateway's --max-body-bytes"
+	if declared {
+		from = "its service's max_body_bytes"
+	}
+	return apiv1.Errorf(http.StatusRequestEntityTooLarge, apiv1.CodePayloadTooLarge,
+		"the request body is over %d bytes, the most this route takes (%s)", limit, from)
+}
+
 // readBody reads r's body before anything goes upstream when it is at most maxBuffered
 // bytes, within bodyTimeout (a slow client then holds no upstream connection); it replaces
 // r.Body (and sets GetBody, for a retry) and reports whether it buffered the whole body. A
 // larger body is streamed after the part already read, each read bounded by bodyTimeout.
-func (p *proxy) readBody(w http.ResponseWriter, r *http.Request) (bool, *apiv1.Error) {
+func (p *proxy) readBody(w http.ResponseWriter, r *http.Request, declared bool) (bool, *apiv1.Error) {
 	rc := http.NewResponseController(w)
 	if r.ContentLength > p.maxBuffered {
 		b := &idleBody{ReadCloser: r.Body, rc: rc, timeout: p.bodyTimeout, deadline: true}
@@ -156,7 +201,7 @@ func (p *proxy) readBody(w http.ResponseWriter, r *http.Request) (bool, *apiv1.E
 		w.Header().Set("Connection", "close")
 		return false, apiv1.Errorf(http.StatusRequestTimeout, apiv1.CodeRequestTimeout, "the request body did not arrive within %s", p.bodyTimeout)
 	case errors.As(err, &mbe):
-		return false, apiv1.Errorf(http.StatusRequestEntityTooLarge, apiv1.CodePayloadTooLarge, "the request body is over %d bytes", mbe.Limit)
+		return false, tooLarge(mbe.Limit, declared)
 	case err != nil:
 		return false, apiv1.Errorf(http.StatusBadRequest, apiv1.CodeInvalidRequest, "could not read the request body: %v", err)
 	}

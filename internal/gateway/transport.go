@@ -109,8 +109,22 @@ func direct(req *http.Request) bool {
 	return !upgrade && !expect
 }
 
+// streamed reports whether req goes by the streamed path: a plain-HTTP request whose body
+// the gateway did not read whole (it cannot be sent again: no GetBody) and that asks no
+// protocol upgrade.
+func streamed(req *http.Request) bool {
+	if req.URL.Scheme != "http" || req.URL.Host == "" || req.Body == nil || req.Body == http.NoBody || req.GetBody != nil {
+		return false
+	}
+	_, upgrade := req.Header["Upgrade"]
+	return !upgrade
+}
+
 // RoundTrip implements http.RoundTripper.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if streamed(req) {
+		return t.roundTripStreamed(req)
+	}
 	if !direct(req) {
 		if t.Fallback == nil {
 			return http.DefaultTransport.RoundTrip(req)
@@ -405,5 +419,122 @@ func (b *connBody) Close() error {
 	} else {
 		b.c.nc.Close()
 	}
+	return err
+}
+
+// roundTripStreamed sends a request with a streamed body on a connection of its own (closed
+// after the answer) and reads the answer while the body is written. An upstream that answers
+// before the body ended — a 413 after the part it takes, then a close — so gets its answer
+// through: http.Transport reports the reset of the unfinished write instead, a 502. A body
+// that fails to arrive (past the route's limit, or too slow) ends the request with its
+// error, whatever the upstream did meanwhile.
+func (t *Transport) roundTripStreamed(req *http.Request) (*http.Response, error) {
+	ctx := req.Context()
+	addr := req.URL.Host
+	if req.URL.Port() == "" {
+		addr = net.JoinHostPort(req.URL.Hostname(), "80")
+	}
+	dial := t.Dial
+	if dial == nil {
+		dial = defaultDialer.DialContext
+	}
+	nc, err := dial(ctx, "tcp", addr)
+	if err != nil {
+		req.Body.Close()
+		return nil, err
+	}
+	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Unix(1, 0)) })
+	body := &watchedBody{ReadCloser: req.Body}
+	out := req.WithContext(ctx)
+	out.Body, out.Close = body, true // one request on this connection
+	written := make(chan error, 1)
+	go func() { // owned by this round trip: the answer's body waits for it when closed
+		bw := bufio.NewWriterSize(nc, 32<<10)
+		err := out.Write(bw)
+		if err == nil {
+			err = bw.Flush()
+		}
+		if body.failed() != nil {
+			nc.Close() // the client's body failed: no answer is wanted, and none may come
+		}
+		written <- err
+	}()
+	lr := &limitedReader{r: nc, n: t.maxHeaderBytes()}
+	br := bufio.NewReaderSize(lr, 4096)
+	var resp *http.Response
+	for {
+		resp, err = http.ReadResponse(br, out)
+		if err != nil || resp.StatusCode >= 200 || resp.StatusCode == http.StatusSwitchingProtocols {
+			break
+		}
+		if trace := httptrace.ContextClientTrace(ctx); trace != nil && trace.Got1xxResponse != nil {
+			if err = trace.Got1xxResponse(resp.StatusCode, textproto.MIMEHeader(resp.Header)); err != nil {
+				break
+			}
+		}
+		lr.n = t.maxHeaderBytes()
+	}
+	if err != nil {
+		nc.Close()
+		werr := <-written
+		stop()
+		switch {
+		case body.failed() != nil:
+			return nil, body.failed()
+		case ctx.Err() != nil:
+			return nil, fmt.Errorf("upstream request: %w", ctx.Err())
+		case werr != nil:
+			return nil, fmt.Errorf("write the request upstream: %w", werr)
+		}
+		return nil, fmt.Errorf("read the upstream's answer: %w", err)
+	}
+	lr.n = math.MaxInt64
+	resp.Body = &streamedAnswer{ReadCloser: resp.Body, nc: nc, written: written, stop: stop}
+	return resp, nil
+}
+
+// watchedBody is a streamed request body that remembers why a read of it failed.
+type watchedBody struct {
+	io.ReadCloser
+	mu  sync.Mutex
+	err error
+}
+
+func (b *watchedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF {
+		b.mu.Lock()
+		b.err = err
+		b.mu.Unlock()
+	}
+	return n, err
+}
+
+func (b *watchedBody) failed() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.err
+}
+
+// streamedAnswer is the body of an answer on the streamed path: closing it closes the
+// connection and waits for the request's writer, which then ends (its reads of the client's
+// body are bounded by the gateway's body timeout).
+type streamedAnswer struct {
+	io.ReadCloser
+	nc      net.Conn
+	written chan error
+	stop    func() bool
+	closed  bool
+}
+
+func (b *streamedAnswer) Close() error {
+	if b.closed {
+		return nil
+	}
+	b.closed = true
+	err := b.ReadCloser.Close()
+	b.nc.Close()
+	<-b.written
+	b.stop()
 	return err
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -135,8 +136,10 @@ func (p *Provider) Registration() apiv1.RegisterRequest {
 			FARP:    apiv1.FARPVersion,
 			Service: apiv1.ManifestService{Name: p.serviceName(), Instance: p.cfg.InstanceID, Version: ServiceVersion},
 			Health:  &apiv1.ManifestHealth{Path: "/healthz", Interval: "5s", UnhealthyAfter: apiv1.Int(3)},
+			// The gateway refuses a larger publish itself (413), before it reaches us.
+			Capabilities: &apiv1.ManifestCapabilities{MaxBodyBytes: apiv1.Int(MaxPublishBody)},
 			Routes: []apiv1.ManifestRoute{
-				{Path: p.publishPath(), Methods: []string{"POST"}},
+				{Path: p.publishPath(), Methods: []string{"POST"}, Schema: PublishSchemaPath},
 				{Path: p.messagesPath(), Methods: []string{"GET"}, Idempotent: []string{"GET"}},
 			},
 		},
@@ -149,6 +152,10 @@ func (p *Provider) Handler() http.Handler {
 	mux.HandleFunc("POST "+p.publishPath(), p.handlePublish)
 	mux.HandleFunc("GET "+p.messagesPath(), p.handleMessages)
 	mux.Handle(apiv1.PathCapabilityPrefix, provider.NewHandler(provider.Capability{ID: CapabilityID, Validate: p.validate, Invoke: p.invoke}))
+	mux.HandleFunc("GET "+PublishSchemaPath, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/schema+json")
+		io.WriteString(w, publishSchema)
+	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		provider.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -185,6 +192,24 @@ func (p *Provider) handleHealth(w http.ResponseWriter, r *http.Request) {
 	}
 	provider.WriteJSON(w, http.StatusOK, map[string]string{"health": body.Health, "note": "sent with the next heartbeat"})
 }
+
+// PublishSchemaPath is where a provider serves the JSON Schema of its publish request, the
+// reference its manifest's publish route carries.
+const PublishSchemaPath = "/schemas/publish.json"
+
+// publishSchema is the JSON Schema of PublishRequest.
+const publishSchema = `{
+  "$schema": "https://json-schema.org/draft/2020-12/schema",
+  "title": "publish request",
+  "type": "object",
+  "required": ["destination"],
+  "properties": {
+    "destination": {"type": "string", "minLength": 1},
+    "payload": {},
+    "headers": {"type": "object", "additionalProperties": {"type": "string"}}
+  }
+}
+`
 
 // MaxPublishBody is the largest publish request the example providers read; a larger one is
 // 413 PAYLOAD_TOO_LARGE.

@@ -1,0 +1,139 @@
+package gateway_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/discovery"
+	"github.com/meshflows/meshflows/internal/gateway"
+	"github.com/meshflows/meshflows/internal/registry"
+	"github.com/meshflows/meshflows/internal/registry/registrytest"
+	"github.com/meshflows/meshflows/routing"
+)
+
+// TestBodyOverTheLimitIs413: a body over a route's limit — its service's max_body_bytes,
+// else the gateway's — is 413 naming the limit, by Content-Length or while a chunked body
+// streams, and never reaches the upstream whole; an upstream that answers 413 after reading
+// part of a streamed body and closes gets its 413 through, every time, not a 502.
+func TestBodyOverTheLimitIs413(t *testing.T) {
+	var got atomic.Int64 // bytes the declared-limit upstream read
+	declared := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		got.Add(n)
+		fmt.Fprintf(w, "%d", n)
+	}))
+	t.Cleanup(declared.Close)
+	e := newEnvWith(t, registry.Config{}, gateway.Config{MaxBodyBytes: 64 << 20})
+	req := apiv1.RegisterRequest{InstanceID: "orders-1", ServiceName: "orders", ServiceVersion: "1.0.0", Endpoint: declared.URL,
+		Capabilities: []apiv1.Capability{{CapabilityID: "orders.read", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0", Provider: "http"}},
+		Manifest: &apiv1.Manifest{FARP: "1.0", Service: apiv1.ManifestService{Name: "orders", Instance: "orders-1", Version: "1.0.0"},
+			Capabilities: &apiv1.ManifestCapabilities{MaxBodyBytes: apiv1.Int(1 << 20)},
+			Routes:       []apiv1.ManifestRoute{{Path: "/orders/{id}", Methods: []string{"POST"}, Schema: "/openapi.json#/paths/~1orders~1{id}"}}}}
+	if _, err := e.reg.Registry.Register(context.Background(), &req); err != nil {
+		t.Fatal(err)
+	}
+	registrytest.Until(t, "the route is served", func() bool { return e.do(t, "POST", "/orders/1", "x").status == 200 })
+	post := func(url string, body io.Reader, n int64) (int, string) {
+		t.Helper()
+		r, _ := http.NewRequest("POST", url, body)
+		r.ContentLength = n
+		resp, err := http.DefaultClient.Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	twelve := bytes.Repeat([]byte("x"), 12<<20)
+	got.Store(0)
+	if status, body := post(e.srv.URL+"/orders/1", bytes.NewReader(twelve), int64(len(twelve))); status != 413 ||
+		!strings.Contains(body, "1048576") || !strings.Contains(body, "max_body_bytes") {
+		t.Errorf("12 MB with its length = %d %s, want 413 naming 1048576 and max_body_bytes", status, body)
+	}
+	if status, body := post(e.srv.URL+"/orders/1", io.MultiReader(bytes.NewReader(twelve)), -1); status != 413 || !strings.Contains(body, "1048576") {
+		t.Errorf("12 MB chunked = %d %s, want 413 naming 1048576", status, body)
+	}
+	if n := got.Load(); n >= 1<<20+1 {
+		t.Errorf("the upstream read %d bytes of bodies over its limit", n)
+	}
+	if status, body := post(e.srv.URL+"/orders/1", bytes.NewReader(twelve[:1<<20]), 1<<20); status != 200 || body != "1048576" {
+		t.Errorf("a body of exactly the limit = %d %s, want 200", status, body)
+	}
+	if a := e.do(t, "GET", "/v1/gateway/routes", ""); !strings.Contains(a.body, `"schema":"/openapi.json#/paths/~1orders~1{id}"`) ||
+		!strings.Contains(a.body, `"max_body_bytes":1048576`) {
+		t.Errorf("the routes table lacks the route's schema or limit: %s", a.body)
+	}
+
+	// An upstream with a limit of its own it did not declare: it reads 1 MiB, answers 413 and
+	// closes while the gateway still streams the rest.
+	early := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := io.Copy(io.Discard, http.MaxBytesReader(w, r.Body, 1<<20)); err != nil {
+			http.Error(w, "too large", http.StatusRequestEntityTooLarge)
+			return
+		}
+		io.WriteString(w, "ok")
+	}))
+	t.Cleanup(early.Close)
+	// And one that closes at once after its answer, with the rest of the body unread: the
+	// kernel then resets the connection under the gateway's unfinished write.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				br := bufio.NewReader(c)
+				if _, err := http.ReadRequest(br); err == nil {
+					io.CopyN(io.Discard, br, 1<<20)
+					io.WriteString(c, "HTTP/1.1 413 Request Entity Too Large\r\nContent-Type: text/plain\r\nContent-Length: 9\r\nConnection: close\r\n\r\ntoo large")
+				}
+				c.Close()
+			}()
+		}
+	}()
+	abrupt := "http://" + ln.Addr().String()
+	disc, err := discovery.New(discovery.Config{Registries: []string{"http://127.0.0.1:1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, srv := serveGateway(t, gateway.Config{Discovery: disc, OutcomeWindow: -1, MaxBodyBytes: 64 << 20,
+		Static: []routing.StaticRoute{{Path: "/publish", Methods: []string{"POST"}, Upstream: early.URL}},
+		Policy: func() routing.Policy { return nil }}, false)
+	for i := range 20 {
+		if status, body := post(srv.URL+"/publish", bytes.NewReader(twelve), int64(len(twelve))); status != 413 {
+			t.Fatalf("try %d: 12 MB to an upstream that stops at 1 MiB = %d %s, want its 413", i, status, body)
+		}
+	}
+	_, srvAbrupt := serveGateway(t, gateway.Config{Discovery: disc, OutcomeWindow: -1, MaxBodyBytes: 64 << 20,
+		Static: []routing.StaticRoute{{Path: "/publish", Methods: []string{"POST"}, Upstream: abrupt}},
+		Policy: func() routing.Policy { return nil }}, false)
+	for i := range 20 {
+		if status, body := post(srvAbrupt.URL+"/publish", bytes.NewReader(twelve), int64(len(twelve))); status != 413 {
+			t.Fatalf("try %d: 12 MB to an upstream that answers 413 at 1 MiB and closes = %d %s, want its 413", i, status, body)
+		}
+	}
+	// The gateway's own default limit applies to a route without a declared one.
+	_, small := serveGateway(t, gateway.Config{Discovery: disc, OutcomeWindow: -1, MaxBodyBytes: 1000,
+		Static: []routing.StaticRoute{{Path: "/publish", Methods: []string{"POST"}, Upstream: early.URL}},
+		Policy: func() routing.Policy { return nil }}, false)
+	if status, body := post(small.URL+"/publish", strings.NewReader(strings.Repeat("y", 1001)), 1001); status != 413 || !strings.Contains(body, "--max-body-bytes") {
+		t.Errorf("1001 bytes over a gateway limit of 1000 = %d %s, want 413 naming --max-body-bytes", status, body)
+	}
+}
