@@ -1,7 +1,9 @@
 package nameserver
 
 import (
+	"cmp"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 
@@ -55,27 +57,33 @@ type index struct {
 
 	// packed answers to names of this view (bounded by the view's names × types × sizes)
 	mu     sync.Mutex
-	packed map[answerKey][]byte
+	packed map[answerKey]packedAnswer
+}
+
+// packedAnswer is an answer as packed once, and whether records were left out to fit it.
+type packedAnswer struct {
+	wire      []byte
+	truncated bool
 }
 
 // maxPacked bounds the packed answers an index keeps.
 const maxPacked = 10_000
 
-func (ix *index) cached(k answerKey) ([]byte, bool) {
+func (ix *index) cached(k answerKey) (packedAnswer, bool) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
-	w, ok := ix.packed[k]
-	return w, ok
+	a, ok := ix.packed[k]
+	return a, ok
 }
 
-func (ix *index) store(k answerKey, wire []byte) {
+func (ix *index) store(k answerKey, a packedAnswer) {
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
 	if ix.packed == nil {
-		ix.packed = map[answerKey][]byte{}
+		ix.packed = map[answerKey]packedAnswer{}
 	}
 	if len(ix.packed) < maxPacked {
-		ix.packed[k] = wire
+		ix.packed[k] = a
 	}
 }
 
@@ -124,7 +132,19 @@ func buildIndex(res *discovery.Result, domain string) *index {
 		id := strings.ToLower(c.InstanceID)
 		ix.instances[id] = appendInstance(ix.instances[id], e)
 	}
+	for _, m := range []map[string][]*entry{ix.caps, ix.services, ix.instances} {
+		for _, es := range m {
+			slices.SortFunc(es, byPreference)
+		}
+	}
 	return ix
+}
+
+// byPreference orders a name's entries as a client would pick them — SRV priority (lower
+// first), then weight (higher first), then instance id — so that an answer cut to fit its
+// message keeps the most preferred records, the same ones every time.
+func byPreference(a, b *entry) int {
+	return cmp.Or(cmp.Compare(a.priority, b.priority), cmp.Compare(b.weight, a.weight), strings.Compare(a.instance, b.instance))
 }
 
 // appendInstance adds e unless its instance is already there (an instance with several

@@ -10,6 +10,8 @@ import (
 type metrics struct {
 	queries *prometheus.CounterVec
 	sources *prometheus.GaugeVec
+	// truncations counts answers that left records out to fit, by transport.
+	truncations *prometheus.CounterVec
 
 	mu   sync.Mutex
 	last string
@@ -22,6 +24,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		sources: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "meshflows_dns_answer_source",
 			Help: "1 for the source of the view DNS answers from: fresh (the registry answers) or snapshot (last-known-good)."}, []string{"source"}),
 	}
+	m.truncations = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meshflows_dns_truncated_total",
+		Help: "DNS answers that left records out to fit their message, by transport: udp (TC set, the client retries over TCP) or tcp (past 64 KiB; the most preferred records kept)."}, []string{"transport"})
+	m.truncations.WithLabelValues("udp")
+	m.truncations.WithLabelValues("tcp")
 	m.sources.WithLabelValues("fresh")
 	m.sources.WithLabelValues("snapshot")
 	for _, qt := range []string{"SRV", "A", "AAAA", "TXT"} { // the usual series exist from the start, at 0
@@ -30,7 +36,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		}
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.queries, m.sources} {
+		for _, c := range []prometheus.Collector{m.queries, m.sources, m.truncations} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register dns metrics: %w", err)
 			}

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/miekg/dns"
@@ -62,6 +63,8 @@ type Server struct {
 
 	mu    sync.Mutex
 	index *index // of the view at (epoch, revision)
+
+	lastTruncLog atomic.Int64 // unix nanoseconds of the last truncation logged
 }
 
 // New returns a Server.
@@ -187,18 +190,45 @@ func (s *Server) reply(req *dns.Msg, from net.Addr) ([]byte, int) {
 		return wire, m.Rcode
 	}
 	key := answerKey{name: strings.ToLower(q.Name), qtype: q.Qtype, size: size, edns: edns, ttl: s.ttl(meta), source: sourceOf(meta)}
-	if wire, ok := ix.cached(key); ok {
-		return patch(wire, req), dns.RcodeSuccess
+	if a, ok := ix.cached(key); ok {
+		s.truncated(a.truncated, from, key.name)
+		return patch(a.wire, req), dns.RcodeSuccess
 	}
 	m := s.answerFrom(req, from, ix, meta, nil) // the view just read: not read again
+	cut := s.fit(m, req, from)
 	wire, err := m.Pack()
 	if err != nil {
+		s.cfg.Logger.Warn("dns answer could not be packed", slog.String("name", q.Name), slog.Any("error", err))
 		return nil, dns.RcodeServerFailure
 	}
+	s.truncated(cut, from, key.name)
 	if m.Rcode == dns.RcodeSuccess && q.Qtype != dns.TypeTXT { // TXT carries the age: never cached
-		ix.store(key, wire)
+		ix.store(key, packedAnswer{wire: wire, truncated: cut})
 	}
 	return wire, m.Rcode
+}
+
+// truncated counts an answer that left records out to fit its message, and says so in the
+// log at most once a minute.
+func (s *Server) truncated(cut bool, from net.Addr, name string) {
+	if !cut {
+		return
+	}
+	transport := "udp"
+	if _, tcp := from.(*net.TCPAddr); tcp {
+		transport = "tcp"
+	}
+	s.metrics.truncations.WithLabelValues(transport).Inc()
+	now := s.cfg.Now()
+	if last := s.lastTruncLog.Load(); last != 0 && now.Sub(time.Unix(0, last)) < time.Minute {
+		return
+	}
+	s.lastTruncLog.Store(now.UnixNano())
+	msg := "a DNS answer over UDP was truncated (TC): the client asks again over TCP"
+	if transport == "tcp" {
+		msg = "a DNS answer over TCP holds only the records that fit in 64 KiB, the most preferred first"
+	}
+	s.cfg.Logger.Info(msg, slog.String("name", name), slog.String("counted_in", "meshflows_dns_truncated_total"))
 }
 
 // answerKey names one packed answer of an index.
@@ -319,7 +349,6 @@ func (s *Server) answerFrom(req *dns.Msg, from net.Addr, ix *index, meta discove
 	if len(m.Answer) == 0 {
 		m.Ns = append(m.Ns, s.soa()) // NODATA: the name is known, nothing of that type in rotation
 	}
-	s.fit(m, req, from)
 	return m
 }
 
@@ -340,20 +369,28 @@ func (s *Server) ttl(meta discovery.Meta) uint32 {
 	return uint32(ttl / time.Second)
 }
 
-// fit truncates a UDP answer to what the client can take (512 bytes, or its EDNS0 size): the
-// TC bit sends it to TCP.
-func (s *Server) fit(m, req *dns.Msg, from net.Addr) {
-	if _, tcp := from.(*net.TCPAddr); tcp {
-		return
-	}
+// fit cuts an answer to what its transport carries and reports whether records were left
+// out: over UDP, 512 bytes or the client's EDNS0 size, with the TC bit, which sends the
+// client to TCP; over TCP, the 64 KiB of a DNS message, without TC (there is nowhere further
+// to go). The records kept are the first ones, the most preferred (byPreference).
+func (s *Server) fit(m, req *dns.Msg, from net.Addr) bool {
 	size := dns.MinMsgSize
 	if o := req.IsEdns0(); o != nil {
 		size = max(int(o.UDPSize()), dns.MinMsgSize)
 		m.SetEdns0(o.UDPSize(), false)
 	}
-	if m.Len() > size {
-		m.Truncate(size)
+	_, tcp := from.(*net.TCPAddr)
+	if tcp {
+		size = dns.MaxMsgSize
 	}
+	if m.Len() <= size {
+		return false
+	}
+	m.Truncate(size)
+	if tcp {
+		m.Truncated = false
+	}
+	return true
 }
 
 func (s *Server) soa() dns.RR {

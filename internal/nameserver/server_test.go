@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/discovery"
@@ -25,6 +27,7 @@ type env struct {
 	reg  *registrytest.Server
 	addr string // host:port, UDP and TCP
 	gens map[string]int64
+	prom *prometheus.Registry
 }
 
 func newEnv(t *testing.T) *env {
@@ -33,14 +36,14 @@ func newEnv(t *testing.T) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{reg: registrytest.NewServer(t, registry.Config{Eligibility: m}), gens: map[string]int64{}}
+	e := &env{reg: registrytest.NewServer(t, registry.Config{Eligibility: m}), gens: map[string]int64{}, prom: prometheus.NewRegistry()}
 	e.reg.Clock.Advance(registry.DefaultLeaseTTL) // past the warm-up
 	disc, err := discovery.New(discovery.Config{Registries: []string{e.reg.URL}, WatchWait: 200 * time.Millisecond, RequestTimeout: time.Second,
 		RetryInterval: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := nameserver.New(nameserver.Config{Discovery: disc})
+	srv, err := nameserver.New(nameserver.Config{Discovery: disc, Registerer: e.prom})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -317,4 +320,91 @@ func TestBadInput(t *testing.T) {
 	if got := srvTargets(t, r, "messaging.publish.cap.meshflows."); len(got) != 1 || !strings.HasPrefix(got[0], "jms-1.") {
 		t.Errorf("after the abuse: %v", got)
 	}
+}
+
+// TestLargeNamesOverTCP: a name with thousands of instances in rotation answers over TCP
+// with as many records as fit in a DNS message's 64 KiB, the most preferred first, the same
+// ones each time; over UDP with TC set, so that a resolver retries over TCP and gets them.
+func TestLargeNamesOverTCP(t *testing.T) {
+	e := newEnv(t)
+	const n = 2000
+	for i := range n {
+		priority := 0
+		if i%100 == 7 {
+			priority = 10 // 20 preferred instances: SRV priority 90, before every other
+		}
+		e.register(t, fmt.Sprintf("jms-%04d", i), "egress-jms", "jms", "1.0.0", fmt.Sprintf("http://10.0.%d.%d:7410", i/250, i%250+1), priority)
+	}
+	e.settle(t)
+	const name = "messaging.publish.cap.meshflows."
+	q := func(net string) *dns.Msg {
+		t.Helper()
+		m := new(dns.Msg)
+		m.SetQuestion(name, dns.TypeSRV)
+		r, _, err := (&dns.Client{Net: net, Timeout: 5 * time.Second}).Exchange(m, e.addr)
+		if err != nil {
+			t.Fatalf("SRV over %s: %v", net, err)
+		}
+		return r
+	}
+	registrytest.Until(t, "the whole view reaches the server", func() bool {
+		txt, err := e.resolver().LookupTXT(context.Background(), name)
+		return err == nil && strings.Contains(strings.Join(txt, " "), fmt.Sprintf("in_rotation=%d", n))
+	})
+	udp := q("udp")
+	if !udp.Truncated {
+		t.Errorf("UDP answer of %d instances: TC not set (%d records)", n, len(udp.Answer))
+	}
+	tcp := q("tcp")
+	if tcp.Rcode != dns.RcodeSuccess || tcp.Truncated || len(tcp.Answer) < 500 {
+		t.Fatalf("TCP answer: rcode %s, TC %v, %d records; want NOERROR, no TC, hundreds of records", dns.RcodeToString[tcp.Rcode], tcp.Truncated, len(tcp.Answer))
+	}
+	tcp.Compress = true // as it came
+	if wire, _ := tcp.Pack(); len(wire) > dns.MaxMsgSize {
+		t.Errorf("TCP answer of %d bytes, over %d", len(wire), dns.MaxMsgSize)
+	}
+	for i, rr := range tcp.Answer[:20] {
+		if s := rr.(*dns.SRV); s.Priority != 90 {
+			t.Errorf("record %d has priority %d: the 20 preferred instances (priority 90) come first (%d records)", i, s.Priority, len(tcp.Answer))
+			break
+		}
+	}
+	again := q("tcp")
+	if len(again.Answer) != len(tcp.Answer) || again.Answer[len(again.Answer)-1].String() != tcp.Answer[len(tcp.Answer)-1].String() {
+		t.Errorf("two TCP answers differ: %d and %d records", len(tcp.Answer), len(again.Answer))
+	}
+	for _, transport := range []string{"udp", "tcp"} {
+		if got := testutil.ToFloat64(counterOf(t, e.prom, "meshflows_dns_truncated_total", transport)); got < 1 {
+			t.Errorf("meshflows_dns_truncated_total{transport=%q} = %v, want the truncations counted", transport, got)
+		}
+	}
+	// Go's resolver follows TC to TCP and gets the records.
+	_, srvs, err := e.resolver().LookupSRV(context.Background(), "", "", name)
+	if err != nil || len(srvs) < 500 {
+		t.Errorf("LookupSRV: %d records, %v", len(srvs), err)
+	}
+}
+
+// counterOf is the counter name{transport} gathered from reg, as a collector testutil reads.
+func counterOf(t *testing.T, reg *prometheus.Registry, name, transport string) prometheus.Collector {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "transport" && l.GetValue() == transport {
+					c := prometheus.NewCounter(prometheus.CounterOpts{Name: "x"})
+					c.Add(m.GetCounter().GetValue())
+					return c
+				}
+			}
+		}
+	}
+	return prometheus.NewCounter(prometheus.CounterOpts{Name: "x"})
 }
