@@ -79,17 +79,22 @@ type verdict struct {
 // wider group is not in panic. The registry's group panic still applies to its members.
 func (g *Gateway) servingFor(e *routing.Entry, verdicts map[string]verdict, gens map[string]int64, tallies map[incarnation]*tally) *serving {
 	sv := &serving{uniform: true}
-	members, inRotation := 0, 0
+	members, inRotation, admitting := 0, 0, 0
 	for _, u := range e.Upstreams {
 		v := verdicts[u.Instance]
 		switch {
 		case v.eligibility == "" || apiv1.InRotation(v.eligibility):
 			members, inRotation = members+1, inRotation+1
+		case v.eligibility == apiv1.EligibilityUnknown:
+			admitting++ // never admitted: no member of the pool (the panic rule)
 		case v.eligibility != apiv1.EligibilityDraining && v.eligibility != apiv1.EligibilityAbsent:
 			members++
 		}
 	}
-	poolPanic := float64(inRotation) < g.cfg.PanicThreshold*float64(members)
+	// Incarnations never admitted count for nothing and take no share in a panic, unless no
+	// member of the pool ever was (a brand-new service): then they are the pool.
+	newPool := members == 0 && admitting > 0
+	poolPanic := newPool || float64(inRotation) < g.cfg.PanicThreshold*float64(members)
 	for _, u := range e.Upstreams {
 		pu, err := url.Parse(u.Endpoint)
 		if err != nil || pu.Host == "" {
@@ -102,6 +107,8 @@ func (g *Gateway) servingFor(e *routing.Entry, verdicts map[string]verdict, gens
 				weight = max(v.weight, 1)
 			case apiv1.InRotation(v.eligibility), v.panic && v.eligibility != apiv1.EligibilityDraining:
 				// in rotation under panic, or out of rotation in a group the registry says is in panic
+			case v.eligibility == apiv1.EligibilityUnknown && !newPool:
+				continue // never admitted, beside members that were: not before a probe
 			case poolPanic && v.eligibility != apiv1.EligibilityDraining && v.eligibility != apiv1.EligibilityAbsent:
 				// out of rotation, in a pool under the threshold: all its members serve
 			default:

@@ -830,15 +830,22 @@ type GroupAnswer struct {
 	Instances []string // sorted ids
 }
 
-// Group answers for (capability, zone) at now.
+// Group answers for (capability, zone) at now. An incarnation never admitted (unknown with
+// ADMITTING) is not a member: a surge of new, unprobed instances neither pushes the group
+// into panic nor takes a full share in one — unless no member was ever admitted (a
+// brand-new service), when the panic answer is every one of them.
 func (e *Engine) Group(capability, zone string, now time.Time) GroupAnswer {
-	var members, inRotation []string
+	var members, inRotation, admitting []string
 	for id, in := range e.instances {
 		if in.Zone != zone || !slices.Contains(in.Capabilities, capability) {
 			continue
 		}
 		v := e.Verdict(id, now)
-		if v.State == apiv1.EligibilityAbsent || v.State == apiv1.EligibilityDraining {
+		switch {
+		case v.State == apiv1.EligibilityAbsent || v.State == apiv1.EligibilityDraining:
+			continue
+		case NeverAdmitted(v.State, v.Reasons):
+			admitting = append(admitting, id)
 			continue
 		}
 		members = append(members, id)
@@ -848,6 +855,10 @@ func (e *Engine) Group(capability, zone string, now time.Time) GroupAnswer {
 	}
 	sort.Strings(members)
 	sort.Strings(inRotation)
+	if len(members) == 0 && len(admitting) > 0 {
+		sort.Strings(admitting)
+		return GroupAnswer{Panic: true, Instances: admitting}
+	}
 	if len(members) > 0 && float64(len(inRotation)) < e.cfg.PanicThreshold*float64(len(members)) {
 		return GroupAnswer{Panic: true, Instances: members}
 	}
@@ -855,6 +866,12 @@ func (e *Engine) Group(capability, zone string, now time.Time) GroupAnswer {
 		inRotation = []string{}
 	}
 	return GroupAnswer{Instances: inRotation}
+}
+
+// NeverAdmitted reports whether a verdict is that of an incarnation never admitted: unknown,
+// waiting for the probes that admit it (ADMITTING).
+func NeverAdmitted(state string, reasons []string) bool {
+	return state == apiv1.EligibilityUnknown && slices.Contains(reasons, ReasonAdmitting)
 }
 
 // Reason is one reason of a verdict with the evidence behind it (the wire type).

@@ -139,12 +139,12 @@ func (v *view) verdict() Verdict {
 	return Verdict{State: v.state, Weight: int(v.weight), Reasons: v.reasons}
 }
 
-// counted is the state its groups' counters hold it in.
+// counted is the state its groups' counters hold it in (countAs).
 func (v *view) counted() string {
 	if v.ungrouped {
 		return apiv1.EligibilityAbsent
 	}
-	return v.state
+	return countAs(v.state, v.reasons)
 }
 
 // change is one transition of a view's history, in less room than a Transition: the
@@ -188,22 +188,37 @@ func dueAt(t time.Time) int64 {
 type group struct {
 	key        groupKey
 	refs       int // instances held that belong to it
-	members    int // of those, neither absent nor draining
+	members    int // of those, neither absent nor draining nor never admitted
 	inRotation int
+	admitting  int // never admitted (unknown with ADMITTING): not members (Engine.Group)
 	// sample is its capability's entry of Monitor.sampleBuf, once a sample found it: a
 	// capability keeps its entry while it has a group.
 	sample *capSample
 }
 
-// tally returns what a state adds to a group's counters.
-func tally(state string) (member, inRotation int) {
+// countedAdmitting is the state a group counts a never-admitted incarnation in: unknown with
+// ADMITTING (never published, only counted).
+const countedAdmitting = "unknown/admitting"
+
+// countAs is the state a verdict is counted in by its groups.
+func countAs(state string, reasons []string) string {
+	if NeverAdmitted(state, reasons) {
+		return countedAdmitting
+	}
+	return state
+}
+
+// tally returns what a counted state adds to a group's counters.
+func tally(state string) (member, inRotation, admitting int) {
 	switch {
 	case state == apiv1.EligibilityAbsent || state == apiv1.EligibilityDraining || state == "":
-		return 0, 0
+		return 0, 0, 0
+	case state == countedAdmitting:
+		return 0, 0, 1
 	case apiv1.InRotation(state):
-		return 1, 1
+		return 1, 1, 0
 	default:
-		return 1, 0
+		return 1, 0, 0
 	}
 }
 
@@ -220,6 +235,9 @@ type Monitor struct {
 	views      map[string]*view
 	groups     map[groupKey]*group
 	panics     map[groupKey]bool
+	// panicAll holds the groups in panic whose answer includes the never-admitted
+	// incarnations: those no member of which was ever admitted.
+	panicAll map[groupKey]bool
 	rev        int64
 	syncs      uint64
 	following  bool                // another replica judges: published verdicts are the followed ones
@@ -277,7 +295,7 @@ func NewMonitor(cfg MonitorConfig) (*Monitor, error) {
 	}
 	cfg.Engine = e.cfg
 	m := &Monitor{cfg: cfg, engine: e, views: map[string]*view{}, groups: map[groupKey]*group{},
-		panics: map[groupKey]bool{}, changed: make(chan struct{}), timeline: map[string][]apiv1.TimelineBucket{},
+		panics: map[groupKey]bool{}, panicAll: map[groupKey]bool{}, changed: make(chan struct{}), timeline: map[string][]apiv1.TimelineBucket{},
 		panicSince: map[groupKey]time.Time{}, dirty: map[groupKey]struct{}{}, ramping: map[*view]struct{}{}}
 	if m.metrics, err = newMonitorMetrics(cfg.Registerer, m); err != nil {
 		return nil, err
@@ -345,6 +363,7 @@ func (m *Monitor) release(v *view) {
 		if g.refs--; g.refs == 0 {
 			delete(m.groups, g.key)
 			delete(m.panics, g.key)
+			delete(m.panicAll, g.key)
 			delete(m.panicSince, g.key)
 		}
 	}
@@ -361,11 +380,12 @@ func (m *Monitor) recount(v *view, state string) bool {
 	if v.counted() == state {
 		return false
 	}
-	om, or := tally(v.counted())
-	nm, nr := tally(state)
+	om, or, oa := tally(v.counted())
+	nm, nr, na := tally(state)
 	for _, g := range v.groups {
 		g.members += nm - om
 		g.inRotation += nr - or
+		g.admitting += na - oa
 		m.dirty[g.key] = struct{}{}
 	}
 	// Its verdict is state from here on (refreshVerdict), unless state is absent.
@@ -679,7 +699,7 @@ func (m *Monitor) reweigh(v *view, now time.Time) bool {
 // reports whether anything published changed.
 func (m *Monitor) setVerdict(v *view, nv Verdict, now time.Time) bool {
 	old := v.verdict()
-	recounted := m.recount(v, nv.State) // a new incarnation in the same state still counts anew
+	recounted := m.recount(v, countAs(nv.State, nv.Reasons)) // a new incarnation in the same state still counts anew
 	if nv.State == old.State && nv.Weight == old.Weight && slices.Equal(nv.Reasons, old.Reasons) {
 		return recounted
 	}
@@ -746,11 +766,22 @@ func (m *Monitor) panic(k groupKey, now time.Time) bool {
 		return false
 	}
 	members, inRotation := g.members, g.inRotation
-	p := members > 0 && float64(inRotation) < m.cfg.Engine.PanicThreshold*float64(members)
-	if m.panics[k] == p {
+	// Never-admitted incarnations are no members (Engine.Group): in panic only when no member
+	// was ever admitted, and then the answer is all of them.
+	everyOne := members == 0 && g.admitting > 0
+	p := everyOne || members > 0 && float64(inRotation) < m.cfg.Engine.PanicThreshold*float64(members)
+	if m.panics[k] == p && m.panicAll[k] == everyOne {
 		return false
 	}
 	m.touchedAll = m.onPublish != nil // every entry of the group is answered anew, in any service
+	if everyOne {
+		m.panicAll[k] = true
+	} else {
+		delete(m.panicAll, k)
+	}
+	if m.panics[k] == p {
+		return true
+	}
 	if p {
 		m.panics[k] = true
 		m.panicSince[k] = now
@@ -832,6 +863,33 @@ func (r Reader) VerdictAt(id string, gen int64) (state string, weight int, ok bo
 
 // Panic is Monitor.Panic under the held lock.
 func (r Reader) Panic(capability, zone string) bool { return r.m.panics[groupKey{capability, zone}] }
+
+// PanicTakesAll reports whether the panic answer of (capability, zone) includes its
+// never-admitted incarnations: no member of it was ever admitted (a brand-new service).
+// Otherwise they are left out of the panic answer.
+func (r Reader) PanicTakesAll(capability, zone string) bool {
+	return r.m.panicAll[groupKey{capability, zone}]
+}
+
+// NeverAdmitted reports whether the incarnation gen of id (through h when given) has the
+// verdict of one never admitted; an incarnation the monitor does not hold yet has its first
+// verdict, derived from whether it is probed.
+func (r Reader) NeverAdmitted(h *Handle, id string, gen int64, probe bool, registeredAt time.Time) bool {
+	var v *view
+	switch {
+	case h != nil && !h.v.gone && h.v.generation == h.generation:
+		v = h.v
+	default:
+		if x, ok := r.m.views[id]; ok && x.generation == gen {
+			v = x
+		}
+	}
+	if v != nil {
+		return NeverAdmitted(v.state, v.reasons)
+	}
+	f := r.m.followedVerdict(firstVerdict("", 0, probe, registeredAt), registeredAt)
+	return NeverAdmitted(f.State, f.Reasons)
+}
 
 // Read calls fn with a Reader, under one read lock: a discovery answer of thousands of
 // entries takes the lock once. fn must not call the monitor.

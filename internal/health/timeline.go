@@ -79,10 +79,11 @@ func (m *Monitor) sample(now time.Time, moved bool) {
 			g.sample = a
 		}
 		a.held = true
-		a.members += g.members
+		all := g.members + g.admitting // the timeline counts the never-admitted among its instances
+		a.members += all
 		a.inRotation += g.inRotation
 		if len(m.panics) > 0 && m.panics[k] {
-			if awaiting[k] == g.members-g.inRotation {
+			if awaiting[k] == all-g.inRotation {
 				a.warming = true
 				continue
 			}

@@ -357,15 +357,28 @@ func (o *Orchestrator) candidates(ctx context.Context, st *workflow.Step) ([]can
 	var ue *discovery.UnavailableError
 	switch {
 	case err == nil:
-		inRotation := 0
+		// Incarnations never admitted (unknown) are no members of the pool and no candidates
+		// beside members that were admitted; a pool of nothing else is a new service's, all of
+		// it a candidate (the panic rule).
+		inRotation, admitting := 0, 0
 		for _, e := range res.Entries {
-			if e.Eligibility == "" || e.Panic || apiv1.InRotation(e.Eligibility) {
+			switch {
+			case e.Eligibility == "" || e.Panic || apiv1.InRotation(e.Eligibility):
 				inRotation++
+			case e.Eligibility == apiv1.EligibilityUnknown:
+				admitting++
 			}
 		}
-		poolPanic := float64(inRotation) < o.cfg.PanicThreshold*float64(len(res.Entries))
+		members := len(res.Entries) - admitting
+		newPool := members == 0 && admitting > 0
+		poolPanic := newPool || float64(inRotation) < o.cfg.PanicThreshold*float64(members)
 		for _, e := range res.Entries {
-			if e.Eligibility != "" && !e.Panic && !apiv1.InRotation(e.Eligibility) && !poolPanic {
+			inRot := e.Eligibility == "" || e.Panic || apiv1.InRotation(e.Eligibility)
+			switch {
+			case inRot:
+			case e.Eligibility == apiv1.EligibilityUnknown && !newPool:
+				continue // never admitted, beside members that were
+			case !poolPanic:
 				continue // out of rotation, in a pool with enough in rotation
 			}
 			v, _ := semver.NewVersion(e.CapabilityVersion)

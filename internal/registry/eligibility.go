@@ -177,13 +177,23 @@ const judgeChunk = 256
 func judgeChunkOf(m Eligibility, es, out []Entry, all bool) []Entry {
 	m.Read(func(rd health.Reader) {
 		var lastCap, lastZone string
-		var lastPanic, known bool
+		var lastPanic, lastAll, known bool
 		for _, e := range es {
 			state, weight := verdictOf(rd, e.Record)
 			e.Eligibility, e.Weight = state, weight
 			// answers come sorted by capability: one panic lookup per run of a group
 			if c, z := e.Capability().CapabilityID, e.Record.Zone; !known || c != lastCap || z != lastZone {
 				lastCap, lastZone, lastPanic, known = c, z, rd.Panic(c, z), true
+				lastAll = lastPanic && rd.PanicTakesAll(c, z)
+			}
+			// A panic answer leaves out the incarnations never admitted, unless no member of
+			// the group ever was: a surge of new ones takes no full share before a probe.
+			if lastPanic && !lastAll && state == apiv1.EligibilityUnknown &&
+				rd.NeverAdmitted(e.Record.judged.Load(), e.Record.InstanceID, e.Record.Generation, e.Record.Probed(), e.Record.RegisteredAt) {
+				if all {
+					out = append(out, e)
+				}
+				continue
 			}
 			if lastPanic {
 				if state == apiv1.EligibilityDraining || state == apiv1.EligibilityAbsent {

@@ -87,8 +87,15 @@ func clusterNames(e apiv1.CapabilityEntry) [2]string {
 	return [2]string{ClusterName(e.CapabilityID, ""), ClusterName(e.CapabilityID, e.Provider)}
 }
 
-// endpointOf is the endpoint of an entry (false: its endpoint has no host and port).
+// endpointOf is the endpoint of an entry (false: its endpoint has no host and port, or it
+// is an incarnation never admitted outside a panic answer). A never-admitted endpoint is
+// sent to no client: sent as UNHEALTHY, it would count among a cluster's hosts, and Envoy's
+// own panic routes to every host, a surge of new ones included, before their first probe.
+// The registry's panic answer of a brand-new service marks them, and they go out so.
 func endpointOf(e apiv1.CapabilityEntry) (endpoint, bool) {
+	if e.Eligibility == apiv1.EligibilityUnknown && !e.Panic {
+		return endpoint{}, false
+	}
 	host, port, ok := apiv1.HostPort(e.Endpoint)
 	if !ok {
 		return endpoint{}, false
