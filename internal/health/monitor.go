@@ -230,14 +230,14 @@ type Monitor struct {
 	cfg     MonitorConfig
 	metrics *monitorMetrics
 
-	mu         sync.RWMutex
-	engine     *Engine
-	views      map[string]*view
-	groups     map[groupKey]*group
-	panics     map[groupKey]bool
+	mu     sync.RWMutex
+	engine *Engine
+	views  map[string]*view
+	groups map[groupKey]*group
+	panics map[groupKey]bool
 	// panicAll holds the groups in panic whose answer includes the never-admitted
 	// incarnations: those no member of which was ever admitted.
-	panicAll map[groupKey]bool
+	panicAll   map[groupKey]bool
 	rev        int64
 	syncs      uint64
 	following  bool                // another replica judges: published verdicts are the followed ones
