@@ -61,9 +61,11 @@ type Config struct {
 	// Tick is how often due probes are looked for (default 100 ms).
 	Tick time.Duration
 	// AdmissionProbes is how many probes of a new incarnation come quickly — the first
-	// within AdmissionSpacing of its registration, then AdmissionSpacing apart — so that an
-	// instance is admitted (two ok probes) in a second or two, not two intervals; then the
-	// declared interval applies (defaults: 2, and 1 s or the interval if shorter).
+	// within AdmissionSpacing of its registration, the others AdmissionSpacing apart — before
+	// the declared interval applies (defaults: 1, and 1 s or the interval if shorter). The
+	// default probes once at registration (jittered within a second), then at the manifest's
+	// health.interval and never another: the protocol forbids substituting an interval for the
+	// one a service declares. A service that wants to be admitted quickly declares a short one.
 	AdmissionProbes  int
 	AdmissionSpacing time.Duration
 	// Client sends the probes (default: a client without keep-alives' surprises).
@@ -88,7 +90,7 @@ func (c *Config) setDefaults() {
 		c.Tick = DefaultTick
 	}
 	if c.AdmissionProbes == 0 {
-		c.AdmissionProbes = 2
+		c.AdmissionProbes = 1
 	}
 	if c.AdmissionSpacing == 0 {
 		c.AdmissionSpacing = time.Second
@@ -199,8 +201,8 @@ func (p *Prober) Wait() { p.wg.Wait() }
 
 // Step launches the probes due at now and returns how many it launched. A new target is
 // first probed at a random point of its first AdmissionSpacing (or interval, if shorter),
-// and its first AdmissionProbes probes come that far apart, so that it is admitted at once;
-// after them each probe schedules the next one interval later, give or take a tenth.
+// and its first AdmissionProbes probes come that far apart (by default there is one); after
+// them each probe schedules the next one interval later, give or take a tenth.
 func (p *Prober) Step(ctx context.Context, now time.Time) int {
 	if !p.cfg.Leader() {
 		return 0

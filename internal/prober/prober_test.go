@@ -228,10 +228,10 @@ func TestProberOverTLS(t *testing.T) {
 	}
 }
 
-// TestProberAdmitsAtOnce: a new incarnation is probed within a second of its registration,
-// and again a second later (two ok probes admit it), then at its declared interval; the
-// steady-state jitter stays.
-func TestProberAdmitsAtOnce(t *testing.T) {
+// TestProberKeepsTheDeclaredIntervalFromTheStart: a new incarnation is probed once within a
+// second of its registration, then at its declared interval and no sooner (the protocol:
+// never a substitute interval); the steady-state jitter stays.
+func TestProberKeepsTheDeclaredIntervalFromTheStart(t *testing.T) {
 	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
 	defer srv.Close()
 	targets := []Target{{ID: "a", Generation: 1, URL: srv.URL, Interval: 30 * time.Second}}
@@ -240,15 +240,14 @@ func TestProberAdmitsAtOnce(t *testing.T) {
 	p.cfg.Jitter = func(d time.Duration) time.Duration { jitters = append(jitters, d); return d / 2 }
 	ctx := context.Background()
 	var at []time.Duration
-	for ms := 0; ms <= 40_000; ms += 100 {
+	for ms := 0; ms <= 70_000; ms += 100 {
 		if p.Step(ctx, t0.Add(time.Duration(ms)*time.Millisecond)) > 0 {
 			at = append(at, time.Duration(ms)*time.Millisecond)
 		}
 		p.Wait()
 	}
-	// first: half of 1 s; second: 1 s later (0.9 s + half of 0.2 s); third: 30 s later
-	// (27 s + half of 6 s)
-	want := []time.Duration{500 * time.Millisecond, 1500 * time.Millisecond, 31500 * time.Millisecond}
+	// first: half of 1 s; then 30 s apart (27 s + half of 6 s)
+	want := []time.Duration{500 * time.Millisecond, 30500 * time.Millisecond, 60500 * time.Millisecond}
 	if diff := cmp.Diff(want, at); diff != "" {
 		t.Fatalf("probe times (-want +got):\n%s", diff)
 	}

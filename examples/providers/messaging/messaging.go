@@ -135,7 +135,9 @@ func (p *Provider) Registration() apiv1.RegisterRequest {
 		Manifest: &apiv1.Manifest{
 			FARP:    apiv1.FARPVersion,
 			Service: apiv1.ManifestService{Name: p.serviceName(), Instance: p.cfg.InstanceID, Version: ServiceVersion},
-			Health:  &apiv1.ManifestHealth{Path: "/healthz", Interval: "5s", UnhealthyAfter: apiv1.Int(3)},
+			// A short interval: the registry probes at it from the first probe on, and two ok probes
+			// admit, so meshflows dev serves its providers within two seconds.
+			Health: &apiv1.ManifestHealth{Path: "/healthz", Interval: "1s", UnhealthyAfter: apiv1.Int(3)},
 			// The gateway refuses a larger publish itself (413), before it reaches us.
 			Capabilities: &apiv1.ManifestCapabilities{MaxBodyBytes: apiv1.Int(MaxPublishBody)},
 			Routes: []apiv1.ManifestRoute{
