@@ -224,12 +224,12 @@ func New(cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("discovery config: %w", err)
 	}
 	c := &Client{cfg: cfg, client: rc, caps: map[string]*view[[]apiv1.CapabilityEntry]{}}
-	c.routes = &view[Routes]{kind: routesKind}
 	m, err := newMetrics(cfg.Registerer, cfg.Consumer, c)
 	if err != nil {
 		return nil, err
 	}
 	c.metrics = m
+	c.routes = &view[Routes]{kind: routesKind, refused: c.refusedAnswer}
 	return c, nil
 }
 
@@ -306,7 +306,7 @@ func (c *Client) capsView(key string) *view[[]apiv1.CapabilityEntry] {
 	defer c.mu.Unlock()
 	v := c.caps[key]
 	if v == nil {
-		v = &view[[]apiv1.CapabilityEntry]{kind: capsKind}
+		v = &view[[]apiv1.CapabilityEntry]{kind: capsKind, refused: c.refusedAnswer}
 		c.caps[key] = v
 	}
 	return v
@@ -763,4 +763,9 @@ func (c *Client) poll(at position) client.Poll {
 	// With its epoch the registry knows an index ahead of it is of its own history (a
 	// replica further along etcd's): it waits for a change instead of answering at once.
 	return client.Poll{Epoch: at.epoch, Index: at.index, Wait: c.cfg.WatchWait}
+}
+
+// refusedAnswer counts an answer a view refused as older than what it holds.
+func (c *Client) refusedAnswer(reason string) {
+	c.metrics.refused.WithLabelValues(reason).Inc()
 }

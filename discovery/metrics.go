@@ -10,6 +10,7 @@ import (
 type metrics struct {
 	hits, misses, staleServed prometheus.Counter
 	deltas                    *prometheus.CounterVec
+	refused                   *prometheus.CounterVec
 }
 
 // stats is read when metrics are scraped: the oldest view's age, the newest revision and
@@ -61,6 +62,11 @@ func newMetrics(reg prometheus.Registerer, consumer string, c *Client) (*metrics
 	for _, k := range []string{"delta", "reset"} {
 		m.deltas.WithLabelValues(k)
 	}
+	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+		Name: "answers_refused_total", Help: "Registry answers refused as older than the view held, by reason: older_revision (of the same epoch) or older_epoch (while the view's registry still answers); a refused answer renews nothing."}, []string{"reason"})
+	for _, r := range []string{"older_revision", "older_epoch"} {
+		m.refused.WithLabelValues(r)
+	}
 	if reg == nil {
 		return m, nil
 	}
@@ -78,7 +84,7 @@ func newMetrics(reg prometheus.Registerer, consumer string, c *Client) (*metrics
 			Help: "Entries held in all cached views."},
 			func() float64 { _, _, n := c.stats(); return n }),
 	}
-	for _, col := range append(gauges, m.hits, m.misses, m.staleServed, m.deltas) {
+	for _, col := range append(gauges, m.hits, m.misses, m.staleServed, m.deltas, m.refused) {
 		if err := reg.Register(col); err != nil {
 			return nil, fmt.Errorf("register discovery metrics: %w", err)
 		}

@@ -2,6 +2,9 @@ package discovery
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"time"
 )
@@ -61,6 +64,9 @@ type view[T any] struct {
 	lastErr   error     // of the last attempt
 	invalid   bool      // Invalidate was called: refetch on the next read
 	inflight  *flight   // the refresh in progress, shared by concurrent readers
+	// refused counts an answer apply refused, by reason (older_revision, older_epoch); nil
+	// counts nothing.
+	refused func(reason string)
 }
 
 type flight struct {
@@ -68,27 +74,45 @@ type flight struct {
 	err  error
 }
 
-// apply orders a new answer against the current view and reports whether the view changed.
-// It must be called with v.mu held.
-func (v *view[T]) apply(a answer[T], now time.Time) bool {
-	v.lkgAt, v.checkedAt, v.lastErr, v.invalid = now, now, nil, false
+// apply orders a new answer against the current view by (epoch, revision) and reports
+// whether the view changed. An answer older than the view — an older revision of its epoch,
+// or an older epoch while the view's own registry still answers (after a failure, the next
+// registry of the list may be one that started earlier) — is refused before anything is
+// touched: a late answer renews nothing, not even the view's age. It must be called with
+// v.mu held.
+func (v *view[T]) apply(a answer[T], now time.Time) (bool, error) {
 	cur := v.lkg
+	if cur != nil {
+		reason := ""
+		switch {
+		case a.epoch == cur.epoch && a.revision < cur.revision:
+			reason = "older_revision"
+		case a.epoch != cur.epoch && v.lastErr == nil && epochOrder(a.epoch, cur.epoch) < 0:
+			reason = "older_epoch"
+		}
+		if reason != "" {
+			if v.refused != nil {
+				v.refused(reason)
+			}
+			return false, fmt.Errorf("%w (%s): epoch %s revision %d, the view holds epoch %s revision %d",
+				ErrOlderAnswer, reason, a.epoch, a.revision, cur.epoch, cur.revision)
+		}
+	}
+	v.lkgAt, v.checkedAt, v.lastErr, v.invalid = now, now, nil, false
 	switch {
 	case cur == nil:
 		v.lkg = &a
-		return true
-	case a.epoch == cur.epoch && a.revision < cur.revision:
-		return false // out of order: an older answer never replaces a newer view
+		return true, nil
 	case a.epoch == cur.epoch && a.revision == cur.revision && a.complete == cur.complete:
-		return false
+		return false, nil
 	case a.complete:
 		v.lkg = &a
-		return true
+		return true, nil
 	default:
 		// A registry that started empty is still warming up: keep what we knew, add what it says.
 		merged := answer[T]{epoch: a.epoch, revision: a.revision, complete: false, body: v.kind.merge(cur.body, a.body, a.removed)}
 		v.lkg = &merged
-		return true
+		return true, nil
 	}
 }
 
@@ -127,7 +151,7 @@ func (v *view[T]) fetchAndApply(ctx context.Context, now func() time.Time, fetch
 		v.checkedAt, v.lastErr = now(), err
 		return false, err
 	}
-	return v.apply(a, now()), nil
+	return v.apply(a, now())
 }
 
 // snapshot describes the view at now; it must be called with v.mu held.
@@ -146,4 +170,35 @@ func (v *view[T]) snapshotLocked(now time.Time, stale time.Duration) (st State, 
 	default:
 		return StateFresh, age
 	}
+}
+
+// ErrOlderAnswer is what a refresh or a watch gets when the registry answered older than the
+// view already held (a late answer, or a registry behind): the view is kept as it was.
+var ErrOlderAnswer = errors.New("the answer is older than the view held")
+
+// epochOrder compares two registry epochs by the instant each began (their ids are RFC 3339
+// times; a "+restored" suffix is a later epoch of the same instant): -1, 0 or +1. Epochs it
+// cannot read are not ordered (0).
+func epochOrder(a, b string) int {
+	ta, ra, oka := epochTime(a)
+	tb, rb, okb := epochTime(b)
+	switch {
+	case !oka || !okb:
+		return 0
+	case ta.Before(tb):
+		return -1
+	case ta.After(tb):
+		return 1
+	case ra != rb && rb:
+		return -1
+	case ra != rb:
+		return 1
+	}
+	return 0
+}
+
+func epochTime(e string) (time.Time, bool, bool) {
+	base, restored := strings.CutSuffix(e, "+restored")
+	t, err := time.Parse(time.RFC3339Nano, base)
+	return t, restored, err == nil
 }

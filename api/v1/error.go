@@ -26,6 +26,7 @@ const (
 	CodeUnknownParameter     = "UNKNOWN_PARAMETER"
 	CodeRequestTimeout       = "REQUEST_TIMEOUT"
 	CodePageExpired          = "PAGE_EXPIRED"
+	CodeStaleViewExpired     = "STALE_VIEW_EXPIRED"
 	CodeInternal             = "INTERNAL"
 )
 

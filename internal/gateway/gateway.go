@@ -115,6 +115,9 @@ type freshness struct {
 	source discovery.Source
 	age    time.Duration
 	header string // X-Route-Table-Age value, when snapshot
+	// expired: the registry has been away longer than the stale allowance (--max-stale), or
+	// the view restored at start is older than that: dynamic routes answer 503.
+	expired bool
 }
 
 // Gateway serves requests by the current table.
@@ -366,6 +369,15 @@ func (g *Gateway) updateFreshness() {
 	if st == discovery.StateStale || st == discovery.StateExpired {
 		f.source, f.header = discovery.SourceSnapshot, strconv.Itoa(int(age/time.Second))
 	}
+	f.expired = st == discovery.StateExpired
+	if old := g.fresh.Load(); old != nil && old.expired != f.expired {
+		if f.expired {
+			g.cfg.Logger.Warn("the last-known-good routes view is past --max-stale: dynamic routes answer 503 STALE_VIEW_EXPIRED until the registry answers (static routes are still served)",
+				slog.Duration("age", age))
+		} else {
+			g.cfg.Logger.Info("the routes view is current again: dynamic routes are served")
+		}
+	}
 	g.fresh.Store(f)
 }
 
@@ -543,13 +555,22 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	st := g.enter()
 	defer st.inflight.Add(-1)
-	if f := g.fresh.Load(); f != nil && f.source == discovery.SourceSnapshot {
+	f := g.fresh.Load()
+	if f != nil && f.source == discovery.SourceSnapshot {
 		w.Header()["X-Cache-Source"] = snapshotHeader
 		w.Header().Set("X-Route-Table-Age", f.header)
 	} else {
 		w.Header()["X-Cache-Source"] = freshHeader
 	}
 	m := st.table.Match(r.Method, r.URL.Path)
+	if f != nil && f.expired && m.Entry != nil && m.Entry.Source != "static" {
+		g.metrics.count(m.Entry.Source, http.StatusServiceUnavailable)
+		w.Header().Set("Retry-After", "5")
+		httpapi.WriteError(w, apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeStaleViewExpired,
+			"route %s %s comes from a view %s old, past the gateway's --max-stale: the registry has not answered since; static routes are still served",
+			m.Entry.Method, m.Entry.Pattern, f.age.Truncate(time.Second)))
+		return
+	}
 	switch m.Status {
 	case http.StatusNotFound:
 		if st.staticOnly {

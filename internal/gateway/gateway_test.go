@@ -72,14 +72,18 @@ func newEnv(t *testing.T) *env {
 
 // newEnvWith is newEnv with the registry's and the gateway's settings (the gateway's
 // Discovery, Registerer, Static and Policy are the env's own).
-func newEnvWith(t *testing.T, rcfg registry.Config, gcfg gateway.Config) *env {
+func newEnvWith(t *testing.T, rcfg registry.Config, gcfg gateway.Config, dopts ...func(*discovery.Config)) *env {
 	t.Helper()
 	reg := registrytest.NewServer(t, rcfg)
 	reg.Clock.Advance(registry.DefaultLeaseTTL) // past the warm-up: answers are complete, withdrawals apply
 	front := newSwitchable(reg.Config.Handler)
 	fs := httptest.NewServer(front)
 	t.Cleanup(fs.Close)
-	disc, err := discovery.New(discovery.Config{Registries: []string{fs.URL}, WatchWait: 200 * time.Millisecond, RequestTimeout: time.Second})
+	dcfg := discovery.Config{Registries: []string{fs.URL}, WatchWait: 200 * time.Millisecond, RequestTimeout: time.Second}
+	for _, o := range dopts {
+		o(&dcfg)
+	}
+	disc, err := discovery.New(dcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,6 +215,29 @@ func TestLastKnownGoodDuringAnOutage(t *testing.T) {
 	if got := e.do(t, "DELETE", "/v1/discovery/invalidate", ""); got.status != 200 {
 		t.Errorf("invalidate = %d %s", got.status, got.body)
 	}
+}
+
+// TestStaleMeansBounded: past the stale allowance (--max-stale) without the registry, the
+// dynamic routes answer 503 STALE_VIEW_EXPIRED with Retry-After, the static routes are still
+// served, and the registry's return serves the dynamic routes again.
+func TestStaleMeansBounded(t *testing.T) {
+	e := newEnvWith(t, registry.Config{}, gateway.Config{}, func(c *discovery.Config) {
+		c.StaleAllowance, c.RetryInterval = 600*time.Millisecond, 50*time.Millisecond
+	})
+	a := upstream(t, "a")
+	e.register(t, "orders-a", a.URL, ordersRoutes...)
+	registrytest.Until(t, "served", func() bool { return e.do(t, "GET", "/orders/1", "").status == 200 })
+	e.front.down.Store(true)
+	registrytest.Until(t, "the view expires", func() bool { return e.do(t, "GET", "/orders/1", "").status == 503 })
+	got := e.do(t, "GET", "/orders/1", "")
+	if !strings.Contains(got.body, apiv1.CodeStaleViewExpired) || got.header.Get("Retry-After") == "" || got.header.Get("X-Cache-Source") != "snapshot" {
+		t.Errorf("past --max-stale: %d %s %v, want 503 STALE_VIEW_EXPIRED with Retry-After", got.status, got.body, got.header)
+	}
+	if got := e.do(t, "GET", "/static/x", ""); got.status != 200 {
+		t.Errorf("a static route past --max-stale: %d %s, want it served", got.status, got.body)
+	}
+	e.front.down.Store(false)
+	registrytest.Until(t, "served again", func() bool { return e.do(t, "GET", "/orders/1", "").status == 200 })
 }
 
 func TestIdempotentRetryOnly(t *testing.T) {
@@ -563,6 +590,21 @@ func TestStateDirKeepsRoutesAcrossARestart(t *testing.T) {
 		t.Fatalf("after the restart: %q, X-Cache-Source %q, X-Route-Table-Age %q; want orders-a from a snapshot with its age",
 			a.body, a.header.Get("X-Cache-Source"), a.header.Get("X-Route-Table-Age"))
 	}
+
+	// A gateway restarted later than --max-stale after the save restores the view, but its
+	// dynamic routes answer 503 STALE_VIEW_EXPIRED: a view that old is not served.
+	later := func() time.Time { return time.Now().Add(time.Hour) }
+	oldDisc, err := discovery.New(discovery.Config{Registries: []string{e.reg.URL + "/down"}, RetryInterval: time.Hour, Now: later})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, srv2 := serveGateway(t, gateway.Config{Discovery: oldDisc, StateDir: dir, OutcomeWindow: -1, Now: later,
+		Policy: func() routing.Policy { return routing.Policy{"orders": {"/orders"}} }}, true)
+	tooOld := &env{srv: srv2}
+	registrytest.Until(t, "the too old view refused", func() bool {
+		a = tooOld.do(t, "GET", "/orders/1", "")
+		return a.status == 503 && strings.Contains(a.body, apiv1.CodeStaleViewExpired)
+	})
 }
 
 // TestInvalidationsCoalesce: a flood of invalidations is at most one registry refetch in

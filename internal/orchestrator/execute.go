@@ -394,6 +394,9 @@ func (o *Orchestrator) candidates(ctx context.Context, st *workflow.Step) ([]can
 			p, _ := apiv1.Priority(s.Metadata)
 			out = append(out, candidate{instance: "static-" + strconv.Itoa(i), endpoint: s.Endpoint, rank: apiv1.Rank{Priority: p, Version: v, Generation: int64(i)}})
 		}
+	case errors.As(err, &ue) && ue.State == discovery.StateExpired:
+		return nil, apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeStaleViewExpired,
+			"step %s: the last-known-good view of %s is %s old, past --max-stale, and the registry does not answer", st.ID, st.Capability.ID, ue.Age.Truncate(time.Second))
 	default:
 		return nil, apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable, "step %s: discovery unavailable: %v", st.ID, err)
 	}

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -691,4 +692,46 @@ func TestProviderCallsStayUnderTheEndpoint(t *testing.T) {
 		t.Errorf("the provider was asked %q, want %q among them", got, want)
 	}
 
+}
+
+// TestStaleViewExpires: with the registry gone past the stale allowance (--max-stale), a step
+// fails with 503 STALE_VIEW_EXPIRED instead of running on a view that old.
+func TestStaleViewExpires(t *testing.T) {
+	var down atomic.Bool
+	e := newEnv(t, nil, "")
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if down.Load() {
+			http.Error(w, "down", http.StatusServiceUnavailable)
+			return
+		}
+		e.reg.Config.Handler.ServeHTTP(w, r)
+	}))
+	t.Cleanup(front.Close)
+	disc, err := discovery.New(discovery.Config{Registries: []string{front.URL}, RequestTimeout: time.Second,
+		TTL: 10 * time.Millisecond, RetryInterval: 10 * time.Millisecond, StaleAllowance: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := orchestrator.New(orchestrator.Config{Discovery: disc, Strict: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.Upload(context.Background(), workflows.OrderPublish); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.Publish("order-publish"); err != nil {
+		t.Fatal(err)
+	}
+	if run, err := o.RunNow(context.Background(), "order-publish", "http", json.RawMessage(`{"order":1}`)); err != nil || run.Status != apiv1.RunSucceeded {
+		t.Fatalf("run with the registry up: %+v %v", run, err)
+	}
+	down.Store(true)
+	var run *apiv1.Run
+	registrytest.Until(t, "a step refused on an expired view", func() bool {
+		run, _ = o.RunNow(context.Background(), "order-publish", "http", json.RawMessage(`{"order":2}`))
+		return run != nil && len(run.Steps) > 0 && run.Steps[0].Error != nil && run.Steps[0].Error.Code == apiv1.CodeStaleViewExpired
+	})
+	if run.Status != apiv1.RunFailed {
+		t.Errorf("run on an expired view: %s, want failed", run.Status)
+	}
 }
