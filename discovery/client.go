@@ -82,6 +82,10 @@ type Config struct {
 	// /v1/discovery/capabilities?delta=true), and falls back to whole answers by itself
 	// when the registry does not know delta watches.
 	FullAnswers bool
+	// MaxViews bounds the capability views kept, one per distinct query (default
+	// DefaultMaxViews): past it the least recently read one goes (a watched one never), and
+	// meshflows_discovery_views_evicted_total counts it. Negative: no bound.
+	MaxViews int
 	// Logger, Registerer: nil is silent / no metrics.
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
@@ -95,6 +99,9 @@ type Config struct {
 func (c *Config) setDefaults() {
 	if c.Client == nil {
 		c.Client = &http.Client{}
+	}
+	if c.MaxViews == 0 {
+		c.MaxViews = DefaultMaxViews
 	}
 	if c.TTL == 0 {
 		c.TTL = DefaultTTL
@@ -210,8 +217,13 @@ type Client struct {
 
 	mu     sync.Mutex
 	caps   map[string]*view[[]apiv1.CapabilityEntry] // by canonical query
+	used   map[string]uint64                         // by canonical query: the use count at its last read (capsView)
+	uses   uint64
 	routes *view[Routes]
 }
+
+// DefaultMaxViews is Config.MaxViews's default.
+const DefaultMaxViews = 1000
 
 // New returns a Client for cfg.
 func New(cfg Config) (*Client, error) {
@@ -223,7 +235,7 @@ func New(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("discovery config: %w", err)
 	}
-	c := &Client{cfg: cfg, client: rc, caps: map[string]*view[[]apiv1.CapabilityEntry]{}}
+	c := &Client{cfg: cfg, client: rc, caps: map[string]*view[[]apiv1.CapabilityEntry]{}, used: map[string]uint64{}}
 	m, err := newMetrics(cfg.Registerer, cfg.Consumer, c)
 	if err != nil {
 		return nil, err
@@ -304,12 +316,36 @@ var routesKind = kind[Routes]{
 func (c *Client) capsView(key string) *view[[]apiv1.CapabilityEntry] {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.uses++
+	c.used[key] = c.uses
 	v := c.caps[key]
 	if v == nil {
 		v = &view[[]apiv1.CapabilityEntry]{kind: capsKind, refused: c.refusedAnswer}
 		c.caps[key] = v
+		if max := c.cfg.MaxViews; max > 0 && len(c.caps) > max {
+			c.evictLocked(key)
+		}
 	}
 	return v
+}
+
+// evictLocked drops the least recently read view other than keep's and the watched ones.
+// It scans the views: it runs only when a new query's view passes the bound.
+func (c *Client) evictLocked(keep string) {
+	oldest, at := "", uint64(0)
+	for k, v := range c.caps {
+		if k == keep || v.watchers.Load() > 0 {
+			continue
+		}
+		if u := c.used[k]; oldest == "" || u < at {
+			oldest, at = k, u
+		}
+	}
+	if oldest != "" {
+		delete(c.caps, oldest)
+		delete(c.used, oldest)
+		c.metrics.evicted.Inc()
+	}
 }
 
 // Capabilities returns the capabilities that match q, from cache within the TTL, from the
@@ -405,6 +441,8 @@ func (c *Client) Watch(ctx context.Context, q Query, onChange func(*Result)) err
 		d := &deltaWatch{c: c, vals: vals}
 		fetch = d.fetch
 	}
+	v.watchers.Add(1) // a watched view is never evicted
+	defer v.watchers.Add(-1)
 	return watch(ctx, c, v, fetch, func(a *answer[[]apiv1.CapabilityEntry], m Meta) {
 		if onChange != nil {
 			onChange(&Result{Meta: m, Entries: a.body})

@@ -11,6 +11,7 @@ type metrics struct {
 	hits, misses, staleServed prometheus.Counter
 	deltas                    *prometheus.CounterVec
 	refused                   *prometheus.CounterVec
+	evicted                   prometheus.Counter
 }
 
 // stats is read when metrics are scraped: the oldest view's age, the newest revision and
@@ -62,6 +63,8 @@ func newMetrics(reg prometheus.Registerer, consumer string, c *Client) (*metrics
 	for _, k := range []string{"delta", "reset"} {
 		m.deltas.WithLabelValues(k)
 	}
+	m.evicted = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+		Name: "views_evicted_total", Help: "Capability views dropped, the least recently read first, to keep at most MaxViews (one per distinct query); a dropped view's next read asks the registry."})
 	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 		Name: "answers_refused_total", Help: "Registry answers refused as older than the view held, by reason: older_revision (of the same epoch) or older_epoch (while the view's registry still answers); a refused answer renews nothing."}, []string{"reason"})
 	for _, r := range []string{"older_revision", "older_epoch"} {
@@ -84,7 +87,7 @@ func newMetrics(reg prometheus.Registerer, consumer string, c *Client) (*metrics
 			Help: "Entries held in all cached views."},
 			func() float64 { _, _, n := c.stats(); return n }),
 	}
-	for _, col := range append(gauges, m.hits, m.misses, m.staleServed, m.deltas, m.refused) {
+	for _, col := range append(gauges, m.hits, m.misses, m.staleServed, m.deltas, m.refused, m.evicted) {
 		if err := reg.Register(col); err != nil {
 			return nil, fmt.Errorf("register discovery metrics: %w", err)
 		}

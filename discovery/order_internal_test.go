@@ -2,8 +2,11 @@ package discovery
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
 // TestViewOrdersAnswers: answers are ordered by (epoch, revision), checked before anything of
@@ -49,5 +52,33 @@ func TestViewOrdersAnswers(t *testing.T) {
 	}
 	if got := epochOrder("not a time", e1); got != 0 {
 		t.Errorf("an unreadable epoch is ordered: %d", got)
+	}
+}
+
+// TestViewsAreBounded: past MaxViews the least recently read view goes, never a watched one,
+// and each eviction is counted.
+func TestViewsAreBounded(t *testing.T) {
+	c, err := New(Config{Registries: []string{"http://127.0.0.1:1"}, MaxViews: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	watched := c.capsView("w")
+	watched.watchers.Add(1)
+	// c evicts b (a was read again since), d evicts a; w, watched, stays
+	for _, k := range []string{"a", "b", "a", "c", "d"} {
+		c.capsView(k)
+	}
+	c.mu.Lock()
+	var held []string
+	for k := range c.caps {
+		held = append(held, k)
+	}
+	c.mu.Unlock()
+	slices.Sort(held)
+	if want := []string{"c", "d", "w"}; !slices.Equal(held, want) {
+		t.Errorf("views held %v, want %v", held, want)
+	}
+	if got := testutil.ToFloat64(c.metrics.evicted); got != 2 {
+		t.Errorf("evictions counted %v, want 2", got)
 	}
 }

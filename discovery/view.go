@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -67,6 +68,8 @@ type view[T any] struct {
 	// refused counts an answer apply refused, by reason (older_revision, older_epoch); nil
 	// counts nothing.
 	refused func(reason string)
+	// watchers counts the Watch loops keeping it current: a watched view is never evicted.
+	watchers atomic.Int32
 }
 
 type flight struct {

@@ -322,6 +322,11 @@ func (s *Server) capabilities(w http.ResponseWriter, r *http.Request) (any, erro
 	return s.cache.load(key, s.reg.State(), func() (*encoded, error) {
 		s.metrics.encodes.WithLabelValues("capabilities").Inc()
 		ans := s.reg.Query(q)
+		if max := s.cfg.MaxAnswerInstances; max > 0 && q.CapabilityID == "" && q.ServiceName == "" && len(ans.Entries) > max {
+			return nil, apiv1.InvalidRequest([]apiv1.Detail{{Path: "limit", Message: fmt.Sprintf(
+				"an answer without capability_id or service_name holds %d entries, over the %d the registry sends whole (--max-answer-instances): page it with limit (at most %d) and page_token, narrow it with capability_id or service_name, or watch it with delta=true",
+				len(ans.Entries), max, apiv1.MaxLimit)}})
+		}
 		e, err := encodeDiscovery(&ans, s.cfg.GzipMinBytes, acceptsGzip(r.Header.Get("Accept-Encoding")))
 		if err != nil {
 			return nil, fmt.Errorf("encode discovery answer: %w", err)

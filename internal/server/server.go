@@ -34,6 +34,8 @@ const (
 	// DefaultPollSpacing is Config.PollSpacing's default: a view's answer takes the registry
 	// at most about a tenth of its time to build, however fast the view changes.
 	DefaultPollSpacing = 10
+	// DefaultMaxAnswerInstances is Config.MaxAnswerInstances's default.
+	DefaultMaxAnswerInstances = 10_000
 )
 
 // Config configures a Server. The zero value gets the defaults.
@@ -55,6 +57,13 @@ type Config struct {
 	// GzipMinBytes is the smallest discovery or routes answer sent gzip-compressed to a
 	// client that accepts it (default DefaultGzipMinBytes; negative: never compressed).
 	GzipMinBytes int64
+	// MaxAnswerInstances bounds the entries of an unfiltered discovery answer (no
+	// capability_id, no service_name) sent whole: a larger one must be paged (limit,
+	// page_token) and is refused with 400 naming them. Each distinct such query would
+	// otherwise build and keep an answer of the whole fleet (37 MB at 100,000 instances).
+	// Delta watches (delta=true), which the DNS and xDS servers keep on the whole fleet, are
+	// not bound. Default DefaultMaxAnswerInstances; negative: no bound.
+	MaxAnswerInstances int
 	// PollSpacing spaces the answers long polls get for a view that is costly to build: a
 	// long poll that would have the answer built anew, within PollSpacing times as long as
 	// its last build took after that build, is held until then (within its wait), and the
@@ -110,6 +119,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.PollSpacing == 0 {
 		c.PollSpacing = DefaultPollSpacing
+	}
+	if c.MaxAnswerInstances == 0 {
+		c.MaxAnswerInstances = DefaultMaxAnswerInstances
 	}
 	if c.Sleep == nil {
 		c.Sleep = func(ctx context.Context, d time.Duration) { deadline.Sleep(ctx, d) } // a hold cut short by its request's end is over
