@@ -38,6 +38,7 @@ type gatewayFlags struct {
 	bodyTimeout   time.Duration
 	maxBuffered   int64
 	maxBody       int64
+	upstreamTO    time.Duration
 	// allowEndpointCIDR is --allow-endpoint-cidr.
 	allowEndpointCIDR []string
 }
@@ -88,6 +89,7 @@ endpoints are intended. The gateway calls the registry with --registry-ca, --reg
 	fl.StringVar(&f.stateDir, "state-dir", "", "keep the last routes view in this directory: a gateway restarted while the registry is away serves what it served before (X-Cache-Source: snapshot)")
 	fl.DurationVar(&f.bodyTimeout, "body-timeout", 10*time.Second, "a request body of up to --max-buffered-body must arrive within this before anything goes upstream (else 408); a larger one may pause this long between reads")
 	fl.Int64Var(&f.maxBuffered, "max-buffered-body", 1<<20, "request bodies up to this many bytes are read whole before going upstream (a slow client holds no upstream connection; idempotent requests can be retried); larger ones are streamed")
+	fl.DurationVar(&f.upstreamTO, "upstream-timeout", 30*time.Second, "how long an upstream may take to answer (its headers) once the request is sent; past it the client gets 504 GATEWAY_TIMEOUT")
 	fl.Int64Var(&f.maxBody, "max-body-bytes", gateway.DefaultMaxBodyBytes, "largest request body of a route whose manifest declares no capabilities.max_body_bytes; a larger one is 413 PAYLOAD_TOO_LARGE, by its Content-Length or as soon as that much of a chunked body arrived, and never forwarded")
 	fl.DurationVar(&f.outcomeWindow, "outcome-window", 10*time.Second, "report per-instance outcomes (ok, errors, connect failures) to the registry this often, as passive health evidence (needs a gateway role; 0: never)")
 	fl.StringSliceVar(&f.allowEndpointCIDR, "allow-endpoint-cidr", nil, allowEndpointCIDRUsage)
@@ -173,7 +175,7 @@ func startGateway(ctx context.Context, g *errgroup.Group, f *gatewayFlags, ln ne
 		return err
 	}
 	gw, err := gateway.New(gateway.Config{Endpoints: endpoints, ID: id, Reporter: reporter, Discovery: disc, Static: static, Policy: policy,
-		OutcomeWindow: outcomeWindow(f.outcomeWindow), StateDir: f.stateDir, Admin: admin, BodyTimeout: f.bodyTimeout, MaxBufferedBody: f.maxBuffered, MaxBodyBytes: f.maxBody, Logger: logger, Registerer: promReg})
+		OutcomeWindow: outcomeWindow(f.outcomeWindow), StateDir: f.stateDir, Admin: admin, BodyTimeout: f.bodyTimeout, MaxBufferedBody: f.maxBuffered, MaxBodyBytes: f.maxBody, UpstreamTimeout: f.upstreamTO, Logger: logger, Registerer: promReg})
 	if err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/discovery"
@@ -135,5 +136,51 @@ func TestBodyOverTheLimitIs413(t *testing.T) {
 		Policy: func() routing.Policy { return nil }}, false)
 	if status, body := post(small.URL+"/publish", strings.NewReader(strings.Repeat("y", 1001)), 1001); status != 413 || !strings.Contains(body, "--max-body-bytes") {
 		t.Errorf("1001 bytes over a gateway limit of 1000 = %d %s, want 413 naming --max-body-bytes", status, body)
+	}
+}
+
+// TestSilentUpstreamIs504: an upstream that accepts the connection and the request and never
+// answers is 504 after the upstream timeout, not 502 — for a GET on the pooled path and a
+// POST with a body alike.
+func TestSilentUpstreamIs504(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { io.Copy(io.Discard, c) }() // reads everything, answers nothing
+		}
+	}()
+	disc, err := discovery.New(discovery.Config{Registries: []string{"http://127.0.0.1:1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, srv := serveGateway(t, gateway.Config{Discovery: disc, OutcomeWindow: -1, UpstreamTimeout: 200 * time.Millisecond,
+		Static: []routing.StaticRoute{{Path: "/silent", Methods: []string{"GET", "POST"}, Upstream: "http://" + ln.Addr().String()}},
+		Policy: func() routing.Policy { return nil }}, false)
+	for _, method := range []string{"GET", "POST"} {
+		var body io.Reader
+		if method == "POST" {
+			body = strings.NewReader("x")
+		}
+		req, _ := http.NewRequest(method, srv.URL+"/silent", body)
+		start := time.Now()
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusGatewayTimeout {
+			t.Errorf("%s to a silent upstream = %d, want 504", method, resp.StatusCode)
+		}
+		if took := time.Since(start); took > 10*time.Second {
+			t.Errorf("%s took %s, want about the upstream timeout", method, took)
+		}
 	}
 }

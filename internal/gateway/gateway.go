@@ -38,6 +38,9 @@ type Config struct {
 	PolicyCheck time.Duration
 	// Transport sends requests upstream (default: a tuned keep-alive transport).
 	Transport http.RoundTripper
+	// UpstreamTimeout is how long the default Transport waits for an upstream's answer
+	// headers once the request is written (default 30 s): past it the client gets 504.
+	UpstreamTimeout time.Duration
 	// Endpoints is the address policy of the default Transport: it does not connect to a
 	// link-local or metadata address unless the policy allows its range.
 	Endpoints endpoint.Policy
@@ -107,6 +110,51 @@ type state struct {
 	// staticOnly: no routes view yet (the registry has not answered, nothing saved): only
 	// the static routes are served, and other paths are 503, not 404.
 	staticOnly bool
+	// gone are earlier tables that held dynamic routes this one lacks, newest first, each
+	// until its time: a request for such a route is 503 with Retry-After (its last upstream
+	// went away), not 404 (it never existed).
+	gone []goneTable
+}
+
+// goneTable is a table whose vanished routes answer 503 until until.
+type goneTable struct {
+	table *routing.Table
+	until time.Time
+}
+
+// goneRouteKeep is how long a route whose last upstream went away answers 503, and
+// maxGoneTables how many earlier tables are kept for that.
+const (
+	goneRouteKeep = 5 * time.Minute
+	maxGoneTables = 8
+)
+
+// goneFrom returns the tables a state derived at now after prev keeps for vanished routes:
+// prev's own, when t lacks a dynamic route of prev's, and those of prev's still in time.
+func goneFrom(prev *state, t *routing.Table, now time.Time) []goneTable {
+	if prev == nil {
+		return nil
+	}
+	var out []goneTable
+	if prev.table != t {
+		type route struct{ key, method string }
+		have := make(map[route]bool, len(t.Entries()))
+		for _, e := range t.Entries() {
+			have[route{e.Key, e.Method}] = true
+		}
+		for _, e := range prev.table.Entries() {
+			if e.Source == "dynamic" && !have[route{e.Key, e.Method}] {
+				out = append(out, goneTable{table: prev.table, until: now.Add(goneRouteKeep)})
+				break
+			}
+		}
+	}
+	for _, g := range prev.gone {
+		if len(out) < maxGoneTables && now.Before(g.until) {
+			out = append(out, g)
+		}
+	}
+	return out
 }
 
 // freshness is the source of the table and its age, refreshed by Run so that requests
@@ -158,8 +206,9 @@ func New(cfg Config) (*Gateway, error) {
 	if err := routing.ValidateStatic(cfg.Static); err != nil {
 		return nil, fmt.Errorf("gateway: %w", err)
 	}
-	if cfg.BodyTimeout < 0 || cfg.MaxBufferedBody < 0 || cfg.MaxBodyBytes < 0 {
-		return nil, fmt.Errorf("gateway: body timeout %s, max buffered body %d and max body bytes %d must not be negative", cfg.BodyTimeout, cfg.MaxBufferedBody, cfg.MaxBodyBytes)
+	if cfg.BodyTimeout < 0 || cfg.MaxBufferedBody < 0 || cfg.MaxBodyBytes < 0 || cfg.UpstreamTimeout < 0 {
+		return nil, fmt.Errorf("gateway: body timeout %s, max buffered body %d, max body bytes %d and upstream timeout %s must not be negative",
+			cfg.BodyTimeout, cfg.MaxBufferedBody, cfg.MaxBodyBytes, cfg.UpstreamTimeout)
 	}
 	if cfg.Policy == nil {
 		cfg.Policy = func() routing.Policy { return routing.Policy{} }
@@ -168,7 +217,7 @@ func New(cfg Config) (*Gateway, error) {
 		cfg.PolicyCheck = 2 * time.Second
 	}
 	if cfg.Transport == nil {
-		cfg.Transport = NewTransportFor(cfg.Endpoints)
+		cfg.Transport = NewTransportFor(cfg.Endpoints, cfg.UpstreamTimeout)
 	}
 	if cfg.ID == "" {
 		cfg.ID = "gateway"
@@ -466,6 +515,7 @@ func (g *Gateway) derive() {
 	if prev != nil && prev.inputs == inputs {
 		st.derivedAt = prev.derivedAt
 	}
+	st.gone = goneFrom(prev, t, g.cfg.Now())
 	verdicts, gens := verdictsOf(r)
 	g.talliesMu.Lock()
 	tallies := make(map[incarnation]*tally, len(g.tallies))
@@ -579,6 +629,13 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				"no route for %s %s yet: the registry has not answered, and only static routes are served", r.Method, m.Path))
 			return
 		}
+		if e := st.goneRoute(r.Method, m.Path, g.cfg.Now()); e != nil {
+			g.metrics.count("dynamic", 503)
+			w.Header().Set("Retry-After", "5")
+			httpapi.WriteError(w, apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable,
+				"route %s %s of %s has no upstream left: its last instance went away", e.Method, e.Pattern, e.Service))
+			return
+		}
 		g.metrics.count("none", 404)
 		httpapi.WriteError(w, apiv1.Errorf(http.StatusNotFound, apiv1.CodeNotFound, "no route for %s %s", r.Method, m.Path))
 		return
@@ -591,6 +648,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	sv := st.serving[m.Entry]
 	if len(sv.upstreams) == 0 {
 		sv.health.record(g.cfg.Now(), http.StatusServiceUnavailable)
+		w.Header().Set("Retry-After", "5")
 		httpapi.WriteError(w, apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable, "route %s %s has no eligible upstream", m.Entry.Method, m.Entry.Pattern))
 		return
 	}
@@ -657,4 +715,18 @@ func joinComma(ss []string) string {
 		out += s
 	}
 	return out
+}
+
+// goneRoute returns the dynamic route of an earlier table that matches the request and that
+// this table lost (its last upstream went away), or nil.
+func (st *state) goneRoute(method, path string, now time.Time) *routing.Entry {
+	for _, g := range st.gone {
+		if !now.Before(g.until) {
+			continue
+		}
+		if m := g.table.Match(method, path); m.Entry != nil && m.Entry.Source == "dynamic" {
+			return m.Entry
+		}
+	}
+	return nil
 }

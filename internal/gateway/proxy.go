@@ -41,7 +41,7 @@ type target struct {
 	tallies   [2]*tally   // their outcome counters (nil for static upstreams)
 	served    int         // which of the two the answer came from
 	path      string
-	retry     bool // idempotent and more than one upstream
+	retry     bool // more than one upstream, and a body that can be sent again
 	declared  bool // the body limit is the route's own (max_body_bytes), not the gateway's
 	source    string
 	route     *routeStat
@@ -92,8 +92,9 @@ func newProxy(rt http.RoundTripper, maxBuffered int64, bodyTimeout time.Duration
 				return
 			}
 			status := http.StatusBadGateway
-			if errors.Is(err, context.DeadlineExceeded) {
-				status = http.StatusGatewayTimeout
+			var ne net.Error
+			if errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() {
+				status = http.StatusGatewayTimeout // no answer in time: an upstream that accepted and never answered
 			}
 			if t, ok := r.Context().Value(targetKey{}).(*target); ok {
 				t.route.record(p.now(), status)
@@ -136,7 +137,9 @@ func (p *proxy) serve(w http.ResponseWriter, r *http.Request, m routing.Match, s
 	first, second := sv.pick()
 	a, b := &sv.upstreams[first], &sv.upstreams[second]
 	t.upstreams, t.tallies = [2]*url.URL{a.url, b.url}, [2]*tally{a.tally, b.tally}
-	t.retry = e.Idempotent && n > 1
+	// A connect failure (the only one retried) sent nothing: another upstream may take the
+	// request whatever its method, as long as its body can be sent again.
+	t.retry = n > 1
 	limit := p.maxBody
 	if e.MaxBodyBytes > 0 {
 		limit, t.declared = e.MaxBodyBytes, true
@@ -243,8 +246,8 @@ func (b *idleBody) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// retrying sends a request to its first upstream and, when that fails to connect and the
-// route is idempotent, once more to the next one.
+// retrying sends a request to its first upstream and, when that fails to connect (nothing
+// was sent, so any method may go again), once more to the next one.
 type retrying struct {
 	next    http.RoundTripper
 	metrics *metrics

@@ -67,7 +67,7 @@ func TestTransportRefusesMetadata(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	if _, err := NewTransportFor(allow).Dial(ctx, "tcp", "169.254.169.254:80"); errors.Is(err, endpoint.ErrRefused) {
+	if _, err := NewTransportFor(allow, 0).Dial(ctx, "tcp", "169.254.169.254:80"); errors.Is(err, endpoint.ErrRefused) {
 		t.Errorf("an allowed address was refused: %v", err)
 	}
 }

@@ -77,7 +77,10 @@ func TestRouteHealth(t *testing.T) {
 	if err := e.reg.Registry.Deregister(context.Background(), "orders-a", 0); err != nil {
 		t.Fatal(err)
 	}
-	registrytest.Until(t, "the route is withdrawn", func() bool { return e.do(t, "GET", "/orders/1", "").status == 404 })
+	registrytest.Until(t, "the route is withdrawn", func() bool {
+		r := e.do(t, "GET", "/orders/1", "")
+		return r.status == 503 && strings.Contains(r.body, "no upstream left")
+	})
 	if n := testutil.CollectAndCount(e.prom, "meshflows_gateway_route_requests_total"); n != 4 {
 		t.Errorf("series after the route left: %d, want the static route's 4 classes", n)
 	}

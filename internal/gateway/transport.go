@@ -65,16 +65,18 @@ const (
 	defaultMaxIdlePerHost = 256
 	defaultIdleTimeout    = 90 * time.Second
 	defaultMaxHeaderBytes = 10 << 20 // http.Transport's
-	headerTimeout         = 30 * time.Second
+	defaultHeaderTimeout  = 30 * time.Second
 )
 
 // NewTransport returns the upstream transport: keep-alive pools sized for a gateway and
 // timeouts on everything but the response body.
-func NewTransport() *Transport { return NewTransportFor(endpoint.Policy{}) }
+func NewTransport() *Transport { return NewTransportFor(endpoint.Policy{}, 0) }
 
-// NewTransportFor is NewTransport connecting only to addresses policy admits: a name that
-// resolves to a link-local or metadata address is refused as its literal would be.
-func NewTransportFor(policy endpoint.Policy) *Transport {
+// NewTransportFor is NewTransport connecting only to addresses policy admits (a name that
+// resolves to a link-local or metadata address is refused as its literal would be) and
+// waiting headerTimeout at most for an answer's headers once the request is written (0: 30 s).
+func NewTransportFor(policy endpoint.Policy, headerTimeout time.Duration) *Transport {
+	headerTimeout = or(headerTimeout, defaultHeaderTimeout)
 	dial := (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second, Control: policy.Control}).DialContext
 	return &Transport{
 		Fallback: &http.Transport{
@@ -287,6 +289,16 @@ func or[T int | int64 | time.Duration](v, def T) T {
 	return v
 }
 
+// errHeaderTimeout is the direct path's http.Transport timeout awaiting response headers: a
+// net.Error whose Timeout is true, so that the gateway answers 504.
+var errHeaderTimeout error = headerTimeoutError{}
+
+type headerTimeoutError struct{}
+
+func (headerTimeoutError) Error() string   { return "net/http: timeout awaiting response headers" }
+func (headerTimeoutError) Timeout() bool   { return true }
+func (headerTimeoutError) Temporary() bool { return true }
+
 // errNoAnswer marks a request that failed before any byte of an answer came back: on a
 // pooled connection, the upstream most likely closed it while it sat idle.
 var errNoAnswer = errors.New("no answer from the upstream")
@@ -326,7 +338,7 @@ func (c *upstreamConn) roundTrip(ctx context.Context, req *http.Request, headerT
 	if _, err := c.br.Peek(1); err != nil {
 		var ne net.Error
 		if errors.As(err, &ne) && ne.Timeout() && ctx.Err() == nil {
-			return fail(errors.New("net/http: timeout awaiting response headers"))
+			return fail(errHeaderTimeout)
 		}
 		return fail(fmt.Errorf("%w: %w", errNoAnswer, err))
 	}
