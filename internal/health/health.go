@@ -457,6 +457,7 @@ func (e *Engine) probe(in *instance, ev Event) {
 		t.okRun++
 		t.badRun = 0
 		if !in.admitted {
+			e.clearCauses(in, ev.At, ReasonProbeRefused) // it answers: not the hard failure it was
 			if t.okRun >= e.cfg.AdmitAfter {
 				in.admitted, in.rotationSince = true, ev.At.UnixNano()
 			}
@@ -469,6 +470,15 @@ func (e *Engine) probe(in *instance, ev Event) {
 		t.okRun = 0
 		t.badRun++
 		if !in.admitted {
+			// The hard-failure fast path holds for every incarnation discovery may answer,
+			// one never admitted included (a restored one, answered in panic with the rest of
+			// its group until probed): nothing listens where it says it does.
+			if _, had := in.causes[ReasonProbeRefused]; ev.Result == ProbeRefused && !had {
+				if in.causes == nil {
+					in.causes = map[string]Evidence{}
+				}
+				in.causes[ReasonProbeRefused] = Evidence{At: ev.At, Detail: "probe refused before admission: connection refused or reset"}
+			}
 			return
 		}
 		if ev.Result == ProbeRefused {
@@ -531,6 +541,12 @@ func (e *Engine) ejectionCapped(in *instance, now time.Time) bool {
 		}
 	}
 	return false
+}
+
+// refusedUnadmitted reports whether an instance never admitted had its last probes refused.
+func (in *instance) refusedUnadmitted() bool {
+	_, ok := in.causes[ReasonProbeRefused]
+	return ok
 }
 
 // addCause adds a withdrawal cause at now with the evidence behind it; an entry into
@@ -664,6 +680,7 @@ var (
 	reasonsDraining  = []string{ReasonDraining}
 	reasonsFlapping  = []string{ReasonFlapping}
 	reasonsAdmitting = []string{ReasonAdmitting}
+	reasonsRefused   = []string{ReasonAdmitting, ReasonProbeRefused} // never admitted, and nothing listens
 	reasonsSlowStart = []string{ReasonSlowStart}
 	reasonsDegraded  = []string{ReasonSelfReportedDegraded}
 )
@@ -681,6 +698,8 @@ func (e *Engine) verdictOf(in *instance, now time.Time) Verdict {
 		return Verdict{State: apiv1.EligibilityDraining, Reasons: reasonsDraining}
 	case in.quarantined(now):
 		return Verdict{State: apiv1.EligibilityQuarantined, Reasons: reasonsFlapping}
+	case !in.admitted && in.refusedUnadmitted():
+		return Verdict{State: apiv1.EligibilityWithdrawn, Reasons: reasonsRefused}
 	case !in.admitted:
 		return Verdict{State: apiv1.EligibilityUnknown, Reasons: reasonsAdmitting}
 	case len(in.causes) > 0:
@@ -842,7 +861,7 @@ func (e *Engine) Group(capability, zone string, now time.Time) GroupAnswer {
 		}
 		v := e.Verdict(id, now)
 		switch {
-		case v.State == apiv1.EligibilityAbsent || v.State == apiv1.EligibilityDraining:
+		case v.State == apiv1.EligibilityAbsent || v.State == apiv1.EligibilityDraining || RefusedBeforeAdmission(v.State, v.Reasons):
 			continue
 		case NeverAdmitted(v.State, v.Reasons):
 			admitting = append(admitting, id)
@@ -868,10 +887,19 @@ func (e *Engine) Group(capability, zone string, now time.Time) GroupAnswer {
 	return GroupAnswer{Instances: inRotation}
 }
 
-// NeverAdmitted reports whether a verdict is that of an incarnation never admitted: unknown,
-// waiting for the probes that admit it (ADMITTING).
+// NeverAdmitted reports whether a verdict is that of an incarnation never admitted (its
+// reasons hold ADMITTING): unknown while it waits for the probes that admit it, withdrawn
+// when they were refused (RefusedBeforeAdmission).
 func NeverAdmitted(state string, reasons []string) bool {
-	return state == apiv1.EligibilityUnknown && slices.Contains(reasons, ReasonAdmitting)
+	return (state == apiv1.EligibilityUnknown || state == apiv1.EligibilityWithdrawn) && slices.Contains(reasons, ReasonAdmitting)
+}
+
+// RefusedBeforeAdmission reports whether a verdict is that of an incarnation never admitted
+// whose probes were refused: nothing listens where it says it does. Discovery leaves it out
+// of every answer, as if it were gone (and lists it as removed while the registry warms
+// up, so that views merged from what they knew drop it); a group does not count it.
+func RefusedBeforeAdmission(state string, reasons []string) bool {
+	return state == apiv1.EligibilityWithdrawn && NeverAdmitted(state, reasons)
 }
 
 // Reason is one reason of a verdict with the evidence behind it (the wire type).

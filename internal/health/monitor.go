@@ -202,7 +202,10 @@ const countedAdmitting = "unknown/admitting"
 
 // countAs is the state a verdict is counted in by its groups.
 func countAs(state string, reasons []string) string {
-	if NeverAdmitted(state, reasons) {
+	switch {
+	case RefusedBeforeAdmission(state, reasons):
+		return apiv1.EligibilityAbsent // as good as gone: discovery answers it nowhere
+	case NeverAdmitted(state, reasons):
 		return countedAdmitting
 	}
 	return state
@@ -889,6 +892,21 @@ func (r Reader) NeverAdmitted(h *Handle, id string, gen int64, probe bool, regis
 	}
 	f := r.m.followedVerdict(firstVerdict("", 0, probe, registeredAt), registeredAt)
 	return NeverAdmitted(f.State, f.Reasons)
+}
+
+// RefusedBeforeAdmission is health.RefusedBeforeAdmission of the incarnation, read as
+// NeverAdmitted reads it.
+func (r Reader) RefusedBeforeAdmission(h *Handle, id string, gen int64) bool {
+	var v *view
+	switch {
+	case h != nil && !h.v.gone && h.v.generation == h.generation:
+		v = h.v
+	default:
+		if x, ok := r.m.views[id]; ok && x.generation == gen {
+			v = x
+		}
+	}
+	return v != nil && RefusedBeforeAdmission(v.state, v.reasons)
 }
 
 // Read calls fn with a Reader, under one read lock: a discovery answer of thousands of

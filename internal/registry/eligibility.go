@@ -1,9 +1,11 @@
 package registry
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -181,6 +183,9 @@ func judgeChunkOf(m Eligibility, es, out []Entry, all bool) []Entry {
 		for _, e := range es {
 			state, weight := verdictOf(rd, e.Record)
 			e.Eligibility, e.Weight = state, weight
+			if state == apiv1.EligibilityWithdrawn && rd.RefusedBeforeAdmission(e.Record.judged.Load(), e.Record.InstanceID, e.Record.Generation) {
+				continue // never admitted, and nothing listens: answered nowhere, as if gone
+			}
 			// answers come sorted by capability: one panic lookup per run of a group
 			if c, z := e.Capability().CapabilityID, e.Record.Zone; !known || c != lastCap || z != lastZone {
 				lastCap, lastZone, lastPanic, known = c, z, rd.Panic(c, z), true
@@ -375,4 +380,37 @@ func (r *Registry) Owner(id string) string {
 		return rec.Owner
 	}
 	return ""
+}
+
+// refusedBeforeAdmission returns, of recs, the incarnations never admitted whose probes were
+// refused (health.RefusedBeforeAdmission) as removals: an answer leaves them out, and while
+// the registry warms up it lists them as removed, so that a view merged from what it knew
+// before the restart drops them too.
+func (r *Registry) refusedBeforeAdmission(recs []*Record) []apiv1.Removal {
+	m := r.cfg.Eligibility
+	if m == nil || len(recs) == 0 {
+		return nil
+	}
+	var out []apiv1.Removal
+	m.Read(func(rd health.Reader) {
+		for _, rec := range recs {
+			if rd.RefusedBeforeAdmission(rec.judged.Load(), rec.InstanceID, rec.Generation) {
+				out = append(out, apiv1.Removal{InstanceID: rec.InstanceID, Generation: rec.Generation})
+			}
+		}
+	})
+	return out
+}
+
+// withRemovals is removed with more added, in instance order, each instance once (the
+// higher generation).
+func withRemovals(removed, more []apiv1.Removal) []apiv1.Removal {
+	if len(more) == 0 {
+		return removed
+	}
+	out := append(slices.Clone(removed), more...)
+	slices.SortFunc(out, func(a, b apiv1.Removal) int {
+		return cmp.Or(strings.Compare(a.InstanceID, b.InstanceID), -cmp.Compare(a.Generation, b.Generation))
+	})
+	return slices.CompactFunc(out, func(a, b apiv1.Removal) bool { return a.InstanceID == b.InstanceID })
 }

@@ -10,6 +10,7 @@ import (
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/internal/health"
+	"github.com/meshflows/meshflows/internal/prober"
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/registry/registrytest"
 	"github.com/meshflows/meshflows/internal/store/memstore"
@@ -94,5 +95,70 @@ func TestPanicLeavesOutTheNeverAdmitted(t *testing.T) {
 	sweep()
 	if ids, panics := answer("orders.fresh", false); len(ids) != 3 || panics != 3 {
 		t.Errorf("a brand-new service: answer %v with %d in panic, want all three in panic", ids, panics)
+	}
+}
+
+// TestRefusedBeforeAdmissionIsGone: during the warm-up after a restart, an incarnation never
+// admitted whose probe is refused (its provider died while the registry was down) leaves
+// every answer — discovery and routes — and is listed as removed, so that views merged from
+// what consumers knew drop it; the live one stays, and an ok probe brings a refused one back.
+func TestRefusedBeforeAdmissionIsGone(t *testing.T) {
+	ctx := context.Background()
+	clock := registrytest.NewClock(registrytest.Epoch0)
+	m, err := health.NewMonitor(health.MonitorConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := registry.New(memstore.New(clock.Now), registry.Config{Now: clock.Now, Registerer: prometheus.NewRegistry(), Eligibility: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gens := map[string]int64{}
+	for _, id := range []string{"alive", "dead"} {
+		req := registrytest.Orders(id, "http://10.0.0.1:8080")
+		req.Manifest.Health = &apiv1.ManifestHealth{Path: "/healthz", Interval: "5s", UnhealthyAfter: apiv1.Int(3)}
+		resp, err := reg.Register(ctx, &req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		gens[id] = resp.Generation
+	}
+	sweep := func() {
+		t.Helper()
+		clock.Advance(time.Second)
+		if _, err := reg.Sweep(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sweep()
+	probe := func(id, result string) {
+		reg.ReportProbe(prober.Result{Target: prober.Target{ID: id, Generation: gens[id]}, At: clock.Now(), Result: result})
+		sweep()
+	}
+	probe("dead", health.ProbeRefused)
+	a := reg.Query(&registry.Query{CapabilityID: "orders.write", IncludeAll: true})
+	if a.Complete {
+		t.Fatal("the registry is not warming up")
+	}
+	var ids []string
+	for _, e := range a.Entries {
+		ids = append(ids, e.Record.InstanceID)
+	}
+	if len(ids) != 1 || ids[0] != "alive" {
+		t.Errorf("discovery answers %v, want only alive (dead's probe was refused)", ids)
+	}
+	if len(a.Removed) != 1 || a.Removed[0].InstanceID != "dead" || a.Removed[0].Generation != gens["dead"] {
+		t.Errorf("removed %+v, want dead at its generation", a.Removed)
+	}
+	routes := reg.Routes()
+	if len(routes.Manifests) != 1 || routes.Manifests[0].InstanceID != "alive" || len(routes.Removed) != 1 || routes.Removed[0].InstanceID != "dead" {
+		t.Errorf("routes: manifests %d (%+v), removed %+v; want alive's only and dead removed", len(routes.Manifests), routes.Manifests, routes.Removed)
+	}
+	if exp, err := reg.Explain("dead"); err != nil || exp.State != apiv1.EligibilityWithdrawn {
+		t.Errorf("dead's verdict %+v %v, want withdrawn", exp, err)
+	}
+	probe("dead", health.ProbeOK) // it listens after all: waiting for admission again
+	if a := reg.Query(&registry.Query{CapabilityID: "orders.write", IncludeAll: true}); len(a.Entries) != 2 || len(a.Removed) != 0 {
+		t.Errorf("after an ok probe: %d entries, removed %+v; want both, none removed", len(a.Entries), a.Removed)
 	}
 }

@@ -644,9 +644,20 @@ type Answer struct {
 func (r *Registry) Query(q *Query) Answer {
 	rev := r.revision()
 	st := r.stateAt(rev)
-	es := r.judge(r.store.Query(q), q.IncludeAll)
+	es := r.store.Query(q)
+	var refused []apiv1.Removal
+	if !st.Complete { // warming up: merged views drop what nothing listens for (see judge)
+		recs := make([]*Record, 0, len(es))
+		for i := range es {
+			if i == 0 || es[i].Record != es[i-1].Record {
+				recs = append(recs, es[i].Record)
+			}
+		}
+		refused = r.refusedBeforeAdmission(recs)
+	}
+	es = r.judge(es, q.IncludeAll)
 	SortEntries(es)
-	return Answer{State: st, Entries: es, Removed: r.drain.removed(st.Epoch, st.Complete, q.ServiceName, q.CapabilityID)}
+	return Answer{State: st, Entries: es, Removed: withRemovals(r.drain.removed(st.Epoch, st.Complete, q.ServiceName, q.CapabilityID), refused)}
 }
 
 // Wait is WaitOn for the whole fleet: it returns at the first change anywhere.
@@ -805,7 +816,15 @@ func (r *Registry) Routes() apiv1.RoutesResponse {
 	st := r.State()
 	out := apiv1.RoutesResponse{RegistryEpoch: st.Epoch, Revision: st.Revision, Complete: st.Complete,
 		Manifests: []apiv1.ManifestEntry{}, PublicPaths: []apiv1.PublicPath{}, Removed: r.drain.routedRemoved(st.Epoch, st.Complete)}
-	for _, rec := range sortedRecords(r.store.RoutedRecords()) {
+	recs := sortedRecords(r.store.RoutedRecords())
+	refused := r.refusedBeforeAdmission(recs)
+	if !st.Complete {
+		out.Removed = withRemovals(out.Removed, refused)
+	}
+	for _, rec := range recs {
+		if len(refused) > 0 && slices.ContainsFunc(refused, func(x apiv1.Removal) bool { return x.InstanceID == rec.InstanceID }) {
+			continue // never admitted, and nothing listens: no route goes there
+		}
 		if rec.Manifest != nil {
 			state, weight, inPanic := r.eligibilityOf(rec)
 			out.Manifests = append(out.Manifests, apiv1.ManifestEntry{InstanceID: rec.InstanceID, ServiceName: rec.ServiceName,
