@@ -26,6 +26,8 @@ type xdsFlags struct {
 	creds      clientCreds
 	log        telemetry.LogConfig
 	debug      string
+	// maxResponse is --max-response-bytes.
+	maxResponse int
 }
 
 func newXDSCmd() *cobra.Command {
@@ -66,6 +68,7 @@ only the resources that changed. The last view keeps being served while the regi
 	fl.StringVar(&f.routesFile, "routes", "", "static routes file (YAML): routes: [{path, methods, upstream}] (as the gateway's)")
 	fl.StringVar(&f.policyFile, "policy", "", "path policy file (YAML): path_prefixes: {service: [prefix, …]} (as the gateway's; without it no manifest route is served)")
 	fl.DurationVar(&f.maxStale, "max-stale", discovery.DefaultStaleAllowance, "how long the last-known-good view is kept while the registry is away")
+	fl.IntVar(&f.maxResponse, "max-response-bytes", xds.DefaultMaxResponseBytes, "largest EDS or RDS response: more endpoints go out over several responses, each acknowledged before the next (the default is gRPC's default receive limit; a client that raises its own may take a larger bound)")
 	fl.StringVar(&f.debug, "debug-listen", "", "serve Go profiling (/debug/pprof/) on this address, e.g. 127.0.0.1:6062 (off by default)")
 	bindEnv(fl, "debug-listen", "MESHFLOWS_XDS_DEBUG_LISTEN")
 	f.creds.bindRegistry(fl)
@@ -94,7 +97,7 @@ func startXDS(ctx context.Context, g *errgroup.Group, f *xdsFlags, ln net.Listen
 			return err
 		}
 	}
-	srv, err := xds.New(xds.Config{Discovery: disc, Logger: logger, Static: static, Policy: policy})
+	srv, err := xds.New(xds.Config{Discovery: disc, Logger: logger, Static: static, Policy: policy, MaxResponseBytes: f.maxResponse})
 	if err != nil {
 		return err
 	}

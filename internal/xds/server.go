@@ -35,6 +35,11 @@ type Config struct {
 	// as the gateway derives its own.
 	Static []routing.StaticRoute
 	Policy routing.Policy
+	// MaxResponseBytes bounds each EDS and RDS response (default DefaultMaxResponseBytes,
+	// gRPC's default receive limit): more endpoints than fit go out over several responses,
+	// each acknowledged before the next. CDS and LDS responses carry their whole state, as
+	// the protocol wants, and are small (a cluster or a listener per capability and provider).
+	MaxResponseBytes int
 }
 
 // Validate reports a configuration that cannot run.
@@ -44,6 +49,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ShutdownGrace < 0 {
 		return fmt.Errorf("xds: shutdown grace %s is negative", c.ShutdownGrace)
+	}
+	if c.MaxResponseBytes < 0 {
+		return fmt.Errorf("xds: max response bytes %d is negative", c.MaxResponseBytes)
 	}
 	return nil
 }
@@ -72,6 +80,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.ShutdownGrace == 0 {
 		cfg.ShutdownGrace = 5 * time.Second
 	}
+	if cfg.MaxResponseBytes == 0 {
+		cfg.MaxResponseBytes = DefaultMaxResponseBytes
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -85,6 +96,9 @@ func New(cfg Config) (*Server, error) {
 		c := cachev3.NewLinearCache(typ, cachev3.WithLogger(cacheLogger{cfg.Logger}))
 		s.caches[typ] = c
 		mux.Caches[typ] = c
+		if typ == resourcev3.EndpointType || typ == resourcev3.RouteType {
+			mux.Caches[typ] = splitCache{Cache: c, max: cfg.MaxResponseBytes}
+		}
 	}
 	s.mux = mux
 	return s, nil

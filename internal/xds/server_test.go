@@ -12,9 +12,11 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -307,5 +309,87 @@ func TestStreamsAbuse(t *testing.T) {
 	again := adsStream(t, ctx, c, "after", resourcev3.EndpointType, "messaging.publish")
 	if resp, err := again.Recv(); err != nil || len(resp.GetResources()) != 1 {
 		t.Fatalf("after the abuse: %v, %v", resp, err)
+	}
+}
+
+// TestResponsesStayUnderTheBound: EDS responses larger than MaxResponseBytes go out over
+// several responses, each under the bound and each acknowledged before the next, which
+// together hold every cluster's endpoints (a client with gRPC's default 4 MiB receive limit
+// rejected one 6.8 MB response of 10 clusters of 10,000 endpoints).
+func TestResponsesStayUnderTheBound(t *testing.T) {
+	const bound = 1500
+	e := newEnv(t, time.Nanosecond, func(c *xds.Config) { c.MaxResponseBytes = bound })
+	b := startBackend(t)
+	providers := []string{"p0", "p1", "p2", "p3", "p4", "p5"}
+	var names []string
+	for _, p := range providers {
+		names = append(names, xds.ClusterName("messaging.publish", p))
+		for i := range 10 {
+			e.register(t, fmt.Sprintf("%s-%d", p, i), p, b)
+		}
+	}
+	e.reg.Clock.Advance(time.Second)
+	if _, err := e.reg.Registry.Sweep(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	cc, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	c := discoveryv3.NewAggregatedDiscoveryServiceClient(cc)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	registrytest.Until(t, "every endpoint in the view", func() bool {
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		st := adsStream(t, ctx, c, "probe", resourcev3.EndpointType, xds.ClusterName("messaging.publish", ""))
+		resp, err := st.Recv()
+		if err != nil || len(resp.GetResources()) != 1 {
+			return false
+		}
+		var cla endpointv3.ClusterLoadAssignment
+		if err := resp.GetResources()[0].UnmarshalTo(&cla); err != nil || len(cla.GetEndpoints()) == 0 {
+			return false
+		}
+		n := 0
+		for _, l := range cla.GetEndpoints() {
+			n += len(l.GetLbEndpoints())
+		}
+		return n == 60
+	})
+	st := adsStream(t, ctx, c, "split", resourcev3.EndpointType, names...)
+	got := map[string]int{}
+	responses := 0
+	for len(got) < len(names) {
+		resp, err := st.Recv()
+		if err != nil {
+			t.Fatalf("after %d responses (%d clusters): %v", responses, len(got), err)
+		}
+		responses++
+		if n := proto.Size(resp); n > bound && len(resp.GetResources()) > 1 {
+			t.Errorf("response %d: %d bytes for %d resources, over the bound of %d", responses, n, len(resp.GetResources()), bound)
+		}
+		for _, a := range resp.GetResources() {
+			var cla endpointv3.ClusterLoadAssignment
+			if err := a.UnmarshalTo(&cla); err != nil {
+				t.Fatal(err)
+			}
+			for _, l := range cla.GetEndpoints() {
+				got[cla.GetClusterName()] += len(l.GetLbEndpoints())
+			}
+		}
+		if err := st.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "split"}, TypeUrl: resourcev3.EndpointType, ResourceNames: names,
+			VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if responses < 2 {
+		t.Errorf("%d clusters came in %d response: the bound did not split them", len(names), responses)
+	}
+	for _, n := range names {
+		if got[n] != 10 {
+			t.Errorf("cluster %s: %d endpoints, want 10", n, got[n])
+		}
 	}
 }
