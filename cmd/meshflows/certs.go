@@ -29,11 +29,17 @@ directory next to the certificates.`,
 		Short: "Create ca.pem, ca-key.pem and server.pem/server-key.pem (localhost, 127.0.0.1, ::1 and --host)",
 		Long: `Create a development CA (ca.pem, ca-key.pem) and a server certificate (server.pem,
 server-key.pem) valid for localhost, 127.0.0.1, ::1 and every --host (a DNS name or an IP
-address; repeat or comma-separate), for a year. Nothing already in --dir is overwritten.`,
+address; repeat or comma-separate), for a year. Nothing already in --dir is overwritten: a
+--dir that already holds them, valid for these hosts, is kept (exit 0, "kept"); one that holds
+a part of them, or a server certificate for other hosts, is an error.`,
 		Example: "  meshflows certs init --dir certs\n  meshflows certs init --dir certs --host registry.internal --host 10.0.0.5",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := auth.InitDir(dir, time.Now(), hosts...); err != nil {
+			switch err := auth.InitDir(dir, time.Now(), hosts...); {
+			case errors.Is(err, auth.ErrInitialized):
+				fmt.Fprintf(cmd.OutOrStdout(), "kept %s: it already holds a CA and a server certificate for these hosts\n", dir)
+				return nil
+			case err != nil:
 				return err
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "wrote %s, %s, %s and %s\nnext: meshflows certs issue --dir %s --identity egress-jms\n",

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/meshflows/meshflows/internal/registry/registrytest"
+	"github.com/meshflows/meshflows/internal/testtool"
 )
 
 // TestDNSAgainstDev resolves the example providers through meshflows dev's DNS with Go's
@@ -42,9 +43,7 @@ func TestDNSAgainstDev(t *testing.T) {
 	if ips, err := r.LookupHost(ctx, "_jms.messaging.publish.cap.meshflows."); err != nil || !slices.Equal(ips, []string{"127.0.0.1"}) {
 		t.Errorf("A of the jms provider = %v %v", ips, err)
 	}
-	if _, err := exec.LookPath("dig"); err != nil {
-		t.Skip("no dig (apt-get install bind9-dnsutils)")
-	}
+	testtool.Need(t, "apt-get install bind9-dnsutils", "dig")
 	out, err := exec.Command("dig", "@127.0.0.1", "-p", strconv.Itoa(base+devDNSOffset), "+short", "TXT", "egress-jms.svc.meshflows.").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "source=fresh") || !strings.Contains(string(out), "in_rotation=1") {
 		t.Errorf("dig TXT: %v\n%s", err, out)

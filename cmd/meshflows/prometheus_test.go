@@ -17,16 +17,14 @@ import (
 	"github.com/meshflows/meshflows/internal/freeport"
 
 	"github.com/meshflows/meshflows/internal/registry/registrytest"
+	"github.com/meshflows/meshflows/internal/testtool"
 )
 
 // TestRealPrometheusScrapesTheStack starts Debian's Prometheus on loopback against
 // 'meshflows dev', with the repository's alert rules loaded, and asks its HTTP API for a
 // registry and a provider metric: the metrics reach a real backend in the shape it accepts.
 func TestRealPrometheusScrapesTheStack(t *testing.T) {
-	bin, err := exec.LookPath("prometheus")
-	if err != nil {
-		t.Skip("the prometheus binary is not installed (apt-get install prometheus; .ci/run installs it): skipping the real-scrape test")
-	}
+	bin := testtool.Need(t, "apt-get install prometheus; .ci/run installs it", "prometheus")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	base, done := startDev(t, ctx)

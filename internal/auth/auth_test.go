@@ -1,6 +1,7 @@
 package auth_test
 
 import (
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/ed25519"
 	"crypto/elliptic"
@@ -430,8 +431,22 @@ func TestDevCertificates(t *testing.T) {
 	if err := auth.InitDir(dir, now); err != nil {
 		t.Fatal(err)
 	}
-	if err := auth.InitDir(dir, now); err == nil {
+	caBefore, _ := os.ReadFile(filepath.Join(dir, auth.CAFile))
+	if err := auth.InitDir(dir, now); !errors.Is(err, auth.ErrInitialized) {
+		t.Errorf("InitDir on an initialised dir = %v, want ErrInitialized (kept)", err)
+	}
+	if caAfter, _ := os.ReadFile(filepath.Join(dir, auth.CAFile)); !bytes.Equal(caBefore, caAfter) {
 		t.Error("InitDir overwrote an existing CA")
+	}
+	if err := auth.InitDir(dir, now, "registry.internal"); err == nil || errors.Is(err, auth.ErrInitialized) {
+		t.Errorf("InitDir for a host the server certificate lacks = %v, want an error", err)
+	}
+	partial := t.TempDir()
+	if err := os.WriteFile(filepath.Join(partial, auth.CAFile), caBefore, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := auth.InitDir(partial, now); err == nil || errors.Is(err, auth.ErrInitialized) || !strings.Contains(err.Error(), "not overwriting") {
+		t.Errorf("InitDir on a dir with a part of the files = %v, want an error naming them", err)
 	}
 	certPath, keyPath, err := auth.IssueInDir(dir, "egress-jms", auth.DefaultTrustDomain, now)
 	if err != nil {

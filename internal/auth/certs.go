@@ -129,8 +129,15 @@ func (ca *DevCA) Pool() *x509.CertPool {
 	return p
 }
 
+// ErrInitialized is what InitDir returns when dir already holds a CA and a server
+// certificate from it valid at now for every host asked: they are kept, nothing is written.
+var ErrInitialized = errors.New("already initialised")
+
 // InitDir creates a development CA and a server certificate for localhost, 127.0.0.1, ::1 and
-// the extra hosts (DNS names or IP addresses) in dir. Existing files are never overwritten.
+// the extra hosts (DNS names or IP addresses) in dir. Existing files are never overwritten: a
+// dir that already holds what would be written (a CA, and a server certificate it signed,
+// valid now for every host) is kept, with ErrInitialized; one that holds a part of it, or a
+// server certificate for other hosts, is an error that says which.
 func InitDir(dir string, now time.Time, extraHosts ...string) error {
 	hosts := []string{"localhost", "127.0.0.1", "::1"}
 	for _, h := range extraHosts {
@@ -141,10 +148,22 @@ func InitDir(dir string, now time.Time, extraHosts ...string) error {
 			hosts = append(hosts, h)
 		}
 	}
+	var present []string
 	for _, f := range []string{CAFile, CAKeyFile, ServerFile, ServerKeyFile} {
 		if _, err := os.Stat(filepath.Join(dir, f)); err == nil {
-			return fmt.Errorf("%s already exists; not overwriting a CA", filepath.Join(dir, f))
+			present = append(present, f)
 		}
+	}
+	switch len(present) {
+	case 0:
+	case 4:
+		if err := keptInit(dir, now, hosts); err != nil {
+			return fmt.Errorf("%s already holds a CA and a server certificate, not overwritten: %w", dir, err)
+		}
+		return ErrInitialized
+	default:
+		return fmt.Errorf("%s holds %s but not the rest of a CA and server certificate; not overwriting: remove them or use another --dir",
+			dir, strings.Join(present, ", "))
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
@@ -165,6 +184,35 @@ func InitDir(dir string, now time.Time, extraHosts ...string) error {
 		return err
 	}
 	return writePair(dir, "server", srv)
+}
+
+// keptInit checks that dir's server certificate is signed by its CA and valid at now for
+// every host.
+func keptInit(dir string, now time.Time, hosts []string) error {
+	ca, err := LoadDevCA(dir)
+	if err != nil {
+		return err
+	}
+	pair, err := tls.LoadX509KeyPair(filepath.Join(dir, ServerFile), filepath.Join(dir, ServerKeyFile))
+	if err != nil {
+		return err
+	}
+	leaf, err := x509.ParseCertificate(pair.Certificate[0])
+	if err != nil {
+		return err
+	}
+	if err := leaf.CheckSignatureFrom(ca.Cert); err != nil {
+		return fmt.Errorf("%s is not signed by %s: %w", ServerFile, CAFile, err)
+	}
+	if now.Before(leaf.NotBefore) || now.After(leaf.NotAfter) {
+		return fmt.Errorf("%s is not valid now (until %s)", ServerFile, leaf.NotAfter.Format(time.RFC3339))
+	}
+	for _, h := range hosts {
+		if err := leaf.VerifyHostname(h); err != nil {
+			return fmt.Errorf("%s is not valid for %s (issue with another --dir)", ServerFile, h)
+		}
+	}
+	return nil
 }
 
 // IssueInDir issues a client certificate for identity with the CA in dir, as

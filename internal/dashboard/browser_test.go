@@ -31,6 +31,7 @@ import (
 	"github.com/meshflows/meshflows/internal/registry/registrytest"
 	"github.com/meshflows/meshflows/internal/report"
 	"github.com/meshflows/meshflows/internal/server"
+	"github.com/meshflows/meshflows/internal/testtool"
 	"github.com/meshflows/meshflows/routing"
 )
 
@@ -156,10 +157,7 @@ func newStack(t testing.TB) *stack {
 // (.ci/run installs it).
 func browser(t *testing.T) context.Context {
 	t.Helper()
-	const exe = "/usr/bin/chromium"
-	if _, err := os.Stat(exe); err != nil {
-		t.Skip("no " + exe + " (apt-get install chromium)")
-	}
+	exe := testtool.Need(t, "apt-get install chromium", "/usr/bin/chromium")
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(exe), chromedp.NoSandbox, chromedp.DisableGPU,
 		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-component-update", true),

@@ -20,6 +20,7 @@ import (
 	"github.com/meshflows/meshflows/internal/nameserver"
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/registry/registrytest"
+	"github.com/meshflows/meshflows/internal/testtool"
 )
 
 // env is a registry with the eligibility engine, and a name server over it on loopback.
@@ -260,9 +261,7 @@ func TestTruncationAndTCP(t *testing.T) {
 	if !m.Truncated || len(m.Answer) >= 100 {
 		t.Errorf("UDP answer with %d records, truncated %v: want the TC bit and fewer", len(m.Answer), m.Truncated)
 	}
-	if _, err := exec.LookPath("dig"); err != nil {
-		t.Skip("no dig (apt-get install bind9-dnsutils)")
-	}
+	testtool.Need(t, "apt-get install bind9-dnsutils", "dig")
 	host, port, _ := net.SplitHostPort(e.addr)
 	out, err := exec.Command("dig", "@"+host, "-p", port, "+short", "SRV", "messaging.publish.cap.meshflows.").CombinedOutput()
 	if n := strings.Count(strings.TrimSpace(string(out)), "\n") + 1; err != nil || n != 100 {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/meshflows/meshflows/internal/freeport"
 	"github.com/meshflows/meshflows/internal/registry/registrytest"
+	"github.com/meshflows/meshflows/internal/testtool"
 )
 
 // TestPythonSDK builds meshflows, then runs 'python3 -m unittest' on sdk/python/tests with
@@ -22,10 +23,7 @@ import (
 // freeport for the servers the suites start (the harness hands them out in turn); a failure
 // prints the Python output. It is skipped, saying so, only when python3 is absent.
 func TestPythonSDK(t *testing.T) {
-	py, err := exec.LookPath("python3")
-	if err != nil {
-		t.Skip("python3 is not installed: the Python SDK's suites are skipped")
-	}
+	py := testtool.Need(t, "apt-get install python3", "python3")
 	bin := filepath.Join(t.TempDir(), "meshflows")
 	build := exec.Command("go", "build", "-o", bin, "github.com/meshflows/meshflows/cmd/meshflows")
 	if out, err := build.CombinedOutput(); err != nil {
@@ -47,10 +45,7 @@ func TestPythonSDK(t *testing.T) {
 // network (the in-tree build backend needs only the standard library), and the installed
 // package imports the public API. Skipped when python3 has no pip.
 func TestPipInstallOffline(t *testing.T) {
-	py, err := exec.LookPath("python3")
-	if err != nil {
-		t.Skip("python3 is not installed")
-	}
+	py := testtool.Need(t, "apt-get install python3", "python3")
 	if err := exec.Command(py, "-m", "pip", "--version").Run(); err != nil {
 		t.Skip("python3 has no pip")
 	}
@@ -73,10 +68,7 @@ func TestPipInstallOffline(t *testing.T) {
 // example webhook provider on the SDK, and a request through the gateway to it; then the
 // provider stops and deregisters.
 func TestTutorialPython(t *testing.T) {
-	py, err := exec.LookPath("python3")
-	if err != nil {
-		t.Skip("python3 is not installed")
-	}
+	py := testtool.Need(t, "apt-get install python3", "python3")
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "meshflows")
 	if out, err := exec.Command("go", "build", "-o", bin, "github.com/meshflows/meshflows/cmd/meshflows").CombinedOutput(); err != nil {
