@@ -415,6 +415,10 @@ func (a *Agent) deregister(ctx context.Context) {
 	}
 }
 
+// withdrawalPoll spaces the asks of awaitDrain: four a second (at 50 ms, a draining
+// provider asked twenty times a second, each ask a line of the registry's audit log).
+const withdrawalPoll = 250 * time.Millisecond
+
 // awaitDrain waits until every live gateway has applied the withdrawal of generation, or
 // DrainTimeout passes: until then consumers may still send requests, so the provider keeps
 // serving (the FARP withdrawal rule).
@@ -436,7 +440,7 @@ func (a *Agent) awaitDrain(ctx context.Context, generation int64) {
 			a.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "gave up waiting for gateways to acknowledge the withdrawal",
 				slog.Any("pending", w.Pending), slog.String("bound", a.cfg.DrainTimeout.String()))
 			return
-		case <-a.cfg.Clock.After(50 * time.Millisecond):
+		case <-a.cfg.Clock.After(withdrawalPoll):
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -474,5 +475,32 @@ func TestBackoffDelay(t *testing.T) {
 		if got := b.Delay(tt.attempt, func() float64 { return tt.rnd }); got != tt.want {
 			t.Errorf("Delay(%d, %v) = %v, want %v", tt.attempt, tt.rnd, got, tt.want)
 		}
+	}
+}
+
+// TestDrainAsksAFewTimesASecond: a stopping provider whose withdrawal no gateway confirms
+// asks the registry at most a few times a second until its drain timeout (it asked twenty
+// times a second, each ask a line of the registry's audit log).
+func TestDrainAsksAFewTimesASecond(t *testing.T) {
+	r := newRestartable(t)
+	var asks atomic.Int64
+	h := r.h
+	r.mu.Lock()
+	r.h = http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if strings.HasSuffix(req.URL.Path, "/withdrawal") {
+			asks.Add(1)
+		}
+		h.ServeHTTP(w, req)
+	})
+	r.mu.Unlock()
+	_, stop := startAgent(t, provider.Config{Registries: []string{r.URL}, Registration: registration("jms-1"), DrainTimeout: time.Second})
+	eventually(t, "registered", registered(r.registry(), "jms-1"))
+	start := time.Now()
+	if err := stop(); err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	if n := asks.Load(); n < 2 || float64(n) > 5*took.Seconds()+1 {
+		t.Errorf("%d withdrawal asks in %s, want at most about 4 a second", n, took.Round(time.Millisecond))
 	}
 }

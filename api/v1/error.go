@@ -27,6 +27,7 @@ const (
 	CodeRequestTimeout       = "REQUEST_TIMEOUT"
 	CodePageExpired          = "PAGE_EXPIRED"
 	CodeStaleViewExpired     = "STALE_VIEW_EXPIRED"
+	CodeNotConfigured        = "NOT_CONFIGURED"
 	CodeInternal             = "INTERNAL"
 )
 

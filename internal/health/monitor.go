@@ -788,9 +788,13 @@ func (m *Monitor) panic(k groupKey, now time.Time) bool {
 	if p {
 		m.panics[k] = true
 		m.panicSince[k] = now
-		m.cfg.Logger.LogAttrs(context.Background(), slog.LevelWarn, "panic: discovery returns every instance of the group",
+		level, msg := slog.LevelWarn, "panic: discovery returns every instance of the group"
+		if everyOne { // a new service's instances waiting for their first probes: the start, not an outage
+			level, msg = slog.LevelInfo, "no instance of the group admitted yet: discovery returns all of them until their probes admit them"
+		}
+		m.cfg.Logger.LogAttrs(context.Background(), level, msg,
 			slog.String("capability_id", k.capability), slog.String("zone", k.zone),
-			slog.Int("in_rotation", inRotation), slog.Int("instances", members))
+			slog.Int("in_rotation", inRotation), slog.Int("instances", members+g.admitting), slog.Int("never_admitted", g.admitting))
 	} else {
 		delete(m.panics, k)
 		delete(m.panicSince, k)

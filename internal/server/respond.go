@@ -80,7 +80,8 @@ func apiError(err error) *apiv1.Error {
 	case errors.Is(err, registry.ErrWarmingUp):
 		return apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable, "%v", err)
 	case errors.Is(err, registry.ErrNoSnapshotDir):
-		return apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable, "%v: start the registry with --snapshot-dir", err)
+		// permanent until the registry is started otherwise: no client should retry it
+		return apiv1.Errorf(http.StatusConflict, apiv1.CodeNotConfigured, "%v: start the registry with --snapshot-dir", err)
 	default:
 		return nil
 	}

@@ -141,7 +141,7 @@ func TestRegistryAPIErrors(t *testing.T) {
 		{"method not allowed", "POST", "/v1/discovery/capabilities", `{}`, 405, "METHOD_NOT_ALLOWED", nil, "GET, HEAD"},
 		{"method not allowed on catalog", "DELETE", "/v1/services", ``, 405, "METHOD_NOT_ALLOWED", nil, "GET, HEAD"},
 		{"register needs POST", "PUT", "/v1/services/register", `{}`, 405, "METHOD_NOT_ALLOWED", nil, "DELETE, GET, HEAD, POST"},
-		{"snapshot without dir", "POST", "/v1/admin/snapshot", ``, 503, "UNAVAILABLE", nil, ""},
+		{"snapshot without dir: permanent, not retryable", "POST", "/v1/admin/snapshot", ``, 409, "NOT_CONFIGURED", nil, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
