@@ -18,12 +18,13 @@ import (
 )
 
 type dashboardFlags struct {
-	listen, registry, orchestrator, gateway string
-	tokenFile                               string
-	insecure                                bool
-	grafanaURL                              string
-	creds                                   clientCreds
-	log                                     telemetry.LogConfig
+	listen, orchestrator, gateway string
+	registry                      []string
+	tokenFile                     string
+	insecure                      bool
+	grafanaURL                    string
+	creds                         clientCreds
+	log                           telemetry.LogConfig
 }
 
 func newDashboardCmd() *cobra.Command {
@@ -47,7 +48,7 @@ Write actions (invalidate, re-validate, upload, run) need the admin token from
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.listen, "listen", "127.0.0.1:7403", "address to serve on")
-	fl.StringVar(&f.registry, "registry", "http://127.0.0.1:7400", "registry base URL")
+	fl.StringSliceVar(&f.registry, "registry", []string{"http://127.0.0.1:7400"}, "registry base URL; repeat or comma-separate for failover")
 	bindEnv(fl, "registry", "MESHFLOWS_REGISTRY")
 	fl.StringVar(&f.orchestrator, "orchestrator", "http://127.0.0.1:7401", "orchestrator base URL")
 	fl.StringVar(&f.gateway, "gateway", "http://127.0.0.1:7402", "gateway base URL")
@@ -74,7 +75,7 @@ func startDashboard(ctx context.Context, g *errgroup.Group, f *dashboardFlags, l
 	if err != nil {
 		return err
 	}
-	d, err := dashboard.New(dashboard.Config{RegistryURL: f.registry, GatewayURL: f.gateway, OrchestratorURL: f.orchestrator,
+	d, err := dashboard.New(dashboard.Config{RegistryURLs: f.registry, GatewayURL: f.gateway, OrchestratorURL: f.orchestrator,
 		Client: httpClient, AdminToken: token, Insecure: f.insecure, GrafanaURL: f.grafanaURL})
 	if err != nil {
 		return err

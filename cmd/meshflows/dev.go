@@ -105,7 +105,7 @@ Stop with Ctrl-C: the providers deregister and the components stop in order.`,
 			regURL := "http://" + regAddr
 			dbAddr := fmt.Sprintf("127.0.0.1:%d", basePort+devDashboardOffset)
 			dln := lns[devDashboardOffset]
-			dbFlags := dashboardFlags{registry: regURL, insecure: true,
+			dbFlags := dashboardFlags{registry: []string{regURL}, insecure: true,
 				orchestrator: fmt.Sprintf("http://127.0.0.1:%d", basePort+devOrchestratorOffset),
 				gateway:      fmt.Sprintf("http://127.0.0.1:%d", basePort+devGatewayOffset)}
 			if err := startDashboard(regCtx, gReg, &dbFlags, dln, logger); err != nil {

@@ -32,6 +32,9 @@ type Config struct {
 	// RegistryURL, GatewayURL and OrchestratorURL are the components' base URLs; an empty
 	// one leaves its pages saying so.
 	RegistryURL, GatewayURL, OrchestratorURL string
+	// RegistryURLs, when set, are the registries to fail over between, in turn (RegistryURL
+	// is then ignored): --registry takes a list here as in every other command.
+	RegistryURLs []string
 	// Client talks to them (default: a plain client).
 	Client *http.Client
 	// AdminToken guards the write actions; Insecure opens them to anyone (meshflows dev).
@@ -105,11 +108,15 @@ func New(cfg Config) (*Dashboard, error) {
 		return nil, err
 	}
 	d := &Dashboard{cfg: cfg, tmpl: t}
+	registries := cfg.RegistryURLs
+	if len(registries) == 0 && cfg.RegistryURL != "" {
+		registries = []string{cfg.RegistryURL}
+	}
 	for _, s := range []struct {
 		c    **client.Client
 		name string
-		base string
-	}{{&d.registry, "registry", cfg.RegistryURL}, {&d.gateway, "gateway", cfg.GatewayURL}, {&d.orc, "orchestrator", cfg.OrchestratorURL}} {
+		base []string
+	}{{&d.registry, "registry", registries}, {&d.gateway, "gateway", nonEmpty(cfg.GatewayURL)}, {&d.orc, "orchestrator", nonEmpty(cfg.OrchestratorURL)}} {
 		if *s.c, err = source(s.base, cfg.Client); err != nil {
 			return nil, fmt.Errorf("dashboard: %s URL: %w", s.name, err)
 		}

@@ -327,3 +327,34 @@ func TestRouteMapReadsTheCatalogOnlyToDrawIt(t *testing.T) {
 		})
 	}
 }
+
+// TestRegistryFailover: the dashboard's --registry takes a failover list, as every other
+// command's: with the first registry down, the capabilities page comes from the next.
+func TestRegistryFailover(t *testing.T) {
+	reg := registrytest.NewServer(t, registry.Config{})
+	req := registrytest.Orders("orders-1", "http://127.0.0.1:20001")
+	if _, err := reg.Registry.Register(context.Background(), &req); err != nil {
+		t.Fatal(err)
+	}
+	dead := httptest.NewServer(http.NotFoundHandler())
+	dead.Close()
+	d, err := dashboard.New(dashboard.Config{RegistryURLs: []string{dead.URL, reg.URL}, Insecure: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(d.Handler())
+	defer srv.Close()
+	var body string
+	for range 3 { // the first ask may go to the dead registry; the client moves on
+		resp, err := http.Get(srv.URL + "/capabilities")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if body = string(b); strings.Contains(body, "orders-1") {
+			return
+		}
+	}
+	t.Errorf("the capabilities page never showed the live registry's instance:\n%.2000s", body)
+}

@@ -17,11 +17,19 @@ var noCapability = url.Values{"capability_id": {"none.none"}}
 
 // source returns the typed client of the component at base, through hc; without a base, a
 // client whose every call fails with errNotConfigured.
-func source(base string, hc *http.Client) (*client.Client, error) {
-	if base == "" {
+func source(bases []string, hc *http.Client) (*client.Client, error) {
+	if len(bases) == 0 {
 		return client.New(client.Config{Registries: []string{"http://not-configured.invalid"}, HTTPClient: &http.Client{Transport: notConfigured{}}})
 	}
-	return client.New(client.Config{Registries: []string{base}, HTTPClient: hc, Timeout: 35 * time.Second})
+	return client.New(client.Config{Registries: bases, HTTPClient: hc, Timeout: 35 * time.Second})
+}
+
+// nonEmpty is the one URL as a list, or none when it is empty (not configured).
+func nonEmpty(u string) []string {
+	if u == "" {
+		return nil
+	}
+	return []string{u}
 }
 
 type notConfigured struct{}
