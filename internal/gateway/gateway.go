@@ -588,12 +588,32 @@ func fingerprint(p routing.Policy) string {
 // adminRoutes is the route table of the gateway's own endpoints.
 func (g *Gateway) adminRoutes() *http.ServeMux {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET "+apiv1.PathGatewayRoutes, g.serveRoutes)
-	mux.HandleFunc("GET "+apiv1.PathGatewayRouteHealth, g.serveRouteHealth)
-	mux.HandleFunc("DELETE "+apiv1.PathInvalidate, g.serveInvalidate)
-	mux.HandleFunc("GET "+apiv1.PathInvalidate, g.serveInvalidate)
+	mux.HandleFunc("GET "+apiv1.PathGatewayRoutes, knownParams(g.serveRoutes))
+	mux.HandleFunc("GET "+apiv1.PathGatewayRouteHealth, knownParams(g.serveRouteHealth, "format"))
+	mux.HandleFunc("DELETE "+apiv1.PathInvalidate, knownParams(g.serveInvalidate))
+	mux.HandleFunc("GET "+apiv1.PathInvalidate, knownParams(g.serveInvalidate))
 	mux.HandleFunc("/", httpapi.NotRouted(mux))
 	return mux
+}
+
+// knownParams refuses, as the registry does, a request with a query parameter the endpoint
+// does not take (400 UNKNOWN_PARAMETER naming each): a misspelled one is never ignored.
+func knownParams(h http.HandlerFunc, known ...string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var ds []apiv1.Detail
+		for k := range r.URL.Query() {
+			if !slices.Contains(known, k) {
+				ds = append(ds, apiv1.Detail{Path: k, Message: "not a parameter of this endpoint"})
+			}
+		}
+		if len(ds) > 0 {
+			slices.SortFunc(ds, func(a, b apiv1.Detail) int { return strings.Compare(a.Path, b.Path) })
+			httpapi.WriteError(w, &apiv1.Error{Status: http.StatusBadRequest, Code: apiv1.CodeUnknownParameter,
+				Message: fmt.Sprintf("%d unknown query parameter(s)", len(ds)), Details: ds})
+			return
+		}
+		h(w, r)
+	}
 }
 
 // ServeHTTP serves the gateway: its own endpoints (adminRoutes), everything else by the

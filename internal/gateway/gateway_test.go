@@ -885,3 +885,18 @@ meshflows_gateway_requests_total{code="405",source="none"} 1
 		t.Error(err)
 	}
 }
+
+// TestAdminRefusesUnknownParameters: the gateway's admin endpoints refuse a parameter they
+// do not take, as the registry's do, instead of ignoring it.
+func TestAdminRefusesUnknownParameters(t *testing.T) {
+	e := newEnv(t)
+	for _, path := range []string{"/v1/gateway/routes?fromat=json", "/v1/gateway/routes/health?format=csv&window=1h"} {
+		got := e.do(t, "GET", path, "")
+		if got.status != 400 || !strings.Contains(got.body, apiv1.CodeUnknownParameter) {
+			t.Errorf("GET %s = %d %s, want 400 UNKNOWN_PARAMETER", path, got.status, got.body)
+		}
+	}
+	if got := e.do(t, "GET", "/v1/gateway/routes/health?format=csv", ""); got.status != 200 {
+		t.Errorf("a known parameter: %d %s", got.status, got.body)
+	}
+}
