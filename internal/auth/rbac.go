@@ -197,6 +197,9 @@ func (p *Policy) roles(identity string) []Role {
 	return out
 }
 
+// HasRoles reports whether identity has any role.
+func (p *Policy) HasRoles(identity string) bool { return len(p.roles(identity)) > 0 }
+
 // IsAdmin reports whether identity has an admin role.
 func (p *Policy) IsAdmin(identity string) bool {
 	return slices.ContainsFunc(p.roles(identity), func(r Role) bool { return r.Admin })
@@ -375,3 +378,6 @@ func (f *PolicyFile) Allows(identity, perm string) bool { return f.Policy().Allo
 
 // IsGateway implements the server's policy with the policy in force.
 func (f *PolicyFile) IsGateway(identity string) bool { return f.Policy().IsGateway(identity) }
+
+// HasRoles is Policy.HasRoles of the current policy.
+func (f *PolicyFile) HasRoles(identity string) bool { return f.Policy().HasRoles(identity) }

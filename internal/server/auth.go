@@ -25,6 +25,10 @@ type Policy interface {
 	CanDiscover(identity string) bool
 	IsAdmin(identity string) bool
 	IsGateway(identity string) bool
+	// HasRoles reports whether the policy gives identity any role: one with none may
+	// register, heartbeat or deregister nothing, and is told so before any instance is looked
+	// up (whether an instance exists is not for it to learn).
+	HasRoles(identity string) bool
 }
 
 // Limiter rate-limits registrations per identity; a refusal says how long to wait.
@@ -102,6 +106,8 @@ func (s *Server) guard(w http.ResponseWriter, r *http.Request, acc access) (*htt
 		denied = "identity %q has no gateway role: only gateways report outcomes and acknowledge tables"
 	case acc == admin && !isAdmin:
 		denied = "identity %q is not an admin"
+	case acc == provider && !s.cfg.Policy.HasRoles(identity):
+		denied = "identity %q has no roles"
 	}
 	if denied != "" {
 		s.writeError(w, r, apiv1.Errorf(http.StatusForbidden, apiv1.CodeForbidden, denied, identity))

@@ -248,6 +248,10 @@ func TestSecurity(t *testing.T) {
 		{"expired certificate", expired, call{"GET", "/v1/discovery/capabilities", "", ""}, 0, nil},
 		{"identity with no roles: register", lonely, call{"POST", "/v1/services/register", registration("l-1", "lonely", "messaging.publish"), ""}, 403, nil},
 		{"identity with no roles: discovery", lonely, call{"GET", "/v1/discovery/capabilities", "", ""}, 403, nil},
+		// 403 whether or not the instance exists: a role-less identity learns nothing of the catalog
+		{"identity with no roles: heartbeat of an instance that exists", lonely, call{"PUT", "/v1/services/jms-1/heartbeat", `{"generation":1}`, ""}, 403, nil},
+		{"identity with no roles: heartbeat of one that does not", lonely, call{"PUT", "/v1/services/nope/heartbeat", `{"generation":1}`, ""}, 403, nil},
+		{"identity with no roles: deregister of one that does not", lonely, call{"DELETE", "/v1/services/nope", "", ""}, 403, nil},
 		{"capability outside role", jms, call{"POST", "/v1/services/register", registration("jms-2", "egress-jms", "payments.charge"), ""}, 403, []string{"capabilities[0].capability_id"}},
 		{"service name not own", intruder, call{"POST", "/v1/services/register", registration("i-1", "egress-jms", "messaging.publish"), ""}, 403, []string{"service_name"}},
 		{"public path outside prefix", reports, call{"POST", "/v1/services/register", publicPaths(registration("r-2", "reports", "reports.daily", "/reports/daily"), "/reports/run", "/admin/users"), ""},
