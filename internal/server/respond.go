@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -9,6 +10,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -205,6 +207,11 @@ func decodeJSON(body []byte, v any) error {
 	}
 	err := json.Unmarshal(body, v)
 	if err == nil {
+		if path := duplicateKey(body); path != "" {
+			// encoding/json keeps the last of two values of one key; a proxy or an SDK may keep
+			// the first: the two would read a different request
+			return apiv1.InvalidRequest([]apiv1.Detail{{Path: path, Message: "the key appears twice in its object"}})
+		}
 		return nil
 	}
 	var se *json.SyntaxError
@@ -223,4 +230,54 @@ func decodeJSON(body []byte, v any) error {
 	default:
 		return apiv1.Errorf(http.StatusBadRequest, apiv1.CodeInvalidJSON, "body is not the expected JSON: %v", err)
 	}
+}
+
+// duplicateKey returns the path of the first key that appears twice in one object of the
+// valid JSON b ("capabilities[0].provider"), or "".
+func duplicateKey(b []byte) string {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	path, _ := dupIn(dec, "")
+	return path
+}
+
+// dupIn reads one value from dec; at holds the value's path.
+func dupIn(dec *json.Decoder, at string) (string, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return "", err
+	}
+	switch tok {
+	case json.Delim('{'):
+		seen := map[string]bool{}
+		for dec.More() {
+			kt, err := dec.Token()
+			if err != nil {
+				return "", err
+			}
+			k, _ := kt.(string)
+			p := k
+			if at != "" {
+				p = at + "." + k
+			}
+			if seen[k] {
+				return p, nil
+			}
+			seen[k] = true
+			if dup, err := dupIn(dec, p); dup != "" || err != nil {
+				return dup, err
+			}
+		}
+		_, err = dec.Token() // }
+		return "", err
+	case json.Delim('['):
+		for i := 0; dec.More(); i++ {
+			if dup, err := dupIn(dec, at+"["+strconv.Itoa(i)+"]"); dup != "" || err != nil {
+				return dup, err
+			}
+		}
+		_, err = dec.Token() // ]
+		return "", err
+	}
+	return "", nil
 }
