@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -172,4 +173,52 @@ func SafeCell(s string) string {
 		return "'" + s
 	}
 	return s
+}
+
+// DefaultBodyTimeout is what BodyTimeout's servers give a request body to arrive, as the
+// registry, the gateway and the orchestrator do.
+const DefaultBodyTimeout = 10 * time.Second
+
+// BodyTimeout makes every request body h reads arrive within d of the request's start: a
+// client that trickles its body has its read fail past it (h answers the failed read) instead
+// of holding a connection and a goroutine for as long as it likes. The deadline is cleared
+// once the body ended, so that a long answer (a long poll, a stream) is not cut by it.
+func BodyTimeout(h http.Handler, d time.Duration) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body == nil || r.Body == http.NoBody {
+			h.ServeHTTP(w, r)
+			return
+		}
+		rc := http.NewResponseController(w)
+		if rc.SetReadDeadline(time.Now().Add(d)) != nil {
+			h.ServeHTTP(w, r)
+			return
+		}
+		b := &deadlineBody{ReadCloser: r.Body, rc: rc}
+		r.Body = b
+		defer b.clear()
+		h.ServeHTTP(w, r)
+	})
+}
+
+// deadlineBody clears its connection's read deadline when the body ends.
+type deadlineBody struct {
+	io.ReadCloser
+	rc      *http.ResponseController
+	cleared bool
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil {
+		b.clear()
+	}
+	return n, err
+}
+
+func (b *deadlineBody) clear() {
+	if !b.cleared {
+		b.cleared = true
+		b.rc.SetReadDeadline(time.Time{})
+	}
 }

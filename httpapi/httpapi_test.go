@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -136,5 +138,47 @@ func TestWriteCSV(t *testing.T) {
 	want := "a,b\n'=1+1,plain\n'-2,'@SUM(A1)\n'\tx,\n"
 	if got := rec.Body.String(); got != want {
 		t.Errorf("body %q, want %q", got, want)
+	}
+}
+
+// TestBodyTimeout: a body that trickles past the timeout fails its read, and the connection
+// is not held; a body that arrives in time reads whole, and a long answer after it is not cut.
+func TestBodyTimeout(t *testing.T) {
+	read := make(chan error, 1)
+	h := httpapi.BodyTimeout(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, err := io.ReadAll(r.Body)
+		read <- err
+		if err == nil {
+			time.Sleep(300 * time.Millisecond) // a long answer: the cleared deadline must not end it
+		}
+		io.WriteString(w, "done")
+	}), 200*time.Millisecond)
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+
+	conn, err := net.Dial("tcp", srv.Listener.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	fmt.Fprintf(conn, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123") // then nothing
+	select {
+	case err := <-read:
+		var ne net.Error
+		if !errors.As(err, &ne) || !ne.Timeout() {
+			t.Errorf("a trickling body read: %v, want a timeout", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a trickling body held its handler past the body timeout")
+	}
+
+	resp, err := http.Post(srv.URL, "text/plain", strings.NewReader("whole"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err := <-read; err != nil || string(b) != "done" {
+		t.Errorf("a body in time: read %v, answer %q", err, b)
 	}
 }

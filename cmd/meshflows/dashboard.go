@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/meshflows/meshflows/httpapi"
 	"github.com/meshflows/meshflows/internal/dashboard"
 	"github.com/meshflows/meshflows/internal/telemetry"
 )
@@ -83,7 +84,7 @@ func startDashboard(ctx context.Context, g *errgroup.Group, f *dashboardFlags, l
 	if f.insecure {
 		logger.Warn("INSECURE: the dashboard's write actions are open to anyone who reaches " + ln.Addr().String())
 	}
-	srv := &http.Server{Handler: d.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+	srv := &http.Server{Handler: httpapi.BodyTimeout(d.Handler(), httpapi.DefaultBodyTimeout), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 	logger.Info("dashboard listening", slog.String("addr", ln.Addr().String()))
 	g.Go(func() error { return serveUntil(ctx, srv, ln) })

@@ -162,11 +162,12 @@ func (d *Dashboard) Handler() http.Handler {
 }
 
 // upstreamStatus is the status a failed call to a component answers: its own 404 (a workflow
-// or an incident that does not exist) is 404 here too; anything else is 502.
+// or an incident that does not exist) and 400 (an upload that is not a workflow) are that
+// here too; anything else is 502.
 func upstreamStatus(err error) int {
 	var ae *apiv1.Error
-	if errors.As(err, &ae) && ae.Status == http.StatusNotFound {
-		return http.StatusNotFound
+	if errors.As(err, &ae) && (ae.Status == http.StatusNotFound || ae.Status == http.StatusBadRequest) {
+		return ae.Status // the request's own fault (a bad workflow, a bad filter): said as the component said it
 	}
 	return http.StatusBadGateway
 }

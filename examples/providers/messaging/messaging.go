@@ -313,7 +313,7 @@ func (p *Provider) Run(ctx context.Context, ln net.Listener, agentCfg provider.C
 	}
 	p.agent.Store(agent)
 	defer p.agent.Store(nil)
-	srv := &http.Server{Handler: p.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: httpapi.BodyTimeout(p.Handler(), httpapi.DefaultBodyTimeout), ReadHeaderTimeout: 10 * time.Second}
 	// Serve until the agent has deregistered and drained (it returns after ctx ends), not
 	// merely until ctx ends: traffic keeps coming while the gateways withdraw the instance.
 	serveCtx, stopServing := context.WithCancel(context.WithoutCancel(ctx))
