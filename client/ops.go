@@ -371,6 +371,13 @@ func (c *Client) Validate(ctx context.Context, capabilityID string, req *apiv1.V
 	return &out, c.call(ctx, http.MethodPost, apiv1.ValidatePath(capabilityID), nil, req, &out)
 }
 
+// ValidateAt is Validate at path, a provider's metadata.validate_endpoint, under the
+// client's base URL (the provider's endpoint).
+func (c *Client) ValidateAt(ctx context.Context, path string, req *apiv1.ValidateRequest) (*apiv1.ValidateResponse, error) {
+	var out apiv1.ValidateResponse
+	return &out, c.call(ctx, http.MethodPost, path, nil, req, &out)
+}
+
 // Invoke asks a provider (the client's base URL is its endpoint) to run a step.
 func (c *Client) Invoke(ctx context.Context, capabilityID string, req *apiv1.InvokeRequest) (*apiv1.InvokeResponse, error) {
 	var out apiv1.InvokeResponse

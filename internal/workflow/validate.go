@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"path"
 	"net/http"
 	"strings"
 	"sync"
@@ -167,6 +168,23 @@ func stepOf(w *Workflow, path string) (int, bool) {
 	return at, at >= 0
 }
 
+// validatePath is where a provider validates a step of capabilityID: its
+// metadata.validate_endpoint, a path under its endpoint (clean, absolute, no query), or the
+// contract's default, /v1/capabilities/{id}/validate.
+func validatePath(meta json.RawMessage, capabilityID string) string {
+	var m struct {
+		ValidateEndpoint string `json:"validate_endpoint"`
+	}
+	p := ""
+	if json.Unmarshal(meta, &m) == nil {
+		p = m.ValidateEndpoint
+	}
+	if p == "" || !strings.HasPrefix(p, "/") || strings.HasPrefix(p, "//") || strings.ContainsAny(p, "?#\\ ") || path.Clean(p) != p {
+		return apiv1.ValidatePath(capabilityID)
+	}
+	return p
+}
+
 func supportsValidate(meta json.RawMessage) bool {
 	var m struct {
 		ValidateSupported bool `json:"validate_supported"`
@@ -233,7 +251,7 @@ func callProvider(ctx context.Context, opts Options, w *Workflow, st *Step, e ap
 	if err != nil {
 		return failure(CodeProviderUnreachable, "provider %s at %s: %v", e.InstanceID, e.Endpoint, err)
 	}
-	vr, err := pc.Validate(ctx, st.Capability.ID, &apiv1.ValidateRequest{WorkflowName: w.Name, StepID: st.ID, StepVersion: st.StepVersion,
+	vr, err := pc.ValidateAt(ctx, validatePath(e.Metadata, st.Capability.ID), &apiv1.ValidateRequest{WorkflowName: w.Name, StepID: st.ID, StepVersion: st.StepVersion,
 		CapabilityVersion: e.CapabilityVersion, Step: apiv1.StepSpec{Type: st.Type, Request: st.Request}})
 	var ne net.Error
 	var ae *apiv1.Error

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -329,5 +330,60 @@ func TestNestedStepsReachTheProvider(t *testing.T) {
 	}
 	if len(res.Steps) != 3 || res.Steps[1].Path != "steps[0].steps[0]" || res.Steps[1].Provider.Status != apiv1.StatusFailed {
 		t.Errorf("step results = %+v", res.Steps)
+	}
+}
+
+// TestValidateEndpointFromMetadata: the orchestrator validates a step at the provider's
+// metadata.validate_endpoint (under its endpoint), not at the default path; a malformed
+// one falls back to the default.
+func TestValidateEndpointFromMetadata(t *testing.T) {
+	p, err := jms.New("http://127.0.0.1:7410", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var custom atomic.Int64
+	h := p.Handler()
+	provider := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/custom/validate":
+			custom.Add(1)
+			r.URL.Path = apiv1.ValidatePath("messaging.publish")
+			h.ServeHTTP(w, r)
+		case apiv1.ValidatePath("messaging.publish"):
+			http.NotFound(w, r) // validated elsewhere
+		default:
+			h.ServeHTTP(w, r)
+		}
+	}))
+	defer provider.Close()
+	for _, tc := range []struct {
+		endpoint string
+		want     string // the provider status
+		asked    int64
+	}{
+		{"/custom/validate", apiv1.StatusWarning, 1}, // JMS_HEADER_NON_STANDARD, from the custom path
+		{"../custom/validate", apiv1.StatusFailed, 0},
+	} {
+		s := registrytest.NewServer(t, registry.Config{})
+		s.Clock.Advance(registry.DefaultLeaseTTL)
+		reg := p.Registration()
+		reg.Endpoint = provider.URL
+		var meta map[string]any
+		json.Unmarshal(reg.Capabilities[0].Metadata, &meta)
+		meta["validate_endpoint"] = tc.endpoint
+		reg.Capabilities[0].Metadata, _ = json.Marshal(meta)
+		if _, err := s.Registry.Register(context.Background(), &reg); err != nil {
+			t.Fatal(err)
+		}
+		c, err := discovery.New(discovery.Config{Registries: []string{s.URL}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		custom.Store(0)
+		_, res := workflow.Validate(context.Background(), workflowYAML("", step(0, "jms", ">=1.0 <2.0", "orders")), workflow.Options{Resolver: c, Strict: true})
+		if res.ProviderStatus != tc.want || custom.Load() != tc.asked {
+			t.Errorf("validate_endpoint %q: provider status %s (%v), custom path asked %d times; want %s and %d",
+				tc.endpoint, res.ProviderStatus, codes(workflow.Diagnostics(res)), custom.Load(), tc.want, tc.asked)
+		}
 	}
 }
