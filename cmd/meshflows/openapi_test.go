@@ -130,7 +130,7 @@ func TestOpenAPIDescribesTheServers(t *testing.T) {
 		{name: "deregister old generation", method: "DELETE", url: registry + "/v1/services/openapi-1?generation=1", want: 410},
 		{name: "deregister", method: "DELETE", url: registry + "/v1/services/openapi-1?generation=3", want: 204},
 		{name: "withdrawal", method: "GET", url: registry + "/v1/services/openapi-1/withdrawal?generation=3", want: 200},
-		{name: "snapshot without a dir", method: "POST", url: registry + "/v1/admin/snapshot", want: 503},
+		{name: "snapshot without a dir", method: "POST", url: registry + "/v1/admin/snapshot", want: 409},
 		{name: "healthz", method: "GET", url: registry + "/healthz", want: 200},
 		{name: "metrics", method: "GET", url: registry + "/metrics", want: 200},
 		{name: "provider validate", method: "POST", url: jms + "/v1/capabilities/messaging.publish/validate", contentType: "application/json",
