@@ -30,12 +30,7 @@ var Refused = []netip.Prefix{
 }
 
 // refusedNames are host names of metadata services, refused whatever they resolve to.
-var refusedNames = map[string]bool{
-	"metadata.google.internal": true,
-	"metadata.goog":            true,
-	"metadata":                 true,
-	"instance-data":            true,
-}
+var refusedNames = []string{"metadata.google.internal", "metadata.goog", "metadata", "instance-data"}
 
 // ErrRefused is what a refused endpoint or connection wraps.
 var ErrRefused = errors.New("address refused by the endpoint policy")
@@ -93,14 +88,24 @@ func (p Policy) AddrProblem(a netip.Addr) string {
 // port or brackets) is refused, or "". Names are not resolved here: Control refuses what a
 // name resolves to when the gateway or the orchestrator connects.
 func (p Policy) HostProblem(host string) string {
-	if a, err := netip.ParseAddr(host); err == nil {
-		return p.AddrProblem(a)
+	if host == "" {
+		return ""
 	}
-	name := strings.TrimSuffix(strings.ToLower(host), ".")
-	if refusedNames[name] {
-		return fmt.Sprintf("%s is a cloud metadata service", host)
+	// Only what may be an address literal is parsed as one: a registration checks its
+	// endpoint, and a failed parse of a name costs an allocation.
+	if c := host[0]; c >= '0' && c <= '9' || strings.IndexByte(host, ':') >= 0 {
+		if a, err := netip.ParseAddr(host); err == nil {
+			return p.AddrProblem(a)
+		}
 	}
-	if last := name[strings.LastIndexByte(name, '.')+1:]; last != "" && (strings.HasPrefix(last, "0x") || strings.Trim(last, "0123456789") == "") {
+	name := strings.TrimSuffix(host, ".")
+	for _, n := range refusedNames {
+		if len(name) == len(n) && strings.EqualFold(name, n) {
+			return fmt.Sprintf("%s is a cloud metadata service", host)
+		}
+	}
+	last := name[strings.LastIndexByte(name, '.')+1:]
+	if last != "" && (len(last) > 1 && last[0] == '0' && (last[1] == 'x' || last[1] == 'X') || allDigits(last)) {
 		// No top-level domain is numeric: this is an IPv4 address in a form a resolver may
 		// take (2852039166, 0xa9.254.169.254, 169.254.169.254.), which hides its range.
 		return fmt.Sprintf("%s is an IPv4 address in a non-canonical form; write it as a.b.c.d", host)
@@ -148,4 +153,13 @@ func (p Policy) Control(network, address string, _ syscall.RawConn) error {
 		return fmt.Errorf("dial %s %s: %w: %s", network, address, ErrRefused, msg)
 	}
 	return nil
+}
+
+func allDigits(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
