@@ -363,7 +363,9 @@ const (
 
 	IncidentCritical = "critical"
 	IncidentWarning  = "warning"
-	IncidentInfo     = "info"
+	// Deprecated: no incident has this severity (every kind is critical or warning); it
+	// stays so that code naming it still builds.
+	IncidentInfo = "info"
 )
 
 // Actions on an incident: POST /v1/incidents/{id}/{action}, or POST

@@ -81,17 +81,16 @@ const MaxComment = 1000
 // ErrBadAction: an action that is not acknowledge, resolve or ignore, or a comment too long.
 var ErrBadAction = errors.New("bad incident action")
 
-// Severity returns the severity of an incident of kind: a group in panic or the registry in
-// self-preservation is critical (consumers may be sent to dead instances), a quarantined
-// instance a warning (the rest of its group serves).
+// Severity returns the severity of an incident of kind: a group in panic, the registry in
+// self-preservation, a failing trigger or a route without upstreams is critical (consumers
+// may be sent to dead instances, or nowhere); anything else — a quarantined instance, whose
+// group serves on — a warning. There is no third severity.
 func Severity(kind string) string {
 	switch kind {
 	case apiv1.IncidentPanic, apiv1.IncidentSelfPreservation, apiv1.IncidentTrigger, apiv1.IncidentRoute:
 		return apiv1.IncidentCritical
-	case apiv1.IncidentQuarantine:
-		return apiv1.IncidentWarning
 	default:
-		return apiv1.IncidentInfo
+		return apiv1.IncidentWarning
 	}
 }
 
