@@ -88,28 +88,14 @@ func TestBodyOverTheLimitIs413(t *testing.T) {
 	t.Cleanup(early.Close)
 	// And one that closes at once after its answer, with the rest of the body unread: the
 	// kernel then resets the connection under the gateway's unfinished write.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				br := bufio.NewReader(c)
-				if _, err := http.ReadRequest(br); err == nil {
-					io.CopyN(io.Discard, br, 1<<20)
-					io.WriteString(c, "HTTP/1.1 413 Request Entity Too Large\r\nContent-Type: text/plain\r\nContent-Length: 9\r\nConnection: close\r\n\r\ntoo large")
-				}
-				c.Close()
-			}()
+	abrupt := "http://" + rawUpstream(t, func(_ int, c net.Conn) {
+		br := bufio.NewReader(c)
+		if _, err := http.ReadRequest(br); err == nil {
+			io.CopyN(io.Discard, br, 1<<20)
+			io.WriteString(c, "HTTP/1.1 413 Request Entity Too Large\r\nContent-Type: text/plain\r\nContent-Length: 9\r\nConnection: close\r\n\r\ntoo large")
 		}
-	}()
-	abrupt := "http://" + ln.Addr().String()
+		c.Close()
+	})
 	disc, err := discovery.New(discovery.Config{Registries: []string{"http://127.0.0.1:1"}})
 	if err != nil {
 		t.Fatal(err)
@@ -143,26 +129,13 @@ func TestBodyOverTheLimitIs413(t *testing.T) {
 // answers is 504 after the upstream timeout, not 502 — for a GET on the pooled path and a
 // POST with a body alike.
 func TestSilentUpstreamIs504(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() { io.Copy(io.Discard, c) }() // reads everything, answers nothing
-		}
-	}()
+	silent := "http://" + rawUpstream(t, func(_ int, c net.Conn) { io.Copy(io.Discard, c) }) // reads everything, answers nothing
 	disc, err := discovery.New(discovery.Config{Registries: []string{"http://127.0.0.1:1"}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, srv := serveGateway(t, gateway.Config{Discovery: disc, OutcomeWindow: -1, UpstreamTimeout: 200 * time.Millisecond,
-		Static: []routing.StaticRoute{{Path: "/silent", Methods: []string{"GET", "POST"}, Upstream: "http://" + ln.Addr().String()}},
+		Static: []routing.StaticRoute{{Path: "/silent", Methods: []string{"GET", "POST"}, Upstream: silent}},
 		Policy: func() routing.Policy { return nil }}, false)
 	for _, method := range []string{"GET", "POST"} {
 		var body io.Reader

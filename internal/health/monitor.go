@@ -882,16 +882,7 @@ func (r Reader) PanicTakesAll(capability, zone string) bool {
 // verdict of one never admitted; an incarnation the monitor does not hold yet has its first
 // verdict, derived from whether it is probed.
 func (r Reader) NeverAdmitted(h *Handle, id string, gen int64, probe bool, registeredAt time.Time) bool {
-	var v *view
-	switch {
-	case h != nil && !h.v.gone && h.v.generation == h.generation:
-		v = h.v
-	default:
-		if x, ok := r.m.views[id]; ok && x.generation == gen {
-			v = x
-		}
-	}
-	if v != nil {
+	if v := r.viewOf(h, id, gen); v != nil {
 		return NeverAdmitted(v.state, v.reasons)
 	}
 	f := r.m.followedVerdict(firstVerdict("", 0, probe, registeredAt), registeredAt)
@@ -901,16 +892,20 @@ func (r Reader) NeverAdmitted(h *Handle, id string, gen int64, probe bool, regis
 // RefusedBeforeAdmission is health.RefusedBeforeAdmission of the incarnation, read as
 // NeverAdmitted reads it.
 func (r Reader) RefusedBeforeAdmission(h *Handle, id string, gen int64) bool {
-	var v *view
-	switch {
-	case h != nil && !h.v.gone && h.v.generation == h.generation:
-		v = h.v
-	default:
-		if x, ok := r.m.views[id]; ok && x.generation == gen {
-			v = x
-		}
-	}
+	v := r.viewOf(h, id, gen)
 	return v != nil && RefusedBeforeAdmission(v.state, v.reasons)
+}
+
+// viewOf is the view of incarnation gen of id, through h when it still names it; nil when
+// the monitor does not hold that incarnation.
+func (r Reader) viewOf(h *Handle, id string, gen int64) *view {
+	if h != nil && !h.v.gone && h.v.generation == h.generation {
+		return h.v
+	}
+	if v, ok := r.m.views[id]; ok && v.generation == gen {
+		return v
+	}
+	return nil
 }
 
 // Read calls fn with a Reader, under one read lock: a discovery answer of thousands of

@@ -22,15 +22,7 @@ import (
 // is answered whole in panic.
 func TestPanicLeavesOutTheNeverAdmitted(t *testing.T) {
 	ctx := context.Background()
-	clock := registrytest.NewClock(registrytest.Epoch0)
-	m, err := health.NewMonitor(health.MonitorConfig{Engine: health.Config{SlowStart: time.Nanosecond}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg, err := registry.New(memstore.New(clock.Now), registry.Config{Now: clock.Now, Registerer: prometheus.NewRegistry(), Eligibility: m})
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, clock := judgingRegistry(t, health.Config{SlowStart: time.Nanosecond})
 	clock.Advance(registry.DefaultLeaseTTL) // past the warm-up
 	gens := map[string]int64{}
 	register := func(id, capability string, probed bool) {
@@ -104,15 +96,7 @@ func TestPanicLeavesOutTheNeverAdmitted(t *testing.T) {
 // what consumers knew drop it; the live one stays, and an ok probe brings a refused one back.
 func TestRefusedBeforeAdmissionIsGone(t *testing.T) {
 	ctx := context.Background()
-	clock := registrytest.NewClock(registrytest.Epoch0)
-	m, err := health.NewMonitor(health.MonitorConfig{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	reg, err := registry.New(memstore.New(clock.Now), registry.Config{Now: clock.Now, Registerer: prometheus.NewRegistry(), Eligibility: m})
-	if err != nil {
-		t.Fatal(err)
-	}
+	reg, clock := judgingRegistry(t, health.Config{})
 	gens := map[string]int64{}
 	for _, id := range []string{"alive", "dead"} {
 		req := registrytest.Orders(id, "http://10.0.0.1:8080")
@@ -161,4 +145,20 @@ func TestRefusedBeforeAdmissionIsGone(t *testing.T) {
 	if a := reg.Query(&registry.Query{CapabilityID: "orders.write", IncludeAll: true}); len(a.Entries) != 2 || len(a.Removed) != 0 {
 		t.Errorf("after an ok probe: %d entries, removed %+v; want both, none removed", len(a.Entries), a.Removed)
 	}
+}
+
+// judgingRegistry is a registry with the eligibility engine (cfg) over a memory store, on a
+// fake clock at Epoch0: warming up until the clock passes a lease TTL.
+func judgingRegistry(t *testing.T, cfg health.Config) (*registry.Registry, *registrytest.Clock) {
+	t.Helper()
+	clock := registrytest.NewClock(registrytest.Epoch0)
+	m, err := health.NewMonitor(health.MonitorConfig{Engine: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := registry.New(memstore.New(clock.Now), registry.Config{Now: clock.Now, Registerer: prometheus.NewRegistry(), Eligibility: m})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reg, clock
 }
