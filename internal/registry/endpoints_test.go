@@ -1,11 +1,9 @@
 package registry_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,23 +15,6 @@ import (
 	"github.com/meshflows/meshflows/internal/registry/registrytest"
 	"github.com/meshflows/meshflows/internal/store/memstore"
 )
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestEndpointPolicy: a link-local endpoint is refused by default, taken inside an allowed
 // range; a registry that starts on a store holding registrations its policy refuses serves
@@ -69,7 +50,7 @@ func TestEndpointPolicy(t *testing.T) {
 	}
 
 	// The same store under the default policy: the held link-local registration is reported.
-	var logs lockedBuffer
+	var logs registrytest.SyncBuffer
 	prom := prometheus.NewRegistry()
 	strict, err := registry.New(store, registry.Config{Now: clock.Now, SweepInterval: time.Millisecond, Registerer: prom,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})

@@ -38,13 +38,7 @@ func TestPanicLeavesOutTheNeverAdmitted(t *testing.T) {
 		}
 		gens[id] = resp.Generation
 	}
-	sweep := func() {
-		t.Helper()
-		clock.Advance(time.Second)
-		if _, err := reg.Sweep(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	sweep := func() { sweepAfter(t, reg, clock, time.Second) }
 	answer := func(capability string, all bool) (ids []string, panics int) {
 		t.Helper()
 		a := reg.Query(&registry.Query{CapabilityID: capability, IncludeAll: all})
@@ -107,13 +101,7 @@ func TestRefusedBeforeAdmissionIsGone(t *testing.T) {
 		}
 		gens[id] = resp.Generation
 	}
-	sweep := func() {
-		t.Helper()
-		clock.Advance(time.Second)
-		if _, err := reg.Sweep(ctx); err != nil {
-			t.Fatal(err)
-		}
-	}
+	sweep := func() { sweepAfter(t, reg, clock, time.Second) }
 	sweep()
 	probe := func(id, result string) {
 		reg.ReportProbe(prober.Result{Target: prober.Target{ID: id, Generation: gens[id]}, At: clock.Now(), Result: result})
@@ -161,4 +149,13 @@ func judgingRegistry(t *testing.T, cfg health.Config) (*registry.Registry, *regi
 		t.Fatal(err)
 	}
 	return reg, clock
+}
+
+// sweepAfter advances clock by d and sweeps reg.
+func sweepAfter(t *testing.T, reg *registry.Registry, clock *registrytest.Clock, d time.Duration) {
+	t.Helper()
+	clock.Advance(d)
+	if _, err := reg.Sweep(context.Background()); err != nil {
+		t.Fatal(err)
+	}
 }
