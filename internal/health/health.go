@@ -841,67 +841,6 @@ func (e *Engine) RenewalRatio() float64 { return e.ratio }
 // SelfPreservationDecision returns what the last Tick counted and decided.
 func (e *Engine) SelfPreservationDecision() SelfPreservationDecision { return e.decision }
 
-// GroupAnswer is what discovery returns for one (capability, zone).
-type GroupAnswer struct {
-	// Panic is set when fewer than panic_threshold of the group's non-draining instances
-	// are in rotation: then every one of them is returned.
-	Panic     bool
-	Instances []string // sorted ids
-}
-
-// Group answers for (capability, zone) at now. An incarnation never admitted (unknown with
-// ADMITTING) is not a member: a surge of new, unprobed instances neither pushes the group
-// into panic nor takes a full share in one — unless no member was ever admitted (a
-// brand-new service), when the panic answer is every one of them.
-func (e *Engine) Group(capability, zone string, now time.Time) GroupAnswer {
-	var members, inRotation, admitting []string
-	for id, in := range e.instances {
-		if in.Zone != zone || !slices.Contains(in.Capabilities, capability) {
-			continue
-		}
-		v := e.Verdict(id, now)
-		switch {
-		case v.State == apiv1.EligibilityAbsent || v.State == apiv1.EligibilityDraining || RefusedBeforeAdmission(v.State, v.Reasons):
-			continue
-		case NeverAdmitted(v.State, v.Reasons):
-			admitting = append(admitting, id)
-			continue
-		}
-		members = append(members, id)
-		if v.InRotation() {
-			inRotation = append(inRotation, id)
-		}
-	}
-	sort.Strings(members)
-	sort.Strings(inRotation)
-	if len(members) == 0 && len(admitting) > 0 {
-		sort.Strings(admitting)
-		return GroupAnswer{Panic: true, Instances: admitting}
-	}
-	if len(members) > 0 && float64(len(inRotation)) < e.cfg.PanicThreshold*float64(len(members)) {
-		return GroupAnswer{Panic: true, Instances: members}
-	}
-	if inRotation == nil {
-		inRotation = []string{}
-	}
-	return GroupAnswer{Instances: inRotation}
-}
-
-// NeverAdmitted reports whether a verdict is that of an incarnation never admitted (its
-// reasons hold ADMITTING): unknown while it waits for the probes that admit it, withdrawn
-// when they were refused (RefusedBeforeAdmission).
-func NeverAdmitted(state string, reasons []string) bool {
-	return (state == apiv1.EligibilityUnknown || state == apiv1.EligibilityWithdrawn) && slices.Contains(reasons, ReasonAdmitting)
-}
-
-// RefusedBeforeAdmission reports whether a verdict is that of an incarnation never admitted
-// whose probes were refused: nothing listens where it says it does. Discovery leaves it out
-// of every answer, as if it were gone (and lists it as removed while the registry warms
-// up, so that views merged from what they knew drop it); a group does not count it.
-func RefusedBeforeAdmission(state string, reasons []string) bool {
-	return state == apiv1.EligibilityWithdrawn && NeverAdmitted(state, reasons)
-}
-
 // Reason is one reason of a verdict with the evidence behind it (the wire type).
 type Reason = apiv1.EligibilityReason
 

@@ -183,48 +183,6 @@ func dueAt(t time.Time) int64 {
 	return t.UnixNano()
 }
 
-// group counts the instances of one (capability, zone), kept up to date as verdicts change
-// so that the panic rule costs the same at any fleet size.
-type group struct {
-	key        groupKey
-	refs       int // instances held that belong to it
-	members    int // of those, neither absent nor draining nor never admitted
-	inRotation int
-	admitting  int // never admitted (unknown with ADMITTING): not members (Engine.Group)
-	// sample is its capability's entry of Monitor.sampleBuf, once a sample found it: a
-	// capability keeps its entry while it has a group.
-	sample *capSample
-}
-
-// countedAdmitting is the state a group counts a never-admitted incarnation in: unknown with
-// ADMITTING (never published, only counted).
-const countedAdmitting = "unknown/admitting"
-
-// countAs is the state a verdict is counted in by its groups.
-func countAs(state string, reasons []string) string {
-	switch {
-	case RefusedBeforeAdmission(state, reasons):
-		return apiv1.EligibilityAbsent // as good as gone: discovery answers it nowhere
-	case NeverAdmitted(state, reasons):
-		return countedAdmitting
-	}
-	return state
-}
-
-// tally returns what a counted state adds to a group's counters.
-func tally(state string) (member, inRotation, admitting int) {
-	switch {
-	case state == apiv1.EligibilityAbsent || state == apiv1.EligibilityDraining || state == "":
-		return 0, 0, 0
-	case state == countedAdmitting:
-		return 0, 0, 1
-	case apiv1.InRotation(state):
-		return 1, 1, 0
-	default:
-		return 1, 0, 0
-	}
-}
-
 // Monitor owns an Engine for a running registry and is safe for concurrent use: the
 // registry feeds it evidence as it arrives and calls Sync on its sweep; discovery reads
 // the published verdicts and panic flags. Every change of a published verdict advances the
@@ -358,42 +316,6 @@ func (m *Monitor) register(in Instance, gen int64, at time.Time) {
 		g.refs++
 		v.groups = append(v.groups, g)
 	}
-}
-
-// release drops v's references to its groups; a group nobody belongs to goes.
-func (m *Monitor) release(v *view) {
-	for _, g := range v.groups {
-		if g.refs--; g.refs == 0 {
-			delete(m.groups, g.key)
-			delete(m.panics, g.key)
-			delete(m.panicAll, g.key)
-			delete(m.panicSince, g.key)
-		}
-	}
-}
-
-// ungroup takes v out of its groups' counters (they count it as absent from now on).
-func (m *Monitor) ungroup(v *view) {
-	m.recount(v, apiv1.EligibilityAbsent)
-}
-
-// recount moves v's contribution to its groups' counters to state and reports whether
-// that changed anything.
-func (m *Monitor) recount(v *view, state string) bool {
-	if v.counted() == state {
-		return false
-	}
-	om, or, oa := tally(v.counted())
-	nm, nr, na := tally(state)
-	for _, g := range v.groups {
-		g.members += nm - om
-		g.inRotation += nr - or
-		g.admitting += na - oa
-		m.dirty[g.key] = struct{}{}
-	}
-	// Its verdict is state from here on (refreshVerdict), unless state is absent.
-	v.ungrouped = state == apiv1.EligibilityAbsent
-	return true
 }
 
 // Observe applies one piece of evidence (a heartbeat, deregistration, probe or outcome) about
@@ -762,67 +684,6 @@ func transitionLevel(from, to string) slog.Level {
 	return slog.LevelInfo
 }
 
-// panic recomputes the panic flag of k and reports whether it changed.
-func (m *Monitor) panic(k groupKey, now time.Time) bool {
-	g := m.groups[k]
-	if g == nil {
-		return false
-	}
-	members, inRotation := g.members, g.inRotation
-	// Never-admitted incarnations are no members (Engine.Group): in panic only when no member
-	// was ever admitted, and then the answer is all of them.
-	everyOne := members == 0 && g.admitting > 0
-	p := everyOne || members > 0 && float64(inRotation) < m.cfg.Engine.PanicThreshold*float64(members)
-	if m.panics[k] == p && m.panicAll[k] == everyOne {
-		return false
-	}
-	m.touchedAll = m.onPublish != nil // every entry of the group is answered anew, in any service
-	if everyOne {
-		m.panicAll[k] = true
-	} else {
-		delete(m.panicAll, k)
-	}
-	if m.panics[k] == p {
-		return true
-	}
-	if p {
-		m.panics[k] = true
-		m.panicSince[k] = now
-		level, msg := slog.LevelWarn, "panic: discovery returns every instance of the group"
-		if everyOne { // a new service's instances waiting for their first probes: the start, not an outage
-			level, msg = slog.LevelInfo, "no instance of the group admitted yet: discovery returns all of them until their probes admit them"
-		}
-		m.cfg.Logger.LogAttrs(context.Background(), level, msg,
-			slog.String("capability_id", k.capability), slog.String("zone", k.zone),
-			slog.Int("in_rotation", inRotation), slog.Int("instances", members+g.admitting), slog.Int("never_admitted", g.admitting))
-	} else {
-		delete(m.panics, k)
-		delete(m.panicSince, k)
-		m.cfg.Logger.LogAttrs(context.Background(), slog.LevelInfo, "panic over", slog.String("capability_id", k.capability), slog.String("zone", k.zone))
-	}
-	if m.cfg.OnTransition != nil {
-		to := TransitionPanicOver
-		if p {
-			to = TransitionPanic
-		}
-		m.cfg.OnTransition(Transition{At: now.UTC(), To: to, Reasons: []string{k.capability, k.zone}})
-	}
-	return true
-}
-
-// sustained tells OnTransition about groups in panic for PanicIncidentAfter.
-func (m *Monitor) sustained(now time.Time) {
-	for k, since := range m.panicSince {
-		if now.Sub(since) < m.cfg.PanicIncidentAfter {
-			continue
-		}
-		delete(m.panicSince, k)
-		if m.cfg.OnTransition != nil {
-			m.cfg.OnTransition(Transition{At: now.UTC(), To: TransitionPanicSustained, Reasons: []string{k.capability, k.zone}})
-		}
-	}
-}
-
 // Watch returns the monitor's revision and a channel closed when it next changes.
 func (m *Monitor) Watch() (int64, <-chan struct{}) {
 	m.mu.RLock()
@@ -868,60 +729,12 @@ func (r Reader) VerdictAt(id string, gen int64) (state string, weight int, ok bo
 	return v.state, int(v.weight), true
 }
 
-// Panic is Monitor.Panic under the held lock.
-func (r Reader) Panic(capability, zone string) bool { return r.m.panics[groupKey{capability, zone}] }
-
-// PanicTakesAll reports whether the panic answer of (capability, zone) includes its
-// never-admitted incarnations: no member of it was ever admitted (a brand-new service).
-// Otherwise they are left out of the panic answer.
-func (r Reader) PanicTakesAll(capability, zone string) bool {
-	return r.m.panicAll[groupKey{capability, zone}]
-}
-
-// NeverAdmitted reports whether the incarnation gen of id (through h when given) has the
-// verdict of one never admitted; an incarnation the monitor does not hold yet has its first
-// verdict, derived from whether it is probed.
-func (r Reader) NeverAdmitted(h *Handle, id string, gen int64, probe bool, registeredAt time.Time) bool {
-	if v := r.viewOf(h, id, gen); v != nil {
-		return NeverAdmitted(v.state, v.reasons)
-	}
-	f := r.m.followedVerdict(firstVerdict("", 0, probe, registeredAt), registeredAt)
-	return NeverAdmitted(f.State, f.Reasons)
-}
-
-// RefusedBeforeAdmission is health.RefusedBeforeAdmission of the incarnation, read as
-// NeverAdmitted reads it.
-func (r Reader) RefusedBeforeAdmission(h *Handle, id string, gen int64) bool {
-	v := r.viewOf(h, id, gen)
-	return v != nil && RefusedBeforeAdmission(v.state, v.reasons)
-}
-
-// viewOf is the view of incarnation gen of id, through h when it still names it; nil when
-// the monitor does not hold that incarnation.
-func (r Reader) viewOf(h *Handle, id string, gen int64) *view {
-	if h != nil && !h.v.gone && h.v.generation == h.generation {
-		return h.v
-	}
-	if v, ok := r.m.views[id]; ok && v.generation == gen {
-		return v
-	}
-	return nil
-}
-
 // Read calls fn with a Reader, under one read lock: a discovery answer of thousands of
 // entries takes the lock once. fn must not call the monitor.
 func (m *Monitor) Read(fn func(Reader)) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	fn(Reader{m})
-}
-
-// Panic reports whether (capability, zone) is in panic: discovery then returns every
-// non-draining instance of it at weight 100.
-func (m *Monitor) Panic(capability, zone string) bool {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	return Reader{m}.Panic(capability, zone)
 }
 
 // SelfPreservation reports whether lease expiry is suspended.
