@@ -1,6 +1,7 @@
 """The discovery client: capability queries answered from a cache with a last-known-good view,
 as the Go ``discovery`` package does."""
 
+import collections
 import functools
 import json
 import random
@@ -116,6 +117,7 @@ class _View:
         self.entries: Optional[List[Dict[str, Any]]] = None  # the last-known-good answer
         self.fetched_at = 0.0  # when the registry last answered (monotonic)
         self.error: Optional[BaseException] = None
+        self.watchers = 0  # watch() loops keeping it current: a watched view is never evicted
 
 
 class DiscoveryClient:
@@ -124,17 +126,23 @@ class DiscoveryClient:
     cannot be reached. An answer never replaces a newer one of the same epoch; an incomplete
     answer (a registry still warming up after a restart) is merged into what the view held,
     minus what the registry says it removed. Semver constraints are evaluated by the registry.
+    At most max_views queries' views are kept (default 1,000): past it the least recently read
+    one is dropped (never one a watch() keeps), and evicted counts them.
     """
 
     def __init__(self, registries: Sequence[str], ttl: float = 30.0, max_stale: float = 600.0,
                  token: Optional[str] = None, ca_file: Optional[str] = None, cert_file: Optional[str] = None,
-                 key_file: Optional[str] = None, request_timeout: float = 5.0) -> None:
+                 key_file: Optional[str] = None, request_timeout: float = 5.0, max_views: int = 1000) -> None:
         self._client = RegistryClient(registries, token=token, context=ssl_context(ca_file, cert_file, key_file),
                                       timeout=request_timeout)
         self.ttl = ttl
         self.max_stale = max_stale
         self._lock = threading.Lock()
-        self._views: Dict[Tuple[Tuple[str, str], ...], _View] = {}
+        # one view per distinct query, least recently read first; at most max_views of them
+        # (0 or less: no bound), the least recently read one dropped first, never a watched one
+        self._views: "collections.OrderedDict[Tuple[Tuple[str, str], ...], _View]" = collections.OrderedDict()
+        self.max_views = max_views
+        self.evicted = 0  # views dropped to keep max_views
         self._last_state = UNINITIALIZED
 
     @property
@@ -169,8 +177,19 @@ class DiscoveryClient:
             q["provider"] = provider
         if zone:
             q["zone"] = zone
+        key = tuple(sorted(q.items()))
         with self._lock:
-            return q, self._views.setdefault(tuple(sorted(q.items())), _View())
+            v = self._views.get(key)
+            if v is None:
+                v = self._views[key] = _View()
+                if 0 < self.max_views < len(self._views):
+                    for k, old in self._views.items():
+                        if k != key and old.watchers == 0:
+                            del self._views[k]
+                            self.evicted += 1
+                            break
+            self._views.move_to_end(key)
+            return q, v
 
     def capabilities(self, capability_id: str, constraint: Optional[str] = None, provider: Optional[str] = None,
                      zone: Optional[str] = None) -> List[Dict[str, Any]]:
@@ -211,6 +230,16 @@ class DiscoveryClient:
         answers."""
         stop = stop or threading.Event()
         q, v = self._view_of(capability_id, constraint, provider, zone)
+        with self._lock:
+            v.watchers += 1
+        try:
+            self._watch(q, v, on_change, stop, wait)
+        finally:
+            with self._lock:
+                v.watchers -= 1
+
+    def _watch(self, q: Dict[str, str], v: "_View", on_change: Optional[Callable[[List[Dict[str, Any]]], None]],
+               stop: threading.Event, wait: float) -> None:
         held: Optional[List[Dict[str, Any]]] = None
         epoch, revision, delta, failures = "", 0, True, 0
         while not stop.is_set():

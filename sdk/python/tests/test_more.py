@@ -146,6 +146,18 @@ class GatewayPicksTest(unittest.TestCase):
         eventually("b, degraded, gets half of a's share", lambda: picks(30) == {"a": 20, "b": 10}, timeout=20)
 
 
+class ViewBoundTest(unittest.TestCase):
+    def test_views_are_bounded_least_recently_read_first(self):
+        c = DiscoveryClient(["http://127.0.0.1:1"], max_views=3)
+        _, watched = c._view_of("w.w", None, None, None)
+        watched.watchers = 1  # as watch() holds it
+        for cap in ["a.a", "b.b", "a.a", "c.c", "d.d"]:  # c evicts b (a read again since), d evicts a
+            c._view_of(cap, None, None, None)
+        held = sorted(dict(k)["capability_id"] for k in c._views)
+        self.assertEqual(held, ["c.c", "d.d", "w.w"])
+        self.assertEqual(c.evicted, 2)
+
+
 if __name__ == "__main__":
     unittest.main()
 
