@@ -116,6 +116,9 @@ func newProxy(rt http.RoundTripper, maxBuffered int64, bodyTimeout time.Duration
 // u: p under u's path prefix, joined by url.JoinPath (never by concatenation), as a path and
 // its escaped form.
 func upstreamPath(u *url.URL, p string) (path, rawPath string) {
+	if u.Path == "" || u.Path == "/" {
+		return p, "" // no prefix (nearly every endpoint): the cleaned request path as it is, at no cost per request
+	}
 	j := u.JoinPath((&url.URL{Path: p}).EscapedPath())
 	if !strings.HasPrefix(j.Path, "/") { // an origin without a path: JoinPath leaves the path relative
 		j.Path = "/" + j.Path
