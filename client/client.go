@@ -260,6 +260,13 @@ func HTTPClient(tlsCfg *tls.Config) *http.Client {
 // endpoint with its path prefix — with query as its only query: base's own query and
 // fragment never reach the request, whatever base holds.
 func joinURL(base, path string, query url.Values) (string, error) {
+	if origin(base) { // nearly every base: no path, query or fragment to keep the path from
+		target := strings.TrimSuffix(base, "/") + path
+		if len(query) > 0 {
+			target += "?" + query.Encode()
+		}
+		return target, nil
+	}
 	u, err := url.Parse(base)
 	if err != nil {
 		return "", fmt.Errorf("base URL %q: %w", base, err)
@@ -267,4 +274,15 @@ func joinURL(base, path string, query url.Values) (string, error) {
 	u = u.JoinPath(path)
 	u.RawQuery, u.ForceQuery, u.Fragment, u.RawFragment = query.Encode(), false, "", ""
 	return u.String(), nil
+}
+
+// origin reports whether base is scheme://host[:port] with at most a trailing "/": no path,
+// query, fragment or user info, which joinURL then joins by concatenation.
+func origin(base string) bool {
+	_, rest, ok := strings.Cut(base, "://")
+	if !ok {
+		return false
+	}
+	rest = strings.TrimSuffix(rest, "/")
+	return rest != "" && !strings.ContainsAny(rest, "/?#@")
 }

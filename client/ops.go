@@ -367,8 +367,7 @@ func (c *Client) Runs(ctx context.Context, name string) (*apiv1.RunHistory, erro
 
 // Validate asks a provider (the client's base URL is its endpoint) to validate a step.
 func (c *Client) Validate(ctx context.Context, capabilityID string, req *apiv1.ValidateRequest) (*apiv1.ValidateResponse, error) {
-	var out apiv1.ValidateResponse
-	return &out, c.call(ctx, http.MethodPost, apiv1.ValidatePath(capabilityID), nil, req, &out)
+	return c.ValidateAt(ctx, apiv1.ValidatePath(capabilityID), req)
 }
 
 // ValidateAt is Validate at path, a provider's metadata.validate_endpoint, under the
