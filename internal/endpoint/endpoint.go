@@ -17,6 +17,8 @@ import (
 	"net/url"
 	"strings"
 	"syscall"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
 )
 
 // Refused are the ranges refused by default: link-local unicast of both families (the cloud
@@ -111,6 +113,15 @@ func (p Policy) HostProblem(host string) string {
 		return fmt.Sprintf("%s is an IPv4 address in a non-canonical form; write it as a.b.c.d", host)
 	}
 	return ""
+}
+
+// Check returns why endpoint is not one a registration may name — its shape (apiv1's rules:
+// an origin and a path prefix) or its address (the policy) — or "".
+func (p Policy) Check(endpoint string) string {
+	if msg := apiv1.EndpointProblem(endpoint); msg != "" {
+		return msg
+	}
+	return p.Problem(endpoint)
 }
 
 // Problem returns why endpoint (already of the shape apiv1 validates) is refused, or "".

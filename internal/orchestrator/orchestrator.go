@@ -129,10 +129,7 @@ func New(cfg Config) (*Orchestrator, error) {
 		return nil, errors.New("orchestrator: no discovery client")
 	}
 	for i, sc := range cfg.Static {
-		msg := apiv1.EndpointProblem(sc.Endpoint)
-		if msg == "" {
-			msg = cfg.Endpoints.Problem(sc.Endpoint)
-		}
+		msg := cfg.Endpoints.Check(sc.Endpoint)
 		if msg != "" {
 			return nil, fmt.Errorf("orchestrator: static capability %d (%s): endpoint %s", i, sc.CapabilityID, msg)
 		}

@@ -865,10 +865,7 @@ const maxReported = 20
 func (r *Registry) reportEndpoints() {
 	n := 0
 	for _, rec := range r.store.Records() {
-		msg := apiv1.EndpointProblem(rec.Endpoint)
-		if msg == "" {
-			msg = r.cfg.Endpoints.Problem(rec.Endpoint)
-		}
+		msg := r.cfg.Endpoints.Check(rec.Endpoint)
 		if msg == "" {
 			continue
 		}
