@@ -96,30 +96,23 @@ func TestBodyOverTheLimitIs413(t *testing.T) {
 		}
 		c.Close()
 	})
-	disc, err := discovery.New(discovery.Config{Registries: []string{"http://127.0.0.1:1"}})
-	if err != nil {
-		t.Fatal(err)
+	publish := func(upstream string) routing.StaticRoute {
+		return routing.StaticRoute{Path: "/publish", Methods: []string{"POST"}, Upstream: upstream}
 	}
-	_, srv := serveGateway(t, gateway.Config{Discovery: disc, OutcomeWindow: -1, MaxBodyBytes: 64 << 20,
-		Static: []routing.StaticRoute{{Path: "/publish", Methods: []string{"POST"}, Upstream: early.URL}},
-		Policy: func() routing.Policy { return nil }}, false)
+	srv := staticGateway(t, gateway.Config{MaxBodyBytes: 64 << 20}, publish(early.URL))
 	for i := range 20 {
 		if status, body := post(srv.URL+"/publish", bytes.NewReader(twelve), int64(len(twelve))); status != 413 {
 			t.Fatalf("try %d: 12 MB to an upstream that stops at 1 MiB = %d %s, want its 413", i, status, body)
 		}
 	}
-	_, srvAbrupt := serveGateway(t, gateway.Config{Discovery: disc, OutcomeWindow: -1, MaxBodyBytes: 64 << 20,
-		Static: []routing.StaticRoute{{Path: "/publish", Methods: []string{"POST"}, Upstream: abrupt}},
-		Policy: func() routing.Policy { return nil }}, false)
+	srvAbrupt := staticGateway(t, gateway.Config{MaxBodyBytes: 64 << 20}, publish(abrupt))
 	for i := range 20 {
 		if status, body := post(srvAbrupt.URL+"/publish", bytes.NewReader(twelve), int64(len(twelve))); status != 413 {
 			t.Fatalf("try %d: 12 MB to an upstream that answers 413 at 1 MiB and closes = %d %s, want its 413", i, status, body)
 		}
 	}
 	// The gateway's own default limit applies to a route without a declared one.
-	_, small := serveGateway(t, gateway.Config{Discovery: disc, OutcomeWindow: -1, MaxBodyBytes: 1000,
-		Static: []routing.StaticRoute{{Path: "/publish", Methods: []string{"POST"}, Upstream: early.URL}},
-		Policy: func() routing.Policy { return nil }}, false)
+	small := staticGateway(t, gateway.Config{MaxBodyBytes: 1000}, publish(early.URL))
 	if status, body := post(small.URL+"/publish", strings.NewReader(strings.Repeat("y", 1001)), 1001); status != 413 || !strings.Contains(body, "--max-body-bytes") {
 		t.Errorf("1001 bytes over a gateway limit of 1000 = %d %s, want 413 naming --max-body-bytes", status, body)
 	}
@@ -130,20 +123,14 @@ func TestBodyOverTheLimitIs413(t *testing.T) {
 // POST with a body alike.
 func TestSilentUpstreamIs504(t *testing.T) {
 	silent := "http://" + rawUpstream(t, func(_ int, c net.Conn) { io.Copy(io.Discard, c) }) // reads everything, answers nothing
-	disc, err := discovery.New(discovery.Config{Registries: []string{"http://127.0.0.1:1"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, srv := serveGateway(t, gateway.Config{Discovery: disc, OutcomeWindow: -1, UpstreamTimeout: 200 * time.Millisecond,
-		Static: []routing.StaticRoute{{Path: "/silent", Methods: []string{"GET", "POST"}, Upstream: silent}},
-		Policy: func() routing.Policy { return nil }}, false)
+	srv := staticGateway(t, gateway.Config{UpstreamTimeout: 200 * time.Millisecond},
+		routing.StaticRoute{Path: "/silent", Methods: []string{"GET", "POST"}, Upstream: silent})
 	for _, method := range []string{"GET", "POST"} {
 		var body io.Reader
 		if method == "POST" {
 			body = strings.NewReader("x")
 		}
 		req, _ := http.NewRequest(method, srv.URL+"/silent", body)
-		start := time.Now()
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
@@ -152,8 +139,19 @@ func TestSilentUpstreamIs504(t *testing.T) {
 		if resp.StatusCode != http.StatusGatewayTimeout {
 			t.Errorf("%s to a silent upstream = %d, want 504", method, resp.StatusCode)
 		}
-		if took := time.Since(start); took > 10*time.Second {
-			t.Errorf("%s took %s, want about the upstream timeout", method, took)
-		}
 	}
+}
+
+// staticGateway serves a gateway with cfg and only the static routes given: no registry is
+// ever asked (its Discovery points nowhere), no outcomes are reported, no path is granted.
+func staticGateway(t *testing.T, cfg gateway.Config, routes ...routing.StaticRoute) *httptest.Server {
+	t.Helper()
+	disc, err := discovery.New(discovery.Config{Registries: []string{"http://127.0.0.1:1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Discovery, cfg.OutcomeWindow, cfg.Static = disc, -1, routes
+	cfg.Policy = func() routing.Policy { return nil }
+	_, srv := serveGateway(t, cfg, false)
+	return srv
 }
