@@ -821,8 +821,10 @@ func (r *Registry) Routes() apiv1.RoutesResponse {
 	if !st.Complete {
 		out.Removed = withRemovals(out.Removed, refused)
 	}
+	next := 0 // refused is in recs' order: walked beside it
 	for _, rec := range recs {
-		if len(refused) > 0 && slices.ContainsFunc(refused, func(x apiv1.Removal) bool { return x.InstanceID == rec.InstanceID }) {
+		if next < len(refused) && refused[next].InstanceID == rec.InstanceID {
+			next++
 			continue // never admitted, and nothing listens: no route goes there
 		}
 		if rec.Manifest != nil {
