@@ -158,25 +158,34 @@ func (f recordFleet) Instance(i int) health.Instance { return healthInstance(f.r
 // (capability, zone) is in panic: then all are kept, at weight 100, marked panic. With all,
 // the out-of-rotation ones are kept too, with their verdicts (a consumer judging its own
 // pool); draining and absent ones never are.
-func (r *Registry) judge(es []Entry, all bool) []Entry {
+//
+// With collect it also returns the incarnations dropped as refused before admission
+// (health.RefusedBeforeAdmission), an entry each (the same incarnation may come once per
+// capability): an answer during the warm-up lists them as removed.
+func (r *Registry) judge(es []Entry, all, collect bool) (out []Entry, refused []apiv1.Removal) {
 	m := r.cfg.Eligibility
 	if m == nil {
-		return es
+		return es, nil
 	}
-	out := es[:0]
+	out = es[:0]
 	for len(es) > 0 {
 		chunk := es[:min(len(es), judgeChunk)]
 		es = es[len(chunk):]
-		out = judgeChunkOf(m, chunk, out, all)
+		out, refused = judgeChunkOf(m, chunk, out, all, collect, refused)
 	}
-	return out
+	return out, refused
 }
 
 // judgeChunk is how many entries are judged under one read lock of the monitor: a large
 // answer takes the lock a few hundred entries at a time, so evidence is never held up long.
 const judgeChunk = 256
 
-func judgeChunkOf(m Eligibility, es, out []Entry, all bool) []Entry {
+func judgeChunkOf(m Eligibility, es, out []Entry, all, collect bool, refused []apiv1.Removal) ([]Entry, []apiv1.Removal) {
+	// one variable for the closure to write: a discovery answer's only allocation here
+	acc := struct {
+		out     []Entry
+		refused []apiv1.Removal
+	}{out, refused}
 	m.Read(func(rd health.Reader) {
 		var lastCap, lastZone string
 		var lastPanic, lastAll, known bool
@@ -184,6 +193,9 @@ func judgeChunkOf(m Eligibility, es, out []Entry, all bool) []Entry {
 			state, weight := verdictOf(rd, e.Record)
 			e.Eligibility, e.Weight = state, weight
 			if state == apiv1.EligibilityWithdrawn && rd.RefusedBeforeAdmission(e.Record.judged.Load(), e.Record.InstanceID, e.Record.Generation) {
+				if collect {
+					acc.refused = append(acc.refused, apiv1.Removal{InstanceID: e.Record.InstanceID, Generation: e.Record.Generation})
+				}
 				continue // never admitted, and nothing listens: answered nowhere, as if gone
 			}
 			// answers come sorted by capability: one panic lookup per run of a group
@@ -196,7 +208,7 @@ func judgeChunkOf(m Eligibility, es, out []Entry, all bool) []Entry {
 			if lastPanic && !lastAll && state == apiv1.EligibilityUnknown &&
 				rd.NeverAdmitted(e.Record.judged.Load(), e.Record.InstanceID, e.Record.Generation, e.Record.Probed(), e.Record.RegisteredAt) {
 				if all {
-					out = append(out, e)
+					acc.out = append(acc.out, e)
 				}
 				continue
 			}
@@ -208,10 +220,10 @@ func judgeChunkOf(m Eligibility, es, out []Entry, all bool) []Entry {
 			} else if !apiv1.InRotation(state) && (!all || state == apiv1.EligibilityDraining || state == apiv1.EligibilityAbsent) {
 				continue
 			}
-			out = append(out, e)
+			acc.out = append(acc.out, e)
 		}
 	})
-	return out
+	return acc.out, acc.refused
 }
 
 // verdictOf reads the published verdict on rec: through the monitor's handle when this

@@ -644,18 +644,8 @@ type Answer struct {
 func (r *Registry) Query(q *Query) Answer {
 	rev := r.revision()
 	st := r.stateAt(rev)
-	es := r.store.Query(q)
-	var refused []apiv1.Removal
-	if !st.Complete { // warming up: merged views drop what nothing listens for (see judge)
-		recs := make([]*Record, 0, len(es))
-		for i := range es {
-			if i == 0 || es[i].Record != es[i-1].Record {
-				recs = append(recs, es[i].Record)
-			}
-		}
-		refused = r.refusedBeforeAdmission(recs)
-	}
-	es = r.judge(es, q.IncludeAll)
+	// only a warming-up answer lists removals (merged views drop them)
+	es, refused := r.judge(r.store.Query(q), q.IncludeAll, !st.Complete)
 	SortEntries(es)
 	return Answer{State: st, Entries: es, Removed: withRemovals(r.drain.removed(st.Epoch, st.Complete, q.ServiceName, q.CapabilityID), refused)}
 }

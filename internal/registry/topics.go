@@ -297,7 +297,7 @@ func (r *Registry) EntriesOf(q *Query, ids []string) Answer {
 			}
 		}
 	}
-	es = r.judge(es, q.IncludeAll)
+	es, _ = r.judge(es, q.IncludeAll, false)
 	SortEntries(es)
 	return Answer{State: st, Entries: es}
 }
