@@ -53,3 +53,36 @@ func TestRankOrder(t *testing.T) {
 		t.Errorf("order = %v, want %v", got, want)
 	}
 }
+
+// TestPool: the panic rule on a consumer's pool — never-admitted instances are no members
+// unless the pool holds nothing else; draining and absent ones count for nothing; exactly
+// half in rotation is not panic.
+func TestPool(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		states  []string
+		panic   bool
+		newPool bool
+		members int
+	}{
+		{"two serving, ten new", []string{"serving", "serving", "unknown", "unknown", "unknown", "unknown", "unknown", "unknown", "unknown", "unknown", "unknown", "unknown"}, false, false, 2},
+		{"both failing beside new ones", []string{"withdrawn", "withdrawn", "unknown", "unknown"}, true, false, 2},
+		{"a brand-new service", []string{"unknown", "unknown", "unknown"}, true, true, 0},
+		{"exactly half", []string{"serving", "withdrawn", "draining", "absent"}, false, false, 2},
+		{"under half", []string{"serving", "withdrawn", "quarantined"}, true, false, 3},
+		{"no engine", []string{"", ""}, false, false, 2},
+	} {
+		var p apiv1.Pool
+		for _, s := range tc.states {
+			p.Add(s, false)
+		}
+		if p.Panic(0.5) != tc.panic || p.New() != tc.newPool || p.Members != tc.members {
+			t.Errorf("%s: panic %v new %v members %d, want %v %v %d", tc.name, p.Panic(0.5), p.New(), p.Members, tc.panic, tc.newPool, tc.members)
+		}
+	}
+	var p apiv1.Pool
+	p.Add("withdrawn", true) // answered in panic by the registry: in rotation for the consumer
+	if p.InRotation != 1 || p.Panic(0.5) {
+		t.Errorf("an entry in the registry's panic: %+v", p)
+	}
+}

@@ -30,6 +30,39 @@ func InRotation(eligibility string) bool {
 	return eligibility == EligibilityServing || eligibility == EligibilitySlowStart || eligibility == EligibilityDegraded
 }
 
+// Pool counts the pool a consumer picks from (a gateway route's upstreams, an orchestrator
+// step's candidates) by the panic rule the registry applies to a (capability, zone): members
+// are its instances but the draining and absent ones and those never admitted (unknown);
+// the pool panics when fewer than the threshold of its members are in rotation, and a pool
+// of never-admitted instances only (a brand-new service) is all of them, in panic.
+type Pool struct {
+	Members, InRotation, NeverAdmitted int
+}
+
+// Add counts one instance by its eligibility; inPanic (an entry the registry answered in
+// panic) counts it in rotation. An empty eligibility (a registry without the engine) is in
+// rotation.
+func (p *Pool) Add(eligibility string, inPanic bool) {
+	switch {
+	case eligibility == "" || inPanic || InRotation(eligibility):
+		p.Members++
+		p.InRotation++
+	case eligibility == EligibilityUnknown:
+		p.NeverAdmitted++
+	case eligibility != EligibilityDraining && eligibility != EligibilityAbsent:
+		p.Members++
+	}
+}
+
+// New reports a pool of never-admitted instances only: they are the pool, served in panic.
+func (p Pool) New() bool { return p.Members == 0 && p.NeverAdmitted > 0 }
+
+// Panic reports whether the pool is in panic at threshold: every member serves (and, when
+// New, every never-admitted one).
+func (p Pool) Panic(threshold float64) bool {
+	return p.New() || float64(p.InRotation) < threshold*float64(p.Members)
+}
+
 // Capability is one versioned capability an instance offers.
 type Capability struct {
 	CapabilityID          string `json:"capability_id"`

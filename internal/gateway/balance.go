@@ -79,22 +79,11 @@ type verdict struct {
 // wider group is not in panic. The registry's group panic still applies to its members.
 func (g *Gateway) servingFor(e *routing.Entry, verdicts map[string]verdict, gens map[string]int64, tallies map[incarnation]*tally) *serving {
 	sv := &serving{uniform: true}
-	members, inRotation, admitting := 0, 0, 0
+	var pool apiv1.Pool // the route's upstreams, by the panic rule (never-admitted ones apart)
 	for _, u := range e.Upstreams {
-		v := verdicts[u.Instance]
-		switch {
-		case v.eligibility == "" || apiv1.InRotation(v.eligibility):
-			members, inRotation = members+1, inRotation+1
-		case v.eligibility == apiv1.EligibilityUnknown:
-			admitting++ // never admitted: no member of the pool (the panic rule)
-		case v.eligibility != apiv1.EligibilityDraining && v.eligibility != apiv1.EligibilityAbsent:
-			members++
-		}
+		pool.Add(verdicts[u.Instance].eligibility, false)
 	}
-	// Incarnations never admitted count for nothing and take no share in a panic, unless no
-	// member of the pool ever was (a brand-new service): then they are the pool.
-	newPool := members == 0 && admitting > 0
-	poolPanic := newPool || float64(inRotation) < g.cfg.PanicThreshold*float64(members)
+	newPool, poolPanic := pool.New(), pool.Panic(g.cfg.PanicThreshold)
 	for _, u := range e.Upstreams {
 		pu, err := url.Parse(u.Endpoint)
 		if err != nil || pu.Host == "" {

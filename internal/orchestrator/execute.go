@@ -360,18 +360,11 @@ func (o *Orchestrator) candidates(ctx context.Context, st *workflow.Step) ([]can
 		// Incarnations never admitted (unknown) are no members of the pool and no candidates
 		// beside members that were admitted; a pool of nothing else is a new service's, all of
 		// it a candidate (the panic rule).
-		inRotation, admitting := 0, 0
+		var pool apiv1.Pool
 		for _, e := range res.Entries {
-			switch {
-			case e.Eligibility == "" || e.Panic || apiv1.InRotation(e.Eligibility):
-				inRotation++
-			case e.Eligibility == apiv1.EligibilityUnknown:
-				admitting++
-			}
+			pool.Add(e.Eligibility, e.Panic)
 		}
-		members := len(res.Entries) - admitting
-		newPool := members == 0 && admitting > 0
-		poolPanic := newPool || float64(inRotation) < o.cfg.PanicThreshold*float64(members)
+		newPool, poolPanic := pool.New(), pool.Panic(o.cfg.PanicThreshold)
 		for _, e := range res.Entries {
 			inRot := e.Eligibility == "" || e.Panic || apiv1.InRotation(e.Eligibility)
 			switch {
