@@ -190,8 +190,8 @@ func ParseWith(src []byte, defaultMode Mode) (*Workflow, []apiv1.Diagnostic) {
 	var le *errYAMLLimit
 	switch {
 	case errors.As(err, &le):
-		c.add(apiv1.SeverityError, CodeYAMLLimit, "", at, "refused before parsing: %s (limits: depth %d, indentation %d, aliases %d)",
-			le.msg, MaxYAMLDepth, MaxYAMLIndent, MaxYAMLAliases)
+		c.add(apiv1.SeverityError, CodeYAMLLimit, "", at, "refused: %s (limits: depth %d, indentation %d, aliases %d expanding to %d nodes)",
+			le.msg, MaxYAMLDepth, MaxYAMLIndent, MaxYAMLAliases, MaxYAMLExpansion)
 		return w, c.ds
 	case err != nil:
 		c.add(apiv1.SeverityError, CodeYAMLSyntax, "", at, "not valid YAML: %s", firstLine(err.Error()))

@@ -1,12 +1,15 @@
 package workflow
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	"io"
+	"regexp"
+	"strconv"
 	"strings"
 
-	"github.com/goccy/go-yaml/ast"
-	"github.com/goccy/go-yaml/parser"
-	"github.com/goccy/go-yaml/token"
+	yaml "go.yaml.in/yaml/v3"
 )
 
 // kind is the shape of a YAML node.
@@ -71,17 +74,12 @@ func (n *node) describe() string {
 	return "a string"
 }
 
-func posOf(tk *token.Token) Pos {
-	if tk == nil || tk.Position == nil {
-		return Pos{1, 1}
-	}
-	return Pos{tk.Position.Line, tk.Position.Column}
-}
-
-// parseTree parses YAML text into a tree. A parse failure returns the position of the error
-// when the parser gives one.
+// parseTree parses YAML text into a tree: anchors and aliases expand to their values (the
+// positions inside an aliased value are the anchor's), a merge key (<<) merges the mappings
+// it names under the keys the mapping does not set itself. A parse failure returns the
+// position of the error when the parser gives one; a duplicate key is one.
 func parseTree(src []byte) (root *node, at Pos, err error) {
-	defer func() { // goccy/go-yaml panics on some malformed input (see auth.decodeYAML)
+	defer func() { // the parser must not take the orchestrator down on hostile input
 		if r := recover(); r != nil {
 			root, at, err = nil, Pos{1, 1}, fmt.Errorf("malformed YAML: %v", r)
 		}
@@ -89,85 +87,178 @@ func parseTree(src []byte) (root *node, at Pos, err error) {
 	if at, lerr := yamlLimits(src); lerr != nil {
 		return nil, at, lerr
 	}
-	f, perr := parser.ParseBytes(src, 0)
-	if perr != nil {
-		at = Pos{1, 1}
-		if e, ok := perr.(interface{ GetToken() *token.Token }); ok {
-			at = posOf(e.GetToken())
+	dec := yaml.NewDecoder(bytes.NewReader(src))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			return &node{kind: kindNull, pos: Pos{1, 1}}, Pos{}, nil
 		}
-		return nil, at, perr
+		return nil, syntaxPos(err), syntaxErr(err)
 	}
-	if len(f.Docs) == 0 || f.Docs[0] == nil || f.Docs[0].Body == nil {
-		return &node{kind: kindNull, pos: Pos{1, 1}}, Pos{}, nil
+	var next yaml.Node
+	switch err := dec.Decode(&next); {
+	case err == nil:
+		return nil, Pos{next.Line, next.Column}, errors.New("the file holds more than one YAML document; one workflow per file")
+	case !errors.Is(err, io.EOF):
+		return nil, syntaxPos(err), syntaxErr(err)
 	}
-	if len(f.Docs) > 1 {
-		return nil, posOf(f.Docs[1].GetToken()), fmt.Errorf("the file holds %d YAML documents; one workflow per file", len(f.Docs))
+	body := &doc
+	if doc.Kind == yaml.DocumentNode {
+		if len(doc.Content) == 0 {
+			return &node{kind: kindNull, pos: Pos{1, 1}}, Pos{}, nil
+		}
+		body = doc.Content[0]
 	}
-	return convert(f.Docs[0].Body, 0), Pos{}, nil
+	cv := &converter{budget: MaxYAMLExpansion}
+	out := cv.convert(body, 0)
+	if cv.err != nil {
+		return nil, cv.errAt, cv.err
+	}
+	return out, Pos{}, nil
 }
 
-func convert(n ast.Node, depth int) *node {
+// syntaxLine reads the line of a parser error ("yaml: line 3: ...").
+var syntaxLine = regexp.MustCompile(`line (\d+)`)
+
+// syntaxErr is a parser error without the prefixes its diagnostic says otherwise.
+func syntaxErr(err error) error {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	if m := syntaxLine.FindStringIndex(msg); m != nil && m[0] == 0 {
+		msg = strings.TrimPrefix(msg[m[1]:], ": ")
+	}
+	return errors.New(msg)
+}
+
+func syntaxPos(err error) Pos {
+	if m := syntaxLine.FindStringSubmatch(err.Error()); m != nil {
+		if n, perr := strconv.Atoi(m[1]); perr == nil {
+			return Pos{n, 1}
+		}
+	}
+	return Pos{1, 1}
+}
+
+// converter turns parser nodes into a tree, counting the nodes it makes against budget: an
+// alias expands its anchor's subtree again, so a few aliases can stand for billions of nodes.
+type converter struct {
+	budget  int // nodes left to make inside aliases
+	aliased int // how many aliases deep the conversion is
+	err     error
+	errAt   Pos
+}
+
+func (cv *converter) fail(at Pos, err error) {
+	if cv.err == nil {
+		cv.err, cv.errAt = err, at
+	}
+}
+
+func (cv *converter) convert(n *yaml.Node, depth int) *node {
 	if n == nil {
 		return &node{kind: kindNull, pos: Pos{1, 1}}
 	}
-	if depth > 100 {
-		return &node{kind: kindScalar, typ: "str", pos: posOf(n.GetToken())}
-	}
-	switch v := n.(type) {
-	case *ast.MappingNode:
-		out := &node{kind: kindMap, pos: posOf(v.GetToken())}
-		for _, mv := range v.Values {
-			out.fields = append(out.fields, convertField(mv, depth))
+	pos := Pos{n.Line, n.Column}
+	if cv.aliased > 0 {
+		if cv.budget--; cv.budget < 0 {
+			cv.fail(pos, &errYAMLLimit{fmt.Sprintf("its aliases expand to more than %d nodes: each alias repeats what its anchor names", MaxYAMLExpansion)})
 		}
-		if len(out.fields) > 0 {
-			out.pos = out.fields[0].keyPos
+	}
+	if cv.err != nil || depth > 100 {
+		return &node{kind: kindNull, pos: pos}
+	}
+	switch n.Kind {
+	case yaml.AliasNode:
+		if n.Alias == nil {
+			return &node{kind: kindNull, pos: pos}
+		}
+		cv.aliased++
+		defer func() { cv.aliased-- }()
+		return cv.convert(n.Alias, depth+1)
+	case yaml.DocumentNode:
+		if len(n.Content) == 0 {
+			return &node{kind: kindNull, pos: pos}
+		}
+		return cv.convert(n.Content[0], depth)
+	case yaml.MappingNode:
+		return cv.mapping(n, depth)
+	case yaml.SequenceNode:
+		out := &node{kind: kindSeq, pos: pos, items: make([]*node, 0, len(n.Content))}
+		for _, it := range n.Content {
+			out.items = append(out.items, cv.convert(it, depth+1))
 		}
 		return out
-	case *ast.MappingValueNode:
-		f := convertField(v, depth)
-		return &node{kind: kindMap, pos: f.keyPos, fields: []field{f}}
-	case *ast.SequenceNode:
-		out := &node{kind: kindSeq, pos: posOf(v.GetToken())}
-		for _, it := range v.Values {
-			out.items = append(out.items, convert(it, depth+1))
-		}
-		return out
-	case *ast.NullNode:
-		return &node{kind: kindNull, pos: posOf(v.GetToken())}
-	case *ast.StringNode:
-		return &node{kind: kindScalar, typ: "str", text: v.Value, pos: posOf(v.GetToken())}
-	case *ast.LiteralNode:
-		s := ""
-		if v.Value != nil {
-			s = v.Value.Value
-		}
-		return &node{kind: kindScalar, typ: "str", text: s, pos: posOf(v.GetToken())}
-	case *ast.IntegerNode:
-		return &node{kind: kindScalar, typ: "int", text: v.GetToken().Value, pos: posOf(v.GetToken())}
-	case *ast.FloatNode:
-		return &node{kind: kindScalar, typ: "float", text: v.GetToken().Value, pos: posOf(v.GetToken())}
-	case *ast.BoolNode:
-		return &node{kind: kindScalar, typ: "bool", text: strings.ToLower(v.GetToken().Value), pos: posOf(v.GetToken())}
-	case *ast.TagNode:
-		return convert(v.Value, depth+1)
-	case *ast.AnchorNode:
-		return convert(v.Value, depth+1)
-	default: // aliases, infinity, NaN and the like: kept as text
-		return &node{kind: kindScalar, typ: "str", text: n.GetToken().Value, pos: posOf(n.GetToken())}
 	}
+	switch n.ShortTag() {
+	case "!!null":
+		return &node{kind: kindNull, pos: pos}
+	case "!!int":
+		return &node{kind: kindScalar, typ: "int", text: n.Value, pos: pos}
+	case "!!float":
+		return &node{kind: kindScalar, typ: "float", text: n.Value, pos: pos}
+	case "!!bool":
+		return &node{kind: kindScalar, typ: "bool", text: strings.ToLower(n.Value), pos: pos}
+	}
+	return &node{kind: kindScalar, typ: "str", text: n.Value, pos: pos}
 }
 
-func convertField(mv *ast.MappingValueNode, depth int) field {
-	f := field{keyPos: posOf(mv.GetToken())}
-	if mv.Key != nil {
-		f.key = mv.Key.GetToken().Value
-		f.keyPos = posOf(mv.Key.GetToken())
+// mapping converts a mapping: its own keys in document order, each key of a merge (<<) at
+// the merge's place unless the mapping or an earlier merge sets it. A key set twice is an
+// error, as YAML says.
+func (cv *converter) mapping(n *yaml.Node, depth int) *node {
+	out := &node{kind: kindMap, pos: Pos{n.Line, n.Column}, fields: make([]field, 0, len(n.Content)/2)}
+	own := make(map[string]bool, len(n.Content)/2)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k := n.Content[i]
+		if isMerge(k) {
+			continue
+		}
+		if own[k.Value] {
+			cv.fail(Pos{k.Line, k.Column}, fmt.Errorf("line %d: mapping key %q already defined", k.Line, k.Value))
+			return out
+		}
+		own[k.Value] = true
 	}
-	f.value = convert(mv.Value, depth+1)
-	if f.value.kind == kindNull && mv.Value == nil {
-		f.value.pos = f.keyPos
+	merged := map[string]bool{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if !isMerge(k) {
+			f := field{key: k.Value, keyPos: Pos{k.Line, k.Column}, value: cv.convert(v, depth+1)}
+			if f.value.kind == kindNull && v.Kind == yaml.ScalarNode && v.Value == "" {
+				f.value.pos = f.keyPos // "key:" with nothing after it
+			}
+			out.fields = append(out.fields, f)
+			continue
+		}
+		// <<: *a, or <<: [*a, *b] (the earlier one wins).
+		sources := []*yaml.Node{v}
+		if v.Kind == yaml.SequenceNode {
+			sources = v.Content
+		}
+		for _, src := range sources {
+			m := cv.convert(src, depth+1)
+			if cv.err != nil {
+				return out
+			}
+			if m.kind != kindMap {
+				cv.fail(Pos{src.Line, src.Column}, fmt.Errorf("line %d: a merge key (<<) takes a mapping or a list of mappings, got %s", src.Line, m.describe()))
+				return out
+			}
+			for _, f := range m.fields {
+				if !own[f.key] && !merged[f.key] {
+					merged[f.key] = true
+					out.fields = append(out.fields, f)
+				}
+			}
+		}
 	}
-	return f
+	if len(out.fields) > 0 {
+		out.pos = out.fields[0].keyPos
+	}
+	return out
+}
+
+func isMerge(k *yaml.Node) bool {
+	return k.Kind == yaml.ScalarNode && k.ShortTag() == "!!merge"
 }
 
 // Limits on a workflow's YAML, checked by a scan of the text before it is parsed: a parser
@@ -179,6 +270,9 @@ const (
 	MaxYAMLIndent = 256
 	// MaxYAMLAliases bounds alias references (*name), each of which expands a subtree.
 	MaxYAMLAliases = 100
+	// MaxYAMLExpansion bounds the nodes that aliases expand to, in all (a billion-laughs
+	// document of fewer than 100 aliases stands for billions).
+	MaxYAMLExpansion = 100_000
 )
 
 // errYAMLLimit is a text beyond the limits above.
