@@ -29,6 +29,11 @@ const (
 	CodeStaleViewExpired     = "STALE_VIEW_EXPIRED"
 	CodeNotConfigured        = "NOT_CONFIGURED"
 	CodeInternal             = "INTERNAL"
+	// CodeCancelled: a workflow step stopped because its run was cancelled.
+	CodeCancelled = "CANCELLED"
+	// CodeDeadlineExceeded: a workflow step stopped because its run passed the
+	// orchestrator's --max-run-duration.
+	CodeDeadlineExceeded = "DEADLINE_EXCEEDED"
 )
 
 // Detail is one per-field problem of a rejected request.

@@ -39,8 +39,18 @@ type WorkflowDetail struct {
 const (
 	RunSucceeded = "succeeded"
 	RunFailed    = "failed"
-	StepSkipped  = "skipped"
-	// StepCancelled: a branch stopped because a sibling branch failed.
+	// RunRunning: a run in progress (listed before the history, and cancellable).
+	RunRunning = "running"
+	// RunCancelled: a run ended by POST .../runs/{id}/cancel or by its workflow's deletion.
+	RunCancelled = "cancelled"
+	// RunSkipped and RunMissed are scheduled fires that did not run: a scheduled run was
+	// still in progress (skipped), or the orchestrator was busy or stopped at the time
+	// (missed). Their Note says which fires.
+	RunSkipped  = "skipped"
+	RunMissed   = "missed"
+	StepSkipped = "skipped"
+	// StepCancelled: a branch stopped because a sibling branch failed, or a step stopped
+	// because its run was cancelled.
 	StepCancelled = "cancelled"
 )
 
@@ -56,6 +66,9 @@ type Run struct {
 	Output     json.RawMessage `json:"output"`
 	// Context is the run's final top-level context.
 	Context map[string]any `json:"context"`
+	// Note says what a run's status alone does not: who cancelled it, which scheduled fires
+	// were missed or skipped.
+	Note string `json:"note,omitempty"`
 }
 
 // StepRun is one step of a run.

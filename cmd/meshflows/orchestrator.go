@@ -38,6 +38,10 @@ type orchestratorFlags struct {
 	// allowEndpointCIDR is --allow-endpoint-cidr.
 	allowEndpointCIDR []string
 	maxStale          time.Duration
+	maxRuns           int
+	maxRunsTotal      int
+	maxStepTimeout    time.Duration
+	maxRunDuration    time.Duration
 }
 
 func newOrchestratorCmd() *cobra.Command {
@@ -82,6 +86,10 @@ that an open API is intended. It calls the registry with --registry-ca, --regist
 	fl.DurationVar(&f.timeout, "provider-timeout", workflow.DefaultProviderTimeout, "timeout of each provider validation")
 	fl.StringVar(&f.scopeMode, "scope-mode", "legacy", "scope mode of workflows that name none: legacy (loops and branches share the context) or strict (default: $"+scopeEnv+", else legacy)")
 	fl.IntVar(&f.maxParallel, "max-parallel", orchestrator.DefaultMaxParallel, "branches of one parallel step that run at once")
+	fl.IntVar(&f.maxRuns, "max-concurrent-runs", orchestrator.DefaultMaxConcurrentRuns, "runs of one workflow in progress at once; past it POST .../run is 429 with Retry-After (a schedule skips a fire while its own run is in progress)")
+	fl.IntVar(&f.maxRunsTotal, "max-concurrent-runs-total", orchestrator.DefaultMaxConcurrentRunsTotal, "runs of all workflows in progress at once")
+	fl.DurationVar(&f.maxStepTimeout, "max-step-timeout", workflow.DefaultMaxStepTimeout, "the longest step timeout a workflow may ask for; above it the upload is refused (INVALID_VALUE)")
+	fl.DurationVar(&f.maxRunDuration, "max-run-duration", orchestrator.DefaultMaxRunDuration, "a run still going after this long is stopped (its step fails with DEADLINE_EXCEEDED)")
 	fl.Float64Var(&f.triggerWarn, "trigger-warning", orchestrator.DefaultTriggerWarning, "success rate under which a workflow's trigger health is a warning (GET /v1/triggers/health, the console's strips)")
 	fl.Float64Var(&f.triggerCrit, "trigger-critical", orchestrator.DefaultTriggerCritical, "success rate under which a workflow's trigger health is critical")
 	bindLogFlags(fl, &f.log, "json")
@@ -113,6 +121,14 @@ func startOrchestrator(ctx context.Context, g *errgroup.Group, f *orchestratorFl
 	if f.maxParallel < 0 {
 		return fmt.Errorf("--max-parallel %d: want at least 1", f.maxParallel)
 	}
+	switch { // zero is the default (meshflows dev sets none of them)
+	case f.maxRuns < 0 || f.maxRunsTotal < 0:
+		return fmt.Errorf("--max-concurrent-runs %d, --max-concurrent-runs-total %d: want at least 1", f.maxRuns, f.maxRunsTotal)
+	case f.maxRunsTotal > 0 && f.maxRunsTotal < f.maxRuns:
+		return fmt.Errorf("--max-concurrent-runs-total %d: want at least --max-concurrent-runs (%d)", f.maxRunsTotal, f.maxRuns)
+	case f.maxStepTimeout < 0 || f.maxRunDuration < 0:
+		return fmt.Errorf("--max-step-timeout and --max-run-duration must be positive")
+	}
 	sa, err := buildServerAuth(ctx, g, "orchestrator", f.security, f.insecure, logger)
 	if err != nil {
 		return err
@@ -140,7 +156,8 @@ func startOrchestrator(ctx context.Context, g *errgroup.Group, f *orchestratorFl
 	if err != nil {
 		return err
 	}
-	o, err := orchestrator.New(orchestrator.Config{Endpoints: endpoints, Reporter: reporter, Discovery: disc, Static: static, Dir: f.dir, ProviderTimeout: f.timeout, Strict: strict, ScopeMode: mode, MaxParallel: f.maxParallel, TriggerWarning: f.triggerWarn, TriggerCritical: f.triggerCrit, Authorizer: authz, Registerer: promReg, Logger: logger})
+	o, err := orchestrator.New(orchestrator.Config{Endpoints: endpoints, Reporter: reporter, Discovery: disc, Static: static, Dir: f.dir, ProviderTimeout: f.timeout, Strict: strict, ScopeMode: mode, MaxParallel: f.maxParallel,
+		MaxConcurrentRuns: f.maxRuns, MaxConcurrentRunsTotal: f.maxRunsTotal, MaxStepTimeout: f.maxStepTimeout, MaxRunDuration: f.maxRunDuration, TriggerWarning: f.triggerWarn, TriggerCritical: f.triggerCrit, Authorizer: authz, Registerer: promReg, Logger: logger})
 	if err != nil {
 		return err
 	}

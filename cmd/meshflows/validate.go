@@ -48,6 +48,7 @@ func newValidateCmd() *cobra.Command {
 		out              outputFlag
 		requireRegistry  bool
 		timeout          time.Duration
+		maxStepTimeout   time.Duration
 		scope            string
 		creds            clientCreds
 	)
@@ -81,7 +82,7 @@ Text output is one line a diagnostic: FILE:LINE:COLUMN: SEVERITY CODE: MESSAGE.`
 				return err
 			}
 			format = out.value
-			opts := workflow.Options{Strict: true, ProviderTimeout: timeout}
+			opts := workflow.Options{Strict: true, ProviderTimeout: timeout, MaxStepTimeout: maxStepTimeout}
 			mode, err := scopeMode(scope, cmd.Flags().Changed("scope-mode"))
 			if err != nil {
 				return &exitError{code: 2, err: err}
@@ -156,6 +157,7 @@ Text output is one line a diagnostic: FILE:LINE:COLUMN: SEVERITY CODE: MESSAGE.`
 	out.bind(cmd, "text")
 	f.BoolVar(&requireRegistry, "require-registry", false, "exit 2 when the --registry cannot be reached (default: say so once and validate the contract layer)")
 	f.DurationVar(&timeout, "provider-timeout", workflow.DefaultProviderTimeout, "timeout of each provider's validation")
+	f.DurationVar(&maxStepTimeout, "max-step-timeout", workflow.DefaultMaxStepTimeout, "the longest step timeout allowed (the orchestrator's --max-step-timeout)")
 	f.StringVar(&scope, "scope-mode", "legacy", "scope mode of workflows that name none: legacy or strict (default: $WORKFLOW_SCOPE_MODE, else legacy)")
 	creds.bind(f)
 	return cmd

@@ -51,10 +51,20 @@ func (o *Orchestrator) execute(ctx context.Context, w *workflow.Workflow, runID,
 	var last any
 	var failed bool
 	run.Steps, last, failed = ex.steps(ctx, sc, w.Steps)
-	if failed {
+	var c *cancelled
+	var tl *tooLong
+	switch cause := context.Cause(ctx); {
+	case failed && errors.As(cause, &c):
+		run.Status, run.Note = apiv1.RunCancelled, "cancelled: "+c.why
+	case failed && errors.As(cause, &tl):
+		run.Status, run.Note = apiv1.RunFailed, tl.Error()
+	case failed:
 		run.Status = apiv1.RunFailed
-	} else if b, err := json.Marshal(last); err == nil {
-		run.Output = b
+	default:
+		b, err := json.Marshal(last)
+		if err == nil {
+			run.Output = b
+		}
 	}
 	run.Context = sc.Context()
 	run.DurationMS = ms(o.cfg.Now().Sub(start))
@@ -87,7 +97,13 @@ func (ex *executor) steps(ctx context.Context, sc *workflow.Scope, steps []workf
 			continue
 		}
 		t0 := ex.o.cfg.Now()
-		res, err := ex.step(ctx, sc, st, previous, sr)
+		var res any
+		var err error
+		if se := stopped(ctx, st); se != nil { // a cancelled run starts no further step
+			err = se
+		} else {
+			res, err = ex.step(ctx, sc, st, previous, sr)
+		}
 		sr.DurationMS = ms(ex.o.cfg.Now().Sub(t0))
 		if err != nil {
 			var ae *apiv1.Error
@@ -95,6 +111,9 @@ func (ex *executor) steps(ctx context.Context, sc *workflow.Scope, steps []workf
 				ae = apiv1.Errorf(http.StatusBadGateway, apiv1.CodeUnavailable, "%v", err)
 			}
 			sr.Status, sr.Error, failed = apiv1.RunFailed, ae, true
+			if se := stopped(ctx, st); se != nil { // the step failed because the run ended
+				sr.Status, sr.Error = apiv1.StepCancelled, se
+			}
 			continue
 		}
 		sr.Status = apiv1.RunSucceeded
@@ -104,6 +123,19 @@ func (ex *executor) steps(ctx context.Context, sc *workflow.Scope, steps []workf
 		}
 	}
 	return out, previous, failed
+}
+
+// stopped is the error of a step whose run was cancelled or ran out of time, or nil.
+func stopped(ctx context.Context, st *workflow.Step) *apiv1.Error {
+	var c *cancelled
+	var tl *tooLong
+	switch cause := context.Cause(ctx); {
+	case errors.As(cause, &c):
+		return apiv1.Errorf(http.StatusConflict, apiv1.CodeCancelled, "step %s: cancelled: %s", st.ID, c.why)
+	case errors.As(cause, &tl):
+		return apiv1.Errorf(http.StatusGatewayTimeout, apiv1.CodeDeadlineExceeded, "step %s: stopped: %s", st.ID, tl.Error())
+	}
+	return nil
 }
 
 // referenceFailed is a reference that names nothing at run time, as the step's error.

@@ -1,6 +1,7 @@
 package orchestrator
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,10 +25,12 @@ func (o *Orchestrator) Handler() http.Handler {
 	handle := func(pattern, perm string, h func(w http.ResponseWriter, r *http.Request) (int, any, error)) {
 		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 			if o.cfg.Authorizer != nil && perm != "" {
-				if _, err := o.cfg.Authorizer.Authorize(r, perm); err != nil {
+				id, err := o.cfg.Authorizer.Authorize(r, perm)
+				if err != nil {
 					writeErr(w, err)
 					return
 				}
+				r = r.WithContext(context.WithValue(r.Context(), identityKey{}, id))
 			}
 			status, v, err := h(w, r)
 			if err != nil {
@@ -98,6 +101,15 @@ func (o *Orchestrator) Handler() http.Handler {
 		h, err := o.Runs(r.PathValue("name"))
 		return http.StatusOK, h, err
 	})
+	handle("POST /v1/workflows/{name}/runs/{run_id}/cancel", auth.WorkflowsRun, func(_ http.ResponseWriter, r *http.Request) (int, any, error) {
+		name, id := r.PathValue("name"), r.PathValue("run_id")
+		who, _ := r.Context().Value(identityKey{}).(string)
+		if who == "" {
+			who = "an unauthenticated caller (open mode)"
+		}
+		err := o.Cancel(name, id, "by "+who)
+		return http.StatusAccepted, map[string]any{"workflow": name, "run_id": id, "cancelled": true}, err
+	})
 	handle("GET /v1/workflows/{name}/runs/{run_id}", auth.WorkflowsRead, func(_ http.ResponseWriter, r *http.Request) (int, any, error) {
 		run, err := o.GetRun(r.PathValue("name"), r.PathValue("run_id"))
 		return http.StatusOK, run, err
@@ -152,7 +164,14 @@ type blockedBody struct {
 	Validation *apiv1.ValidationResult `json:"validation"`
 }
 
+// identityKey carries the caller's identity to a handler that records it.
+type identityKey struct{}
+
 func writeErr(w http.ResponseWriter, err error) {
+	var busy *busyError
+	if errors.As(err, &busy) {
+		w.Header().Set("Retry-After", strconv.Itoa(RetryAfter))
+	}
 	var be *BlockedError
 	if errors.As(err, &be) {
 		e := apiv1.Errorf(http.StatusUnprocessableEntity, apiv1.CodeValidationFailed, "workflow blocked: %s", be.Reason)

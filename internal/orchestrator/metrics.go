@@ -15,6 +15,8 @@ type metrics struct {
 	providers  *prometheus.HistogramVec
 	runs       *prometheus.CounterVec
 	runTime    *prometheus.HistogramVec
+	refusals   prometheus.Counter
+	missed     *prometheus.CounterVec
 }
 
 // newMetrics creates the collectors and registers them with reg (none when nil).
@@ -28,10 +30,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Help:    "Time a provider took to validate one workflow step, by capability, provider and resulting status (passed, warning, failed, skipped).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14)}, []string{"capability_id", "provider", "status"}),
 		runs: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "runs_total",
-			Help: "Workflow runs finished, by workflow and status (succeeded, failed)."}, []string{"workflow", "status"}),
+			Help: "Workflow runs finished, by workflow and status (succeeded, failed, cancelled)."}, []string{"workflow", "status"}),
 		runTime: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: ns, Subsystem: sub, Name: "run_duration_seconds",
 			Help:    "Duration of finished workflow runs, by workflow.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}, []string{"workflow"}),
+		refusals: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "runs_refused_total",
+			Help: "Runs refused with 429 because a workflow (or the orchestrator) had its bound of runs in progress."}),
+		missed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "schedule_fires_total",
+			Help: "Scheduled fires by what became of them: ran, skipped (a scheduled run still in progress), missed (the orchestrator was busy or stopped)."}, []string{"workflow", "outcome"}),
 	}
 	for _, status := range []string{apiv1.StatusPassed, apiv1.StatusFailed} {
 		m.validation.WithLabelValues(status)
@@ -39,7 +45,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.validation, m.providers, m.runs, m.runTime} {
+	for _, c := range []prometheus.Collector{m.validation, m.providers, m.runs, m.runTime, m.refusals, m.missed} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register orchestrator metrics: %w", err)
 		}
@@ -58,4 +64,10 @@ func (m *metrics) providerValidated(capabilityID, provider, status string, d tim
 func (m *metrics) ran(r *apiv1.Run) {
 	m.runs.WithLabelValues(r.Workflow, r.Status).Inc()
 	m.runTime.WithLabelValues(r.Workflow).Observe(r.DurationMS / 1000)
+}
+
+func (m *metrics) refused() { m.refusals.Inc() }
+
+func (m *metrics) fired(workflow, outcome string, n int) {
+	m.missed.WithLabelValues(workflow, outcome).Add(float64(n))
 }

@@ -16,8 +16,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
-	"time"
+		"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -64,6 +63,14 @@ type Config struct {
 	ScopeMode workflow.Mode
 	// MaxParallel bounds the branches of one parallel step that run at once (default 8).
 	MaxParallel int
+	// MaxConcurrentRuns bounds the runs of one workflow in progress at once (default 16),
+	// MaxConcurrentRunsTotal those of all workflows (default 256): past them a run is
+	// refused with 429 and Retry-After.
+	MaxConcurrentRuns, MaxConcurrentRunsTotal int
+	// MaxStepTimeout is the ceiling of a step's timeout, checked at upload (default 5 min).
+	MaxStepTimeout time.Duration
+	// MaxRunDuration ends a run that takes longer (default 30 min).
+	MaxRunDuration time.Duration
 	// Authorizer authorises the API: reads need workflows:read, uploads, re-validation,
 	// publishing and invalidation workflows:write, runs workflows:run. Nil leaves the API
 	// open (meshflows dev, --insecure).
@@ -72,10 +79,18 @@ type Config struct {
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
 	Now        func() time.Time
+	// After is the scheduler's timer (default time.After); tests pair it with Now on a
+	// fake clock.
+	After func(time.Duration) <-chan time.Time
 }
 
-// DefaultMaxParallel bounds the branches of one parallel step that run at once.
-const DefaultMaxParallel = 8
+// Defaults of Config.
+const (
+	DefaultMaxParallel            = 8
+	DefaultMaxConcurrentRuns      = 16
+	DefaultMaxConcurrentRunsTotal = 256
+	DefaultMaxRunDuration         = 30 * time.Minute
+)
 
 // Authorizer says whether a request may do perm: the caller's identity, or a 401 or 403
 // *apiv1.Error.
@@ -88,16 +103,20 @@ type Orchestrator struct {
 	cfg     Config
 	metrics *metrics
 
+	wake chan struct{} // a schedule changed: the scheduler looks again
+
 	mu        sync.Mutex
 	workflows map[string]*entry
+	active    int // runs in progress, of every workflow
 }
 
 // entry is a stored workflow: its latest revision, and the published one that runs.
 type entry struct {
 	latest    *revision
 	published *revision // nil: not published; the latest itself once that is published
-	running   atomic.Bool
-	runs      []*apiv1.Run // newest last, at most MaxRuns
+	active    map[string]*activeRun // the runs in progress, by run id
+	scheduled bool                  // a run the schedule started is in progress
+	runs      []*apiv1.Run          // newest last, at most MaxRuns
 	stats     triggerStats // the last 24 hours of runs in slices
 	critical  bool         // the trigger condition was last reported active
 	nextRun   time.Time
@@ -158,6 +177,13 @@ func New(cfg Config) (*Orchestrator, error) {
 	if cfg.MaxParallel < 0 {
 		return nil, fmt.Errorf("orchestrator: max parallel %d is negative", cfg.MaxParallel)
 	}
+	orDefault(&cfg.MaxConcurrentRuns, DefaultMaxConcurrentRuns)
+	orDefault(&cfg.MaxConcurrentRunsTotal, DefaultMaxConcurrentRunsTotal)
+	orDefault(&cfg.MaxStepTimeout, workflow.DefaultMaxStepTimeout)
+	orDefault(&cfg.MaxRunDuration, DefaultMaxRunDuration)
+	if cfg.MaxConcurrentRuns < 0 || cfg.MaxConcurrentRunsTotal < 0 || cfg.MaxStepTimeout < 0 || cfg.MaxRunDuration < 0 {
+		return nil, errors.New("orchestrator: the run bounds (concurrent runs, step timeout, run duration) must be positive")
+	}
 	mode, err := workflow.ParseMode(string(cfg.ScopeMode))
 	if err != nil {
 		return nil, fmt.Errorf("orchestrator: %w", err)
@@ -169,17 +195,21 @@ func New(cfg Config) (*Orchestrator, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.After == nil {
+		cfg.After = time.After
+	}
 	m, err := newMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, err
 	}
-	return &Orchestrator{cfg: cfg, metrics: m, workflows: map[string]*entry{}}, nil
+	return &Orchestrator{cfg: cfg, metrics: m, workflows: map[string]*entry{}, wake: make(chan struct{}, 1)}, nil
 }
 
 func (o *Orchestrator) validate(ctx context.Context, src []byte) (*workflow.Workflow, *apiv1.ValidationResult) {
 	start := o.cfg.Now()
 	w, r := workflow.Validate(ctx, src, workflow.Options{Resolver: o.cfg.Discovery, Client: o.cfg.Client,
-		ProviderTimeout: o.cfg.ProviderTimeout, Strict: o.cfg.Strict, ScopeMode: o.cfg.ScopeMode, Now: o.cfg.Now, ObserveProvider: o.metrics.providerValidated})
+		ProviderTimeout: o.cfg.ProviderTimeout, Strict: o.cfg.Strict, ScopeMode: o.cfg.ScopeMode, MaxStepTimeout: o.cfg.MaxStepTimeout,
+		Now: o.cfg.Now, ObserveProvider: o.metrics.providerValidated})
 	o.metrics.validated(r, o.cfg.Now().Sub(start))
 	o.reportValidation(r)
 	return w, r
@@ -331,40 +361,159 @@ func (o *Orchestrator) Publish(name string) (*apiv1.ValidationResult, error) {
 		e.published, e.nextRun = rev, time.Time{}
 	}
 	o.mu.Unlock()
+	o.wakeScheduler()
 	return rev.result, o.persist(name)
 }
 
-// RunNow runs a published workflow once; a workflow already running is refused.
+// activeRun is a run in progress: what GET answers for it, and how to end it.
+type activeRun struct {
+	run    *apiv1.Run
+	cancel context.CancelCauseFunc
+}
+
+// cancelled is the cause of a run ended by Cancel or by the deletion of its workflow.
+type cancelled struct{ why string }
+
+func (c *cancelled) Error() string { return c.why }
+
+// tooLong is the cause of a run ended by MaxRunDuration.
+type tooLong struct{ d time.Duration }
+
+func (t *tooLong) Error() string {
+	return fmt.Sprintf("the run took longer than %s (--max-run-duration)", t.d)
+}
+
+// RunNow runs a published workflow once. Runs of one workflow run concurrently up to
+// MaxConcurrentRuns (and MaxConcurrentRunsTotal in all); past that a run is refused with
+// 429. A run ends by MaxRunDuration, by Cancel, or when ctx ends.
 func (o *Orchestrator) RunNow(ctx context.Context, name, trigger string, input json.RawMessage) (*apiv1.Run, error) {
+	run, _, err := o.runNow(ctx, name, trigger, input)
+	return run, err
+}
+
+// runNow is RunNow; for the scheduler it also says the run was not started because a
+// scheduled one is still in progress (skipped).
+func (o *Orchestrator) runNow(ctx context.Context, name, trigger string, input json.RawMessage) (*apiv1.Run, bool, error) {
 	e, err := o.get(name)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
+	runID := newRunID()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	ctx, stop := context.WithTimeoutCause(ctx, o.cfg.MaxRunDuration, &tooLong{o.cfg.MaxRunDuration})
+	defer stop()
 	o.mu.Lock()
 	pub := e.published
+	switch {
+	case o.workflows[name] != e:
+		o.mu.Unlock()
+		return nil, false, apiv1.Errorf(http.StatusNotFound, apiv1.CodeNotFound, "no workflow %q", name)
+	case pub == nil:
+		o.mu.Unlock()
+		return nil, false, apiv1.Errorf(http.StatusBadRequest, apiv1.CodeInvalidRequest, "workflow %q is not published", name)
+	case trigger == TriggerSchedule && e.scheduled:
+		o.mu.Unlock()
+		return nil, true, nil
+	case len(e.active) >= o.cfg.MaxConcurrentRuns:
+		o.mu.Unlock()
+		o.metrics.refused()
+		return nil, false, &busyError{err: apiv1.Errorf(http.StatusTooManyRequests, apiv1.CodeRateLimited,
+			"workflow %q has %d runs in progress, its bound (--max-concurrent-runs); try again shortly", name, len(e.active))}
+	case o.active >= o.cfg.MaxConcurrentRunsTotal:
+		o.mu.Unlock()
+		o.metrics.refused()
+		return nil, false, &busyError{err: apiv1.Errorf(http.StatusTooManyRequests, apiv1.CodeRateLimited,
+			"%d runs in progress in all, the orchestrator's bound (--max-concurrent-runs-total); try again shortly", o.active)}
+	}
+	start := o.cfg.Now()
+	ar := &activeRun{run: &apiv1.Run{RunID: runID, Workflow: name, Trigger: trigger, Status: apiv1.RunRunning, StartedAt: start.UTC(),
+		Steps: []apiv1.StepRun{}, Output: json.RawMessage("null")}, cancel: cancel}
+	if e.active == nil {
+		e.active = map[string]*activeRun{}
+	}
+	e.active[runID] = ar
+	o.active++
+	if trigger == TriggerSchedule {
+		e.scheduled = true
+	}
 	o.mu.Unlock()
-	if pub == nil {
-		return nil, apiv1.Errorf(http.StatusBadRequest, apiv1.CodeInvalidRequest, "workflow %q is not published", name)
-	}
-	w := pub.wf
-	if !e.running.CompareAndSwap(false, true) {
-		return nil, apiv1.Errorf(http.StatusTooManyRequests, apiv1.CodeRateLimited, "workflow %q is running; one run at a time", name)
-	}
-	defer e.running.Store(false)
-	run := o.execute(ctx, w, newRunID(), trigger, input)
+
+	run := o.execute(ctx, pub.wf, runID, trigger, input)
+
 	o.mu.Lock()
+	delete(e.active, runID)
+	o.active--
+	if trigger == TriggerSchedule {
+		e.scheduled = false
+	}
+	kept := o.workflows[name] == e // deleted meanwhile: the record goes with the workflow
+	if kept {
+		o.record(e, run)
+		e.stats.record(run)
+		o.reportRun(name, e, run)
+	}
+	o.mu.Unlock()
+	if kept {
+		o.persistRuns(name)
+	}
+	o.cfg.Logger.Info("workflow run", slog.String("workflow", name), slog.String("run_id", run.RunID), slog.String("status", run.Status),
+		slog.String("trigger", trigger), slog.Float64("duration_ms", run.DurationMS))
+	o.saveDiscovery()
+	return run, false, nil
+}
+
+// record adds a run to a workflow's history, which keeps the newest MaxRuns. Called under
+// o.mu.
+func (o *Orchestrator) record(e *entry, run *apiv1.Run) {
 	e.runs = append(e.runs, run)
 	if len(e.runs) > o.cfg.MaxRuns {
 		e.runs = slices.Clone(e.runs[len(e.runs)-o.cfg.MaxRuns:])
 	}
-	e.stats.record(run)
-	o.reportRun(name, e, run)
+}
+
+// busyError is a 429 that says when to try again (Retry-After).
+type busyError struct{ err *apiv1.Error }
+
+func (b *busyError) Error() string { return b.err.Error() }
+func (b *busyError) Unwrap() error { return b.err }
+
+func orDefault[T comparable](v *T, def T) {
+	var zero T
+	if *v == zero {
+		*v = def
+	}
+}
+
+// RetryAfter is the Retry-After of a refused run, in seconds.
+const RetryAfter = 1
+
+// TriggerSchedule is the trigger of the runs the schedule starts.
+const TriggerSchedule = "schedule"
+
+// Cancel ends a run in progress: its context is cancelled with why, the step running says
+// it was cancelled and the steps after it are skipped. A run that already ended is 409.
+func (o *Orchestrator) Cancel(name, runID, why string) error {
+	e, err := o.get(name)
+	if err != nil {
+		return err
+	}
+	o.mu.Lock()
+	ar := e.active[runID]
+	var ended bool
+	for _, r := range e.runs {
+		ended = ended || r.RunID == runID
+	}
 	o.mu.Unlock()
-	o.persistRuns(name)
-	o.cfg.Logger.Info("workflow run", slog.String("workflow", name), slog.String("run_id", run.RunID), slog.String("status", run.Status),
-		slog.String("trigger", trigger), slog.Float64("duration_ms", run.DurationMS))
-	o.saveDiscovery()
-	return run, nil
+	switch {
+	case ar != nil:
+		ar.cancel(&cancelled{why})
+		o.cfg.Logger.Info("workflow run cancelled", slog.String("workflow", name), slog.String("run_id", runID), slog.String("why", why))
+		return nil
+	case ended:
+		return apiv1.Errorf(http.StatusConflict, apiv1.CodeInvalidRequest, "run %q of workflow %q has already ended", runID, name)
+	}
+	return apiv1.Errorf(http.StatusNotFound, apiv1.CodeNotFound, "workflow %q has no run %q in progress or in its history", name, runID)
 }
 
 // discoveryViewFile keeps, in Dir, the discovery views the runs resolved with (a dot file:
@@ -453,23 +602,41 @@ func (o *Orchestrator) Runs(name string) (*apiv1.RunHistory, error) {
 	}
 	o.mu.Lock()
 	runs := slices.Clone(e.runs)
+	inProgress := o.inProgress(e)
 	o.mu.Unlock()
 	slices.Reverse(runs)
-	h := &apiv1.RunHistory{Workflow: name, Runs: runs}
-	if len(runs) > 0 {
-		var ok int
-		ds := make([]float64, len(runs))
-		for i, r := range runs {
-			if r.Status == apiv1.RunSucceeded {
-				ok++
-			}
-			ds[i] = r.DurationMS
+	h := &apiv1.RunHistory{Workflow: name, Runs: append(inProgress, runs...)}
+	var ok int
+	ds := make([]float64, 0, len(runs))
+	for _, r := range runs {
+		if r.Status == apiv1.RunSkipped || r.Status == apiv1.RunMissed {
+			continue // fires that did not run
 		}
+		if r.Status == apiv1.RunSucceeded {
+			ok++
+		}
+		ds = append(ds, r.DurationMS)
+	}
+	if len(ds) > 0 {
 		slices.Sort(ds)
-		h.SuccessRate = float64(ok) / float64(len(runs))
+		h.SuccessRate = float64(ok) / float64(len(ds))
 		h.P95MS = ds[min(len(ds)-1, int(float64(len(ds))*0.95+0.999999)-1)]
 	}
 	return h, nil
+}
+
+// inProgress returns copies of a workflow's runs in progress, the newest first, each with its
+// duration so far. Called under o.mu.
+func (o *Orchestrator) inProgress(e *entry) []*apiv1.Run {
+	out := make([]*apiv1.Run, 0, len(e.active))
+	now := o.cfg.Now()
+	for _, ar := range e.active {
+		r := *ar.run
+		r.DurationMS = ms(now.Sub(r.StartedAt))
+		out = append(out, &r)
+	}
+	slices.SortFunc(out, func(a, b *apiv1.Run) int { return b.StartedAt.Compare(a.StartedAt) })
+	return out
 }
 
 // persisted is a workflow's state file (NAME.json). NAME.yaml holds the latest revision;
@@ -491,6 +658,9 @@ const runsSuffix = ".runs.json"
 type persistedRuns struct {
 	Runs   []*apiv1.Run `json:"runs"`
 	Slices []runSlice   `json:"slices"`
+	// NextFire is the schedule's next fire: after a restart the fires missed meanwhile are
+	// recorded as missed.
+	NextFire time.Time `json:"next_fire,omitzero"`
 }
 
 // persistRuns writes a workflow's run history to Dir, so that it survives a restart; a
@@ -505,7 +675,7 @@ func (o *Orchestrator) persistRuns(name string) {
 		o.mu.Unlock()
 		return
 	}
-	pr := persistedRuns{Runs: slices.Clone(e.runs), Slices: e.stats.kept()}
+	pr := persistedRuns{Runs: slices.Clone(e.runs), Slices: e.stats.kept(), NextFire: e.nextRun}
 	o.mu.Unlock()
 	if err := statefile.WriteJSON(filepath.Join(o.cfg.Dir, name+runsSuffix), pr); err != nil {
 		o.cfg.Logger.Warn("saving the run history failed", slog.String("workflow", name), slog.Any("error", err))
@@ -537,6 +707,7 @@ func (o *Orchestrator) restoreRuns(name string) error {
 	}
 	e.runs = pr.Runs
 	e.stats.restore(pr.Slices)
+	e.nextRun = pr.NextFire
 	return nil
 }
 
@@ -583,16 +754,26 @@ func (o *Orchestrator) persist(name string) error {
 	return nil
 }
 
-// Delete removes a workflow, its revisions and its run history (and its files in Dir). A
-// run in progress finishes; its record is dropped.
+// Delete removes a workflow, its revisions and its run history (and its files in Dir). Its
+// runs in progress are cancelled; their records are dropped.
 func (o *Orchestrator) Delete(name string) error {
 	o.mu.Lock()
-	_, ok := o.workflows[name]
+	e, ok := o.workflows[name]
 	delete(o.workflows, name)
+	var running []*activeRun
+	if ok {
+		for _, ar := range e.active {
+			running = append(running, ar)
+		}
+	}
 	o.mu.Unlock()
 	if !ok {
 		return apiv1.Errorf(http.StatusNotFound, apiv1.CodeNotFound, "no workflow %q", name)
 	}
+	for _, ar := range running {
+		ar.cancel(&cancelled{fmt.Sprintf("workflow %s was deleted", name)})
+	}
+	o.wakeScheduler()
 	if o.cfg.Dir == "" {
 		return nil
 	}
@@ -626,6 +807,11 @@ func (o *Orchestrator) GetRun(name, runID string) (*apiv1.Run, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	for _, r := range e.runs {
+		if r.RunID == runID {
+			return r, nil
+		}
+	}
+	for _, r := range o.inProgress(e) {
 		if r.RunID == runID {
 			return r, nil
 		}

@@ -151,7 +151,7 @@ func TestUploadPublishRun(t *testing.T) {
 		t.Errorf("invalidate = %d", code)
 	}
 	runs := `
-# HELP meshflows_orchestrator_runs_total Workflow runs finished, by workflow and status (succeeded, failed).
+# HELP meshflows_orchestrator_runs_total Workflow runs finished, by workflow and status (succeeded, failed, cancelled).
 # TYPE meshflows_orchestrator_runs_total counter
 meshflows_orchestrator_runs_total{status="succeeded",workflow="order-publish"} 1
 `

@@ -29,6 +29,10 @@ const (
 // DefaultProviderTimeout bounds each provider's validation.
 const DefaultProviderTimeout = 5 * time.Second
 
+// DefaultMaxStepTimeout is the ceiling of a step's timeout (the orchestrator's
+// --max-step-timeout).
+const DefaultMaxStepTimeout = 5 * time.Minute
+
 // Resolver answers capability queries (a *discovery.Client).
 type Resolver interface {
 	Capabilities(ctx context.Context, q discovery.Query) (*discovery.Result, error)
@@ -48,6 +52,9 @@ type Options struct {
 	Strict bool
 	// ScopeMode is the scope mode of a workflow that names none (default legacy).
 	ScopeMode Mode
+	// MaxStepTimeout is the ceiling of a step's timeout (default 5 min): a step that asks
+	// for more is a contract error, not an hour-long hang.
+	MaxStepTimeout time.Duration
 	// Now stamps validated_at and times provider calls (default time.Now).
 	Now func() time.Time
 	// ObserveProvider, when set, is told of every provider validation call: the capability,
@@ -68,8 +75,20 @@ func Validate(ctx context.Context, src []byte, opts Options) (*Workflow, *apiv1.
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.MaxStepTimeout == 0 {
+		opts.MaxStepTimeout = DefaultMaxStepTimeout
+	}
 	w, contract := ParseWith(src, opts.ScopeMode)
 	all := w.All()
+	for _, st := range all {
+		if st.Timeout > opts.MaxStepTimeout {
+			pos := w.Locate(st.Path + ".timeout")
+			contract = append(contract, apiv1.Diagnostic{Severity: apiv1.SeverityError, Code: CodeInvalidValue, Path: st.Path + ".timeout",
+				Message: fmt.Sprintf("timeout %s is above the ceiling of %s (the orchestrator's --max-step-timeout)", st.Timeout, opts.MaxStepTimeout),
+				Line: pos.Line, Column: pos.Column})
+		}
+	}
+	sortDiagnostics(contract)
 	res := &apiv1.ValidationResult{Workflow: w.Name, ContractStatus: apiv1.StatusPassed, ProviderStatus: apiv1.StatusNotApplicable,
 		ValidatedAt: opts.Now().UTC(), Diagnostics: []apiv1.Diagnostic{}, Steps: make([]apiv1.StepValidation, len(all))}
 	for i, st := range all {
