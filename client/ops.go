@@ -359,6 +359,11 @@ func (c *Client) Run(ctx context.Context, name, runID string) (*apiv1.Run, error
 	return &out, c.call(ctx, http.MethodGet, apiv1.WorkflowPath(name, "runs", runID), nil, nil, &out)
 }
 
+// CancelRun cancels a run in progress (409 when it has ended).
+func (c *Client) CancelRun(ctx context.Context, name, runID string) error {
+	return c.call(ctx, http.MethodPost, apiv1.WorkflowPath(name, "runs", runID, "cancel"), nil, nil, nil)
+}
+
 // Runs returns a workflow's recent runs.
 func (c *Client) Runs(ctx context.Context, name string) (*apiv1.RunHistory, error) {
 	var out apiv1.RunHistory

@@ -154,6 +154,7 @@ func (d *Dashboard) Handler() http.Handler {
 	mux.HandleFunc("GET /workflows", d.workflows)
 	mux.HandleFunc("POST /workflows/{name}/run", d.write(d.run))
 	mux.HandleFunc("GET /workflows/{name}/runs/{run_id}", d.runPage)
+	mux.HandleFunc("POST /workflows/{name}/runs/{run_id}/cancel", d.write(d.cancelRun))
 	mux.HandleFunc("GET /workflows/{name}/runs", d.sliceRuns)
 	mux.HandleFunc("GET /workflows/health.csv", d.triggerExport)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
@@ -723,6 +724,16 @@ func (d *Dashboard) runPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	d.render(w, r, "run", "Run "+run.RunID, runData{Run: run, Rows: flattenRun(run.Steps, 0, "", nil)}, nil)
+}
+
+// cancelRun cancels a run in progress and shows its page again.
+func (d *Dashboard) cancelRun(w http.ResponseWriter, r *http.Request) {
+	name, id := r.PathValue("name"), r.PathValue("run_id")
+	if err := d.orc.CancelRun(r.Context(), name, id); err != nil {
+		http.Error(w, "cancel: "+err.Error(), upstreamStatus(err))
+		return
+	}
+	http.Redirect(w, r, "/workflows/"+url.PathEscape(name)+"/runs/"+url.PathEscape(id), http.StatusSeeOther)
 }
 
 func (d *Dashboard) run(w http.ResponseWriter, r *http.Request) {

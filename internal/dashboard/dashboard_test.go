@@ -358,3 +358,63 @@ func TestRegistryFailover(t *testing.T) {
 	}
 	t.Errorf("the capabilities page never showed the live registry's instance:\n%.2000s", body)
 }
+
+// TestCancelARunFromItsPage: the page of a run in progress has a Cancel button, which asks
+// the orchestrator to cancel that run (with the admin token); an ended run has none.
+func TestCancelARunFromItsPage(t *testing.T) {
+	var cancelled atomic.Value
+	status := atomic.Value{}
+	status.Store(apiv1.RunRunning)
+	orc := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.Method == http.MethodPost && r.URL.Path == "/v1/workflows/slow/runs/run-1/cancel":
+			cancelled.Store(r.URL.Path)
+			status.Store(apiv1.RunCancelled)
+			w.WriteHeader(http.StatusAccepted)
+			w.Write([]byte(`{"cancelled": true}`))
+		case r.Method == http.MethodGet && r.URL.Path == "/v1/workflows/slow/runs/run-1":
+			json.NewEncoder(w).Encode(apiv1.Run{RunID: "run-1", Workflow: "slow", Trigger: "http", Status: status.Load().(string), Note: "cancelled: by ops"})
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer orc.Close()
+	d, err := dashboard.New(dashboard.Config{AdminToken: "s3cret", OrchestratorURL: orc.URL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(d.Handler())
+	defer srv.Close()
+	page := func() string {
+		resp, err := http.Get(srv.URL + "/workflows/slow/runs/run-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	if p := page(); !strings.Contains(p, `action="/workflows/slow/runs/run-1/cancel"`) {
+		t.Fatalf("the page of a running run has no cancel form:\n%s", p)
+	}
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	for _, tc := range []struct {
+		token string
+		want  int
+	}{{"", http.StatusUnauthorized}, {"s3cret", http.StatusSeeOther}} {
+		resp, err := noRedirect.PostForm(srv.URL+"/workflows/slow/runs/run-1/cancel", url.Values{"token": {tc.token}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != tc.want {
+			t.Errorf("cancel with token %q = %d, want %d", tc.token, resp.StatusCode, tc.want)
+		}
+	}
+	if cancelled.Load() == nil {
+		t.Fatal("the orchestrator was not asked to cancel")
+	}
+	if p := page(); strings.Contains(p, "cancel-run") || !strings.Contains(p, "cancelled: by ops") {
+		t.Errorf("the page of the cancelled run:\n%s", p)
+	}
+}
