@@ -69,6 +69,9 @@ type Run struct {
 	// Note says what a run's status alone does not: who cancelled it, which scheduled fires
 	// were missed or skipped.
 	Note string `json:"note,omitempty"`
+	// Truncated says the record left details out to stay under the orchestrator's
+	// --max-run-record-bytes (loops say how many iterations, steps how large an output).
+	Truncated bool `json:"truncated,omitempty"`
 }
 
 // StepRun is one step of a run.
@@ -83,6 +86,13 @@ type StepRun struct {
 	// branches, in branch order.
 	Iterations []IterationRun `json:"iterations,omitempty"`
 	Branches   []BranchRun    `json:"branches,omitempty"`
+	// IterationsTotal is how many iterations a loop ran, IterationsOmitted how many of them
+	// the record leaves out (past the run record bound it keeps the first ones, as far as the
+	// bound allows, and the last ones; Index says which each is).
+	IterationsTotal   int `json:"iterations_total,omitempty"`
+	IterationsOmitted int `json:"iterations_omitted,omitempty"`
+	// OutputOmittedBytes is the size of an output too large for the record, left out.
+	OutputOmittedBytes int `json:"output_omitted_bytes,omitempty"`
 }
 
 // IterationRun is one iteration of a loop step.

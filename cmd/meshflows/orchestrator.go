@@ -42,6 +42,8 @@ type orchestratorFlags struct {
 	maxRunsTotal      int
 	maxStepTimeout    time.Duration
 	maxRunDuration    time.Duration
+	maxRecordBytes    int
+	maxHistoryBytes   int
 }
 
 func newOrchestratorCmd() *cobra.Command {
@@ -90,6 +92,8 @@ that an open API is intended. It calls the registry with --registry-ca, --regist
 	fl.IntVar(&f.maxRunsTotal, "max-concurrent-runs-total", orchestrator.DefaultMaxConcurrentRunsTotal, "runs of all workflows in progress at once")
 	fl.DurationVar(&f.maxStepTimeout, "max-step-timeout", workflow.DefaultMaxStepTimeout, "the longest step timeout a workflow may ask for; above it the upload is refused (INVALID_VALUE)")
 	fl.DurationVar(&f.maxRunDuration, "max-run-duration", orchestrator.DefaultMaxRunDuration, "a run still going after this long is stopped (its step fails with DEADLINE_EXCEEDED)")
+	fl.IntVar(&f.maxRecordBytes, "max-run-record-bytes", orchestrator.DefaultMaxRunRecordBytes, "bound of one run's record: past it a loop keeps its first iterations as far as the bound allows and its last 10, says how many it left out, and the run says truncated")
+	fl.IntVar(&f.maxHistoryBytes, "max-run-history-bytes", orchestrator.DefaultMaxRunHistoryBytes, "bound of a workflow's run history (beside its 100 runs): the oldest runs leave first")
 	fl.Float64Var(&f.triggerWarn, "trigger-warning", orchestrator.DefaultTriggerWarning, "success rate under which a workflow's trigger health is a warning (GET /v1/triggers/health, the console's strips)")
 	fl.Float64Var(&f.triggerCrit, "trigger-critical", orchestrator.DefaultTriggerCritical, "success rate under which a workflow's trigger health is critical")
 	bindLogFlags(fl, &f.log, "json")
@@ -128,6 +132,8 @@ func startOrchestrator(ctx context.Context, g *errgroup.Group, f *orchestratorFl
 		return fmt.Errorf("--max-concurrent-runs-total %d: want at least --max-concurrent-runs (%d)", f.maxRunsTotal, f.maxRuns)
 	case f.maxStepTimeout < 0 || f.maxRunDuration < 0:
 		return fmt.Errorf("--max-step-timeout and --max-run-duration must be positive")
+	case f.maxRecordBytes < 0 || f.maxHistoryBytes < 0:
+		return fmt.Errorf("--max-run-record-bytes and --max-run-history-bytes must be positive")
 	}
 	sa, err := buildServerAuth(ctx, g, "orchestrator", f.security, f.insecure, logger)
 	if err != nil {
@@ -157,7 +163,8 @@ func startOrchestrator(ctx context.Context, g *errgroup.Group, f *orchestratorFl
 		return err
 	}
 	o, err := orchestrator.New(orchestrator.Config{Endpoints: endpoints, Reporter: reporter, Discovery: disc, Static: static, Dir: f.dir, ProviderTimeout: f.timeout, Strict: strict, ScopeMode: mode, MaxParallel: f.maxParallel,
-		MaxConcurrentRuns: f.maxRuns, MaxConcurrentRunsTotal: f.maxRunsTotal, MaxStepTimeout: f.maxStepTimeout, MaxRunDuration: f.maxRunDuration, TriggerWarning: f.triggerWarn, TriggerCritical: f.triggerCrit, Authorizer: authz, Registerer: promReg, Logger: logger})
+		MaxConcurrentRuns: f.maxRuns, MaxConcurrentRunsTotal: f.maxRunsTotal, MaxStepTimeout: f.maxStepTimeout, MaxRunDuration: f.maxRunDuration,
+		MaxRunRecordBytes: f.maxRecordBytes, MaxRunHistoryBytes: f.maxHistoryBytes, TriggerWarning: f.triggerWarn, TriggerCritical: f.triggerCrit, Authorizer: authz, Registerer: promReg, Logger: logger})
 	if err != nil {
 		return err
 	}

@@ -47,7 +47,7 @@ func (o *Orchestrator) execute(ctx context.Context, w *workflow.Workflow, runID,
 	var in any
 	json.Unmarshal(input, &in) // the run endpoint checked it is JSON
 	sc := workflow.NewScope(w.Mode(o.cfg.ScopeMode), in)
-	ex := &executor{o: o, w: w, runID: runID, input: in}
+	ex := &executor{o: o, w: w, runID: runID, input: in, budget: newBudget(o.cfg.MaxRunRecordBytes)}
 	var last any
 	var failed bool
 	run.Steps, last, failed = ex.steps(ctx, sc, w.Steps)
@@ -67,6 +67,7 @@ func (o *Orchestrator) execute(ctx context.Context, w *workflow.Workflow, runID,
 		}
 	}
 	run.Context = sc.Context()
+	run.Truncated = ex.budget.truncated.Load()
 	run.DurationMS = ms(o.cfg.Now().Sub(start))
 	o.metrics.ran(run)
 	return run
@@ -76,10 +77,11 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // executor runs one run's steps.
 type executor struct {
-	o     *Orchestrator
-	w     *workflow.Workflow
-	runID string
-	input any
+	o      *Orchestrator
+	w      *workflow.Workflow
+	runID  string
+	input  any
+	budget *budget // of the run's record
 }
 
 // steps runs a list of steps on sc in order; a failed step skips the rest. It returns the
@@ -120,7 +122,14 @@ func (ex *executor) steps(ctx context.Context, sc *workflow.Scope, steps []workf
 		if res != nil || st.Type == workflow.TypeServiceCall || st.Type == workflow.TypeSet {
 			sr.Output, _ = json.Marshal(res)
 			previous = res
+			if len(sr.Output) > ex.budget.maxOutput {
+				sr.OutputOmittedBytes, sr.Output = len(sr.Output), nil
+				ex.budget.truncated.Store(true)
+			}
 		}
+	}
+	for i := range out {
+		ex.budget.spend(stepCost(&out[i]))
 	}
 	return out, previous, failed
 }
@@ -228,7 +237,8 @@ func (ex *executor) loop(ctx context.Context, sc *workflow.Scope, st *workflow.S
 	case len(items) > st.MaxIterations:
 		return apiv1.Errorf(http.StatusUnprocessableEntity, apiv1.CodeInvalidRequest, "step %s: for_each has %d elements, more than max_iterations %d", st.ID, len(items), st.MaxIterations)
 	}
-	sr.Iterations = make([]apiv1.IterationRun, 0, len(items))
+	kept := &iterations{b: ex.budget}
+	defer kept.done(sr)
 	for i, item := range items {
 		if err := ctx.Err(); err != nil {
 			return apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable, "step %s: stopped: %v", st.ID, err)
@@ -236,15 +246,16 @@ func (ex *executor) loop(ctx context.Context, sc *workflow.Scope, st *workflow.S
 		it := sc.Iteration(i, item)
 		steps, _, failed := ex.steps(ctx, it, st.Steps)
 		rec := apiv1.IterationRun{Index: i, Status: apiv1.RunSucceeded, Steps: steps}
+		ex.budget.spend(48)
 		if failed {
 			rec.Status = apiv1.RunFailed
-			sr.Iterations = append(sr.Iterations, rec)
+			kept.add(rec)
 			it.Close()
 			return apiv1.Errorf(http.StatusUnprocessableEntity, apiv1.CodeUnavailable, "step %s: iteration %d failed", st.ID, i)
 		}
 		it.Export(st.ExportKeys)
 		it.Close()
-		sr.Iterations = append(sr.Iterations, rec)
+		kept.add(rec)
 	}
 	return nil
 }

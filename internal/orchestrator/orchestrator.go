@@ -7,16 +7,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
 	"sync"
-		"time"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -71,6 +73,13 @@ type Config struct {
 	MaxStepTimeout time.Duration
 	// MaxRunDuration ends a run that takes longer (default 30 min).
 	MaxRunDuration time.Duration
+	// MaxRunRecordBytes bounds one run's record (default 1 MiB): past it a loop's record
+	// keeps its first iterations as far as the bound allows and its last 10, and says how
+	// many it left out; an output over a sixteenth of it is left out.
+	MaxRunRecordBytes int
+	// MaxRunHistoryBytes bounds a workflow's run history in encoded bytes (default 32 MiB),
+	// beside MaxRuns: the oldest runs go first.
+	MaxRunHistoryBytes int
 	// Authorizer authorises the API: reads need workflows:read, uploads, re-validation,
 	// publishing and invalidation workflows:write, runs workflows:run. Nil leaves the API
 	// open (meshflows dev, --insecure).
@@ -113,12 +122,14 @@ type Orchestrator struct {
 // entry is a stored workflow: its latest revision, and the published one that runs.
 type entry struct {
 	latest    *revision
-	published *revision // nil: not published; the latest itself once that is published
+	published *revision             // nil: not published; the latest itself once that is published
 	active    map[string]*activeRun // the runs in progress, by run id
 	scheduled bool                  // a run the schedule started is in progress
 	runs      []*apiv1.Run          // newest last, at most MaxRuns
-	stats     triggerStats // the last 24 hours of runs in slices
-	critical  bool         // the trigger condition was last reported active
+	sizes     []int                 // the encoded size of each run, beside runs
+	histBytes int                   // the sum of sizes
+	stats     triggerStats          // the last 24 hours of runs in slices
+	critical  bool                  // the trigger condition was last reported active
 	nextRun   time.Time
 }
 
@@ -181,8 +192,10 @@ func New(cfg Config) (*Orchestrator, error) {
 	orDefault(&cfg.MaxConcurrentRunsTotal, DefaultMaxConcurrentRunsTotal)
 	orDefault(&cfg.MaxStepTimeout, workflow.DefaultMaxStepTimeout)
 	orDefault(&cfg.MaxRunDuration, DefaultMaxRunDuration)
-	if cfg.MaxConcurrentRuns < 0 || cfg.MaxConcurrentRunsTotal < 0 || cfg.MaxStepTimeout < 0 || cfg.MaxRunDuration < 0 {
-		return nil, errors.New("orchestrator: the run bounds (concurrent runs, step timeout, run duration) must be positive")
+	orDefault(&cfg.MaxRunRecordBytes, DefaultMaxRunRecordBytes)
+	orDefault(&cfg.MaxRunHistoryBytes, DefaultMaxRunHistoryBytes)
+	if cfg.MaxConcurrentRuns < 0 || cfg.MaxConcurrentRunsTotal < 0 || cfg.MaxStepTimeout < 0 || cfg.MaxRunDuration < 0 || cfg.MaxRunRecordBytes < 0 || cfg.MaxRunHistoryBytes < 0 {
+		return nil, errors.New("orchestrator: the run bounds (concurrent runs, step timeout, run duration, record and history bytes) must be positive")
 	}
 	mode, err := workflow.ParseMode(string(cfg.ScopeMode))
 	if err != nil {
@@ -448,14 +461,15 @@ func (o *Orchestrator) runNow(ctx context.Context, name, trigger string, input j
 		e.scheduled = false
 	}
 	kept := o.workflows[name] == e // deleted meanwhile: the record goes with the workflow
+	var hw historyWrite
 	if kept {
-		o.record(e, run)
+		hw = o.record(e, run)
 		e.stats.record(run)
 		o.reportRun(name, e, run)
 	}
 	o.mu.Unlock()
 	if kept {
-		o.persistRuns(name)
+		o.persistRuns(name, hw)
 	}
 	o.cfg.Logger.Info("workflow run", slog.String("workflow", name), slog.String("run_id", run.RunID), slog.String("status", run.Status),
 		slog.String("trigger", trigger), slog.Float64("duration_ms", run.DurationMS))
@@ -463,13 +477,34 @@ func (o *Orchestrator) runNow(ctx context.Context, name, trigger string, input j
 	return run, false, nil
 }
 
-// record adds a run to a workflow's history, which keeps the newest MaxRuns. Called under
-// o.mu.
-func (o *Orchestrator) record(e *entry, run *apiv1.Run) {
-	e.runs = append(e.runs, run)
-	if len(e.runs) > o.cfg.MaxRuns {
-		e.runs = slices.Clone(e.runs[len(e.runs)-o.cfg.MaxRuns:])
+// record adds a run to a workflow's history, which keeps the newest MaxRuns within
+// MaxRunHistoryBytes (the newest run always), and returns what to write to Dir: the run
+// encoded, and the runs that left the history. Called under o.mu.
+func (o *Orchestrator) record(e *entry, run *apiv1.Run) historyWrite {
+	b, err := json.Marshal(run)
+	if err != nil {
+		b = nil // a run is plain JSON values; kept in memory all the same
 	}
+	e.runs, e.sizes = append(e.runs, run), append(e.sizes, len(b))
+	e.histBytes += len(b)
+	hw := historyWrite{runID: run.RunID, data: b}
+	drop := 0
+	for len(e.runs)-drop > 1 && (len(e.runs)-drop > o.cfg.MaxRuns || e.histBytes > o.cfg.MaxRunHistoryBytes) {
+		e.histBytes -= e.sizes[drop]
+		hw.dropped = append(hw.dropped, e.runs[drop].RunID)
+		drop++
+	}
+	if drop > 0 {
+		e.runs, e.sizes = slices.Clone(e.runs[drop:]), slices.Clone(e.sizes[drop:])
+	}
+	return hw
+}
+
+// historyWrite is a change of a run history to write to Dir.
+type historyWrite struct {
+	runID   string
+	data    []byte
+	dropped []string
 }
 
 // busyError is a 429 that says when to try again (Retry-After).
@@ -651,21 +686,29 @@ type persisted struct {
 // publishedSuffix names the file of a published revision older than the latest.
 const publishedSuffix = ".published.yaml"
 
-// runsSuffix names the file of a workflow's run history and trigger slices.
-const runsSuffix = ".runs.json"
+// runsSuffix names the file of a workflow's history index (its run ids, trigger slices and
+// next scheduled fire); runsDirSuffix the directory of its runs, one file each, written once
+// when the run ends and removed when it leaves the history.
+const (
+	runsSuffix    = ".runs.json"
+	runsDirSuffix = ".runs"
+)
 
-// persistedRuns is a workflow's run history file (NAME.runs.json).
+// persistedRuns is a workflow's history index (NAME.runs.json). Runs is the whole history
+// of the files before the runs had a file each: it is read, and written no more.
 type persistedRuns struct {
-	Runs   []*apiv1.Run `json:"runs"`
+	RunIDs []string     `json:"run_ids"`
+	Runs   []*apiv1.Run `json:"runs,omitempty"`
 	Slices []runSlice   `json:"slices"`
 	// NextFire is the schedule's next fire: after a restart the fires missed meanwhile are
 	// recorded as missed.
 	NextFire time.Time `json:"next_fire,omitzero"`
 }
 
-// persistRuns writes a workflow's run history to Dir, so that it survives a restart; a
-// failure is logged (the run happened all the same).
-func (o *Orchestrator) persistRuns(name string) {
+// persistRuns writes what changed in a workflow's history to Dir — the run that ended (hw,
+// possibly empty), the removal of those that left, and the small index — so that it
+// survives a restart; a failure is logged (the run happened all the same).
+func (o *Orchestrator) persistRuns(name string, hw historyWrite) {
 	if o.cfg.Dir == "" {
 		return
 	}
@@ -675,14 +718,39 @@ func (o *Orchestrator) persistRuns(name string) {
 		o.mu.Unlock()
 		return
 	}
-	pr := persistedRuns{Runs: slices.Clone(e.runs), Slices: e.stats.kept(), NextFire: e.nextRun}
+	pr := persistedRuns{RunIDs: make([]string, len(e.runs)), Slices: e.stats.kept(), NextFire: e.nextRun}
+	for i, r := range e.runs {
+		pr.RunIDs[i] = r.RunID
+	}
 	o.mu.Unlock()
+	dir := filepath.Join(o.cfg.Dir, name+runsDirSuffix)
+	var errs []error
+	if hw.data != nil {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			errs = append(errs, err)
+		} else if err := statefile.Write(filepath.Join(dir, hw.runID+".json"), func(w io.Writer) error {
+			_, err := w.Write(hw.data)
+			return err
+		}); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	for _, id := range hw.dropped {
+		if err := os.Remove(filepath.Join(dir, id+".json")); err != nil && !errors.Is(err, os.ErrNotExist) {
+			errs = append(errs, err)
+		}
+	}
 	if err := statefile.WriteJSON(filepath.Join(o.cfg.Dir, name+runsSuffix), pr); err != nil {
+		errs = append(errs, err)
+	}
+	if err := errors.Join(errs...); err != nil {
 		o.cfg.Logger.Warn("saving the run history failed", slog.String("workflow", name), slog.Any("error", err))
 	}
 }
 
-// restoreRuns reads a workflow's run history back from Dir.
+// restoreRuns reads a workflow's run history back from Dir: the index, then each run's
+// file (a missing or unreadable one is left out). A history of the older single-file form
+// is read whole and written in the new form.
 func (o *Orchestrator) restoreRuns(name string) error {
 	data, err := os.ReadFile(filepath.Join(o.cfg.Dir, name+runsSuffix))
 	if errors.Is(err, os.ErrNotExist) {
@@ -695,21 +763,55 @@ func (o *Orchestrator) restoreRuns(name string) error {
 	if err := json.Unmarshal(data, &pr); err != nil {
 		return fmt.Errorf("%s: %w", name+runsSuffix, err)
 	}
+	dir := filepath.Join(o.cfg.Dir, name+runsDirSuffix)
+	old := pr.Runs != nil
+	runs := slices.DeleteFunc(pr.Runs, func(r *apiv1.Run) bool { return r == nil || !runIDRe.MatchString(r.RunID) })
+	var errs []error
+	for _, id := range pr.RunIDs {
+		if !runIDRe.MatchString(id) {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, id+".json"))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		var r apiv1.Run
+		if err := json.Unmarshal(b, &r); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", filepath.Join(name+runsDirSuffix, id+".json"), err))
+			continue
+		}
+		runs = append(runs, &r)
+	}
 	o.mu.Lock()
-	defer o.mu.Unlock()
 	e := o.workflows[name]
 	if e == nil {
+		o.mu.Unlock()
 		return nil
 	}
-	pr.Runs = slices.DeleteFunc(pr.Runs, func(r *apiv1.Run) bool { return r == nil })
-	if len(pr.Runs) > o.cfg.MaxRuns {
-		pr.Runs = pr.Runs[len(pr.Runs)-o.cfg.MaxRuns:]
+	e.runs, e.sizes, e.histBytes = nil, nil, 0
+	var writes []historyWrite
+	for _, r := range runs {
+		hw := o.record(e, r)
+		if old {
+			writes = append(writes, hw)
+		}
 	}
-	e.runs = pr.Runs
 	e.stats.restore(pr.Slices)
 	e.nextRun = pr.NextFire
-	return nil
+	o.mu.Unlock()
+	for _, hw := range writes { // the older form, once: a file a run
+		o.persistRuns(name, hw)
+	}
+	if len(writes) == 0 {
+		o.persistRuns(name, historyWrite{}) // drop the ids of runs that could not be read
+	}
+	return errors.Join(errs...)
 }
+
+// runIDRe is the form of the run ids the orchestrator makes (newRunID); a restored id of
+// another form names no file.
+var runIDRe = regexp.MustCompile(`^run-[0-9a-f]{16}$`)
 
 func (o *Orchestrator) persist(name string) error {
 	if o.cfg.Dir == "" {
@@ -782,6 +884,9 @@ func (o *Orchestrator) Delete(name string) error {
 		if err := os.Remove(filepath.Join(o.cfg.Dir, f)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			errs = append(errs, err)
 		}
+	}
+	if err := os.RemoveAll(filepath.Join(o.cfg.Dir, name+runsDirSuffix)); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

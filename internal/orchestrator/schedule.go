@@ -114,9 +114,9 @@ func (o *Orchestrator) fireDue(ctx context.Context, now time.Time, runs *sync.Wa
 			}
 		})
 	}
-	if len(due) > 0 {
-		for _, f := range due {
-			o.persistRuns(f.name) // the next fire, so that a restart knows what it missed
+	for _, f := range due {
+		if f.missed == 0 {
+			o.persistRuns(f.name, historyWrite{}) // the next fire, so that a restart knows what it missed
 		}
 	}
 	return earliest
@@ -168,11 +168,15 @@ func dueFires(sched *workflow.Schedule, first, now time.Time) firing {
 func (o *Orchestrator) recordFire(name, status string, at time.Time, note string) {
 	o.mu.Lock()
 	e := o.workflows[name]
+	var hw historyWrite
 	if e != nil {
-		o.record(e, &apiv1.Run{RunID: newRunID(), Workflow: name, Trigger: TriggerSchedule, Status: status, StartedAt: at.UTC(),
+		hw = o.record(e, &apiv1.Run{RunID: newRunID(), Workflow: name, Trigger: TriggerSchedule, Status: status, StartedAt: at.UTC(),
 			Steps: []apiv1.StepRun{}, Output: []byte("null"), Context: map[string]any{}, Note: note})
 	}
 	o.mu.Unlock()
+	if e != nil {
+		o.persistRuns(name, hw)
+	}
 	o.cfg.Logger.Info("scheduled fire not run", slog.String("workflow", name), slog.String("status", status), slog.String("note", note))
 }
 

@@ -85,7 +85,7 @@ func Validate(ctx context.Context, src []byte, opts Options) (*Workflow, *apiv1.
 			pos := w.Locate(st.Path + ".timeout")
 			contract = append(contract, apiv1.Diagnostic{Severity: apiv1.SeverityError, Code: CodeInvalidValue, Path: st.Path + ".timeout",
 				Message: fmt.Sprintf("timeout %s is above the ceiling of %s (the orchestrator's --max-step-timeout)", st.Timeout, opts.MaxStepTimeout),
-				Line: pos.Line, Column: pos.Column})
+				Line:    pos.Line, Column: pos.Column})
 		}
 	}
 	sortDiagnostics(contract)
