@@ -362,6 +362,15 @@ func (c *Client) Capabilities(ctx context.Context, q Query) (*Result, error) {
 	return &Result{Meta: meta, Entries: a.body}, nil
 }
 
+// Refresh is Capabilities from the registry now, whatever the TTL: the view of q is asked
+// for again (concurrent refreshes of one query share one request), and while the registry
+// is unreachable the last-known-good rules apply as in Capabilities.
+func (c *Client) Refresh(ctx context.Context, q Query) (*Result, error) {
+	vals := q.values()
+	c.capsView(vals.Encode()).invalidate()
+	return c.Capabilities(ctx, q)
+}
+
 // Routes returns the routes view (manifests and public paths) with the same rules.
 func (c *Client) Routes(ctx context.Context) (*RoutesResult, error) {
 	a, meta, err := read(ctx, c, c.routes, func(ctx context.Context) (answer[Routes], error) {

@@ -60,9 +60,17 @@ func (o *Orchestrator) execute(ctx context.Context, w *workflow.Workflow, runID,
 		run.Status, run.Note = apiv1.RunFailed, tl.Error()
 	case failed:
 		run.Status = apiv1.RunFailed
+	case w.HasOutput:
+		v, err := workflow.Substitute(w.Output, sc)
+		if err != nil {
+			run.Status, run.Note = apiv1.RunFailed, fmt.Sprintf("the workflow's output: %v", err)
+			break
+		}
+		if b, err := json.Marshal(v); err == nil {
+			run.Output = b
+		}
 	default:
-		b, err := json.Marshal(last)
-		if err == nil {
+		if b, err := json.Marshal(last); err == nil {
 			run.Output = b
 		}
 	}
@@ -85,10 +93,12 @@ type executor struct {
 }
 
 // steps runs a list of steps on sc in order; a failed step skips the rest. It returns the
-// steps' records, the last output, and whether a step failed.
+// steps' records, the last step's output (a loop's or parallel step's is the object of the
+// context keys it hands back), and whether a step failed.
 func (ex *executor) steps(ctx context.Context, sc *workflow.Scope, steps []workflow.Step) ([]apiv1.StepRun, any, bool) {
 	out := make([]apiv1.StepRun, len(steps))
-	previous := ex.input
+	previous := ex.input // what payload_from: previous takes: the last service_call or set output
+	var last any
 	failed := false
 	for i := range steps {
 		st := &steps[i]
@@ -119,9 +129,12 @@ func (ex *executor) steps(ctx context.Context, sc *workflow.Scope, steps []workf
 			continue
 		}
 		sr.Status = apiv1.RunSucceeded
+		if st.Type == workflow.TypeLoop || st.Type == workflow.TypeParallel {
+			last = handedBack(sc, st)
+		}
 		if res != nil || st.Type == workflow.TypeServiceCall || st.Type == workflow.TypeSet {
 			sr.Output, _ = json.Marshal(res)
-			previous = res
+			previous, last = res, res
 			if len(sr.Output) > ex.budget.maxOutput {
 				sr.OutputOmittedBytes, sr.Output = len(sr.Output), nil
 				ex.budget.truncated.Store(true)
@@ -131,7 +144,23 @@ func (ex *executor) steps(ctx context.Context, sc *workflow.Scope, steps []workf
 	for i := range out {
 		ex.budget.spend(stepCost(&out[i]))
 	}
-	return out, previous, failed
+	return out, last, failed
+}
+
+// handedBack is a loop's or parallel step's output: the context keys it hands back to its
+// scope (export_context_keys, outputs_map) with their values after it, those it set.
+func handedBack(sc *workflow.Scope, st *workflow.Step) map[string]any {
+	out := map[string]any{}
+	keys := st.ExportKeys
+	for _, e := range st.OutputsMap {
+		keys = append(keys[:len(keys):len(keys)], e.Key)
+	}
+	for _, k := range keys {
+		if v, ok := sc.Get(k); ok {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // stopped is the error of a step whose run was cancelled or ran out of time, or nil.

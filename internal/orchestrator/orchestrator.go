@@ -294,11 +294,45 @@ func (o *Orchestrator) blocked(w *workflow.Workflow, r *apiv1.ValidationResult) 
 	}
 	switch {
 	case r.ContractStatus == apiv1.StatusFailed:
+		if d, ok := resolutionOnly(r); ok {
+			return fmt.Sprintf("resolution validation failed: %s %s: %s", d.Path, d.Code, d.Message)
+		}
 		return "contract validation failed"
 	case strict && (r.ProviderStatus == apiv1.StatusFailed || r.ProviderStatus == apiv1.StatusSkipped):
 		return "provider validation failed (strict)"
 	}
 	return ""
+}
+
+// resolutionOnly returns the first error of a failed validation when every error is of the
+// resolution layer (a capability no registered instance offers), so that the refusal names
+// that layer rather than the contract.
+func resolutionOnly(r *apiv1.ValidationResult) (apiv1.Diagnostic, bool) {
+	var first apiv1.Diagnostic
+	found := false
+	check := func(ds []apiv1.Diagnostic) bool {
+		for _, d := range ds {
+			if d.Severity != apiv1.SeverityError {
+				continue
+			}
+			if d.Code != workflow.CodeCapabilityUnavailable {
+				return false
+			}
+			if !found {
+				first, found = d, true
+			}
+		}
+		return true
+	}
+	if !check(r.Diagnostics) {
+		return first, false
+	}
+	for _, st := range r.Steps {
+		if !check(st.Contract.Diagnostics) {
+			return first, false
+		}
+	}
+	return first, found
 }
 
 // BlockedError is a 422 VALIDATION_FAILED with the validation result.

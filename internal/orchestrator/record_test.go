@@ -215,3 +215,43 @@ func BenchmarkMillionIterations(b *testing.B) {
 		b.StartTimer()
 	}
 }
+
+// TestRunOutput: a run's output is its last step's (a loop's or parallel step's being the
+// keys it hands back), or the workflow's declared output.
+func TestRunOutput(t *testing.T) {
+	for _, tt := range []struct {
+		name, body string
+		want       string
+	}{
+		{"the last of two set steps", "steps:\n  - {id: a, type: set, set: {x: 1}}\n  - {id: b, type: set, set: {y: 2}}\n", `{"y":2}`},
+		{"a loop last: what it exports, not the first step's output",
+			"steps:\n  - {id: start, type: set, set: {n: 0}}\n  - id: each\n    type: loop\n    for_each: \"${input.items}\"\n    export_context_keys: [last]\n" +
+				"    steps:\n      - {id: note, type: set, set: {last: \"${loop.item}\"}}\n", `{"last":3}`},
+		{"a parallel step last: its outputs_map",
+			"steps:\n  - {id: start, type: set, set: {n: 0}}\n  - id: fan\n    type: parallel\n    branches:\n" +
+				"      - {id: a, steps: [{id: sa, type: set, set: {v: 1}}]}\n      - {id: b, steps: [{id: sb, type: set, set: {v: 2}}]}\n" +
+				"    outputs_map:\n      vs: {key: v, aggregate: collect}\n", `{"vs":[1,2]}`},
+		{"a declared output", "output: {first: \"${context.x}\", items: \"${input.items}\"}\nsteps:\n  - {id: a, type: set, set: {x: 1}}\n  - {id: b, type: set, set: {y: 2}}\n",
+			`{"first":1,"items":[1,2,3]}`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			disc, _ := discovery.New(discovery.Config{Registries: []string{"http://127.0.0.1:1"}})
+			o, err := orchestrator.New(orchestrator.Config{Discovery: disc, MaxParallel: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			src := "name: out\ninvocation: {type: http}\nscope: strict\n" + tt.body
+			if r, err := o.Upload(context.Background(), []byte(src)); err != nil {
+				t.Fatalf("%v\n%s", err, diagnostics(r))
+			}
+			o.Publish("out")
+			run, err := o.RunNow(context.Background(), "out", "http", json.RawMessage(`{"items": [1, 2, 3]}`))
+			if err != nil || run.Status != apiv1.RunSucceeded {
+				t.Fatalf("run: %v %+v", err, run)
+			}
+			if string(run.Output) != tt.want {
+				t.Errorf("output = %s, want %s", run.Output, tt.want)
+			}
+		})
+	}
+}

@@ -15,6 +15,7 @@ import (
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/discovery"
+	"github.com/meshflows/meshflows/examples/workflows"
 	"github.com/meshflows/meshflows/internal/orchestrator"
 )
 
@@ -397,4 +398,30 @@ func TestScheduleSkipsWhileRunning(t *testing.T) {
 	close(release)
 	cancel()
 	<-done
+}
+
+// TestUploadsAreJudgedAgainstTheRegistryAsItIs: a step no provider offers is refused as a
+// resolution failure, and once the provider is back the next upload passes at once, not
+// when the discovery cache expires.
+func TestUploadsAreJudgedAgainstTheRegistryAsItIs(t *testing.T) {
+	e := newEnv(t, nil, "")
+	req := e.rmq.Registration()
+	res, err := e.reg.Registry.Register(context.Background(), &req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.reg.Registry.Deregister(context.Background(), req.InstanceID, res.Generation); err != nil {
+		t.Fatal(err)
+	}
+	code, body := e.do(t, "POST", "/v1/workflows", string(workflows.OrderBatch))
+	msg := fmt.Sprint(body["error"])
+	if code != http.StatusUnprocessableEntity || !strings.Contains(msg, "resolution validation failed") || !strings.Contains(msg, "CAPABILITY_UNAVAILABLE") {
+		t.Fatalf("upload without a rabbitmq provider = %d %s", code, msg)
+	}
+	if _, err := e.reg.Registry.Register(context.Background(), &req); err != nil {
+		t.Fatal(err)
+	}
+	if code, body := e.do(t, "POST", "/v1/workflows", string(workflows.OrderBatch)); code != http.StatusCreated {
+		t.Errorf("upload once the provider is back = %d %v", code, body["error"])
+	}
 }

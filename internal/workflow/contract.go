@@ -94,6 +94,11 @@ type Workflow struct {
 	// default applies).
 	Scope Mode
 	Steps []Step
+	// Output is the workflow's declared output: a value whose references are resolved
+	// against the run's final context (HasOutput says it was declared). Without one a run's
+	// output is its last step's.
+	Output    any
+	HasOutput bool
 
 	tree *node
 	all  []*Step // every step, nested ones included, in document order
@@ -279,7 +284,7 @@ func (c *checker) str(parent *node, path, key string, required bool) (string, *n
 }
 
 func (c *checker) workflow(w *Workflow, root *node) {
-	c.unknown(root, "", "name", "description", "invocation", "validation", "scope", "steps")
+	c.unknown(root, "", "name", "description", "invocation", "validation", "scope", "steps", "output")
 	if sc, sn, ok := c.str(root, "", "scope", false); ok {
 		if m, err := ParseMode(sc); err != nil || sc == "" {
 			c.add(apiv1.SeverityError, CodeInvalidScopeMode, "scope", sn.pos, "scope %q: want legacy or strict", sc)
@@ -311,6 +316,10 @@ func (c *checker) workflow(w *Workflow, root *node) {
 		}
 	}
 	c.steps(w, root)
+	if out, _, ok := root.get("output"); ok {
+		w.Output, w.HasOutput = toAny(out), true
+		c.collectRefs(&Step{}, out, "output") // the references must parse; they are resolved when the run ends
+	}
 }
 
 func (c *checker) invocation(w *Workflow, root *node) {

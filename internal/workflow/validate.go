@@ -38,6 +38,17 @@ type Resolver interface {
 	Capabilities(ctx context.Context, q discovery.Query) (*discovery.Result, error)
 }
 
+// Refresher is a Resolver that can ask the registry again whatever its cache says (a
+// *discovery.Client): a step that resolves to nothing is asked once more before it is
+// refused, so that an upload is judged against the registry as it is, not as it was up to a
+// cache TTL ago.
+type Refresher interface {
+	Refresh(ctx context.Context, q discovery.Query) (*discovery.Result, error)
+}
+
+// RefreshTimeout bounds the second asking of a step that resolved to nothing.
+const RefreshTimeout = 2 * time.Second
+
 // Options configures Validate.
 type Options struct {
 	// Resolver, when set, runs the resolution and provider layers.
@@ -130,6 +141,13 @@ func Validate(ctx context.Context, src []byte, opts Options) (*Workflow, *apiv1.
 		// is judged for panic when it runs); provider validation asks one in rotation first.
 		q := discovery.Query{CapabilityID: st.Capability.ID, Provider: st.Capability.Provider, Version: st.Capability.Constraint, IncludeAll: true}
 		r, err := opts.Resolver.Capabilities(ctx, q)
+		if rf, ok := opts.Resolver.(Refresher); ok && err == nil && len(r.Entries) == 0 && r.Source != discovery.SourceFresh {
+			rctx, cancel := context.WithTimeout(ctx, RefreshTimeout)
+			if fresh, ferr := rf.Refresh(rctx, q); ferr == nil {
+				r = fresh
+			}
+			cancel()
+		}
 		if err != nil {
 			res.Diagnostics = append(res.Diagnostics, apiv1.Diagnostic{Severity: apiv1.SeverityWarning, Code: CodeDiscoveryUnavailable,
 				Message: fmt.Sprintf("discovery unavailable, resolution and provider validation skipped: %v", err), Line: 1, Column: 1})
