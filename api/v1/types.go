@@ -23,11 +23,17 @@ const (
 	EligibilityQuarantined = "quarantined"
 	EligibilityDraining    = "draining"
 	EligibilityAbsent      = "absent"
+	// EligibilityEvacuated: its zone is evacuated by an operator (out of rotation, still
+	// registered and probed); EligibilityReturning: the evacuation ended and it comes back
+	// at a capped weight, in steps.
+	EligibilityEvacuated = "evacuated"
+	EligibilityReturning = "returning"
 )
 
 // InRotation reports whether an eligibility state puts an instance in rotation.
 func InRotation(eligibility string) bool {
-	return eligibility == EligibilityServing || eligibility == EligibilitySlowStart || eligibility == EligibilityDegraded
+	return eligibility == EligibilityServing || eligibility == EligibilitySlowStart || eligibility == EligibilityDegraded ||
+		eligibility == EligibilityReturning
 }
 
 // Pool counts the pool a consumer picks from (a gateway route's upstreams, an orchestrator

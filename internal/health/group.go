@@ -30,8 +30,8 @@ func (e *Engine) Group(capability, zone string, now time.Time) GroupAnswer {
 		}
 		v := e.Verdict(id, now)
 		switch {
-		case v.State == apiv1.EligibilityAbsent || v.State == apiv1.EligibilityDraining || RefusedBeforeAdmission(v.State, v.Reasons):
-			continue
+		case v.State == apiv1.EligibilityAbsent || v.State == apiv1.EligibilityDraining || isEvacuated(v.State) || RefusedBeforeAdmission(v.State, v.Reasons):
+			continue // evacuated instances are no members while the evacuation holds
 		case NeverAdmitted(v.State, v.Reasons):
 			admitting = append(admitting, id)
 			continue
@@ -102,7 +102,7 @@ func countAs(state string, reasons []string) string {
 // tally returns what a counted state adds to a group's counters.
 func tally(state string) (member, inRotation, admitting int) {
 	switch {
-	case state == apiv1.EligibilityAbsent || state == apiv1.EligibilityDraining || state == "":
+	case state == apiv1.EligibilityAbsent || state == apiv1.EligibilityDraining || isEvacuated(state) || state == "":
 		return 0, 0, 0
 	case state == countedAdmitting:
 		return 0, 0, 1

@@ -35,6 +35,15 @@ type Config struct {
 	SelfPreservationMinInstances int           // fewer instances never enter the mode (default 10)
 	SelfPreservationMax          time.Duration // the mode ends after this at the latest (default 15 min)
 
+	// The way back from an evacuation: weight ReturnSteps (default 10, 25, 50) each for
+	// ReturnDwell (default 60 s), then serving. EvacuationMax bounds an evacuation (default
+	// 72 h); EvacuationMinRemaining is the share of a capability's instances in rotation an
+	// evacuation must leave unless forced (default 0.5; the registry checks it).
+	ReturnSteps            []int
+	ReturnDwell            time.Duration
+	EvacuationMax          time.Duration
+	EvacuationMinRemaining float64
+
 	// ExternalLeases says the store expires leases itself and renewals reach other replicas
 	// (the etcd store): the engine then neither evicts on lease expiry nor judges silence nor
 	// enters self-preservation; an instance is present while the store holds it.
@@ -63,6 +72,12 @@ func (c Config) WithDefaults() Config {
 	orDefault(&c.SelfPreservationExit, 0.8)
 	orDefault(&c.SelfPreservationMinInstances, 10)
 	orDefault(&c.SelfPreservationMax, 15*time.Minute)
+	if len(c.ReturnSteps) == 0 {
+		c.ReturnSteps = []int{10, 25, 50}
+	}
+	orDefault(&c.ReturnDwell, time.Minute)
+	orDefault(&c.EvacuationMax, 72*time.Hour)
+	orDefault(&c.EvacuationMinRemaining, 0.5)
 	return c
 }
 
@@ -87,6 +102,13 @@ func (c Config) Validate() error {
 		return fmt.Errorf("health config: outlier_error_rate must be within 0..1 and max_ejection_percent within 0..100")
 	case c.PanicThreshold < 0 || c.PanicThreshold > 1:
 		return fmt.Errorf("health config: panic_threshold %v is outside 0..1", c.PanicThreshold)
+	case c.ReturnDwell < 0 || c.EvacuationMax < 0 || c.EvacuationMinRemaining < 0 || c.EvacuationMinRemaining > 1:
+		return fmt.Errorf("health config: return_dwell and evacuation_max must be positive, evacuation_min_remaining within 0..1")
+	}
+	for i, w := range c.ReturnSteps {
+		if w <= 0 || w >= 100 || (i > 0 && w <= c.ReturnSteps[i-1]) {
+			return fmt.Errorf("health config: return_steps %v: want rising weights within 1..99", c.ReturnSteps)
+		}
 	}
 	return nil
 }
@@ -106,6 +128,9 @@ const (
 	ReasonFlapping             = "FLAPPING"
 	ReasonOutlierErrorRate     = "OUTLIER_ERROR_RATE"
 	ReasonOutlierConnect       = "OUTLIER_CONNECT_FAILURES"
+	ReasonOperatorWithdrawn    = "OPERATOR_WITHDRAWN"
+	ReasonEvacuated            = "EVACUATED"
+	ReasonReturning            = "RETURNING"
 )
 
 // Event kinds and values.
@@ -115,6 +140,10 @@ const (
 	KindDeregistered = "deregistered"
 	KindProbe        = "probe"
 	KindOutcome      = "outcome"
+	// Operator actions (operator.go).
+	KindOverride        = "override"
+	KindEvacuate        = "evacuate"
+	KindEvacuationEnded = "evacuation_ended"
 
 	ProbeOK      = "ok"
 	ProbeFail    = "fail"
@@ -148,6 +177,14 @@ type Event struct {
 	Result string // probe: ok, fail, timeout or refused
 	// outcome: one gateway reporting window
 	OK, Errors, ConnectFailures int
+
+	// override (ID the instance): Action withdraw or release; evacuate and
+	// evacuation_ended: Evacuation, Zone, Capability ("" every capability of the zone).
+	// Until ends a withdrawal or an evacuation; By and Why say who and why.
+	Action                       string
+	Evacuation, Zone, Capability string
+	Until                        time.Time
+	By, Why                      string
 }
 
 // Verdict is whether an instance is in rotation, at what weight, and why.
@@ -276,6 +313,11 @@ type Engine struct {
 	ratio     float64 // renewals received over expected in the last window, as of the last Tick
 	decision  SelfPreservationDecision
 	ejected   int // passive ejections so far
+
+	// What operators decided (operator.go): withdrawals by instance id, which outlive the
+	// incarnations, and the evacuations that hold or whose instances are on the way back.
+	overrides   map[string]*override
+	evacuations map[string]*evacuation
 }
 
 // SelfPreservationDecision is what the last Tick saw and decided about self-preservation:
@@ -307,7 +349,7 @@ func New(cfg Config) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	return &Engine{cfg: cfg, instances: map[string]*instance{}}, nil
+	return &Engine{cfg: cfg, instances: map[string]*instance{}, overrides: map[string]*override{}, evacuations: map[string]*evacuation{}}, nil
 }
 
 // Declare tells the engine about an instance (its zone, capabilities and probe class).
@@ -365,6 +407,12 @@ func (e *Engine) expired(in *instance, now time.Time) bool {
 // Apply records one event. Events must come in time order, and the owner ticks before an
 // event when time has moved (Apply itself never walks the fleet: it costs the same at any size).
 func (e *Engine) Apply(ev Event) error {
+	switch ev.Kind {
+	case KindOverride:
+		return e.override(ev)
+	case KindEvacuate, KindEvacuationEnded:
+		return e.evacuate(ev)
+	}
 	in, ok := e.instances[ev.ID]
 	if !ok {
 		return fmt.Errorf("event for undeclared instance %q", ev.ID)
@@ -379,6 +427,7 @@ func (e *Engine) Apply(ev Event) error {
 		*in = instance{Instance: in.Instance, present: true, lastRenewal: at, lastHealth: "ok", lastHealthAt: at, registeredAt: at, seq: e.seq}
 		if !in.Probe {
 			in.admitted, in.rotationSince = true, ev.At.UnixNano()
+			e.withdrawnByOperator(in, ev.At)
 		}
 		if !e.cfg.ExternalLeases {
 			e.leases.pushAt(ev.At.Add(e.cfg.LeaseTTL).UnixNano(), in, len(e.instances), leaseHolds)
@@ -460,6 +509,7 @@ func (e *Engine) probe(in *instance, ev Event) {
 			e.clearCauses(in, ev.At, ReasonProbeRefused) // it answers: not the hard failure it was
 			if t.okRun >= e.cfg.AdmitAfter {
 				in.admitted, in.rotationSince = true, ev.At.UnixNano()
+				e.withdrawnByOperator(in, ev.At)
 			}
 			return
 		}
@@ -493,11 +543,15 @@ func (e *Engine) probe(in *instance, ev Event) {
 	}
 }
 
-// advance applies the time-driven changes due by now: the end of an ejection.
+// advance applies the time-driven changes due by now: the end of an ejection or of an
+// operator's withdrawal.
 func (e *Engine) advance(in *instance, now time.Time) {
 	if t := in.tr; t != nil && !t.ejectUntil.IsZero() && !now.Before(t.ejectUntil) {
 		e.clearCauses(in, t.ejectUntil, ReasonOutlierErrorRate, ReasonOutlierConnect)
 		t.ejectUntil = time.Time{}
+	}
+	if len(e.overrides) > 0 {
+		e.overrideEnds(in, now)
 	}
 }
 
@@ -610,6 +664,8 @@ func (e *Engine) nextChange(in *instance, now time.Time) time.Time {
 		return never
 	case e.ramping(in, now):
 		return now
+	case len(e.evacuations) > 0 && e.returningRamp(in, now):
+		return now // its weight is the smaller of the ramp's and the return step's
 	}
 	return e.otherChange(in, now)
 }
@@ -617,7 +673,8 @@ func (e *Engine) nextChange(in *instance, now time.Time) time.Time {
 // ramping reports whether in is in rotation within its slow start at now: its weight grows
 // with time.
 func (e *Engine) ramping(in *instance, now time.Time) bool {
-	return in.admitted && len(in.causes) == 0 && !in.draining && !in.quarantined(now) && sinceNanos(now, in.rotationSince) < e.cfg.SlowStart
+	return in.admitted && len(in.causes) == 0 && !in.draining && !in.quarantined(now) && sinceNanos(now, in.rotationSince) < e.cfg.SlowStart &&
+		(len(e.evacuations) == 0 || !e.covered(in, now))
 }
 
 // rampWeight is the weight of an instance elapsed into its slow start.
@@ -653,6 +710,9 @@ func (e *Engine) otherChange(in *instance, now time.Time) time.Time {
 		}
 		consider(t.quarantineUntil)
 	}
+	if len(e.overrides) > 0 || len(e.evacuations) > 0 {
+		e.operatorChanges(in, now, consider)
+	}
 	if !e.cfg.ExternalLeases {
 		last := instant(in.lastRenewal)
 		consider(last.Add(2*e.cfg.HeartbeatInterval + time.Nanosecond)) // silent from just after
@@ -683,6 +743,8 @@ var (
 	reasonsRefused   = []string{ReasonAdmitting, ReasonProbeRefused} // never admitted, and nothing listens
 	reasonsSlowStart = []string{ReasonSlowStart}
 	reasonsDegraded  = []string{ReasonSelfReportedDegraded}
+	reasonsEvacuated = []string{ReasonEvacuated}
+	reasonsReturning = []string{ReasonReturning}
 )
 
 // verdictOf is Verdict for an instance record (nil: never declared).
@@ -710,12 +772,22 @@ func (e *Engine) verdictOf(in *instance, now time.Time) Verdict {
 		sort.Strings(reasons)
 		return Verdict{State: apiv1.EligibilityWithdrawn, Reasons: reasons}
 	}
+	var cap int // the weight of the return step, when on the way back from an evacuation
+	if len(e.evacuations) > 0 {
+		var evacuated bool
+		if evacuated, cap = e.evacuated(in, now); evacuated {
+			return Verdict{State: apiv1.EligibilityEvacuated, Reasons: reasonsEvacuated}
+		}
+	}
 	v := Verdict{State: apiv1.EligibilityServing, Weight: 100, Reasons: []string{}}
 	if elapsed := sinceNanos(now, in.rotationSince); elapsed < e.cfg.SlowStart {
 		v = Verdict{State: apiv1.EligibilitySlowStart, Weight: e.rampWeight(elapsed), Reasons: reasonsSlowStart}
 	}
 	if in.degraded {
 		v.State, v.Weight, v.Reasons = apiv1.EligibilityDegraded, min(v.Weight, e.cfg.DegradedWeight), reasonsDegraded
+	}
+	if cap > 0 {
+		v.State, v.Weight, v.Reasons = apiv1.EligibilityReturning, min(v.Weight, cap), reasonsReturning
 	}
 	if e.silent(in, now) {
 		v.Reasons = append(v.Reasons, ReasonSilent)
@@ -870,6 +942,8 @@ func (e *Engine) Explain(id string, now time.Time) (Verdict, []Reason) {
 			ev = Evidence{At: t.quarantineUntil, Detail: fmt.Sprintf("quarantine %d ends at this time; probe successes during it do not count", t.quarantines)}
 		case code == ReasonDraining:
 			ev = Evidence{Detail: "deregistered; out of rotation until the gateways acknowledge"}
+		case code == ReasonEvacuated || code == ReasonReturning:
+			ev = e.evacuationEvidence(in, now, code)
 		}
 		reasons = append(reasons, Reason{Code: code, Evidence: ev})
 	}

@@ -9,7 +9,8 @@ import (
 )
 
 // states lists every state, for the per-state gauge.
-var states = []string{apiv1.EligibilityUnknown, apiv1.EligibilitySlowStart, apiv1.EligibilityServing, apiv1.EligibilityDegraded, apiv1.EligibilityWithdrawn, apiv1.EligibilityQuarantined, apiv1.EligibilityDraining, apiv1.EligibilityAbsent}
+var states = []string{apiv1.EligibilityUnknown, apiv1.EligibilitySlowStart, apiv1.EligibilityServing, apiv1.EligibilityDegraded, apiv1.EligibilityReturning,
+	apiv1.EligibilityWithdrawn, apiv1.EligibilityEvacuated, apiv1.EligibilityQuarantined, apiv1.EligibilityDraining, apiv1.EligibilityAbsent}
 
 type monitorMetrics struct {
 	transitions *prometheus.CounterVec

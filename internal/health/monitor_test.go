@@ -162,7 +162,9 @@ func TestMonitorMetrics(t *testing.T) {
 meshflows_eligibility_instances{state="absent"} 0
 meshflows_eligibility_instances{state="degraded"} 0
 meshflows_eligibility_instances{state="draining"} 0
+meshflows_eligibility_instances{state="evacuated"} 0
 meshflows_eligibility_instances{state="quarantined"} 0
+meshflows_eligibility_instances{state="returning"} 0
 meshflows_eligibility_instances{state="serving"} 0
 meshflows_eligibility_instances{state="slow_start"} 1
 meshflows_eligibility_instances{state="unknown"} 1

@@ -43,6 +43,17 @@ type Event struct {
 	OK              int `json:"ok,omitempty"`
 	Errors          int `json:"errors,omitempty"`
 	ConnectFailures int `json:"connect_failures,omitempty"`
+	// Reporter names who reported an outcome (default "gw").
+	Reporter string `json:"reporter,omitempty"`
+
+	// Operator actions: an override of ID (action withdraw or release, until an offset
+	// from the event), an evacuation of a zone (of one capability, or all) until an offset
+	// from the event, and the end of one.
+	Action     string `json:"action,omitempty"`
+	Until      string `json:"until,omitempty"`
+	Evacuation string `json:"evacuation,omitempty"`
+	Zone       string `json:"zone,omitempty"`
+	Capability string `json:"capability,omitempty"`
 }
 
 // scenarioTick is how often the scenario runner ticks the engine, as a registry would.
@@ -75,11 +86,31 @@ func Parse(raw []byte) (*Scenario, error) {
 		if err != nil {
 			return nil, fmt.Errorf("scenario: events[%d]: %w", i, err)
 		}
-		if !ids[ev.ID] {
-			return nil, fmt.Errorf("scenario: events[%d]: unknown instance %q", i, ev.ID)
-		}
 		switch ev.Kind {
 		case health.KindRegistered, health.KindHeartbeat, health.KindDeregistered, health.KindProbe, health.KindOutcome:
+			if !ids[ev.ID] {
+				return nil, fmt.Errorf("scenario: events[%d]: unknown instance %q", i, ev.ID)
+			}
+		case health.KindOverride:
+			if !ids[ev.ID] {
+				return nil, fmt.Errorf("scenario: events[%d]: unknown instance %q", i, ev.ID)
+			}
+			if ev.Action == health.ActionWithdraw {
+				if _, err := untilOf(ev.Until); err != nil {
+					return nil, fmt.Errorf("scenario: events[%d]: %w", i, err)
+				}
+			}
+		case health.KindEvacuate:
+			if ev.Evacuation == "" || ev.Zone == "" {
+				return nil, fmt.Errorf("scenario: events[%d]: an evacuate event needs evacuation and zone", i)
+			}
+			if _, err := untilOf(ev.Until); err != nil {
+				return nil, fmt.Errorf("scenario: events[%d]: %w", i, err)
+			}
+		case health.KindEvacuationEnded:
+			if ev.Evacuation == "" {
+				return nil, fmt.Errorf("scenario: events[%d]: an evacuation_ended event needs evacuation", i)
+			}
 		default:
 			return nil, fmt.Errorf("scenario: events[%d]: unknown kind %q", i, ev.Kind)
 		}
@@ -97,6 +128,15 @@ func Parse(raw []byte) (*Scenario, error) {
 		}
 	}
 	return &s, nil
+}
+
+// untilOf reads an event's until: a positive duration after the event.
+func untilOf(s string) (time.Duration, error) {
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("until %q is not a positive duration", s)
+	}
+	return d, nil
 }
 
 func btoi(b bool) int {
@@ -176,6 +216,28 @@ func scenarioConfig(m map[string]any) (health.Config, error) {
 			} else {
 				c.SelfPreservationExit = f
 			}
+		case "return_dwell":
+			c.ReturnDwell, err = durationSetting(v)
+		case "evacuation_max":
+			c.EvacuationMax, err = durationSetting(v)
+		case "evacuation_min_remaining":
+			f, ok := v.(float64)
+			if !ok || f < 0 || f > 1 {
+				err = fmt.Errorf("want a number within 0..1")
+			}
+			c.EvacuationMinRemaining = f
+		case "return_steps":
+			list, ok := v.([]any)
+			if !ok || len(list) == 0 {
+				err = fmt.Errorf("want a list of weights")
+			}
+			for _, x := range list {
+				w, werr := intSetting(x)
+				if werr != nil {
+					err = werr
+				}
+				c.ReturnSteps = append(c.ReturnSteps, w)
+			}
 		case "panic_threshold":
 			f, ok := v.(float64)
 			if !ok {
@@ -251,8 +313,11 @@ func (s *Scenario) Answers() ([]map[string]any, error) {
 			ev := events[next]
 			tickTo(s.offsets[ev] - 1)
 			e.Tick(start.Add(s.offsets[ev]))
-			if err := e.Apply(health.Event{At: start.Add(s.offsets[ev]), ID: ev.ID, Kind: ev.Kind, Health: ev.Health, Result: ev.Result,
-				OK: ev.OK, Errors: ev.Errors, ConnectFailures: ev.ConnectFailures}); err != nil {
+			at := start.Add(s.offsets[ev])
+			until, _ := untilOf(ev.Until)
+			if err := e.Apply(health.Event{At: at, ID: ev.ID, Kind: ev.Kind, Health: ev.Health, Result: ev.Result,
+				OK: ev.OK, Errors: ev.Errors, ConnectFailures: ev.ConnectFailures,
+				Action: ev.Action, Evacuation: ev.Evacuation, Zone: ev.Zone, Capability: ev.Capability, Until: at.Add(until), By: "scenario"}); err != nil {
 				return nil, fmt.Errorf("scenario %s: %w", s.Name, err)
 			}
 		}
