@@ -326,3 +326,63 @@ func (x Evacuation) Covers(zone string, caps []string) bool {
 // isEvacuated reports whether a state takes an instance out of its groups (evacuated
 // instances are not members while the evacuation holds).
 func isEvacuated(state string) bool { return state == apiv1.EligibilityEvacuated }
+
+// scope returns the zone and capability of evacuation id, as the engine holds it.
+func (e *Engine) scope(id string) (zone, capability string, ok bool) {
+	ev := e.evacuations[id]
+	if ev == nil {
+		return "", "", false
+	}
+	return ev.zone, ev.capability, true
+}
+
+// Operate applies an operator's decision (an override, evacuate or evacuation_ended event)
+// and judges again the instances it concerns — one instance, or a zone's — publishing the
+// change as one revision. The engine then moves them by itself (the end of a withdrawal, of
+// an evacuation, each step of the way back) at the sweeps.
+func (m *Monitor) Operate(ev Event) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.engine.Apply(ev); err != nil {
+		return err
+	}
+	changed := false
+	groups := map[groupKey]struct{}{}
+	judge := func(v *view) {
+		if m.refreshVerdict(v, ev.At) {
+			changed = true
+			for _, g := range v.groups {
+				groups[g.key] = struct{}{}
+			}
+		}
+	}
+	switch ev.Kind {
+	case KindOverride:
+		if v := m.views[ev.ID]; v != nil && v.in != nil {
+			judge(v)
+		}
+	default:
+		zone, capability, ok := m.engine.scope(ev.Evacuation)
+		if !ok {
+			return nil
+		}
+		scope := evacuation{zone: zone, capability: capability}
+		for _, v := range m.views {
+			if v.in != nil && scope.covers(v.in) {
+				judge(v)
+			}
+		}
+	}
+	for k := range groups {
+		changed = m.panic(k, ev.At) || changed
+	}
+	m.publish(changed)
+	return nil
+}
+
+// Evacuations returns the evacuations that hold or are on the way back at now.
+func (m *Monitor) Evacuations(now time.Time) []Evacuation {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.engine.Evacuations(now)
+}

@@ -1,0 +1,59 @@
+package health
+
+import (
+	"testing"
+	"time"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+)
+
+// TestMonitorEvacuation: an evacuation is published as one revision for the whole zone, and
+// the sweeps bring the zone back in its steps, one revision a step.
+func TestMonitorEvacuation(t *testing.T) {
+	m := newTestMonitor(t, nil, nil)
+	var fleet Members
+	for i, zone := range []string{"z1", "z1", "z1", "z2", "z2", "z2"} {
+		in := Instance{ID: string(rune('a' + i)), Zone: zone, Capabilities: []string{"c.x"}}
+		m.Register(in, 1, t0)
+		fleet = append(fleet, Member{Instance: in, Generation: 1, RegisteredAt: t0, LastRenewal: t0})
+	}
+	at := t0.Add(20 * time.Second) // past the 10 s slow start
+	m.Sync(at, fleet)
+	rev, _ := m.Watch()
+	if err := m.Operate(Event{At: at, Kind: KindEvacuate, Evacuation: "ev1", Zone: "z1", Until: at.Add(time.Hour), By: "ops", Why: "drill"}); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := m.Watch(); r != rev+1 {
+		t.Errorf("the evacuation moved the revision by %d, want 1", r-rev)
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		if st, w, _ := m.Verdict(id); st != apiv1.EligibilityEvacuated || w != 0 {
+			t.Errorf("%s after the evacuation: %s %d", id, st, w)
+		}
+	}
+	if st, _, _ := m.Verdict("d"); st != apiv1.EligibilityServing {
+		t.Errorf("d (z2) after the evacuation: %s", st)
+	}
+	end := at.Add(30 * time.Second)
+	if err := m.Operate(Event{At: end, Kind: KindEvacuationEnded, Evacuation: "ev1"}); err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []int{10, 25, 50, 100} {
+		now := end.Add(time.Duration(i)*time.Minute + time.Second)
+		for j := range fleet {
+			m.Observe(Event{At: now, ID: fleet[j].ID, Kind: KindHeartbeat, Health: "ok"}) // the leases hold
+			fleet[j].LastRenewal = now
+		}
+		rev, _ := m.Watch()
+		m.Sync(now, fleet)
+		if _, w, _ := m.Verdict("a"); w != want {
+			t.Errorf("%s after the end: weight %d, want %d", now.Sub(end), w, want)
+		}
+		if r, _ := m.Watch(); i > 0 && r != rev+1 {
+			t.Errorf("step %d moved the revision by %d, want 1", i, r-rev)
+		}
+	}
+	if evs := m.Evacuations(end.Add(5 * time.Minute)); len(evs) != 0 {
+		t.Errorf("evacuations once the way back is over: %+v", evs)
+	}
+}
