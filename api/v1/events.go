@@ -28,6 +28,9 @@ const (
 	EventIncidentResolved = "incident.resolved"
 	EventIncidentIgnored  = "incident.ignored"
 	EventJournalGap       = "journal.gap"
+	// EventEvacuation and EventOverride are operator actions (refused ones too).
+	EventEvacuation = "operator.evacuation"
+	EventOverride   = "operator.override"
 
 	// Reported by gateways and orchestrators (POST /v1/reports).
 	EventRouteConflict      = "route.conflict"
@@ -44,7 +47,7 @@ var ReportedEventTypes = []string{EventRouteConflict, EventRouteRejected, EventR
 var EventTypes = []string{EventRegistered, EventReregistered, EventDeregistered, EventExpired, EventEligibility,
 	EventPanic, EventSelfPreservation, EventSnapshot, EventIncidentOpened, EventIncidentAcked, EventIncidentResolved,
 	EventIncidentIgnored, EventJournalGap, EventRouteConflict, EventRouteRejected, EventRouteNoUpstream, EventWorkflowValidation,
-	EventWorkflowRunFailed}
+	EventWorkflowRunFailed, EventEvacuation, EventOverride}
 
 // Event is one entry of the registry's journal: something that changed what consumers see.
 type Event struct {

@@ -386,3 +386,6 @@ func (m *Monitor) Evacuations(now time.Time) []Evacuation {
 	defer m.mu.Unlock()
 	return m.engine.Evacuations(now)
 }
+
+// Settings returns the engine's settings, defaults filled in.
+func (m *Monitor) Settings() Config { return m.cfg.Engine.WithDefaults() }

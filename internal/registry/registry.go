@@ -108,6 +108,10 @@ type Eligibility interface {
 	// OnPublish has a function hear every move of the monitor's revision with the instances
 	// whose verdict changed (health.Monitor.OnPublish): long polls wake by service from it.
 	OnPublish(fn func(rev int64, touched []health.Instance, all bool))
+	// Operator decisions (overrides, evacuations) and the evacuations that hold or return.
+	Operate(ev health.Event) error
+	Evacuations(now time.Time) []health.Evacuation
+	Settings() health.Config
 }
 
 var _ Eligibility = (*health.Monitor)(nil)
@@ -207,6 +211,7 @@ type Registry struct {
 	topics      *topics
 	judgedNames struct{ services, capabilities, instances []string }
 	changes2    changeLog // the instances each revision changed (ChangesSince)
+	ops         operators // evacuations and overrides (operator.go)
 }
 
 // New returns a Registry over store.

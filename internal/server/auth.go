@@ -152,6 +152,10 @@ func retryAfter(err error) (string, bool) {
 	if errors.As(err, &rl) {
 		return strconv.Itoa(int(rl.after / time.Second)), true
 	}
+	var oe *registry.OperatorError
+	if errors.As(err, &oe) && oe.RetryAfter > 0 {
+		return strconv.Itoa(oe.RetryAfter), true
+	}
 	var wu *registry.WarmingUpError
 	if errors.As(err, &wu) {
 		return strconv.Itoa(max(1, int((wu.Left+time.Second-1)/time.Second))), true

@@ -30,6 +30,7 @@ func (s *Server) routes() {
 	s.handle("POST /v1/discovery/ack", gateway, s.ack)
 
 	s.handle("POST /v1/admin/snapshot", admin, s.snapshot)
+	s.operatorRoutes()
 
 	s.handle("GET /healthz", open, s.healthz)
 	s.handle("GET /readyz", open, s.readyz)

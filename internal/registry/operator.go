@@ -1,0 +1,575 @@
+package registry
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/internal/health"
+)
+
+// Operator actions are rate-limited per identity: OperatorBurst at once, then one every
+// OperatorEvery (10 a minute).
+const (
+	OperatorBurst = 10
+	OperatorEvery = 6 * time.Second
+)
+
+// keepEnded is how many ended evacuations and overrides the registry lists.
+const keepEnded = 50
+
+// operators is the registry's record of operator actions: what the eligibility engine
+// applies, with who, why and the outcome.
+type operators struct {
+	mu          sync.Mutex
+	evacuations []*apiv1.Evacuation // oldest first
+	overrides   []*apiv1.Override
+	limiters    map[string]*rate.Limiter
+}
+
+// OperatorError is a refused operator action with the seconds to wait (a 429's Retry-After).
+type OperatorError struct {
+	Err        *apiv1.Error
+	RetryAfter int
+}
+
+func (e *OperatorError) Error() string { return e.Err.Error() }
+func (e *OperatorError) Unwrap() error { return e.Err }
+
+// allow takes one action from who's budget at now.
+func (o *operators) allow(who string, now time.Time) (bool, int) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.limiters == nil {
+		o.limiters = map[string]*rate.Limiter{}
+	}
+	l := o.limiters[who]
+	if l == nil {
+		l = rate.NewLimiter(rate.Every(OperatorEvery), OperatorBurst)
+		o.limiters[who] = l
+	}
+	if l.AllowN(now, 1) {
+		return true, 0
+	}
+	r := l.ReserveN(now, 1)
+	wait := r.DelayFrom(now)
+	r.CancelAt(now)
+	return false, int(wait/time.Second) + 1
+}
+
+func newOperatorID(prefix string) string {
+	b := make([]byte, 6)
+	rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}
+
+// actor is who acts: the caller's identity ("anonymous (open mode)" without one).
+func actor(ctx context.Context) string {
+	if id := CallerFrom(ctx).Identity; id != "" {
+		return id
+	}
+	return "anonymous (open mode)"
+}
+
+// parseOperatorDuration reads a duration field: positive, at most 72 h.
+func parseOperatorDuration(field, s string) (time.Duration, error) {
+	d, err := time.ParseDuration(s)
+	switch {
+	case s == "":
+		return 0, apiv1.InvalidRequest([]apiv1.Detail{{Path: field, Message: "is required: how long, like 2h"}})
+	case err != nil:
+		return 0, apiv1.InvalidRequest([]apiv1.Detail{{Path: field, Message: fmt.Sprintf("%q is not a duration like 2h", s)}})
+	case d <= 0:
+		return 0, apiv1.InvalidRequest([]apiv1.Detail{{Path: field, Message: fmt.Sprintf("%s must be positive", s)}})
+	case d > apiv1.MaxOperatorDuration:
+		return 0, apiv1.InvalidRequest([]apiv1.Detail{{Path: field, Message: fmt.Sprintf("%s is over the bound of %s", s, apiv1.MaxOperatorDuration)}})
+	}
+	return d, nil
+}
+
+// operate is the common path of every operator action: the engine is there, the caller has
+// budget left, and the action — refused or not — is journaled and logged with its identity.
+func (r *Registry) operate(ctx context.Context, typ, subject string, act func(now time.Time, by string) (string, error)) error {
+	by, now := actor(ctx), r.cfg.Now()
+	var err error
+	var msg string
+	switch ok, wait := r.ops.allow(by, now); {
+	case r.cfg.Eligibility == nil:
+		err = apiv1.Errorf(http.StatusConflict, apiv1.CodeNotConfigured, "the registry runs without the eligibility engine: there is nothing to override or evacuate")
+	case !ok:
+		err = &OperatorError{Err: apiv1.Errorf(http.StatusTooManyRequests, apiv1.CodeRateLimited,
+			"%s has used its %d operator actions (one more every %s)", by, OperatorBurst, OperatorEvery), RetryAfter: wait}
+	default:
+		msg, err = act(now, by)
+	}
+	sev := apiv1.SeverityWarning
+	if err != nil {
+		msg = fmt.Sprintf("refused: %s by %s: %v", typ, by, err)
+		sev = apiv1.SeverityError
+	}
+	if r.cfg.Journal != nil {
+		r.cfg.Journal.Record(typ, sev, subject, msg, map[string]any{"by": by, "refused": err != nil})
+	}
+	if r.cfg.Logger != nil {
+		r.cfg.Logger.Warn("operator action", slog.String("type", typ), slog.String("subject", subject), slog.String("by", by),
+			slog.String("message", msg), slog.Bool("refused", err != nil))
+	}
+	return err
+}
+
+// Evacuate evacuates a zone (of one capability, or of all) for a duration: its instances
+// leave rotation and their groups at once, and come back in capped steps when it ends. It
+// is refused when the zone is unknown, when an evacuation of the zone and scope holds
+// already (a practice run is superseded instead), and when too little of a capability
+// would remain, unless forced.
+func (r *Registry) Evacuate(ctx context.Context, req *apiv1.EvacuationRequest) (*apiv1.Evacuation, error) {
+	var out *apiv1.Evacuation
+	err := r.operate(ctx, apiv1.EventEvacuation, "zone/"+req.Zone, func(now time.Time, by string) (string, error) {
+		d, err := parseOperatorDuration("duration", req.Duration)
+		if err != nil {
+			return "", err
+		}
+		if strings.TrimSpace(req.Zone) == "" {
+			return "", apiv1.InvalidRequest([]apiv1.Detail{{Path: "zone", Message: "is required"}})
+		}
+		if strings.TrimSpace(req.Reason) == "" {
+			return "", apiv1.InvalidRequest([]apiv1.Detail{{Path: "reason", Message: "is required: say why, for the journal and whoever is on call next"}})
+		}
+		remaining, affected, known := r.evacuationImpact(req.Zone, req.CapabilityID)
+		if !known {
+			return "", apiv1.Errorf(http.StatusNotFound, apiv1.CodeUnknownZone, "no instance is registered in zone %q%s", req.Zone, forCapability(req.CapabilityID))
+		}
+		r.ops.mu.Lock()
+		defer r.ops.mu.Unlock()
+		var practice *apiv1.Evacuation
+		for _, ev := range r.ops.evacuations {
+			if r.evacuationState(ev, now) == apiv1.EvacuationActive && ev.Zone == req.Zone && ev.CapabilityID == req.CapabilityID {
+				if ev.Practice && !req.Practice {
+					practice = ev
+					continue
+				}
+				return "", apiv1.Errorf(http.StatusConflict, apiv1.CodeEvacuationExists, "evacuation %s of zone %s%s holds until %s: extend it instead",
+					ev.ID, ev.Zone, forCapability(ev.CapabilityID), ev.ExpiresAt.Format(time.RFC3339))
+			}
+		}
+		if unsafe := unsafeRemaining(remaining, r.minRemaining()); len(unsafe) > 0 && !req.Force {
+			e := apiv1.Errorf(http.StatusConflict, apiv1.CodeEvacuationUnsafe, "evacuating zone %s%s would leave too little in rotation (force: true to evacuate anyway)", req.Zone, forCapability(req.CapabilityID))
+			for _, u := range unsafe {
+				e.Details = append(e.Details, apiv1.Detail{Path: u.CapabilityID, Message: fmt.Sprintf("%d of %d in-rotation instances would remain", u.Remaining, u.InRotation)})
+			}
+			return "", e
+		}
+		if practice != nil {
+			if err := r.endEvacuationLocked(practice, now, by, apiv1.OutcomeInterrupted); err != nil {
+				return "", err
+			}
+		}
+		ev := &apiv1.Evacuation{ID: newOperatorID("ev-"), Zone: req.Zone, CapabilityID: req.CapabilityID, CreatedBy: by, Reason: req.Reason,
+			Force: req.Force, Practice: req.Practice, StartsAt: now.UTC(), ExpiresAt: now.Add(d).UTC(), AffectedInstances: affected, Remaining: remaining}
+		if err := r.cfg.Eligibility.Operate(health.Event{At: now, Kind: health.KindEvacuate, Evacuation: ev.ID, Zone: ev.Zone, Capability: ev.CapabilityID,
+			Until: ev.ExpiresAt, By: by, Why: req.Reason}); err != nil {
+			return "", err
+		}
+		r.ops.evacuations = append(r.ops.evacuations, ev)
+		r.ops.trim()
+		out = r.viewEvacuationLocked(ev, now)
+		kind := "evacuation"
+		if ev.Practice {
+			kind = "practice evacuation"
+		}
+		forced := ""
+		if ev.Force {
+			forced = " (forced past the safety check)"
+		}
+		return fmt.Sprintf("%s %s of zone %s%s by %s until %s%s: %s; %d instances out of rotation", kind, ev.ID, ev.Zone, forCapability(ev.CapabilityID), by,
+			ev.ExpiresAt.Format(time.RFC3339), forced, ev.Reason, affected), nil
+	})
+	return out, err
+}
+
+func forCapability(c string) string {
+	if c == "" {
+		return ""
+	}
+	return " for " + c
+}
+
+// minRemaining is the share of a capability's in-rotation instances an evacuation must
+// leave.
+func (r *Registry) minRemaining() float64 {
+	return r.engineConfig().EvacuationMinRemaining
+}
+
+// unsafeRemaining returns the capabilities an evacuation would leave with fewer than min of
+// their in-rotation instances, or none.
+func unsafeRemaining(rem []apiv1.Remaining, min float64) []apiv1.Remaining {
+	var out []apiv1.Remaining
+	for _, x := range rem {
+		if x.InRotation > 0 && (x.Remaining == 0 || float64(x.Remaining) < min*float64(x.InRotation)) {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// evacuationImpact counts, for each capability an evacuation of zone (and capability)
+// concerns, its in-rotation instances and those outside the zone; affected is the
+// instances of the zone it takes out; known says an instance is registered in the zone.
+func (r *Registry) evacuationImpact(zone, capability string) (remaining []apiv1.Remaining, affected int, known bool) {
+	type count struct{ inRotation, outside int }
+	counts := map[string]*count{}
+	recs := r.store.Records()
+	inZone := map[string]bool{}
+	for _, rec := range recs {
+		if rec.Zone != zone {
+			continue
+		}
+		for _, c := range rec.Capabilities {
+			if capability == "" || c.CapabilityID == capability {
+				inZone[c.CapabilityID] = true
+				known = true
+			}
+		}
+	}
+	r.cfg.Eligibility.Read(func(rd health.Reader) {
+		for _, rec := range recs {
+			state, _ := verdictOf(rd, rec)
+			covered := false
+			for _, c := range rec.Capabilities {
+				if !inZone[c.CapabilityID] {
+					continue
+				}
+				covered = covered || rec.Zone == zone
+				if !apiv1.InRotation(state) {
+					continue
+				}
+				n := counts[c.CapabilityID]
+				if n == nil {
+					n = &count{}
+					counts[c.CapabilityID] = n
+				}
+				n.inRotation++
+				if rec.Zone != zone {
+					n.outside++
+				}
+			}
+			if covered && state != apiv1.EligibilityDraining {
+				affected++
+			}
+		}
+	})
+	for c := range inZone {
+		n := counts[c]
+		if n == nil {
+			n = &count{}
+		}
+		remaining = append(remaining, apiv1.Remaining{CapabilityID: c, InRotation: n.inRotation, Remaining: n.outside})
+	}
+	sort.Slice(remaining, func(i, j int) bool { return remaining[i].CapabilityID < remaining[j].CapabilityID })
+	return remaining, affected, known
+}
+
+// evacuationState is ev's state at now (under r.ops.mu).
+func (r *Registry) evacuationState(ev *apiv1.Evacuation, now time.Time) string {
+	if ev.EndedAt == nil && now.Before(ev.ExpiresAt) {
+		return apiv1.EvacuationActive
+	}
+	for _, x := range r.cfg.Eligibility.Evacuations(now) {
+		if x.ID == ev.ID && x.Returning {
+			return apiv1.EvacuationReturning
+		}
+	}
+	return apiv1.EvacuationEnded
+}
+
+// viewEvacuationLocked is ev as answered at now: its state, its return's step, its outcome.
+func (r *Registry) viewEvacuationLocked(ev *apiv1.Evacuation, now time.Time) *apiv1.Evacuation {
+	out := *ev
+	out.State = apiv1.EvacuationEnded
+	if ev.EndedAt == nil && now.Before(ev.ExpiresAt) {
+		out.State = apiv1.EvacuationActive
+	}
+	cfg := r.engineConfig()
+	for _, x := range r.cfg.Eligibility.Evacuations(now) {
+		if x.ID != ev.ID || !x.Returning {
+			continue
+		}
+		out.State = apiv1.EvacuationReturning
+		out.Return = &apiv1.Return{Steps: cfg.ReturnSteps, DwellSeconds: int64(cfg.ReturnDwell / time.Second), Step: x.Step + 1, Weight: x.Weight,
+			StepSince: x.StepSince.UTC(), NextStepAt: x.NextStep.UTC()}
+	}
+	if out.State != apiv1.EvacuationActive && ev.EndedAt == nil {
+		end := ev.ExpiresAt
+		out.EndedAt, out.Outcome = &end, apiv1.OutcomeExpired
+	}
+	if ev.Practice && out.State != apiv1.EvacuationActive && out.Alarmed == nil {
+		alarmed := len(out.Alarms) > 0
+		out.Alarmed = &alarmed
+	}
+	return &out
+}
+
+// engineConfig is the eligibility settings the operator actions answer with.
+func (r *Registry) engineConfig() health.Config { return r.cfg.Eligibility.Settings() }
+
+// endEvacuationLocked ends ev now with an outcome (under r.ops.mu).
+func (r *Registry) endEvacuationLocked(ev *apiv1.Evacuation, now time.Time, by, outcome string) error {
+	if err := r.cfg.Eligibility.Operate(health.Event{At: now, Kind: health.KindEvacuationEnded, Evacuation: ev.ID}); err != nil {
+		return err
+	}
+	t := now.UTC()
+	ev.EndedAt, ev.EndedBy, ev.Outcome = &t, by, outcome
+	if ev.Practice {
+		ev.Alarms = r.alarms(ev, now)
+		alarmed := len(ev.Alarms) > 0
+		ev.Alarmed = &alarmed
+	}
+	return nil
+}
+
+// alarms says what alarms while a practice evacuation holds: a group of a remaining zone of
+// the capabilities it concerns in panic.
+func (r *Registry) alarms(ev *apiv1.Evacuation, now time.Time) []string {
+	var out []string
+	caps := map[string]bool{}
+	for _, x := range ev.Remaining {
+		caps[x.CapabilityID] = true
+	}
+	zones := map[[2]string]bool{}
+	for _, rec := range r.store.Records() {
+		if rec.Zone == ev.Zone {
+			continue
+		}
+		for _, c := range rec.Capabilities {
+			if caps[c.CapabilityID] {
+				zones[[2]string{c.CapabilityID, rec.Zone}] = true
+			}
+		}
+	}
+	r.cfg.Eligibility.Read(func(rd health.Reader) {
+		for k := range zones {
+			if rd.Panic(k[0], k[1]) {
+				out = append(out, fmt.Sprintf("%s in zone %s is in panic", k[0], k[1]))
+			}
+		}
+	})
+	sort.Strings(out)
+	return out
+}
+
+// trim keeps the last keepEnded ended evacuations and overrides (under mu).
+func (o *operators) trim() {
+	if n := len(o.evacuations); n > 2*keepEnded {
+		o.evacuations = slices.DeleteFunc(o.evacuations, func(ev *apiv1.Evacuation) bool { return ev.EndedAt != nil && n > 2*keepEnded && func() bool { n--; return true }() })
+	}
+	if n := len(o.overrides); n > 2*keepEnded {
+		o.overrides = slices.DeleteFunc(o.overrides, func(ov *apiv1.Override) bool { return ov.EndedAt != nil && n > 2*keepEnded && func() bool { n--; return true }() })
+	}
+}
+
+// evacuationByID finds an evacuation (under r.ops.mu).
+func (r *Registry) evacuationByID(id string) (*apiv1.Evacuation, error) {
+	for _, ev := range r.ops.evacuations {
+		if ev.ID == id {
+			return ev, nil
+		}
+	}
+	return nil, apiv1.Errorf(http.StatusNotFound, apiv1.CodeNotFound, "no evacuation %q", id)
+}
+
+// Evacuations lists the evacuations: active and returning ones, then ended ones, newest first.
+func (r *Registry) Evacuations() (*apiv1.EvacuationList, error) {
+	if r.cfg.Eligibility == nil {
+		return &apiv1.EvacuationList{Evacuations: []apiv1.Evacuation{}}, nil
+	}
+	now := r.cfg.Now()
+	r.ops.mu.Lock()
+	defer r.ops.mu.Unlock()
+	out := &apiv1.EvacuationList{Evacuations: make([]apiv1.Evacuation, 0, len(r.ops.evacuations))}
+	for i := len(r.ops.evacuations) - 1; i >= 0; i-- {
+		out.Evacuations = append(out.Evacuations, *r.viewEvacuationLocked(r.ops.evacuations[i], now))
+	}
+	rank := func(s string) int { return map[string]int{apiv1.EvacuationActive: 0, apiv1.EvacuationHeld: 1, apiv1.EvacuationReturning: 1}[s] + 2*btoi(s == apiv1.EvacuationEnded) }
+	sort.SliceStable(out.Evacuations, func(i, j int) bool { return rank(out.Evacuations[i].State) < rank(out.Evacuations[j].State) })
+	return out, nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// Evacuation returns one evacuation.
+func (r *Registry) Evacuation(id string) (*apiv1.Evacuation, error) {
+	if r.cfg.Eligibility == nil {
+		return nil, apiv1.Errorf(http.StatusNotFound, apiv1.CodeNotFound, "no evacuation %q", id)
+	}
+	r.ops.mu.Lock()
+	defer r.ops.mu.Unlock()
+	ev, err := r.evacuationByID(id)
+	if err != nil {
+		return nil, err
+	}
+	return r.viewEvacuationLocked(ev, r.cfg.Now()), nil
+}
+
+// ExtendEvacuation makes an active evacuation hold for d from now.
+func (r *Registry) ExtendEvacuation(ctx context.Context, id string, req *apiv1.ExtendRequest) (*apiv1.Evacuation, error) {
+	var out *apiv1.Evacuation
+	err := r.operate(ctx, apiv1.EventEvacuation, "evacuation/"+id, func(now time.Time, by string) (string, error) {
+		d, err := parseOperatorDuration("duration", req.Duration)
+		if err != nil {
+			return "", err
+		}
+		r.ops.mu.Lock()
+		defer r.ops.mu.Unlock()
+		ev, err := r.evacuationByID(id)
+		if err != nil {
+			return "", err
+		}
+		if r.evacuationState(ev, now) != apiv1.EvacuationActive {
+			return "", apiv1.Errorf(http.StatusConflict, apiv1.CodeInvalidRequest, "evacuation %s has ended: start a new one", id)
+		}
+		until := now.Add(d).UTC()
+		if err := r.cfg.Eligibility.Operate(health.Event{At: now, Kind: health.KindEvacuate, Evacuation: ev.ID, Zone: ev.Zone, Capability: ev.CapabilityID, Until: until}); err != nil {
+			return "", err
+		}
+		ev.ExpiresAt = until
+		out = r.viewEvacuationLocked(ev, now)
+		return fmt.Sprintf("evacuation %s of zone %s extended by %s until %s", id, ev.Zone, by, until.Format(time.RFC3339)), nil
+	})
+	return out, err
+}
+
+// EndEvacuation ends an active evacuation now: its zone starts the capped way back.
+func (r *Registry) EndEvacuation(ctx context.Context, id string) (*apiv1.Evacuation, error) {
+	var out *apiv1.Evacuation
+	err := r.operate(ctx, apiv1.EventEvacuation, "evacuation/"+id, func(now time.Time, by string) (string, error) {
+		r.ops.mu.Lock()
+		defer r.ops.mu.Unlock()
+		ev, err := r.evacuationByID(id)
+		if err != nil {
+			return "", err
+		}
+		if r.evacuationState(ev, now) != apiv1.EvacuationActive {
+			return "", apiv1.Errorf(http.StatusConflict, apiv1.CodeInvalidRequest, "evacuation %s has ended already", id)
+		}
+		if err := r.endEvacuationLocked(ev, now, by, apiv1.OutcomeCancelled); err != nil {
+			return "", err
+		}
+		out = r.viewEvacuationLocked(ev, now)
+		return fmt.Sprintf("evacuation %s of zone %s cancelled by %s: its instances return in steps", id, ev.Zone, by), nil
+	})
+	return out, err
+}
+
+// Override withdraws one instance for a duration (it holds across re-registrations of the
+// id), or releases it (ends a withdrawal, or a quarantine).
+func (r *Registry) Override(ctx context.Context, req *apiv1.OverrideRequest) (*apiv1.Override, error) {
+	var out *apiv1.Override
+	err := r.operate(ctx, apiv1.EventOverride, req.InstanceID, func(now time.Time, by string) (string, error) {
+		if _, ok := r.store.Get(req.InstanceID); !ok {
+			return "", apiv1.Errorf(http.StatusNotFound, apiv1.CodeInstanceNotFound, "no instance %q is registered", req.InstanceID)
+		}
+		if strings.TrimSpace(req.Reason) == "" {
+			return "", apiv1.InvalidRequest([]apiv1.Detail{{Path: "reason", Message: "is required: say why"}})
+		}
+		ov := &apiv1.Override{ID: newOperatorID("ov-"), InstanceID: req.InstanceID, Action: req.Action, CreatedBy: by, Reason: req.Reason, CreatedAt: now.UTC()}
+		ev := health.Event{At: now, Kind: health.KindOverride, ID: req.InstanceID, Action: req.Action, By: by, Why: req.Reason}
+		switch req.Action {
+		case apiv1.OverrideWithdraw:
+			d, err := parseOperatorDuration("duration", req.Duration)
+			if err != nil {
+				return "", err
+			}
+			until := now.Add(d).UTC()
+			ev.Until, ov.ExpiresAt, ov.Active = until, &until, true
+		case apiv1.OverrideRelease:
+		default:
+			return "", apiv1.InvalidRequest([]apiv1.Detail{{Path: "action", Message: fmt.Sprintf("%q: want withdraw or release", req.Action)}})
+		}
+		r.ops.mu.Lock()
+		defer r.ops.mu.Unlock()
+		if err := r.cfg.Eligibility.Operate(ev); err != nil {
+			return "", err
+		}
+		for _, o := range r.ops.overrides { // a new decision about the instance ends the old
+			if o.InstanceID == req.InstanceID && o.Active {
+				t := now.UTC()
+				o.Active, o.EndedAt, o.EndedBy = false, &t, by
+			}
+		}
+		if req.Action == apiv1.OverrideRelease {
+			t := now.UTC()
+			ov.EndedAt, ov.EndedBy = &t, by
+		}
+		r.ops.overrides = append(r.ops.overrides, ov)
+		r.ops.trim()
+		c := *ov
+		out = &c
+		if req.Action == apiv1.OverrideRelease {
+			return fmt.Sprintf("instance %s released by %s: %s", req.InstanceID, by, req.Reason), nil
+		}
+		return fmt.Sprintf("instance %s withdrawn by %s until %s: %s", req.InstanceID, by, ov.ExpiresAt.Format(time.RFC3339), req.Reason), nil
+	})
+	return out, err
+}
+
+// Overrides lists the overrides, newest first.
+func (r *Registry) Overrides() *apiv1.OverrideList {
+	now := r.cfg.Now()
+	r.ops.mu.Lock()
+	defer r.ops.mu.Unlock()
+	out := &apiv1.OverrideList{Overrides: make([]apiv1.Override, 0, len(r.ops.overrides))}
+	for i := len(r.ops.overrides) - 1; i >= 0; i-- {
+		o := *r.ops.overrides[i]
+		if o.Active && o.ExpiresAt != nil && !now.Before(*o.ExpiresAt) {
+			o.Active, o.EndedAt = false, o.ExpiresAt
+		}
+		out.Overrides = append(out.Overrides, o)
+	}
+	return out
+}
+
+// EndOverride ends an active withdrawal before its time (a release of its instance).
+func (r *Registry) EndOverride(ctx context.Context, id string) (*apiv1.Override, error) {
+	var out *apiv1.Override
+	err := r.operate(ctx, apiv1.EventOverride, "override/"+id, func(now time.Time, by string) (string, error) {
+		r.ops.mu.Lock()
+		defer r.ops.mu.Unlock()
+		var ov *apiv1.Override
+		for _, o := range r.ops.overrides {
+			if o.ID == id {
+				ov = o
+			}
+		}
+		switch {
+		case ov == nil:
+			return "", apiv1.Errorf(http.StatusNotFound, apiv1.CodeNotFound, "no override %q", id)
+		case !ov.Active || (ov.ExpiresAt != nil && !now.Before(*ov.ExpiresAt)):
+			return "", apiv1.Errorf(http.StatusConflict, apiv1.CodeInvalidRequest, "override %s has ended already", id)
+		}
+		if err := r.cfg.Eligibility.Operate(health.Event{At: now, Kind: health.KindOverride, ID: ov.InstanceID, Action: health.ActionRelease, By: by}); err != nil {
+			return "", err
+		}
+		t := now.UTC()
+		ov.Active, ov.EndedAt, ov.EndedBy = false, &t, by
+		c := *ov
+		out = &c
+		return fmt.Sprintf("override %s of instance %s ended by %s", id, ov.InstanceID, by), nil
+	})
+	return out, err
+}

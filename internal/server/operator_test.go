@@ -1,0 +1,145 @@
+package server_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+)
+
+// zonalRegistration registers an instance of messaging.publish in zone, without a probe
+// class (in rotation at once).
+func zonalRegistration(id, zone string) string {
+	return fmt.Sprintf(`{"instance_id":%q,"service_name":"svc","service_version":"1.0.0","endpoint":"http://127.0.0.1:9","zone":%q,
+"capabilities":[{"capability_id":"messaging.publish","capability_version":"1.0.0","contract_schema_version":"1.0","provider":"jms"}]}`, id, zone)
+}
+
+// verdicts answers the eligibility of every instance of messaging.publish (include=all).
+func verdicts(t *testing.T, url string) map[string]string {
+	t.Helper()
+	var d apiv1.DiscoveryResponse
+	r := do(t, "GET", url+"/v1/discovery/capabilities?capability_id=messaging.publish&include=all", "")
+	json.Unmarshal(r.body, &d)
+	out := map[string]string{}
+	for _, e := range d.Capabilities {
+		out[e.InstanceID] = fmt.Sprintf("%s/%d", e.Eligibility, e.Weight)
+	}
+	return out
+}
+
+// TestOperatorActions: the evacuation and override API, its refusals (which change nothing)
+// and its effect on discovery, on the registry's clock.
+func TestOperatorActions(t *testing.T) {
+	s := newDeltaServer(t)
+	gens := map[string]int64{}
+	for i, zone := range []string{"z1", "z1", "z2", "z2", "z3", "z3"} {
+		id := fmt.Sprintf("i%d", i)
+		gens[id] = register(t, s, zonalRegistration(id, zone)).Generation
+	}
+	advance := func(d time.Duration) { // the leases hold
+		s.Clock.Advance(d)
+		for id, g := range gens {
+			do(t, "PUT", s.URL+"/v1/services/"+id+"/heartbeat", fmt.Sprintf(`{"generation":%d}`, g))
+		}
+		s.Registry.Sweep(context.Background())
+	}
+	advance(31 * time.Second) // past the slow start
+	ev := func(body string) response { return do(t, "POST", s.URL+apiv1.PathEvacuations, body) }
+	for _, tt := range []struct {
+		name, body string
+		status     int
+		code       string
+	}{
+		{"unknown zone", `{"zone":"z9","duration":"1h","reason":"r"}`, 404, apiv1.CodeUnknownZone},
+		{"no duration", `{"zone":"z1","reason":"r"}`, 400, apiv1.CodeInvalidRequest},
+		{"a duration of 0", `{"zone":"z1","duration":"0s","reason":"r"}`, 400, apiv1.CodeInvalidRequest},
+		{"over 72 h", `{"zone":"z1","duration":"73h","reason":"r"}`, 400, apiv1.CodeInvalidRequest},
+		{"no reason", `{"zone":"z1","duration":"1h"}`, 400, apiv1.CodeInvalidRequest},
+	} {
+		if r := ev(tt.body); r.status != tt.status || apiErr(t, r).Code != tt.code {
+			t.Errorf("%s: %d %s, want %d %s", tt.name, r.status, r.body, tt.status, tt.code)
+		}
+	}
+	if got := verdicts(t, s.URL); got["i0"] != "serving/100" {
+		t.Fatalf("a refused evacuation changed something: %v", got)
+	}
+	advance(30 * time.Second) // the refusals used 5 of the 10 actions a minute: back to 10
+
+	r := ev(`{"zone":"z1","duration":"2h","reason":"zone z1 drops 4% of publishes"}`)
+	var e1 apiv1.Evacuation
+	json.Unmarshal(r.body, &e1)
+	if r.status != http.StatusCreated || e1.State != apiv1.EvacuationActive || e1.AffectedInstances != 2 || e1.CreatedBy == "" {
+		t.Fatalf("evacuate z1 = %d %s", r.status, r.body)
+	}
+	if got := verdicts(t, s.URL); got["i0"] != "evacuated/0" || got["i1"] != "evacuated/0" || got["i2"] != "serving/100" {
+		t.Errorf("after the evacuation: %v", got)
+	}
+	if r := ev(`{"zone":"z1","duration":"2h","reason":"again"}`); r.status != 409 || apiErr(t, r).Code != apiv1.CodeEvacuationExists {
+		t.Errorf("a second evacuation of z1 = %d %s", r.status, r.body)
+	}
+	// z2 leaves 2 of 4 in rotation: exactly half is enough; then z3 would leave none
+	if r := ev(`{"zone":"z2","duration":"1h","reason":"r"}`); r.status != 201 {
+		t.Fatalf("evacuate z2 = %d %s", r.status, r.body)
+	}
+	if r := ev(`{"zone":"z3","duration":"1h","reason":"r"}`); r.status != 409 || apiErr(t, r).Code != apiv1.CodeEvacuationUnsafe || len(apiErr(t, r).Details) != 1 {
+		t.Errorf("evacuating the last zone = %d %s", r.status, r.body)
+	}
+	if got := verdicts(t, s.URL); got["i4"] != "serving/100" {
+		t.Errorf("a refused evacuation of z3 changed it: %v", got)
+	}
+	if r := do(t, "PATCH", s.URL+apiv1.PathEvacuations+"/"+e1.ID, `{"duration":"4h"}`); r.status != 200 {
+		t.Errorf("extend = %d %s", r.status, r.body)
+	}
+	if r := do(t, "DELETE", s.URL+apiv1.PathEvacuations+"/"+e1.ID, ""); r.status != 200 {
+		t.Fatalf("cancel = %d %s", r.status, r.body)
+	}
+	if got := verdicts(t, s.URL); got["i0"] != "returning/10" {
+		t.Errorf("after the cancel: %v", got)
+	}
+	var one apiv1.Evacuation
+	json.Unmarshal(do(t, "GET", s.URL+apiv1.PathEvacuations+"/"+e1.ID, "").body, &one)
+	if one.State != apiv1.EvacuationReturning || one.Return == nil || one.Return.Weight != 10 || one.Outcome != apiv1.OutcomeCancelled {
+		t.Errorf("the cancelled evacuation = %+v", one)
+	}
+	if r := do(t, "DELETE", s.URL+apiv1.PathEvacuations+"/"+e1.ID, ""); r.status != 409 {
+		t.Errorf("cancel of an ended evacuation = %d", r.status)
+	}
+	advance(61 * time.Second)
+	if got := verdicts(t, s.URL); got["i0"] != "returning/25" {
+		t.Errorf("a step later: %v", got)
+	}
+
+	// overrides
+	if r := do(t, "POST", s.URL+apiv1.PathOverrides, `{"instance_id":"nope","action":"withdraw","duration":"30m","reason":"r"}`); r.status != 404 {
+		t.Errorf("override of an unknown instance = %d", r.status)
+	}
+	r = do(t, "POST", s.URL+apiv1.PathOverrides, `{"instance_id":"i4","action":"withdraw","duration":"30m","reason":"bad disk"}`)
+	var ov apiv1.Override
+	json.Unmarshal(r.body, &ov)
+	if r.status != 201 || !ov.Active || ov.ExpiresAt == nil {
+		t.Fatalf("withdraw = %d %s", r.status, r.body)
+	}
+	gens["i4"] = register(t, s, zonalRegistration("i4", "z3")).Generation // a re-registration does not undo it
+	if got := verdicts(t, s.URL); got["i4"] != "withdrawn/0" {
+		t.Errorf("after the withdrawal and a re-registration: %v", got)
+	}
+	if r := do(t, "DELETE", s.URL+apiv1.PathOverrides+"/"+ov.ID, ""); r.status != 200 {
+		t.Errorf("end the override = %d %s", r.status, r.body)
+	}
+	if got := verdicts(t, s.URL); got["i4"] != "slow_start/10" {
+		t.Errorf("after the override ended: %v", got)
+	}
+
+	// the rate limit: 10 actions at once per identity, refused ones counted too
+	var last response
+	for range 12 {
+		last = ev(`{"zone":"z9","duration":"1h","reason":"r"}`)
+	}
+	if last.status != 429 || last.header.Get("Retry-After") == "" {
+		t.Errorf("the 12th action = %d (Retry-After %q)", last.status, last.header.Get("Retry-After"))
+	}
+}
