@@ -371,10 +371,14 @@ func (r *Registry) alarms(ev *apiv1.Evacuation, now time.Time) []string {
 // trim keeps the last keepEnded ended evacuations and overrides (under mu).
 func (o *operators) trim() {
 	if n := len(o.evacuations); n > 2*keepEnded {
-		o.evacuations = slices.DeleteFunc(o.evacuations, func(ev *apiv1.Evacuation) bool { return ev.EndedAt != nil && n > 2*keepEnded && func() bool { n--; return true }() })
+		o.evacuations = slices.DeleteFunc(o.evacuations, func(ev *apiv1.Evacuation) bool {
+			return ev.EndedAt != nil && n > 2*keepEnded && func() bool { n--; return true }()
+		})
 	}
 	if n := len(o.overrides); n > 2*keepEnded {
-		o.overrides = slices.DeleteFunc(o.overrides, func(ov *apiv1.Override) bool { return ov.EndedAt != nil && n > 2*keepEnded && func() bool { n--; return true }() })
+		o.overrides = slices.DeleteFunc(o.overrides, func(ov *apiv1.Override) bool {
+			return ov.EndedAt != nil && n > 2*keepEnded && func() bool { n--; return true }()
+		})
 	}
 }
 
@@ -400,7 +404,9 @@ func (r *Registry) Evacuations() (*apiv1.EvacuationList, error) {
 	for i := len(r.ops.evacuations) - 1; i >= 0; i-- {
 		out.Evacuations = append(out.Evacuations, *r.viewEvacuationLocked(r.ops.evacuations[i], now))
 	}
-	rank := func(s string) int { return map[string]int{apiv1.EvacuationActive: 0, apiv1.EvacuationHeld: 1, apiv1.EvacuationReturning: 1}[s] + 2*btoi(s == apiv1.EvacuationEnded) }
+	rank := func(s string) int {
+		return map[string]int{apiv1.EvacuationActive: 0, apiv1.EvacuationHeld: 1, apiv1.EvacuationReturning: 1}[s] + 2*btoi(s == apiv1.EvacuationEnded)
+	}
 	sort.SliceStable(out.Evacuations, func(i, j int) bool { return rank(out.Evacuations[i].State) < rank(out.Evacuations[j].State) })
 	return out, nil
 }
