@@ -395,3 +395,39 @@ func cloneValues(q url.Values) url.Values {
 	}
 	return out
 }
+
+// Evacuate evacuates a zone (admin): POST /v1/admin/evacuations.
+func (c *Client) Evacuate(ctx context.Context, req *apiv1.EvacuationRequest) (*apiv1.Evacuation, error) {
+	var out apiv1.Evacuation
+	return &out, c.call(ctx, http.MethodPost, apiv1.PathEvacuations, nil, req, &out)
+}
+
+// Evacuations lists the evacuations (admin).
+func (c *Client) Evacuations(ctx context.Context) (*apiv1.EvacuationList, error) {
+	var out apiv1.EvacuationList
+	return &out, c.call(ctx, http.MethodGet, apiv1.PathEvacuations, nil, nil, &out)
+}
+
+// ExtendEvacuation makes an active evacuation hold for duration from now (admin).
+func (c *Client) ExtendEvacuation(ctx context.Context, id, duration string) (*apiv1.Evacuation, error) {
+	var out apiv1.Evacuation
+	return &out, c.call(ctx, http.MethodPatch, apiv1.PathEvacuations+"/"+url.PathEscape(id), nil, apiv1.ExtendRequest{Duration: duration}, &out)
+}
+
+// EndEvacuation ends an active evacuation now: its zone starts the capped way back (admin).
+func (c *Client) EndEvacuation(ctx context.Context, id string) (*apiv1.Evacuation, error) {
+	var out apiv1.Evacuation
+	return &out, c.call(ctx, http.MethodDelete, apiv1.PathEvacuations+"/"+url.PathEscape(id), nil, nil, &out)
+}
+
+// Override withdraws or releases one instance (admin): POST /v1/admin/overrides.
+func (c *Client) Override(ctx context.Context, req *apiv1.OverrideRequest) (*apiv1.Override, error) {
+	var out apiv1.Override
+	return &out, c.call(ctx, http.MethodPost, apiv1.PathOverrides, nil, req, &out)
+}
+
+// Overrides lists the overrides (admin).
+func (c *Client) Overrides(ctx context.Context) (*apiv1.OverrideList, error) {
+	var out apiv1.OverrideList
+	return &out, c.call(ctx, http.MethodGet, apiv1.PathOverrides, nil, nil, &out)
+}

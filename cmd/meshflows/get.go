@@ -72,7 +72,7 @@ func (r *remoteFlags) client(which string) (*client.Client, error) {
 }
 
 // getKinds are what 'meshflows get' lists, with the component each is read from.
-var getKinds = []string{"services", "instances", "capabilities", "routes", "workflows", "runs", "incidents", "events"}
+var getKinds = []string{"services", "instances", "capabilities", "routes", "workflows", "runs", "incidents", "events", "evacuations", "overrides"}
 
 // kindOf accepts a kind in its plural or singular form.
 func kindOf(arg string) (string, error) {
@@ -109,7 +109,8 @@ registry selects them, so one service of a large fleet is cheap to list), capabi
 (discovery, with the filters --capability, --provider, --constraint, --service), routes (the
 gateway's table),
 workflows and runs (the orchestrator; runs need --workflow), incidents (--status) and events
-(the registry's journal: --type, --severity, --subject, --q, --limit).
+(the registry's journal: --type, --severity, --subject, --q, --limit), evacuations and
+overrides (the operator actions; admin).
 
 --watch redraws whenever the answer changes: the registry's kinds follow its long poll, events
 are tailed, the others are asked again every two seconds. A registry that goes away or
@@ -265,6 +266,18 @@ func (f *getFlags) fetchOnce(ctx context.Context, kind string, poll client.Poll)
 			return nil, nil, 0, "", err
 		}
 		return h, runsTable(h, wide), 0, "", nil
+	case "evacuations":
+		evs, err := c.Evacuations(ctx)
+		if err != nil {
+			return nil, nil, 0, "", err
+		}
+		return evs, evacuationsTable(evs.Evacuations), 0, "", nil
+	case "overrides":
+		ovs, err := c.Overrides(ctx)
+		if err != nil {
+			return nil, nil, 0, "", err
+		}
+		return ovs, overridesTable(ovs.Overrides), 0, "", nil
 	case "incidents":
 		in, err := c.Incidents(ctx, f.status)
 		if err != nil {

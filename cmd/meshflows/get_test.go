@@ -99,6 +99,40 @@ func TestGetDescribeStatus(t *testing.T) {
 			t.Errorf("describe -o json: %v %+v", err, d)
 		}
 	})
+	t.Run("operator actions", func(t *testing.T) {
+		reg := []string{"--registry", url(devRegistryOffset)}
+		act := func(args ...string) (string, error) { return run(ctx, append(args, reg...)...) }
+		if out, err := act("override", "withdraw", jms, "--for", "30m", "--reason", "drill"); err != nil || !strings.Contains(out, "withdraw") || !strings.Contains(out, "true") {
+			t.Fatalf("override withdraw: %v\n%s", err, out)
+		}
+		if out := get(t, "get", "overrides"); !strings.Contains(out, jms) || !strings.Contains(out, "drill") {
+			t.Errorf("get overrides:\n%s", out)
+		}
+		if out, err := act("override", "release", jms); err != nil {
+			t.Errorf("override release: %v\n%s", err, out)
+		}
+		if _, err := act("evacuate", "zone", "nowhere", "--for", "1h", "--reason", "r"); err == nil || !strings.Contains(strings.ToUpper(err.Error()), "UNKNOWN_ZONE") {
+			t.Errorf("evacuate an unknown zone: %v", err)
+		}
+		// both providers of dev are in zone a: evacuating it leaves nothing, unless forced
+		if _, err := act("evacuate", "zone", "a", "--for", "1h", "--reason", "r"); err == nil || !strings.Contains(strings.ToUpper(err.Error()), "EVACUATION_UNSAFE") || !strings.Contains(err.Error(), "0 of ") {
+			t.Errorf("evacuate the only zone: %v", err)
+		}
+		out, err := act("evacuate", "zone", "a", "--for", "1h", "--reason", "drill", "--force", "-o", "json")
+		var ev apiv1.Evacuation
+		if err != nil || json.Unmarshal([]byte(out), &ev) != nil || ev.State != apiv1.EvacuationActive {
+			t.Fatalf("evacuate --force: %v\n%s", err, out)
+		}
+		if out := get(t, "get", "evacuations"); !strings.Contains(out, ev.ID) || !strings.Contains(out, "active") {
+			t.Errorf("get evacuations:\n%s", out)
+		}
+		if out, err := act("evacuate", "extend", ev.ID, "--for", "2h"); err != nil || !strings.Contains(out, "active") {
+			t.Errorf("evacuate extend: %v\n%s", err, out)
+		}
+		if out, err := act("evacuate", "cancel", ev.ID); err != nil || !strings.Contains(out, "returning") {
+			t.Errorf("evacuate cancel: %v\n%s", err, out)
+		}
+	})
 	t.Run("status", func(t *testing.T) {
 		out, err := run(ctx, append([]string{"status"}, remote...)...)
 		var ee *exitError

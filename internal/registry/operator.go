@@ -212,11 +212,11 @@ func (r *Registry) minRemaining() float64 {
 }
 
 // unsafeRemaining returns the capabilities an evacuation would leave with fewer than min of
-// their in-rotation instances, or none.
+// their in-rotation instances, or with none in rotation (even when none is now).
 func unsafeRemaining(rem []apiv1.Remaining, min float64) []apiv1.Remaining {
 	var out []apiv1.Remaining
 	for _, x := range rem {
-		if x.InRotation > 0 && (x.Remaining == 0 || float64(x.Remaining) < min*float64(x.InRotation)) {
+		if x.Remaining == 0 || float64(x.Remaining) < min*float64(x.InRotation) {
 			out = append(out, x)
 		}
 	}
