@@ -47,7 +47,14 @@ audit log and the event journal with your identity; 10 actions a minute per iden
 	zone := &cobra.Command{
 		Use:   "zone ZONE",
 		Short: "Evacuate a zone for a duration",
-		Args:  cobra.ExactArgs(1),
+		Long: `Evacuate ZONE (every capability, or --capability) for --for, with --reason. Refused, changing
+nothing: an unknown zone (UNKNOWN_ZONE), a second evacuation of the same zone and scope
+(EVACUATION_EXISTS: extend it instead), one that would leave a capability with fewer than half
+of its in-rotation instances or none (EVACUATION_UNSAFE, naming what would remain; --force
+evacuates anyway, audited).`,
+		Example: `  meshflows evacuate zone eu-west-1a --for 2h --reason "eu-west-1a drops 4% of publishes (INC-231)"
+  meshflows evacuate zone eu-west-1a --capability messaging.publish --for 30m --reason drill --practice -o json`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check("table", "json", "yaml"); err != nil {
 				return err
@@ -71,7 +78,10 @@ audit log and the event journal with your identity; 10 actions a minute per iden
 	extend := &cobra.Command{
 		Use:   "extend ID",
 		Short: "Make an active evacuation hold for --for from now",
-		Args:  cobra.ExactArgs(1),
+		Long: `Set an active evacuation's expiry to --for from now (at most 72h). An evacuation that ended
+cannot be extended (409): start a new one.`,
+		Example: `  meshflows evacuate extend ev-0a1b2c3d4e5f --for 4h`,
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check("table", "json", "yaml"); err != nil {
 				return err
@@ -91,7 +101,11 @@ audit log and the event journal with your identity; 10 actions a minute per iden
 	cancel := &cobra.Command{
 		Use:   "cancel ID",
 		Short: "End an active evacuation now: the zone starts its capped way back",
-		Args:  cobra.ExactArgs(1),
+		Long: `End an active evacuation now. Its instances come back in steps (weights 10, 25, 50, a minute
+each, then serving); 'meshflows get evacuations' shows the step and when the next one comes.
+An evacuation that ended already is 409.`,
+		Example: `  meshflows evacuate cancel ev-0a1b2c3d4e5f`,
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check("table", "json", "yaml"); err != nil {
 				return err
@@ -162,9 +176,15 @@ instance enters slow start. Audited and journaled like every operator action.`,
 		c.Flags().StringVar(&reason, "reason", "", "why (required for withdraw)")
 		if verb == apiv1.OverrideWithdraw {
 			c.Short = "Take an instance out of rotation for --for"
+			c.Long = `Withdraw INSTANCE (cause OPERATOR_WITHDRAWN) for --for, with --reason. It holds across the
+instance's re-registrations until it expires or is released. An unknown instance is 404.`
+			c.Example = `  meshflows override withdraw jms-7f3a --for 30m --reason "slow disk, see INC-231"`
 			c.Flags().StringVar(&duration, "for", "", "how long, at most 72h (required), like 30m")
 		} else {
 			c.Short = "End an instance's withdrawal or quarantine now"
+			c.Long = `Release INSTANCE: its operator withdrawal ends, and so does a quarantine; it enters slow start
+at once.`
+			c.Example = `  meshflows override release jms-7f3a --reason "disk replaced"`
 		}
 		return c
 	}
