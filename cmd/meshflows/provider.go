@@ -29,6 +29,7 @@ func newExampleProviderCmd() *cobra.Command {
 		heartbeat                     time.Duration
 		logCfg                        telemetry.LogConfig
 		creds                         clientCreds
+		faults                        messaging.Faults
 	)
 	cmd := &cobra.Command{
 		Use:   "example-provider",
@@ -37,8 +38,14 @@ func newExampleProviderCmd() *cobra.Command {
 messaging.publish@1.0.0 with the registry, heartbeats, re-registers after a registry restart
 and deregisters on Ctrl-C. It serves POST /api/messaging/KIND/publish,
 GET /api/messaging/KIND/messages, the capability's validate and invoke endpoints, /healthz
-and /metrics.`,
-		Example: "  meshflows example-provider --kind jms --registry http://127.0.0.1:7400 --listen 127.0.0.1:7410",
+and /metrics.
+
+For drills, it can misbehave on purpose: --latency adds a delay to every publish (over HTTP
+or invoked by a workflow) and --error-rate answers that share of them 500 — a grey failure
+its probes never see (/healthz stays ok), which only the outcomes consumers report reveal.
+meshflows_example_provider_injected_faults_total counts the injected errors.`,
+		Example: `  meshflows example-provider --kind jms --registry http://127.0.0.1:7400 --listen 127.0.0.1:7410
+  meshflows example-provider --kind jms --zone b --listen 127.0.0.1:7412 --error-rate 0.04 --latency 20ms`,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runComponent(cmd, logCfg, listen, func(ctx context.Context, g *errgroup.Group, ln net.Listener, logger *slog.Logger) error {
@@ -47,7 +54,7 @@ and /metrics.`,
 					return err
 				}
 				return startExampleProvider(ctx, g, exampleProviderOptions{kind: kind, advertise: advertise, zone: zone,
-					registries: registries, heartbeat: heartbeat, client: httpClient, token: creds.token}, ln, logger)
+					registries: registries, heartbeat: heartbeat, client: httpClient, token: creds.token, faults: faults}, ln, logger)
 			})
 		},
 	}
@@ -59,6 +66,8 @@ and /metrics.`,
 	f.StringVar(&advertise, "advertise", "", "endpoint URL to register (default http://<listen address>)")
 	f.StringVar(&zone, "zone", "", "zone to register in")
 	f.DurationVar(&heartbeat, "heartbeat-interval", 0, "heartbeat interval (0: the one the registry returns)")
+	f.Float64Var(&faults.ErrorRate, "error-rate", 0, "share of publishes answered 500 on purpose, 0..1 (a drill's grey failure)")
+	f.DurationVar(&faults.Latency, "latency", 0, "delay added to every publish (a drill's slow instance)")
 	bindLogFlags(f, &logCfg, "json")
 	creds.bind(f)
 	return cmd
@@ -140,6 +149,7 @@ type exampleProviderOptions struct {
 	heartbeat             time.Duration
 	client                *http.Client // nil: a plain client
 	token                 string
+	faults                messaging.Faults
 }
 
 // startExampleProvider builds an example provider on ln and runs it in g until ctx ends.
@@ -160,6 +170,12 @@ func startExampleProvider(ctx context.Context, g *errgroup.Group, o exampleProvi
 	}
 	if err != nil {
 		return err
+	}
+	if o.faults.ErrorRate != 0 || o.faults.Latency != 0 {
+		if err := p.SetFaults(o.faults); err != nil {
+			return fmt.Errorf("--error-rate, --latency: %w", err)
+		}
+		logger.Warn("example provider injects faults", slog.Float64("error_rate", o.faults.ErrorRate), slog.Duration("latency", o.faults.Latency))
 	}
 	agentCfg := provider.Config{Registries: o.registries, HeartbeatInterval: o.heartbeat, Client: o.client, BearerToken: o.token,
 		Logger: logger.With(slog.String("provider", o.kind))}

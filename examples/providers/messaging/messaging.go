@@ -81,6 +81,9 @@ type Provider struct {
 	messages []Message
 
 	agent atomic.Pointer[provider.Agent] // while Run keeps it registered
+
+	faults   atomic.Pointer[Faults] // nil: none (SetFaults)
+	injected prometheus.Counter
 }
 
 // New returns a provider for cfg.
@@ -101,7 +104,9 @@ func New(cfg Config) (*Provider, error) {
 	p := &Provider{cfg: cfg, reg: prometheus.NewRegistry()}
 	p.published = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "meshflows", Subsystem: "example_provider",
 		Name: "published_total", Help: "Messages published.", ConstLabels: prometheus.Labels{"kind": cfg.Kind}})
-	p.reg.MustRegister(p.published)
+	p.injected = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "meshflows", Subsystem: "example_provider",
+		Name: "injected_faults_total", Help: "Publishes answered 500 on purpose (--error-rate).", ConstLabels: prometheus.Labels{"kind": cfg.Kind}})
+	p.reg.MustRegister(p.published, p.injected)
 	if reg := p.Registration(); reg.Validate() != nil {
 		err := reg.Validate()
 		return nil, fmt.Errorf("messaging provider: %w", err)
@@ -228,6 +233,10 @@ func (p *Provider) handlePublish(w http.ResponseWriter, r *http.Request) {
 		provider.WriteError(w, apiv1.Errorf(http.StatusBadRequest, apiv1.CodeInvalidJSON, "body is not a publish request: %v", err))
 		return
 	}
+	if err := p.fault(r.Context()); err != nil {
+		provider.WriteError(w, err)
+		return
+	}
 	res, err := p.Publish(&req)
 	if err != nil {
 		provider.WriteError(w, err)
@@ -287,7 +296,10 @@ func (p *Provider) validate(_ context.Context, req *apiv1.ValidateRequest) ([]ap
 	return diags, nil
 }
 
-func (p *Provider) invoke(_ context.Context, req *apiv1.InvokeRequest) (any, error) {
+func (p *Provider) invoke(ctx context.Context, req *apiv1.InvokeRequest) (any, error) {
+	if err := p.fault(ctx); err != nil {
+		return nil, err
+	}
 	var pr PublishRequest
 	if len(req.Request) > 0 {
 		if err := json.Unmarshal(req.Request, &pr); err != nil {
