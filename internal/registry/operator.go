@@ -579,3 +579,67 @@ func (r *Registry) EndOverride(ctx context.Context, id string) (*apiv1.Override,
 	})
 	return out, err
 }
+
+// operatorState copies the operator actions for a snapshot (nil when there is none).
+func (r *Registry) operatorState() *OperatorState {
+	r.ops.mu.Lock()
+	defer r.ops.mu.Unlock()
+	if len(r.ops.evacuations) == 0 && len(r.ops.overrides) == 0 {
+		return nil
+	}
+	st := &OperatorState{Evacuations: make([]apiv1.Evacuation, len(r.ops.evacuations)), Overrides: make([]apiv1.Override, len(r.ops.overrides))}
+	for i, ev := range r.ops.evacuations {
+		st.Evacuations[i] = *ev
+	}
+	for i, ov := range r.ops.overrides {
+		st.Overrides[i] = *ov
+	}
+	return st
+}
+
+// restoreOperators applies the operator actions of a snapshot again: the evacuations that
+// hold or whose zone is on its way back, and the withdrawals that have not run out.
+func (r *Registry) restoreOperators(st *OperatorState, now time.Time) error {
+	if st == nil {
+		return nil
+	}
+	r.ops.mu.Lock()
+	defer r.ops.mu.Unlock()
+	r.ops.evacuations, r.ops.overrides = nil, nil
+	for i := range st.Evacuations {
+		ev := st.Evacuations[i]
+		r.ops.evacuations = append(r.ops.evacuations, &ev)
+		if r.cfg.Eligibility == nil {
+			continue
+		}
+		end := ev.ExpiresAt
+		if ev.EndedAt != nil && ev.EndedAt.Before(end) {
+			end = *ev.EndedAt
+		}
+		cfg := r.engineConfig()
+		if now.After(end.Add(time.Duration(len(cfg.ReturnSteps)) * cfg.ReturnDwell)) {
+			continue // its way back is over
+		}
+		if err := r.cfg.Eligibility.Operate(health.Event{At: ev.StartsAt, Kind: health.KindEvacuate, Evacuation: ev.ID, Zone: ev.Zone,
+			Capability: ev.CapabilityID, Until: ev.ExpiresAt, By: ev.CreatedBy, Why: ev.Reason}); err != nil {
+			return err
+		}
+		if end.Before(ev.ExpiresAt) {
+			if err := r.cfg.Eligibility.Operate(health.Event{At: end, Kind: health.KindEvacuationEnded, Evacuation: ev.ID}); err != nil {
+				return err
+			}
+		}
+	}
+	for i := range st.Overrides {
+		ov := st.Overrides[i]
+		r.ops.overrides = append(r.ops.overrides, &ov)
+		if r.cfg.Eligibility == nil || !ov.Active || ov.ExpiresAt == nil || !now.Before(*ov.ExpiresAt) {
+			continue
+		}
+		if err := r.cfg.Eligibility.Operate(health.Event{At: now, Kind: health.KindOverride, ID: ov.InstanceID, Action: health.ActionWithdraw,
+			Until: *ov.ExpiresAt, By: ov.CreatedBy, Why: ov.Reason}); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -67,6 +67,15 @@ type Snapshot struct {
 	InstanceCount   int              `json:"instance_count"`
 	CapabilityCount int              `json:"capability_count"`
 	Instances       []apiv1.Instance `json:"instances"`
+	// Operators holds the operator actions: evacuations and overrides, which a restored
+	// registry applies again (nil when there were none).
+	Operators *OperatorState `json:"operators,omitempty"`
+}
+
+// OperatorState is the operator actions a snapshot keeps.
+type OperatorState struct {
+	Evacuations []apiv1.Evacuation `json:"evacuations"`
+	Overrides   []apiv1.Override   `json:"overrides"`
 }
 
 // Snapshot returns the current state as a Snapshot.
@@ -88,7 +97,7 @@ func (r *Registry) snapshotHeader() (*Snapshot, []*Record) {
 	rev := r.revision()
 	recs := sortedRecords(r.store.Records())
 	s := &Snapshot{Timestamp: r.cfg.Now().UTC(), RegistryEpoch: r.store.Epoch().ID, Revision: rev,
-		Generation: r.store.Generation(), InstanceCount: len(recs)}
+		Generation: r.store.Generation(), InstanceCount: len(recs), Operators: r.operatorState()}
 	for _, rec := range recs {
 		s.CapabilityCount += len(rec.Capabilities)
 	}
@@ -159,6 +168,13 @@ func writeSnapshot(w io.Writer, s *Snapshot, recs []*Record) error {
 	})
 	if err != nil {
 		return err
+	}
+	if s.Operators != nil {
+		ops, err := json.Marshal(s.Operators)
+		if err != nil {
+			return err
+		}
+		b = append(append(b, `,"operators":`...), ops...)
 	}
 	_, err = w.Write(append(b, "}\n"...))
 	return err
@@ -285,5 +301,8 @@ func (r *Registry) RestoreSnapshot(ctx context.Context, path string) (*Snapshot,
 		return nil, fmt.Errorf("restore snapshot %s: %w", path, err)
 	}
 	r.reconcile.Store(true) // the eligibility monitor learns the restored fleet at the next sweep
+	if err := r.restoreOperators(s.Operators, now); err != nil {
+		return nil, fmt.Errorf("restore snapshot %s: operators: %w", path, err)
+	}
 	return &s, nil
 }

@@ -9,6 +9,9 @@ import (
 	"time"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/internal/health"
+	"github.com/meshflows/meshflows/internal/registry"
+	"github.com/meshflows/meshflows/internal/registry/registrytest"
 )
 
 // zonalRegistration registers an instance of messaging.publish in zone, without a probe
@@ -141,5 +144,48 @@ func TestOperatorActions(t *testing.T) {
 	}
 	if last.status != 429 || last.header.Get("Retry-After") == "" {
 		t.Errorf("the 12th action = %d (Retry-After %q)", last.status, last.header.Get("Retry-After"))
+	}
+}
+
+// TestOperatorActionsSurviveARestart: the evacuations and withdrawals in a snapshot hold
+// again in the registry restored from it.
+func TestOperatorActionsSurviveARestart(t *testing.T) {
+	dir := t.TempDir()
+	newServer := func() *registrytest.Server {
+		m, err := health.NewMonitor(health.MonitorConfig{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return registrytest.NewServer(t, registry.Config{SnapshotDir: dir, Eligibility: m})
+	}
+	s := newServer()
+	for i, zone := range []string{"z1", "z2", "z2"} {
+		register(t, s, zonalRegistration(fmt.Sprintf("i%d", i), zone))
+	}
+	if r := do(t, "POST", s.URL+apiv1.PathEvacuations, `{"zone":"z1","duration":"2h","reason":"r"}`); r.status != 201 {
+		t.Fatalf("evacuate = %d %s", r.status, r.body)
+	}
+	if r := do(t, "POST", s.URL+apiv1.PathOverrides, `{"instance_id":"i2","action":"withdraw","duration":"1h","reason":"r"}`); r.status != 201 {
+		t.Fatalf("withdraw = %d %s", r.status, r.body)
+	}
+	s.Clock.Advance(registry.DefaultLeaseTTL) // past the warm-up: a snapshot may be written
+	if _, err := s.Registry.WriteSnapshot(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+
+	s2 := newServer()
+	if _, _, err := s2.Registry.RestoreLatest(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var list apiv1.EvacuationList
+	json.Unmarshal(do(t, "GET", s2.URL+apiv1.PathEvacuations, "").body, &list)
+	if len(list.Evacuations) != 1 || list.Evacuations[0].State != apiv1.EvacuationActive {
+		t.Fatalf("evacuations after the restore: %+v", list)
+	}
+	for i, zone := range []string{"z1", "z2", "z2"} {
+		register(t, s2, zonalRegistration(fmt.Sprintf("i%d", i), zone))
+	}
+	if got := verdicts(t, s2.URL); got["i0"] != "evacuated/0" || got["i2"] != "withdrawn/0" || got["i1"] != "slow_start/10" {
+		t.Errorf("verdicts after the restore: %v", got)
 	}
 }
