@@ -129,8 +129,14 @@ func TestGetDescribeStatus(t *testing.T) {
 		if out, err := act("evacuate", "extend", ev.ID, "--for", "2h"); err != nil || !strings.Contains(out, "active") {
 			t.Errorf("evacuate extend: %v\n%s", err, out)
 		}
+		if out, _ := act("status", "--no-gateway"); !strings.Contains(out, "Evacuation:   "+ev.ID+" zone a (every capability) active") {
+			t.Errorf("status during the evacuation:\n%s", out)
+		}
 		if out, err := act("evacuate", "cancel", ev.ID); err != nil || !strings.Contains(out, "returning") {
 			t.Errorf("evacuate cancel: %v\n%s", err, out)
+		}
+		if out, _ := act("status", "--no-gateway"); !strings.Contains(out, "returning: step 1 of 3, weight 10") {
+			t.Errorf("status during the return:\n%s", out)
 		}
 	})
 	t.Run("status", func(t *testing.T) {

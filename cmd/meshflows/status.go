@@ -115,6 +115,9 @@ type statusReport struct {
 	Complete      bool                  `json:"complete"`
 	OpenIncidents map[string]int        `json:"open_incidents,omitempty"` // by severity
 	Gateway       *gatewayStatus        `json:"gateway,omitempty"`
+	// Evacuations are the active and returning ones (read with an admin identity; nil
+	// without one).
+	Evacuations []apiv1.Evacuation `json:"evacuations,omitempty"`
 	// Verdict is healthy, degraded or unreachable (exit 0, 1, 2).
 	Verdict string   `json:"verdict"`
 	Why     []string `json:"why,omitempty"`
@@ -220,6 +223,13 @@ func (r *remoteFlags) status(ctx context.Context, withGateway bool) (*statusRepo
 			degraded(fmt.Sprintf("%d critical incidents open", n))
 		}
 	}
+	if evs, err := c.Evacuations(ctx); err == nil { // admin only: others are not told
+		for _, ev := range evs.Evacuations {
+			if ev.State != apiv1.EvacuationEnded {
+				rep.Evacuations = append(rep.Evacuations, ev)
+			}
+		}
+	}
 	if withGateway {
 		g := &gatewayStatus{URL: r.gateway}
 		rep.Gateway = g
@@ -266,6 +276,20 @@ func (r *statusReport) text(w io.Writer) error {
 	fmt.Fprintf(&b, "Holds:        %d instances, %d capabilities\nSelf-preservation: %v\n", h.ActiveInstances, h.ActiveCapabilities, h.SelfPreservation)
 	if r.OpenIncidents != nil {
 		fmt.Fprintf(&b, "Incidents:    %d critical, %d warning, %d info open\n", r.OpenIncidents["critical"], r.OpenIncidents["warning"], r.OpenIncidents["info"])
+	}
+	for _, ev := range r.Evacuations {
+		scope := "every capability"
+		if ev.CapabilityID != "" {
+			scope = ev.CapabilityID
+		}
+		switch {
+		case ev.Return != nil:
+			fmt.Fprintf(&b, "Evacuation:   %s zone %s (%s) returning: step %d of %d, weight %d, next at %s\n", ev.ID, ev.Zone, scope,
+				ev.Return.Step, len(ev.Return.Steps), ev.Return.Weight, ev.Return.NextStepAt.Format(time.RFC3339))
+		default:
+			fmt.Fprintf(&b, "Evacuation:   %s zone %s (%s) %s until %s by %s: %s\n", ev.ID, ev.Zone, scope, ev.State,
+				ev.ExpiresAt.Format(time.RFC3339), ev.CreatedBy, ev.Reason)
+		}
 	}
 	if g := r.Gateway; g != nil {
 		if g.Error != "" {
