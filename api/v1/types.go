@@ -55,8 +55,8 @@ func (p *Pool) Add(eligibility string, inPanic bool) {
 		p.InRotation++
 	case eligibility == EligibilityUnknown:
 		p.NeverAdmitted++
-	case eligibility != EligibilityDraining && eligibility != EligibilityAbsent:
-		p.Members++
+	case eligibility != EligibilityDraining && eligibility != EligibilityAbsent && eligibility != EligibilityEvacuated:
+		p.Members++ // evacuated instances are no members while the evacuation holds
 	}
 }
 

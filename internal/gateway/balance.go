@@ -96,6 +96,8 @@ func (g *Gateway) servingFor(e *routing.Entry, verdicts map[string]verdict, gens
 				weight = max(v.weight, 1)
 			case apiv1.InRotation(v.eligibility), v.panic && v.eligibility != apiv1.EligibilityDraining:
 				// in rotation under panic, or out of rotation in a group the registry says is in panic
+			case v.eligibility == apiv1.EligibilityEvacuated:
+				continue // its zone is evacuated: not even in panic
 			case v.eligibility == apiv1.EligibilityUnknown && !newPool:
 				continue // never admitted, beside members that were: not before a probe
 			case poolPanic && v.eligibility != apiv1.EligibilityDraining && v.eligibility != apiv1.EligibilityAbsent:

@@ -441,6 +441,8 @@ func (o *Orchestrator) candidates(ctx context.Context, st *workflow.Step) ([]can
 			inRot := e.Eligibility == "" || e.Panic || apiv1.InRotation(e.Eligibility)
 			switch {
 			case inRot:
+			case e.Eligibility == apiv1.EligibilityEvacuated:
+				continue // its zone is evacuated: no candidate, even in panic
 			case e.Eligibility == apiv1.EligibilityUnknown && !newPool:
 				continue // never admitted, beside members that were
 			case !poolPanic:

@@ -213,7 +213,13 @@ func judgeChunkOf(m Eligibility, es, out []Entry, all, collect bool, refused []a
 				continue
 			}
 			if lastPanic {
-				if state == apiv1.EligibilityDraining || state == apiv1.EligibilityAbsent {
+				switch state {
+				case apiv1.EligibilityDraining, apiv1.EligibilityAbsent:
+					continue
+				case apiv1.EligibilityEvacuated: // no member of its group: never served in panic
+					if all {
+						acc.out = append(acc.out, e)
+					}
 					continue
 				}
 				e.Weight, e.Panic = 100, true

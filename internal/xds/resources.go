@@ -93,8 +93,8 @@ func clusterNames(e apiv1.CapabilityEntry) [2]string {
 // own panic routes to every host, a surge of new ones included, before their first probe.
 // The registry's panic answer of a brand-new service marks them, and they go out so.
 func endpointOf(e apiv1.CapabilityEntry) (endpoint, bool) {
-	if e.Eligibility == apiv1.EligibilityUnknown && !e.Panic {
-		return endpoint{}, false
+	if (e.Eligibility == apiv1.EligibilityUnknown || e.Eligibility == apiv1.EligibilityEvacuated) && !e.Panic {
+		return endpoint{}, false // never admitted, or evacuated: no endpoint Envoy's own panic could pick
 	}
 	host, port, ok := apiv1.HostPort(e.Endpoint)
 	if !ok {
