@@ -79,6 +79,7 @@ type group struct {
 	members    int // of those, neither absent nor draining nor never admitted
 	inRotation int
 	admitting  int // never admitted (unknown with ADMITTING): not members (Engine.Group)
+	dirty      bool // in Monitor.dirty
 	// sample is its capability's entry of Monitor.sampleBuf, once a sample found it: a
 	// capability keeps its entry while it has a group.
 	sample *capSample
@@ -142,7 +143,10 @@ func (m *Monitor) recount(v *view, state string) bool {
 		g.members += nm - om
 		g.inRotation += nr - or
 		g.admitting += na - oa
-		m.dirty[g.key] = struct{}{}
+		if !g.dirty { // a burst (an evacuation) moves the same groups again and again
+			g.dirty = true
+			m.dirty[g.key] = struct{}{}
+		}
 	}
 	// Its verdict is state from here on (refreshVerdict), unless state is absent.
 	v.ungrouped = state == apiv1.EligibilityAbsent

@@ -521,6 +521,9 @@ func (m *Monitor) tickAndPublish(now time.Time) {
 	}
 	moved := len(m.dirty) > 0
 	for k := range m.dirty {
+		if g := m.groups[k]; g != nil {
+			g.dirty = false
+		}
 		changed = m.panic(k, now) || changed
 	}
 	if len(m.dirty) > 1024 { // a big map costs its size to walk, even empty

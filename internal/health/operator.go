@@ -341,14 +341,25 @@ func (e *Engine) scope(id string) (zone, capability string, ok bool) {
 // change as one revision. The engine then moves them by itself (the end of a withdrawal, of
 // an evacuation, each step of the way back) at the sweeps.
 func (m *Monitor) Operate(ev Event) error {
+	_, err := m.OperateCount(ev)
+	return err
+}
+
+// OperateCount is Operate; it also returns how many instances the decision concerns (those
+// of the evacuated zone and scope, or the one overridden).
+func (m *Monitor) OperateCount(ev Event) (int, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.engine.Apply(ev); err != nil {
-		return err
+		return 0, err
 	}
+	n := 0
 	changed := false
 	groups := map[groupKey]struct{}{}
 	judge := func(v *view) {
+		if v.state != apiv1.EligibilityDraining && v.state != apiv1.EligibilityAbsent {
+			n++
+		}
 		if m.refreshVerdict(v, ev.At) {
 			changed = true
 			for _, g := range v.groups {
@@ -364,7 +375,7 @@ func (m *Monitor) Operate(ev Event) error {
 	default:
 		zone, capability, ok := m.engine.scope(ev.Evacuation)
 		if !ok {
-			return nil
+			return 0, nil
 		}
 		scope := evacuation{zone: zone, capability: capability}
 		for _, v := range m.views {
@@ -377,7 +388,16 @@ func (m *Monitor) Operate(ev Event) error {
 		changed = m.panic(k, ev.At) || changed
 	}
 	m.publish(changed)
-	return nil
+	return n, nil
+}
+
+// Groups calls fn with the counts of every (capability, zone) group: its members (neither
+// draining, nor evacuated, nor never admitted) and those of them in rotation. It costs the
+// groups, not the fleet.
+func (r Reader) Groups(fn func(capability, zone string, members, inRotation int)) {
+	for k, g := range r.m.groups {
+		fn(k.capability, k.zone, g.members, g.inRotation)
+	}
 }
 
 // Evacuations returns the evacuations that hold or are on the way back at now.

@@ -146,7 +146,7 @@ func (r *Registry) Evacuate(ctx context.Context, req *apiv1.EvacuationRequest) (
 		if strings.TrimSpace(req.Reason) == "" {
 			return "", apiv1.InvalidRequest([]apiv1.Detail{{Path: "reason", Message: "is required: say why, for the journal and whoever is on call next"}})
 		}
-		remaining, affected, known := r.evacuationImpact(req.Zone, req.CapabilityID)
+		remaining, known := r.evacuationImpact(req.Zone, req.CapabilityID)
 		if !known {
 			return "", apiv1.Errorf(http.StatusNotFound, apiv1.CodeUnknownZone, "no instance is registered in zone %q%s", req.Zone, forCapability(req.CapabilityID))
 		}
@@ -176,11 +176,13 @@ func (r *Registry) Evacuate(ctx context.Context, req *apiv1.EvacuationRequest) (
 			}
 		}
 		ev := &apiv1.Evacuation{ID: newOperatorID("ev-"), Zone: req.Zone, CapabilityID: req.CapabilityID, CreatedBy: by, Reason: req.Reason,
-			Force: req.Force, Practice: req.Practice, StartsAt: now.UTC(), ExpiresAt: now.Add(d).UTC(), AffectedInstances: affected, Remaining: remaining}
-		if err := r.cfg.Eligibility.Operate(health.Event{At: now, Kind: health.KindEvacuate, Evacuation: ev.ID, Zone: ev.Zone, Capability: ev.CapabilityID,
-			Until: ev.ExpiresAt, By: by, Why: req.Reason}); err != nil {
+			Force: req.Force, Practice: req.Practice, StartsAt: now.UTC(), ExpiresAt: now.Add(d).UTC(), Remaining: remaining}
+		affected, err := r.cfg.Eligibility.OperateCount(health.Event{At: now, Kind: health.KindEvacuate, Evacuation: ev.ID, Zone: ev.Zone, Capability: ev.CapabilityID,
+			Until: ev.ExpiresAt, By: by, Why: req.Reason})
+		if err != nil {
 			return "", err
 		}
+		ev.AffectedInstances = affected
 		r.ops.evacuations = append(r.ops.evacuations, ev)
 		r.ops.trim()
 		out = r.viewEvacuationLocked(ev, now)
@@ -224,60 +226,37 @@ func unsafeRemaining(rem []apiv1.Remaining, min float64) []apiv1.Remaining {
 }
 
 // evacuationImpact counts, for each capability an evacuation of zone (and capability)
-// concerns, its in-rotation instances and those outside the zone; affected is the
-// instances of the zone it takes out; known says an instance is registered in the zone.
-func (r *Registry) evacuationImpact(zone, capability string) (remaining []apiv1.Remaining, affected int, known bool) {
+// concerns, its in-rotation instances and those outside the zone, from the monitor's group
+// counters (it costs the groups, not the fleet); known says the zone has instances of it.
+func (r *Registry) evacuationImpact(zone, capability string) (remaining []apiv1.Remaining, known bool) {
 	type count struct{ inRotation, outside int }
 	counts := map[string]*count{}
-	recs := r.store.Records()
 	inZone := map[string]bool{}
-	for _, rec := range recs {
-		if rec.Zone != zone {
-			continue
-		}
-		for _, c := range rec.Capabilities {
-			if capability == "" || c.CapabilityID == capability {
-				inZone[c.CapabilityID] = true
-				known = true
-			}
-		}
-	}
 	r.cfg.Eligibility.Read(func(rd health.Reader) {
-		for _, rec := range recs {
-			state, _ := verdictOf(rd, rec)
-			covered := false
-			for _, c := range rec.Capabilities {
-				if !inZone[c.CapabilityID] {
-					continue
-				}
-				covered = covered || rec.Zone == zone
-				if !apiv1.InRotation(state) {
-					continue
-				}
-				n := counts[c.CapabilityID]
-				if n == nil {
-					n = &count{}
-					counts[c.CapabilityID] = n
-				}
-				n.inRotation++
-				if rec.Zone != zone {
-					n.outside++
-				}
+		rd.Groups(func(c, z string, members, inRotation int) {
+			if capability != "" && c != capability {
+				return
 			}
-			if covered && state != apiv1.EligibilityDraining {
-				affected++
+			if z == zone {
+				inZone[c] = true
 			}
-		}
+			n := counts[c]
+			if n == nil {
+				n = &count{}
+				counts[c] = n
+			}
+			n.inRotation += inRotation
+			if z != zone {
+				n.outside += inRotation
+			}
+		})
 	})
 	for c := range inZone {
 		n := counts[c]
-		if n == nil {
-			n = &count{}
-		}
 		remaining = append(remaining, apiv1.Remaining{CapabilityID: c, InRotation: n.inRotation, Remaining: n.outside})
 	}
 	sort.Slice(remaining, func(i, j int) bool { return remaining[i].CapabilityID < remaining[j].CapabilityID })
-	return remaining, affected, known
+	return remaining, len(inZone) > 0
 }
 
 // evacuationState is ev's state at now (under r.ops.mu).

@@ -110,6 +110,7 @@ type Eligibility interface {
 	OnPublish(fn func(rev int64, touched []health.Instance, all bool))
 	// Operator decisions (overrides, evacuations) and the evacuations that hold or return.
 	Operate(ev health.Event) error
+	OperateCount(ev health.Event) (int, error)
 	Evacuations(now time.Time) []health.Evacuation
 	Settings() health.Config
 }
