@@ -27,6 +27,7 @@ import (
 	"github.com/meshflows/meshflows/internal/incident"
 	"github.com/meshflows/meshflows/internal/journal"
 	"github.com/meshflows/meshflows/internal/orchestrator"
+	"github.com/meshflows/meshflows/internal/prober"
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/registry/registrytest"
 	"github.com/meshflows/meshflows/internal/report"
@@ -602,6 +603,51 @@ func TestDashboardInABrowser(t *testing.T) {
 		nav("/validation")
 		if n := count(t, ctx, "#wf-order-batch table.steps tr.depth-1"); n != 4 {
 			t.Errorf("nested steps in the validation console = %d, want 4", n)
+		}
+	})
+
+	t.Run("evacuations", func(t *testing.T) {
+		nav("/evacuations")
+		if got := text(t, ctx, "#no-evacuations"); got != "No evacuation." {
+			t.Errorf("before any: %q", got)
+		}
+		// admit both providers (two ok probes each), then evacuate their zone (both are in a:
+		// nothing would remain, so it is forced)
+		now := s.reg.Clock.Now()
+		for _, rec := range s.reg.Store.Records() {
+			for k := range 2 {
+				s.reg.Registry.ReportProbe(prober.Result{Target: prober.Target{ID: rec.InstanceID, Generation: rec.Generation},
+					Result: health.ProbeOK, At: now.Add(time.Duration(k) * time.Second)})
+			}
+		}
+		s.reg.Clock.Advance(2 * time.Second)
+		ev, err := s.reg.Registry.Evacuate(context.Background(), &apiv1.EvacuationRequest{Zone: "a", Duration: "2h", Reason: "drill in the browser", Force: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nav("/evacuations")
+		row := "#evacuation-" + ev.ID
+		if got := text(t, ctx, row+" td.state"); got != "active" {
+			t.Errorf("state: %q, want active", got)
+		}
+		if got := text(t, ctx, row); !strings.Contains(got, "drill in the browser") || !strings.Contains(got, "every capability") {
+			t.Errorf("row: %q", got)
+		}
+		nav("/capabilities")
+		if n := count(t, ctx, "td.el-evacuated"); n != 2 {
+			t.Errorf("evacuated instances marked in the catalog: %d, want 2", n)
+		}
+		nav("/evacuations")
+		screenshot(t, ctx, "evacuations")
+		submit(t, ctx, row+" .cancel")
+		if got := text(t, ctx, row+" td.state"); got != "returning (cancelled)" {
+			t.Errorf("after Cancel: %q", got)
+		}
+		if got := text(t, ctx, row+" .step-current"); got != "10" {
+			t.Errorf("the current step: %q, want 10", got)
+		}
+		if n := count(t, ctx, row+" .step"); n != 4 {
+			t.Errorf("steps drawn: %d, want 4 (10, 25, 50, then 100)", n)
 		}
 	})
 }
