@@ -2,12 +2,12 @@ package registry
 
 import (
 	"context"
+	"encoding/json"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"net/http"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -170,13 +170,24 @@ func (r *Registry) Evacuate(ctx context.Context, req *apiv1.EvacuationRequest) (
 			}
 			return "", e
 		}
+		ev := &apiv1.Evacuation{ID: newOperatorID("ev-"), Zone: req.Zone, CapabilityID: req.CapabilityID, CreatedBy: by, Reason: req.Reason,
+			Force: req.Force, Practice: req.Practice, StartsAt: now.UTC(), ExpiresAt: now.Add(d).UTC(), Remaining: remaining}
+		if err := r.shareLocked(ctx, func(st *OperatorState) {
+			for i := range st.Evacuations {
+				if practice != nil && st.Evacuations[i].ID == practice.ID {
+					t := now.UTC()
+					st.Evacuations[i].EndedAt, st.Evacuations[i].EndedBy, st.Evacuations[i].Outcome = &t, by, apiv1.OutcomeInterrupted
+				}
+			}
+			st.Evacuations = append(st.Evacuations, *ev)
+		}); err != nil {
+			return "", err
+		}
 		if practice != nil {
 			if err := r.endEvacuationLocked(practice, now, by, apiv1.OutcomeInterrupted); err != nil {
 				return "", err
 			}
 		}
-		ev := &apiv1.Evacuation{ID: newOperatorID("ev-"), Zone: req.Zone, CapabilityID: req.CapabilityID, CreatedBy: by, Reason: req.Reason,
-			Force: req.Force, Practice: req.Practice, StartsAt: now.UTC(), ExpiresAt: now.Add(d).UTC(), Remaining: remaining}
 		affected, err := r.cfg.Eligibility.OperateCount(health.Event{At: now, Kind: health.KindEvacuate, Evacuation: ev.ID, Zone: ev.Zone, Capability: ev.CapabilityID,
 			Until: ev.ExpiresAt, By: by, Why: req.Reason})
 		if err != nil {
@@ -349,16 +360,8 @@ func (r *Registry) alarms(ev *apiv1.Evacuation, now time.Time) []string {
 
 // trim keeps the last keepEnded ended evacuations and overrides (under mu).
 func (o *operators) trim() {
-	if n := len(o.evacuations); n > 2*keepEnded {
-		o.evacuations = slices.DeleteFunc(o.evacuations, func(ev *apiv1.Evacuation) bool {
-			return ev.EndedAt != nil && n > 2*keepEnded && func() bool { n--; return true }()
-		})
-	}
-	if n := len(o.overrides); n > 2*keepEnded {
-		o.overrides = slices.DeleteFunc(o.overrides, func(ov *apiv1.Override) bool {
-			return ov.EndedAt != nil && n > 2*keepEnded && func() bool { n--; return true }()
-		})
-	}
+	o.evacuations = keepLast(o.evacuations, func(ev *apiv1.Evacuation) bool { return ev.EndedAt != nil })
+	o.overrides = keepLast(o.overrides, func(ov *apiv1.Override) bool { return ov.EndedAt != nil })
 }
 
 // evacuationByID finds an evacuation (under r.ops.mu).
@@ -429,6 +432,15 @@ func (r *Registry) ExtendEvacuation(ctx context.Context, id string, req *apiv1.E
 			return "", apiv1.Errorf(http.StatusConflict, apiv1.CodeInvalidRequest, "evacuation %s has ended: start a new one", id)
 		}
 		until := now.Add(d).UTC()
+		if err := r.shareLocked(ctx, func(st *OperatorState) {
+			for i := range st.Evacuations {
+				if st.Evacuations[i].ID == id {
+					st.Evacuations[i].ExpiresAt = until
+				}
+			}
+		}); err != nil {
+			return "", err
+		}
 		if err := r.cfg.Eligibility.Operate(health.Event{At: now, Kind: health.KindEvacuate, Evacuation: ev.ID, Zone: ev.Zone, Capability: ev.CapabilityID, Until: until}); err != nil {
 			return "", err
 		}
@@ -451,6 +463,16 @@ func (r *Registry) EndEvacuation(ctx context.Context, id string) (*apiv1.Evacuat
 		}
 		if r.evacuationState(ev, now) != apiv1.EvacuationActive {
 			return "", apiv1.Errorf(http.StatusConflict, apiv1.CodeInvalidRequest, "evacuation %s has ended already", id)
+		}
+		if err := r.shareLocked(ctx, func(st *OperatorState) {
+			for i := range st.Evacuations {
+				if st.Evacuations[i].ID == id {
+					t := now.UTC()
+					st.Evacuations[i].EndedAt, st.Evacuations[i].EndedBy, st.Evacuations[i].Outcome = &t, by, apiv1.OutcomeCancelled
+				}
+			}
+		}); err != nil {
+			return "", err
 		}
 		if err := r.endEvacuationLocked(ev, now, by, apiv1.OutcomeCancelled); err != nil {
 			return "", err
@@ -486,8 +508,23 @@ func (r *Registry) Override(ctx context.Context, req *apiv1.OverrideRequest) (*a
 		default:
 			return "", apiv1.InvalidRequest([]apiv1.Detail{{Path: "action", Message: fmt.Sprintf("%q: want withdraw or release", req.Action)}})
 		}
+		if req.Action == apiv1.OverrideRelease {
+			t := now.UTC()
+			ov.EndedAt, ov.EndedBy = &t, by
+		}
 		r.ops.mu.Lock()
 		defer r.ops.mu.Unlock()
+		if err := r.shareLocked(ctx, func(st *OperatorState) {
+			for i := range st.Overrides {
+				if o := &st.Overrides[i]; o.InstanceID == req.InstanceID && o.Active {
+					t := now.UTC()
+					o.Active, o.EndedAt, o.EndedBy = false, &t, by
+				}
+			}
+			st.Overrides = append(st.Overrides, *ov)
+		}); err != nil {
+			return "", err
+		}
 		if err := r.cfg.Eligibility.Operate(ev); err != nil {
 			return "", err
 		}
@@ -496,10 +533,6 @@ func (r *Registry) Override(ctx context.Context, req *apiv1.OverrideRequest) (*a
 				t := now.UTC()
 				o.Active, o.EndedAt, o.EndedBy = false, &t, by
 			}
-		}
-		if req.Action == apiv1.OverrideRelease {
-			t := now.UTC()
-			ov.EndedAt, ov.EndedBy = &t, by
 		}
 		r.ops.overrides = append(r.ops.overrides, ov)
 		r.ops.trim()
@@ -547,6 +580,16 @@ func (r *Registry) EndOverride(ctx context.Context, id string) (*apiv1.Override,
 		case !ov.Active || (ov.ExpiresAt != nil && !now.Before(*ov.ExpiresAt)):
 			return "", apiv1.Errorf(http.StatusConflict, apiv1.CodeInvalidRequest, "override %s has ended already", id)
 		}
+		if err := r.shareLocked(ctx, func(st *OperatorState) {
+			for i := range st.Overrides {
+				if o := &st.Overrides[i]; o.ID == id {
+					t := now.UTC()
+					o.Active, o.EndedAt, o.EndedBy = false, &t, by
+				}
+			}
+		}); err != nil {
+			return "", err
+		}
 		if err := r.cfg.Eligibility.Operate(health.Event{At: now, Kind: health.KindOverride, ID: ov.InstanceID, Action: health.ActionRelease, By: by}); err != nil {
 			return "", err
 		}
@@ -566,6 +609,11 @@ func (r *Registry) operatorState() *OperatorState {
 	if len(r.ops.evacuations) == 0 && len(r.ops.overrides) == 0 {
 		return nil
 	}
+	return r.operatorStateLocked()
+}
+
+// operatorStateLocked copies the operator actions (under r.ops.mu).
+func (r *Registry) operatorStateLocked() *OperatorState {
 	st := &OperatorState{Evacuations: make([]apiv1.Evacuation, len(r.ops.evacuations)), Overrides: make([]apiv1.Override, len(r.ops.overrides))}
 	for i, ev := range r.ops.evacuations {
 		st.Evacuations[i] = *ev
@@ -574,6 +622,150 @@ func (r *Registry) operatorState() *OperatorState {
 		st.Overrides[i] = *ov
 	}
 	return st
+}
+
+// trim keeps, of a shared state, every evacuation and override still in force and the last
+// keepEnded of those that ended.
+func (st *OperatorState) trim() {
+	st.Evacuations = keepLast(st.Evacuations, func(ev apiv1.Evacuation) bool { return ev.EndedAt != nil })
+	st.Overrides = keepLast(st.Overrides, func(ov apiv1.Override) bool { return !ov.Active })
+}
+
+// keepLast drops the oldest of the ended elements of xs beyond keepEnded.
+func keepLast[T any](xs []T, ended func(T) bool) []T {
+	n := 0
+	for _, x := range xs {
+		if ended(x) {
+			n++
+		}
+	}
+	out := xs[:0]
+	for _, x := range xs {
+		if ended(x) && n > keepEnded {
+			n--
+			continue
+		}
+		out = append(out, x)
+	}
+	return out
+}
+
+// OperatorSharer is a store that shares the operator actions between replicas (etcd): the
+// state is put under one key, and every replica applies what its watch brings.
+type OperatorSharer interface {
+	// UpdateOperators replaces the shared state with what update makes of the current one
+	// (nil before any), atomically.
+	UpdateOperators(ctx context.Context, update func(cur []byte) ([]byte, error)) error
+	Operators() []byte
+	OnOperators(fn func([]byte))
+}
+
+// shareLocked writes to a store that shares the operator state what mutate makes of the
+// state it holds (every replica's actions), before the action applies here: a write that
+// fails changes nothing. Under r.ops.mu.
+func (r *Registry) shareLocked(ctx context.Context, mutate func(st *OperatorState)) error {
+	sh, ok := r.store.(OperatorSharer)
+	if !ok {
+		return nil
+	}
+	err := sh.UpdateOperators(ctx, func(cur []byte) ([]byte, error) {
+		st := &OperatorState{}
+		if len(cur) > 0 {
+			if err := json.Unmarshal(cur, st); err != nil {
+				return nil, fmt.Errorf("the shared operator actions are unreadable: %w", err)
+			}
+		}
+		mutate(st)
+		st.trim()
+		return json.Marshal(st)
+	})
+	if err != nil {
+		return apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeStoreUnavailable, "the operator action could not be shared with the other replicas, so nothing changed: %v", err)
+	}
+	return nil
+}
+
+// releaseReplay bounds how old a release another replica recorded may be to apply here: a
+// replica that joins (or resyncs) does not replay old releases, which could end a
+// quarantine that began after them.
+const releaseReplay = time.Minute
+
+// operatorsShared applies the operator state another replica (or this one) put to the
+// store: evacuations and withdrawals it does not hold yet, extensions and ends of those it
+// does. live is false for the state read at start, whose releases are history.
+func (r *Registry) operatorsShared(b []byte, live bool) {
+	var st OperatorState
+	if err := json.Unmarshal(b, &st); err != nil {
+		r.cfg.Logger.Warn("unreadable operator actions in the store", slog.Any("error", err))
+		return
+	}
+	now := r.cfg.Now()
+	r.ops.mu.Lock()
+	defer r.ops.mu.Unlock()
+	evs := make(map[string]*apiv1.Evacuation, len(r.ops.evacuations))
+	for _, ev := range r.ops.evacuations {
+		evs[ev.ID] = ev
+	}
+	apply := func(ev health.Event) {
+		if err := r.cfg.Eligibility.Operate(ev); err != nil {
+			r.cfg.Logger.Debug("shared operator action not applied", slog.String("kind", ev.Kind), slog.Any("error", err))
+		}
+	}
+	cfg := r.engineConfig()
+	for i := range st.Evacuations {
+		e := st.Evacuations[i]
+		old := evs[e.ID]
+		end := e.ExpiresAt
+		if e.EndedAt != nil && e.EndedAt.Before(end) {
+			end = *e.EndedAt
+		}
+		switch {
+		case old == nil:
+			c := e
+			r.ops.evacuations = append(r.ops.evacuations, &c)
+			if now.After(end.Add(time.Duration(len(cfg.ReturnSteps)) * cfg.ReturnDwell)) {
+				continue // its way back is over
+			}
+			apply(health.Event{At: e.StartsAt, Kind: health.KindEvacuate, Evacuation: e.ID, Zone: e.Zone, Capability: e.CapabilityID,
+				Until: e.ExpiresAt, By: e.CreatedBy, Why: e.Reason})
+			if end.Before(e.ExpiresAt) {
+				apply(health.Event{At: end, Kind: health.KindEvacuationEnded, Evacuation: e.ID})
+			}
+		default:
+			if !old.ExpiresAt.Equal(e.ExpiresAt) && old.EndedAt == nil && e.EndedAt == nil && now.Before(e.ExpiresAt) {
+				apply(health.Event{At: now, Kind: health.KindEvacuate, Evacuation: e.ID, Zone: e.Zone, Capability: e.CapabilityID, Until: e.ExpiresAt})
+				old.ExpiresAt = e.ExpiresAt
+			}
+			if old.EndedAt == nil && e.EndedAt != nil {
+				apply(health.Event{At: *e.EndedAt, Kind: health.KindEvacuationEnded, Evacuation: e.ID})
+				old.EndedAt, old.EndedBy, old.Outcome, old.Alarmed, old.Alarms = e.EndedAt, e.EndedBy, e.Outcome, e.Alarmed, e.Alarms
+			}
+		}
+	}
+	ovs := make(map[string]*apiv1.Override, len(r.ops.overrides))
+	for _, ov := range r.ops.overrides {
+		ovs[ov.ID] = ov
+	}
+	for i := range st.Overrides {
+		o := st.Overrides[i]
+		old := ovs[o.ID]
+		switch {
+		case old == nil:
+			c := o
+			r.ops.overrides = append(r.ops.overrides, &c)
+			switch {
+			case o.Action == apiv1.OverrideWithdraw && o.Active && o.ExpiresAt != nil && now.Before(*o.ExpiresAt):
+				apply(health.Event{At: now, Kind: health.KindOverride, ID: o.InstanceID, Action: health.ActionWithdraw, Until: *o.ExpiresAt, By: o.CreatedBy, Why: o.Reason})
+			case o.Action == apiv1.OverrideRelease && live && now.Sub(o.CreatedAt) < releaseReplay:
+				apply(health.Event{At: now, Kind: health.KindOverride, ID: o.InstanceID, Action: health.ActionRelease, By: o.CreatedBy, Why: o.Reason})
+			}
+		case old.Active && !o.Active:
+			old.Active, old.EndedAt, old.EndedBy = false, o.EndedAt, o.EndedBy
+			if o.Action == apiv1.OverrideWithdraw && o.EndedAt != nil && o.ExpiresAt != nil && o.EndedAt.Before(*o.ExpiresAt) {
+				apply(health.Event{At: now, Kind: health.KindOverride, ID: o.InstanceID, Action: health.ActionRelease, By: o.EndedBy})
+			}
+		}
+	}
 }
 
 // restoreOperators applies the operator actions of a snapshot again: the evacuations that

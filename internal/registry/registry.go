@@ -241,6 +241,12 @@ func New(store Store, cfg Config) (*Registry, error) {
 			r.changes.add(id)
 		})
 	}
+	if os, ok := store.(OperatorSharer); ok && cfg.Eligibility != nil {
+		os.OnOperators(func(b []byte) { r.operatorsShared(b, true) })
+		if b := os.Operators(); b != nil {
+			defer r.operatorsShared(b, false) // once the registry is built
+		}
+	}
 	if vs, ok := store.(VerdictSharer); ok && cfg.Eligibility != nil {
 		vs.OnVerdict(r.follow)
 		vs.OnRampClock(func(t time.Time) { r.cfg.Eligibility.SetRampClock(t, r.cfg.Now()) })

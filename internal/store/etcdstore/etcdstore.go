@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -78,6 +79,8 @@ type Store struct {
 	onVerdict   atomic.Pointer[func(registry.SharedVerdict)]
 	rampClock   atomic.Pointer[time.Time] // the elected replica's ramp clock, nil before one is read
 	onRampClock atomic.Pointer[func(time.Time)]
+	operators   atomic.Pointer[[]byte]       // the operator actions' state (operators key), nil before one is read
+	onOperators atomic.Pointer[func([]byte)] // hears each new state the watch sees
 	onOutcomes  atomic.Pointer[func(*apiv1.OutcomesRequest)]
 	onRemoved   atomic.Pointer[func(*registry.Record)]
 	onChanged   atomic.Pointer[func(string)]
@@ -193,6 +196,12 @@ func (s *Store) resync(ctx context.Context) error {
 		case k == s.key(rampClockKey):
 			if t, ok := s.readRampClock(kv); ok {
 				s.rampClock.Store(&t)
+			}
+		case k == s.key(operatorsKey):
+			v := slices.Clone(kv.Value)
+			s.operators.Store(&v)
+			if fn := s.onOperators.Load(); fn != nil {
+				(*fn)(v)
 			}
 		case strings.HasPrefix(k, s.key("instances/")):
 			insts = append(insts, kv)
@@ -329,6 +338,15 @@ func (s *Store) apply(ev *clientv3.Event) {
 			(*fn)(t)
 		}
 		s.index.Touch(ev.Kv.ModRevision) // as a verdict's: answers at this revision weigh by it
+	case k == s.key(operatorsKey):
+		if ev.Type != clientv3.EventTypePut {
+			return
+		}
+		v := slices.Clone(ev.Kv.Value)
+		s.operators.Store(&v)
+		if fn := s.onOperators.Load(); fn != nil {
+			(*fn)(v)
+		}
 	case strings.HasPrefix(k, s.key("gateways/")):
 		id := strings.TrimPrefix(k, s.key("gateways/"))
 		if ev.Type == clientv3.EventTypeDelete {

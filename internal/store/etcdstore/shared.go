@@ -219,3 +219,51 @@ func (s *Store) OnOutcomes(fn func(*apiv1.OutcomesRequest)) { s.onOutcomes.Store
 
 // OnVerdict implements registry.VerdictSharer: fn receives every verdict the watch sees.
 func (s *Store) OnVerdict(fn func(registry.SharedVerdict)) { s.onVerdict.Store(&fn) }
+
+// operatorsKey holds the operator actions (evacuations and overrides) every replica applies.
+const operatorsKey = "operators"
+
+// UpdateOperators implements registry.OperatorSharer: a read-modify-write of the one key,
+// retried when another replica wrote it in between (a compare on its modification revision),
+// so that concurrent actions on two replicas do not lose one another.
+func (s *Store) UpdateOperators(ctx context.Context, update func(cur []byte) ([]byte, error)) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	key := s.key(operatorsKey)
+	for attempt := 0; ; attempt++ {
+		resp, err := s.cfg.Client.Get(ctx, key)
+		if err != nil {
+			return fmt.Errorf("etcdstore: read the operator actions: %w", err)
+		}
+		var cur []byte
+		var rev int64
+		if len(resp.Kvs) > 0 {
+			cur, rev = resp.Kvs[0].Value, resp.Kvs[0].ModRevision
+		}
+		next, err := update(cur)
+		if err != nil {
+			return err
+		}
+		txn, err := s.cfg.Client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).Then(clientv3.OpPut(key, string(next))).Commit()
+		if err != nil {
+			return fmt.Errorf("etcdstore: put the operator actions: %w", err)
+		}
+		if txn.Succeeded {
+			return nil
+		}
+		if attempt == 10 {
+			return errors.New("etcdstore: the operator actions kept changing under this write (10 attempts)")
+		}
+	}
+}
+
+// Operators implements registry.OperatorSharer: the state the store holds (nil before any).
+func (s *Store) Operators() []byte {
+	if v := s.operators.Load(); v != nil {
+		return *v
+	}
+	return nil
+}
+
+// OnOperators implements registry.OperatorSharer: fn receives every state the watch sees.
+func (s *Store) OnOperators(fn func([]byte)) { s.onOperators.Store(&fn) }
