@@ -78,7 +78,7 @@ type group struct {
 	refs       int // instances held that belong to it
 	members    int // of those, neither absent nor draining nor never admitted
 	inRotation int
-	admitting  int // never admitted (unknown with ADMITTING): not members (Engine.Group)
+	admitting  int  // never admitted (unknown with ADMITTING): not members (Engine.Group)
 	dirty      bool // in Monitor.dirty
 	// sample is its capability's entry of Monitor.sampleBuf, once a sample found it: a
 	// capability keeps its entry while it has a group.
