@@ -46,7 +46,7 @@ its probes never see (/healthz stays ok), which only the outcomes consumers repo
 meshflows_example_provider_injected_faults_total counts the injected errors.`,
 		Example: `  meshflows example-provider --kind jms --registry http://127.0.0.1:7400 --listen 127.0.0.1:7410
   meshflows example-provider --kind jms --zone b --listen 127.0.0.1:7412 --error-rate 0.04 --latency 20ms`,
-		Args:    cobra.NoArgs,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runComponent(cmd, logCfg, listen, func(ctx context.Context, g *errgroup.Group, ln net.Listener, logger *slog.Logger) error {
 				httpClient, err := creds.httpClient()
