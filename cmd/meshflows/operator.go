@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/client"
 )
 
 // newEvacuateCmd is 'meshflows evacuate': zone evacuations, their extension and their end.
@@ -22,6 +24,21 @@ func newEvacuateCmd() *cobra.Command {
 		duration, reason string
 		force, practice  bool
 	)
+	// act runs one evacuation call against the registry and prints its answer.
+	act := func(cmd *cobra.Command, call func(ctx context.Context, c *client.Client) (*apiv1.Evacuation, error)) error {
+		if err := out.check("table", "json", "yaml"); err != nil {
+			return err
+		}
+		c, err := remote.client("registry")
+		if err != nil {
+			return err
+		}
+		ev, err := call(cmd.Context(), c)
+		if err != nil {
+			return describeRefusal(err)
+		}
+		return printEvacuations(cmd.OutOrStdout(), &out, ev, []apiv1.Evacuation{*ev})
+	}
 	cmd := &cobra.Command{
 		Use:   "evacuate",
 		Short: "Evacuate a zone, extend an evacuation or end it (admin)",
@@ -56,18 +73,9 @@ evacuates anyway, audited).`,
   meshflows evacuate zone eu-west-1a --capability messaging.publish --for 30m --reason drill --practice -o json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.check("table", "json", "yaml"); err != nil {
-				return err
-			}
-			c, err := remote.client("registry")
-			if err != nil {
-				return err
-			}
-			ev, err := c.Evacuate(cmd.Context(), &apiv1.EvacuationRequest{Zone: args[0], CapabilityID: capability, Duration: duration, Reason: reason, Force: force, Practice: practice})
-			if err != nil {
-				return describeRefusal(err)
-			}
-			return printEvacuations(cmd.OutOrStdout(), &out, ev, []apiv1.Evacuation{*ev})
+			return act(cmd, func(ctx context.Context, c *client.Client) (*apiv1.Evacuation, error) {
+				return c.Evacuate(ctx, &apiv1.EvacuationRequest{Zone: args[0], CapabilityID: capability, Duration: duration, Reason: reason, Force: force, Practice: practice})
+			})
 		},
 	}
 	zone.Flags().StringVar(&capability, "capability", "", "evacuate this capability of the zone only (default: every capability)")
@@ -83,18 +91,9 @@ cannot be extended (409): start a new one.`,
 		Example: `  meshflows evacuate extend ev-0a1b2c3d4e5f --for 4h`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.check("table", "json", "yaml"); err != nil {
-				return err
-			}
-			c, err := remote.client("registry")
-			if err != nil {
-				return err
-			}
-			ev, err := c.ExtendEvacuation(cmd.Context(), args[0], duration)
-			if err != nil {
-				return describeRefusal(err)
-			}
-			return printEvacuations(cmd.OutOrStdout(), &out, ev, []apiv1.Evacuation{*ev})
+			return act(cmd, func(ctx context.Context, c *client.Client) (*apiv1.Evacuation, error) {
+				return c.ExtendEvacuation(ctx, args[0], duration)
+			})
 		},
 	}
 	extend.Flags().StringVar(&duration, "for", "", "the new duration from now, at most 72h (required)")
@@ -107,18 +106,9 @@ An evacuation that ended already is 409.`,
 		Example: `  meshflows evacuate cancel ev-0a1b2c3d4e5f`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := out.check("table", "json", "yaml"); err != nil {
-				return err
-			}
-			c, err := remote.client("registry")
-			if err != nil {
-				return err
-			}
-			ev, err := c.EndEvacuation(cmd.Context(), args[0])
-			if err != nil {
-				return describeRefusal(err)
-			}
-			return printEvacuations(cmd.OutOrStdout(), &out, ev, []apiv1.Evacuation{*ev})
+			return act(cmd, func(ctx context.Context, c *client.Client) (*apiv1.Evacuation, error) {
+				return c.EndEvacuation(ctx, args[0])
+			})
 		},
 	}
 	for _, sub := range []*cobra.Command{zone, extend, cancel} {

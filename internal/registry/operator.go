@@ -175,8 +175,7 @@ func (r *Registry) Evacuate(ctx context.Context, req *apiv1.EvacuationRequest) (
 		if err := r.shareLocked(ctx, func(st *OperatorState) {
 			for i := range st.Evacuations {
 				if practice != nil && st.Evacuations[i].ID == practice.ID {
-					t := now.UTC()
-					st.Evacuations[i].EndedAt, st.Evacuations[i].EndedBy, st.Evacuations[i].Outcome = &t, by, apiv1.OutcomeInterrupted
+					ended(&st.Evacuations[i], now, by, apiv1.OutcomeInterrupted)
 				}
 			}
 			st.Evacuations = append(st.Evacuations, *ev)
@@ -318,8 +317,7 @@ func (r *Registry) endEvacuationLocked(ev *apiv1.Evacuation, now time.Time, by, 
 	if err := r.cfg.Eligibility.Operate(health.Event{At: now, Kind: health.KindEvacuationEnded, Evacuation: ev.ID}); err != nil {
 		return err
 	}
-	t := now.UTC()
-	ev.EndedAt, ev.EndedBy, ev.Outcome = &t, by, outcome
+	ended(ev, now, by, outcome)
 	if ev.Practice {
 		ev.Alarms = r.alarms(ev, now)
 		alarmed := len(ev.Alarms) > 0
@@ -374,6 +372,36 @@ func (r *Registry) evacuationByID(id string) (*apiv1.Evacuation, error) {
 	return nil, apiv1.Errorf(http.StatusNotFound, apiv1.CodeNotFound, "no evacuation %q", id)
 }
 
+// activeEvacuationLocked finds an evacuation that still holds at now (under r.ops.mu): 404
+// for an unknown one, 409 for one that ended (what says what could not be done).
+func (r *Registry) activeEvacuationLocked(id string, now time.Time, what string) (*apiv1.Evacuation, error) {
+	ev, err := r.evacuationByID(id)
+	if err != nil {
+		return nil, err
+	}
+	if r.evacuationState(ev, now) != apiv1.EvacuationActive {
+		return nil, apiv1.Errorf(http.StatusConflict, apiv1.CodeInvalidRequest, "evacuation %s has ended: %s", id, what)
+	}
+	return ev, nil
+}
+
+// shareEvacuationLocked shares a change of evacuation id (shareLocked).
+func (r *Registry) shareEvacuationLocked(ctx context.Context, id string, change func(ev *apiv1.Evacuation)) error {
+	return r.shareLocked(ctx, func(st *OperatorState) {
+		for i := range st.Evacuations {
+			if st.Evacuations[i].ID == id {
+				change(&st.Evacuations[i])
+			}
+		}
+	})
+}
+
+// ended marks ev ended at now by who with an outcome.
+func ended(ev *apiv1.Evacuation, now time.Time, by, outcome string) {
+	t := now.UTC()
+	ev.EndedAt, ev.EndedBy, ev.Outcome = &t, by, outcome
+}
+
 // Evacuations lists the evacuations: active and returning ones, then ended ones, newest first.
 func (r *Registry) Evacuations() (*apiv1.EvacuationList, error) {
 	if r.cfg.Eligibility == nil {
@@ -424,21 +452,12 @@ func (r *Registry) ExtendEvacuation(ctx context.Context, id string, req *apiv1.E
 		}
 		r.ops.mu.Lock()
 		defer r.ops.mu.Unlock()
-		ev, err := r.evacuationByID(id)
+		ev, err := r.activeEvacuationLocked(id, now, "start a new one")
 		if err != nil {
 			return "", err
 		}
-		if r.evacuationState(ev, now) != apiv1.EvacuationActive {
-			return "", apiv1.Errorf(http.StatusConflict, apiv1.CodeInvalidRequest, "evacuation %s has ended: start a new one", id)
-		}
 		until := now.Add(d).UTC()
-		if err := r.shareLocked(ctx, func(st *OperatorState) {
-			for i := range st.Evacuations {
-				if st.Evacuations[i].ID == id {
-					st.Evacuations[i].ExpiresAt = until
-				}
-			}
-		}); err != nil {
+		if err := r.shareEvacuationLocked(ctx, id, func(e *apiv1.Evacuation) { e.ExpiresAt = until }); err != nil {
 			return "", err
 		}
 		if err := r.cfg.Eligibility.Operate(health.Event{At: now, Kind: health.KindEvacuate, Evacuation: ev.ID, Zone: ev.Zone, Capability: ev.CapabilityID, Until: until}); err != nil {
@@ -457,21 +476,11 @@ func (r *Registry) EndEvacuation(ctx context.Context, id string) (*apiv1.Evacuat
 	err := r.operate(ctx, apiv1.EventEvacuation, "evacuation/"+id, func(now time.Time, by string) (string, error) {
 		r.ops.mu.Lock()
 		defer r.ops.mu.Unlock()
-		ev, err := r.evacuationByID(id)
+		ev, err := r.activeEvacuationLocked(id, now, "it cannot end twice")
 		if err != nil {
 			return "", err
 		}
-		if r.evacuationState(ev, now) != apiv1.EvacuationActive {
-			return "", apiv1.Errorf(http.StatusConflict, apiv1.CodeInvalidRequest, "evacuation %s has ended already", id)
-		}
-		if err := r.shareLocked(ctx, func(st *OperatorState) {
-			for i := range st.Evacuations {
-				if st.Evacuations[i].ID == id {
-					t := now.UTC()
-					st.Evacuations[i].EndedAt, st.Evacuations[i].EndedBy, st.Evacuations[i].Outcome = &t, by, apiv1.OutcomeCancelled
-				}
-			}
-		}); err != nil {
+		if err := r.shareEvacuationLocked(ctx, id, func(e *apiv1.Evacuation) { ended(e, now, by, apiv1.OutcomeCancelled) }); err != nil {
 			return "", err
 		}
 		if err := r.endEvacuationLocked(ev, now, by, apiv1.OutcomeCancelled); err != nil {
