@@ -17,6 +17,7 @@ import (
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/internal/health"
+	"github.com/meshflows/meshflows/internal/journal"
 )
 
 // Operator actions are rate-limited per identity: OperatorBurst at once, then one every
@@ -326,13 +327,30 @@ func (r *Registry) endEvacuationLocked(ev *apiv1.Evacuation, now time.Time, by, 
 	return nil
 }
 
-// alarms says what alarms while a practice evacuation holds: a group of a remaining zone of
-// the capabilities it concerns in panic.
+// alarms says what alarmed while a practice evacuation held: a group of a remaining zone of
+// the capabilities it concerns in panic — at its end, or at any time since it began, as the
+// journal recorded.
 func (r *Registry) alarms(ev *apiv1.Evacuation, now time.Time) []string {
 	var out []string
 	caps := map[string]bool{}
 	for _, x := range ev.Remaining {
 		caps[x.CapabilityID] = true
+	}
+	seen := map[string]bool{}
+	if r.cfg.Journal != nil {
+		events, _ := r.cfg.Journal.Find(journal.Query{Types: []string{apiv1.EventPanic}, Limit: r.cfg.Journal.Max()})
+		for _, e := range events {
+			c, _ := e.Attrs["capability_id"].(string)
+			z, _ := e.Attrs["zone"].(string)
+			st, _ := e.Attrs["state"].(string)
+			if e.Time.Before(ev.StartsAt) || e.Time.After(now) || !caps[c] || z == ev.Zone || st == health.TransitionPanicOver {
+				continue
+			}
+			if msg := fmt.Sprintf("%s in zone %s entered panic at %s", c, z, e.Time.UTC().Format(time.RFC3339)); !seen[msg] {
+				seen[msg] = true
+				out = append(out, msg)
+			}
+		}
 	}
 	zones := map[[2]string]bool{}
 	for _, rec := range r.store.Records() {

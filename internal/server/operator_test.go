@@ -10,6 +10,7 @@ import (
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/internal/health"
+	"github.com/meshflows/meshflows/internal/journal"
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/registry/registrytest"
 )
@@ -187,5 +188,49 @@ func TestOperatorActionsSurviveARestart(t *testing.T) {
 	}
 	if got := verdicts(t, s2.URL); got["i0"] != "evacuated/0" || got["i2"] != "withdrawn/0" || got["i1"] != "slow_start/10" {
 		t.Errorf("verdicts after the restore: %v", got)
+	}
+}
+
+// TestPracticeRecordsWhatAlarmed: a practice evacuation ends by itself or when a real one
+// supersedes it (interrupted); its record says what alarmed while it held — a remaining
+// zone's group in panic, even one that left panic before the end.
+func TestPracticeRecordsWhatAlarmed(t *testing.T) {
+	var j *journal.Journal
+	var s *registrytest.Server
+	j = journal.New(0, func() time.Time { return s.Clock.Now() })
+	m, err := health.NewMonitor(health.MonitorConfig{OnTransition: journal.FromTransitions(j)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s = registrytest.NewServer(t, registry.Config{Eligibility: m, Journal: j})
+	gens := map[string]int64{}
+	for i, zone := range []string{"z1", "z1", "z2", "z2", "z2"} {
+		id := fmt.Sprintf("i%d", i)
+		gens[id] = register(t, s, zonalRegistration(id, zone)).Generation
+	}
+	heartbeat := func(id, health string) {
+		do(t, "PUT", s.URL+"/v1/services/"+id+"/heartbeat", fmt.Sprintf(`{"generation":%d,"health":%q}`, gens[id], health))
+	}
+	r := do(t, "POST", s.URL+apiv1.PathEvacuations, `{"zone":"z1","duration":"1h","reason":"drill","practice":true}`)
+	var practice apiv1.Evacuation
+	json.Unmarshal(r.body, &practice)
+	if r.status != 201 || !practice.Practice {
+		t.Fatalf("practice = %d %s", r.status, r.body)
+	}
+	// two of z2's three fail a while: z2 is in panic, then recovers
+	s.Clock.Advance(time.Second)
+	heartbeat("i2", "failing")
+	heartbeat("i3", "failing")
+	s.Clock.Advance(time.Second)
+	heartbeat("i2", "ok")
+	heartbeat("i3", "ok")
+	// a real evacuation of z1 supersedes the practice
+	if r := do(t, "POST", s.URL+apiv1.PathEvacuations, `{"zone":"z1","duration":"1h","reason":"real","force":true}`); r.status != 201 {
+		t.Fatalf("the real evacuation = %d %s", r.status, r.body)
+	}
+	var got apiv1.Evacuation
+	json.Unmarshal(do(t, "GET", s.URL+apiv1.PathEvacuations+"/"+practice.ID, "").body, &got)
+	if got.Outcome != apiv1.OutcomeInterrupted || got.Alarmed == nil || !*got.Alarmed || len(got.Alarms) == 0 {
+		t.Errorf("the practice after the real one = %+v", got)
 	}
 }
