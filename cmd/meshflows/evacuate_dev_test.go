@@ -100,7 +100,6 @@ func TestEvacuationReachesTheGatewayInDev(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond) // the way back starts: zone a takes a share again
 	}
-	t.Logf("rounds: %v", lags)
 	slices.Sort(lags)
 	t.Logf("from the evacuation call's return to the last publish zone a received, over %d rounds: p50 %s, max %s", len(lags), lags[len(lags)/2], lags[len(lags)-1])
 }

@@ -33,7 +33,9 @@ func (e *Engine) Group(capability, zone string, now time.Time) GroupAnswer {
 		case v.State == apiv1.EligibilityAbsent || v.State == apiv1.EligibilityDraining || isEvacuated(v.State) || RefusedBeforeAdmission(v.State, v.Reasons):
 			continue // evacuated instances are no members while the evacuation holds
 		case NeverAdmitted(v.State, v.Reasons):
-			admitting = append(admitting, id)
+			if len(e.evacuations) == 0 || !e.holding(in, now) {
+				admitting = append(admitting, id) // an evacuated zone's are not even a new group's panic answer
+			}
 			continue
 		}
 		members = append(members, id)

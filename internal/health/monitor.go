@@ -582,7 +582,7 @@ func (m *Monitor) refreshVerdict(v *view, now time.Time) bool {
 			delete(m.ramping, v)
 		}
 	} else {
-		nv = m.engine.verdictOf(v.in, now)
+		nv = m.engine.published(v.in, m.engine.verdictOf(v.in, now), now)
 		v.nextDue = dueAt(m.engine.nextChange(v.in, now))
 		v.rampFrom, v.rampUntil = m.engine.rampUntil(v.in, now)
 		v.rampCap = 100
@@ -758,6 +758,10 @@ func (m *Monitor) Explain(id string, now time.Time) (Explanation, bool) {
 	}
 	m.publish(m.refresh(id, now)) // the answer and its history agree: a change due by now is recorded first
 	verdict, reasons := m.engine.Explain(id, now)
+	if pv := v.verdict(); pv.State == apiv1.EligibilityEvacuated && verdict.State == apiv1.EligibilityUnknown {
+		verdict = pv // never admitted, in an evacuated zone: published evacuated (Engine.published)
+		reasons = append(reasons, Reason{Code: ReasonEvacuated, Evidence: m.engine.evacuationEvidence(v.in, now, ReasonEvacuated)})
+	}
 	if f, derived, ok := m.followedOf(v); ok {
 		detail := "judged by the elected replica, which probes"
 		if derived {

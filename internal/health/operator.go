@@ -409,3 +409,28 @@ func (m *Monitor) Evacuations(now time.Time) []Evacuation {
 
 // Settings returns the engine's settings, defaults filled in.
 func (m *Monitor) Settings() Config { return m.cfg.Engine.WithDefaults() }
+
+// reasonsAdmittingEvacuated are the reasons of a never-admitted incarnation in a zone that
+// is evacuated, as published.
+var reasonsAdmittingEvacuated = []string{ReasonAdmitting, ReasonEvacuated}
+
+// published is the verdict the monitor publishes for in, given the engine's: an incarnation
+// never admitted (unknown) in a zone an evacuation holds is published evacuated. The
+// engine's precedence keeps it unknown; published so, a brand-new group's panic — whose
+// answer is every never-admitted member — would send the evacuated zone traffic, as it did
+// to a zone whose instances had just registered (meshflows dev, right after its start).
+func (e *Engine) published(in *instance, v Verdict, now time.Time) Verdict {
+	if v.State != apiv1.EligibilityUnknown || len(e.evacuations) == 0 || in == nil {
+		return v
+	}
+	if evacuated, _ := e.evacuated(in, now); evacuated {
+		return Verdict{State: apiv1.EligibilityEvacuated, Reasons: reasonsAdmittingEvacuated}
+	}
+	return v
+}
+
+// holding reports whether an evacuation that holds at now covers in.
+func (e *Engine) holding(in *instance, now time.Time) bool {
+	evacuated, _ := e.evacuated(in, now)
+	return evacuated
+}

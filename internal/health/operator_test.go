@@ -57,3 +57,39 @@ func TestMonitorEvacuation(t *testing.T) {
 		t.Errorf("evacuations once the way back is over: %+v", evs)
 	}
 }
+
+// TestNeverAdmittedInAnEvacuatedZone: incarnations of a brand-new group (never admitted: the
+// group's panic answer is all of them) in a zone an evacuation holds are published
+// evacuated, and the group is not in panic: the zone gets no traffic even right after its
+// instances registered. The engine's own verdict keeps the contract's precedence (unknown).
+func TestNeverAdmittedInAnEvacuatedZone(t *testing.T) {
+	m := newTestMonitor(t, nil, nil)
+	for _, id := range []string{"a", "b"} {
+		m.Register(Instance{ID: id, Zone: "z1", Capabilities: []string{"c.x"}, Probe: true}, 1, t0)
+	}
+	var panicked bool
+	m.Read(func(r Reader) { panicked = r.Panic("c.x", "z1") })
+	if !panicked {
+		t.Fatal("a brand-new group is not in panic before the evacuation")
+	}
+	if err := m.Operate(Event{At: t0.Add(time.Second), Kind: KindEvacuate, Evacuation: "ev1", Zone: "z1", Until: t0.Add(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	if st, _, _ := m.Verdict("a"); st != apiv1.EligibilityEvacuated {
+		t.Errorf("published: %s, want evacuated", st)
+	}
+	m.Read(func(r Reader) { panicked = r.Panic("c.x", "z1") })
+	if panicked {
+		t.Error("the evacuated brand-new group is in panic")
+	}
+	if v := m.engine.Verdict("a", t0.Add(time.Second)); v.State != apiv1.EligibilityUnknown {
+		t.Errorf("the engine's verdict: %s, want unknown (its precedence)", v.State)
+	}
+	if g := m.engine.Group("c.x", "z1", t0.Add(time.Second)); g.Panic || len(g.Instances) != 0 {
+		t.Errorf("the engine's group answer: %+v", g)
+	}
+	ex, _ := m.Explain("a", t0.Add(2*time.Second))
+	if ex.State != apiv1.EligibilityEvacuated || len(ex.Reasons) < 2 {
+		t.Errorf("explanation: %+v", ex)
+	}
+}
