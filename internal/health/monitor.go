@@ -651,10 +651,15 @@ func (m *Monitor) setVerdict(v *view, nv Verdict, now time.Time) bool {
 		id := v.in.ID
 		t := Transition{InstanceID: id, At: now.UTC(), From: old.State, To: nv.State, Reasons: nv.Reasons}
 		v.since = now.UnixNano()
-		if len(v.history) == m.cfg.History {
-			v.history = v.history[1:]
+		c := change{at: v.since, from: t.From, to: t.To, reasons: t.Reasons}
+		if n := len(v.history); n == m.cfg.History && n > 0 {
+			// full: shift in place (re-slicing past the oldest and appending copied the whole
+			// history at every transition of a view that had made 20)
+			copy(v.history, v.history[1:])
+			v.history[n-1] = c
+		} else {
+			v.history = append(v.history, c)
 		}
-		v.history = append(v.history, change{at: v.since, from: t.From, to: t.To, reasons: t.Reasons})
 		m.metrics.transition(t)
 		// the attributes only when the line is written: at debug (every registration's first
 		// verdict, every ramp's end) building them was an allocation per transition for nothing

@@ -93,3 +93,33 @@ func TestNeverAdmittedInAnEvacuatedZone(t *testing.T) {
 		t.Errorf("explanation: %+v", ex)
 	}
 }
+
+// TestHistoryKeepsTheLastTransitions: once full, the history drops its oldest transition for
+// each new one and stays in order (it is shifted in place).
+func TestHistoryKeepsTheLastTransitions(t *testing.T) {
+	m := newTestMonitor(t, nil, nil)
+	in := Instance{ID: "a", Zone: "z", Capabilities: []string{"c.x"}}
+	m.Register(in, 1, t0)
+	at := t0.Add(20 * time.Second) // past the slow start
+	for i := range 30 {
+		h := "degraded"
+		if i%2 == 1 {
+			h = "ok"
+		}
+		if err := m.Observe(Event{At: at.Add(time.Duration(i) * time.Second), ID: "a", Kind: KindHeartbeat, Health: h}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ex, _ := m.Explain("a", at.Add(30*time.Second))
+	if len(ex.Transitions) != DefaultHistory {
+		t.Fatalf("%d transitions kept, want %d", len(ex.Transitions), DefaultHistory)
+	}
+	for i := 1; i < len(ex.Transitions); i++ {
+		if !ex.Transitions[i].At.After(ex.Transitions[i-1].At) {
+			t.Fatalf("transitions out of order at %d: %v then %v", i, ex.Transitions[i-1].At, ex.Transitions[i].At)
+		}
+	}
+	if last := ex.Transitions[len(ex.Transitions)-1]; last.To != apiv1.EligibilityServing || !last.At.Equal(at.Add(29*time.Second)) {
+		t.Errorf("the last transition: %+v", last)
+	}
+}
