@@ -31,6 +31,8 @@ const (
 	// EventEvacuation and EventOverride are operator actions (refused ones too).
 	EventEvacuation = "operator.evacuation"
 	EventOverride   = "operator.override"
+	// EventOutcomeDisputed: a reporter's outcome was ignored: others saw the instance healthy.
+	EventOutcomeDisputed = "eligibility.outcome_disputed"
 
 	// Reported by gateways and orchestrators (POST /v1/reports).
 	EventRouteConflict      = "route.conflict"
@@ -47,7 +49,7 @@ var ReportedEventTypes = []string{EventRouteConflict, EventRouteRejected, EventR
 var EventTypes = []string{EventRegistered, EventReregistered, EventDeregistered, EventExpired, EventEligibility,
 	EventPanic, EventSelfPreservation, EventSnapshot, EventIncidentOpened, EventIncidentAcked, EventIncidentResolved,
 	EventIncidentIgnored, EventJournalGap, EventRouteConflict, EventRouteRejected, EventRouteNoUpstream, EventWorkflowValidation,
-	EventWorkflowRunFailed, EventEvacuation, EventOverride}
+	EventWorkflowRunFailed, EventEvacuation, EventOverride, EventOutcomeDisputed}
 
 // Event is one entry of the registry's journal: something that changed what consumers see.
 type Event struct {

@@ -30,6 +30,17 @@ type Config struct {
 	EjectionBase           time.Duration // k-th ejection lasts k × this (default 30 s)
 	MaxEjectionPercent     int           // at most this share of a group ejected at once (default 50)
 
+	// Relative outliers (grey failure): over OutlierWindow (default 60 s) an instance with at
+	// least OutlierMinVolume requests (default 100), pooled over every reporter, is an
+	// outlier when the Wilson lower bound of its error share at OutlierZ (default 3) is above
+	// its peers' median share plus OutlierRelativeFloor (default 0.01) and above
+	// OutlierRelativeFactor (default 3) times it, with and without its top reporter.
+	OutlierWindow         time.Duration
+	OutlierMinVolume      int
+	OutlierZ              float64
+	OutlierRelativeFloor  float64
+	OutlierRelativeFactor float64
+
 	SelfPreservationEnter        float64       // renewal ratio under which expiry stops evicting (default 0.6)
 	SelfPreservationExit         float64       // renewal ratio that ends the mode (default 0.8)
 	SelfPreservationMinInstances int           // fewer instances never enter the mode (default 10)
@@ -68,6 +79,11 @@ func (c Config) WithDefaults() Config {
 	orDefault(&c.OutlierConnectFailures, 5)
 	orDefault(&c.EjectionBase, 30*time.Second)
 	orDefault(&c.MaxEjectionPercent, 50)
+	orDefault(&c.OutlierWindow, time.Minute)
+	orDefault(&c.OutlierMinVolume, 100)
+	orDefault(&c.OutlierZ, 3.0)
+	orDefault(&c.OutlierRelativeFloor, 0.01)
+	orDefault(&c.OutlierRelativeFactor, 3.0)
 	orDefault(&c.SelfPreservationEnter, 0.6)
 	orDefault(&c.SelfPreservationExit, 0.8)
 	orDefault(&c.SelfPreservationMinInstances, 10)
@@ -175,8 +191,9 @@ type Event struct {
 	Kind   string
 	Health string // heartbeat: ok, degraded or failing
 	Result string // probe: ok, fail, timeout or refused
-	// outcome: one gateway reporting window
+	// outcome: one gateway reporting window, and who reported it (default "gw")
 	OK, Errors, ConnectFailures int
+	Reporter                    string
 
 	// override (ID the instance): Action withdraw or release; evacuate and
 	// evacuation_ended: Evacuation, Zone, Capability ("" every capability of the zone).
@@ -214,6 +231,8 @@ type instance struct {
 	// tr holds what probes, flapping and ejections record; nil until the first of them (a
 	// fleet that is neither probed nor troubled does not carry it).
 	tr *trouble
+	// outcomes are the reported windows of the last outlier_window (outlier.go).
+	outcomes []outcomeRec
 
 	// The engine's fleet accounting (see Tick): which incarnation this is, so that the
 	// entries an older one left in the engine's queues are recognised as stale, how the
@@ -318,6 +337,26 @@ type Engine struct {
 	// incarnations, and the evacuations that hold or whose instances are on the way back.
 	overrides   map[string]*override
 	evacuations map[string]*evacuation
+	// disputes are the disputed outcomes since TakeDisputes; judgedRelative when the
+	// cohorts were last judged by Tick.
+	disputes       []Dispute
+	judgedRelative time.Time
+	cohorts        map[cohortKey]map[*instance]struct{} // the instances of each (capability, zone)
+}
+
+// Dispute is an outcome ignored because other reporters saw the instance healthy.
+type Dispute struct {
+	At         time.Time
+	InstanceID string
+	Reporter   string
+	Detail     string
+}
+
+// TakeDisputes returns the disputed outcomes since the last call.
+func (e *Engine) TakeDisputes() []Dispute {
+	d := e.disputes
+	e.disputes = nil
+	return d
 }
 
 // SelfPreservationDecision is what the last Tick saw and decided about self-preservation:
@@ -355,10 +394,14 @@ func New(cfg Config) (*Engine, error) {
 // Declare tells the engine about an instance (its zone, capabilities and probe class).
 func (e *Engine) Declare(in Instance) {
 	if cur, ok := e.instances[in.ID]; ok {
+		old := cur.Instance
 		cur.Instance = in
+		e.indexCohorts(cur, &old)
 		return
 	}
-	e.instances[in.ID] = &instance{Instance: in}
+	rec := &instance{Instance: in}
+	e.instances[in.ID] = rec
+	e.indexCohorts(rec, nil)
 }
 
 // Adopt takes over the verdict another replica judged on an instance this engine has not
@@ -383,6 +426,13 @@ func (e *Engine) Forget(id string) {
 	if in, ok := e.instances[id]; ok {
 		in.gone = true
 		e.untrack(in)
+		for _, c := range in.Capabilities { // out of its cohorts
+			k := cohortKey{c, in.Zone}
+			delete(e.cohorts[k], in)
+			if len(e.cohorts[k]) == 0 {
+				delete(e.cohorts, k)
+			}
+		}
 		delete(e.instances, id)
 	}
 }
@@ -547,7 +597,7 @@ func (e *Engine) probe(in *instance, ev Event) {
 // operator's withdrawal.
 func (e *Engine) advance(in *instance, now time.Time) {
 	if t := in.tr; t != nil && !t.ejectUntil.IsZero() && !now.Before(t.ejectUntil) {
-		e.clearCauses(in, t.ejectUntil, ReasonOutlierErrorRate, ReasonOutlierConnect)
+		e.clearCauses(in, t.ejectUntil, ReasonOutlierErrorRate, ReasonOutlierConnect, ReasonOutlierRelative)
 		t.ejectUntil = time.Time{}
 	}
 	if len(e.overrides) > 0 {
@@ -555,9 +605,15 @@ func (e *Engine) advance(in *instance, now time.Time) {
 	}
 }
 
-// outcome ejects an admitted instance whose reported window shows it failing, unless too
-// much of one of its groups is ejected already.
+// outcome records a reported window in in's pooled window, ejects an admitted instance
+// whose window shows it failing — unless too much of one of its groups is ejected already,
+// or other reporters dispute it (they see it healthy: this reporter's path is broken) — and
+// judges its cohorts for relative outliers.
 func (e *Engine) outcome(in *instance, ev Event) {
+	reporter := cmp.Or(ev.Reporter, DefaultReporter)
+	if ev.OK+ev.Errors > 0 {
+		in.outcomes = append(in.outcomes, outcomeRec{at: ev.At.UnixNano(), reporter: reporter, ok: ev.OK, errs: ev.Errors})
+	}
 	var cause string
 	switch requests := ev.OK + ev.Errors; {
 	case ev.ConnectFailures >= e.cfg.OutlierConnectFailures:
@@ -565,15 +621,22 @@ func (e *Engine) outcome(in *instance, ev Event) {
 	case requests >= e.cfg.OutlierMinRequests && float64(ev.Errors) >= e.cfg.OutlierErrorRate*float64(requests):
 		cause = ReasonOutlierErrorRate
 	}
-	if cause == "" || !in.admitted || !in.troubles().ejectUntil.IsZero() || e.ejectionCapped(in, ev.At) {
-		return
+	if cause != "" && in.admitted && in.troubles().ejectUntil.IsZero() {
+		if d, why := e.disputed(in, reporter, ev.At); d {
+			e.disputes = append(e.disputes, Dispute{At: ev.At, InstanceID: in.ID, Reporter: reporter,
+				Detail: fmt.Sprintf("%s reported ok=%d errors=%d connect_failures=%d; %s: the outcome is disputed and ignored", reporter, ev.OK, ev.Errors, ev.ConnectFailures, why)})
+			cause = ""
+		}
 	}
-	t := in.trouble()
-	t.ejections++
-	e.ejected++
-	t.ejectUntil = ev.At.Add(time.Duration(t.ejections) * e.cfg.EjectionBase)
-	e.addCause(in, ev.At, cause, fmt.Sprintf("gateway window ok=%d errors=%d connect_failures=%d; ejection %d until %s",
-		ev.OK, ev.Errors, ev.ConnectFailures, t.ejections, t.ejectUntil.UTC().Format(time.RFC3339)))
+	if cause != "" && in.admitted && in.troubles().ejectUntil.IsZero() && !e.ejectionCapped(in, ev.At) {
+		t := in.trouble()
+		t.ejections++
+		e.ejected++
+		t.ejectUntil = ev.At.Add(time.Duration(t.ejections) * e.cfg.EjectionBase)
+		e.addCause(in, ev.At, cause, fmt.Sprintf("gateway window ok=%d errors=%d connect_failures=%d from %s; ejection %d until %s",
+			ev.OK, ev.Errors, ev.ConnectFailures, reporter, t.ejections, t.ejectUntil.UTC().Format(time.RFC3339)))
+	}
+	e.relativeOutliers(in, ev.At)
 }
 
 // ejectionCapped reports whether ejecting in would eject more than max_ejection_percent of
@@ -841,6 +904,10 @@ func (e *Engine) Tick(now time.Time) {
 		e.sp, e.spSince, d.Reason = true, now, SelfPreservationRenewalsLow
 	}
 	e.decision = d
+	if now.Sub(e.judgedRelative) >= relativeEvery {
+		e.judgedRelative = now
+		e.judgeReported(now)
+	}
 	if e.sp {
 		return
 	}

@@ -20,6 +20,7 @@ type monitorMetrics struct {
 	entered     map[[2]string]prometheus.Counter
 	ejections   prometheus.Counter
 	quarantines prometheus.Counter
+	disputed    prometheus.Counter
 }
 
 // monitorCollector reports the monitor's gauges at scrape time.
@@ -54,6 +55,8 @@ func newMonitorMetrics(reg prometheus.Registerer, m *Monitor) (*monitorMetrics, 
 			Help: "Changes of eligibility state, by the state entered and its first reason."}, []string{"to", "reason"}),
 		ejections: prometheus.NewCounter(prometheus.CounterOpts{Name: "meshflows_eligibility_ejections_total",
 			Help: "Passive (outlier) ejections of instances on gateway outcomes."}),
+		disputed: prometheus.NewCounter(prometheus.CounterOpts{Name: "meshflows_eligibility_outcomes_disputed_total",
+			Help: "Outcomes ignored because other reporters saw the instance healthy in the outlier window."}),
 		quarantines: prometheus.NewCounter(prometheus.CounterOpts{Name: "meshflows_eligibility_quarantines_total",
 			Help: "Instances quarantined for flapping."}),
 	}
@@ -65,7 +68,7 @@ func newMonitorMetrics(reg prometheus.Registerer, m *Monitor) (*monitorMetrics, 
 		panics:    prometheus.NewDesc("meshflows_eligibility_panic_groups", "(capability, zone) groups in panic: discovery returns all their instances.", nil, nil),
 		preserv:   prometheus.NewDesc("meshflows_eligibility_self_preservation", "1 while self-preservation suspends lease-expiry eviction.", nil, nil),
 	}
-	for _, col := range []prometheus.Collector{mm.transitions, mm.ejections, mm.quarantines, c} {
+	for _, col := range []prometheus.Collector{mm.transitions, mm.ejections, mm.quarantines, mm.disputed, c} {
 		if err := reg.Register(col); err != nil {
 			return nil, fmt.Errorf("register eligibility metrics: %w", err)
 		}

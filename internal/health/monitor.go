@@ -47,6 +47,9 @@ const (
 	TransitionPanic                = "panic"             // a (capability, zone) entered panic
 	TransitionPanicSustained       = "panic_sustained"   // and stayed in it for PanicIncidentAfter
 	TransitionPanicOver            = "panic_over"        // it left panic
+	// TransitionOutcomeDisputed: an outcome was ignored because other reporters saw the
+	// instance healthy (Reasons: the reporter, the detail).
+	TransitionOutcomeDisputed = "outcome_disputed"
 	TransitionSelfPreservation     = "self_preservation" // lease expiry stopped evicting
 	TransitionSelfPreservationOver = "self_preservation_over"
 )
@@ -362,6 +365,14 @@ func (m *Monitor) apply(v *view, ev Event) (bool, error) {
 	ejected := m.engine.Ejections()
 	if err := m.engine.Apply(ev); err != nil {
 		return false, err
+	}
+	if ev.Kind == KindOutcome {
+		for _, d := range m.engine.TakeDisputes() {
+			m.metrics.disputed.Inc()
+			if m.cfg.OnTransition != nil {
+				m.cfg.OnTransition(Transition{InstanceID: d.InstanceID, At: d.At.UTC(), To: TransitionOutcomeDisputed, Reasons: []string{d.Reporter, d.Detail}})
+			}
+		}
 	}
 	if n := m.engine.Ejections() - ejected; n > 0 {
 		m.metrics.ejections.Add(float64(n))

@@ -30,9 +30,12 @@ type evacuation struct {
 	at, until            time.Time
 	ended                time.Time // when it was ended before until (zero: it holds until until)
 	by, why              string
-	// the way back: the step reached and since when (advanced lazily, returnSteps)
+	// the way back: the step reached and since when (advanced lazily, returnSteps), and
+	// whether it is held (its zone is a zone outlier)
 	step      int
 	stepSince time.Time
+	held      bool
+	heldCheck time.Time // while held, when the hold is judged again
 }
 
 // end is when the evacuation stops holding.
@@ -50,7 +53,7 @@ type Evacuation struct {
 	By, Why              string
 	// Holding says the zone's instances are evacuated; Returning that they are on the way
 	// back, at Weight since StepSince (the weight of step Step of ReturnSteps).
-	Holding, Returning bool
+	Holding, Returning, Held bool
 	Step, Weight       int
 	StepSince          time.Time
 	// NextStep is when the return moves to its next step (or ends).
@@ -169,20 +172,49 @@ func (e *Engine) returnSteps(ev *evacuation, now time.Time) bool {
 	if ev.stepSince.IsZero() {
 		ev.step, ev.stepSince = 0, end
 	}
-	for ev.step < len(e.cfg.ReturnSteps) && !now.Before(ev.stepSince.Add(e.cfg.ReturnDwell)) {
+	// Holds are judged on a fixed grid (each step's end, then every relativeEvery while
+	// held), from the evidence as of each instant: the way back is a function of the
+	// evidence and the clock, not of when it is looked at.
+	for ev.step < len(e.cfg.ReturnSteps) {
 		at := ev.stepSince.Add(e.cfg.ReturnDwell)
-		if e.returnHeld(ev, at) {
+		if ev.held {
+			at = ev.heldCheck
+		}
+		if now.Before(at) {
 			break
 		}
-		ev.step, ev.stepSince = ev.step+1, at
+		switch {
+		case e.returnHeld(ev, at):
+			ev.held, ev.heldCheck = true, at.Add(relativeEvery) // the step waits
+		case ev.held:
+			ev.held, ev.stepSince = false, at // no outlier any more: the step's dwell starts again
+		default:
+			ev.step, ev.stepSince = ev.step+1, at
+		}
 	}
 	return ev.step >= len(e.cfg.ReturnSteps)
 }
 
 // returnHeld reports whether a return step of ev must wait at instant at: while its zone is
-// a zone outlier of the capability. Zone outliers are judged from pooled outcomes, which the
-// engine does not hold yet: no step is held.
-func (e *Engine) returnHeld(*evacuation, time.Time) bool { return false }
+// a zone outlier of the capability it evacuated (of any capability of the zone, for an
+// evacuation of all of them).
+func (e *Engine) returnHeld(ev *evacuation, at time.Time) bool {
+	caps := []string{ev.capability}
+	if ev.capability == "" {
+		caps = nil
+		for k := range e.cohorts {
+			if k.zone == ev.zone && !slices.Contains(caps, k.capability) {
+				caps = append(caps, k.capability)
+			}
+		}
+	}
+	for _, c := range caps {
+		if slices.Contains(e.ZoneOutliers(c, at), ev.zone) {
+			return true
+		}
+	}
+	return false
+}
 
 // covers reports whether ev applies to in (its zone, and its capability when it names one).
 func (ev *evacuation) covers(in *instance) bool {
@@ -253,7 +285,11 @@ func (e *Engine) operatorChanges(in *instance, now time.Time, consider func(time
 			continue
 		}
 		if !e.returnSteps(ev, now) {
-			consider(ev.stepSince.Add(e.cfg.ReturnDwell))
+			if ev.held {
+				consider(ev.heldCheck)
+			} else {
+				consider(ev.stepSince.Add(e.cfg.ReturnDwell))
+			}
 		}
 	}
 }
@@ -308,7 +344,7 @@ func (e *Engine) Evacuations(now time.Time) []Evacuation {
 		case now.Before(ev.end()):
 			x.Holding = true
 		case !e.returnSteps(ev, now):
-			x.Returning, x.Step, x.Weight, x.StepSince = true, ev.step, e.cfg.ReturnSteps[ev.step], ev.stepSince
+			x.Returning, x.Held, x.Step, x.Weight, x.StepSince = true, ev.held, ev.step, e.cfg.ReturnSteps[ev.step], ev.stepSince
 			x.NextStep = ev.stepSince.Add(e.cfg.ReturnDwell)
 		default:
 			continue

@@ -45,6 +45,12 @@ func FromTransitions(j *Journal) func(health.Transition) {
 			why := strings.Join(t.Reasons, "; ")
 			j.Append(apiv1.Event{Time: t.At, Type: apiv1.EventSelfPreservation, Severity: apiv1.SeverityError, Subject: "registry",
 				Message: "self-preservation entered: lease expiry stops evicting (" + why + ")", Attrs: map[string]any{"state": "entered", "reasons": t.Reasons}})
+		case health.TransitionOutcomeDisputed:
+			if len(t.Reasons) != 2 {
+				return
+			}
+			j.Append(apiv1.Event{Time: t.At, Type: apiv1.EventOutcomeDisputed, Severity: apiv1.SeverityWarning, Subject: t.InstanceID,
+				Message: "outcome about " + t.InstanceID + " ignored: " + t.Reasons[1], Attrs: map[string]any{"reporter": t.Reasons[0]}})
 		case health.TransitionSelfPreservationOver:
 			why := strings.Join(t.Reasons, "; ")
 			j.Append(apiv1.Event{Time: t.At, Type: apiv1.EventSelfPreservation, Severity: apiv1.SeverityInfo, Subject: "registry",

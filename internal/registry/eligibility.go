@@ -290,6 +290,9 @@ func (r *Registry) Outcomes(ctx context.Context, req *apiv1.OutcomesRequest) (*a
 	if r.cfg.Eligibility == nil {
 		return nil, ErrNoEligibility
 	}
+	if id := CallerFrom(ctx).Identity; id != "" {
+		req.GatewayID = id // the reporter is the caller's authenticated identity; gateway_id names it in open mode only
+	}
 	if vs, ok := r.store.(VerdictSharer); ok && !r.Leader() {
 		// The elected replica judges: hand the evidence over, and say what it will apply.
 		out := &apiv1.OutcomesResponse{}
@@ -319,7 +322,8 @@ func (r *Registry) applyOutcomes(req *apiv1.OutcomesRequest) (*apiv1.OutcomesRes
 			out.Ignored++
 			continue
 		}
-		if err := m.Observe(health.Event{At: now, ID: o.InstanceID, Kind: health.KindOutcome, OK: o.OK, Errors: o.Errors, ConnectFailures: o.ConnectFailures}); err != nil {
+		if err := m.Observe(health.Event{At: now, ID: o.InstanceID, Kind: health.KindOutcome, OK: o.OK, Errors: o.Errors, ConnectFailures: o.ConnectFailures,
+			Reporter: req.GatewayID}); err != nil {
 			return nil, fmt.Errorf("outcome of %s: %w", o.InstanceID, err)
 		}
 		out.Accepted++

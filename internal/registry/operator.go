@@ -296,6 +296,9 @@ func (r *Registry) viewEvacuationLocked(ev *apiv1.Evacuation, now time.Time) *ap
 			continue
 		}
 		out.State = apiv1.EvacuationReturning
+		if x.Held {
+			out.State = apiv1.EvacuationHeld
+		}
 		out.Return = &apiv1.Return{Steps: cfg.ReturnSteps, DwellSeconds: int64(cfg.ReturnDwell / time.Second), Step: x.Step + 1, Weight: x.Weight,
 			StepSince: x.StepSince.UTC(), NextStepAt: x.NextStep.UTC()}
 	}

@@ -216,6 +216,23 @@ func scenarioConfig(m map[string]any) (health.Config, error) {
 			} else {
 				c.SelfPreservationExit = f
 			}
+		case "outlier_window":
+			c.OutlierWindow, err = durationSetting(v)
+		case "outlier_min_volume":
+			c.OutlierMinVolume, err = intSetting(v)
+		case "outlier_z", "outlier_relative_floor", "outlier_relative_factor":
+			f, ok := v.(float64)
+			if !ok || f <= 0 {
+				err = fmt.Errorf("want a positive number")
+			}
+			switch k {
+			case "outlier_z":
+				c.OutlierZ = f
+			case "outlier_relative_floor":
+				c.OutlierRelativeFloor = f
+			default:
+				c.OutlierRelativeFactor = f
+			}
 		case "return_dwell":
 			c.ReturnDwell, err = durationSetting(v)
 		case "evacuation_max":
@@ -316,7 +333,7 @@ func (s *Scenario) Answers() ([]map[string]any, error) {
 			at := start.Add(s.offsets[ev])
 			until, _ := untilOf(ev.Until)
 			if err := e.Apply(health.Event{At: at, ID: ev.ID, Kind: ev.Kind, Health: ev.Health, Result: ev.Result,
-				OK: ev.OK, Errors: ev.Errors, ConnectFailures: ev.ConnectFailures,
+				OK: ev.OK, Errors: ev.Errors, ConnectFailures: ev.ConnectFailures, Reporter: ev.Reporter,
 				Action: ev.Action, Evacuation: ev.Evacuation, Zone: ev.Zone, Capability: ev.Capability, Until: at.Add(until), By: "scenario"}); err != nil {
 				return nil, fmt.Errorf("scenario %s: %w", s.Name, err)
 			}
@@ -331,6 +348,8 @@ func (s *Scenario) Answers() ([]map[string]any, error) {
 		case isInstance:
 			v := e.Verdict(id, now)
 			out[i] = map[string]any{"state": v.State, "weight": v.Weight, "reasons": v.Reasons}
+		case isGroup && x["zone_outliers"] != nil:
+			out[i] = map[string]any{"zone_outliers": e.ZoneOutliers(capability, now)}
 		case isGroup:
 			zone, _ := x["zone"].(string)
 			g := e.Group(capability, zone, now)

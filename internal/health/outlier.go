@@ -1,0 +1,329 @@
+package health
+
+import (
+	"cmp"
+	"fmt"
+	"math"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+)
+
+// ReasonOutlierRelative: an instance failing clearly more than its peers of the same
+// (capability, zone), pooled over every reporter (a relative outlier).
+const ReasonOutlierRelative = "OUTLIER_RELATIVE"
+
+// DefaultReporter is the reporter of an outcome that names none.
+const DefaultReporter = "gw"
+
+// outcomeRec is one reported window about an instance, kept for outlier_window.
+type outcomeRec struct {
+	at       int64 // Unix nanoseconds
+	reporter string
+	ok, errs int
+}
+
+// window returns the pooled requests and errors about in over the window ending at now, and
+// those of each reporter; it drops what has aged out.
+func (e *Engine) window(in *instance, now time.Time) (n, errs int, byReporter map[string][2]int) {
+	from := now.Add(-e.cfg.OutlierWindow).UnixNano()
+	kept := in.outcomes[:0]
+	for _, o := range in.outcomes {
+		if o.at > from {
+			kept = append(kept, o)
+		}
+	}
+	clear(in.outcomes[len(kept):])
+	in.outcomes = kept
+	for _, o := range in.outcomes {
+		n += o.ok + o.errs
+		errs += o.errs
+		if byReporter == nil {
+			byReporter = map[string][2]int{}
+		}
+		c := byReporter[o.reporter]
+		byReporter[o.reporter] = [2]int{c[0] + o.ok + o.errs, c[1] + o.errs}
+	}
+	return n, errs, byReporter
+}
+
+// windowAt is window as of instant at, without dropping anything: the outcomes reported in
+// (at - outlier_window, at].
+func (e *Engine) windowAt(in *instance, at time.Time) (n, errs int, byReporter map[string][2]int) {
+	from, to := at.Add(-e.cfg.OutlierWindow).UnixNano(), at.UnixNano()
+	for _, o := range in.outcomes {
+		if o.at <= from || o.at > to {
+			continue
+		}
+		n += o.ok + o.errs
+		errs += o.errs
+		if byReporter == nil {
+			byReporter = map[string][2]int{}
+		}
+		c := byReporter[o.reporter]
+		byReporter[o.reporter] = [2]int{c[0] + o.ok + o.errs, c[1] + o.errs}
+	}
+	return n, errs, byReporter
+}
+
+// disputed reports whether an absolute-rule outcome from reporter is disputed: in the last
+// outlier_window other reporters, pooled, saw at least outlier_min_requests requests at an
+// error share under outlier_error_rate.
+func (e *Engine) disputed(in *instance, reporter string, now time.Time) (bool, string) {
+	_, _, by := e.window(in, now)
+	n, errs := 0, 0
+	for r, c := range by {
+		if r != reporter {
+			n, errs = n+c[0], errs+c[1]
+		}
+	}
+	if n >= e.cfg.OutlierMinRequests && float64(errs) < e.cfg.OutlierErrorRate*float64(n) {
+		return true, fmt.Sprintf("other reporters saw %d errors in %d requests", errs, n)
+	}
+	return false, ""
+}
+
+// wilsonLower is the lower bound of the Wilson score interval of errs/n at z.
+func wilsonLower(errs, n int, z float64) float64 {
+	if n == 0 {
+		return 0
+	}
+	p, nf := float64(errs)/float64(n), float64(n)
+	z2 := z * z
+	return (p + z2/(2*nf) - z*math.Sqrt(p*(1-p)/nf+z2/(4*nf*nf))) / (1 + z2/nf)
+}
+
+// medianWithout is the median of sorted without one element equal to x.
+func medianWithout(sorted []float64, x float64) float64 {
+	i := sort.SearchFloat64s(sorted, x)
+	at := func(k int) float64 { // the k-th of sorted with element i left out
+		if k >= i {
+			return sorted[k+1]
+		}
+		return sorted[k]
+	}
+	n := len(sorted) - 1
+	if n%2 == 1 {
+		return at(n / 2)
+	}
+	return (at(n/2-1) + at(n/2)) / 2
+}
+
+// median is the median of xs (sorted in place).
+func median(xs []float64) float64 {
+	sort.Float64s(xs)
+	m := len(xs) / 2
+	if len(xs)%2 == 1 {
+		return xs[m]
+	}
+	return (xs[m-1] + xs[m]) / 2
+}
+
+// relativelyWorse reports whether errs of n is an outlier against baseline: the Wilson lower
+// bound clears both the absolute floor and the factor.
+func (e *Engine) relativelyWorse(errs, n int, baseline float64) (bool, float64) {
+	l := wilsonLower(errs, n, e.cfg.OutlierZ)
+	return l > baseline+e.cfg.OutlierRelativeFloor && l > e.cfg.OutlierRelativeFactor*baseline, l
+}
+
+// withoutTop returns n and errs without the reporter that reported the most errors, and it.
+func withoutTop(n, errs int, by map[string][2]int) (int, int, string) {
+	top, most := "", -1
+	for r, c := range by {
+		if c[1] > most || (c[1] == most && r < top) {
+			top, most = r, c[1]
+		}
+	}
+	c := by[top]
+	return n - c[0], errs - c[1], top
+}
+
+// inRotationNow reports whether in is in rotation at now, as the engine judges it.
+func (e *Engine) inRotationNow(in *instance, now time.Time) bool {
+	return apiv1.InRotation(e.verdictOf(in, now).State)
+}
+
+// relativeOutliers judges the cohorts of in's (capability, zone) groups at now, ejecting
+// their relative outliers.
+func (e *Engine) relativeOutliers(in *instance, now time.Time) {
+	for _, c := range in.Capabilities {
+		e.judgeCohort(c, in.Zone, now)
+	}
+}
+
+// member is one comparable instance of a cohort: its pooled window.
+type member struct {
+	in       *instance
+	n, errs  int
+	reporter map[string][2]int
+}
+
+// judgeCohort applies the relative-outlier rule to one (capability, zone).
+func (e *Engine) judgeCohort(capability, zone string, now time.Time) {
+	var ms []member
+	for _, o := range e.cohort(capability, zone) {
+		if !o.present || o.draining || !e.inRotationNow(o, now) {
+			continue
+		}
+		n, errs, by := e.window(o, now)
+		if n >= e.cfg.OutlierMinVolume {
+			ms = append(ms, member{o, n, errs, by})
+		}
+	}
+	if len(ms) < 2 {
+		return
+	}
+	// the median of the others' shares, from the sorted shares of all: O(m log m) a cohort
+	sorted := make([]float64, len(ms))
+	for i, m := range ms {
+		sorted[i] = float64(m.errs) / float64(m.n)
+	}
+	sort.Float64s(sorted)
+	for _, m := range ms {
+		baseline := medianWithout(sorted, float64(m.errs)/float64(m.n))
+		worse, l := e.relativelyWorse(m.errs, m.n, baseline)
+		if !worse {
+			continue
+		}
+		n2, e2, top := withoutTop(m.n, m.errs, m.reporter)
+		if still, _ := e.relativelyWorse(e2, n2, baseline); !still {
+			continue // one reporter's broken path: not a reason to take it from everyone
+		}
+		in := m.in
+		if !in.admitted || !in.troubles().ejectUntil.IsZero() || e.ejectionCapped(in, now) {
+			continue
+		}
+		t := in.trouble()
+		t.ejections++
+		e.ejected++
+		t.ejectUntil = now.Add(time.Duration(t.ejections) * e.cfg.EjectionBase)
+		reporters := make([]string, 0, len(m.reporter))
+		for r := range m.reporter {
+			reporters = append(reporters, r)
+		}
+		slices.Sort(reporters)
+		e.addCause(in, now, ReasonOutlierRelative, fmt.Sprintf("%d errors in %d requests over %s (lower bound %.4f at z %g) against its peers' median %.4f; reporters %s (without %s: %d in %d); ejection %d until %s",
+			m.errs, m.n, e.cfg.OutlierWindow, l, e.cfg.OutlierZ, baseline, strings.Join(reporters, ", "), top, e2, n2, t.ejections, t.ejectUntil.UTC().Format(time.RFC3339)))
+	}
+}
+
+// cohortKey names a (capability, zone) cohort.
+type cohortKey struct{ capability, zone string }
+
+// cohort returns the present instances of one (capability, zone), in id order, from the
+// index Declare and Forget keep: it costs the cohort, not the fleet.
+func (e *Engine) cohort(capability, zone string) []*instance {
+	set := e.cohorts[cohortKey{capability, zone}]
+	out := make([]*instance, 0, len(set))
+	for in := range set {
+		if in.present {
+			out = append(out, in)
+		}
+	}
+	slices.SortFunc(out, func(a, b *instance) int { return cmp.Compare(a.ID, b.ID) })
+	return out
+}
+
+// indexCohorts files in under the cohorts of its (capability, zone) groups, leaving those of
+// what it declared before (old).
+func (e *Engine) indexCohorts(in *instance, old *Instance) {
+	if e.cohorts == nil {
+		e.cohorts = map[cohortKey]map[*instance]struct{}{}
+	}
+	if old != nil {
+		for _, c := range old.Capabilities {
+			k := cohortKey{c, old.Zone}
+			delete(e.cohorts[k], in)
+			if len(e.cohorts[k]) == 0 {
+				delete(e.cohorts, k)
+			}
+		}
+	}
+	for _, c := range in.Capabilities {
+		k := cohortKey{c, in.Zone}
+		if e.cohorts[k] == nil {
+			e.cohorts[k] = map[*instance]struct{}{}
+		}
+		e.cohorts[k][in] = struct{}{}
+	}
+}
+
+// ZoneOutliers returns the zones of capability that are zone outliers at now, sorted: the
+// relative test applied to each zone's pooled outcomes against the median share of the other
+// zones (a capability needs instances in two zones at least).
+func (e *Engine) ZoneOutliers(capability string, now time.Time) []string {
+	type zoneWindow struct {
+		n, errs int
+		by      map[string][2]int
+	}
+	zones := map[string]*zoneWindow{}
+	for _, in := range e.instances {
+		if !in.present || in.draining || !slices.Contains(in.Capabilities, capability) {
+			continue
+		}
+		z := zones[in.Zone]
+		if z == nil {
+			z = &zoneWindow{by: map[string][2]int{}}
+			zones[in.Zone] = z
+		}
+		n, errs, by := e.windowAt(in, now)
+		z.n, z.errs = z.n+n, z.errs+errs
+		for r, c := range by {
+			x := z.by[r]
+			z.by[r] = [2]int{x[0] + c[0], x[1] + c[1]}
+		}
+	}
+	out := []string{}
+	if len(zones) < 2 {
+		return out
+	}
+	for name, z := range zones {
+		if z.n < e.cfg.OutlierMinVolume {
+			continue
+		}
+		var shares []float64
+		for other, o := range zones {
+			if other != name && o.n >= e.cfg.OutlierMinVolume {
+				shares = append(shares, float64(o.errs)/float64(o.n))
+			}
+		}
+		if len(shares) == 0 {
+			continue
+		}
+		baseline := median(shares)
+		if worse, _ := e.relativelyWorse(z.errs, z.n, baseline); !worse {
+			continue
+		}
+		n2, e2, _ := withoutTop(z.n, z.errs, z.by)
+		if still, _ := e.relativelyWorse(e2, n2, baseline); still {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// relativeEvery is how often Tick judges every cohort with reported outcomes (each outcome
+// judges its own cohorts at once).
+const relativeEvery = 10 * time.Second
+
+// judgeReported judges the cohorts of every instance with outcomes in its window.
+func (e *Engine) judgeReported(now time.Time) {
+	type key struct{ capability, zone string }
+	seen := map[key]bool{}
+	for _, in := range e.instances {
+		if len(in.outcomes) == 0 || !in.present {
+			continue
+		}
+		for _, c := range in.Capabilities {
+			k := key{c, in.Zone}
+			if !seen[k] {
+				seen[k] = true
+				e.judgeCohort(c, in.Zone, now)
+			}
+		}
+	}
+}
