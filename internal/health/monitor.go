@@ -44,12 +44,12 @@ type MonitorConfig struct {
 
 // Registry-wide and group transitions OnTransition hears, besides instance states.
 const (
-	TransitionPanic                = "panic"             // a (capability, zone) entered panic
-	TransitionPanicSustained       = "panic_sustained"   // and stayed in it for PanicIncidentAfter
-	TransitionPanicOver            = "panic_over"        // it left panic
+	TransitionPanic          = "panic"           // a (capability, zone) entered panic
+	TransitionPanicSustained = "panic_sustained" // and stayed in it for PanicIncidentAfter
+	TransitionPanicOver      = "panic_over"      // it left panic
 	// TransitionOutcomeDisputed: an outcome was ignored because other reporters saw the
 	// instance healthy (Reasons: the reporter, the detail).
-	TransitionOutcomeDisputed = "outcome_disputed"
+	TransitionOutcomeDisputed      = "outcome_disputed"
 	TransitionSelfPreservation     = "self_preservation" // lease expiry stopped evicting
 	TransitionSelfPreservationOver = "self_preservation_over"
 )

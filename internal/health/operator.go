@@ -54,8 +54,8 @@ type Evacuation struct {
 	// Holding says the zone's instances are evacuated; Returning that they are on the way
 	// back, at Weight since StepSince (the weight of step Step of ReturnSteps).
 	Holding, Returning, Held bool
-	Step, Weight       int
-	StepSince          time.Time
+	Step, Weight             int
+	StepSince                time.Time
 	// NextStep is when the return moves to its next step (or ends).
 	NextStep time.Time
 }
