@@ -327,3 +327,10 @@ func (e *Engine) judgeReported(now time.Time) {
 		}
 	}
 }
+
+// ZoneOutliers returns the zones of capability that are zone outliers at now (Engine.ZoneOutliers).
+func (m *Monitor) ZoneOutliers(capability string, now time.Time) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.engine.ZoneOutliers(capability, now)
+}

@@ -373,6 +373,13 @@ func (r *Registry) alarms(ev *apiv1.Evacuation, now time.Time) []string {
 			}
 		}
 	})
+	for c := range caps {
+		for _, z := range r.cfg.Eligibility.ZoneOutliers(c, now) {
+			if z != ev.Zone {
+				out = append(out, fmt.Sprintf("%s in zone %s is a zone outlier", c, z))
+			}
+		}
+	}
 	sort.Strings(out)
 	return out
 }

@@ -113,6 +113,7 @@ type Eligibility interface {
 	OperateCount(ev health.Event) (int, error)
 	Evacuations(now time.Time) []health.Evacuation
 	Settings() health.Config
+	ZoneOutliers(capability string, now time.Time) []string
 }
 
 var _ Eligibility = (*health.Monitor)(nil)

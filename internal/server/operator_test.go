@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -232,5 +233,42 @@ func TestPracticeRecordsWhatAlarmed(t *testing.T) {
 	json.Unmarshal(do(t, "GET", s.URL+apiv1.PathEvacuations+"/"+practice.ID, "").body, &got)
 	if got.Outcome != apiv1.OutcomeInterrupted || got.Alarmed == nil || !*got.Alarmed || len(got.Alarms) == 0 {
 		t.Errorf("the practice after the real one = %+v", got)
+	}
+}
+
+// TestPracticeRecordsAZoneOutlier: a remaining zone that fails as a whole while a practice
+// evacuation holds is among its alarms (outcomes pooled from two gateways).
+func TestPracticeRecordsAZoneOutlier(t *testing.T) {
+	s := newDeltaServer(t)
+	gens := map[string]int64{}
+	for i, zone := range []string{"z1", "z2", "z2", "z3", "z3"} {
+		id := fmt.Sprintf("i%d", i)
+		gens[id] = register(t, s, zonalRegistration(id, zone)).Generation
+	}
+	r := do(t, "POST", s.URL+apiv1.PathEvacuations, `{"zone":"z1","duration":"1h","reason":"drill","practice":true}`)
+	var practice apiv1.Evacuation
+	json.Unmarshal(r.body, &practice)
+	if r.status != 201 {
+		t.Fatalf("practice = %d %s", r.status, r.body)
+	}
+	for _, gw := range []string{"gw-1", "gw-2"} {
+		var outs []string
+		for id, g := range gens {
+			ok, errs := 499, 1
+			if id == "i1" || id == "i2" { // zone z2 fails 5 %
+				ok, errs = 475, 25
+			}
+			if id != "i0" {
+				outs = append(outs, fmt.Sprintf(`{"instance_id":%q,"generation":%d,"ok":%d,"errors":%d,"connect_failures":0}`, id, g, ok, errs))
+			}
+		}
+		if r := do(t, "POST", s.URL+"/v1/outcomes", fmt.Sprintf(`{"gateway_id":%q,"outcomes":[%s]}`, gw, strings.Join(outs, ","))); r.status != 200 {
+			t.Fatalf("outcomes = %d %s", r.status, r.body)
+		}
+	}
+	var got apiv1.Evacuation
+	json.Unmarshal(do(t, "DELETE", s.URL+apiv1.PathEvacuations+"/"+practice.ID, "").body, &got)
+	if got.Alarmed == nil || !*got.Alarmed || !strings.Contains(strings.Join(got.Alarms, "; "), "zone z2 is a zone outlier") {
+		t.Errorf("the practice's alarms: %+v", got.Alarms)
 	}
 }
