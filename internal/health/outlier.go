@@ -334,3 +334,18 @@ func (m *Monitor) ZoneOutliers(capability string, now time.Time) []string {
 	defer m.mu.Unlock()
 	return m.engine.ZoneOutliers(capability, now)
 }
+
+// Dispute is an outcome ignored because other reporters saw the instance healthy.
+type Dispute struct {
+	At         time.Time
+	InstanceID string
+	Reporter   string
+	Detail     string
+}
+
+// TakeDisputes returns the disputed outcomes since the last call.
+func (e *Engine) TakeDisputes() []Dispute {
+	d := e.disputes
+	e.disputes = nil
+	return d
+}
