@@ -38,16 +38,7 @@ func (e *Engine) window(in *instance, now time.Time) (n, errs int, byReporter ma
 	}
 	clear(in.outcomes[len(kept):])
 	in.outcomes = kept
-	for _, o := range in.outcomes {
-		n += o.ok + o.errs
-		errs += o.errs
-		if byReporter == nil {
-			byReporter = map[string][2]int{}
-		}
-		c := byReporter[o.reporter]
-		byReporter[o.reporter] = [2]int{c[0] + o.ok + o.errs, c[1] + o.errs}
-	}
-	return n, errs, byReporter
+	return e.windowAt(in, now)
 }
 
 // windowAt is window as of instant at, without dropping anything: the outcomes reported in
