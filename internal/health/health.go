@@ -223,6 +223,8 @@ type Engine struct {
 	disputes       []Dispute
 	judgedRelative time.Time
 	cohorts        map[cohortKey]map[*instance]struct{} // the instances of each (capability, zone)
+	dirtyCohorts   map[cohortKey]struct{}               // reported on since the last Tick
+	relEjected     []string                             // ejected as relative outliers since TakeEjected
 }
 
 // SelfPreservationDecision is what the last Tick saw and decided about self-preservation:
@@ -474,7 +476,7 @@ func (e *Engine) advance(in *instance, now time.Time) {
 // outcome records a reported window in in's pooled window, ejects an admitted instance
 // whose window shows it failing — unless too much of one of its groups is ejected already,
 // or other reporters dispute it (they see it healthy: this reporter's path is broken) — and
-// judges its cohorts for relative outliers.
+// marks its cohorts for the next Tick's relative-outlier judgment.
 func (e *Engine) outcome(in *instance, ev Event) {
 	reporter := cmp.Or(ev.Reporter, DefaultReporter)
 	if ev.OK+ev.Errors > 0 {
@@ -502,7 +504,7 @@ func (e *Engine) outcome(in *instance, ev Event) {
 		e.addCause(in, ev.At, cause, fmt.Sprintf("gateway window ok=%d errors=%d connect_failures=%d from %s; ejection %d until %s",
 			ev.OK, ev.Errors, ev.ConnectFailures, reporter, t.ejections, t.ejectUntil.UTC().Format(time.RFC3339)))
 	}
-	e.relativeOutliers(in, ev.At)
+	e.markCohorts(in) // judged at the next Tick: once per cohort, not once per outcome
 }
 
 // ejectionCapped reports whether ejecting in would eject more than max_ejection_percent of
@@ -730,6 +732,7 @@ func (e *Engine) Tick(now time.Time) {
 	if !e.started {
 		e.started, e.start = true, now
 	}
+	e.judgeOutliers(now)
 	if e.cfg.ExternalLeases {
 		e.renewals.reset()
 		e.ratio, e.decision = 1, SelfPreservationDecision{Ratio: 1}
@@ -770,10 +773,6 @@ func (e *Engine) Tick(now time.Time) {
 		e.sp, e.spSince, d.Reason = true, now, SelfPreservationRenewalsLow
 	}
 	e.decision = d
-	if now.Sub(e.judgedRelative) >= relativeEvery {
-		e.judgedRelative = now
-		e.judgeReported(now)
-	}
 	if e.sp {
 		return
 	}

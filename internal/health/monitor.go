@@ -486,6 +486,12 @@ func (m *Monitor) reconcileMember(now time.Time, fleet Fleet, i int) {
 func (m *Monitor) tickAndPublish(now time.Time) {
 	wasSP := m.engine.SelfPreservation()
 	m.engine.Tick(now)
+	ejected := false
+	ids := m.engine.TakeEjected() // relative outliers the Tick's cohort judgments ejected
+	m.metrics.ejections.Add(float64(len(ids)))
+	for _, id := range ids {
+		ejected = m.refresh(id, now) || ejected
+	}
 	spChanged := m.engine.SelfPreservation() != wasSP
 	if sp := m.engine.SelfPreservation(); spChanged {
 		// Everything said comes from the decision itself: the numbers it used, and why.
@@ -544,7 +550,7 @@ func (m *Monitor) tickAndPublish(now time.Time) {
 	}
 	m.sustained(now)
 	m.sample(now, moved)
-	m.publish(changed || spChanged)
+	m.publish(changed || spChanged || ejected)
 }
 
 // schedule puts v in the due queue at its nextDue, unless an entry at that instant or

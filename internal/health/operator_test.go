@@ -123,3 +123,38 @@ func TestHistoryKeepsTheLastTransitions(t *testing.T) {
 		t.Errorf("the last transition: %+v", last)
 	}
 }
+
+// TestMonitorPublishesRelativeOutliers: a relative outlier is judged at the sweep after the
+// outcomes (one judgment a cohort, not one an outcome) and its verdict is published then,
+// though the outcome that made it one was about another instance.
+func TestMonitorPublishesRelativeOutliers(t *testing.T) {
+	m := newTestMonitor(t, nil, nil)
+	var fleet Members
+	for i := range 6 {
+		in := Instance{ID: string(rune('a' + i)), Zone: "z", Capabilities: []string{"c.x"}}
+		m.Register(in, 1, t0)
+		fleet = append(fleet, Member{Instance: in, Generation: 1, RegisteredAt: t0, LastRenewal: t0})
+	}
+	at := t0.Add(20 * time.Second)
+	m.Sync(at, fleet)
+	for _, rep := range []string{"gw-1", "gw-2"} {
+		for _, id := range []string{"f", "a", "b", "c", "d", "e"} { // f first: its peers' reports come after it
+			ok, errs := 249, 1
+			if id == "f" {
+				ok, errs = 240, 10
+			}
+			m.Observe(Event{At: at, ID: id, Kind: KindOutcome, OK: ok, Errors: errs, Reporter: rep})
+		}
+	}
+	rev, _ := m.Watch()
+	m.Sync(at.Add(time.Second), fleet)
+	if st, _, _ := m.Verdict("f"); st != apiv1.EligibilityWithdrawn {
+		t.Errorf("f after the sweep: %s, want withdrawn", st)
+	}
+	if st, _, _ := m.Verdict("a"); st != apiv1.EligibilityServing {
+		t.Errorf("a after the sweep: %s, want serving", st)
+	}
+	if r, _ := m.Watch(); r == rev {
+		t.Error("the ejection was not published")
+	}
+}

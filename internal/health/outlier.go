@@ -137,12 +137,38 @@ func (e *Engine) inRotationNow(in *instance, now time.Time) bool {
 	return apiv1.InRotation(e.verdictOf(in, now).State)
 }
 
-// relativeOutliers judges the cohorts of in's (capability, zone) groups at now, ejecting
-// their relative outliers.
-func (e *Engine) relativeOutliers(in *instance, now time.Time) {
-	for _, c := range in.Capabilities {
-		e.judgeCohort(c, in.Zone, now)
+// markCohorts marks in's (capability, zone) cohorts as reported on.
+func (e *Engine) markCohorts(in *instance) {
+	if e.dirtyCohorts == nil {
+		e.dirtyCohorts = map[cohortKey]struct{}{}
 	}
+	for _, c := range in.Capabilities {
+		e.dirtyCohorts[cohortKey{c, in.Zone}] = struct{}{}
+	}
+}
+
+// judgeOutliers applies the relative-outlier rule at a Tick: to the cohorts reported on since
+// the last one, and every relativeEvery to every cohort with outcomes in its window (windows
+// age). A batch of outcomes costs one judgment a cohort, not one an outcome.
+func (e *Engine) judgeOutliers(now time.Time) {
+	if now.Sub(e.judgedRelative) >= relativeEvery {
+		e.judgedRelative = now
+		e.judgeReported(now)
+		clear(e.dirtyCohorts)
+		return
+	}
+	for k := range e.dirtyCohorts {
+		e.judgeCohort(k.capability, k.zone, now)
+	}
+	clear(e.dirtyCohorts)
+}
+
+// TakeEjected returns the instances ejected as relative outliers since the last call: a
+// cohort's judgment at a Tick changes verdicts the owner has not asked about.
+func (e *Engine) TakeEjected() []string {
+	out := e.relEjected
+	e.relEjected = nil
+	return out
 }
 
 // member is one comparable instance of a cohort: its pooled window.
@@ -196,6 +222,7 @@ func (e *Engine) judgeCohort(capability, zone string, now time.Time) {
 			reporters = append(reporters, r)
 		}
 		slices.Sort(reporters)
+		e.relEjected = append(e.relEjected, in.ID)
 		e.addCause(in, now, ReasonOutlierRelative, fmt.Sprintf("%d errors in %d requests over %s (lower bound %.4f at z %g) against its peers' median %.4f; reporters %s (without %s: %d in %d); ejection %d until %s",
 			m.errs, m.n, e.cfg.OutlierWindow, l, e.cfg.OutlierZ, baseline, strings.Join(reporters, ", "), top, e2, n2, t.ejections, t.ejectUntil.UTC().Format(time.RFC3339)))
 	}
@@ -303,14 +330,13 @@ const relativeEvery = 10 * time.Second
 
 // judgeReported judges the cohorts of every instance with outcomes in its window.
 func (e *Engine) judgeReported(now time.Time) {
-	type key struct{ capability, zone string }
-	seen := map[key]bool{}
+	seen := map[cohortKey]bool{}
 	for _, in := range e.instances {
 		if len(in.outcomes) == 0 || !in.present {
 			continue
 		}
 		for _, c := range in.Capabilities {
-			k := key{c, in.Zone}
+			k := cohortKey{c, in.Zone}
 			if !seen[k] {
 				seen[k] = true
 				e.judgeCohort(c, in.Zone, now)
