@@ -354,11 +354,6 @@ func (e *Engine) Evacuations(now time.Time) []Evacuation {
 	return out
 }
 
-// Covers reports whether evacuation ev would apply to an instance of zone offering caps.
-func (x Evacuation) Covers(zone string, caps []string) bool {
-	return zone == x.Zone && (x.Capability == "" || slices.Contains(caps, x.Capability))
-}
-
 // isEvacuated reports whether a state takes an instance out of its groups (evacuated
 // instances are not members while the evacuation holds).
 func isEvacuated(state string) bool { return state == apiv1.EligibilityEvacuated }

@@ -155,7 +155,7 @@ func (r *Registry) Evacuate(ctx context.Context, req *apiv1.EvacuationRequest) (
 		defer r.ops.mu.Unlock()
 		var practice *apiv1.Evacuation
 		for _, ev := range r.ops.evacuations {
-			if r.evacuationState(ev, now) == apiv1.EvacuationActive && ev.Zone == req.Zone && ev.CapabilityID == req.CapabilityID {
+			if active(ev, now) && ev.Zone == req.Zone && ev.CapabilityID == req.CapabilityID {
 				if ev.Practice && !req.Practice {
 					practice = ev
 					continue
@@ -270,28 +270,26 @@ func (r *Registry) evacuationImpact(zone, capability string) (remaining []apiv1.
 	return remaining, len(inZone) > 0
 }
 
-// evacuationState is ev's state at now (under r.ops.mu).
-func (r *Registry) evacuationState(ev *apiv1.Evacuation, now time.Time) string {
-	if ev.EndedAt == nil && now.Before(ev.ExpiresAt) {
-		return apiv1.EvacuationActive
-	}
-	for _, x := range r.cfg.Eligibility.Evacuations(now) {
-		if x.ID == ev.ID && x.Returning {
-			return apiv1.EvacuationReturning
-		}
-	}
-	return apiv1.EvacuationEnded
+// active reports whether ev still holds at now: neither ended nor expired.
+func active(ev *apiv1.Evacuation, now time.Time) bool {
+	return ev.EndedAt == nil && now.Before(ev.ExpiresAt)
 }
 
 // viewEvacuationLocked is ev as answered at now: its state, its return's step, its outcome.
 func (r *Registry) viewEvacuationLocked(ev *apiv1.Evacuation, now time.Time) *apiv1.Evacuation {
+	return r.viewEvacuation(ev, now, r.cfg.Eligibility.Evacuations(now))
+}
+
+// viewEvacuation is viewEvacuationLocked with the engine's evacuations at now read once for
+// many (held).
+func (r *Registry) viewEvacuation(ev *apiv1.Evacuation, now time.Time, held []health.Evacuation) *apiv1.Evacuation {
 	out := *ev
 	out.State = apiv1.EvacuationEnded
-	if ev.EndedAt == nil && now.Before(ev.ExpiresAt) {
+	if active(ev, now) {
 		out.State = apiv1.EvacuationActive
 	}
 	cfg := r.engineConfig()
-	for _, x := range r.cfg.Eligibility.Evacuations(now) {
+	for _, x := range held {
 		if x.ID != ev.ID || !x.Returning {
 			continue
 		}
@@ -407,7 +405,7 @@ func (r *Registry) activeEvacuationLocked(id string, now time.Time, what string)
 	if err != nil {
 		return nil, err
 	}
-	if r.evacuationState(ev, now) != apiv1.EvacuationActive {
+	if !active(ev, now) {
 		return nil, apiv1.Errorf(http.StatusConflict, apiv1.CodeInvalidRequest, "evacuation %s has ended: %s", id, what)
 	}
 	return ev, nil
@@ -439,8 +437,9 @@ func (r *Registry) Evacuations() (*apiv1.EvacuationList, error) {
 	r.ops.mu.Lock()
 	defer r.ops.mu.Unlock()
 	out := &apiv1.EvacuationList{Evacuations: make([]apiv1.Evacuation, 0, len(r.ops.evacuations))}
+	held := r.cfg.Eligibility.Evacuations(now)
 	for i := len(r.ops.evacuations) - 1; i >= 0; i-- {
-		out.Evacuations = append(out.Evacuations, *r.viewEvacuationLocked(r.ops.evacuations[i], now))
+		out.Evacuations = append(out.Evacuations, *r.viewEvacuation(r.ops.evacuations[i], now, held))
 	}
 	rank := func(s string) int {
 		return map[string]int{apiv1.EvacuationActive: 0, apiv1.EvacuationHeld: 1, apiv1.EvacuationReturning: 1}[s] + 2*btoi(s == apiv1.EvacuationEnded)
