@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 )
 
 // Error codes of the error body (docs/reference/api.md, "Errors").
@@ -51,6 +52,17 @@ type Error struct {
 	Code    string   `json:"code"`
 	Message string   `json:"message"`
 	Details []Detail `json:"details,omitempty"`
+	// RetryAfter, when positive, is the seconds a 429 or 503 asks the caller to wait: the
+	// Retry-After header, not part of the JSON body (the client SDK returns the header's
+	// wait as a client.RetryAfterError).
+	RetryAfter int `json:"-"`
+}
+
+// WithRetryAfter returns e asking the caller to wait d (rounded up to whole seconds, at
+// least one) before trying again.
+func (e *Error) WithRetryAfter(d time.Duration) *Error {
+	e.RetryAfter = max(1, int((d+time.Second-1)/time.Second))
+	return e
 }
 
 // Error implements error: the code, the message and every detail on one line.

@@ -65,6 +65,9 @@ type eligibilityFlags struct {
 	probeCA          string
 	probeCert        string
 	probeKey         string
+	outlier          health.Config // the passive and relative outlier settings
+	outcomeRate      float64
+	outcomeBurst     int
 }
 
 // etcdFlags select and configure the etcd store.
@@ -124,7 +127,26 @@ func (f *registryFlags) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&f.eligibility.probeCert, "probe-cert", "", "client certificate the prober presents to https health endpoints that ask for one")
 	fs.StringVar(&f.eligibility.probeKey, "probe-key", "", "key of --probe-cert")
 	fs.DurationVar(&f.eligibility.probeTimeout, "probe-timeout", prober.DefaultTimeout, "timeout of one active health probe (never more than the instance's declared interval)")
+	bindOutlierFlags(fs, &f.eligibility)
 	bindLogFlags(fs, &f.log, "json")
+}
+
+// bindOutlierFlags binds the settings of passive ejection and of relative and zone outliers,
+// with the defaults of docs/reference/eligibility.md.
+func bindOutlierFlags(fs *pflag.FlagSet, f *eligibilityFlags) {
+	d, o := health.Config{}.WithDefaults(), &f.outlier
+	fs.IntVar(&o.OutlierMinRequests, "outlier-min-requests", d.OutlierMinRequests, "passive ejection: an outcome needs this many requests for its error share to count")
+	fs.Float64Var(&o.OutlierErrorRate, "outlier-error-rate", d.OutlierErrorRate, "passive ejection: an outcome's error share at or above this ejects (unless other reporters dispute it)")
+	fs.IntVar(&o.OutlierConnectFailures, "outlier-connect-failures", d.OutlierConnectFailures, "passive ejection: this many connect failures in one outcome eject")
+	fs.DurationVar(&o.EjectionBase, "ejection-base", d.EjectionBase, "the k-th ejection of an instance lasts k times this")
+	fs.IntVar(&o.MaxEjectionPercent, "max-ejection-percent", d.MaxEjectionPercent, "at most this share (percent) of a (capability, zone) group is ejected at once")
+	fs.DurationVar(&o.OutlierWindow, "outlier-window", d.OutlierWindow, "relative outliers: the sliding window outcomes are pooled over, every reporter together")
+	fs.IntVar(&o.OutlierMinVolume, "outlier-min-volume", d.OutlierMinVolume, "relative outliers: requests in the window an instance needs to be compared with its peers")
+	fs.Float64Var(&o.OutlierZ, "outlier-z", d.OutlierZ, "relative outliers: z of the Wilson lower bound of an instance's error share (higher: surer, slower)")
+	fs.Float64Var(&o.OutlierRelativeFloor, "outlier-relative-floor", d.OutlierRelativeFloor, "relative outliers: the lower bound must exceed the peers' median share by this much")
+	fs.Float64Var(&o.OutlierRelativeFactor, "outlier-relative-factor", d.OutlierRelativeFactor, "relative outliers: and be this many times the peers' median share")
+	fs.Float64Var(&f.outcomeRate, "outcome-rate", 5, "outcome batches (POST /v1/outcomes) per second allowed per reporting identity; more get 429 with Retry-After")
+	fs.IntVar(&f.outcomeBurst, "outcome-burst", 20, "outcome batch burst allowed per reporting identity")
 }
 
 func newRegistryCmd() *cobra.Command {
@@ -210,10 +232,14 @@ func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln 
 		}
 		owner := func(id string) string { return reg.Owner(id) } // called only once reg serves
 		raise, record := incident.FromTransitions(incidents, owner), journal.FromTransitions(events)
+		o := f.eligibility.outlier
 		monitor, err = health.NewMonitor(health.MonitorConfig{Logger: logger, Registerer: promReg,
 			OnTransition: func(t health.Transition) { record(t); raise(t) }, Engine: health.Config{
 				ExternalLeases: registry.ExpiresLeases(store),
-				LeaseTTL:       f.leaseTTL, HeartbeatInterval: f.heartbeatInterval, SlowStart: f.eligibility.slowStart, PanicThreshold: f.eligibility.panicThreshold}})
+				LeaseTTL:       f.leaseTTL, HeartbeatInterval: f.heartbeatInterval, SlowStart: f.eligibility.slowStart, PanicThreshold: f.eligibility.panicThreshold,
+				OutlierMinRequests: o.OutlierMinRequests, OutlierErrorRate: o.OutlierErrorRate, OutlierConnectFailures: o.OutlierConnectFailures,
+				EjectionBase: o.EjectionBase, MaxEjectionPercent: o.MaxEjectionPercent, OutlierWindow: o.OutlierWindow, OutlierMinVolume: o.OutlierMinVolume,
+				OutlierZ: o.OutlierZ, OutlierRelativeFloor: o.OutlierRelativeFloor, OutlierRelativeFactor: o.OutlierRelativeFactor}})
 		if err != nil {
 			return err
 		}

@@ -113,6 +113,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("health config: outlier_error_rate must be within 0..1 and max_ejection_percent within 0..100")
 	case c.PanicThreshold < 0 || c.PanicThreshold > 1:
 		return fmt.Errorf("health config: panic_threshold %v is outside 0..1", c.PanicThreshold)
+	case c.OutlierWindow < 0 || c.EjectionBase < 0 || c.OutlierMinRequests < 0 || c.OutlierConnectFailures < 0 || c.OutlierMinVolume < 0:
+		return fmt.Errorf("health config: outlier_window, ejection_base, outlier_min_requests, outlier_connect_failures and outlier_min_volume must not be negative")
+	case c.OutlierZ < 0 || c.OutlierRelativeFloor < 0 || c.OutlierRelativeFloor >= 1 || (c.OutlierRelativeFactor != 0 && c.OutlierRelativeFactor < 1):
+		return fmt.Errorf("health config: outlier_z must not be negative, outlier_relative_floor must be within 0..1 and outlier_relative_factor at least 1")
 	case c.ReturnDwell < 0 || c.EvacuationMax < 0 || c.EvacuationMinRemaining < 0 || c.EvacuationMinRemaining > 1:
 		return fmt.Errorf("health config: return_dwell and evacuation_max must be positive, evacuation_min_remaining within 0..1")
 	}

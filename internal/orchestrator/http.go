@@ -168,9 +168,9 @@ type blockedBody struct {
 type identityKey struct{}
 
 func writeErr(w http.ResponseWriter, err error) {
-	var busy *busyError
-	if errors.As(err, &busy) {
-		w.Header().Set("Retry-After", strconv.Itoa(RetryAfter))
+	var ae *apiv1.Error
+	if errors.As(err, &ae) && ae.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(ae.RetryAfter))
 	}
 	var be *BlockedError
 	if errors.As(err, &be) {

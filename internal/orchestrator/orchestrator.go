@@ -461,13 +461,13 @@ func (o *Orchestrator) runNow(ctx context.Context, name, trigger string, input j
 	case len(e.active) >= o.cfg.MaxConcurrentRuns:
 		o.mu.Unlock()
 		o.metrics.refused()
-		return nil, false, &busyError{err: apiv1.Errorf(http.StatusTooManyRequests, apiv1.CodeRateLimited,
-			"workflow %q has %d runs in progress, its bound (--max-concurrent-runs); try again shortly", name, len(e.active))}
+		return nil, false, apiv1.Errorf(http.StatusTooManyRequests, apiv1.CodeRateLimited,
+			"workflow %q has %d runs in progress, its bound (--max-concurrent-runs); try again shortly", name, len(e.active)).WithRetryAfter(RetryAfter)
 	case o.active >= o.cfg.MaxConcurrentRunsTotal:
 		o.mu.Unlock()
 		o.metrics.refused()
-		return nil, false, &busyError{err: apiv1.Errorf(http.StatusTooManyRequests, apiv1.CodeRateLimited,
-			"%d runs in progress in all, the orchestrator's bound (--max-concurrent-runs-total); try again shortly", o.active)}
+		return nil, false, apiv1.Errorf(http.StatusTooManyRequests, apiv1.CodeRateLimited,
+			"%d runs in progress in all, the orchestrator's bound (--max-concurrent-runs-total); try again shortly", o.active).WithRetryAfter(RetryAfter)
 	}
 	start := o.cfg.Now()
 	ar := &activeRun{run: &apiv1.Run{RunID: runID, Workflow: name, Trigger: trigger, Status: apiv1.RunRunning, StartedAt: start.UTC(),
@@ -537,12 +537,6 @@ type historyWrite struct {
 	dropped []string
 }
 
-// busyError is a 429 that says when to try again (Retry-After).
-type busyError struct{ err *apiv1.Error }
-
-func (b *busyError) Error() string { return b.err.Error() }
-func (b *busyError) Unwrap() error { return b.err }
-
 func orDefault[T comparable](v *T, def T) {
 	var zero T
 	if *v == zero {
@@ -550,8 +544,8 @@ func orDefault[T comparable](v *T, def T) {
 	}
 }
 
-// RetryAfter is the Retry-After of a refused run, in seconds.
-const RetryAfter = 1
+// RetryAfter is the Retry-After of a refused run.
+const RetryAfter = time.Second
 
 // TriggerSchedule is the trigger of the runs the schedule starts.
 const TriggerSchedule = "schedule"

@@ -39,15 +39,6 @@ type operators struct {
 	limiters    map[string]*rate.Limiter
 }
 
-// OperatorError is a refused operator action with the seconds to wait (a 429's Retry-After).
-type OperatorError struct {
-	Err        *apiv1.Error
-	RetryAfter int
-}
-
-func (e *OperatorError) Error() string { return e.Err.Error() }
-func (e *OperatorError) Unwrap() error { return e.Err }
-
 // allow takes one action from who's budget at now.
 func (o *operators) allow(who string, now time.Time) (bool, int) {
 	o.mu.Lock()
@@ -109,8 +100,10 @@ func (r *Registry) operate(ctx context.Context, typ, subject string, act func(no
 	case r.cfg.Eligibility == nil:
 		err = apiv1.Errorf(http.StatusConflict, apiv1.CodeNotConfigured, "the registry runs without the eligibility engine: there is nothing to override or evacuate")
 	case !ok:
-		err = &OperatorError{Err: apiv1.Errorf(http.StatusTooManyRequests, apiv1.CodeRateLimited,
-			"%s has used its %d operator actions (one more every %s)", by, OperatorBurst, OperatorEvery), RetryAfter: wait}
+		e := apiv1.Errorf(http.StatusTooManyRequests, apiv1.CodeRateLimited,
+			"%s has used its %d operator actions (one more every %s)", by, OperatorBurst, OperatorEvery)
+		e.RetryAfter = wait
+		err = e
 	default:
 		msg, err = act(now, by)
 	}

@@ -138,23 +138,11 @@ func (s *Server) audited(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-// rateLimited is a 429 with the wait the limiter asked for.
-type rateLimited struct {
-	err   *apiv1.Error
-	after time.Duration
-}
-
-func (e *rateLimited) Error() string { return e.err.Error() }
-func (e *rateLimited) Unwrap() error { return e.err }
-
+// retryAfter is the Retry-After of err, when it says how long to wait.
 func retryAfter(err error) (string, bool) {
-	var rl *rateLimited
-	if errors.As(err, &rl) {
-		return strconv.Itoa(int(rl.after / time.Second)), true
-	}
-	var oe *registry.OperatorError
-	if errors.As(err, &oe) && oe.RetryAfter > 0 {
-		return strconv.Itoa(oe.RetryAfter), true
+	var ae *apiv1.Error
+	if errors.As(err, &ae) && ae.RetryAfter > 0 {
+		return strconv.Itoa(ae.RetryAfter), true
 	}
 	var wu *registry.WarmingUpError
 	if errors.As(err, &wu) {

@@ -33,8 +33,8 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) (any, error) {
 	if c := registry.CallerFrom(r.Context()); c.Identity != "" {
 		if s.cfg.Limiter != nil {
 			if ok, after := s.cfg.Limiter.Allow(c.Identity); !ok {
-				return nil, &rateLimited{err: apiv1.Errorf(http.StatusTooManyRequests, apiv1.CodeRateLimited,
-					"identity %q is over its registration rate; retry in %s", c.Identity, after), after: after}
+				return nil, apiv1.Errorf(http.StatusTooManyRequests, apiv1.CodeRateLimited,
+					"identity %q is over its registration rate; retry in %s", c.Identity, after).WithRetryAfter(after)
 			}
 		}
 		// Shape first (400 with every problem), then permission (403 with every offence).
