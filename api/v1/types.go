@@ -331,6 +331,9 @@ type Outcome struct {
 	OK              int    `json:"ok"`
 	Errors          int    `json:"errors"`
 	ConnectFailures int    `json:"connect_failures"`
+	// LatencyMsP99 is the 99th percentile latency of the window's requests, in
+	// milliseconds (optional: 0 or absent when not measured).
+	LatencyMsP99 float64 `json:"latency_ms_p99,omitempty"`
 }
 
 // OutcomesResponse is the answer of POST /v1/outcomes.
@@ -506,6 +509,40 @@ type Explanation struct {
 	Since       time.Time           `json:"since"`
 	Reasons     []EligibilityReason `json:"reasons"`
 	Transitions []Transition        `json:"transitions"`
+	// Outcomes is what reporters saw of it over the outlier window, beside its peers'
+	// baseline (absent when nothing was reported).
+	Outcomes *OutcomeWindow `json:"outcomes,omitempty"`
+}
+
+// OutcomeWindow is an instance's pooled outcomes over the outlier window and the baseline
+// of each of its (capability, zone) cohorts: the figures the relative-outlier rule compares.
+type OutcomeWindow struct {
+	WindowSeconds int     `json:"window_seconds"`
+	Requests      int     `json:"requests"`
+	Errors        int     `json:"errors"`
+	ErrorShare    float64 `json:"error_share"`
+	// LatencyMsP99 is the highest 99th percentile latency a reporter sent in the window
+	// (recorded and shown; no rule uses it yet).
+	LatencyMsP99 float64           `json:"latency_ms_p99,omitempty"`
+	Reporters    []ReporterOutcome `json:"reporters"`
+	Cohorts      []CohortBaseline  `json:"cohorts"`
+}
+
+// ReporterOutcome is one reporter's part of an outcome window.
+type ReporterOutcome struct {
+	Reporter string `json:"reporter"`
+	Requests int    `json:"requests"`
+	Errors   int    `json:"errors"`
+}
+
+// CohortBaseline is the baseline an instance is compared with in one (capability, zone): the
+// median error share of the other comparable instances (Comparable counts them; with none
+// there is no baseline and Baseline is null).
+type CohortBaseline struct {
+	CapabilityID string   `json:"capability_id"`
+	Zone         string   `json:"zone"`
+	Comparable   int      `json:"comparable"`
+	Baseline     *float64 `json:"baseline"`
 }
 
 // EligibilityReason is one reason of a verdict (a reason code) with its evidence.

@@ -148,6 +148,12 @@ func (h *HeartbeatRequest) Validate() error {
 // MaxOutcomes bounds the outcomes of one POST /v1/outcomes.
 const MaxOutcomes = 1000
 
+// MaxOutcomeCount bounds each count of one outcome; MaxOutcomeLatencyMs its latency (a day).
+const (
+	MaxOutcomeCount     = 1_000_000_000
+	MaxOutcomeLatencyMs = 86_400_000
+)
+
 // Validate checks an outcomes body: every problem at once.
 func (o *OutcomesRequest) Validate() error {
 	var ds []Detail
@@ -167,6 +173,12 @@ func (o *OutcomesRequest) Validate() error {
 		}
 		if x.OK < 0 || x.Errors < 0 || x.ConnectFailures < 0 {
 			ds = append(ds, Detail{Path: p, Message: "ok, errors and connect_failures must not be negative"})
+		}
+		if x.OK > MaxOutcomeCount || x.Errors > MaxOutcomeCount || x.ConnectFailures > MaxOutcomeCount {
+			ds = append(ds, Detail{Path: p, Message: fmt.Sprintf("ok, errors and connect_failures must be at most %d each (one reporting window of one instance)", MaxOutcomeCount)})
+		}
+		if x.LatencyMsP99 < 0 || x.LatencyMsP99 > MaxOutcomeLatencyMs || x.LatencyMsP99 != x.LatencyMsP99 {
+			ds = append(ds, Detail{Path: p + ".latency_ms_p99", Message: fmt.Sprintf("must be within 0..%d milliseconds, got %v", MaxOutcomeLatencyMs, x.LatencyMsP99)})
 		}
 	}
 	if len(ds) > 0 {

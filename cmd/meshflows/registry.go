@@ -145,8 +145,8 @@ func bindOutlierFlags(fs *pflag.FlagSet, f *eligibilityFlags) {
 	fs.Float64Var(&o.OutlierZ, "outlier-z", d.OutlierZ, "relative outliers: z of the Wilson lower bound of an instance's error share (higher: surer, slower)")
 	fs.Float64Var(&o.OutlierRelativeFloor, "outlier-relative-floor", d.OutlierRelativeFloor, "relative outliers: the lower bound must exceed the peers' median share by this much")
 	fs.Float64Var(&o.OutlierRelativeFactor, "outlier-relative-factor", d.OutlierRelativeFactor, "relative outliers: and be this many times the peers' median share")
-	fs.Float64Var(&f.outcomeRate, "outcome-rate", 5, "outcome batches (POST /v1/outcomes) per second allowed per reporting identity; more get 429 with Retry-After")
-	fs.IntVar(&f.outcomeBurst, "outcome-burst", 20, "outcome batch burst allowed per reporting identity")
+	fs.Float64Var(&f.outcomeRate, "outcome-rate", registry.DefaultOutcomeRate, "outcome batches (POST /v1/outcomes, up to 1,000 instances each) per second allowed per reporting identity; more get 429 with Retry-After; 0 or less: no bound")
+	fs.IntVar(&f.outcomeBurst, "outcome-burst", registry.DefaultOutcomeBurst, "outcome batch burst allowed per reporting identity")
 }
 
 func newRegistryCmd() *cobra.Command {
@@ -254,6 +254,8 @@ func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln 
 	}
 	reg, err = registry.New(store, registry.Config{
 		Endpoints:         endpoints,
+		OutcomeRate:       never(f.eligibility.outcomeRate),
+		OutcomeBurst:      max(f.eligibility.outcomeBurst, 1),
 		Eligibility:       eligibility,
 		LeaseTTL:          f.leaseTTL,
 		HeartbeatInterval: f.heartbeatInterval,

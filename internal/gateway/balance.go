@@ -9,6 +9,7 @@ import (
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/discovery"
+	"github.com/meshflows/meshflows/internal/outcome"
 	"github.com/meshflows/meshflows/routing"
 )
 
@@ -26,9 +27,7 @@ type incarnation struct {
 }
 
 // tally counts what the gateway saw of one incarnation in the current outcome window.
-type tally struct {
-	ok, errors, connectFailures atomic.Int64
-}
+type tally = outcome.Tally
 
 // serving is what the proxy needs per route: the upstreams in rotation (all of them under
 // panic) with their weights, and the balancer's state. Equal weights balance by a plain
@@ -128,9 +127,7 @@ func (g *Gateway) ReportOutcomes(ctx context.Context) {
 	g.talliesMu.Lock()
 	var out []apiv1.Outcome
 	for k, t := range g.tallies {
-		o := apiv1.Outcome{InstanceID: k.instance, Generation: k.generation,
-			OK: int(t.ok.Swap(0)), Errors: int(t.errors.Swap(0)), ConnectFailures: int(t.connectFailures.Swap(0))}
-		if o.Generation > 0 && o.OK+o.Errors+o.ConnectFailures > 0 {
+		if o, ok := t.Take(k.instance, k.generation); ok && o.Generation > 0 {
 			out = append(out, o)
 		}
 	}

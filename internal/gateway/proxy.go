@@ -40,6 +40,7 @@ type target struct {
 	upstreams [2]*url.URL // the chosen instance and the one a retry goes to
 	tallies   [2]*tally   // their outcome counters (nil for static upstreams)
 	served    int         // which of the two the answer came from
+	sent      time.Time   // when the request went to it
 	path      string
 	retry     bool // more than one upstream, and a body that can be sent again
 	declared  bool // the body limit is the route's own (max_body_bytes), not the gateway's
@@ -48,17 +49,10 @@ type target struct {
 }
 
 // outcome counts the answer of upstream i: a connect failure, an error (no answer, or a
-// 5xx) or ok.
+// 5xx) or ok, with the time it took since the request went.
 func (t *target) outcome(i int, connect, failed bool) {
-	c := t.tallies[i]
-	switch {
-	case c == nil:
-	case connect:
-		c.connectFailures.Add(1)
-	case failed:
-		c.errors.Add(1)
-	default:
-		c.ok.Add(1)
+	if c := t.tallies[i]; c != nil {
+		c.Record(connect, failed, time.Since(t.sent))
 	}
 }
 
@@ -266,13 +260,16 @@ func (rt *retrying) RoundTrip(req *http.Request) (*http.Response, error) {
 			retry = false
 		}
 	}
+	if t != nil {
+		t.sent = time.Now()
+	}
 	resp, err := rt.next.RoundTrip(req)
 	if err == nil || !retry || !connectFailure(err) || req.Context().Err() != nil {
 		return resp, err
 	}
 	rt.metrics.retries.Inc()
 	t.outcome(0, true, true)
-	t.served = 1
+	t.served, t.sent = 1, time.Now()
 	again := req.Clone(req.Context())
 	next := t.upstreams[1]
 	again.URL.Scheme, again.URL.Host, again.Host = next.Scheme, next.Host, ""

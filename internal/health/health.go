@@ -3,7 +3,7 @@ package health
 import (
 	"cmp"
 	"fmt"
-	"slices"
+	"math"
 	"sort"
 	"time"
 
@@ -75,6 +75,7 @@ type Event struct {
 	// outcome: one gateway reporting window, and who reported it (default "gw")
 	OK, Errors, ConnectFailures int
 	Reporter                    string
+	LatencyMsP99                float64 // the reporter's 99th percentile latency, when it sent one
 
 	// override (ID the instance): Action withdraw or release; evacuate and
 	// evacuation_ended: Evacuation, Zone, Capability ("" every capability of the zone).
@@ -225,6 +226,8 @@ type Engine struct {
 	cohorts        map[cohortKey]map[*instance]struct{} // the instances of each (capability, zone)
 	dirtyCohorts   map[cohortKey]struct{}               // reported on since the last Tick
 	relEjected     []string                             // ejected as relative outliers since TakeEjected
+	// reporters names the reporters of outcomes; an outcome record holds its index.
+	reporters reporterNames
 }
 
 // SelfPreservationDecision is what the last Tick saw and decided about self-preservation:
@@ -480,7 +483,8 @@ func (e *Engine) advance(in *instance, now time.Time) {
 func (e *Engine) outcome(in *instance, ev Event) {
 	reporter := cmp.Or(ev.Reporter, DefaultReporter)
 	if ev.OK+ev.Errors > 0 {
-		in.outcomes = append(in.outcomes, outcomeRec{at: ev.At.UnixNano(), reporter: reporter, ok: ev.OK, errs: ev.Errors})
+		in.outcomes = append(in.outcomes, outcomeRec{at: ev.At.UnixNano(), reporter: e.reporters.index(reporter),
+			ok: int32(min(ev.OK, math.MaxInt32)), errs: int32(min(ev.Errors, math.MaxInt32)), p99: float32(ev.LatencyMsP99)})
 	}
 	var cause string
 	switch requests := ev.OK + ev.Errors; {
@@ -511,9 +515,9 @@ func (e *Engine) outcome(in *instance, ev Event) {
 // the non-draining instances of one of its (capability, zone) groups.
 func (e *Engine) ejectionCapped(in *instance, now time.Time) bool {
 	for _, c := range in.Capabilities {
-		members, ejected := 0, 1 // in itself, if ejected
-		for _, o := range e.instances {
-			if o.Zone != in.Zone || !slices.Contains(o.Capabilities, c) || !o.present || o.draining {
+		members, ejected := 0, 1                          // in itself, if ejected
+		for o := range e.cohorts[cohortKey{c, in.Zone}] { // the group's members, not the fleet
+			if !o.present || o.draining {
 				continue
 			}
 			members++

@@ -795,7 +795,7 @@ func (m *Monitor) Explain(id string, now time.Time) (Explanation, bool) {
 		}
 	}
 	return Explanation{InstanceID: id, Generation: v.generation, State: verdict.State, Weight: verdict.Weight,
-		Since: instant(v.since), Reasons: reasons, Transitions: v.transitions()}, true
+		Since: instant(v.since), Reasons: reasons, Transitions: v.transitions(), Outcomes: m.engine.outcomeWindow(v.in, now)}, true
 }
 
 // counts returns how many instances are in each state, and how many groups are in panic.

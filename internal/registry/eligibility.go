@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -285,6 +286,7 @@ func (r *Registry) Explain(id string) (health.Explanation, error) {
 // longer holds are ignored.
 func (r *Registry) Outcomes(ctx context.Context, req *apiv1.OutcomesRequest) (*apiv1.OutcomesResponse, error) {
 	if err := req.Validate(); err != nil {
+		r.metrics.outcomes.WithLabelValues(outcomeInvalid).Add(float64(max(1, len(req.Outcomes))))
 		return nil, err
 	}
 	if r.cfg.Eligibility == nil {
@@ -293,15 +295,20 @@ func (r *Registry) Outcomes(ctx context.Context, req *apiv1.OutcomesRequest) (*a
 	if id := CallerFrom(ctx).Identity; id != "" {
 		req.GatewayID = id // the reporter is the caller's authenticated identity; gateway_id names it in open mode only
 	}
+	if r.outcomeRate != nil {
+		if ok, wait := r.outcomeRate.Allow(req.GatewayID); !ok {
+			r.metrics.outcomes.WithLabelValues(outcomeRateLimited).Add(float64(len(req.Outcomes)))
+			return nil, apiv1.Errorf(http.StatusTooManyRequests, apiv1.CodeRateLimited,
+				"reporter %q is over its outcome rate (%g batches a second, %d at once; --outcome-rate, --outcome-burst): report once a window, batched",
+				req.GatewayID, r.cfg.OutcomeRate, r.cfg.OutcomeBurst).WithRetryAfter(wait)
+		}
+	}
 	if vs, ok := r.store.(VerdictSharer); ok && !r.Leader() {
 		// The elected replica judges: hand the evidence over, and say what it will apply.
 		out := &apiv1.OutcomesResponse{}
 		for _, o := range req.Outcomes {
-			if rec, ok := r.store.Get(o.InstanceID); ok && rec.Generation == o.Generation {
-				out.Accepted++
-			} else {
-				out.Ignored++
-			}
+			rec, ok := r.store.Get(o.InstanceID)
+			r.countOutcome(out, rec, ok, o.Generation)
 		}
 		if err := r.write(ctx, func(ctx context.Context) error { return vs.ForwardOutcomes(ctx, req) }); err != nil {
 			return nil, fmt.Errorf("forward outcomes to the elected replica: %w", err)
@@ -318,17 +325,43 @@ func (r *Registry) applyOutcomes(req *apiv1.OutcomesRequest) (*apiv1.OutcomesRes
 	out := &apiv1.OutcomesResponse{}
 	for _, o := range req.Outcomes {
 		rec, ok := r.store.Get(o.InstanceID)
-		if !ok || rec.Generation != o.Generation {
-			out.Ignored++
+		if !r.countOutcome(out, rec, ok, o.Generation) {
 			continue
 		}
 		if err := m.Observe(health.Event{At: now, ID: o.InstanceID, Kind: health.KindOutcome, OK: o.OK, Errors: o.Errors, ConnectFailures: o.ConnectFailures,
-			Reporter: req.GatewayID}); err != nil {
+			LatencyMsP99: o.LatencyMsP99, Reporter: req.GatewayID}); err != nil {
 			return nil, fmt.Errorf("outcome of %s: %w", o.InstanceID, err)
 		}
-		out.Accepted++
 	}
 	return out, nil
+}
+
+// Results of an outcome (meshflows_registry_outcomes_total).
+const (
+	outcomeAccepted    = "accepted"
+	outcomeUnknown     = "unknown_instance"
+	outcomeStale       = "stale_generation"
+	outcomeInvalid     = "invalid"
+	outcomeRateLimited = "rate_limited"
+)
+
+// countOutcome counts an outcome about rec (found: ok) at generation in out and the metric,
+// and reports whether it applies.
+func (r *Registry) countOutcome(out *apiv1.OutcomesResponse, rec *Record, ok bool, generation int64) bool {
+	result := outcomeAccepted
+	switch {
+	case !ok:
+		result = outcomeUnknown
+	case rec.Generation != generation:
+		result = outcomeStale
+	}
+	r.metrics.outcomes.WithLabelValues(result).Inc()
+	if result != outcomeAccepted {
+		out.Ignored++
+		return false
+	}
+	out.Accepted++
+	return true
 }
 
 // probeTargetCache is ProbeTargets' last answer and the store state it was built at.

@@ -16,6 +16,7 @@ type metrics struct {
 	// refusableEndpoints counts the registrations held at start whose endpoint a new
 	// registration would be refused for.
 	refusableEndpoints prometheus.Gauge
+	outcomes           *prometheus.CounterVec
 }
 
 // newMetrics creates the registry's collectors and registers them with reg (none when nil).
@@ -38,6 +39,11 @@ func newMetrics(reg prometheus.Registerer, r *Registry) (*metrics, error) {
 			Buckets: []float64{.0001, .0005, .001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5}}),
 		refusableEndpoints: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "refusable_endpoints", Help: "Registrations held at start (restored or shared) whose endpoint breaks the endpoint rules; each is logged."}),
+		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "outcomes_total", Help: "Outcomes reported (POST /v1/outcomes), one per instance of a batch, by result: accepted, unknown_instance and stale_generation (ignored), invalid (the batch was refused with 400), rate_limited (429)."}, []string{"result"}),
+	}
+	for _, result := range []string{outcomeAccepted, outcomeUnknown, outcomeStale, outcomeInvalid, outcomeRateLimited} {
+		m.outcomes.WithLabelValues(result)
 	}
 	for _, reason := range []string{"invalid", "forbidden", "store"} {
 		m.registerFail.WithLabelValues(reason)
@@ -70,7 +76,7 @@ func newMetrics(reg prometheus.Registerer, r *Registry) (*metrics, error) {
 				return 0
 			}),
 	}
-	for _, c := range append(gauges, m.registerSuccess, m.registerFail, m.heartbeatSuccess, m.heartbeatFail, m.evictions, m.sweep, m.refusableEndpoints) {
+	for _, c := range append(gauges, m.registerSuccess, m.registerFail, m.heartbeatSuccess, m.heartbeatFail, m.evictions, m.sweep, m.refusableEndpoints, m.outcomes) {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register registry metrics: %w", err)
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/internal/auth"
 	"github.com/meshflows/meshflows/internal/endpoint"
 	"github.com/meshflows/meshflows/internal/health"
 	"github.com/meshflows/meshflows/internal/journal"
@@ -32,6 +33,11 @@ const (
 	// deregistrations and evictions: each has its own line at DEBUG only (an evacuation's
 	// 667 deregistrations a second logged 3 MB in 30 s at INFO).
 	DefaultSummaryInterval = 10 * time.Second
+	// DefaultOutcomeRate and DefaultOutcomeBurst bound each reporter's outcome batches: a
+	// gateway sends one a window (10 s) in batches of at most 1,000 instances: this takes
+	// 200,000 instances a window from one reporter, 20,000 outcomes a second sustained.
+	DefaultOutcomeRate  = 20.0
+	DefaultOutcomeBurst = 100
 )
 
 // Config configures a Registry. The zero value gets the defaults.
@@ -80,6 +86,11 @@ type Config struct {
 	// Endpoints is the address policy of registered endpoints: link-local and cloud metadata
 	// addresses are refused unless it allows their range (--allow-endpoint-cidr).
 	Endpoints endpoint.Policy
+	// OutcomeRate and OutcomeBurst bound the outcome batches (POST /v1/outcomes) of each
+	// reporter: defaults DefaultOutcomeRate a second, DefaultOutcomeBurst at once; a negative
+	// rate sets no bound.
+	OutcomeRate  float64
+	OutcomeBurst int
 }
 
 // Eligibility is what the registry asks of the eligibility monitor (a *health.Monitor):
@@ -141,6 +152,12 @@ func (c *Config) setDefaults() {
 	if c.SummaryInterval == 0 {
 		c.SummaryInterval = DefaultSummaryInterval
 	}
+	if c.OutcomeRate == 0 {
+		c.OutcomeRate = DefaultOutcomeRate
+	}
+	if c.OutcomeBurst == 0 {
+		c.OutcomeBurst = DefaultOutcomeBurst
+	}
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -179,6 +196,9 @@ func (c *Config) Validate() error {
 	if c.SnapshotKeep < 1 {
 		errs = append(errs, fmt.Errorf("snapshot keep %d: at least one snapshot is kept", c.SnapshotKeep))
 	}
+	if c.OutcomeBurst < 1 {
+		errs = append(errs, fmt.Errorf("outcome burst %d: at least one batch", c.OutcomeBurst))
+	}
 	if c.SnapshotInterval > 0 && c.SnapshotDir == "" {
 		errs = append(errs, errors.New("a snapshot interval needs a snapshot dir"))
 	}
@@ -212,8 +232,9 @@ type Registry struct {
 	// the monitor's publications' scratch space (they come one at a time, under its lock).
 	topics      *topics
 	judgedNames struct{ services, capabilities, instances []string }
-	changes2    changeLog // the instances each revision changed (ChangesSince)
-	ops         operators // evacuations and overrides (operator.go)
+	changes2    changeLog         // the instances each revision changed (ChangesSince)
+	ops         operators         // evacuations and overrides (operator.go)
+	outcomeRate *auth.RateLimiter // per reporter; nil: unbounded
 }
 
 // New returns a Registry over store.
@@ -223,6 +244,9 @@ func New(store Store, cfg Config) (*Registry, error) {
 		return nil, fmt.Errorf("registry config: %w", err)
 	}
 	r := &Registry{cfg: cfg, store: store, started: cfg.Now(), topics: newTopics()}
+	if cfg.OutcomeRate > 0 {
+		r.outcomeRate = auth.NewRateLimiter(cfg.OutcomeRate, cfg.OutcomeBurst, cfg.Now)
+	}
 	r.followTopics()
 	r.reconcile.Store(true)
 	r.shareAll.Store(true)
