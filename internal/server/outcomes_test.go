@@ -144,4 +144,3 @@ func TestAReporterFloodingOutcomesIsRateLimited(t *testing.T) {
 		t.Errorf("outcomes explained = %+v", ex.Outcomes)
 	}
 }
-
