@@ -33,6 +33,8 @@ const (
 	EventOverride   = "operator.override"
 	// EventOutcomeDisputed: a reporter's outcome was ignored: others saw the instance healthy.
 	EventOutcomeDisputed = "eligibility.outcome_disputed"
+	// EventZoneOutlier: a zone of a capability became, or stopped being, a zone outlier.
+	EventZoneOutlier = "eligibility.zone_outlier"
 
 	// Reported by gateways and orchestrators (POST /v1/reports).
 	EventRouteConflict      = "route.conflict"
@@ -49,7 +51,7 @@ var ReportedEventTypes = []string{EventRouteConflict, EventRouteRejected, EventR
 var EventTypes = []string{EventRegistered, EventReregistered, EventDeregistered, EventExpired, EventEligibility,
 	EventPanic, EventSelfPreservation, EventSnapshot, EventIncidentOpened, EventIncidentAcked, EventIncidentResolved,
 	EventIncidentIgnored, EventJournalGap, EventRouteConflict, EventRouteRejected, EventRouteNoUpstream, EventWorkflowValidation,
-	EventWorkflowRunFailed, EventEvacuation, EventOverride, EventOutcomeDisputed}
+	EventWorkflowRunFailed, EventEvacuation, EventOverride, EventOutcomeDisputed, EventZoneOutlier}
 
 // Event is one entry of the registry's journal: something that changed what consumers see.
 type Event struct {

@@ -315,6 +315,24 @@ type HealthResponse struct {
 	SelfPreservation bool `json:"self_preservation"`
 	// StoreError is the last error reaching the store, while it is unreachable.
 	StoreError string `json:"store_error,omitempty"`
+	// ZoneOutliers are the zones of a capability failing as a whole against its other zones
+	// (judged every 10 s; empty when none or without the eligibility engine).
+	ZoneOutliers []ZoneOutlier `json:"zone_outliers"`
+}
+
+// ZoneOutlier is one zone of a capability judged against the capability's other zones:
+// its pooled outcomes over the outlier window, the median error share of the other zones
+// with enough requests (Baseline, of OtherZones), and the Wilson lower bound of its share.
+type ZoneOutlier struct {
+	CapabilityID string  `json:"capability_id"`
+	Zone         string  `json:"zone"`
+	Requests     int     `json:"requests"`
+	Errors       int     `json:"errors"`
+	ErrorShare   float64 `json:"error_share"`
+	LowerBound   float64 `json:"lower_bound"`
+	Baseline     float64 `json:"baseline"`
+	OtherZones   int     `json:"other_zones"`
+	Outlier      bool    `json:"outlier"`
 }
 
 // OutcomesRequest is the body of POST /v1/outcomes: a gateway's per-instance outcomes for
@@ -395,6 +413,9 @@ const (
 	IncidentTrigger = "trigger"
 	// IncidentRoute: a route has had no eligible upstream for a minute (reported by a gateway).
 	IncidentRoute = "route"
+	// IncidentZoneOutlier: a zone of a capability fails as a whole against its other zones
+	// (subject "capability/zone"); the summary names the evacuation command.
+	IncidentZoneOutlier = "zone_outlier"
 
 	IncidentOpen         = "open"
 	IncidentAcknowledged = "acknowledged"

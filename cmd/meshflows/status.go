@@ -14,6 +14,7 @@ import (
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/client"
+	"github.com/meshflows/meshflows/internal/incident"
 	"github.com/meshflows/meshflows/routing"
 )
 
@@ -92,6 +93,23 @@ func (d description) text(w io.Writer) error {
 		fmt.Fprintf(&b, "Eligibility:  %s, weight %d, since %s\n", e.State, e.Weight, e.Since.UTC().Format(time.RFC3339))
 		for _, r := range e.Reasons {
 			fmt.Fprintf(&b, "  %s: %s (%s)\n", r.Code, r.Evidence.Detail, r.Evidence.At.UTC().Format(time.RFC3339))
+		}
+		if o := e.Outcomes; o != nil {
+			fmt.Fprintf(&b, "Outcomes:     %d errors in %d requests (%.2f%%) over %ds from %d reporters", o.Errors, o.Requests, 100*o.ErrorShare, o.WindowSeconds, len(o.Reporters))
+			if o.LatencyMsP99 > 0 {
+				fmt.Fprintf(&b, ", p99 %.1f ms", o.LatencyMsP99)
+			}
+			b.WriteString("\n")
+			for _, c := range o.Cohorts {
+				if c.Baseline == nil {
+					fmt.Fprintf(&b, "  peers in %s/%s: none comparable (each needs enough requests in the window)\n", c.CapabilityID, dash(c.Zone))
+					continue
+				}
+				fmt.Fprintf(&b, "  peers in %s/%s: median %.2f%% of %d comparable\n", c.CapabilityID, dash(c.Zone), 100**c.Baseline, c.Comparable)
+			}
+			for _, r := range o.Reporters {
+				fmt.Fprintf(&b, "  reporter %s: %d errors in %d requests\n", r.Reporter, r.Errors, r.Requests)
+			}
 		}
 		if n := len(e.Transitions); n > 0 {
 			b.WriteString("Transitions (newest last):\n")
@@ -211,6 +229,10 @@ func (r *remoteFlags) status(ctx context.Context, withGateway bool) (*statusRepo
 	if h.SelfPreservation {
 		degraded("self-preservation: lease expiry does not evict")
 	}
+	for _, z := range h.ZoneOutliers {
+		degraded(fmt.Sprintf("zone %s of %s is a zone outlier (%.2f%% errors against %.2f%% elsewhere): %s", z.Zone, z.CapabilityID,
+			100*z.ErrorShare, 100*z.Baseline, incident.EvacuateCommand(z.CapabilityID, z.Zone)))
+	}
 	if in, err := c.Incidents(ctx, "unresolved"); err == nil {
 		rep.OpenIncidents = map[string]int{}
 		for _, i := range in.Incidents {
@@ -274,6 +296,10 @@ func (r *statusReport) text(w io.Writer) error {
 	fmt.Fprintf(&b, "Status:       %s, store %s, up %s\nEpoch:        %s, revision %d, answers %s\n", h.Status, h.Store,
 		(time.Duration(h.UptimeSeconds) * time.Second).String(), h.RegistryEpoch, h.Revision, complete)
 	fmt.Fprintf(&b, "Holds:        %d instances, %d capabilities\nSelf-preservation: %v\n", h.ActiveInstances, h.ActiveCapabilities, h.SelfPreservation)
+	for _, z := range h.ZoneOutliers {
+		fmt.Fprintf(&b, "Zone outlier: %s in %s: %d errors in %d requests (%.2f%%, lower bound %.2f%%) against the median %.2f%% of %d other zones\n",
+			z.CapabilityID, z.Zone, z.Errors, z.Requests, 100*z.ErrorShare, 100*z.LowerBound, 100*z.Baseline, z.OtherZones)
+	}
 	if r.OpenIncidents != nil {
 		fmt.Fprintf(&b, "Incidents:    %d critical, %d warning, %d info open\n", r.OpenIncidents["critical"], r.OpenIncidents["warning"], r.OpenIncidents["info"])
 	}

@@ -226,6 +226,10 @@ type Engine struct {
 	cohorts        map[cohortKey]map[*instance]struct{} // the instances of each (capability, zone)
 	dirtyCohorts   map[cohortKey]struct{}               // reported on since the last Tick
 	relEjected     []string                             // ejected as relative outliers since TakeEjected
+	zoneOutliers   map[cohortKey]apiv1.ZoneOutlier      // the zone outliers of the last judgment
+	zoneChanges    []ZoneChange                         // since TakeZoneChanges
+	relOut         map[*instance]struct{}               // ejected as relative outliers, until Tick sees it end
+	ticked         time.Time                            // the last Tick
 	// reporters names the reporters of outcomes; an outcome record holds its index.
 	reporters reporterNames
 }
@@ -736,6 +740,7 @@ func (e *Engine) Tick(now time.Time) {
 	if !e.started {
 		e.started, e.start = true, now
 	}
+	e.ticked = now
 	e.judgeOutliers(now)
 	if e.cfg.ExternalLeases {
 		e.renewals.reset()

@@ -27,12 +27,15 @@ type monitorMetrics struct {
 type monitorCollector struct {
 	m                          *Monitor
 	instances, panics, preserv *prometheus.Desc
+	outliers, zoneOutliers     *prometheus.Desc
 }
 
 func (c *monitorCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.instances
 	ch <- c.panics
 	ch <- c.preserv
+	ch <- c.outliers
+	ch <- c.zoneOutliers
 }
 
 func (c *monitorCollector) Collect(ch chan<- prometheus.Metric) {
@@ -46,6 +49,15 @@ func (c *monitorCollector) Collect(ch chan<- prometheus.Metric) {
 		v = 1
 	}
 	ch <- prometheus.MustNewConstMetric(c.preserv, prometheus.GaugeValue, v)
+	// only the cohorts and zones that are outliers have a series: no per-instance label, and
+	// nothing for the healthy many
+	byCohort, zones := c.m.outliers()
+	for k, n := range byCohort {
+		ch <- prometheus.MustNewConstMetric(c.outliers, prometheus.GaugeValue, float64(n), k[0], k[1])
+	}
+	for _, z := range zones {
+		ch <- prometheus.MustNewConstMetric(c.zoneOutliers, prometheus.GaugeValue, z.ErrorShare, z.CapabilityID, z.Zone)
+	}
 }
 
 func newMonitorMetrics(reg prometheus.Registerer, m *Monitor) (*monitorMetrics, error) {
@@ -67,6 +79,10 @@ func newMonitorMetrics(reg prometheus.Registerer, m *Monitor) (*monitorMetrics, 
 		instances: prometheus.NewDesc("meshflows_eligibility_instances", "Instances by eligibility state.", []string{"state"}, nil),
 		panics:    prometheus.NewDesc("meshflows_eligibility_panic_groups", "(capability, zone) groups in panic: discovery returns all their instances.", nil, nil),
 		preserv:   prometheus.NewDesc("meshflows_eligibility_self_preservation", "1 while self-preservation suspends lease-expiry eviction.", nil, nil),
+		outliers: prometheus.NewDesc("meshflows_outlier_instances", "Instances ejected as relative outliers (failing clearly more than their peers), by capability and zone; only cohorts with one have a series.",
+			[]string{"capability", "zone"}, nil),
+		zoneOutliers: prometheus.NewDesc("meshflows_zone_outlier_error_share", "The error share over the outlier window of a zone that is a zone outlier of a capability (failing as a whole against the other zones); only such zones have a series.",
+			[]string{"capability", "zone"}, nil),
 	}
 	for _, col := range []prometheus.Collector{mm.transitions, mm.ejections, mm.quarantines, mm.disputed, c} {
 		if err := reg.Register(col); err != nil {

@@ -51,6 +51,10 @@ const (
 	// instance healthy (Reasons: the reporter, the detail).
 	TransitionOutcomeDisputed      = "outcome_disputed"
 	TransitionSelfPreservation     = "self_preservation" // lease expiry stopped evicting
+	// TransitionZoneOutlier: a zone of a capability fails as a whole against its other zones
+	// (Reasons: the capability, the zone, the figures); TransitionZoneOutlierOver: no longer.
+	TransitionZoneOutlier     = "zone_outlier"
+	TransitionZoneOutlierOver = "zone_outlier_over"
 	TransitionSelfPreservationOver = "self_preservation_over"
 )
 
@@ -492,6 +496,11 @@ func (m *Monitor) tickAndPublish(now time.Time) {
 	for _, id := range ids {
 		ejected = m.refresh(id, now) || ejected
 	}
+	for _, zc := range m.engine.TakeZoneChanges() {
+		if m.cfg.OnTransition != nil {
+			m.cfg.OnTransition(zoneTransition(zc))
+		}
+	}
 	spChanged := m.engine.SelfPreservation() != wasSP
 	if sp := m.engine.SelfPreservation(); spChanged {
 		// Everything said comes from the decision itself: the numbers it used, and why.
@@ -807,4 +816,33 @@ func (m *Monitor) counts() (map[string]int, int, bool) {
 		out[v.state]++
 	}
 	return out, len(m.panics), m.engine.SelfPreservation()
+}
+
+// zoneTransition is the transition OnTransition hears for a zone outlier change.
+func zoneTransition(zc ZoneChange) Transition {
+	f := zc.Figures
+	to := TransitionZoneOutlier
+	detail := fmt.Sprintf("zone %s of %s: %d errors in %d requests (%.2f%%, lower bound %.2f%%) against the median %.2f%% of %d other zones",
+		f.Zone, f.CapabilityID, f.Errors, f.Requests, 100*f.ErrorShare, 100*f.LowerBound, 100*f.Baseline, f.OtherZones)
+	if !zc.Outlier {
+		to = TransitionZoneOutlierOver
+		detail = fmt.Sprintf("zone %s of %s is no longer a zone outlier (it was at %d errors in %d requests)", f.Zone, f.CapabilityID, f.Errors, f.Requests)
+	}
+	return Transition{At: zc.At.UTC(), To: to, Reasons: []string{f.CapabilityID, f.Zone, detail}}
+}
+
+// OutlierZones returns the zone outliers of the last judgment (Engine.OutlierZones).
+func (m *Monitor) OutlierZones() []apiv1.ZoneOutlier {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.engine.OutlierZones()
+}
+
+// outliers returns what the outlier gauges report: the relative outliers by (capability,
+// zone), and the zone outliers.
+// As of the last sweep: a scrape has no clock of its own.
+func (m *Monitor) outliers() (map[[2]string]int, []apiv1.ZoneOutlier) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.engine.OutlierInstances(m.engine.ticked), m.engine.OutlierZones()
 }

@@ -202,6 +202,12 @@ func (e *Engine) judgeOutliers(now time.Time) {
 	if now.Sub(e.judgedRelative) >= relativeEvery {
 		e.judgedRelative = now
 		e.judgeReported(now)
+		e.judgeZones(now)
+		for in := range e.relOut {
+			if !e.relativelyEjected(in, now) {
+				delete(e.relOut, in)
+			}
+		}
 		clear(e.dirtyCohorts)
 		return
 	}
@@ -271,6 +277,10 @@ func (e *Engine) judgeCohort(capability, zone string, now time.Time) {
 		}
 		slices.Sort(reporters)
 		e.relEjected = append(e.relEjected, in.ID)
+		if e.relOut == nil {
+			e.relOut = map[*instance]struct{}{}
+		}
+		e.relOut[in] = struct{}{}
 		e.addCause(in, now, ReasonOutlierRelative, fmt.Sprintf("%d errors in %d requests over %s (lower bound %.4f at z %g) against its peers' median %.4f; reporters %s (without %s: %d in %d); ejection %d until %s",
 			m.errs, m.n, e.cfg.OutlierWindow, l, e.cfg.OutlierZ, baseline, strings.Join(reporters, ", "), top, e2, n2, t.ejections, t.ejectUntil.UTC().Format(time.RFC3339)))
 	}
@@ -321,54 +331,147 @@ func (e *Engine) indexCohorts(in *instance, old *Instance) {
 // relative test applied to each zone's pooled outcomes against the median share of the other
 // zones (a capability needs instances in two zones at least).
 func (e *Engine) ZoneOutliers(capability string, now time.Time) []string {
-	type zoneWindow struct {
-		n, errs int
-		by      map[uint32][2]int
-	}
-	zones := map[string]*zoneWindow{}
-	for _, in := range e.instances {
-		if !in.present || in.draining || !slices.Contains(in.Capabilities, capability) {
-			continue
-		}
-		z := zones[in.Zone]
-		if z == nil {
-			z = &zoneWindow{by: map[uint32][2]int{}}
-			zones[in.Zone] = z
-		}
-		n, errs, by := e.windowAt(in, now)
-		z.n, z.errs = z.n+n, z.errs+errs
-		for r, c := range by {
-			x := z.by[r]
-			z.by[r] = [2]int{x[0] + c[0], x[1] + c[1]}
-		}
-	}
 	out := []string{}
-	if len(zones) < 2 {
-		return out
-	}
-	for name, z := range zones {
-		if z.n < e.cfg.OutlierMinVolume {
-			continue
+	for _, z := range e.zoneFigures(capability, e.zonesOf()[capability], now) {
+		if z.Outlier {
+			out = append(out, z.Zone)
 		}
-		var shares []float64
-		for other, o := range zones {
-			if other != name && o.n >= e.cfg.OutlierMinVolume {
-				shares = append(shares, float64(o.errs)/float64(o.n))
+	}
+	return out
+}
+
+// zonesOf returns the zones of each capability, from the cohort index.
+func (e *Engine) zonesOf() map[string][]string {
+	out := map[string][]string{}
+	for k := range e.cohorts {
+		out[k.capability] = append(out[k.capability], k.zone)
+	}
+	return out
+}
+
+// zoneFigures returns each zone of capability with its pooled window, in zone order, and
+// which are zone outliers: a zone with outlier_min_volume requests whose Wilson lower bound
+// clears the median share of the other such zones by the floor and the factor, with and
+// without its top reporter. It costs the capability's instances.
+func (e *Engine) zoneFigures(capability string, zones []string, now time.Time) []apiv1.ZoneOutlier {
+	if len(zones) < 2 {
+		return nil
+	}
+	type zoneWindow struct {
+		apiv1.ZoneOutlier
+		by map[uint32][2]int
+	}
+	ws := make([]*zoneWindow, 0, len(zones))
+	for _, zone := range zones {
+		z := &zoneWindow{ZoneOutlier: apiv1.ZoneOutlier{CapabilityID: capability, Zone: zone}, by: map[uint32][2]int{}}
+		for in := range e.cohorts[cohortKey{capability, zone}] {
+			if !in.present || in.draining {
+				continue
+			}
+			n, errs, by := e.windowAt(in, now)
+			z.Requests, z.Errors = z.Requests+n, z.Errors+errs
+			for r, c := range by {
+				x := z.by[r]
+				z.by[r] = [2]int{x[0] + c[0], x[1] + c[1]}
 			}
 		}
-		if len(shares) == 0 {
+		if z.Requests > 0 {
+			z.ErrorShare = float64(z.Errors) / float64(z.Requests)
+		}
+		ws = append(ws, z)
+	}
+	slices.SortFunc(ws, func(a, b *zoneWindow) int { return cmp.Compare(a.Zone, b.Zone) })
+	out := make([]apiv1.ZoneOutlier, 0, len(ws))
+	for _, z := range ws {
+		var shares []float64
+		for _, o := range ws {
+			if o != z && o.Requests >= e.cfg.OutlierMinVolume {
+				shares = append(shares, o.ErrorShare)
+			}
+		}
+		if z.Requests >= e.cfg.OutlierMinVolume && len(shares) > 0 {
+			z.Baseline = median(shares)
+			z.OtherZones = len(shares)
+			worse, l := e.relativelyWorse(z.Errors, z.Requests, z.Baseline)
+			z.LowerBound = l
+			if worse {
+				n2, e2, _ := e.withoutTop(z.Requests, z.Errors, z.by)
+				z.Outlier, _ = e.relativelyWorse(e2, n2, z.Baseline)
+			}
+		}
+		out = append(out, z.ZoneOutlier)
+	}
+	return out
+}
+
+// judgeZones applies the zone test to every capability with outcomes in the window ending
+// at now, keeps the outliers it finds (OutlierZones) and records the zones that became or
+// stopped being outliers (TakeZoneChanges).
+func (e *Engine) judgeZones(now time.Time) {
+	reported := map[string]bool{}
+	for k, set := range e.cohorts {
+		if reported[k.capability] {
 			continue
 		}
-		baseline := median(shares)
-		if worse, _ := e.relativelyWorse(z.errs, z.n, baseline); !worse {
-			continue
-		}
-		n2, e2, _ := e.withoutTop(z.n, z.errs, z.by)
-		if still, _ := e.relativelyWorse(e2, n2, baseline); still {
-			out = append(out, name)
+		for in := range set {
+			if len(in.outcomes) > 0 {
+				reported[k.capability] = true
+				break
+			}
 		}
 	}
-	sort.Strings(out)
+	zones := e.zonesOf()
+	next := map[cohortKey]apiv1.ZoneOutlier{}
+	for c := range reported {
+		for _, z := range e.zoneFigures(c, zones[c], now) {
+			if z.Outlier {
+				next[cohortKey{c, z.Zone}] = z
+			}
+		}
+	}
+	for k, z := range next {
+		if _, was := e.zoneOutliers[k]; !was {
+			e.zoneChanges = append(e.zoneChanges, ZoneChange{At: now, Outlier: true, Figures: z})
+		}
+	}
+	for k, z := range e.zoneOutliers {
+		if _, still := next[k]; !still {
+			z.Outlier = false
+			e.zoneChanges = append(e.zoneChanges, ZoneChange{At: now, Outlier: false, Figures: z})
+		}
+	}
+	e.zoneOutliers = next
+}
+
+// ZoneChange is a zone of a capability that became a zone outlier (Outlier) or stopped being
+// one, with the figures of the judgment (the last ones it was an outlier on, when it stopped).
+type ZoneChange struct {
+	At      time.Time
+	Outlier bool
+	Figures apiv1.ZoneOutlier
+}
+
+// TakeZoneChanges returns the zone outlier changes since the last call, in (capability,
+// zone) order within one judgment.
+func (e *Engine) TakeZoneChanges() []ZoneChange {
+	out := e.zoneChanges
+	e.zoneChanges = nil
+	slices.SortStableFunc(out, func(a, b ZoneChange) int {
+		return cmp.Or(a.At.Compare(b.At), cmp.Compare(a.Figures.CapabilityID, b.Figures.CapabilityID), cmp.Compare(a.Figures.Zone, b.Figures.Zone))
+	})
+	return out
+}
+
+// OutlierZones returns the zone outliers of the last judgment (at most relativeEvery old),
+// in (capability, zone) order.
+func (e *Engine) OutlierZones() []apiv1.ZoneOutlier {
+	out := make([]apiv1.ZoneOutlier, 0, len(e.zoneOutliers))
+	for _, z := range e.zoneOutliers {
+		out = append(out, z)
+	}
+	slices.SortFunc(out, func(a, b apiv1.ZoneOutlier) int {
+		return cmp.Or(cmp.Compare(a.CapabilityID, b.CapabilityID), cmp.Compare(a.Zone, b.Zone))
+	})
 	return out
 }
 
@@ -450,4 +553,24 @@ func (e *Engine) outcomeWindow(in *instance, now time.Time) *apiv1.OutcomeWindow
 		w.Cohorts = append(w.Cohorts, cb)
 	}
 	return w
+}
+
+// relativelyEjected reports whether in is ejected at now as a relative outlier.
+func (e *Engine) relativelyEjected(in *instance, now time.Time) bool {
+	_, cause := in.causes[ReasonOutlierRelative]
+	return cause && in.present && now.Before(in.troubles().ejectUntil)
+}
+
+// OutlierInstances counts the instances ejected at now as relative outliers, by (capability,
+// zone): only the cohorts with one.
+func (e *Engine) OutlierInstances(now time.Time) map[[2]string]int {
+	out := map[[2]string]int{}
+	for in := range e.relOut {
+		if e.relativelyEjected(in, now) {
+			for _, c := range in.Capabilities {
+				out[[2]string{c, in.Zone}]++
+			}
+		}
+	}
+	return out
 }

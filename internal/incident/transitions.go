@@ -30,6 +30,18 @@ func FromTransitions(l *Log, owner func(instanceID string) string) func(health.T
 				"lease expiry stopped evicting: "+strings.Join(t.Reasons, "; ")+" (the registry is likelier cut off than the fleet dead)")
 		case t.To == health.TransitionSelfPreservationOver:
 			l.Clear(apiv1.IncidentSelfPreservation, "registry")
+		case t.To == health.TransitionZoneOutlier && len(t.Reasons) == 3:
+			capability, zone := t.Reasons[0], t.Reasons[1]
+			l.Raise(apiv1.IncidentZoneOutlier, capability+"/"+zone, "", t.Reasons[2]+
+				". The zone fails as a whole; nothing is evacuated automatically. If its failures are the zone's (not a bad release everywhere), evacuate it: "+
+				EvacuateCommand(capability, zone))
+		case t.To == health.TransitionZoneOutlierOver && len(t.Reasons) == 3:
+			l.Clear(apiv1.IncidentZoneOutlier, t.Reasons[0]+"/"+t.Reasons[1])
 		}
 	}
+}
+
+// EvacuateCommand is the command that evacuates zone of capability, as an incident names it.
+func EvacuateCommand(capability, zone string) string {
+	return fmt.Sprintf("meshflows evacuate zone %s --capability %s --for 2h --reason 'zone outlier: incident'", zone, capability)
 }

@@ -51,6 +51,16 @@ func FromTransitions(j *Journal) func(health.Transition) {
 			}
 			j.Append(apiv1.Event{Time: t.At, Type: apiv1.EventOutcomeDisputed, Severity: apiv1.SeverityWarning, Subject: t.InstanceID,
 				Message: "outcome about " + t.InstanceID + " ignored: " + t.Reasons[1], Attrs: map[string]any{"reporter": t.Reasons[0]}})
+		case health.TransitionZoneOutlier, health.TransitionZoneOutlierOver:
+			if len(t.Reasons) != 3 {
+				return
+			}
+			sev, state := apiv1.SeverityError, "outlier"
+			if t.To == health.TransitionZoneOutlierOver {
+				sev, state = apiv1.SeverityInfo, "over"
+			}
+			j.Append(apiv1.Event{Time: t.At, Type: apiv1.EventZoneOutlier, Severity: sev, Subject: t.Reasons[0],
+				Message: t.Reasons[2], Attrs: map[string]any{"capability_id": t.Reasons[0], "zone": t.Reasons[1], "state": state}})
 		case health.TransitionSelfPreservationOver:
 			why := strings.Join(t.Reasons, "; ")
 			j.Append(apiv1.Event{Time: t.At, Type: apiv1.EventSelfPreservation, Severity: apiv1.SeverityInfo, Subject: "registry",

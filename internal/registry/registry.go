@@ -125,6 +125,7 @@ type Eligibility interface {
 	Evacuations(now time.Time) []health.Evacuation
 	Settings() health.Config
 	ZoneOutliers(capability string, now time.Time) []string
+	OutlierZones() []apiv1.ZoneOutlier
 }
 
 var _ Eligibility = (*health.Monitor)(nil)
@@ -876,7 +877,10 @@ func (r *Registry) Health(startedAt time.Time) apiv1.HealthResponse {
 	out := apiv1.HealthResponse{Status: "ok", RegistryEpoch: r.store.Epoch().ID, Revision: r.revision(),
 		ActiveInstances: n, ActiveCapabilities: c, Store: r.store.Name(),
 		UptimeSeconds:    int64(r.cfg.Now().Sub(startedAt) / time.Second),
-		SelfPreservation: r.cfg.Eligibility != nil && r.cfg.Eligibility.SelfPreservation()}
+		SelfPreservation: r.cfg.Eligibility != nil && r.cfg.Eligibility.SelfPreservation(), ZoneOutliers: []apiv1.ZoneOutlier{}}
+	if r.cfg.Eligibility != nil {
+		out.ZoneOutliers = r.cfg.Eligibility.OutlierZones()
+	}
 	if err := r.storeErr.Load(); err != nil {
 		out.Status, out.StoreError = "store_unreachable", (*err).Error()
 	}

@@ -11,8 +11,11 @@ import (
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/internal/health"
+	"github.com/meshflows/meshflows/internal/incident"
+	"github.com/meshflows/meshflows/internal/journal"
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/registry/registrytest"
+	"github.com/meshflows/meshflows/internal/server"
 )
 
 // newOutcomeServer is a registry with the eligibility engine, its metrics on reg and an
@@ -142,5 +145,171 @@ func TestAReporterFloodingOutcomesIsRateLimited(t *testing.T) {
 	json.Unmarshal(do(t, "GET", s.URL+"/v1/services/i1/eligibility", "").body, &ex)
 	if ex.Outcomes == nil || ex.Outcomes.Requests != 50 || len(ex.Outcomes.Reporters) != 2 || ex.Outcomes.LatencyMsP99 != 12.5 {
 		t.Errorf("outcomes explained = %+v", ex.Outcomes)
+	}
+}
+
+// TestAZoneFailingAsAWholeIsReported: with zone z2 failing 5 % of requests and z1, z3 at
+// 0.2 %, pooled from two gateways, no instance is ejected (inside its zone each is like its
+// peers), and at the next judgment the zone is on /v1/discovery/health, a critical incident
+// names it with the evacuation command, the journal says so and the gauge has its series.
+// When the zone is healthy again the incident resolves.
+func TestAZoneFailingAsAWholeIsReported(t *testing.T) {
+	j := journal.New(0, nil)
+	incidents, err := incident.New(incident.Config{Journal: j})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := prometheus.NewRegistry()
+	var owner func(string) string
+	raise, record := incident.FromTransitions(incidents, func(id string) string { return owner(id) }), journal.FromTransitions(j)
+	m, err := health.NewMonitor(health.MonitorConfig{Registerer: reg, OnTransition: func(tr health.Transition) { record(tr); raise(tr) },
+		Engine: health.Config{LeaseTTL: 90 * time.Second, HeartbeatInterval: 30 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := registrytest.NewServerWith(t, registry.Config{LeaseTTL: 90 * time.Second, HeartbeatInterval: 30 * time.Second, Eligibility: m, Journal: j},
+		server.Config{Journal: j, Incidents: incidents}, registrytest.Epoch0)
+	owner = s.Registry.Owner
+	gens := map[string]int64{}
+	zones := []string{"z1", "z1", "z2", "z2", "z3", "z3"}
+	for i, zone := range zones {
+		id := fmt.Sprintf("i%d", i)
+		gens[id] = register(t, s, zonalRegistration(id, zone)).Generation
+	}
+	report := func(badShare func(zone string) int) { // errors per 1,000 requests of a zone
+		for _, gw := range []string{"gw-1", "gw-2"} {
+			var outs []string
+			for i, zone := range zones {
+				id := fmt.Sprintf("i%d", i)
+				errs := badShare(zone) / 2
+				outs = append(outs, fmt.Sprintf(`{"instance_id":%q,"generation":%d,"ok":%d,"errors":%d,"connect_failures":0}`, id, gens[id], 500-errs, errs))
+			}
+			if r := do(t, "POST", s.URL+"/v1/outcomes", fmt.Sprintf(`{"gateway_id":%q,"outcomes":[%s]}`, gw, strings.Join(outs, ","))); r.status != 200 {
+				t.Fatalf("outcomes = %d %s", r.status, r.body)
+			}
+		}
+		s.Clock.Advance(11 * time.Second)
+		for id, g := range gens {
+			do(t, "PUT", s.URL+"/v1/services/"+id+"/heartbeat", fmt.Sprintf(`{"generation":%d}`, g))
+		}
+		if _, err := s.Registry.Sweep(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	z2Bad := func(zone string) int {
+		if zone == "z2" {
+			return 50
+		}
+		return 2
+	}
+	report(z2Bad)
+	report(z2Bad)
+	var h apiv1.HealthResponse
+	json.Unmarshal(do(t, "GET", s.URL+"/v1/discovery/health", "").body, &h)
+	if len(h.ZoneOutliers) != 1 || h.ZoneOutliers[0].Zone != "z2" || h.ZoneOutliers[0].CapabilityID != "messaging.publish" || !h.ZoneOutliers[0].Outlier {
+		t.Fatalf("zone_outliers = %+v", h.ZoneOutliers)
+	}
+	if z := h.ZoneOutliers[0]; z.Requests != 4000 || z.Errors != 200 || z.OtherZones != 2 {
+		t.Errorf("figures = %+v, want 200 errors in 4,000 requests against 2 other zones", z)
+	}
+	for id, st := range verdicts(t, s.URL) {
+		if !strings.HasPrefix(st, apiv1.EligibilityServing) && !strings.HasPrefix(st, apiv1.EligibilitySlowStart) {
+			t.Errorf("%s is %s: a zone outlier ejects no instance", id, st)
+		}
+	}
+	open := incidents.List("unresolved")
+	if len(open) != 1 || open[0].Kind != apiv1.IncidentZoneOutlier || open[0].Severity != apiv1.IncidentCritical || open[0].Subject != "messaging.publish/z2" ||
+		!strings.Contains(open[0].Summary, "meshflows evacuate zone z2 --capability messaging.publish") || !strings.Contains(open[0].Summary, "100 errors in 2000 requests (5.00%") {
+		t.Fatalf("incidents = %+v", open)
+	}
+	if got := events(t, s.URL, "type=eligibility.zone_outlier").Events; len(got) != 1 || got[0].Attrs["zone"] != "z2" {
+		t.Errorf("journal = %+v", got)
+	}
+	if n := gaugeSeries(t, reg, "meshflows_zone_outlier_error_share"); n != 1 {
+		t.Errorf("meshflows_zone_outlier_error_share has %d series, want 1", n)
+	}
+	healthy := func(string) int { return 2 }
+	for range 7 { // past the window: z2's errors age out
+		report(healthy)
+	}
+	if open := incidents.List("unresolved"); len(open) != 0 {
+		t.Errorf("after the zone recovered: %+v", open)
+	}
+	json.Unmarshal(do(t, "GET", s.URL+"/v1/discovery/health", "").body, &h)
+	if len(h.ZoneOutliers) != 0 {
+		t.Errorf("zone_outliers after recovery = %+v", h.ZoneOutliers)
+	}
+	if n := gaugeSeries(t, reg, "meshflows_zone_outlier_error_share"); n != 0 {
+		t.Errorf("meshflows_zone_outlier_error_share has %d series after recovery", n)
+	}
+}
+
+// gaugeSeries counts the series of one metric gathered from reg.
+func gaugeSeries(t *testing.T, reg *prometheus.Registry, name string) int {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return len(mf.GetMetric())
+		}
+	}
+	return 0
+}
+
+// TestAReplicaFailingFourPercentIsEjectedAndCounted: one of six replicas failing 4 % while
+// its peers fail 0.1 %, pooled from two gateways, is ejected with OUTLIER_RELATIVE and its
+// evidence, is explained beside its peers' baseline, and is the one series of
+// meshflows_outlier_instances.
+func TestAReplicaFailingFourPercentIsEjectedAndCounted(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m, err := health.NewMonitor(health.MonitorConfig{Registerer: reg, Engine: health.Config{LeaseTTL: 90 * time.Second, HeartbeatInterval: 30 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := registrytest.NewServer(t, registry.Config{LeaseTTL: 90 * time.Second, HeartbeatInterval: 30 * time.Second, Eligibility: m})
+	gens := map[string]int64{}
+	for i := range 6 {
+		id := fmt.Sprintf("i%d", i)
+		gens[id] = register(t, s, zonalRegistration(id, "z1")).Generation
+	}
+	for range 2 {
+		for _, gw := range []string{"gw-1", "gw-2"} {
+			var outs []string
+			for id, g := range gens {
+				errs := 0
+				switch {
+				case id == "i0":
+					errs = 20 // 4 %
+				case gw == "gw-1":
+					errs = 1 // 0.1 % pooled
+				}
+				outs = append(outs, fmt.Sprintf(`{"instance_id":%q,"generation":%d,"ok":%d,"errors":%d,"connect_failures":0}`, id, g, 500-errs, errs))
+			}
+			do(t, "POST", s.URL+"/v1/outcomes", fmt.Sprintf(`{"gateway_id":%q,"outcomes":[%s]}`, gw, strings.Join(outs, ",")))
+		}
+		s.Clock.Advance(11 * time.Second)
+		for id, g := range gens {
+			do(t, "PUT", s.URL+"/v1/services/"+id+"/heartbeat", fmt.Sprintf(`{"generation":%d}`, g))
+		}
+		s.Registry.Sweep(t.Context())
+	}
+	for id, st := range verdicts(t, s.URL) {
+		if out := strings.HasPrefix(st, apiv1.EligibilityWithdrawn); out != (id == "i0") {
+			t.Errorf("%s is %s", id, st)
+		}
+	}
+	var ex apiv1.Explanation
+	json.Unmarshal(do(t, "GET", s.URL+"/v1/services/i0/eligibility", "").body, &ex)
+	if len(ex.Reasons) == 0 || ex.Reasons[0].Code != health.ReasonOutlierRelative || !strings.Contains(ex.Reasons[0].Evidence.Detail, "reporters gw-1, gw-2") {
+		t.Errorf("reasons = %+v", ex.Reasons)
+	}
+	if o := ex.Outcomes; o == nil || o.Errors != 80 || o.Requests != 2000 || len(o.Cohorts) != 1 || o.Cohorts[0].Comparable != 5 || o.Cohorts[0].Baseline == nil || *o.Cohorts[0].Baseline != 0.001 {
+		t.Errorf("outcomes = %+v", ex.Outcomes)
+	}
+	if n := gaugeSeries(t, reg, "meshflows_outlier_instances"); n != 1 {
+		t.Errorf("meshflows_outlier_instances has %d series, want 1 (the cohort of i0)", n)
 	}
 }
