@@ -49,12 +49,12 @@ const (
 	TransitionPanicOver      = "panic_over"      // it left panic
 	// TransitionOutcomeDisputed: an outcome was ignored because other reporters saw the
 	// instance healthy (Reasons: the reporter, the detail).
-	TransitionOutcomeDisputed      = "outcome_disputed"
-	TransitionSelfPreservation     = "self_preservation" // lease expiry stopped evicting
+	TransitionOutcomeDisputed  = "outcome_disputed"
+	TransitionSelfPreservation = "self_preservation" // lease expiry stopped evicting
 	// TransitionZoneOutlier: a zone of a capability fails as a whole against its other zones
 	// (Reasons: the capability, the zone, the figures); TransitionZoneOutlierOver: no longer.
-	TransitionZoneOutlier     = "zone_outlier"
-	TransitionZoneOutlierOver = "zone_outlier_over"
+	TransitionZoneOutlier          = "zone_outlier"
+	TransitionZoneOutlierOver      = "zone_outlier_over"
 	TransitionSelfPreservationOver = "self_preservation_over"
 )
 
