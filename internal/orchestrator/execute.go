@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"slices"
@@ -18,6 +19,7 @@ import (
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/client"
 	"github.com/meshflows/meshflows/discovery"
+	"github.com/meshflows/meshflows/internal/outcome"
 	"github.com/meshflows/meshflows/internal/workflow"
 )
 
@@ -35,6 +37,7 @@ type StaticCapability struct {
 type candidate struct {
 	instance, endpoint string
 	rank               apiv1.Rank
+	static             bool // from the static fallback: no registry incarnation to report on
 }
 
 // execute runs w's steps with input, on the scopes of w's mode.
@@ -377,7 +380,9 @@ func (o *Orchestrator) step(ctx context.Context, w *workflow.Workflow, st *workf
 		Request: request, Payload: payload}
 	var lastErr error
 	for _, c := range cands {
+		began := time.Now()
 		out, err := o.invoke(ctx, st, c, req)
+		o.recordOutcome(ctx, c, err, time.Since(began))
 		if err == nil {
 			return out, c.instance, nil
 		}
@@ -459,7 +464,7 @@ func (o *Orchestrator) candidates(ctx context.Context, st *workflow.Step) ([]can
 				continue
 			}
 			p, _ := apiv1.Priority(s.Metadata)
-			out = append(out, candidate{instance: "static-" + strconv.Itoa(i), endpoint: s.Endpoint, rank: apiv1.Rank{Priority: p, Version: v, Generation: int64(i)}})
+			out = append(out, candidate{instance: "static-" + strconv.Itoa(i), endpoint: s.Endpoint, rank: apiv1.Rank{Priority: p, Version: v, Generation: int64(i)}, static: true})
 		}
 	case errors.As(err, &ue) && ue.State == discovery.StateExpired:
 		return nil, apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeStaleViewExpired,
@@ -473,4 +478,50 @@ func (o *Orchestrator) candidates(ctx context.Context, st *workflow.Step) ([]can
 	}
 	slices.SortStableFunc(out, func(a, b candidate) int { return a.rank.Compare(b.rank) })
 	return out, nil
+}
+
+// recordOutcome counts one call to c for the window's outcome report: a dial failure is a
+// connect failure, an answer of 5xx, no answer in time or no invoke result an error, and
+// anything else (a 4xx is the request's fault, not the instance's) an answer. A call ended
+// by its run's cancellation or deadline says nothing of the instance and is not counted.
+func (o *Orchestrator) recordOutcome(ctx context.Context, c candidate, err error, took time.Duration) {
+	if c.static || c.rank.Generation < 1 || ctx.Err() != nil {
+		return
+	}
+	var ae *apiv1.Error
+	failed := err != nil && (!errors.As(err, &ae) || ae.Status >= 500)
+	o.outcomes.Record(outcome.Incarnation{ID: c.instance, Generation: c.rank.Generation}, dialFailure(err), failed, took)
+}
+
+// ReportOutcomes sends the window's per-instance outcomes of service_call steps to the
+// registry and starts a new window (Run calls it every OutcomeWindow).
+func (o *Orchestrator) ReportOutcomes(ctx context.Context) {
+	out := o.outcomes.Take()
+	var err error
+	for len(out) > 0 && err == nil {
+		n := min(len(out), apiv1.MaxOutcomes)
+		err = o.cfg.Discovery.ReportOutcomes(ctx, &apiv1.OutcomesRequest{GatewayID: o.cfg.ReporterID, Outcomes: out[:n]})
+		out = out[n:]
+	}
+	switch {
+	case err != nil && ctx.Err() == nil && !o.reportFailing:
+		o.reportFailing = true
+		o.cfg.Logger.Warn("outcome report failed; this window's evidence of the steps' instances is dropped (logged once until a report succeeds; the orchestrator's identity needs the gateway permission)",
+			slog.Any("error", err))
+	case err == nil && o.reportFailing:
+		o.reportFailing = false
+		o.cfg.Logger.Info("outcome reports succeed again")
+	}
+}
+
+// reportOutcomes calls ReportOutcomes every OutcomeWindow until ctx ends.
+func (o *Orchestrator) reportOutcomes(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-o.cfg.After(o.cfg.OutcomeWindow):
+			o.ReportOutcomes(ctx)
+		}
+	}
 }

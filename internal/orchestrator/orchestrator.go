@@ -22,6 +22,7 @@ import (
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/discovery"
 	"github.com/meshflows/meshflows/internal/endpoint"
+	"github.com/meshflows/meshflows/internal/outcome"
 	"github.com/meshflows/meshflows/internal/report"
 	"github.com/meshflows/meshflows/internal/workflow"
 )
@@ -87,6 +88,13 @@ type Config struct {
 	// After is the scheduler's timer (default time.After); tests pair it with Now on a
 	// fake clock.
 	After func(time.Duration) <-chan time.Time
+	// OutcomeWindow is how often Run reports what the service_call steps saw of each
+	// instance (POST /v1/outcomes, as the gateways do: the registry pools both); default
+	// 10 s, negative: never. The orchestrator's identity needs the gateway permission.
+	OutcomeWindow time.Duration
+	// ReporterID names the orchestrator as a reporter of outcomes in open mode (with a
+	// credential the registry takes the caller's identity); default "orchestrator".
+	ReporterID string
 }
 
 // Defaults of Config.
@@ -113,6 +121,11 @@ type Orchestrator struct {
 	mu        sync.Mutex
 	workflows map[string]*entry
 	active    int // runs in progress, of every workflow
+
+	outcomes outcome.Tallies // what the steps saw of each instance in this window
+	// reportFailing is set while outcome reports fail: the first failure and the recovery
+	// are logged, not every window.
+	reportFailing bool
 }
 
 // entry is a stored workflow: its latest revision, and the published one that runs.
@@ -184,6 +197,8 @@ func New(cfg Config) (*Orchestrator, error) {
 	if cfg.MaxParallel < 0 {
 		return nil, fmt.Errorf("orchestrator: max parallel %d is negative", cfg.MaxParallel)
 	}
+	orDefault(&cfg.OutcomeWindow, 10*time.Second)
+	orDefault(&cfg.ReporterID, "orchestrator")
 	orDefault(&cfg.MaxConcurrentRuns, DefaultMaxConcurrentRuns)
 	orDefault(&cfg.MaxConcurrentRunsTotal, DefaultMaxConcurrentRunsTotal)
 	orDefault(&cfg.MaxStepTimeout, workflow.DefaultMaxStepTimeout)

@@ -26,10 +26,14 @@ const MaxScheduleLateness = time.Minute
 // due at one wake-up only the latest runs, when it is late by less than the schedule's
 // lateness bound; the others are recorded in the history as one missed run. A fire while a
 // scheduled run is still in progress is recorded as skipped. It owns the scheduled runs:
-// when ctx ends they are cancelled, and Run returns once they have ended.
+// when ctx ends they are cancelled, and Run returns once they have ended. It also reports
+// the outcomes of the service_call steps every OutcomeWindow.
 func (o *Orchestrator) Run(ctx context.Context) error {
 	var runs sync.WaitGroup
 	defer runs.Wait()
+	if o.cfg.OutcomeWindow > 0 {
+		runs.Go(func() { o.reportOutcomes(ctx) })
+	}
 	for {
 		now := o.cfg.Now()
 		wait := schedulerIdle
