@@ -175,6 +175,9 @@ type CatalogSummary struct {
 	// Instances are the first limit of Matching, in the catalog's order (service name, then
 	// instance id), each whole.
 	Instances []Instance `json:"instances"`
+	// Outcomes are the outcome windows of the listed instances that reporters reported on,
+	// by instance id: each one's error share beside its peers' baseline.
+	Outcomes map[string]*OutcomeWindow `json:"outcomes,omitempty"`
 }
 
 // CapabilityEntry is one (instance, capability) pair in a discovery answer.

@@ -100,6 +100,7 @@ func New(cfg Config) (*Dashboard, error) {
 		"incidentEvents":  incidentEvents,
 		"incidentRunbook": incidentRunbook,
 		"pct":             func(f float64) string { return strconv.FormatFloat(f*100, 'f', 0, 64) + "%" },
+		"pct2":            func(f float64) string { return strconv.FormatFloat(f*100, 'f', 2, 64) + "%" },
 		"ms":              func(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) + " ms" },
 		"utc":             func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
 		"depth":           func(path string) int { return strings.Count(path, ".steps[") }, // a branch's steps are one level down, like a loop body's
@@ -311,6 +312,7 @@ type capRow struct {
 	Instance apiv1.Instance
 	Status   string
 	Caps     []apiv1.Capability
+	Outcome  *apiv1.OutcomeWindow // its error share over the outlier window, beside its peers'
 }
 
 type capsData struct {
@@ -319,6 +321,7 @@ type capsData struct {
 	Provider, Cap, Svc string
 	Providers, CapIDs  []string
 	Detail             *apiv1.Instance
+	DetailOutcome      *apiv1.OutcomeWindow // the detail's outcome window, when reported on
 	// Total counts the catalog's instances, Matching those the filters keep, Shown the rows
 	// listed; ExpiringSoon and Expired count among Matching.
 	Total, Matching, Shown int
@@ -353,7 +356,7 @@ func (d *Dashboard) catalog(ctx context.Context, v url.Values) (*capsData, error
 		case left < d.cfg.ExpiringWithin:
 			status = "expiring soon"
 		}
-		data.Rows = append(data.Rows, capRow{Instance: in, Status: status, Caps: caps})
+		data.Rows = append(data.Rows, capRow{Instance: in, Status: status, Caps: caps, Outcome: sum.Outcomes[in.InstanceID]})
 	}
 	data.Shown = len(data.Rows)
 	if id := v.Get("instance"); id != "" {
@@ -362,6 +365,9 @@ func (d *Dashboard) catalog(ctx context.Context, v url.Values) (*capsData, error
 		switch {
 		case err == nil:
 			data.Detail = in
+			if ex, err := d.registry.Eligibility(ctx, id); err == nil {
+				data.DetailOutcome = ex.Outcomes // without the engine, or without the permission: none shown
+			}
 		case errors.As(err, &ae) && ae.Status == http.StatusNotFound:
 			// gone since the link was drawn: the page says nothing of it, as before
 		default:

@@ -18,6 +18,7 @@ import (
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/internal/dashboard"
+	"github.com/meshflows/meshflows/internal/health"
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/registry/registrytest"
 	"github.com/meshflows/meshflows/routing"
@@ -416,5 +417,58 @@ func TestCancelARunFromItsPage(t *testing.T) {
 	}
 	if p := page(); strings.Contains(p, "cancel-run") || !strings.Contains(p, "cancelled: by ops") {
 		t.Errorf("the page of the cancelled run:\n%s", p)
+	}
+}
+
+// TestCatalogShowsEachReplicasErrorShareBesideItsPeers: an instance failing 4 % among peers
+// at 0.1 % shows its share and the baseline in the catalog row, and its detail names the
+// reporters and the cohort it is compared with.
+func TestCatalogShowsEachReplicasErrorShareBesideItsPeers(t *testing.T) {
+	m, err := health.NewMonitor(health.MonitorConfig{Engine: health.Config{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := registrytest.NewServer(t, registry.Config{Eligibility: m})
+	var outs []apiv1.Outcome
+	for i := range 4 {
+		req := apiv1.RegisterRequest{InstanceID: fmt.Sprintf("i-%d", i), ServiceName: "svc", ServiceVersion: "1.0.0", Zone: "z1",
+			Endpoint: fmt.Sprintf("http://127.0.0.1:%d", 20000+i),
+			Capabilities: []apiv1.Capability{{CapabilityID: "cap.a", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0", Provider: "p"}}}
+		resp, err := reg.Registry.Register(context.Background(), &req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		errs := 1
+		if i == 0 {
+			errs = 40
+		}
+		outs = append(outs, apiv1.Outcome{InstanceID: req.InstanceID, Generation: resp.Generation, OK: 1000 - errs, Errors: errs, LatencyMsP99: 7})
+	}
+	if _, err := reg.Registry.Outcomes(context.Background(), &apiv1.OutcomesRequest{GatewayID: "gw-1", Outcomes: outs}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := dashboard.New(dashboard.Config{RegistryURL: reg.URL, Insecure: true, Now: reg.Clock.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(d.Handler())
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/capabilities?instance=i-0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	page := string(b)
+	for _, want := range []string{
+		`<td class="errshare"><b>4.00%</b> · peers 0.10%</td>`,
+		`<td class="errshare"><b>0.10%</b> · peers 0.10%</td>`,
+		`40 errors in 1000 requests, p99 7.0 ms`,
+		`<td>gw-1</td><td>1000</td><td>40</td>`,
+		`<td>cap.a / z1</td><td>3</td><td>0.10%</td>`,
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the page lacks %s", want)
+		}
 	}
 }

@@ -846,3 +846,15 @@ func (m *Monitor) outliers() (map[[2]string]int, []apiv1.ZoneOutlier) {
 	defer m.mu.RUnlock()
 	return m.engine.OutlierInstances(m.engine.ticked), m.engine.OutlierZones()
 }
+
+// OutcomeWindow returns what reporters saw of id over the outlier window ending at now,
+// beside its cohorts' baselines; nil when nothing was reported or id is unknown.
+func (m *Monitor) OutcomeWindow(id string, now time.Time) *apiv1.OutcomeWindow {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v, ok := m.views[id]
+	if !ok {
+		return nil
+	}
+	return m.engine.outcomeWindow(v.in, now)
+}

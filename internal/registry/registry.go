@@ -126,6 +126,7 @@ type Eligibility interface {
 	Settings() health.Config
 	ZoneOutliers(capability string, now time.Time) []string
 	OutlierZones() []apiv1.ZoneOutlier
+	OutcomeWindow(id string, now time.Time) *apiv1.OutcomeWindow
 }
 
 var _ Eligibility = (*health.Monitor)(nil)

@@ -89,6 +89,14 @@ func (r *Registry) Summary(q SummaryQuery) apiv1.CatalogSummary {
 	out.Instances = make([]apiv1.Instance, len(listed))
 	for i, rec := range listed {
 		out.Instances[i] = r.Wire(rec)
+		if m := r.cfg.Eligibility; m != nil {
+			if w := m.OutcomeWindow(rec.InstanceID, r.cfg.Now()); w != nil {
+				if out.Outcomes == nil {
+					out.Outcomes = map[string]*apiv1.OutcomeWindow{}
+				}
+				out.Outcomes[rec.InstanceID] = w
+			}
+		}
 	}
 	return out
 }
