@@ -432,7 +432,7 @@ func TestCatalogShowsEachReplicasErrorShareBesideItsPeers(t *testing.T) {
 	var outs []apiv1.Outcome
 	for i := range 4 {
 		req := apiv1.RegisterRequest{InstanceID: fmt.Sprintf("i-%d", i), ServiceName: "svc", ServiceVersion: "1.0.0", Zone: "z1",
-			Endpoint: fmt.Sprintf("http://127.0.0.1:%d", 20000+i),
+			Endpoint:     fmt.Sprintf("http://127.0.0.1:%d", 20000+i),
 			Capabilities: []apiv1.Capability{{CapabilityID: "cap.a", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0", Provider: "p"}}}
 		resp, err := reg.Registry.Register(context.Background(), &req)
 		if err != nil {
