@@ -34,10 +34,11 @@ func newDescribeCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "describe instance ID",
-		Short: "Show one instance: its registration, lease, eligibility with the evidence, last transitions",
+		Short: "Show one instance: its registration, lease, eligibility with the evidence, outcomes beside its peers, last transitions",
 		Long: `Show everything the registry knows about one instance in one screen: what it registered
 (service, endpoint, zone, capabilities, manifest routes), its lease, and why it is or is not in
-rotation — its eligibility state and weight, each reason with its evidence, and its last
+rotation — its eligibility state and weight, each reason with its evidence, what gateways and
+orchestrators saw of it over the outlier window beside its peers' baseline, and its last
 transitions.`,
 		Example: "  meshflows describe instance egress-jms-7410\n  meshflows describe instance egress-jms-7410 -o json",
 		Args: func(_ *cobra.Command, args []string) error {
