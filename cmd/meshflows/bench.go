@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/meshflows/meshflows/internal/bench"
+	"github.com/meshflows/meshflows/internal/health/greysim"
 )
 
 func newBenchCmd() *cobra.Command {
@@ -20,7 +21,7 @@ func newBenchCmd() *cobra.Command {
 for operators sizing a deployment. Every run is bounded by its counts and --timeout.`,
 		Example: "  meshflows bench registry --registry http://127.0.0.1:7400 --instances 1000\n  meshflows bench herd --providers 1000",
 	}
-	cmd.AddCommand(newBenchRegistryCmd(), newBenchHerdCmd(), newBenchDNSCmd(), newBenchFloorServerCmd())
+	cmd.AddCommand(newBenchRegistryCmd(), newBenchHerdCmd(), newBenchDNSCmd(), newBenchFloorServerCmd(), newBenchOutliersCmd())
 	return cmd
 }
 
@@ -247,6 +248,49 @@ counts as an error.`,
 	f.DurationVar(&cfg.Duration, "duration", 10*time.Second, "how long the load runs")
 	f.DurationVar(&cfg.Timeout, "timeout", time.Second, "timeout of one query")
 	f.IntVar(&cfg.ServerPID, "server-pid", 0, "the server's process id on this machine: report its CPU time per query and its memory (read from /proc)")
+	out.bind(cmd, "text")
+	return cmd
+}
+
+func newBenchOutliersCmd() *cobra.Command {
+	var (
+		seeds int
+		hours float64
+		out   outputFlag
+	)
+	cmd := &cobra.Command{
+		Use:   "outliers",
+		Short: "Simulate grey failure: how fast the relative-outlier rule ejects a 4 % replica, and Envoy's detectors beside it",
+		Long: `Generate outcome streams — ten instances of one capability in one zone, some failing 4 % of
+their requests and the others 0.1 %, seen by 1, 5 or 50 reporters that each report every 10 s,
+at 10, 50 or 500 requests a second an instance — and run them through the eligibility engine
+the registry runs (its default settings), and, on the same draws, through Envoy's success-rate
+detector (Envoy's defaults: 100 requests a host an interval, 5 hosts, mean - 1.9 sd, at most
+10 % ejected) and its consecutive-5xx detector (expected time from its formula). Prints the
+time to eject, the false ejections per instance-hour over --hours, and the share of bad
+instances caught when 1 to 5 of the 10 are bad. No server is needed; runs are reproducible
+(seeds 1..--seeds).`,
+		Example: "  meshflows bench outliers\n  meshflows bench outliers --seeds 20 --hours 24 -o json",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := out.check("text", "json", "yaml"); err != nil {
+				return err
+			}
+			if seeds < 1 || hours <= 0 {
+				return fmt.Errorf("--seeds must be at least 1 and --hours positive")
+			}
+			f, err := greysim.Compute(seeds, hours)
+			if err != nil {
+				return err
+			}
+			if out.value != "text" {
+				return out.write(cmd.OutOrStdout(), f)
+			}
+			return f.Write(cmd.OutOrStdout())
+		},
+	}
+	cmd.Flags().IntVar(&seeds, "seeds", 10, "runs per configuration of the time-to-eject and shares figures")
+	cmd.Flags().Float64Var(&hours, "hours", 24, "simulated hours of each false-ejection run")
 	out.bind(cmd, "text")
 	return cmd
 }

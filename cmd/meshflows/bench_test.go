@@ -48,3 +48,20 @@ func TestBenchRegistryFloor(t *testing.T) {
 		t.Errorf("%d tables with a heartbeat phase, want 3 (the registry's and two floors'):\n%s", tables, out)
 	}
 }
+
+// TestBenchOutliersPrintsTheFigures: one seed and a short false-ejection run print the three
+// tables; the engine catches the 4 % replica with five reporters at 50 req/s.
+func TestBenchOutliersPrintsTheFigures(t *testing.T) {
+	out, err := run(context.Background(), "bench", "outliers", "--seeds", "1", "--hours", "0.1")
+	if err != nil {
+		t.Fatalf("bench outliers: %v\n%s", err, out)
+	}
+	for _, want := range []string{"| 50 | 5 | 10 / 10 s |", "False ejections per instance-hour", "| 3 | 100 % |"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if _, err := run(context.Background(), "bench", "outliers", "--seeds", "0"); err == nil {
+		t.Error("--seeds 0 was accepted")
+	}
+}
