@@ -199,6 +199,8 @@ func (e *Engine) markCohorts(in *instance) {
 // the last one, and every relativeEvery to every cohort with outcomes in its window (windows
 // age). A batch of outcomes costs one judgment a cohort, not one an outcome.
 func (e *Engine) judgeOutliers(now time.Time) {
+	e.capCounts = map[cohortKey][2]int{}
+	defer func() { e.capCounts = nil }()
 	if now.Sub(e.judgedRelative) >= relativeEvery {
 		e.judgedRelative = now
 		e.judgeReported(now)
@@ -271,6 +273,7 @@ func (e *Engine) judgeCohort(capability, zone string, now time.Time) {
 		t.ejections++
 		e.ejected++
 		t.ejectUntil = now.Add(time.Duration(t.ejections) * e.cfg.EjectionBase)
+		e.countEjection(in)
 		reporters := make([]string, 0, len(m.reporter))
 		for r := range m.reporter {
 			reporters = append(reporters, e.reporters.name(r))

@@ -9,7 +9,8 @@ import (
 
 // BenchmarkOutcomeBatch is one 10-second round of outcomes on the engine: instances in
 // cohorts of 100 (one capability a cohort, one zone), each reported by 20 reporters at 50
-// requests a window (comparable after two reporters), then the Tick that follows. It reports
+// requests a window (comparable after two reporters), every instance failing 0.1 % but one
+// in a hundred failing 4 % (ejected, back, ejected again), then the Tick that follows. It reports
 // the cost per outcome (one instance in one reporter's batch) and the bytes the engine holds
 // per instance once the window is full.
 func BenchmarkOutcomeBatch(b *testing.B) {
@@ -40,9 +41,10 @@ func benchmarkOutcomeBatch(b *testing.B, n, reporters int) {
 	e.Tick(now)
 	round := func() {
 		now = now.Add(10 * time.Second)
-		for _, rep := range names {
+		for r, rep := range names {
 			for i, id := range ids {
-				if err := e.Apply(Event{At: now, ID: id, Kind: KindOutcome, OK: 49 + i%2, Errors: 1 - i%2, Reporter: rep, LatencyMsP99: 12}); err != nil {
+				errs := benchErrors(i, r)
+				if err := e.Apply(Event{At: now, ID: id, Kind: KindOutcome, OK: 50 - errs, Errors: errs, Reporter: rep, LatencyMsP99: 12}); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -65,4 +67,17 @@ func benchmarkOutcomeBatch(b *testing.B, n, reporters int) {
 	if n, _, by := e.windowAt(e.instances[ids[0]], now); n == 0 || len(by) != reporters {
 		b.Fatalf("window of %s: %d requests from %d reporters", ids[0], n, len(by))
 	}
+}
+
+// benchErrors is the errors of instance i in reporter r's window of 50 requests: 0.1 % of
+// every instance's requests (one in 1,000: one of 20 reporters a window), 4 % of one
+// instance in a hundred's.
+func benchErrors(i, r int) int {
+	if i%100 == 7 {
+		return 2
+	}
+	if (i+r)%20 == 0 {
+		return 1
+	}
+	return 0
 }
