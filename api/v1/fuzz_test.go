@@ -105,3 +105,35 @@ func FuzzReportDecodeValidate(f *testing.F) {
 		}
 	})
 }
+
+// FuzzOutcomesDecodeValidate: arbitrary outcome bodies never panic decoding and validation;
+// a refused one is an INVALID_REQUEST with details, and an accepted one has every count within
+// 0..10^9 and a latency within 0..24 h.
+func FuzzOutcomesDecodeValidate(f *testing.F) {
+	f.Add([]byte(`{"gateway_id":"gw-1","outcomes":[{"instance_id":"a","generation":1,"ok":40,"errors":2,"connect_failures":0,"latency_ms_p99":12.5}]}`))
+	f.Add([]byte(`{"gateway_id":"","outcomes":[{"instance_id":"..","generation":0,"ok":-1,"errors":1e12,"latency_ms_p99":-1}]}`))
+	f.Add([]byte(`null`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var req apiv1.OutcomesRequest
+		if json.Unmarshal(body, &req) != nil {
+			return
+		}
+		if err := req.Validate(); err != nil {
+			var ae *apiv1.Error
+			if !errors.As(err, &ae) || ae.Code != apiv1.CodeInvalidRequest || len(ae.Details) == 0 {
+				t.Fatalf("Validate() = %v, want INVALID_REQUEST with details", err)
+			}
+			return
+		}
+		for _, o := range req.Outcomes {
+			for _, n := range []int{o.OK, o.Errors, o.ConnectFailures} {
+				if n < 0 || n > apiv1.MaxOutcomeCount {
+					t.Fatalf("accepted a count of %d", n)
+				}
+			}
+			if !(o.LatencyMsP99 >= 0 && o.LatencyMsP99 <= apiv1.MaxOutcomeLatencyMs) {
+				t.Fatalf("accepted a latency of %v", o.LatencyMsP99)
+			}
+		}
+	})
+}

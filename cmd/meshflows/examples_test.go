@@ -20,7 +20,8 @@ import (
 // against meshflows dev, as written; a block whose info string says "norun" is shown, not
 // run. The norun blocks are: the two commands themselves and go install (README), which CI
 // runs and which need the network; Prometheus itself and the benchmarks (README,
-// docs/performance.md and docs/performance-log.md: minutes of load each); an etcd cluster
+// docs/performance.md and docs/performance-log.md: minutes of load each); a drill that runs
+// meshflows dev and a faulty provider until stopped (chase-errors-from-one-replica.md); an etcd cluster
 // (docs/deploy-etcd.md); and the provider tutorial's commands, which ExampleAgent and
 // TestTutorialPython run end to end.
 // TestEveryDocIsRun keeps new documents from escaping this list.
@@ -28,7 +29,7 @@ import (
 // They run in this order on one stack: the API reference last, as its examples end by deleting
 // the example workflow the others use.
 var runnableDocs = []string{"README.md", "docs/console.md",
-	"docs/runbooks/discovery-staleness.md", "docs/runbooks/eligibility.md", "docs/runbooks/evacuate-a-zone.md", "docs/runbooks/incident-spike.md",
+	"docs/runbooks/chase-errors-from-one-replica.md", "docs/runbooks/discovery-staleness.md", "docs/runbooks/eligibility.md", "docs/runbooks/evacuate-a-zone.md", "docs/runbooks/incident-spike.md",
 	"docs/runbooks/provider-reregistering.md", "docs/runbooks/registry-restart.md", "docs/runbooks/route-conflicts.md",
 	"docs/runbooks/route-unavailable.md", "docs/runbooks/validation-timeouts.md", "docs/runbooks/workflow-failing.md",
 	"docs/provider-tutorial.md", "docs/performance.md", "docs/performance-log.md", "docs/deploy-etcd.md", "docs/reference/dns.md", "docs/reference/api.md", "docs/reference/xds.md"}

@@ -149,6 +149,8 @@ func incidentRunbook(in apiv1.Incident) string {
 		return "/runbooks/workflow-failing"
 	case apiv1.IncidentRoute:
 		return "/runbooks/route-unavailable"
+	case apiv1.IncidentZoneOutlier:
+		return "/runbooks/evacuate-a-zone"
 	}
 	return "/runbooks/incident-spike"
 }
