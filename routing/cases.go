@@ -3,6 +3,7 @@ package routing
 import (
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 )
 
 // Case is a conformance case file (docs/reference/routing.md, "Case file").
@@ -78,4 +79,40 @@ func (c *Case) Run() Output {
 		out.Requests = append(out.Requests, RequestResult{Method: r.Method, Path: r.Path, Result: t.Match(r.Method, r.Path).Outcome()})
 	}
 	return out
+}
+
+// RunIncremental derives the case's table through a Deriver — started from the static routes
+// and policy alone, its manifests added one at a time in an order the seed shuffles, after
+// churn random add-and-withdraw pairs of them — and matches its requests: the same Output as
+// Run, when the incremental derivation is right.
+func (c *Case) RunIncremental(seed uint64, churn int) (Output, error) {
+	rnd := rand.New(rand.NewPCG(seed, 0x5eed))
+	d := NewDeriver(Input{Static: c.Static, Policy: c.Policy})
+	order := rnd.Perm(len(c.Manifests))
+	ids := map[string]int{}
+	for _, mi := range c.Manifests {
+		ids[ManifestID(mi)]++
+	}
+	for id, n := range ids {
+		if n > 1 {
+			return Output{}, fmt.Errorf("case %s: %d manifests of instance %q: an incremental derivation names a manifest by its instance", c.Name, n, id)
+		}
+	}
+	for range churn {
+		if len(c.Manifests) == 0 {
+			break
+		}
+		mi := c.Manifests[rnd.IntN(len(c.Manifests))]
+		d.Apply(Change{PutManifest: &mi})
+		d.Apply(Change{DeleteManifest: ManifestID(mi)})
+	}
+	for _, i := range order {
+		d.Apply(Change{PutManifest: &c.Manifests[i]})
+	}
+	t := d.Table()
+	out := Output{Canonical: t.Canonical(), Requests: []RequestResult{}}
+	for _, r := range c.Requests {
+		out.Requests = append(out.Requests, RequestResult{Method: r.Method, Path: r.Path, Result: t.Match(r.Method, r.Path).Outcome()})
+	}
+	return out, nil
 }

@@ -14,6 +14,7 @@ import (
 type node struct {
 	lits     []edge           // literal children, while there are few
 	literal  map[string]*node // literal children, once there are many
+	shards   *litShards       // or so, in a Deriver's trie (persist.go)
 	param    *node
 	end      *byMethod // patterns that end here
 	wildcard *byMethod // {rest...} at this depth
@@ -58,6 +59,9 @@ func (b *byMethod) get(method string) *Entry {
 func (n *node) child(value string) *node {
 	if n.literal != nil {
 		return n.literal[value]
+	}
+	if n.shards != nil {
+		return n.shards[shardOf(value)][value]
 	}
 	for _, e := range n.lits {
 		if e.value == value {

@@ -167,6 +167,29 @@ type Table struct {
 	aliases   []RejectedAlias // public paths dropped
 	conflicts []Conflict
 	root      *node
+	// chunked, set on a Deriver's table, holds the entries and conflicts run by run of keys;
+	// lazy gathers them into entries and conflicts when they are first asked for.
+	chunked []*chunk
+	lazy    *sync.Once
+}
+
+// gather fills entries and conflicts of a Deriver's table from its chunks, once.
+func (t *Table) gather() {
+	if t.lazy == nil {
+		return
+	}
+	t.lazy.Do(func() {
+		n := 0
+		for _, c := range t.chunked {
+			n += len(c.entries)
+		}
+		t.entries = make([]*Entry, 0, n)
+		t.conflicts = []Conflict{}
+		for _, c := range t.chunked {
+			t.entries = append(t.entries, c.entries...)
+			t.conflicts = append(t.conflicts, c.conflicts...)
+		}
+	})
 }
 
 var staticIdempotent = map[string]bool{"GET": true, "HEAD": true, "OPTIONS": true, "PUT": true, "DELETE": true}
@@ -346,10 +369,10 @@ func derive(in Input, sc *scratch, fixed int) *Table {
 		claims = append(claims, c)
 	}
 	slices.SortFunc(t.aliases, func(a, b RejectedAlias) int {
-		return cmp.Or(cmp.Compare(a.Path, b.Path), cmp.Compare(a.Instance, b.Instance))
+		return compareRejectedAliases(a, b)
 	})
 	sc.claims = claims
-	slices.SortFunc(t.rejected, func(a, b Rejected) int { return cmp.Compare(a.Instance, b.Instance) })
+	slices.SortFunc(t.rejected, compareRejected)
 
 	// Claims are grouped by path key: the keys are shared between the cores by hash, each
 	// groups and sorts its share, and the sorted shares are merged.
@@ -392,7 +415,7 @@ func derive(in Input, sc *scratch, fixed int) *Table {
 	for i, r := range ranges {
 		wg.Go(func() {
 			p := &parts[i]
-			p.entries, p.conflicts, p.trie = buildEntries(ordered[r[0]:r[1]])
+			p.entries, p.conflicts, p.trie = buildEntries(ordered[r[0]:r[1]], 0)
 		})
 	}
 	wg.Wait()
@@ -415,12 +438,14 @@ func derive(in Input, sc *scratch, fixed int) *Table {
 }
 
 // buildEntries turns slots, in key order, into table entries and conflicts — per method,
-// the static route or the winning group, and who lost — and the trie of their keys.
-func buildEntries(slots []*slot) ([]*Entry, []Conflict, *node) {
+// the static route or the winning group, and who lost — and the trie of their keys. block,
+// when not 0, is how many entries and instance ids to allocate at once (a Deriver's one
+// slot: a few), else arenaBlock.
+func buildEntries(slots []*slot, block int) ([]*Entry, []Conflict, *node) {
 	entries := make([]*Entry, 0, 2*len(slots)) // most keys have one or two methods
 	var conflicts []Conflict
 	trie := trieBuilder{rootHint: len(slots) / 4}
-	var entryArena arena[Entry]
+	entryArena := arena[Entry]{block: block}
 	var idArena []string
 	var buf [8]*rival
 	for _, sl := range slots {
@@ -432,7 +457,7 @@ func buildEntries(slots []*slot) ([]*Entry, []Conflict, *node) {
 			rs := buf[:0]
 			for g := sl.first; g != nil; g = g.next {
 				if g.methods.has(mi) {
-					rs = append(rs, g.rivalFor(mi, &idArena))
+					rs = append(rs, g.rivalFor(mi, &idArena, block))
 				}
 			}
 			var static *Entry
@@ -546,10 +571,18 @@ func claimsOf(m *apiv1.Manifest, mi ManifestInput, prefixes []string, seed mapha
 	if len(ps) > 0 {
 		return nil, reject(ps[0].Code, ps[0].Path+": "+ps[0].Message)
 	}
-	o := an.origins.new()
+	o := &origin{}
+	if an != nil {
+		o = an.origins.new()
+	}
 	*o = origin{service: m.Service.Name, version: m.Service.Version, instance: m.Service.Instance, endpoint: mi.Endpoint, generation: mi.Generation,
 		maxBody: m.MaxBodyBytesOr(0), streaming: m.IsStreaming()}
-	out := an.claims.take(len(m.Routes))[:0]
+	var out []claim
+	if an != nil {
+		out = an.claims.take(len(m.Routes))[:0]
+	} else {
+		out = make([]claim, 0, len(m.Routes))
+	}
 	keys := newRouteKeys(m.Routes, infos)
 	for i, r := range m.Routes {
 		if !Granted(r.Path, prefixes) {
@@ -625,6 +658,7 @@ func decodeManifest(raw json.RawMessage) (*apiv1.Manifest, *Rejected) {
 
 // Canonical returns the canonical form of the table.
 func (t *Table) Canonical() Canonical {
+	t.gather()
 	c := Canonical{Routes: make([]Route, len(t.entries)), Rejected: t.rejected, RejectedAliases: t.aliases, Conflicts: t.conflicts}
 	for i, e := range t.entries {
 		c.Routes[i] = e.Route
@@ -633,7 +667,7 @@ func (t *Table) Canonical() Canonical {
 }
 
 // Entries returns the routes with what serving them needs, in canonical order.
-func (t *Table) Entries() []*Entry { return t.entries }
+func (t *Table) Entries() []*Entry { t.gather(); return t.entries }
 
 // ValidateStatic checks static routes: a path by the route rules, methods from the known
 // set, an absolute http(s) upstream, and no (key, method) twice.
@@ -681,4 +715,14 @@ func chunks(n, workers, least int) iter.Seq2[int, int] {
 			}
 		}
 	}
+}
+
+// compareRejected and compareRejectedAliases are the canonical orders of rejections: a
+// total order, so that the table does not depend on the order of its input.
+func compareRejected(a, b Rejected) int {
+	return cmp.Or(cmp.Compare(a.Instance, b.Instance), cmp.Compare(a.Service, b.Service), cmp.Compare(a.Code, b.Code), cmp.Compare(a.Reason, b.Reason))
+}
+
+func compareRejectedAliases(a, b RejectedAlias) int {
+	return cmp.Or(cmp.Compare(a.Path, b.Path), cmp.Compare(a.Instance, b.Instance), cmp.Compare(a.Service, b.Service), cmp.Compare(a.Code, b.Code), cmp.Compare(a.Reason, b.Reason))
 }

@@ -1,6 +1,7 @@
 package routing
 
 import (
+	"cmp"
 	"sync"
 )
 
@@ -12,6 +13,7 @@ const arenaBlock = 1024
 // again by the next derivation: reuse makes it hand out the same memory, cleared block by
 // block as it is reached.
 type arena[T any] struct {
+	block  int // values a block holds at least (0: arenaBlock)
 	blocks [][]T
 	cur    int // the block values are handed out of
 	used   int // values handed out of blocks[cur]
@@ -24,7 +26,7 @@ func (a *arena[T]) new() *T { return &a.take(1)[0] }
 func (a *arena[T]) take(n int) []T {
 	for {
 		if a.cur == len(a.blocks) {
-			a.blocks = append(a.blocks, make([]T, max(arenaBlock, n)))
+			a.blocks = append(a.blocks, make([]T, max(cmp.Or(a.block, arenaBlock), n)))
 		}
 		b := a.blocks[a.cur]
 		if a.used == 0 && a.cur < a.dirty {

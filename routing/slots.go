@@ -272,7 +272,7 @@ type rival struct {
 	newest    *claim
 	newestGen int64
 	seniority int64  // lowest generation
-	rewrite   string // the first claim's
+	rewrite   string // the newest claim's, as its pattern and weight are
 	upstreams []Upstream
 	ids       []string // the upstreams' instances, once sorted
 }
@@ -295,15 +295,15 @@ func (r *rival) add(c *claim, o *origin) {
 	r.upstreams = append(r.upstreams, Upstream{Instance: o.instance, Endpoint: o.endpoint})
 	r.seniority = min(r.seniority, o.generation)
 	if o.generation > r.newestGen {
-		r.newest, r.newestGen = c, o.generation
+		r.newest, r.newestGen, r.rewrite = c, o.generation, c.rewrite
 	}
 }
 
 // rivalFor returns g as a claimant of method mi, its upstreams sorted.
-func (g *group) rivalFor(mi int, ids *[]string) *rival {
+func (g *group) rivalFor(mi int, ids *[]string, block int) *rival {
 	if g.uniform {
 		if !g.sorted {
-			g.all.sort(ids)
+			g.all.sort(ids, block)
 			g.sorted = true
 		}
 		return &g.all
@@ -319,12 +319,13 @@ func (g *group) rivalFor(mi int, ids *[]string) *rival {
 		r.addClaim(c)
 	}
 	r.g = g
-	r.sort(ids)
+	r.sort(ids, block)
 	return r
 }
 
-// sort sorts r's upstreams by instance and sets its ids, carved from *ids.
-func (r *rival) sort(ids *[]string) {
+// sort sorts r's upstreams by instance and sets its ids, carved from *ids (refilled block,
+// or arenaBlock, at a time).
+func (r *rival) sort(ids *[]string, block int) {
 	switch u := r.upstreams; {
 	case len(u) == 2: // two replicas, the most common group
 		if u[1].Instance < u[0].Instance {
@@ -335,7 +336,7 @@ func (r *rival) sort(ids *[]string) {
 	}
 	n := len(r.upstreams)
 	if len(*ids) < n {
-		*ids = make([]string, max(arenaBlock, n))
+		*ids = make([]string, max(cmp.Or(block, arenaBlock), n))
 	}
 	r.ids = (*ids)[:n:n]
 	*ids = (*ids)[n:]
