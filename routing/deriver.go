@@ -452,7 +452,7 @@ func (d *Deriver) commit(dirty map[*keyState]bool, all bool) []RowChange {
 			*b.setFor(k.key, k.segs) = byMethod(k.rows)
 		}
 		d.trie = b.root // nil without keys
-	
+
 	} else {
 		d.place(touched)
 	}
