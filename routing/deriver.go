@@ -39,7 +39,7 @@ type Deriver struct {
 	rejectedList []Rejected
 	aliasList    []RejectedAlias
 	table        *Table
-	seq          int64 // order of arrival, for a manifest without an instance id
+	epoch        uint64 // counts the commits: the trie's nodes made by the current one are its own
 }
 
 // ManifestID is how a Deriver names a manifest input: its instance id, else the instance
@@ -87,7 +87,7 @@ type serviceClaims struct {
 type keyState struct {
 	key       string
 	segs      []apiv1.Segment
-	claims    map[*claim]struct{}
+	claims    []*claim // by instance, then generation: a group's upstreams come out sorted
 	rows      [len(apiv1.Methods)]*Entry
 	conflicts []Conflict
 	chunk     *chunk // the chunk of the current table that holds it
@@ -192,7 +192,7 @@ func (d *Deriver) service(name string) *serviceClaims {
 func (d *Deriver) keyOf(key string, segs []apiv1.Segment) *keyState {
 	k := d.keys[key]
 	if k == nil {
-		k = &keyState{key: key, segs: segs, claims: map[*claim]struct{}{}}
+		k = &keyState{key: key, segs: segs}
 		d.keys[key] = k
 	}
 	return k
@@ -215,7 +215,7 @@ func (d *Deriver) putManifest(mi ManifestInput, dirty map[*keyState]bool) {
 			c := &claims[i]
 			st.claims = append(st.claims, c)
 			k := d.keyOf(c.key, c.segs)
-			k.claims[c] = struct{}{}
+			k.add(c)
 			dirty[k] = true
 		}
 		d.service(m.Service.Name).manifests[id] = st
@@ -234,7 +234,7 @@ func (d *Deriver) deleteManifest(id string, dirty map[*keyState]bool) {
 	}
 	for _, c := range st.claims {
 		k := d.keys[c.key]
-		delete(k.claims, c)
+		k.remove(c)
 		dirty[k] = true
 	}
 	if s := d.byService[st.service]; s != nil {
@@ -258,7 +258,7 @@ func (d *Deriver) putAlias(a Alias, dirty map[*keyState]bool) {
 	} else {
 		st.claim = c
 		k := d.keyOf(c.key, c.segs)
-		k.claims[c] = struct{}{}
+		k.add(c)
 		dirty[k] = true
 	}
 	d.aliases[id] = st
@@ -272,7 +272,7 @@ func (d *Deriver) deleteAlias(id aliasID, dirty map[*keyState]bool) {
 	}
 	if st.claim != nil {
 		k := d.keys[st.claim.key]
-		delete(k.claims, st.claim)
+		k.remove(st.claim)
 		dirty[k] = true
 	}
 	if _, ok := d.rejAlias[id]; ok {
@@ -362,14 +362,10 @@ func (d *Deriver) rebuild(k *keyState) {
 		s := *set
 		sl.static = &s
 	}
-	// groups in a fixed order (the claims' precedence does not depend on it)
-	claims := make([]*claim, 0, len(k.claims))
-	for c := range k.claims {
-		claims = append(claims, c)
-	}
-	slices.SortFunc(claims, func(a, b *claim) int {
-		return cmp.Or(cmp.Compare(a.generation, b.generation), cmp.Compare(a.instance, b.instance), cmp.Compare(a.pattern, b.pattern))
-	})
+	// The claims' order does not change the rows: precedence (version, weight, seniority)
+	// is a total order of the groups, generations being unique, and a group's rows come from
+	// its newest claim. In instance order, a group's upstreams need no sorting.
+	claims := k.claims
 	for _, c := range claims {
 		var g *group
 		for x := sl.first; x != nil; x = x.next {
@@ -379,7 +375,7 @@ func (d *Deriver) rebuild(k *keyState) {
 			}
 		}
 		if g == nil {
-			g = &group{first: c, methods: c.methods, uniform: true, all: newRival(c, make([]Upstream, 0, 1))}
+			g = &group{first: c, methods: c.methods, uniform: true, all: newRival(c, make([]Upstream, 0, len(claims)))}
 			g.all.g = g
 			if sl.last == nil {
 				sl.first = g
@@ -493,43 +489,55 @@ func setOf(k *keyState) *byMethod {
 // chunk (a new key is inserted, splitting a full chunk), one that holds none leaves it; each
 // chunk touched is copied, and the trie gets each key's new set.
 func (d *Deriver) place(touched []*keyState) {
-	changed := map[int]bool{} // chunk indexes to rebuild
+	d.epoch++
+	// The chunks of the current table are never written: those touched are replaced in a
+	// new list (the table before keeps the old one).
+	changed := map[int]*chunk{} // chunk index -> its keys now
 	slices.SortFunc(touched, func(a, b *keyState) int { return cmp.Compare(a.key, b.key) })
 	for _, k := range touched {
-		d.trie = d.trie.with(k.segs, 0, setOf(k))
+		d.trie = d.trie.with(k.segs, 0, setOf(k), d.epoch)
 		i := d.chunkFor(k.key)
-		if i < 0 {
-			d.chunks = append(d.chunks, &chunk{})
-			i = 0
+		c := changed[i]
+		if c == nil {
+			c = &chunk{}
+			if i >= 0 {
+				c.keys = slices.Clone(d.chunks[i].keys)
+			}
 		}
-		c := d.chunks[i]
 		at, found := slices.BinarySearchFunc(c.keys, k.key, func(x *keyState, key string) int { return cmp.Compare(x.key, key) })
 		switch {
 		case found && k.empty():
-			nc := &chunk{keys: slices.Delete(slices.Clone(c.keys), at, at+1)}
-			d.chunks[i] = nc
+			c.keys = slices.Delete(c.keys, at, at+1)
 		case !found && !k.empty():
-			nc := &chunk{keys: slices.Insert(slices.Clone(c.keys), at, k)}
-			d.chunks[i] = nc
+			c.keys = slices.Insert(c.keys, at, k)
 		case !found:
 			continue // empty before and after
 		}
-		changed[i] = true
+		changed[i] = c
 	}
 	if len(changed) == 0 {
 		return
 	}
 	chunks := make([]*chunk, 0, len(d.chunks)+len(changed))
+	if c := changed[-1]; c != nil { // no chunk before: the first
+		chunks = d.split(chunks, c.keys)
+	}
 	for i, c := range d.chunks {
-		if !changed[i] {
+		if nc := changed[i]; nc != nil {
+			chunks = d.split(chunks, nc.keys)
+		} else {
 			chunks = append(chunks, c)
-			continue
-		}
-		for lo := 0; lo < len(c.keys); lo += chunkKeys {
-			chunks = append(chunks, d.newChunk(c.keys[lo:min(len(c.keys), lo+chunkKeys)]))
 		}
 	}
 	d.chunks = chunks
+}
+
+// split appends keys to chunks as chunks of at most chunkKeys keys.
+func (d *Deriver) split(chunks []*chunk, keys []*keyState) []*chunk {
+	for lo := 0; lo < len(keys); lo += chunkKeys {
+		chunks = append(chunks, d.newChunk(keys[lo:min(len(keys), lo+chunkKeys)]))
+	}
+	return chunks
 }
 
 // chunkFor returns the index of the chunk key belongs in: the last whose first key is not
@@ -582,5 +590,27 @@ func (d *Deriver) tableNow() *Table {
 	if root == nil {
 		root = &node{}
 	}
-	return &Table{chunked: slices.Clone(d.chunks), rejected: d.rejectedList, aliases: d.aliasList, root: root, lazy: &sync.Once{}}
+	return &Table{chunked: d.chunks, rejected: d.rejectedList, aliases: d.aliasList, root: root, lazy: &sync.Once{}}
+}
+
+// claimOrder is the order of a key's claims: by instance, then generation and pattern.
+func claimOrder(a, b *claim) int {
+	return cmp.Or(cmp.Compare(a.instance, b.instance), cmp.Compare(a.generation, b.generation), cmp.Compare(a.pattern, b.pattern))
+}
+
+// add files c among k's claims, in order.
+func (k *keyState) add(c *claim) {
+	i, _ := slices.BinarySearchFunc(k.claims, c, claimOrder)
+	k.claims = slices.Insert(k.claims, i, c)
+}
+
+// remove takes c from k's claims.
+func (k *keyState) remove(c *claim) {
+	i, _ := slices.BinarySearchFunc(k.claims, c, claimOrder)
+	for ; i < len(k.claims); i++ {
+		if k.claims[i] == c {
+			k.claims = slices.Delete(k.claims, i, i+1)
+			return
+		}
+	}
 }

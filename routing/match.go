@@ -15,6 +15,7 @@ type node struct {
 	lits     []edge           // literal children, while there are few
 	literal  map[string]*node // literal children, once there are many
 	shards   *litShards       // or so, in a Deriver's trie (persist.go)
+	epoch    uint64           // in a Deriver's trie, the commit that made it
 	param    *node
 	end      *byMethod // patterns that end here
 	wildcard *byMethod // {rest...} at this depth
@@ -61,7 +62,7 @@ func (n *node) child(value string) *node {
 		return n.literal[value]
 	}
 	if n.shards != nil {
-		return n.shards[shardOf(value)][value]
+		return n.shards.get(value)
 	}
 	for _, e := range n.lits {
 		if e.value == value {

@@ -440,12 +440,12 @@ func derive(in Input, sc *scratch, fixed int) *Table {
 // buildEntries turns slots, in key order, into table entries and conflicts — per method,
 // the static route or the winning group, and who lost — and the trie of their keys. block,
 // when not 0, is how many entries and instance ids to allocate at once (a Deriver's one
-// slot: a few), else arenaBlock.
+// slot: a few), else arenaBlock; with it no trie is built (the Deriver keeps its own).
 func buildEntries(slots []*slot, block int) ([]*Entry, []Conflict, *node) {
 	entries := make([]*Entry, 0, 2*len(slots)) // most keys have one or two methods
 	var conflicts []Conflict
 	trie := trieBuilder{rootHint: len(slots) / 4}
-	entryArena := arena[Entry]{block: block}
+	entryArena := arena[Entry]{block: min(block, len(apiv1.Methods))} // a key has a row a method at most
 	var idArena []string
 	var buf [8]*rival
 	for _, sl := range slots {
@@ -504,10 +504,12 @@ func buildEntries(slots []*slot, block int) ([]*Entry, []Conflict, *node) {
 				}
 			}
 			entries = append(entries, e)
-			if set == nil {
-				set = trie.setFor(k, sl.segs)
+			if block == 0 { // a Deriver keeps its own trie
+				if set == nil {
+					set = trie.setFor(k, sl.segs)
+				}
+				set[mi] = e
 			}
-			set[mi] = e
 			if len(losers) > 0 {
 				slices.Sort(losers)
 				winner := "static"
