@@ -21,7 +21,7 @@ func newBenchCmd() *cobra.Command {
 for operators sizing a deployment. Every run is bounded by its counts and --timeout.`,
 		Example: "  meshflows bench registry --registry http://127.0.0.1:7400 --instances 1000\n  meshflows bench herd --providers 1000",
 	}
-	cmd.AddCommand(newBenchRegistryCmd(), newBenchHerdCmd(), newBenchDNSCmd(), newBenchFloorServerCmd(), newBenchOutliersCmd())
+	cmd.AddCommand(newBenchRegistryCmd(), newBenchHerdCmd(), newBenchDNSCmd(), newBenchFloorServerCmd(), newBenchOutliersCmd(), newBenchRoutesCmd())
 	return cmd
 }
 
@@ -291,6 +291,42 @@ instances caught when 1 to 5 of the 10 are bad. No server is needed; runs are re
 	}
 	cmd.Flags().IntVar(&seeds, "seeds", 10, "runs per configuration of the time-to-eject and shares figures")
 	cmd.Flags().Float64Var(&hours, "hours", 24, "simulated hours of each false-ejection run")
+	out.bind(cmd, "text")
+	return cmd
+}
+
+func newBenchRoutesCmd() *cobra.Command {
+	var (
+		cfg bench.RoutesConfig
+		out outputFlag
+	)
+	cmd := &cobra.Command{
+		Use:   "routes",
+		Short: "Time route derivation per change: the full derivation against the incremental one",
+		Long: `Build a fleet of --services services (1 to 3 routes each) of --instances instances, then
+apply --changes changes (an instance withdrawn, then back with a new generation) through the
+incremental deriver the gateway and the xDS server run, and as many of them as take about ten
+seconds (at least three) through a full derivation of the whole input; print the time per
+change of each and whether the two tables agree at the end. No server is needed.`,
+		Example: "  meshflows bench routes --services 10000 --changes 10000\n  meshflows bench routes --services 100000 --instances 10 -o json",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := out.check("text", "json", "yaml"); err != nil {
+				return err
+			}
+			rep, err := bench.RunRoutes(cfg)
+			if err != nil {
+				return &exitError{code: 2, err: err}
+			}
+			if out.value != "text" {
+				return out.write(cmd.OutOrStdout(), rep)
+			}
+			return bench.WriteRoutes(cmd.OutOrStdout(), rep)
+		},
+	}
+	cmd.Flags().IntVar(&cfg.Services, "services", 10000, "services in the fleet")
+	cmd.Flags().IntVar(&cfg.Instances, "instances", 10, "instances per service, each publishing its service's manifest")
+	cmd.Flags().IntVar(&cfg.Changes, "changes", 10000, "changes applied through the incremental deriver")
 	out.bind(cmd, "text")
 	return cmd
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"strconv"
 	"strings"
@@ -63,5 +64,21 @@ func TestBenchOutliersPrintsTheFigures(t *testing.T) {
 	}
 	if _, err := run(context.Background(), "bench", "outliers", "--seeds", "0"); err == nil {
 		t.Error("--seeds 0 was accepted")
+	}
+}
+
+// TestBenchRoutesComparesBothDerivations: a small fleet, both derivers timed, their final
+// tables equal, the JSON keys the performance docs quote.
+func TestBenchRoutesComparesBothDerivations(t *testing.T) {
+	out, err := run(context.Background(), "bench", "routes", "--services", "50", "--instances", "3", "--changes", "40", "-o", "json")
+	if err != nil {
+		t.Fatalf("bench routes: %v\n%s", err, out)
+	}
+	var rep map[string]any
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if rep["tables_equal"] != true || rep["full_ns_per_change"].(float64) <= 0 || rep["incremental_ns_per_change"].(float64) <= 0 {
+		t.Errorf("report = %s", out)
 	}
 }

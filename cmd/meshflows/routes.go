@@ -32,6 +32,9 @@ that given manifests, static routes and a path policy produce — the same deriv
 gateway runs — and prints its canonical form.`,
 		Example: "  meshflows routes derive --case conformance/cases/static-wins.json"}
 	var caseFile, manifests, static, policy string
+	var incremental bool
+	var seed uint64
+	var churn int
 	var out outputFlag
 	derive := &cobra.Command{
 		Use:   "derive",
@@ -43,8 +46,14 @@ table holds; 2 when it could not.
 
 --manifests takes a JSON file holding a list of {generation, endpoint, manifest} objects, or a
 directory of such files (or of single objects); --static a YAML or JSON file
-{routes: [{path, methods, upstream}]}; --policy a YAML or JSON file {path_prefixes: {service: [prefix, …]}}.`,
+{routes: [{path, methods, upstream}]}; --policy a YAML or JSON file {path_prefixes: {service: [prefix, …]}}.
+
+--incremental derives through the incremental deriver the gateway and the xDS server run:
+starting from the static routes and the policy, it applies the manifests one at a time in an
+order --seed shuffles, after --churn random add-and-withdraw pairs of them, and prints the
+same table as a full derivation does when both are right.`,
 		Example: "  meshflows routes derive --case conformance/cases/static-wins.json\n" +
+			"  meshflows routes derive --case conformance/cases/static-wins.json --incremental --seed 7 --churn 20\n" +
 			"  meshflows routes derive --manifests manifests/ --static static.yaml --policy policy.yaml",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -61,7 +70,20 @@ directory of such files (or of single objects); --static a YAML or JSON file
 			if err != nil {
 				return &exitError{code: 2, err: err}
 			}
-			return out.write(cmd.OutOrStdout(), c.Run())
+			if !incremental {
+				if cmd.Flags().Changed("seed") || cmd.Flags().Changed("churn") {
+					return &exitError{code: 2, err: fmt.Errorf("--seed and --churn go with --incremental")}
+				}
+				return out.write(cmd.OutOrStdout(), c.Run())
+			}
+			if churn < 0 {
+				return &exitError{code: 2, err: fmt.Errorf("--churn %d: want 0 or more", churn)}
+			}
+			o, err := c.RunIncremental(seed, churn)
+			if err != nil {
+				return &exitError{code: 2, err: err}
+			}
+			return out.write(cmd.OutOrStdout(), o)
 		},
 	}
 	out.bind(derive, "json")
@@ -70,6 +92,9 @@ directory of such files (or of single objects); --static a YAML or JSON file
 	f.StringVar(&manifests, "manifests", "", "manifests: a JSON file or a directory of them")
 	f.StringVar(&static, "static", "", "static routes file (YAML or JSON)")
 	f.StringVar(&policy, "policy", "", "path policy file (YAML or JSON)")
+	f.BoolVar(&incremental, "incremental", false, "derive through the incremental deriver, one manifest at a time")
+	f.Uint64Var(&seed, "seed", 0, "with --incremental: the seed of the order the manifests are applied in")
+	f.IntVar(&churn, "churn", 0, "with --incremental: this many random add-and-withdraw pairs of the manifests first")
 	cmd.AddCommand(derive)
 	return cmd
 }

@@ -68,3 +68,31 @@ func TestGatewayRefusesBadConfig(t *testing.T) {
 		}
 	}
 }
+
+// TestRoutesDeriveIncrementalPrintsTheSameTable: every conformance case, derived through the
+// incremental deriver with shuffled orders and churn, prints what the full derivation prints;
+// --seed without --incremental is refused.
+func TestRoutesDeriveIncrementalPrintsTheSameTable(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("..", "..", "conformance", "cases", "*.json"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no cases: %v", err)
+	}
+	for _, f := range files {
+		full, err := run(context.Background(), "routes", "derive", "--case", f)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		for _, seed := range []string{"1", "2"} {
+			inc, err := run(context.Background(), "routes", "derive", "--case", f, "--incremental", "--seed", seed, "--churn", "8")
+			if err != nil {
+				t.Fatalf("%s --incremental: %v", f, err)
+			}
+			if inc != full {
+				t.Errorf("%s, seed %s: the incremental table differs:\n%s\nfull:\n%s", f, seed, inc, full)
+			}
+		}
+	}
+	if _, err := run(context.Background(), "routes", "derive", "--case", files[0], "--seed", "3"); err == nil {
+		t.Error("--seed without --incremental was accepted")
+	}
+}
