@@ -12,6 +12,7 @@ import (
 
 	"github.com/meshflows/meshflows/discovery"
 	"github.com/meshflows/meshflows/examples/workflows"
+	"github.com/meshflows/meshflows/internal/gateway"
 	"github.com/meshflows/meshflows/internal/journal"
 	"github.com/meshflows/meshflows/internal/nameserver"
 	"github.com/meshflows/meshflows/internal/prober"
@@ -119,7 +120,7 @@ Stop with Ctrl-C: the providers deregister and the components stop in order.`,
 			}
 			gwAddr := fmt.Sprintf("127.0.0.1:%d", basePort+devGatewayOffset)
 			gln := lns[devGatewayOffset]
-			gwFlags := gatewayFlags{insecure: true, registries: []string{regURL}, cacheTTL: discovery.DefaultTTL, maxStale: discovery.DefaultStaleAllowance, outcomeWindow: 10 * time.Second,
+			gwFlags := gatewayFlags{insecure: true, registries: []string{regURL}, cacheTTL: discovery.DefaultTTL, maxStale: discovery.DefaultStaleAllowance, outcomeWindow: 10 * time.Second, verifyEvery: gateway.DefaultRoutesVerifyEvery,
 				policy: routing.Policy{"egress-jms": {"/api/messaging/jms"}, "egress-rabbitmq": {"/api/messaging/rabbitmq"},
 					"egress-webhook": {"/api/webhook"}}} // the Python example of docs/provider-tutorial.md
 			if err := startGateway(regCtx, gReg, &gwFlags, gln, logger); err != nil {

@@ -34,6 +34,7 @@ type gatewayFlags struct {
 	policy        routing.Policy
 	debug         string
 	outcomeWindow time.Duration
+	verifyEvery   int
 	stateDir      string
 	bodyTimeout   time.Duration
 	maxBuffered   int64
@@ -91,6 +92,7 @@ endpoints are intended. The gateway calls the registry with --registry-ca, --reg
 	fl.Int64Var(&f.maxBuffered, "max-buffered-body", 1<<20, "request bodies up to this many bytes are read whole before going upstream (a slow client holds no upstream connection; idempotent requests can be retried); larger ones are streamed")
 	fl.DurationVar(&f.upstreamTO, "upstream-timeout", 30*time.Second, "how long an upstream may take to answer (its headers) once the request is sent; past it the client gets 504 GATEWAY_TIMEOUT")
 	fl.Int64Var(&f.maxBody, "max-body-bytes", gateway.DefaultMaxBodyBytes, "largest request body of a route whose manifest declares no capabilities.max_body_bytes; a larger one is 413 PAYLOAD_TOO_LARGE, by its Content-Length or as soon as that much of a chunked body arrived, and never forwarded")
+	fl.IntVar(&f.verifyEvery, "routes-verify-every", gateway.DefaultRoutesVerifyEvery, "check the incremental routing table against a full derivation every this many changed rows (a difference is logged at ERROR, counted in meshflows_gateway_routes_divergence_total, and the full table serves); 0: never")
 	fl.DurationVar(&f.outcomeWindow, "outcome-window", 10*time.Second, "report per-instance outcomes (ok, errors, connect failures) to the registry this often, as passive health evidence (needs a gateway role; 0: never)")
 	fl.StringSliceVar(&f.allowEndpointCIDR, "allow-endpoint-cidr", nil, allowEndpointCIDRUsage)
 	fl.StringVar(&f.debug, "debug-listen", "", "serve Go profiling (/debug/pprof/) on this address, e.g. 127.0.0.1:6060 (off by default)")
@@ -175,7 +177,8 @@ func startGateway(ctx context.Context, g *errgroup.Group, f *gatewayFlags, ln ne
 		return err
 	}
 	gw, err := gateway.New(gateway.Config{Endpoints: endpoints, ID: id, Reporter: reporter, Discovery: disc, Static: static, Policy: policy,
-		OutcomeWindow: outcomeWindow(f.outcomeWindow), StateDir: f.stateDir, Admin: admin, BodyTimeout: f.bodyTimeout, MaxBufferedBody: f.maxBuffered, MaxBodyBytes: f.maxBody, UpstreamTimeout: f.upstreamTO, Logger: logger, Registerer: promReg})
+		OutcomeWindow: outcomeWindow(f.outcomeWindow), StateDir: f.stateDir, Admin: admin, BodyTimeout: f.bodyTimeout, MaxBufferedBody: f.maxBuffered, MaxBodyBytes: f.maxBody, UpstreamTimeout: f.upstreamTO, Logger: logger, Registerer: promReg,
+		RoutesVerifyEvery: never(f.verifyEvery)})
 	if err != nil {
 		return err
 	}

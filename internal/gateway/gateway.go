@@ -87,6 +87,9 @@ type Config struct {
 	Logger     *slog.Logger
 	Registerer prometheus.Registerer
 	Now        func() time.Time
+	// RoutesVerifyEvery is how many row changes the incremental derivation applies between
+	// two full derivations that check it (default DefaultRoutesVerifyEvery; negative: never).
+	RoutesVerifyEvery int
 }
 
 // Authorizer says whether a request may do perm: the caller's identity, or a 401 or 403
@@ -183,6 +186,8 @@ type Gateway struct {
 	// deriveMu makes derivations one at a time, so that a slower one never replaces the
 	// table of a newer view.
 	deriveMu sync.Mutex
+	tables   *tables // the incremental derivation (under deriveMu)
+	tableSeq int64   // counts the tables derived (under deriveMu)
 	// retired are the replaced tables some request may still be served on, oldest first:
 	// until they drain, the gateway acknowledges the revision of the oldest of them.
 	retiredMu sync.Mutex
@@ -245,6 +250,9 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.RoutesVerifyEvery == 0 {
+		cfg.RoutesVerifyEvery = DefaultRoutesVerifyEvery
 	}
 	if cfg.ReportInterval <= 0 {
 		cfg.ReportInterval = 5 * time.Second
@@ -498,21 +506,23 @@ func (g *Gateway) derive() {
 	}
 	policy := g.cfg.Policy()
 	fp := fingerprint(policy)
-	inputs := inputsKey(r, fp)
 	start := g.cfg.Now()
 	prev := g.state.Load()
-	var t *routing.Table
-	var canonical routing.Canonical
-	if prev != nil && prev.inputs == inputs {
-		t, canonical = prev.table, prev.canonical
-	} else {
-		t = routing.Derive(g.input(r, policy))
-		canonical = t.Canonical()
-		g.metrics.derivations.Inc()
+	t, rederived, rows := g.tableFor(r, policy)
+	if prev == nil || prev.table != t {
+		rederived = true
 	}
+	var canonical routing.Canonical
+	if rederived {
+		canonical = t.Canonical()
+		g.tableSeq++
+	} else {
+		canonical = prev.canonical
+	}
+	inputs := fmt.Sprintf("%s/%d", r.RegistryEpoch, g.tableSeq)
 	st := &state{table: t, canonical: canonical, revision: r.Revision, epoch: r.RegistryEpoch, policy: fp, inputs: inputs,
 		derivedAt: g.cfg.Now(), serving: make(map[*routing.Entry]*serving, len(t.Entries())), staticOnly: staticOnly}
-	if prev != nil && prev.inputs == inputs {
+	if !rederived {
 		st.derivedAt = prev.derivedAt
 	}
 	st.gone = goneFrom(prev, t, g.cfg.Now())
@@ -535,7 +545,6 @@ func (g *Gateway) derive() {
 	// A new table is news (INFO); upstreams re-picked for a change of eligibility alone — a
 	// slow start ramps once a second — are not (DEBUG). Said before the table serves, so that
 	// whoever sees the table finds its line written.
-	rederived := prev == nil || prev.inputs != inputs
 	level := slog.LevelDebug
 	if rederived {
 		level = slog.LevelInfo
@@ -545,9 +554,13 @@ func (g *Gateway) derive() {
 		if rederived {
 			msg = "routing table derived"
 		}
-		g.cfg.Logger.LogAttrs(context.Background(), level, msg, slog.Int64("registry_revision", r.Revision), slog.Int("routes", len(st.canonical.Routes)),
+		attrs := []slog.Attr{slog.Int64("registry_revision", r.Revision), slog.Int("routes", len(st.canonical.Routes)),
 			slog.Int("rejected", len(st.canonical.Rejected)), slog.Int("conflicts", len(st.canonical.Conflicts)),
-			slog.String("took", g.cfg.Now().Sub(start).String()))
+			slog.String("took", g.cfg.Now().Sub(start).String())}
+		if rows != nil { // applied incrementally: which rows changed (the first few)
+			attrs = append(attrs, slog.Int("rows_changed", len(rows)), slog.Any("rows", rowNames(rows, 5)))
+		}
+		g.cfg.Logger.LogAttrs(context.Background(), level, msg, attrs...)
 	}
 	g.state.Store(st)
 	if prev != nil {
@@ -565,20 +578,6 @@ func (g *Gateway) derive() {
 // input builds the derivation's input from a routes view.
 func (g *Gateway) input(r *discovery.RoutesResult, policy routing.Policy) routing.Input {
 	return routing.InputFromView(g.cfg.Static, policy, r.Manifests, r.PublicPaths)
-}
-
-// inputsKey names what a table is derived from: every manifest and public path by
-// incarnation (a manifest never changes within one), and the policy.
-func inputsKey(r *discovery.RoutesResult, policy string) string {
-	var b strings.Builder
-	b.WriteString(policy)
-	for _, m := range r.Manifests {
-		fmt.Fprintf(&b, "\x00%s@%d %s", m.InstanceID, m.Generation, m.Endpoint)
-	}
-	for _, p := range r.PublicPaths {
-		fmt.Fprintf(&b, "\x01%s %s %s@%d", p.Path, p.CapabilityID, p.InstanceID, p.Generation)
-	}
-	return b.String()
 }
 
 func fingerprint(p routing.Policy) string {

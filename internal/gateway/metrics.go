@@ -14,6 +14,7 @@ type metrics struct {
 	upstream    *prometheus.HistogramVec
 	retries     prometheus.Counter
 	derivations prometheus.Counter
+	divergence  prometheus.Counter
 
 	// Resolved series for the hot path: a label lookup per request costs more than the
 	// counter itself. byCode is read only once built: a source's counters by status code,
@@ -61,7 +62,9 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) (*metrics, error) {
 		retries: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "retries_total",
 			Help: "Idempotent requests retried on another instance after a connection failure."}),
 		derivations: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "table_derivations_total",
-			Help: "Routing tables derived."}),
+			Help: "Routing tables derived (whole, or by applying a routes-view change to the incremental derivation)."}),
+		divergence: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "routes_divergence_total",
+			Help: "Full derivations (every --routes-verify-every row changes) that found the incremental table different; the full table then serves."}),
 	}
 	m.upstreamBy = map[string]prometheus.Observer{"static": m.upstream.WithLabelValues("static"), "dynamic": m.upstream.WithLabelValues("dynamic")}
 	m.byCode = map[string]*codeCounters{"static": new(codeCounters), "dynamic": new(codeCounters), "none": new(codeCounters)}
@@ -76,7 +79,7 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) (*metrics, error) {
 			return 0
 		})
 	}
-	cs := []prometheus.Collector{m.requests, m.upstream, m.retries, m.derivations,
+	cs := []prometheus.Collector{m.requests, m.upstream, m.retries, m.derivations, m.divergence,
 		gauge("table_age_seconds", "Age of the routes view the table was derived from (grows while the registry is unreachable).",
 			func(*state) float64 { _, age := g.source(); return age.Seconds() }),
 		gauge("table_revision", "Registry revision the table was derived from.", func(st *state) float64 { return float64(st.revision) }),
