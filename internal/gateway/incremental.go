@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"slices"
 
 	"github.com/meshflows/meshflows/discovery"
 	"github.com/meshflows/meshflows/routing"
@@ -15,19 +14,12 @@ import (
 // two full derivations that check them.
 const DefaultRoutesVerifyEvery = 1000
 
-// tables is the gateway's incremental derivation: the deriver and the input it holds, which
-// each routes view is compared with to find the changes to apply.
+// tables is the gateway's incremental derivation: the follower of its routes views, and
+// the row changes applied since the last full derivation that checked them.
 type tables struct {
-	d         *routing.Deriver
-	epoch     string
-	manifests map[string]routing.ManifestInput
-	aliases   map[aliasKey]routing.Alias
-	policy    routing.Policy
-	// sinceVerify counts the row changes applied since the last full derivation.
+	routing.Follower
 	sinceVerify int
 }
-
-type aliasKey struct{ path, capability, instance string }
 
 // tableFor returns the table of the view r under policy, and whether it is a new one: the
 // first view, and one of a new registry epoch (not a continuation of the last), are derived
@@ -37,27 +29,22 @@ type aliasKey struct{ path, capability, instance string }
 // first differing row and meshflows_gateway_routes_divergence_total counts it.
 func (g *Gateway) tableFor(r *discovery.RoutesResult, policy routing.Policy) (*routing.Table, bool, []routing.RowChange) {
 	in := g.input(r, policy)
+	if g.tables == nil {
+		g.tables = &tables{}
+	}
 	ts := g.tables
-	if ts == nil || ts.epoch != r.RegistryEpoch {
-		ts = &tables{d: routing.NewDeriver(in), epoch: r.RegistryEpoch}
-		ts.remember(in)
-		g.tables = ts
+	t, whole, rows := ts.Next(in, r.RegistryEpoch)
+	if whole || len(rows) > 0 {
 		g.metrics.derivations.Inc()
-		return ts.d.Table(), true, nil
 	}
-	changes := ts.diff(in)
-	if len(changes) == 0 {
-		return ts.d.Table(), false, nil
+	if whole || len(rows) == 0 {
+		return t, whole, nil
 	}
-	t, rows := ts.d.Apply(changes...)
-	ts.remember(in)
-	g.metrics.derivations.Inc()
 	ts.sinceVerify += len(rows)
 	if every := g.cfg.RoutesVerifyEvery; every > 0 && ts.sinceVerify >= every {
 		ts.sinceVerify = 0
 		if full := routing.Derive(in); !g.sameTables(t, full) {
-			g.tables = &tables{d: routing.NewDeriver(in), epoch: r.RegistryEpoch}
-			g.tables.remember(in)
+			ts.Reset(in, r.RegistryEpoch)
 			return full, true, nil
 		}
 	}
@@ -100,64 +87,6 @@ func orNone(s string) string {
 		return "none"
 	}
 	return s
-}
-
-// remember keeps in as the input the deriver holds.
-func (ts *tables) remember(in routing.Input) {
-	ts.manifests = make(map[string]routing.ManifestInput, len(in.Manifests))
-	for _, mi := range in.Manifests {
-		ts.manifests[routing.ManifestID(mi)] = mi
-	}
-	ts.aliases = make(map[aliasKey]routing.Alias, len(in.Aliases))
-	for _, a := range in.Aliases {
-		ts.aliases[aliasKey{a.Path, a.CapabilityID, a.Instance}] = a
-	}
-	ts.policy = in.Policy
-}
-
-// diff returns the changes that take the deriver's input to in: manifests and public paths
-// by incarnation (a manifest never changes within one), and the policy by service.
-func (ts *tables) diff(in routing.Input) []routing.Change {
-	var out []routing.Change
-	for s, p := range in.Policy {
-		if old, ok := ts.policy[s]; !ok || !slices.Equal(old, p) {
-			out = append(out, routing.Change{Policy: &routing.PolicyChange{Service: s, Prefixes: p}})
-		}
-	}
-	for s := range ts.policy {
-		if _, ok := in.Policy[s]; !ok {
-			out = append(out, routing.Change{Policy: &routing.PolicyChange{Service: s}})
-		}
-	}
-	seen := make(map[string]bool, len(in.Manifests))
-	for i := range in.Manifests {
-		mi := &in.Manifests[i]
-		id := routing.ManifestID(*mi)
-		seen[id] = true
-		if old, ok := ts.manifests[id]; !ok || old.Generation != mi.Generation || old.Endpoint != mi.Endpoint {
-			out = append(out, routing.Change{PutManifest: mi})
-		}
-	}
-	for id := range ts.manifests {
-		if !seen[id] {
-			out = append(out, routing.Change{DeleteManifest: id})
-		}
-	}
-	seenAlias := make(map[aliasKey]bool, len(in.Aliases))
-	for i := range in.Aliases {
-		a := &in.Aliases[i]
-		k := aliasKey{a.Path, a.CapabilityID, a.Instance}
-		seenAlias[k] = true
-		if old, ok := ts.aliases[k]; !ok || old != *a {
-			out = append(out, routing.Change{PutAlias: a})
-		}
-	}
-	for k, a := range ts.aliases {
-		if !seenAlias[k] {
-			out = append(out, routing.Change{DeleteAlias: &a})
-		}
-	}
-	return out
 }
 
 // rowNames names at most n of rows, "METHOD pattern (added|removed|changed)".

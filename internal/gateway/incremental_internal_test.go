@@ -65,12 +65,12 @@ func TestTheGatewayAppliesViewsIncrementally(t *testing.T) {
 	g, _ := newIncrementalGateway(t, -1, &logs)
 	g.routes.Store(view("e1", 3, 1))
 	g.derive()
-	first := g.tables.d
+	first := g.tables.Deriver()
 	next := view("e1", 4, 1)
 	next.Manifests = next.Manifests[1:] // svc-0-0 withdrawn, svc-3 new
 	g.routes.Store(next)
 	g.derive()
-	if g.tables.d != first {
+	if g.tables.Deriver() != first {
 		t.Fatal("a continuation of the view was derived whole")
 	}
 	want := routing.Derive(g.input(next, g.cfg.Policy()))
@@ -82,7 +82,7 @@ func TestTheGatewayAppliesViewsIncrementally(t *testing.T) {
 	}
 	g.routes.Store(view("e2", 2, 100))
 	g.derive()
-	if g.tables.d == first {
+	if g.tables.Deriver() == first {
 		t.Error("a view of a new registry epoch was applied as a continuation")
 	}
 }
@@ -97,7 +97,7 @@ func TestTheShadowCheckCatchesACorruptedDerivation(t *testing.T) {
 	g.routes.Store(view("e1", 3, 1))
 	g.derive()
 	// corrupt: the deriver loses svc-1's instances, the gateway's record of its input does not
-	g.tables.d.Apply(routing.Change{DeleteManifest: "svc-1-0"}, routing.Change{DeleteManifest: "svc-1-1"})
+	g.tables.Deriver().Apply(routing.Change{DeleteManifest: "svc-1-0"}, routing.Change{DeleteManifest: "svc-1-1"})
 	next := view("e1", 3, 1)
 	next.Manifests = next.Manifests[1:] // a real change: svc-0-0 withdrawn
 	g.routes.Store(next)

@@ -32,6 +32,18 @@ func RouteClusterName(method, pattern string) string { return "route:" + method 
 // static upstream); a public alias rewrites the path to the capability's invoke endpoint.
 func RouteResources(t *routing.Table) map[resourcev3.Type]map[string]types.Resource {
 	res := map[resourcev3.Type]map[string]types.Resource{resourcev3.RouteType: {}, resourcev3.ClusterType: {}, resourcev3.EndpointType: {}}
+	for _, e := range t.Entries() {
+		if name, c, a, ok := routeCluster(e); ok {
+			res[resourcev3.ClusterType][name] = c
+			res[resourcev3.EndpointType][name] = a
+		}
+	}
+	res[resourcev3.RouteType][RouteConfigName] = routeConfig(t)
+	return res
+}
+
+// routeConfig is the RouteConfiguration of a table.
+func routeConfig(t *routing.Table) *routev3.RouteConfiguration {
 	entries := slices.Clone(t.Entries())
 	segs := map[*routing.Entry][]apiv1.Segment{}
 	for _, e := range entries {
@@ -48,19 +60,7 @@ func RouteResources(t *routing.Table) map[resourcev3.Type]map[string]types.Resou
 		if !ok {
 			continue
 		}
-		name := RouteClusterName(e.Method, e.Pattern)
-		var eps []endpoint
-		if e.Source != "dynamic" {
-			if host, port, ok := apiv1.HostPort(e.Upstream); ok {
-				eps = append(eps, endpoint{instance: "static", host: host, port: port, weight: 1, health: corev3.HealthStatus_HEALTHY})
-			}
-		}
-		for _, u := range e.Upstreams {
-			if host, port, ok := apiv1.HostPort(u.Endpoint); ok {
-				eps = append(eps, endpoint{instance: u.Instance, host: host, port: port, weight: 1, health: corev3.HealthStatus_HEALTHY})
-			}
-		}
-		action := &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: name}}
+		action := &routev3.RouteAction{ClusterSpecifier: &routev3.RouteAction_Cluster{Cluster: RouteClusterName(e.Method, e.Pattern)}}
 		if e.Rewrite != "" {
 			action.RegexRewrite = &matcherv3.RegexMatchAndSubstitute{Pattern: &matcherv3.RegexMatcher{Regex: ".*"}, Substitution: e.Rewrite}
 		}
@@ -73,11 +73,29 @@ func RouteResources(t *routing.Table) map[resourcev3.Type]map[string]types.Resou
 			},
 			Action: &routev3.Route_Route{Route: action},
 		})
-		res[resourcev3.ClusterType][name] = cluster(name)
-		res[resourcev3.EndpointType][name] = routeAssignment(name, eps)
 	}
-	res[resourcev3.RouteType][RouteConfigName] = &routev3.RouteConfiguration{Name: RouteConfigName, VirtualHosts: []*routev3.VirtualHost{vh}}
-	return res
+	return &routev3.RouteConfiguration{Name: RouteConfigName, VirtualHosts: []*routev3.VirtualHost{vh}}
+}
+
+// routeCluster is the cluster of one route and its endpoints (ok false for a pattern that
+// does not parse, which a table never holds).
+func routeCluster(e *routing.Entry) (string, types.Resource, types.Resource, bool) {
+	if _, err := apiv1.ParsePath(e.Pattern); err != nil {
+		return "", nil, nil, false
+	}
+	name := RouteClusterName(e.Method, e.Pattern)
+	var eps []endpoint
+	if e.Source != "dynamic" {
+		if host, port, ok := apiv1.HostPort(e.Upstream); ok {
+			eps = append(eps, endpoint{instance: "static", host: host, port: port, weight: 1, health: corev3.HealthStatus_HEALTHY})
+		}
+	}
+	for _, u := range e.Upstreams {
+		if host, port, ok := apiv1.HostPort(u.Endpoint); ok {
+			eps = append(eps, endpoint{instance: u.Instance, host: host, port: port, weight: 1, health: corev3.HealthStatus_HEALTHY})
+		}
+	}
+	return name, cluster(name), routeAssignment(name, eps), true
 }
 
 // PathRegex is the RE2 expression of a route pattern: a literal matches itself, a {param}

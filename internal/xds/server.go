@@ -66,6 +66,10 @@ type Server struct {
 	index  *capsIndex                                    // the capabilities view, to update by change
 	caps   map[resourcev3.Type]map[string]types.Resource // from the capabilities view
 	routes map[resourcev3.Type]map[string]types.Resource // from the routes view (the table)
+	// follow derives the table of each routes view incrementally (under followMu, which
+	// keeps one routes update at a time; mu is taken inside it).
+	followMu sync.Mutex
+	follow   routing.Follower
 	last   map[resourcev3.Type]map[string]types.Resource // the resources served, to find what changed
 }
 
@@ -142,8 +146,21 @@ func (s *Server) update(d *discovery.Delta) {
 // updateRoutes installs the routing table derived from a routes view: only its resources are
 // compared with those served (a routes answer moves at every removal while the registry warms
 // up, and comparing the fleet's clusters then was most of the server's CPU during a churn).
+//
+// The table is derived incrementally (routing.Follower): a view that continues the last one
+// applies only what changed, and then only the clusters and endpoints of the rows that
+// changed are built again, beside the RouteConfiguration (one virtual host: Envoy gets it
+// whole when a row changed, and nothing when none did).
 func (s *Server) updateRoutes(res *discovery.RoutesResult) {
-	t := routing.Derive(routing.InputFromView(s.cfg.Static, s.cfg.Policy, res.Manifests, res.PublicPaths))
+	s.followMu.Lock()
+	defer s.followMu.Unlock()
+	t, whole, rows := s.follow.Next(routing.InputFromView(s.cfg.Static, s.cfg.Policy, res.Manifests, res.PublicPaths), res.RegistryEpoch)
+	if !whole {
+		if len(rows) > 0 {
+			s.updateRows(res.Revision, t, rows)
+		}
+		return
+	}
 	routes := RouteResources(t)
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -164,6 +181,41 @@ func (s *Server) updateRoutes(res *discovery.RoutesResult) {
 		changed += s.installTypeLocked(typ, names[typ], false)
 	}
 	s.cfg.Logger.Debug("xds routes", slog.Int64("revision", res.Revision), slog.Int("routes", len(t.Entries())), slog.Int("resources_changed", changed))
+}
+
+// updateRows installs what the rows changed: the clusters and endpoints of each changed
+// row (under its old pattern and its new one), and the route configuration.
+func (s *Server) updateRows(revision int64, t *routing.Table, rows []routing.RowChange) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	names := map[resourcev3.Type]map[string]struct{}{resourcev3.RouteType: {RouteConfigName: {}}, resourcev3.ClusterType: {}, resourcev3.EndpointType: {}}
+	touch := func(name string) {
+		names[resourcev3.ClusterType][name] = struct{}{}
+		names[resourcev3.EndpointType][name] = struct{}{}
+	}
+	for _, r := range rows {
+		if r.Old != nil {
+			name := RouteClusterName(r.Old.Method, r.Old.Pattern)
+			delete(s.routes[resourcev3.ClusterType], name)
+			delete(s.routes[resourcev3.EndpointType], name)
+			touch(name)
+		}
+	}
+	for _, r := range rows {
+		if r.New != nil {
+			if name, c, a, ok := routeCluster(r.New); ok {
+				s.routes[resourcev3.ClusterType][name] = c
+				s.routes[resourcev3.EndpointType][name] = a
+				touch(name)
+			}
+		}
+	}
+	s.routes[resourcev3.RouteType][RouteConfigName] = routeConfig(t)
+	changed := 0
+	for _, typ := range servedTypes {
+		changed += s.installTypeLocked(typ, names[typ], false)
+	}
+	s.cfg.Logger.Debug("xds routes", slog.Int64("revision", revision), slog.Int("rows_changed", len(rows)), slog.Int("resources_changed", changed))
 }
 
 // installNamesLocked installs the capabilities' resources of the names given (their

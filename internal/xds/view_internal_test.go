@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"testing"
 
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
 	"pgregory.net/rapid"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/discovery"
+	"github.com/meshflows/meshflows/routing"
 )
 
 // TestUpdatesByChangeAreTheWholeView: after every change of a random sequence — entries put
@@ -162,5 +164,54 @@ func BenchmarkUpdateOneChange(b *testing.B) {
 		s.update(&discovery.Delta{Complete: true, Put: []apiv1.CapabilityEntry{e}})
 		entries[(i*7919)%len(entries)] = e
 		i++
+	}
+}
+
+// TestRouteUpdatesAreTheWholeTablesResources: a sequence of routes views — instances gone and
+// back, a service added, a new registry epoch — applied incrementally leaves the server with
+// exactly the resources RouteResources builds from the full derivation of the last view.
+func TestRouteUpdatesAreTheWholeTablesResources(t *testing.T) {
+	policy := routing.Policy{}
+	for i := range 4 {
+		policy[fmt.Sprintf("svc-%d", i)] = []string{fmt.Sprintf("/svc-%d", i)}
+	}
+	s, err := New(Config{Discovery: &discovery.Client{}, Policy: policy})
+	if err != nil {
+		t.Fatal(err)
+	}
+	viewOf := func(epoch string, gen int, services int, skip string) *discovery.RoutesResult {
+		r := &discovery.RoutesResult{Meta: discovery.Meta{RegistryEpoch: epoch, Complete: true}}
+		for sv := range services {
+			svc := fmt.Sprintf("svc-%d", sv)
+			for i := range 2 {
+				inst := fmt.Sprintf("%s-%d", svc, i)
+				if inst == skip {
+					continue
+				}
+				r.Manifests = append(r.Manifests, apiv1.ManifestEntry{InstanceID: inst, ServiceName: svc, ServiceVersion: "1.0.0", Endpoint: fmt.Sprintf("http://10.0.%d.%d:80", sv, i),
+					Generation: int64(gen + 2*sv + i), Manifest: &apiv1.Manifest{FARP: "1.0", Service: apiv1.ManifestService{Name: svc, Version: "1.0.0", Instance: inst},
+						Routes: []apiv1.ManifestRoute{{Path: "/" + svc + "/items", Methods: []string{"GET", "POST"}}, {Path: "/" + svc + "/items/{id}", Methods: []string{"GET"}}}}})
+			}
+		}
+		return r
+	}
+	for i, v := range []*discovery.RoutesResult{
+		viewOf("e1", 1, 2, ""), viewOf("e1", 1, 2, "svc-0-1"), viewOf("e1", 1, 3, "svc-0-1"), viewOf("e1", 1, 3, ""), viewOf("e1", 1, 1, ""), viewOf("e2", 50, 2, "svc-1-0"),
+	} {
+		s.updateRoutes(v)
+		want := RouteResources(routing.Derive(routing.InputFromView(nil, policy, v.Manifests, v.PublicPaths)))
+		s.mu.Lock()
+		got := s.routes
+		s.mu.Unlock()
+		for _, typ := range []resourcev3.Type{resourcev3.RouteType, resourcev3.ClusterType, resourcev3.EndpointType} {
+			if len(got[typ]) != len(want[typ]) {
+				t.Fatalf("view %d, %s: %d resources, want %d", i, typ, len(got[typ]), len(want[typ]))
+			}
+			for name, w := range want[typ] {
+				if g, ok := got[typ][name]; !ok || !proto.Equal(g, w) {
+					t.Errorf("view %d, %s %s: differs from the full derivation's", i, typ, name)
+				}
+			}
+		}
 	}
 }
