@@ -70,7 +70,7 @@ type Server struct {
 	// keeps one routes update at a time; mu is taken inside it).
 	followMu sync.Mutex
 	follow   routing.Follower
-	last   map[resourcev3.Type]map[string]types.Resource // the resources served, to find what changed
+	last     map[resourcev3.Type]map[string]types.Resource // the resources served, to find what changed
 }
 
 // servedTypes are the resource types served; a stream asking for another type gets an error.
