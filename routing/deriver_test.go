@@ -301,3 +301,31 @@ func TestConformanceCasesThroughTheDeriver(t *testing.T) {
 		})
 	}
 }
+
+// TestRegressionsThePropertyFound: the two orders of Derive that hung on its input's, each
+// as the minimal input the property test shrank it to.
+func TestRegressionsThePropertyFound(t *testing.T) {
+	policy := routing.Policy{"svc-b": {"/a/{id}"}}
+	// two public paths of one path and instance, both rejected: listed in one order whatever
+	// the order they came in
+	aliases := []routing.Alias{
+		{Path: "/a/{rest...}", CapabilityID: "cap.a", Service: "svc-a", Version: "1.0.0", Instance: "i3", Endpoint: "http://i3:8080", Generation: 1},
+		{Path: "/a/{rest...}", CapabilityID: "cap.a", Service: "svc-b", Version: "1.0.0", Instance: "i3", Endpoint: "http://i3:8080", Generation: 2},
+	}
+	a := canonicalJSON(t, routing.Derive(routing.Input{Policy: policy, Aliases: aliases}))
+	b := canonicalJSON(t, routing.Derive(routing.Input{Policy: policy, Aliases: []routing.Alias{aliases[1], aliases[0]}}))
+	if a != b {
+		t.Errorf("rejected public paths depend on their order:\n%s\n%s", a, b)
+	}
+	// one group claiming a path by a manifest route and by a public path: the rewrite is its
+	// newest claim's, whatever came first
+	granted := routing.Policy{"svc-a": {"/"}}
+	man := &apiv1.Manifest{FARP: "1.0", Service: apiv1.ManifestService{Name: "svc-a", Version: "1.0.0", Instance: "i1"},
+		Routes: []apiv1.ManifestRoute{{Path: "/a/x", Methods: []string{"POST"}}}}
+	mi := routing.ManifestInput{InstanceID: "i1", Generation: 5, Endpoint: "http://i1:8080", Parsed: man}
+	alias := routing.Alias{Path: "/a/x", CapabilityID: "cap.a", Service: "svc-a", Version: "1.0.0", Instance: "i2", Endpoint: "http://i2:8080", Generation: 9}
+	tb := routing.Derive(routing.Input{Policy: granted, Manifests: []routing.ManifestInput{mi}, Aliases: []routing.Alias{alias}})
+	if es := tb.Entries(); len(es) != 1 || es[0].Rewrite != apiv1.InvokePath("cap.a") {
+		t.Errorf("the newest claim is the public path's: want its rewrite, got %+v", es)
+	}
+}
