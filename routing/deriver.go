@@ -3,6 +3,7 @@ package routing
 import (
 	"cmp"
 	"encoding/json"
+	"math"
 	"hash/maphash"
 	"slices"
 	"sort"
@@ -40,6 +41,7 @@ type Deriver struct {
 	aliasList    []RejectedAlias
 	table        *Table
 	epoch        uint64 // counts the commits: the trie's nodes made by the current one are its own
+	chunkKeys    int    // the most keys of a chunk, set by the first table's size
 }
 
 // ManifestID is how a Deriver names a manifest input: its instance id, else the instance
@@ -102,8 +104,10 @@ type chunk struct {
 	conflicts []Conflict
 }
 
-// chunkKeys is the most keys a chunk holds before it is split.
-const chunkKeys = 64
+// minChunkKeys is the fewest keys a chunk holds before it is split; a large table's chunks
+// hold about √keys (Deriver.chunkKeys), so that a change copies as many chunk pointers as it
+// copies keys and entries of the chunk it touched.
+const minChunkKeys = 64
 
 // RowChange is one (key, method) of a table that a change added, removed or replaced: Old
 // is nil for a new row, New for a removed one.
@@ -440,8 +444,9 @@ func (d *Deriver) commit(dirty map[*keyState]bool, all bool) []RowChange {
 		}
 		slices.SortFunc(d.order, func(a, b *keyState) int { return cmp.Compare(a.key, b.key) })
 		d.chunks = nil
-		for lo := 0; lo < len(d.order); lo += chunkKeys {
-			d.chunks = append(d.chunks, d.newChunk(d.order[lo:min(len(d.order), lo+chunkKeys)]))
+		d.chunkKeys = max(minChunkKeys, int(math.Sqrt(float64(len(d.order)))))
+		for lo := 0; lo < len(d.order); lo += d.chunkKeys {
+			d.chunks = append(d.chunks, d.newChunk(d.order[lo:min(len(d.order), lo+d.chunkKeys)]))
 		}
 		b := trieBuilder{rootHint: len(d.order) / 4}
 		for _, k := range d.order {
@@ -532,10 +537,10 @@ func (d *Deriver) place(touched []*keyState) {
 	d.chunks = chunks
 }
 
-// split appends keys to chunks as chunks of at most chunkKeys keys.
+// split appends keys to chunks as chunks of at most d.chunkKeys keys.
 func (d *Deriver) split(chunks []*chunk, keys []*keyState) []*chunk {
-	for lo := 0; lo < len(keys); lo += chunkKeys {
-		chunks = append(chunks, d.newChunk(keys[lo:min(len(keys), lo+chunkKeys)]))
+	for lo := 0; lo < len(keys); lo += d.chunkKeys {
+		chunks = append(chunks, d.newChunk(keys[lo:min(len(keys), lo+d.chunkKeys)]))
 	}
 	return chunks
 }
