@@ -3,8 +3,8 @@ package routing
 import (
 	"cmp"
 	"encoding/json"
-	"math"
 	"hash/maphash"
+	"math"
 	"slices"
 	"sort"
 	"sync"
