@@ -371,28 +371,9 @@ func (d *Deriver) rebuild(k *keyState) {
 	// its newest claim. In instance order, a group's upstreams need no sorting.
 	claims := k.claims
 	for _, c := range claims {
-		var g *group
-		for x := sl.first; x != nil; x = x.next {
-			if x.first.service == c.service && x.first.version == c.version {
-				g = x
-				break
-			}
-		}
-		if g == nil {
-			g = &group{first: c, methods: c.methods, uniform: true, all: newRival(c, make([]Upstream, 0, len(claims)))}
-			g.all.g = g
-			if sl.last == nil {
-				sl.first = g
-			} else {
-				sl.last.next = g
-			}
-			sl.last = g
-		} else {
-			g.more = append(g.more, c)
-			g.uniform = g.uniform && c.methods == g.first.methods
-			g.methods |= c.methods
-		}
-		g.all.addClaim(c)
+		sl.add(c, func(c *claim) *group {
+			return &group{first: c, methods: c.methods, uniform: true, all: newRival(c, make([]Upstream, 0, len(claims)))}
+		})
 	}
 	entries, conflicts, _ := buildEntries([]*slot{sl}, len(claims)+1)
 	k.rows = [len(apiv1.Methods)]*Entry{}

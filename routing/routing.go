@@ -573,9 +573,11 @@ func claimsOf(m *apiv1.Manifest, mi ManifestInput, prefixes []string, seed mapha
 	if len(ps) > 0 {
 		return nil, reject(ps[0].Code, ps[0].Path+": "+ps[0].Message)
 	}
-	o := &origin{}
+	var o *origin
 	if an != nil {
 		o = an.origins.new()
+	} else {
+		o = &origin{}
 	}
 	*o = origin{service: m.Service.Name, version: m.Service.Version, instance: m.Service.Instance, endpoint: mi.Endpoint, generation: mi.Generation,
 		maxBody: m.MaxBodyBytesOr(0), streaming: m.IsStreaming()}

@@ -97,41 +97,24 @@ func slotsOf(claims []*claim, statics []staticClaim, shard, shards int, sc *grou
 		}
 		return sl
 	}
+	newGroup := func(c *claim) *group {
+		// Upstreams are carved from a shared block: one allocation for many groups. A group
+		// that outgrows its share (other manifests of its version) is copied.
+		n := 1 + len(c.replicas)
+		if len(upstreamArena) < n {
+			upstreamArena = make([]Upstream, max(arenaBlock, n))
+		}
+		g := groupArena.new()
+		*g = group{first: c, methods: c.methods, uniform: true, all: newRival(c, upstreamArena[:0:n])}
+		upstreamArena = upstreamArena[n:]
+		return g
+	}
 	for _, c := range claims {
 		sl := slotOf(c.key, c.hash, c.segs)
 		if sl == nil {
 			continue
 		}
-		var g *group
-		for x := sl.first; x != nil; x = x.next {
-			if x.first.service == c.service && x.first.version == c.version {
-				g = x
-				break
-			}
-		}
-		if g == nil {
-			// Upstreams are carved from a shared block: one allocation for many groups. A
-			// group that outgrows its share (other manifests of its version) is copied.
-			n := 1 + len(c.replicas)
-			if len(upstreamArena) < n {
-				upstreamArena = make([]Upstream, max(arenaBlock, n))
-			}
-			g = groupArena.new()
-			*g = group{first: c, methods: c.methods, uniform: true, all: newRival(c, upstreamArena[:0:n])}
-			g.all.g = g
-			upstreamArena = upstreamArena[n:]
-			if sl.last == nil {
-				sl.first = g
-			} else {
-				sl.last.next = g
-			}
-			sl.last = g
-		} else {
-			g.more = append(g.more, c)
-			g.uniform = g.uniform && c.methods == g.first.methods
-			g.methods |= c.methods
-		}
-		g.all.addClaim(c)
+		sl.add(c, newGroup)
 	}
 	for _, st := range statics {
 		sl := slotOf(st.key, st.hash, st.segs)
@@ -151,6 +134,33 @@ func slotsOf(claims []*claim, statics []staticClaim, shard, shards int, sc *grou
 	sc.table, sc.ordered = table, ordered
 	sc.keys, sc.tmp, sc.sorted = sortSlots(ordered, sc.keys, sc.tmp, sc.sorted)
 	return sc.sorted
+}
+
+// add files claim c in sl's group of its service and version, the group made by newGroup
+// (its first claim c, its rival started) and linked last when sl has none yet.
+func (sl *slot) add(c *claim, newGroup func(c *claim) *group) {
+	var g *group
+	for x := sl.first; x != nil; x = x.next {
+		if x.first.service == c.service && x.first.version == c.version {
+			g = x
+			break
+		}
+	}
+	if g == nil {
+		g = newGroup(c)
+		g.all.g = g
+		if sl.last == nil {
+			sl.first = g
+		} else {
+			sl.last.next = g
+		}
+		sl.last = g
+	} else {
+		g.more = append(g.more, c)
+		g.uniform = g.uniform && c.methods == g.first.methods
+		g.methods |= c.methods
+	}
+	g.all.addClaim(c)
 }
 
 // cell is a cell of slotsOf's table: 32 more bits of the hash of a key, and where its slot

@@ -82,7 +82,7 @@ func (j *Journal) Run(ctx context.Context) error {
 }
 
 // gather adds to batch, up to publishBatch, what comes until publishLinger after it was
-// called (or ctx ends); a batch that fills goes at once.
+// called and what is queued then (or until ctx ends); a batch that fills goes at once.
 func (sh *sharing) gather(ctx context.Context, batch []Stored) []Stored {
 	linger := sh.after(publishLinger)
 	for len(batch) < publishBatch {
@@ -90,6 +90,17 @@ func (sh *sharing) gather(ctx context.Context, batch []Stored) []Stored {
 		case e := <-sh.queue:
 			batch = append(batch, e)
 		case <-linger:
+			// what is queued already goes too: when the queue and the linger's end are both
+			// ready, select picks either, and an event queued before the end would wait for
+			// the next write
+			for len(batch) < publishBatch {
+				select {
+				case e := <-sh.queue:
+					batch = append(batch, e)
+				default:
+					return batch
+				}
+			}
 			return batch
 		case <-ctx.Done():
 			return batch
