@@ -230,6 +230,7 @@ type Engine struct {
 	zoneChanges    []ZoneChange                         // since TakeZoneChanges
 	relOut         map[*instance]struct{}               // ejected as relative outliers, until Tick sees it end
 	capCounts      map[cohortKey][2]int                 // during a judgment: members and ejected of each group counted
+	shares         map[cohortKey]cohortShares           // each cohort's comparable shares, as last judged or explained
 	ticked         time.Time                            // the last Tick
 	// reporters names the reporters of outcomes; an outcome record holds its index.
 	reporters reporterNames
@@ -514,50 +515,6 @@ func (e *Engine) outcome(in *instance, ev Event) {
 			ev.OK, ev.Errors, ev.ConnectFailures, reporter, t.ejections, t.ejectUntil.UTC().Format(time.RFC3339)))
 	}
 	e.markCohorts(in) // judged at the next Tick: once per cohort, not once per outcome
-}
-
-// ejectionCapped reports whether ejecting in would eject more than max_ejection_percent of
-// the non-draining instances of one of its (capability, zone) groups. Within one judgment of
-// relative outliers (e.capCounts set) each group is counted once and kept up to date as the
-// judgment ejects, so that a judgment costs its groups, not its groups times its ejections.
-func (e *Engine) ejectionCapped(in *instance, now time.Time) bool {
-	for _, c := range in.Capabilities {
-		members, ejected := e.groupCounts(cohortKey{c, in.Zone}, now)
-		if (ejected+1)*100 > e.cfg.MaxEjectionPercent*members { // in itself, if ejected
-			return true
-		}
-	}
-	return false
-}
-
-// groupCounts returns the non-draining members of a group and how many of them are ejected
-// at now.
-func (e *Engine) groupCounts(k cohortKey, now time.Time) (members, ejected int) {
-	if c, ok := e.capCounts[k]; ok {
-		return c[0], c[1]
-	}
-	for o := range e.cohorts[k] { // the group's members, not the fleet
-		if !o.present || o.draining {
-			continue
-		}
-		members++
-		if now.Before(o.troubles().ejectUntil) {
-			ejected++
-		}
-	}
-	if e.capCounts != nil {
-		e.capCounts[k] = [2]int{members, ejected}
-	}
-	return members, ejected
-}
-
-// countEjection keeps a judgment's group counts in step with an ejection of in.
-func (e *Engine) countEjection(in *instance) {
-	for _, c := range in.Capabilities {
-		if x, ok := e.capCounts[cohortKey{c, in.Zone}]; ok {
-			e.capCounts[cohortKey{c, in.Zone}] = [2]int{x[0], x[1] + 1}
-		}
-	}
 }
 
 // refusedUnadmitted reports whether an instance never admitted had its last probes refused.

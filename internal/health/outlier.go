@@ -246,15 +246,16 @@ func (e *Engine) judgeCohort(capability, zone string, now time.Time) {
 			ms = append(ms, member{o, n, errs, by})
 		}
 	}
-	if len(ms) < 2 {
-		return
-	}
 	// the median of the others' shares, from the sorted shares of all: O(m log m) a cohort
 	sorted := make([]float64, len(ms))
 	for i, m := range ms {
 		sorted[i] = float64(m.errs) / float64(m.n)
 	}
 	sort.Float64s(sorted)
+	e.keepShares(cohortKey{capability, zone}, now, sorted) // for explanations until the next judgment
+	if len(ms) < 2 {
+		return
+	}
 	for _, m := range ms {
 		baseline := medianWithout(sorted, float64(m.errs)/float64(m.n))
 		worse, l := e.relativelyWorse(m.errs, m.n, baseline)
@@ -538,24 +539,61 @@ func (e *Engine) outcomeWindow(in *instance, now time.Time) *apiv1.OutcomeWindow
 		w.Reporters = append(w.Reporters, apiv1.ReporterOutcome{Reporter: e.reporters.name(r), Requests: c[0], Errors: c[1]})
 	}
 	slices.SortFunc(w.Reporters, func(a, b apiv1.ReporterOutcome) int { return cmp.Compare(a.Reporter, b.Reporter) })
+	comparable := !in.draining && e.inRotationNow(in, now) && n >= e.cfg.OutlierMinVolume
 	for _, c := range in.Capabilities {
-		var shares []float64
-		for _, o := range e.cohort(c, in.Zone) {
-			if o == in || o.draining || !e.inRotationNow(o, now) {
-				continue
+		sorted := e.sharesOf(cohortKey{c, in.Zone}, now)
+		cb := apiv1.CohortBaseline{CapabilityID: c, Zone: in.Zone, Comparable: len(sorted)}
+		var m float64
+		switch i := sort.SearchFloat64s(sorted, w.ErrorShare); {
+		case comparable && i < len(sorted) && sorted[i] == w.ErrorShare: // itself among them
+			cb.Comparable--
+			if cb.Comparable > 0 {
+				m = medianWithout(sorted, w.ErrorShare)
+				cb.Baseline = &m
 			}
-			if on, oe, _ := e.windowAt(o, now); on >= e.cfg.OutlierMinVolume {
-				shares = append(shares, float64(oe)/float64(on))
-			}
-		}
-		cb := apiv1.CohortBaseline{CapabilityID: c, Zone: in.Zone, Comparable: len(shares)}
-		if len(shares) > 0 {
-			m := median(shares)
+		case len(sorted) > 0:
+			m = median(slices.Clone(sorted))
 			cb.Baseline = &m
 		}
 		w.Cohorts = append(w.Cohorts, cb)
 	}
 	return w
+}
+
+// cohortShares are the sorted error shares of a cohort's comparable instances, as judged at.
+type cohortShares struct {
+	at     time.Time
+	sorted []float64
+}
+
+// sharesOf returns the sorted error shares of the comparable instances of cohort k: those of
+// its last judgment when it is at most relativeEvery old, else counted now (and kept). An
+// explanation, or a catalog listing a hundred instances of one cohort, costs the cohort once
+// in relativeEvery, not once an instance.
+func (e *Engine) sharesOf(k cohortKey, now time.Time) []float64 {
+	if cs, ok := e.shares[k]; ok && !now.Before(cs.at) && now.Sub(cs.at) <= relativeEvery {
+		return cs.sorted
+	}
+	var sorted []float64
+	for _, o := range e.cohort(k.capability, k.zone) {
+		if o.draining || !e.inRotationNow(o, now) {
+			continue
+		}
+		if on, oe, _ := e.windowAt(o, now); on >= e.cfg.OutlierMinVolume {
+			sorted = append(sorted, float64(oe)/float64(on))
+		}
+	}
+	sort.Float64s(sorted)
+	e.keepShares(k, now, sorted)
+	return sorted
+}
+
+// keepShares keeps the sorted shares of cohort k as of now.
+func (e *Engine) keepShares(k cohortKey, now time.Time, sorted []float64) {
+	if e.shares == nil {
+		e.shares = map[cohortKey]cohortShares{}
+	}
+	e.shares[k] = cohortShares{at: now, sorted: sorted}
 }
 
 // relativelyEjected reports whether in is ejected at now as a relative outlier.
@@ -576,4 +614,48 @@ func (e *Engine) OutlierInstances(now time.Time) map[[2]string]int {
 		}
 	}
 	return out
+}
+
+// ejectionCapped reports whether ejecting in would eject more than max_ejection_percent of
+// the non-draining instances of one of its (capability, zone) groups. Within one judgment of
+// relative outliers (e.capCounts set) each group is counted once and kept up to date as the
+// judgment ejects, so that a judgment costs its groups, not its groups times its ejections.
+func (e *Engine) ejectionCapped(in *instance, now time.Time) bool {
+	for _, c := range in.Capabilities {
+		members, ejected := e.groupCounts(cohortKey{c, in.Zone}, now)
+		if (ejected+1)*100 > e.cfg.MaxEjectionPercent*members { // in itself, if ejected
+			return true
+		}
+	}
+	return false
+}
+
+// groupCounts returns the non-draining members of a group and how many of them are ejected
+// at now.
+func (e *Engine) groupCounts(k cohortKey, now time.Time) (members, ejected int) {
+	if c, ok := e.capCounts[k]; ok {
+		return c[0], c[1]
+	}
+	for o := range e.cohorts[k] { // the group's members, not the fleet
+		if !o.present || o.draining {
+			continue
+		}
+		members++
+		if now.Before(o.troubles().ejectUntil) {
+			ejected++
+		}
+	}
+	if e.capCounts != nil {
+		e.capCounts[k] = [2]int{members, ejected}
+	}
+	return members, ejected
+}
+
+// countEjection keeps a judgment's group counts in step with an ejection of in.
+func (e *Engine) countEjection(in *instance) {
+	for _, c := range in.Capabilities {
+		if x, ok := e.capCounts[cohortKey{c, in.Zone}]; ok {
+			e.capCounts[cohortKey{c, in.Zone}] = [2]int{x[0], x[1] + 1}
+		}
+	}
 }
