@@ -162,6 +162,9 @@ func startGateway(ctx context.Context, g *errgroup.Group, f *gatewayFlags, ln ne
 		return err
 	}
 	promReg := telemetry.NewRegistry()
+	if err := sa.register(promReg); err != nil {
+		return err
+	}
 	disc, err := discovery.New(discovery.Config{Registries: f.registries, Consumer: "gateway", Client: httpClient, BearerToken: f.creds.token,
 		TTL: f.cacheTTL, StaleAllowance: f.maxStale, Logger: logger, Registerer: promReg})
 	if err != nil {

@@ -149,6 +149,9 @@ func startOrchestrator(ctx context.Context, g *errgroup.Group, f *orchestratorFl
 		return err
 	}
 	promReg := telemetry.NewRegistry()
+	if err := sa.register(promReg); err != nil {
+		return err
+	}
 	disc, err := discovery.New(discovery.Config{Registries: f.registries, Consumer: "orchestrator", Client: httpClient, BearerToken: f.creds.token, StaleAllowance: f.maxStale,
 		Logger: logger, Registerer: promReg})
 	if err != nil {

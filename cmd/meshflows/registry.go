@@ -199,6 +199,11 @@ func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln 
 			" can register, heartbeat and deregister any instance. Never use --insecure outside development.")
 	}
 	promReg := telemetry.NewRegistry()
+	if sec.certs != nil {
+		if err := promReg.Register(sec.certs); err != nil {
+			return err
+		}
+	}
 	store, closeStore, err := openStore(ctx, f, logger)
 	if err != nil {
 		return err

@@ -9,8 +9,11 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 	"golang.org/x/sync/errgroup"
 
@@ -24,6 +27,7 @@ import (
 // in open mode.
 type security struct {
 	tls           *tls.Config
+	certs         *auth.ServerCerts
 	authenticator *auth.Authenticator
 	policy        *auth.PolicyFile
 	limiter       *auth.RateLimiter
@@ -55,6 +59,7 @@ type serverAuthFlags struct {
 	jwtKeys, jwtAudience, jwtIssuer        string
 	rbac                                   string
 	rbacReload                             time.Duration
+	tlsReload                              time.Duration
 }
 
 // bind adds the flags to fs; rbacUsage is --rbac's help, which differs per server.
@@ -68,13 +73,24 @@ func (s *serverAuthFlags) bind(fs *pflag.FlagSet, rbacUsage string) {
 	fs.StringVar(&s.jwtIssuer, "jwt-issuer", "", "issuer bearer tokens must carry")
 	fs.StringVar(&s.rbac, "rbac", "", rbacUsage)
 	fs.DurationVar(&s.rbacReload, "rbac-reload-interval", 2*time.Second, "how often the RBAC file is checked for changes")
+	fs.DurationVar(&s.tlsReload, "tls-reload-interval", auth.DefaultTLSReloadInterval, "how often --tls-cert, --tls-key and --client-ca are read again (and on SIGHUP): a changed, valid set serves new handshakes, an invalid one is refused and logged")
 }
 
 // serverAuth is what a server's flags made of authentication: all nil in open mode.
 type serverAuth struct {
 	tls           *tls.Config
+	certs         *auth.ServerCerts // what tls serves, reloaded from the files
 	authenticator *auth.Authenticator
 	policy        *auth.PolicyFile
+}
+
+// register adds the certificates' metrics (expiry, refused reloads) to reg, when there are
+// certificates.
+func (a *serverAuth) register(reg prometheus.Registerer) error {
+	if a == nil || a.certs == nil {
+		return nil
+	}
+	return reg.Register(a.certs)
 }
 
 // serve returns the listener to serve on — ln in TLS when the server authenticates — and
@@ -109,9 +125,13 @@ func buildServerAuth(ctx context.Context, g *errgroup.Group, component string, s
 		return nil, errors.New("give --client-ca (client certificates) and/or --jwt-keys (bearer tokens): otherwise nobody can authenticate")
 	}
 	var err error
-	if a.tls, err = auth.ServerTLSConfig(s.tlsCert, s.tlsKey, s.clientCA); err != nil {
-		return nil, err
+	if a.certs, err = auth.NewServerCerts(auth.ServerCertsConfig{CertFile: s.tlsCert, KeyFile: s.tlsKey, ClientCAFile: s.clientCA, Component: component, Logger: logger}); err != nil {
+		return nil, fmt.Errorf("server certificate: %w", err)
 	}
+	a.tls = a.certs.TLSConfig()
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	g.Go(func() error { defer signal.Stop(hup); return a.certs.Run(ctx, s.tlsReload, hup) })
 	domain := s.trustDomain
 	if domain == "any" {
 		domain = ""
@@ -165,7 +185,7 @@ func buildSecurity(ctx context.Context, g *errgroup.Group, f *registryFlags, log
 	if a.authenticator == nil {
 		return &sec, nil
 	}
-	sec.tls, sec.authenticator, sec.policy = a.tls, a.authenticator, a.policy
+	sec.tls, sec.certs, sec.authenticator, sec.policy = a.tls, a.certs, a.authenticator, a.policy
 	if s.registerRate > 0 {
 		sec.limiter = auth.NewRateLimiter(s.registerRate, max(s.registerBurst, 1), nil)
 	}

@@ -467,8 +467,9 @@ func TestDevCertificates(t *testing.T) {
 	if id, err := auth.CertificateIdentity(leaf, auth.DefaultTrustDomain); err != nil || id != "egress-jms" {
 		t.Errorf("identity = %q, %v", id, err)
 	}
-	if _, err := auth.ServerTLSConfig(filepath.Join(dir, auth.ServerFile), filepath.Join(dir, auth.ServerKeyFile), filepath.Join(dir, auth.CAFile)); err != nil {
-		t.Errorf("ServerTLSConfig: %v", err)
+	if _, err := auth.NewServerCerts(auth.ServerCertsConfig{CertFile: filepath.Join(dir, auth.ServerFile), KeyFile: filepath.Join(dir, auth.ServerKeyFile),
+		ClientCAFile: filepath.Join(dir, auth.CAFile), Now: func() time.Time { return now }}); err != nil {
+		t.Errorf("NewServerCerts: %v", err)
 	}
 	for _, bad := range []string{"", "../x", "server", "a/b"} {
 		if _, _, err := auth.IssueInDir(dir, bad, auth.DefaultTrustDomain, now); err == nil {
