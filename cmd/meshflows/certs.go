@@ -23,6 +23,7 @@ directory next to the certificates.`,
 	var (
 		dir, identity, trustDomain string
 		hosts                      []string
+		validFor                   time.Duration
 	)
 	initCmd := &cobra.Command{
 		Use:   "init",
@@ -56,13 +57,13 @@ a part of them, or a server certificate for other hosts, is an error.`,
 		Long: `Issue a client certificate, signed by the CA of --dir, for --identity: the identity the
 registry's RBAC policy knows it by (a provider's service name, "gateway", "orchestrator"…),
 carried as the SPIFFE ID spiffe://TRUST-DOMAIN/IDENTITY and as the common name.`,
-		Example: "  meshflows certs issue --dir certs --identity egress-jms",
+		Example: "  meshflows certs issue --dir certs --identity egress-jms\n  meshflows certs issue --dir certs --identity gateway --valid-for 24h",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if identity == "" {
 				return &exitError{code: 2, err: errors.New("--identity is required: the name the RBAC policy knows this client by, e.g. --identity egress-jms")}
 			}
-			certPath, keyPath, err := auth.IssueInDir(dir, identity, trustDomain, time.Now())
+			certPath, keyPath, err := auth.IssueInDir(dir, identity, trustDomain, time.Now(), validFor)
 			if err != nil {
 				return err
 			}
@@ -73,6 +74,7 @@ carried as the SPIFFE ID spiffe://TRUST-DOMAIN/IDENTITY and as the common name.`
 	issueCmd.Flags().StringVar(&dir, "dir", "certs", "directory holding the CA")
 	issueCmd.Flags().StringVar(&identity, "identity", "", "identity to certify (the service name it registers)")
 	issueCmd.Flags().StringVar(&trustDomain, "trust-domain", auth.DefaultTrustDomain, "SPIFFE trust domain")
+	issueCmd.Flags().DurationVar(&validFor, "valid-for", 365*24*time.Hour, "how long the certificate is valid, like 24h (short-lived certificates for rotation tests)")
 	cmd.AddCommand(initCmd, issueCmd)
 	return cmd
 }

@@ -448,7 +448,7 @@ func TestDevCertificates(t *testing.T) {
 	if err := auth.InitDir(partial, now); err == nil || errors.Is(err, auth.ErrInitialized) || !strings.Contains(err.Error(), "not overwriting") {
 		t.Errorf("InitDir on a dir with a part of the files = %v, want an error naming them", err)
 	}
-	certPath, keyPath, err := auth.IssueInDir(dir, "egress-jms", auth.DefaultTrustDomain, now)
+	certPath, keyPath, err := auth.IssueInDir(dir, "egress-jms", auth.DefaultTrustDomain, now, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -472,7 +472,7 @@ func TestDevCertificates(t *testing.T) {
 		t.Errorf("NewServerCerts: %v", err)
 	}
 	for _, bad := range []string{"", "../x", "server", "a/b"} {
-		if _, _, err := auth.IssueInDir(dir, bad, auth.DefaultTrustDomain, now); err == nil {
+		if _, _, err := auth.IssueInDir(dir, bad, auth.DefaultTrustDomain, now, 0); err == nil {
 			t.Errorf("IssueInDir(%q) succeeded", bad)
 		}
 	}

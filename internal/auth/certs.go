@@ -216,8 +216,14 @@ func keptInit(dir string, now time.Time, hosts []string) error {
 }
 
 // IssueInDir issues a client certificate for identity with the CA in dir, as
-// IDENTITY.pem and IDENTITY-key.pem.
-func IssueInDir(dir, identity, trustDomain string, now time.Time) (certPath, keyPath string, err error) {
+// IDENTITY.pem and IDENTITY-key.pem, valid from an hour before now for validFor (0: a year).
+func IssueInDir(dir, identity, trustDomain string, now time.Time, validFor time.Duration) (certPath, keyPath string, err error) {
+	if validFor < 0 {
+		return "", "", fmt.Errorf("validity %s is negative", validFor)
+	}
+	if validFor == 0 {
+		validFor = 365 * 24 * time.Hour
+	}
 	if identity == "" || filepath.Base(identity) != identity || identity == "server" || identity == "ca" {
 		return "", "", fmt.Errorf("identity %q cannot name a certificate file", identity)
 	}
@@ -226,7 +232,7 @@ func IssueInDir(dir, identity, trustDomain string, now time.Time) (certPath, key
 		return "", "", err
 	}
 	leaf, err := ca.Issue(Leaf{Identity: identity, TrustDomain: trustDomain, Client: true,
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(365 * 24 * time.Hour)})
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(validFor)})
 	if err != nil {
 		return "", "", err
 	}
