@@ -120,6 +120,11 @@ func TestTheRegistryRotatesItsCertificateWithoutARestart(t *testing.T) {
 	before := failures() // a half-written pair may have been refused once during the rotation
 	write(auth.Leaf{Identity: "registry", Hosts: []string{"127.0.0.1"}, Server: true, NotBefore: now.Add(-48 * time.Hour), NotAfter: now.Add(-time.Hour)})
 	registrytest.Until(t, "the expired certificate refused and counted", func() bool { return failures() > before })
+	out, err := run(context.Background(), "status", "--registry", url, "--no-gateway", "--ca", filepath.Join(certs, "ca.pem"),
+		"--tls-cert", filepath.Join(certs, "ops.pem"), "--tls-key", filepath.Join(certs, "ops-key.pem"))
+	if !strings.Contains(out, "Certificate:  CN=registry,O=MeshFlows, serial "+rotated.String()) || !strings.Contains(out, "the registry's server certificate expires in") {
+		t.Errorf("meshflows status (%v) does not show the rotated certificate's remaining time:\n%s", err, out)
+	}
 	if s := serial(); s == nil || s.Cmp(rotated) != 0 {
 		t.Errorf("after the expired certificate a handshake got %v, want the rotated %v", s, rotated)
 	}

@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"strings"
 	"time"
@@ -137,9 +139,51 @@ type statusReport struct {
 	// Evacuations are the active and returning ones (read with an admin identity; nil
 	// without one).
 	Evacuations []apiv1.Evacuation `json:"evacuations,omitempty"`
+	// ServerCertificate is the registry's server certificate a new handshake gets (https
+	// registries only).
+	ServerCertificate *certificateStatus `json:"server_certificate,omitempty"`
 	// Verdict is healthy, degraded or unreachable (exit 0, 1, 2).
 	Verdict string   `json:"verdict"`
 	Why     []string `json:"why,omitempty"`
+}
+
+// certificateStatus is a certificate a server presented.
+type certificateStatus struct {
+	Subject     string    `json:"subject"`
+	Serial      string    `json:"serial"`
+	NotAfter    time.Time `json:"not_after"`
+	LeftSeconds int64     `json:"left_seconds"`
+}
+
+// certificateWarning is how little life left makes status degraded, as the
+// MeshFlowsCertificateExpiresSoon alert.
+const certificateWarning = 7 * 24 * time.Hour
+
+// serverCertificate returns the certificate a new TLS handshake with the https URL gets, or
+// nil for another URL (or when the handshake fails: the status request said why).
+func (r *remoteFlags) serverCertificate(rawURL string) *certificateStatus {
+	u, err := url.Parse(rawURL)
+	if err != nil || u.Scheme != "https" {
+		return nil
+	}
+	cfg, err := client.TLSConfig(r.creds.ca, r.creds.cert, r.creds.key)
+	if err != nil || cfg == nil {
+		cfg = &tls.Config{}
+	}
+	cfg = cfg.Clone()
+	cfg.ServerName = u.Hostname()
+	host := u.Host
+	if u.Port() == "" {
+		host = net.JoinHostPort(u.Hostname(), "443")
+	}
+	c, err := tls.DialWithDialer(&net.Dialer{Timeout: r.timeout}, "tcp", host, cfg)
+	if err != nil {
+		return nil
+	}
+	defer c.Close()
+	leaf := c.ConnectionState().PeerCertificates[0]
+	return &certificateStatus{Subject: leaf.Subject.String(), Serial: leaf.SerialNumber.String(), NotAfter: leaf.NotAfter.UTC(),
+		LeftSeconds: int64(time.Until(leaf.NotAfter) / time.Second)}
 }
 
 type gatewayStatus struct {
@@ -213,6 +257,11 @@ func (r *remoteFlags) status(ctx context.Context, withGateway bool) (*statusRepo
 		return rep, nil
 	}
 	rep.Reachable, rep.Health = true, h
+	if rep.ServerCertificate = r.serverCertificate(r.registries[0]); rep.ServerCertificate != nil {
+		if left := time.Duration(rep.ServerCertificate.LeftSeconds) * time.Second; left < certificateWarning {
+			rep.Verdict, rep.Why = "degraded", append(rep.Why, fmt.Sprintf("the registry's server certificate expires in %s (%s)", left.Round(time.Minute), rep.ServerCertificate.NotAfter.Format(time.RFC3339)))
+		}
+	}
 	// a selection that matches nothing: the answer is small and says whether it is complete
 	if caps, err := c.Capabilities(ctx, url.Values{"capability_id": {"none.none"}}, client.Poll{}); err == nil {
 		rep.Complete = caps.Complete
@@ -324,6 +373,10 @@ func (r *statusReport) text(w io.Writer) error {
 		} else {
 			fmt.Fprintf(&b, "Gateway:      %s: %d routes, table %s, %d s old\n", g.URL, g.Routes, g.Source, g.AgeSeconds)
 		}
+	}
+	if c := r.ServerCertificate; c != nil {
+		fmt.Fprintf(&b, "Certificate:  %s, serial %s, expires %s (in %s)\n", c.Subject, c.Serial, c.NotAfter.Format(time.RFC3339),
+			(time.Duration(c.LeftSeconds) * time.Second).Round(time.Minute))
 	}
 	fmt.Fprintf(&b, "Verdict:      %s\n", strings.ToUpper(r.Verdict))
 	for _, why := range r.Why {
