@@ -670,6 +670,12 @@ func (t *Table) Canonical() Canonical {
 	return c
 }
 
+// Conflicts returns the table's conflicts and Rejected its rejected manifests, in canonical
+// order, without the copy of every route Canonical makes.
+func (t *Table) Conflicts() []Conflict { t.gather(); return t.conflicts }
+
+func (t *Table) Rejected() []Rejected { return t.rejected }
+
 // Entries returns the routes with what serving them needs, in canonical order.
 func (t *Table) Entries() []*Entry { t.gather(); return t.entries }
 

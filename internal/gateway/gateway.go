@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -101,7 +103,6 @@ type Authorizer interface {
 // state is one derived table and what it was derived from.
 type state struct {
 	table     *routing.Table
-	canonical routing.Canonical
 	revision  int64
 	epoch     string
 	policy    string // fingerprint of the policy it was derived with
@@ -512,15 +513,11 @@ func (g *Gateway) derive() {
 	if prev == nil || prev.table != t {
 		rederived = true
 	}
-	var canonical routing.Canonical
 	if rederived {
-		canonical = t.Canonical()
 		g.tableSeq++
-	} else {
-		canonical = prev.canonical
 	}
 	inputs := fmt.Sprintf("%s/%d", r.RegistryEpoch, g.tableSeq)
-	st := &state{table: t, canonical: canonical, revision: r.Revision, epoch: r.RegistryEpoch, policy: fp, inputs: inputs,
+	st := &state{table: t, revision: r.Revision, epoch: r.RegistryEpoch, policy: fp, inputs: inputs,
 		derivedAt: g.cfg.Now(), serving: make(map[*routing.Entry]*serving, len(t.Entries())), staticOnly: staticOnly}
 	if !rederived {
 		st.derivedAt = prev.derivedAt
@@ -554,8 +551,8 @@ func (g *Gateway) derive() {
 		if rederived {
 			msg = "routing table derived"
 		}
-		attrs := []slog.Attr{slog.Int64("registry_revision", r.Revision), slog.Int("routes", len(st.canonical.Routes)),
-			slog.Int("rejected", len(st.canonical.Rejected)), slog.Int("conflicts", len(st.canonical.Conflicts)),
+		attrs := []slog.Attr{slog.Int64("registry_revision", r.Revision), slog.Int("routes", len(t.Entries())),
+			slog.Int("rejected", len(t.Rejected())), slog.Int("conflicts", len(t.Conflicts())),
 			slog.String("took", g.cfg.Now().Sub(start).String())}
 		if rows != nil { // applied incrementally: which rows changed (the first few)
 			attrs = append(attrs, slog.Int("rows_changed", len(rows)), slog.Any("rows", rowNames(rows, 5)))
@@ -581,8 +578,25 @@ func (g *Gateway) input(r *discovery.RoutesResult, policy routing.Policy) routin
 }
 
 func fingerprint(p routing.Policy) string {
-	return fmt.Sprint(p) // fmt prints maps in key order: equal policies print alike
+	// A policy is replaced whole when its file is reloaded, never changed in place: the same
+	// map is the same policy, printed once (at 10,000 services printing it was a tenth of a
+	// routes change's work).
+	id := reflect.ValueOf(p).UnsafePointer()
+	if last := lastFingerprint.Load(); last != nil && last.id == id && id != nil {
+		return last.text
+	}
+	text := fmt.Sprint(p) // fmt prints maps in key order: equal policies print alike
+	lastFingerprint.Store(&policyPrint{id: id, text: text})
+	return text
 }
+
+// policyPrint is a policy map's identity and its fingerprint.
+type policyPrint struct {
+	id   unsafe.Pointer
+	text string
+}
+
+var lastFingerprint atomic.Pointer[policyPrint]
 
 // adminRoutes is the route table of the gateway's own endpoints.
 func (g *Gateway) adminRoutes() *http.ServeMux {
@@ -696,15 +710,16 @@ func (g *Gateway) serveRoutes(w http.ResponseWriter, r *http.Request) {
 	source, age := g.source()
 	if g.cfg.Admin != nil {
 		if _, err := g.cfg.Admin.Authorize(r, auth.GatewayAdmin); err != nil {
-			httpapi.WriteJSON(w, http.StatusOK, routing.RoutesSummary{Summary: true, RouteCount: len(st.canonical.Routes), RejectedCount: len(st.canonical.Rejected),
-				ConflictCount: len(st.canonical.Conflicts), Source: string(source), AgeSeconds: int64(age / time.Second), RegistryRevision: st.revision,
+			httpapi.WriteJSON(w, http.StatusOK, routing.RoutesSummary{Summary: true, RouteCount: len(st.table.Entries()), RejectedCount: len(st.table.Rejected()),
+				ConflictCount: len(st.table.Conflicts()), Source: string(source), AgeSeconds: int64(age / time.Second), RegistryRevision: st.revision,
 				RegistryEpoch: st.epoch, DerivedAt: st.derivedAt.UTC(), FullTable: "the routes are shown to the gateway_admin permission only: " + httpapi.AsError(err).Message})
 			return
 		}
 	}
-	ans := routing.RoutesAnswer{Canonical: st.canonical, Source: string(source), AgeSeconds: int64(age / time.Second), RegistryRevision: st.revision,
+	canonical := st.table.Canonical() // made for this answer: the routes page is rare, a table change is not
+	ans := routing.RoutesAnswer{Canonical: canonical, Source: string(source), AgeSeconds: int64(age / time.Second), RegistryRevision: st.revision,
 		RegistryEpoch: st.epoch, DerivedAt: st.derivedAt.UTC(), Reasons: map[string]string{}}
-	for _, rj := range st.canonical.Rejected {
+	for _, rj := range canonical.Rejected {
 		ans.Reasons[rj.Instance] = rj.Reason
 	}
 	httpapi.WriteJSON(w, http.StatusOK, ans)
@@ -722,7 +737,7 @@ func (g *Gateway) serveInvalidate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st := g.state.Load()
-	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"registry_revision": st.revision, "routes": len(st.canonical.Routes)})
+	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"registry_revision": st.revision, "routes": len(st.table.Entries())})
 }
 
 func joinComma(ss []string) string {

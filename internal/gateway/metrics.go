@@ -83,9 +83,9 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) (*metrics, error) {
 		gauge("table_age_seconds", "Age of the routes view the table was derived from (grows while the registry is unreachable).",
 			func(*state) float64 { _, age := g.source(); return age.Seconds() }),
 		gauge("table_revision", "Registry revision the table was derived from.", func(st *state) float64 { return float64(st.revision) }),
-		gauge("table_routes", "Routes in the table.", func(st *state) float64 { return float64(len(st.canonical.Routes)) }),
-		gauge("rejected_manifests", "Manifests rejected by the last derivation.", func(st *state) float64 { return float64(len(st.canonical.Rejected)) }),
-		gauge("conflicts", "Contested (pattern, method) pairs in the table.", func(st *state) float64 { return float64(len(st.canonical.Conflicts)) }),
+		gauge("table_routes", "Routes in the table.", func(st *state) float64 { return float64(len(st.table.Entries())) }),
+		gauge("rejected_manifests", "Manifests rejected by the last derivation.", func(st *state) float64 { return float64(len(st.table.Rejected())) }),
+		gauge("conflicts", "Contested (pattern, method) pairs in the table.", func(st *state) float64 { return float64(len(st.table.Conflicts())) }),
 	}
 	for _, c := range cs {
 		if err := reg.Register(c); err != nil {

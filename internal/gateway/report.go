@@ -34,7 +34,7 @@ func (g *Gateway) reportTable(now time.Time) {
 		*rep = reported{conflicts: map[string]bool{}, rejected: map[string]bool{}, empty: map[string]time.Time{}, raised: map[string]bool{}}
 	}
 	conflicts := map[string]bool{}
-	for _, c := range st.canonical.Conflicts {
+	for _, c := range st.table.Conflicts() {
 		key := fmt.Sprintf("%s %s won by %s over %s", c.Method, c.Pattern, c.Winner, strings.Join(c.Losers, ", "))
 		conflicts[key] = true
 		if !rep.conflicts[key] {
@@ -43,7 +43,7 @@ func (g *Gateway) reportTable(now time.Time) {
 		}
 	}
 	rejected := map[string]bool{}
-	for _, rj := range st.canonical.Rejected {
+	for _, rj := range st.table.Rejected() {
 		key := rj.Instance + " " + rj.Code
 		rejected[key] = true
 		if !rep.rejected[key] {

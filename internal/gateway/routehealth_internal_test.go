@@ -75,9 +75,18 @@ func TestReportTable(t *testing.T) {
 	rep, _ := report.New(report.Config{Reporter: "gw", Send: func(_ context.Context, r *apiv1.ReportRequest) error { sent = append(sent, r); return nil }})
 	g := &Gateway{cfg: Config{ID: "gw-1", Reporter: rep}}
 	e := &routing.Entry{Route: routing.Route{Method: "POST", Pattern: "/orders", Source: "dynamic"}}
-	empty := &state{serving: map[*routing.Entry]*serving{e: {}}, canonical: routing.Canonical{
-		Conflicts: []routing.Conflict{{Pattern: "/orders", Method: "GET", Winner: "orders@2.0.0", Losers: []string{"orders@1.0.0"}}},
-		Rejected:  []routing.Rejected{{Instance: "bad-1", Service: "bad", Code: "PATH_NOT_AUTHORIZED"}}}}
+	// a table with one conflict (GET /orders won by orders@2.0.0 over orders@1.0.0) and one
+	// rejected manifest (bad-1: PATH_NOT_AUTHORIZED)
+	manifest := func(inst, svc, version string, gen int64) routing.ManifestInput {
+		return routing.ManifestInput{InstanceID: inst, Generation: gen, Endpoint: "http://" + inst + ":80", Parsed: &apiv1.Manifest{FARP: "1.0",
+			Service: apiv1.ManifestService{Name: svc, Version: version, Instance: inst}, Routes: []apiv1.ManifestRoute{{Path: "/orders", Methods: []string{"GET"}}}}}
+	}
+	table := routing.Derive(routing.Input{Policy: routing.Policy{"orders": {"/orders"}},
+		Manifests: []routing.ManifestInput{manifest("o-1", "orders", "1.0.0", 1), manifest("o-2", "orders", "2.0.0", 2), manifest("bad-1", "bad", "1.0.0", 3)}})
+	if len(table.Conflicts()) != 1 || len(table.Rejected()) != 1 {
+		t.Fatalf("the table has %+v and %+v", table.Conflicts(), table.Rejected())
+	}
+	empty := &state{serving: map[*routing.Entry]*serving{e: {}}, table: table}
 	g.state.Store(empty)
 	t0 := time.Date(2026, 11, 30, 10, 0, 0, 0, time.UTC)
 	flush := func() (events []string, conds []string) {
@@ -106,7 +115,7 @@ func TestReportTable(t *testing.T) {
 		{"nothing new before a minute", 30 * time.Second, empty, nil, nil},
 		{"a minute without upstream", 61 * time.Second, empty, []string{"route.no_upstream POST /orders"}, []string{"route POST /orders true"}},
 		{"reported once", 90 * time.Second, empty, nil, nil},
-		{"serving again clears it", 120 * time.Second, &state{serving: map[*routing.Entry]*serving{e: {upstreams: []upstream{{}}}}}, nil, []string{"route POST /orders false"}},
+		{"serving again clears it", 120 * time.Second, &state{serving: map[*routing.Entry]*serving{e: {upstreams: []upstream{{}}}}, table: table}, nil, []string{"route POST /orders false"}},
 	}
 	for _, s := range steps {
 		t.Run(s.name, func(t *testing.T) {
