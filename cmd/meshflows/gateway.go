@@ -157,7 +157,7 @@ func startGateway(ctx context.Context, g *errgroup.Group, f *gatewayFlags, ln ne
 	default:
 		logger.Warn("no --policy or --rbac: services may claim no path; only static routes are served")
 	}
-	httpClient, err := f.creds.httpClient()
+	httpClient, err := f.creds.watchedClient(ctx, g, f.security.tlsReload, sa.certMetrics, logger)
 	if err != nil {
 		return err
 	}

@@ -144,7 +144,7 @@ func startOrchestrator(ctx context.Context, g *errgroup.Group, f *orchestratorFl
 	if guard != nil {
 		authz = guard
 	}
-	httpClient, err := f.creds.httpClient()
+	httpClient, err := f.creds.watchedClient(ctx, g, f.security.tlsReload, sa.certMetrics, logger)
 	if err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/meshflows/meshflows/examples/providers/jms"
 	"github.com/meshflows/meshflows/examples/providers/messaging"
 	"github.com/meshflows/meshflows/examples/providers/rabbitmq"
+	"github.com/meshflows/meshflows/internal/auth"
 	"github.com/meshflows/meshflows/internal/telemetry"
 	"github.com/meshflows/meshflows/provider"
 )
@@ -26,7 +27,7 @@ func newExampleProviderCmd() *cobra.Command {
 	var (
 		kind, listen, advertise, zone string
 		registries                    []string
-		heartbeat                     time.Duration
+		heartbeat, tlsReload          time.Duration
 		logCfg                        telemetry.LogConfig
 		creds                         clientCreds
 		faults                        messaging.Faults
@@ -49,12 +50,13 @@ meshflows_example_provider_injected_faults_total counts the injected errors.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runComponent(cmd, logCfg, listen, func(ctx context.Context, g *errgroup.Group, ln net.Listener, logger *slog.Logger) error {
-				httpClient, err := creds.httpClient()
+				certs := auth.NewCertMetrics("provider")
+				httpClient, err := creds.watchedClient(ctx, g, tlsReload, certs, logger)
 				if err != nil {
 					return err
 				}
 				return startExampleProvider(ctx, g, exampleProviderOptions{kind: kind, advertise: advertise, zone: zone,
-					registries: registries, heartbeat: heartbeat, client: httpClient, token: creds.token, faults: faults}, ln, logger)
+					registries: registries, heartbeat: heartbeat, client: httpClient, token: creds.token, faults: faults, certs: certs}, ln, logger)
 			})
 		},
 	}
@@ -70,6 +72,7 @@ meshflows_example_provider_injected_faults_total counts the injected errors.`,
 	f.DurationVar(&faults.Latency, "latency", 0, "delay added to every publish (a drill's slow instance)")
 	bindLogFlags(f, &logCfg, "json")
 	creds.bind(f)
+	f.DurationVar(&tlsReload, "tls-reload-interval", client.DefaultTLSReloadInterval, "how often --ca, --tls-cert and --tls-key are read again: a rotated set is used by new connections, an invalid one is refused and logged")
 	return cmd
 }
 
@@ -116,13 +119,17 @@ func (c *clientCreds) bearer() (string, error) {
 // bindRegistry adds the flags under names that leave --tls-cert and --tls-key to a server's
 // own certificate (the gateway and the orchestrator serve with one and call the registry
 // with these).
-func (c *clientCreds) bindRegistry(f *pflag.FlagSet) {
-	f.StringVar(&c.ca, "registry-ca", "", "CA bundle the registry's certificate must chain to (https registries)")
-	f.StringVar(&c.cert, "registry-cert", "", "client certificate with which this server authenticates to the registry (mTLS)")
-	f.StringVar(&c.key, "registry-key", "", "key of --registry-cert")
-	f.StringVar(&c.token, "registry-token", "", "bearer token to send to the registry instead of a client certificate")
-	f.StringVar(&c.tokenFile, "registry-token-file", "", "file holding the bearer token for the registry")
-	c.bindEnv(f, "registry-ca", "registry-cert", "registry-key", "registry-token", "registry-token-file")
+func (c *clientCreds) bindRegistry(f *pflag.FlagSet) { c.bindPrefixed(f, "registry", "the registry") }
+
+// bindPrefixed adds the flags as --PREFIX-ca, --PREFIX-cert, --PREFIX-key, --PREFIX-token and
+// --PREFIX-token-file, for a server that calls whom with them.
+func (c *clientCreds) bindPrefixed(f *pflag.FlagSet, prefix, whom string) {
+	f.StringVar(&c.ca, prefix+"-ca", "", "CA bundle the certificates of "+whom+" must chain to (https URLs)")
+	f.StringVar(&c.cert, prefix+"-cert", "", "client certificate with which this server authenticates to "+whom+" (mTLS)")
+	f.StringVar(&c.key, prefix+"-key", "", "key of --"+prefix+"-cert")
+	f.StringVar(&c.token, prefix+"-token", "", "bearer token to send to "+whom+" instead of a client certificate")
+	f.StringVar(&c.tokenFile, prefix+"-token-file", "", "file holding the bearer token for "+whom)
+	c.bindEnv(f, prefix+"-ca", prefix+"-cert", prefix+"-key", prefix+"-token", prefix+"-token-file")
 }
 
 // httpClient returns a client for the credentials (a plain one when none are given); it
@@ -143,6 +150,30 @@ func (c *clientCreds) httpClient() (*http.Client, error) {
 	return client.HTTPClient(tlsCfg), nil
 }
 
+// watchedClient is httpClient for a long-running program: the CA bundle and the client
+// certificate are read again every interval in g (a rotated set is used by new connections,
+// idle ones are closed; a bad one is refused and logged), and certs, when not nil, exports
+// their expiry.
+func (c *clientCreds) watchedClient(ctx context.Context, g *errgroup.Group, interval time.Duration, certs *auth.CertMetrics, logger *slog.Logger) (*http.Client, error) {
+	tok, err := c.bearer()
+	if err != nil {
+		return nil, err
+	}
+	c.token = tok
+	if c.ca == "" && c.cert == "" && c.key == "" {
+		return client.HTTPClient(nil), nil
+	}
+	files, err := client.NewTLSFiles(client.TLSFilesConfig{CAFile: c.ca, CertFile: c.cert, KeyFile: c.key, Logger: logger})
+	if err != nil {
+		return nil, err
+	}
+	if certs != nil {
+		certs.Add(files)
+	}
+	g.Go(func() error { return files.Run(ctx, interval) })
+	return files.HTTPClient(), nil
+}
+
 type exampleProviderOptions struct {
 	kind, advertise, zone string
 	registries            []string
@@ -150,6 +181,7 @@ type exampleProviderOptions struct {
 	client                *http.Client // nil: a plain client
 	token                 string
 	faults                messaging.Faults
+	certs                 *auth.CertMetrics // the certificates' expiry on the provider's /metrics; nil: none
 }
 
 // startExampleProvider builds an example provider on ln and runs it in g until ctx ends.
@@ -176,6 +208,11 @@ func startExampleProvider(ctx context.Context, g *errgroup.Group, o exampleProvi
 			return fmt.Errorf("--error-rate, --latency: %w", err)
 		}
 		logger.Warn("example provider injects faults", slog.Float64("error_rate", o.faults.ErrorRate), slog.Duration("latency", o.faults.Latency))
+	}
+	if o.certs != nil {
+		if err := p.Metrics().Register(o.certs); err != nil {
+			return err
+		}
 	}
 	agentCfg := provider.Config{Registries: o.registries, HeartbeatInterval: o.heartbeat, Client: o.client, BearerToken: o.token,
 		Logger: logger.With(slog.String("provider", o.kind))}

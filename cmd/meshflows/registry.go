@@ -199,8 +199,8 @@ func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln 
 			" can register, heartbeat and deregister any instance. Never use --insecure outside development.")
 	}
 	promReg := telemetry.NewRegistry()
-	if sec.certs != nil {
-		if err := promReg.Register(sec.certs); err != nil {
+	if sec.certMetrics != nil {
+		if err := promReg.Register(sec.certMetrics); err != nil {
 			return err
 		}
 	}

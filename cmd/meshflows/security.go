@@ -28,6 +28,7 @@ import (
 type security struct {
 	tls           *tls.Config
 	certs         *auth.ServerCerts
+	certMetrics   *auth.CertMetrics // nil in open mode
 	authenticator *auth.Authenticator
 	policy        *auth.PolicyFile
 	limiter       *auth.RateLimiter
@@ -78,19 +79,18 @@ func (s *serverAuthFlags) bind(fs *pflag.FlagSet, rbacUsage string) {
 
 // serverAuth is what a server's flags made of authentication: all nil in open mode.
 type serverAuth struct {
-	tls           *tls.Config
-	certs         *auth.ServerCerts // what tls serves, reloaded from the files
+	tls   *tls.Config
+	certs *auth.ServerCerts // what tls serves, reloaded from the files
+	// certMetrics exports the expiry of every certificate the server holds: its own and
+	// those of its registry client (clientCreds.watchedClient adds them). Never nil.
+	certMetrics   *auth.CertMetrics
 	authenticator *auth.Authenticator
 	policy        *auth.PolicyFile
 }
 
-// register adds the certificates' metrics (expiry, refused reloads) to reg, when there are
-// certificates.
+// register adds the certificates' metrics (expiry, refused reloads) to reg.
 func (a *serverAuth) register(reg prometheus.Registerer) error {
-	if a == nil || a.certs == nil {
-		return nil
-	}
-	return reg.Register(a.certs)
+	return reg.Register(a.certMetrics)
 }
 
 // serve returns the listener to serve on — ln in TLS when the server authenticates — and
@@ -109,7 +109,7 @@ func (a *serverAuth) serve(ln net.Listener, component, exposed string, logger *s
 // reload in g. Open mode needs insecure (--insecure); TLS needs an RBAC file and a way to
 // authenticate. component names the server in errors and logs.
 func buildServerAuth(ctx context.Context, g *errgroup.Group, component string, s serverAuthFlags, insecure bool, logger *slog.Logger) (*serverAuth, error) {
-	var a serverAuth
+	a := serverAuth{certMetrics: auth.NewCertMetrics(component)}
 	tlsOn := s.tlsCert != "" || s.tlsKey != ""
 	switch {
 	case insecure && tlsOn:
@@ -125,13 +125,33 @@ func buildServerAuth(ctx context.Context, g *errgroup.Group, component string, s
 		return nil, errors.New("give --client-ca (client certificates) and/or --jwt-keys (bearer tokens): otherwise nobody can authenticate")
 	}
 	var err error
-	if a.certs, err = auth.NewServerCerts(auth.ServerCertsConfig{CertFile: s.tlsCert, KeyFile: s.tlsKey, ClientCAFile: s.clientCA, Component: component, Logger: logger}); err != nil {
-		return nil, fmt.Errorf("server certificate: %w", err)
+	if a.certs, err = startServerCerts(ctx, g, component, s, logger); err != nil {
+		return nil, err
 	}
 	a.tls = a.certs.TLSConfig()
+	a.certMetrics.Add(a.certs)
+	if a.authenticator, a.policy, err = buildIdentities(ctx, g, s, logger); err != nil {
+		return nil, err
+	}
+	return &a, nil
+}
+
+// startServerCerts loads the server certificate of s and reloads it in g every
+// --tls-reload-interval and on SIGHUP.
+func startServerCerts(ctx context.Context, g *errgroup.Group, component string, s serverAuthFlags, logger *slog.Logger) (*auth.ServerCerts, error) {
+	certs, err := auth.NewServerCerts(auth.ServerCertsConfig{CertFile: s.tlsCert, KeyFile: s.tlsKey, ClientCAFile: s.clientCA, Component: component, Logger: logger})
+	if err != nil {
+		return nil, fmt.Errorf("server certificate: %w", err)
+	}
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
-	g.Go(func() error { defer signal.Stop(hup); return a.certs.Run(ctx, s.tlsReload, hup) })
+	g.Go(func() error { defer signal.Stop(hup); return certs.Run(ctx, s.tlsReload, hup) })
+	return certs, nil
+}
+
+// buildIdentities makes the authenticator of s (client certificates of --trust-domain,
+// bearer tokens of --jwt-keys) and loads --rbac, reloaded in g.
+func buildIdentities(ctx context.Context, g *errgroup.Group, s serverAuthFlags, logger *slog.Logger) (*auth.Authenticator, *auth.PolicyFile, error) {
 	domain := s.trustDomain
 	if domain == "any" {
 		domain = ""
@@ -139,17 +159,19 @@ func buildServerAuth(ctx context.Context, g *errgroup.Group, component string, s
 	} else if s.clientCA != "" {
 		logger.Info("client certificates: SPIFFE IDs accepted only in trust domain "+domain, slog.String("trust_domain", domain))
 	}
-	a.authenticator = &auth.Authenticator{TrustDomain: domain}
+	authn := &auth.Authenticator{TrustDomain: domain}
+	var err error
 	if s.jwtKeys != "" {
-		if a.authenticator.JWT, err = auth.NewJWTVerifier(auth.JWTConfig{KeysFile: s.jwtKeys, Audience: s.jwtAudience, Issuer: s.jwtIssuer}); err != nil {
-			return nil, err
+		if authn.JWT, err = auth.NewJWTVerifier(auth.JWTConfig{KeysFile: s.jwtKeys, Audience: s.jwtAudience, Issuer: s.jwtIssuer}); err != nil {
+			return nil, nil, err
 		}
 	}
-	if a.policy, err = auth.LoadPolicyFile(s.rbac, logger); err != nil {
-		return nil, err
+	policy, err := auth.LoadPolicyFile(s.rbac, logger)
+	if err != nil {
+		return nil, nil, err
 	}
-	g.Go(func() error { return a.policy.Run(ctx, s.rbacReload) })
-	return &a, nil
+	g.Go(func() error { return policy.Run(ctx, s.rbacReload) })
+	return authn, policy, nil
 }
 
 // buildSecurity turns the registry's flags into a security setup and starts its loops
@@ -186,6 +208,7 @@ func buildSecurity(ctx context.Context, g *errgroup.Group, f *registryFlags, log
 		return &sec, nil
 	}
 	sec.tls, sec.certs, sec.authenticator, sec.policy = a.tls, a.certs, a.authenticator, a.policy
+	sec.certMetrics = a.certMetrics
 	if s.registerRate > 0 {
 		sec.limiter = auth.NewRateLimiter(s.registerRate, max(s.registerBurst, 1), nil)
 	}

@@ -14,7 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/meshflows/meshflows/client"
 )
 
 // DefaultTLSReloadInterval is how often a server looks at its certificate files.
@@ -26,15 +26,12 @@ const DefaultTLSReloadInterval = 10 * time.Second
 // does not parse, whose key is not its certificate's, whose certificate has expired, or whose
 // CA bundle does not hold the issuer of the server's certificate (which would lock every
 // client out when they share a CA) is refused: the set in force stays, an ERROR log names the
-// file and why, and meshflows_certificate_reload_failures_total counts it. It is a Prometheus
-// collector of meshflows_certificate_expiry_timestamp_seconds for what it holds.
+// file and why, and CertMetrics counts it.
 type ServerCerts struct {
 	cfg       ServerCertsConfig
 	cur       atomic.Pointer[certSet]
 	failures  atomic.Int64
-	mu        sync.Mutex // one reload at a time
-	expiry    *prometheus.Desc
-	failed    *prometheus.Desc
+	mu        sync.Mutex           // one reload at a time
 	lastWarns map[string]time.Time // subject -> the last lifetime warning (once a day)
 	refused   string               // the files of the last refusal, which is not said again
 }
@@ -73,11 +70,7 @@ func NewServerCerts(cfg ServerCertsConfig) (*ServerCerts, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	s := &ServerCerts{cfg: cfg, lastWarns: map[string]time.Time{},
-		expiry: prometheus.NewDesc("meshflows_certificate_expiry_timestamp_seconds", "When a certificate the component has loaded expires (Unix seconds), by role (server, ca) and subject.",
-			[]string{"component", "role", "subject"}, nil),
-		failed: prometheus.NewDesc("meshflows_certificate_reload_failures_total", "Certificate, key or CA files that changed and were refused (the set in force stays).",
-			[]string{"component"}, nil)}
+	s := &ServerCerts{cfg: cfg, lastWarns: map[string]time.Time{}}
 	set, err := s.load(nil)
 	if err != nil {
 		return nil, err
@@ -251,28 +244,18 @@ func (s *ServerCerts) warnLifetime(set *certSet) {
 	}
 }
 
-// Describe and Collect make ServerCerts a Prometheus collector.
-func (s *ServerCerts) Describe(ch chan<- *prometheus.Desc) {
-	ch <- s.expiry
-	ch <- s.failed
+// Certificates lists what is in force: the server certificate, then the CA bundle's.
+func (s *ServerCerts) Certificates() []client.Certificate {
+	set := s.cur.Load()
+	out := []client.Certificate{{Role: "server", Subject: set.leaf.Subject.String(), NotBefore: set.leaf.NotBefore, NotAfter: set.leaf.NotAfter}}
+	for _, c := range set.cas {
+		out = append(out, client.Certificate{Role: "ca", Subject: c.Subject.String(), NotBefore: c.NotBefore, NotAfter: c.NotAfter})
+	}
+	return out
 }
 
-func (s *ServerCerts) Collect(ch chan<- prometheus.Metric) {
-	set := s.cur.Load()
-	ch <- prometheus.MustNewConstMetric(s.expiry, prometheus.GaugeValue, float64(set.leaf.NotAfter.Unix()), s.cfg.Component, "server", set.leaf.Subject.String())
-	// CAs of one subject (an old and a new one of a rotation, side by side in the bundle) are
-	// one series: the latest expiry, the one that will still be there
-	latest := map[string]time.Time{}
-	for _, c := range set.cas {
-		if k := c.Subject.String(); c.NotAfter.After(latest[k]) {
-			latest[k] = c.NotAfter
-		}
-	}
-	for subject, at := range latest {
-		ch <- prometheus.MustNewConstMetric(s.expiry, prometheus.GaugeValue, float64(at.Unix()), s.cfg.Component, "ca", subject)
-	}
-	ch <- prometheus.MustNewConstMetric(s.failed, prometheus.CounterValue, float64(s.failures.Load()), s.cfg.Component)
-}
+// ReloadFailures counts the changed sets refused.
+func (s *ServerCerts) ReloadFailures() int64 { return s.failures.Load() }
 
 // nextCert returns the first certificate of the PEM data and what follows it; nil at the end.
 // Blocks that are not certificates are skipped.

@@ -105,7 +105,7 @@ func TestServerCertificatesRotate(t *testing.T) {
 	if ok, err := r.certs.Reload(); !ok || err != nil {
 		t.Fatalf("a CA rotation with an overlap bundle was refused: %v %v", ok, err)
 	}
-	if n := testutil.CollectAndCount(r.certs, "meshflows_certificate_expiry_timestamp_seconds"); n != 2 {
+	if n := testutil.CollectAndCount(NewCertMetrics("registry", r.certs), "meshflows_certificate_expiry_timestamp_seconds"); n != 2 {
 		t.Errorf("expiry series = %d, want the server's and the CAs' (one subject)", n)
 	}
 }
@@ -182,7 +182,7 @@ func TestBadCertificateFilesAreRefused(t *testing.T) {
 			if ok, err := r.certs.Reload(); ok || err != nil { // the same bad files: said once
 				t.Errorf("the same refused files again: %v, %v", ok, err)
 			}
-			if n := failures(t, r.certs); n != 1 {
+			if n := failures(t, NewCertMetrics("registry", r.certs)); n != 1 {
 				t.Errorf("failures = %v, want 1", n)
 			}
 			if n := strings.Count(r.logs.String(), "level=ERROR"); n != 1 {
