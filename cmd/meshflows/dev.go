@@ -132,7 +132,7 @@ Stop with Ctrl-C: the providers deregister and the components stop in order.`,
 				return errors.Join(err, stopAll(), logOut.Flush())
 			}
 			xdsAddr := fmt.Sprintf("127.0.0.1:%d", basePort+devXDSOffset)
-			xdsFl := xdsFlags{registries: []string{regURL}, maxStale: discovery.DefaultStaleAllowance, policy: gwFlags.policy}
+			xdsFl := xdsFlags{insecure: true, registries: []string{regURL}, maxStale: discovery.DefaultStaleAllowance, policy: gwFlags.policy}
 			if err := startXDS(regCtx, gReg, &xdsFl, lns[devXDSOffset], logger); err != nil {
 				return errors.Join(err, stopAll(), logOut.Flush())
 			}

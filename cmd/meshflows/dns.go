@@ -11,7 +11,9 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/meshflows/meshflows/client"
 	"github.com/meshflows/meshflows/discovery"
+	"github.com/meshflows/meshflows/internal/auth"
 	"github.com/meshflows/meshflows/internal/nameserver"
 	"github.com/meshflows/meshflows/internal/telemetry"
 )
@@ -25,7 +27,10 @@ type dnsFlags struct {
 	maxStale   time.Duration
 	metrics    string
 	creds      clientCreds
-	log        telemetry.LogConfig
+	tlsReload  time.Duration
+	// allowRemote lets --listen be an address other hosts reach (DNS has no identities).
+	allowRemote bool
+	log         telemetry.LogConfig
 }
 
 func newDNSCmd() *cobra.Command {
@@ -51,6 +56,9 @@ meshflows_dns_answer_source{source}) are served on --metrics-listen when given.`
   dig @127.0.0.1 -p 8600 SRV messaging.publish.cap.meshflows. +short`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := loopbackOnly(f.listen, f.allowRemote); err != nil {
+				return err
+			}
 			return runComponent(cmd, f.log, f.listen, func(ctx context.Context, g *errgroup.Group, ln net.Listener, logger *slog.Logger) error {
 				var mln net.Listener
 				if f.metrics != "" {
@@ -72,9 +80,27 @@ meshflows_dns_answer_source{source}) are served on --metrics-listen when given.`
 	fl.DurationVar(&f.ttl, "ttl", nameserver.DefaultTTL, "TTL of answers (never longer than what is left of --max-stale)")
 	fl.StringVar(&f.metrics, "metrics-listen", "", "address to serve /metrics on over HTTP (default: none)")
 	fl.DurationVar(&f.maxStale, "max-stale", discovery.DefaultStaleAllowance, "how long the last-known-good view is answered while the registry is away")
+	fl.BoolVar(&f.allowRemote, "allow-remote", false, "allow a --listen address other hosts reach: DNS has no identities, so anyone who reaches it reads every name; keep it cluster-private (a NetworkPolicy, a firewall)")
 	f.creds.bindRegistry(fl)
+	fl.DurationVar(&f.tlsReload, "tls-reload-interval", client.DefaultTLSReloadInterval, "how often --registry-ca, --registry-cert and --registry-key are read again (a rotated set is used by new connections)")
 	bindLogFlags(fl, &f.log, "json")
 	return cmd
+}
+
+// loopbackOnly refuses a listen address that is not a loopback one unless allowRemote:
+// a server without identities answers anyone who reaches it.
+func loopbackOnly(listen string, allowRemote bool) error {
+	if allowRemote {
+		return nil
+	}
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return fmt.Errorf("--listen %q: %w", listen, err)
+	}
+	if ip := net.ParseIP(host); host == "localhost" || (ip != nil && ip.IsLoopback()) {
+		return nil
+	}
+	return fmt.Errorf("--listen %s is reachable from other hosts and DNS authenticates nobody: pass --allow-remote to serve it there, and keep it cluster-private (a NetworkPolicy or a firewall)", listen)
 }
 
 // startDNS serves DNS on ln's address (TCP on ln, UDP on the same port) and, when mln is not
@@ -84,12 +110,14 @@ func startDNS(ctx context.Context, g *errgroup.Group, f *dnsFlags, ln, mln net.L
 	if err != nil {
 		return fmt.Errorf("dns: udp %s: %w", ln.Addr(), err)
 	}
-	httpClient, err := f.creds.httpClient()
+	promReg := telemetry.NewRegistry()
+	certs := auth.NewCertMetrics("dns")
+	promReg.MustRegister(certs)
+	httpClient, err := f.creds.watchedClient(ctx, g, f.tlsReload, certs, logger)
 	if err != nil {
 		pc.Close()
 		return err
 	}
-	promReg := telemetry.NewRegistry()
 	disc, err := discovery.New(discovery.Config{Registries: f.registries, Consumer: "dns", Client: httpClient, BearerToken: f.creds.token,
 		StaleAllowance: f.maxStale, Logger: logger, Registerer: promReg})
 	if err != nil {

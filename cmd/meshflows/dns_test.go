@@ -49,3 +49,24 @@ func TestDNSAgainstDev(t *testing.T) {
 		t.Errorf("dig TXT: %v\n%s", err, out)
 	}
 }
+
+// TestDNSRefusesARemoteListenWithoutAllowRemote: DNS has no identities, so an address other
+// hosts reach needs --allow-remote; loopback ones do not.
+func TestDNSRefusesARemoteListenWithoutAllowRemote(t *testing.T) {
+	for _, c := range []struct {
+		listen string
+		allow  bool
+		ok     bool
+	}{
+		{"127.0.0.1:8600", false, true}, {"[::1]:8600", false, true}, {"localhost:8600", false, true},
+		{"0.0.0.0:8600", false, false}, {":8600", false, false}, {"10.1.2.3:53", false, false}, {"0.0.0.0:8600", true, true},
+	} {
+		if err := loopbackOnly(c.listen, c.allow); (err == nil) != c.ok {
+			t.Errorf("loopbackOnly(%q, %v) = %v, want ok %v", c.listen, c.allow, err, c.ok)
+		}
+	}
+	out, err := run(context.Background(), "dns", "--listen", "0.0.0.0:0")
+	if err == nil || !strings.Contains(err.Error(), "--allow-remote") {
+		t.Errorf("meshflows dns --listen 0.0.0.0:0: %v\n%s", err, out)
+	}
+}

@@ -2,14 +2,23 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"time"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 
 	"github.com/meshflows/meshflows/discovery"
+	"github.com/meshflows/meshflows/internal/auth"
 	"github.com/meshflows/meshflows/internal/telemetry"
 	"github.com/meshflows/meshflows/internal/xds"
 	"github.com/meshflows/meshflows/routing"
@@ -24,8 +33,11 @@ type xdsFlags struct {
 	policyFile string
 	policy     routing.Policy // set directly by meshflows dev
 	creds      clientCreds
+	security   serverAuthFlags
+	insecure   bool
 	log        telemetry.LogConfig
 	debug      string
+	metrics    string
 	// maxResponse is --max-response-bytes.
 	maxResponse int
 }
@@ -51,8 +63,16 @@ with xds:/// targets. Resources (docs/reference/xds.md):
                         Envoy that replaces the gateway
 
 Every client gets the same resources, whatever its node id; a change of the view re-sends
-only the resources that changed. The last view keeps being served while the registry is away.`,
-		Example: `  meshflows xds --listen 127.0.0.1:18000 --registry http://127.0.0.1:7400
+only the resources that changed. The last view keeps being served while the registry is away.
+
+The resources are the whole fleet's, so the server refuses to run open: give it its server
+certificate (--tls-cert, --tls-key), how clients authenticate (--client-ca for client
+certificates, --jwt-keys for bearer tokens in the authorization metadata) and --rbac, whose
+roles with "xds: true" (or admin) may subscribe; or --insecure (development only).`,
+		Example: `  meshflows xds --listen 127.0.0.1:18000 --registry https://127.0.0.1:7400 --registry-ca certs/ca.pem \
+    --registry-cert certs/xds.pem --registry-key certs/xds-key.pem \
+    --tls-cert certs/server.pem --tls-key certs/server-key.pem --client-ca certs/ca.pem --rbac rbac.yaml
+  meshflows xds --listen 127.0.0.1:18000 --registry http://127.0.0.1:7400 --insecure
   GRPC_XDS_BOOTSTRAP=bootstrap.json ./my-grpc-client   # target xds:///messaging.publish`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -62,7 +82,7 @@ only the resources that changed. The last view keeps being served while the regi
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.listen, "listen", "127.0.0.1:18000", "address the ADS server listens on (gRPC, plaintext)")
+	fl.StringVar(&f.listen, "listen", "127.0.0.1:18000", "address the ADS server listens on (gRPC; TLS with --tls-cert)")
 	fl.StringSliceVar(&f.registries, "registry", []string{"http://127.0.0.1:7400"}, "registry base URL; repeat or comma-separate for failover")
 	bindEnv(fl, "registry", "MESHFLOWS_REGISTRY")
 	fl.StringVar(&f.routesFile, "routes", "", "static routes file (YAML): routes: [{path, methods, upstream}] (as the gateway's)")
@@ -71,19 +91,30 @@ only the resources that changed. The last view keeps being served while the regi
 	fl.IntVar(&f.maxResponse, "max-response-bytes", xds.DefaultMaxResponseBytes, "largest EDS or RDS response: more endpoints go out over several responses, each acknowledged before the next (the default is gRPC's default receive limit; a client that raises its own may take a larger bound)")
 	fl.StringVar(&f.debug, "debug-listen", "", "serve Go profiling (/debug/pprof/) on this address, e.g. 127.0.0.1:6062 (off by default)")
 	bindEnv(fl, "debug-listen", "MESHFLOWS_XDS_DEBUG_LISTEN")
+	fl.StringVar(&f.metrics, "metrics-listen", "", "address to serve /metrics on over HTTP (the discovery client's and the certificates' series; default: none)")
 	f.creds.bindRegistry(fl)
+	f.security.bind(fl, "RBAC policy file: identities with a role granting xds: true (or admin) may subscribe")
+	fl.BoolVar(&f.insecure, "insecure", false, "serve plaintext gRPC to anyone who reaches --listen (development only)")
 	bindLogFlags(fl, &f.log, "json")
 	return cmd
 }
 
 // startXDS serves ADS on ln in g.
 func startXDS(ctx context.Context, g *errgroup.Group, f *xdsFlags, ln net.Listener, logger *slog.Logger) error {
-	httpClient, err := f.creds.httpClient()
+	sa, err := buildServerAuth(ctx, g, "xds", f.security, f.insecure, logger)
+	if err != nil {
+		return err
+	}
+	promReg := telemetry.NewRegistry()
+	if err := sa.register(promReg); err != nil {
+		return err
+	}
+	httpClient, err := f.creds.watchedClient(ctx, g, f.security.tlsReload, sa.certMetrics, logger)
 	if err != nil {
 		return err
 	}
 	disc, err := discovery.New(discovery.Config{Registries: f.registries, Consumer: "xds", Client: httpClient, BearerToken: f.creds.token,
-		StaleAllowance: f.maxStale, Logger: logger})
+		StaleAllowance: f.maxStale, Logger: logger, Registerer: promReg})
 	if err != nil {
 		return err
 	}
@@ -97,14 +128,63 @@ func startXDS(ctx context.Context, g *errgroup.Group, f *xdsFlags, ln net.Listen
 			return err
 		}
 	}
-	srv, err := xds.New(xds.Config{Discovery: disc, Logger: logger, Static: static, Policy: policy, MaxResponseBytes: f.maxResponse})
+	cfg := xds.Config{Discovery: disc, Logger: logger, Static: static, Policy: policy, MaxResponseBytes: f.maxResponse}
+	if sa.authenticator == nil {
+		logger.Warn("INSECURE: the xDS server runs without authentication over plaintext gRPC; anyone who reaches " + ln.Addr().String() +
+			" reads every cluster, listener, route and endpoint. Never use --insecure outside development.")
+	} else {
+		guard := auth.NewGuard(sa.authenticator, sa.policy)
+		cfg.TLS, cfg.Authorize = sa.tls, func(ctx context.Context) error { return authorizeStream(ctx, guard, logger) }
+	}
+	srv, err := xds.New(cfg)
 	if err != nil {
 		return err
 	}
 	if err := serveDebug(ctx, g, f.debug); err != nil {
 		return err
 	}
-	logger.Info("xds listening", slog.String("addr", ln.Addr().String()))
+	if f.metrics != "" {
+		mln, err := net.Listen("tcp", f.metrics)
+		if err != nil {
+			return fmt.Errorf("--metrics-listen: %w", err)
+		}
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", promHandler(promReg))
+		g.Go(func() error {
+			return serveUntil(ctx, &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}, mln)
+		})
+	}
+	logger.Info("xds listening", slog.String("addr", ln.Addr().String()), slog.Bool("tls", cfg.TLS != nil))
 	g.Go(func() error { return srv.Run(ctx, ln) })
+	return nil
+}
+
+// authorizeStream lets a stream through when its caller — the verified client certificate of
+// its connection, else the bearer token of its authorization metadata — may subscribe (xds).
+func authorizeStream(ctx context.Context, guard *auth.Guard, logger *slog.Logger) error {
+	var state *tls.ConnectionState
+	addr := ""
+	if p, ok := peer.FromContext(ctx); ok {
+		addr = p.Addr.String()
+		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
+			state = &ti.State
+		}
+	}
+	var authz string
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		if v := md.Get("authorization"); len(v) > 0 {
+			authz = v[0]
+		}
+	}
+	identity, err := guard.AuthorizeConn(state, authz, auth.XDS)
+	if err != nil {
+		code := codes.PermissionDenied
+		if identity == "" {
+			code = codes.Unauthenticated
+		}
+		logger.Warn("xds stream refused", slog.String("peer", addr), slog.String("identity", identity), slog.Any("error", err))
+		return status.Error(code, err.Error())
+	}
+	logger.Info("xds stream admitted", slog.String("peer", addr), slog.String("identity", identity))
 	return nil
 }

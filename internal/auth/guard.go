@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"crypto/tls"
 	"net/http"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
@@ -24,7 +25,13 @@ func NewGuard(authn *Authenticator, policy *PolicyFile) *Guard {
 // WorkflowsWrite, WorkflowsRun, GatewayAdmin); otherwise a 401 *apiv1.Error (no acceptable
 // credential) or a 403 one (an identity without that permission).
 func (g *Guard) Authorize(r *http.Request, perm string) (string, error) {
-	identity, err := g.authn.Identify(r)
+	return g.AuthorizeConn(r.TLS, r.Header.Get("Authorization"), perm)
+}
+
+// AuthorizeConn is Authorize from a connection's TLS state and Authorization value (a gRPC
+// stream's peer and metadata).
+func (g *Guard) AuthorizeConn(state *tls.ConnectionState, authorization, perm string) (string, error) {
+	identity, err := g.authn.IdentifyConn(state, authorization)
 	if err != nil {
 		return "", apiv1.Errorf(http.StatusUnauthorized, apiv1.CodeUnauthenticated, "%v", err)
 	}

@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -46,10 +47,15 @@ type Authenticator struct {
 // Identify returns the caller's identity, or an error wrapping ErrUnauthenticated. A
 // verified client certificate wins over a token.
 func (a *Authenticator) Identify(r *http.Request) (string, error) {
-	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.PeerCertificates) > 0 {
-		return CertificateIdentity(r.TLS.PeerCertificates[0], a.TrustDomain)
+	return a.IdentifyConn(r.TLS, r.Header.Get("Authorization"))
+}
+
+// IdentifyConn is Identify from a connection's TLS state (nil: plaintext) and the value of
+// its Authorization header (or gRPC metadata).
+func (a *Authenticator) IdentifyConn(state *tls.ConnectionState, h string) (string, error) {
+	if state != nil && len(state.VerifiedChains) > 0 && len(state.PeerCertificates) > 0 {
+		return CertificateIdentity(state.PeerCertificates[0], a.TrustDomain)
 	}
-	h := r.Header.Get("Authorization")
 	if h == "" {
 		return "", fmt.Errorf("%w: no client certificate and no bearer token", ErrUnauthenticated)
 	}

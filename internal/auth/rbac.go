@@ -45,6 +45,9 @@ type Role struct {
 	// GatewayAdmin allows the gateway's admin endpoints: the full routing table and
 	// invalidation (everyone else sees a summary of the table).
 	GatewayAdmin bool `yaml:"gateway_admin"`
+	// XDS allows subscribing to the xDS server (every cluster, listener, route and
+	// endpoint of the fleet: as much as discovery shows, and the gateway's table).
+	XDS bool `yaml:"xds"`
 }
 
 // Verbs is a role's list of verbs, written as one verb or a list of them.
@@ -77,6 +80,8 @@ const (
 	WorkflowsRun = "workflows:run"
 	// GatewayAdmin: the gateway's full routing table and its invalidation.
 	GatewayAdmin = "gateway_admin"
+	// XDS: subscribing to the xDS server.
+	XDS = "xds"
 )
 
 // workflowVerbs are the verbs "workflows:" takes, each with the verbs it implies.
@@ -211,10 +216,10 @@ func (p *Policy) IsGateway(identity string) bool {
 }
 
 // Allows reports whether identity may do perm (WorkflowsRead, WorkflowsWrite, WorkflowsRun,
-// GatewayAdmin): a role that grants it, or admin.
+// GatewayAdmin, XDS): a role that grants it, or admin.
 func (p *Policy) Allows(identity, perm string) bool {
 	return slices.ContainsFunc(p.roles(identity), func(r Role) bool {
-		if r.Admin || (perm == GatewayAdmin && r.GatewayAdmin) {
+		if r.Admin || (perm == GatewayAdmin && r.GatewayAdmin) || (perm == XDS && r.XDS) {
 			return true
 		}
 		return slices.ContainsFunc(r.Workflows, func(v string) bool { return slices.Contains(workflowVerbs[v], perm) })

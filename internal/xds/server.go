@@ -2,6 +2,7 @@ package xds
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,6 +17,9 @@ import (
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/meshflows/meshflows/discovery"
@@ -40,6 +44,12 @@ type Config struct {
 	// each acknowledged before the next. CDS and LDS responses carry their whole state, as
 	// the protocol wants, and are small (a cluster or a listener per capability and provider).
 	MaxResponseBytes int
+	// TLS, when set, serves gRPC over it (mTLS when it asks for client certificates);
+	// otherwise plaintext.
+	TLS *tls.Config
+	// Authorize, when set, is asked at the start of every stream: an error refuses it, with
+	// its gRPC status when it carries one (else PermissionDenied).
+	Authorize func(ctx context.Context) error
 }
 
 // Validate reports a configuration that cannot run.
@@ -274,7 +284,22 @@ func (s *Server) installTypeLocked(typ resourcev3.Type, names map[string]struct{
 func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	gs := grpc.NewServer()
+	var opts []grpc.ServerOption
+	if s.cfg.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(s.cfg.TLS)))
+	}
+	if authz := s.cfg.Authorize; authz != nil {
+		opts = append(opts, grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+			if err := authz(ss.Context()); err != nil {
+				if _, ok := status.FromError(err); !ok {
+					err = status.Error(codes.PermissionDenied, err.Error())
+				}
+				return err
+			}
+			return handler(srv, ss)
+		}))
+	}
+	gs := grpc.NewServer(opts...)
 	discoverygrpc.RegisterAggregatedDiscoveryServiceServer(gs, serverv3.NewServer(ctx, s.mux, callbacks(s.cfg.Logger)))
 	var wg sync.WaitGroup
 	errs := make(chan error, 3)
