@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"net"
@@ -14,6 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/meshflows/meshflows/httpapi"
+	"github.com/meshflows/meshflows/internal/auth"
 	"github.com/meshflows/meshflows/internal/dashboard"
 	"github.com/meshflows/meshflows/internal/telemetry"
 )
@@ -23,8 +25,10 @@ type dashboardFlags struct {
 	registry                      []string
 	tokenFile                     string
 	insecure                      bool
+	sessionTTL                    time.Duration
 	grafanaURL                    string
 	creds                         clientCreds
+	security                      serverAuthFlags
 	log                           telemetry.LogConfig
 }
 
@@ -37,10 +41,23 @@ func newDashboardCmd() *cobra.Command {
 and route map, and the workflows' runs. Pages are rendered on the server and work without
 JavaScript; with it the catalog updates live.
 
-Write actions (invalidate, re-validate, upload, run) need the admin token from
---admin-token-file, unless --insecure opens them (development only).`,
-		Example: "  meshflows dashboard --registry http://127.0.0.1:7400 --orchestrator http://127.0.0.1:7401 --gateway http://127.0.0.1:7402 --admin-token-file token",
-		Args:    cobra.NoArgs,
+The console shows what the registry, the gateway and the orchestrator protect, so every page
+needs a signed-in viewer, and shows only what the viewer's roles allow (the same RBAC file as
+the registry's: discover for the catalog, events and incidents; workflows: read for the
+workflows; gateway_admin for the routes). A viewer signs in with the admin token of
+--admin-token-file (every permission) or a bearer token of --jwt-keys on the sign-in page,
+or is identified by a client certificate (--client-ca) or a bearer token on each request;
+a sign-in is a session cookie (HttpOnly, SameSite=Strict) for --session-ttl. Write actions
+need the permission of what they change (or the admin token). --tls-cert and --tls-key serve
+HTTPS, reloaded as the files change. --insecure opens everything (development only).
+
+The console reads the components with its own credentials (--upstream-ca, --upstream-cert,
+--upstream-key or --upstream-token), which need every permission the pages show.`,
+		Example: `  meshflows dashboard --registry http://127.0.0.1:7400 --orchestrator http://127.0.0.1:7401 --gateway http://127.0.0.1:7402 --admin-token-file token
+  meshflows dashboard --registry https://127.0.0.1:7400 --orchestrator https://127.0.0.1:7401 --gateway https://127.0.0.1:7402 \
+    --upstream-ca certs/ca.pem --upstream-cert certs/dashboard.pem --upstream-key certs/dashboard-key.pem \
+    --tls-cert certs/server.pem --tls-key certs/server-key.pem --client-ca certs/ca.pem --rbac rbac.yaml --admin-token-file token`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runComponent(cmd, f.log, f.listen, func(ctx context.Context, g *errgroup.Group, ln net.Listener, logger *slog.Logger) error {
 				return startDashboard(ctx, g, &f, ln, logger)
@@ -53,11 +70,13 @@ Write actions (invalidate, re-validate, upload, run) need the admin token from
 	bindEnv(fl, "registry", "MESHFLOWS_REGISTRY")
 	fl.StringVar(&f.orchestrator, "orchestrator", "http://127.0.0.1:7401", "orchestrator base URL")
 	fl.StringVar(&f.gateway, "gateway", "http://127.0.0.1:7402", "gateway base URL")
-	fl.StringVar(&f.tokenFile, "admin-token-file", "", "file holding the bearer token that write actions need")
-	fl.BoolVar(&f.insecure, "insecure", false, "let anyone who reaches the console use the write actions (development only)")
+	fl.StringVar(&f.tokenFile, "admin-token-file", "", "file holding the admin token: signs in with every permission")
+	fl.BoolVar(&f.insecure, "insecure", false, "let anyone who reaches the console see everything and use every action (development only)")
+	fl.DurationVar(&f.sessionTTL, "session-ttl", dashboard.DefaultSessionTTL, "how long a sign-in lasts")
 	fl.StringVar(&f.grafanaURL, "grafana-url", "", "base URL of a Grafana with deploy/grafana's dashboards imported: each page then links its metrics (e.g. https://grafana.example.com)")
 	bindLogFlags(fl, &f.log, "json")
-	f.creds.bind(fl)
+	f.creds.bindPrefixed(fl, "upstream", "the registry, the gateway and the orchestrator")
+	f.security.bind(fl, "RBAC policy file (the registry's): what each identity of a client certificate or bearer token may see and do")
 	return cmd
 }
 
@@ -72,21 +91,86 @@ func startDashboard(ctx context.Context, g *errgroup.Group, f *dashboardFlags, l
 			return fmt.Errorf("--admin-token-file %s is empty", f.tokenFile)
 		}
 	}
-	httpClient, err := f.creds.httpClient()
+	sec := f.security
+	tlsOn, identities := sec.tlsCert != "" || sec.tlsKey != "", sec.clientCA != "" || sec.jwtKeys != ""
+	switch {
+	case f.insecure && (tlsOn || identities || token != ""):
+		return fmt.Errorf("--insecure opens the console to anyone: it contradicts --tls-cert, --client-ca, --jwt-keys and --admin-token-file")
+	case identities && sec.rbac == "":
+		return fmt.Errorf("--client-ca and --jwt-keys need --rbac: it says what each identity may see")
+	case sec.clientCA != "" && !tlsOn:
+		return fmt.Errorf("--client-ca needs --tls-cert and --tls-key: client certificates come with TLS")
+	}
+	certs := auth.NewCertMetrics("dashboard")
+	var viewers dashboard.Viewers
+	var serverTLS *tls.Config
+	if tlsOn {
+		sc, err := startServerCerts(ctx, g, "dashboard", sec, logger)
+		if err != nil {
+			return err
+		}
+		certs.Add(sc)
+		serverTLS = sc.TLSConfig()
+	}
+	if identities {
+		authn, policy, err := buildIdentities(ctx, g, sec, logger)
+		if err != nil {
+			return err
+		}
+		viewers = policyViewers{authn: authn, policy: policy}
+	}
+	httpClient, err := f.creds.watchedClient(ctx, g, sec.tlsReload, certs, logger)
 	if err != nil {
 		return err
 	}
 	d, err := dashboard.New(dashboard.Config{RegistryURLs: f.registry, GatewayURL: f.gateway, OrchestratorURL: f.orchestrator,
-		Client: httpClient, AdminToken: token, Insecure: f.insecure, GrafanaURL: f.grafanaURL})
+		Client: httpClient, AdminToken: token, Viewers: viewers, Insecure: f.insecure, SessionTTL: f.sessionTTL, GrafanaURL: f.grafanaURL, Logger: logger})
 	if err != nil {
 		return err
 	}
-	if f.insecure {
-		logger.Warn("INSECURE: the dashboard's write actions are open to anyone who reaches " + ln.Addr().String())
+	switch {
+	case f.insecure:
+		logger.Warn("INSECURE: the console is open: anyone who reaches " + ln.Addr().String() + " sees the catalog, the routes and the workflows and can use every action. Never use --insecure outside development.")
+	case serverTLS == nil && !isLoopback(ln.Addr()):
+		logger.Warn("the console serves plain HTTP on " + ln.Addr().String() + ": tokens and session cookies travel in clear; give --tls-cert and --tls-key, or put it behind a TLS ingress")
 	}
-	srv := &http.Server{Handler: httpapi.BodyTimeout(d.Handler(), httpapi.DefaultBodyTimeout), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+	promReg := telemetry.NewRegistry()
+	if err := promReg.Register(certs); err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promHandler(promReg))
+	mux.Handle("/", d.Handler())
+	srv := &http.Server{Handler: httpapi.BodyTimeout(mux, httpapi.DefaultBodyTimeout), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
-	logger.Info("dashboard listening", slog.String("addr", ln.Addr().String()))
+	if serverTLS != nil {
+		ln = tls.NewListener(ln, serverTLS)
+	}
+	logger.Info("dashboard listening", slog.String("addr", ln.Addr().String()), slog.Bool("tls", serverTLS != nil))
 	g.Go(func() error { return serveUntil(ctx, srv, ln) })
 	return nil
+}
+
+// policyViewers are the console's viewers as the RBAC file sees them.
+type policyViewers struct {
+	authn  *auth.Authenticator
+	policy *auth.PolicyFile
+}
+
+func (p policyViewers) Identify(r *http.Request) (string, error) { return p.authn.Identify(r) }
+
+func (p policyViewers) Allows(identity, perm string) bool {
+	switch perm {
+	case dashboard.PermDiscover:
+		return p.policy.CanDiscover(identity)
+	case dashboard.PermAdmin:
+		return p.policy.IsAdmin(identity)
+	}
+	return p.policy.Allows(identity, perm)
+}
+
+// isLoopback reports whether addr is a loopback address.
+func isLoopback(addr net.Addr) bool {
+	ta, ok := addr.(*net.TCPAddr)
+	return ok && ta.IP.IsLoopback()
 }

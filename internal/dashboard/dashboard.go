@@ -3,7 +3,6 @@ package dashboard
 import (
 	"bytes"
 	"context"
-	"crypto/subtle"
 	"embed"
 	"encoding/json"
 	"errors"
@@ -11,6 +10,7 @@ import (
 	"html/template"
 	"io"
 	"io/fs"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"slices"
@@ -37,9 +37,18 @@ type Config struct {
 	RegistryURLs []string
 	// Client talks to them (default: a plain client).
 	Client *http.Client
-	// AdminToken guards the write actions; Insecure opens them to anyone (meshflows dev).
+	// AdminToken signs in with every permission (the sign-in page, a bearer token or the
+	// "token" field of a write action); Viewers, when set, identifies other callers by
+	// client certificate or bearer token and says what each may see and do. Without
+	// Insecure every page but the sign-in page, /healthz and the assets needs one of them;
+	// Insecure opens everything (meshflows dev).
 	AdminToken string
+	Viewers    Viewers
 	Insecure   bool
+	// SessionTTL is how long a sign-in lasts (default DefaultSessionTTL).
+	SessionTTL time.Duration
+	// Logger receives sign-ins and write actions, with who did them (default: discarded).
+	Logger *slog.Logger
 	// ExpiringWithin marks an instance "expiring soon" (default 30 s, one heartbeat interval).
 	ExpiringWithin time.Duration
 	// MapLimit is the most routes the route map draws (default 50).
@@ -58,13 +67,23 @@ type Config struct {
 type Dashboard struct {
 	cfg                    Config
 	tmpl                   *template.Template
+	sessionKey             []byte
 	registry, gateway, orc *client.Client // typed clients of the components (see source)
 }
 
 // New returns a Dashboard.
 func New(cfg Config) (*Dashboard, error) {
-	if !cfg.Insecure && cfg.AdminToken == "" {
-		return nil, errors.New("dashboard: give an admin token (--admin-token-file) or run --insecure")
+	if !cfg.Insecure && cfg.AdminToken == "" && cfg.Viewers == nil {
+		return nil, errors.New("dashboard: give an admin token (--admin-token-file) and/or identities (--client-ca or --jwt-keys with --rbac), or run --insecure")
+	}
+	if cfg.SessionTTL == 0 {
+		cfg.SessionTTL = DefaultSessionTTL
+	}
+	if cfg.SessionTTL < 0 {
+		return nil, fmt.Errorf("dashboard: session TTL %s is negative", cfg.SessionTTL)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Client == nil {
 		cfg.Client = &http.Client{}
@@ -108,7 +127,7 @@ func New(cfg Config) (*Dashboard, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Dashboard{cfg: cfg, tmpl: t}
+	d := &Dashboard{cfg: cfg, tmpl: t, sessionKey: newSessionKey()}
 	registries := cfg.RegistryURLs
 	if len(registries) == 0 && cfg.RegistryURL != "" {
 		registries = []string{cfg.RegistryURL}
@@ -130,40 +149,44 @@ func (d *Dashboard) Handler() http.Handler {
 	mux := http.NewServeMux()
 	assets, _ := fs.Sub(files, "assets")
 	mux.Handle("GET /assets/", http.StripPrefix("/assets/", http.FileServerFS(assets)))
-	mux.HandleFunc("GET /{$}", d.overview)
-	mux.HandleFunc("GET /capabilities", d.capabilities)
-	mux.HandleFunc("GET /capabilities/fragment", d.capabilitiesFragment)
-	mux.HandleFunc("POST /capabilities/refresh", d.write(d.refresh))
-	mux.HandleFunc("GET /validation", d.validation)
-	mux.HandleFunc("GET /validation/{name}/export", d.export)
-	mux.HandleFunc("POST /validation/{name}/revalidate", d.write(d.revalidate))
-	mux.HandleFunc("POST /validation/upload", d.write(d.upload))
-	mux.HandleFunc("GET /routes", d.routes)
-	mux.HandleFunc("GET /routes/map", d.routeMap)
-	mux.HandleFunc("GET /routes/health.csv", d.routesHealthExport)
-	mux.HandleFunc("GET /events", d.events)
-	mux.HandleFunc("GET /events/fragment", d.eventsFragment)
-	mux.HandleFunc("GET /events/export", d.eventsExport)
-	mux.HandleFunc("GET /incidents", d.incidents)
-	mux.HandleFunc("GET /incidents/timeline.csv", d.timelineExport)
-	mux.HandleFunc("POST /incidents/{id}/acknowledge", d.write(d.incidentAction))
-	mux.HandleFunc("POST /incidents/{id}/resolve", d.write(d.incidentAction))
-	mux.HandleFunc("POST /incidents/{id}/ignore", d.write(d.incidentAction))
-	mux.HandleFunc("POST /incidents/acknowledge", d.write(d.bulkAcknowledge))
-	mux.HandleFunc("GET /evacuations", d.evacuations)
-	mux.HandleFunc("POST /evacuations/{id}/cancel", d.write(d.evacuationAction))
-	mux.HandleFunc("POST /evacuations/{id}/extend", d.write(d.evacuationAction))
-	mux.HandleFunc("GET /runbooks", d.runbooks)
-	mux.HandleFunc("GET /runbooks/{name}", d.runbooks)
-	mux.HandleFunc("GET /workflows", d.workflows)
-	mux.HandleFunc("POST /workflows/{name}/run", d.write(d.run))
-	mux.HandleFunc("GET /workflows/{name}/runs/{run_id}", d.runPage)
-	mux.HandleFunc("POST /workflows/{name}/runs/{run_id}/cancel", d.write(d.cancelRun))
-	mux.HandleFunc("GET /workflows/{name}/runs", d.sliceRuns)
-	mux.HandleFunc("GET /workflows/health.csv", d.triggerExport)
+	// Every page needs the read permission of what it shows, every action its own (access.go).
+	mux.HandleFunc("GET /login", d.login)
+	mux.HandleFunc("POST /login", d.login)
+	mux.HandleFunc("POST /logout", d.logout)
+	mux.HandleFunc("GET /{$}", d.read(permSignedIn, d.overview))
+	mux.HandleFunc("GET /capabilities", d.read(PermDiscover, d.capabilities))
+	mux.HandleFunc("GET /capabilities/fragment", d.read(PermDiscover, d.capabilitiesFragment))
+	mux.HandleFunc("POST /capabilities/refresh", d.write(PermAdmin, d.refresh))
+	mux.HandleFunc("GET /validation", d.read(PermWorkflowsRead, d.validation))
+	mux.HandleFunc("GET /validation/{name}/export", d.read(PermWorkflowsRead, d.export))
+	mux.HandleFunc("POST /validation/{name}/revalidate", d.write(PermWorkflowsWrite, d.revalidate))
+	mux.HandleFunc("POST /validation/upload", d.write(PermWorkflowsWrite, d.upload))
+	mux.HandleFunc("GET /routes", d.read(PermGatewayAdmin, d.routes))
+	mux.HandleFunc("GET /routes/map", d.read(PermGatewayAdmin, d.routeMap))
+	mux.HandleFunc("GET /routes/health.csv", d.read(PermGatewayAdmin, d.routesHealthExport))
+	mux.HandleFunc("GET /events", d.read(PermDiscover, d.events))
+	mux.HandleFunc("GET /events/fragment", d.read(PermDiscover, d.eventsFragment))
+	mux.HandleFunc("GET /events/export", d.read(PermDiscover, d.eventsExport))
+	mux.HandleFunc("GET /incidents", d.read(PermDiscover, d.incidents))
+	mux.HandleFunc("GET /incidents/timeline.csv", d.read(PermDiscover, d.timelineExport))
+	mux.HandleFunc("POST /incidents/{id}/acknowledge", d.write(PermDiscover, d.incidentAction))
+	mux.HandleFunc("POST /incidents/{id}/resolve", d.write(PermDiscover, d.incidentAction))
+	mux.HandleFunc("POST /incidents/{id}/ignore", d.write(PermDiscover, d.incidentAction))
+	mux.HandleFunc("POST /incidents/acknowledge", d.write(PermDiscover, d.bulkAcknowledge))
+	mux.HandleFunc("GET /evacuations", d.read(PermDiscover, d.evacuations))
+	mux.HandleFunc("POST /evacuations/{id}/cancel", d.write(PermAdmin, d.evacuationAction))
+	mux.HandleFunc("POST /evacuations/{id}/extend", d.write(PermAdmin, d.evacuationAction))
+	mux.HandleFunc("GET /runbooks", d.read(permSignedIn, d.runbooks))
+	mux.HandleFunc("GET /runbooks/{name}", d.read(permSignedIn, d.runbooks))
+	mux.HandleFunc("GET /workflows", d.read(PermWorkflowsRead, d.workflows))
+	mux.HandleFunc("POST /workflows/{name}/run", d.write(PermWorkflowsRun, d.run))
+	mux.HandleFunc("GET /workflows/{name}/runs/{run_id}", d.read(PermWorkflowsRead, d.runPage))
+	mux.HandleFunc("POST /workflows/{name}/runs/{run_id}/cancel", d.write(PermWorkflowsRun, d.cancelRun))
+	mux.HandleFunc("GET /workflows/{name}/runs", d.read(PermWorkflowsRead, d.sliceRuns))
+	mux.HandleFunc("GET /workflows/health.csv", d.read(PermWorkflowsRead, d.triggerExport))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte("ok\n")) })
-	mux.HandleFunc("/", httpapi.NotRouted(mux)) // 405 with Allow, or 404, with the error body
-	return mux
+	mux.HandleFunc("/", httpapi.NotRouted(mux))         // 405 with Allow, or 404, with the error body
+	return http.NewCrossOriginProtection().Handler(mux) // a signed-in browser's write actions come from this origin only
 }
 
 // upstreamStatus is the status a failed call to a component answers: its own 404 (a workflow
@@ -182,8 +205,10 @@ type page struct {
 	Title    string
 	Path     string
 	Insecure bool
-	Errors   []string
-	Data     any
+	// Viewer is who is signed in ("" in open mode).
+	Viewer string
+	Errors []string
+	Data   any
 	// Metrics links the page's Grafana dashboard (empty without --grafana-url).
 	Metrics string
 }
@@ -215,30 +240,13 @@ func (d *Dashboard) metricsLink(path string) string {
 // template that fails answers 500 alone, not a page cut short with the error after it.
 func (d *Dashboard) render(w http.ResponseWriter, r *http.Request, name, title string, data any, errs []string) {
 	var b bytes.Buffer
-	if err := d.tmpl.ExecuteTemplate(&b, name, page{Title: title, Path: r.URL.Path, Insecure: d.cfg.Insecure, Errors: errs, Data: data, Metrics: d.metricsLink(r.URL.Path)}); err != nil {
+	if err := d.tmpl.ExecuteTemplate(&b, name, page{Title: title, Path: r.URL.Path, Insecure: d.cfg.Insecure, Viewer: viewerOf(r).identity, Errors: errs, Data: data, Metrics: d.metricsLink(r.URL.Path)}); err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Content-Security-Policy", "default-src 'self'; style-src 'self'; script-src 'self'; img-src 'self' data:")
 	w.Write(b.Bytes()) // an error here is the client's going: nothing to tell it
-}
-
-// write guards a write action with the admin token (header or form field "token").
-func (d *Dashboard) write(h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if !d.cfg.Insecure {
-			tok := strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")
-			if tok == "" {
-				tok = r.FormValue("token")
-			}
-			if subtle.ConstantTimeCompare([]byte(tok), []byte(d.cfg.AdminToken)) != 1 {
-				http.Error(w, "write actions need the admin token", http.StatusUnauthorized)
-				return
-			}
-		}
-		h(w, r)
-	}
 }
 
 func errString(what string, err error) []string {
@@ -255,7 +263,9 @@ type overviewData struct {
 	Complete bool
 	Routes   *routing.RoutesAnswer
 	Failing  []string
-	Counts   map[string]int
+	// Workflows: the viewer may see them (Failing is then meaningful).
+	Workflows bool
+	Counts    map[string]int
 	// Open counts open and acknowledged incidents by severity; Incidents is false when the
 	// registry raises none (no eligibility engine).
 	Open      map[string]int
@@ -268,7 +278,13 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	var data overviewData
 	var errs []string
-	if h, err := d.registry.DiscoveryHealth(ctx); err != nil {
+	v := viewerOf(r)
+	withheld := func(what, perm string) {
+		errs = append(errs, fmt.Sprintf("%s withheld: identity %q needs a role granting %s", what, v.identity, perm))
+	}
+	if !d.may(v, PermDiscover) {
+		withheld("the registry, incidents and events", PermDiscover)
+	} else if h, err := d.registry.DiscoveryHealth(ctx); err != nil {
 		errs = append(errs, errString("registry", err)...)
 	} else {
 		data.Health = h
@@ -276,32 +292,40 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 			data.Complete = caps.Complete
 		}
 	}
-	gr, err := d.gatewayTable(ctx)
-	if err != nil {
+	if !d.may(v, PermGatewayAdmin) {
+		withheld("the gateway's table", PermGatewayAdmin)
+	} else if gr, err := d.gatewayTable(ctx); err != nil {
 		errs = append(errs, errString("gateway", err)...)
 	} else {
 		data.Routes = gr
 	}
-	wl, err := d.orc.Workflows(ctx)
-	if err != nil {
-		errs = append(errs, errString("orchestrator", err)...)
-	}
-	for _, wf := range wl.Workflows {
-		if wf.ContractStatus == apiv1.StatusFailed || wf.ProviderStatus == apiv1.StatusFailed {
-			data.Failing = append(data.Failing, wf.Name)
+	if !d.may(v, PermWorkflowsRead) {
+		withheld("the workflows", PermWorkflowsRead)
+	} else {
+		data.Workflows = true
+		wl, err := d.orc.Workflows(ctx)
+		if err != nil {
+			errs = append(errs, errString("orchestrator", err)...)
 		}
-	}
-	if list, err := d.registry.Incidents(ctx, "unresolved"); err == nil {
-		data.Incidents, data.Open = true, map[string]int{}
-		for _, in := range list.Incidents {
-			if in.Status != apiv1.IncidentIgnored {
-				data.Open[in.Severity]++
+		for _, wf := range wl.Workflows {
+			if wf.ContractStatus == apiv1.StatusFailed || wf.ProviderStatus == apiv1.StatusFailed {
+				data.Failing = append(data.Failing, wf.Name)
 			}
 		}
 	}
-	if ev, err := d.registry.Events(ctx, apiv1.EventsQuery{Limit: 5}); err == nil {
-		data.Recent = rows(ev.Events)
-		slices.Reverse(data.Recent)
+	if d.may(v, PermDiscover) {
+		if list, err := d.registry.Incidents(ctx, "unresolved"); err == nil {
+			data.Incidents, data.Open = true, map[string]int{}
+			for _, in := range list.Incidents {
+				if in.Status != apiv1.IncidentIgnored {
+					data.Open[in.Severity]++
+				}
+			}
+		}
+		if ev, err := d.registry.Events(ctx, apiv1.EventsQuery{Limit: 5}); err == nil {
+			data.Recent = rows(ev.Events)
+			slices.Reverse(data.Recent)
+		}
 	}
 	d.render(w, r, "overview", "Overview", data, errs)
 }

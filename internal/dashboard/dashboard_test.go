@@ -48,9 +48,19 @@ func TestWriteActionsNeedTheToken(t *testing.T) {
 			t.Errorf("token %q: status %d, want %d", tc.token, resp.StatusCode, tc.want)
 		}
 	}
-	// read-only pages render without the components, saying what is unavailable
-	resp, err := http.Get(srv.URL + "/capabilities")
+	// read-only pages need a sign-in too, and render without the components, saying what is
+	// unavailable
+	resp, err := noRedirect.Get(srv.URL + "/capabilities")
 	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusSeeOther || !strings.HasPrefix(resp.Header.Get("Location"), "/login?next=") {
+		t.Errorf("/capabilities without a credential = %d (Location %q), want 303 to the sign-in page", resp.StatusCode, resp.Header.Get("Location"))
+	}
+	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/capabilities", nil)
+	req.Header.Set("Authorization", "Bearer s3cret")
+	if resp, err = http.DefaultClient.Do(req); err != nil {
 		t.Fatal(err)
 	}
 	resp.Body.Close()
@@ -387,7 +397,9 @@ func TestCancelARunFromItsPage(t *testing.T) {
 	srv := httptest.NewServer(d.Handler())
 	defer srv.Close()
 	page := func() string {
-		resp, err := http.Get(srv.URL + "/workflows/slow/runs/run-1")
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/workflows/slow/runs/run-1", nil)
+		req.Header.Set("Authorization", "Bearer s3cret")
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			t.Fatal(err)
 		}
