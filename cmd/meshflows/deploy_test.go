@@ -95,3 +95,60 @@ func TestDeployManifests(t *testing.T) {
 		})
 	}
 }
+
+// TestEveryDeployedComponentHasANetworkPolicyAndAnIdentity: each Kubernetes manifest admits
+// only its clients (a NetworkPolicy selecting its pods, with ingress rules) and runs with its
+// own certificate, never --insecure.
+func TestEveryDeployedComponentHasANetworkPolicyAndAnIdentity(t *testing.T) {
+	for _, c := range deployedComponents {
+		t.Run(c, func(t *testing.T) {
+			raw, err := os.ReadFile(filepath.Join("..", "..", "deploy", "k8s", c+".yaml"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			dec := yaml.NewDecoder(bytes.NewReader(raw))
+			var policy bool
+			var args []string
+			for {
+				var doc struct {
+					Kind string `yaml:"kind"`
+					Spec struct {
+						PodSelector struct {
+							MatchLabels map[string]string `yaml:"matchLabels"`
+						} `yaml:"podSelector"`
+						Ingress  []any `yaml:"ingress"`
+						Template struct {
+							Spec struct {
+								Containers []struct {
+									Args []string `yaml:"args"`
+								} `yaml:"containers"`
+							} `yaml:"spec"`
+						} `yaml:"template"`
+					} `yaml:"spec"`
+				}
+				err := dec.Decode(&doc)
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				switch doc.Kind {
+				case "NetworkPolicy":
+					policy = policy || (doc.Spec.PodSelector.MatchLabels["app.kubernetes.io/name"] == "meshflows-"+c && len(doc.Spec.Ingress) > 0)
+				case "Deployment":
+					for _, ct := range doc.Spec.Template.Spec.Containers {
+						args = append(args, ct.Args...)
+					}
+				}
+			}
+			if !policy {
+				t.Error("no NetworkPolicy with ingress rules selects the component's pods")
+			}
+			joined := strings.Join(args, " ")
+			if strings.Contains(joined, "--insecure") || !strings.Contains(joined, "--tls-cert=") || !strings.Contains(joined, "--rbac=") {
+				t.Errorf("the component does not run with its certificate and the RBAC file: %s", joined)
+			}
+		})
+	}
+}
