@@ -7,13 +7,14 @@ transport error, a 5xx or a 429; the error body as :class:`APIError`; Retry-Afte
 import email.utils
 import http.client
 import json
+import logging
 import ssl
 import threading
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from .errors import APIError, TransportError
 
@@ -21,16 +22,117 @@ from .errors import APIError, TransportError
 MAX_ANSWER = 64 << 20
 
 
+#: How often TLSFiles looks at its files, in seconds.
+DEFAULT_TLS_RELOAD_INTERVAL = 10.0
+
+_log = logging.getLogger("meshflows.tls")
+
+
+def _not_after(cert_file: str) -> Optional[float]:
+    """The expiry of the first certificate of cert_file (Unix seconds), when this Python can
+    tell without a third-party library."""
+    decode = getattr(getattr(ssl, "_ssl", None), "_test_decode_cert", None)
+    if decode is None:
+        return None
+    try:
+        return ssl.cert_time_to_seconds(decode(cert_file)["notAfter"])
+    except (KeyError, ValueError, OSError, ssl.SSLError):
+        return None
+
+
+class TLSFiles:
+    """The client side of (m)TLS read from files — the CA bundle the registry's certificate
+    must chain to, the client certificate and its key — and read again when they change
+    (cert-manager, spiffe-helper or Vault rewriting them): :meth:`context` returns a new
+    :class:`ssl.SSLContext` once the files hold a new, valid set, and new connections use it.
+    A changed set that does not load (a half-written file, a key of another certificate, an
+    empty bundle) or whose certificate has expired is refused: the context in force stays,
+    one ERROR log line says why and :attr:`failures` counts it. The first load must succeed.
+    """
+
+    def __init__(self, ca_file: Optional[str], cert_file: Optional[str], key_file: Optional[str],
+                 reload_interval: float = DEFAULT_TLS_RELOAD_INTERVAL,
+                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], float] = time.time) -> None:
+        if bool(cert_file) != bool(key_file):
+            raise ValueError("a client certificate needs both the certificate and the key file")
+        self._files = (ca_file, cert_file, key_file)
+        self._interval, self._clock, self._wall = reload_interval, clock, wall
+        self._lock = threading.Lock()
+        self.failures = 0
+        raw = self._read()
+        self._context = self._build(raw)
+        self._raw, self._refused = raw, None
+        self._checked = clock()
+
+    def _read(self) -> Tuple[bytes, ...]:
+        out = []
+        for f in self._files:
+            if not f:
+                out.append(b"")
+                continue
+            with open(f, "rb") as fh:
+                out.append(fh.read())
+        return tuple(out)
+
+    def _build(self, raw: Tuple[bytes, ...]) -> ssl.SSLContext:
+        ca_file, cert_file, key_file = self._files
+        ctx = ssl.create_default_context()
+        if ca_file:
+            ctx = ssl.create_default_context(cadata=raw[0].decode("ascii", "replace"))
+        ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+        if cert_file:
+            ctx.load_cert_chain(cert_file, key_file)
+            not_after = _not_after(cert_file)
+            if not_after is not None and not_after <= self._wall():
+                raise ValueError(f"client certificate {cert_file} expired at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(not_after))}")
+        return ctx
+
+    def reload(self) -> bool:
+        """Reads the files and puts a changed, valid set in force; True when it did."""
+        with self._lock:
+            self._checked = self._clock()
+            try:
+                raw: Any = self._read()
+                if raw == self._raw:
+                    return False
+                if raw == self._refused:
+                    return False  # refused already, and said so
+                ctx = self._build(raw)
+            except (ssl.SSLError, ValueError, OSError) as e:
+                if isinstance(e, OSError) and not isinstance(e, ssl.SSLError):
+                    raw = str(e)  # a file that cannot be read: said once while it stays so
+                    if raw == self._refused:
+                        return False
+                self._refused = raw
+                self.failures += 1
+                _log.error("client certificate files changed and were refused; the certificates in force stay: %s", e)
+                return False
+            self._context, self._raw, self._refused = ctx, raw, None
+            _log.info("client certificates reloaded: new connections use them")
+            return True
+
+    def context(self) -> ssl.SSLContext:
+        """The context for a new connection: the files are looked at again when the reload
+        interval has passed since the last look."""
+        if self._clock() - self._checked >= self._interval:
+            self.reload()
+        return self._context
+
+
 def ssl_context(ca_file: Optional[str], cert_file: Optional[str], key_file: Optional[str]) -> Optional[ssl.SSLContext]:
-    """The client side of (m)TLS: the CA the registry's certificate must chain to, and the
-    client certificate that carries the caller's identity. None when nothing is given."""
+    """The client side of (m)TLS, read once: the CA the registry's certificate must chain to,
+    and the client certificate that carries the caller's identity. None when nothing is given."""
     if not (ca_file or cert_file or key_file):
         return None
-    ctx = ssl.create_default_context(cafile=ca_file) if ca_file else ssl.create_default_context()
-    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
-    if cert_file:
-        ctx.load_cert_chain(cert_file, key_file)
-    return ctx
+    return TLSFiles(ca_file, cert_file, key_file).context()
+
+
+def tls_files(ca_file: Optional[str], cert_file: Optional[str], key_file: Optional[str],
+              reload_interval: float = DEFAULT_TLS_RELOAD_INTERVAL) -> Optional[TLSFiles]:
+    """TLSFiles for the files, or None when nothing is given (plain HTTP)."""
+    if not (ca_file or cert_file or key_file):
+        return None
+    return TLSFiles(ca_file, cert_file, key_file, reload_interval)
 
 
 def _retry_after(value: Optional[str]) -> Optional[float]:
@@ -50,8 +152,8 @@ def _retry_after(value: Optional[str]) -> Optional[float]:
 class RegistryClient:
     """JSON requests against one of several registries, failing over to the next one."""
 
-    def __init__(self, registries: Sequence[str], token: Optional[str] = None, context: Optional[ssl.SSLContext] = None,
-                 timeout: float = 5.0) -> None:
+    def __init__(self, registries: Sequence[str], token: Optional[str] = None,
+                 context: Union[ssl.SSLContext, TLSFiles, None] = None, timeout: float = 5.0) -> None:
         if not registries:
             raise ValueError("no registry URL")
         urls: List[str] = []
@@ -96,7 +198,8 @@ class RegistryClient:
             headers["Authorization"] = "Bearer " + self._token
         req = urllib.request.Request(url, data=data, method=method, headers=headers)
         try:
-            with urllib.request.urlopen(req, timeout=timeout or self.timeout, context=self._context) as resp:
+            ctx = self._context.context() if isinstance(self._context, TLSFiles) else self._context
+            with urllib.request.urlopen(req, timeout=timeout or self.timeout, context=ctx) as resp:
                 raw = resp.read(MAX_ANSWER + 1)
                 status = resp.status
         except urllib.error.HTTPError as e:

@@ -7,7 +7,7 @@ import time
 import urllib.parse
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from ._client import RegistryClient, ssl_context
+from ._client import DEFAULT_TLS_RELOAD_INTERVAL, RegistryClient, tls_files
 from .errors import APIError, TransportError
 
 log = logging.getLogger("meshflows.agent")
@@ -73,8 +73,8 @@ class Agent:
                  cert_file: Optional[str] = None, key_file: Optional[str] = None,
                  heartbeat_interval: Optional[float] = None, request_timeout: float = 5.0,
                  failure_threshold: int = 3, stop_timeout: float = 5.0, drain_timeout: float = 10.0,
-                 backoff: Optional[Backoff] = None) -> None:
-        self._client = RegistryClient(registries, token=token, context=ssl_context(ca_file, cert_file, key_file),
+                 backoff: Optional[Backoff] = None, tls_reload_interval: float = DEFAULT_TLS_RELOAD_INTERVAL) -> None:
+        self._client = RegistryClient(registries, token=token, context=tls_files(ca_file, cert_file, key_file, tls_reload_interval),
                                       timeout=request_timeout)
         self._lock = threading.Lock()
         self._registration: Dict[str, Any] = {

@@ -10,7 +10,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from ._client import RegistryClient, ssl_context
+from ._client import DEFAULT_TLS_RELOAD_INTERVAL, RegistryClient, tls_files
 from .errors import APIError, TransportError
 
 # The states of a view.
@@ -132,8 +132,9 @@ class DiscoveryClient:
 
     def __init__(self, registries: Sequence[str], ttl: float = 30.0, max_stale: float = 600.0,
                  token: Optional[str] = None, ca_file: Optional[str] = None, cert_file: Optional[str] = None,
-                 key_file: Optional[str] = None, request_timeout: float = 5.0, max_views: int = 1000) -> None:
-        self._client = RegistryClient(registries, token=token, context=ssl_context(ca_file, cert_file, key_file),
+                 key_file: Optional[str] = None, request_timeout: float = 5.0, max_views: int = 1000,
+                 tls_reload_interval: float = DEFAULT_TLS_RELOAD_INTERVAL) -> None:
+        self._client = RegistryClient(registries, token=token, context=tls_files(ca_file, cert_file, key_file, tls_reload_interval),
                                       timeout=request_timeout)
         self.ttl = ttl
         self.max_stale = max_stale
