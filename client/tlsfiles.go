@@ -38,20 +38,31 @@ type TLSFiles struct {
 }
 
 // TLSFilesConfig configures TLSFiles. CAFile empty trusts the system roots; CertFile and
-// KeyFile go together (none: no client certificate).
+// KeyFile go together (none: no certificate of one's own).
 type TLSFilesConfig struct {
 	CAFile, CertFile, KeyFile string
-	Logger                    *slog.Logger
-	Now                       func() time.Time
+	// Role names the certificate in Certificates ("client" when empty; a server that loads
+	// its own with TLSFiles says "server").
+	Role string
+	// Check, when set, is asked about every set before it comes in force, the first one
+	// included (prev is then nil): an error refuses the set as a bad file is refused.
+	Check  func(prev, next *CertSet) error
+	Logger *slog.Logger
+	Now    func() time.Time
+}
+
+// CertSet is one set TLSFiles loaded.
+type CertSet struct {
+	Certificate *tls.Certificate // nil without a certificate of one's own
+	Leaf        *x509.Certificate
+	CAs         []*x509.Certificate // the CA bundle's, in its order
+	Pool        *x509.CertPool      // of CAs; nil without a CA file (the system roots)
 }
 
 // clientCerts is one loaded set and the bytes it came from.
 type clientCerts struct {
-	cert *tls.Certificate // nil without a client certificate
-	leaf *x509.Certificate
-	pool *x509.CertPool // nil: the system roots
-	cas  []*x509.Certificate
-	raw  [3][]byte
+	CertSet
+	raw [3][]byte
 }
 
 // Certificate is one certificate TLSFiles holds: its role ("client" or "ca"), subject and
@@ -72,6 +83,9 @@ func NewTLSFiles(cfg TLSFilesConfig) (*TLSFiles, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.Role == "" {
+		cfg.Role = "client"
+	}
 	f := &TLSFiles{cfg: cfg, lastWarns: map[string]time.Time{}}
 	set, err := f.load(nil)
 	if err != nil {
@@ -81,13 +95,16 @@ func NewTLSFiles(cfg TLSFilesConfig) (*TLSFiles, error) {
 	return f, nil
 }
 
+// Current returns the set in force.
+func (f *TLSFiles) Current() *CertSet { return &f.cur.Load().CertSet }
+
 // TLSConfig returns a client configuration whose handshakes use the set in force: the
 // client certificate through GetClientCertificate, the server's chain verified against the
 // CA bundle in force (and its name, as crypto/tls would).
 func (f *TLSFiles) TLSConfig() *tls.Config {
 	c := &tls.Config{MinVersion: tls.VersionTLS12}
 	if f.cfg.CertFile != "" {
-		c.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return f.cur.Load().cert, nil }
+		c.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return f.cur.Load().Certificate, nil }
 	}
 	if f.cfg.CAFile != "" {
 		// The roots change with the files, which tls.Config.RootCAs cannot: the chain is
@@ -101,7 +118,7 @@ func (f *TLSFiles) TLSConfig() *tls.Config {
 			for _, ic := range cs.PeerCertificates[1:] {
 				inter.AddCert(ic)
 			}
-			_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{Roots: f.cur.Load().pool, Intermediates: inter,
+			_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{Roots: f.cur.Load().Pool, Intermediates: inter,
 				DNSName: cs.ServerName, CurrentTime: f.cfg.Now()})
 			return err
 		}
@@ -119,17 +136,17 @@ func (f *TLSFiles) HTTPClient() *http.Client {
 	return hc
 }
 
-// Leaf returns the client certificate in force; nil without one.
-func (f *TLSFiles) Leaf() *x509.Certificate { return f.cur.Load().leaf }
+// Leaf returns the certificate in force; nil without one.
+func (f *TLSFiles) Leaf() *x509.Certificate { return f.cur.Load().Leaf }
 
-// Certificates lists what is in force: the client certificate, then the CA bundle's.
+// Certificates lists what is in force: the certificate (of Role), then the CA bundle's.
 func (f *TLSFiles) Certificates() []Certificate {
 	set := f.cur.Load()
 	var out []Certificate
-	if set.leaf != nil {
-		out = append(out, Certificate{Role: "client", Subject: set.leaf.Subject.String(), NotBefore: set.leaf.NotBefore, NotAfter: set.leaf.NotAfter})
+	if set.Leaf != nil {
+		out = append(out, Certificate{Role: f.cfg.Role, Subject: set.Leaf.Subject.String(), NotBefore: set.Leaf.NotBefore, NotAfter: set.Leaf.NotAfter})
 	}
-	for _, c := range set.cas {
+	for _, c := range set.CAs {
 		out = append(out, Certificate{Role: "ca", Subject: c.Subject.String(), NotBefore: c.NotBefore, NotAfter: c.NotAfter})
 	}
 	return out
@@ -156,18 +173,22 @@ func (f *TLSFiles) Reload() (bool, error) {
 	switch {
 	case err != nil:
 		f.failures.Add(1)
-		f.cfg.Logger.Error("client certificate files changed and were refused; the certificates in force stay", slog.Any("error", err))
+		attrs := []any{slog.String("role", f.cfg.Role), slog.Any("error", err)}
+		if old.Leaf != nil {
+			attrs = append(attrs, slog.String("in_force_serial", old.Leaf.SerialNumber.String()), slog.Time("in_force_not_after", old.Leaf.NotAfter))
+		}
+		f.cfg.Logger.Error("certificate files changed and were refused; the certificates in force stay", attrs...)
 		return false, err
 	case set == old:
 		f.warnLifetime(old)
 		return false, nil
 	}
 	f.cur.Store(set)
-	attrs := []any{slog.String("ca_bundle", f.cfg.CAFile)}
-	if set.leaf != nil {
-		attrs = append(attrs, slog.String("serial", set.leaf.SerialNumber.String()), slog.String("subject", set.leaf.Subject.String()), slog.Time("not_after", set.leaf.NotAfter))
+	attrs := []any{slog.String("role", f.cfg.Role), slog.String("ca_bundle", f.cfg.CAFile)}
+	if set.Leaf != nil {
+		attrs = append(attrs, slog.String("serial", set.Leaf.SerialNumber.String()), slog.String("subject", set.Leaf.Subject.String()), slog.Time("not_after", set.Leaf.NotAfter))
 	}
-	f.cfg.Logger.Info("client certificates reloaded: new connections use them", attrs...)
+	f.cfg.Logger.Info("certificates reloaded: new handshakes get them", attrs...)
 	f.warnLifetime(set)
 	for _, fn := range f.onReload {
 		fn()
@@ -218,6 +239,13 @@ func (f *TLSFiles) load(old *clientCerts) (*clientCerts, error) {
 		return old, nil
 	}
 	set, err := f.parse(raw)
+	if err == nil && f.cfg.Check != nil {
+		var prev *CertSet
+		if old != nil {
+			prev = &old.CertSet
+		}
+		err = f.cfg.Check(prev, &set.CertSet)
+	}
 	if err != nil {
 		return nil, &tlsRefusal{raw: string(raw[0]) + "\x00" + string(raw[1]) + "\x00" + string(raw[2]), err: err}
 	}
@@ -228,7 +256,7 @@ func (f *TLSFiles) load(old *clientCerts) (*clientCerts, error) {
 func (f *TLSFiles) parse(raw [3][]byte) (*clientCerts, error) {
 	set := &clientCerts{raw: raw}
 	if f.cfg.CAFile != "" {
-		set.pool = x509.NewCertPool()
+		set.Pool = x509.NewCertPool()
 		for rest := raw[0]; ; {
 			block, next := pem.Decode(rest)
 			if block == nil {
@@ -242,10 +270,10 @@ func (f *TLSFiles) parse(raw [3][]byte) (*clientCerts, error) {
 			if err != nil {
 				return nil, fmt.Errorf("CA bundle %s: %w", f.cfg.CAFile, err)
 			}
-			set.pool.AddCert(c)
-			set.cas = append(set.cas, c)
+			set.Pool.AddCert(c)
+			set.CAs = append(set.CAs, c)
 		}
-		if len(set.cas) == 0 {
+		if len(set.CAs) == 0 {
 			return nil, fmt.Errorf("CA bundle %s holds no PEM certificate", f.cfg.CAFile)
 		}
 	}
@@ -254,17 +282,17 @@ func (f *TLSFiles) parse(raw [3][]byte) (*clientCerts, error) {
 	}
 	pair, err := tls.X509KeyPair(raw[1], raw[2])
 	if err != nil {
-		return nil, fmt.Errorf("client certificate %s with %s: %w (a half-written file, the certificates of a chain in the wrong order — the client's must come first — or a key of another certificate)",
-			f.cfg.CertFile, f.cfg.KeyFile, err)
+		return nil, fmt.Errorf("%s with %s: %w (a half-written file, the certificates of a chain in the wrong order — the %s's own must come first — or a key of another certificate)",
+			f.cfg.CertFile, f.cfg.KeyFile, err, f.cfg.Role)
 	}
 	leaf, err := x509.ParseCertificate(pair.Certificate[0])
 	if err != nil {
-		return nil, fmt.Errorf("client certificate %s: %w", f.cfg.CertFile, err)
+		return nil, fmt.Errorf("%s: %w", f.cfg.CertFile, err)
 	}
 	if !f.cfg.Now().Before(leaf.NotAfter) {
-		return nil, fmt.Errorf("client certificate %s expired at %s", f.cfg.CertFile, leaf.NotAfter.UTC().Format(time.RFC3339))
+		return nil, fmt.Errorf("%s: the certificate expired at %s", f.cfg.CertFile, leaf.NotAfter.UTC().Format(time.RFC3339))
 	}
-	set.cert, set.leaf = &pair, leaf
+	set.Certificate, set.Leaf = &pair, leaf
 	return set, nil
 }
 
@@ -272,9 +300,9 @@ func (f *TLSFiles) parse(raw [3][]byte) (*clientCerts, error) {
 // lifetime left.
 func (f *TLSFiles) warnLifetime(set *clientCerts) {
 	now := f.cfg.Now()
-	certs := set.cas
-	if set.leaf != nil {
-		certs = append([]*x509.Certificate{set.leaf}, certs...)
+	certs := set.CAs
+	if set.Leaf != nil {
+		certs = append([]*x509.Certificate{set.Leaf}, certs...)
 	}
 	for _, c := range certs {
 		life, left := c.NotAfter.Sub(c.NotBefore), c.NotAfter.Sub(now)
