@@ -198,6 +198,12 @@ func (f *TLSFiles) Reload() (bool, error) {
 
 // Run reloads every interval (DefaultTLSReloadInterval when not positive) until ctx ends.
 func (f *TLSFiles) Run(ctx context.Context, interval time.Duration) error {
+	return f.RunWithSignal(ctx, interval, nil)
+}
+
+// RunWithSignal is Run that also reloads at once on each value of signal (a server's
+// SIGHUP; nil: none).
+func (f *TLSFiles) RunWithSignal(ctx context.Context, interval time.Duration, signal <-chan os.Signal) error {
 	if interval <= 0 {
 		interval = DefaultTLSReloadInterval
 	}
@@ -208,8 +214,9 @@ func (f *TLSFiles) Run(ctx context.Context, interval time.Duration) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-			f.Reload() // a refusal is logged and counted there
+		case <-signal:
 		}
+		f.Reload() // a refusal is logged and counted there
 	}
 }
 

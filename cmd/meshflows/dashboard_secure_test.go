@@ -21,13 +21,7 @@ import (
 // the catalog, not the routes), the admin token signs in to everything, /metrics has the
 // certificates' expiry, and the console refuses flags that contradict each other.
 func TestTheConsoleServesTLSAndShowsEachIdentityItsShare(t *testing.T) {
-	dir := t.TempDir()
-	certs := filepath.Join(dir, "certs")
-	for _, args := range [][]string{{"certs", "init", "--dir", certs}, {"certs", "issue", "--dir", certs, "--identity", "viewer"}} {
-		if out, err := run(context.Background(), args...); err != nil {
-			t.Fatalf("meshflows %v: %v\n%s", args, err, out)
-		}
-	}
+	dir, certs := t.TempDir(), devCerts(t, "viewer")
 	pem := func(n string) string { return filepath.Join(certs, n) }
 	rbac := filepath.Join(dir, "rbac.yaml")
 	os.WriteFile(rbac, []byte("identities: {viewer: [viewer]}\nroles:\n  viewer: {discover: true}\n"), 0o600)

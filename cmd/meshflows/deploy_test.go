@@ -37,33 +37,8 @@ func TestDeployManifests(t *testing.T) {
 	root := filepath.Join("..", "..", "deploy")
 	for _, c := range deployedComponents {
 		t.Run("k8s/"+c, func(t *testing.T) {
-			raw, err := os.ReadFile(filepath.Join(root, "k8s", c+".yaml"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			dec := yaml.NewDecoder(bytes.NewReader(raw))
 			found := false
-			for {
-				var doc struct {
-					Kind string `yaml:"kind"`
-					Spec struct {
-						Template struct {
-							Spec struct {
-								Containers []struct {
-									Image string   `yaml:"image"`
-									Args  []string `yaml:"args"`
-								} `yaml:"containers"`
-							} `yaml:"spec"`
-						} `yaml:"template"`
-					} `yaml:"spec"`
-				}
-				err := dec.Decode(&doc)
-				if errors.Is(err, io.EOF) {
-					break
-				}
-				if err != nil {
-					t.Fatalf("not YAML: %v", err)
-				}
+			for _, doc := range manifestDocs(t, c) {
 				for _, ct := range doc.Spec.Template.Spec.Containers {
 					if strings.HasPrefix(ct.Image, "meshflows/meshflows") {
 						found = true
@@ -102,37 +77,9 @@ func TestDeployManifests(t *testing.T) {
 func TestEveryDeployedComponentHasANetworkPolicyAndAnIdentity(t *testing.T) {
 	for _, c := range deployedComponents {
 		t.Run(c, func(t *testing.T) {
-			raw, err := os.ReadFile(filepath.Join("..", "..", "deploy", "k8s", c+".yaml"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			dec := yaml.NewDecoder(bytes.NewReader(raw))
 			var policy bool
 			var args []string
-			for {
-				var doc struct {
-					Kind string `yaml:"kind"`
-					Spec struct {
-						PodSelector struct {
-							MatchLabels map[string]string `yaml:"matchLabels"`
-						} `yaml:"podSelector"`
-						Ingress  []any `yaml:"ingress"`
-						Template struct {
-							Spec struct {
-								Containers []struct {
-									Args []string `yaml:"args"`
-								} `yaml:"containers"`
-							} `yaml:"spec"`
-						} `yaml:"template"`
-					} `yaml:"spec"`
-				}
-				err := dec.Decode(&doc)
-				if errors.Is(err, io.EOF) {
-					break
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
+			for _, doc := range manifestDocs(t, c) {
 				switch doc.Kind {
 				case "NetworkPolicy":
 					policy = policy || (doc.Spec.PodSelector.MatchLabels["app.kubernetes.io/name"] == "meshflows-"+c && len(doc.Spec.Ingress) > 0)
@@ -150,5 +97,46 @@ func TestEveryDeployedComponentHasANetworkPolicyAndAnIdentity(t *testing.T) {
 				t.Errorf("the component does not run with its certificate and the RBAC file: %s", joined)
 			}
 		})
+	}
+}
+
+// manifestDoc is what the tests read of a Kubernetes object.
+type manifestDoc struct {
+	Kind string `yaml:"kind"`
+	Spec struct {
+		PodSelector struct {
+			MatchLabels map[string]string `yaml:"matchLabels"`
+		} `yaml:"podSelector"`
+		Ingress  []any `yaml:"ingress"`
+		Template struct {
+			Spec struct {
+				Containers []struct {
+					Image string   `yaml:"image"`
+					Args  []string `yaml:"args"`
+				} `yaml:"containers"`
+			} `yaml:"spec"`
+		} `yaml:"template"`
+	} `yaml:"spec"`
+}
+
+// manifestDocs reads the objects of deploy/k8s/COMPONENT.yaml.
+func manifestDocs(t *testing.T, component string) []manifestDoc {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("..", "..", "deploy", "k8s", component+".yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := yaml.NewDecoder(bytes.NewReader(raw))
+	var docs []manifestDoc
+	for {
+		var doc manifestDoc
+		err := dec.Decode(&doc)
+		if errors.Is(err, io.EOF) {
+			return docs
+		}
+		if err != nil {
+			t.Fatalf("deploy/k8s/%s.yaml is not YAML: %v", component, err)
+		}
+		docs = append(docs, doc)
 	}
 }

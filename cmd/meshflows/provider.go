@@ -132,16 +132,21 @@ func (c *clientCreds) bindPrefixed(f *pflag.FlagSet, prefix, whom string) {
 	c.bindEnv(f, prefix+"-ca", prefix+"-cert", prefix+"-key", prefix+"-token", prefix+"-token-file")
 }
 
+// prepare reads --token-file into the token and reports whether TLS files are given.
+func (c *clientCreds) prepare() (bool, error) {
+	tok, err := c.bearer()
+	if err != nil {
+		return false, err
+	}
+	c.token = tok
+	return c.ca != "" || c.cert != "" || c.key != "", nil
+}
+
 // httpClient returns a client for the credentials (a plain one when none are given); it
 // also reads --token-file into the token.
 func (c *clientCreds) httpClient() (*http.Client, error) {
-	tok, err := c.bearer()
-	if err != nil {
-		return nil, err
-	}
-	c.token = tok
-	if c.ca == "" && c.cert == "" && c.key == "" {
-		return client.HTTPClient(nil), nil
+	if tlsOn, err := c.prepare(); err != nil || !tlsOn {
+		return client.HTTPClient(nil), err
 	}
 	tlsCfg, err := client.TLSConfig(c.ca, c.cert, c.key)
 	if err != nil {
@@ -155,13 +160,8 @@ func (c *clientCreds) httpClient() (*http.Client, error) {
 // idle ones are closed; a bad one is refused and logged), and certs, when not nil, exports
 // their expiry.
 func (c *clientCreds) watchedClient(ctx context.Context, g *errgroup.Group, interval time.Duration, certs *auth.CertMetrics, logger *slog.Logger) (*http.Client, error) {
-	tok, err := c.bearer()
-	if err != nil {
-		return nil, err
-	}
-	c.token = tok
-	if c.ca == "" && c.cert == "" && c.key == "" {
-		return client.HTTPClient(nil), nil
+	if tlsOn, err := c.prepare(); err != nil || !tlsOn {
+		return client.HTTPClient(nil), err
 	}
 	files, err := client.NewTLSFiles(client.TLSFilesConfig{CAFile: c.ca, CertFile: c.cert, KeyFile: c.key, Logger: logger})
 	if err != nil {

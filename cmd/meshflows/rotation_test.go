@@ -26,14 +26,8 @@ import (
 // /metrics reports the new expiry. Then the files are replaced by an expired certificate:
 // refused, the new-but-valid one still serves, and the refusal is counted.
 func TestTheRegistryRotatesItsCertificateWithoutARestart(t *testing.T) {
-	dir := t.TempDir()
-	certs := filepath.Join(dir, "certs")
-	for _, args := range [][]string{{"certs", "init", "--dir", certs}, {"certs", "issue", "--dir", certs, "--identity", "ops"}} {
-		if out, err := run(context.Background(), args...); err != nil {
-			t.Fatalf("meshflows %v: %v\n%s", args, err, out)
-		}
-	}
-	rbac := filepath.Join(dir, "rbac.yaml")
+	certs := devCerts(t, "ops")
+	rbac := filepath.Join(t.TempDir(), "rbac.yaml")
 	os.WriteFile(rbac, []byte("identities: {ops: [admin]}\nroles:\n  admin: {admin: true}\n"), 0o600)
 	port := freeport.Port(t)
 	url := "https://127.0.0.1:" + strconv.Itoa(port)

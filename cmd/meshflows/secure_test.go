@@ -246,3 +246,20 @@ roles:
 		}
 	}
 }
+
+// devCerts runs 'meshflows certs init' in a new directory and 'certs issue' for each
+// identity, and returns the directory.
+func devCerts(t *testing.T, identities ...string) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "certs")
+	cmds := [][]string{{"certs", "init", "--dir", dir}}
+	for _, id := range identities {
+		cmds = append(cmds, []string{"certs", "issue", "--dir", dir, "--identity", id})
+	}
+	for _, args := range cmds {
+		if out, err := run(context.Background(), args...); err != nil {
+			t.Fatalf("meshflows %v: %v\n%s", args, err, out)
+		}
+	}
+	return dir
+}

@@ -37,15 +37,8 @@ import (
 // no client certificate and an identity without xds are refused, each with its gRPC code;
 // and the server refuses to start open without --insecure.
 func TestXDSBehindAnIdentity(t *testing.T) {
-	dir := t.TempDir()
-	certs := filepath.Join(dir, "certs")
-	for _, args := range [][]string{{"certs", "init", "--dir", certs}, {"certs", "issue", "--dir", certs, "--identity", "mesh-client"},
-		{"certs", "issue", "--dir", certs, "--identity", "nosy"}} {
-		if out, err := run(context.Background(), args...); err != nil {
-			t.Fatalf("meshflows %v: %v\n%s", args, err, out)
-		}
-	}
-	rbac := filepath.Join(dir, "rbac.yaml")
+	certs := devCerts(t, "mesh-client", "nosy")
+	rbac := filepath.Join(t.TempDir(), "rbac.yaml")
 	os.WriteFile(rbac, []byte("identities: {mesh-client: [mesh], nosy: [reader]}\nroles:\n  mesh: {xds: true}\n  reader: {discover: true}\n"), 0o600)
 	m, err := health.NewMonitor(health.MonitorConfig{Engine: health.Config{SlowStart: time.Nanosecond}})
 	if err != nil {

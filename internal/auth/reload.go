@@ -125,20 +125,7 @@ func (s *ServerCerts) Reload() (bool, error) { return s.files.Reload() }
 
 // Run reloads every interval, and on each value of hup (SIGHUP), until ctx ends.
 func (s *ServerCerts) Run(ctx context.Context, interval time.Duration, hup <-chan os.Signal) error {
-	if interval <= 0 {
-		interval = DefaultTLSReloadInterval
-	}
-	t := time.NewTicker(interval)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-t.C:
-		case <-hup:
-		}
-		s.Reload() // a refusal is logged and counted there
-	}
+	return s.files.RunWithSignal(ctx, interval, hup)
 }
 
 // Certificates lists what is in force: the server certificate, then the CA bundle's.
