@@ -10,6 +10,9 @@ const (
 	HealthOK       = "ok"
 	HealthDegraded = "degraded"
 	HealthFailing  = "failing"
+	// HealthNotReady is reported for an instance by the runtime that runs it (Kubernetes
+	// readiness, through meshflows kube-sync): out of rotation with RUNTIME_NOT_READY.
+	HealthNotReady = "not_ready"
 )
 
 // Eligibility verdicts (docs/reference/eligibility.md). A registry run without the eligibility engine
@@ -89,6 +92,10 @@ type RegisterRequest struct {
 	Zone           string       `json:"zone,omitempty"`
 	Capabilities   []Capability `json:"capabilities"`
 	Manifest       *Manifest    `json:"manifest,omitempty"`
+	// Health is the health the instance starts with, as a heartbeat reports it (ok when
+	// empty): a syncer registers a runtime's not-ready endpoint not_ready, out of rotation
+	// from its first instant.
+	Health string `json:"health,omitempty"`
 }
 
 // RegisterResponse is the 200 answer to a registration.
@@ -106,7 +113,7 @@ type RegisterResponse struct {
 // HeartbeatRequest is the body of PUT /v1/services/{instance_id}/heartbeat.
 type HeartbeatRequest struct {
 	Generation int64 `json:"generation"`
-	// Health is ok, degraded or failing; empty means ok.
+	// Health is ok, degraded, failing or not_ready; empty means ok.
 	Health string `json:"health,omitempty"`
 }
 

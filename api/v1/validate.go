@@ -15,7 +15,7 @@ const (
 	MaxMetadataBytes = 16 << 10
 )
 
-var validHealthValues = map[string]bool{"": true, HealthOK: true, HealthDegraded: true, HealthFailing: true}
+var validHealthValues = map[string]bool{"": true, HealthOK: true, HealthDegraded: true, HealthFailing: true, HealthNotReady: true}
 
 // Validate checks every shape and value rule of a registration and returns nil, or an
 // *Error with code INVALID_REQUEST and one Detail per problem, all of them at once.
@@ -38,6 +38,9 @@ func (r *RegisterRequest) Validate() error {
 	}
 	if r.Zone != "" && !isDNSLabel(r.Zone) {
 		add("zone", "not a DNS label: %q", r.Zone)
+	}
+	if !validHealthValues[r.Health] {
+		add("health", "must be ok, degraded, failing or not_ready, got %q", r.Health)
 	}
 	switch n := len(r.Capabilities); {
 	case n == 0:
@@ -137,7 +140,7 @@ func (h *HeartbeatRequest) Validate() error {
 		ds = append(ds, Detail{Path: "generation", Message: fmt.Sprintf("must be the generation the registration returned (>= 1), got %d", h.Generation)})
 	}
 	if !validHealthValues[h.Health] {
-		ds = append(ds, Detail{Path: "health", Message: fmt.Sprintf("must be ok, degraded or failing, got %q", h.Health)})
+		ds = append(ds, Detail{Path: "health", Message: fmt.Sprintf("must be ok, degraded, failing or not_ready, got %q", h.Health)})
 	}
 	if len(ds) > 0 {
 		return InvalidRequest(ds)

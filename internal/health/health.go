@@ -28,6 +28,9 @@ const (
 	ReasonOperatorWithdrawn    = "OPERATOR_WITHDRAWN"
 	ReasonEvacuated            = "EVACUATED"
 	ReasonReturning            = "RETURNING"
+	// ReasonRuntimeNotReady: the runtime that runs the instance says it is not ready
+	// (Kubernetes readiness, reported as heartbeat health not_ready by meshflows kube-sync).
+	ReasonRuntimeNotReady = "RUNTIME_NOT_READY"
 )
 
 // Event kinds and values.
@@ -369,17 +372,21 @@ func (e *Engine) Apply(ev Event) error {
 		e.renew(in, ev.At)
 		in.lastHealth, in.lastHealthAt = cmp.Or(ev.Health, "ok"), ev.At.UnixNano()
 		switch ev.Health {
-		case "failing":
+		case "failing": // added before the other is cleared: one withdrawal, not an end and a new one
 			e.addCause(in, ev.At, ReasonSelfReportedFailing, "heartbeat health failing")
+			e.clearCauses(in, ev.At, ReasonRuntimeNotReady)
+		case "not_ready":
+			e.addCause(in, ev.At, ReasonRuntimeNotReady, "the runtime reports the endpoint not ready (Kubernetes readiness)")
+			e.clearCauses(in, ev.At, ReasonSelfReportedFailing)
 		case "degraded", "ok", "":
 			in.degraded = ev.Health == "degraded"
-			clear := []string{ReasonSelfReportedFailing}
+			clear := []string{ReasonSelfReportedFailing, ReasonRuntimeNotReady}
 			if !in.Probe && !in.quarantined(ev.At) {
 				clear = append(clear, ReasonQuarantineEnded)
 			}
 			e.clearCauses(in, ev.At, clear...)
 		default:
-			return fmt.Errorf("heartbeat health %q: want ok, degraded or failing", ev.Health)
+			return fmt.Errorf("heartbeat health %q: want ok, degraded, failing or not_ready", ev.Health)
 		}
 	case KindDeregistered:
 		in.draining = true

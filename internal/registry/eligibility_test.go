@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -294,5 +295,50 @@ func TestJournalCarriesTheFirstVerdict(t *testing.T) {
 		"eligibility.transition a <nil>"} // slow_start -> serving
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
+	}
+}
+
+// TestRuntimeReadinessIsOneMoreEvidence: an instance registered not_ready (a Kubernetes
+// endpoint not ready, through kube-sync) is never in rotation, and is withdrawn with
+// RUNTIME_NOT_READY; ready again, it enters slow start; a heartbeat not_ready withdraws it
+// again, failing replaces the cause with SELF_REPORTED_FAILING without counting a second
+// withdrawal.
+func TestRuntimeReadinessIsOneMoreEvidence(t *testing.T) {
+	f := newJudgedFixture(t)
+	gens := map[string]int64{}
+	for _, id := range []string{"a", "b"} {
+		gens[id] = mustRegister(t, f, request(id, "egress-jms")).Generation
+	}
+	req := request("pod", "egress-jms")
+	req.Health = apiv1.HealthNotReady
+	gens["pod"] = mustRegister(t, f, req).Generation
+	if _, ok := answer(f)["pod"]; ok {
+		t.Fatal("an instance registered not_ready is in rotation")
+	}
+	reason := func(id string) string {
+		ex, err := f.reg.Explain(id)
+		if err != nil || len(ex.Reasons) == 0 {
+			t.Fatalf("Explain(%s) = %+v, %v", id, ex, err)
+		}
+		return ex.State + " " + ex.Reasons[0].Code
+	}
+	if got := reason("pod"); got != "withdrawn RUNTIME_NOT_READY" {
+		t.Errorf("registered not_ready: %s", got)
+	}
+	heartbeat(t, f, "pod", gens["pod"], "ok")
+	if got := answer(f)["pod"]; !strings.HasPrefix(got, "slow_start/") {
+		t.Errorf("ready again: %q, want slow start", got)
+	}
+	heartbeat(t, f, "pod", gens["pod"], apiv1.HealthNotReady)
+	if got := reason("pod"); got != "withdrawn RUNTIME_NOT_READY" {
+		t.Errorf("a heartbeat not_ready: %s", got)
+	}
+	heartbeat(t, f, "pod", gens["pod"], "failing")
+	if got := reason("pod"); got != "withdrawn SELF_REPORTED_FAILING" {
+		t.Errorf("then failing: %s", got)
+	}
+	if _, err := f.reg.Register(context.Background(), &apiv1.RegisterRequest{InstanceID: "x", ServiceName: "s", ServiceVersion: "1.0.0", Endpoint: "http://127.0.0.1:1",
+		Health: "sleepy", Capabilities: req.Capabilities}); err == nil || !strings.Contains(err.Error(), "not_ready") {
+		t.Errorf("a registration with health sleepy: %v", err)
 	}
 }

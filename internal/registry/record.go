@@ -93,7 +93,7 @@ func (r *Record) Routed() bool {
 // Confirm clears the restored mark (the instance heartbeated) and reports whether it was set.
 func (r *Record) Confirm() bool { return r.restored.Swap(false) }
 
-var healthNames = [...]string{apiv1.HealthOK, apiv1.HealthDegraded, apiv1.HealthFailing}
+var healthNames = [...]string{apiv1.HealthOK, apiv1.HealthDegraded, apiv1.HealthFailing, apiv1.HealthNotReady}
 
 func healthIndex(h string) int32 {
 	for i, n := range healthNames {
@@ -113,7 +113,7 @@ func (r *Record) SetLeaseExpiresAt(t time.Time) { r.lease.Store(t.UnixNano()) }
 // Expired reports whether the lease has ended at now.
 func (r *Record) Expired(now time.Time) bool { return r.lease.Load() <= now.UnixNano() }
 
-// Health returns the self-reported health: ok, degraded or failing.
+// Health returns the self-reported health: ok, degraded, failing or not_ready.
 func (r *Record) Health() string { return healthNames[r.health.Load()] }
 
 // SetHealth stores the self-reported health and reports whether it changed.
@@ -136,6 +136,7 @@ func newRecord(req *apiv1.RegisterRequest, now time.Time, lease time.Duration) *
 	l := capabilities(req.Capabilities)
 	rec.Capabilities, rec.capList = l.caps, l
 	rec.SetLeaseExpiresAt(now.Add(lease))
+	rec.SetHealth(req.Health)
 	return rec
 }
 

@@ -266,7 +266,13 @@ func (r *Registry) Register(ctx context.Context, req *apiv1.RegisterRequest) (*a
 	}
 	r.metrics.registerSuccess.Inc()
 	if m := r.cfg.Eligibility; m != nil {
-		rec.judged.Store(m.Register(healthInstance(rec), rec.Generation, now))
+		h := m.Register(healthInstance(rec), rec.Generation, now)
+		rec.judged.Store(h)
+		if initial := rec.Health(); initial != apiv1.HealthOK { // it starts as a heartbeat would say
+			if err := m.ObserveVia(h, health.Event{At: now, ID: rec.InstanceID, Kind: health.KindHeartbeat, Health: initial}); err != nil {
+				return nil, fmt.Errorf("register %s: %w", req.InstanceID, err)
+			}
+		}
 	}
 	r.activity.registered.Add(1)
 	r.journalRegistration(rec, prev, !r.State().Complete)
