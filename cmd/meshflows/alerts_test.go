@@ -81,9 +81,11 @@ func TestAlertRulesMatchTheStack(t *testing.T) {
 // series only while something is an outlier (the server tests
 // TestAReplicaFailingFourPercentIsEjectedAndCounted and TestAZoneFailingAsAWholeIsReported
 // gather them), and the certificates' (dev runs open; TestTheRegistryRotatesItsCertificate…
-// reads them from a registry in mTLS).
+// reads them from a registry in mTLS), and kube-sync's, a binary of its own
+// (TestTheAlertsQueryWhatTheSyncerExports in internal/kubesync checks them).
 var outlierOnly = map[string]bool{"meshflows_outlier_instances": true, "meshflows_zone_outlier_error_share": true,
-	"meshflows_certificate_expiry_timestamp_seconds": true, "meshflows_certificate_reload_failures_total": true}
+	"meshflows_certificate_expiry_timestamp_seconds": true, "meshflows_certificate_reload_failures_total": true,
+	"meshflows_kubesync_last_reconcile_timestamp_seconds": true}
 
 // metricName matches the MeshFlows metric names in a PromQL expression.
 var metricName = regexp.MustCompile(`\bmeshflows_[a-z_]+\b`)
