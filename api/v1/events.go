@@ -42,16 +42,24 @@ const (
 	EventRouteNoUpstream    = "route.no_upstream"
 	EventWorkflowValidation = "workflow.validation"
 	EventWorkflowRunFailed  = "workflow.run_failed"
+
+	// Reported by a runtime syncer (meshflows-kube-sync) with any identity that holds a role
+	// (POST /v1/reports): a workload of the runtime it does not register, and why (a
+	// Kubernetes Service's annotations invalid); its subject is "kubernetes/NAMESPACE/NAME".
+	EventRuntimeRejected = "runtime.rejected"
 )
 
 // ReportedEventTypes are the event types a gateway or an orchestrator may report.
 var ReportedEventTypes = []string{EventRouteConflict, EventRouteRejected, EventRouteNoUpstream, EventWorkflowValidation, EventWorkflowRunFailed}
 
+// RuntimeEventTypes are the event types a runtime syncer may report without a gateway role.
+var RuntimeEventTypes = []string{EventRuntimeRejected}
+
 // EventTypes lists every event type, for validating a filter.
 var EventTypes = []string{EventRegistered, EventReregistered, EventDeregistered, EventExpired, EventEligibility,
 	EventPanic, EventSelfPreservation, EventSnapshot, EventIncidentOpened, EventIncidentAcked, EventIncidentResolved,
 	EventIncidentIgnored, EventJournalGap, EventRouteConflict, EventRouteRejected, EventRouteNoUpstream, EventWorkflowValidation,
-	EventWorkflowRunFailed, EventEvacuation, EventOverride, EventOutcomeDisputed, EventZoneOutlier}
+	EventWorkflowRunFailed, EventEvacuation, EventOverride, EventOutcomeDisputed, EventZoneOutlier, EventRuntimeRejected}
 
 // Event is one entry of the registry's journal: something that changed what consumers see.
 type Event struct {
@@ -178,8 +186,8 @@ func (r *ReportRequest) Validate() error {
 	} else {
 		for i, e := range r.Events {
 			p := fmt.Sprintf("events[%d]", i)
-			if !slices.Contains(ReportedEventTypes, e.Type) {
-				ds = append(ds, Detail{Path: p + ".type", Message: fmt.Sprintf("must be one of %s, got %q", strings.Join(ReportedEventTypes, ", "), e.Type)})
+			if !slices.Contains(ReportedEventTypes, e.Type) && !slices.Contains(RuntimeEventTypes, e.Type) {
+				ds = append(ds, Detail{Path: p + ".type", Message: fmt.Sprintf("must be one of %s, %s, got %q", strings.Join(ReportedEventTypes, ", "), strings.Join(RuntimeEventTypes, ", "), e.Type)})
 			}
 			if e.Severity != SeverityInfo && e.Severity != SeverityWarning && e.Severity != SeverityError {
 				ds = append(ds, Detail{Path: p + ".severity", Message: fmt.Sprintf("must be info, warning or error, got %q", e.Severity)})

@@ -69,8 +69,9 @@ pod exists, out of rotation (RUNTIME_NOT_READY) while it is not ready, deregiste
 the drain handshake as soon as it is terminating, removed when its endpoint goes. Services
 without the annotation, and instances registered by anyone else, are never touched.
 
-Changes are written within --coalesce of the event (50 ms); every instance is renewed on
-the registry's heartbeat interval. Nothing is removed before the first full list of every
+A change is written as it comes; under a burst (a rollout) changes gather so that one batch
+goes out per --coalesce (50 ms). Every instance is renewed on the registry's heartbeat
+interval. Nothing is removed before the first full list of every
 Service and EndpointSlice has been applied, and a restarted syncer adopts the instances it
 registered before (--identity) instead of registering them again. Several replicas elect
 one leader with a coordination.k8s.io Lease; the others stand by.
@@ -119,7 +120,7 @@ meshflows.io/address-type. Metrics on --listen: /metrics (meshflows_kubesync_*),
 	fl.StringVar(&f.kubeconfig, "kubeconfig", "", "kubeconfig file (default: in cluster, the pod's ServiceAccount; else $KUBECONFIG or ~/.kube/config)")
 	fl.StringSliceVar(&f.namespaces, "namespace", nil, "namespace to watch; repeat for several (default: all)")
 	fl.DurationVar(&f.heartbeat, "heartbeat-interval", 0, "how often every instance is renewed (0: the registry's interval)")
-	fl.DurationVar(&f.coalesce, "coalesce", 50*time.Millisecond, "how long changes gather before they are written to the registry")
+	fl.DurationVar(&f.coalesce, "coalesce", 50*time.Millisecond, "under a burst of changes, the window they gather in: one batch of registry writes per window (a change after a quiet spell goes at once)")
 	fl.IntVar(&f.workers, "workers", 16, "registry requests in flight at most")
 	fl.BoolVar(&f.leaderElect, "leader-elect", true, "elect one leader among the replicas with a coordination.k8s.io Lease (turn off only when one replica runs)")
 	fl.StringVar(&f.leaseNamespace, "lease-namespace", "", "namespace of the Lease (default: $POD_NAMESPACE, else meshflows)")

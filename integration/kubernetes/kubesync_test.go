@@ -27,6 +27,7 @@ import (
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/client"
 	"github.com/meshflows/meshflows/internal/health"
+	"github.com/meshflows/meshflows/internal/journal"
 	"github.com/meshflows/meshflows/internal/kubesync"
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/server"
@@ -72,7 +73,7 @@ type allowAll struct{}
 func (allowAll) CanRegister(string, *apiv1.RegisterRequest) error { return nil }
 func (allowAll) CanDiscover(string) bool                          { return true }
 func (allowAll) IsAdmin(string) bool                              { return false }
-func (allowAll) IsGateway(string) bool                            { return true }
+func (allowAll) IsGateway(string) bool                            { return false }
 func (allowAll) HasRoles(string) bool                             { return true }
 
 // meshRegistry is a MeshFlows registry behind its HTTP API, identities by bearer token.
@@ -87,7 +88,8 @@ func startRegistry(t testing.TB) *meshRegistry {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg, err := registry.New(memstore.New(nil), registry.Config{LeaseTTL: 15 * time.Second, HeartbeatInterval: 5 * time.Second, Eligibility: m})
+	j := journal.New(1000, time.Now)
+	reg, err := registry.New(memstore.New(nil), registry.Config{LeaseTTL: 15 * time.Second, HeartbeatInterval: 5 * time.Second, Eligibility: m, Journal: j})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +97,7 @@ func startRegistry(t testing.TB) *meshRegistry {
 	var wg sync.WaitGroup
 	wg.Go(func() { _ = reg.Run(ctx) })
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	srv, err := server.New(reg, server.Config{Authenticator: bearerIdentity{}, Policy: allowAll{}})
+	srv, err := server.New(reg, server.Config{Authenticator: bearerIdentity{}, Policy: allowAll{}, Journal: j})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,6 +335,10 @@ func TestKubeSyncAgainstARealAPIServer(t *testing.T) {
 			t.Fatal("no Event on the Service with an invalid annotation")
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+	evs, err := m.client(t, "ops").Events(ctx, apiv1.EventsQuery{Types: []string{apiv1.EventRuntimeRejected}})
+	if err != nil || len(evs.Events) != 1 || evs.Events[0].Subject != "kubernetes/shop/payments" || !strings.Contains(evs.Events[0].Message, "capability_version") {
+		t.Errorf("the registry's journal: %+v %v, want the invalid annotation", evs, err)
 	}
 	step("an invalid annotation registers nothing", "shop.orders-a2 ok kube-sync", "shop.orders-b1 ok kube-sync", "shop.orders-b2 ok kube-sync")
 

@@ -31,6 +31,7 @@ type Registry interface {
 	Heartbeat(ctx context.Context, id string, req *apiv1.HeartbeatRequest) (*apiv1.HeartbeatResponse, error)
 	Deregister(ctx context.Context, id string, generation int64) error
 	Services(ctx context.Context, p client.Page) (*apiv1.CatalogResponse, error)
+	Report(ctx context.Context, req *apiv1.ReportRequest) (*apiv1.ReportResponse, error)
 }
 
 // Config configures a Syncer.
@@ -47,7 +48,8 @@ type Config struct {
 	// HeartbeatInterval is how often every instance is renewed (default: the registry's
 	// answer to the first registration, else 30 s).
 	HeartbeatInterval time.Duration
-	// Coalesce is how long changes gather before they are written (default 50 ms).
+	// Coalesce is the window changes gather in under a burst: a change after a quiet spell is
+	// written at once, and at most one batch goes out per window (default 50 ms).
 	Coalesce time.Duration
 	// Workers bounds the registry requests in flight (default 16).
 	Workers int
@@ -171,6 +173,9 @@ func (s *Syncer) Run(ctx context.Context) error {
 		return err
 	}
 	wg.Go(func() { s.heartbeatLoop(ctx) })
+	// A change after a quiet spell is written at once; under a burst (a rollout) the changes
+	// gather so that at most one batch goes out per Coalesce window.
+	var last time.Time
 	for {
 		select {
 		case <-ctx.Done():
@@ -178,11 +183,14 @@ func (s *Syncer) Run(ctx context.Context) error {
 		case <-s.wake:
 		}
 		first := s.cfg.Clock.Now()
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-s.cfg.Clock.After(s.cfg.Coalesce):
+		if wait := s.cfg.Coalesce - first.Sub(last); wait > 0 {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-s.cfg.Clock.After(wait):
+			}
 		}
+		last = s.cfg.Clock.Now()
 		s.reconcileDirty(ctx, first)
 	}
 }
@@ -362,6 +370,9 @@ type op struct {
 	kind string // register, heartbeat, deregister
 	id   string
 	o    *owned
+	// forget: deregistered, o leaves the owned set (its endpoint is gone; a terminating
+	// one's stays, draining, until its endpoint goes)
+	forget bool
 }
 
 // reconcileDirty reconciles every dirty Service, its writes in parallel; since is when the
@@ -453,7 +464,7 @@ func (s *Syncer) plan(ctx context.Context, key string) []op {
 			delete(s.owned, id) // deregistered already; its endpoint has now gone
 			continue
 		}
-		ops = append(ops, op{kind: "deregister", id: id, o: o})
+		ops = append(ops, op{kind: "deregister", id: id, o: o, forget: true})
 	}
 	return ops
 }
@@ -485,6 +496,7 @@ func (s *Syncer) desired(ctx context.Context, key string) ([]Endpoint, bool) {
 			s.metrics.errors.WithLabelValues("annotation").Inc()
 			s.cfg.Logger.Warn("kube-sync: a Service's annotations are invalid: nothing is registered for it, what was stays", slog.String("service", key), slog.Any("error", err))
 			s.event(ctx, svc, "InvalidMeshflowsAnnotations", "meshflows kube-sync registers nothing for this Service: "+err.Error())
+			s.journal(ctx, svc, "registers nothing for this Service: its annotations are invalid: "+err.Error())
 		}
 		return nil, false
 	}
@@ -591,8 +603,12 @@ func (s *Syncer) apply(ctx context.Context, ops []op) {
 	wg.Wait()
 }
 
-// do runs one write and records its result.
+// do runs one write and records its result. A write cut short by the syncer's end is
+// nobody's error: the successor adopts what stands.
 func (s *Syncer) do(ctx context.Context, o op) {
+	if ctx.Err() != nil {
+		return
+	}
 	switch o.kind {
 	case "register":
 		s.register(ctx, o.o)
@@ -609,7 +625,7 @@ func (s *Syncer) do(ctx context.Context, o op) {
 			s.register(ctx, o.o) // gone (a registry restarted empty, an eviction) or another incarnation: registered again
 			return
 		}
-		if err != nil {
+		if err != nil && ctx.Err() == nil {
 			s.metrics.errors.WithLabelValues("heartbeat").Inc()
 			s.cfg.Logger.Warn("kube-sync: heartbeat failed", slog.String("instance_id", o.id), slog.Any("error", err))
 		}
@@ -620,13 +636,21 @@ func (s *Syncer) do(ctx context.Context, o op) {
 		s.mu.Unlock()
 		s.metrics.writes.WithLabelValues("deregister").Inc()
 		err := s.cfg.Registry.Deregister(ctx, o.id, gen)
-		if err != nil && status(err) != http.StatusNotFound && status(err) != http.StatusGone {
+		if err != nil && status(err) != http.StatusNotFound && status(err) != http.StatusGone && ctx.Err() == nil {
 			s.metrics.errors.WithLabelValues("deregister").Inc()
 			s.cfg.Logger.Warn("kube-sync: deregistration failed", slog.String("instance_id", o.id), slog.Any("error", err))
 			s.mu.Lock()
 			o.o.draining = false // tried again at the next reconcile of its Service
 			s.mu.Unlock()
 			s.mark(o.o.service)
+			return
+		}
+		if o.forget {
+			s.mu.Lock()
+			if s.owned[o.id] == o.o {
+				delete(s.owned, o.id)
+			}
+			s.mu.Unlock()
 		}
 	}
 }
@@ -639,6 +663,9 @@ func (s *Syncer) register(ctx context.Context, o *owned) {
 	s.mu.Unlock()
 	s.metrics.writes.WithLabelValues("register").Inc()
 	resp, err := s.cfg.Registry.Register(ctx, &req)
+	if err != nil && ctx.Err() != nil {
+		return
+	}
 	if err != nil {
 		s.metrics.errors.WithLabelValues("register").Inc()
 		s.cfg.Logger.Warn("kube-sync: registration failed", slog.String("instance_id", req.InstanceID), slog.String("service", o.service), slog.Any("error", err))
@@ -741,6 +768,20 @@ func (s *Syncer) event(ctx context.Context, svc *corev1.Service, reason, message
 	if err := s.cfg.Kube.CreateEvent(ctx, ev); err != nil {
 		s.metrics.errors.WithLabelValues("event").Inc()
 		s.cfg.Logger.Warn("kube-sync: could not record an Event on the Service", slog.String("service", svc.Namespace+"/"+svc.Name), slog.Any("error", err))
+	}
+}
+
+// journal records in the registry's journal that svc is not registered, and why.
+func (s *Syncer) journal(ctx context.Context, svc *corev1.Service, message string) {
+	if len(message) > 1000 {
+		message = message[:1000]
+	}
+	_, err := s.cfg.Registry.Report(ctx, &apiv1.ReportRequest{Reporter: "kube-sync", Events: []apiv1.ReportedEvent{{
+		Type: apiv1.EventRuntimeRejected, Severity: apiv1.SeverityWarning, Subject: "kubernetes/" + svc.Namespace + "/" + svc.Name, Message: message,
+		Attrs: map[string]any{"namespace": svc.Namespace, "service": svc.Name}}}})
+	if err != nil {
+		s.metrics.errors.WithLabelValues("event").Inc()
+		s.cfg.Logger.Warn("kube-sync: could not record the problem in the registry's journal", slog.String("service", svc.Namespace+"/"+svc.Name), slog.Any("error", err))
 	}
 }
 

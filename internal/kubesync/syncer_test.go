@@ -30,6 +30,7 @@ type fakeRegistry struct {
 	instances map[string]*apiv1.Instance
 	gen       int64
 	writes    []string // "register id health", "heartbeat id health", "deregister id"
+	journal   []string // "type subject: message" of the events reported
 }
 
 func newFakeRegistry(owner string) *fakeRegistry {
@@ -97,6 +98,18 @@ func (f *fakeRegistry) Services(context.Context, client.Page) (*apiv1.CatalogRes
 		out.Instances = append(out.Instances, *in)
 	}
 	return &out, nil
+}
+
+func (f *fakeRegistry) Report(_ context.Context, req *apiv1.ReportRequest) (*apiv1.ReportResponse, error) {
+	if err := req.Validate(); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, e := range req.Events {
+		f.journal = append(f.journal, e.Type+" "+e.Subject+": "+e.Message)
+	}
+	return &apiv1.ReportResponse{Recorded: len(req.Events)}, nil
 }
 
 // takeWrites returns the writes since the last call, sorted (they run in parallel).
@@ -283,6 +296,9 @@ func TestConditionsAreMappedNotCollapsed(t *testing.T) {
 	h.put(ordersSlice("orders-a", map[string]cond{}))
 	h.reconcile()
 	h.expect("b's endpoint gone without terminating first", []string{"deregister shop.b"}, []string{})
+	if n := len(h.s.owned); n != 0 {
+		t.Errorf("the syncer still owns %d instances whose endpoints are gone", n)
+	}
 
 	h.put(ordersSlice("orders-a", map[string]cond{"a": {ready: true}}))
 	h.reconcile()
@@ -378,6 +394,9 @@ func TestAnInvalidAnnotationRegistersNothingKeepsWhatWasAndSaysWhy(t *testing.T)
 	h.expect("orders broken", nil, []string{"shop.a ok"})
 	if len(h.kube.events) != 2 || !strings.Contains(h.kube.events[1], "gopher") {
 		t.Errorf("events %q, want a second one naming gopher", h.kube.events)
+	}
+	if len(reg.journal) != 2 || !strings.HasPrefix(reg.journal[0], "runtime.rejected kubernetes/shop/payments: ") || !strings.Contains(reg.journal[1], "gopher") {
+		t.Errorf("journal %q, want the two problems", reg.journal)
 	}
 	// fixed: synced again; the annotation removed: its instances go
 	h.put(service("shop", "orders", map[string]string{AnnotationZoneTestVersion: ""}))

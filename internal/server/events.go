@@ -160,6 +160,9 @@ func (s *Server) report(w http.ResponseWriter, r *http.Request) (any, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
+	if err := s.mayReport(registry.CallerFrom(r.Context()).Identity, &req); err != nil {
+		return nil, err
+	}
 	reporter := req.Reporter
 	if id := registry.CallerFrom(r.Context()).Identity; id != "" {
 		reporter = id + " (" + req.Reporter + ")" // who authenticated, and what it calls itself
@@ -186,4 +189,28 @@ func (s *Server) report(w http.ResponseWriter, r *http.Request) (any, error) {
 		}
 	}
 	return apiv1.ReportResponse{Recorded: recorded}, nil
+}
+
+// mayReport refuses a report a caller without a gateway role may not make: anything but a
+// runtime syncer's events (conditions and the gateways' and orchestrators' event types need
+// a gateway role). A registry run open lets every caller report.
+func (s *Server) mayReport(identity string, req *apiv1.ReportRequest) error {
+	if s.cfg.Authenticator == nil || s.cfg.Policy.IsGateway(identity) {
+		return nil
+	}
+	var ds []apiv1.Detail
+	for i, e := range req.Events {
+		if !slices.Contains(apiv1.RuntimeEventTypes, e.Type) {
+			ds = append(ds, apiv1.Detail{Path: fmt.Sprintf("events[%d].type", i), Message: fmt.Sprintf("%q is a gateway's or an orchestrator's to report", e.Type)})
+		}
+	}
+	if len(req.Conditions) > 0 {
+		ds = append(ds, apiv1.Detail{Path: "conditions", Message: "conditions are a gateway's or an orchestrator's to report"})
+	}
+	if len(ds) == 0 {
+		return nil
+	}
+	e := apiv1.Errorf(http.StatusForbidden, apiv1.CodeForbidden, "identity %q has no gateway role: it may report only %s", identity, strings.Join(apiv1.RuntimeEventTypes, ", "))
+	e.Details = ds
+	return e
 }

@@ -22,7 +22,7 @@ func (s *Server) routes() {
 	s.handle("POST /v1/incidents/{incident_id}/ignore", provider, s.incidentAction)
 	s.handle("POST /v1/incidents/acknowledge", provider, s.bulkAcknowledge)
 	s.handle("GET /v1/events", discover, s.events)
-	s.handle("POST /v1/reports", gateway, s.report)
+	s.handle("POST /v1/reports", provider, s.report) // a gateway's types need a gateway role: checked by the handler
 
 	s.handle("GET /v1/discovery/capabilities", discover, s.capabilities)
 	s.handle("GET /v1/discovery/routes", discover, s.discoveryRoutes)
