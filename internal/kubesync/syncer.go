@@ -198,8 +198,26 @@ func (s *Syncer) Run(ctx context.Context) error {
 // start applies the first full list: it lists what the registry holds of this owner, adopts
 // the instances the Services still claim, and only then removes what none claims.
 func (s *Syncer) start(ctx context.Context, since time.Time) error {
-	if err := s.loadAdoptable(ctx); err != nil {
-		return err
+	// the registry away: nothing can be adopted, and registering before knowing what it
+	// holds would make new generations of what a restart should only renew; so wait for it
+	for told := false; ; {
+		err := s.loadAdoptable(ctx)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		s.metrics.errors.WithLabelValues("list").Inc()
+		if !told {
+			s.cfg.Logger.Warn("kube-sync: the registry does not answer: waiting for it before the first reconcile", slog.Any("error", err))
+			told = true
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-s.cfg.Clock.After(2 * time.Second):
+		}
 	}
 	s.markAll()
 	s.reconcileDirty(ctx, since)

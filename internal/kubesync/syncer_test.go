@@ -31,6 +31,7 @@ type fakeRegistry struct {
 	gen       int64
 	writes    []string // "register id health", "heartbeat id health", "deregister id"
 	journal   []string // "type subject: message" of the events reported
+	down      bool     // the catalog does not answer
 }
 
 func newFakeRegistry(owner string) *fakeRegistry {
@@ -93,6 +94,9 @@ func (f *fakeRegistry) Deregister(_ context.Context, id string, generation int64
 func (f *fakeRegistry) Services(context.Context, client.Page) (*apiv1.CatalogResponse, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.down {
+		return nil, fmt.Errorf("connection refused")
+	}
 	var out apiv1.CatalogResponse
 	for _, in := range f.instances {
 		out.Instances = append(out.Instances, *in)
@@ -170,10 +174,15 @@ type harness struct {
 
 func newHarness(t *testing.T, reg *fakeRegistry, identity string) *harness {
 	t.Helper()
+	return newHarnessWithClock(t, reg, identity, nil)
+}
+
+func newHarnessWithClock(t *testing.T, reg *fakeRegistry, identity string, clock Clock) *harness {
+	t.Helper()
 	h := &harness{t: t, reg: reg, kube: &fakeKube{},
 		svcs: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{}),
 		sl:   cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{sliceService: sliceServiceKey})}
-	s, err := New(Config{Kube: h.kube, Registry: reg, Identity: identity})
+	s, err := New(Config{Kube: h.kube, Registry: reg, Identity: identity, Clock: clock})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -429,4 +438,25 @@ func TestAGoneInstanceIsRegisteredAgainAtItsNextRenewal(t *testing.T) {
 	if got := h.s.heartbeatEvery(); got != 5*time.Second {
 		t.Errorf("heartbeat interval %s, want the registry's 5s", got)
 	}
+}
+
+func TestTheFirstReconcileWaitsForTheRegistry(t *testing.T) {
+	reg := newFakeRegistry("kube-sync")
+	reg.down = true
+	clock := &manualClock{now: time.Unix(1_000_000, 0)}
+	h := newHarnessWithClock(t, reg, "kube-sync", clock)
+	h.put(service("shop", "orders", nil), ordersSlice("orders-a", map[string]cond{"a": {ready: true}}))
+	done := make(chan error, 1)
+	go func() { done <- h.s.start(context.Background(), clock.Now()) }()
+	waitPending(t, clock)
+	waitPending(t, clock) // still waiting after its first try
+	h.expect("the registry away", nil, []string{})
+	reg.mu.Lock()
+	reg.down = false
+	reg.mu.Unlock()
+	clock.advance(2 * time.Second)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	h.expect("the registry back", []string{"register shop.a ok"}, []string{"shop.a ok"})
 }
