@@ -72,6 +72,8 @@ type Run struct {
 	// Truncated says the record left details out to stay under the orchestrator's
 	// --max-run-record-bytes (loops say how many iterations, steps how large an output).
 	Truncated bool `json:"truncated,omitempty"`
+	// TraceID is the run's trace (W3C, 32 hex digits) when the orchestrator traces.
+	TraceID string `json:"trace_id,omitempty"`
 }
 
 // StepRun is one step of a run.

@@ -42,6 +42,7 @@ const devGatewayTTL = 2 * time.Second
 func newDevCmd() *cobra.Command {
 	var basePort int
 	var logCfg telemetry.LogConfig
+	var otlp string
 	cmd := &cobra.Command{
 		Use:   "dev",
 		Short: "Run the whole product on loopback, open and in memory, for trying it out",
@@ -96,7 +97,7 @@ Stop with Ctrl-C: the providers deregister and the components stop in order.`,
 				sweepInterval: time.Second, maxBodyBytes: server.DefaultMaxBodyBytes, gzipMinBytes: server.DefaultGzipMinBytes, pollSpacing: server.DefaultPollSpacing, insecure: true, eventsMax: journal.DefaultMax,
 				// the gateway is started here and acknowledges every second when told: a registry
 				// 2 s old already knows it, so stopping dev right after start does not wait 30 s
-				gatewayTTL: devGatewayTTL,
+				gatewayTTL: devGatewayTTL, otlp: otlp,
 				eligibility: eligibilityFlags{slowStart: 30 * time.Second, panicThreshold: 0.5,
 					probeConcurrency: prober.DefaultConcurrency, probeTimeout: prober.DefaultTimeout},
 			}
@@ -114,13 +115,13 @@ Stop with Ctrl-C: the providers deregister and the components stop in order.`,
 			}
 			orAddr := fmt.Sprintf("127.0.0.1:%d", basePort+devOrchestratorOffset)
 			oln := lns[devOrchestratorOffset]
-			orFlags := orchestratorFlags{insecure: true, registries: []string{regURL}, timeout: workflow.DefaultProviderTimeout, preload: [][]byte{workflows.OrderPublish, workflows.OrderBatch}}
+			orFlags := orchestratorFlags{otlp: otlp, insecure: true, registries: []string{regURL}, timeout: workflow.DefaultProviderTimeout, preload: [][]byte{workflows.OrderPublish, workflows.OrderBatch}}
 			if err := startOrchestrator(regCtx, gReg, &orFlags, oln, logger); err != nil {
 				return errors.Join(err, stopAll(), logOut.Flush())
 			}
 			gwAddr := fmt.Sprintf("127.0.0.1:%d", basePort+devGatewayOffset)
 			gln := lns[devGatewayOffset]
-			gwFlags := gatewayFlags{insecure: true, registries: []string{regURL}, cacheTTL: discovery.DefaultTTL, maxStale: discovery.DefaultStaleAllowance, outcomeWindow: 10 * time.Second, verifyEvery: gateway.DefaultRoutesVerifyEvery,
+			gwFlags := gatewayFlags{otlp: otlp, insecure: true, registries: []string{regURL}, cacheTTL: discovery.DefaultTTL, maxStale: discovery.DefaultStaleAllowance, outcomeWindow: 10 * time.Second, verifyEvery: gateway.DefaultRoutesVerifyEvery,
 				policy: routing.Policy{"egress-jms": {"/api/messaging/jms"}, "egress-rabbitmq": {"/api/messaging/rabbitmq"},
 					"egress-webhook": {"/api/webhook"}}} // the Python example of docs/provider-tutorial.md
 			if err := startGateway(regCtx, gReg, &gwFlags, gln, logger); err != nil {
@@ -142,7 +143,7 @@ Stop with Ctrl-C: the providers deregister and the components stop in order.`,
 			}{{"jms", devProviderOffsetJMS}, {"rabbitmq", devProviderOffsetRMQ}}
 			for _, pr := range providers {
 				pln := lns[pr.offset]
-				if err := startExampleProvider(provCtx, gProv, exampleProviderOptions{kind: pr.kind, registries: []string{regURL}, zone: "a"}, pln, logger); err != nil {
+				if err := startExampleProvider(provCtx, gProv, exampleProviderOptions{kind: pr.kind, registries: []string{regURL}, zone: "a", otlp: otlp}, pln, logger); err != nil {
 					return errors.Join(err, stopAll(), logOut.Flush())
 				}
 			}
@@ -168,6 +169,7 @@ Stop with Ctrl-C: the providers deregister and the components stop in order.`,
 	}
 	cmd.Flags().IntVar(&basePort, "base-port", 7400, "first port of the port plan (registry N, orchestrator N+1, gateway N+2, dashboard N+3, dns N+5 (metrics N+6), xds N+7, providers N+10 and N+11)")
 	bindLogFlags(cmd.Flags(), &logCfg, "text")
+	bindOTLP(cmd.Flags(), &otlp)
 	return cmd
 }
 

@@ -23,6 +23,7 @@ import (
 )
 
 type gatewayFlags struct {
+	otlp                           string
 	listen, routesFile, policyFile string
 	registries                     []string
 	cacheTTL, maxStale             time.Duration
@@ -97,6 +98,7 @@ endpoints are intended. The gateway calls the registry with --registry-ca, --reg
 	fl.StringSliceVar(&f.allowEndpointCIDR, "allow-endpoint-cidr", nil, allowEndpointCIDRUsage)
 	fl.StringVar(&f.debug, "debug-listen", "", "serve Go profiling (/debug/pprof/) on this address, e.g. 127.0.0.1:6060 (off by default)")
 	bindLogFlags(fl, &f.log, "json")
+	bindOTLP(fl, &f.otlp)
 	f.creds.bindRegistry(fl)
 	f.security.bind(fl, "the registry's RBAC file (YAML): who may use the admin endpoints, and the path policy when --policy is not given (roles' path_prefixes); reloaded when it changes")
 	return cmd
@@ -179,8 +181,12 @@ func startGateway(ctx context.Context, g *errgroup.Group, f *gatewayFlags, ln ne
 	if err != nil {
 		return err
 	}
+	tr, err := startTracing(ctx, g, f.otlp, "gateway", logger)
+	if err != nil {
+		return err
+	}
 	gw, err := gateway.New(gateway.Config{Endpoints: endpoints, ID: id, Reporter: reporter, Discovery: disc, Static: static, Policy: policy,
-		OutcomeWindow: outcomeWindow(f.outcomeWindow), StateDir: f.stateDir, Admin: admin, BodyTimeout: f.bodyTimeout, MaxBufferedBody: f.maxBuffered, MaxBodyBytes: f.maxBody, UpstreamTimeout: f.upstreamTO, Logger: logger, Registerer: promReg,
+		OutcomeWindow: outcomeWindow(f.outcomeWindow), StateDir: f.stateDir, Admin: admin, BodyTimeout: f.bodyTimeout, MaxBufferedBody: f.maxBuffered, MaxBodyBytes: f.maxBody, UpstreamTimeout: f.upstreamTO, Logger: logger, Registerer: promReg, Tracing: tr,
 		RoutesVerifyEvery: never(f.verifyEvery)})
 	if err != nil {
 		return err

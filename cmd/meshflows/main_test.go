@@ -85,13 +85,13 @@ func TestBadFlagsAreRefused(t *testing.T) {
 
 // startDev runs 'meshflows dev' on a free port plan, trying another base port when
 // something else on the machine holds one of the plan's twelve ports.
-func startDev(t *testing.T, ctx context.Context) (base int, done <-chan devResult) {
+func startDev(t *testing.T, ctx context.Context, extra ...string) (base int, done <-chan devResult) {
 	t.Helper()
 	for attempt := 0; attempt < 10; attempt++ {
 		base = freeport.Block(t, devProviderOffsetRMQ+1)
 		ch := make(chan devResult, 1)
 		go func() {
-			out, err := run(ctx, "dev", "--base-port", strconv.Itoa(base))
+			out, err := run(ctx, append([]string{"dev", "--base-port", strconv.Itoa(base)}, extra...)...)
 			ch <- devResult{out, err}
 		}()
 		url := "http://127.0.0.1:" + strconv.Itoa(base) + "/v1/discovery/health"

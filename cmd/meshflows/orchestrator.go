@@ -22,6 +22,7 @@ import (
 )
 
 type orchestratorFlags struct {
+	otlp                     string
 	listen, dir, staticFile  string
 	registries               []string
 	timeout                  time.Duration
@@ -97,6 +98,7 @@ that an open API is intended. It calls the registry with --registry-ca, --regist
 	fl.Float64Var(&f.triggerWarn, "trigger-warning", orchestrator.DefaultTriggerWarning, "success rate under which a workflow's trigger health is a warning (GET /v1/triggers/health, the console's strips)")
 	fl.Float64Var(&f.triggerCrit, "trigger-critical", orchestrator.DefaultTriggerCritical, "success rate under which a workflow's trigger health is critical")
 	bindLogFlags(fl, &f.log, "json")
+	bindOTLP(fl, &f.otlp)
 	fl.BoolVar(&f.insecure, "insecure", false, "serve the API without authentication (development only: anyone who reaches the port can upload and run workflows, which call the providers)")
 	f.creds.bindRegistry(fl)
 	f.security.bind(fl, "the registry's RBAC file (YAML): roles' workflows verbs say who may read, write and run workflows; reloaded when it changes")
@@ -165,9 +167,13 @@ func startOrchestrator(ctx context.Context, g *errgroup.Group, f *orchestratorFl
 	if err != nil {
 		return err
 	}
+	tr, err := startTracing(ctx, g, f.otlp, "orchestrator", logger)
+	if err != nil {
+		return err
+	}
 	o, err := orchestrator.New(orchestrator.Config{Endpoints: endpoints, Reporter: reporter, ReporterID: "orchestrator@" + ln.Addr().String(), Discovery: disc, Static: static, Dir: f.dir, ProviderTimeout: f.timeout, Strict: strict, ScopeMode: mode, MaxParallel: f.maxParallel,
 		MaxConcurrentRuns: f.maxRuns, MaxConcurrentRunsTotal: f.maxRunsTotal, MaxStepTimeout: f.maxStepTimeout, MaxRunDuration: f.maxRunDuration,
-		MaxRunRecordBytes: f.maxRecordBytes, MaxRunHistoryBytes: f.maxHistoryBytes, TriggerWarning: f.triggerWarn, TriggerCritical: f.triggerCrit, Authorizer: authz, Registerer: promReg, Logger: logger})
+		MaxRunRecordBytes: f.maxRecordBytes, MaxRunHistoryBytes: f.maxHistoryBytes, TriggerWarning: f.triggerWarn, TriggerCritical: f.triggerCrit, Authorizer: authz, Registerer: promReg, Logger: logger, Tracing: tr})
 	if err != nil {
 		return err
 	}

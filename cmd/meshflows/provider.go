@@ -25,12 +25,12 @@ import (
 
 func newExampleProviderCmd() *cobra.Command {
 	var (
-		kind, listen, advertise, zone string
-		registries                    []string
-		heartbeat, tlsReload          time.Duration
-		logCfg                        telemetry.LogConfig
-		creds                         clientCreds
-		faults                        messaging.Faults
+		kind, listen, advertise, zone, otlp string
+		registries                          []string
+		heartbeat, tlsReload                time.Duration
+		logCfg                              telemetry.LogConfig
+		creds                               clientCreds
+		faults                              messaging.Faults
 	)
 	cmd := &cobra.Command{
 		Use:   "example-provider",
@@ -56,7 +56,7 @@ meshflows_example_provider_injected_faults_total counts the injected errors.`,
 					return err
 				}
 				return startExampleProvider(ctx, g, exampleProviderOptions{kind: kind, advertise: advertise, zone: zone,
-					registries: registries, heartbeat: heartbeat, client: httpClient, token: creds.token, faults: faults, certs: certs}, ln, logger)
+					registries: registries, heartbeat: heartbeat, client: httpClient, token: creds.token, faults: faults, certs: certs, otlp: otlp}, ln, logger)
 			})
 		},
 	}
@@ -71,6 +71,7 @@ meshflows_example_provider_injected_faults_total counts the injected errors.`,
 	f.Float64Var(&faults.ErrorRate, "error-rate", 0, "share of publishes answered 500 on purpose, 0..1 (a drill's grey failure)")
 	f.DurationVar(&faults.Latency, "latency", 0, "delay added to every publish (a drill's slow instance)")
 	bindLogFlags(f, &logCfg, "json")
+	bindOTLP(f, &otlp)
 	creds.bind(f)
 	f.DurationVar(&tlsReload, "tls-reload-interval", client.DefaultTLSReloadInterval, "how often --ca, --tls-cert and --tls-key are read again: a rotated set is used by new connections, an invalid one is refused and logged")
 	return cmd
@@ -182,6 +183,7 @@ type exampleProviderOptions struct {
 	token                 string
 	faults                messaging.Faults
 	certs                 *auth.CertMetrics // the certificates' expiry on the provider's /metrics; nil: none
+	otlp                  string            // --otlp-endpoint
 }
 
 // startExampleProvider builds an example provider on ln and runs it in g until ctx ends.
@@ -214,6 +216,11 @@ func startExampleProvider(ctx context.Context, g *errgroup.Group, o exampleProvi
 			return err
 		}
 	}
+	tr, err := startTracing(ctx, g, o.otlp, "provider-"+o.kind, logger)
+	if err != nil {
+		return err
+	}
+	p.SetTracer(tr.Tracer)
 	agentCfg := provider.Config{Registries: o.registries, HeartbeatInterval: o.heartbeat, Client: o.client, BearerToken: o.token,
 		Logger: logger.With(slog.String("provider", o.kind))}
 	logger.Info("example provider listening", slog.String("kind", o.kind), slog.String("addr", ln.Addr().String()),

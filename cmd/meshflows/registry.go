@@ -30,6 +30,7 @@ const logFlushInterval = 100 * time.Millisecond
 
 // registryFlags are the flags of 'meshflows registry'.
 type registryFlags struct {
+	otlp              string
 	listen            string
 	allowEndpointCIDR []string
 	debug             string
@@ -129,6 +130,7 @@ func (f *registryFlags) bind(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.eligibility.probeTimeout, "probe-timeout", prober.DefaultTimeout, "timeout of one active health probe (never more than the instance's declared interval)")
 	bindOutlierFlags(fs, &f.eligibility)
 	bindLogFlags(fs, &f.log, "json")
+	bindOTLP(fs, &f.otlp)
 }
 
 // bindOutlierFlags binds the settings of passive ejection and of relative and zone outliers,
@@ -280,7 +282,11 @@ func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln 
 	if err := restoreAtStart(ctx, reg, f, logger); err != nil {
 		return err
 	}
-	srv, err := server.New(reg, sec.apply(server.Config{MaxBodyBytes: f.maxBodyBytes, GzipMinBytes: never(f.gzipMinBytes), PollSpacing: never(f.pollSpacing), MaxAnswerInstances: never(f.maxAnswer), Logger: logger, Registerer: promReg, Gatherer: promReg, Incidents: incidents, Journal: events}))
+	tr, err := startTracing(ctx, g, f.otlp, "registry", logger)
+	if err != nil {
+		return err
+	}
+	srv, err := server.New(reg, sec.apply(server.Config{MaxBodyBytes: f.maxBodyBytes, GzipMinBytes: never(f.gzipMinBytes), PollSpacing: never(f.pollSpacing), MaxAnswerInstances: never(f.maxAnswer), Logger: logger, Registerer: promReg, Gatherer: promReg, Incidents: incidents, Journal: events, Tracing: tr}))
 	if err != nil {
 		return err
 	}

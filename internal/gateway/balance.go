@@ -18,6 +18,8 @@ type upstream struct {
 	url    *url.URL
 	weight int
 	tally  *tally
+	// instance and eligibility name it in a trace
+	instance, eligibility string
 }
 
 // incarnation names one registration of an instance.
@@ -111,7 +113,7 @@ func (g *Gateway) servingFor(e *routing.Entry, verdicts map[string]verdict, gens
 			t = &tally{}
 			tallies[k] = t
 		}
-		sv.upstreams = append(sv.upstreams, upstream{url: pu, weight: weight, tally: t})
+		sv.upstreams = append(sv.upstreams, upstream{url: pu, weight: weight, tally: t, instance: u.Instance, eligibility: verdicts[u.Instance].eligibility})
 		sv.total += weight
 		if weight != sv.upstreams[0].weight {
 			sv.uniform = false

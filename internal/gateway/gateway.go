@@ -23,6 +23,7 @@ import (
 	"github.com/meshflows/meshflows/internal/auth"
 	"github.com/meshflows/meshflows/internal/endpoint"
 	"github.com/meshflows/meshflows/internal/report"
+	"github.com/meshflows/meshflows/internal/tracing"
 	"github.com/meshflows/meshflows/routing"
 )
 
@@ -40,6 +41,10 @@ type Config struct {
 	PolicyCheck time.Duration
 	// Transport sends requests upstream (default: a tuned keep-alive transport).
 	Transport http.RoundTripper
+	// Tracing, when on, makes a server span of every proxied request (named by its route's
+	// pattern) and a client span of every upstream attempt, and propagates the trace to the
+	// provider (traceparent); nil or off traces nothing and costs nothing.
+	Tracing *tracing.Tracing
 	// UpstreamTimeout is how long the default Transport waits for an upstream's answer
 	// headers once the request is written (default 30 s): past it the client gets 504.
 	UpstreamTimeout time.Duration
@@ -269,6 +274,9 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	g.proxy = newProxy(cfg.Transport, cfg.MaxBufferedBody, cfg.BodyTimeout, m, cfg.Logger, cfg.Now)
 	g.proxy.maxBody = cfg.MaxBodyBytes
+	if cfg.Tracing.On() {
+		g.proxy.tracer, g.proxy.propagator = cfg.Tracing.Tracer, cfg.Tracing.Propagator
+	}
 	g.admin = g.adminRoutes()
 	g.derive() // the static table, from the first second: it needs no registry
 	return g, nil

@@ -17,6 +17,8 @@ import (
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/httpapi"
 	"github.com/meshflows/meshflows/routing"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // proxy forwards requests with httputil.ReverseProxy over a retrying transport.
@@ -31,6 +33,9 @@ type proxy struct {
 	bodyTimeout time.Duration
 	metrics     *metrics
 	now         func() time.Time
+	// tracer is nil when tracing is off: then no span, no header, no allocation
+	tracer     trace.Tracer
+	propagator propagation.TextMapPropagator
 }
 
 type targetKey struct{}
@@ -46,6 +51,10 @@ type target struct {
 	declared  bool // the body limit is the route's own (max_body_bytes), not the gateway's
 	source    string
 	route     *routeStat
+	picked    [2]*upstream // the two upstreams, for their spans
+	span      trace.Span   // the request's server span (nil when tracing is off)
+	spanName  string
+	retries   int
 }
 
 // outcome counts the answer of upstream i: a connect failure, an error (no answer, or a
@@ -65,7 +74,7 @@ func newProxy(rt http.RoundTripper, maxBuffered int64, bodyTimeout time.Duration
 			pr.Out.URL.Path, pr.Out.URL.RawPath = upstreamPath(t.upstreams[0], t.path)
 			pr.SetXForwarded()
 		},
-		Transport:  &retrying{next: rt, metrics: m},
+		Transport:  &retrying{next: rt, metrics: m, proxy: p},
 		BufferPool: bufferPool{},
 		// Zero: responses of unknown length and event streams are still flushed at once by
 		// ReverseProxy; others are written in as few calls as possible.
@@ -133,7 +142,12 @@ func (p *proxy) serve(w http.ResponseWriter, r *http.Request, m routing.Match, s
 	n := len(sv.upstreams)
 	first, second := sv.pick()
 	a, b := &sv.upstreams[first], &sv.upstreams[second]
-	t.upstreams, t.tallies = [2]*url.URL{a.url, b.url}, [2]*tally{a.tally, b.tally}
+	t.upstreams, t.tallies, t.picked = [2]*url.URL{a.url, b.url}, [2]*tally{a.tally, b.tally}, [2]*upstream{a, b}
+	if p.tracer != nil {
+		var end func(status int)
+		r, end = p.startServerSpan(w, r, e, t)
+		defer func() { end(0) }()
+	}
 	// A connect failure (the only one retried) sent nothing: another upstream may take the
 	// request whatever its method, as long as its body can be sent again.
 	t.retry = n > 1
@@ -248,6 +262,7 @@ func (b *idleBody) Read(p []byte) (int, error) {
 type retrying struct {
 	next    http.RoundTripper
 	metrics *metrics
+	proxy   *proxy
 }
 
 func (rt *retrying) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -263,11 +278,12 @@ func (rt *retrying) RoundTrip(req *http.Request) (*http.Response, error) {
 	if t != nil {
 		t.sent = time.Now()
 	}
-	resp, err := rt.next.RoundTrip(req)
+	resp, err := rt.attempt(req, t, 0)
 	if err == nil || !retry || !connectFailure(err) || req.Context().Err() != nil {
 		return resp, err
 	}
 	rt.metrics.retries.Inc()
+	t.retries++
 	t.outcome(0, true, true)
 	t.served, t.sent = 1, time.Now()
 	again := req.Clone(req.Context())
@@ -279,7 +295,15 @@ func (rt *retrying) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 	}
-	return rt.next.RoundTrip(again)
+	return rt.attempt(again, t, 1)
+}
+
+// attempt sends req to upstream i of t, in a client span of its own when tracing is on.
+func (rt *retrying) attempt(req *http.Request, t *target, i int) (*http.Response, error) {
+	if rt.proxy.tracer == nil || t == nil || t.span == nil {
+		return rt.next.RoundTrip(req)
+	}
+	return rt.proxy.tracedAttempt(rt.next, req, t, i)
 }
 
 // connectFailure reports an error that happened before the request reached the upstream.

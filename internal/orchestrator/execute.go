@@ -21,6 +21,9 @@ import (
 	"github.com/meshflows/meshflows/discovery"
 	"github.com/meshflows/meshflows/internal/outcome"
 	"github.com/meshflows/meshflows/internal/workflow"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // StaticCapability is a capability the orchestrator may use when the registry has never
@@ -51,6 +54,20 @@ func (o *Orchestrator) execute(ctx context.Context, w *workflow.Workflow, runID,
 	json.Unmarshal(input, &in) // the run endpoint checked it is JSON
 	sc := workflow.NewScope(w.Mode(o.cfg.ScopeMode), in)
 	ex := &executor{o: o, w: w, runID: runID, input: in, budget: newBudget(o.cfg.MaxRunRecordBytes)}
+	if o.cfg.Tracing.On() {
+		ex.tracer = o.cfg.Tracing.Tracer
+		var span trace.Span
+		ctx, span = ex.tracer.Start(ctx, "workflow.run "+w.Name, trace.WithAttributes(attribute.String("meshflows.workflow", w.Name),
+			attribute.String("meshflows.run_id", runID), attribute.String("meshflows.trigger", trigger), attribute.String("meshflows.scope_mode", string(sc.Mode()))))
+		run.TraceID = span.SpanContext().TraceID().String()
+		defer func() {
+			span.SetAttributes(attribute.String("meshflows.status", run.Status))
+			if run.Status != apiv1.RunSucceeded {
+				span.SetStatus(codes.Error, run.Status+" "+run.Note)
+			}
+			span.End()
+		}()
+	}
 	var last any
 	var failed bool
 	run.Steps, last, failed = ex.steps(ctx, sc, w.Steps)
@@ -92,7 +109,22 @@ type executor struct {
 	w      *workflow.Workflow
 	runID  string
 	input  any
-	budget *budget // of the run's record
+	budget *budget      // of the run's record
+	tracer trace.Tracer // nil: not traced
+}
+
+// span starts a span of the run's (a no-op without a tracer: ctx and a nil end).
+func (ex *executor) span(ctx context.Context, name string, attrs ...attribute.KeyValue) (context.Context, func(err error)) {
+	if ex.tracer == nil {
+		return ctx, func(error) {}
+	}
+	ctx, span := ex.tracer.Start(ctx, name, trace.WithAttributes(attrs...))
+	return ctx, func(err error) {
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+	}
 }
 
 // steps runs a list of steps on sc in order; a failed step skips the rest. It returns the
@@ -117,7 +149,9 @@ func (ex *executor) steps(ctx context.Context, sc *workflow.Scope, steps []workf
 		if se := stopped(ctx, st); se != nil { // a cancelled run starts no further step
 			err = se
 		} else {
-			res, err = ex.step(ctx, sc, st, previous, sr)
+			sctx, end := ex.span(ctx, "step "+st.ID, attribute.String("meshflows.step_id", st.ID), attribute.String("meshflows.step_type", string(st.Type)))
+			res, err = ex.step(sctx, sc, st, previous, sr)
+			end(err)
 		}
 		sr.DurationMS = ms(ex.o.cfg.Now().Sub(t0))
 		if err != nil {
@@ -276,7 +310,14 @@ func (ex *executor) loop(ctx context.Context, sc *workflow.Scope, st *workflow.S
 			return apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable, "step %s: stopped: %v", st.ID, err)
 		}
 		it := sc.Iteration(i, item)
-		steps, _, failed := ex.steps(ctx, it, st.Steps)
+		ictx, end := ex.span(ctx, "iteration "+strconv.Itoa(i), attribute.String("meshflows.step_id", st.ID), attribute.Int("meshflows.iteration", i),
+			attribute.String("meshflows.scope_mode", string(it.Mode())))
+		steps, _, failed := ex.steps(ictx, it, st.Steps)
+		if failed {
+			end(fmt.Errorf("iteration %d failed", i))
+		} else {
+			end(nil)
+		}
 		rec := apiv1.IterationRun{Index: i, Status: apiv1.RunSucceeded, Steps: steps}
 		ex.budget.spend(48)
 		if failed {
@@ -320,7 +361,14 @@ func (ex *executor) parallel(ctx context.Context, sc *workflow.Scope, st *workfl
 			if ctx.Err() != nil {
 				return
 			}
-			steps, _, failed := ex.steps(ctx, scopes[i], b.Steps)
+			bctx, end := ex.span(ctx, "branch "+b.ID, attribute.String("meshflows.step_id", st.ID), attribute.String("meshflows.branch_id", b.ID),
+				attribute.String("meshflows.scope_mode", string(scopes[i].Mode())))
+			steps, _, failed := ex.steps(bctx, scopes[i], b.Steps)
+			if failed {
+				end(fmt.Errorf("branch %s failed", b.ID))
+			} else {
+				end(nil)
+			}
 			sr.Branches[i].Steps = steps
 			sr.Branches[i].Status = apiv1.RunSucceeded
 			if failed {
@@ -381,7 +429,7 @@ func (o *Orchestrator) step(ctx context.Context, w *workflow.Workflow, st *workf
 	var lastErr error
 	for _, c := range cands {
 		began := time.Now()
-		out, err := o.invoke(ctx, st, c, req)
+		out, err := o.tracedInvoke(ctx, st, c, req)
 		o.recordOutcome(ctx, c, err, time.Since(began))
 		if err == nil {
 			return out, c.instance, nil

@@ -14,6 +14,7 @@ import (
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/httpapi"
 	"github.com/meshflows/meshflows/internal/auth"
+	"go.opentelemetry.io/otel/propagation"
 )
 
 // MaxWorkflowBytes bounds an uploaded workflow.
@@ -75,7 +76,11 @@ func (o *Orchestrator) Handler() http.Handler {
 		if len(input) > 0 && !json.Valid(input) {
 			return 0, nil, apiv1.Errorf(http.StatusBadRequest, apiv1.CodeInvalidJSON, "the run input is not JSON")
 		}
-		run, err := o.RunNow(r.Context(), r.PathValue("name"), "http", input)
+		ctx := r.Context()
+		if o.cfg.Tracing.On() { // a caller's trace goes on into the run
+			ctx = o.cfg.Tracing.Propagator.Extract(ctx, propagation.HeaderCarrier(r.Header))
+		}
+		run, err := o.RunNow(ctx, r.PathValue("name"), "http", input)
 		return http.StatusOK, run, err
 	})
 	mux.HandleFunc("GET "+apiv1.PathTriggerHealth, func(w http.ResponseWriter, r *http.Request) {

@@ -24,6 +24,7 @@ import (
 	"github.com/meshflows/meshflows/internal/endpoint"
 	"github.com/meshflows/meshflows/internal/outcome"
 	"github.com/meshflows/meshflows/internal/report"
+	"github.com/meshflows/meshflows/internal/tracing"
 	"github.com/meshflows/meshflows/internal/workflow"
 )
 
@@ -38,6 +39,10 @@ type Config struct {
 	Dir string
 	// Client calls providers (default: a plain client).
 	Client *http.Client
+	// Tracing, when on, makes a span of every run, step, loop iteration and parallel branch
+	// and a client span of every service_call, propagated to the provider (traceparent); a
+	// run's record carries its trace_id. Nil or off traces nothing.
+	Tracing *tracing.Tracing
 	// Endpoints is the address policy of the default Client: it does not connect to a
 	// link-local or metadata address unless the policy allows its range.
 	Endpoints endpoint.Policy
@@ -175,6 +180,11 @@ func New(cfg Config) (*Orchestrator, error) {
 	}
 	if cfg.Client == nil {
 		cfg.Client = &http.Client{Transport: providerTransport(cfg.Endpoints)}
+	}
+	if cfg.Tracing.On() {
+		c := *cfg.Client
+		c.Transport = &propagating{next: c.Transport, propagator: cfg.Tracing.Propagator}
+		cfg.Client = &c
 	}
 	if cfg.MaxRuns == 0 {
 		cfg.MaxRuns = 100

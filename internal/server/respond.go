@@ -18,6 +18,7 @@ import (
 	"github.com/meshflows/meshflows/httpapi"
 	"github.com/meshflows/meshflows/internal/incident"
 	"github.com/meshflows/meshflows/internal/registry"
+	"github.com/meshflows/meshflows/internal/tracing"
 )
 
 // handlerFunc answers a request with a value to encode as JSON (200), nil (204), an
@@ -25,7 +26,7 @@ import (
 type handlerFunc func(w http.ResponseWriter, r *http.Request) (any, error)
 
 func (s *Server) handle(pattern string, acc access, h handlerFunc) {
-	s.mux.HandleFunc(pattern, s.audited(func(w http.ResponseWriter, r *http.Request) {
+	s.mux.Handle(pattern, s.traced(pattern, s.audited(func(w http.ResponseWriter, r *http.Request) {
 		r, ok := s.guard(w, r, acc)
 		if !ok {
 			return
@@ -46,7 +47,20 @@ func (s *Server) handle(pattern string, acc access, h handlerFunc) {
 		default:
 			httpapi.WriteJSON(w, http.StatusOK, v)
 		}
-	}))
+	})))
+}
+
+// traced is h in a server span named by its route when tracing is on (heartbeats by
+// tracing.HeartbeatSpan, which the default sampler keeps one in a hundred of), else h.
+func (s *Server) traced(pattern string, h http.HandlerFunc) http.Handler {
+	if !s.cfg.Tracing.On() {
+		return h
+	}
+	name := "registry " + pattern
+	if strings.HasSuffix(pattern, "/heartbeat") {
+		name = tracing.HeartbeatSpan
+	}
+	return httpapi.Traced(s.cfg.Tracing.Tracer, name, h)
 }
 
 // answerJSON is an answer a handler wrote as JSON itself (as httpapi.Marshal writes it:

@@ -17,6 +17,7 @@ import (
 	"github.com/meshflows/meshflows/internal/incident"
 	"github.com/meshflows/meshflows/internal/journal"
 	"github.com/meshflows/meshflows/internal/registry"
+	"github.com/meshflows/meshflows/internal/tracing"
 )
 
 // Defaults of Config.
@@ -96,6 +97,9 @@ type Config struct {
 	Incidents *incident.Log
 	// Journal, when set, is served at /v1/events (nil: 501).
 	Journal *journal.Journal
+	// Tracing, when on, serves every API request in a server span named by its route
+	// (register, heartbeat — sampled —, deregister and the drain handshake, discovery).
+	Tracing *tracing.Tracing
 }
 
 func (c *Config) setDefaults() {

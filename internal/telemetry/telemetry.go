@@ -10,6 +10,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/meshflows/meshflows/internal/tracing"
 )
 
 // LogConfig says how a component logs.
@@ -29,11 +31,12 @@ func NewLogger(w io.Writer, cfg LogConfig) (*slog.Logger, error) {
 		}
 	}
 	opts := &slog.HandlerOptions{Level: level}
+	// a line logged inside a span carries its trace_id and span_id
 	switch strings.ToLower(cfg.Format) {
 	case "", "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+		return slog.New(tracing.LogHandler(slog.NewJSONHandler(w, opts))), nil
 	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
+		return slog.New(tracing.LogHandler(slog.NewTextHandler(w, opts))), nil
 	default:
 		return nil, fmt.Errorf("log format %q: want json or text", cfg.Format)
 	}

@@ -21,6 +21,7 @@ import (
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/httpapi"
 	"github.com/meshflows/meshflows/provider"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // CapabilityID is the capability every messaging example offers.
@@ -74,6 +75,7 @@ type PublishResult struct {
 type Provider struct {
 	cfg       Config
 	published prometheus.Counter
+	tracer    trace.Tracer // nil: no spans
 	reg       *prometheus.Registry
 
 	mu       sync.Mutex
@@ -169,8 +171,12 @@ func (p *Provider) Handler() http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(p.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("POST /admin/health", p.handleHealth)
 	mux.HandleFunc("/", provider.NotRouted(mux))
-	return mux
+	return httpapi.Traced(p.tracer, "", mux) // the gateway's or the orchestrator's trace goes on here
 }
+
+// SetTracer makes Handler serve every request in a server span of tracer, continuing the
+// caller's trace (nil: no spans). Call it before Run.
+func (p *Provider) SetTracer(tracer trace.Tracer) { p.tracer = tracer }
 
 // handleHealth sets what the provider's heartbeats report ({"health": "ok"|"degraded"|
 // "failing"}), from loopback only: a user flips it to watch the registry lower the
