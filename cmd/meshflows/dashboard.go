@@ -26,7 +26,7 @@ type dashboardFlags struct {
 	tokenFile                     string
 	insecure                      bool
 	sessionTTL                    time.Duration
-	grafanaURL                    string
+	grafanaURL, traceURL          string
 	creds                         clientCreds
 	security                      serverAuthFlags
 	log                           telemetry.LogConfig
@@ -73,6 +73,7 @@ The console reads the components with its own credentials (--upstream-ca, --upst
 	fl.StringVar(&f.tokenFile, "admin-token-file", "", "file holding the admin token: signs in with every permission")
 	fl.BoolVar(&f.insecure, "insecure", false, "let anyone who reaches the console see everything and use every action (development only)")
 	fl.DurationVar(&f.sessionTTL, "session-ttl", dashboard.DefaultSessionTTL, "how long a sign-in lasts")
+	fl.StringVar(&f.traceURL, "trace-url-template", "", "link every run, and every event naming a trace, to it: {trace_id} is replaced, e.g. 'https://tempo.example/trace/{trace_id}' or 'http://jaeger:16686/trace/{trace_id}'")
 	fl.StringVar(&f.grafanaURL, "grafana-url", "", "base URL of a Grafana with deploy/grafana's dashboards imported: each page then links its metrics (e.g. https://grafana.example.com)")
 	bindLogFlags(fl, &f.log, "json")
 	f.creds.bindPrefixed(fl, "upstream", "the registry, the gateway and the orchestrator")
@@ -124,7 +125,7 @@ func startDashboard(ctx context.Context, g *errgroup.Group, f *dashboardFlags, l
 		return err
 	}
 	d, err := dashboard.New(dashboard.Config{RegistryURLs: f.registry, GatewayURL: f.gateway, OrchestratorURL: f.orchestrator,
-		Client: httpClient, AdminToken: token, Viewers: viewers, Insecure: f.insecure, SessionTTL: f.sessionTTL, GrafanaURL: f.grafanaURL, Logger: logger})
+		Client: httpClient, AdminToken: token, Viewers: viewers, Insecure: f.insecure, SessionTTL: f.sessionTTL, GrafanaURL: f.grafanaURL, TraceURLTemplate: f.traceURL, Logger: logger})
 	if err != nil {
 		return err
 	}

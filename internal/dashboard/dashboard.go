@@ -60,7 +60,11 @@ type Config struct {
 	// GrafanaURL, when set, is a Grafana with deploy/grafana's dashboards: each page links
 	// the matching one ("Metrics").
 	GrafanaURL string
-	Now        func() time.Time
+	// TraceURLTemplate, when set, links every run, and every event that names a trace
+	// (attrs.trace_id: a failed run's), to its trace: "{trace_id}" in it is replaced, as in
+	// https://tempo.example/trace/{trace_id}.
+	TraceURLTemplate string
+	Now              func() time.Time
 }
 
 // Dashboard serves the console.
@@ -107,16 +111,27 @@ func New(cfg Config) (*Dashboard, error) {
 		}
 		cfg.GrafanaURL = strings.TrimSuffix(cfg.GrafanaURL, "/")
 	}
+	if t := cfg.TraceURLTemplate; t != "" {
+		u, err := url.Parse(strings.ReplaceAll(t, "{trace_id}", "0"))
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || !strings.Contains(t, "{trace_id}") {
+			return nil, fmt.Errorf("dashboard: trace URL template %q: want an http(s) URL with {trace_id} in it", t)
+		}
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
 	t, err := template.New("").Funcs(template.FuncMap{
-		"json":            func(v any) string { b, _ := json.MarshalIndent(v, "", "  "); return string(b) },
-		"ago":             func(t time.Time) string { return cfg.Now().Sub(t).Round(time.Second).String() },
-		"in":              func(t time.Time) string { return t.Sub(cfg.Now()).Round(time.Second).String() },
-		"join":            strings.Join,
-		"list":            func(s ...string) []string { return s },
-		"incidentEvents":  incidentEvents,
+		"json":           func(v any) string { b, _ := json.MarshalIndent(v, "", "  "); return string(b) },
+		"ago":            func(t time.Time) string { return cfg.Now().Sub(t).Round(time.Second).String() },
+		"in":             func(t time.Time) string { return t.Sub(cfg.Now()).Round(time.Second).String() },
+		"join":           strings.Join,
+		"list":           func(s ...string) []string { return s },
+		"incidentEvents": incidentEvents,
+		"traceURL":       func(id string) string { return traceURL(cfg.TraceURLTemplate, id) },
+		"eventTrace": func(e eventRow) string {
+			id, _ := e.Attrs["trace_id"].(string)
+			return traceURL(cfg.TraceURLTemplate, id)
+		},
 		"incidentRunbook": incidentRunbook,
 		"pct":             func(f float64) string { return strconv.FormatFloat(f*100, 'f', 0, 64) + "%" },
 		"pct2":            func(f float64) string { return strconv.FormatFloat(f*100, 'f', 2, 64) + "%" },

@@ -77,6 +77,15 @@ func subjectLink(e apiv1.Event) string {
 	return ""
 }
 
+// traceURL is the link to trace id by template ("" without either, or for an id that is
+// not 32 hex digits).
+func traceURL(template, id string) string {
+	if template == "" || len(id) != 32 || strings.Trim(id, "0123456789abcdef") != "" {
+		return ""
+	}
+	return strings.ReplaceAll(template, "{trace_id}", id)
+}
+
 func rows(es []apiv1.Event) []eventRow {
 	out := make([]eventRow, len(es))
 	for i, e := range es {

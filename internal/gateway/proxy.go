@@ -51,10 +51,7 @@ type target struct {
 	declared  bool // the body limit is the route's own (max_body_bytes), not the gateway's
 	source    string
 	route     *routeStat
-	picked    [2]*upstream // the two upstreams, for their spans
-	span      trace.Span   // the request's server span (nil when tracing is off)
-	spanName  string
-	retries   int
+	traced    *traced // the request's spans; nil when tracing is off
 }
 
 // outcome counts the answer of upstream i: a connect failure, an error (no answer, or a
@@ -142,11 +139,10 @@ func (p *proxy) serve(w http.ResponseWriter, r *http.Request, m routing.Match, s
 	n := len(sv.upstreams)
 	first, second := sv.pick()
 	a, b := &sv.upstreams[first], &sv.upstreams[second]
-	t.upstreams, t.tallies, t.picked = [2]*url.URL{a.url, b.url}, [2]*tally{a.tally, b.tally}, [2]*upstream{a, b}
+	t.upstreams, t.tallies = [2]*url.URL{a.url, b.url}, [2]*tally{a.tally, b.tally}
 	if p.tracer != nil {
-		var end func(status int)
-		r, end = p.startServerSpan(w, r, e, t)
-		defer func() { end(0) }()
+		r = p.startServerSpan(w, r, e, t, a, b)
+		defer t.traced.end()
 	}
 	// A connect failure (the only one retried) sent nothing: another upstream may take the
 	// request whatever its method, as long as its body can be sent again.
@@ -283,7 +279,9 @@ func (rt *retrying) RoundTrip(req *http.Request) (*http.Response, error) {
 		return resp, err
 	}
 	rt.metrics.retries.Inc()
-	t.retries++
+	if t.traced != nil {
+		t.traced.retries++
+	}
 	t.outcome(0, true, true)
 	t.served, t.sent = 1, time.Now()
 	again := req.Clone(req.Context())
@@ -300,7 +298,7 @@ func (rt *retrying) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // attempt sends req to upstream i of t, in a client span of its own when tracing is on.
 func (rt *retrying) attempt(req *http.Request, t *target, i int) (*http.Response, error) {
-	if rt.proxy.tracer == nil || t == nil || t.span == nil {
+	if t == nil || t.traced == nil {
 		return rt.next.RoundTrip(req)
 	}
 	return rt.proxy.tracedAttempt(rt.next, req, t, i)

@@ -288,7 +288,7 @@ func (o *Orchestrator) reportRun(name string, e *entry, run *apiv1.Run) {
 			}
 		}
 		o.cfg.Reporter.Event(apiv1.ReportedEvent{Type: apiv1.EventWorkflowRunFailed, Severity: apiv1.SeverityError, Subject: name,
-			Message: truncate(msg, 1000), Attrs: map[string]any{"run_id": run.RunID, "trigger": run.Trigger, "status": run.Status}})
+			Message: truncate(msg, 1000), Attrs: runAttrs(run)})
 	}
 	rate, runs := e.stats.recent(o.cfg.Now(), triggerWindow)
 	critical := runs >= triggerMinRuns && rate < o.cfg.TriggerCritical

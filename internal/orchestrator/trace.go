@@ -49,3 +49,13 @@ func (p *propagating) RoundTrip(req *http.Request) (*http.Response, error) {
 	p.propagator.Inject(req.Context(), propagation.HeaderCarrier(out.Header))
 	return next.RoundTrip(out)
 }
+
+// runAttrs are a failed run's event attributes: its id, trigger, status and, when traced,
+// its trace (the console links it).
+func runAttrs(run *apiv1.Run) map[string]any {
+	a := map[string]any{"run_id": run.RunID, "trigger": run.Trigger, "status": run.Status}
+	if run.TraceID != "" {
+		a["trace_id"] = run.TraceID
+	}
+	return a
+}

@@ -6,6 +6,7 @@
   waiting for the gateways to withdraw it.
 - :class:`ProviderServer` serves a provider's capability endpoints (validate, invoke) and its
   health endpoint.
+- :mod:`meshflows.tracecontext` carries a caller's W3C trace through a provider's handlers.
 - :class:`DiscoveryClient` answers capability queries from a cache with a last-known-good
   view that survives a registry outage.
 """
@@ -14,5 +15,6 @@ from .agent import Agent, Capability
 from .discovery import DiscoveryClient, RegistryUnavailable
 from .errors import APIError
 from .server import ProviderServer
+from . import tracecontext
 
-__all__ = ["Agent", "APIError", "Capability", "DiscoveryClient", "ProviderServer", "RegistryUnavailable"]
+__all__ = ["Agent", "APIError", "Capability", "DiscoveryClient", "ProviderServer", "RegistryUnavailable", "tracecontext"]

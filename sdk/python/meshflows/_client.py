@@ -16,6 +16,7 @@ import urllib.parse
 import urllib.request
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
+from . import tracecontext
 from .errors import APIError, TransportError
 
 #: The largest answer read (a discovery answer of a large fleet included).
@@ -196,6 +197,9 @@ class RegistryClient:
             headers["Content-Type"] = "application/json"
         if self._token:
             headers["Authorization"] = "Bearer " + self._token
+        trace = tracecontext.current()  # a call made while handling a traced request carries its trace
+        if trace:
+            headers.update(trace.headers())
         req = urllib.request.Request(url, data=data, method=method, headers=headers)
         try:
             ctx = self._context.context() if isinstance(self._context, TLSFiles) else self._context

@@ -7,6 +7,8 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from . import tracecontext
+
 #: The largest request body read; a larger one is 413.
 MAX_BODY = 1 << 20
 
@@ -24,6 +26,10 @@ class ProviderServer:
     diagnostics ``{"severity", "code", "message", "path"}``; the answer's ``valid`` is false
     when one is an error. An invoke function gets the request (request, payload…) and returns
     the step's output. Errors are answered with the error body of the wire contract.
+
+    A request's W3C ``traceparent`` is continued: inside a handler
+    :func:`meshflows.tracecontext.current` is its trace with a span id of the provider's own,
+    and requests the SDK sends from there carry it on.
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, validate: Optional[Dict[str, Handler]] = None,
@@ -123,6 +129,15 @@ class ProviderServer:
         return body
 
     def _serve(self, h: BaseHTTPRequestHandler, method: str) -> None:
+        # the caller's trace goes on: handlers see it as tracecontext.current(), and the calls
+        # they make through the SDK carry it
+        token = tracecontext._enter(tracecontext.from_headers(h.headers))
+        try:
+            self._route(h, method)
+        finally:
+            tracecontext._leave(token)
+
+    def _route(self, h: BaseHTTPRequestHandler, method: str) -> None:
         path = h.path.split("?", 1)[0]
         try:
             if path == self.health_path:
