@@ -42,6 +42,9 @@ const (
 	EventRouteNoUpstream    = "route.no_upstream"
 	EventWorkflowValidation = "workflow.validation"
 	EventWorkflowRunFailed  = "workflow.run_failed"
+	// EventRouteRequestFailed: a traced request through a gateway failed (a 5xx, or no
+	// answer from the upstream); at most one per route every 10 s, with its trace_id.
+	EventRouteRequestFailed = "route.request_failed"
 
 	// Reported by a runtime syncer (meshflows-kube-sync) with any identity that holds a role
 	// (POST /v1/reports): a workload of the runtime it does not register, and why (a
@@ -50,7 +53,7 @@ const (
 )
 
 // ReportedEventTypes are the event types a gateway or an orchestrator may report.
-var ReportedEventTypes = []string{EventRouteConflict, EventRouteRejected, EventRouteNoUpstream, EventWorkflowValidation, EventWorkflowRunFailed}
+var ReportedEventTypes = []string{EventRouteConflict, EventRouteRejected, EventRouteNoUpstream, EventWorkflowValidation, EventWorkflowRunFailed, EventRouteRequestFailed}
 
 // RuntimeEventTypes are the event types a runtime syncer may report without a gateway role.
 var RuntimeEventTypes = []string{EventRuntimeRejected}
@@ -59,7 +62,7 @@ var RuntimeEventTypes = []string{EventRuntimeRejected}
 var EventTypes = []string{EventRegistered, EventReregistered, EventDeregistered, EventExpired, EventEligibility,
 	EventPanic, EventSelfPreservation, EventSnapshot, EventIncidentOpened, EventIncidentAcked, EventIncidentResolved,
 	EventIncidentIgnored, EventJournalGap, EventRouteConflict, EventRouteRejected, EventRouteNoUpstream, EventWorkflowValidation,
-	EventWorkflowRunFailed, EventEvacuation, EventOverride, EventOutcomeDisputed, EventZoneOutlier, EventRuntimeRejected}
+	EventWorkflowRunFailed, EventEvacuation, EventOverride, EventOutcomeDisputed, EventZoneOutlier, EventRuntimeRejected, EventRouteRequestFailed}
 
 // Event is one entry of the registry's journal: something that changed what consumers see.
 type Event struct {
@@ -167,6 +170,9 @@ type Condition struct {
 	// Active: the condition holds (raise, or count an occurrence); false clears it.
 	Active  bool   `json:"active"`
 	Summary string `json:"summary,omitempty"`
+	// TraceID is the trace of the failure that raised it (a trigger's: the failed run's),
+	// which the incident keeps and the console links.
+	TraceID string `json:"trace_id,omitempty"`
 }
 
 // ReportResponse is the answer of POST /v1/reports.

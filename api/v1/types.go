@@ -498,6 +498,9 @@ type Incident struct {
 	IgnoredBy      string     `json:"ignored_by,omitempty"`
 	// Actions lists every action taken on the incident, oldest first.
 	Actions []IncidentComment `json:"actions,omitempty"`
+	// TraceID is the trace of the latest failure reported with it (a trigger incident: the
+	// failed run's), when the reporter traces.
+	TraceID string `json:"trace_id,omitempty"`
 }
 
 // IncidentsResponse is the answer of GET /v1/incidents: newest first.

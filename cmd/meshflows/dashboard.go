@@ -18,9 +18,11 @@ import (
 	"github.com/meshflows/meshflows/internal/auth"
 	"github.com/meshflows/meshflows/internal/dashboard"
 	"github.com/meshflows/meshflows/internal/telemetry"
+	"github.com/meshflows/meshflows/internal/tracing"
 )
 
 type dashboardFlags struct {
+	otlp                          string
 	listen, orchestrator, gateway string
 	registry                      []string
 	tokenFile                     string
@@ -76,6 +78,7 @@ The console reads the components with its own credentials (--upstream-ca, --upst
 	fl.StringVar(&f.traceURL, "trace-url-template", "", "link every run, and every event naming a trace, to it: {trace_id} is replaced, e.g. 'https://tempo.example/trace/{trace_id}' or 'http://jaeger:16686/trace/{trace_id}'")
 	fl.StringVar(&f.grafanaURL, "grafana-url", "", "base URL of a Grafana with deploy/grafana's dashboards imported: each page then links its metrics (e.g. https://grafana.example.com)")
 	bindLogFlags(fl, &f.log, "json")
+	bindOTLP(fl, &f.otlp)
 	f.creds.bindPrefixed(fl, "upstream", "the registry, the gateway and the orchestrator")
 	f.security.bind(fl, "RBAC policy file (the registry's): what each identity of a client certificate or bearer token may see and do")
 	return cmd
@@ -124,6 +127,15 @@ func startDashboard(ctx context.Context, g *errgroup.Group, f *dashboardFlags, l
 	if err != nil {
 		return err
 	}
+	tr, err := startTracing(ctx, g, f.otlp, "dashboard", logger)
+	if err != nil {
+		return err
+	}
+	if tr.On() { // a page's calls to the registry, orchestrator and gateway carry its trace
+		c := *httpClient
+		c.Transport = tracing.Transport(c.Transport)
+		httpClient = &c
+	}
 	d, err := dashboard.New(dashboard.Config{RegistryURLs: f.registry, GatewayURL: f.gateway, OrchestratorURL: f.orchestrator,
 		Client: httpClient, AdminToken: token, Viewers: viewers, Insecure: f.insecure, SessionTTL: f.sessionTTL, GrafanaURL: f.grafanaURL, TraceURLTemplate: f.traceURL, Logger: logger})
 	if err != nil {
@@ -141,7 +153,7 @@ func startDashboard(ctx context.Context, g *errgroup.Group, f *dashboardFlags, l
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promHandler(promReg))
-	mux.Handle("/", d.Handler())
+	mux.Handle("/", httpapi.Traced(tr.Tracer, "", d.Handler()))
 	srv := &http.Server{Handler: httpapi.BodyTimeout(mux, httpapi.DefaultBodyTimeout), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
 	if serverTLS != nil {

@@ -107,7 +107,7 @@ Stop with Ctrl-C: the providers deregister and the components stop in order.`,
 			regURL := "http://" + regAddr
 			dbAddr := fmt.Sprintf("127.0.0.1:%d", basePort+devDashboardOffset)
 			dln := lns[devDashboardOffset]
-			dbFlags := dashboardFlags{registry: []string{regURL}, insecure: true,
+			dbFlags := dashboardFlags{otlp: otlp, registry: []string{regURL}, insecure: true,
 				orchestrator: fmt.Sprintf("http://127.0.0.1:%d", basePort+devOrchestratorOffset),
 				gateway:      fmt.Sprintf("http://127.0.0.1:%d", basePort+devGatewayOffset)}
 			if err := startDashboard(regCtx, gReg, &dbFlags, dln, logger); err != nil {
@@ -128,7 +128,7 @@ Stop with Ctrl-C: the providers deregister and the components stop in order.`,
 				return errors.Join(err, stopAll(), logOut.Flush())
 			}
 			dnsAddr := fmt.Sprintf("127.0.0.1:%d", basePort+devDNSOffset)
-			dnsFl := dnsFlags{registries: []string{regURL}, domain: nameserver.DefaultDomain, ttl: nameserver.DefaultTTL, maxStale: discovery.DefaultStaleAllowance}
+			dnsFl := dnsFlags{otlp: otlp, registries: []string{regURL}, domain: nameserver.DefaultDomain, ttl: nameserver.DefaultTTL, maxStale: discovery.DefaultStaleAllowance}
 			if err := startDNS(regCtx, gReg, &dnsFl, lns[devDNSOffset], lns[devDNSMetricsOffset], logger); err != nil {
 				return errors.Join(err, stopAll(), logOut.Flush())
 			}

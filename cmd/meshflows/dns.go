@@ -20,6 +20,7 @@ import (
 
 // dnsFlags are the flags of 'meshflows dns'.
 type dnsFlags struct {
+	otlp       string
 	listen     string
 	registries []string
 	domain     string
@@ -84,6 +85,7 @@ meshflows_dns_answer_source{source}) are served on --metrics-listen when given.`
 	f.creds.bindRegistry(fl)
 	fl.DurationVar(&f.tlsReload, "tls-reload-interval", client.DefaultTLSReloadInterval, "how often --registry-ca, --registry-cert and --registry-key are read again (a rotated set is used by new connections)")
 	bindLogFlags(fl, &f.log, "json")
+	bindOTLP(fl, &f.otlp)
 	return cmd
 }
 
@@ -124,7 +126,12 @@ func startDNS(ctx context.Context, g *errgroup.Group, f *dnsFlags, ln, mln net.L
 		pc.Close()
 		return err
 	}
-	srv, err := nameserver.New(nameserver.Config{Discovery: disc, Domain: f.domain, TTL: f.ttl, StaleAllowance: f.maxStale, Logger: logger, Registerer: promReg})
+	tr, err := startTracing(ctx, g, f.otlp, "dns", logger)
+	if err != nil {
+		pc.Close()
+		return err
+	}
+	srv, err := nameserver.New(nameserver.Config{Tracer: tr.Tracer, Discovery: disc, Domain: f.domain, TTL: f.ttl, StaleAllowance: f.maxStale, Logger: logger, Registerer: promReg})
 	if err != nil {
 		pc.Close()
 		return err

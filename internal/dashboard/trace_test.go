@@ -22,6 +22,11 @@ func TestRunsAndEventsLinkTheirTraces(t *testing.T) {
 		switch r.URL.Path {
 		case "/v1/workflows/order-batch/runs/run-1":
 			json.NewEncoder(w).Encode(apiv1.Run{RunID: "run-1", Workflow: "order-batch", Trigger: "http", Status: apiv1.RunFailed, TraceID: id})
+		case "/v1/incidents":
+			json.NewEncoder(w).Encode(apiv1.IncidentsResponse{Incidents: []apiv1.Incident{{ID: "1", Kind: apiv1.IncidentTrigger, Subject: "order-batch",
+				Summary: "below its critical success rate", Severity: apiv1.IncidentCritical, Status: apiv1.IncidentOpen, OpenedAt: time.Now(), Occurrences: 1, TraceID: id}}})
+		case "/v1/eligibility/timeline":
+			json.NewEncoder(w).Encode(apiv1.TimelineResponse{})
 		case "/v1/events":
 			json.NewEncoder(w).Encode(apiv1.EventsResponse{Events: []apiv1.Event{{Seq: 1, Time: time.Now(), Type: apiv1.EventWorkflowRunFailed,
 				Severity: apiv1.SeverityError, Subject: "order-batch", Message: "run run-1 failed", Attrs: map[string]any{"run_id": "run-1", "trace_id": id}}}, Next: 1})
@@ -53,6 +58,9 @@ func TestRunsAndEventsLinkTheirTraces(t *testing.T) {
 	}
 	if p := get(on, "/events"); !strings.Contains(p, `class="trace" `+link) {
 		t.Errorf("the events page does not link the failed run's trace:\n%.3000s", p)
+	}
+	if p := get(on, "/incidents"); !strings.Contains(p, link+` class="trace-link"`) {
+		t.Errorf("the incidents page does not link the trigger incident's trace:\n%.3000s", p)
 	}
 	if p := get(dashboard.Config{}, "/workflows/order-batch/runs/run-1"); strings.Contains(p, "tempo.example") || strings.Contains(p, `id="run-trace"`) {
 		t.Errorf("a trace link without a template")

@@ -276,6 +276,7 @@ func New(cfg Config) (*Gateway, error) {
 	g.proxy.maxBody = cfg.MaxBodyBytes
 	if cfg.Tracing.On() {
 		g.proxy.tracer, g.proxy.propagator = cfg.Tracing.Tracer, cfg.Tracing.Propagator
+		g.proxy.failures = failureReports{reporter: cfg.Reporter, gateway: cfg.ID, now: cfg.Now, last: map[string]time.Time{}}
 	}
 	g.admin = g.adminRoutes()
 	g.derive() // the static table, from the first second: it needs no registry

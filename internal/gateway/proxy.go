@@ -36,6 +36,7 @@ type proxy struct {
 	// tracer is nil when tracing is off: then no span, no header, no allocation
 	tracer     trace.Tracer
 	propagator propagation.TextMapPropagator
+	failures   failureReports // traced requests that failed, for the journal
 }
 
 type targetKey struct{}

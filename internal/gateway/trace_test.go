@@ -6,7 +6,9 @@ import (
 	"net/http/httptest"
 	"testing"
 
+	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/internal/gateway"
+	"github.com/meshflows/meshflows/internal/report"
 	"github.com/meshflows/meshflows/internal/tracing"
 	"github.com/meshflows/meshflows/internal/tracing/otlptest"
 	"github.com/meshflows/meshflows/routing"
@@ -82,5 +84,41 @@ func TestTracingOffPassesTheCallersTraceOn(t *testing.T) {
 	resp.Body.Close()
 	if p := <-got; p != caller {
 		t.Errorf("the provider got %q, want the caller's %q", p, caller)
+	}
+}
+
+// TestAFailedTracedRequestIsInTheJournalWithItsTrace: a traced request the upstream answers
+// 500 is reported to the journal with its trace id, one per route every 10 s.
+func TestAFailedTracedRequestIsInTheJournalWithItsTrace(t *testing.T) {
+	rcv := otlptest.Start(t)
+	tr, err := tracing.New(context.Background(), tracing.Config{Endpoint: rcv.URL, Component: "gateway", Getenv: func(string) string { return "" }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Shutdown(context.Background())
+	var sent []apiv1.ReportedEvent
+	rep, err := report.New(report.Config{Reporter: "gw-1", Send: func(_ context.Context, r *apiv1.ReportRequest) error {
+		sent = append(sent, r.Events...)
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusInternalServerError) }))
+	defer upstream.Close()
+	srv := staticGateway(t, gateway.Config{Tracing: tr, Reporter: rep, ID: "gw-1"}, routing.StaticRoute{Path: "/orders", Methods: []string{"GET"}, Upstream: upstream.URL})
+	for range 3 {
+		resp, err := http.Get(srv.URL + "/orders")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	if err := rep.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(sent) != 1 || sent[0].Type != apiv1.EventRouteRequestFailed || sent[0].Subject != "GET /orders" || len(sent[0].Attrs["trace_id"].(string)) != 32 ||
+		sent[0].Attrs["status"] != 500 {
+		t.Errorf("reported %+v, want one route.request_failed with its trace", sent)
 	}
 }

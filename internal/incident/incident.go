@@ -147,6 +147,16 @@ func (l *Log) Raise(kind, subject, owner, summary string) apiv1.Incident {
 	return *in
 }
 
+// SetTrace records traceID as the trace of the standing incident of (kind, subject): the
+// latest failure reported with it.
+func (l *Log) SetTrace(kind, subject, traceID string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if in := l.standing(kind, subject); in != nil && traceID != "" {
+		in.TraceID = traceID
+	}
+}
+
 // Clear resolves the standing incident of (kind, subject): its condition ended.
 func (l *Log) Clear(kind, subject string) {
 	l.mu.Lock()

@@ -16,6 +16,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/meshflows/meshflows/discovery"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Defaults of Config.
@@ -39,6 +41,8 @@ type Config struct {
 	Logger         *slog.Logger
 	Registerer     prometheus.Registerer
 	Now            func() time.Time
+	// Tracer, when set, serves every query in a span ("dns SRV", its name and rcode).
+	Tracer trace.Tracer
 }
 
 // Validate reports a configuration that cannot work.
@@ -155,12 +159,24 @@ func (s *Server) view() (*index, discovery.Meta, error) {
 
 // ServeDNS implements dns.Handler.
 func (s *Server) ServeDNS(w dns.ResponseWriter, req *dns.Msg) {
+	var span trace.Span
+	if s.cfg.Tracer != nil {
+		_, span = s.cfg.Tracer.Start(context.Background(), "dns query", trace.WithSpanKind(trace.SpanKindServer))
+		defer span.End()
+	}
 	wire, rcode := s.reply(req, w.RemoteAddr())
 	qtype := "none"
 	if len(req.Question) == 1 {
 		qtype = dns.TypeToString[req.Question[0].Qtype]
 	}
 	s.metrics.query(qtype, dns.RcodeToString[rcode])
+	if span != nil {
+		span.SetName("dns " + qtype)
+		span.SetAttributes(attribute.String("dns.question.type", qtype), attribute.String("dns.response.code", dns.RcodeToString[rcode]))
+		if len(req.Question) == 1 {
+			span.SetAttributes(attribute.String("dns.question.name", req.Question[0].Name))
+		}
+	}
 	if wire != nil {
 		w.Write(wire)
 	}

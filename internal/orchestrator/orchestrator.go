@@ -183,7 +183,7 @@ func New(cfg Config) (*Orchestrator, error) {
 	}
 	if cfg.Tracing.On() {
 		c := *cfg.Client
-		c.Transport = &propagating{next: c.Transport, propagator: cfg.Tracing.Propagator}
+		c.Transport = tracing.Transport(c.Transport)
 		cfg.Client = &c
 	}
 	if cfg.MaxRuns == 0 {
@@ -296,7 +296,7 @@ func (o *Orchestrator) reportRun(name string, e *entry, run *apiv1.Run) {
 		return
 	}
 	e.critical = critical
-	o.cfg.Reporter.Condition(apiv1.Condition{Kind: apiv1.IncidentTrigger, Subject: name, Active: critical,
+	o.cfg.Reporter.Condition(apiv1.Condition{Kind: apiv1.IncidentTrigger, Subject: name, Active: critical, TraceID: failedTrace(run),
 		Summary: fmt.Sprintf("workflow %s: %.0f%% of its %d runs in the last %s succeeded, below the critical %.0f%%", name, 100*rate, runs, triggerWindow, 100*o.cfg.TriggerCritical)})
 }
 
@@ -526,8 +526,12 @@ func (o *Orchestrator) runNow(ctx context.Context, name, trigger string, input j
 	if kept {
 		o.persistRuns(name, hw)
 	}
-	o.cfg.Logger.Info("workflow run", slog.String("workflow", name), slog.String("run_id", run.RunID), slog.String("status", run.Status),
-		slog.String("trigger", trigger), slog.Float64("duration_ms", run.DurationMS))
+	attrs := []slog.Attr{slog.String("workflow", name), slog.String("run_id", run.RunID), slog.String("status", run.Status),
+		slog.String("trigger", trigger), slog.Float64("duration_ms", run.DurationMS)}
+	if run.TraceID != "" {
+		attrs = append(attrs, slog.String("trace_id", run.TraceID)) // its span has ended: named here
+	}
+	o.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "workflow run", attrs...)
 	o.saveDiscovery()
 	return run, false, nil
 }

@@ -3,11 +3,9 @@ package orchestrator
 import (
 	"context"
 	"encoding/json"
-	"net/http"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
@@ -31,25 +29,6 @@ func (o *Orchestrator) tracedInvoke(ctx context.Context, st *workflow.Step, c ca
 	return out, err
 }
 
-// propagating writes the trace of a request's context into its headers (traceparent).
-type propagating struct {
-	next       http.RoundTripper
-	propagator propagation.TextMapPropagator
-}
-
-func (p *propagating) RoundTrip(req *http.Request) (*http.Response, error) {
-	next := p.next
-	if next == nil {
-		next = http.DefaultTransport
-	}
-	if !trace.SpanContextFromContext(req.Context()).IsValid() {
-		return next.RoundTrip(req)
-	}
-	out := req.Clone(req.Context())
-	p.propagator.Inject(req.Context(), propagation.HeaderCarrier(out.Header))
-	return next.RoundTrip(out)
-}
-
 // runAttrs are a failed run's event attributes: its id, trigger, status and, when traced,
 // its trace (the console links it).
 func runAttrs(run *apiv1.Run) map[string]any {
@@ -58,4 +37,12 @@ func runAttrs(run *apiv1.Run) map[string]any {
 		a["trace_id"] = run.TraceID
 	}
 	return a
+}
+
+// failedTrace is the trace of run when it failed ("" otherwise, or untraced).
+func failedTrace(run *apiv1.Run) string {
+	if run.Status == apiv1.RunSucceeded {
+		return ""
+	}
+	return run.TraceID
 }

@@ -183,6 +183,7 @@ func (s *Server) report(w http.ResponseWriter, r *http.Request) (any, error) {
 		for _, c := range req.Conditions {
 			if c.Active {
 				in.Raise(c.Kind, c.Subject, "", c.Summary)
+				in.SetTrace(c.Kind, c.Subject, c.TraceID)
 			} else {
 				in.Clear(c.Kind, c.Subject)
 			}

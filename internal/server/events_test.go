@@ -209,7 +209,7 @@ func TestReports(t *testing.T) {
 	}
 	s := registrytest.NewServerWith(t, registry.Config{Journal: j}, server.Config{Journal: j, Incidents: incidents}, registrytest.Epoch0)
 	body := `{"reporter":"orchestrator@127.0.0.1:7401","events":[{"type":"workflow.run_failed","severity":"error","subject":"order-publish","message":"run r-1 failed","attrs":{"run_id":"r-1"}}],
-		"conditions":[{"kind":"trigger","subject":"order-publish","active":true,"summary":"0% of 3 runs succeeded"}]}`
+		"conditions":[{"kind":"trigger","subject":"order-publish","active":true,"summary":"0% of 3 runs succeeded","trace_id":"4bf92f3577b34da6a3ce929d0e0e4736"}]}`
 	r := do(t, "POST", s.URL+"/v1/reports", body)
 	if r.status != 200 || !strings.Contains(string(r.body), `"recorded":1`) {
 		t.Fatalf("report: %d %s", r.status, r.body)
@@ -219,7 +219,8 @@ func TestReports(t *testing.T) {
 		t.Errorf("reported event: %+v", got)
 	}
 	open := incidents.List("unresolved")
-	if len(open) != 1 || open[0].Kind != apiv1.IncidentTrigger || open[0].Severity != apiv1.IncidentCritical || open[0].Subject != "order-publish" {
+	if len(open) != 1 || open[0].Kind != apiv1.IncidentTrigger || open[0].Severity != apiv1.IncidentCritical || open[0].Subject != "order-publish" ||
+		open[0].TraceID != "4bf92f3577b34da6a3ce929d0e0e4736" {
 		t.Fatalf("trigger incident: %+v", open)
 	}
 	do(t, "POST", s.URL+"/v1/reports", `{"reporter":"o","conditions":[{"kind":"trigger","subject":"order-publish","active":false}]}`)

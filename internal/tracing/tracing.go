@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"strings"
 
@@ -135,4 +136,23 @@ func (s rootSampler) ShouldSample(p sdktrace.SamplingParameters) sdktrace.Sampli
 
 func (s rootSampler) Description() string {
 	return fmt.Sprintf("MeshFlowsRoot{heartbeats:%s,others:%s}", s.heartbeats.Description(), s.all.Description())
+}
+
+// Transport sends requests through next (http.DefaultTransport when nil) with the trace of
+// their context in their headers (traceparent, tracestate), when they have one.
+func Transport(next http.RoundTripper) http.RoundTripper { return &propagating{next: next} }
+
+type propagating struct{ next http.RoundTripper }
+
+func (p *propagating) RoundTrip(req *http.Request) (*http.Response, error) {
+	next := p.next
+	if next == nil {
+		next = http.DefaultTransport
+	}
+	if !trace.SpanContextFromContext(req.Context()).IsValid() {
+		return next.RoundTrip(req)
+	}
+	out := req.Clone(req.Context())
+	Propagator.Inject(req.Context(), propagation.HeaderCarrier(out.Header))
+	return next.RoundTrip(out)
 }
