@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
@@ -648,6 +650,25 @@ func TestDashboardInABrowser(t *testing.T) {
 		}
 		if n := count(t, ctx, row+" .step"); n != 4 {
 			t.Errorf("steps drawn: %d, want 4 (10, 25, 50, then 100)", n)
+		}
+	})
+
+	// Every page fits a 1,400 px window: nothing wider than the page scrolls it sideways.
+	t.Run("pages fit 1400 px", func(t *testing.T) {
+		if _, err := chromedp.Call(ctx, emulation.SetDeviceMetricsOverride, emulation.SetDeviceMetricsOverrideParams{Width: 1400, Height: 900, DeviceScaleFactor: 1}); err != nil {
+			t.Fatal(err)
+		}
+		defer chromedp.Call(ctx, emulation.ClearDeviceMetricsOverride, cdp.Empty{})
+		for _, page := range []string{"/", "/capabilities", "/routes", "/routes/map", "/workflows", "/validation", "/events", "/incidents", "/evacuations"} {
+			nav(page)
+			w, err := chromedp.Run(ctx, chromedp.Evaluate[int]("document.documentElement.scrollWidth"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if w > 1400 {
+				wide, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`[...document.querySelectorAll("main *")].filter(e => e.getBoundingClientRect().right > 1400).slice(0, 5).map(e => e.tagName + (e.id ? "#" + e.id : "") + "." + e.className).join(", ")`))
+				t.Errorf("%s is %d px wide in a 1400 px window: %s", page, w, wide)
+			}
 		}
 	})
 }
