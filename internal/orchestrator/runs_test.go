@@ -94,7 +94,9 @@ func eventually(t *testing.T, what string, cond func() bool) {
 func setOrchestrator(t *testing.T, clock *fakeClock, name, invocation string) *orchestrator.Orchestrator {
 	t.Helper()
 	disc, _ := discovery.New(discovery.Config{Registries: []string{"http://127.0.0.1:1"}})
-	cfg := orchestrator.Config{Discovery: disc}
+	// OutcomeWindow -1: no outcome reports, whose timer on the fake clock would count as the
+	// scheduler's waiting (pending) before the scheduler waits
+	cfg := orchestrator.Config{Discovery: disc, OutcomeWindow: -1}
 	if clock != nil {
 		cfg.Now, cfg.After = clock.Now, clock.After
 	}
@@ -368,7 +370,7 @@ func TestScheduleSkipsWhileRunning(t *testing.T) {
 	clock := newFakeClock()
 	url, release, invoked := blockingProvider(t)
 	disc, _ := discovery.New(discovery.Config{Registries: []string{"http://127.0.0.1:1"}, RequestTimeout: 100 * time.Millisecond})
-	o, err := orchestrator.New(orchestrator.Config{Discovery: disc, Now: clock.Now, After: clock.After,
+	o, err := orchestrator.New(orchestrator.Config{Discovery: disc, Now: clock.Now, After: clock.After, OutcomeWindow: -1, // as in setOrchestrator
 		Static: []orchestrator.StaticCapability{{CapabilityID: "messaging.publish", Provider: "jms", Version: "1.0.0", Endpoint: url}}})
 	if err != nil {
 		t.Fatal(err)
@@ -382,6 +384,10 @@ func TestScheduleSkipsWhileRunning(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- o.Run(ctx) }()
+	// a failure below must not leave the provider's handler blocked: the test server's Close
+	// would wait for it
+	unblock := sync.OnceFunc(func() { close(release) })
+	t.Cleanup(func() { unblock(); cancel(); <-done })
 	eventually(t, "the scheduler to wait", func() bool { return clock.pending() > 0 })
 	clock.Advance(time.Second)
 	<-invoked
@@ -395,9 +401,6 @@ func TestScheduleSkipsWhileRunning(t *testing.T) {
 		}
 		return false
 	})
-	close(release)
-	cancel()
-	<-done
 }
 
 // TestUploadsAreJudgedAgainstTheRegistryAsItIs: a step no provider offers is refused as a
