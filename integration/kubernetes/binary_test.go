@@ -80,9 +80,6 @@ func (r *replica) metric(t *testing.T, series string) float64 {
 // the other stands by; stopped (SIGTERM), the leader releases the Lease and the other takes
 // over, adopting the instances with their generations.
 func TestTheBinaryElectsOneLeaderAndHandsOver(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a kube-apiserver")
-	}
 	bin := filepath.Join(t.TempDir(), "meshflows-kube-sync")
 	build := exec.Command("go", "build", "-o", bin, "github.com/meshflows/meshflows/cmd/meshflows-kube-sync")
 	if out, err := build.CombinedOutput(); err != nil {

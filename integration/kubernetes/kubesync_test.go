@@ -262,9 +262,6 @@ func (k kubeWrites) applyService(svc *corev1.Service) {
 }
 
 func TestKubeSyncAgainstARealAPIServer(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a kube-apiserver")
-	}
 	c := startCluster(t)
 	m := startRegistry(t)
 	k := kubeWrites{t: t, kube: c.kube}
@@ -379,9 +376,6 @@ func TestKubeSyncAgainstARealAPIServer(t *testing.T) {
 }
 
 func TestOneLeaderAmongReplicas(t *testing.T) {
-	if testing.Short() {
-		t.Skip("starts a kube-apiserver")
-	}
 	c := startCluster(t)
 	ctx := context.Background()
 	if _, err := c.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "meshflows"}}, metav1.CreateOptions{}); err != nil {
