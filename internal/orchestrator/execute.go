@@ -113,20 +113,6 @@ type executor struct {
 	tracer trace.Tracer // nil: not traced
 }
 
-// span starts a span of the run's (a no-op without a tracer: ctx and a nil end).
-func (ex *executor) span(ctx context.Context, name string, attrs ...attribute.KeyValue) (context.Context, func(err error)) {
-	if ex.tracer == nil {
-		return ctx, func(error) {}
-	}
-	ctx, span := ex.tracer.Start(ctx, name, trace.WithAttributes(attrs...))
-	return ctx, func(err error) {
-		if err != nil {
-			span.SetStatus(codes.Error, err.Error())
-		}
-		span.End()
-	}
-}
-
 // steps runs a list of steps on sc in order; a failed step skips the rest. It returns the
 // steps' records, the last step's output (a loop's or parallel step's is the object of the
 // context keys it hands back), and whether a step failed.
@@ -149,7 +135,7 @@ func (ex *executor) steps(ctx context.Context, sc *workflow.Scope, steps []workf
 		if se := stopped(ctx, st); se != nil { // a cancelled run starts no further step
 			err = se
 		} else {
-			sctx, end := ex.span(ctx, "step "+st.ID, attribute.String("meshflows.step_id", st.ID), attribute.String("meshflows.step_type", string(st.Type)))
+			sctx, end := ex.stepSpan(ctx, st)
 			res, err = ex.step(sctx, sc, st, previous, sr)
 			end(err)
 		}
@@ -310,14 +296,9 @@ func (ex *executor) loop(ctx context.Context, sc *workflow.Scope, st *workflow.S
 			return apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable, "step %s: stopped: %v", st.ID, err)
 		}
 		it := sc.Iteration(i, item)
-		ictx, end := ex.span(ctx, "iteration "+strconv.Itoa(i), attribute.String("meshflows.step_id", st.ID), attribute.Int("meshflows.iteration", i),
-			attribute.String("meshflows.scope_mode", string(it.Mode())))
+		ictx, end := ex.iterationSpan(ctx, st, i, it.Mode())
 		steps, _, failed := ex.steps(ictx, it, st.Steps)
-		if failed {
-			end(fmt.Errorf("iteration %d failed", i))
-		} else {
-			end(nil)
-		}
+		end(failedErr(failed))
 		rec := apiv1.IterationRun{Index: i, Status: apiv1.RunSucceeded, Steps: steps}
 		ex.budget.spend(48)
 		if failed {
@@ -361,14 +342,9 @@ func (ex *executor) parallel(ctx context.Context, sc *workflow.Scope, st *workfl
 			if ctx.Err() != nil {
 				return
 			}
-			bctx, end := ex.span(ctx, "branch "+b.ID, attribute.String("meshflows.step_id", st.ID), attribute.String("meshflows.branch_id", b.ID),
-				attribute.String("meshflows.scope_mode", string(scopes[i].Mode())))
+			bctx, end := ex.branchSpan(ctx, st, b, scopes[i].Mode())
 			steps, _, failed := ex.steps(bctx, scopes[i], b.Steps)
-			if failed {
-				end(fmt.Errorf("branch %s failed", b.ID))
-			} else {
-				end(nil)
-			}
+			end(failedErr(failed))
 			sr.Branches[i].Steps = steps
 			sr.Branches[i].Status = apiv1.RunSucceeded
 			if failed {

@@ -3,6 +3,8 @@ package orchestrator
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"strconv"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -45,4 +47,56 @@ func failedTrace(run *apiv1.Run) string {
 		return ""
 	}
 	return run.TraceID
+}
+
+// endSpan ends a span of the run's, with the error status when err is not nil.
+type endSpan func(err error)
+
+// noSpan is the end of a span never started (tracing off).
+func noSpan(error) {}
+
+// errNestedFailed is the status of an iteration's or a branch's span when one of its steps
+// failed (the step's own span says which, and why).
+var errNestedFailed = errors.New("a step failed")
+
+func failedErr(failed bool) error {
+	if failed {
+		return errNestedFailed
+	}
+	return nil
+}
+
+// start starts a span of the run's; the callers check ex.tracer first, so that with tracing
+// off nothing is built (no name, no attributes) on a path a loop runs a million times.
+func (ex *executor) start(ctx context.Context, name string, attrs ...attribute.KeyValue) (context.Context, endSpan) {
+	ctx, span := ex.tracer.Start(ctx, name, trace.WithAttributes(attrs...))
+	return ctx, func(err error) {
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+		}
+		span.End()
+	}
+}
+
+func (ex *executor) stepSpan(ctx context.Context, st *workflow.Step) (context.Context, endSpan) {
+	if ex.tracer == nil {
+		return ctx, noSpan
+	}
+	return ex.start(ctx, "step "+st.ID, attribute.String("meshflows.step_id", st.ID), attribute.String("meshflows.step_type", string(st.Type)))
+}
+
+func (ex *executor) iterationSpan(ctx context.Context, st *workflow.Step, i int, mode workflow.Mode) (context.Context, endSpan) {
+	if ex.tracer == nil {
+		return ctx, noSpan
+	}
+	return ex.start(ctx, "iteration "+strconv.Itoa(i), attribute.String("meshflows.step_id", st.ID), attribute.Int("meshflows.iteration", i),
+		attribute.String("meshflows.scope_mode", string(mode)))
+}
+
+func (ex *executor) branchSpan(ctx context.Context, st *workflow.Step, b *workflow.Branch, mode workflow.Mode) (context.Context, endSpan) {
+	if ex.tracer == nil {
+		return ctx, noSpan
+	}
+	return ex.start(ctx, "branch "+b.ID, attribute.String("meshflows.step_id", st.ID), attribute.String("meshflows.branch_id", b.ID),
+		attribute.String("meshflows.scope_mode", string(mode)))
 }
