@@ -183,6 +183,14 @@ func Endpoints(svc *corev1.Service, spec Spec, slices []*discoveryv1.EndpointSli
 	return out
 }
 
+// health is what the registry is told of e: ok when ready, else not_ready.
+func (e *Endpoint) health() string {
+	if e.Ready {
+		return apiv1.HealthOK
+	}
+	return apiv1.HealthNotReady
+}
+
 // pickPort returns the port named (by name or number) or, with want empty, the first.
 func pickPort(ports []discoveryv1.EndpointPort, want string) (int32, bool) {
 	for _, p := range ports {

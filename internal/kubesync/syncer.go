@@ -95,7 +95,6 @@ type Syncer struct {
 	dirty    map[string]bool           // Service keys to reconcile
 	reported map[string]string         // the last problem told per Service key, told once
 	wake     chan struct{}             // a Service key became dirty
-	latched  bool                      // the first full list of every kind is applied: removals may happen
 	interval time.Duration             // the heartbeat interval in force
 }
 
@@ -221,9 +220,7 @@ func (s *Syncer) start(ctx context.Context, since time.Time) error {
 	}
 	s.markAll()
 	s.reconcileDirty(ctx, since)
-	s.mu.Lock()
-	s.latched = true // every kind listed and applied: what is not there may now be removed
-	s.mu.Unlock()
+	// every kind listed and applied: the adopted instances no Service claimed may now go
 	s.removeUnclaimed(ctx)
 	s.cfg.Logger.Info("kube-sync: first full list applied", slog.Int("instances", len(s.snapshot())), slog.Duration("took", s.cfg.Clock.Now().Sub(since)))
 	return nil
@@ -416,12 +413,15 @@ func (s *Syncer) reconcileDirty(ctx context.Context, since time.Time) {
 
 // plan decides the writes that bring the registry to what Service key and its slices say.
 func (s *Syncer) plan(ctx context.Context, key string) []op {
-	desired, ok := s.desired(ctx, key)
+	desired, state := s.desired(ctx, key)
+	if state == invalid {
+		return nil // an annotation made invalid keeps what was registered: nothing is lost on bad input
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var ops []op
 	want := map[string]bool{}
-	if ok {
+	if state == synced {
 		for _, e := range desired {
 			id := e.Request.InstanceID
 			want[id] = true
@@ -435,10 +435,7 @@ func (s *Syncer) plan(ctx context.Context, key string) []op {
 					ops = append(ops, op{kind: "deregister", id: id, o: cur})
 				}
 			case cur == nil || cur.draining || !sameRegistration(&cur.req, &e.Request):
-				health := apiv1.HealthOK
-				if !e.Ready {
-					health = apiv1.HealthNotReady
-				}
+				health := e.health()
 				req := e.Request
 				req.Health = health
 				n := &owned{service: key, req: req, health: health}
@@ -457,26 +454,16 @@ func (s *Syncer) plan(ctx context.Context, key string) []op {
 				s.owned[id] = n
 				ops = append(ops, op{kind: "register", id: id, o: n})
 			default:
-				health := apiv1.HealthOK
-				if !e.Ready {
-					health = apiv1.HealthNotReady
-				}
-				if health != cur.health {
+				if health := e.health(); health != cur.health {
 					cur.health = health
 					ops = append(ops, op{kind: "heartbeat", id: id, o: cur})
 				}
 			}
 		}
 	}
-	if !s.latched && !ok {
-		return ops
-	}
 	for id, o := range s.owned {
 		if o.service != key || want[id] {
 			continue
-		}
-		if !ok && s.keepOnProblem(key) {
-			continue // an annotation made invalid keeps what was registered: nothing is lost on bad input
 		}
 		if o.draining {
 			delete(s.owned, id) // deregistered already; its endpoint has now gone
@@ -487,27 +474,24 @@ func (s *Syncer) plan(ctx context.Context, key string) []op {
 	return ops
 }
 
-// keepOnProblem reports whether Service key still exists with a problem (an invalid
-// annotation): its instances are kept, not removed.
-func (s *Syncer) keepOnProblem(key string) bool {
-	_, exists := s.services.get(key)
-	return exists && s.reported[key] != ""
-}
+// serviceState is what a Service key is to the syncer.
+type serviceState int
 
-// desired returns the endpoints Service key wants registered, and whether it is synced (an
-// existing, annotated Service with valid annotations). A problem is told once as an Event on
-// the Service and in the log.
-func (s *Syncer) desired(ctx context.Context, key string) ([]Endpoint, bool) {
+const (
+	unsynced serviceState = iota // gone, or not annotated: its instances go
+	synced                       // annotated, valid: its endpoints are the instances
+	invalid                      // annotated, invalid: nothing registered, what was stays
+)
+
+// desired returns the endpoints Service key wants registered, and its state. A problem is
+// told once as an Event on the Service, in the registry's journal and in the log.
+func (s *Syncer) desired(ctx context.Context, key string) ([]Endpoint, serviceState) {
 	obj, exists := s.services.get(key)
-	if !exists {
+	if !exists || !Annotated(obj.(*corev1.Service)) {
 		s.setProblem(key, "")
-		return nil, false
+		return nil, unsynced
 	}
 	svc := obj.(*corev1.Service)
-	if !Annotated(svc) {
-		s.setProblem(key, "")
-		return nil, false
-	}
 	spec, err := ParseSpec(svc)
 	if err != nil {
 		if s.setProblem(key, err.Error()) {
@@ -516,14 +500,14 @@ func (s *Syncer) desired(ctx context.Context, key string) ([]Endpoint, bool) {
 			s.event(ctx, svc, "InvalidMeshflowsAnnotations", "meshflows kube-sync registers nothing for this Service: "+err.Error())
 			s.journal(ctx, svc, "registers nothing for this Service: its annotations are invalid: "+err.Error())
 		}
-		return nil, false
+		return nil, invalid
 	}
 	s.setProblem(key, "")
 	var slices []*discoveryv1.EndpointSlice
 	for _, o := range s.slices.byIndex(sliceService, key) {
 		slices = append(slices, o.(*discoveryv1.EndpointSlice))
 	}
-	return Endpoints(svc, spec, slices), true
+	return Endpoints(svc, spec, slices), synced
 }
 
 // setProblem records the problem of key ("" none) and reports whether it is new.

@@ -367,6 +367,9 @@ func TestARestartedSyncerAdoptsAndRemovesOnlyAfterTheFirstFullList(t *testing.T)
 	third.expect("a new version while away", []string{"register shop.a ok", "register shop.c ok"}, []string{"shop.a ok", "shop.c ok", "shop.manual ok"})
 }
 
+// TestNothingIsRemovedBeforeTheFirstFullList: a restarted syncer's batch that sees a Service
+// before its slices (they are still listing) removes none of the instances it adopts; once
+// the slice is in and the first full list applied, the instance is renewed, not removed.
 func TestNothingIsRemovedBeforeTheFirstFullList(t *testing.T) {
 	reg := newFakeRegistry("kube-sync")
 	first := newHarness(t, reg, "kube-sync")
@@ -377,11 +380,13 @@ func TestNothingIsRemovedBeforeTheFirstFullList(t *testing.T) {
 	if err := second.s.loadAdoptable(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	// a batch before the latch (an informer's event while the other kind still lists) with
-	// the Service seen but no slice yet
 	second.put(service("shop", "orders", nil))
 	second.reconcile()
-	second.expect("before the latch", nil, []string{"shop.a ok"})
+	second.expect("the Service seen, its slice not yet", nil, []string{"shop.a ok"})
+	second.put(ordersSlice("orders-a", map[string]cond{"a": {ready: true}}))
+	second.reconcile()
+	second.s.removeUnclaimed(context.Background())
+	second.expect("the slice in, the first full list applied", []string{"heartbeat shop.a ok"}, []string{"shop.a ok"})
 }
 
 func TestAnInvalidAnnotationRegistersNothingKeepsWhatWasAndSaysWhy(t *testing.T) {
