@@ -2,16 +2,15 @@ package main
 
 import (
 	"bytes"
-	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
-	"github.com/goccy/go-yaml"
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/meshflows/meshflows/internal/testtool"
 )
 
 // object is what the test reads of a Kubernetes object of deploy/k8s/kube-sync.yaml.
@@ -42,23 +41,7 @@ type object struct {
 
 func manifest(t *testing.T) []object {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join("..", "..", "deploy", "k8s", "kube-sync.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dec := yaml.NewDecoder(bytes.NewReader(raw))
-	var out []object
-	for {
-		var o object
-		err := dec.Decode(&o)
-		if errors.Is(err, io.EOF) {
-			return out
-		}
-		if err != nil {
-			t.Fatalf("deploy/k8s/kube-sync.yaml is not YAML: %v", err)
-		}
-		out = append(out, o)
-	}
+	return testtool.YAMLDocs[object](t, filepath.Join("..", "..", "deploy", "k8s", "kube-sync.yaml"))
 }
 
 // TestTheManifestGrantsExactlyWhatTheSyncerUses: the ClusterRole reads Services and

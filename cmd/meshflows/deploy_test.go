@@ -1,15 +1,12 @@
 package main
 
 import (
-	"bytes"
-	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/goccy/go-yaml"
+	"github.com/meshflows/meshflows/internal/testtool"
 )
 
 // deployedComponents are the servers a deployment runs; each has a Kubernetes manifest and a
@@ -122,21 +119,5 @@ type manifestDoc struct {
 // manifestDocs reads the objects of deploy/k8s/COMPONENT.yaml.
 func manifestDocs(t *testing.T, component string) []manifestDoc {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join("..", "..", "deploy", "k8s", component+".yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	dec := yaml.NewDecoder(bytes.NewReader(raw))
-	var docs []manifestDoc
-	for {
-		var doc manifestDoc
-		err := dec.Decode(&doc)
-		if errors.Is(err, io.EOF) {
-			return docs
-		}
-		if err != nil {
-			t.Fatalf("deploy/k8s/%s.yaml is not YAML: %v", component, err)
-		}
-		docs = append(docs, doc)
-	}
+	return testtool.YAMLDocs[manifestDoc](t, filepath.Join("..", "..", "deploy", "k8s", component+".yaml"))
 }

@@ -140,8 +140,6 @@ type Endpoint struct {
 	// Ready is the endpoint's ready condition (unset counts as ready, as Kubernetes says);
 	// Terminating that the pod is going.
 	Ready, Terminating bool
-	// Slice is the EndpointSlice it came from.
-	Slice string
 }
 
 // Endpoints returns the instances of svc (with spec) in slices: one per endpoint address on
@@ -160,7 +158,7 @@ func Endpoints(svc *corev1.Service, spec Spec, slices []*discoveryv1.EndpointSli
 		for _, ep := range sl.Endpoints {
 			for _, addr := range ep.Addresses {
 				e := Endpoint{Ready: ep.Conditions.Ready == nil || *ep.Conditions.Ready,
-					Terminating: ep.Conditions.Terminating != nil && *ep.Conditions.Terminating, Slice: sl.Name}
+					Terminating: ep.Conditions.Terminating != nil && *ep.Conditions.Terminating}
 				e.Request = apiv1.RegisterRequest{InstanceID: instanceID(svc, ep.TargetRef, addr, len(ep.Addresses) > 1),
 					ServiceName: spec.ServiceName, ServiceVersion: spec.ServiceVersion, Endpoint: spec.Scheme + "://" + net.JoinHostPort(addr, strconv.Itoa(int(port))),
 					Capabilities: spec.Capabilities}

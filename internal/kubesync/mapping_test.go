@@ -91,7 +91,6 @@ func TestEndpoints(t *testing.T) {
 	type row struct {
 		ID, Endpoint, Zone string
 		Ready, Terminating bool
-		Slice              string
 	}
 	tests := []struct {
 		name        string
@@ -105,20 +104,20 @@ func TestEndpoints(t *testing.T) {
 				discoveryv1.Endpoint{Addresses: []string{"10.0.0.2"}, TargetRef: pod("orders-7d9-def"), Conditions: discoveryv1.EndpointConditions{Ready: ptr(false)}},
 				discoveryv1.Endpoint{Addresses: []string{"10.0.0.3"}, TargetRef: pod("orders-7d9-ghi"), Conditions: discoveryv1.EndpointConditions{Ready: ptr(false), Serving: ptr(true), Terminating: ptr(true)}})},
 			want: []row{
-				{ID: "shop.orders-7d9-abc", Endpoint: "http://10.0.0.1:9090", Zone: "eu-1a", Ready: true, Slice: "orders-a"},
-				{ID: "shop.orders-7d9-def", Endpoint: "http://10.0.0.2:9090", Slice: "orders-a"},
-				{ID: "shop.orders-7d9-ghi", Endpoint: "http://10.0.0.3:9090", Terminating: true, Slice: "orders-a"},
+				{ID: "shop.orders-7d9-abc", Endpoint: "http://10.0.0.1:9090", Zone: "eu-1a", Ready: true},
+				{ID: "shop.orders-7d9-def", Endpoint: "http://10.0.0.2:9090"},
+				{ID: "shop.orders-7d9-ghi", Endpoint: "http://10.0.0.3:9090", Terminating: true},
 			}},
 		{name: "the port named, https, an address without a pod",
 			annotations: map[string]string{AnnotationPort: "http", AnnotationScheme: "https"},
 			slices: []*discoveryv1.EndpointSlice{slice("shop", "orders", "orders-a", discoveryv1.AddressTypeIPv4, ports,
 				discoveryv1.Endpoint{Addresses: []string{"192.168.1.7"}})},
-			want: []row{{ID: "shop.orders.192.168.1.7", Endpoint: "https://192.168.1.7:8080", Ready: true, Slice: "orders-a"}}},
+			want: []row{{ID: "shop.orders.192.168.1.7", Endpoint: "https://192.168.1.7:8080", Ready: true}}},
 		{name: "the port by number",
 			annotations: map[string]string{AnnotationPort: "8080"},
 			slices: []*discoveryv1.EndpointSlice{slice("shop", "orders", "orders-a", discoveryv1.AddressTypeIPv4, ports,
 				discoveryv1.Endpoint{Addresses: []string{"10.0.0.1"}, TargetRef: pod("p")})},
-			want: []row{{ID: "shop.p", Endpoint: "http://10.0.0.1:8080", Ready: true, Slice: "orders-a"}}},
+			want: []row{{ID: "shop.p", Endpoint: "http://10.0.0.1:8080", Ready: true}}},
 		{name: "a slice without the port gives nothing",
 			annotations: map[string]string{AnnotationPort: "grpc"},
 			slices: []*discoveryv1.EndpointSlice{slice("shop", "orders", "orders-a", discoveryv1.AddressTypeIPv4, ports,
@@ -129,19 +128,19 @@ func TestEndpoints(t *testing.T) {
 				slice("shop", "orders", "orders-v4", discoveryv1.AddressTypeIPv4, ports, discoveryv1.Endpoint{Addresses: []string{"10.0.0.1"}, TargetRef: pod("p")}),
 				slice("shop", "orders", "orders-v6", discoveryv1.AddressTypeIPv6, ports, discoveryv1.Endpoint{Addresses: []string{"fd00::1"}, TargetRef: pod("p")}),
 			},
-			want: []row{{ID: "shop.p", Endpoint: "http://10.0.0.1:9090", Ready: true, Slice: "orders-v4"}}},
+			want: []row{{ID: "shop.p", Endpoint: "http://10.0.0.1:9090", Ready: true}}},
 		{name: "IPv6 asked",
 			annotations: map[string]string{AnnotationAddressType: "IPv6"},
 			slices: []*discoveryv1.EndpointSlice{
 				slice("shop", "orders", "orders-v6", discoveryv1.AddressTypeIPv6, ports, discoveryv1.Endpoint{Addresses: []string{"fd00::1"}}),
 			},
-			want: []row{{ID: "shop.orders.fd00--1", Endpoint: "http://[fd00::1]:9090", Ready: true, Slice: "orders-v6"}}},
+			want: []row{{ID: "shop.orders.fd00--1", Endpoint: "http://[fd00::1]:9090", Ready: true}}},
 		{name: "a pod listed in two slices (a move between them) counts once, ready winning",
 			slices: []*discoveryv1.EndpointSlice{
 				slice("shop", "orders", "orders-a", discoveryv1.AddressTypeIPv4, ports, discoveryv1.Endpoint{Addresses: []string{"10.0.0.1"}, TargetRef: pod("p"), Conditions: discoveryv1.EndpointConditions{Ready: ptr(false)}}),
 				slice("shop", "orders", "orders-b", discoveryv1.AddressTypeIPv4, ports, discoveryv1.Endpoint{Addresses: []string{"10.0.0.1"}, TargetRef: pod("p")}),
 			},
-			want: []row{{ID: "shop.p", Endpoint: "http://10.0.0.1:9090", Ready: true, Slice: "orders-b"}}},
+			want: []row{{ID: "shop.p", Endpoint: "http://10.0.0.1:9090", Ready: true}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -158,7 +157,7 @@ func TestEndpoints(t *testing.T) {
 				if err := (&e.Request).Validate(); err != nil {
 					t.Errorf("%s: the registration is invalid: %v", e.Request.InstanceID, err)
 				}
-				got = append(got, row{ID: e.Request.InstanceID, Endpoint: e.Request.Endpoint, Zone: e.Request.Zone, Ready: e.Ready, Terminating: e.Terminating, Slice: e.Slice})
+				got = append(got, row{ID: e.Request.InstanceID, Endpoint: e.Request.Endpoint, Zone: e.Request.Zone, Ready: e.Ready, Terminating: e.Terminating})
 			}
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("endpoints (-want +got):\n%s", diff)

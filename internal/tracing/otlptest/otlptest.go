@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -112,14 +113,14 @@ func attrs(kvs []*commonpb.KeyValue) map[string]string {
 func protoText(v *commonpb.AnyValue) string {
 	switch x := v.GetValue().(type) {
 	case *commonpb.AnyValue_IntValue:
-		return itoa(x.IntValue)
+		return strconv.FormatInt(x.IntValue, 10)
 	case *commonpb.AnyValue_BoolValue:
 		if x.BoolValue {
 			return "true"
 		}
 		return "false"
 	case *commonpb.AnyValue_DoubleValue:
-		return ftoa(x.DoubleValue)
+		return strconv.FormatFloat(x.DoubleValue, 'g', -1, 64)
 	}
 	return v.String()
 }
