@@ -244,6 +244,12 @@ func (c *Client) EventsCSV(ctx context.Context, q apiv1.EventsQuery) ([]byte, er
 	return c.Raw(ctx, Request{Method: http.MethodGet, Path: apiv1.PathEvents, Query: v})
 }
 
+// MetricsHistory returns the last hour of the registry's key series.
+func (c *Client) MetricsHistory(ctx context.Context) (*apiv1.MetricsHistory, error) {
+	var out apiv1.MetricsHistory
+	return &out, c.call(ctx, http.MethodGet, apiv1.PathMetricsHistory, nil, nil, &out)
+}
+
 // Timeline returns the last 24 hours of every capability's health.
 func (c *Client) Timeline(ctx context.Context) (*apiv1.TimelineResponse, error) {
 	var out apiv1.TimelineResponse

@@ -100,6 +100,9 @@ type EventsQuery struct {
 	Subject  string
 	Severity string
 	Text     string
+	// From and Until, when set, keep the events of that window (From included, Until not):
+	// what happened around an incident or in one slice of a timeline.
+	From, Until time.Time
 	// Limit bounds the answer (default 100, at most 1,000; a CSV export takes the whole
 	// journal by default).
 	Limit int
@@ -120,6 +123,12 @@ func (q EventsQuery) Values() url.Values {
 		if s != "" {
 			v.Set(k, s)
 		}
+	}
+	if !q.From.IsZero() {
+		v.Set("from", q.From.UTC().Format(time.RFC3339))
+	}
+	if !q.Until.IsZero() {
+		v.Set("until", q.Until.UTC().Format(time.RFC3339))
 	}
 	if q.Limit > 0 {
 		v.Set("limit", strconv.Itoa(q.Limit))

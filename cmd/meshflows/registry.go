@@ -18,6 +18,7 @@ import (
 	"github.com/meshflows/meshflows/client"
 	"github.com/meshflows/meshflows/internal/health"
 	"github.com/meshflows/meshflows/internal/incident"
+	"github.com/meshflows/meshflows/internal/history"
 	"github.com/meshflows/meshflows/internal/journal"
 	"github.com/meshflows/meshflows/internal/prober"
 	"github.com/meshflows/meshflows/internal/registry"
@@ -286,7 +287,11 @@ func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln 
 	if err != nil {
 		return err
 	}
-	srv, err := server.New(reg, sec.apply(server.Config{MaxBodyBytes: f.maxBodyBytes, GzipMinBytes: never(f.gzipMinBytes), PollSpacing: never(f.pollSpacing), MaxAnswerInstances: never(f.maxAnswer), Logger: logger, Registerer: promReg, Gatherer: promReg, Incidents: incidents, Journal: events, Tracing: tr}))
+	hist, err := history.New(history.Config{Gatherer: promReg})
+	if err != nil {
+		return err
+	}
+	srv, err := server.New(reg, sec.apply(server.Config{MaxBodyBytes: f.maxBodyBytes, GzipMinBytes: never(f.gzipMinBytes), PollSpacing: never(f.pollSpacing), MaxAnswerInstances: never(f.maxAnswer), Logger: logger, Registerer: promReg, Gatherer: promReg, Incidents: incidents, Journal: events, History: hist, Tracing: tr}))
 	if err != nil {
 		return err
 	}
@@ -313,6 +318,7 @@ func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln 
 	started = true
 	g.Go(func() error { return events.Run(ctx) }) // publishes a shared journal's events (returns at once otherwise)
 	g.Go(func() error { return reg.Run(ctx) })
+	g.Go(func() error { return hist.Run(ctx) }) // the last hour of the key series, for the console's Metrics view
 	g.Go(func() error { return errors.Join(srv.Serve(ctx, ln), sec.close(), closeStore()) })
 	return nil
 }

@@ -283,14 +283,16 @@ func (j *Journal) Last() int64 {
 
 // Query selects events: after Since, of one of Types (any when empty), about Subject (exact,
 // or a prefix ending in "*"), of Severity, containing Text (case-insensitive, literal: no
-// pattern syntax), at most Limit (DefaultLimit when 0, MaxLimit at most; a gap event counts).
+// pattern syntax), at or after From and before Until (either zero: unbounded), at most Limit
+// (DefaultLimit when 0, MaxLimit at most; a gap event counts).
 type Query struct {
-	Since    int64
-	Types    []string
-	Subject  string
-	Severity string
-	Text     string
-	Limit    int
+	Since       int64
+	Types       []string
+	Subject     string
+	Severity    string
+	Text        string
+	From, Until time.Time
+	Limit       int
 }
 
 func (q *Query) matches(e *Stored) bool {
@@ -298,6 +300,8 @@ func (q *Query) matches(e *Stored) bool {
 	case len(q.Types) > 0 && !slices.Contains(q.Types, e.Type):
 		return false
 	case q.Severity != "" && e.Severity != q.Severity:
+		return false
+	case !q.From.IsZero() && e.Time.Before(q.From), !q.Until.IsZero() && !e.Time.Before(q.Until):
 		return false
 	case q.Subject != "" && !subjectMatches(q.Subject, e.Subject):
 		return false

@@ -55,14 +55,17 @@ const (
 	EventsListing
 	// SummaryListing is GET /v1/catalog/summary: SummaryQuery's filters and limit.
 	SummaryListing
+	// NoParameters is an endpoint that takes none.
+	NoParameters
 )
 
 var listingParams = [...][]string{
 	CapabilitiesListing: slices.Concat(queryParams, pollParams, []string{"delta"}, pageParams),
 	RoutesListing:       pollParams,
 	CatalogListing:      pageParams,
-	EventsListing:       {"since", "type", "subject", "severity", "q", "limit", "wait", "format"},
+	EventsListing:       {"since", "type", "subject", "severity", "q", "from", "until", "limit", "wait", "format"},
 	SummaryListing:      {"service_name", "capability_id", "provider", "expiring_within", "limit"},
+	NoParameters:        {},
 }
 
 // UnknownParameters refuses (400 UNKNOWN_PARAMETER, naming each) the parameters of v that

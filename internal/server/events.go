@@ -92,6 +92,21 @@ func parseEvents(v url.Values, maxEvents int) (eventsRequest, error) {
 	if er.q.Text = v.Get("q"); len(er.q.Text) > maxEventText {
 		ds = append(ds, apiv1.Detail{Path: "q", Message: fmt.Sprintf("at most %d bytes", maxEventText)})
 	}
+	for _, b := range []struct {
+		name string
+		t    *time.Time
+	}{{"from", &er.q.From}, {"until", &er.q.Until}} {
+		if ts := v.Get(b.name); ts != "" {
+			t, err := time.Parse(time.RFC3339, ts)
+			if err != nil {
+				ds = append(ds, apiv1.Detail{Path: b.name, Message: fmt.Sprintf("must be an RFC 3339 time like 2026-12-04T10:00:00Z, got %q", ts)})
+			}
+			*b.t = t
+		}
+	}
+	if !er.q.From.IsZero() && !er.q.Until.IsZero() && !er.q.Until.After(er.q.From) {
+		ds = append(ds, apiv1.Detail{Path: "until", Message: "must be after from"})
+	}
 	if ws := v.Get("wait"); ws != "" {
 		w, err := time.ParseDuration(ws)
 		switch {

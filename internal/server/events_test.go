@@ -24,8 +24,9 @@ import (
 
 func journalServer(t testing.TB) (*registrytest.Server, *journal.Journal) {
 	t.Helper()
-	j := journal.New(0, nil)
-	s := registrytest.NewServerWith(t, registry.Config{Journal: j}, server.Config{Journal: j}, registrytest.Epoch0)
+	var s *registrytest.Server
+	j := journal.New(0, func() time.Time { return s.Clock.Now() }) // the events on the registry's clock
+	s = registrytest.NewServerWith(t, registry.Config{Journal: j}, server.Config{Journal: j}, registrytest.Epoch0)
 	return s, j
 }
 
@@ -64,10 +65,15 @@ func TestEventsEndpoint(t *testing.T) {
 	if _, err := s.Registry.Sweep(t.Context()); err != nil {
 		t.Fatal(err)
 	}
+	expiredAt := url.QueryEscape(s.Clock.Now().UTC().Format(time.RFC3339)) // the sweep's second; the rest came a lease earlier
 	tests := []struct {
 		query string
 		want  []string
 	}{
+		{"from=" + expiredAt, []string{"5 instance.expired warning jms-b"}},
+		{"until=" + expiredAt + "&subject=jms-*", []string{"1 instance.registered info jms-a", "2 instance.registered info jms-b", "3 instance.reregistered info jms-a",
+			"4 instance.deregistered info jms-a"}},
+		{"since=0&from=" + expiredAt, []string{"5 instance.expired warning jms-b"}},
 		{"", []string{"1 instance.registered info jms-a", "2 instance.registered info jms-b", "3 instance.reregistered info jms-a",
 			"4 instance.deregistered info jms-a", "5 instance.expired warning jms-b"}},
 		{"subject=jms-a", []string{"1 instance.registered info jms-a", "3 instance.reregistered info jms-a", "4 instance.deregistered info jms-a"}},
@@ -114,6 +120,9 @@ func TestEventsBadInput(t *testing.T) {
 		{"wait=30s", "wait"},
 		{"format=xml", "format"},
 		{"sinse=3", "sinse"},
+		{"from=yesterday", "from"},
+		{"until=2026-12-04", "until"},
+		{"from=2026-12-04T10:00:00Z&until=2026-12-04T09:00:00Z", "until"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.query[:min(len(tt.query), 30)], func(t *testing.T) {
@@ -236,5 +245,32 @@ func TestReports(t *testing.T) {
 		if r := do(t, "POST", s.URL+"/v1/reports", bad); r.status != 400 {
 			t.Errorf("%s: %d, want 400", bad, r.status)
 		}
+	}
+}
+
+type fixedHistory apiv1.MetricsHistory
+
+func (h *fixedHistory) Snapshot() *apiv1.MetricsHistory { return (*apiv1.MetricsHistory)(h) }
+
+// GET /v1/metrics/history answers the history it is given, 501 without one, and refuses a
+// parameter (it takes none).
+func TestMetricsHistoryEndpoint(t *testing.T) {
+	want := &fixedHistory{IntervalSeconds: 10, WindowSeconds: 3600, Series: []apiv1.MetricSeries{{Name: "active_instances", Unit: "instances",
+		Points: []apiv1.MetricPoint{{Time: time.Date(2026, 12, 4, 10, 0, 0, 0, time.UTC), Value: 3}}}}}
+	s := registrytest.NewServerWith(t, registry.Config{}, server.Config{History: want}, registrytest.Epoch0)
+	r := do(t, "GET", s.URL+apiv1.PathMetricsHistory, "")
+	var got apiv1.MetricsHistory
+	if err := json.Unmarshal(r.body, &got); r.status != 200 || err != nil {
+		t.Fatalf("%d %v %s", r.status, err, r.body)
+	}
+	if diff := cmp.Diff((*apiv1.MetricsHistory)(want), &got); diff != "" {
+		t.Errorf("history (-want +got):\n%s", diff)
+	}
+	if r := do(t, "GET", s.URL+apiv1.PathMetricsHistory+"?window=1h", ""); r.status != 400 {
+		t.Errorf("an unknown parameter: %d %s", r.status, r.body)
+	}
+	none := registrytest.NewServerWith(t, registry.Config{}, server.Config{}, registrytest.Epoch0)
+	if r := do(t, "GET", none.URL+apiv1.PathMetricsHistory, ""); r.status != 501 {
+		t.Errorf("without a history: %d %s", r.status, r.body)
 	}
 }

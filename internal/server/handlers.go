@@ -367,6 +367,17 @@ func (s *Server) snapshot(_ http.ResponseWriter, r *http.Request) (any, error) {
 	return s.reg.WriteSnapshot(r.Context())
 }
 
+// metricsHistory answers GET /v1/metrics/history.
+func (s *Server) metricsHistory(_ http.ResponseWriter, r *http.Request) (any, error) {
+	if err := registry.UnknownParameters(r.URL.Query(), registry.NoParameters); err != nil {
+		return nil, err
+	}
+	if s.cfg.History == nil {
+		return nil, apiv1.Errorf(http.StatusNotImplemented, apiv1.CodeUnavailable, "this registry keeps no metrics history")
+	}
+	return s.cfg.History.Snapshot(), nil
+}
+
 func (s *Server) healthz(_ http.ResponseWriter, _ *http.Request) (any, error) {
 	return map[string]string{"status": "ok"}, nil
 }

@@ -2,6 +2,8 @@ package server
 
 import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
 )
 
 // routes is the whole surface of the registry API.
@@ -22,6 +24,7 @@ func (s *Server) routes() {
 	s.handle("POST /v1/incidents/{incident_id}/ignore", provider, s.incidentAction)
 	s.handle("POST /v1/incidents/acknowledge", provider, s.bulkAcknowledge)
 	s.handle("GET /v1/events", discover, s.events)
+	s.handle("GET "+apiv1.PathMetricsHistory, discover, s.metricsHistory)
 	s.handle("POST /v1/reports", provider, s.report) // a gateway's types need a gateway role: checked by the handler
 
 	s.handle("GET /v1/discovery/capabilities", discover, s.capabilities)

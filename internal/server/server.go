@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/httpapi"
 	"github.com/meshflows/meshflows/internal/deadline"
 	"github.com/meshflows/meshflows/internal/incident"
@@ -97,9 +98,17 @@ type Config struct {
 	Incidents *incident.Log
 	// Journal, when set, is served at /v1/events (nil: 501).
 	Journal *journal.Journal
+	// History, when set, is served at /v1/metrics/history: the last hour of the registry's
+	// key series (nil: 501).
+	History MetricsHistory
 	// Tracing, when on, serves every API request in a server span named by its route
 	// (register, heartbeat — sampled —, deregister and the drain handshake, discovery).
 	Tracing *tracing.Tracing
+}
+
+// MetricsHistory is the registry's recent history of its key series (history.History).
+type MetricsHistory interface {
+	Snapshot() *apiv1.MetricsHistory
 }
 
 func (c *Config) setDefaults() {
