@@ -320,6 +320,9 @@ type HealthResponse struct {
 	ActiveCapabilities int    `json:"active_capabilities"`
 	Store              string `json:"store"`
 	UptimeSeconds      int64  `json:"uptime_seconds"`
+	// LeaseTTLSeconds is the lease every heartbeat renews: an instance's last heartbeat was
+	// a lease before its lease_expires_at.
+	LeaseTTLSeconds int64 `json:"lease_ttl_seconds,omitempty"`
 	// SelfPreservation is true while lease expiry is suspended because too few renewals
 	// arrive (the registry is more likely cut off than the fleet dead).
 	SelfPreservation bool `json:"self_preservation"`

@@ -29,6 +29,7 @@ type dashboardFlags struct {
 	insecure                      bool
 	sessionTTL                    time.Duration
 	grafanaURL, traceURL          string
+	scaleCommand, scaleWebhook    string
 	creds                         clientCreds
 	security                      serverAuthFlags
 	log                           telemetry.LogConfig
@@ -40,8 +41,14 @@ func newDashboardCmd() *cobra.Command {
 		Use:   "dashboard",
 		Short: "Run the web console over the registry, gateway and orchestrator",
 		Long: `Run the web console: the capabilities catalog, the validation console, the gateway's routes
-and route map, and the workflows' runs. Pages are rendered on the server and work without
-JavaScript; with it the catalog updates live.
+and route map, the workflows' runs, the incidents with their evidence, the registry's key
+series of the last hour (Metrics) and the event journal (Logs). Pages are rendered on the
+server and work without JavaScript; with it the catalog and the logs update live.
+
+An incident's Scale provider button calls --scale-command (run without a shell, "{service}"
+and "{zone}" replaced in its arguments and MESHFLOWS_SCALE_SERVICE, _ZONE, _INCIDENT and _BY
+in its environment) or POSTs to --scale-webhook (a URL template with {service} and {zone});
+it must answer within 5 s. Without either the button is disabled and says why.
 
 The console shows what the registry, the gateway and the orchestrator protect, so every page
 needs a signed-in viewer, and shows only what the viewer's roles allow (the same RBAC file as
@@ -76,6 +83,8 @@ The console reads the components with its own credentials (--upstream-ca, --upst
 	fl.BoolVar(&f.insecure, "insecure", false, "let anyone who reaches the console see everything and use every action (development only)")
 	fl.DurationVar(&f.sessionTTL, "session-ttl", dashboard.DefaultSessionTTL, "how long a sign-in lasts")
 	fl.StringVar(&f.traceURL, "trace-url-template", "", "link every run, and every event naming a trace, to it: {trace_id} is replaced, e.g. 'https://tempo.example/trace/{trace_id}' or 'http://jaeger:16686/trace/{trace_id}'")
+	fl.StringVar(&f.scaleCommand, "scale-command", "", "command an incident's Scale provider button runs (admin), arguments separated by spaces, no shell: e.g. 'kubectl scale deployment/{service} --replicas=+1'")
+	fl.StringVar(&f.scaleWebhook, "scale-webhook", "", "URL an incident's Scale provider button POSTs {service, zone, incident, by} to (admin): e.g. 'https://autoscaler.example/scale/{service}?zone={zone}'")
 	fl.StringVar(&f.grafanaURL, "grafana-url", "", "base URL of a Grafana with deploy/grafana's dashboards imported: each page then links its metrics (e.g. https://grafana.example.com)")
 	bindLogFlags(fl, &f.log, "json")
 	bindOTLP(fl, &f.otlp)
@@ -137,7 +146,8 @@ func startDashboard(ctx context.Context, g *errgroup.Group, f *dashboardFlags, l
 		httpClient = &c
 	}
 	d, err := dashboard.New(dashboard.Config{RegistryURLs: f.registry, GatewayURL: f.gateway, OrchestratorURL: f.orchestrator,
-		Client: httpClient, AdminToken: token, Viewers: viewers, Insecure: f.insecure, SessionTTL: f.sessionTTL, GrafanaURL: f.grafanaURL, TraceURLTemplate: f.traceURL, Logger: logger})
+		Client: httpClient, AdminToken: token, Viewers: viewers, Insecure: f.insecure, SessionTTL: f.sessionTTL, GrafanaURL: f.grafanaURL, TraceURLTemplate: f.traceURL, Logger: logger,
+		Scale: dashboard.ScaleHook{Command: strings.Fields(f.scaleCommand), Webhook: f.scaleWebhook}})
 	if err != nil {
 		return err
 	}

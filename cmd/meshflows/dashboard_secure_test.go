@@ -68,7 +68,7 @@ func TestTheConsoleServesTLSAndShowsEachIdentityItsShare(t *testing.T) {
 		{"no certificate", anon, "/capabilities", http.StatusSeeOther},
 		{"no certificate", anon, "/events/export", http.StatusUnauthorized},
 		{"viewer", viewer, "/capabilities", http.StatusOK},
-		{"viewer", viewer, "/events", http.StatusOK},
+		{"viewer", viewer, "/logs", http.StatusOK},
 		{"viewer", viewer, "/routes", http.StatusForbidden},
 		{"viewer", viewer, "/workflows", http.StatusForbidden},
 	} {

@@ -17,8 +17,8 @@ import (
 
 	"github.com/meshflows/meshflows/client"
 	"github.com/meshflows/meshflows/internal/health"
-	"github.com/meshflows/meshflows/internal/incident"
 	"github.com/meshflows/meshflows/internal/history"
+	"github.com/meshflows/meshflows/internal/incident"
 	"github.com/meshflows/meshflows/internal/journal"
 	"github.com/meshflows/meshflows/internal/prober"
 	"github.com/meshflows/meshflows/internal/registry"

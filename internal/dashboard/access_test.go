@@ -46,7 +46,7 @@ var viewers = fakeViewers{
 var consolePages = []struct{ path, perm string }{
 	{"/", ""}, {"/runbooks", ""},
 	{"/capabilities", dashboard.PermDiscover}, {"/capabilities/fragment", dashboard.PermDiscover},
-	{"/events", dashboard.PermDiscover}, {"/events/fragment", dashboard.PermDiscover}, {"/events/export", dashboard.PermDiscover},
+	{"/logs", dashboard.PermDiscover}, {"/events", dashboard.PermDiscover}, {"/registry/metrics", dashboard.PermDiscover}, {"/incidents/1", dashboard.PermDiscover}, {"/events/fragment", dashboard.PermDiscover}, {"/events/export", dashboard.PermDiscover},
 	{"/incidents", dashboard.PermDiscover}, {"/incidents/timeline.csv", dashboard.PermDiscover}, {"/evacuations", dashboard.PermDiscover},
 	{"/validation", dashboard.PermWorkflowsRead}, {"/validation/w/export", dashboard.PermWorkflowsRead},
 	{"/workflows", dashboard.PermWorkflowsRead}, {"/workflows/w/runs/r", dashboard.PermWorkflowsRead},
@@ -208,6 +208,11 @@ func TestSignInSessionsAndWrites(t *testing.T) {
 	}
 	if got := post("/capabilities/refresh", catalog, ""); got != http.StatusForbidden {
 		t.Errorf("refresh (admin) with catalog's session = %d, want 403", got)
+	}
+	for _, action := range []string{"/incidents/1/scale", "/validation/w/publish"} { // admin; workflows:write
+		if got := post(action, catalog, ""); got != http.StatusForbidden {
+			t.Errorf("%s with catalog's session = %d, want 403", action, got)
+		}
 	}
 	_, admin := signIn("s3cret")
 	if got := post("/capabilities/refresh", admin, ""); got == http.StatusForbidden || got == http.StatusUnauthorized {

@@ -4,8 +4,10 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,6 +18,7 @@ import (
 	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/emulation"
 	"github.com/chromedp/chromedp"
+	"github.com/prometheus/client_golang/prometheus"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/discovery"
@@ -26,6 +29,7 @@ import (
 	"github.com/meshflows/meshflows/internal/dashboard"
 	"github.com/meshflows/meshflows/internal/gateway"
 	"github.com/meshflows/meshflows/internal/health"
+	"github.com/meshflows/meshflows/internal/history"
 	"github.com/meshflows/meshflows/internal/incident"
 	"github.com/meshflows/meshflows/internal/journal"
 	"github.com/meshflows/meshflows/internal/orchestrator"
@@ -42,6 +46,8 @@ import (
 // orchestrator with the example workflow, and the dashboard over them.
 type stack struct {
 	reg       *registrytest.Server
+	history   *history.History
+	scaled    chan url.Values // what the scale webhook was called with
 	dashboard *httptest.Server
 	gateway   *httptest.Server
 	incidents *incident.Log
@@ -56,16 +62,22 @@ func newStack(t testing.TB) *stack {
 	// of them are answered) and, after a minute, a panic incident stands.
 	var reg *registrytest.Server
 	events := journal.New(0, func() time.Time { return reg.Clock.Now() }) // one clock for every event
-	incidents, err := incident.New(incident.Config{Journal: events})
+	promReg := prometheus.NewRegistry()
+	hist, err := history.New(history.Config{Gatherer: promReg, Now: func() time.Time { return reg.Clock.Now() }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	incidents, err := incident.New(incident.Config{Journal: events, Now: func() time.Time { return reg.Clock.Now() }})
 	if err != nil {
 		t.Fatal(err)
 	}
 	raise, record := incident.FromTransitions(incidents, func(id string) string { return reg.Registry.Owner(id) }), journal.FromTransitions(events)
-	monitor, err := health.NewMonitor(health.MonitorConfig{OnTransition: func(t health.Transition) { record(t); raise(t) }})
+	monitor, err := health.NewMonitor(health.MonitorConfig{Registerer: promReg, OnTransition: func(t health.Transition) { record(t); raise(t) }})
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg = registrytest.NewServerWith(t, registry.Config{Eligibility: monitor, Journal: events}, server.Config{Incidents: incidents, Journal: events}, registrytest.Epoch0)
+	reg = registrytest.NewServerWith(t, registry.Config{Eligibility: monitor, Journal: events, Registerer: promReg},
+		server.Config{Incidents: incidents, Journal: events, Registerer: promReg, Gatherer: promReg, History: hist}, registrytest.Epoch0)
 	reg.Clock.Advance(registry.DefaultLeaseTTL) // complete answers
 	for _, build := range []func(string) (*messaging.Provider, error){
 		func(ep string) (*messaging.Provider, error) { return jms.New(ep, "a") },
@@ -85,9 +97,12 @@ func newStack(t testing.TB) *stack {
 		}
 	}
 	// Two sweeps a minute apart: samples of the health timeline, and the panic sustained
-	// long enough to be an incident.
+	// long enough to be an incident; the metrics history sampled at each.
 	for range 2 {
 		if _, err := reg.Registry.Sweep(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if err := hist.Sample(); err != nil {
 			t.Fatal(err)
 		}
 		reg.Clock.Advance(time.Minute)
@@ -132,7 +147,17 @@ func newStack(t testing.TB) *stack {
 	}
 	osrv := httptest.NewServer(o.Handler())
 	t.Cleanup(osrv.Close)
-	d, err := dashboard.New(dashboard.Config{RegistryURL: reg.URL, GatewayURL: gsrv.URL, OrchestratorURL: osrv.URL, Insecure: true, Now: reg.Clock.Now})
+	// the scale hook: a webhook that records what it is asked
+	scaled := make(chan url.Values, 10)
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var body map[string]string
+		json.NewDecoder(r.Body).Decode(&body)
+		scaled <- url.Values{"path": {r.URL.Path}, "zone": {r.URL.Query().Get("zone")}, "service": {body["service"]}, "incident": {body["incident"]}, "by": {body["by"]}}
+		io.WriteString(w, "scaling "+body["service"]+" by one replica\n")
+	}))
+	t.Cleanup(hook.Close)
+	d, err := dashboard.New(dashboard.Config{RegistryURL: reg.URL, GatewayURL: gsrv.URL, OrchestratorURL: osrv.URL, Insecure: true, Now: reg.Clock.Now,
+		Scale: dashboard.ScaleHook{Webhook: hook.URL + "/scale/{service}?zone={zone}"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +178,7 @@ func newStack(t testing.TB) *stack {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	return &stack{reg: reg, dashboard: dsrv, gateway: gsrv, incidents: incidents, orc: o, reporter: rep}
+	return &stack{reg: reg, history: hist, scaled: scaled, dashboard: dsrv, gateway: gsrv, incidents: incidents, orc: o, reporter: rep}
 }
 
 // browser starts Debian's Chromium headless; the test is skipped only where it is absent
@@ -253,7 +278,43 @@ func TestDashboardInABrowser(t *testing.T) {
 		if n := count(t, ctx, "#events-card li"); n != 5 {
 			t.Errorf("latest events on the overview: %d, want 5", n)
 		}
+		if got := text(t, ctx, "#no-evacuation"); got != "none" {
+			t.Errorf("active evacuations: %q, want none", got)
+		}
+		if got, want := text(t, ctx, "#outlier-instances"), "0"; got != want {
+			t.Errorf("outlier instances: %q, want %q", got, want)
+		}
+		if got := text(t, ctx, "#zone-outliers"); got != "no zone outlier" {
+			t.Errorf("zone outliers: %q", got)
+		}
 		screenshot(t, ctx, "overview")
+	})
+
+	t.Run("metrics", func(t *testing.T) {
+		// a third sample a minute after the second: heartbeats and evictions have a rate
+		if err := s.history.Sample(); err != nil {
+			t.Fatal(err)
+		}
+		nav("/registry/metrics")
+		if n := count(t, ctx, "#charts figure.chart"); n != len(history.RegistrySeries) {
+			t.Errorf("charts: %d, want one per series (%d)", n, len(history.RegistrySeries))
+		}
+		if got := text(t, ctx, "#chart-active_instances .last"); got != "2" {
+			t.Errorf("active instances now: %q, want 2", got)
+		}
+		if n := count(t, ctx, "#chart-active_instances circle.dot"); n != 3 {
+			t.Errorf("points of active_instances: %d, want 3 (three samples)", n)
+		}
+		if n := count(t, ctx, "#chart-heartbeats_per_second circle.dot"); n != 2 {
+			t.Errorf("points of heartbeats_per_second: %d, want 2 (a rate starts at the second sample)", n)
+		}
+		if n := count(t, ctx, "#grafana-link"); n != 0 {
+			t.Errorf("a Grafana link without --grafana-url")
+		}
+		screenshot(t, ctx, "metrics")
+		if err := chromedp.Do(ctx, chromedp.Click(chromedp.ID("window-15m")), chromedp.WaitVisible(chromedp.CSS(`#window-15m.on`))); err != nil {
+			t.Fatalf("the 15-minute window: %v", err)
+		}
 	})
 
 	t.Run("catalog, filter and live update", func(t *testing.T) {
@@ -412,6 +473,62 @@ func TestDashboardInABrowser(t *testing.T) {
 			t.Errorf("slices in a 24-hour strip: %d, want 288", n)
 		}
 		screenshot(t, ctx, "incidents")
+
+		// Investigate: the panic's evidence, its logs, and a scale through the hook.
+		start := time.Now()
+		if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(row+" a.investigate")), chromedp.WaitVisible(chromedp.ID("incident-summary"))); err != nil {
+			t.Fatalf("Investigate: %v", err)
+		}
+		t.Logf("Investigate answered in %s", time.Since(start).Round(time.Millisecond))
+		if n := count(t, ctx, "#explanations tbody tr"); n != 2 {
+			t.Errorf("eligibility explanations: %d, want the capability's 2 instances in zone a", n)
+		}
+		if got := text(t, ctx, "#explanations"); !strings.Contains(got, "unknown") {
+			t.Errorf("explanations: %q, want their state (unknown: never probed)", got)
+		}
+		if got := text(t, ctx, "#evidence-events"); !strings.Contains(got, apiv1.EventPanic) {
+			t.Errorf("the window's events: %q, want the panic", got)
+		}
+		if n := count(t, ctx, "#main figure.chart, main figure.chart"); n != len(history.RegistrySeries) {
+			t.Errorf("charts of the window: %d", n)
+		}
+		if got := text(t, ctx, "#scale-service"); got != "" {
+			t.Logf("scale service field text %q", got)
+		}
+		svc, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("scale-service").value + "/" + document.getElementById("scale-zone").value`))
+		if err != nil || (svc != "egress-jms/a" && svc != "egress-rabbitmq/a") {
+			t.Errorf("what Scale provider would scale: %q %v, want a messaging.publish provider in zone a", svc, err)
+		}
+		screenshot(t, ctx, "investigate")
+		start = time.Now()
+		submit(t, ctx, "#scale-button")
+		t.Logf("Scale provider answered in %s", time.Since(start).Round(time.Millisecond))
+		if got := text(t, ctx, "#scale-result"); !strings.Contains(got, "Asked to scale") {
+			t.Errorf("scale result: %q", got)
+		}
+		select {
+		case call := <-s.scaled:
+			if call.Get("path") != "/scale/"+strings.Split(svc, "/")[0] || call.Get("zone") != "a" || call.Get("incident") == "" || call.Get("by") == "" {
+				t.Errorf("the webhook was called with %v", call)
+			}
+		default:
+			t.Error("the scale webhook was not called")
+		}
+		if got := text(t, ctx, "#scale-output"); !strings.Contains(got, "by one replica") {
+			t.Errorf("the hook's answer is not shown: %q", got)
+		}
+		nav("/incidents")
+		if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(row+" a.logs-link")), chromedp.WaitVisible(chromedp.ID("event-rows"))); err != nil {
+			t.Fatalf("View logs: %v", err)
+		}
+		if got := text(t, ctx, "#event-rows"); !strings.Contains(got, apiv1.EventPanic) {
+			t.Errorf("the incident's logs: %q", got)
+		}
+		from, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("f-from").value`))
+		if from == "" {
+			t.Error("View logs does not bound the window")
+		}
+		nav("/incidents")
 		resp, err := http.Get(base + "/incidents/timeline.csv")
 		if err != nil {
 			t.Fatal(err)
@@ -467,7 +584,7 @@ func TestDashboardInABrowser(t *testing.T) {
 		if got := text(t, ctx, "#runbook h2"); !strings.Contains(got, "Eligibility") {
 			t.Errorf("the incident's runbook: %q", got)
 		}
-		nav("/events?subject=incident/*&type=incident.acknowledged")
+		nav("/logs?subject=incident/*&type=incident.acknowledged")
 		if got := text(t, ctx, "#event-rows"); strings.Count(got, "known flapping after the deploy") != 2 || !strings.Contains(got, "on it: broker restart") {
 			t.Errorf("the journal's acknowledgements: %q", got)
 		}
@@ -500,14 +617,17 @@ func TestDashboardInABrowser(t *testing.T) {
 		if err := s.reporter.Flush(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		nav("/events?subject=order-failing&type=workflow.run_failed")
+		nav("/logs?subject=order-failing&type=workflow.run_failed")
 		if n := count(t, ctx, "#event-rows tr.ev"); n != 4 {
 			t.Errorf("failed runs in the journal: %d, want 4", n)
 		}
 	})
 
-	t.Run("events: live tail, search, CSV export", func(t *testing.T) {
-		nav("/events")
+	t.Run("logs: live tail, search, CSV export", func(t *testing.T) {
+		nav("/events") // the old name leads to the Logs view
+		if got := text(t, ctx, "h1"); got != "Logs" {
+			t.Errorf("/events shows %q, want the Logs view", got)
+		}
 		if n := count(t, ctx, "#event-rows tr.ev"); n < 3 {
 			t.Fatalf("events shown: %d, want at least the registrations", n)
 		}
@@ -552,6 +672,30 @@ func TestDashboardInABrowser(t *testing.T) {
 		if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#event-rows a.subject")), chromedp.WaitVisible(chromedp.ID("detail"))); err != nil {
 			t.Fatalf("the subject's link: %v", err)
 		}
+		// level and component filters
+		nav("/logs")
+		if err := chromedp.Do(ctx, chromedp.SetValue(chromedp.ID("f-component"), "instance")); err != nil {
+			t.Fatal(err)
+		}
+		submit(t, ctx, "#filter")
+		types, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#event-rows tr.ev td:nth-child(4)")].map(td => td.textContent)`))
+		if err != nil || len(types) == 0 {
+			t.Fatalf("component instance: %v %v", types, err)
+		}
+		for _, ty := range types {
+			if !strings.HasPrefix(ty, "instance.") {
+				t.Errorf("component instance shows a %s event", ty)
+			}
+		}
+		nav("/logs?severity=warning&component=eligibility")
+		if got := text(t, ctx, "#event-rows"); !strings.Contains(got, apiv1.EventPanic) || strings.Contains(got, "instance.") {
+			t.Errorf("warning eligibility events: %q", got)
+		}
+		nav("/logs?component=nonsense")
+		if got := text(t, ctx, "main p.error"); !strings.Contains(got, "component") {
+			t.Errorf("an unknown component: %q", got)
+		}
+		screenshot(t, ctx, "logs")
 	})
 
 	t.Run("workflows", func(t *testing.T) {
@@ -569,6 +713,24 @@ func TestDashboardInABrowser(t *testing.T) {
 		}
 		if n := count(t, ctx, `#wfrow-order-publish svg rect`); n != 288 {
 			t.Errorf("slices in a workflow's strip: %d, want 288", n)
+		}
+		// each step's providers: their leases ran out on the test's clock (nothing
+		// heartbeats here), so disconnected; a heartbeat each, and they are connected
+		if n := count(t, ctx, "#providers-order-publish .provider.disconnected"); n != 2 {
+			t.Errorf("disconnected steps of order-publish before the heartbeats: %d, want 2", n)
+		}
+		for _, rec := range s.reg.Store.Records() {
+			if _, err := s.reg.Registry.Heartbeat(context.Background(), rec.InstanceID, &apiv1.HeartbeatRequest{Generation: rec.Generation}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s.reg.Clock.Advance(3 * time.Second)
+		nav("/workflows")
+		if got := text(t, ctx, "#providers-order-publish"); !strings.Contains(got, "connected") || !strings.Contains(got, "last heartbeat 3s ago") {
+			t.Errorf("the steps' providers: %q", got)
+		}
+		if n := count(t, ctx, "#providers-order-publish .provider.connected"); n != 2 {
+			t.Errorf("connected steps of order-publish: %d, want 2", n)
 		}
 		screenshot(t, ctx, "workflows")
 		if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#wfrow-order-publish a.slice rect")), chromedp.WaitVisible(chromedp.ID("slice-runs"))); err != nil {
@@ -659,7 +821,7 @@ func TestDashboardInABrowser(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer chromedp.Call(ctx, emulation.ClearDeviceMetricsOverride, cdp.Empty{})
-		for _, page := range []string{"/", "/capabilities", "/routes", "/routes/map", "/workflows", "/validation", "/events", "/incidents", "/evacuations"} {
+		for _, page := range []string{"/", "/capabilities", "/routes", "/routes/map", "/workflows", "/validation", "/logs", "/registry/metrics", "/incidents", "/incidents/1", "/evacuations"} {
 			nav(page)
 			w, err := chromedp.Run(ctx, chromedp.Evaluate[int]("document.documentElement.scrollWidth"))
 			if err != nil {

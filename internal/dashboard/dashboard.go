@@ -64,7 +64,10 @@ type Config struct {
 	// (attrs.trace_id: a failed run's), to its trace: "{trace_id}" in it is replaced, as in
 	// https://tempo.example/trace/{trace_id}.
 	TraceURLTemplate string
-	Now              func() time.Time
+	// Scale is what an incident's Scale provider button calls (neither set: the button is
+	// disabled and says why).
+	Scale ScaleHook
+	Now   func() time.Time
 }
 
 // Dashboard serves the console.
@@ -117,22 +120,25 @@ func New(cfg Config) (*Dashboard, error) {
 			return nil, fmt.Errorf("dashboard: trace URL template %q: want an http(s) URL with {trace_id} in it", t)
 		}
 	}
+	if err := cfg.Scale.validate(); err != nil {
+		return nil, fmt.Errorf("dashboard: %w", err)
+	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
 	t, err := template.New("").Funcs(template.FuncMap{
-		"json":           func(v any) string { b, _ := json.MarshalIndent(v, "", "  "); return string(b) },
-		"ago":            func(t time.Time) string { return cfg.Now().Sub(t).Round(time.Second).String() },
-		"in":             func(t time.Time) string { return t.Sub(cfg.Now()).Round(time.Second).String() },
-		"join":           strings.Join,
-		"list":           func(s ...string) []string { return s },
-		"incidentEvents": incidentEvents,
-		"traceURL":       func(id string) string { return traceURL(cfg.TraceURLTemplate, id) },
+		"json":     func(v any) string { b, _ := json.MarshalIndent(v, "", "  "); return string(b) },
+		"ago":      func(t time.Time) string { return cfg.Now().Sub(t).Round(time.Second).String() },
+		"in":       func(t time.Time) string { return t.Sub(cfg.Now()).Round(time.Second).String() },
+		"join":     strings.Join,
+		"list":     func(s ...string) []string { return s },
+		"traceURL": func(id string) string { return traceURL(cfg.TraceURLTemplate, id) },
 		"eventTrace": func(e eventRow) string {
 			id, _ := e.Attrs["trace_id"].(string)
 			return traceURL(cfg.TraceURLTemplate, id)
 		},
 		"incidentRunbook": incidentRunbook,
+		"incidentLogs":    func(in apiv1.Incident) string { return incidentLogsAt(in, cfg.Now()) },
 		"pct":             func(f float64) string { return strconv.FormatFloat(f*100, 'f', 0, 64) + "%" },
 		"pct2":            func(f float64) string { return strconv.FormatFloat(f*100, 'f', 2, 64) + "%" },
 		"ms":              func(f float64) string { return strconv.FormatFloat(f, 'f', 1, 64) + " ms" },
@@ -176,10 +182,15 @@ func (d *Dashboard) Handler() http.Handler {
 	mux.HandleFunc("GET /validation/{name}/export", d.read(PermWorkflowsRead, d.export))
 	mux.HandleFunc("POST /validation/{name}/revalidate", d.write(PermWorkflowsWrite, d.revalidate))
 	mux.HandleFunc("POST /validation/upload", d.write(PermWorkflowsWrite, d.upload))
+	mux.HandleFunc("POST /validation/{name}/publish", d.write(PermWorkflowsWrite, d.publish))
 	mux.HandleFunc("GET /routes", d.read(PermGatewayAdmin, d.routes))
 	mux.HandleFunc("GET /routes/map", d.read(PermGatewayAdmin, d.routeMap))
 	mux.HandleFunc("GET /routes/health.csv", d.read(PermGatewayAdmin, d.routesHealthExport))
-	mux.HandleFunc("GET /events", d.read(PermDiscover, d.events))
+	mux.HandleFunc("GET /logs", d.read(PermDiscover, d.events))
+	mux.HandleFunc("GET /events", d.read(PermDiscover, func(w http.ResponseWriter, r *http.Request) { // the Logs view's name before
+		http.Redirect(w, r, "/logs?"+r.URL.RawQuery, http.StatusMovedPermanently)
+	}))
+	mux.HandleFunc("GET /registry/metrics", d.read(PermDiscover, d.metrics)) // /metrics is the dashboard's own Prometheus endpoint
 	mux.HandleFunc("GET /events/fragment", d.read(PermDiscover, d.eventsFragment))
 	mux.HandleFunc("GET /events/export", d.read(PermDiscover, d.eventsExport))
 	mux.HandleFunc("GET /incidents", d.read(PermDiscover, d.incidents))
@@ -188,6 +199,8 @@ func (d *Dashboard) Handler() http.Handler {
 	mux.HandleFunc("POST /incidents/{id}/resolve", d.write(PermDiscover, d.incidentAction))
 	mux.HandleFunc("POST /incidents/{id}/ignore", d.write(PermDiscover, d.incidentAction))
 	mux.HandleFunc("POST /incidents/acknowledge", d.write(PermDiscover, d.bulkAcknowledge))
+	mux.HandleFunc("GET /incidents/{id}", d.read(PermDiscover, d.investigate))
+	mux.HandleFunc("POST /incidents/{id}/scale", d.write(PermAdmin, d.scale))
 	mux.HandleFunc("GET /evacuations", d.read(PermDiscover, d.evacuations))
 	mux.HandleFunc("POST /evacuations/{id}/cancel", d.write(PermAdmin, d.evacuationAction))
 	mux.HandleFunc("POST /evacuations/{id}/extend", d.write(PermAdmin, d.evacuationAction))
@@ -231,7 +244,7 @@ type page struct {
 // grafanaDashboards maps each page to the uid of the deploy/grafana dashboard with its
 // metrics.
 var grafanaDashboards = map[string]string{
-	"/": "meshflows-registry", "/events": "meshflows-registry", "/incidents": "meshflows-registry",
+	"/": "meshflows-registry", "/logs": "meshflows-registry", "/registry/metrics": "meshflows-registry", "/incidents": "meshflows-registry",
 	"/capabilities": "meshflows-providers",
 	"/routes":       "meshflows-routes", "/routes/map": "meshflows-routes", "/workflows": "meshflows-routes", "/validation": "meshflows-routes",
 }
@@ -287,6 +300,10 @@ type overviewData struct {
 	Incidents bool
 	// Recent is the newest events.
 	Recent []eventRow
+	// Evacuations are those that hold or return now; Outliers counts the instances ejected
+	// as relative outliers (the registry's latest sample).
+	Evacuations []apiv1.Evacuation
+	Outliers    string
 }
 
 func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
@@ -340,6 +357,21 @@ func (d *Dashboard) overview(w http.ResponseWriter, r *http.Request) {
 		if ev, err := d.registry.Events(ctx, apiv1.EventsQuery{Limit: 5}); err == nil {
 			data.Recent = rows(ev.Events)
 			slices.Reverse(data.Recent)
+		}
+		if list, err := d.registry.Evacuations(ctx); err == nil {
+			for _, e := range list.Evacuations {
+				if e.State != apiv1.EvacuationEnded {
+					data.Evacuations = append(data.Evacuations, e)
+				}
+			}
+		}
+		data.Outliers = "—"
+		if h, err := d.registry.MetricsHistory(ctx); err == nil {
+			for _, s := range h.Series {
+				if n := len(s.Points); s.Name == "outliers" && n > 0 {
+					data.Outliers = formatValue(s.Points[n-1].Value)
+				}
+			}
 		}
 	}
 	d.render(w, r, "overview", "Overview", data, errs)
@@ -470,15 +502,54 @@ func (d *Dashboard) refresh(w http.ResponseWriter, r *http.Request) {
 // srcLine is one line of a workflow's YAML with its diagnostics.
 type srcLine struct {
 	N           int
+	ID          string // its anchor: a diagnostic's breadcrumb links to it
 	Text        string
 	Severity    string // worst on the line: error, warning, info or ""
 	Diagnostics []apiv1.Diagnostic
 }
 
 type wfView struct {
-	Detail apiv1.WorkflowDetail
-	Lines  []srcLine
-	Steps  []stepView
+	Detail    apiv1.WorkflowDetail
+	Published bool
+	Lines     []srcLine
+	Steps     []stepView
+	// Diagnostics are every diagnostic of the workflow, each with its breadcrumb.
+	Diagnostics []diagRow
+}
+
+// diagRow is one diagnostic with where it is: workflow → step → field, and the line it
+// links to.
+type diagRow struct {
+	Workflow, Step, Layer string
+	apiv1.Diagnostic
+	Anchor string // the source line's id ("" when the diagnostic has no line)
+}
+
+// lineAnchor is the id of a line of a workflow's source on the page.
+func lineAnchor(prefix string, line int) string {
+	if line < 1 {
+		return ""
+	}
+	return prefix + "-L" + strconv.Itoa(line)
+}
+
+// diagRows lists a validation's diagnostics, the workflow's own first, then each step's.
+func diagRows(workflow, prefix string, r *apiv1.ValidationResult) []diagRow {
+	if r == nil {
+		return nil
+	}
+	var out []diagRow
+	add := func(step, layer string, ds []apiv1.Diagnostic) {
+		for _, dg := range ds {
+			out = append(out, diagRow{Workflow: workflow, Step: step, Layer: layer, Diagnostic: dg, Anchor: lineAnchor(prefix, dg.Line)})
+		}
+	}
+	add("", "workflow", r.Diagnostics)
+	for _, st := range r.Steps {
+		add(st.StepID, "contract", st.Contract.Diagnostics)
+		add(st.StepID, "provider", st.Provider.Diagnostics)
+	}
+	return out
 }
 
 type stepView struct {
@@ -491,15 +562,21 @@ type validationData struct {
 	ByCapability map[string][]string // capability -> "workflow/step (status)"
 	Uploaded     *apiv1.ValidationResult
 	UploadLines  []srcLine
+	UploadDiags  []diagRow
 	View         string
+	// Diagnostics is every diagnostic of every workflow (the Diagnostics tab).
+	Diagnostics []diagRow
+	// Published names the workflow just published from the page.
+	Published string
 }
 
-func annotate(src string, ds []apiv1.Diagnostic) []srcLine {
+// annotate splits src into lines, each with its diagnostics and its anchor (prefix-L<n>).
+func annotate(src, prefix string, ds []apiv1.Diagnostic) []srcLine {
 	lines := strings.Split(strings.TrimRight(src, "\n"), "\n")
 	out := make([]srcLine, len(lines))
 	rank := map[string]int{"": 0, "info": 1, "warning": 2, "error": 3}
 	for i, l := range lines {
-		out[i] = srcLine{N: i + 1, Text: l}
+		out[i] = srcLine{N: i + 1, ID: lineAnchor(prefix, i+1), Text: l}
 	}
 	for _, dg := range ds {
 		if dg.Line >= 1 && dg.Line <= len(out) {
@@ -551,7 +628,9 @@ func (d *Dashboard) validationData(ctx context.Context) (*validationData, error)
 		if err != nil {
 			return nil, err
 		}
-		v := wfView{Detail: *det, Lines: annotate(det.YAML, allDiagnostics(det.Validation))}
+		prefix := "src-" + det.Name
+		v := wfView{Detail: *det, Published: wf.Published, Lines: annotate(det.YAML, prefix, allDiagnostics(det.Validation)), Diagnostics: diagRows(det.Name, prefix, det.Validation)}
+		data.Diagnostics = append(data.Diagnostics, v.Diagnostics...)
 		caps := stepCapabilities(det.YAML)
 		if det.Validation != nil {
 			for _, s := range det.Validation.Steps {
@@ -570,7 +649,7 @@ func (d *Dashboard) validation(w http.ResponseWriter, r *http.Request) {
 	if data == nil {
 		data = &validationData{}
 	}
-	data.View = r.URL.Query().Get("view")
+	data.View, data.Published = r.URL.Query().Get("view"), r.URL.Query().Get("published")
 	d.render(w, r, "validation", "Validation", data, errString("orchestrator", err))
 }
 
@@ -595,6 +674,17 @@ func (d *Dashboard) revalidate(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, "/validation#wf-"+r.PathValue("name"), http.StatusSeeOther)
 }
 
+// publish publishes a workflow from the validation console (a blocked one is refused by
+// the orchestrator, which says why).
+func (d *Dashboard) publish(w http.ResponseWriter, r *http.Request) {
+	name := r.PathValue("name")
+	if _, err := d.orc.Publish(r.Context(), name); err != nil {
+		http.Error(w, "publish: "+err.Error(), upstreamStatus(err))
+		return
+	}
+	http.Redirect(w, r, "/validation?published="+url.QueryEscape(name)+"#wf-"+url.PathEscape(name), http.StatusSeeOther)
+}
+
 func (d *Dashboard) upload(w http.ResponseWriter, r *http.Request) {
 	if err := r.ParseMultipartForm(1 << 20); err != nil && !errors.Is(err, http.ErrNotMultipart) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
@@ -617,7 +707,10 @@ func (d *Dashboard) upload(w http.ResponseWriter, r *http.Request) {
 		data = &validationData{}
 	}
 	data.Uploaded = res
-	data.UploadLines = annotate(src, allDiagnostics(res))
+	data.UploadLines = annotate(src, "src-uploaded", allDiagnostics(res))
+	if res != nil {
+		data.UploadDiags = diagRows(res.Workflow, "src-uploaded", res)
+	}
 	d.render(w, r, "validation", "Validation", data, append(errString("upload", err), errString("orchestrator", derr)...))
 }
 
@@ -664,6 +757,8 @@ type wfRow struct {
 	Published bool
 	History   apiv1.RunHistory
 	Strip     triggerStrip
+	// Providers is the health of each step's providers, in step order.
+	Providers []stepProvider
 }
 
 // workflowsData is the Workflows page.
@@ -673,6 +768,9 @@ type workflowsData struct {
 	From, To          time.Time
 	Warning, Critical string
 	HealthUnavailable bool
+	// ProvidersWithheld says why the steps' providers are not shown (the viewer may not
+	// discover, or the registry did not answer).
+	ProvidersWithheld string
 }
 
 func (d *Dashboard) workflows(w http.ResponseWriter, r *http.Request) {
@@ -688,6 +786,7 @@ func (d *Dashboard) workflows(w http.ResponseWriter, r *http.Request) {
 		data.To = d.cfg.Now().UTC()
 		data.Warning, data.Critical = fmt.Sprintf("%.0f %%", 100*th.Warning), fmt.Sprintf("%.0f %%", 100*th.Critical)
 	}
+	srcs, order := map[string]string{}, map[string][]string{}
 	for _, wf := range wl.Workflows {
 		row := wfRow{Name: wf.Name, Published: wf.Published, Strip: strips[wf.Name]}
 		if h, err := d.orc.Runs(r.Context(), wf.Name); err == nil {
@@ -696,7 +795,22 @@ func (d *Dashboard) workflows(w http.ResponseWriter, r *http.Request) {
 		if len(row.History.Runs) > 10 {
 			row.History.Runs = row.History.Runs[:10]
 		}
+		if det, err := d.orc.Workflow(r.Context(), wf.Name); err == nil && det.Validation != nil {
+			srcs[wf.Name] = det.YAML
+			for _, s := range det.Validation.Steps {
+				order[wf.Name] = append(order[wf.Name], s.StepID)
+			}
+		}
 		data.Rows = append(data.Rows, row)
+	}
+	if v := viewerOf(r); !d.may(v, PermDiscover) {
+		data.ProvidersWithheld = fmt.Sprintf("the steps' providers withheld: identity %q needs a role granting %s", v.identity, PermDiscover)
+	} else if byWf, err := d.stepProviders(r.Context(), srcs, order); err != nil {
+		data.ProvidersWithheld = "the steps' providers unavailable: registry: " + err.Error()
+	} else {
+		for i := range data.Rows {
+			data.Rows[i].Providers = byWf[data.Rows[i].Name]
+		}
 	}
 	d.render(w, r, "workflows", "Workflows", data, errs)
 }

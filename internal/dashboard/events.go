@@ -2,6 +2,7 @@ package dashboard
 
 import (
 	"bytes"
+	"fmt"
 	"html/template"
 	"net/http"
 	"net/url"
@@ -18,30 +19,40 @@ const tailWait = 25 * time.Second
 
 // eventsData is the Events page.
 type eventsData struct {
-	Events   []eventRow
-	Next     int64
-	Filter   eventFilter
-	Types    []string
-	Query    template.URL // the filter as a query string, for the tail and the export
-	ShownMax int
+	Events []eventRow
+	Next   int64
+	Filter eventFilter
+	Types  []string
+	// Components are the parts of the system an event comes from (its type's first word).
+	Components []string
+	Query      template.URL // the filter as a query string, for the tail and the export
+	ShownMax   int
 }
 
-// eventFilter is the filter of the Events page, as the form sends it.
+// eventFilter is the filter of the Logs view, as the form sends it: Severity is the level,
+// Component the first word of the types (instance, eligibility, route, …), From and Until
+// a window (RFC 3339, or a datetime-local field's value, UTC).
 type eventFilter struct {
-	Type, Severity, Subject, Text string
+	Type, Severity, Subject, Text, Component string
+	From, Until                              string
 }
 
 func (f eventFilter) query() apiv1.EventsQuery {
 	q := apiv1.EventsQuery{Subject: f.Subject, Severity: f.Severity, Text: f.Text}
-	if f.Type != "" {
+	switch {
+	case f.Type != "":
 		q.Types = []string{f.Type}
+	case f.Component != "":
+		q.Types = componentTypes(f.Component)
 	}
+	q.From, _ = consoleTime(f.From)
+	q.Until, _ = consoleTime(f.Until)
 	return q
 }
 
 func (f eventFilter) values() url.Values {
 	v := url.Values{}
-	for k, s := range map[string]string{"type": f.Type, "severity": f.Severity, "subject": f.Subject, "q": f.Text} {
+	for k, s := range map[string]string{"type": f.Type, "severity": f.Severity, "subject": f.Subject, "q": f.Text, "component": f.Component, "from": f.From, "until": f.Until} {
 		if s != "" {
 			v.Set(k, s)
 		}
@@ -49,9 +60,21 @@ func (f eventFilter) values() url.Values {
 	return v
 }
 
-func readFilter(r *http.Request) eventFilter {
+// readFilter reads the Logs view's filter; a component or a time it does not know is
+// refused, so that a typo never shows every event as if they matched.
+func readFilter(r *http.Request) (eventFilter, error) {
 	v := r.URL.Query()
-	return eventFilter{Type: v.Get("type"), Severity: v.Get("severity"), Subject: strings.TrimSpace(v.Get("subject")), Text: v.Get("q")}
+	f := eventFilter{Type: v.Get("type"), Severity: v.Get("severity"), Subject: strings.TrimSpace(v.Get("subject")), Text: v.Get("q"),
+		Component: v.Get("component"), From: strings.TrimSpace(v.Get("from")), Until: strings.TrimSpace(v.Get("until"))}
+	if f.Component != "" && len(componentTypes(f.Component)) == 0 {
+		return f, fmt.Errorf("component %q: want one of %s", f.Component, strings.Join(components(), ", "))
+	}
+	for name, t := range map[string]string{"from": f.From, "until": f.Until} {
+		if _, ok := consoleTime(t); t != "" && !ok {
+			return f, fmt.Errorf("%s %q: want a time like 2026-12-04T10:00 (UTC) or 2026-12-04T10:00:00Z", name, t)
+		}
+	}
+	return f, nil
 }
 
 // eventRow is one event with the page its subject links to.
@@ -68,7 +91,7 @@ func subjectLink(e apiv1.Event) string {
 	case e.Subject == "registry":
 		return "/"
 	case e.Subject == "journal":
-		return "/events"
+		return "/logs"
 	case e.Type == apiv1.EventPanic:
 		return "/capabilities?capability_id=" + url.QueryEscape(e.Subject)
 	case strings.HasPrefix(e.Type, "instance.") || e.Type == apiv1.EventEligibility:
@@ -97,18 +120,20 @@ func rows(es []apiv1.Event) []eventRow {
 // events is the Events page: the newest events of the filter, newest first; the live tail
 // (app.js) prepends what comes after.
 func (d *Dashboard) events(w http.ResponseWriter, r *http.Request) {
-	f := readFilter(r)
-	data := &eventsData{Filter: f, Types: apiv1.EventTypes, Query: template.URL(f.values().Encode()), ShownMax: 200} // encoded by url.Values: safe in a URL
+	f, ferr := readFilter(r)
+	data := &eventsData{Filter: f, Types: apiv1.EventTypes, Components: components(), Query: template.URL(f.values().Encode()), ShownMax: 200} // encoded by url.Values: safe in a URL
 	q := f.query()
 	q.Limit = data.ShownMax
 	var errs []string
-	if resp, err := d.registry.Events(r.Context(), q); err != nil {
+	if ferr != nil {
+		errs = errString("filter", ferr)
+	} else if resp, err := d.registry.Events(r.Context(), q); err != nil {
 		errs = errString("registry events", err)
 	} else {
 		data.Events, data.Next = rows(resp.Events), resp.Next
 		slices.Reverse(data.Events)
 	}
-	d.render(w, r, "events", "Events", data, errs)
+	d.render(w, r, "events", "Logs", data, errs)
 }
 
 // eventsFragment is the live tail: the rows after since (long poll), newest first, and
@@ -119,7 +144,12 @@ func (d *Dashboard) eventsFragment(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "since: a sequence number >= 0", http.StatusBadRequest)
 		return
 	}
-	q := readFilter(r).query()
+	f, err := readFilter(r)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	q := f.query()
 	q.Since, q.HasSince, q.Wait, q.Limit = since, true, tailWait, 200
 	resp, err := d.registry.Events(r.Context(), q)
 	if err != nil {
@@ -140,7 +170,12 @@ func (d *Dashboard) eventsFragment(w http.ResponseWriter, r *http.Request) {
 
 // eventsExport downloads the filter's events as CSV, as the registry writes them.
 func (d *Dashboard) eventsExport(w http.ResponseWriter, r *http.Request) {
-	body, err := d.registry.EventsCSV(r.Context(), readFilter(r).query())
+	f, err := readFilter(r)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	body, err := d.registry.EventsCSV(r.Context(), f.query())
 	downloadCSV(w, "registry events", "meshflows-events.csv", body, err)
 }
 

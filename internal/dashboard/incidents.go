@@ -3,7 +3,6 @@ package dashboard
 import (
 	"fmt"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
 
@@ -126,18 +125,6 @@ func (d *Dashboard) bulkAcknowledge(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.Redirect(w, r, "/incidents", http.StatusSeeOther)
-}
-
-// incidentEvents links an incident to the journal's events of its subject.
-func incidentEvents(in apiv1.Incident) string {
-	subject := in.Subject
-	if in.Kind == apiv1.IncidentTrigger || in.Kind == apiv1.IncidentRoute {
-		return "/events?q=" + url.QueryEscape(subject) // the reported events name it in their subject or message
-	}
-	if in.Kind == apiv1.IncidentPanic { // "capability/zone": the journal's panic events are the capability's
-		subject, _, _ = strings.Cut(subject, "/")
-	}
-	return "/events?subject=" + url.QueryEscape(subject)
 }
 
 // incidentRunbook names the runbook of an incident's kind.

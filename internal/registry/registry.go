@@ -807,7 +807,7 @@ func (r *Registry) Health(startedAt time.Time) apiv1.HealthResponse {
 	n, c := r.store.Counts()
 	out := apiv1.HealthResponse{Status: "ok", RegistryEpoch: r.store.Epoch().ID, Revision: r.revision(),
 		ActiveInstances: n, ActiveCapabilities: c, Store: r.store.Name(),
-		UptimeSeconds:    int64(r.cfg.Now().Sub(startedAt) / time.Second),
+		UptimeSeconds: int64(r.cfg.Now().Sub(startedAt) / time.Second), LeaseTTLSeconds: int64(r.cfg.LeaseTTL / time.Second),
 		SelfPreservation: r.cfg.Eligibility != nil && r.cfg.Eligibility.SelfPreservation(), ZoneOutliers: []apiv1.ZoneOutlier{}}
 	if r.cfg.Eligibility != nil {
 		out.ZoneOutliers = r.cfg.Eligibility.OutlierZones()
