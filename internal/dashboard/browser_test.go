@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -360,7 +361,66 @@ func TestDashboardInABrowser(t *testing.T) {
 				t.Errorf("no error marker on line %s of the uploaded workflow", line)
 			}
 		}
+		// the uploaded workflow's breadcrumbs: workflow › step › field › diagnostic, linking
+		// to the line, which a click highlights with its tooltip
+		if got := text(t, ctx, "#uploaded ul.diagnostics"); !strings.Contains(got, "broken › 1st") {
+			t.Errorf("breadcrumbs of the upload: %q", got)
+		}
+		if n := count(t, ctx, "#publish-uploaded"); n != 0 {
+			t.Errorf("a workflow that failed validation offers Publish")
+		}
+		if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#uploaded a[data-anchor="src-uploaded-8"], #uploaded a[data-anchor="src-uploaded-L8"]`)),
+			chromedp.WaitVisible(chromedp.CSS(`#src-uploaded-L8.hl .tip`))); err != nil {
+			t.Fatalf("a breadcrumb does not highlight its line with its tooltip: %v", err)
+		}
+		if got := text(t, ctx, "#src-uploaded-L8 .tip"); !strings.Contains(got, "error") {
+			t.Errorf("line 8's tooltip: %q, want the error's code and message", got)
+		}
+		if got := text(t, ctx, "#src-uploaded-L8 .gutter"); got != "✖" {
+			t.Errorf("line 8's gutter icon: %q, want ✖ (error)", got)
+		}
 		screenshot(t, ctx, "validation")
+		// the Diagnostics tab: every diagnostic of every workflow, linked to its line
+		nav("/validation?view=diagnostics")
+		if n := count(t, ctx, "#diagnostics-table tbody tr.sev-warning"); n < 1 {
+			t.Errorf("warnings in the Diagnostics tab: %d", n)
+		}
+		if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS("#diagnostics-table a.goto")), chromedp.WaitVisible(chromedp.CSS("ol.src li:target"))); err != nil {
+			t.Fatalf("a diagnostic does not lead to its line: %v", err)
+		}
+		screenshot(t, ctx, "validation-diagnostics")
+		// upload a good workflow and publish it from the page
+		good := strings.Replace(string(workflows.OrderPublish), "name: order-publish", "name: order-console", 1)
+		nav("/validation")
+		if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS("details.upload summary")), chromedp.SetValue(chromedp.ID("upload-yaml"), good)); err != nil {
+			t.Fatal(err)
+		}
+		submit(t, ctx, "#upload")
+		submit(t, ctx, "#publish-uploaded")
+		if got := text(t, ctx, "#published-note"); !strings.Contains(got, "order-console") {
+			t.Errorf("after Publish: %q", got)
+		}
+		if got := text(t, ctx, "#wf-order-console"); !strings.Contains(got, "published") {
+			t.Errorf("the published workflow's section: %q", got)
+		}
+		// a 100-step workflow renders without lag: measured with the Performance API
+		var big strings.Builder
+		big.WriteString("name: hundred\ninvocation:\n  type: http\nsteps:\n")
+		for i := range 100 {
+			fmt.Fprintf(&big, "  - id: step_%d\n    type: service_call\n    capability:\n      id: messaging.publish\n      version: \">=1.0.0\"\n    request:\n      destination: orders.events\n      payload: {}\n", i)
+		}
+		if _, err := s.orc.Upload(context.Background(), []byte(big.String())); err != nil {
+			t.Fatalf("the 100-step workflow: %v", err)
+		}
+		nav("/validation")
+		timing, err := chromedp.Run(ctx, chromedp.Evaluate[map[string]float64](`(() => { const n = performance.getEntriesByType("navigation")[0]; return {response: n.responseEnd - n.startTime, dom: n.domContentLoadedEventEnd - n.startTime, load: n.loadEventEnd - n.startTime}; })()`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := count(t, ctx, "#wf-hundred table.steps tbody tr"); n != 100 {
+			t.Errorf("steps of the 100-step workflow: %d", n)
+		}
+		t.Logf("validation console with a 100-step workflow: response %.0f ms, DOM ready %.0f ms, loaded %.0f ms (Performance API)", timing["response"], timing["dom"], timing["load"])
 		nav("/validation")
 		submit(t, ctx, "#wf-order-publish .revalidate")
 		resp, err := http.Get(base + "/validation/order-publish/export")

@@ -17,6 +17,20 @@
     }
     var b = f.querySelector("button");
     if (b) { b.disabled = true; b.classList.add("busy"); b.textContent = b.textContent + "…"; }
+    // a long action (re-validating against every provider) shows that it works
+    if (f.getAttribute("data-progress")) {
+      var p = document.createElement("progress");
+      p.className = "working"; p.title = f.getAttribute("data-progress"); p.setAttribute("aria-label", p.title);
+      f.appendChild(p);
+    }
+  });
+  // A diagnostic's breadcrumb highlights its line, whose tooltip then shows.
+  document.addEventListener("click", function (e) {
+    var a = e.target.closest && e.target.closest("a[data-anchor]");
+    if (!a) { return; }
+    document.querySelectorAll("ol.src li.hl").forEach(function (li) { li.classList.remove("hl"); });
+    var li = document.getElementById(a.getAttribute("data-anchor"));
+    if (li) { li.classList.add("hl"); }
   });
   // Events: the live tail asks for what comes after the newest row shown, and prepends it.
   var events = document.getElementById("events");
