@@ -46,7 +46,7 @@ var viewers = fakeViewers{
 var consolePages = []struct{ path, perm string }{
 	{"/", ""}, {"/runbooks", ""},
 	{"/capabilities", dashboard.PermDiscover}, {"/capabilities/fragment", dashboard.PermDiscover},
-	{"/logs", dashboard.PermDiscover}, {"/events", dashboard.PermDiscover}, {"/registry/metrics", dashboard.PermDiscover}, {"/incidents/1", dashboard.PermDiscover}, {"/events/fragment", dashboard.PermDiscover}, {"/events/export", dashboard.PermDiscover},
+	{"/logs", dashboard.PermDiscover}, {"/events", dashboard.PermDiscover}, {"/registry/metrics", dashboard.PermDiscover}, {"/incidents/1", dashboard.PermDiscover}, {"/slice?capability=c&from=0", dashboard.PermDiscover}, {"/compare?capability=c", dashboard.PermDiscover}, {"/slice?route=GET%20/x&from=0", dashboard.PermGatewayAdmin}, {"/compare?route=GET%20/x", dashboard.PermGatewayAdmin}, {"/events/fragment", dashboard.PermDiscover}, {"/events/export", dashboard.PermDiscover},
 	{"/incidents", dashboard.PermDiscover}, {"/incidents/timeline.csv", dashboard.PermDiscover}, {"/evacuations", dashboard.PermDiscover},
 	{"/validation", dashboard.PermWorkflowsRead}, {"/validation/w/export", dashboard.PermWorkflowsRead},
 	{"/workflows", dashboard.PermWorkflowsRead}, {"/workflows/w/runs/r", dashboard.PermWorkflowsRead},

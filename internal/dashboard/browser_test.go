@@ -495,6 +495,31 @@ func TestDashboardInABrowser(t *testing.T) {
 			t.Errorf("route health CSV: %v %q", err, rows)
 		}
 		screenshot(t, ctx, "routes")
+		// a slice of a strip clicks through to its figures and its window's events; two
+		// routes compare on one chart
+		if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(broken+" a.slice rect")), chromedp.WaitVisible(chromedp.ID("slice-figures"))); err != nil {
+			t.Fatalf("a route's slice: %v", err)
+		}
+		if got := text(t, ctx, "#slice-figures"); !strings.Contains(got, "failed") || !strings.Contains(got, "0.00% answered") {
+			t.Errorf("the failing route's slice: %q", got)
+		}
+		if n := count(t, ctx, "#slice-logs"); n != 1 {
+			t.Errorf("the slice links no logs")
+		}
+		screenshot(t, ctx, "route-slice")
+		nav("/routes")
+		if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(broken+" input.compare")),
+			chromedp.Click(chromedp.CSS(`#routes tr[id="POST /api/messaging/jms/publish"] input.compare`))); err != nil {
+			t.Fatal(err)
+		}
+		submit(t, ctx, "#compare")
+		if got := text(t, ctx, "#legend"); !strings.Contains(got, "POST /api/broken/send (latest 0)") || !strings.Contains(got, "POST /api/messaging/jms/publish (latest 100)") {
+			t.Errorf("the comparison's legend: %q", got)
+		}
+		if n := count(t, ctx, "#compare-chart path"); n != 2 {
+			t.Errorf("lines compared: %d, want 2", n)
+		}
+		screenshot(t, ctx, "routes-compare")
 		nav("/routes/map")
 		if n := count(t, ctx, "#routemap g.node.route"); n != 5 {
 			t.Errorf("route nodes = %d, want 5 (the example providers' 4 and the broken one)", n)
@@ -533,6 +558,25 @@ func TestDashboardInABrowser(t *testing.T) {
 			t.Errorf("slices in a 24-hour strip: %d, want 288", n)
 		}
 		screenshot(t, ctx, "incidents")
+		// the capability's panic slice: its figures and the panic among the window's events
+		if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#timeline tr[data-capability="messaging.publish"] a.slice rect`)), chromedp.WaitVisible(chromedp.ID("slice-figures"))); err != nil {
+			t.Fatalf("a capability's slice: %v", err)
+		}
+		if got := text(t, ctx, "#slice-figures"); !strings.Contains(got, "level panic") || !strings.Contains(got, "2 instances") {
+			t.Errorf("the panic slice's figures: %q", got)
+		}
+		if got := text(t, ctx, "#slice-events"); !strings.Contains(got, apiv1.EventPanic) {
+			t.Errorf("the slice's events: %q", got)
+		}
+		nav("/incidents")
+		if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#timeline tr[data-capability="messaging.publish"] input.compare`))); err != nil {
+			t.Fatal(err)
+		}
+		submit(t, ctx, "#compare-caps")
+		if got := text(t, ctx, "#legend"); !strings.Contains(got, "messaging.publish") {
+			t.Errorf("the capabilities compared: %q", got)
+		}
+		nav("/incidents")
 
 		// Investigate: the panic's evidence, its logs, and a scale through the hook.
 		start := time.Now()

@@ -200,6 +200,8 @@ func (d *Dashboard) Handler() http.Handler {
 	mux.HandleFunc("POST /incidents/{id}/ignore", d.write(PermDiscover, d.incidentAction))
 	mux.HandleFunc("POST /incidents/acknowledge", d.write(PermDiscover, d.bulkAcknowledge))
 	mux.HandleFunc("GET /incidents/{id}", d.read(PermDiscover, d.investigate))
+	mux.HandleFunc("GET /slice", d.read(permSignedIn, d.slice))     // the permission of what it names (slices.go)
+	mux.HandleFunc("GET /compare", d.read(permSignedIn, d.compare)) // likewise
 	mux.HandleFunc("POST /incidents/{id}/scale", d.write(PermAdmin, d.scale))
 	mux.HandleFunc("GET /evacuations", d.read(PermDiscover, d.evacuations))
 	mux.HandleFunc("POST /evacuations/{id}/cancel", d.write(PermAdmin, d.evacuationAction))

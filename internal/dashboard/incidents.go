@@ -18,6 +18,7 @@ type timelineCell struct {
 	X     int
 	Level string // ok, warming_up, partial, panic, none, or nodata
 	Title string
+	From  int64 // the slice's start (unix), for the drill-down
 }
 
 // timelineRow is one capability's strip.
@@ -53,7 +54,7 @@ func strips(tl apiv1.TimelineResponse, now time.Time) ([]timelineRow, int, time.
 		row := timelineRow{CapabilityID: c.CapabilityID, Worst: "ok"}
 		for i := range g.n {
 			start := g.start(i)
-			cell := timelineCell{X: i * cellWidth, Level: "nodata", Title: start.Format("15:04") + " no data"}
+			cell := timelineCell{X: i * cellWidth, Level: "nodata", Title: start.Format("15:04") + " no data", From: start.Unix()}
 			if b, ok := byStart[start]; ok {
 				cell.Level = b.Level
 				cell.Title = fmt.Sprintf("%s %s: %d instances, at least %d in rotation", start.Format("15:04"), b.Level, b.Instances, b.MinInRotation)
@@ -226,7 +227,7 @@ func routeStrips(h *apiv1.RouteHealthResponse, now time.Time) (map[string]routeS
 		}
 		for i := range g.n {
 			start := g.start(i)
-			cell := timelineCell{X: i * cellWidth, Level: "nodata", Title: start.Format("15:04") + " no requests"}
+			cell := timelineCell{X: i * cellWidth, Level: "nodata", Title: start.Format("15:04") + " no requests", From: start.Unix()}
 			if s, ok := byStart[start]; ok {
 				cell.Level = grade(s.Availability, warnAvailability, critAvailability)
 				cell.Title = fmt.Sprintf("%s %.1f%% of %d requests answered (%d failed)", start.Format("15:04"), 100*s.Availability, s.Requests, s.Failed)
@@ -248,7 +249,6 @@ type triggerStrip struct {
 // triggerCell is one slice, linking to its runs.
 type triggerCell struct {
 	timelineCell
-	From int64 // unix start, for the drill-down
 }
 
 // triggerStrips lays out each workflow's last 24 hours, one cell per slice, against the
@@ -268,7 +268,7 @@ func triggerStrips(h *apiv1.TriggerHealthResponse, now time.Time) (map[string]tr
 		st := triggerStrip{Worst: "ok"}
 		for i := range g.n {
 			start := g.start(i)
-			cell := triggerCell{timelineCell: timelineCell{X: i * cellWidth, Level: "nodata", Title: start.Format("15:04") + " no runs"}, From: start.Unix()}
+			cell := triggerCell{timelineCell: timelineCell{X: i * cellWidth, Level: "nodata", Title: start.Format("15:04") + " no runs", From: start.Unix()}}
 			if s, ok := byStart[start]; ok {
 				cell.Level = grade(s.SuccessRate, h.Warning, h.Critical)
 				cell.Title = fmt.Sprintf("%s %d of %d runs succeeded (%.0f%%), p95 %.1f ms", start.Format("15:04"), s.Succeeded, s.Runs, 100*s.SuccessRate, s.P95MS)

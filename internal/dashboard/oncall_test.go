@@ -155,3 +155,17 @@ func TestLogsFilters(t *testing.T) {
 		t.Errorf("/events does not lead to the Logs view: %d", status)
 	}
 }
+
+func TestSliceAndCompareRefuseWhatTheyCannotDraw(t *testing.T) {
+	base := mustDashboard(t, incidentRegistry(t).URL)
+	seven := "capability=a&capability=b&capability=c&capability=d&capability=e&capability=f&capability=g"
+	for _, q := range []string{"/slice?capability=c", "/slice?from=0", "/slice?capability=c&route=GET%20/x&from=0", "/compare", "/compare?capability=c&route=GET%20/x", "/compare?" + seven} {
+		if status, page := get(t, base+q); status != 400 {
+			t.Errorf("%s: %d, want 400: %s", q, status, page)
+		}
+	}
+	// a registry without the eligibility engine keeps no timeline: said as the registry's
+	if status, page := get(t, base+"/slice?capability=messaging.publish&from=0"); status != 502 || !strings.Contains(page, "eligibility engine") {
+		t.Errorf("a slice without a timeline: %d %s", status, page)
+	}
+}
