@@ -112,7 +112,7 @@ func newStack(t testing.TB) *stack {
 	t.Cleanup(cancel)
 	gdisc, _ := discovery.New(discovery.Config{Registries: []string{reg.URL}})
 	gw, err := gateway.New(gateway.Config{Discovery: gdisc, Now: reg.Clock.Now, Policy: func() routing.Policy {
-		return routing.Policy{"egress-jms": {"/api/messaging/jms"}, "egress-rabbitmq": {"/api/messaging/rabbitmq"}, "egress-broken": {"/api/broken"}}
+		return routing.Policy{"egress-jms": {"/api/messaging/jms"}, "egress-rabbitmq": {"/api/messaging/rabbitmq"}, "egress-broken": {"/api/broken"}, "egress-many": {"/api/many"}}
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -543,6 +543,55 @@ func TestDashboardInABrowser(t *testing.T) {
 			t.Errorf("the instance's figures: %q", got)
 		}
 		screenshot(t, ctx, "routemap")
+		// zoom, the minimap's frame following, and filters
+		before, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("routemap").getAttribute("viewBox")`))
+		if err := chromedp.Do(ctx, chromedp.Click(chromedp.ID("zoom-in"))); err != nil {
+			t.Fatal(err)
+		}
+		after, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("routemap").getAttribute("viewBox") + " " + document.getElementById("minimap-view").getAttribute("width")`))
+		if before == "" || strings.HasPrefix(after, before) {
+			t.Errorf("zoom in left the view at %q (before %q)", after, before)
+		}
+		nav("/routes/map?path=/broken")
+		if n := count(t, ctx, "#routemap g.node.route"); n != 1 {
+			t.Errorf("routes drawn with path=/broken: %d, want 1", n)
+		}
+		nav("/routes/map?status=failing")
+		if got, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.getElementById("routemap").textContent`)); !strings.Contains(got, "/api/broken/send") || strings.Contains(got, "/api/messaging") {
+			t.Errorf("the failing routes: %q", got)
+		}
+		nav("/routes/map?provider=jms")
+		if n := count(t, ctx, "#routemap g.node.route"); n != 2 {
+			t.Errorf("routes of provider jms: %d, want 2", n)
+		}
+		// 50 routes, timed in the browser (Performance API)
+		var many []apiv1.ManifestRoute
+		for i := range 45 {
+			many = append(many, apiv1.ManifestRoute{Path: fmt.Sprintf("/api/many/r%d", i), Methods: []string{"GET"}})
+		}
+		mreq := apiv1.RegisterRequest{InstanceID: "many-1", ServiceName: "egress-many", ServiceVersion: "1.0.0", Endpoint: "http://127.0.0.1:9",
+			Capabilities: []apiv1.Capability{{CapabilityID: "many.read", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0", Provider: "http"}},
+			Manifest:     &apiv1.Manifest{FARP: "1.0", Service: apiv1.ManifestService{Name: "egress-many", Instance: "many-1", Version: "1.0.0"}, Routes: many}}
+		if _, err := s.reg.Registry.Register(context.Background(), &mreq); err != nil {
+			t.Fatal(err)
+		}
+		deadline = time.Now().Add(10 * time.Second)
+		for {
+			nav("/routes/map")
+			if count(t, ctx, "#routemap g.node.route") == 50 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the map never drew 50 routes: %d", count(t, ctx, "#routemap g.node.route"))
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		timing, err := chromedp.Run(ctx, chromedp.Evaluate[map[string]float64](`(() => { const n = performance.getEntriesByType("navigation")[0]; const m = performance.getEntriesByName("routemap-ready")[0]; return {response: n.responseEnd - n.startTime, ready: m ? m.startTime : -1, load: n.loadEventEnd - n.startTime}; })()`))
+		if err != nil || timing["ready"] < 0 {
+			t.Fatalf("the map's timing: %v %v", timing, err)
+		}
+		t.Logf("route map of 50 routes: response %.0f ms, interactive (zoom and pan ready) %.0f ms, loaded %.0f ms (Performance API)", timing["response"], timing["ready"], timing["load"])
+		screenshot(t, ctx, "routemap-50")
 	})
 
 	t.Run("incidents and the health timeline", func(t *testing.T) {

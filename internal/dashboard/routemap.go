@@ -2,8 +2,11 @@ package dashboard
 
 import (
 	"fmt"
+	"html/template"
+	"math"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
@@ -23,6 +26,9 @@ type mapNode struct {
 type mapEdge struct{ X1, Y1, X2, Y2 int }
 
 type mapData struct {
+	Filter        mapFilter
+	FilterQuery   template.URL // the filter, encoded by url.Values: kept by the node links
+	Providers     []string     // the providers of the drawn routes' instances, for the filter
 	Nodes         []mapNode
 	Edges         []mapEdge
 	Width, Height int
@@ -71,12 +77,13 @@ func layout(gr *routing.RoutesAnswer, cat *apiv1.CatalogResponse, health *apiv1.
 		return n
 	}
 	seen := map[[2]string]bool{}
+	var links [][2]string
 	edge := func(a, b *mapNode) {
 		if seen[[2]string{a.ID, b.ID}] {
 			return
 		}
 		seen[[2]string{a.ID, b.ID}] = true
-		data.Edges = append(data.Edges, mapEdge{X1: a.X + a.W, Y1: a.Y + a.H/2, X2: b.X, Y2: b.Y + b.H/2})
+		links = append(links, [2]string{a.ID, b.ID})
 	}
 	for _, rt := range gr.Routes {
 		name := rt.Method + " " + rt.Pattern
@@ -134,15 +141,109 @@ func layout(gr *routing.RoutesAnswer, cat *apiv1.CatalogResponse, health *apiv1.
 		}
 	}
 	data.Width, data.Height = 2*margin+(mapColumns-1)*colGap+nodeW, 2*margin+rows*rowH
+	place(data, links)
 	return data
+}
+
+// place lays the nodes out by force (forceLayout) from their columns, each box as wide as
+// its label, and draws the links centre to centre.
+func place(data *mapData, links [][2]string) {
+	at := make(map[string]int, len(data.Nodes))
+	start := make([]point, len(data.Nodes))
+	halfW := make([]float64, len(data.Nodes))
+	for i := range data.Nodes {
+		n := &data.Nodes[i]
+		at[n.ID] = i
+		n.W, n.H = min(7*len([]rune(n.Label))+16, nodeW), nodeH
+		start[i] = point{X: float64(n.X) / 2, Y: float64(n.Y) / 3} // the column layout, squeezed: a good start
+		halfW[i] = float64(n.W) / 2
+	}
+	edges := make([][2]int, len(links))
+	for i, l := range links {
+		edges[i] = [2]int{at[l[0]], at[l[1]]}
+	}
+	pos := forceLayout(start, halfW, edges)
+	minX, minY, maxX, maxY := math.Inf(1), math.Inf(1), math.Inf(-1), math.Inf(-1)
+	for i, p := range pos {
+		minX, maxX = math.Min(minX, p.X-halfW[i]), math.Max(maxX, p.X+halfW[i])
+		minY, maxY = math.Min(minY, p.Y), math.Max(maxY, p.Y+nodeH)
+	}
+	for i := range data.Nodes {
+		n := &data.Nodes[i]
+		n.X, n.Y = int(pos[i].X-halfW[i]-minX)+margin, int(pos[i].Y-minY)+margin
+	}
+	data.Edges = data.Edges[:0]
+	for _, e := range edges {
+		a, b := &data.Nodes[e[0]], &data.Nodes[e[1]]
+		data.Edges = append(data.Edges, mapEdge{X1: a.X + a.W/2, Y1: a.Y + a.H/2, X2: b.X + b.W/2, Y2: b.Y + b.H/2})
+	}
+	if len(pos) > 0 {
+		data.Width, data.Height = int(maxX-minX)+2*margin, int(maxY-minY)+2*margin
+	}
+}
+
+// mapFilter narrows the route map: Service (exact), Path (a substring of the pattern),
+// Status (ok, failing — under 95 % answered over 24 hours — or idle: no requests) and
+// Provider (a route with an instance of that provider). A filter that brings a large table
+// under the map's limit draws it.
+type mapFilter struct {
+	Provider, Service, Path, Status string
+}
+
+// query is the filter as a query string (for the node links, which keep it).
+func (f mapFilter) query() string {
+	v := url.Values{}
+	for k, s := range map[string]string{"provider": f.Provider, "service": f.Service, "path": f.Path, "status": f.Status} {
+		if s != "" {
+			v.Set(k, s)
+		}
+	}
+	return v.Encode()
+}
+
+// routeStatus is a route's status over 24 hours at the gateway.
+func routeStatus(h apiv1.RouteHealth, ok bool) string {
+	switch {
+	case !ok || h.Requests == 0:
+		return "idle"
+	case h.Availability < warnAvailability:
+		return "failing"
+	}
+	return "ok"
+}
+
+// keep filters the table's routes by everything but the provider (which needs the catalog).
+func (f mapFilter) keep(gr *routing.RoutesAnswer, health *apiv1.RouteHealthResponse) []routing.Route {
+	byRoute := map[string]apiv1.RouteHealth{}
+	if health != nil {
+		for _, h := range health.Routes {
+			byRoute[h.Route] = h
+		}
+	}
+	var out []routing.Route
+	for _, rt := range gr.Routes {
+		h, ok := byRoute[rt.Method+" "+rt.Pattern]
+		if (f.Service == "" || rt.Service == f.Service) && (f.Path == "" || strings.Contains(rt.Pattern, f.Path)) &&
+			(f.Status == "" || routeStatus(h, ok) == f.Status) {
+			out = append(out, rt)
+		}
+	}
+	return out
 }
 
 func (d *Dashboard) routeMap(w http.ResponseWriter, r *http.Request) {
 	gr, err := d.gatewayTable(r.Context())
+	v := r.URL.Query()
+	f := mapFilter{Provider: v.Get("provider"), Service: v.Get("service"), Path: v.Get("path"), Status: v.Get("status")}
+	health, _ := d.gateway.GatewayRouteHealth(r.Context()) // figures only: the map stands without them
+	all := len(gr.Routes)
+	kept := *gr
+	kept.Routes = f.keep(gr, health)
+	gr = &kept
 	var data *mapData
 	if len(gr.Routes) > d.cfg.MapLimit {
 		q := r.URL.Query().Get("q")
-		data = &mapData{Query: q, Routes: len(gr.Routes)}
+		data = &mapData{Query: q, Routes: all, Filter: f}
 		for _, rt := range gr.Routes {
 			line := rt.Method + " " + rt.Pattern + " → " + rt.Service + "@" + rt.Version + " (" + strings.Join(rt.Instances, ", ") + ")"
 			if rt.Source == "static" {
@@ -159,8 +260,12 @@ func (d *Dashboard) routeMap(w http.ResponseWriter, r *http.Request) {
 		if err == nil {
 			cat, err = d.registry.Services(r.Context(), client.Page{})
 		}
-		health, _ := d.gateway.GatewayRouteHealth(r.Context()) // figures only: the map stands without them
+		if f.Provider != "" {
+			gr.Routes = byProvider(gr.Routes, cat, f.Provider)
+		}
 		data = layout(gr, cat, health)
+		data.Filter, data.Routes, data.FilterQuery = f, all, template.URL(f.query())
+		data.Providers = providersOf(cat)
 		if id := r.URL.Query().Get("node"); id != "" {
 			for i := range data.Nodes {
 				if data.Nodes[i].ID == id {
@@ -170,4 +275,37 @@ func (d *Dashboard) routeMap(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	d.render(w, r, "routemap", "Route map", data, errString("gateway or registry", err))
+}
+
+// byProvider keeps the routes with an instance of provider.
+func byProvider(routes []routing.Route, cat *apiv1.CatalogResponse, provider string) []routing.Route {
+	has := map[string]bool{}
+	for _, in := range cat.Instances {
+		for _, c := range in.Capabilities {
+			if c.Provider == provider {
+				has[in.InstanceID] = true
+			}
+		}
+	}
+	var out []routing.Route
+	for _, rt := range routes {
+		if slices.ContainsFunc(rt.Instances, func(id string) bool { return has[id] }) {
+			out = append(out, rt)
+		}
+	}
+	return out
+}
+
+// providersOf lists the catalog's providers, sorted.
+func providersOf(cat *apiv1.CatalogResponse) []string {
+	var out []string
+	for _, in := range cat.Instances {
+		for _, c := range in.Capabilities {
+			if !slices.Contains(out, c.Provider) {
+				out = append(out, c.Provider)
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"html/template"
 	"io"
+	"math"
 	"testing"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
@@ -54,5 +55,40 @@ func BenchmarkRouteMap50(b *testing.B) {
 		if err := tmpl.ExecuteTemplate(io.Discard, "routemap", page{Title: "Route map", Data: m}); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// The force layout keeps what is linked together: the mean length of a link is well under
+// the mean distance between any two nodes, and no two boxes sit on one another.
+func TestForceLayoutKeepsLinkedNodesNear(t *testing.T) {
+	gr, cat := fiftyRoutes()
+	m := layout(gr, cat, nil)
+	centre := func(n mapNode) point { return point{float64(n.X + n.W/2), float64(n.Y + n.H/2)} }
+	dist := func(a, b point) float64 { return math.Hypot(a.X-b.X, a.Y-b.Y) }
+	var links, all float64
+	for _, e := range m.Edges {
+		links += dist(point{float64(e.X1), float64(e.Y1)}, point{float64(e.X2), float64(e.Y2)})
+	}
+	links /= float64(len(m.Edges))
+	pairs, stacked := 0, 0
+	for i := range m.Nodes {
+		for j := i + 1; j < len(m.Nodes); j++ {
+			d := dist(centre(m.Nodes[i]), centre(m.Nodes[j]))
+			all += d
+			pairs++
+			if d < 5 {
+				stacked++
+			}
+		}
+	}
+	all /= float64(pairs)
+	if links > all/2 {
+		t.Errorf("mean link %.0f px against %.0f px between any two nodes: the layout does not gather what is linked", links, all)
+	}
+	if stacked > 0 {
+		t.Errorf("%d pairs of nodes on one another", stacked)
+	}
+	if again := layout(gr, cat, nil); fmt.Sprint(again.Nodes) != fmt.Sprint(m.Nodes) {
+		t.Error("the layout is not deterministic")
 	}
 }

@@ -55,6 +55,50 @@
     };
     tail();
   }
+  // Route map: zoom (wheel, buttons) and pan (drag) by the viewBox; the minimap's frame
+  // follows, and a click on the minimap centres the view there.
+  var map = document.getElementById("routemap");
+  if (map) {
+    var W = +map.getAttribute("data-width"), H = +map.getAttribute("data-height");
+    var view = { x: 0, y: 0, w: W, h: H }, frame = document.getElementById("minimap-view");
+    var apply = function () {
+      map.setAttribute("viewBox", [view.x, view.y, view.w, view.h].join(" "));
+      if (frame) { frame.setAttribute("x", view.x); frame.setAttribute("y", view.y); frame.setAttribute("width", view.w); frame.setAttribute("height", view.h); }
+    };
+    var zoom = function (f, cx, cy) { // f < 1 zooms in, around (cx, cy) in map units
+      var w = Math.min(Math.max(view.w * f, W / 20), W * 2), h = w * H / W;
+      view.x = cx - (cx - view.x) * w / view.w; view.y = cy - (cy - view.y) * h / view.h; view.w = w; view.h = h; apply();
+    };
+    var toMap = function (e) {
+      var r = map.getBoundingClientRect();
+      return { x: view.x + (e.clientX - r.left) * view.w / r.width, y: view.y + (e.clientY - r.top) * view.h / r.height };
+    };
+    map.addEventListener("wheel", function (e) { e.preventDefault(); var p = toMap(e); zoom(e.deltaY < 0 ? 0.8 : 1.25, p.x, p.y); }, { passive: false });
+    var drag = null;
+    map.addEventListener("mousedown", function (e) { drag = { x: e.clientX, y: e.clientY, moved: false }; });
+    window.addEventListener("mousemove", function (e) {
+      if (!drag) { return; }
+      var r = map.getBoundingClientRect();
+      var dx = (e.clientX - drag.x) * view.w / r.width, dy = (e.clientY - drag.y) * view.h / r.height;
+      if (Math.abs(e.clientX - drag.x) + Math.abs(e.clientY - drag.y) > 3) { drag.moved = true; }
+      view.x -= dx; view.y -= dy; drag.x = e.clientX; drag.y = e.clientY; apply();
+    });
+    window.addEventListener("mouseup", function () { setTimeout(function () { drag = null; }, 0); });
+    map.addEventListener("click", function (e) { if (drag && drag.moved) { e.preventDefault(); } }, true); // a drag is not a click on a node
+    document.getElementById("zoom-in").addEventListener("click", function () { zoom(0.8, view.x + view.w / 2, view.y + view.h / 2); });
+    document.getElementById("zoom-out").addEventListener("click", function () { zoom(1.25, view.x + view.w / 2, view.y + view.h / 2); });
+    document.getElementById("zoom-reset").addEventListener("click", function () { view = { x: 0, y: 0, w: W, h: H }; apply(); });
+    var mini = document.getElementById("minimap");
+    if (mini) {
+      mini.addEventListener("click", function (e) {
+        var r = mini.getBoundingClientRect(), s = Math.max(W / r.width, H / r.height);
+        var ox = (r.width - W / s) / 2, oy = (r.height - H / s) / 2;
+        view.x = (e.clientX - r.left - ox) * s - view.w / 2; view.y = (e.clientY - r.top - oy) * s - view.h / 2; apply();
+      });
+    }
+    apply();
+    if (window.performance && performance.mark) { performance.mark("routemap-ready"); }
+  }
   var tableBox = document.getElementById("captable");
   if (!tableBox) { return; }
   // At most one table per X-Refresh-After milliseconds (one second, more when the registry
