@@ -52,6 +52,7 @@ type stack struct {
 	dashboard *httptest.Server
 	gateway   *httptest.Server
 	incidents *incident.Log
+	journal   *journal.Journal
 	orc       *orchestrator.Orchestrator
 	reporter  *report.Reporter // the orchestrator's reports to the registry (flushed by the test)
 }
@@ -179,7 +180,7 @@ func newStack(t testing.TB) *stack {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	return &stack{reg: reg, history: hist, scaled: scaled, dashboard: dsrv, gateway: gsrv, incidents: incidents, orc: o, reporter: rep}
+	return &stack{reg: reg, history: hist, scaled: scaled, dashboard: dsrv, gateway: gsrv, incidents: incidents, journal: events, orc: o, reporter: rep}
 }
 
 // browser starts Debian's Chromium headless; the test is skipped only where it is absent
@@ -536,11 +537,24 @@ func TestDashboardInABrowser(t *testing.T) {
 		if got := text(t, ctx, "#node-detail"); !strings.Contains(got, "5 requests") || !strings.Contains(got, "100.0% error share") {
 			t.Errorf("the failing route's figures: %q", got)
 		}
+		// a warning about the broken instance in the journal, which its panel lists
+		s.journal.Append(apiv1.Event{Type: "instance.eligibility", Severity: apiv1.SeverityWarning, Subject: "broken-1", Message: "broken-1 connection refused (test)"})
 		if err := chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#routemap a[href*="broken-1"] g.node.instance rect`)), chromedp.WaitVisible(chromedp.CSS(`#node-detail[data-kind="instance"]`))); err != nil {
 			t.Fatalf("an instance node's figures: %v", err)
 		}
+		// its panel: the figures, the metadata the catalog holds, the last hour's warnings and
+		// errors and the incidents it triggered
 		if got := text(t, ctx, "#node-detail"); !strings.Contains(got, "eligibility") {
 			t.Errorf("the instance's figures: %q", got)
+		}
+		if got := text(t, ctx, "#node-metadata"); !strings.Contains(got, "health") || !strings.Contains(got, "lease until") || !strings.Contains(got, "broken.send") {
+			t.Errorf("the instance's metadata: %q", got)
+		}
+		if got := text(t, ctx, "#node-errors"); !strings.Contains(got, "broken-1 connection refused (test)") {
+			t.Errorf("the instance's warnings and errors: %q", got)
+		}
+		if got := text(t, ctx, "#node-incidents"); !strings.HasPrefix(got, "triggered ") {
+			t.Errorf("the instance's incidents: %q", got)
 		}
 		screenshot(t, ctx, "routemap")
 		// zoom, the minimap's frame following, and filters

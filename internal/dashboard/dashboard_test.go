@@ -484,3 +484,104 @@ func TestCatalogShowsEachReplicasErrorShareBesideItsPeers(t *testing.T) {
 		}
 	}
 }
+
+// TestRouteMapNodeDetail: a click on a node (?node=ID) opens its panel with the metadata the
+// catalog holds for it, the warnings and errors of the last hour about it or its instances
+// (not info lines, not other nodes' lines, the newest first) and the incidents it raised.
+func TestRouteMapNodeDetail(t *testing.T) {
+	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(routing.RoutesAnswer{Canonical: routing.Canonical{Routes: []routing.Route{
+			{Pattern: "/a/{rest...}", Method: "GET", Source: "manifest", Service: "svc-a", Version: "1.0.0", Instances: []string{"a-1", "a-2"}},
+			{Pattern: "/b/{rest...}", Method: "GET", Source: "manifest", Service: "svc-b", Version: "1.0.0", Instances: []string{"b-1"}},
+		}}})
+	}))
+	defer gw.Close()
+	var eventsFrom atomic.Value
+	reg := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		inst := func(id, svc, capID string) apiv1.Instance {
+			return apiv1.Instance{InstanceID: id, ServiceName: svc, ServiceVersion: "1.0.0", Endpoint: "http://" + id + ":8080",
+				Zone: "zone-1", Health: "passing", Eligibility: apiv1.EligibilityServing, Weight: 100, RegisteredAt: now.Add(-time.Hour), LeaseExpiresAt: now.Add(20 * time.Second),
+				Capabilities: []apiv1.Capability{{CapabilityID: capID, CapabilityVersion: "1.2.0", Provider: "p-" + svc, ContractSchemaVersion: "1",
+					Metadata: json.RawMessage(`{ "region": "eu",  "tier": 2 }`)}}}
+		}
+		switch r.URL.Path {
+		case apiv1.PathServices:
+			json.NewEncoder(w).Encode(apiv1.CatalogResponse{RegistryEpoch: "e", Instances: []apiv1.Instance{
+				inst("a-1", "svc-a", "cap.a"), inst("a-2", "svc-a", "cap.a"), inst("b-1", "svc-b", "cap.b")}})
+		case apiv1.PathEvents:
+			eventsFrom.Store(r.URL.Query().Get("from"))
+			ev := func(min int, sev, subject, msg string) apiv1.Event {
+				return apiv1.Event{Seq: int64(min), Time: now.Add(time.Duration(min-60) * time.Minute), Type: "instance.eligibility", Severity: sev, Subject: subject, Message: msg}
+			}
+			json.NewEncoder(w).Encode(apiv1.EventsResponse{Events: []apiv1.Event{ // oldest first
+				ev(10, apiv1.SeverityWarning, "a-1", "a-1 probe timed out"),
+				ev(20, apiv1.SeverityInfo, "a-1", "a-1 admitted"),
+				ev(30, apiv1.SeverityError, "b-1", "b-1 quarantined"),
+				ev(40, apiv1.SeverityError, "a-2", "a-2 quarantined"),
+				ev(50, apiv1.SeverityWarning, "cap.a/zone-1", "cap.a in zone-1 in panic"),
+			}})
+		case apiv1.PathIncidents:
+			json.NewEncoder(w).Encode(apiv1.IncidentsResponse{Incidents: []apiv1.Incident{
+				{ID: "1", Kind: "quarantine", Subject: "a-2", Status: apiv1.IncidentOpen, Occurrences: 3},
+				{ID: "2", Kind: "panic", Subject: "cap.a/zone-1", Status: apiv1.IncidentResolved, Occurrences: 1},
+				{ID: "3", Kind: "quarantine", Subject: "b-1", Status: apiv1.IncidentOpen, Occurrences: 1},
+			}})
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer reg.Close()
+	d, err := dashboard.New(dashboard.Config{GatewayURL: gw.URL, RegistryURL: reg.URL, Insecure: true, Now: func() time.Time { return now }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(d.Handler())
+	defer srv.Close()
+	tests := []struct {
+		node      string
+		want      []string // in this order
+		notWanted []string
+	}{
+		{"4|a-1", []string{"zone zone-1, health passing", "lease until 2026-12-05T12:00:20Z", `cap.a 1.2.0 metadata {"region":"eu","tier":2}`,
+			"a-1 probe timed out", "triggered 0 incidents (0 occurrences), 0 unresolved"}, []string{"a-1 admitted", "quarantined", "panic"}},
+		{"2|cap.a@1.2.0", []string{`contract schema 1, metadata {"region":"eu","tier":2}`, "cap.a in zone-1 in panic", "a-2 quarantined", "a-1 probe timed out",
+			"triggered 2 incidents (4 occurrences), 1 unresolved"}, []string{"b-1"}},
+		{"0|GET /b/{rest...}", []string{"b-1 quarantined", "triggered 1 incident (1 occurrence), 1 unresolved"}, []string{"a-1", "a-2", "Metadata"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.node, func(t *testing.T) {
+			resp, err := http.Get(srv.URL + "/routes/map?node=" + url.QueryEscape(tc.node))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			page := html.UnescapeString(string(b))
+			i := strings.Index(page, `id="node-detail"`)
+			if resp.StatusCode != 200 || i < 0 {
+				t.Fatalf("status %d, no detail panel:\n%s", resp.StatusCode, page)
+			}
+			panel := page[i : i+strings.Index(page[i:], "</section>")]
+			at := 0
+			for _, w := range tc.want {
+				j := strings.Index(panel[at:], w)
+				if j < 0 {
+					t.Errorf("the panel lacks %q after offset %d:\n%s", w, at, panel)
+					continue
+				}
+				at += j
+			}
+			for _, w := range tc.notWanted {
+				if strings.Contains(panel, w) {
+					t.Errorf("the panel shows %q:\n%s", w, panel)
+				}
+			}
+		})
+	}
+	if got, want := eventsFrom.Load(), now.Add(-time.Hour).Format(time.RFC3339); got != want {
+		t.Errorf("the events were asked from %v, want the last hour (%s)", got, want)
+	}
+}

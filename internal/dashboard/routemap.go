@@ -1,6 +1,10 @@
 package dashboard
 
 import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/json"
 	"fmt"
 	"html/template"
 	"math"
@@ -8,6 +12,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"time"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/client"
@@ -20,6 +25,15 @@ type mapNode struct {
 	X, Y, W, H            int
 	// Figures are what the node's detail panel shows (opened by a click: ?node=ID).
 	Figures []string
+	// Subject is what the journal and the incidents name the node by (an instance id, a
+	// capability id, "METHOD pattern"); Members are the instances under it. Neither is drawn:
+	// the detail panel (nodeDetail) reads them.
+	Subject string   `json:"-"`
+	Members []string `json:"-"`
+	// Metadata, Errors and Incidents fill the detail panel of the selected node only.
+	Metadata  []string
+	Errors    []eventRow
+	Incidents string
 }
 
 // mapEdge joins two nodes.
@@ -88,6 +102,7 @@ func layout(gr *routing.RoutesAnswer, cat *apiv1.CatalogResponse, health *apiv1.
 	for _, rt := range gr.Routes {
 		name := rt.Method + " " + rt.Pattern
 		rn := node(0, name, name, "/routes#"+url.QueryEscape(name))
+		rn.Subject = name
 		if h, ok := routeHealth[name]; ok && h.Requests > 0 {
 			rn.Figures = []string{fmt.Sprintf("%d requests in 24 hours at this gateway", h.Requests),
 				fmt.Sprintf("%d failed (%.1f%% error share), availability %.2f%%", h.Failed, 100*(1-h.Availability), 100*h.Availability)}
@@ -103,6 +118,7 @@ func layout(gr *routing.RoutesAnswer, cat *apiv1.CatalogResponse, health *apiv1.
 		edge(rn, sn)
 		for _, id := range rt.Instances {
 			in := node(4, id, id, "/capabilities?instance="+url.QueryEscape(id))
+			in.Subject = id
 			members[rn.ID][id], members[sn.ID][id], members[in.ID][id] = true, true, true
 			inst := instances[id]
 			if inst == nil || len(inst.Capabilities) == 0 {
@@ -115,6 +131,7 @@ func layout(gr *routing.RoutesAnswer, cat *apiv1.CatalogResponse, health *apiv1.
 				fmt.Sprintf("%s %s at %s, generation %d", inst.ServiceName, inst.ServiceVersion, inst.Endpoint, inst.Generation)}
 			for _, c := range inst.Capabilities {
 				cn := node(2, c.CapabilityID+"@"+c.CapabilityVersion, c.CapabilityID+" "+c.CapabilityVersion, "/capabilities?capability_id="+url.QueryEscape(c.CapabilityID))
+				cn.Subject = c.CapabilityID
 				pn := node(3, c.Provider, "provider "+c.Provider, "/capabilities?provider="+url.QueryEscape(c.Provider))
 				members[cn.ID][id], members[pn.ID][id] = true, true
 				edge(sn, cn)
@@ -128,6 +145,10 @@ func layout(gr *routing.RoutesAnswer, cat *apiv1.CatalogResponse, health *apiv1.
 		rows = max(rows, len(cols[c]))
 		for _, k := range cols[c] {
 			n := index[k]
+			for id := range members[k] {
+				n.Members = append(n.Members, id)
+			}
+			slices.Sort(n.Members)
 			if n.Kind != "instance" && len(members[k]) > 0 {
 				in := 0
 				for id := range members[k] {
@@ -241,6 +262,7 @@ func (d *Dashboard) routeMap(w http.ResponseWriter, r *http.Request) {
 	kept.Routes = f.keep(gr, health)
 	gr = &kept
 	var data *mapData
+	var errs []string
 	if len(gr.Routes) > d.cfg.MapLimit {
 		q := r.URL.Query().Get("q")
 		data = &mapData{Query: q, Routes: all, Filter: f}
@@ -272,9 +294,104 @@ func (d *Dashboard) routeMap(w http.ResponseWriter, r *http.Request) {
 					data.Selected = &data.Nodes[i]
 				}
 			}
+			if data.Selected != nil {
+				errs = append(errs, d.nodeDetail(r.Context(), data.Selected, cat)...)
+			}
 		}
 	}
-	d.render(w, r, "routemap", "Route map", data, errString("gateway or registry", err))
+	d.render(w, r, "routemap", "Route map", data, append(errString("gateway or registry", err), errs...))
+}
+
+// Bounds of a node's detail panel: the errors of the last hour, the newest first.
+const (
+	nodeErrorWindow = time.Hour
+	nodeErrorsShown = 5
+)
+
+// nodeDetail fills the detail panel of the selected node: the metadata of an instance (its
+// zone, health, registration and capabilities' metadata) or of a capability, the warnings and
+// errors the journal holds about it or its instances over the last hour, and how often it
+// triggered an incident. It returns what it could not read; the panel stands without it.
+func (d *Dashboard) nodeDetail(ctx context.Context, n *mapNode, cat *apiv1.CatalogResponse) []string {
+	members := map[string]bool{}
+	for _, id := range n.Members {
+		members[id] = true
+	}
+	for i := range cat.Instances {
+		inst := &cat.Instances[i]
+		switch {
+		case n.Kind == "instance" && inst.InstanceID == n.Subject:
+			n.Metadata = append(n.Metadata, "zone "+cmp.Or(inst.Zone, "(none)")+", health "+inst.Health,
+				"registered "+inst.RegisteredAt.UTC().Format(time.RFC3339)+", lease until "+inst.LeaseExpiresAt.UTC().Format(time.RFC3339))
+			for _, c := range inst.Capabilities {
+				n.Metadata = append(n.Metadata, c.CapabilityID+" "+c.CapabilityVersion+" metadata "+compactJSON(c.Metadata))
+			}
+		case n.Kind == "capability" && members[inst.InstanceID] && len(n.Metadata) == 0:
+			for _, c := range inst.Capabilities {
+				if c.CapabilityID+"@"+c.CapabilityVersion == strings.TrimPrefix(n.ID, "2|") {
+					n.Metadata = append(n.Metadata, "contract schema "+c.ContractSchemaVersion+", metadata "+compactJSON(c.Metadata)+" (as "+inst.InstanceID+" registered it)")
+				}
+			}
+		}
+	}
+	// about says whether a journal subject or an incident's subject concerns the node.
+	about := func(subject string) bool {
+		switch {
+		case members[subject] || subject == n.Subject && n.Subject != "":
+			return true
+		case n.Kind == "capability":
+			return strings.HasPrefix(subject, n.Subject+"/") // a panic or zone incident: capability/zone
+		}
+		return false
+	}
+	var errs []string
+	now := d.cfg.Now()
+	if ev, err := d.registry.Events(ctx, apiv1.EventsQuery{From: now.Add(-nodeErrorWindow), Limit: 1000}); err != nil {
+		errs = append(errs, errString("registry events", err)...)
+	} else {
+		for _, e := range slices.Backward(ev.Events) {
+			if e.Severity == apiv1.SeverityInfo || !about(e.Subject) && !(n.Kind == "route" && strings.Contains(e.Message, n.Subject)) {
+				continue
+			}
+			if len(n.Errors) < nodeErrorsShown {
+				n.Errors = append(n.Errors, eventRow{Event: e, Link: subjectLink(e)})
+			}
+		}
+	}
+	if list, err := d.registry.Incidents(ctx, ""); err != nil {
+		errs = append(errs, errString("registry incidents", err)...)
+	} else {
+		raised, occurrences, standing := 0, 0, 0
+		for _, in := range list.Incidents {
+			if !about(in.Subject) {
+				continue
+			}
+			raised++
+			occurrences += in.Occurrences
+			if in.Status == apiv1.IncidentOpen || in.Status == apiv1.IncidentAcknowledged {
+				standing++
+			}
+		}
+		n.Incidents = fmt.Sprintf("triggered %s (%s), %d unresolved", plural(raised, "incident"), plural(occurrences, "occurrence"), standing)
+	}
+	return errs
+}
+
+// plural is "1 incident", "2 incidents".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// compactJSON is a metadata object on one line ("{}" when there is none).
+func compactJSON(raw json.RawMessage) string {
+	var b bytes.Buffer
+	if len(raw) == 0 || json.Compact(&b, raw) != nil {
+		return "{}"
+	}
+	return b.String()
 }
 
 // byProvider keeps the routes with an instance of provider.
