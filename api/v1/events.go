@@ -147,8 +147,10 @@ const PathReports = "/v1/reports"
 const (
 	MaxReportEvents     = 100
 	MaxReportConditions = 100
-	maxReportMessage    = 1000
-	maxReportSubject    = 300
+	// MaxReportWorkflows bounds the workflows an orchestrator's report lists.
+	MaxReportWorkflows = 10000
+	maxReportMessage   = 1000
+	maxReportSubject   = 300
 )
 
 // ReportRequest is what a gateway or an orchestrator reports (POST /v1/reports, with the
@@ -158,6 +160,12 @@ type ReportRequest struct {
 	Reporter   string          `json:"reporter"`
 	Events     []ReportedEvent `json:"events,omitempty"`
 	Conditions []Condition     `json:"conditions,omitempty"`
+	// Workflows are the workflows the reporting orchestrator holds. A report that raises a
+	// trigger condition lists them, and the condition must name one of them: the registry
+	// knows no workflows itself, so a trigger for a workflow its orchestrator does not hold
+	// is refused rather than opening an incident nobody can act on. Clearing a trigger needs
+	// no list (the workflow may be gone).
+	Workflows []string `json:"workflows,omitempty"`
 }
 
 // ReportedEvent is an event for the registry's journal; its type is one of
@@ -229,7 +237,15 @@ func (r *ReportRequest) Validate() error {
 			if len(c.Summary) > maxReportMessage {
 				ds = append(ds, Detail{Path: p + ".summary", Message: fmt.Sprintf("at most %d bytes", maxReportMessage)})
 			}
+			if c.Kind == IncidentTrigger && c.Active && !slices.Contains(r.Workflows, c.Subject) {
+				ds = append(ds, Detail{Path: p + ".subject", Message: fmt.Sprintf("workflow %q is not in the report's workflows list: a trigger is raised only for a workflow the reporting orchestrator holds", c.Subject)})
+			}
 		}
+	}
+	if len(r.Workflows) > MaxReportWorkflows {
+		ds = append(ds, Detail{Path: "workflows", Message: fmt.Sprintf("at most %d per report, got %d", MaxReportWorkflows, len(r.Workflows))})
+	} else if i := slices.IndexFunc(r.Workflows, func(w string) bool { return w == "" || len(w) > maxReportSubject }); i >= 0 {
+		ds = append(ds, Detail{Path: fmt.Sprintf("workflows[%d]", i), Message: fmt.Sprintf("required, at most %d bytes", maxReportSubject)})
 	}
 	if len(ds) > 0 {
 		return InvalidRequest(ds)

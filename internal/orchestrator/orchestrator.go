@@ -236,7 +236,21 @@ func New(cfg Config) (*Orchestrator, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Orchestrator{cfg: cfg, metrics: m, workflows: map[string]*entry{}, wake: make(chan struct{}, 1)}, nil
+	o := &Orchestrator{cfg: cfg, metrics: m, workflows: map[string]*entry{}, wake: make(chan struct{}, 1)}
+	cfg.Reporter.SetWorkflows(o.names) // a raised trigger names a workflow this orchestrator holds
+	return o, nil
+}
+
+// names lists the workflows the orchestrator holds, sorted.
+func (o *Orchestrator) names() []string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := make([]string, 0, len(o.workflows))
+	for name := range o.workflows {
+		out = append(out, name)
+	}
+	slices.Sort(out)
+	return out
 }
 
 func (o *Orchestrator) validate(ctx context.Context, src []byte) (*workflow.Workflow, *apiv1.ValidationResult) {
@@ -703,6 +717,10 @@ func (o *Orchestrator) Delete(name string) error {
 	if ok {
 		for _, ar := range e.active {
 			running = append(running, ar)
+		}
+		if e.critical { // its trigger incident ends with it
+			e.critical = false
+			o.cfg.Reporter.Condition(apiv1.Condition{Kind: apiv1.IncidentTrigger, Subject: name, Active: false})
 		}
 	}
 	o.mu.Unlock()

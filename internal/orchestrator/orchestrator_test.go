@@ -579,6 +579,9 @@ func TestTriggerIncident(t *testing.T) {
 	var mu sync.Mutex
 	var reports []*apiv1.ReportRequest
 	rep, err := report.New(report.Config{Reporter: "orc", Send: func(_ context.Context, r *apiv1.ReportRequest) error {
+		if err := r.Validate(); err != nil { // as the registry would: a raised trigger names a workflow held
+			return err
+		}
 		mu.Lock()
 		defer mu.Unlock()
 		reports = append(reports, r)
@@ -608,6 +611,9 @@ func TestTriggerIncident(t *testing.T) {
 			for _, c := range r.Conditions {
 				out = append(out, fmt.Sprintf("%s %s %v", c.Kind, c.Subject, c.Active))
 			}
+			if len(r.Workflows) > 0 {
+				out = append(out, fmt.Sprintf("holding %v", r.Workflows))
+			}
 		}
 		reports = nil
 		return out
@@ -627,8 +633,8 @@ func TestTriggerIncident(t *testing.T) {
 	reports = nil
 	mu.Unlock()
 	run(2)
-	if got := conditions(); fmt.Sprint(got) != "[trigger order-publish true]" {
-		t.Errorf("four failed runs: %v, want the trigger condition raised once", got)
+	if got := conditions(); fmt.Sprint(got) != "[trigger order-publish true holding [order-publish]]" {
+		t.Errorf("four failed runs: %v, want the trigger condition raised once, with the workflows held", got)
 	}
 	if _, err := o.Upload(context.Background(), workflows.OrderPublish); err != nil {
 		t.Fatal(err)
@@ -637,6 +643,21 @@ func TestTriggerIncident(t *testing.T) {
 	run(36) // 36 of 40 succeed: 90 %, the critical threshold
 	if got := conditions(); fmt.Sprint(got) != "[trigger order-publish false]" {
 		t.Errorf("recovered: %v, want the condition cleared", got)
+	}
+	// failing again, then deleted: its incident ends with it
+	if _, err := o.Upload(context.Background(), []byte(bad)); err != nil {
+		t.Fatal(err)
+	}
+	o.Publish("order-publish")
+	run(1) // 36 of 41
+	if got := conditions(); fmt.Sprint(got) != "[trigger order-publish true holding [order-publish]]" {
+		t.Errorf("failing again: %v, want the condition raised", got)
+	}
+	if err := o.Delete("order-publish"); err != nil {
+		t.Fatal(err)
+	}
+	if got := conditions(); fmt.Sprint(got) != "[trigger order-publish false]" {
+		t.Errorf("deleted while failing: %v, want the condition cleared", got)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -39,6 +40,8 @@ type Reporter struct {
 	events  []apiv1.ReportedEvent
 	conds   map[condKey]apiv1.Condition // the latest state of each condition not yet sent
 	dropped int
+	// holds lists what an orchestrator holds (SetWorkflows), sent with a raised trigger.
+	holds func() []string
 }
 
 type condKey struct{ kind, subject string }
@@ -84,6 +87,19 @@ func (r *Reporter) Condition(c apiv1.Condition) {
 	r.mu.Unlock()
 }
 
+// SetWorkflows gives the reporter what lists the workflows its orchestrator holds: a
+// report that raises a trigger condition carries them, as the registry requires.
+func (r *Reporter) SetWorkflows(holds func() []string) {
+	if r == nil {
+		return
+	}
+	r.mu.Lock()
+	r.holds = holds
+	r.mu.Unlock()
+}
+
+func raisesTrigger(c apiv1.Condition) bool { return c.Kind == apiv1.IncidentTrigger && c.Active }
+
 // Flush sends what is queued, in reports of at most the API's bounds; what a failed send
 // held is queued again (ahead of what came meanwhile).
 func (r *Reporter) Flush(ctx context.Context) error {
@@ -102,10 +118,18 @@ func (r *Reporter) Flush(ctx context.Context) error {
 			req.Conditions = append(req.Conditions, c)
 			delete(r.conds, k)
 		}
-		dropped := r.dropped
+		dropped, holds := r.dropped, r.holds
 		r.mu.Unlock()
 		if len(req.Events) == 0 && len(req.Conditions) == 0 {
 			return nil
+		}
+		if holds != nil && slices.ContainsFunc(req.Conditions, raisesTrigger) {
+			// A trigger raised for a workflow deleted since is stale: the registry would
+			// refuse the whole report, and the report would be tried again for ever.
+			req.Workflows = holds()
+			req.Conditions = slices.DeleteFunc(req.Conditions, func(c apiv1.Condition) bool {
+				return raisesTrigger(c) && !slices.Contains(req.Workflows, c.Subject)
+			})
 		}
 		if err := r.cfg.Send(ctx, req); err != nil {
 			r.mu.Lock()

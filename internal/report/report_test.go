@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 
@@ -87,5 +88,52 @@ func TestFlush(t *testing.T) {
 	nilR.Condition(apiv1.Condition{})
 	if err := nilR.Flush(context.Background()); err != nil {
 		t.Error(err)
+	}
+}
+
+// TestRaisedTriggersListTheWorkflows: a report that raises a trigger lists the workflows the
+// orchestrator holds (the registry requires it); a raise for a workflow deleted since it was
+// queued is dropped, not sent to be refused for ever; a clearing needs no list.
+func TestRaisedTriggersListTheWorkflows(t *testing.T) {
+	s := &sink{}
+	r, err := New(Config{Reporter: "orc-1", Send: func(ctx context.Context, req *apiv1.ReportRequest) error {
+		if err := req.Validate(); err != nil { // as the registry would
+			return err
+		}
+		return s.send(ctx, req)
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.SetWorkflows(func() []string { return []string{"billing", "orders"} })
+	r.Condition(apiv1.Condition{Kind: apiv1.IncidentTrigger, Subject: "orders", Active: true})
+	r.Condition(apiv1.Condition{Kind: apiv1.IncidentTrigger, Subject: "deleted-since", Active: true})
+	r.Condition(apiv1.Condition{Kind: apiv1.IncidentTrigger, Subject: "gone", Active: false})
+	r.Condition(apiv1.Condition{Kind: apiv1.IncidentRoute, Subject: "GET /a", Active: true})
+	if err := r.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.got) != 1 {
+		t.Fatalf("%d reports, want 1", len(s.got))
+	}
+	var got []string
+	for _, c := range s.got[0].Conditions {
+		got = append(got, fmt.Sprintf("%s %s %v", c.Kind, c.Subject, c.Active))
+	}
+	want := []string{"route GET /a true", "trigger gone false", "trigger orders true"}
+	slices.Sort(got)
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("conditions sent (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"billing", "orders"}, s.got[0].Workflows); diff != "" {
+		t.Errorf("workflows listed (-want +got):\n%s", diff)
+	}
+	// nothing raised: no list
+	r.Condition(apiv1.Condition{Kind: apiv1.IncidentTrigger, Subject: "orders", Active: false})
+	if err := r.Flush(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if len(s.got) != 2 || s.got[1].Workflows != nil {
+		t.Errorf("a report that raises nothing listed %v", s.got[len(s.got)-1].Workflows)
 	}
 }

@@ -218,7 +218,8 @@ func TestReports(t *testing.T) {
 	}
 	s := registrytest.NewServerWith(t, registry.Config{Journal: j}, server.Config{Journal: j, Incidents: incidents}, registrytest.Epoch0)
 	body := `{"reporter":"orchestrator@127.0.0.1:7401","events":[{"type":"workflow.run_failed","severity":"error","subject":"order-publish","message":"run r-1 failed","attrs":{"run_id":"r-1"}}],
-		"conditions":[{"kind":"trigger","subject":"order-publish","active":true,"summary":"0% of 3 runs succeeded","trace_id":"4bf92f3577b34da6a3ce929d0e0e4736"}]}`
+		"conditions":[{"kind":"trigger","subject":"order-publish","active":true,"summary":"0% of 3 runs succeeded","trace_id":"4bf92f3577b34da6a3ce929d0e0e4736"}],
+		"workflows":["billing","order-publish"]}`
 	r := do(t, "POST", s.URL+"/v1/reports", body)
 	if r.status != 200 || !strings.Contains(string(r.body), `"recorded":1`) {
 		t.Fatalf("report: %d %s", r.status, r.body)
@@ -236,7 +237,21 @@ func TestReports(t *testing.T) {
 	if open := incidents.List("unresolved"); len(open) != 0 {
 		t.Errorf("a cleared condition left %+v", open)
 	}
+	// a trigger raised for a workflow the reporting orchestrator does not hold opens nothing
 	for _, bad := range []string{
+		`{"reporter":"o","conditions":[{"kind":"trigger","subject":"no-such-workflow","active":true}],"workflows":["order-publish"]}`,
+		`{"reporter":"o","conditions":[{"kind":"trigger","subject":"order-publish","active":true}]}`,
+	} {
+		r := do(t, "POST", s.URL+"/v1/reports", bad)
+		if r.status != 400 || !strings.Contains(string(r.body), `"conditions[0].subject"`) || !strings.Contains(string(r.body), "workflows") {
+			t.Errorf("%s: %d %s, want 400 naming conditions[0].subject", bad, r.status, r.body)
+		}
+	}
+	if open := incidents.List("unresolved"); len(open) != 0 {
+		t.Errorf("a refused report opened %+v", open)
+	}
+	for _, bad := range []string{
+		`{"reporter":"o","workflows":[""]}`,
 		`{"reporter":"o","events":[{"type":"instance.registered","severity":"info","subject":"x","message":"forged"}]}`,
 		`{"reporter":"o","conditions":[{"kind":"quarantine","subject":"x","active":true}]}`,
 		`{"events":[]}`,
