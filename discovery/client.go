@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"slices"
 	"sync"
 	"time"
 
@@ -247,6 +248,16 @@ func New(cfg Config) (*Client, error) {
 
 var capsKind = kind[[]apiv1.CapabilityEntry]{
 	size: func(es []apiv1.CapabilityEntry) int { return len(es) },
+	instances: func(es []apiv1.CapabilityEntry) []string {
+		out := make([]string, len(es))
+		for i, e := range es {
+			out[i] = e.InstanceID
+		}
+		return out
+	},
+	drop: func(es []apiv1.CapabilityEntry, id string) []apiv1.CapabilityEntry {
+		return slices.DeleteFunc(slices.Clone(es), func(e apiv1.CapabilityEntry) bool { return e.InstanceID == id })
+	},
 	merge: func(lkg, inc []apiv1.CapabilityEntry, removed map[string]bool) []apiv1.CapabilityEntry {
 		type key struct{ instance, capability, provider, version string }
 		k := func(e apiv1.CapabilityEntry) key {
@@ -346,6 +357,32 @@ func (c *Client) evictLocked(keep string) {
 		delete(c.used, oldest)
 		c.metrics.evicted.Inc()
 	}
+}
+
+// Unreachable tells the client that a connection to an instance was refused. While the
+// registry warms up after a restart, a view keeps the instances it knew before and the
+// registry has not named yet (they may not have re-registered yet); one of those that
+// refuses connections is a provider that went away while the registry was down, and no
+// answer will ever remove it: it is dropped from every capability view now, instead of at
+// the end of the warm-up. An instance the registry answers for, or any instance of a
+// complete view, is kept (the registry judges those). It returns how many views dropped it.
+func (c *Client) Unreachable(instanceID string) int {
+	c.mu.Lock()
+	views := make([]*view[[]apiv1.CapabilityEntry], 0, len(c.caps))
+	for _, v := range c.caps {
+		views = append(views, v)
+	}
+	c.mu.Unlock()
+	n := 0
+	for _, v := range views {
+		if v.forget(instanceID) {
+			n++
+		}
+	}
+	if n > 0 {
+		c.metrics.forgotten.Inc()
+	}
+	return n
 }
 
 // Capabilities returns the capabilities that match q, from cache within the TTL, from the

@@ -345,6 +345,60 @@ func TestRestartedRegistryDoesNotEmptyConsumers(t *testing.T) {
 	}
 }
 
+// TestUnreachableDropsWhatOnlyTheWarmUpKeeps: after an empty restart a view keeps what it
+// knew through the warm-up; an instance it keeps only from before the restart that refuses a
+// connection (its provider died while the registry was down) is dropped at once, from every
+// view, while one the restarted registry answers for, or any instance of a complete view, is
+// kept (the registry judges those).
+func TestUnreachableDropsWhatOnlyTheWarmUpKeeps(t *testing.T) {
+	s := registrytest.NewServer(t, registry.Config{})
+	registerOne(t, s.Registry, "jms-1")
+	registerOne(t, s.Registry, "jms-2")
+	s.Clock.Advance(registry.DefaultLeaseTTL)
+	front, srv := newFront(t, s.Config.Handler)
+	reg := prometheus.NewRegistry()
+	c, clk := newClient(t, srv.URL, discovery.Config{Registerer: reg})
+	all := discovery.Query{CapabilityID: "messaging.publish", IncludeAll: true}
+	for _, q := range []discovery.Query{publish, all} {
+		if res, err := c.Capabilities(context.Background(), q); err != nil || !res.Complete || len(res.Entries) != 2 {
+			t.Fatalf("before the restart: %v %+v", err, res)
+		}
+	}
+	if n := c.Unreachable("jms-2"); n != 0 {
+		t.Errorf("a complete view dropped jms-2 (%d views): the registry judges it", n)
+	}
+	restarted := registrytest.NewServerAt(t, registry.Config{}, registrytest.Epoch0.Add(time.Hour)) // empty, warming up
+	registerOne(t, restarted.Registry, "jms-1")                                                     // back; jms-2 died meanwhile
+	front.set(restarted.Config.Handler)
+	clk.Advance(discovery.DefaultTTL)
+	for _, q := range []discovery.Query{publish, all} {
+		res, err := c.Capabilities(context.Background(), q)
+		if err != nil || res.Complete || cmp.Diff([]string{"jms-1", "jms-2"}, ids(res.Entries)) != "" {
+			t.Fatalf("after the restart: %v %+v %v, want both kept, incomplete", err, res.Meta, ids(res.Entries))
+		}
+	}
+	if n := c.Unreachable("jms-1"); n != 0 {
+		t.Errorf("jms-1, which the restarted registry answers for, was dropped from %d views", n)
+	}
+	if n := c.Unreachable("jms-2"); n != 2 {
+		t.Errorf("jms-2 dropped from %d views, want 2", n)
+	}
+	for _, q := range []discovery.Query{publish, all} {
+		res, err := c.Capabilities(context.Background(), q) // from the cache: within the TTL
+		if err != nil || cmp.Diff([]string{"jms-1"}, ids(res.Entries)) != "" {
+			t.Errorf("after jms-2 refused: %v %v, want jms-1 alone", err, ids(res.Entries))
+		}
+	}
+	// and the next warm-up answer does not bring it back
+	clk.Advance(discovery.DefaultTTL)
+	if res, err := c.Capabilities(context.Background(), publish); err != nil || res.Complete || cmp.Diff([]string{"jms-1"}, ids(res.Entries)) != "" {
+		t.Errorf("the next answer: %v %+v %v, want jms-1 alone, still warming up", err, res.Meta, ids(res.Entries))
+	}
+	if got := testutil.ToFloat64(counter(t, reg, "meshflows_discovery_unreachable_forgotten_total")); got != 1 {
+		t.Errorf("forgotten counted %v, want 1", got)
+	}
+}
+
 func TestInvalidateKeepsLastKnownGood(t *testing.T) {
 	s := registrytest.NewServer(t, registry.Config{})
 	registerOne(t, s.Registry, "jms-1")

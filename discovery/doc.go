@@ -11,7 +11,10 @@
 // Views are ordered by (registry epoch, revision): an older revision of the same epoch never
 // replaces a newer view; an epoch change resets; an answer marked complete=false (a registry
 // still warming up after a restart) is merged into the last-known-good view instead of
-// replacing it, so a restarted, still-empty registry never empties its consumers.
+// replacing it, so a restarted, still-empty registry never empties its consumers. The price
+// is that an instance whose provider died while the registry was down is kept too, until the
+// warm-up ends: a consumer that cannot connect to it calls Unreachable, which drops an
+// instance the view holds only from before the restart (never one the registry answers for).
 //
 //	c, _ := discovery.New(discovery.Config{Registries: []string{"http://127.0.0.1:7400"}})
 //	res, err := c.Capabilities(ctx, discovery.Query{CapabilityID: "messaging.publish", Version: ">=1.0 <2.0"})

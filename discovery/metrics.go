@@ -12,6 +12,7 @@ type metrics struct {
 	deltas                    *prometheus.CounterVec
 	refused                   *prometheus.CounterVec
 	evicted                   prometheus.Counter
+	forgotten                 prometheus.Counter
 }
 
 // stats is read when metrics are scraped: the oldest view's age, the newest revision and
@@ -65,6 +66,8 @@ func newMetrics(reg prometheus.Registerer, consumer string, c *Client) (*metrics
 	}
 	m.evicted = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 		Name: "views_evicted_total", Help: "Capability views dropped, the least recently read first, to keep at most MaxViews (one per distinct query); a dropped view's next read asks the registry."})
+	m.forgotten = prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+		Name: "unreachable_forgotten_total", Help: "Instances dropped from the views because they refused a connection while the views held them only from before a registry restart (Unreachable)."})
 	m.refused = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 		Name: "answers_refused_total", Help: "Registry answers refused as older than the view held, by reason: older_revision (of the same epoch) or older_epoch (while the view's registry still answers); a refused answer renews nothing."}, []string{"reason"})
 	for _, r := range []string{"older_revision", "older_epoch"} {
@@ -87,7 +90,7 @@ func newMetrics(reg prometheus.Registerer, consumer string, c *Client) (*metrics
 			Help: "Entries held in all cached views."},
 			func() float64 { _, _, n := c.stats(); return n }),
 	}
-	for _, col := range append(gauges, m.hits, m.misses, m.staleServed, m.deltas, m.refused, m.evicted) {
+	for _, col := range append(gauges, m.hits, m.misses, m.staleServed, m.deltas, m.refused, m.evicted, m.forgotten) {
 		if err := reg.Register(col); err != nil {
 			return nil, fmt.Errorf("register discovery metrics: %w", err)
 		}

@@ -43,6 +43,9 @@ type answer[T any] struct {
 	body     T
 	// removed: the instances an incomplete answer says the registry removed in its epoch
 	removed map[string]bool
+	// carried: the instances a merged answer holds only from what the view knew before
+	// (no answer of the warming-up registry names them yet); forget drops them.
+	carried map[string]bool
 }
 
 // kind tells a view how to talk about its type T.
@@ -52,6 +55,10 @@ type kind[T any] struct {
 	merge func(lkg, incomplete T, removed map[string]bool) T
 	// size counts the entries of a body (for metrics and authoritative-empty).
 	size func(T) int
+	// instances lists the instance ids of a body, and drop removes an instance from one;
+	// with both, a merged view knows what it carries and can forget it (nil: it cannot).
+	instances func(T) []string
+	drop      func(T, string) T
 }
 
 // view is the cached state of one query. All fields are guarded by mu.
@@ -114,9 +121,45 @@ func (v *view[T]) apply(a answer[T], now time.Time) (bool, error) {
 	default:
 		// A registry that started empty is still warming up: keep what we knew, add what it says.
 		merged := answer[T]{epoch: a.epoch, revision: a.revision, complete: false, body: v.kind.merge(cur.body, a.body, a.removed)}
+		if v.kind.instances != nil {
+			named := map[string]bool{}
+			for _, id := range v.kind.instances(a.body) {
+				named[id] = true
+			}
+			for _, id := range v.kind.instances(merged.body) {
+				if !named[id] {
+					if merged.carried == nil {
+						merged.carried = map[string]bool{}
+					}
+					merged.carried[id] = true
+				}
+			}
+		}
 		v.lkg = &merged
 		return true, nil
 	}
+}
+
+// forget drops an instance the view holds only from before the registry's restart (carried
+// by the warm-up merge), and says whether it did: one that the warming-up registry named, or
+// a view whose answer is complete, is kept.
+func (v *view[T]) forget(id string) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	cur := v.lkg
+	if cur == nil || cur.complete || !cur.carried[id] || v.kind.drop == nil {
+		return false
+	}
+	next := *cur
+	next.body = v.kind.drop(cur.body, id)
+	next.carried = make(map[string]bool, len(cur.carried))
+	for k := range cur.carried {
+		if k != id {
+			next.carried[k] = true
+		}
+	}
+	v.lkg = &next
+	return true
 }
 
 // refresh runs fetch once for all concurrent callers and applies its answer.

@@ -414,6 +414,11 @@ func (o *Orchestrator) step(ctx context.Context, w *workflow.Workflow, st *workf
 		if !dialFailure(err) {
 			return nil, c.instance, err
 		}
+		if !c.static {
+			// gone while the registry was down? then no answer of a restarted registry
+			// will remove it, and the view drops it now
+			o.cfg.Discovery.Unreachable(c.instance)
+		}
 	}
 	return nil, "", fmt.Errorf("every candidate for %s was unreachable: %w", st.Capability.ID, lastErr)
 }
