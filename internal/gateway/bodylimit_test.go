@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -154,4 +155,78 @@ func staticGateway(t *testing.T, cfg gateway.Config, routes ...routing.StaticRou
 	cfg.Policy = func() routing.Policy { return nil }
 	_, srv := serveGateway(t, cfg, false)
 	return srv
+}
+
+// TestEarly413OverHTTPS: the early answer holds over an https upstream too. An upstream that
+// reads 1 MiB of a 12 MB body, answers 413 and closes — gracefully, or at once with the rest
+// unread, so that its kernel resets the connection under the gateway's unfinished write —
+// gets its 413 through every time, not a 502.
+func TestEarly413OverHTTPS(t *testing.T) {
+	early := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Has("all") { // it takes anything
+			n, _ := io.Copy(io.Discard, r.Body)
+			fmt.Fprint(w, n)
+			return
+		}
+		if _, err := io.Copy(io.Discard, http.MaxBytesReader(w, r.Body, 1<<20)); err != nil {
+			http.Error(w, "too large", http.StatusRequestEntityTooLarge)
+			return
+		}
+		io.WriteString(w, "ok")
+	}))
+	t.Cleanup(early.Close)
+	abrupt := "https://" + rawUpstream(t, func(_ int, c net.Conn) {
+		tc := tls.Server(c, &tls.Config{Certificates: early.TLS.Certificates})
+		br := bufio.NewReader(tc)
+		if _, err := http.ReadRequest(br); err == nil {
+			io.CopyN(io.Discard, br, 1<<20)
+			io.WriteString(tc, "HTTP/1.1 413 Request Entity Too Large\r\nContent-Type: text/plain\r\nContent-Length: 9\r\nConnection: close\r\n\r\ntoo large")
+		}
+		c.Close()
+	})
+	trusting := func() *gateway.Transport { // the upstreams' certificate trusted, as an operator's CA would be
+		tr := gateway.NewTransport()
+		tr.Fallback.(*http.Transport).TLSClientConfig = early.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
+		return tr
+	}
+	twelve := bytes.Repeat([]byte("x"), 12<<20)
+	// an upstream whose certificate the gateway does not trust is refused on this path too
+	untrusted := staticGateway(t, gateway.Config{MaxBodyBytes: 64 << 20}, routing.StaticRoute{Path: "/publish", Methods: []string{"POST"}, Upstream: early.URL})
+	if resp, err := http.Post(untrusted.URL+"/publish", "application/octet-stream", bytes.NewReader(twelve)); err != nil {
+		t.Fatal(err)
+	} else {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 502 || !strings.Contains(string(b), "TLS handshake") {
+			t.Errorf("an untrusted upstream = %d %s, want 502 naming the TLS handshake", resp.StatusCode, b)
+		}
+	}
+	for _, upstream := range []string{early.URL, abrupt} {
+		srv := staticGateway(t, gateway.Config{MaxBodyBytes: 64 << 20, Transport: trusting()},
+			routing.StaticRoute{Path: "/publish", Methods: []string{"POST"}, Upstream: upstream})
+		for i := range 20 {
+			resp, err := http.Post(srv.URL+"/publish", "application/octet-stream", bytes.NewReader(twelve))
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 413 {
+				t.Fatalf("%s, try %d: 12 MB = %d %s, want the upstream's 413", upstream, i, resp.StatusCode, b)
+			}
+		}
+		if upstream != early.URL {
+			continue
+		}
+		// a streamed body it takes goes through on the same path, whole
+		resp, err := http.Post(srv.URL+"/publish?all", "application/octet-stream", bytes.NewReader(twelve))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || string(b) != fmt.Sprint(len(twelve)) {
+			t.Errorf("12 MB streamed over https = %d %s, want 200 and every byte", resp.StatusCode, b)
+		}
+	}
 }

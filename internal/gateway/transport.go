@@ -3,6 +3,7 @@ package gateway
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -38,7 +39,9 @@ import (
 // net.Dialer, keeps 256 idle connections per upstream for 90 seconds, reads at most 10 MiB
 // of headers and waits for them without a bound.
 type Transport struct {
-	// Fallback sends every request the direct path does not (TLS, bodies, upgrades).
+	// Fallback sends every request the direct and streamed paths do not (TLS without a
+	// streamed body, bodies read whole, upgrades); its TLSClientConfig, when it is an
+	// *http.Transport, is also what the streamed path speaks TLS with.
 	Fallback http.RoundTripper
 	// Dial opens connections to upstreams.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
@@ -111,11 +114,11 @@ func direct(req *http.Request) bool {
 	return !upgrade && !expect
 }
 
-// streamed reports whether req goes by the streamed path: a plain-HTTP request whose body
-// the gateway did not read whole (it cannot be sent again: no GetBody) and that asks no
-// protocol upgrade.
+// streamed reports whether req goes by the streamed path: a plain-HTTP or https request
+// whose body the gateway did not read whole (it cannot be sent again: no GetBody) and that
+// asks no protocol upgrade.
 func streamed(req *http.Request) bool {
-	if req.URL.Scheme != "http" || req.URL.Host == "" || req.Body == nil || req.Body == http.NoBody || req.GetBody != nil {
+	if (req.URL.Scheme != "http" && req.URL.Scheme != "https") || req.URL.Host == "" || req.Body == nil || req.Body == http.NoBody || req.GetBody != nil {
 		return false
 	}
 	_, upgrade := req.Header["Upgrade"]
@@ -439,12 +442,14 @@ func (b *connBody) Close() error {
 // before the body ended — a 413 after the part it takes, then a close — so gets its answer
 // through: http.Transport reports the reset of the unfinished write instead, a 502. A body
 // that fails to arrive (past the route's limit, or too slow) ends the request with its
-// error, whatever the upstream did meanwhile.
+// error, whatever the upstream did meanwhile. An https upstream is spoken to in HTTP/1.1
+// over TLS with the Fallback's TLS configuration (when it is an *http.Transport), as the
+// Fallback would.
 func (t *Transport) roundTripStreamed(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	addr := req.URL.Host
 	if req.URL.Port() == "" {
-		addr = net.JoinHostPort(req.URL.Hostname(), "80")
+		addr = net.JoinHostPort(req.URL.Hostname(), map[string]string{"http": "80", "https": "443"}[req.URL.Scheme])
 	}
 	dial := t.Dial
 	if dial == nil {
@@ -454,6 +459,12 @@ func (t *Transport) roundTripStreamed(req *http.Request) (*http.Response, error)
 	if err != nil {
 		req.Body.Close()
 		return nil, err
+	}
+	if req.URL.Scheme == "https" {
+		if nc, err = t.handshake(ctx, nc, req.URL.Hostname()); err != nil {
+			req.Body.Close()
+			return nil, err
+		}
 	}
 	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Unix(1, 0)) })
 	body := &watchedBody{ReadCloser: req.Body}
@@ -503,6 +514,31 @@ func (t *Transport) roundTripStreamed(req *http.Request) (*http.Response, error)
 	lr.n = math.MaxInt64
 	resp.Body = &streamedAnswer{ReadCloser: resp.Body, nc: nc, written: written, stop: stop}
 	return resp, nil
+}
+
+// handshake starts TLS on a connection to an https upstream, as the Fallback would: its TLS
+// configuration (the system's roots without one), the upstream's name, HTTP/1.1, and its
+// handshake timeout (10 s without one). It closes nc when the handshake fails.
+func (t *Transport) handshake(ctx context.Context, nc net.Conn, host string) (net.Conn, error) {
+	cfg, timeout := &tls.Config{}, 10*time.Second
+	if ft, ok := t.Fallback.(*http.Transport); ok {
+		if ft.TLSClientConfig != nil {
+			cfg = ft.TLSClientConfig.Clone()
+		}
+		timeout = or(ft.TLSHandshakeTimeout, timeout)
+	}
+	if cfg.ServerName == "" {
+		cfg.ServerName = host
+	}
+	cfg.NextProtos = []string{"http/1.1"} // the request is written as HTTP/1.1
+	hctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tc := tls.Client(nc, cfg)
+	if err := tc.HandshakeContext(hctx); err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("TLS handshake with the upstream: %w", err)
+	}
+	return tc, nil
 }
 
 // watchedBody is a streamed request body that remembers why a read of it failed.
