@@ -44,6 +44,7 @@ type registryFlags struct {
 	maxBodyBytes      int64
 	gzipMinBytes      int64
 	maxAnswer         int
+	maxDeltaBytes     int64
 	pollSpacing       float64
 	snapshotDir       string
 	snapshotInterval  time.Duration
@@ -101,7 +102,8 @@ func (f *registryFlags) bind(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.gatewayTTL, "gateway-ttl", registry.DefaultGatewayTTL, "a gateway counts as live this long after its last drain acknowledgement (gateways acknowledge every 10 s); withdrawals are acknowledged only once the registry has run this long")
 	fs.Int64Var(&f.maxBodyBytes, "max-body-bytes", server.DefaultMaxBodyBytes, "largest request body accepted; larger ones get 413 PAYLOAD_TOO_LARGE")
 	fs.Int64Var(&f.gzipMinBytes, "gzip-min-bytes", server.DefaultGzipMinBytes, "discovery and routes answers of at least this many bytes go gzip-compressed to clients that accept it (compressed once per revision); lower it when consumers poll across slow links; 0: never compress")
-	fs.IntVar(&f.maxAnswer, "max-answer-instances", server.DefaultMaxAnswerInstances, "largest discovery answer without capability_id or service_name sent whole; a larger one must be paged (limit, page_token) and is refused with 400 saying so (delta watches, as the DNS and xDS servers keep, are not bound); 0: no bound")
+	fs.IntVar(&f.maxAnswer, "max-answer-instances", server.DefaultMaxAnswerInstances, "largest discovery answer without capability_id or service_name sent whole; a larger one must be paged (limit, page_token) and is refused with 400 saying so (delta watches, as the DNS and xDS servers keep, are not bound: --max-delta-cache-bytes bounds what their answers keep); 0: no bound")
+	fs.Int64Var(&f.maxDeltaBytes, "max-delta-cache-bytes", server.DefaultMaxDeltaBytes, "most bytes of delta-watch answers kept for the watchers of the same query and revision (a reset is the whole answer); past it the least recently asked queries are dropped and built again when asked")
 	fs.Float64Var(&f.pollSpacing, "poll-spacing", server.DefaultPollSpacing, "hold a long poll whose answer is costly to build (a millisecond or more: a whole fleet's, as DNS and xDS servers watch) until this many times its last build time has passed since that build, at most 5 s, so that a fast-changing fleet's answer is built at most once per such span; 0: never hold")
 	fs.StringVar(&f.snapshotDir, "snapshot-dir", "", "directory for snapshot files (POST /v1/admin/snapshot and --snapshot-interval)")
 	fs.DurationVar(&f.snapshotInterval, "snapshot-interval", 0, "write a snapshot to --snapshot-dir this often (0: only on demand)")
@@ -291,7 +293,7 @@ func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln 
 	if err != nil {
 		return err
 	}
-	srv, err := server.New(reg, sec.apply(server.Config{MaxBodyBytes: f.maxBodyBytes, GzipMinBytes: never(f.gzipMinBytes), PollSpacing: never(f.pollSpacing), MaxAnswerInstances: never(f.maxAnswer), Logger: logger, Registerer: promReg, Gatherer: promReg, Incidents: incidents, Journal: events, History: hist, Tracing: tr}))
+	srv, err := server.New(reg, sec.apply(server.Config{MaxBodyBytes: f.maxBodyBytes, GzipMinBytes: never(f.gzipMinBytes), PollSpacing: never(f.pollSpacing), MaxAnswerInstances: never(f.maxAnswer), MaxDeltaBytes: f.maxDeltaBytes, Logger: logger, Registerer: promReg, Gatherer: promReg, Incidents: incidents, Journal: events, History: hist, Tracing: tr}))
 	if err != nil {
 		return err
 	}

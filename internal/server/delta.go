@@ -33,16 +33,32 @@ type deltaBodies struct {
 	state registry.State
 	reset []byte
 	from  map[int64][]byte
+	size  int64  // bytes of reset and from
+	used  uint64 // the log's tick at its last use: the least recently used go first
 }
 
 // deltaLog keeps, per query, the encoded deltas of the current state: the watchers of one
-// query at one revision share one.
+// query at one revision share one. It holds at most max bytes of bodies (and the one body
+// just built, whatever its size): a reset is the whole answer (37 MB for the whole fleet at
+// 100,000 instances), so distinct queries that each reset would otherwise keep one each.
 type deltaLog struct {
-	mu sync.Mutex
-	m  map[string]*deltaBodies
+	mu    sync.Mutex
+	m     map[string]*deltaBodies
+	max   int64
+	bytes int64
+	tick  uint64
+	// evicted counts the queries dropped to keep under max; held reports bytes.
+	evicted func()
+	held    func(int64)
 }
 
-func newDeltaLog() *deltaLog { return &deltaLog{m: map[string]*deltaBodies{}} }
+// newDeltaLog returns a log of at most max bytes (0: DefaultMaxDeltaBytes).
+func newDeltaLog(max int64) *deltaLog {
+	if max <= 0 {
+		max = DefaultMaxDeltaBytes
+	}
+	return &deltaLog{m: map[string]*deltaBodies{}, max: max, evicted: func() {}, held: func(int64) {}}
+}
 
 // load returns the body for (key, st, index) (index < 0: the reset), built by build when
 // there is none.
@@ -51,6 +67,8 @@ func (d *deltaLog) load(key string, st registry.State, index int64, build func()
 	b := d.m[key]
 	if b != nil && b.state == st {
 		if body := b.get(index); body != nil {
+			d.tick++
+			b.used = d.tick
 			d.mu.Unlock()
 			return body, nil
 		}
@@ -64,18 +82,45 @@ func (d *deltaLog) load(key string, st registry.State, index int64, build func()
 	defer d.mu.Unlock()
 	b = d.m[key]
 	if b == nil || b.state != st {
+		if b != nil {
+			d.bytes -= b.size
+		}
 		if len(d.m) >= maxDeltaQueries {
 			clear(d.m)
+			d.bytes = 0
 		}
 		b = &deltaBodies{state: st, from: map[int64][]byte{}}
 		d.m[key] = b
 	}
+	old := b.get(index)
 	if index < 0 {
 		b.reset = body
 	} else {
 		b.from[index] = body
 	}
+	grown := int64(len(body) - len(old))
+	b.size += grown
+	d.bytes += grown
+	d.tick++
+	b.used = d.tick
+	for d.bytes > d.max && len(d.m) > 1 {
+		d.evictLocked(key)
+	}
+	d.held(d.bytes)
 	return body, nil
+}
+
+// evictLocked drops the least recently used query other than keep's.
+func (d *deltaLog) evictLocked(keep string) {
+	oldest, at := "", uint64(math.MaxUint64)
+	for k, b := range d.m {
+		if k != keep && b.used < at {
+			oldest, at = k, b.used
+		}
+	}
+	d.bytes -= d.m[oldest].size
+	delete(d.m, oldest)
+	d.evicted()
 }
 
 func (b *deltaBodies) get(index int64) []byte {

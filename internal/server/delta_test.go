@@ -12,12 +12,14 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
 	"pgregory.net/rapid"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/internal/health"
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/registry/registrytest"
+	"github.com/meshflows/meshflows/internal/server"
 )
 
 // deltaWatcher is a delta watch of one query: what it holds and at which revision.
@@ -269,4 +271,62 @@ func TestDeltaWatchBadInput(t *testing.T) {
 			t.Errorf("%s = %d %s, want 400 naming delta", q, resp.StatusCode, body)
 		}
 	}
+}
+
+// TestDeltaResetsAreBounded: delta watches are not paged, so a reset is the whole answer;
+// distinct unfiltered queries that each reset (as anyone may ask: version=>=0.0, >=0.1, …)
+// keep their answers for the watchers that follow only within --max-delta-cache-bytes, the
+// least recently asked dropped first, and a dropped query is answered again in full.
+func TestDeltaResetsAreBounded(t *testing.T) {
+	promReg := prometheus.NewRegistry()
+	const bound = 64 << 10
+	s := registrytest.NewServerWith(t, registry.Config{}, server.Config{Registerer: promReg, MaxDeltaBytes: bound}, registrytest.Epoch0)
+	for i := range 100 {
+		id := fmt.Sprintf("i-%03d", i)
+		if _, err := s.Registry.Register(context.Background(), &apiv1.RegisterRequest{InstanceID: id, ServiceName: "svc-a", ServiceVersion: "1.0.0",
+			Endpoint: "http://" + id + ":8080", Capabilities: []apiv1.Capability{{CapabilityID: "orders.read", Provider: "db", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0"}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gauge := func(name string) float64 {
+		t.Helper()
+		mfs, err := promReg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == name {
+				m := mf.GetMetric()[0]
+				return m.GetGauge().GetValue() + m.GetCounter().GetValue()
+			}
+		}
+		t.Fatalf("no metric %s", name)
+		return 0
+	}
+	reset := func(i int) int {
+		t.Helper()
+		resp, err := http.Get(s.URL + "/v1/discovery/capabilities?" + url.Values{"version": {fmt.Sprintf(">=0.%d", i)}, "delta": {"true"}, "index": {"0"}}.Encode())
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var d apiv1.DiscoveryDelta
+		if err := json.Unmarshal(body, &d); err != nil || resp.StatusCode != 200 || !d.Reset || len(d.Capabilities) != 100 {
+			t.Fatalf("reset %d: %d %v, reset %v with %d entries, want the whole answer", i, resp.StatusCode, err, d.Reset, len(d.Capabilities))
+		}
+		return len(body)
+	}
+	largest, peak := 0, 0.0
+	for i := range 50 {
+		largest = max(largest, reset(i))
+		peak = max(peak, gauge("meshflows_registry_delta_cache_bytes"))
+	}
+	if peak > bound+float64(largest) {
+		t.Errorf("the delta cache held %.0f bytes, over the bound %d and one answer (%d)", peak, bound, largest)
+	}
+	if n := gauge("meshflows_registry_delta_cache_evictions_total"); n < 40 {
+		t.Errorf("%.0f queries dropped of 50 resets of %d bytes into %d, want most", n, largest, bound)
+	}
+	reset(0) // dropped long ago: built again, whole
 }

@@ -11,6 +11,9 @@ type metrics struct {
 	encodes   *prometheus.CounterVec
 	held      *prometheus.HistogramVec
 	deltas    *prometheus.CounterVec
+	// deltaHeld and deltaEvicted: the delta log's bytes and the queries it dropped.
+	deltaHeld    prometheus.Gauge
+	deltaEvicted prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -33,6 +36,14 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Namespace: "meshflows", Subsystem: "registry", Name: "discovery_deltas_total",
 			Help: "Answers to delta watches (delta=true), by kind: delta (the changes since the watcher's index) or reset (the whole answer: the registry could not tell the changes since it).",
 		}, []string{"kind"}),
+		deltaHeld: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "meshflows", Subsystem: "registry", Name: "delta_cache_bytes",
+			Help: "Bytes of encoded delta-watch answers kept for the watchers of the same query and revision (at most --max-delta-cache-bytes, plus the answer just built).",
+		}),
+		deltaEvicted: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "meshflows", Subsystem: "registry", Name: "delta_cache_evictions_total",
+			Help: "Queries whose delta-watch answers were dropped, the least recently asked first, to keep the cache under --max-delta-cache-bytes.",
+		}),
 	}
 	for _, k := range []string{"delta", "reset"} {
 		m.deltas.WithLabelValues(k)
@@ -41,7 +52,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		m.encodes.WithLabelValues(e)
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.discovery, m.encodes, m.held, m.deltas} {
+		for _, c := range []prometheus.Collector{m.discovery, m.encodes, m.held, m.deltas, m.deltaHeld, m.deltaEvicted} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("register server metrics: %w", err)
 			}

@@ -38,6 +38,8 @@ const (
 	DefaultPollSpacing = 10
 	// DefaultMaxAnswerInstances is Config.MaxAnswerInstances's default.
 	DefaultMaxAnswerInstances = 10_000
+	// DefaultMaxDeltaBytes is Config.MaxDeltaBytes's default.
+	DefaultMaxDeltaBytes = 256 << 20
 )
 
 // Config configures a Server. The zero value gets the defaults.
@@ -64,8 +66,15 @@ type Config struct {
 	// page_token) and is refused with 400 naming them. Each distinct such query would
 	// otherwise build and keep an answer of the whole fleet (37 MB at 100,000 instances).
 	// Delta watches (delta=true), which the DNS and xDS servers keep on the whole fleet, are
-	// not bound. Default DefaultMaxAnswerInstances; negative: no bound.
+	// not bound by it (MaxDeltaBytes bounds what their answers keep). Default
+	// DefaultMaxAnswerInstances; negative: no bound.
 	MaxAnswerInstances int
+	// MaxDeltaBytes bounds the encoded delta-watch answers kept for the watchers that ask
+	// the same query at the same revision: a reset is the whole answer, and delta watches are
+	// not bound by MaxAnswerInstances, so each distinct query that resets would otherwise keep
+	// its whole answer. Past the bound the least recently asked queries are dropped (their
+	// next watcher has its answer built again). Default DefaultMaxDeltaBytes.
+	MaxDeltaBytes int64
 	// PollSpacing spaces the answers long polls get for a view that is costly to build: a
 	// long poll that would have the answer built anew, within PollSpacing times as long as
 	// its last build took after that build, is held until then (within its wait), and the
@@ -146,6 +155,9 @@ func (c *Config) Validate() error {
 	if c.Authenticator != nil && c.Policy == nil {
 		return errors.New("an authenticator needs a policy (--rbac)")
 	}
+	if c.MaxDeltaBytes < 0 {
+		return fmt.Errorf("max delta cache bytes %d is negative", c.MaxDeltaBytes)
+	}
 	if c.MaxBodyBytes < 1024 {
 		return fmt.Errorf("max body bytes %d is under 1024", c.MaxBodyBytes)
 	}
@@ -181,7 +193,8 @@ func New(reg *registry.Registry, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, reg: reg, mux: http.NewServeMux(), cache: newAnswerCache(cfg.Now, cfg.BuildClock), deltas: newDeltaLog(), pages: newPageStore(), metrics: m, startedAt: cfg.Now()}
+	s := &Server{cfg: cfg, reg: reg, mux: http.NewServeMux(), cache: newAnswerCache(cfg.Now, cfg.BuildClock), deltas: newDeltaLog(cfg.MaxDeltaBytes), pages: newPageStore(), metrics: m, startedAt: cfg.Now()}
+	s.deltas.held, s.deltas.evicted = func(n int64) { m.deltaHeld.Set(float64(n)) }, m.deltaEvicted.Inc
 	s.routes()
 	return s, nil
 }
