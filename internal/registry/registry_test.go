@@ -462,9 +462,21 @@ func TestSnapshotsRotateAndRestoreLatest(t *testing.T) {
 	if err != nil || path != paths[3] || s.InstanceCount != 4 {
 		t.Fatalf("RestoreLatest = %v %q %v; want %s with 4 instances", s, path, err, paths[3])
 	}
-	empty := newFixture(t, registry.Config{SnapshotDir: t.TempDir()})
-	if _, _, err := empty.reg.RestoreLatest(ctx); !errors.Is(err, registry.ErrNoSnapshot) {
-		t.Fatalf("RestoreLatest of an empty dir: %v, want ErrNoSnapshot", err)
+	// an empty dir (every first start with --restore-snapshot auto): said plainly, not as
+	// the "%!w(<nil>)" of a nil error wrapped
+	emptyDir := t.TempDir()
+	empty := newFixture(t, registry.Config{SnapshotDir: emptyDir})
+	if _, _, err := empty.reg.RestoreLatest(ctx); !errors.Is(err, registry.ErrNoSnapshot) || err.Error() != "no valid snapshot in "+emptyDir+": it holds none" {
+		t.Fatalf("RestoreLatest of an empty dir: %v, want ErrNoSnapshot saying it holds none", err)
+	}
+	// a dir of unreadable ones says why each was skipped
+	for _, p := range paths[2:] {
+		if err := os.WriteFile(p, []byte(`{`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, _, err := g.reg.RestoreLatest(ctx); !errors.Is(err, registry.ErrNoSnapshot) || strings.Contains(err.Error(), "%!") || !strings.Contains(err.Error(), filepath.Base(paths[2])) {
+		t.Fatalf("RestoreLatest of unreadable snapshots: %v, want ErrNoSnapshot naming each", err)
 	}
 }
 

@@ -243,6 +243,9 @@ func (r *Registry) RestoreLatest(ctx context.Context) (*Snapshot, string, error)
 		}
 		skipped = append(skipped, err)
 	}
+	if len(skipped) == 0 {
+		return nil, "", fmt.Errorf("%w in %s: it holds none", ErrNoSnapshot, r.cfg.SnapshotDir)
+	}
 	return nil, "", fmt.Errorf("%w in %s: %w", ErrNoSnapshot, r.cfg.SnapshotDir, errors.Join(skipped...))
 }
 
