@@ -79,22 +79,12 @@ func TestBodyOverTheLimitIs413(t *testing.T) {
 
 	// An upstream with a limit of its own it did not declare: it reads 1 MiB, answers 413 and
 	// closes while the gateway still streams the rest.
-	early := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, err := io.Copy(io.Discard, http.MaxBytesReader(w, r.Body, 1<<20)); err != nil {
-			http.Error(w, "too large", http.StatusRequestEntityTooLarge)
-			return
-		}
-		io.WriteString(w, "ok")
-	}))
+	early := httptest.NewServer(http.HandlerFunc(takesAMebibyte))
 	t.Cleanup(early.Close)
 	// And one that closes at once after its answer, with the rest of the body unread: the
 	// kernel then resets the connection under the gateway's unfinished write.
 	abrupt := "http://" + rawUpstream(t, func(_ int, c net.Conn) {
-		br := bufio.NewReader(c)
-		if _, err := http.ReadRequest(br); err == nil {
-			io.CopyN(io.Discard, br, 1<<20)
-			io.WriteString(c, "HTTP/1.1 413 Request Entity Too Large\r\nContent-Type: text/plain\r\nContent-Length: 9\r\nConnection: close\r\n\r\ntoo large")
-		}
+		answers413AtAMebibyte(c)
 		c.Close()
 	})
 	publish := func(upstream string) routing.StaticRoute {
@@ -116,6 +106,26 @@ func TestBodyOverTheLimitIs413(t *testing.T) {
 	small := staticGateway(t, gateway.Config{MaxBodyBytes: 1000}, publish(early.URL))
 	if status, body := post(small.URL+"/publish", strings.NewReader(strings.Repeat("y", 1001)), 1001); status != 413 || !strings.Contains(body, "--max-body-bytes") {
 		t.Errorf("1001 bytes over a gateway limit of 1000 = %d %s, want 413 naming --max-body-bytes", status, body)
+	}
+}
+
+// takesAMebibyte is an upstream with a limit of its own it did not declare: it reads 1 MiB
+// of a body and answers 413 past it ("ok" within it).
+func takesAMebibyte(w http.ResponseWriter, r *http.Request) {
+	if _, err := io.Copy(io.Discard, http.MaxBytesReader(w, r.Body, 1<<20)); err != nil {
+		http.Error(w, "too large", http.StatusRequestEntityTooLarge)
+		return
+	}
+	io.WriteString(w, "ok")
+}
+
+// answers413AtAMebibyte reads a request and 1 MiB of its body from c and answers 413 with
+// Connection: close; the caller then closes with the rest unread.
+func answers413AtAMebibyte(c io.ReadWriter) {
+	br := bufio.NewReader(c)
+	if _, err := http.ReadRequest(br); err == nil {
+		io.CopyN(io.Discard, br, 1<<20)
+		io.WriteString(c, "HTTP/1.1 413 Request Entity Too Large\r\nContent-Type: text/plain\r\nContent-Length: 9\r\nConnection: close\r\n\r\ntoo large")
 	}
 }
 
@@ -168,20 +178,11 @@ func TestEarly413OverHTTPS(t *testing.T) {
 			fmt.Fprint(w, n)
 			return
 		}
-		if _, err := io.Copy(io.Discard, http.MaxBytesReader(w, r.Body, 1<<20)); err != nil {
-			http.Error(w, "too large", http.StatusRequestEntityTooLarge)
-			return
-		}
-		io.WriteString(w, "ok")
+		takesAMebibyte(w, r)
 	}))
 	t.Cleanup(early.Close)
 	abrupt := "https://" + rawUpstream(t, func(_ int, c net.Conn) {
-		tc := tls.Server(c, &tls.Config{Certificates: early.TLS.Certificates})
-		br := bufio.NewReader(tc)
-		if _, err := http.ReadRequest(br); err == nil {
-			io.CopyN(io.Discard, br, 1<<20)
-			io.WriteString(tc, "HTTP/1.1 413 Request Entity Too Large\r\nContent-Type: text/plain\r\nContent-Length: 9\r\nConnection: close\r\n\r\ntoo large")
-		}
+		answers413AtAMebibyte(tls.Server(c, &tls.Config{Certificates: early.TLS.Certificates}))
 		c.Close()
 	})
 	trusting := func() *gateway.Transport { // the upstreams' certificate trusted, as an operator's CA would be

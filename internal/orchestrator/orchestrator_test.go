@@ -48,8 +48,9 @@ type env struct {
 	prom *prometheus.Registry
 }
 
-// serveProvider serves p on a listener whose address p was built for.
-func serveProvider(t *testing.T, build func(endpoint string) (*messaging.Provider, error)) (*messaging.Provider, string) {
+// serveProvider serves the provider build makes on a listener whose address it was built
+// for, until the test ends or the server is closed.
+func serveProvider(t *testing.T, build func(endpoint string) (*messaging.Provider, error)) (*messaging.Provider, *http.Server) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +62,7 @@ func serveProvider(t *testing.T, build func(endpoint string) (*messaging.Provide
 	srv := &http.Server{Handler: p.Handler()}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
-	return p, "http://" + ln.Addr().String()
+	return p, srv
 }
 
 func newEnv(t *testing.T, static []orchestrator.StaticCapability, registryURL string) *env {

@@ -37,7 +37,7 @@ func TestAProviderThatDiedWhileTheRegistryWasDown(t *testing.T) {
 
 	live, _ := serveProvider(t, func(ep string) (*messaging.Provider, error) { return jms.New(ep, "") })
 	mirror, _ := serveProvider(t, func(ep string) (*messaging.Provider, error) { return rabbitmq.New(ep, "") })
-	doomed, doomedSrv := serveProviderToStop(t, func(ep string) (*messaging.Provider, error) { return jms.New(ep, "") })
+	doomed, doomedSrv := serveProvider(t, func(ep string) (*messaging.Provider, error) { return jms.New(ep, "") })
 	register := func(reg *registry.Registry, p *messaging.Provider, priority int) string {
 		t.Helper()
 		req := p.Registration()
@@ -101,18 +101,4 @@ func TestAProviderThatDiedWhileTheRegistryWasDown(t *testing.T) {
 	if ids := held(); slices.Contains(ids, dead) || len(ids) != 1 {
 		t.Errorf("after its connection was refused the view holds %v, want the live instance alone (not %s)", ids, dead)
 	}
-}
-
-// serveProviderToStop is serveProvider with the server, for a test that stops it.
-func serveProviderToStop(t *testing.T, build func(endpoint string) (*messaging.Provider, error)) (*messaging.Provider, *httptest.Server) {
-	t.Helper()
-	srv := httptest.NewUnstartedServer(nil)
-	p, err := build("http://" + srv.Listener.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv.Config.Handler = p.Handler()
-	srv.Start()
-	t.Cleanup(srv.Close)
-	return p, srv
 }
