@@ -573,7 +573,7 @@ func (m *Monitor) schedule(v *view) {
 		return
 	}
 	v.queued, v.queuedAt = true, at
-	m.due.push(at, v)
+	m.due.push(at, v, len(m.views))
 }
 
 // refresh recomputes the verdict on id and the panic flags of its groups; it reports

@@ -109,13 +109,22 @@ type dueEntry struct {
 	v  *view
 }
 
-func (q *dueQueue) push(at int64, v *view) {
+// push queues v at an instant. live is how many views the monitor holds: past it (and
+// deadline's margin) a few stale entries are removed per push, so that a forgotten view,
+// whose entry is due at its silence or lease deadline, is not kept until then with all it
+// references (under an evacuation's churn and a 15-minute lease: hundreds of megabytes).
+func (q *dueQueue) push(at int64, v *view, live int) {
 	if at <= q.limit {
 		q.next = append(q.next, dueEntry{at, v})
 		return
 	}
 	q.q.Push(at, v)
+	q.q.Tidy(live, dueHolds)
 }
+
+// dueHolds reports whether an entry of the due queue is its view's live one: a forgotten
+// view, or one queued again at another instant, never takes it again.
+func dueHolds(at int64, v *view) bool { return !v.gone && v.queued && v.queuedAt == at }
 
 // takeDue removes the entries at or before now and calls fn with their views, each once,
 // no longer queued, as it finds them: the view is in the cache when fn reads it (a million
@@ -128,7 +137,7 @@ func (q *dueQueue) takeDue(now time.Time, fn func(*view)) {
 	q.next = q.spare[:0]
 	for i, e := range cur {
 		switch v := e.v; {
-		case v.gone || !v.queued || v.queuedAt != e.at: // stale
+		case !dueHolds(e.at, v): // stale
 		case e.at > limit: // pushed by a clock ahead of this sweep's
 			q.next = append(q.next, e)
 		default:
@@ -140,7 +149,7 @@ func (q *dueQueue) takeDue(now time.Time, fn func(*view)) {
 	q.spare = cur[:0]
 	for q.q.Due(limit) {
 		at, v := q.q.Pop()
-		if !v.gone && v.queued && v.queuedAt == at {
+		if dueHolds(at, v) {
 			v.queued = false
 			fn(v)
 		}

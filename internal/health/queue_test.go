@@ -225,7 +225,7 @@ func TestDueQueue(t *testing.T) {
 			for _, p := range tc.push {
 				v := views[p.id]
 				v.queued, v.queuedAt = true, p.at
-				q.push(p.at, v)
+				q.push(p.at, v, 0)
 			}
 			for i, limit := range tc.takes {
 				var got []int
@@ -269,5 +269,43 @@ func TestViewLayout(t *testing.T) {
 	}
 	if end := unsafe.Offsetof(v.synced) + unsafe.Sizeof(v.synced); end > 64 || unsafe.Offsetof(v.state) != 64 {
 		t.Errorf("the sweep's fields end at byte %d and the rest begins at %d, want 64 for both", end, unsafe.Offsetof(v.state))
+	}
+}
+
+// TestDueQueueFollowsTheFleet: a fleet of a hundred under churn — an instance deregistered
+// and a new one registered, over and over, with leases far longer than the churn — keeps
+// the monitor's due queue near the fleet's size. A forgotten view's entry, due at its lease's
+// end, used to wait there for it with the view and the engine's record behind it: under an
+// evacuation's churn and a 15-minute lease, hundreds of megabytes.
+func TestDueQueueFollowsTheFleet(t *testing.T) {
+	m, err := NewMonitor(MonitorConfig{Engine: Config{LeaseTTL: 90 * time.Minute, HeartbeatInterval: 30 * time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const fleet, churn = 100, 5000
+	at := t0
+	register := func(i int) {
+		id := fmt.Sprintf("i%05d", i)
+		m.Register(Instance{ID: id, Zone: "z", Capabilities: []string{"c.x"}}, 1, at)
+		m.Observe(Event{At: at, ID: id, Kind: KindHeartbeat})
+	}
+	for i := range fleet {
+		register(i)
+	}
+	most := 0
+	for i := range churn {
+		m.Forget(fmt.Sprintf("i%05d", i), at)
+		register(fleet + i)
+		at = at.Add(500 * time.Millisecond) // each instance lives 50 s: past its slow start
+		if i%2 == 0 {
+			m.Sync(at, nil) // a sweep a second: views judged, and queued at their next instant
+		}
+		most = max(most, m.due.len())
+	}
+	if len(m.views) != fleet {
+		t.Fatalf("the monitor holds %d views, want %d", len(m.views), fleet)
+	}
+	if bound := 2*fleet + 1024; most > bound {
+		t.Errorf("the due queue held up to %d entries for a fleet of %d after %d replacements (bound %d)", most, fleet, churn, bound)
 	}
 }
