@@ -449,7 +449,11 @@ func (t *Transport) roundTripStreamed(req *http.Request) (*http.Response, error)
 	ctx := req.Context()
 	addr := req.URL.Host
 	if req.URL.Port() == "" {
-		addr = net.JoinHostPort(req.URL.Hostname(), map[string]string{"http": "80", "https": "443"}[req.URL.Scheme])
+		port := "80"
+		if req.URL.Scheme == "https" {
+			port = "443"
+		}
+		addr = net.JoinHostPort(req.URL.Hostname(), port)
 	}
 	dial := t.Dial
 	if dial == nil {
