@@ -61,10 +61,6 @@ func TestSharedJournal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	registrytest.Until(t, "B sees the instance", func() bool { _, ok := sb.Get("jms-1"); return ok })
-	if err := b.Deregister(ctx, "jms-1", resp.Generation); err != nil {
-		t.Fatal(err)
-	}
 	lines := func(j *journal.Journal) []string {
 		es, _ := j.Find(journal.Query{})
 		var out []string
@@ -72,6 +68,16 @@ func TestSharedJournal(t *testing.T) {
 			out = append(out, fmt.Sprintf("%d %s %s", e.Seq, e.Type, e.Subject))
 		}
 		return out
+	}
+	// The shared journal numbers a batch by when it reaches etcd, and each replica publishes
+	// after a short linger: B deregisters once the registration is in both journals, so that
+	// A's batch cannot land after B's on a loaded machine.
+	registrytest.Until(t, "B sees the instance and both journals its registration", func() bool {
+		_, ok := sb.Get("jms-1")
+		return ok && len(lines(ja)) == 1 && len(lines(jb)) == 1
+	})
+	if err := b.Deregister(ctx, "jms-1", resp.Generation); err != nil {
+		t.Fatal(err)
 	}
 	registrytest.Until(t, "both journals hold both events", func() bool { return len(lines(ja)) == 2 && len(lines(jb)) == 2 })
 	if diff := cmp.Diff(lines(ja), lines(jb)); diff != "" {
