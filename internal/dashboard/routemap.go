@@ -30,6 +30,8 @@ type mapNode struct {
 	// the detail panel (nodeDetail) reads them.
 	Subject string   `json:"-"`
 	Members []string `json:"-"`
+	// Version is a capability node's capability version.
+	Version string `json:"-"`
 	// Metadata, Errors and Incidents fill the detail panel of the selected node only.
 	Metadata  []string
 	Errors    []eventRow
@@ -131,7 +133,7 @@ func layout(gr *routing.RoutesAnswer, cat *apiv1.CatalogResponse, health *apiv1.
 				fmt.Sprintf("%s %s at %s, generation %d", inst.ServiceName, inst.ServiceVersion, inst.Endpoint, inst.Generation)}
 			for _, c := range inst.Capabilities {
 				cn := node(2, c.CapabilityID+"@"+c.CapabilityVersion, c.CapabilityID+" "+c.CapabilityVersion, "/capabilities?capability_id="+url.QueryEscape(c.CapabilityID))
-				cn.Subject = c.CapabilityID
+				cn.Subject, cn.Version = c.CapabilityID, c.CapabilityVersion
 				pn := node(3, c.Provider, "provider "+c.Provider, "/capabilities?provider="+url.QueryEscape(c.Provider))
 				members[cn.ID][id], members[pn.ID][id] = true, true
 				edge(sn, cn)
@@ -328,7 +330,7 @@ func (d *Dashboard) nodeDetail(ctx context.Context, n *mapNode, cat *apiv1.Catal
 			}
 		case n.Kind == "capability" && members[inst.InstanceID] && len(n.Metadata) == 0:
 			for _, c := range inst.Capabilities {
-				if c.CapabilityID+"@"+c.CapabilityVersion == strings.TrimPrefix(n.ID, "2|") {
+				if c.CapabilityID == n.Subject && c.CapabilityVersion == n.Version {
 					n.Metadata = append(n.Metadata, "contract schema "+c.ContractSchemaVersion+", metadata "+compactJSON(c.Metadata)+" (as "+inst.InstanceID+" registered it)")
 				}
 			}
