@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/internal/health"
@@ -87,21 +88,30 @@ func hasDetail(ds []apiv1.Detail, path string) bool {
 	return false
 }
 
+// family is the metric family name gathered from reg, or nil when reg has none.
+func family(reg prometheus.Gatherer, name string) (*dto.MetricFamily, error) {
+	mfs, err := reg.Gather()
+	if err != nil {
+		return nil, err
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			return mf, nil
+		}
+	}
+	return nil, nil
+}
+
 // counterOf reads one series of a counter vector from reg.
 func counterOf(reg *prometheus.Registry, name, label, value string) (float64, error) {
-	mfs, err := reg.Gather()
+	mf, err := family(reg, name)
 	if err != nil {
 		return 0, err
 	}
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == label && l.GetValue() == value {
-					return m.GetCounter().GetValue(), nil
-				}
+	for _, m := range mf.GetMetric() {
+		for _, l := range m.GetLabel() {
+			if l.GetName() == label && l.GetValue() == value {
+				return m.GetCounter().GetValue(), nil
 			}
 		}
 	}
@@ -247,16 +257,11 @@ func TestAZoneFailingAsAWholeIsReported(t *testing.T) {
 // gaugeSeries counts the series of one metric gathered from reg.
 func gaugeSeries(t *testing.T, reg *prometheus.Registry, name string) int {
 	t.Helper()
-	mfs, err := reg.Gather()
+	mf, err := family(reg, name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, mf := range mfs {
-		if mf.GetName() == name {
-			return len(mf.GetMetric())
-		}
-	}
-	return 0
+	return len(mf.GetMetric())
 }
 
 // TestAReplicaFailingFourPercentIsEjectedAndCounted: one of six replicas failing 4 % while
