@@ -1,6 +1,7 @@
 package server
 
 import (
+	"cmp"
 	"math"
 	"net/http"
 	"slices"
@@ -103,14 +104,18 @@ func (d *deltaLog) load(key string, st registry.State, index int64, build func()
 	d.bytes += grown
 	d.tick++
 	b.used = d.tick
-	for d.bytes > d.max && len(d.m) > 1 {
+	if d.bytes > d.max {
 		d.evictLocked(key)
 	}
 	d.held(d.bytes)
 	return body, nil
 }
 
-// evictLocked drops the least recently used query other than keep's.
+// evictLocked drops the least recently used queries other than keep's until the log is
+// within its bound. One scan finds the oldest, which is usually enough; when it is not (an
+// answer near or over the bound drops many), the rest are sorted once by use: a scan per
+// eviction made dropping every other query quadratic (83 ms for 4,096 queries, under the
+// lock).
 func (d *deltaLog) evictLocked(keep string) {
 	oldest, at := "", uint64(math.MaxUint64)
 	for k, b := range d.m {
@@ -118,8 +123,32 @@ func (d *deltaLog) evictLocked(keep string) {
 			oldest, at = k, b.used
 		}
 	}
-	d.bytes -= d.m[oldest].size
-	delete(d.m, oldest)
+	if oldest == "" {
+		return
+	}
+	d.drop(oldest)
+	if d.bytes <= d.max {
+		return
+	}
+	keys := make([]string, 0, len(d.m))
+	for k := range d.m {
+		if k != keep {
+			keys = append(keys, k)
+		}
+	}
+	slices.SortFunc(keys, func(a, b string) int { return cmp.Compare(d.m[a].used, d.m[b].used) })
+	for _, k := range keys {
+		if d.bytes <= d.max {
+			return
+		}
+		d.drop(k)
+	}
+}
+
+// drop removes one query's bodies.
+func (d *deltaLog) drop(k string) {
+	d.bytes -= d.m[k].size
+	delete(d.m, k)
 	d.evicted()
 }
 
