@@ -97,7 +97,7 @@ func (f *registryFlags) bind(fs *pflag.FlagSet) {
 	fs.Var(&f.memoryLimit, "memory-limit", "soft limit of the Go heap, e.g. 2800MiB: the collector works harder as the heap nears it, so a large fleet stays under the limit at some CPU; auto: 90% of the container's memory limit when there is one (GOMEMLIMIT, when set, wins); none: none set here (GOMEMLIMIT still applies)")
 	fs.DurationVar(&f.leaseTTL, "lease-ttl", registry.DefaultLeaseTTL, "lease TTL: an instance without a heartbeat for this long is evicted; also the warm-up window after an empty start")
 	fs.DurationVar(&f.heartbeatInterval, "heartbeat-interval", registry.DefaultHeartbeatInterval, "heartbeat interval told to providers (must be shorter than --lease-ttl)")
-	fs.DurationVar(&f.sweepInterval, "sweep-interval", registry.DefaultSweepInterval, "how often expired leases are evicted")
+	fs.DurationVar(&f.sweepInterval, "sweep-interval", registry.DefaultSweepInterval, "how often expired leases are evicted; weights in slow start move once per interval, each service's at its own tenth of it")
 	fs.DurationVar(&f.storeTimeout, "store-timeout", registry.DefaultStoreTimeout, "bound of every write to the store: past it the write fails with 503 STORE_UNAVAILABLE and Retry-After (the SDKs retry)")
 	fs.DurationVar(&f.gatewayTTL, "gateway-ttl", registry.DefaultGatewayTTL, "a gateway counts as live this long after its last drain acknowledgement (gateways acknowledge every 10 s); withdrawals are acknowledged only once the registry has run this long")
 	fs.Int64Var(&f.maxBodyBytes, "max-body-bytes", server.DefaultMaxBodyBytes, "largest request body accepted; larger ones get 413 PAYLOAD_TOO_LARGE")
@@ -243,7 +243,7 @@ func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln 
 		owner := func(id string) string { return reg.Owner(id) } // called only once reg serves
 		raise, record := incident.FromTransitions(incidents, owner), journal.FromTransitions(events)
 		o := f.eligibility.outlier
-		monitor, err = health.NewMonitor(health.MonitorConfig{Logger: logger, Registerer: promReg,
+		monitor, err = health.NewMonitor(health.MonitorConfig{Logger: logger, Registerer: promReg, RampStep: f.sweepInterval,
 			OnTransition: func(t health.Transition) { record(t); raise(t) }, Engine: health.Config{
 				ExternalLeases: registry.ExpiresLeases(store),
 				LeaseTTL:       f.leaseTTL, HeartbeatInterval: f.heartbeatInterval, SlowStart: f.eligibility.slowStart, PanicThreshold: f.eligibility.panicThreshold,

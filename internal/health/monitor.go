@@ -40,6 +40,13 @@ type MonitorConfig struct {
 	// has its probe-class instances `unknown` for a couple of probe intervals, and that panic
 	// is expected, not an incident.
 	PanicIncidentAfter time.Duration
+	// RampStep is how often a weight in slow start is weighed again (default 1 s: the
+	// registry's sweep interval). Each service has a slot, a tenth of the step: the ramps of
+	// its instances are weighed at that slot, so that a fleet's ramps move a tenth of the
+	// services at each tenth of the step (Advance), not every service at once — each such
+	// move answers the long polls of the services it changes. Negative: weighed at every
+	// sweep, all at once (and so on a replica that shares verdicts with others).
+	RampStep time.Duration
 }
 
 // Registry-wide and group transitions OnTransition hears, besides instance states.
@@ -117,9 +124,10 @@ type view struct {
 	in        *instance // the engine's record of it, from its registration on (its ID is the view's)
 	followed  *Followed // the elected replica's verdict, when another replica judges
 	weight    int32     // its verdict's weight
-	rampCap   int32
-	queued    bool // the monitor's due queue holds an entry for it, at queuedAt
-	gone      bool // forgotten: handles to it answer nothing
+	rampCap   int16
+	phase     uint8 // its service's ramp slot (Monitor.nextSlot)
+	queued    bool  // the monitor's due queue holds an entry for it, at queuedAt
+	gone      bool  // forgotten: handles to it answer nothing
 	// ungrouped says that its groups' counters hold it as absent; otherwise they hold it in
 	// its verdict's state (recount keeps the two in step).
 	ungrouped bool
@@ -241,6 +249,8 @@ type Monitor struct {
 	// sampledAt is when sample last walked the groups.
 	sampleBuf map[string]*capSample
 	sampledAt time.Time
+	// movedSinceSample: some group's counters moved at an Advance since the last sample.
+	movedSinceSample bool
 }
 
 // NewMonitor returns a monitor with cfg.
@@ -257,6 +267,9 @@ func NewMonitor(cfg MonitorConfig) (*Monitor, error) {
 	if cfg.PanicIncidentAfter == 0 {
 		cfg.PanicIncidentAfter = time.Minute
 	}
+	if cfg.RampStep == 0 {
+		cfg.RampStep = time.Second
+	}
 	e, err := New(cfg.Engine)
 	if err != nil {
 		return nil, err
@@ -267,6 +280,9 @@ func NewMonitor(cfg MonitorConfig) (*Monitor, error) {
 		panicSince: map[groupKey]time.Time{}, dirty: map[groupKey]struct{}{}, ramping: map[*view]struct{}{}}
 	if m.metrics, err = newMonitorMetrics(cfg.Registerer, m); err != nil {
 		return nil, err
+	}
+	if cfg.RampStep > 0 {
+		m.due.width = max(int64(cfg.RampStep/rampSlots), 1)
 	}
 	return m, nil
 }
@@ -304,6 +320,7 @@ func (m *Monitor) register(in Instance, gen int64, at time.Time) {
 	}
 	v.nextDue, v.rampUntil = dueNow, 0 // a new incarnation is judged at once, by the engine
 	v.fresh = true
+	v.phase = rampPhase(in.Service)
 	m.schedule(v)
 	m.engine.Declare(in)
 	m.engine.Apply(Event{At: at, ID: in.ID, Kind: KindRegistered})
@@ -423,7 +440,48 @@ func (m *Monitor) Sync(now time.Time, fleet Fleet) {
 	if fleet != nil {
 		m.reconcile(now, fleet)
 	}
-	m.tickAndPublish(now)
+	m.tickAndPublish(now, true)
+}
+
+// Advance applies what time has brought since the last sweep (the ramps due at the slots
+// passed, first verdicts, ejections and quarantines ending) and republishes what changed,
+// without reconciling with the fleet or sampling the timeline. The registry calls it
+// between its sweeps, at every tenth of RampStep, so that the fleet's ramps move a tenth of
+// its services at a time: with every instance of a 60,000-instance fleet under an
+// evacuation's churn ramping at once, a sweep answered about every long poll of the fleet
+// in one burst, and a change landing in it waited for the burst.
+func (m *Monitor) Advance(now time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.tickAndPublish(now, false)
+}
+
+// nextSlot returns when v, ramping at n, is next weighed: the first instant after n of its
+// service's slot (the instants k × RampStep/10 with k mod 10 its phase), or n (the next
+// sweep) when ramps are not slotted: RampStep is negative, or the monitor shares verdicts
+// with other replicas, which weigh the views they follow at the ramp clock it publishes.
+func (m *Monitor) nextSlot(v *view, n int64) int64 {
+	w := m.due.width
+	if w == 0 || m.following || m.changedIDs != nil {
+		return n
+	}
+	k := n/w + 1
+	k += (int64(v.phase) - k%rampSlots + rampSlots) % rampSlots
+	if v.rampUntil > n && v.rampUntil < v.rampFrom+int64(m.cfg.Engine.SlowStart) {
+		// something other than the ramp's end falls due before the slot (silence, the
+		// lease's end): judged then. The ramp's end itself waits for the slot.
+		return min(k*w, v.rampUntil)
+	}
+	return k * w
+}
+
+// rampPhase is the ramp slot of a service's instances (see MonitorConfig.RampStep).
+func rampPhase(service string) uint8 {
+	h := uint32(2166136261) // FNV-1a
+	for i := 0; i < len(service); i++ {
+		h = (h ^ uint32(service[i])) * 16777619
+	}
+	return uint8(h % rampSlots)
 }
 
 // SyncChanged is Sync for a registry that knows which instances changed since it last
@@ -439,7 +497,7 @@ func (m *Monitor) SyncChanged(now time.Time, changed Fleet, gone []string) {
 	for _, id := range gone {
 		m.forget(id, now)
 	}
-	m.tickAndPublish(now)
+	m.tickAndPublish(now, true)
 }
 
 // reconcile declares the fleet's incarnations the monitor does not hold, applies renewals and
@@ -486,8 +544,9 @@ func (m *Monitor) reconcileMember(now time.Time, fleet Fleet, i int) {
 // tickAndPublish applies time at now and republishes what changed. Only verdicts that can
 // have changed by themselves since they were last computed (slow start in progress, an
 // ejection or a quarantine ending, silence, a lease ending) are computed again — all of them
-// when self-preservation changed.
-func (m *Monitor) tickAndPublish(now time.Time) {
+// when self-preservation changed. A sweep (full) also samples the timeline and says which
+// panics lasted.
+func (m *Monitor) tickAndPublish(now time.Time, full bool) {
 	wasSP := m.engine.SelfPreservation()
 	m.engine.Tick(now)
 	ejected := false
@@ -557,8 +616,13 @@ func (m *Monitor) tickAndPublish(now time.Time) {
 	} else {
 		clear(m.dirty)
 	}
-	m.sustained(now)
-	m.sample(now, moved)
+	if full {
+		m.sustained(now)
+		m.sample(now, moved || m.movedSinceSample)
+		m.movedSinceSample = false
+	} else {
+		m.movedSinceSample = m.movedSinceSample || moved
+	}
 	m.publish(changed || spChanged || ejected)
 }
 
@@ -611,9 +675,12 @@ func (m *Monitor) refreshVerdict(v *view, now time.Time) bool {
 		nv = m.engine.published(v.in, m.engine.verdictOf(v.in, now), now)
 		v.nextDue = dueAt(m.engine.nextChange(v.in, now))
 		v.rampFrom, v.rampUntil = m.engine.rampUntil(v.in, now)
+		if n := now.UnixNano(); v.nextDue == n && v.rampUntil > n { // in slow start: only its weight changes until rampUntil
+			v.nextDue = m.nextSlot(v, n)
+		}
 		v.rampCap = 100
 		if nv.State == apiv1.EligibilityDegraded {
-			v.rampCap = int32(m.cfg.Engine.DegradedWeight)
+			v.rampCap = int16(m.cfg.Engine.DegradedWeight)
 		}
 	}
 	m.schedule(v)
@@ -632,8 +699,8 @@ func (m *Monitor) reweigh(v *view, now time.Time) bool {
 	if m.following || n >= v.rampUntil || n < v.rampFrom {
 		return m.refreshVerdict(v, now)
 	}
-	w := min(int32(m.engine.rampWeight(time.Duration(n-v.rampFrom))), v.rampCap)
-	v.nextDue = n
+	w := min(int32(m.engine.rampWeight(time.Duration(n-v.rampFrom))), int32(v.rampCap))
+	v.nextDue = m.nextSlot(v, n)
 	m.schedule(v)
 	switch {
 	case w == v.weight:

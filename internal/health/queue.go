@@ -93,15 +93,28 @@ func (q *instanceQueue) len() int { return q.q.Len() }
 // itself. A view has at most one live entry (at view.queuedAt); others are stale and dropped
 // when they come out.
 //
-// A view due by the last takeDue's limit when it is pushed (one in slow start, judged again
-// at every sweep) goes to a plain list, not the heap: a million views in slow start after a
-// registry restart were a million heap pops and pushes a sweep, 65 ms of a 235 ms sweep.
+// A view due by the last takeDue's limit when it is pushed goes to a plain list, not the
+// heap, and so does one due at a ramp slot (a view in slow start, weighed again once per
+// ramp step at its service's slot: see Monitor.nextSlot): a million views in slow start
+// after a registry restart were a million heap pops and pushes a sweep, 65 ms of a 235 ms
+// sweep.
 type dueQueue struct {
 	q     deadline.Queue[*view]
 	next  []dueEntry // due at the next sweep, in the order pushed
 	spare []dueEntry // next's other buffer: takeDue walks one while pushes fill the other
 	limit int64      // the limit of the takeDue running or last run
+	// slots hold the entries due at a ramp slot's instant (a multiple of width whose index
+	// modulo rampSlots is the slot), at most one ramp step ahead; taken is the index of the
+	// last slot instant a takeDue reached. width 0: no slots.
+	slots     [rampSlots][]dueEntry
+	slotSpare []dueEntry // a slot's other buffer while takeDue walks it
+	width     int64
+	taken     int64
 }
+
+// rampSlots is how many slots a ramp step is cut into: the services' ramps are weighed in
+// turn, a tenth of them at each tenth of the step, instead of all at once.
+const rampSlots = 10
 
 // dueEntry is one entry of dueQueue.next.
 type dueEntry struct {
@@ -114,8 +127,14 @@ type dueEntry struct {
 // whose entry is due at its silence or lease deadline, is not kept until then with all it
 // references (under an evacuation's churn and a 15-minute lease: hundreds of megabytes).
 func (q *dueQueue) push(at int64, v *view, live int) {
-	if at <= q.limit {
+	switch {
+	case at <= q.limit:
 		q.next = append(q.next, dueEntry{at, v})
+		return
+	case q.width > 0 && at%q.width == 0 && at/q.width > q.taken && at/q.width <= q.taken+2*rampSlots:
+		// a ramp slot's instant within two steps (one further off, rare, goes to the heap)
+		k := at / q.width
+		q.slots[k%rampSlots] = append(q.slots[k%rampSlots], dueEntry{at, v})
 		return
 	}
 	q.q.Push(at, v)
@@ -135,18 +154,22 @@ func (q *dueQueue) takeDue(now time.Time, fn func(*view)) {
 	q.limit = limit
 	cur := q.next
 	q.next = q.spare[:0]
-	for i, e := range cur {
-		switch v := e.v; {
-		case !dueHolds(e.at, v): // stale
-		case e.at > limit: // pushed by a clock ahead of this sweep's
-			q.next = append(q.next, e)
-		default:
-			v.queued = false
-			fn(v)
-		}
-		cur[i] = dueEntry{}
-	}
+	q.walk(cur, limit, fn, &q.next)
 	q.spare = cur[:0]
+	if q.width > 0 {
+		// the slots whose instants came since the last takeDue: each once, even when more
+		// than a step has passed
+		k := limit / q.width
+		from := max(q.taken+1, k-rampSlots+1)
+		q.taken = max(q.taken, k) // before fn pushes views at their next slots
+		for i := from; i <= k; i++ {
+			s := i % rampSlots
+			cur := q.slots[s]
+			q.slots[s] = q.slotSpare[:0]
+			q.walk(cur, limit, fn, &q.slots[s])
+			q.slotSpare = cur[:0]
+		}
+	}
 	for q.q.Due(limit) {
 		at, v := q.q.Pop()
 		if dueHolds(at, v) {
@@ -156,4 +179,27 @@ func (q *dueQueue) takeDue(now time.Time, fn func(*view)) {
 	}
 }
 
-func (q *dueQueue) len() int { return q.q.Len() + len(q.next) }
+// walk calls fn with the views of list's live entries due by limit, appends those not due
+// yet to *keep (which fn's pushes may append to as well) and drops stale ones; it leaves
+// list zeroed, to be reused.
+func (q *dueQueue) walk(list []dueEntry, limit int64, fn func(*view), keep *[]dueEntry) {
+	for i, e := range list {
+		list[i] = dueEntry{}
+		switch v := e.v; {
+		case !dueHolds(e.at, v): // stale
+		case e.at > limit: // pushed by a clock ahead of this sweep's, or due at a later step
+			*keep = append(*keep, e)
+		default:
+			v.queued = false
+			fn(v)
+		}
+	}
+}
+
+func (q *dueQueue) len() int {
+	n := q.q.Len() + len(q.next)
+	for _, s := range q.slots {
+		n += len(s)
+	}
+	return n
+}

@@ -1,6 +1,8 @@
 package health
 
 import (
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -23,7 +25,7 @@ func TestSweepMatchesAWalkOfTheFleet(t *testing.T) {
 	// and lease ends, which end the weight-only sweeps of a ramping instance (reweigh).
 	for _, slowStart := range []time.Duration{10 * time.Second, 2 * time.Minute} {
 		for _, seed := range []uint64{1, 2, 3, 4} {
-			walkTheFleet(t, slowStart, seed, &sawSP, &sawExpiry)
+			walkTheFleet(t, slowStart, -1, seed, &sawSP, &sawExpiry)
 		}
 	}
 	if !sawSP || !sawExpiry {
@@ -31,11 +33,26 @@ func TestSweepMatchesAWalkOfTheFleet(t *testing.T) {
 	}
 }
 
-// walkTheFleet is one walk of TestSweepMatchesAWalkOfTheFleet.
-func walkTheFleet(t *testing.T, slowStart time.Duration, seed uint64, sawSP, sawExpiry *bool) {
+// TestSlottedRampsLagByAStepAtMost is TestSweepMatchesAWalkOfTheFleet for a monitor whose
+// ramps are weighed at their services' slots (the default) and that Advances every tenth of
+// a step between the sweeps: every published verdict is the engine's now, except that a
+// ramp's weight, and its end, may lag by one step — never more, and never ahead.
+func TestSlottedRampsLagByAStepAtMost(t *testing.T) {
+	var sawSP, sawExpiry bool
+	for _, slowStart := range []time.Duration{10 * time.Second, 2 * time.Minute} {
+		for _, seed := range []uint64{1, 2, 3, 4} {
+			walkTheFleet(t, slowStart, time.Second, seed, &sawSP, &sawExpiry)
+		}
+	}
+}
+
+// walkTheFleet is one walk of TestSweepMatchesAWalkOfTheFleet: with a negative rampStep,
+// every verdict is weighed at every sweep and must be the engine's; with a positive one, the
+// monitor Advances every tenth of it and a ramp may lag by a step (lagsByAStep).
+func walkTheFleet(t *testing.T, slowStart, rampStep time.Duration, seed uint64, sawSP, sawExpiry *bool) {
 	t.Run(fmt.Sprintf("slow_start=%s/seed=%d", slowStart, seed), func(t *testing.T) {
 		rng := rand.New(rand.NewPCG(seed, 7))
-		m, err := NewMonitor(MonitorConfig{Engine: Config{SlowStart: slowStart}})
+		m, err := NewMonitor(MonitorConfig{Engine: Config{SlowStart: slowStart}, RampStep: rampStep})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -55,7 +72,12 @@ func walkTheFleet(t *testing.T, slowStart time.Duration, seed uint64, sawSP, saw
 		}
 		silent := map[string]bool{}
 		for step := range 2000 {
-			at = at.Add(time.Duration(rng.IntN(20000)) * time.Millisecond)
+			next := at.Add(time.Duration(rng.IntN(20000)) * time.Millisecond)
+			for rampStep > 0 && at.Add(rampStep/10).Before(next) {
+				at = at.Add(rampStep / 10)
+				m.Advance(at)
+			}
+			at = next
 			for range rng.IntN(30) {
 				id := ids[rng.IntN(len(ids))]
 				switch r := rng.IntN(100); {
@@ -109,6 +131,9 @@ func walkTheFleet(t *testing.T, slowStart time.Duration, seed uint64, sawSP, saw
 			}
 			for id, v := range m.views {
 				want := e.Verdict(id, at)
+				if got := v.verdict(); rampStep > 0 && lagsByAStep(e, v, got, want, at, rampStep) {
+					continue
+				}
 				if got := v.verdict(); got.State != want.State || got.Weight != want.Weight || !slices.Equal(got.Reasons, want.Reasons) {
 					t.Fatalf("step %d: %s published %s/%d %v, the engine says %s/%d %v now", step, id, got.State, got.Weight, got.Reasons,
 						want.State, want.Weight, want.Reasons)
@@ -195,6 +220,25 @@ func TestEngineQueuesFollowTheFleet(t *testing.T) {
 	if len(e.instances) != fleet {
 		t.Fatalf("the engine holds %d instances, want %d", len(e.instances), fleet)
 	}
+}
+
+// lagsByAStep reports whether got, v's published verdict, is its ramp as it was at most a
+// step before now, where the engine says want: in the same state (slow start, or degraded
+// while ramping) at a weight between the ramp's a step ago and want's, or in slow start
+// when the ramp ended within the step.
+func lagsByAStep(e *Engine, v *view, got, want Verdict, now time.Time, step time.Duration) bool {
+	if v.rampFrom == 0 || got.State != apiv1.EligibilitySlowStart && got.State != apiv1.EligibilityDegraded {
+		return false
+	}
+	elapsed := sinceNanos(now, v.rampFrom)
+	floor := e.rampWeight(max(elapsed-step, 0))
+	switch {
+	case got.State == want.State:
+		return got.Weight <= want.Weight && got.Weight >= min(floor, want.Weight) && slices.Equal(got.Reasons, want.Reasons)
+	case got.State == apiv1.EligibilitySlowStart && want.State == apiv1.EligibilityServing:
+		return elapsed >= e.cfg.SlowStart && elapsed < e.cfg.SlowStart+step && got.Weight >= floor
+	}
+	return false
 }
 
 // TestDueQueue checks the queue's two places: an entry pushed due by the last take's limit
@@ -307,5 +351,64 @@ func TestDueQueueFollowsTheFleet(t *testing.T) {
 	}
 	if bound := 2*fleet + 1024; most > bound {
 		t.Errorf("the due queue held up to %d entries for a fleet of %d after %d replacements (bound %d)", most, fleet, churn, bound)
+	}
+}
+
+// TestRampsMoveAServiceSlotAtATime: a fleet whose every instance ramps at once (a registry
+// restart, an evacuation's churn) moves its services' weights a tenth of the services at each
+// tenth of the step — each service once a step, in its slot — and not all at every sweep:
+// each move answers the long polls of the services it touches.
+func TestRampsMoveAServiceSlotAtATime(t *testing.T) {
+	const step = time.Second
+	m, err := NewMonitor(MonitorConfig{RampStep: step})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var touched map[string]bool
+	m.OnPublish(func(_ int64, ins []Instance, all bool) {
+		if all {
+			t.Fatal("a publication said every answer changed")
+		}
+		for _, in := range ins {
+			touched[in.Service] = true
+		}
+	})
+	services := map[string]uint8{}
+	for s := range 40 {
+		svc := fmt.Sprintf("svc-%02d", s)
+		services[svc] = rampPhase(svc)
+		for i := range 3 {
+			m.Register(Instance{ID: fmt.Sprintf("%s-%d", svc, i), Zone: "z", Capabilities: []string{"c." + svc}, Service: svc}, 1, t0)
+		}
+	}
+	phases := map[uint8]bool{}
+	for _, p := range services {
+		phases[p] = true
+	}
+	if len(phases) < 5 {
+		t.Fatalf("40 services fall in %d slots of 10", len(phases))
+	}
+	moves := map[string]int{}
+	const ticks = 50 // five steps, within the 30 s ramp
+	for tick := 1; tick <= ticks; tick++ {
+		now := t0.Add(time.Duration(tick) * step / 10)
+		touched = map[string]bool{}
+		if tick%10 == 0 {
+			m.Sync(now, nil) // the sweep moves its slot's services alone, too
+		} else {
+			m.Advance(now)
+		}
+		slot := uint8(now.UnixNano() / int64(step/10) % 10)
+		for svc := range touched {
+			if services[svc] != slot {
+				t.Errorf("tick %d (slot %d): %s moved; its slot is %d", tick, slot, svc, services[svc])
+			}
+			moves[svc]++
+		}
+	}
+	for svc := range services {
+		if moves[svc] < ticks/10-1 || moves[svc] > ticks/10 {
+			t.Errorf("%s moved %d times in %d steps", svc, moves[svc], ticks/10)
+		}
 	}
 }

@@ -103,6 +103,7 @@ type Eligibility interface {
 	Forget(id string, at time.Time)
 	Sync(now time.Time, fleet health.Fleet)
 	SyncChanged(now time.Time, changed health.Fleet, gone []string)
+	Advance(now time.Time)
 	// Verdicts.
 	Watch() (revision int64, changed <-chan struct{})
 	Read(fn func(health.Reader))
@@ -520,6 +521,14 @@ func (r *Registry) Run(ctx context.Context) error {
 	}
 	sweep := time.NewTicker(r.cfg.SweepInterval)
 	defer sweep.Stop()
+	// Between sweeps the monitor advances at every tenth of the interval: the weights in slow
+	// start move one tenth of the services at a time (health.MonitorConfig.RampStep).
+	var advance <-chan time.Time
+	if r.cfg.Eligibility != nil {
+		t := time.NewTicker(max(r.cfg.SweepInterval/10, time.Millisecond))
+		defer t.Stop()
+		advance = t.C
+	}
 	reported := false // the registrations held at start whose endpoint breaks the rules
 	summary := time.NewTicker(r.cfg.SummaryInterval)
 	defer summary.Stop()
@@ -552,6 +561,8 @@ func (r *Registry) Run(ctx context.Context) error {
 			return nil
 		case <-summary.C:
 			r.logSummary(ctx)
+		case <-advance:
+			r.cfg.Eligibility.Advance(r.cfg.Now())
 		case <-sweep.C:
 			if !reported {
 				reported = true
