@@ -450,9 +450,17 @@ func (m *Monitor) Sync(now time.Time, fleet Fleet) {
 // its services at a time: with every instance of a 60,000-instance fleet under an
 // evacuation's churn ramping at once, a sweep answered about every long poll of the fleet
 // in one burst, and a change landing in it waited for the burst.
+//
+// A monitor that shares verdicts with other replicas does nothing here: its ramps are weighed
+// at every sweep, at the ramp clock the elected replica publishes (see nextSlot), and
+// weighing them at every Advance published that clock, and woke every poll of the fleet, ten
+// times a second.
 func (m *Monitor) Advance(now time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.following || m.changedIDs != nil {
+		return
+	}
 	m.tickAndPublish(now, false)
 }
 

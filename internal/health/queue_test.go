@@ -412,3 +412,28 @@ func TestRampsMoveAServiceSlotAtATime(t *testing.T) {
 		}
 	}
 }
+
+// TestAdvanceLeavesASharingMonitorToItsSweeps: a monitor that shares verdicts (the etcd store)
+// weighs its ramps at the sweeps alone; weighing them at every Advance published its ramp
+// clock and woke every long poll ten times a second.
+func TestAdvanceLeavesASharingMonitorToItsSweeps(t *testing.T) {
+	m, err := NewMonitor(MonitorConfig{RampStep: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.TakeChanged() // from now on it keeps what the others must hear
+	for i := range 20 {
+		m.Register(Instance{ID: fmt.Sprintf("i%02d", i), Zone: "z", Capabilities: []string{"c.x"}, Service: fmt.Sprintf("s%d", i)}, 1, t0)
+	}
+	rev, _ := m.Watch()
+	for tick := 1; tick < 10; tick++ {
+		m.Advance(t0.Add(time.Duration(tick) * 100 * time.Millisecond))
+	}
+	if got, _ := m.Watch(); got != rev {
+		t.Errorf("nine Advances moved a sharing monitor's revision from %d to %d", rev, got)
+	}
+	m.Sync(t0.Add(time.Second), nil)
+	if got, _ := m.Watch(); got == rev {
+		t.Errorf("the sweep a second into the ramps moved nothing")
+	}
+}
