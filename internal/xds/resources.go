@@ -134,35 +134,35 @@ func loadAssignment(name string, eps []endpoint) *endpointv3.ClusterLoadAssignme
 	return loadAssignmentOf(name, eps, nil, nil)
 }
 
-// placed is an endpoint at its xDS priority: what one LocalityLbEndpoints says.
-type placed struct {
-	endpoint
-	prio uint32
-}
-
-// loadAssignmentOf is loadAssignment that takes each endpoint's LocalityLbEndpoints from prev
-// when it holds one for it (the messages are never changed once made, so an assignment built
-// again shares those of the endpoints that did not change), and puts every one it uses in
-// next (when not nil). eps in sortEndpoints' order are not sorted again.
-func loadAssignmentOf(name string, eps []endpoint, prev, next map[placed]*endpointv3.LocalityLbEndpoints) *endpointv3.ClusterLoadAssignment {
+// loadAssignmentOf is loadAssignment that takes each endpoint's LocalityLbEndpoints from
+// prevParts, the messages of the assignment built from prev (the same endpoints, in the same
+// order: one message per endpoint), when prev holds the endpoint at the same xDS priority:
+// the messages are never changed once made, so an assignment built again shares those of the
+// endpoints that did not change. Both lists are in sortEndpoints' order, and one walk pairs
+// them. eps in that order are not sorted again.
+func loadAssignmentOf(name string, eps, prev []endpoint, prevParts []*endpointv3.LocalityLbEndpoints) *endpointv3.ClusterLoadAssignment {
 	if !slices.IsSortedFunc(eps, compareEndpoints) {
 		sortEndpoints(eps)
 	}
+	if len(prev) != len(prevParts) {
+		prev = nil
+	}
 	cla := &endpointv3.ClusterLoadAssignment{ClusterName: name, Endpoints: make([]*endpointv3.LocalityLbEndpoints, 0, len(eps))}
 	var prio uint32
+	j := 0
 	for i, ep := range eps {
 		if i > 0 && ep.priority != eps[i-1].priority {
 			prio++
 		}
-		k := placed{ep, prio}
-		if l := prev[k]; l != nil {
-			if next != nil {
-				next[k] = l
-			}
-			cla.Endpoints = append(cla.Endpoints, l)
+		for j < len(prev) && compareEndpoints(prev[j], ep) < 0 {
+			j++
+		}
+		if j < len(prev) && prev[j] == ep && prevParts[j].Priority == prio {
+			cla.Endpoints = append(cla.Endpoints, prevParts[j])
+			j++
 			continue
 		}
-		l := &endpointv3.LocalityLbEndpoints{
+		cla.Endpoints = append(cla.Endpoints, &endpointv3.LocalityLbEndpoints{
 			Locality:            &corev3.Locality{Zone: ep.zone, SubZone: ep.instance},
 			LoadBalancingWeight: wrapperspb.UInt32(ep.weight),
 			Priority:            prio,
@@ -174,11 +174,7 @@ func loadAssignmentOf(name string, eps []endpoint, prev, next map[placed]*endpoi
 					Address:  socketAddress(ep.host, ep.port),
 				}},
 			}},
-		}
-		if next != nil {
-			next[k] = l
-		}
-		cla.Endpoints = append(cla.Endpoints, l)
+		})
 	}
 	return cla
 }

@@ -38,14 +38,15 @@ type capsIndex struct {
 	clusters map[string][]member
 	// served holds each cluster's endpoints as its assignment was last built from them, in
 	// the assignment's order: a cluster whose endpoints did not change is not built again;
-	// parts holds the messages of its endpoints, for the next build to share.
+	// parts holds that assignment's messages, one per endpoint of served, for the next build
+	// to share.
 	served map[string][]endpoint
-	parts  map[string]map[placed]*endpointv3.LocalityLbEndpoints
+	parts  map[string][]*endpointv3.LocalityLbEndpoints
 }
 
 func newCapsIndex() *capsIndex {
 	return &capsIndex{entries: map[entryKey]apiv1.CapabilityEntry{}, byInst: map[string]map[entryKey]struct{}{},
-		clusters: map[string][]member{}, served: map[string][]endpoint{}, parts: map[string]map[placed]*endpointv3.LocalityLbEndpoints{}}
+		clusters: map[string][]member{}, served: map[string][]endpoint{}, parts: map[string][]*endpointv3.LocalityLbEndpoints{}}
 }
 
 // reset makes the index hold entries, and returns every cluster name it held or holds.
@@ -192,10 +193,8 @@ func (x *capsIndex) build(res map[resourcev3.Type]map[string]types.Resource, n s
 	if had && slices.Equal(eps, x.served[n]) {
 		return false, nil
 	}
-	x.served[n] = eps
-	parts := make(map[placed]*endpointv3.LocalityLbEndpoints, len(eps)) // this build's alone
-	cla := loadAssignmentOf(n, eps, x.parts[n], parts)
-	x.parts[n] = parts
+	cla := loadAssignmentOf(n, eps, x.served[n], x.parts[n])
+	x.served[n], x.parts[n] = eps, cla.Endpoints
 	if had {
 		res[resourcev3.EndpointType][n] = cla // the cluster and its listener stay
 		return true, nil
