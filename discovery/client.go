@@ -221,6 +221,16 @@ type Client struct {
 	used   map[string]uint64                         // by canonical query: the use count at its last read (capsView)
 	uses   uint64
 	routes *view[Routes]
+	// deltas holds, by canonical query, how each WatchDeltas last fared (DeltaState)
+	deltas map[string]*deltaState
+}
+
+// deltaState is how a WatchDeltas last fared: when it last heard an answer, and the error of
+// its last attempt (nil: it succeeded).
+type deltaState struct {
+	heard   bool
+	heardAt time.Time
+	lastErr error
 }
 
 // DefaultMaxViews is Config.MaxViews's default.
@@ -236,7 +246,7 @@ func New(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("discovery config: %w", err)
 	}
-	c := &Client{cfg: cfg, client: rc, caps: map[string]*view[[]apiv1.CapabilityEntry]{}, used: map[string]uint64{}}
+	c := &Client{cfg: cfg, client: rc, caps: map[string]*view[[]apiv1.CapabilityEntry]{}, used: map[string]uint64{}, deltas: map[string]*deltaState{}}
 	m, err := newMetrics(cfg.Registerer, cfg.Consumer, c)
 	if err != nil {
 		return nil, err
@@ -519,9 +529,25 @@ type Delta struct {
 // every change. The first answer, one of another epoch, one the registry could not tell the
 // changes of, and the first complete answer after the registry's warm-up are Reset; against a
 // registry without delta watches every answer is. Failures are retried with jittered backoff
-// until ctx ends; fn then keeps what it had.
+// until ctx ends; fn then keeps what it had, and DeltaState says how old it is.
 func (c *Client) WatchDeltas(ctx context.Context, q Query, fn func(*Delta)) error {
 	vals := q.values()
+	key := vals.Encode()
+	c.mu.Lock()
+	st := c.deltas[key]
+	if st == nil {
+		st = &deltaState{}
+		c.deltas[key] = st
+	}
+	c.mu.Unlock()
+	heard := func(err error) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		st.lastErr = err
+		if err == nil {
+			st.heard, st.heardAt = true, c.cfg.Now()
+		}
+	}
 	var (
 		held, off, complete bool
 		epoch               string
@@ -575,10 +601,12 @@ func (c *Client) WatchDeltas(ctx context.Context, q Query, fn func(*Delta)) erro
 			if ctx.Err() != nil {
 				break
 			}
+			heard(err)
 			failures++
 			c.backOff(ctx, "discovery delta watch failed", err, failures)
 			continue
 		}
+		heard(nil)
 		failures = 0
 		moved := !held || d.Reset || d.Revision != revision || len(d.Put)+len(d.Gone) > 0
 		held, epoch, revision, complete = true, d.Epoch, d.Revision, d.Complete
@@ -587,6 +615,27 @@ func (c *Client) WatchDeltas(ctx context.Context, q Query, fn func(*Delta)) erro
 		}
 	}
 	return nil
+}
+
+// DeltaState returns the state and age of what a WatchDeltas of q handed its consumer, by
+// the rules of the client's views: uninitialized until its first answer; fresh while its
+// polls succeed; stale (last-known-good) once one failed, until StaleAllowance has passed
+// since the last answer; expired after that. Age is the time since the last answer heard.
+func (c *Client) DeltaState(q Query) (State, time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st := c.deltas[q.values().Encode()]
+	if st == nil || !st.heard {
+		return StateUninitialized, 0
+	}
+	age := c.cfg.Now().Sub(st.heardAt)
+	switch {
+	case st.lastErr != nil && age > c.cfg.StaleAllowance:
+		return StateExpired, age
+	case st.lastErr != nil:
+		return StateStale, age
+	}
+	return StateFresh, age
 }
 
 // removals lists a removed set.

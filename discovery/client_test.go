@@ -821,3 +821,51 @@ func TestWatchDeltas(t *testing.T) {
 		})
 	}
 }
+
+// TestDeltaState: what a WatchDeltas handed its consumer is uninitialized until the first
+// answer, fresh while the polls succeed, stale (last-known-good) once the registry stops
+// answering, and expired past the stale allowance.
+func TestDeltaState(t *testing.T) {
+	s := registrytest.NewServer(t, registry.Config{})
+	front, srv := newFront(t, s.Config.Handler)
+	c, clk := newClient(t, srv.URL, discovery.Config{WatchWait: 50 * time.Millisecond, RetryInterval: 10 * time.Millisecond,
+		StaleAllowance: time.Minute})
+	if st, _ := c.DeltaState(publish); st != discovery.StateUninitialized {
+		t.Fatalf("before any watch: %s", st)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	first := make(chan struct{}, 1)
+	go func() {
+		done <- c.WatchDeltas(ctx, publish, func(*discovery.Delta) {
+			select {
+			case first <- struct{}{}:
+			default:
+			}
+		})
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("WatchDeltas = %v", err)
+		}
+	}()
+	<-first
+	if st, age := c.DeltaState(publish); st != discovery.StateFresh || age != 0 {
+		t.Fatalf("after the first answer: %s, %s old", st, age)
+	}
+	front.set(down)
+	registrytest.Until(t, "the view goes stale", func() bool {
+		st, _ := c.DeltaState(publish)
+		return st == discovery.StateStale
+	})
+	clk.Advance(2 * time.Minute)
+	if st, age := c.DeltaState(publish); st != discovery.StateExpired || age != 2*time.Minute {
+		t.Fatalf("past the stale allowance: %s, %s old", st, age)
+	}
+	front.set(s.Config.Handler)
+	registrytest.Until(t, "the view is fresh again", func() bool {
+		st, age := c.DeltaState(publish)
+		return st == discovery.StateFresh && age == 0
+	})
+}

@@ -19,6 +19,8 @@ import (
 // answer builds the reply to req from the view as it stands (what reply does, without its
 // wire cache).
 func (s *Server) answer(req *dns.Msg, from net.Addr) *dns.Msg {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	ix, meta, err := s.view()
 	return s.answerFrom(req, from, ix, meta, err)
 }
@@ -105,12 +107,33 @@ func newBenchServer(tb testing.TB, n int) *Server {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	if _, err := disc.Capabilities(context.Background(), query); err != nil {
-		tb.Fatal(err)
-	}
 	s, err := New(Config{Discovery: disc})
 	if err != nil {
 		tb.Fatal(err)
+	}
+	// the view as Run keeps it, from the delta watch: held once the first answer is applied
+	ctx, cancel := context.WithCancel(context.Background())
+	done, first := make(chan error, 1), make(chan struct{})
+	go func() {
+		done <- disc.WatchDeltas(ctx, query, func(d *discovery.Delta) {
+			s.apply(d)
+			select {
+			case <-first:
+			default:
+				close(first)
+			}
+		})
+	}()
+	tb.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			tb.Error(err)
+		}
+	})
+	select {
+	case <-first:
+	case err := <-done:
+		tb.Fatalf("the watch ended before its first answer: %v", err)
 	}
 	return s
 }

@@ -65,8 +65,9 @@ type Server struct {
 	domain  string
 	metrics *metrics
 
-	mu    sync.Mutex
-	index *index // of the view at (epoch, revision)
+	// mu guards index: the watch writes it, queries read it
+	mu    sync.RWMutex
+	index *index
 
 	lastTruncLog atomic.Int64 // unix nanoseconds of the last truncation logged
 }
@@ -96,21 +97,22 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Server{cfg: cfg, domain: cfg.Domain, metrics: m}, nil
+	return &Server{cfg: cfg, domain: cfg.Domain, metrics: m, index: newIndex(cfg.Domain)}, nil
 }
 
 // query is the view the server answers: every instance, in rotation or not, so that a known
 // name with none in rotation is NODATA, not NXDOMAIN.
 var query = discovery.Query{IncludeAll: true}
 
-// Run keeps the view current with the discovery client's long poll and serves DNS on the
-// packet conn and the listener (either may be nil) until ctx ends.
+// Run keeps the view current with the discovery client's delta watch (each change applied to
+// the index by name) and serves DNS on the packet conn and the listener (either may be nil)
+// until ctx ends.
 func (s *Server) Run(ctx context.Context, pc net.PacketConn, ln net.Listener) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
 	errs := make(chan error, 3)
-	wg.Go(func() { errs <- s.cfg.Discovery.Watch(ctx, query, nil) })
+	wg.Go(func() { errs <- s.cfg.Discovery.WatchDeltas(ctx, query, s.apply) })
 	var servers []*dns.Server
 	if pc != nil {
 		servers = append(servers, &dns.Server{PacketConn: pc, Handler: s})
@@ -140,21 +142,30 @@ func (s *Server) Run(ctx context.Context, pc net.PacketConn, ln net.Listener) er
 	return nil
 }
 
-// view returns the index of the current view and its meta, as Run's watch keeps it: a query
-// never waits on the registry. The discovery client's cache rules decide fresh, stale
-// (last-known-good) or unavailable.
-func (s *Server) view() (*index, discovery.Meta, error) {
-	res, err := s.cfg.Discovery.Cached(query)
-	if err != nil {
-		return nil, discovery.Meta{}, err
-	}
+// apply folds a change of the view into the index (discovery.WatchDeltas).
+func (s *Server) apply(d *discovery.Delta) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if ix := s.index; ix != nil && ix.epoch == res.RegistryEpoch && ix.revision == res.Revision && ix.complete == res.Complete {
-		return ix, res.Meta, nil
+	s.index.apply(d)
+}
+
+// view returns the index and its meta, as Run's watch keeps it: a query never waits on the
+// registry. The discovery client's rules decide fresh, stale (last-known-good) or
+// unavailable. The caller holds s.mu for reading while it uses the index.
+func (s *Server) view() (*index, discovery.Meta, error) {
+	st, age := s.cfg.Discovery.DeltaState(query)
+	ix := s.index
+	switch {
+	case st == discovery.StateUninitialized || st == discovery.StateExpired:
+		return nil, discovery.Meta{}, &discovery.UnavailableError{State: st, Age: age}
+	case !ix.held: // heard, and not yet applied
+		return nil, discovery.Meta{}, &discovery.UnavailableError{State: discovery.StateUninitialized}
 	}
-	s.index = buildIndex(res, s.domain)
-	return s.index, res.Meta, nil
+	source := discovery.SourceCache
+	if st == discovery.StateStale {
+		source = discovery.SourceSnapshot
+	}
+	return ix, discovery.Meta{Source: source, State: st, Age: age, RegistryEpoch: ix.epoch, Revision: ix.revision, Complete: ix.complete}, nil
 }
 
 // ServeDNS implements dns.Handler.
@@ -199,6 +210,8 @@ func (s *Server) reply(req *dns.Msg, from net.Addr) ([]byte, int) {
 	if _, tcp := from.(*net.TCPAddr); tcp {
 		size = dns.MaxMsgSize
 	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	ix, meta, err := s.view()
 	if err != nil {
 		m := s.answerFrom(req, from, ix, meta, err)
