@@ -727,51 +727,50 @@ func TestWatchWithDeltas(t *testing.T) {
 	}
 }
 
-// TestWatchDeltas: a consumer that keeps its own copy from WatchDeltas alone holds the
-// registry's answer after every change — through the warm-up (merged resets) and its end (a
-// reset), and against a registry without delta watches (every answer a reset).
+// keptCopy is a consumer's copy of an answer, kept by Delta.Apply.
+type keptCopy map[keptKey]apiv1.CapabilityEntry
+
+type keptKey struct{ id, capability, provider, version string }
+
+func (k keptCopy) Len() int { return len(k) }
+
+func (k keptCopy) Reset(entries []apiv1.CapabilityEntry) {
+	clear(k)
+	for _, e := range entries {
+		k.Put(e)
+	}
+}
+
+func (k keptCopy) Drop(id string, generation int64) {
+	for key, e := range k {
+		if key.id == id && e.Generation <= generation {
+			delete(k, key)
+		}
+	}
+}
+
+func (k keptCopy) Put(e apiv1.CapabilityEntry) {
+	k[keptKey{e.InstanceID, e.CapabilityID, e.Provider, e.CapabilityVersion}] = e
+}
+
+// TestWatchDeltas: a consumer that keeps its own copy from WatchDeltas alone (by Delta.Apply)
+// holds the registry's answer after every change — through the warm-up (merged resets) and
+// its end (a reset), and against a registry without delta watches (every answer a reset).
 func TestWatchDeltas(t *testing.T) {
 	for _, old := range []bool{false, true} {
 		t.Run(fmt.Sprintf("old registry %v", old), func(t *testing.T) {
 			s, _, c := newRecorded(t, old)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			type key struct{ id, capability string }
-			kept := map[key]apiv1.CapabilityEntry{}
+			kept := keptCopy{}
 			deltas := make(chan *discovery.Delta, 64)
 			done := make(chan error, 1)
 			go func() { done <- c.WatchDeltas(ctx, publish, func(d *discovery.Delta) { deltas <- d }) }()
-			apply := func(d *discovery.Delta) {
-				if d.Reset && d.Complete {
-					clear(kept)
-				}
-				for _, g := range d.Gone {
-					for k, e := range kept {
-						if k.id == g.InstanceID && e.Generation <= g.Generation {
-							delete(kept, k)
-						}
-					}
-				}
-				put := d.Put
-				if d.Reset {
-					for k := range kept {
-						for _, e := range d.Entries {
-							if e.InstanceID == k.id {
-								delete(kept, k)
-							}
-						}
-					}
-					put = d.Entries
-				}
-				for _, e := range put {
-					kept[key{e.InstanceID, e.CapabilityID}] = e
-				}
-			}
 			check := func(what string) {
 				t.Helper()
 				for {
 					d := <-deltas
-					apply(d)
+					d.Apply(kept)
 					resp, err := http.Get(s.URL + "/v1/discovery/capabilities?capability_id=messaging.publish")
 					if err != nil {
 						t.Fatal(err)

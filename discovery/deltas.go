@@ -30,6 +30,47 @@ type Delta struct {
 	Gone     []apiv1.Removal
 }
 
+// Keeper is a consumer's own copy of an answer, kept from Deltas (Delta.Apply), its entries
+// by (instance_id, capability_id, provider, capability_version).
+type Keeper interface {
+	// Len is how many entries it holds.
+	Len() int
+	// Reset makes it hold entries alone.
+	Reset(entries []apiv1.CapabilityEntry)
+	// Drop removes the entries of instance id at or below generation.
+	Drop(id string, generation int64)
+	// Put puts e in place of the entry of its key.
+	Put(e apiv1.CapabilityEntry)
+}
+
+// Apply folds d into k by the rule Delta states: a Reset of a complete answer (or into an
+// empty copy) replaces it; a Reset while the registry warms up replaces the entries of the
+// instances it answers and keeps the others; otherwise the instances of Gone are dropped at
+// or below their generations and Put is put in place.
+func (d *Delta) Apply(k Keeper) {
+	if d.Reset && (d.Complete || k.Len() == 0) {
+		k.Reset(d.Entries)
+		return
+	}
+	for _, g := range d.Gone {
+		k.Drop(g.InstanceID, g.Generation)
+	}
+	put := d.Put
+	if d.Reset {
+		answered := make(map[string]bool, len(d.Entries))
+		for i := range d.Entries {
+			if id := d.Entries[i].InstanceID; !answered[id] {
+				answered[id] = true
+				k.Drop(id, math.MaxInt64)
+			}
+		}
+		put = d.Entries
+	}
+	for i := range put {
+		k.Put(put[i])
+	}
+}
+
 // WatchDeltas watches q as Watch does, with delta watches, but keeps no view: it hands fn
 // (from its own goroutine, one call at a time) each change, so that a consumer of a large
 // view (an xDS server watching the whole fleet) pays for what changed, not for the view, at

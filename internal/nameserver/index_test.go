@@ -15,8 +15,8 @@ import (
 )
 
 // TestIndexByChangeIsTheWholeView: after every change of a random sequence — entries put (new
-// instances, new weights and verdicts, new incarnations), instances gone, a whole view now and
-// then — the index kept by change answers every name as one built from the whole view does,
+// instances, new weights and verdicts, new incarnations), instances gone, answers of a
+// registry warming up, a whole view now and then — the index kept by change answers every name as one built from the whole view does,
 // and as the rules say: a service's and an instance's name one record per instance in
 // rotation, a capability's one per entry in rotation, in preference order.
 func TestIndexByChangeIsTheWholeView(t *testing.T) {
@@ -73,6 +73,24 @@ func TestIndexByChangeIsTheWholeView(t *testing.T) {
 					}
 				}
 				ix.apply(&discovery.Delta{Complete: true, Gone: []apiv1.Removal{{InstanceID: id, Generation: g}}})
+			},
+			"warming": func(rt *rapid.T) {
+				// a registry warming up answers some instances anew: their entries are
+				// replaced, the others kept
+				id := rapid.SampledFrom(ids).Draw(rt, "id")
+				var es []apiv1.CapabilityEntry
+				for range rapid.IntRange(1, 2).Draw(rt, "n") {
+					es = append(es, entry(rt, id))
+				}
+				for k := range view {
+					if k.instance == id {
+						delete(view, k)
+					}
+				}
+				for _, e := range es {
+					view[keyOf(&e)] = e
+				}
+				ix.apply(&discovery.Delta{Reset: true, Entries: es})
 			},
 			"whole": func(rt *rapid.T) {
 				ix.apply(&discovery.Delta{Complete: true, Reset: true, Entries: slices.Collect(maps.Values(view))})

@@ -64,44 +64,36 @@ func (x *capsIndex) reset(entries []apiv1.CapabilityEntry) map[string]struct{} {
 	return dirty
 }
 
-// apply folds a delta in (discovery.Delta) and returns the clusters it touched.
+// apply folds a delta in (discovery.Delta.Apply) and returns the clusters it touched.
 func (x *capsIndex) apply(d *discovery.Delta) map[string]struct{} {
-	if d.Reset && (d.Complete || len(x.entries) == 0) {
-		return x.reset(d.Entries)
-	}
-	dirty := map[string]struct{}{}
-	x.gone(d.Gone, dirty)
-	put := d.Put
-	if d.Reset {
-		// a registry warming up: keep the entries of the instances it does not answer yet,
-		// unless it says they went
-		answered := make(map[string]bool, len(d.Entries))
-		for _, e := range d.Entries {
-			answered[e.InstanceID] = true
-		}
-		for k := range x.entries {
-			if answered[k.instance] {
-				x.remove(k, dirty)
-			}
-		}
-		put = d.Entries
-	}
-	for _, e := range put {
-		x.put(e, dirty)
-	}
-	return dirty
+	t := touching{x: x, dirty: map[string]struct{}{}}
+	d.Apply(&t)
+	return t.dirty
 }
 
-// gone drops the entries of each instance of gs at or below the generation named.
-func (x *capsIndex) gone(gs []apiv1.Removal, dirty map[string]struct{}) {
-	for _, g := range gs {
-		for k := range x.byInst[g.InstanceID] {
-			if x.entries[k].Generation <= g.Generation {
-				x.remove(k, dirty)
-			}
+// touching is the index as a discovery.Keeper that notes the clusters each call touches.
+type touching struct {
+	x     *capsIndex
+	dirty map[string]struct{}
+}
+
+func (t *touching) Len() int { return len(t.x.entries) }
+
+func (t *touching) Reset(entries []apiv1.CapabilityEntry) {
+	for n := range t.x.reset(entries) {
+		t.dirty[n] = struct{}{}
+	}
+}
+
+func (t *touching) Drop(id string, generation int64) {
+	for k := range t.x.byInst[id] {
+		if t.x.entries[k].Generation <= generation {
+			t.x.remove(k, t.dirty)
 		}
 	}
 }
+
+func (t *touching) Put(e apiv1.CapabilityEntry) { t.x.put(e, t.dirty) }
 
 // compareMembers orders a cluster's members as its assignment lists their endpoints
 // (compareEndpoints), those without one last: an assignment is built from them as they are.
