@@ -23,7 +23,7 @@ import (
 func (m *Monitor) Advance(now time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.following || m.changedIDs != nil {
+	if m.sharing() {
 		return
 	}
 	m.tickAndPublish(now, false)
@@ -35,7 +35,7 @@ func (m *Monitor) Advance(now time.Time) {
 // with other replicas, which weigh the views they follow at the ramp clock it publishes.
 func (m *Monitor) nextSlot(v *view, n int64) int64 {
 	w := m.due.width
-	if w == 0 || m.following || m.changedIDs != nil {
+	if w == 0 || m.sharing() {
 		return n
 	}
 	k := n/w + 1
@@ -47,6 +47,10 @@ func (m *Monitor) nextSlot(v *view, n int64) int64 {
 	}
 	return k * w
 }
+
+// sharing reports whether the monitor shares verdicts with other replicas: it follows the
+// elected one, or it is the elected one and keeps what the others must hear.
+func (m *Monitor) sharing() bool { return m.following || m.changedIDs != nil }
 
 // rampPhase is the ramp slot of a service's instances (see MonitorConfig.RampStep).
 func rampPhase(service string) uint8 {
