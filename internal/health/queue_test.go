@@ -44,6 +44,9 @@ func TestSlottedRampsLagByAStepAtMost(t *testing.T) {
 			walkTheFleet(t, slowStart, time.Second, seed, &sawSP, &sawExpiry)
 		}
 	}
+	if !sawSP || !sawExpiry {
+		t.Errorf("the walk never saw self-preservation (%v) or a lease end (%v): the fleet is too quiet to test either", sawSP, sawExpiry)
+	}
 }
 
 // walkTheFleet is one walk of TestSweepMatchesAWalkOfTheFleet: with a negative rampStep,
