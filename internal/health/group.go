@@ -233,7 +233,7 @@ func (r Reader) NeverAdmitted(h *Handle, id string, gen int64, probe bool, regis
 	if v := r.viewOf(h, id, gen); v != nil {
 		return NeverAdmitted(v.state, v.reasons)
 	}
-	f := r.m.followedVerdict(firstVerdict("", 0, probe, registeredAt), registeredAt)
+	f := r.m.followedVerdict(firstVerdict("", 0, probe, registeredAt), 0, registeredAt) // its state: any slot
 	return NeverAdmitted(f.State, f.Reasons)
 }
 

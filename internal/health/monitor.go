@@ -218,13 +218,19 @@ type Monitor struct {
 	syncs      uint64
 	following  bool                // another replica judges: published verdicts are the followed ones
 	changedIDs map[string]struct{} // instances whose state changed since TakeChanged (nil until someone asks)
-	// rampMoved says, on the elected replica, that a slow start entered its next tenth, or
-	// ended, since TakeRampMoved; judgedAt is the latest instant it judged a verdict at (the
-	// ramp clock it publishes); rampClock is, on a follower, the elected replica's ramp
-	// clock (see SetRampClock).
-	rampMoved bool
-	judgedAt  time.Time
-	rampClock time.Time
+	// rampMoved says, on the elected replica, that the weight of a slow start moved, or the
+	// slow start ended, since TakeRampMoved; judgedAt is the latest instant it judged a verdict at, and
+	// tickedAt the latest instant a sweep or an Advance weighed the views due at (the ramp
+	// clock it publishes: every slot up to it was weighed); rampClock is, on a follower, the
+	// elected replica's ramp clock (see SetRampClock). rampTouched holds, on the elected
+	// replica, the instances whose slow start its own engine weighed again (or ended) since
+	// the last ramp clock came back through the store: the answers that clock moves.
+	rampMoved   bool
+	rampCover   int64 // a ramp clock is due once a sweep or an Advance reached it (unix ns; 0: none)
+	judgedAt    time.Time
+	tickedAt    time.Time
+	rampClock   time.Time
+	rampTouched map[string]struct{}
 	// ramping holds, on a follower, the views on a slow start weighed at the ramp clock that
 	// has not ended: those a new clock weighs again (not the whole fleet).
 	ramping map[*view]struct{}
@@ -563,6 +569,9 @@ func (m *Monitor) tickAndPublish(now time.Time, full bool) {
 			m.judgedAt = now
 		}
 	}
+	if now.After(m.tickedAt) {
+		m.tickedAt = now
+	}
 	moved := len(m.dirty) > 0
 	for k := range m.dirty {
 		if g := m.groups[k]; g != nil {
@@ -619,7 +628,7 @@ func (m *Monitor) refreshVerdict(v *view, now time.Time) bool {
 	}
 	var nv Verdict
 	if f, _, ok := m.followedOf(v); ok {
-		nv = m.followedVerdict(f, now)
+		nv = m.followedVerdict(f, v.phase, now)
 		v.nextDue, v.rampUntil = dueNever, 0 // it changes with what the elected replica publishes (SetRampClock)
 		switch {
 		case nv.State == apiv1.EligibilitySlowStart && f.Weight == 0:
@@ -663,9 +672,19 @@ func (m *Monitor) setVerdict(v *view, nv Verdict, now time.Time) bool {
 		if published(old) != published(nv) {
 			m.changedIDs[v.in.ID] = struct{}{} // the elected replica publishes it
 		}
-		if old.State == apiv1.EligibilitySlowStart && (nv.State == apiv1.EligibilitySlowStart && weightStep(nv.Weight) != weightStep(old.Weight) ||
-			nv.State == apiv1.EligibilityServing) {
-			m.rampMoved = true // the elected replica publishes its ramp clock
+		if old.State == apiv1.EligibilitySlowStart && v.in != nil {
+			// A ramp moved (its weight, or it ended): the elected replica publishes its ramp
+			// clock, and the store tells this answer at the clock's revision (SetRampClock).
+			m.rampMoved = true
+			if m.due.width > 0 {
+				// and again a step later: evidence may have moved it between two slots, and a
+				// follower weighs it at its slot of the clock (see TakeRampMoved)
+				m.rampCover = max(m.rampCover, now.UnixNano()+int64(m.cfg.RampStep))
+			}
+			if m.rampTouched == nil {
+				m.rampTouched = map[string]struct{}{}
+			}
+			m.rampTouched[v.in.ID] = struct{}{}
 		}
 	}
 	if nv.State != old.State {

@@ -29,6 +29,18 @@ func newTestMonitor(t *testing.T, reg prometheus.Registerer, on func(Transition)
 	return m
 }
 
+// newUnslottedMonitor is newTestMonitor with every ramp weighed at each sweep and a
+// follower's at the ramp clock itself (RampStep negative): what a ramp clock means, without
+// the slots (TestSharedRampsMoveAServiceSlotAtATime has those).
+func newUnslottedMonitor(t *testing.T) *Monitor {
+	t.Helper()
+	m, err := NewMonitor(MonitorConfig{RampStep: -1, Engine: Config{SlowStart: 10 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
 func probeEv(id, result string, at time.Time) Event {
 	return Event{At: at, ID: id, Kind: KindProbe, Result: result}
 }
@@ -403,14 +415,14 @@ func TestMonitorLogsFirstVerdictsAtDebug(t *testing.T) {
 
 // TestMonitorSharesASlowStartByItsClock: the elected replica publishes a slow start once,
 // with weight 0 and the instant its ramp began; it asks for its ramp clock (the instant of
-// its sweep) to be published when the ramp enters its next tenth or ends, not for the
+// its sweep) to be published when the ramp moves or ends, not for the
 // verdict, and the serving verdict the ramp ends in follows from the published slow start.
 // A follower weighs the slow start at the ramp clock it was given — to the tenth, 10 to 90,
 // whatever its own clock says — and answers serving once that clock is past the ramp. A
 // step an earlier version published (a weight above 0) is still answered as published.
 func TestMonitorSharesASlowStartByItsClock(t *testing.T) {
 	in := Instance{ID: "a", Zone: "z", Capabilities: []string{"c.x"}, Probe: true}
-	leader := newTestMonitor(t, nil, nil)
+	leader := newUnslottedMonitor(t)
 	leader.TakeChanged() // from now on changes are kept
 	leader.Register(in, 1, t0.Add(-2*time.Second))
 	leader.Observe(probeEv("a", ProbeOK, t0.Add(-time.Second)))
@@ -426,7 +438,7 @@ func TestMonitorSharesASlowStartByItsClock(t *testing.T) {
 	leader.TakeRampMoved()
 
 	newFollower := func(f Followed) *Monitor {
-		m := newTestMonitor(t, nil, nil)
+		m := newUnslottedMonitor(t)
 		m.SetFollowing(true)
 		m.Register(in, 1, t0.Add(-2*time.Second))
 		m.Follow(f, t0)
@@ -443,9 +455,9 @@ func TestMonitorSharesASlowStartByItsClock(t *testing.T) {
 		wantFollow  int
 		wantEarlier int
 	}{
-		{at: 500 * time.Millisecond, clock: -1, wantLeader: 14, wantFollow: 10, wantEarlier: 30},
+		{at: 500 * time.Millisecond, clock: -1, wantLeader: 14, wantMoved: true, wantFollow: 10, wantEarlier: 30},
 		{at: 1500 * time.Millisecond, clock: 1500 * time.Millisecond, wantLeader: 23, wantMoved: true, wantFollow: 20, wantEarlier: 30},
-		{at: 1800 * time.Millisecond, clock: 1500 * time.Millisecond, wantLeader: 26, wantFollow: 20, wantEarlier: 30},
+		{at: 1800 * time.Millisecond, clock: 1500 * time.Millisecond, wantLeader: 26, wantMoved: true, wantFollow: 20, wantEarlier: 30},
 		{at: 5 * time.Second, clock: 5 * time.Second, wantLeader: 55, wantMoved: true, wantFollow: 50, wantEarlier: 30},
 		{at: 9900 * time.Millisecond, clock: 9900 * time.Millisecond, wantLeader: 99, wantMoved: true, wantFollow: 90, wantEarlier: 30},
 		// past the ramp on the follower's clock, before the ramp clock is
@@ -558,12 +570,12 @@ func TestMonitorDerivesTheFirstVerdict(t *testing.T) {
 			{in: plain, clock: 10 * time.Second, state: apiv1.EligibilityServing, want: 100},
 			{in: probed, clock: time.Hour, state: apiv1.EligibilityUnknown, want: 0},
 		} {
-			m := newTestMonitor(t, nil, nil)
+			m := newUnslottedMonitor(t)
 			m.SetFollowing(true)
 			m.SetRampClock(t0.Add(tc.clock), t0)
 			var first [2]any
 			m.Read(func(rd Reader) { // before the monitor holds it
-				s, w := rd.First(tc.in.Probe, t0)
+				s, w := rd.First(tc.in.Service, tc.in.Probe, t0)
 				first = [2]any{s, w}
 			})
 			m.Register(tc.in, 1, t0)

@@ -18,7 +18,7 @@ func (m *Monitor) firstAsDerived(v *view, nv Verdict) bool {
 	if m.onPublish == nil || v.in == nil {
 		return false
 	}
-	state, weight := (Reader{m}).First(v.in.Probe, time.Unix(0, v.in.registeredAt))
+	state, weight := (Reader{m}).First(v.in.Service, v.in.Probe, time.Unix(0, v.in.registeredAt))
 	return state == nv.State && weight == nv.Weight
 }
 

@@ -416,27 +416,140 @@ func TestRampsMoveAServiceSlotAtATime(t *testing.T) {
 	}
 }
 
-// TestAdvanceLeavesASharingMonitorToItsSweeps: a monitor that shares verdicts (the etcd store)
-// weighs its ramps at the sweeps alone; weighing them at every Advance published its ramp
-// clock and woke every long poll ten times a second.
-func TestAdvanceLeavesASharingMonitorToItsSweeps(t *testing.T) {
-	m, err := NewMonitor(MonitorConfig{RampStep: time.Second})
-	if err != nil {
-		t.Fatal(err)
+// TestSharedRampsMoveAServiceSlotAtATime: with a store that shares verdicts, the elected
+// replica's ramps move a slot of services at each Advance too, and the ramp clock it
+// publishes moves a follower's ramps a slot at a time: each clock comes back through the
+// store with the instances it moved (SetRampClock), and those are of the services of the
+// slot passed alone, on either replica — the store tells their long polls, not the fleet's.
+// A follower never ends a ramp before the elected replica did, and every ramp ends.
+func TestSharedRampsMoveAServiceSlotAtATime(t *testing.T) {
+	const step = time.Second
+	newMonitor := func() *Monitor {
+		m, err := NewMonitor(MonitorConfig{RampStep: step})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
 	}
-	m.TakeChanged() // from now on it keeps what the others must hear
-	for i := range 20 {
-		m.Register(Instance{ID: fmt.Sprintf("i%02d", i), Zone: "z", Capabilities: []string{"c.x"}, Service: fmt.Sprintf("s%d", i)}, 1, t0)
+	leader, follower := newMonitor(), newMonitor()
+	leader.TakeChanged() // from now on it keeps what the others must hear
+	follower.SetFollowing(true)
+	services := map[string]uint8{} // by instance id: the slot of its service
+	for s := range 40 {
+		svc := fmt.Sprintf("svc-%02d", s)
+		for i := range 3 {
+			in := Instance{ID: fmt.Sprintf("%s-%d", svc, i), Zone: "z", Capabilities: []string{"c." + svc}, Service: svc}
+			services[in.ID] = rampPhase(svc)
+			leader.Register(in, 1, t0)
+			follower.Register(in, 1, t0) // its first verdict, a slow start, derived: weighed at the clock
+		}
 	}
-	rev, _ := m.Watch()
-	for tick := 1; tick < 10; tick++ {
-		m.Advance(t0.Add(time.Duration(tick) * 100 * time.Millisecond))
+	ramp := leader.cfg.Engine.SlowStart
+	followerMoves := map[string]int{}
+	ticks := int((ramp + 2*step) / (step / 10))
+	for tick := 1; tick <= ticks; tick++ {
+		now := t0.Add(time.Duration(tick) * step / 10)
+		if tick%10 == 0 {
+			leader.Sync(now, nil)
+		} else {
+			leader.Advance(now)
+		}
+		slot := uint8(now.UnixNano() / int64(step/10) % 10)
+		at, moved := leader.TakeRampMoved()
+		if !moved {
+			continue
+		}
+		if !at.Equal(now) {
+			t.Fatalf("tick %d: the clock published is %s, want the Advance's instant %s", tick, at, now)
+		}
+		for name, m := range map[string]*Monitor{"elected replica": leader, "follower": follower} {
+			for _, id := range m.SetRampClock(at, now) {
+				if services[id] != slot {
+					t.Errorf("tick %d (slot %d): the clock moved %s on the %s; its slot is %d", tick, slot, id, name, services[id])
+				}
+				if m == follower {
+					followerMoves[id]++
+				}
+			}
+		}
+		for id := range services {
+			ls, lw, _ := leader.Verdict(id)
+			fs, fw, _ := follower.Verdict(id)
+			if fs == apiv1.EligibilityServing && ls != apiv1.EligibilityServing {
+				t.Errorf("tick %d: the follower ended %s's ramp (%s %d) before the elected replica (%s %d)", tick, id, fs, fw, ls, lw)
+			}
+		}
 	}
-	if got, _ := m.Watch(); got != rev {
-		t.Errorf("nine Advances moved a sharing monitor's revision from %d to %d", rev, got)
+	for id := range services {
+		if st, _, _ := follower.Verdict(id); st != apiv1.EligibilityServing {
+			t.Errorf("%s is %s on the follower after its ramp", id, st)
+		}
+		if st, _, _ := leader.Verdict(id); st != apiv1.EligibilityServing {
+			t.Errorf("%s is %s on the elected replica after its ramp", id, st)
+		}
+		// nine tenths (20 to 90) and the end, one clock each
+		if n := followerMoves[id]; n != 9 {
+			t.Errorf("%s moved %d times on the follower, want 9 (20 … 90, serving)", id, n)
+		}
 	}
-	m.Sync(t0.Add(time.Second), nil)
-	if got, _ := m.Watch(); got == rev {
-		t.Errorf("the sweep a second into the ramps moved nothing")
+}
+
+// TestARampEndedBetweenSlotsReachesTheFollowers: evidence judges an instance on the elected
+// replica between two slots of its service, after its slow start's end: it ends there, at
+// once, while a follower weighs it at its slot of the clock, which has not passed the end yet.
+// A step later one more clock is published, which has: the follower ends it too, although
+// no other ramp moved in between. It fails without that clock.
+func TestARampEndedBetweenSlotsReachesTheFollowers(t *testing.T) {
+	const step = time.Second
+	newMonitor := func() *Monitor {
+		m, err := NewMonitor(MonitorConfig{RampStep: step, Engine: Config{SlowStart: 10 * time.Second}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return m
 	}
+	leader, follower := newMonitor(), newMonitor()
+	leader.TakeChanged()
+	follower.SetFollowing(true)
+	in := Instance{ID: "a", Zone: "z", Capabilities: []string{"c.x"}, Service: "svc", Probe: true}
+	leader.Register(in, 1, t0.Add(-2*time.Second))
+	leader.Observe(probeEv("a", ProbeOK, t0.Add(-time.Second)))
+	leader.Observe(probeEv("a", ProbeOK, t0)) // admitted: slow start from t0
+	follower.Register(in, 1, t0.Add(-2*time.Second))
+	follower.Follow(Followed{ID: "a", Generation: 1, State: apiv1.EligibilitySlowStart, Since: t0}, t0) // as the elected replica publishes it
+	clock := func(now time.Time) {
+		if at, moved := leader.TakeRampMoved(); moved {
+			leader.SetRampClock(at, now)
+			follower.SetRampClock(at, now)
+		}
+	}
+	tick := func(now time.Time) { leader.Advance(now); clock(now) }
+	now := t0
+	for ; now.Before(t0.Add(10 * time.Second)); now = now.Add(step / 10) {
+		tick(now)
+	}
+	// the ramp ends at t0+10s; the slot of "svc" comes later in this step
+	phase := rampPhase(in.Service)
+	if phase == 0 {
+		t.Fatalf("the test wants a service whose slot is not the step's first")
+	}
+	end := t0.Add(10*time.Second + step/20) // between the step's first two slots
+	leader.Observe(probeEv("a", ProbeOK, end))
+	if st, _, _ := leader.Verdict("a"); st != apiv1.EligibilityServing {
+		t.Fatalf("the elected replica answers %s after the probe past the ramp, want serving", st)
+	}
+	clock(end)
+	if st, w, _ := follower.Verdict("a"); st != apiv1.EligibilitySlowStart {
+		t.Fatalf("the follower answers %s %d before its slot passed the end, want slow start", st, w)
+	}
+	for now = t0.Add(10*time.Second + step/10); !now.After(end.Add(2 * step)); now = now.Add(step / 10) {
+		tick(now)
+		if st, _, _ := follower.Verdict("a"); st == apiv1.EligibilityServing {
+			if now.Before(end.Add(step)) {
+				t.Errorf("the follower ended the ramp at %s, before a clock a step after the end (%s)", now, end.Add(step))
+			}
+			return
+		}
+	}
+	t.Errorf("the follower still ramps %s after the elected replica ended it", now.Sub(end))
 }

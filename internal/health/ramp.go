@@ -16,14 +16,14 @@ import (
 // evacuation's churn ramping at once, a sweep answered about every long poll of the fleet
 // in one burst, and a change landing in it waited for the burst.
 //
-// A monitor that shares verdicts with other replicas does nothing here: its ramps are weighed
-// at every sweep, at the ramp clock the elected replica publishes (see nextSlot), and
-// weighing them at every Advance published that clock, and woke every poll of the fleet, ten
-// times a second.
+// A replica that follows another's verdicts does nothing here: it weighs the slow starts it
+// follows at the ramp clock the elected replica publishes, each service's at its own slot of
+// that clock (rampClockOf), so that a clock moved by a tenth of the step moves the ramps of a
+// tenth of the services there too.
 func (m *Monitor) Advance(now time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.sharing() {
+	if m.following {
 		return
 	}
 	m.tickAndPublish(now, false)
@@ -31,11 +31,10 @@ func (m *Monitor) Advance(now time.Time) {
 
 // nextSlot returns when v, ramping at n, is next weighed: the first instant after n of its
 // service's slot (the instants k × RampStep/10 with k mod 10 its phase), or n (the next
-// sweep) when ramps are not slotted: RampStep is negative, or the monitor shares verdicts
-// with other replicas, which weigh the views they follow at the ramp clock it publishes.
+// sweep) when ramps are not slotted (RampStep is negative).
 func (m *Monitor) nextSlot(v *view, n int64) int64 {
 	w := m.due.width
-	if w == 0 || m.sharing() {
+	if w == 0 {
 		return n
 	}
 	k := n/w + 1
@@ -48,9 +47,24 @@ func (m *Monitor) nextSlot(v *view, n int64) int64 {
 	return k * w
 }
 
-// sharing reports whether the monitor shares verdicts with other replicas: it follows the
-// elected one, or it is the elected one and keeps what the others must hear.
-func (m *Monitor) sharing() bool { return m.following || m.changedIDs != nil }
+// rampClockOf is the instant a follower weighs the slow starts of a service in slot phase at:
+// the last instant of that slot (see nextSlot) at or before the elected replica's ramp
+// clock, which weighed that slot by then (it publishes the instant of the sweep or Advance
+// it weighed at, TakeRampMoved). Every replica derives it from the one clock, so they answer
+// the same ramp at one revision; unslotted, it is the clock.
+func (m *Monitor) rampClockOf(phase uint8) time.Time { return rampClockOf(m.due.width, m.rampClock, phase) }
+
+// rampClockOf is the last instant of slot phase, for slots width nanoseconds apart (0: not
+// slotted), at or before clock.
+func rampClockOf(width int64, clock time.Time, phase uint8) time.Time {
+	n := clock.UnixNano()
+	if width == 0 || clock.IsZero() || n < 0 {
+		return clock
+	}
+	k := n / width
+	k -= (k%rampSlots - int64(phase) + rampSlots) % rampSlots
+	return time.Unix(0, k*width).UTC()
+}
 
 // rampPhase is the ramp slot of a service's instances (see MonitorConfig.RampStep).
 func rampPhase(service string) uint8 {

@@ -17,8 +17,9 @@ import (
 // verdict, derived from the registration — admitting (out of rotation) with a probe class,
 // else a slow start weighed at the ramp clock. It is what the monitor publishes once it holds
 // the incarnation on a replica that follows, so that an answer does not change when it does.
-func (r Reader) First(probe bool, registeredAt time.Time) (state string, weight int) {
-	v := r.m.followedVerdict(firstVerdict("", 0, probe, registeredAt), registeredAt)
+// service is the incarnation's service, whose slot of the ramp clock weighs it.
+func (r Reader) First(service string, probe bool, registeredAt time.Time) (state string, weight int) {
+	v := r.m.followedVerdict(firstVerdict("", 0, probe, registeredAt), rampPhase(service), registeredAt)
 	return v.State, v.Weight
 }
 
@@ -66,9 +67,11 @@ func firstVerdict(id string, gen int64, probe bool, registeredAt time.Time) Foll
 // class, else slow start. Every replica derives it from the registration alone.
 func FirstState(probe bool) string { return firstVerdict("", 0, probe, time.Time{}).State }
 
-// followedVerdict is f at now: a slow start's weight at the elected replica's ramp clock.
-func (m *Monitor) followedVerdict(f Followed, now time.Time) Verdict {
+// followedVerdict is f at now: a slow start's weight at the elected replica's ramp clock, at
+// the slot of phase (the ramp slot of f's service, see rampClockOf).
+func (m *Monitor) followedVerdict(f Followed, phase uint8, now time.Time) Verdict {
 	v := Verdict{State: f.State, Reasons: f.Reasons}
+	clock := m.rampClockOf(phase)
 	switch f.State {
 	case apiv1.EligibilityServing:
 		v.Weight = 100
@@ -76,10 +79,10 @@ func (m *Monitor) followedVerdict(f Followed, now time.Time) Verdict {
 		v.Weight = m.cfg.Engine.DegradedWeight
 	case apiv1.EligibilitySlowStart:
 		switch {
-		case f.Weight == 0 && m.rampClock.Sub(f.Since) < m.cfg.Engine.SlowStart:
+		case f.Weight == 0 && clock.Sub(f.Since) < m.cfg.Engine.SlowStart:
 			// The tenth the ramp is in at the elected replica's ramp clock: every replica
 			// answers the same weight at one revision.
-			v.Weight = rampStep(m.rampClock.Sub(f.Since), m.cfg.Engine.SlowStart)
+			v.Weight = rampStep(clock.Sub(f.Since), m.cfg.Engine.SlowStart)
 		case f.Weight != 0 && now.Sub(f.Since) < m.cfg.Engine.SlowStart:
 			v.Weight = f.Weight // a step an earlier version published, on this replica's clock
 		default:
@@ -109,40 +112,77 @@ func rampStep(elapsed, slowStart time.Duration) int {
 	return max(10, min(90, weightStep(w)*10))
 }
 
-// SetRampClock takes the elected replica's ramp clock on a follower: the instant at which
-// every replica weighs the slow starts the elected replica published (with weight 0). The
-// elected replica publishes its clock when one of its slow starts enters its next tenth
-// (TakeRampMoved): one write for the whole fleet, where each instance's tenth used to be
-// one. A follower weighs again at once the slow starts (published or derived) still ramping
-// at its previous clock: a ramp that ended stays ended, and a clock costs the ramps in
-// progress, not the fleet.
-func (m *Monitor) SetRampClock(t, now time.Time) {
+// SetRampClock takes the elected replica's ramp clock: the instant at which every replica
+// weighs the slow starts the elected replica published (with weight 0), each service's at its
+// slot of it (rampClockOf). The elected replica publishes its clock when one of its slow
+// starts moves or ends (TakeRampMoved): one write for the whole fleet, where each instance's
+// tenth used to be one. A follower weighs again at once the slow starts
+// (published or derived) still ramping at its previous clock whose slot the clock passed: a
+// ramp that ended stays ended, and a clock costs the ramps in progress of the slots it
+// passed, not the fleet.
+//
+// It returns the instances whose answer moved with the clock, for the store to tell at the
+// clock's revision (its long polls and delta watches hear those, not the whole fleet): on a
+// follower those it weighed again, on the elected replica those whose slow start its own
+// engine weighed again, or ended, since the last clock.
+func (m *Monitor) SetRampClock(t, now time.Time) (moved []string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if !m.following {
+		m.rampClock = t
+		moved = make([]string, 0, len(m.rampTouched))
+		for id := range m.rampTouched {
+			moved = append(moved, id)
+		}
+		m.rampTouched = nil
+		return moved
+	}
 	if t.Equal(m.rampClock) {
-		return
+		return nil
+	}
+	var passed [rampSlots]bool
+	for p := range passed {
+		passed[p] = !m.rampClockOf(uint8(p)).Equal(rampClockOf(m.due.width, t, uint8(p)))
 	}
 	m.rampClock = t
-	if !m.following {
-		return
-	}
 	changed := false
 	for v := range m.ramping { // refreshVerdict drops those whose ramp ends
-		changed = m.refreshVerdict(v, now) || changed
+		if !passed[v.phase] {
+			continue
+		}
+		if m.refreshVerdict(v, now) {
+			changed = true
+			if v.in != nil {
+				moved = append(moved, v.in.ID)
+			}
+		}
 	}
 	m.publish(changed)
+	return moved
 }
 
-// TakeRampMoved reports whether one of this replica's slow starts entered its next tenth, or
-// ended, since the last call: the elected replica then publishes its ramp clock, at. at is the
-// latest instant the monitor judged a verdict at (a sweep, or evidence), so a follower ends
-// a ramp at the clock no earlier than the elected replica did, and no later.
+// TakeRampMoved reports whether the weight of one of this replica's slow starts moved, or one
+// ended, since the last call: the elected replica then publishes its ramp clock, at (which
+// moves its own answers' revision, and the followers' ramps when it passes a tenth). at is the
+// latest instant a sweep or an Advance weighed the views due at (with unslotted ramps, the
+// latest instant the monitor judged a verdict at): every slot up to it was weighed, so a
+// follower ends a ramp at the clock no earlier than the elected replica did, and no later.
 func (m *Monitor) TakeRampMoved() (at time.Time, moved bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	moved = m.rampMoved
 	m.rampMoved = false
-	return m.judgedAt, moved
+	if m.due.width == 0 || m.tickedAt.IsZero() {
+		return m.judgedAt, moved
+	}
+	// A ramp that evidence moved, or ended, between two slots of its service is weighed by a
+	// follower at the next slot the clock passes: once a step has passed since the last move,
+	// one more clock is published, so that every slot has passed it (without it, a fleet whose
+	// last ramp ended so would leave it unended on the followers until another ramp moved).
+	if c := m.rampCover; c != 0 && m.tickedAt.UnixNano() >= c {
+		moved, m.rampCover = true, 0
+	}
+	return m.tickedAt, moved
 }
 
 // SetFollowing says whether another replica judges (true on the replicas that are not

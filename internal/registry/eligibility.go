@@ -245,7 +245,7 @@ func verdictOf(rd health.Reader, rec *Record) (state string, weight int) {
 	if state, weight, ok := rd.VerdictAt(rec.InstanceID, rec.Generation); ok {
 		return state, weight
 	}
-	return rd.First(rec.Probed(), rec.RegisteredAt)
+	return rd.First(rec.ServiceName, rec.Probed(), rec.RegisteredAt)
 }
 
 // eligibilityOf returns the published state and weight of rec, and whether one of its

@@ -115,7 +115,7 @@ type Eligibility interface {
 	Follow(f health.Followed, now time.Time)
 	TakeChanged() []string
 	TakeRampMoved() (at time.Time, moved bool)
-	SetRampClock(t, now time.Time)
+	SetRampClock(t, now time.Time) (moved []string)
 	Judged(id string) (health.Judgment, bool)
 	// OnPublish has a function hear every move of the monitor's revision with the instances
 	// whose verdict changed (health.Monitor.OnPublish): long polls wake by service from it.
@@ -201,7 +201,7 @@ func New(store Store, cfg Config) (*Registry, error) {
 	}
 	if vs, ok := store.(VerdictSharer); ok && cfg.Eligibility != nil {
 		vs.OnVerdict(r.follow)
-		vs.OnRampClock(func(t time.Time) { r.cfg.Eligibility.SetRampClock(t, r.cfg.Now()) })
+		vs.OnRampClock(func(t time.Time) []string { return r.cfg.Eligibility.SetRampClock(t, r.cfg.Now()) })
 		vs.OnOutcomes(r.forwarded)
 	}
 	m, err := newMetrics(cfg.Registerer, r)

@@ -28,7 +28,9 @@ type SharedVerdict struct {
 // VerdictSharer is a Store that shares verdicts between replicas (the etcd store).
 // OnVerdict is called from the store's watch for every verdict another replica published,
 // OnRampClock for every ramp clock; a store calls them before its revision moves to the
-// write's, so that answers at that revision hold what they brought.
+// write's, so that answers at that revision hold what they brought. OnRampClock's function
+// returns the instances whose answers the clock moved: the store tells those alone at the
+// clock's revision (health.Monitor.SetRampClock).
 // Gateways report outcomes to any replica: ForwardOutcomes hands them to the elected one,
 // whose store calls OnOutcomes with them. It tells what the other replicas changed
 // (ChangeNotifier), so that its eligibility monitor holds their instances.
@@ -39,7 +41,7 @@ type VerdictSharer interface {
 	OnVerdict(func(SharedVerdict))
 	PublishRampClock(ctx context.Context, t time.Time) error
 	RampClock() time.Time
-	OnRampClock(func(time.Time))
+	OnRampClock(func(time.Time) (moved []string))
 	ForwardOutcomes(ctx context.Context, req *apiv1.OutcomesRequest) error
 	OnOutcomes(func(*apiv1.OutcomesRequest))
 }

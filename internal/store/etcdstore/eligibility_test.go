@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
@@ -228,7 +229,8 @@ func TestOwnVerdictsComeBackAsWritten(t *testing.T) {
 // withSlowStart is a startReplica option: the replica's eligibility engine ramps over d.
 func withSlowStart(t *testing.T, d time.Duration) func(*registry.Config) {
 	return func(cfg *registry.Config) {
-		m, err := health.NewMonitor(health.MonitorConfig{Engine: health.Config{ExternalLeases: true, SlowStart: d}})
+		// RampStep as the registry binary sets it: its sweep interval (startReplica's)
+		m, err := health.NewMonitor(health.MonitorConfig{RampStep: 50 * time.Millisecond, Engine: health.Config{ExternalLeases: true, SlowStart: d}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -356,18 +358,35 @@ func TestRampClockIsShared(t *testing.T) {
 	cli := startEtcd(t)
 	open, _ := replicas(t, cli, "rampclock")
 	a, b := open(), open()
+	ctx := context.Background()
+	told := make(chan registry.Changes, 64)
+	b.OnPublish(func(rev int64, c registry.Changes) {
+		told <- registry.Changes{Services: slices.Clone(c.Services), Capabilities: slices.Clone(c.Capabilities), Instances: slices.Clone(c.Instances), All: c.All}
+	})
+	for _, rec := range []*registry.Record{record("moved"), record("still")} {
+		if rec.InstanceID == "still" {
+			rec.ServiceName = "other" // a service whose ramps the clock did not move
+		}
+		if err := a.Register(ctx, rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	registrytest.Until(t, "b holds both registrations", func() bool { return len(b.Records()) == 2 })
+	for len(told) > 0 {
+		<-told // what b told of its start and of the registrations
+	}
 	type seen struct {
 		at       time.Time
 		revision int64 // b's revision when its hook ran
 	}
 	got := make(chan seen, 4)
-	b.OnRampClock(func(at time.Time) { rev, _ := b.Watch(); got <- seen{at, rev} })
+	b.OnRampClock(func(at time.Time) []string { rev, _ := b.Watch(); got <- seen{at, rev}; return []string{"moved", "gone-by-now"} })
 	if !b.RampClock().IsZero() {
 		t.Fatalf("a ramp clock before any was published: %s", b.RampClock())
 	}
 	at := time.Date(2026, 11, 30, 12, 0, 0, 123456789, time.FixedZone("x", 3600))
 	rev0, _ := b.Watch()
-	if err := a.PublishRampClock(context.Background(), at); err != nil {
+	if err := a.PublishRampClock(ctx, at); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -379,6 +398,24 @@ func TestRampClockIsShared(t *testing.T) {
 		t.Fatal("b's hook never got the ramp clock")
 	}
 	registrytest.Until(t, "b's revision moves to the write's", func() bool { rev, _ := b.Watch(); return rev > rev0 })
+	// The clock's revision tells what the hook said it moved, and nothing else: the long
+	// polls and delta watches of other services do not hear of it.
+	want := registry.Changes{Services: []string{"svc"}, Capabilities: []string{"a.b"}, Instances: []string{"moved"}}
+	deadline := time.After(10 * time.Second)
+	for waiting := true; waiting; {
+		select {
+		case c := <-told:
+			if !c.All && len(c.Instances) == 0 {
+				continue // a move that tells nothing
+			}
+			waiting = false
+			if diff := cmp.Diff(want, c, cmpopts.EquateEmpty()); diff != "" {
+				t.Errorf("the ramp clock's revision told (-want +got):\n%s", diff)
+			}
+		case <-deadline:
+			t.Fatal("b never told the ramp clock's revision")
+		}
+	}
 	if c := open(); !c.RampClock().Equal(at) {
 		t.Errorf("a replica started later holds the ramp clock %s, want %s", c.RampClock(), at)
 	}

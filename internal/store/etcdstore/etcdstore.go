@@ -78,7 +78,7 @@ type Store struct {
 	acks        map[string]gatewayAck // gateway id -> its last acknowledgement, while its lease lives
 	onVerdict   atomic.Pointer[func(registry.SharedVerdict)]
 	rampClock   atomic.Pointer[time.Time] // the elected replica's ramp clock, nil before one is read
-	onRampClock atomic.Pointer[func(time.Time)]
+	onRampClock atomic.Pointer[func(time.Time) []string]
 	operators   atomic.Pointer[[]byte]       // the operator actions' state (operators key), nil before one is read
 	onOperators atomic.Pointer[func([]byte)] // hears each new state the watch sees
 	onOutcomes  atomic.Pointer[func(*apiv1.OutcomesRequest)]
@@ -334,10 +334,13 @@ func (s *Store) apply(ev *clientv3.Event) {
 			return
 		}
 		s.rampClock.Store(&t)
-		if fn := s.onRampClock.Load(); fn != nil {
-			(*fn)(t)
+		fn := s.onRampClock.Load()
+		if fn == nil {
+			s.index.Touch(ev.Kv.ModRevision) // nothing tells which answers it moves
+			return
 		}
-		s.index.Touch(ev.Kv.ModRevision) // as a verdict's: answers at this revision weigh by it
+		// as a verdict's: answers at this revision weigh by it, and those it moved are told
+		s.index.TouchIDs((*fn)(t), ev.Kv.ModRevision)
 	case k == s.key(operatorsKey):
 		if ev.Type != clientv3.EventTypePut {
 			return

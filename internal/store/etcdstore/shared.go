@@ -99,8 +99,9 @@ func (s *Store) RampClock() time.Time {
 	return time.Time{}
 }
 
-// OnRampClock implements registry.VerdictSharer: fn receives every ramp clock the watch sees.
-func (s *Store) OnRampClock(fn func(time.Time)) { s.onRampClock.Store(&fn) }
+// OnRampClock implements registry.VerdictSharer: fn receives every ramp clock the watch sees,
+// and returns the instances whose answers it moved, which the clock's revision tells.
+func (s *Store) OnRampClock(fn func(time.Time) []string) { s.onRampClock.Store(&fn) }
 
 // readRampClock decodes the ramp clock's key.
 func (s *Store) readRampClock(kv *mvccpb.KeyValue) (time.Time, bool) {

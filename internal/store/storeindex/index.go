@@ -50,11 +50,24 @@ func (ix *Index) OnPublish(fn func(rev int64, c registry.Changes)) {
 }
 
 // maxDirtyNames bounds the names one move of the revision tells: past it, the move says that
-// everything changed (a batch of thousands of writes).
-const maxDirtyNames = 4096
+// everything changed. As the monitor's own bound (health's maxTouched), it is well above
+// what one ramp clock moves during an evacuation (some 2,000 instances at each tenth of a
+// second at 60,000 instances): with 4,096, two clocks gathered in one move woke every long
+// poll of the fleet, and sent every delta watch a whole answer.
+const maxDirtyNames = 1 << 16
 
 // noteLocked adds rec's service and capabilities to what the next move of the revision tells.
-func (ix *Index) noteLocked(rec *registry.Record, removed bool) {
+func (ix *Index) noteLocked(rec *registry.Record, removed bool) { ix.noteOnceLocked(rec, removed, nil) }
+
+// dirtyName is a service's name, or a capability's, as noteOnceLocked tells it once.
+type dirtyName struct {
+	capability bool
+	name       string
+}
+
+// noteOnceLocked is noteLocked that tells each service and capability once in the names seen
+// holds (nil: no such set), and adds them to it.
+func (ix *Index) noteOnceLocked(rec *registry.Record, removed bool, seen map[dirtyName]struct{}) {
 	d := &ix.dirty
 	if ix.onPublish == nil || d.All {
 		return
@@ -63,10 +76,24 @@ func (ix *Index) noteLocked(rec *registry.Record, removed bool) {
 		ix.noteAllLocked()
 		return
 	}
-	d.Services = append(d.Services, rec.ServiceName)
+	once := func(n dirtyName) bool {
+		if seen == nil {
+			return true
+		}
+		if _, ok := seen[n]; ok {
+			return false
+		}
+		seen[n] = struct{}{}
+		return true
+	}
+	if once(dirtyName{name: rec.ServiceName}) {
+		d.Services = append(d.Services, rec.ServiceName)
+	}
 	d.Instances = append(d.Instances, rec.InstanceID)
 	for _, c := range rec.Capabilities {
-		d.Capabilities = append(d.Capabilities, c.CapabilityID)
+		if once(dirtyName{capability: true, name: c.CapabilityID}) {
+			d.Capabilities = append(d.Capabilities, c.CapabilityID)
+		}
 	}
 	d.Routed = d.Routed || rec.Routed()
 	d.Removed = d.Removed || removed
@@ -329,6 +356,23 @@ func (ix *Index) TouchID(id string, rev int64) {
 	defer ix.mu.Unlock()
 	if rec, ok := ix.records[id]; ok {
 		ix.noteLocked(rec, false)
+	}
+	ix.bumpLocked(rev)
+}
+
+// TouchIDs is TouchID for many instances at one revision (those a ramp clock moved): each of
+// their services and capabilities is told once, however many of its instances moved.
+func (ix *Index) TouchIDs(ids []string, rev int64) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	var seen map[dirtyName]struct{}
+	if len(ids) > 1 {
+		seen = map[dirtyName]struct{}{}
+	}
+	for _, id := range ids {
+		if rec, ok := ix.records[id]; ok {
+			ix.noteOnceLocked(rec, false, seen)
+		}
 	}
 	ix.bumpLocked(rev)
 }
