@@ -52,7 +52,9 @@ func (m *Monitor) nextSlot(v *view, n int64) int64 {
 // clock, which weighed that slot by then (it publishes the instant of the sweep or Advance
 // it weighed at, TakeRampMoved). Every replica derives it from the one clock, so they answer
 // the same ramp at one revision; unslotted, it is the clock.
-func (m *Monitor) rampClockOf(phase uint8) time.Time { return rampClockOf(m.due.width, m.rampClock, phase) }
+func (m *Monitor) rampClockOf(phase uint8) time.Time {
+	return rampClockOf(m.due.width, m.rampClock, phase)
+}
 
 // rampClockOf is the last instant of slot phase, for slots width nanoseconds apart (0: not
 // slotted), at or before clock.

@@ -380,7 +380,11 @@ func TestRampClockIsShared(t *testing.T) {
 		revision int64 // b's revision when its hook ran
 	}
 	got := make(chan seen, 4)
-	b.OnRampClock(func(at time.Time) []string { rev, _ := b.Watch(); got <- seen{at, rev}; return []string{"moved", "gone-by-now"} })
+	b.OnRampClock(func(at time.Time) []string {
+		rev, _ := b.Watch()
+		got <- seen{at, rev}
+		return []string{"moved", "gone-by-now"}
+	})
 	if !b.RampClock().IsZero() {
 		t.Fatalf("a ramp clock before any was published: %s", b.RampClock())
 	}
