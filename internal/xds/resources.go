@@ -131,6 +131,7 @@ func cluster(name string) *clusterv3.Cluster {
 // its zone (sub_zone = instance id) with its weight as the locality's weight too: gRPC's
 // round robin weighs localities, Envoy's endpoints, and both see the eligibility weight.
 func loadAssignment(name string, eps []endpoint) *endpointv3.ClusterLoadAssignment {
+	sortEndpoints(eps)
 	return loadAssignmentOf(name, eps, nil, nil)
 }
 
@@ -138,12 +139,10 @@ func loadAssignment(name string, eps []endpoint) *endpointv3.ClusterLoadAssignme
 // prevParts, the messages of the assignment built from prev (the same endpoints, in the same
 // order: one message per endpoint), when prev holds the endpoint at the same xDS priority:
 // the messages are never changed once made, so an assignment built again shares those of the
-// endpoints that did not change. Both lists are in sortEndpoints' order, and one walk pairs
-// them. eps in that order are not sorted again.
+// endpoints that did not change. Both lists are in sortEndpoints' order (the caller's
+// promise: capsIndex keeps its members so), and one walk pairs them; an endpoint equal to
+// the next of prev, the usual case, is paired without ordering the two.
 func loadAssignmentOf(name string, eps, prev []endpoint, prevParts []*endpointv3.LocalityLbEndpoints) *endpointv3.ClusterLoadAssignment {
-	if !slices.IsSortedFunc(eps, compareEndpoints) {
-		sortEndpoints(eps)
-	}
 	if len(prev) != len(prevParts) {
 		prev = nil
 	}
@@ -154,7 +153,7 @@ func loadAssignmentOf(name string, eps, prev []endpoint, prevParts []*endpointv3
 		if i > 0 && ep.priority != eps[i-1].priority {
 			prio++
 		}
-		for j < len(prev) && compareEndpoints(prev[j], ep) < 0 {
+		for j < len(prev) && prev[j] != ep && compareEndpoints(prev[j], ep) < 0 {
 			j++
 		}
 		if j < len(prev) && prev[j] == ep && prevParts[j].Priority == prio {

@@ -68,32 +68,61 @@ func (x *capsIndex) reset(entries []apiv1.CapabilityEntry) map[string]struct{} {
 func (x *capsIndex) apply(d *discovery.Delta) map[string]struct{} {
 	t := touching{x: x, dirty: map[string]struct{}{}}
 	d.Apply(&t)
+	t.flush()
 	return t.dirty
 }
 
 // touching is the index as a discovery.Keeper that notes the clusters each call touches.
+//
+// Its drops wait for the end of the delta (flush): a delta names every instance it changed
+// among those to drop, at their current generation, and puts their entries again, so an
+// entry whose weight moved (a ramp's step, the most common change there is) was removed from
+// its clusters and inserted again. Put replaces it in place instead, and flush drops what
+// the delta did not put again.
 type touching struct {
 	x     *capsIndex
 	dirty map[string]struct{}
+	drops map[string]int64      // instance → the generation at or below which its entries go
+	kept  map[entryKey]struct{} // entries put since their instance's drop: they stay
 }
 
 func (t *touching) Len() int { return len(t.x.entries) }
 
 func (t *touching) Reset(entries []apiv1.CapabilityEntry) {
+	t.flush()
 	for n := range t.x.reset(entries) {
 		t.dirty[n] = struct{}{}
 	}
 }
 
 func (t *touching) Drop(id string, generation int64) {
-	for k := range t.x.byInst[id] {
-		if t.x.entries[k].Generation <= generation {
-			t.x.remove(k, t.dirty)
-		}
+	if t.drops == nil {
+		t.drops, t.kept = map[string]int64{}, map[entryKey]struct{}{}
+	}
+	if g, ok := t.drops[id]; !ok || generation > g {
+		t.drops[id] = generation
 	}
 }
 
-func (t *touching) Put(e apiv1.CapabilityEntry) { t.x.put(e, t.dirty) }
+func (t *touching) Put(e apiv1.CapabilityEntry) {
+	if _, ok := t.drops[e.InstanceID]; ok {
+		t.kept[keyOf(&e)] = struct{}{}
+	}
+	t.x.put(e, t.dirty)
+}
+
+// flush drops the entries of the instances dropped, at or below their generations, that were
+// not put again since.
+func (t *touching) flush() {
+	for id, g := range t.drops {
+		for k := range t.x.byInst[id] {
+			if _, kept := t.kept[k]; !kept && t.x.entries[k].Generation <= g {
+				t.x.remove(k, t.dirty)
+			}
+		}
+	}
+	t.drops, t.kept = nil, nil
+}
 
 // compareMembers orders a cluster's members as its assignment lists their endpoints
 // (compareEndpoints), those without one last: an assignment is built from them as they are.
@@ -117,7 +146,13 @@ func compareMembers(a, b *member) int {
 
 func (x *capsIndex) put(e apiv1.CapabilityEntry, dirty map[string]struct{}) {
 	k := keyOf(&e)
-	if _, ok := x.entries[k]; ok {
+	m := member{key: k}
+	m.ep, m.ok = endpointOf(e)
+	if old, ok := x.entries[k]; ok {
+		if x.replace(old, m, dirty) {
+			x.entries[k] = e
+			return
+		}
 		x.remove(k, dirty)
 	}
 	x.entries[k] = e
@@ -127,14 +162,51 @@ func (x *capsIndex) put(e apiv1.CapabilityEntry, dirty map[string]struct{}) {
 		x.byInst[e.InstanceID] = ids
 	}
 	ids[k] = struct{}{}
-	m := member{key: k}
-	m.ep, m.ok = endpointOf(e)
 	for _, n := range clusterNames(e) {
 		ms := x.clusters[n]
 		i := sort.Search(len(ms), func(j int) bool { return compareMembers(&m, &ms[j]) < 0 })
 		x.clusters[n] = slices.Insert(ms, i, m)
 		dirty[n] = struct{}{}
 	}
+}
+
+// replace puts m in place of the member of old (an entry of the same key) in each of its
+// clusters, when it keeps its place in their order there (a new weight or health, the usual
+// change of an entry: a ramp's step), and reports whether it did; a cluster is touched only
+// when its member changed. Otherwise the caller removes old and inserts m: a search and
+// a copy of the cluster each, where this is a search.
+func (x *capsIndex) replace(old apiv1.CapabilityEntry, m member, dirty map[string]struct{}) bool {
+	om := member{key: m.key}
+	om.ep, om.ok = endpointOf(old)
+	names := clusterNames(old)
+	var at [len(names)]int
+	for c, n := range names {
+		ms := x.clusters[n]
+		i := x.indexOf(n, &om)
+		if i < 0 || i > 0 && compareMembers(&ms[i-1], &m) >= 0 || i+1 < len(ms) && compareMembers(&m, &ms[i+1]) >= 0 {
+			return false
+		}
+		at[c] = i
+	}
+	if om == m {
+		return true // the same endpoint: no cluster changes
+	}
+	for c, n := range names {
+		x.clusters[n][at[c]] = m
+		dirty[n] = struct{}{}
+	}
+	return true
+}
+
+// indexOf returns the index of member m in cluster n (members are unique and in
+// compareMembers' order), or -1.
+func (x *capsIndex) indexOf(n string, m *member) int {
+	ms := x.clusters[n]
+	i := sort.Search(len(ms), func(j int) bool { return compareMembers(m, &ms[j]) <= 0 })
+	if i < len(ms) && ms[i].key == m.key {
+		return i
+	}
+	return -1
 }
 
 func (x *capsIndex) remove(k entryKey, dirty map[string]struct{}) {
@@ -146,9 +218,11 @@ func (x *capsIndex) remove(k entryKey, dirty map[string]struct{}) {
 			delete(x.byInst, e.InstanceID)
 		}
 	}
+	om := member{key: k}
+	om.ep, om.ok = endpointOf(e)
 	for _, n := range clusterNames(e) {
 		ms := x.clusters[n]
-		if i := slices.IndexFunc(ms, func(m member) bool { return m.key == k }); i >= 0 {
+		if i := x.indexOf(n, &om); i >= 0 {
 			ms = slices.Delete(ms, i, i+1)
 		}
 		if len(ms) == 0 {

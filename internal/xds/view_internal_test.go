@@ -3,6 +3,7 @@ package xds
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"testing"
 
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -137,6 +138,45 @@ func TestUpdatesByChangeAreTheWholeView(t *testing.T) {
 // registered in its place) at 60,000 instances in 600 services, each with two capabilities
 // of its own (the clusters of peerbench's xDS churn): what the server does per change.
 func BenchmarkUpdateOneChange(b *testing.B) {
+	s, entries := benchFleet(b)
+	gen := int64(len(entries))
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		victim := entries[(i*7919)%len(entries)]
+		gen++
+		e := victim
+		e.InstanceID, e.Generation = fmt.Sprintf("new-%d", i), gen
+		s.update(&discovery.Delta{Complete: true, Gone: []apiv1.Removal{{InstanceID: victim.InstanceID, Generation: victim.Generation}}})
+		s.update(&discovery.Delta{Complete: true, Put: []apiv1.CapabilityEntry{e}})
+		entries[(i*7919)%len(entries)] = e
+		i++
+	}
+}
+
+// BenchmarkUpdateOneRampStep: one instance's weight moves (both its entries), the change a
+// slow start makes every second for each instance ramping: under an evacuation's churn,
+// some 20,000 of them a second.
+func BenchmarkUpdateOneRampStep(b *testing.B) {
+	s, entries := benchFleet(b)
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		k := (i * 7919) % (len(entries) / 2) * 2 // an instance's two entries are next to each other
+		put := []apiv1.CapabilityEntry{entries[k], entries[k+1]}
+		for j := range put {
+			put[j].Eligibility, put[j].Weight = "slow_start", 10+i%90
+		}
+		// as the registry sends it: the instance among those to drop, at its generation, and
+		// its entries put again
+		s.update(&discovery.Delta{Complete: true, Gone: []apiv1.Removal{{InstanceID: put[0].InstanceID, Generation: put[0].Generation}}, Put: put})
+		i++
+	}
+}
+
+// benchFleet is a server holding 60,000 instances of 600 services, two capabilities each,
+// and the entries it holds, an instance's two next to each other.
+func benchFleet(b *testing.B) (*Server, []apiv1.CapabilityEntry) {
 	s, err := New(Config{Discovery: &discovery.Client{}})
 	if err != nil {
 		b.Fatal(err)
@@ -150,21 +190,8 @@ func BenchmarkUpdateOneChange(b *testing.B) {
 				Generation: int64(i + 1), Eligibility: "serving", Weight: 100})
 		}
 	}
-	apiv1.SortCapabilityEntries(entries)
-	s.update(&discovery.Delta{Complete: true, Reset: true, Entries: entries})
-	gen := int64(n)
-	b.ReportAllocs()
-	i := 0
-	for b.Loop() {
-		victim := entries[(i*7919)%len(entries)]
-		gen++
-		e := victim
-		e.InstanceID, e.Generation = fmt.Sprintf("new-%d", i), gen
-		s.update(&discovery.Delta{Complete: true, Gone: []apiv1.Removal{{InstanceID: victim.InstanceID, Generation: victim.Generation}}})
-		s.update(&discovery.Delta{Complete: true, Put: []apiv1.CapabilityEntry{e}})
-		entries[(i*7919)%len(entries)] = e
-		i++
-	}
+	s.update(&discovery.Delta{Complete: true, Reset: true, Entries: slices.Clone(entries)})
+	return s, entries
 }
 
 // TestRouteUpdatesAreTheWholeTablesResources: a sequence of routes views — instances gone and
