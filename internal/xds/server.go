@@ -81,6 +81,10 @@ type Server struct {
 	followMu sync.Mutex
 	follow   routing.Follower
 	last     map[resourcev3.Type]map[string]types.Resource // the resources served, to find what changed
+	// pending holds the clusters whose assignment changed while no stream subscribed to it
+	// (interest.go): built when one does.
+	pending  map[string]struct{}
+	interest interest
 }
 
 // servedTypes are the resource types served; a stream asking for another type gets an error.
@@ -103,7 +107,7 @@ func New(cfg Config) (*Server, error) {
 	// One linear cache per type: every client gets the same resources whatever its node id,
 	// a resource is marshalled once however many streams hold it, and a change of the view
 	// re-sends only the resources that changed.
-	s := &Server{cfg: cfg, caches: map[resourcev3.Type]*cachev3.LinearCache{}, index: newCapsIndex(), caps: emptyResources()}
+	s := &Server{cfg: cfg, caches: map[resourcev3.Type]*cachev3.LinearCache{}, index: newCapsIndex(), caps: emptyResources(), pending: map[string]struct{}{}}
 	mux := &cachev3.MuxCache{Classify: func(r *cachev3.Request) string { return r.GetTypeUrl() },
 		ClassifyDelta: func(r *cachev3.DeltaRequest) string { return r.GetTypeUrl() }, Caches: map[string]cachev3.Cache{}}
 	for _, typ := range servedTypes {
@@ -132,25 +136,41 @@ func emptyResources() map[resourcev3.Type]map[string]types.Resource {
 // it touched (every cluster at a reset) are built again, and those that differ replaced (and
 // sent again to the streams holding them). The resources are those Resources builds from the
 // whole view (TestUpdatesByChangeAreTheWholeView): a change costs the clusters it touched,
-// not the fleet.
+// not the fleet. The assignment of a cluster that stays, which no stream subscribes to, is
+// only marked pending (interest.go).
 func (s *Server) update(d *discovery.Delta) {
 	version := d.Epoch + "/" + strconv.FormatInt(d.Revision, 10)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	dirty := s.index.apply(d)
+	deferred := 0
 	for _, n := range sortedNames(dirty) {
-		built, err := s.index.build(s.caps, n)
-		if err != nil {
-			// the index holds the view; the cluster's resources stay as they were
-			s.cfg.Logger.Error("xds resources not built; the previous ones stay", slog.String("version", version), slog.String("cluster", n), slog.Any("error", err))
+		if !s.interest.wants(n) && s.index.keeps(s.caps, n) {
+			s.pending[n] = struct{}{}
+			delete(dirty, n)
+			deferred++
+			continue
 		}
-		if err != nil || !built {
+		delete(s.pending, n)
+		if !s.buildLocked(n, version) {
 			delete(dirty, n)
 		}
 	}
 	changed := s.installNamesLocked(dirty)
 	s.cfg.Logger.Debug("xds view", slog.String("version", version), slog.Int("entries", len(s.index.entries)), slog.Int("clusters_touched", len(dirty)),
-		slog.Int("resources_changed", changed))
+		slog.Int("assignments_deferred", deferred), slog.Int("resources_changed", changed))
+}
+
+// buildLocked builds the resources of cluster n from the index, and reports whether they
+// changed (an error leaves them as they were, and is logged).
+func (s *Server) buildLocked(n, version string) bool {
+	built, err := s.index.build(s.caps, n)
+	if err != nil {
+		// the index holds the view; the cluster's resources stay as they were
+		s.cfg.Logger.Error("xds resources not built; the previous ones stay", slog.String("version", version), slog.String("cluster", n), slog.Any("error", err))
+		return false
+	}
+	return built
 }
 
 // updateRoutes installs the routing table derived from a routes view: only its resources are
@@ -300,7 +320,7 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 		}))
 	}
 	gs := grpc.NewServer(opts...)
-	discoverygrpc.RegisterAggregatedDiscoveryServiceServer(gs, serverv3.NewServer(ctx, s.mux, callbacks(s.cfg.Logger)))
+	discoverygrpc.RegisterAggregatedDiscoveryServiceServer(gs, serverv3.NewServer(ctx, s.mux, s.callbacks()))
 	var wg sync.WaitGroup
 	errs := make(chan error, 3)
 	wg.Go(func() {

@@ -234,6 +234,15 @@ func (x *capsIndex) remove(k entryKey, dirty map[string]struct{}) {
 	}
 }
 
+// keeps reports whether cluster n is served (res holds it) and keeps an endpoint: a change of
+// its members changes its assignment alone, which can wait (the members with an endpoint
+// come first).
+func (x *capsIndex) keeps(res map[resourcev3.Type]map[string]types.Resource, n string) bool {
+	_, had := res[resourcev3.ClusterType][n]
+	ms := x.clusters[n]
+	return had && len(ms) > 0 && ms[0].ok
+}
+
 // build puts the resources of cluster n, as Resources builds them from the whole view, in
 // res (and removes them when the cluster has no endpoint left), and reports whether they
 // changed: not when its endpoints are those its assignment was built from.

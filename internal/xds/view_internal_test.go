@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
 	"pgregory.net/rapid"
@@ -17,8 +18,10 @@ import (
 
 // TestUpdatesByChangeAreTheWholeView: after every change of a random sequence — entries put
 // (new instances, new weights and verdicts, new incarnations), instances gone, a whole view
-// now and then — the resources the server holds, built for the clusters each change touched
-// alone, are those Resources builds from the whole view.
+// now and then, streams subscribing to assignments and leaving — the resources the server
+// holds, built for the clusters each change touched alone, are those Resources builds from
+// the whole view: at once for the clusters and listeners and for the assignments a stream
+// subscribes to, and once built (realize, what a stream subscribing does) for the others.
 func TestUpdatesByChangeAreTheWholeView(t *testing.T) {
 	caps := []struct{ id, provider, version, meta string }{
 		{"orders.read", "db", "1.0.0", ""}, {"orders.read", "db", "1.1.0", `{"priority":2}`},
@@ -56,7 +59,55 @@ func TestUpdatesByChangeAreTheWholeView(t *testing.T) {
 			return e
 		}
 		ids := []string{"i-1", "i-2", "i-3", "i-4", "i-5", "i-6"}
+		// check holds the server's resources to the whole view's; pending: an assignment that
+		// waits for a subscription may differ (no stream may subscribe to it).
+		check := func(rt *rapid.T, pending bool) {
+			want, err := Resources(result().Entries)
+			if err != nil {
+				rt.Fatal(err)
+			}
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			for typ, rs := range want {
+				if len(rs) != len(s.caps[typ]) {
+					rt.Fatalf("%s: %d resources, the whole view has %d", typ, len(s.caps[typ]), len(rs))
+				}
+				for n, r := range rs {
+					if _, later := s.pending[n]; later && typ == resourcev3.EndpointType {
+						if !pending {
+							rt.Fatalf("%s is still pending", n)
+						}
+						if s.interest.wants(n) {
+							rt.Fatalf("%s is pending, and a stream subscribes to it", n)
+						}
+						continue // built when a stream subscribes
+					}
+					if got := s.caps[typ][n]; !proto.Equal(got, r) {
+						rt.Fatalf("%s %s:\n got %v\nwant %v", typ, n, got, r)
+					}
+					if got := s.last[typ][n]; !proto.Equal(got, r) {
+						rt.Fatalf("%s %s served:\n got %v\nwant %v", typ, n, got, r)
+					}
+				}
+			}
+		}
+		var clusters []string
+		for _, c := range caps {
+			clusters = append(clusters, ClusterName(c.id, ""), ClusterName(c.id, c.provider))
+		}
 		rt.Repeat(map[string]func(*rapid.T){
+			"subscribe": func(rt *rapid.T) {
+				id := rapid.Int64Range(1, 3).Draw(rt, "stream")
+				names := rapid.SliceOfDistinct(rapid.SampledFrom(clusters), rapid.ID[string]).Draw(rt, "names")
+				if rapid.IntRange(0, 9).Draw(rt, "leave") == 0 {
+					s.interest.end(stream{id: id})
+					return
+				}
+				if len(names) == 0 && rapid.Bool().Draw(rt, "no wildcard") {
+					names = []string{clusters[0]}
+				}
+				s.onRequest(id, &discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResourceNames: names})
+			},
 			"put": func(rt *rapid.T) {
 				var put []apiv1.CapabilityEntry
 				for range rapid.IntRange(1, 3).Draw(rt, "n") {
@@ -109,27 +160,11 @@ func TestUpdatesByChangeAreTheWholeView(t *testing.T) {
 				}
 				s.update(&discovery.Delta{Reset: true, Entries: answered, Gone: []apiv1.Removal{{InstanceID: gone, Generation: gen}}})
 			},
-			"": func(rt *rapid.T) {
-				want, err := Resources(result().Entries)
-				if err != nil {
-					rt.Fatal(err)
-				}
-				s.mu.Lock()
-				defer s.mu.Unlock()
-				for typ, rs := range want {
-					if len(rs) != len(s.caps[typ]) {
-						rt.Fatalf("%s: %d resources, the whole view has %d", typ, len(s.caps[typ]), len(rs))
-					}
-					for n, r := range rs {
-						if got := s.caps[typ][n]; !proto.Equal(got, r) {
-							rt.Fatalf("%s %s:\n got %v\nwant %v", typ, n, got, r)
-						}
-						if got := s.last[typ][n]; !proto.Equal(got, r) {
-							rt.Fatalf("%s %s served:\n got %v\nwant %v", typ, n, got, r)
-						}
-					}
-				}
+			"realize": func(rt *rapid.T) {
+				s.realize(nil, true) // as a stream subscribing to every assignment does
+				check(rt, false)
 			},
+			"": func(rt *rapid.T) { check(rt, true) },
 		})
 	})
 }
