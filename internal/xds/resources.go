@@ -107,12 +107,20 @@ func endpointOf(e apiv1.CapabilityEntry) (endpoint, bool) {
 
 // putCluster sets the resources of cluster n with endpoints eps in res.
 func putCluster(res map[resourcev3.Type]map[string]types.Resource, n string, eps []endpoint) error {
-	res[resourcev3.ClusterType][n] = cluster(n)
+	if err := putClusterOnly(res, n); err != nil {
+		return err
+	}
 	res[resourcev3.EndpointType][n] = loadAssignment(n, eps)
+	return nil
+}
+
+// putClusterOnly sets the cluster n and its listener in res, not its assignment.
+func putClusterOnly(res map[resourcev3.Type]map[string]types.Resource, n string) error {
 	l, err := apiListener(n)
 	if err != nil {
 		return err
 	}
+	res[resourcev3.ClusterType][n] = cluster(n)
 	res[resourcev3.ListenerType][n] = l
 	return nil
 }
@@ -132,50 +140,32 @@ func cluster(name string) *clusterv3.Cluster {
 // round robin weighs localities, Envoy's endpoints, and both see the eligibility weight.
 func loadAssignment(name string, eps []endpoint) *endpointv3.ClusterLoadAssignment {
 	sortEndpoints(eps)
-	return loadAssignmentOf(name, eps, nil, nil)
-}
-
-// loadAssignmentOf is loadAssignment that takes each endpoint's LocalityLbEndpoints from
-// prevParts, the messages of the assignment built from prev (the same endpoints, in the same
-// order: one message per endpoint), when prev holds the endpoint at the same xDS priority:
-// the messages are never changed once made, so an assignment built again shares those of the
-// endpoints that did not change. Both lists are in sortEndpoints' order (the caller's
-// promise: capsIndex keeps its members so), and one walk pairs them; an endpoint equal to
-// the next of prev, the usual case, is paired without ordering the two.
-func loadAssignmentOf(name string, eps, prev []endpoint, prevParts []*endpointv3.LocalityLbEndpoints) *endpointv3.ClusterLoadAssignment {
-	if len(prev) != len(prevParts) {
-		prev = nil
-	}
 	cla := &endpointv3.ClusterLoadAssignment{ClusterName: name, Endpoints: make([]*endpointv3.LocalityLbEndpoints, 0, len(eps))}
 	var prio uint32
-	j := 0
 	for i, ep := range eps {
 		if i > 0 && ep.priority != eps[i-1].priority {
 			prio++
 		}
-		for j < len(prev) && prev[j] != ep && compareEndpoints(prev[j], ep) < 0 {
-			j++
-		}
-		if j < len(prev) && prev[j] == ep && prevParts[j].Priority == prio {
-			cla.Endpoints = append(cla.Endpoints, prevParts[j])
-			j++
-			continue
-		}
-		cla.Endpoints = append(cla.Endpoints, &endpointv3.LocalityLbEndpoints{
-			Locality:            &corev3.Locality{Zone: ep.zone, SubZone: ep.instance},
-			LoadBalancingWeight: wrapperspb.UInt32(ep.weight),
-			Priority:            prio,
-			LbEndpoints: []*endpointv3.LbEndpoint{{
-				HealthStatus:        ep.health,
-				LoadBalancingWeight: wrapperspb.UInt32(ep.weight),
-				HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
-					Hostname: ep.instance,
-					Address:  socketAddress(ep.host, ep.port),
-				}},
-			}},
-		})
+		cla.Endpoints = append(cla.Endpoints, localityOf(ep, prio))
 	}
 	return cla
+}
+
+// localityOf is the locality of one endpoint, at xDS priority prio.
+func localityOf(ep endpoint, prio uint32) *endpointv3.LocalityLbEndpoints {
+	return &endpointv3.LocalityLbEndpoints{
+		Locality:            &corev3.Locality{Zone: ep.zone, SubZone: ep.instance},
+		LoadBalancingWeight: wrapperspb.UInt32(ep.weight),
+		Priority:            prio,
+		LbEndpoints: []*endpointv3.LbEndpoint{{
+			HealthStatus:        ep.health,
+			LoadBalancingWeight: wrapperspb.UInt32(ep.weight),
+			HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
+				Hostname: ep.instance,
+				Address:  socketAddress(ep.host, ep.port),
+			}},
+		}},
+	}
 }
 
 // sortEndpoints puts endpoints in an assignment's order: priority (higher first), zone,

@@ -5,7 +5,6 @@ import (
 	"slices"
 	"sort"
 
-	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
@@ -41,12 +40,12 @@ type capsIndex struct {
 	// parts holds that assignment's messages, one per endpoint of served, for the next build
 	// to share.
 	served map[string][]endpoint
-	parts  map[string][]*endpointv3.LocalityLbEndpoints
+	parts  map[string][]part
 }
 
 func newCapsIndex() *capsIndex {
 	return &capsIndex{entries: map[entryKey]apiv1.CapabilityEntry{}, byInst: map[string]map[entryKey]struct{}{},
-		clusters: map[string][]member{}, served: map[string][]endpoint{}, parts: map[string][]*endpointv3.LocalityLbEndpoints{}}
+		clusters: map[string][]member{}, served: map[string][]endpoint{}, parts: map[string][]part{}}
 }
 
 // reset makes the index hold entries, and returns every cluster name it held or holds.
@@ -268,13 +267,16 @@ func (x *capsIndex) build(res map[resourcev3.Type]map[string]types.Resource, n s
 	if had && slices.Equal(eps, x.served[n]) {
 		return false, nil
 	}
-	cla := loadAssignmentOf(n, eps, x.served[n], x.parts[n])
-	x.served[n], x.parts[n] = eps, cla.Endpoints
+	cla, parts, err := packedAssignment(n, eps, x.served[n], x.parts[n])
+	if err != nil {
+		return false, err
+	}
+	x.served[n], x.parts[n] = eps, parts
 	if had {
 		res[resourcev3.EndpointType][n] = cla // the cluster and its listener stay
 		return true, nil
 	}
-	if err := putCluster(res, n, eps); err != nil {
+	if err := putClusterOnly(res, n); err != nil {
 		return false, err
 	}
 	res[resourcev3.EndpointType][n] = cla
