@@ -67,7 +67,7 @@ func Resources(entries []apiv1.CapabilityEntry) (map[resourcev3.Type]map[string]
 		if !ok {
 			continue
 		}
-		for _, name := range clusterNames(e) {
+		for _, name := range clustersOf(keyOf(&e)) {
 			clusters[name] = append(clusters[name], ep)
 		}
 	}
@@ -79,12 +79,6 @@ func Resources(entries []apiv1.CapabilityEntry) (map[resourcev3.Type]map[string]
 		}
 	}
 	return res, nil
-}
-
-// clusterNames are the clusters an entry is an endpoint of: its capability's, and its
-// provider's of it.
-func clusterNames(e apiv1.CapabilityEntry) [2]string {
-	return [2]string{ClusterName(e.CapabilityID, ""), ClusterName(e.CapabilityID, e.Provider)}
 }
 
 // endpointOf is the endpoint of an entry (false: its endpoint has no host and port, or it

@@ -32,7 +32,7 @@ type member struct {
 // clusters it touched alone (the whole view is 120,000 entries at 60,000 instances, and an
 // evacuation changes 667 of them a second).
 type capsIndex struct {
-	entries  map[entryKey]apiv1.CapabilityEntry
+	entries  map[entryKey]held
 	byInst   map[string]map[entryKey]struct{}
 	clusters map[string][]member
 	// served holds each cluster's endpoints as its assignment was last built from them, in
@@ -44,7 +44,7 @@ type capsIndex struct {
 }
 
 func newCapsIndex() *capsIndex {
-	return &capsIndex{entries: map[entryKey]apiv1.CapabilityEntry{}, byInst: map[string]map[entryKey]struct{}{},
+	return &capsIndex{entries: map[entryKey]held{}, byInst: map[string]map[entryKey]struct{}{},
 		clusters: map[string][]member{}, served: map[string][]endpoint{}, parts: map[string][]part{}}
 }
 
@@ -115,7 +115,7 @@ func (t *touching) Put(e apiv1.CapabilityEntry) {
 func (t *touching) flush() {
 	for id, g := range t.drops {
 		for k := range t.x.byInst[id] {
-			if _, kept := t.kept[k]; !kept && t.x.entries[k].Generation <= g {
+			if _, kept := t.kept[k]; !kept && t.x.entries[k].generation <= g {
 				t.x.remove(k, t.dirty)
 			}
 		}
@@ -143,25 +143,40 @@ func compareMembers(a, b *member) int {
 	return cmp.Or(cmp.Compare(k.instance, l.instance), cmp.Compare(k.capability, l.capability), cmp.Compare(k.provider, l.provider), cmp.Compare(k.version, l.version))
 }
 
+// held is what the index keeps of an entry: its generation, and its member of its clusters.
+// Not the entry: its metadata, lease and the rest were most of the server's heap, for
+// nothing an assignment says.
+type held struct {
+	generation int64
+	m          member
+}
+
+// clustersOf are the clusters an entry of key k is an endpoint of: its capability's, and its
+// provider's of it.
+func clustersOf(k entryKey) [2]string {
+	return [2]string{ClusterName(k.capability, ""), ClusterName(k.capability, k.provider)}
+}
+
 func (x *capsIndex) put(e apiv1.CapabilityEntry, dirty map[string]struct{}) {
 	k := keyOf(&e)
 	m := member{key: k}
 	m.ep, m.ok = endpointOf(e)
+	h := held{generation: e.Generation, m: m}
 	if old, ok := x.entries[k]; ok {
-		if x.replace(old, m, dirty) {
-			x.entries[k] = e
+		if x.replace(old.m, m, dirty) {
+			x.entries[k] = h
 			return
 		}
 		x.remove(k, dirty)
 	}
-	x.entries[k] = e
+	x.entries[k] = h
 	ids := x.byInst[e.InstanceID]
 	if ids == nil {
 		ids = map[entryKey]struct{}{}
 		x.byInst[e.InstanceID] = ids
 	}
 	ids[k] = struct{}{}
-	for _, n := range clusterNames(e) {
+	for _, n := range clustersOf(k) {
 		ms := x.clusters[n]
 		i := sort.Search(len(ms), func(j int) bool { return compareMembers(&m, &ms[j]) < 0 })
 		x.clusters[n] = slices.Insert(ms, i, m)
@@ -169,15 +184,13 @@ func (x *capsIndex) put(e apiv1.CapabilityEntry, dirty map[string]struct{}) {
 	}
 }
 
-// replace puts m in place of the member of old (an entry of the same key) in each of its
-// clusters, when it keeps its place in their order there (a new weight or health, the usual
-// change of an entry: a ramp's step), and reports whether it did; a cluster is touched only
-// when its member changed. Otherwise the caller removes old and inserts m: a search and
-// a copy of the cluster each, where this is a search.
-func (x *capsIndex) replace(old apiv1.CapabilityEntry, m member, dirty map[string]struct{}) bool {
-	om := member{key: m.key}
-	om.ep, om.ok = endpointOf(old)
-	names := clusterNames(old)
+// replace puts m in place of om (a member of the same key) in each of its clusters, when it
+// keeps its place in their order there (a new weight or health, the usual change of an
+// entry: a ramp's step), and reports whether it did; a cluster is touched only when its
+// member changed. Otherwise the caller removes om and inserts m: a search and a copy of the
+// cluster each, where this is a search.
+func (x *capsIndex) replace(om, m member, dirty map[string]struct{}) bool {
+	names := clustersOf(m.key)
 	var at [len(names)]int
 	for c, n := range names {
 		ms := x.clusters[n]
@@ -209,19 +222,17 @@ func (x *capsIndex) indexOf(n string, m *member) int {
 }
 
 func (x *capsIndex) remove(k entryKey, dirty map[string]struct{}) {
-	e := x.entries[k]
+	h := x.entries[k]
 	delete(x.entries, k)
-	if ids := x.byInst[e.InstanceID]; ids != nil {
+	if ids := x.byInst[k.instance]; ids != nil {
 		delete(ids, k)
 		if len(ids) == 0 {
-			delete(x.byInst, e.InstanceID)
+			delete(x.byInst, k.instance)
 		}
 	}
-	om := member{key: k}
-	om.ep, om.ok = endpointOf(e)
-	for _, n := range clusterNames(e) {
+	for _, n := range clustersOf(k) {
 		ms := x.clusters[n]
-		if i := x.indexOf(n, &om); i >= 0 {
+		if i := x.indexOf(n, &h.m); i >= 0 {
 			ms = slices.Delete(ms, i, i+1)
 		}
 		if len(ms) == 0 {
