@@ -219,12 +219,12 @@ type Monitor struct {
 	following  bool                // another replica judges: published verdicts are the followed ones
 	changedIDs map[string]struct{} // instances whose state changed since TakeChanged (nil until someone asks)
 	// rampMoved says, on the elected replica, that the weight of a slow start moved, or the
-	// slow start ended, since TakeRampMoved; judgedAt is the latest instant it judged a verdict at, and
-	// tickedAt the latest instant a sweep or an Advance weighed the views due at (the ramp
-	// clock it publishes: every slot up to it was weighed); rampClock is, on a follower, the
-	// elected replica's ramp clock (see SetRampClock). rampTouched holds, on the elected
-	// replica, the instances whose slow start its own engine weighed again (or ended) since
-	// the last ramp clock came back through the store: the answers that clock moves.
+	// slow start ended, since TakeRampMoved; judgedAt is the latest instant it judged a
+	// verdict at, and tickedAt the latest instant a sweep or an Advance weighed the views due
+	// at (the ramp clock it publishes: every slot up to it was weighed); rampClock is, on a
+	// follower, the elected replica's ramp clock (see SetRampClock). rampTouched holds, on the
+	// elected replica, the instances whose slow start its own engine weighed again (or ended)
+	// since the last ramp clock came back through the store: the answers that clock moves.
 	rampMoved   bool
 	rampCover   int64 // a ramp clock is due once a sweep or an Advance reached it (unix ns; 0: none)
 	judgedAt    time.Time

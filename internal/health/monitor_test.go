@@ -415,8 +415,8 @@ func TestMonitorLogsFirstVerdictsAtDebug(t *testing.T) {
 
 // TestMonitorSharesASlowStartByItsClock: the elected replica publishes a slow start once,
 // with weight 0 and the instant its ramp began; it asks for its ramp clock (the instant of
-// its sweep) to be published when the ramp moves or ends, not for the
-// verdict, and the serving verdict the ramp ends in follows from the published slow start.
+// its sweep) to be published when the ramp moves or ends, not for the verdict, and the
+// serving verdict the ramp ends in follows from the published slow start.
 // A follower weighs the slow start at the ramp clock it was given — to the tenth, 10 to 90,
 // whatever its own clock says — and answers serving once that clock is past the ramp. A
 // step an earlier version published (a weight above 0) is still answered as published.

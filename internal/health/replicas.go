@@ -116,10 +116,10 @@ func rampStep(elapsed, slowStart time.Duration) int {
 // weighs the slow starts the elected replica published (with weight 0), each service's at its
 // slot of it (rampClockOf). The elected replica publishes its clock when one of its slow
 // starts moves or ends (TakeRampMoved): one write for the whole fleet, where each instance's
-// tenth used to be one. A follower weighs again at once the slow starts
-// (published or derived) still ramping at its previous clock whose slot the clock passed: a
-// ramp that ended stays ended, and a clock costs the ramps in progress of the slots it
-// passed, not the fleet.
+// tenth used to be one. A follower weighs again at once the slow starts (published or
+// derived) still ramping at its previous clock whose slot the clock passed: a ramp that
+// ended stays ended, and a clock costs the ramps in progress of the slots it passed, not the
+// fleet.
 //
 // It returns the instances whose answer moved with the clock, for the store to tell at the
 // clock's revision (its long polls and delta watches hear those, not the whole fleet): on a

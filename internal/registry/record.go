@@ -62,6 +62,20 @@ type Record struct {
 	lease    atomic.Int64                  // unix nanoseconds
 	health   atomic.Int32                  // index into healthNames
 	restored atomic.Bool                   // restored from a snapshot, not heard from since
+	encoded  atomic.Pointer[[][]byte]      // Encoded's, once built
+}
+
+// Encoded returns what build made of the record on the first call: a writer of answers (the
+// server's discovery JSON) keeps there the encoding of what never changes in each of the
+// record's entries, so that every answer that holds the entry again copies it instead of
+// encoding it again. Two first calls at once may both build; one is kept.
+func (r *Record) Encoded(build func(*Record) [][]byte) [][]byte {
+	if p := r.encoded.Load(); p != nil {
+		return *p
+	}
+	v := build(r)
+	r.encoded.Store(&v)
+	return v
 }
 
 // Restored reports whether the record was restored from a snapshot and its instance has not

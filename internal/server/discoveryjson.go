@@ -134,9 +134,65 @@ func zippedAnswer(ans *registry.Answer, gzipMin int64) (e *encoded, ok bool, err
 	}), true, nil
 }
 
-// appendEntry appends the JSON of e.Wire().
+// appendEntry appends the JSON of e.Wire(). What never changes in it (appendFixed) is
+// encoded once per record and capability and copied after (fixedParts).
 func appendEntry(b []byte, e registry.Entry) ([]byte, error) {
-	r, c := e.Record, e.Capability()
+	r := e.Record
+	if fixed := r.Encoded(fixedParts); e.Cap < len(fixed) && fixed[e.Cap] != nil {
+		b = append(b, fixed[e.Cap]...)
+	} else {
+		var err error
+		if b, err = appendFixed(b, r, e.Capability()); err != nil {
+			return nil, err
+		}
+	}
+	var err error
+	b = append(b, `,"generation":`...)
+	b = strconv.AppendInt(b, r.Generation, 10)
+	b = append(b, `,"lease_expires_at":`...)
+	if b, err = apijson.Time(b, r.LeaseExpiresAt()); err != nil {
+		return nil, err
+	}
+	b = append(b, `,"health":`...)
+	b = apijson.String(b, r.Health())
+	b = append(b, `,"eligibility":`...)
+	b = apijson.String(b, cmp.Or(e.Eligibility, apiv1.EligibilityServing))
+	b = append(b, `,"weight":`...)
+	w := e.Weight
+	if e.Eligibility == "" {
+		w = 100
+	}
+	b = strconv.AppendInt(b, int64(w), 10)
+	if e.Panic {
+		b = append(b, `,"panic":true`...)
+	}
+	if r.Restored() {
+		b = append(b, `,"restored":true`...)
+	}
+	return append(b, '}'), nil
+}
+
+// fixedParts encodes what never changes in each of r's entries (appendFixed), one part per
+// capability in one buffer; a capability whose part does not encode (metadata that is not
+// JSON) has none, and its entries are encoded in full, failing as they do.
+func fixedParts(r *registry.Record) [][]byte {
+	out := make([][]byte, len(r.Capabilities))
+	buf := make([]byte, 0, 256*len(r.Capabilities))
+	for i := range r.Capabilities {
+		start := len(buf)
+		b, err := appendFixed(buf, r, &r.Capabilities[i])
+		if err != nil {
+			continue
+		}
+		buf = b
+		out[i] = buf[start:len(buf):len(buf)]
+	}
+	return out
+}
+
+// appendFixed appends the fixed start of the JSON of an entry of capability c of r: from its
+// opening brace to its zone.
+func appendFixed(b []byte, r *registry.Record, c *registry.Capability) ([]byte, error) {
 	b = append(b, `{"capability_id":`...)
 	b = apijson.String(b, c.CapabilityID)
 	b = append(b, `,"capability_version":`...)
@@ -164,27 +220,5 @@ func appendEntry(b []byte, e registry.Entry) ([]byte, error) {
 		b = append(b, `,"zone":`...)
 		b = apijson.String(b, r.Zone)
 	}
-	b = append(b, `,"generation":`...)
-	b = strconv.AppendInt(b, r.Generation, 10)
-	b = append(b, `,"lease_expires_at":`...)
-	if b, err = apijson.Time(b, r.LeaseExpiresAt()); err != nil {
-		return nil, err
-	}
-	b = append(b, `,"health":`...)
-	b = apijson.String(b, r.Health())
-	b = append(b, `,"eligibility":`...)
-	b = apijson.String(b, cmp.Or(e.Eligibility, apiv1.EligibilityServing))
-	b = append(b, `,"weight":`...)
-	w := e.Weight
-	if e.Eligibility == "" {
-		w = 100
-	}
-	b = strconv.AppendInt(b, int64(w), 10)
-	if e.Panic {
-		b = append(b, `,"panic":true`...)
-	}
-	if r.Restored() {
-		b = append(b, `,"restored":true`...)
-	}
-	return append(b, '}'), nil
+	return b, nil
 }

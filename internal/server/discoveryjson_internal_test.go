@@ -89,6 +89,24 @@ func TestAppendDiscoveryOfARestoredRecord(t *testing.T) {
 	checkAppendDiscovery(t, &ans)
 }
 
+// TestAppendDiscoveryAfterAChange: an entry is encoded, then everything of it that can change
+// without a new record changes (lease, health, verdict, panic, the restored mark): encoded
+// again, it says so; what appendEntry keeps of the record is only what cannot change.
+func TestAppendDiscoveryAfterAChange(t *testing.T) {
+	e := discoveryEntry("i-1", "messaging.publish", `{"priority": 2}`, "a", apiv1.HealthOK, 42, time.Unix(1e9, 0))
+	ans := registry.Answer{Entries: []registry.Entry{e}}
+	checkAppendDiscovery(t, &ans)
+	e.Record.SetLeaseExpiresAt(time.Unix(2e9, 5))
+	e.Record.SetHealth(apiv1.HealthDegraded)
+	e.Record.MarkRestored()
+	e.Eligibility, e.Weight, e.Panic = apiv1.EligibilitySlowStart, 40, true
+	ans.Entries = []registry.Entry{e}
+	checkAppendDiscovery(t, &ans)
+	if got, _ := appendDiscovery(nil, &ans); !strings.Contains(string(got), `"health":"degraded"`) || !strings.Contains(string(got), `"weight":40`) {
+		t.Errorf("the entry encoded again does not say what changed: %s", got)
+	}
+}
+
 // FuzzAppendDiscovery: whatever the answer holds, written directly it is byte for byte what
 // httpapi.Marshal writes of its wire form, and an error exactly where encoding/json errs.
 func FuzzAppendDiscovery(f *testing.F) {

@@ -37,8 +37,8 @@ type capsIndex struct {
 	clusters map[string][]member
 	// served holds each cluster's endpoints as its assignment was last built from them, in
 	// the assignment's order: a cluster whose endpoints did not change is not built again;
-	// parts holds that assignment's messages, one per endpoint of served, for the next build
-	// to share.
+	// parts holds that assignment's encoded localities, one per endpoint of served, for the
+	// next build to share (packedAssignment).
 	served map[string][]endpoint
 	parts  map[string][]part
 }

@@ -359,9 +359,12 @@ func TestRampClockIsShared(t *testing.T) {
 	open, _ := replicas(t, cli, "rampclock")
 	a, b := open(), open()
 	ctx := context.Background()
-	told := make(chan registry.Changes, 64)
+	var toldM sync.Mutex
+	var told []registry.Changes // what each move of b's revision told
 	b.OnPublish(func(rev int64, c registry.Changes) {
-		told <- registry.Changes{Services: slices.Clone(c.Services), Capabilities: slices.Clone(c.Capabilities), Instances: slices.Clone(c.Instances), All: c.All}
+		toldM.Lock()
+		defer toldM.Unlock()
+		told = append(told, registry.Changes{Services: slices.Clone(c.Services), Capabilities: slices.Clone(c.Capabilities), Instances: slices.Clone(c.Instances), All: c.All})
 	})
 	for _, rec := range []*registry.Record{record("moved"), record("still")} {
 		if rec.InstanceID == "still" {
@@ -372,9 +375,9 @@ func TestRampClockIsShared(t *testing.T) {
 		}
 	}
 	registrytest.Until(t, "b holds both registrations", func() bool { return len(b.Records()) == 2 })
-	for len(told) > 0 {
-		<-told // what b told of its start and of the registrations
-	}
+	toldM.Lock()
+	before := len(told) // b's start and the registrations
+	toldM.Unlock()
 	type seen struct {
 		at       time.Time
 		revision int64 // b's revision when its hook ran
@@ -405,20 +408,19 @@ func TestRampClockIsShared(t *testing.T) {
 	// The clock's revision tells what the hook said it moved, and nothing else: the long
 	// polls and delta watches of other services do not hear of it.
 	want := registry.Changes{Services: []string{"svc"}, Capabilities: []string{"a.b"}, Instances: []string{"moved"}}
-	deadline := time.After(10 * time.Second)
-	for waiting := true; waiting; {
-		select {
-		case c := <-told:
-			if !c.All && len(c.Instances) == 0 {
-				continue // a move that tells nothing
+	var clock *registry.Changes
+	registrytest.Until(t, "b tells the ramp clock's revision", func() bool {
+		toldM.Lock()
+		defer toldM.Unlock()
+		for i := before; i < len(told) && clock == nil; i++ {
+			if told[i].All || len(told[i].Instances) > 0 { // not a move that tells nothing
+				clock = &told[i]
 			}
-			waiting = false
-			if diff := cmp.Diff(want, c, cmpopts.EquateEmpty()); diff != "" {
-				t.Errorf("the ramp clock's revision told (-want +got):\n%s", diff)
-			}
-		case <-deadline:
-			t.Fatal("b never told the ramp clock's revision")
 		}
+		return clock != nil
+	})
+	if diff := cmp.Diff(want, *clock, cmpopts.EquateEmpty()); diff != "" {
+		t.Errorf("the ramp clock's revision told (-want +got):\n%s", diff)
 	}
 	if c := open(); !c.RampClock().Equal(at) {
 		t.Errorf("a replica started later holds the ramp clock %s, want %s", c.RampClock(), at)
