@@ -3,6 +3,7 @@ package registry
 import (
 	"strconv"
 	"sync"
+	"sync/atomic"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 )
@@ -84,8 +85,9 @@ func intern(s string) string {
 // capabilityList is one registration's capabilities, built once for every record that
 // declares exactly the same list (the replicas of one service do): records share the slice.
 type capabilityList struct {
-	caps []Capability
-	ids  []string // the capability ids, in order (the eligibility engine's view of them)
+	caps    []Capability
+	ids     []string                 // the capability ids, in order (the eligibility engine's view of them)
+	encoded atomic.Pointer[[][]byte] // Record.CapabilitiesEncoded's, once built
 }
 
 // internedCapabilities maps a list's key (appendCapabilityKey) to its capabilityList.

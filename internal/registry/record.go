@@ -62,19 +62,37 @@ type Record struct {
 	lease    atomic.Int64                  // unix nanoseconds
 	health   atomic.Int32                  // index into healthNames
 	restored atomic.Bool                   // restored from a snapshot, not heard from since
-	encoded  atomic.Pointer[[][]byte]      // Encoded's, once built
+	encoded  atomic.Pointer[[]byte]        // Encoded's, once built
 }
 
 // Encoded returns what build made of the record on the first call: a writer of answers (the
-// server's discovery JSON) keeps there the encoding of what never changes in each of the
-// record's entries, so that every answer that holds the entry again copies it instead of
-// encoding it again. Two first calls at once may both build; one is kept.
-func (r *Record) Encoded(build func(*Record) [][]byte) [][]byte {
+// server's discovery JSON) keeps there its encoding of what never changes in the record (its
+// instance, service, endpoint and zone), so that every answer that holds the record again
+// copies it instead of encoding it again. Two first calls at once may both build; one is
+// kept.
+func (r *Record) Encoded(build func(*Record) []byte) []byte {
 	if p := r.encoded.Load(); p != nil {
 		return *p
 	}
 	v := build(r)
 	r.encoded.Store(&v)
+	return v
+}
+
+// CapabilitiesEncoded is Encoded for the record's capabilities, one part each: kept once for
+// every record that shares them (the records of one registration's capability list do), so
+// a fleet of a few kinds of instances keeps a few. A record built otherwise builds them at
+// every call.
+func (r *Record) CapabilitiesEncoded(build func([]Capability) [][]byte) [][]byte {
+	l := r.capList
+	if l == nil {
+		return build(r.Capabilities)
+	}
+	if p := l.encoded.Load(); p != nil {
+		return *p
+	}
+	v := build(l.caps)
+	l.encoded.Store(&v)
 	return v
 }
 

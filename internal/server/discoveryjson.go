@@ -134,19 +134,18 @@ func zippedAnswer(ans *registry.Answer, gzipMin int64) (e *encoded, ok bool, err
 	}), true, nil
 }
 
-// appendEntry appends the JSON of e.Wire(). What never changes in it (appendFixed) is
-// encoded once per record and capability and copied after (fixedParts).
+// appendEntry appends the JSON of e.Wire(). What never changes in it is encoded once and
+// copied after: its capability's part once for every record that shares the capability
+// list (capabilityParts), and the record's own (recordPart) once per record.
 func appendEntry(b []byte, e registry.Entry) ([]byte, error) {
 	r := e.Record
-	if fixed := r.Encoded(fixedParts); e.Cap < len(fixed) && fixed[e.Cap] != nil {
-		b = append(b, fixed[e.Cap]...)
-	} else {
-		var err error
-		if b, err = appendFixed(b, r, e.Capability()); err != nil {
-			return nil, err
-		}
-	}
 	var err error
+	if caps := r.CapabilitiesEncoded(capabilityParts); e.Cap < len(caps) && caps[e.Cap] != nil {
+		b = append(b, caps[e.Cap]...)
+	} else if b, err = appendCapabilityPart(b, e.Capability()); err != nil {
+		return nil, err
+	}
+	b = append(b, r.Encoded(recordPart)...)
 	b = append(b, `,"generation":`...)
 	b = strconv.AppendInt(b, r.Generation, 10)
 	b = append(b, `,"lease_expires_at":`...)
@@ -172,27 +171,22 @@ func appendEntry(b []byte, e registry.Entry) ([]byte, error) {
 	return append(b, '}'), nil
 }
 
-// fixedParts encodes what never changes in each of r's entries (appendFixed), one part per
-// capability in one buffer; a capability whose part does not encode (metadata that is not
+// capabilityParts encodes the start of the JSON of an entry of each capability of cs
+// (appendCapabilityPart); a capability whose part does not encode (metadata that is not
 // JSON) has none, and its entries are encoded in full, failing as they do.
-func fixedParts(r *registry.Record) [][]byte {
-	out := make([][]byte, len(r.Capabilities))
-	buf := make([]byte, 0, 256*len(r.Capabilities))
-	for i := range r.Capabilities {
-		start := len(buf)
-		b, err := appendFixed(buf, r, &r.Capabilities[i])
-		if err != nil {
-			continue
+func capabilityParts(cs []registry.Capability) [][]byte {
+	out := make([][]byte, len(cs))
+	for i := range cs {
+		if b, err := appendCapabilityPart(nil, &cs[i]); err == nil {
+			out[i] = b
 		}
-		buf = b
-		out[i] = buf[start:len(buf):len(buf)]
 	}
 	return out
 }
 
-// appendFixed appends the fixed start of the JSON of an entry of capability c of r: from its
-// opening brace to its zone.
-func appendFixed(b []byte, r *registry.Record, c *registry.Capability) ([]byte, error) {
+// appendCapabilityPart appends the start of the JSON of an entry of capability c: its opening
+// brace to its metadata.
+func appendCapabilityPart(b []byte, c *registry.Capability) ([]byte, error) {
 	b = append(b, `{"capability_id":`...)
 	b = apijson.String(b, c.CapabilityID)
 	b = append(b, `,"capability_version":`...)
@@ -202,13 +196,18 @@ func appendFixed(b []byte, r *registry.Record, c *registry.Capability) ([]byte, 
 	b = append(b, `,"provider":`...)
 	b = apijson.String(b, c.Provider)
 	b = append(b, `,"metadata":`...)
-	var err error
-	if m, compact := c.MetadataJSON(); compact {
-		b = append(b, m...)
-	} else if b, err = apijson.Raw(b, m); err != nil {
-		return nil, err
+	m, compact := c.MetadataJSON()
+	if compact {
+		return append(b, m...), nil
 	}
-	b = append(b, `,"instance_id":`...)
+	return apijson.Raw(b, m)
+}
+
+// recordPart is the JSON of what an entry says of its record that never changes, after its
+// capability's part: its instance, service, endpoint and zone, exactly sized.
+func recordPart(r *registry.Record) []byte {
+	var buf [256]byte
+	b := append(buf[:0], `,"instance_id":`...)
 	b = apijson.String(b, r.InstanceID)
 	b = append(b, `,"service_name":`...)
 	b = apijson.String(b, r.ServiceName)
@@ -220,5 +219,5 @@ func appendFixed(b []byte, r *registry.Record, c *registry.Capability) ([]byte, 
 		b = append(b, `,"zone":`...)
 		b = apijson.String(b, r.Zone)
 	}
-	return b, nil
+	return bytes.Clone(b)
 }
