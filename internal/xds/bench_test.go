@@ -8,8 +8,6 @@ import (
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 )
@@ -32,12 +30,7 @@ func BenchmarkViewChangeReachesStreams(b *testing.B) {
 	for i := range instances {
 		reg(i)
 	}
-	cc, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer cc.Close()
-	c := discoveryv3.NewAggregatedDiscoveryServiceClient(cc)
+	c := e.ads(b)
 	sts := make([]discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesClient, streams)
 	versions := make([]string, streams)
 	for i := range sts {

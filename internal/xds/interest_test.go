@@ -10,8 +10,6 @@ import (
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
@@ -26,12 +24,7 @@ func TestAnAssignmentNobodyWatchedIsCurrentWhenAsked(t *testing.T) {
 	e := newEnv(t, time.Nanosecond)
 	b := startBackend(t)
 	e.register(t, "jms-1", "jms", b)
-	cc, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	c := discoveryv3.NewAggregatedDiscoveryServiceClient(cc)
+	c := e.ads(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 

@@ -17,8 +17,6 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	gocmp "github.com/google/go-cmp/cmp"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/internal/xds"
@@ -155,14 +153,9 @@ func TestServedRDSFollowsTheRegistry(t *testing.T) {
 	if _, err := e.reg.Registry.Register(context.Background(), &req); err != nil {
 		t.Fatal(err)
 	}
-	cc, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
+	c := e.ads(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c := discoveryv3.NewAggregatedDiscoveryServiceClient(cc)
 	st := adsStream(t, ctx, c, "envoy", resourcev3.RouteType, xds.RouteConfigName)
 	var rc routev3.RouteConfiguration
 	for {

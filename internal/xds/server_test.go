@@ -240,18 +240,25 @@ func adsStream(t testing.TB, ctx context.Context, c discoveryv3.AggregatedDiscov
 	return st
 }
 
+// ads dials the test's xDS server in plaintext and returns an ADS client on the connection,
+// closed when the test ends.
+func (e *env) ads(t testing.TB) discoveryv3.AggregatedDiscoveryServiceClient {
+	t.Helper()
+	cc, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	return discoveryv3.NewAggregatedDiscoveryServiceClient(cc)
+}
+
 // TestStreamsAbuse: a thousand streams at once are each answered and released; a name that
 // does not exist is answered without it (the client learns it does not exist); a NACK is logged with the client's error; a
 // stream dropped mid-update does not disturb the others.
 func TestStreamsAbuse(t *testing.T) {
 	e := newEnv(t, time.Nanosecond)
 	e.register(t, "jms-1", "jms", startBackend(t))
-	cc, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	c := discoveryv3.NewAggregatedDiscoveryServiceClient(cc)
+	c := e.ads(t)
 
 	// the view reaches the server
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -332,12 +339,7 @@ func TestResponsesStayUnderTheBound(t *testing.T) {
 	if _, err := e.reg.Registry.Sweep(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	cc, err := grpc.NewClient(e.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	c := discoveryv3.NewAggregatedDiscoveryServiceClient(cc)
+	c := e.ads(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	registrytest.Until(t, "every endpoint in the view", func() bool {
