@@ -200,6 +200,10 @@ func New(store Store, cfg Config) (*Registry, error) {
 		}
 	}
 	if vs, ok := store.(VerdictSharer); ok && cfg.Eligibility != nil {
+		// A replica follows until its first sweep finds it elected (shareVerdicts): before,
+		// it answered its own engine's ramp weights for what registered through it, where
+		// the others answered the elected replica's, at the same revision.
+		cfg.Eligibility.SetFollowing(true)
 		vs.OnVerdict(r.follow)
 		vs.OnRampClock(func(t time.Time) []string { return r.cfg.Eligibility.SetRampClock(t, r.cfg.Now()) })
 		vs.OnOutcomes(r.forwarded)
