@@ -149,7 +149,12 @@ func (c *Client) Capabilities(ctx context.Context, q url.Values, p Poll) (*apiv1
 // answer). p.Index 0 asks for the whole answer.
 func (c *Client) CapabilitiesDelta(ctx context.Context, q url.Values, p Poll) (*apiv1.DiscoveryDelta, error) {
 	var out apiv1.DiscoveryDelta
-	q = cloneValues(q)
+	return &out, c.Do(ctx, p.request(apiv1.PathCapabilities, deltaValues(cloneValues(q), p), c.cfg.Timeout), &out)
+}
+
+// deltaValues sets q's delta watch parameters for p: p.request sets those of a long poll,
+// these those of one that answers at once.
+func deltaValues(q url.Values, p Poll) url.Values {
 	q.Set("delta", "true")
 	if p.Wait <= 0 {
 		q.Set("index", strconv.FormatInt(p.Index, 10))
@@ -158,13 +163,21 @@ func (c *Client) CapabilitiesDelta(ctx context.Context, q url.Values, p Poll) (*
 		}
 		q.Set("wait", "1ns") // a delta is a poll: one that answers at once
 	}
-	return &out, c.Do(ctx, p.request(apiv1.PathCapabilities, q, c.cfg.Timeout), &out)
+	return q
 }
 
 // Routes returns the gateways' inputs: every manifest and public path.
 func (c *Client) Routes(ctx context.Context, p Poll) (*apiv1.RoutesResponse, error) {
 	var out apiv1.RoutesResponse
 	return &out, c.Do(ctx, p.request(apiv1.PathDiscoveryRoutes, url.Values{}, c.cfg.Timeout), &out)
+}
+
+// RoutesDelta asks for the changes of the routes view since p.Index (a delta watch; with
+// p.Wait, a long poll): the route inputs of the instances that changed, or the whole view
+// with Reset. A registry without routes delta watches refuses it (400 UNKNOWN_PARAMETER).
+func (c *Client) RoutesDelta(ctx context.Context, p Poll) (*apiv1.RoutesDelta, error) {
+	var out apiv1.RoutesDelta
+	return &out, c.Do(ctx, p.request(apiv1.PathDiscoveryRoutes, deltaValues(url.Values{}, p), c.cfg.Timeout), &out)
 }
 
 // DiscoveryHealth returns the registry's own state (epoch, revision, counts, store).

@@ -77,10 +77,10 @@ type Config struct {
 	RequestTimeout time.Duration
 	// WatchWait is the long-poll wait of Watch (default 30 s, at most 5 min).
 	WatchWait time.Duration
-	// FullAnswers makes Watch long-poll for the whole answer at every change. By default it
-	// asks for the changes since the answer it holds (a delta watch: GET
-	// /v1/discovery/capabilities?delta=true), and falls back to whole answers by itself
-	// when the registry does not know delta watches.
+	// FullAnswers makes Watch and WatchRoutes long-poll for the whole answer at every
+	// change. By default they ask for the changes since the answer they hold (a delta watch:
+	// GET /v1/discovery/capabilities?delta=true, /v1/discovery/routes?delta=true), and fall
+	// back to whole answers by themselves when the registry does not know delta watches.
 	FullAnswers bool
 	// MaxViews bounds the capability views kept, one per distinct query (default
 	// DefaultMaxViews): past it the least recently read one goes (a watched one never), and
@@ -485,8 +485,7 @@ func (c *Client) Watch(ctx context.Context, q Query, onChange func(*Result)) err
 		return c.fetchCapabilities(ctx, vals, at)
 	}
 	if !c.cfg.FullAnswers {
-		d := &deltaWatch{c: c, vals: vals}
-		fetch = d.fetch
+		fetch = newCapabilitiesWatch(c, vals).fetch
 	}
 	v.watchers.Add(1) // a watched view is never evicted
 	defer v.watchers.Add(-1)
@@ -497,9 +496,13 @@ func (c *Client) Watch(ctx context.Context, q Query, onChange func(*Result)) err
 	})
 }
 
-// WatchRoutes is Watch for the routes view.
+// WatchRoutes is Watch for the routes view: a delta watch too, unless Config.FullAnswers.
 func (c *Client) WatchRoutes(ctx context.Context, onChange func(*RoutesResult)) error {
-	return watch(ctx, c, c.routes, c.fetchRoutes, func(a *answer[Routes], m Meta) {
+	fetch := c.fetchRoutes
+	if !c.cfg.FullAnswers {
+		fetch = newRoutesWatch(c).fetch
+	}
+	return watch(ctx, c, c.routes, fetch, func(a *answer[Routes], m Meta) {
 		if onChange != nil {
 			onChange(&RoutesResult{Meta: m, Routes: a.body})
 		}
@@ -661,54 +664,109 @@ func (c *Client) fetchRoutes(ctx context.Context, at position) (answer[Routes], 
 		body: Routes{Manifests: resp.Manifests, PublicPaths: resp.PublicPaths}, removed: removedSet(resp.Removed)}, nil
 }
 
-// deltaWatch is the state of one Watch's delta watch: the registry's answer as the deltas
-// rebuilt it (held, at epoch and revision), which the view then applies as it would a whole
-// answer (merged while the registry warms up). The watch loop owns it: one fetch at a time.
-type deltaWatch struct {
-	c    *Client
-	vals url.Values
+// deltaWatch is the state of one delta watch of a view of T: the registry's answer as the
+// deltas rebuilt it (held, at epoch and revision), which the view then applies as it would
+// a whole answer (merged while the registry warms up). The watch loop owns it: one fetch at a
+// time.
+type deltaWatch[T any] struct {
+	c *Client
+	// full fetches a whole answer (a long poll when at is one); delta asks for a delta
+	full  func(ctx context.Context, at position) (answer[T], error)
+	delta func(ctx context.Context, p client.Poll) (change[T], error)
 	// off: the registry refused delta=true (one that predates delta watches): whole answers
 	off      bool
+	holds    bool
 	epoch    string
 	revision int64
-	held     []apiv1.CapabilityEntry
+	held     T
+}
+
+// change is one delta answer: apply gives the answer it makes of the one held at its base.
+type change[T any] struct {
+	epoch    string
+	revision int64
+	complete bool
+	reset    bool
+	removed  []apiv1.Removal
+	apply    func(held T) T
+}
+
+// newCapabilitiesWatch is the delta watch of the capabilities query vals.
+func newCapabilitiesWatch(c *Client, vals url.Values) *deltaWatch[[]apiv1.CapabilityEntry] {
+	return &deltaWatch[[]apiv1.CapabilityEntry]{c: c,
+		full: func(ctx context.Context, at position) (answer[[]apiv1.CapabilityEntry], error) {
+			return c.fetchCapabilities(ctx, vals, at)
+		},
+		delta: func(ctx context.Context, p client.Poll) (change[[]apiv1.CapabilityEntry], error) {
+			resp, err := c.client.CapabilitiesDelta(ctx, vals, p)
+			if err != nil {
+				return change[[]apiv1.CapabilityEntry]{}, err
+			}
+			if resp.Reset && resp.Capabilities == nil {
+				return change[[]apiv1.CapabilityEntry]{}, errors.New("delta answer with reset but without capabilities")
+			}
+			return change[[]apiv1.CapabilityEntry]{epoch: resp.RegistryEpoch, revision: resp.Revision, complete: resp.Complete,
+				reset: resp.Reset, removed: resp.Removed, apply: resp.Apply}, nil
+		}}
+}
+
+// newRoutesWatch is the delta watch of the routes view.
+func newRoutesWatch(c *Client) *deltaWatch[Routes] {
+	return &deltaWatch[Routes]{c: c, full: c.fetchRoutes,
+		delta: func(ctx context.Context, p client.Poll) (change[Routes], error) {
+			resp, err := c.client.RoutesDelta(ctx, p)
+			if err != nil {
+				return change[Routes]{}, err
+			}
+			if resp.Manifests == nil || resp.PublicPaths == nil {
+				return change[Routes]{}, errors.New("routes delta answer without manifests or public_paths")
+			}
+			return change[Routes]{epoch: resp.RegistryEpoch, revision: resp.Revision, complete: resp.Complete, reset: resp.Reset,
+				removed: resp.Removed, apply: func(held Routes) Routes {
+					ms, ps := resp.Apply(held.Manifests, held.PublicPaths)
+					return Routes{Manifests: ms, PublicPaths: ps}
+				}}, nil
+		}}
 }
 
 // fetch asks for the changes since what d holds (the whole answer when it holds nothing)
 // and returns the answer they make; a long poll when at is one.
-func (d *deltaWatch) fetch(ctx context.Context, at position) (answer[[]apiv1.CapabilityEntry], error) {
+func (d *deltaWatch[T]) fetch(ctx context.Context, at position) (answer[T], error) {
 	if d.off || at.index < 0 {
-		a, err := d.c.fetchCapabilities(ctx, d.vals, at)
+		a, err := d.full(ctx, at)
 		if err == nil && !d.off {
-			d.epoch, d.revision, d.held = a.epoch, a.revision, a.body
+			d.epoch, d.revision, d.held, d.holds = a.epoch, a.revision, a.body, true
 		}
 		return a, err
 	}
 	p := d.c.poll(position{epoch: d.epoch, index: d.revision})
-	if d.held == nil {
+	if !d.holds {
 		p = client.Poll{} // nothing held: the whole answer, at once
 	}
-	resp, err := d.c.client.CapabilitiesDelta(ctx, d.vals, p)
+	ch, err := d.delta(ctx, p)
 	var ae *apiv1.Error
 	if errors.As(err, &ae) && ae.Status == http.StatusBadRequest && ae.Code == apiv1.CodeUnknownParameter {
 		d.off = true
 		d.c.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "the registry has no delta watch: watching whole answers", slog.Any("error", err))
-		return d.c.fetchCapabilities(ctx, d.vals, at)
+		return d.full(ctx, at)
 	}
 	if err != nil {
-		return answer[[]apiv1.CapabilityEntry]{}, err
+		return answer[T]{}, err
 	}
-	if resp.RegistryEpoch == "" || resp.Reset && resp.Capabilities == nil {
-		return answer[[]apiv1.CapabilityEntry]{}, errors.New("delta answer without registry_epoch, or a reset without capabilities")
+	if ch.epoch == "" {
+		return answer[T]{}, errors.New("delta answer without registry_epoch")
 	}
-	if !resp.Reset && resp.RegistryEpoch != d.epoch {
-		return answer[[]apiv1.CapabilityEntry]{}, fmt.Errorf("delta of epoch %s on an answer of epoch %s", resp.RegistryEpoch, d.epoch)
+	if !ch.reset && ch.epoch != d.epoch {
+		return answer[T]{}, fmt.Errorf("delta of epoch %s on an answer of epoch %s", ch.epoch, d.epoch)
 	}
-	d.held = resp.Apply(d.held)
-	d.epoch, d.revision = resp.RegistryEpoch, resp.Revision
-	d.c.metrics.deltas.WithLabelValues(deltaKind(resp)).Inc()
-	return answer[[]apiv1.CapabilityEntry]{epoch: resp.RegistryEpoch, revision: resp.Revision, complete: resp.Complete, body: d.held,
-		removed: removedSet(resp.Removed)}, nil
+	d.held, d.holds = ch.apply(d.held), true
+	d.epoch, d.revision = ch.epoch, ch.revision
+	kind := "delta"
+	if ch.reset {
+		kind = "reset"
+	}
+	d.c.metrics.deltas.WithLabelValues(kind).Inc()
+	return answer[T]{epoch: ch.epoch, revision: ch.revision, complete: ch.complete, body: d.held, removed: removedSet(ch.removed)}, nil
 }
 
 func deltaKind(d *apiv1.DiscoveryDelta) string {

@@ -481,27 +481,74 @@ func TestWatchDeliversChanges(t *testing.T) {
 	}
 }
 
+// TestWatchRoutes: WatchRoutes asks for the changes since its view (delta=true), and its
+// view stays the registry's whole routes answer, in its order, through registrations in
+// several services and a deregistration; against a registry that refuses delta=true it
+// watches whole answers instead.
 func TestWatchRoutes(t *testing.T) {
-	s := registrytest.NewServer(t, registry.Config{})
-	c, _ := discovery.New(discovery.Config{Registries: []string{s.URL}})
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	changes := make(chan *discovery.RoutesResult, 16)
-	go c.WatchRoutes(ctx, func(r *discovery.RoutesResult) { changes <- r })
-	<-changes
-	for s.Registry.Watchers() == 0 {
-		time.Sleep(time.Millisecond)
-	}
-	req := apiv1.RegisterRequest{InstanceID: "jms-1", ServiceName: "egress-jms", ServiceVersion: "0.1.3", Endpoint: "http://jms-1:8080",
-		Capabilities: []apiv1.Capability{{CapabilityID: "messaging.publish", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0", Provider: "jms"}},
-		Manifest: &apiv1.Manifest{FARP: "1.0", Service: apiv1.ManifestService{Name: "egress-jms", Instance: "jms-1", Version: "0.1.3"},
-			Routes: []apiv1.ManifestRoute{{Path: "/api/messaging/jms/publish", Methods: []string{"POST"}}}}}
-	if _, err := s.Registry.Register(context.Background(), &req); err != nil {
-		t.Fatal(err)
-	}
-	got := <-changes
-	if len(got.Manifests) != 1 || got.Manifests[0].InstanceID != "jms-1" {
-		t.Errorf("routes change: %+v", got)
+	for _, old := range []bool{false, true} {
+		t.Run(fmt.Sprintf("old registry %v", old), func(t *testing.T) {
+			s, rec, c := newRecorded(t, old)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			changes := make(chan *discovery.RoutesResult, 16)
+			done := make(chan error, 1)
+			go func() { done <- c.WatchRoutes(ctx, func(r *discovery.RoutesResult) { changes <- r }) }()
+			<-changes
+			check := func(change func()) {
+				t.Helper()
+				for s.Registry.Watchers() == 0 { // the poll is parked
+					time.Sleep(time.Millisecond)
+				}
+				change()
+				got := <-changes
+				var answer apiv1.RoutesResponse
+				resp, err := http.Get(s.URL + "/v1/discovery/routes")
+				if err != nil {
+					t.Fatal(err)
+				}
+				err = json.NewDecoder(resp.Body).Decode(&answer)
+				resp.Body.Close()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got.Revision != answer.Revision || !cmp.Equal(got.Manifests, answer.Manifests) || !cmp.Equal(got.PublicPaths, answer.PublicPaths) {
+					t.Fatalf("view at %d: %+v; the registry's answer at %d: %+v", got.Revision, got.Routes, answer.Revision, answer)
+				}
+			}
+			gens := map[string]int64{}
+			for i := range 6 {
+				id, service := fmt.Sprintf("jms-%d", i), fmt.Sprintf("svc-%d", 5-i) // each before the last in the answer
+				meta := json.RawMessage(fmt.Sprintf(`{"public_paths":["/api/%d/a","/api/%d/b"]}`, i, i))
+				req := apiv1.RegisterRequest{InstanceID: id, ServiceName: service, ServiceVersion: "0.1.3", Endpoint: "http://" + id + ":8080",
+					Capabilities: []apiv1.Capability{{CapabilityID: "messaging.publish", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0", Provider: "jms", Metadata: meta}},
+					Manifest: &apiv1.Manifest{FARP: "1.0", Service: apiv1.ManifestService{Name: service, Instance: id, Version: "0.1.3"},
+						Routes: []apiv1.ManifestRoute{{Path: fmt.Sprintf("/api/%d/a", i), Methods: []string{"POST"}}}}}
+				check(func() {
+					resp, err := s.Registry.Register(context.Background(), &req)
+					if err != nil {
+						t.Fatal(err)
+					}
+					gens[id] = resp.Generation
+				})
+			}
+			check(func() {
+				if err := s.Registry.Deregister(context.Background(), "jms-2", gens["jms-2"]); err != nil {
+					t.Fatal(err)
+				}
+			})
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("WatchRoutes = %v", err)
+			}
+			delta, full := rec.deltas()
+			switch {
+			case !old && (delta < 7 || full > 1):
+				t.Errorf("%d delta and %d whole-answer requests, want the first alone whole", delta, full)
+			case old && (delta != 1 || full < 7):
+				t.Errorf("against an old registry: %d delta and %d whole-answer requests, want one delta refused", delta, full)
+			}
+		})
 	}
 }
 

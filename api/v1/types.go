@@ -292,8 +292,12 @@ type PublicPath struct {
 	CapabilityID string `json:"capability_id"`
 	Provider     string `json:"provider"`
 	InstanceID   string `json:"instance_id"`
-	Endpoint     string `json:"endpoint"`
-	Generation   int64  `json:"generation"`
+	// ServiceName is the instance's service: with the instance, the answer's order (a
+	// routes delta watcher puts the paths it gets in place by it). Registries before the
+	// routes delta watch do not send it.
+	ServiceName string `json:"service_name,omitempty"`
+	Endpoint    string `json:"endpoint"`
+	Generation  int64  `json:"generation"`
 }
 
 // RoutesResponse is the answer of GET /v1/discovery/routes: the inputs from which every
@@ -307,6 +311,28 @@ type RoutesResponse struct {
 	// Removed is DiscoveryResponse.Removed, of the route inputs (the instances with a
 	// manifest or a public path): a routes view holds those alone.
 	Removed []Removal `json:"removed,omitempty"`
+}
+
+// RoutesDelta is the answer of a delta watch of the routes view, GET /v1/discovery/routes
+// with index=N&delta=true: the route inputs of the instances that changed since the answer
+// at revision N — or, with Reset, the whole answer (Manifests, PublicPaths and the warm-up's
+// Removed, as RoutesResponse has them), when the registry cannot tell the changes since N.
+//
+// A watcher applies a delta to the answer it holds at N (Apply): it drops the manifest and
+// the public paths of each instance in Removed whose generation is at or below the one named,
+// and of each instance the delta puts, then puts Manifests and PublicPaths in the answer's
+// order (service_name, then instance_id; an instance's paths in the order sent). It then
+// holds the answer at Revision. Removed names every instance that changed (a gone one at the
+// highest generation), so a delta restates the route inputs of each, or drops them.
+type RoutesDelta struct {
+	RegistryEpoch string `json:"registry_epoch"`
+	Revision      int64  `json:"revision"`
+	Complete      bool   `json:"complete"`
+	// Reset: this is the whole answer, not a change.
+	Reset       bool            `json:"reset,omitempty"`
+	Manifests   []ManifestEntry `json:"manifests"`
+	PublicPaths []PublicPath    `json:"public_paths"`
+	Removed     []Removal       `json:"removed"`
 }
 
 // HealthResponse is the answer of GET /v1/discovery/health.

@@ -61,7 +61,7 @@ const (
 
 var listingParams = [...][]string{
 	CapabilitiesListing: slices.Concat(queryParams, pollParams, []string{"delta"}, pageParams),
-	RoutesListing:       pollParams,
+	RoutesListing:       slices.Concat(pollParams, []string{"delta"}),
 	CatalogListing:      pageParams,
 	EventsListing:       {"since", "type", "subject", "severity", "q", "from", "until", "limit", "wait", "format"},
 	SummaryListing:      {"service_name", "capability_id", "provider", "expiring_within", "limit"},

@@ -790,16 +790,39 @@ func (r *Registry) Routes() apiv1.RoutesResponse {
 	st := r.State()
 	out := apiv1.RoutesResponse{RegistryEpoch: st.Epoch, Revision: st.Revision, Complete: st.Complete,
 		Manifests: []apiv1.ManifestEntry{}, PublicPaths: []apiv1.PublicPath{}, Removed: r.drain.routedRemoved(st.Epoch, st.Complete)}
-	recs := sortedRecords(r.store.RoutedRecords())
-	refused := r.refusedBeforeAdmission(recs)
+	refused := r.routesOf(sortedRecords(r.store.RoutedRecords()), &out)
 	if !st.Complete {
 		out.Removed = withRemovals(out.Removed, refused)
 	}
+	return out
+}
+
+// RoutesOf returns the route inputs of the instances ids alone, in answer order, with the
+// state it was read at: what a routes delta watch sends of the instances that changed.
+func (r *Registry) RoutesOf(ids []string) apiv1.RoutesResponse {
+	st := r.State()
+	out := apiv1.RoutesResponse{RegistryEpoch: st.Epoch, Revision: st.Revision, Complete: st.Complete,
+		Manifests: []apiv1.ManifestEntry{}, PublicPaths: []apiv1.PublicPath{}}
+	recs := make([]*Record, 0, len(ids))
+	for _, id := range ids {
+		if rec, ok := r.store.Get(id); ok && rec.Routed() {
+			recs = append(recs, rec)
+		}
+	}
+	r.routesOf(sortedRecords(recs), &out)
+	return out
+}
+
+// routesOf appends the manifests and public paths of recs (in catalog order) to out, but
+// for the records refused before admission (never admitted, and nothing listens: no route
+// goes there), which it returns.
+func (r *Registry) routesOf(recs []*Record, out *apiv1.RoutesResponse) []apiv1.Removal {
+	refused := r.refusedBeforeAdmission(recs)
 	next := 0 // refused is in recs' order: walked beside it
 	for _, rec := range recs {
 		if next < len(refused) && refused[next].InstanceID == rec.InstanceID {
 			next++
-			continue // never admitted, and nothing listens: no route goes there
+			continue
 		}
 		if rec.Manifest != nil {
 			state, weight, inPanic := r.eligibilityOf(rec)
@@ -810,11 +833,11 @@ func (r *Registry) Routes() apiv1.RoutesResponse {
 		for _, c := range rec.Capabilities {
 			for _, p := range c.PublicPaths {
 				out.PublicPaths = append(out.PublicPaths, apiv1.PublicPath{Path: p, CapabilityID: c.CapabilityID, Provider: c.Provider,
-					InstanceID: rec.InstanceID, Endpoint: rec.Endpoint, Generation: rec.Generation})
+					InstanceID: rec.InstanceID, ServiceName: rec.ServiceName, Endpoint: rec.Endpoint, Generation: rec.Generation})
 			}
 		}
 	}
-	return out
+	return refused
 }
 
 // Health returns the answer of /v1/discovery/health.

@@ -553,7 +553,7 @@ func TestRoutesInputs(t *testing.T) {
 		t.Errorf("Routes().Manifests = %+v", got.Manifests)
 	}
 	want := []apiv1.PublicPath{{Path: "/api/messaging/jms/publish", CapabilityID: "messaging.publish", Provider: "jms",
-		InstanceID: "j-1", Endpoint: "http://j-1:8080", Generation: gen}}
+		InstanceID: "j-1", ServiceName: "egress-jms", Endpoint: "http://j-1:8080", Generation: gen}}
 	if diff := cmp.Diff(want, got.PublicPaths); diff != "" {
 		t.Errorf("Routes().PublicPaths (-want +got):\n%s", diff)
 	}

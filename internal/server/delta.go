@@ -2,6 +2,8 @@ package server
 
 import (
 	"cmp"
+	"encoding/json"
+	"fmt"
 	"math"
 	"net/http"
 	"slices"
@@ -191,6 +193,36 @@ func appendReset(b []byte, ans *registry.Answer) ([]byte, error) {
 // deltaAnswer answers a delta watch of q (its key) at index (of epoch): the changes since
 // the answer at index, or the whole answer as a reset.
 func (s *Server) deltaAnswer(w http.ResponseWriter, key string, q *registry.Query, index int64, epoch string) (any, error) {
+	return s.answerDelta(w, key, index, epoch, func() ([]byte, error) {
+		s.metrics.encodes.WithLabelValues("capabilities").Inc()
+		ans := s.reg.Query(q)
+		return appendReset(nil, &ans)
+	}, func(st registry.State, ids []string) ([]byte, error) {
+		ans := s.reg.EntriesOf(q, ids)
+		ans.State = st
+		return appendDelta(nil, &ans, s.removals(ids))
+	})
+}
+
+// routesDeltaAnswer answers a delta watch of the routes view at index (of epoch).
+func (s *Server) routesDeltaAnswer(w http.ResponseWriter, index int64, epoch string) (any, error) {
+	return s.answerDelta(w, routesKey, index, epoch, func() ([]byte, error) {
+		s.metrics.encodes.WithLabelValues("routes").Inc()
+		r := s.reg.Routes()
+		return marshalLine(apiv1.RoutesDelta{RegistryEpoch: r.RegistryEpoch, Revision: r.Revision, Complete: r.Complete, Reset: true,
+			Manifests: r.Manifests, PublicPaths: r.PublicPaths, Removed: r.Removed})
+	}, func(st registry.State, ids []string) ([]byte, error) {
+		r := s.reg.RoutesOf(ids)
+		return marshalLine(apiv1.RoutesDelta{RegistryEpoch: st.Epoch, Revision: st.Revision, Complete: st.Complete,
+			Manifests: r.Manifests, PublicPaths: r.PublicPaths, Removed: s.removals(ids)})
+	})
+}
+
+// answerDelta writes the answer of a delta watch (its key) at index (of epoch): the delta
+// of the instances changed since index (delta), or the whole answer as a reset (reset) when
+// the registry cannot tell them. Watchers of one key at one state share the bodies.
+func (s *Server) answerDelta(w http.ResponseWriter, key string, index int64, epoch string, reset func() ([]byte, error),
+	delta func(st registry.State, ids []string) ([]byte, error)) (any, error) {
 	st := s.reg.State()
 	var ids []string
 	ok := false
@@ -202,25 +234,9 @@ func (s *Server) deltaAnswer(w http.ResponseWriter, key string, q *registry.Quer
 	var err error
 	if !ok {
 		kind = "reset"
-		body, err = s.deltas.load(key, st, -1, func() ([]byte, error) {
-			s.metrics.encodes.WithLabelValues("capabilities").Inc()
-			ans := s.reg.Query(q)
-			return appendReset(nil, &ans)
-		})
+		body, err = s.deltas.load(key, st, -1, reset)
 	} else {
-		body, err = s.deltas.load(key, st, index, func() ([]byte, error) {
-			ans := s.reg.EntriesOf(q, ids)
-			ans.State = st
-			removed := make([]apiv1.Removal, 0, len(ids))
-			for _, id := range ids {
-				g, held := s.reg.Generation(id)
-				if !held {
-					g = math.MaxInt64 // gone: every incarnation of it
-				}
-				removed = append(removed, apiv1.Removal{InstanceID: id, Generation: g})
-			}
-			return appendDelta(nil, &ans, sortedRemovalList(removed))
-		})
+		body, err = s.deltas.load(key, st, index, func() ([]byte, error) { return delta(st, ids) })
 	}
 	if err != nil {
 		return nil, err
@@ -230,6 +246,30 @@ func (s *Server) deltaAnswer(w http.ResponseWriter, key string, q *registry.Quer
 	w.Header().Set("Cache-Control", "no-cache")
 	httpapi.WriteEncoded(w, http.StatusOK, body)
 	return written{}, nil
+}
+
+// removals names each instance of ids at the generation the registry holds of it, or at
+// every generation when it holds none, in instance order: what a delta drops before it puts
+// the instances' entries now.
+func (s *Server) removals(ids []string) []apiv1.Removal {
+	removed := make([]apiv1.Removal, 0, len(ids))
+	for _, id := range ids {
+		g, held := s.reg.Generation(id)
+		if !held {
+			g = math.MaxInt64 // gone: every incarnation of it
+		}
+		removed = append(removed, apiv1.Removal{InstanceID: id, Generation: g})
+	}
+	return sortedRemovalList(removed)
+}
+
+// marshalLine is v as JSON and a newline, as every answer ends.
+func marshalLine(v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, fmt.Errorf("encode delta answer: %w", err)
+	}
+	return append(b, '\n'), nil
 }
 
 // sortedRemovalList orders removals by instance id.

@@ -339,15 +339,28 @@ func (s *Server) capabilities(w http.ResponseWriter, r *http.Request) (any, erro
 // canonical query, which never starts with a space.
 const routesKey = " routes"
 
-func (s *Server) discoveryRoutes(_ http.ResponseWriter, r *http.Request) (any, error) {
-	if err := registry.UnknownParameters(r.URL.Query(), registry.RoutesListing); err != nil {
+func (s *Server) discoveryRoutes(w http.ResponseWriter, r *http.Request) (any, error) {
+	v := r.URL.Query()
+	if err := registry.UnknownParameters(v, registry.RoutesListing); err != nil {
 		return nil, err
 	}
-	if err := s.longPoll(r.Context(), r.URL.Query(), "routes", registry.RoutesTopic, routesKey); err != nil {
+	delta, err := parseDelta(v, false)
+	if err != nil {
+		return nil, err
+	}
+	spaced := routesKey
+	if delta {
+		spaced = "" // a delta costs the instances that changed
+	}
+	if err := s.longPoll(r.Context(), v, "routes", registry.RoutesTopic, spaced); err != nil {
 		return nil, err
 	}
 	start := time.Now()
 	defer func() { s.metrics.discovery.WithLabelValues("routes").Observe(time.Since(start).Seconds()) }()
+	if delta {
+		index, _ := strconv.ParseInt(v.Get("index"), 10, 64) // longPoll checked it
+		return s.routesDeltaAnswer(w, index, v.Get("epoch"))
+	}
 	return s.cache.load(routesKey, s.reg.State(), func() (*encoded, error) {
 		s.metrics.encodes.WithLabelValues("routes").Inc()
 		resp := s.reg.Routes()
