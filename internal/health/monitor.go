@@ -41,9 +41,9 @@ type MonitorConfig struct {
 	// is expected, not an incident.
 	PanicIncidentAfter time.Duration
 	// RampStep is how often a weight in slow start is weighed again (default 1 s: the
-	// registry's sweep interval). Each service has a slot, a tenth of the step: the ramps of
-	// its instances are weighed at that slot, so that a fleet's ramps move a tenth of the
-	// services at each tenth of the step (Advance), not every service at once — each such
+	// registry's sweep interval). Each service has a slot, one of RampSlots of the step: the
+	// ramps of its instances are weighed at that slot, so that a fleet's ramps move a slot of
+	// services at each slot of the step (Advance), not every service at once — each such
 	// move answers the long polls of the services it changes. Negative: weighed at every
 	// sweep, all at once (and so on a replica that shares verdicts with others).
 	RampStep time.Duration

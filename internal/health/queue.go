@@ -112,9 +112,16 @@ type dueQueue struct {
 	taken     int64
 }
 
-// rampSlots is how many slots a ramp step is cut into: the services' ramps are weighed in
-// turn, a tenth of them at each tenth of the step, instead of all at once.
-const rampSlots = 10
+// rampSlots is RampSlots, for the monitor's own arithmetic.
+const rampSlots = RampSlots
+
+// RampSlots is how many slots a ramp step is cut into (see MonitorConfig.RampStep): the
+// services' ramps are weighed in turn, a fiftieth of them at each fiftieth of the step
+// (20 ms at the default 1 s), instead of all at once; the registry advances the monitor at
+// each. Ten slots (100 ms apart) left bursts of some 60 services' answers at 60,000
+// instances under an evacuation's churn, which an xDS server turned into bursts of pushes. A
+// service's slot is a uint8: at most 256 slots.
+const RampSlots = 50
 
 // dueEntry is one entry of dueQueue.next.
 type dueEntry struct {

@@ -34,7 +34,7 @@ func TestSweepMatchesAWalkOfTheFleet(t *testing.T) {
 }
 
 // TestSlottedRampsLagByAStepAtMost is TestSweepMatchesAWalkOfTheFleet for a monitor whose
-// ramps are weighed at their services' slots (the default) and that Advances every tenth of
+// ramps are weighed at their services' slots (the default) and that Advances at every slot of
 // a step between the sweeps: every published verdict is the engine's now, except that a
 // ramp's weight, and its end, may lag by one step — never more, and never ahead.
 func TestSlottedRampsLagByAStepAtMost(t *testing.T) {
@@ -51,7 +51,7 @@ func TestSlottedRampsLagByAStepAtMost(t *testing.T) {
 
 // walkTheFleet is one walk of TestSweepMatchesAWalkOfTheFleet: with a negative rampStep,
 // every verdict is weighed at every sweep and must be the engine's; with a positive one, the
-// monitor Advances every tenth of it and a ramp may lag by a step (lagsByAStep).
+// monitor Advances at every slot of it and a ramp may lag by a step (lagsByAStep).
 func walkTheFleet(t *testing.T, slowStart, rampStep time.Duration, seed uint64, sawSP, sawExpiry *bool) {
 	t.Run(fmt.Sprintf("slow_start=%s/seed=%d", slowStart, seed), func(t *testing.T) {
 		rng := rand.New(rand.NewPCG(seed, 7))
@@ -76,8 +76,8 @@ func walkTheFleet(t *testing.T, slowStart, rampStep time.Duration, seed uint64, 
 		silent := map[string]bool{}
 		for step := range 2000 {
 			next := at.Add(time.Duration(rng.IntN(20000)) * time.Millisecond)
-			for rampStep > 0 && at.Add(rampStep/10).Before(next) {
-				at = at.Add(rampStep / 10)
+			for rampStep > 0 && at.Add(rampStep/rampSlots).Before(next) {
+				at = at.Add(rampStep / rampSlots)
 				m.Advance(at)
 			}
 			at = next
@@ -358,8 +358,8 @@ func TestDueQueueFollowsTheFleet(t *testing.T) {
 }
 
 // TestRampsMoveAServiceSlotAtATime: a fleet whose every instance ramps at once (a registry
-// restart, an evacuation's churn) moves its services' weights a tenth of the services at each
-// tenth of the step — each service once a step, in its slot — and not all at every sweep:
+// restart, an evacuation's churn) moves its services' weights a slot of the services at each
+// slot of the step — each service once a step, in its slot — and not all at every sweep:
 // each move answers the long polls of the services it touches.
 func TestRampsMoveAServiceSlotAtATime(t *testing.T) {
 	const step = time.Second
@@ -389,19 +389,19 @@ func TestRampsMoveAServiceSlotAtATime(t *testing.T) {
 		phases[p] = true
 	}
 	if len(phases) < 5 {
-		t.Fatalf("40 services fall in %d slots of 10", len(phases))
+		t.Fatalf("40 services fall in %d slots of %d", len(phases), rampSlots)
 	}
 	moves := map[string]int{}
-	const ticks = 50 // five steps, within the 30 s ramp
+	const ticks = 5 * rampSlots // five steps, within the 30 s ramp
 	for tick := 1; tick <= ticks; tick++ {
-		now := t0.Add(time.Duration(tick) * step / 10)
+		now := t0.Add(time.Duration(tick) * step / rampSlots)
 		touched = map[string]bool{}
-		if tick%10 == 0 {
+		if tick%rampSlots == 0 {
 			m.Sync(now, nil) // the sweep moves its slot's services alone, too
 		} else {
 			m.Advance(now)
 		}
-		slot := uint8(now.UnixNano() / int64(step/10) % 10)
+		slot := uint8(now.UnixNano() / int64(step/rampSlots) % rampSlots)
 		for svc := range touched {
 			if services[svc] != slot {
 				t.Errorf("tick %d (slot %d): %s moved; its slot is %d", tick, slot, svc, services[svc])
@@ -410,8 +410,8 @@ func TestRampsMoveAServiceSlotAtATime(t *testing.T) {
 		}
 	}
 	for svc := range services {
-		if moves[svc] < ticks/10-1 || moves[svc] > ticks/10 {
-			t.Errorf("%s moved %d times in %d steps", svc, moves[svc], ticks/10)
+		if moves[svc] < ticks/rampSlots-1 || moves[svc] > ticks/rampSlots {
+			t.Errorf("%s moved %d times in %d steps", svc, moves[svc], ticks/rampSlots)
 		}
 	}
 }
@@ -446,15 +446,15 @@ func TestSharedRampsMoveAServiceSlotAtATime(t *testing.T) {
 	}
 	ramp := leader.cfg.Engine.SlowStart
 	followerMoves := map[string]int{}
-	ticks := int((ramp + 2*step) / (step / 10))
+	ticks := int((ramp + 2*step) / (step / rampSlots))
 	for tick := 1; tick <= ticks; tick++ {
-		now := t0.Add(time.Duration(tick) * step / 10)
-		if tick%10 == 0 {
+		now := t0.Add(time.Duration(tick) * step / rampSlots)
+		if tick%rampSlots == 0 {
 			leader.Sync(now, nil)
 		} else {
 			leader.Advance(now)
 		}
-		slot := uint8(now.UnixNano() / int64(step/10) % 10)
+		slot := uint8(now.UnixNano() / int64(step/rampSlots) % rampSlots)
 		at, moved := leader.TakeRampMoved()
 		if !moved {
 			continue

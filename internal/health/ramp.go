@@ -11,15 +11,15 @@ import (
 // Advance applies what time has brought since the last sweep (the ramps due at the slots
 // passed, first verdicts, ejections and quarantines ending) and republishes what changed,
 // without reconciling with the fleet or sampling the timeline. The registry calls it
-// between its sweeps, at every tenth of RampStep, so that the fleet's ramps move a tenth of
-// its services at a time: with every instance of a 60,000-instance fleet under an
+// between its sweeps, at every slot of RampStep (RampSlots), so that the fleet's ramps move a
+// slot of its services at a time: with every instance of a 60,000-instance fleet under an
 // evacuation's churn ramping at once, a sweep answered about every long poll of the fleet
 // in one burst, and a change landing in it waited for the burst.
 //
 // A replica that follows another's verdicts does nothing here: it weighs the slow starts it
 // follows at the ramp clock the elected replica publishes, each service's at its own slot of
-// that clock (rampClockOf), so that a clock moved by a tenth of the step moves the ramps of a
-// tenth of the services there too.
+// that clock (rampClockOf), so that a clock moved by a slot of the step moves the ramps of a
+// slot of services there too.
 func (m *Monitor) Advance(now time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -30,7 +30,7 @@ func (m *Monitor) Advance(now time.Time) {
 }
 
 // nextSlot returns when v, ramping at n, is next weighed: the first instant after n of its
-// service's slot (the instants k × RampStep/10 with k mod 10 its phase), or n (the next
+// service's slot (the instants k × RampStep/RampSlots with k mod RampSlots its phase), or n (the next
 // sweep) when ramps are not slotted (RampStep is negative).
 func (m *Monitor) nextSlot(v *view, n int64) int64 {
 	w := m.due.width

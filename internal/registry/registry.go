@@ -525,11 +525,11 @@ func (r *Registry) Run(ctx context.Context) error {
 	}
 	sweep := time.NewTicker(r.cfg.SweepInterval)
 	defer sweep.Stop()
-	// Between sweeps the monitor advances at every tenth of the interval: the weights in slow
-	// start move one tenth of the services at a time (health.MonitorConfig.RampStep).
+	// Between sweeps the monitor advances at every slot of the interval: the weights in slow
+	// start move a slot of the services at a time (health.RampSlots, MonitorConfig.RampStep).
 	var advance <-chan time.Time
 	if r.cfg.Eligibility != nil {
-		t := time.NewTicker(max(r.cfg.SweepInterval/10, time.Millisecond))
+		t := time.NewTicker(max(r.cfg.SweepInterval/health.RampSlots, time.Millisecond))
 		defer t.Stop()
 		advance = t.C
 	}
