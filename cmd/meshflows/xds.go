@@ -40,6 +40,8 @@ type xdsFlags struct {
 	metrics    string
 	// maxResponse is --max-response-bytes.
 	maxResponse int
+	// weightDelay is --weight-delay.
+	weightDelay time.Duration
 }
 
 func newXDSCmd() *cobra.Command {
@@ -89,6 +91,7 @@ roles with "xds: true" (or admin) may subscribe; or --insecure (development only
 	fl.StringVar(&f.policyFile, "policy", "", "path policy file (YAML): path_prefixes: {service: [prefix, …]} (as the gateway's; without it no manifest route is served)")
 	fl.DurationVar(&f.maxStale, "max-stale", discovery.DefaultStaleAllowance, "how long the last-known-good view is kept while the registry is away")
 	fl.IntVar(&f.maxResponse, "max-response-bytes", xds.DefaultMaxResponseBytes, "largest EDS or RDS response: more endpoints go out over several responses, each acknowledged before the next (the default is gRPC's default receive limit; a client that raises its own may take a larger bound)")
+	fl.DurationVar(&f.weightDelay, "weight-delay", xds.DefaultWeightDelay, "how long a change of a cluster's endpoint weights alone (a slow start's ramp) may wait to go out with the cluster's next change; any other change sends it at once (0: send every weight at once; at most 1m)")
 	fl.StringVar(&f.debug, "debug-listen", "", "serve Go profiling (/debug/pprof/) on this address, e.g. 127.0.0.1:6062 (off by default)")
 	bindEnv(fl, "debug-listen", "MESHFLOWS_XDS_DEBUG_LISTEN")
 	fl.StringVar(&f.metrics, "metrics-listen", "", "address to serve /metrics on over HTTP (the discovery client's and the certificates' series; default: none)")
@@ -128,7 +131,10 @@ func startXDS(ctx context.Context, g *errgroup.Group, f *xdsFlags, ln net.Listen
 			return err
 		}
 	}
-	cfg := xds.Config{Discovery: disc, Logger: logger, Static: static, Policy: policy, MaxResponseBytes: f.maxResponse}
+	cfg := xds.Config{Discovery: disc, Logger: logger, Static: static, Policy: policy, MaxResponseBytes: f.maxResponse, WeightDelay: f.weightDelay}
+	if f.weightDelay == 0 {
+		cfg.WeightDelay = -1 // the flag's 0 is "at once", the Config's "the default"
+	}
 	if sa.authenticator == nil {
 		logger.Warn("INSECURE: the xDS server runs without authentication over plaintext gRPC; anyone who reaches " + ln.Addr().String() +
 			" reads every cluster, listener, route and endpoint. Never use --insecure outside development.")

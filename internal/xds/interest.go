@@ -168,6 +168,7 @@ func (s *Server) realize(names []string, all bool) {
 			continue
 		}
 		delete(s.pending, n)
+		delete(s.held, n)
 		if s.buildLocked(n, "") {
 			built[n] = struct{}{}
 		}

@@ -50,7 +50,20 @@ type Config struct {
 	// Authorize, when set, is asked at the start of every stream: an error refuses it, with
 	// its gRPC status when it carries one (else PermissionDenied).
 	Authorize func(ctx context.Context) error
+	// WeightDelay is how long a change of a cluster's endpoint weights alone (a slow start's
+	// ramp, the most common change under churn) may wait before it is sent (default
+	// DefaultWeightDelay; negative: sent at once). Any other change of the cluster sends it
+	// at once, with the weights as they are then: a ramp's weight reaches Envoy at most this
+	// much later, and a cluster is sent about once per change instead of once more per ramp
+	// step.
+	WeightDelay time.Duration
+	// Now is the clock of WeightDelay (default time.Now).
+	Now func() time.Time
 }
+
+// DefaultWeightDelay is Config.WeightDelay's default: the registry moves a service's ramps
+// once per sweep interval (1 s) already.
+const DefaultWeightDelay = time.Second
 
 // Validate reports a configuration that cannot run.
 func (c *Config) Validate() error {
@@ -62,6 +75,9 @@ func (c *Config) Validate() error {
 	}
 	if c.MaxResponseBytes < 0 {
 		return fmt.Errorf("xds: max response bytes %d is negative", c.MaxResponseBytes)
+	}
+	if c.WeightDelay > time.Minute {
+		return fmt.Errorf("xds: weight delay %s is over a minute", c.WeightDelay)
 	}
 	return nil
 }
@@ -85,6 +101,9 @@ type Server struct {
 	// (interest.go): built when one does.
 	pending  map[string]struct{}
 	interest interest
+	// held holds the clusters whose endpoint weights alone changed since their assignment
+	// was last built, with when the first such change came (Config.WeightDelay).
+	held map[string]time.Time
 }
 
 // servedTypes are the resource types served; a stream asking for another type gets an error.
@@ -101,13 +120,20 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxResponseBytes == 0 {
 		cfg.MaxResponseBytes = DefaultMaxResponseBytes
 	}
+	if cfg.WeightDelay == 0 {
+		cfg.WeightDelay = DefaultWeightDelay
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	// One linear cache per type: every client gets the same resources whatever its node id,
 	// a resource is marshalled once however many streams hold it, and a change of the view
 	// re-sends only the resources that changed.
-	s := &Server{cfg: cfg, caches: map[resourcev3.Type]*cachev3.LinearCache{}, index: newCapsIndex(), caps: emptyResources(), pending: map[string]struct{}{}}
+	s := &Server{cfg: cfg, caches: map[resourcev3.Type]*cachev3.LinearCache{}, index: newCapsIndex(), caps: emptyResources(), pending: map[string]struct{}{},
+		held: map[string]time.Time{}}
 	mux := &cachev3.MuxCache{Classify: func(r *cachev3.Request) string { return r.GetTypeUrl() },
 		ClassifyDelta: func(r *cachev3.DeltaRequest) string { return r.GetTypeUrl() }, Caches: map[string]cachev3.Cache{}}
 	for _, typ := range servedTypes {
@@ -137,28 +163,58 @@ func emptyResources() map[resourcev3.Type]map[string]types.Resource {
 // sent again to the streams holding them). The resources are those Resources builds from the
 // whole view (TestUpdatesByChangeAreTheWholeView): a change costs the clusters it touched,
 // not the fleet. The assignment of a cluster that stays, which no stream subscribes to, is
-// only marked pending (interest.go).
+// only marked pending (interest.go); that of a cluster whose endpoints' weights alone
+// changed waits up to Config.WeightDelay for another change (flushWeights).
 func (s *Server) update(d *discovery.Delta) {
 	version := d.Epoch + "/" + strconv.FormatInt(d.Revision, 10)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	dirty := s.index.apply(d)
-	deferred := 0
+	dirty, moved := s.index.apply(d)
+	deferred, weighed := 0, 0
+	now := s.cfg.Now()
 	for _, n := range sortedNames(dirty) {
 		if !s.interest.wants(n) && s.index.keeps(s.caps, n) {
 			s.pending[n] = struct{}{}
+			delete(s.held, n) // built as it is when a stream subscribes
 			delete(dirty, n)
 			deferred++
 			continue
 		}
+		if _, m := moved[n]; !m && s.cfg.WeightDelay > 0 && s.index.keeps(s.caps, n) {
+			if _, ok := s.held[n]; !ok {
+				s.held[n] = now
+			}
+			delete(dirty, n)
+			weighed++
+			continue
+		}
 		delete(s.pending, n)
+		delete(s.held, n)
 		if !s.buildLocked(n, version) {
 			delete(dirty, n)
 		}
 	}
 	changed := s.installNamesLocked(dirty)
 	s.cfg.Logger.Debug("xds view", slog.String("version", version), slog.Int("entries", len(s.index.entries)), slog.Int("clusters_touched", len(dirty)),
-		slog.Int("assignments_deferred", deferred), slog.Int("resources_changed", changed))
+		slog.Int("assignments_deferred", deferred), slog.Int("weights_held", weighed), slog.Int("resources_changed", changed))
+}
+
+// flushWeights builds and sends the assignments whose weights have waited WeightDelay by
+// now (all of them when all), and returns how many it sent.
+func (s *Server) flushWeights(now time.Time, all bool) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	built := map[string]struct{}{}
+	for n, since := range s.held {
+		if !all && now.Sub(since) < s.cfg.WeightDelay {
+			continue
+		}
+		delete(s.held, n)
+		if s.buildLocked(n, "") {
+			built[n] = struct{}{}
+		}
+	}
+	return s.installNamesLocked(built)
 }
 
 // buildLocked builds the resources of cluster n from the index, and reports whether they
@@ -330,6 +386,20 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 			cancel()
 		}
 	})
+	if s.cfg.WeightDelay > 0 {
+		wg.Go(func() {
+			t := time.NewTicker(max(s.cfg.WeightDelay/4, time.Millisecond))
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+					s.flushWeights(s.cfg.Now(), false)
+				}
+			}
+		})
+	}
 	wg.Go(func() {
 		err := s.cfg.Discovery.WatchRoutes(ctx, s.updateRoutes)
 		if ctx.Err() == nil {

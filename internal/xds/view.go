@@ -41,6 +41,9 @@ type capsIndex struct {
 	// next build to share (packedAssignment).
 	served map[string][]endpoint
 	parts  map[string][]part
+	// moved, while a delta is applied (apply), notes the clusters it changed other than by
+	// the weights of members that stay: the others' changes can wait (Config.WeightDelay).
+	moved map[string]struct{}
 }
 
 func newCapsIndex() *capsIndex {
@@ -54,21 +57,36 @@ func (x *capsIndex) reset(entries []apiv1.CapabilityEntry) map[string]struct{} {
 	for n := range x.clusters {
 		dirty[n] = struct{}{}
 	}
-	served, parts := x.served, x.parts
+	served, parts, moved := x.served, x.parts, x.moved
 	*x = *newCapsIndex()
 	x.served, x.parts = served, parts // what the resources were built from stays true of them
+	x.moved = moved
 	for _, e := range entries {
 		x.put(e, dirty)
+	}
+	for n := range dirty {
+		x.touch(n, dirty, false) // a whole view: nothing waits
 	}
 	return dirty
 }
 
-// apply folds a delta in (discovery.Delta.Apply) and returns the clusters it touched.
-func (x *capsIndex) apply(d *discovery.Delta) map[string]struct{} {
+// apply folds a delta in (discovery.Delta.Apply) and returns the clusters it touched, and of
+// those the ones it changed other than by weights alone.
+func (x *capsIndex) apply(d *discovery.Delta) (dirty, moved map[string]struct{}) {
 	t := touching{x: x, dirty: map[string]struct{}{}}
+	x.moved = map[string]struct{}{}
+	defer func() { x.moved = nil }()
 	d.Apply(&t)
 	t.flush()
-	return t.dirty
+	return t.dirty, x.moved
+}
+
+// touch notes a change of cluster n in dirty, and in moved unless only weights changed.
+func (x *capsIndex) touch(n string, dirty map[string]struct{}, weightOnly bool) {
+	dirty[n] = struct{}{}
+	if !weightOnly && x.moved != nil {
+		x.moved[n] = struct{}{}
+	}
 }
 
 // touching is the index as a discovery.Keeper that notes the clusters each call touches.
@@ -180,7 +198,7 @@ func (x *capsIndex) put(e apiv1.CapabilityEntry, dirty map[string]struct{}) {
 		ms := x.clusters[n]
 		i := sort.Search(len(ms), func(j int) bool { return compareMembers(&m, &ms[j]) < 0 })
 		x.clusters[n] = slices.Insert(ms, i, m)
-		dirty[n] = struct{}{}
+		x.touch(n, dirty, false)
 	}
 }
 
@@ -203,9 +221,10 @@ func (x *capsIndex) replace(om, m member, dirty map[string]struct{}) bool {
 	if om == m {
 		return true // the same endpoint: no cluster changes
 	}
+	weighed := om.ok && m.ok && om.ep.weight != m.ep.weight && withWeight(om.ep, m.ep.weight) == m.ep
 	for c, n := range names {
 		x.clusters[n][at[c]] = m
-		dirty[n] = struct{}{}
+		x.touch(n, dirty, weighed)
 	}
 	return true
 }
@@ -240,8 +259,14 @@ func (x *capsIndex) remove(k entryKey, dirty map[string]struct{}) {
 		} else {
 			x.clusters[n] = ms
 		}
-		dirty[n] = struct{}{}
+		x.touch(n, dirty, false)
 	}
+}
+
+// withWeight is e at weight w.
+func withWeight(e endpoint, w uint32) endpoint {
+	e.weight = w
+	return e
 }
 
 // keeps reports whether cluster n is served (res holds it) and keeps an endpoint: a change of

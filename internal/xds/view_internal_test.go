@@ -2,10 +2,13 @@ package xds
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 	"testing"
+	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -61,7 +64,8 @@ func TestUpdatesByChangeAreTheWholeView(t *testing.T) {
 		}
 		ids := []string{"i-1", "i-2", "i-3", "i-4", "i-5", "i-6"}
 		// check holds the server's resources to the whole view's; pending: an assignment that
-		// waits for a subscription may differ (no stream may subscribe to it).
+		// waits for a subscription may differ (no stream may subscribe to it); one whose
+		// weights alone changed may wait for them (held), and differ by those alone.
 		check := func(rt *rapid.T, pending bool) {
 			want, err := Resources(result().Entries)
 			if err != nil {
@@ -82,6 +86,23 @@ func TestUpdatesByChangeAreTheWholeView(t *testing.T) {
 							rt.Fatalf("%s is pending, and a stream subscribes to it", n)
 						}
 						continue // built when a stream subscribes
+					}
+					if _, held := s.held[n]; held && typ == resourcev3.EndpointType {
+						built, now := s.index.served[n], s.index.clusters[n]
+						var eps []endpoint
+						for _, m := range now {
+							if m.ok {
+								eps = append(eps, withWeight(m.ep, 0))
+							}
+						}
+						was := make([]endpoint, len(built))
+						for i, e := range built {
+							was[i] = withWeight(e, 0)
+						}
+						if !slices.Equal(eps, was) {
+							rt.Fatalf("%s is held, and more than its weights changed:\n built %v\n   now %v", n, built, now)
+						}
+						continue // sent when its weights have waited, or with another change
 					}
 					if got := s.caps[typ][n]; !sameWire(rt, got, r) {
 						rt.Fatalf("%s %s:\n got %v\nwant %v", typ, n, got, r)
@@ -118,6 +139,19 @@ func TestUpdatesByChangeAreTheWholeView(t *testing.T) {
 				}
 				s.update(&discovery.Delta{Complete: true, Put: put})
 			},
+			"ramp": func(rt *rapid.T) {
+				// a weight moves, nothing else (a slow start's step): it may wait
+				keys := slices.SortedFunc(maps.Keys(view), func(a, b entryKey) int {
+					return cmp.Or(cmp.Compare(a.instance, b.instance), cmp.Compare(a.capability, b.capability), cmp.Compare(a.provider, b.provider), cmp.Compare(a.version, b.version))
+				})
+				if len(keys) == 0 {
+					return
+				}
+				e := view[rapid.SampledFrom(keys).Draw(rt, "entry")]
+				e.Weight = rapid.IntRange(1, 100).Draw(rt, "weight")
+				view[keyOf(&e)] = e
+				s.update(&discovery.Delta{Complete: true, Put: []apiv1.CapabilityEntry{e}})
+			},
 			"gone": func(rt *rapid.T) {
 				id := rapid.SampledFrom(ids).Draw(rt, "id")
 				g := rapid.Int64Range(0, gen).Draw(rt, "generation")
@@ -127,6 +161,21 @@ func TestUpdatesByChangeAreTheWholeView(t *testing.T) {
 					}
 				}
 				s.update(&discovery.Delta{Complete: true, Gone: []apiv1.Removal{{InstanceID: id, Generation: g}}})
+			},
+			"whole of another view": func(rt *rapid.T) {
+				// a new epoch, or a watcher too far behind: the whole view, changed meanwhile
+				for _, id := range ids {
+					if rapid.Bool().Draw(rt, "changed "+id) {
+						for k := range view {
+							if k.instance == id {
+								delete(view, k)
+							}
+						}
+						e := entry(rt, id)
+						view[keyOf(&e)] = e
+					}
+				}
+				s.update(&discovery.Delta{Complete: true, Reset: true, Entries: result().Entries})
 			},
 			"whole": func(rt *rapid.T) {
 				s.update(&discovery.Delta{Complete: true, Reset: true, Entries: result().Entries})
@@ -164,6 +213,13 @@ func TestUpdatesByChangeAreTheWholeView(t *testing.T) {
 			"realize": func(rt *rapid.T) {
 				s.realize(nil, true) // as a stream subscribing to every assignment does
 				check(rt, false)
+			},
+			"weights waited": func(rt *rapid.T) {
+				s.flushWeights(time.Time{}, true)
+				if len(s.held) != 0 {
+					rt.Fatalf("%d assignments still held after the flush", len(s.held))
+				}
+				check(rt, true)
 			},
 			"": func(rt *rapid.T) { check(rt, true) },
 		})
