@@ -133,4 +133,3 @@ func TestARampStepWaitsForTheWeightDelay(t *testing.T) {
 		t.Fatalf("after the delay the stream got %v; want jms-1 at %d", got, stepped)
 	}
 }
-
