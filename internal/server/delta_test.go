@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"strings"
@@ -138,7 +139,8 @@ func TestDeltaWatchEqualsTheFullAnswer(t *testing.T) {
 			}
 		}
 		ids := []string{"i-1", "i-2", "i-3", "i-4", "i-5", "i-6"}
-		rt.Repeat(map[string]func(*rapid.T){
+		actions := fleetActions(s, gens, ids)
+		maps.Copy(actions, map[string]func(*rapid.T){
 			"register": func(rt *rapid.T) {
 				id := rapid.SampledFrom(ids).Draw(rt, "id")
 				n := rapid.IntRange(1, 3).Draw(rt, "caps")
@@ -154,48 +156,58 @@ func TestDeltaWatchEqualsTheFullAnswer(t *testing.T) {
 				}
 				gens[id] = resp.Generation
 			},
-			"deregister": func(rt *rapid.T) {
-				id := rapid.SampledFrom(ids).Draw(rt, "id")
-				if g, ok := gens[id]; ok {
-					if err := s.Registry.Deregister(ctx, id, g); err != nil {
-						rt.Fatalf("deregister %s: %v", id, err)
-					}
-					delete(gens, id)
-				}
-			},
-			"self-report": func(rt *rapid.T) {
-				id := rapid.SampledFrom(ids).Draw(rt, "id")
-				if g, ok := gens[id]; ok {
-					h := rapid.SampledFrom([]string{"ok", "degraded", "failing"}).Draw(rt, "health")
-					if _, err := s.Registry.Heartbeat(ctx, id, &apiv1.HeartbeatRequest{Generation: g, Health: h}); err != nil {
-						rt.Fatalf("heartbeat %s: %v", id, err)
-					}
-				}
-			},
-			"outcomes": func(rt *rapid.T) {
-				id := rapid.SampledFrom(ids).Draw(rt, "id")
-				if g, ok := gens[id]; ok {
-					if _, err := s.Registry.Outcomes(ctx, &apiv1.OutcomesRequest{GatewayID: "gw", Outcomes: []apiv1.Outcome{
-						{InstanceID: id, Generation: g, OK: rapid.IntRange(0, 30).Draw(rt, "ok"), Errors: rapid.IntRange(0, 30).Draw(rt, "errors")}}}); err != nil {
-						rt.Fatalf("outcomes %s: %v", id, err)
-					}
-				}
-			},
-			"time": func(rt *rapid.T) {
-				s.Clock.Advance(time.Duration(rapid.IntRange(1, 40).Draw(rt, "seconds")) * time.Second)
-				if _, err := s.Registry.Sweep(ctx); err != nil {
-					rt.Fatal(err)
-				}
-				for id := range gens { // what the sweep evicted is gone
-					if _, err := s.Registry.Instance(id); err != nil {
-						delete(gens, id)
-					}
-				}
-			},
 			"lazy watchers poll": func(rt *rapid.T) { check(rt, lazy) },
 			"":                   func(rt *rapid.T) { check(rt, watchers) },
 		})
+		rt.Repeat(actions)
 	})
+}
+
+// fleetActions are the changes of a delta watch's property tests other than registrations,
+// of the instances ids registered at gens on s: deregistrations, self-reports, passive
+// outcomes that eject, and time that ramps slow starts, ends leases and the warm-up.
+func fleetActions(s *registrytest.Server, gens map[string]int64, ids []string) map[string]func(*rapid.T) {
+	ctx := context.Background()
+	return map[string]func(*rapid.T){
+		"deregister": func(rt *rapid.T) {
+			id := rapid.SampledFrom(ids).Draw(rt, "id")
+			if g, ok := gens[id]; ok {
+				if err := s.Registry.Deregister(ctx, id, g); err != nil {
+					rt.Fatalf("deregister %s: %v", id, err)
+				}
+				delete(gens, id)
+			}
+		},
+		"self-report": func(rt *rapid.T) {
+			id := rapid.SampledFrom(ids).Draw(rt, "id")
+			if g, ok := gens[id]; ok {
+				h := rapid.SampledFrom([]string{"ok", "degraded", "failing"}).Draw(rt, "health")
+				if _, err := s.Registry.Heartbeat(ctx, id, &apiv1.HeartbeatRequest{Generation: g, Health: h}); err != nil {
+					rt.Fatalf("heartbeat %s: %v", id, err)
+				}
+			}
+		},
+		"outcomes": func(rt *rapid.T) {
+			id := rapid.SampledFrom(ids).Draw(rt, "id")
+			if g, ok := gens[id]; ok {
+				if _, err := s.Registry.Outcomes(ctx, &apiv1.OutcomesRequest{GatewayID: "gw", Outcomes: []apiv1.Outcome{
+					{InstanceID: id, Generation: g, OK: rapid.IntRange(0, 30).Draw(rt, "ok"), Errors: rapid.IntRange(0, 30).Draw(rt, "errors")}}}); err != nil {
+					rt.Fatalf("outcomes %s: %v", id, err)
+				}
+			}
+		},
+		"time": func(rt *rapid.T) {
+			s.Clock.Advance(time.Duration(rapid.IntRange(1, 40).Draw(rt, "seconds")) * time.Second)
+			if _, err := s.Registry.Sweep(ctx); err != nil {
+				rt.Fatal(err)
+			}
+			for id := range gens { // what the sweep evicted is gone
+				if _, err := s.Registry.Instance(id); err != nil {
+					delete(gens, id)
+				}
+			}
+		},
+	}
 }
 
 // TestDeltaWatchResets: a watcher whose index is of another epoch, ahead of the registry, or

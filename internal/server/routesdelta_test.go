@@ -5,11 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"pgregory.net/rapid"
@@ -101,7 +101,8 @@ func TestRoutesDeltaWatchEqualsTheFullAnswer(t *testing.T) {
 		}
 		ids := []string{"i-1", "i-2", "i-3", "i-4", "i-5", "i-6"}
 		pathSets := [][]string{{}, {"/a"}, {"/b", "/a"}, {"/c"}}
-		rt.Repeat(map[string]func(*rapid.T){
+		actions := fleetActions(s, gens, ids)
+		maps.Copy(actions, map[string]func(*rapid.T){
 			"register": func(rt *rapid.T) {
 				id := rapid.SampledFrom(ids).Draw(rt, "id")
 				service := rapid.SampledFrom([]string{"svc-a", "svc-b", "svc-c"}).Draw(rt, "service")
@@ -116,47 +117,10 @@ func TestRoutesDeltaWatchEqualsTheFullAnswer(t *testing.T) {
 				}
 				gens[id] = resp.Generation
 			},
-			"deregister": func(rt *rapid.T) {
-				id := rapid.SampledFrom(ids).Draw(rt, "id")
-				if g, ok := gens[id]; ok {
-					if err := s.Registry.Deregister(ctx, id, g); err != nil {
-						rt.Fatalf("deregister %s: %v", id, err)
-					}
-					delete(gens, id)
-				}
-			},
-			"self-report": func(rt *rapid.T) {
-				id := rapid.SampledFrom(ids).Draw(rt, "id")
-				if g, ok := gens[id]; ok {
-					h := rapid.SampledFrom([]string{"ok", "degraded", "failing"}).Draw(rt, "health")
-					if _, err := s.Registry.Heartbeat(ctx, id, &apiv1.HeartbeatRequest{Generation: g, Health: h}); err != nil {
-						rt.Fatalf("heartbeat %s: %v", id, err)
-					}
-				}
-			},
-			"outcomes": func(rt *rapid.T) {
-				id := rapid.SampledFrom(ids).Draw(rt, "id")
-				if g, ok := gens[id]; ok {
-					if _, err := s.Registry.Outcomes(ctx, &apiv1.OutcomesRequest{GatewayID: "gw", Outcomes: []apiv1.Outcome{
-						{InstanceID: id, Generation: g, OK: rapid.IntRange(0, 30).Draw(rt, "ok"), Errors: rapid.IntRange(0, 30).Draw(rt, "errors")}}}); err != nil {
-						rt.Fatalf("outcomes %s: %v", id, err)
-					}
-				}
-			},
-			"time": func(rt *rapid.T) {
-				s.Clock.Advance(time.Duration(rapid.IntRange(1, 40).Draw(rt, "seconds")) * time.Second)
-				if _, err := s.Registry.Sweep(ctx); err != nil {
-					rt.Fatal(err)
-				}
-				for id := range gens {
-					if _, err := s.Registry.Instance(id); err != nil {
-						delete(gens, id)
-					}
-				}
-			},
 			"lazy watcher polls": func(rt *rapid.T) { check(rt, lazy) },
 			"":                   func(rt *rapid.T) { check(rt, eager) },
 		})
+		rt.Repeat(actions)
 	})
 }
 

@@ -63,6 +63,24 @@ func TestUpdatesByChangeAreTheWholeView(t *testing.T) {
 			return e
 		}
 		ids := []string{"i-1", "i-2", "i-3", "i-4", "i-5", "i-6"}
+		// reincarnate gives some instances (drawn as label+id) a new entry in the view in
+		// place of theirs, and returns the new entries
+		reincarnate := func(rt *rapid.T, label string) []apiv1.CapabilityEntry {
+			var out []apiv1.CapabilityEntry
+			for _, id := range ids {
+				if rapid.Bool().Draw(rt, label+id) {
+					for k := range view {
+						if k.instance == id {
+							delete(view, k)
+						}
+					}
+					e := entry(rt, id)
+					view[keyOf(&e)] = e
+					out = append(out, e)
+				}
+			}
+			return out
+		}
 		// check holds the server's resources to the whole view's; pending: an assignment that
 		// waits for a subscription may differ (no stream may subscribe to it); one whose
 		// weights alone changed may wait for them (held), and differ by those alone.
@@ -164,17 +182,7 @@ func TestUpdatesByChangeAreTheWholeView(t *testing.T) {
 			},
 			"whole of another view": func(rt *rapid.T) {
 				// a new epoch, or a watcher too far behind: the whole view, changed meanwhile
-				for _, id := range ids {
-					if rapid.Bool().Draw(rt, "changed "+id) {
-						for k := range view {
-							if k.instance == id {
-								delete(view, k)
-							}
-						}
-						e := entry(rt, id)
-						view[keyOf(&e)] = e
-					}
-				}
+				reincarnate(rt, "changed ")
 				s.update(&discovery.Delta{Complete: true, Reset: true, Entries: result().Entries})
 			},
 			"whole": func(rt *rapid.T) {
@@ -183,19 +191,7 @@ func TestUpdatesByChangeAreTheWholeView(t *testing.T) {
 			"warm-up reset": func(rt *rapid.T) {
 				// a restarted registry answers some instances (of those the view holds, and
 				// new ones), says some went; the others are kept
-				var answered []apiv1.CapabilityEntry
-				for _, id := range ids {
-					if rapid.Bool().Draw(rt, "answered "+id) {
-						for k := range view {
-							if k.instance == id {
-								delete(view, k)
-							}
-						}
-						e := entry(rt, id)
-						view[keyOf(&e)] = e
-						answered = append(answered, e)
-					}
-				}
+				answered := reincarnate(rt, "answered ")
 				gone := rapid.SampledFrom(ids).Draw(rt, "gone")
 				for k := range view {
 					if k.instance == gone {
