@@ -270,11 +270,13 @@ func TestDeltaWatchResets(t *testing.T) {
 	}
 }
 
-// TestDeltaWatchBadInput: delta needs an index, a boolean, and no paging.
+// TestDeltaWatchBadInput: delta needs an index, a boolean, and no paging; the routes view's
+// too.
 func TestDeltaWatchBadInput(t *testing.T) {
 	s := newDeltaServer(t)
-	for _, q := range []string{"delta=true", "delta=yes&index=0", "delta=true&index=0&limit=10"} {
-		resp, err := http.Get(s.URL + "/v1/discovery/capabilities?" + q)
+	for _, q := range []string{"capabilities?delta=true", "capabilities?delta=yes&index=0", "capabilities?delta=true&index=0&limit=10",
+		"routes?delta=true", "routes?delta=yes&index=0"} {
+		resp, err := http.Get(s.URL + "/v1/discovery/" + q)
 		if err != nil {
 			t.Fatal(err)
 		}
