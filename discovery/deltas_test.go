@@ -61,6 +61,33 @@ func newRecorded(t *testing.T, old bool) (*registrytest.Server, *recording, *dis
 	return s, rec, c
 }
 
+// expectDeltas checks the requests of a watch through r after changes: against a registry
+// with delta watches, the first whole and the others deltas; against an old one (old), one
+// delta refused and whole answers.
+func (r *recording) expectDeltas(t *testing.T, old bool, changes int) {
+	t.Helper()
+	delta, full := r.deltas()
+	switch {
+	case !old && (delta < changes || full > 1):
+		t.Errorf("%d delta and %d whole-answer requests, want the first alone whole", delta, full)
+	case old && (delta != 1 || full < changes):
+		t.Errorf("against an old registry: %d delta and %d whole-answer requests, want one delta refused", delta, full)
+	}
+}
+
+// answerOf decodes the registry's answer at url into out.
+func answerOf(t *testing.T, url string, out any) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func (r *recording) deltas() (delta, full int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -96,15 +123,8 @@ func TestWatchWithDeltas(t *testing.T) {
 				registerOne(t, s.Registry, id)
 				want = append(want, id)
 				got := <-changes
-				full, err := http.Get(s.URL + "/v1/discovery/capabilities?capability_id=messaging.publish")
-				if err != nil {
-					t.Fatal(err)
-				}
 				var answer apiv1.DiscoveryResponse
-				if err := json.NewDecoder(full.Body).Decode(&answer); err != nil {
-					t.Fatal(err)
-				}
-				full.Body.Close()
+				answerOf(t, s.URL+"/v1/discovery/capabilities?capability_id=messaging.publish", &answer)
 				if got.Revision != answer.Revision || !cmp.Equal(ids(got.Entries), want) {
 					t.Fatalf("view at %d holds %v, want %v at %d", got.Revision, ids(got.Entries), want, answer.Revision)
 				}
@@ -118,13 +138,7 @@ func TestWatchWithDeltas(t *testing.T) {
 			if err := <-done; err != nil {
 				t.Errorf("Watch = %v", err)
 			}
-			delta, full := rec.deltas()
-			switch {
-			case !old && (delta < 10 || full > 1):
-				t.Errorf("%d delta and %d whole-answer requests, want the first alone whole", delta, full)
-			case old && (delta != 1 || full < 10):
-				t.Errorf("against an old registry: %d delta and %d whole-answer requests, want one delta refused", delta, full)
-			}
+			rec.expectDeltas(t, old, 10)
 		})
 	}
 }
@@ -173,13 +187,8 @@ func TestWatchDeltas(t *testing.T) {
 				for {
 					d := <-deltas
 					d.Apply(kept)
-					resp, err := http.Get(s.URL + "/v1/discovery/capabilities?capability_id=messaging.publish")
-					if err != nil {
-						t.Fatal(err)
-					}
 					var answer apiv1.DiscoveryResponse
-					json.NewDecoder(resp.Body).Decode(&answer)
-					resp.Body.Close()
+					answerOf(t, s.URL+"/v1/discovery/capabilities?capability_id=messaging.publish", &answer)
 					if d.Revision < answer.Revision || d.Complete != answer.Complete {
 						continue // a change made before the last is still coming
 					}
@@ -293,15 +302,7 @@ func TestWatchRoutes(t *testing.T) {
 				change()
 				got := <-changes
 				var answer apiv1.RoutesResponse
-				resp, err := http.Get(s.URL + "/v1/discovery/routes")
-				if err != nil {
-					t.Fatal(err)
-				}
-				err = json.NewDecoder(resp.Body).Decode(&answer)
-				resp.Body.Close()
-				if err != nil {
-					t.Fatal(err)
-				}
+				answerOf(t, s.URL+"/v1/discovery/routes", &answer)
 				if got.Revision != answer.Revision || !cmp.Equal(got.Manifests, answer.Manifests) || !cmp.Equal(got.PublicPaths, answer.PublicPaths) {
 					t.Fatalf("view at %d: %+v; the registry's answer at %d: %+v", got.Revision, got.Routes, answer.Revision, answer)
 				}
@@ -331,13 +332,7 @@ func TestWatchRoutes(t *testing.T) {
 			if err := <-done; err != nil {
 				t.Errorf("WatchRoutes = %v", err)
 			}
-			delta, full := rec.deltas()
-			switch {
-			case !old && (delta < 7 || full > 1):
-				t.Errorf("%d delta and %d whole-answer requests, want the first alone whole", delta, full)
-			case old && (delta != 1 || full < 7):
-				t.Errorf("against an old registry: %d delta and %d whole-answer requests, want one delta refused", delta, full)
-			}
+			rec.expectDeltas(t, old, 7)
 		})
 	}
 }

@@ -116,7 +116,6 @@ func TestDeltaWatchEqualsTheFullAnswer(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		s := newDeltaServer(t)
 		defer s.Close()
-		ctx := context.Background()
 		gens := map[string]int64{}
 		// the eager watchers poll after every change (their polls build the answers the
 		// history keeps); the lazy ones now and then, so that a delta folds many changes
@@ -150,17 +149,22 @@ func TestDeltaWatchEqualsTheFullAnswer(t *testing.T) {
 				for _, c := range picked {
 					req.Capabilities = append(req.Capabilities, caps[c])
 				}
-				resp, err := s.Registry.Register(ctx, req)
-				if err != nil {
-					rt.Fatalf("register %s: %v", id, err)
-				}
-				gens[id] = resp.Generation
+				registerDrawn(rt, s, gens, req)
 			},
 			"lazy watchers poll": func(rt *rapid.T) { check(rt, lazy) },
 			"":                   func(rt *rapid.T) { check(rt, watchers) },
 		})
 		rt.Repeat(actions)
 	})
+}
+
+// registerDrawn registers req on s and notes its generation in gens.
+func registerDrawn(rt *rapid.T, s *registrytest.Server, gens map[string]int64, req *apiv1.RegisterRequest) {
+	resp, err := s.Registry.Register(context.Background(), req)
+	if err != nil {
+		rt.Fatalf("register %s: %v", req.InstanceID, err)
+	}
+	gens[req.InstanceID] = resp.Generation
 }
 
 // fleetActions are the changes of a delta watch's property tests other than registrations,

@@ -79,7 +79,6 @@ func TestRoutesDeltaWatchEqualsTheFullAnswer(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		s := newDeltaServer(t)
 		defer s.Close()
-		ctx := context.Background()
 		gens := map[string]int64{}
 		eager, lazy := &routesWatcher{}, &routesWatcher{}
 		check := func(rt *rapid.T, w *routesWatcher) {
@@ -107,12 +106,7 @@ func TestRoutesDeltaWatchEqualsTheFullAnswer(t *testing.T) {
 				for range rapid.IntRange(0, 2).Draw(rt, "capabilities") {
 					paths = append(paths, rapid.SampledFrom(pathSets).Draw(rt, "paths"))
 				}
-				req := routedRequest(id, service, rapid.Bool().Draw(rt, "manifest"), rapid.SampledFrom(pathSets).Draw(rt, "routes"), paths)
-				resp, err := s.Registry.Register(ctx, req)
-				if err != nil {
-					rt.Fatalf("register %s: %v", id, err)
-				}
-				gens[id] = resp.Generation
+				registerDrawn(rt, s, gens, routedRequest(id, service, rapid.Bool().Draw(rt, "manifest"), rapid.SampledFrom(pathSets).Draw(rt, "routes"), paths))
 			},
 			"lazy watcher polls": func(rt *rapid.T) { check(rt, lazy) },
 			"":                   func(rt *rapid.T) { check(rt, eager) },
