@@ -173,14 +173,15 @@ func (s *Server) update(d *discovery.Delta) {
 	deferred, weighed := 0, 0
 	now := s.cfg.Now()
 	for _, n := range sortedNames(dirty) {
-		if !s.interest.wants(n) && s.index.keeps(s.caps, n) {
+		keeps := s.index.keeps(s.caps, n)
+		if !s.interest.wants(n) && keeps {
 			s.pending[n] = struct{}{}
 			delete(s.held, n) // built as it is when a stream subscribes
 			delete(dirty, n)
 			deferred++
 			continue
 		}
-		if _, m := moved[n]; !m && s.cfg.WeightDelay > 0 && s.index.keeps(s.caps, n) {
+		if _, m := moved[n]; !m && s.cfg.WeightDelay > 0 && keeps {
 			if _, ok := s.held[n]; !ok {
 				s.held[n] = now
 			}

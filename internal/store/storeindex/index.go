@@ -51,8 +51,8 @@ func (ix *Index) OnPublish(fn func(rev int64, c registry.Changes)) {
 
 // maxDirtyNames bounds the names one move of the revision tells: past it, the move says that
 // everything changed. As the monitor's own bound (health's maxTouched), it is well above
-// what one ramp clock moves during an evacuation (some 2,000 instances at each tenth of a
-// second at 60,000 instances): with 4,096, two clocks gathered in one move woke every long
+// what one ramp clock moves during an evacuation (some 2,000 instances per clock, about twenty
+// clocks a second, at 60,000 instances): with 4,096, two clocks gathered in one move woke every long
 // poll of the fleet, and sent every delta watch a whole answer.
 const maxDirtyNames = 1 << 16
 
