@@ -131,11 +131,7 @@ func TestRoutesDeltaWatchResets(t *testing.T) {
 	if len(w.manifests) != 5 || len(w.paths) != 5 {
 		t.Fatalf("the first answer holds %d manifests and %d paths, want 5 of each", len(w.manifests), len(w.paths))
 	}
-	for _, tc := range []struct{ name, params string }{
-		{"another epoch", "&epoch=another&index=" + fmt.Sprint(w.revision)},
-		{"an index ahead of the registry", fmt.Sprintf("&index=%d", w.revision+1000)},
-		{"index 0", "&index=0"},
-	} {
+	for _, tc := range untoldIndexes(w.revision) {
 		var d apiv1.RoutesDelta
 		getJSON(t, s.URL+"/v1/discovery/routes?delta=true&wait=1ns"+tc.params, &d)
 		if !d.Reset || len(d.Manifests) != 5 || len(d.PublicPaths) != 5 {
