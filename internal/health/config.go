@@ -36,6 +36,13 @@ type Config struct {
 	OutlierRelativeFloor  float64
 	OutlierRelativeFactor float64
 
+	// Latency outliers: a comparable instance whose pooled p99 is above LatencyOutlierFactor
+	// (default 3) times the median p99 of its comparable peers and above that median plus
+	// LatencyOutlierFloor (default 50 ms) is degraded until it is under both for one
+	// OutlierWindow.
+	LatencyOutlierFactor float64
+	LatencyOutlierFloor  time.Duration
+
 	SelfPreservationEnter        float64       // renewal ratio under which expiry stops evicting (default 0.6)
 	SelfPreservationExit         float64       // renewal ratio that ends the mode (default 0.8)
 	SelfPreservationMinInstances int           // fewer instances never enter the mode (default 10)
@@ -79,6 +86,8 @@ func (c Config) WithDefaults() Config {
 	orDefault(&c.OutlierZ, 3.0)
 	orDefault(&c.OutlierRelativeFloor, 0.01)
 	orDefault(&c.OutlierRelativeFactor, 3.0)
+	orDefault(&c.LatencyOutlierFactor, 3.0)
+	orDefault(&c.LatencyOutlierFloor, 50*time.Millisecond)
 	orDefault(&c.SelfPreservationEnter, 0.6)
 	orDefault(&c.SelfPreservationExit, 0.8)
 	orDefault(&c.SelfPreservationMinInstances, 10)
@@ -117,6 +126,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("health config: outlier_window, ejection_base, outlier_min_requests, outlier_connect_failures and outlier_min_volume must not be negative")
 	case c.OutlierZ < 0 || c.OutlierRelativeFloor < 0 || c.OutlierRelativeFloor >= 1 || (c.OutlierRelativeFactor != 0 && c.OutlierRelativeFactor < 1):
 		return fmt.Errorf("health config: outlier_z must not be negative, outlier_relative_floor must be within 0..1 and outlier_relative_factor at least 1")
+	case c.LatencyOutlierFloor < 0 || (c.LatencyOutlierFactor != 0 && c.LatencyOutlierFactor < 1):
+		return fmt.Errorf("health config: latency_outlier_floor must not be negative and latency_outlier_factor at least 1")
 	case c.ReturnDwell < 0 || c.EvacuationMax < 0 || c.EvacuationMinRemaining < 0 || c.EvacuationMinRemaining > 1:
 		return fmt.Errorf("health config: return_dwell and evacuation_max must be positive, evacuation_min_remaining within 0..1")
 	}

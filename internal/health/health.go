@@ -151,6 +151,11 @@ type trouble struct {
 
 	ejections  int // how many times it was ejected
 	ejectUntil time.Time
+
+	// latency outliers (latency.go): degraded from latencySince until latencyUntil, one
+	// outlier_window after the last judgment that found it over
+	latencySince, latencyUntil time.Time
+	latency                    Evidence
 }
 
 // sinceNanos returns how long before now the instant at (Unix nanoseconds) was.
@@ -452,7 +457,11 @@ func (e *Engine) probe(in *instance, ev Event) {
 		}
 	case ProbeFail, ProbeTimeout, ProbeRefused:
 		t.okRun = 0
-		t.badRun++
+		if ev.Result != ProbeRefused {
+			// only fail and timeout count towards PROBE_FAILING; a refusal is its own,
+			// faster cause, and neither counts nor breaks the run
+			t.badRun++
+		}
 		if !in.admitted {
 			// The hard-failure fast path holds for every incarnation discovery may answer,
 			// one never admitted included (a restored one, answered in panic with the rest of
@@ -636,6 +645,7 @@ func (e *Engine) otherChange(in *instance, now time.Time) time.Time {
 			consider(t.ejectUntil)
 		}
 		consider(t.quarantineUntil)
+		consider(t.latencyUntil)
 	}
 	if len(e.overrides) > 0 || len(e.evacuations) > 0 {
 		e.operatorChanges(in, now, consider)
@@ -710,7 +720,12 @@ func (e *Engine) verdictOf(in *instance, now time.Time) Verdict {
 	if elapsed := sinceNanos(now, in.rotationSince); elapsed < e.cfg.SlowStart {
 		v = Verdict{State: apiv1.EligibilitySlowStart, Weight: e.rampWeight(elapsed), Reasons: reasonsSlowStart}
 	}
-	if in.degraded {
+	switch slow := in.latencyDegraded(now); {
+	case slow && in.degraded:
+		v.State, v.Weight, v.Reasons = apiv1.EligibilityDegraded, min(v.Weight, e.cfg.DegradedWeight), reasonsLatencyAndDegraded
+	case slow:
+		v.State, v.Weight, v.Reasons = apiv1.EligibilityDegraded, min(v.Weight, e.cfg.DegradedWeight), reasonsLatency
+	case in.degraded:
 		v.State, v.Weight, v.Reasons = apiv1.EligibilityDegraded, min(v.Weight, e.cfg.DegradedWeight), reasonsDegraded
 	}
 	if cap > 0 {
@@ -864,6 +879,8 @@ func (e *Engine) Explain(id string, now time.Time) (Verdict, []Reason) {
 			ev = Evidence{At: instant(in.rotationSince), Detail: fmt.Sprintf("entered rotation; weight ramps to 100 over %s", e.cfg.SlowStart)}
 		case code == ReasonSilent:
 			ev = Evidence{At: instant(in.lastRenewal), Detail: fmt.Sprintf("no renewal for more than %s", 2*e.cfg.HeartbeatInterval)}
+		case code == ReasonOutlierLatency:
+			ev = in.troubles().latency
 		case code == ReasonSelfReportedDegraded:
 			ev = Evidence{At: instant(in.lastHealthAt), Detail: "heartbeat health " + in.lastHealth}
 		case code == ReasonFlapping:

@@ -180,6 +180,21 @@ func (e *Engine) withoutTop(n, errs int, by map[uint32][2]int) (int, int, string
 	return n - c[0], errs - c[1], top
 }
 
+// corroborated applies the leave-one-out test to an outlier of n requests and errs errors
+// against baseline: it still holds without the reporter that reported the most errors. The
+// test applies only when the other reporters together reported outlier_min_volume requests;
+// when they did not (one gateway, or one carrying nearly all the traffic), nobody contradicts
+// that reporter and the pooled evidence stands alone, as a proxy's own outlier detection
+// would. It returns what was left without the top reporter, and its name.
+func (e *Engine) corroborated(n, errs int, by map[uint32][2]int, baseline float64) (ok bool, n2, e2 int, top string) {
+	n2, e2, top = e.withoutTop(n, errs, by)
+	if n2 < e.cfg.OutlierMinVolume {
+		return true, n2, e2, top
+	}
+	ok, _ = e.relativelyWorse(e2, n2, baseline)
+	return ok, n2, e2, top
+}
+
 // inRotationNow reports whether in is in rotation at now, as the engine judges it.
 func (e *Engine) inRotationNow(in *instance, now time.Time) bool {
 	return apiv1.InRotation(e.verdictOf(in, now).State)
@@ -253,6 +268,7 @@ func (e *Engine) judgeCohort(capability, zone string, now time.Time) {
 	}
 	sort.Float64s(sorted)
 	e.keepShares(cohortKey{capability, zone}, now, sorted) // for explanations until the next judgment
+	e.judgeLatency(ms, capability, zone, now)
 	if len(ms) < 2 {
 		return
 	}
@@ -262,8 +278,8 @@ func (e *Engine) judgeCohort(capability, zone string, now time.Time) {
 		if !worse {
 			continue
 		}
-		n2, e2, top := e.withoutTop(m.n, m.errs, m.reporter)
-		if still, _ := e.relativelyWorse(e2, n2, baseline); !still {
+		still, n2, e2, top := e.corroborated(m.n, m.errs, m.reporter, baseline)
+		if !still {
 			continue // one reporter's broken path: not a reason to take it from everyone
 		}
 		in := m.in
@@ -399,8 +415,7 @@ func (e *Engine) zoneFigures(capability string, zones []string, now time.Time) [
 			worse, l := e.relativelyWorse(z.Errors, z.Requests, z.Baseline)
 			z.LowerBound = l
 			if worse {
-				n2, e2, _ := e.withoutTop(z.Requests, z.Errors, z.by)
-				z.Outlier, _ = e.relativelyWorse(e2, n2, z.Baseline)
+				z.Outlier, _, _, _ = e.corroborated(z.Requests, z.Errors, z.by, z.Baseline)
 			}
 		}
 		out = append(out, z.ZoneOutlier)

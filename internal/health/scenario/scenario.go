@@ -43,6 +43,8 @@ type Event struct {
 	OK              int `json:"ok,omitempty"`
 	Errors          int `json:"errors,omitempty"`
 	ConnectFailures int `json:"connect_failures,omitempty"`
+	// LatencyMsP99 is the outcome window's 99th percentile latency in milliseconds.
+	LatencyMsP99 float64 `json:"latency_ms_p99,omitempty"`
 	// Reporter names who reported an outcome (default "gw").
 	Reporter string `json:"reporter,omitempty"`
 
@@ -220,7 +222,7 @@ func scenarioConfig(m map[string]any) (health.Config, error) {
 			c.OutlierWindow, err = durationSetting(v)
 		case "outlier_min_volume":
 			c.OutlierMinVolume, err = intSetting(v)
-		case "outlier_z", "outlier_relative_floor", "outlier_relative_factor":
+		case "outlier_z", "outlier_relative_floor", "outlier_relative_factor", "latency_outlier_factor":
 			f, ok := v.(float64)
 			if !ok || f <= 0 {
 				err = fmt.Errorf("want a positive number")
@@ -230,9 +232,13 @@ func scenarioConfig(m map[string]any) (health.Config, error) {
 				c.OutlierZ = f
 			case "outlier_relative_floor":
 				c.OutlierRelativeFloor = f
+			case "latency_outlier_factor":
+				c.LatencyOutlierFactor = f
 			default:
 				c.OutlierRelativeFactor = f
 			}
+		case "latency_outlier_floor":
+			c.LatencyOutlierFloor, err = durationSetting(v)
 		case "return_dwell":
 			c.ReturnDwell, err = durationSetting(v)
 		case "evacuation_max":
@@ -328,12 +334,16 @@ func (s *Scenario) Answers() ([]map[string]any, error) {
 		t := at(i)
 		for ; next < len(events) && s.offsets[events[next]] <= t; next++ {
 			ev := events[next]
-			tickTo(s.offsets[ev] - 1)
-			e.Tick(start.Add(s.offsets[ev]))
+			if next == 0 || s.offsets[events[next-1]] != s.offsets[ev] {
+				// time moves on before an instant's first event, not between events of one
+				// instant: they apply together, as one batch of outcomes would
+				tickTo(s.offsets[ev] - 1)
+				e.Tick(start.Add(s.offsets[ev]))
+			}
 			at := start.Add(s.offsets[ev])
 			until, _ := untilOf(ev.Until)
 			if err := e.Apply(health.Event{At: at, ID: ev.ID, Kind: ev.Kind, Health: ev.Health, Result: ev.Result,
-				OK: ev.OK, Errors: ev.Errors, ConnectFailures: ev.ConnectFailures, Reporter: ev.Reporter,
+				OK: ev.OK, Errors: ev.Errors, ConnectFailures: ev.ConnectFailures, LatencyMsP99: ev.LatencyMsP99, Reporter: ev.Reporter,
 				Action: ev.Action, Evacuation: ev.Evacuation, Zone: ev.Zone, Capability: ev.Capability, Until: at.Add(until), By: "scenario"}); err != nil {
 				return nil, fmt.Errorf("scenario %s: %w", s.Name, err)
 			}
