@@ -17,6 +17,11 @@ const (
 	CodeEvacuationExists = "EVACUATION_EXISTS"
 	// CodeUnknownZone: no instance ever registered in the zone.
 	CodeUnknownZone = "UNKNOWN_ZONE"
+	// CodeOverrideUnsafe: the withdrawal would leave a pool (a capability's group in a zone,
+	// a workflow step's candidates, a route's upstreams) with nothing in rotation, and the
+	// pool's panic would serve the instance again; the details name the pools (force
+	// overrides it).
+	CodeOverrideUnsafe = "OVERRIDE_UNSAFE"
 )
 
 // MaxOperatorDuration bounds an evacuation's or an override's duration.
@@ -119,6 +124,9 @@ type OverrideRequest struct {
 	Action   string `json:"action"`
 	Duration string `json:"duration,omitempty"`
 	Reason   string `json:"reason"`
+	// Force withdraws even when a pool would be left with nothing in rotation (the refusal
+	// is OVERRIDE_UNSAFE); the instance then stays out even when its pools panic.
+	Force bool `json:"force,omitempty"`
 }
 
 // Override is one override.
@@ -130,6 +138,11 @@ type Override struct {
 	Reason     string     `json:"reason"`
 	CreatedAt  time.Time  `json:"created_at"`
 	ExpiresAt  *time.Time `json:"expires_at,omitempty"`
+	// Force says the withdrawal was forced: the instance is kept out even in panic.
+	Force bool `json:"force,omitempty"`
+	// Emptied names the pools a forced withdrawal left with nothing in rotation (as
+	// OVERRIDE_UNSAFE would have named them).
+	Emptied []Detail `json:"emptied,omitempty"`
 	// Active says a withdrawal still holds.
 	Active  bool       `json:"active"`
 	EndedAt *time.Time `json:"ended_at,omitempty"`

@@ -96,7 +96,21 @@ type RegisterRequest struct {
 	// empty): a syncer registers a runtime's not-ready endpoint not_ready, out of rotation
 	// from its first instant.
 	Health string `json:"health,omitempty"`
+	// Readiness, when "runtime", says the runtime that runs the instance reports its
+	// readiness (meshflows kube-sync registers Kubernetes endpoints so); empty otherwise. The
+	// registry derives "probe" and "none" itself.
+	Readiness string `json:"readiness,omitempty"`
 }
+
+// Readiness values: what tells the registry an instance is ready to serve. ReadinessProbe:
+// the registry probes the health endpoint its manifest declares; ReadinessRuntime: the
+// runtime that runs it says (Kubernetes readiness, through kube-sync); ReadinessNone:
+// nothing does — it is in rotation on its registration and heartbeats alone.
+const (
+	ReadinessProbe   = "probe"
+	ReadinessRuntime = "runtime"
+	ReadinessNone    = "none"
+)
 
 // RegisterResponse is the 200 answer to a registration.
 type RegisterResponse struct {
@@ -126,11 +140,14 @@ type HeartbeatResponse struct {
 
 // Instance is one registered instance as the catalog shows it.
 type Instance struct {
-	InstanceID     string       `json:"instance_id"`
-	ServiceName    string       `json:"service_name"`
-	ServiceVersion string       `json:"service_version"`
-	Endpoint       string       `json:"endpoint"`
-	Zone           string       `json:"zone,omitempty"`
+	InstanceID     string `json:"instance_id"`
+	ServiceName    string `json:"service_name"`
+	ServiceVersion string `json:"service_version"`
+	Endpoint       string `json:"endpoint"`
+	Zone           string `json:"zone,omitempty"`
+	// Readiness is what tells the registry the instance is ready (ReadinessProbe,
+	// ReadinessRuntime or ReadinessNone).
+	Readiness      string       `json:"readiness,omitempty"`
 	Generation     int64        `json:"generation"`
 	RegisteredAt   time.Time    `json:"registered_at"`
 	LeaseExpiresAt time.Time    `json:"lease_expires_at"`
@@ -199,7 +216,9 @@ type CapabilityEntry struct {
 	ServiceVersion        string          `json:"service_version"`
 	Endpoint              string          `json:"endpoint"`
 	Zone                  string          `json:"zone,omitempty"`
-	Generation            int64           `json:"generation"`
+	// Readiness is what tells the registry the instance is ready (Instance.Readiness).
+	Readiness  string `json:"readiness,omitempty"`
+	Generation int64  `json:"generation"`
 	// LeaseExpiresAt is the lease expiry as of the answer's revision: heartbeats that change
 	// nothing else do not advance the revision, so the catalog has the live value.
 	LeaseExpiresAt time.Time `json:"lease_expires_at"`
@@ -210,6 +229,10 @@ type CapabilityEntry struct {
 	// (capability, zone) are in rotation: the answer then holds all of them, at weight 100,
 	// and consumers use them all.
 	Panic bool `json:"panic,omitempty"`
+	// Excluded is set on an instance an operator forced out of rotation past
+	// OVERRIDE_UNSAFE: it is no member of any pool and is never used, even in panic (the
+	// operator's decision wins). Answers with include=all carry it; others leave it out.
+	Excluded bool `json:"excluded,omitempty"`
 	// Restored: see Instance.Restored.
 	Restored bool `json:"restored,omitempty"`
 }
@@ -282,6 +305,8 @@ type ManifestEntry struct {
 	Eligibility string `json:"eligibility"`
 	Weight      int    `json:"weight"`
 	Panic       bool   `json:"panic,omitempty"`
+	// Excluded: see CapabilityEntry.Excluded; gateways never send it a request.
+	Excluded bool `json:"excluded,omitempty"`
 	// Restored: see Instance.Restored.
 	Restored bool `json:"restored,omitempty"`
 }

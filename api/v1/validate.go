@@ -42,6 +42,9 @@ func (r *RegisterRequest) Validate() error {
 	if !validHealthValues[r.Health] {
 		add("health", "must be ok, degraded, failing or not_ready, got %q", r.Health)
 	}
+	if r.Readiness != "" && r.Readiness != ReadinessRuntime {
+		add("readiness", "must be runtime or left out (the registry says probe or none itself), got %q", r.Readiness)
+	}
 	switch n := len(r.Capabilities); {
 	case n == 0:
 		add("capabilities", "at least one capability is required")

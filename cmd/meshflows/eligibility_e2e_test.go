@@ -172,6 +172,12 @@ func TestEligibilityEndToEnd(t *testing.T) {
 		return ex.State == apiv1.EligibilityWithdrawn && len(ex.Reasons) > 0 && ex.Reasons[0].Code == health.ReasonProbeRefused
 	})
 	t.Logf("refused connection: withdrawn after %s", time.Since(start).Round(time.Millisecond))
+	// probe after probe refused (unhealthy_after 2, every 200 ms): still PROBE_REFUSED alone,
+	// as the rules say; only fail and timeout count towards PROBE_FAILING
+	time.Sleep(time.Second)
+	if ex := explain("c"); ex.State != apiv1.EligibilityWithdrawn || len(ex.Reasons) != 1 || ex.Reasons[0].Code != health.ReasonProbeRefused {
+		t.Errorf("c after five refused probes: %s %+v, want withdrawn by %s alone", ex.State, ex.Reasons, health.ReasonProbeRefused)
+	}
 	// the registry has withdrawn c; the gateway follows it a moment later (a long poll away)
 	var h struct {
 		Revision int64 `json:"revision"`

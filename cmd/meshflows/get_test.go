@@ -102,8 +102,36 @@ func TestGetDescribeStatus(t *testing.T) {
 	t.Run("operator actions", func(t *testing.T) {
 		reg := []string{"--registry", url(devRegistryOffset)}
 		act := func(args ...string) (string, error) { return run(ctx, append(args, reg...)...) }
-		if out, err := act("override", "withdraw", jms, "--for", "30m", "--reason", "drill"); err != nil || !strings.Contains(out, "withdraw") || !strings.Contains(out, "true") {
-			t.Fatalf("override withdraw: %v\n%s", err, out)
+		// jms is the only instance behind its routes and the only jms provider: its group in
+		// zone a keeps rabbitmq, but the route's pool and a jms step's candidates would be
+		// empty, and their panic would serve it again
+		registrytest.Until(t, "both dev providers admitted", func() bool {
+			out := get(t, "get", "instances")
+			return strings.Count(out, "serving")+strings.Count(out, "slow_start") == 2
+		})
+		_, err := act("override", "withdraw", jms, "--for", "30m", "--reason", "drill")
+		if err == nil || !strings.Contains(strings.ToUpper(err.Error()), apiv1.CodeOverrideUnsafe) || !strings.Contains(err.Error(), "route/POST /api/messaging/jms/publish") ||
+			!strings.Contains(err.Error(), "step/messaging.publish/jms") || strings.Contains(err.Error(), "group/messaging.publish/a") {
+			t.Fatalf("override withdraw of the only jms instance: %v, want %s naming its route and step pools, not its group\n%s", err, apiv1.CodeOverrideUnsafe, get(t, "get", "instances"))
+		}
+		publish := func() int {
+			resp, err := http.Post(url(devGatewayOffset)+"/api/messaging/jms/publish", "application/json", strings.NewReader(`{"destination":"d","payload":1}`))
+			if err != nil {
+				return 0
+			}
+			resp.Body.Close()
+			return resp.StatusCode
+		}
+		if code := publish(); code != http.StatusAccepted {
+			t.Fatalf("a publish after the refused withdrawal answered %d, want 202: nothing changed", code)
+		}
+		if out, err := act("override", "withdraw", jms, "--for", "30m", "--reason", "drill", "--force"); err != nil || !strings.Contains(out, "withdraw (forced)") || !strings.Contains(out, "true") {
+			t.Fatalf("override withdraw --force: %v\n%s", err, out)
+		}
+		// forced: the gateway sends it nothing, even though the route's pool is empty (panic)
+		registrytest.Until(t, "the gateway stops sending the forced-out instance requests", func() bool { return publish() == http.StatusServiceUnavailable })
+		if out := get(t, "describe", "instance", jms); !strings.Contains(out, "OPERATOR_FORCED") {
+			t.Errorf("describe after a forced withdrawal does not say OPERATOR_FORCED:\n%s", out)
 		}
 		if out := get(t, "get", "overrides"); !strings.Contains(out, jms) || !strings.Contains(out, "drill") {
 			t.Errorf("get overrides:\n%s", out)

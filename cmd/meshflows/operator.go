@@ -125,6 +125,7 @@ func newOverrideCmd() *cobra.Command {
 		remote           remoteFlags
 		out              outputFlag
 		duration, reason string
+		force            bool
 	)
 	cmd := &cobra.Command{
 		Use:   "override",
@@ -154,11 +155,20 @@ instance enters slow start. Audited and journaled like every operator action.`,
 				if why == "" && verb == apiv1.OverrideRelease {
 					why = "released from the command line"
 				}
-				ov, err := c.Override(cmd.Context(), &apiv1.OverrideRequest{InstanceID: args[0], Action: verb, Duration: duration, Reason: why})
+				ov, err := c.Override(cmd.Context(), &apiv1.OverrideRequest{InstanceID: args[0], Action: verb, Duration: duration, Reason: why, Force: force})
 				if err != nil {
 					return describeRefusal(err)
 				}
-				return printOverrides(cmd.OutOrStdout(), &out, ov, []apiv1.Override{*ov})
+				if err := printOverrides(cmd.OutOrStdout(), &out, ov, []apiv1.Override{*ov}); err != nil {
+					return err
+				}
+				if ov.Force && out.value == "table" {
+					fmt.Fprintf(cmd.ErrOrStderr(), "forced: %s stays out even when its pools panic\n", ov.InstanceID)
+					for _, d := range ov.Emptied {
+						fmt.Fprintf(cmd.ErrOrStderr(), "  left with nothing in rotation: %s: %s\n", d.Path, d.Message)
+					}
+				}
+				return nil
 			},
 		}
 		remote.bind(c.Flags())
@@ -167,9 +177,18 @@ instance enters slow start. Audited and journaled like every operator action.`,
 		if verb == apiv1.OverrideWithdraw {
 			c.Short = "Take an instance out of rotation for --for"
 			c.Long = `Withdraw INSTANCE (cause OPERATOR_WITHDRAWN) for --for, with --reason. It holds across the
-instance's re-registrations until it expires or is released. An unknown instance is 404.`
-			c.Example = `  meshflows override withdraw jms-7f3a --for 30m --reason "slow disk, see INC-231"`
+instance's re-registrations until it expires or is released. An unknown instance is 404.
+
+A withdrawal that would leave a pool with nothing in rotation — the instance's group of a
+capability in its zone, the candidates of a workflow step calling its capability from its
+provider, a route of its manifest — would be undone by that pool's panic, which serves every
+member again. It is refused (409 OVERRIDE_UNSAFE, naming each pool) unless --force: forced,
+the instance stays out even in panic (reason OPERATOR_FORCED; the pool's requests fail with
+503 instead), and the answer names the pools it emptied. Refused or not, it is audited.`
+			c.Example = `  meshflows override withdraw jms-7f3a --for 30m --reason "slow disk, see INC-231"
+  meshflows override withdraw jms-7f3a --for 10m --reason "corrupts messages, INC-232" --force`
 			c.Flags().StringVar(&duration, "for", "", "how long, at most 72h (required), like 30m")
+			c.Flags().BoolVar(&force, "force", false, "withdraw even when a pool would be left with nothing in rotation, and keep it out even in panic (audited)")
 		} else {
 			c.Short = "End an instance's withdrawal or quarantine now"
 			c.Long = `Release INSTANCE: its operator withdrawal ends, and so does a quarantine; it enters slow start
@@ -236,7 +255,11 @@ func overridesTable(ovs []apiv1.Override) *table {
 		if o.ExpiresAt != nil {
 			exp = o.ExpiresAt.Format(time.RFC3339)
 		}
-		t.rows = append(t.rows, []string{o.ID, o.InstanceID, o.Action, strconv.FormatBool(o.Active), exp, o.CreatedBy, o.Reason})
+		action := o.Action
+		if o.Force {
+			action += " (forced)"
+		}
+		t.rows = append(t.rows, []string{o.ID, o.InstanceID, action, strconv.FormatBool(o.Active), exp, o.CreatedBy, o.Reason})
 	}
 	return t
 }

@@ -120,6 +120,10 @@ func Instance(b []byte, in *apiv1.Instance) ([]byte, error) {
 		b = append(b, `,"zone":`...)
 		b = String(b, in.Zone)
 	}
+	if in.Readiness != "" {
+		b = append(b, `,"readiness":`...)
+		b = String(b, in.Readiness)
+	}
 	b = append(b, `,"generation":`...)
 	b = strconv.AppendInt(b, in.Generation, 10)
 	b = append(b, `,"registered_at":`...)

@@ -70,6 +70,7 @@ type verdict struct {
 	eligibility string
 	weight      int
 	panic       bool
+	excluded    bool // forced out by an operator: no member of the pool, never sent a request
 }
 
 // servingFor builds the serving state of route e: its upstreams that are in rotation, at
@@ -82,7 +83,9 @@ func (g *Gateway) servingFor(e *routing.Entry, verdicts map[string]verdict, gens
 	sv := &serving{uniform: true}
 	var pool apiv1.Pool // the route's upstreams, by the panic rule (never-admitted ones apart)
 	for _, u := range e.Upstreams {
-		pool.Add(verdicts[u.Instance].eligibility, false)
+		if v := verdicts[u.Instance]; !v.excluded {
+			pool.Add(v.eligibility, false)
+		}
 	}
 	newPool, poolPanic := pool.New(), pool.Panic(g.cfg.PanicThreshold)
 	for _, u := range e.Upstreams {
@@ -93,6 +96,8 @@ func (g *Gateway) servingFor(e *routing.Entry, verdicts map[string]verdict, gens
 		weight := 100
 		if v, ok := verdicts[u.Instance]; ok && v.eligibility != "" {
 			switch {
+			case v.excluded:
+				continue // an operator forced it out: not even in panic
 			case apiv1.InRotation(v.eligibility) && !v.panic && !poolPanic:
 				weight = max(v.weight, 1)
 			case apiv1.InRotation(v.eligibility), v.panic && v.eligibility != apiv1.EligibilityDraining:
@@ -149,7 +154,7 @@ func verdictsOf(r *discovery.RoutesResult) (map[string]verdict, map[string]int64
 	vs := make(map[string]verdict, len(r.Manifests))
 	gens := make(map[string]int64, len(r.Manifests))
 	for _, m := range r.Manifests {
-		vs[m.InstanceID] = verdict{eligibility: m.Eligibility, weight: m.Weight, panic: m.Panic}
+		vs[m.InstanceID] = verdict{eligibility: m.Eligibility, weight: m.Weight, panic: m.Panic, excluded: m.Excluded}
 		gens[m.InstanceID] = m.Generation
 	}
 	return vs, gens

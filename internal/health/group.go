@@ -30,8 +30,9 @@ func (e *Engine) Group(capability, zone string, now time.Time) GroupAnswer {
 		}
 		v := e.Verdict(id, now)
 		switch {
-		case v.State == apiv1.EligibilityAbsent || v.State == apiv1.EligibilityDraining || isEvacuated(v.State) || RefusedBeforeAdmission(v.State, v.Reasons):
-			continue // evacuated instances are no members while the evacuation holds
+		case v.State == apiv1.EligibilityAbsent || v.State == apiv1.EligibilityDraining || isEvacuated(v.State) || RefusedBeforeAdmission(v.State, v.Reasons) ||
+			Forced(v.State, v.Reasons):
+			continue // evacuated instances are no members while the evacuation holds, nor forced out ones
 		case NeverAdmitted(v.State, v.Reasons):
 			if len(e.evacuations) == 0 || !e.holding(in, now) {
 				admitting = append(admitting, id) // an evacuated zone's are not even a new group's panic answer
@@ -98,14 +99,19 @@ func countAs(state string, reasons []string) string {
 		return apiv1.EligibilityAbsent // as good as gone: discovery answers it nowhere
 	case NeverAdmitted(state, reasons):
 		return countedAdmitting
+	case Forced(state, reasons):
+		return countedForced
 	}
 	return state
 }
 
+// countedForced is the state a group counts an instance an operator forced out in: no member.
+const countedForced = "withdrawn/forced"
+
 // tally returns what a counted state adds to a group's counters.
 func tally(state string) (member, inRotation, admitting int) {
 	switch {
-	case state == apiv1.EligibilityAbsent || state == apiv1.EligibilityDraining || isEvacuated(state) || state == "":
+	case state == apiv1.EligibilityAbsent || state == apiv1.EligibilityDraining || isEvacuated(state) || state == "" || state == countedForced:
 		return 0, 0, 0
 	case state == countedAdmitting:
 		return 0, 0, 1
@@ -242,6 +248,13 @@ func (r Reader) NeverAdmitted(h *Handle, id string, gen int64, probe bool, regis
 func (r Reader) RefusedBeforeAdmission(h *Handle, id string, gen int64) bool {
 	v := r.viewOf(h, id, gen)
 	return v != nil && RefusedBeforeAdmission(v.state, v.reasons)
+}
+
+// Forced is health.Forced of the incarnation: an operator forced it out past
+// OVERRIDE_UNSAFE, and no pool uses it, even in panic.
+func (r Reader) Forced(h *Handle, id string, gen int64) bool {
+	v := r.viewOf(h, id, gen)
+	return v != nil && Forced(v.state, v.reasons)
 }
 
 // viewOf is the view of incarnation gen of id, through h when it still names it; nil when

@@ -26,6 +26,10 @@ const (
 	ReasonOutlierErrorRate     = "OUTLIER_ERROR_RATE"
 	ReasonOutlierConnect       = "OUTLIER_CONNECT_FAILURES"
 	ReasonOperatorWithdrawn    = "OPERATOR_WITHDRAWN"
+	// ReasonOperatorForced goes with OPERATOR_WITHDRAWN when the operator forced a withdrawal
+	// that empties a pool (past OVERRIDE_UNSAFE): the instance is no member of its groups
+	// and is kept out even when they panic — the operator's decision wins.
+	ReasonOperatorForced = "OPERATOR_FORCED"
 	ReasonEvacuated            = "EVACUATED"
 	ReasonReturning            = "RETURNING"
 	// ReasonRuntimeNotReady: the runtime that runs the instance says it is not ready
@@ -87,6 +91,9 @@ type Event struct {
 	Evacuation, Zone, Capability string
 	Until                        time.Time
 	By, Why                      string
+	// Force, on a withdraw override: the operator forced a withdrawal that empties a pool;
+	// the instance stays out even in panic (ReasonOperatorForced).
+	Force bool
 }
 
 // Verdict is whether an instance is in rotation, at what weight, and why.

@@ -20,7 +20,11 @@ const (
 type override struct {
 	at, until time.Time
 	by, why   string
+	force     bool // kept out even in panic (ReasonOperatorForced)
 }
+
+// operatorCauses are the causes an operator's withdrawal gives.
+var operatorCauses = []string{ReasonOperatorWithdrawn, ReasonOperatorForced}
 
 // evacuation is an operator's evacuation of a zone (of one capability, or of all). While it
 // holds (before until, not ended) the zone's instances are evacuated; from its end they
@@ -68,10 +72,12 @@ func (e *Engine) override(ev Event) error {
 		if !ev.Until.After(ev.At) {
 			return fmt.Errorf("override of %q: until %s is not after %s", ev.ID, ev.Until.Format(time.RFC3339), ev.At.Format(time.RFC3339))
 		}
-		e.overrides[ev.ID] = &override{at: ev.At, until: ev.Until, by: ev.By, why: ev.Why}
+		e.overrides[ev.ID] = &override{at: ev.At, until: ev.Until, by: ev.By, why: ev.Why, force: ev.Force}
 		if in := e.instances[ev.ID]; in != nil && in.present {
 			e.advance(in, ev.At)
-			delete(in.causes, ReasonOperatorWithdrawn) // a new withdrawal replaces the evidence of the old
+			for _, c := range operatorCauses { // a new withdrawal replaces the evidence of the old
+				delete(in.causes, c)
+			}
 			e.withdrawnByOperator(in, ev.At)
 		}
 	case ActionRelease:
@@ -86,13 +92,13 @@ func (e *Engine) override(ev Event) error {
 				t.quarantineUntil = ev.At
 				t.okRun, t.badRun = 0, 0
 			}
-			e.clearCauses(in, ev.At, ReasonOperatorWithdrawn, ReasonQuarantineEnded, ReasonProbeFailing, ReasonProbeRefused, ReasonSilentCorroborated)
+			e.clearCauses(in, ev.At, ReasonOperatorWithdrawn, ReasonOperatorForced, ReasonQuarantineEnded, ReasonProbeFailing, ReasonProbeRefused, ReasonSilentCorroborated)
 			if len(in.causes) == 0 {
 				in.rotationSince = ev.At.UnixNano() // released from quarantine: slow start from now
 			}
 			return nil
 		}
-		e.clearCauses(in, ev.At, ReasonOperatorWithdrawn)
+		e.clearCauses(in, ev.At, operatorCauses...)
 	default:
 		return fmt.Errorf("override of %q: action %q: want withdraw or release", ev.ID, ev.Action)
 	}
@@ -114,6 +120,15 @@ func (e *Engine) withdrawnByOperator(in *instance, now time.Time) {
 		in.causes = map[string]Evidence{}
 	}
 	in.causes[ReasonOperatorWithdrawn] = Evidence{At: o.at, Detail: fmt.Sprintf("withdrawn by %s until %s: %s", who(o.by), o.until.UTC().Format(time.RFC3339), o.why)}
+	if o.force {
+		in.causes[ReasonOperatorForced] = Evidence{At: o.at, Detail: fmt.Sprintf("forced by %s past OVERRIDE_UNSAFE: no member of its pools, kept out even when they panic", who(o.by))}
+	}
+}
+
+// Forced reports whether a verdict is that of an instance an operator forced out (past
+// OVERRIDE_UNSAFE): no member of its groups, never answered in panic.
+func Forced(state string, reasons []string) bool {
+	return state == apiv1.EligibilityWithdrawn && slices.Contains(reasons, ReasonOperatorForced)
 }
 
 func who(by string) string {
@@ -130,7 +145,7 @@ func (e *Engine) overrideEnds(in *instance, now time.Time) {
 		return
 	}
 	delete(e.overrides, in.ID)
-	e.clearCauses(in, o.until, ReasonOperatorWithdrawn)
+	e.clearCauses(in, o.until, operatorCauses...)
 }
 
 // evacuate applies an evacuate event (a new evacuation, or a new until for one that holds)

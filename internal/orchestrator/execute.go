@@ -468,12 +468,16 @@ func (o *Orchestrator) candidates(ctx context.Context, st *workflow.Step) ([]can
 		// it a candidate (the panic rule).
 		var pool apiv1.Pool
 		for _, e := range res.Entries {
-			pool.Add(e.Eligibility, e.Panic)
+			if !e.Excluded {
+				pool.Add(e.Eligibility, e.Panic)
+			}
 		}
 		newPool, poolPanic := pool.New(), pool.Panic(o.cfg.PanicThreshold)
 		for _, e := range res.Entries {
 			inRot := e.Eligibility == "" || e.Panic || apiv1.InRotation(e.Eligibility)
 			switch {
+			case e.Excluded:
+				continue // an operator forced it out: no candidate, even in panic
 			case inRot:
 			case e.Eligibility == apiv1.EligibilityEvacuated:
 				continue // its zone is evacuated: no candidate, even in panic

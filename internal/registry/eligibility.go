@@ -213,6 +213,15 @@ func judgeChunkOf(m Eligibility, es, out []Entry, all, collect bool, refused []a
 				}
 				continue
 			}
+			if state == apiv1.EligibilityWithdrawn && rd.Forced(e.Record.judged.Load(), e.Record.InstanceID, e.Record.Generation) {
+				// an operator forced it out past OVERRIDE_UNSAFE: no member of any pool, not
+				// even in panic; said to those who judge their own pools
+				if all {
+					e.Excluded = true
+					acc.out = append(acc.out, e)
+				}
+				continue
+			}
 			if lastPanic {
 				switch state {
 				case apiv1.EligibilityDraining, apiv1.EligibilityAbsent:
@@ -252,17 +261,28 @@ func verdictOf(rd health.Reader, rec *Record) (state string, weight int) {
 // (capability, zone) groups is in panic (serving at 100 when the registry runs without the
 // engine).
 func (r *Registry) eligibilityOf(rec *Record) (state string, weight int, inPanic bool) {
+	state, weight, inPanic, _ = r.eligibilityExcluded(rec)
+	return state, weight, inPanic
+}
+
+// eligibilityExcluded is eligibilityOf, and whether an operator forced rec out past
+// OVERRIDE_UNSAFE (then it is in no panic: no pool uses it).
+func (r *Registry) eligibilityExcluded(rec *Record) (state string, weight int, inPanic, excluded bool) {
 	m := r.cfg.Eligibility
 	if m == nil {
-		return apiv1.EligibilityServing, 100, false
+		return apiv1.EligibilityServing, 100, false, false
 	}
 	m.Read(func(rd health.Reader) {
 		state, weight = verdictOf(rd, rec)
+		if state == apiv1.EligibilityWithdrawn && rd.Forced(rec.judged.Load(), rec.InstanceID, rec.Generation) {
+			excluded = true
+			return
+		}
 		for _, c := range rec.Capabilities {
 			inPanic = inPanic || rd.Panic(c.CapabilityID, rec.Zone)
 		}
 	})
-	return state, weight, inPanic
+	return state, weight, inPanic, excluded
 }
 
 // ErrNoEligibility: the registry runs without the eligibility engine.

@@ -517,7 +517,8 @@ func (r *Registry) EndEvacuation(ctx context.Context, id string) (*apiv1.Evacuat
 func (r *Registry) Override(ctx context.Context, req *apiv1.OverrideRequest) (*apiv1.Override, error) {
 	var out *apiv1.Override
 	err := r.operate(ctx, apiv1.EventOverride, req.InstanceID, func(now time.Time, by string) (string, error) {
-		if _, ok := r.store.Get(req.InstanceID); !ok {
+		rec, ok := r.store.Get(req.InstanceID)
+		if !ok {
 			return "", apiv1.Errorf(http.StatusNotFound, apiv1.CodeInstanceNotFound, "no instance %q is registered", req.InstanceID)
 		}
 		if strings.TrimSpace(req.Reason) == "" {
@@ -531,8 +532,19 @@ func (r *Registry) Override(ctx context.Context, req *apiv1.OverrideRequest) (*a
 			if err != nil {
 				return "", err
 			}
+			// A withdrawal that leaves a pool with nothing in rotation would be undone by
+			// the pool's panic: refused unless forced; forced, it holds even in panic.
+			emptied := r.emptiedPools(rec)
+			if len(emptied) > 0 && !req.Force {
+				e := apiv1.Errorf(http.StatusConflict, apiv1.CodeOverrideUnsafe,
+					"withdrawing %s would leave %d pool(s) with nothing in rotation; each would panic and send it traffic again (force: true to withdraw it anyway, and keep it out even in panic)",
+					req.InstanceID, len(emptied))
+				e.Details = emptied
+				return "", e
+			}
 			until := now.Add(d).UTC()
 			ev.Until, ov.ExpiresAt, ov.Active = until, &until, true
+			ev.Force, ov.Force, ov.Emptied = req.Force, req.Force, emptied
 		case apiv1.OverrideRelease:
 		default:
 			return "", apiv1.InvalidRequest([]apiv1.Detail{{Path: "action", Message: fmt.Sprintf("%q: want withdraw or release", req.Action)}})
@@ -569,6 +581,10 @@ func (r *Registry) Override(ctx context.Context, req *apiv1.OverrideRequest) (*a
 		out = &c
 		if req.Action == apiv1.OverrideRelease {
 			return fmt.Sprintf("instance %s released by %s: %s", req.InstanceID, by, req.Reason), nil
+		}
+		if ov.Force {
+			return fmt.Sprintf("instance %s withdrawn by %s until %s, forced: kept out even in panic; %d pool(s) left with nothing in rotation (%s): %s",
+				req.InstanceID, by, ov.ExpiresAt.Format(time.RFC3339), len(ov.Emptied), poolNames(ov.Emptied), req.Reason), nil
 		}
 		return fmt.Sprintf("instance %s withdrawn by %s until %s: %s", req.InstanceID, by, ov.ExpiresAt.Format(time.RFC3339), req.Reason), nil
 	})
@@ -784,7 +800,7 @@ func (r *Registry) operatorsShared(b []byte, live bool) {
 			r.ops.overrides = append(r.ops.overrides, &c)
 			switch {
 			case o.Action == apiv1.OverrideWithdraw && o.Active && o.ExpiresAt != nil && now.Before(*o.ExpiresAt):
-				apply(health.Event{At: now, Kind: health.KindOverride, ID: o.InstanceID, Action: health.ActionWithdraw, Until: *o.ExpiresAt, By: o.CreatedBy, Why: o.Reason})
+				apply(health.Event{At: now, Kind: health.KindOverride, ID: o.InstanceID, Action: health.ActionWithdraw, Until: *o.ExpiresAt, By: o.CreatedBy, Why: o.Reason, Force: o.Force})
 			case o.Action == apiv1.OverrideRelease && live && now.Sub(o.CreatedAt) < releaseReplay:
 				apply(health.Event{At: now, Kind: health.KindOverride, ID: o.InstanceID, Action: health.ActionRelease, By: o.CreatedBy, Why: o.Reason})
 			}
@@ -837,7 +853,7 @@ func (r *Registry) restoreOperators(st *OperatorState, now time.Time) error {
 			continue
 		}
 		if err := r.cfg.Eligibility.Operate(health.Event{At: now, Kind: health.KindOverride, ID: ov.InstanceID, Action: health.ActionWithdraw,
-			Until: *ov.ExpiresAt, By: ov.CreatedBy, Why: ov.Reason}); err != nil {
+			Until: *ov.ExpiresAt, By: ov.CreatedBy, Why: ov.Reason, Force: ov.Force}); err != nil {
 			return err
 		}
 	}

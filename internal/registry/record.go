@@ -55,6 +55,9 @@ type Record struct {
 	// Owner is the identity that registered the instance ("" in open mode); only it may
 	// heartbeat or re-register the instance.
 	Owner string
+	// Runtime says the runtime that runs the instance reports its readiness (a kube-sync
+	// registration with readiness "runtime").
+	Runtime bool
 
 	capList *capabilityList // what Capabilities was taken from, with their ids (shared likewise)
 
@@ -103,6 +106,18 @@ func (r *Record) Restored() bool { return r.restored.Load() }
 // MarkRestored says the record was restored from a snapshot: Restored until its instance
 // is heard from.
 func (r *Record) MarkRestored() { r.restored.Store(true) }
+
+// Readiness is what tells the registry the instance is ready: its probes (a manifest health
+// section), its runtime, or nothing.
+func (r *Record) Readiness() string {
+	switch {
+	case r.Probed():
+		return apiv1.ReadinessProbe
+	case r.Runtime:
+		return apiv1.ReadinessRuntime
+	}
+	return apiv1.ReadinessNone
+}
 
 // Probed reports whether the record's manifest declares a probe class: its instance is
 // admitted by probes, not at registration, and the prober visits it.
@@ -164,6 +179,7 @@ func newRecord(req *apiv1.RegisterRequest, now time.Time, lease time.Duration) *
 		Zone:           intern(req.Zone),
 		Manifest:       req.Manifest,
 		RegisteredAt:   now.UTC(),
+		Runtime:        req.Readiness == apiv1.ReadinessRuntime,
 	}
 	l := capabilities(req.Capabilities)
 	rec.Capabilities, rec.capList = l.caps, l
@@ -219,6 +235,7 @@ func (r *Record) Instance() apiv1.Instance {
 		ServiceVersion: r.ServiceVersion,
 		Endpoint:       r.Endpoint,
 		Zone:           r.Zone,
+		Readiness:      r.Readiness(),
 		Generation:     r.Generation,
 		RegisteredAt:   r.RegisteredAt,
 		LeaseExpiresAt: r.LeaseExpiresAt(),
@@ -245,6 +262,7 @@ func RecordFromInstance(in apiv1.Instance, leaseEnd time.Time) *Record {
 		Generation:     in.Generation,
 		RegisteredAt:   in.RegisteredAt,
 		Owner:          in.Owner,
+		Runtime:        in.Readiness == apiv1.ReadinessRuntime,
 	}
 	l := capabilities(in.Capabilities)
 	rec.Capabilities, rec.capList = l.caps, l
@@ -263,6 +281,8 @@ type Entry struct {
 	Eligibility string
 	Weight      int
 	Panic       bool
+	// Excluded: an operator forced it out (apiv1.CapabilityEntry.Excluded).
+	Excluded bool
 }
 
 // Capability returns the entry's capability.
@@ -282,12 +302,14 @@ func (e Entry) Wire() apiv1.CapabilityEntry {
 		ServiceVersion:        r.ServiceVersion,
 		Endpoint:              r.Endpoint,
 		Zone:                  r.Zone,
+		Readiness:             r.Readiness(),
 		Generation:            r.Generation,
 		LeaseExpiresAt:        r.LeaseExpiresAt(),
 		Health:                r.Health(),
 		Eligibility:           cmp.Or(e.Eligibility, apiv1.EligibilityServing),
 		Weight:                e.Weight,
 		Panic:                 e.Panic,
+		Excluded:              e.Excluded,
 		Restored:              r.Restored(),
 	}
 	if e.Eligibility == "" {

@@ -825,10 +825,10 @@ func (r *Registry) routesOf(recs []*Record, out *apiv1.RoutesResponse) []apiv1.R
 			continue
 		}
 		if rec.Manifest != nil {
-			state, weight, inPanic := r.eligibilityOf(rec)
+			state, weight, inPanic, excluded := r.eligibilityExcluded(rec)
 			out.Manifests = append(out.Manifests, apiv1.ManifestEntry{InstanceID: rec.InstanceID, ServiceName: rec.ServiceName,
 				ServiceVersion: rec.ServiceVersion, Endpoint: rec.Endpoint, Generation: rec.Generation, Manifest: rec.Manifest,
-				Eligibility: state, Weight: weight, Panic: inPanic, Restored: rec.Restored()})
+				Eligibility: state, Weight: weight, Panic: inPanic, Excluded: excluded, Restored: rec.Restored()})
 		}
 		for _, c := range rec.Capabilities {
 			for _, p := range c.PublicPaths {

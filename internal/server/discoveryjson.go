@@ -165,6 +165,9 @@ func appendEntry(b []byte, e registry.Entry) ([]byte, error) {
 	if e.Panic {
 		b = append(b, `,"panic":true`...)
 	}
+	if e.Excluded {
+		b = append(b, `,"excluded":true`...)
+	}
 	if r.Restored() {
 		b = append(b, `,"restored":true`...)
 	}
@@ -219,5 +222,7 @@ func recordPart(r *registry.Record) []byte {
 		b = append(b, `,"zone":`...)
 		b = apijson.String(b, r.Zone)
 	}
+	b = append(b, `,"readiness":`...)
+	b = apijson.String(b, r.Readiness())
 	return bytes.Clone(b)
 }

@@ -272,3 +272,91 @@ func TestPracticeRecordsAZoneOutlier(t *testing.T) {
 		t.Errorf("the practice's alarms: %+v", got.Alarms)
 	}
 }
+
+// TestOverrideThatEmptiesAPoolIsRefusedUnlessForced: withdrawing the last instance in
+// rotation of a pool (a zone's group, a provider's step candidates, a route of its
+// service) is OVERRIDE_UNSAFE naming each pool, and changes nothing; forced, it is out and
+// stays out even in panic: no pool answers it, and include=all says it is excluded. Both
+// are journaled.
+func TestOverrideThatEmptiesAPoolIsRefusedUnlessForced(t *testing.T) {
+	var j *journal.Journal
+	var s *registrytest.Server
+	j = journal.New(0, func() time.Time { return s.Clock.Now() })
+	m, err := health.NewMonitor(health.MonitorConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s = registrytest.NewServer(t, registry.Config{Eligibility: m, Journal: j})
+	register(t, s, zonalRegistration("i0", "z1"))
+	register(t, s, zonalRegistration("i1", "z1"))
+	register(t, s, zonalRegistration("i2", "z2")) // alone in z2
+	s.Clock.Advance(31 * time.Second)
+	s.Registry.Sweep(context.Background())
+	withdraw := func(id string, force bool) response {
+		return do(t, "POST", s.URL+apiv1.PathOverrides, fmt.Sprintf(`{"instance_id":%q,"action":"withdraw","duration":"30m","reason":"r","force":%t}`, id, force))
+	}
+	if r := withdraw("i0", false); r.status != http.StatusCreated {
+		t.Fatalf("withdrawing one of two in z1 = %d %s", r.status, r.body)
+	}
+	// i1 is now the last of z1's group (i2 still serves the provider's steps elsewhere)
+	r := withdraw("i1", false)
+	if e := apiErr(t, r); r.status != http.StatusConflict || e.Code != apiv1.CodeOverrideUnsafe || len(e.Details) != 1 || e.Details[0].Path != "group/messaging.publish/z1" {
+		t.Fatalf("withdrawing the last of z1 = %d %s, want 409 %s naming group/messaging.publish/z1", r.status, r.body, apiv1.CodeOverrideUnsafe)
+	}
+	if got := verdicts(t, s.URL); got["i1"] != "serving/100" {
+		t.Errorf("a refused withdrawal changed i1: %v", got)
+	}
+	// i2 is the last in z2 and the last of the jms provider's step candidates
+	r = withdraw("i2", false)
+	if e := apiErr(t, r); r.status != http.StatusConflict || len(e.Details) != 1 || e.Details[0].Path != "group/messaging.publish/z2" {
+		t.Errorf("withdrawing the last of z2 = %d %s", r.status, r.body)
+	}
+	r = withdraw("i1", true)
+	var ov apiv1.Override
+	json.Unmarshal(r.body, &ov)
+	if r.status != http.StatusCreated || !ov.Force || len(ov.Emptied) != 1 {
+		t.Fatalf("a forced withdrawal = %d %s, want 201 naming the group it empties", r.status, r.body)
+	}
+	// z1: i0 withdrawn (a member, out of rotation) and i1 forced out (no member): the group
+	// panics and answers i0 again, never i1
+	var d apiv1.DiscoveryResponse
+	json.Unmarshal(do(t, "GET", s.URL+"/v1/discovery/capabilities?capability_id=messaging.publish&zone=z1", "").body, &d)
+	if len(d.Capabilities) != 1 || d.Capabilities[0].InstanceID != "i0" || !d.Capabilities[0].Panic {
+		t.Errorf("z1 after the forced withdrawal: %+v, want i0 alone, in panic", d.Capabilities)
+	}
+	json.Unmarshal(do(t, "GET", s.URL+"/v1/discovery/capabilities?capability_id=messaging.publish&zone=z1&include=all", "").body, &d)
+	for _, e := range d.Capabilities {
+		if (e.InstanceID == "i1") != e.Excluded {
+			t.Errorf("include=all: %s excluded=%v, want only i1 excluded", e.InstanceID, e.Excluded)
+		}
+		if e.InstanceID == "i1" && (e.Panic || e.Eligibility != apiv1.EligibilityWithdrawn) {
+			t.Errorf("include=all: i1 = %+v, want withdrawn outside the panic", e)
+		}
+	}
+	var ex apiv1.Explanation
+	json.Unmarshal(do(t, "GET", s.URL+"/v1/services/i1/eligibility", "").body, &ex)
+	if codes := reasonCodes(ex); !strings.HasPrefix(strings.Join(codes, ","), health.ReasonOperatorForced+","+health.ReasonOperatorWithdrawn) {
+		t.Errorf("i1's reasons = %v", codes)
+	}
+	var refused, forced int
+	events, _ := j.Find(journal.Query{Types: []string{apiv1.EventOverride}})
+	for _, e := range events {
+		if strings.Contains(e.Message, "OVERRIDE_UNSAFE") || strings.Contains(e.Message, "override_unsafe") {
+			refused++
+		}
+		if strings.Contains(e.Message, "forced") {
+			forced++
+		}
+	}
+	if refused != 2 || forced != 1 {
+		t.Errorf("journal: %d refusals and %d forced withdrawals, want 2 and 1", refused, forced)
+	}
+}
+
+func reasonCodes(ex apiv1.Explanation) []string {
+	var out []string
+	for _, r := range ex.Reasons {
+		out = append(out, r.Code)
+	}
+	return out
+}

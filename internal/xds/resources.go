@@ -87,8 +87,10 @@ func Resources(entries []apiv1.CapabilityEntry) (map[resourcev3.Type]map[string]
 // own panic routes to every host, a surge of new ones included, before their first probe.
 // The registry's panic answer of a brand-new service marks them, and they go out so.
 func endpointOf(e apiv1.CapabilityEntry) (endpoint, bool) {
-	if (e.Eligibility == apiv1.EligibilityUnknown || e.Eligibility == apiv1.EligibilityEvacuated) && !e.Panic {
-		return endpoint{}, false // never admitted, or evacuated: no endpoint Envoy's own panic could pick
+	if (e.Eligibility == apiv1.EligibilityUnknown || e.Eligibility == apiv1.EligibilityEvacuated) && !e.Panic || e.Excluded {
+		// never admitted, evacuated, or forced out by an operator: no endpoint Envoy's own
+		// panic could pick
+		return endpoint{}, false
 	}
 	host, port, ok := apiv1.HostPort(e.Endpoint)
 	if !ok {

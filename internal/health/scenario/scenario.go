@@ -51,8 +51,11 @@ type Event struct {
 	// Operator actions: an override of ID (action withdraw or release, until an offset
 	// from the event), an evacuation of a zone (of one capability, or all) until an offset
 	// from the event, and the end of one.
-	Action     string `json:"action,omitempty"`
-	Until      string `json:"until,omitempty"`
+	Action string `json:"action,omitempty"`
+	Until  string `json:"until,omitempty"`
+	// Force, on a withdraw override: the operator forced it past OVERRIDE_UNSAFE; the
+	// instance stays out even in panic.
+	Force      bool   `json:"force,omitempty"`
 	Evacuation string `json:"evacuation,omitempty"`
 	Zone       string `json:"zone,omitempty"`
 	Capability string `json:"capability,omitempty"`
@@ -344,7 +347,7 @@ func (s *Scenario) Answers() ([]map[string]any, error) {
 			until, _ := untilOf(ev.Until)
 			if err := e.Apply(health.Event{At: at, ID: ev.ID, Kind: ev.Kind, Health: ev.Health, Result: ev.Result,
 				OK: ev.OK, Errors: ev.Errors, ConnectFailures: ev.ConnectFailures, LatencyMsP99: ev.LatencyMsP99, Reporter: ev.Reporter,
-				Action: ev.Action, Evacuation: ev.Evacuation, Zone: ev.Zone, Capability: ev.Capability, Until: at.Add(until), By: "scenario"}); err != nil {
+				Action: ev.Action, Force: ev.Force, Evacuation: ev.Evacuation, Zone: ev.Zone, Capability: ev.Capability, Until: at.Add(until), By: "scenario"}); err != nil {
 				return nil, fmt.Errorf("scenario %s: %w", s.Name, err)
 			}
 		}
