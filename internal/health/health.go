@@ -30,8 +30,8 @@ const (
 	// that empties a pool (past OVERRIDE_UNSAFE): the instance is no member of its groups
 	// and is kept out even when they panic — the operator's decision wins.
 	ReasonOperatorForced = "OPERATOR_FORCED"
-	ReasonEvacuated            = "EVACUATED"
-	ReasonReturning            = "RETURNING"
+	ReasonEvacuated      = "EVACUATED"
+	ReasonReturning      = "RETURNING"
 	// ReasonRuntimeNotReady: the runtime that runs the instance says it is not ready
 	// (Kubernetes readiness, reported as heartbeat health not_ready by meshflows kube-sync).
 	ReasonRuntimeNotReady = "RUNTIME_NOT_READY"
