@@ -424,7 +424,7 @@ func until(t time.Time) string {
 func instancesTable(insts []apiv1.Instance, wide bool) *table {
 	t := &table{header: []string{"INSTANCE", "SERVICE", "VERSION", "ENDPOINT", "ELIGIBILITY", "WEIGHT", "LEASE"}}
 	if wide {
-		t.header = append(t.header, "ZONE", "GENERATION", "HEALTH", "OWNER", "CAPABILITIES")
+		t.header = append(t.header, "ZONE", "READINESS", "GENERATION", "HEALTH", "OWNER", "CAPABILITIES")
 	}
 	for _, in := range insts {
 		r := []string{in.InstanceID, in.ServiceName, in.ServiceVersion, in.Endpoint, in.Eligibility, strconv.Itoa(in.Weight), until(in.LeaseExpiresAt)}
@@ -433,7 +433,7 @@ func instancesTable(insts []apiv1.Instance, wide bool) *table {
 			for _, c := range in.Capabilities {
 				caps = append(caps, c.CapabilityID+"@"+c.CapabilityVersion)
 			}
-			r = append(r, dash(in.Zone), strconv.FormatInt(in.Generation, 10), in.Health, dash(in.Owner), strings.Join(caps, ","))
+			r = append(r, dash(in.Zone), dash(in.Readiness), strconv.FormatInt(in.Generation, 10), in.Health, dash(in.Owner), strings.Join(caps, ","))
 		}
 		t.rows = append(t.rows, r)
 	}

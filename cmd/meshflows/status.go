@@ -82,6 +82,7 @@ func (d description) text(w io.Writer) error {
 	fmt.Fprintf(&b, "Instance:     %s\nService:      %s %s\nEndpoint:     %s\n", in.InstanceID, in.ServiceName, in.ServiceVersion, in.Endpoint)
 	fmt.Fprintf(&b, "Zone:         %s\nGeneration:   %d\nOwner:        %s\nRegistered:   %s\n", dash(in.Zone), in.Generation, dash(in.Owner), in.RegisteredAt.UTC().Format(time.RFC3339))
 	fmt.Fprintf(&b, "Lease:        expires %s (in %s)\nHealth:       %s (self-reported)\n", in.LeaseExpiresAt.UTC().Format(time.RFC3339), until(in.LeaseExpiresAt), in.Health)
+	fmt.Fprintf(&b, "Readiness:    %s\n", readinessSaid(in.Readiness))
 	b.WriteString("Capabilities:\n")
 	for _, c := range in.Capabilities {
 		fmt.Fprintf(&b, "  %s %s (provider %s, contract schema %s)\n", c.CapabilityID, c.CapabilityVersion, c.Provider, c.ContractSchemaVersion)
@@ -384,4 +385,17 @@ func (r *statusReport) text(w io.Writer) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// readinessSaid says what tells the registry an instance is ready, for describe.
+func readinessSaid(r string) string {
+	switch r {
+	case apiv1.ReadinessProbe:
+		return "probe (the registry probes the health endpoint of its manifest)"
+	case apiv1.ReadinessRuntime:
+		return "runtime (the runtime that runs it reports readiness)"
+	case apiv1.ReadinessNone:
+		return "none (no health endpoint and no runtime: in rotation on its registration and heartbeats alone)"
+	}
+	return "-"
 }

@@ -219,7 +219,7 @@ func TestCapabilitiesTableOfALargeFleet(t *testing.T) {
 		want, wantNot []string
 	}{
 		{"", 10, []string{"10</span> of 60 instances shown", "15 expiring soon, 15 stale.", "The first 10 of the 60 that match",
-			`data-instance="i-00"`, `data-instance="i-27"`}, []string{`data-instance="i-30"`, `id="detail"`}},
+			`data-instance="i-00"`, `data-instance="i-27"`, `class="readiness readiness-none"`}, []string{`data-instance="i-30"`, `id="detail"`}},
 		{"service_name=svc-1", 10, []string{"The first 10 of the 20 that match"}, nil},
 		{"service_name=svc-1&capability_id=cap.n3", 4, []string{"4</span> of 60 instances shown"}, []string{`id="truncated"`}},
 		{"provider=p1&capability_id=cap.shared", 0, []string{"0</span> of 60 instances shown"}, []string{`id="truncated"`}},

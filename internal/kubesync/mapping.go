@@ -161,7 +161,7 @@ func Endpoints(svc *corev1.Service, spec Spec, slices []*discoveryv1.EndpointSli
 					Terminating: ep.Conditions.Terminating != nil && *ep.Conditions.Terminating}
 				e.Request = apiv1.RegisterRequest{InstanceID: instanceID(svc, ep.TargetRef, addr, len(ep.Addresses) > 1),
 					ServiceName: spec.ServiceName, ServiceVersion: spec.ServiceVersion, Endpoint: spec.Scheme + "://" + net.JoinHostPort(addr, strconv.Itoa(int(port))),
-					Capabilities: spec.Capabilities}
+					Capabilities: spec.Capabilities, Readiness: apiv1.ReadinessRuntime}
 				e.Request.Manifest = forInstance(spec.Manifest, e.Request.InstanceID)
 				if ep.Zone != nil {
 					e.Request.Zone = *ep.Zone

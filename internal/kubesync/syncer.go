@@ -529,7 +529,10 @@ func (s *Syncer) setProblem(key, problem string) bool {
 // syncer's instance that changed while it was away is registered again).
 func sameInstance(in *apiv1.Instance, req *apiv1.RegisterRequest) bool {
 	return in.ServiceName == req.ServiceName && in.ServiceVersion == req.ServiceVersion && in.Endpoint == req.Endpoint &&
-		in.Zone == req.Zone && sameJSON(withMetadata(in.Capabilities), withMetadata(req.Capabilities)) && sameJSON(in.Manifest, req.Manifest)
+		in.Zone == req.Zone && sameJSON(withMetadata(in.Capabilities), withMetadata(req.Capabilities)) && sameJSON(in.Manifest, req.Manifest) &&
+		// registered by a syncer that did not say the runtime tells readiness: again, so that
+		// it does (a registry that does not answer readiness, or one that probes, is alike)
+		(in.Readiness == "" || in.Readiness == apiv1.ReadinessProbe || in.Readiness == req.Readiness)
 }
 
 // withMetadata returns caps with an absent metadata as the empty object the registry

@@ -2,6 +2,7 @@ package registry
 
 import (
 	"fmt"
+	apiv1 "github.com/meshflows/meshflows/api/v1"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -61,6 +62,17 @@ func newMetrics(reg prometheus.Registerer, r *Registry) (*metrics, error) {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "active_capabilities", Help: "Capabilities of the instances with a live registration."},
 			func() float64 { _, c := r.store.Counts(); return float64(c) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns,
+			Name: "instances_without_readiness", Help: "Instances nothing says are ready to serve: no probe class (the manifest declares no health endpoint) and no runtime reporting readiness; they are in rotation on their registration and heartbeats alone (readiness none)."},
+			func() float64 {
+				n := 0
+				for _, rec := range r.store.Records() {
+					if rec.Readiness() == apiv1.ReadinessNone {
+						n++
+					}
+				}
+				return float64(n)
+			}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "watchers", Help: "Discovery requests waiting in a long poll."},
 			func() float64 { return float64(r.watchers.Load()) }),

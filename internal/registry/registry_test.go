@@ -131,9 +131,13 @@ meshflows_registry_register_success_total 2
 # HELP meshflows_registry_active_instances Instances with a live registration.
 # TYPE meshflows_registry_active_instances gauge
 meshflows_registry_active_instances 1
+# HELP meshflows_instances_without_readiness Instances nothing says are ready to serve: no probe class (the manifest declares no health endpoint) and no runtime reporting readiness; they are in rotation on their registration and heartbeats alone (readiness none).
+# TYPE meshflows_instances_without_readiness gauge
+meshflows_instances_without_readiness 1
 `
 	if err := testutil.GatherAndCompare(f.prom, strings.NewReader(metrics),
-		"meshflows_registry_stale_evictions_total", "meshflows_registry_register_success_total", "meshflows_registry_active_instances"); err != nil {
+		"meshflows_registry_stale_evictions_total", "meshflows_registry_register_success_total", "meshflows_registry_active_instances",
+		"meshflows_instances_without_readiness"); err != nil {
 		t.Error(err)
 	}
 	fails := `
@@ -734,5 +738,34 @@ func TestActivityIsSummarised(t *testing.T) {
 	}
 	if len(lines) != 1 || !strings.Contains(lines[0], `"registered":100`) || !strings.Contains(lines[0], `"heartbeats":100`) {
 		t.Fatalf("summary lines %q, want one with 100 registrations and 100 heartbeats", lines)
+	}
+}
+
+// TestReadinessIsSaid: an instance says what tells the registry it is ready — its probes
+// (a manifest health section), its runtime (a registration with readiness runtime, as
+// kube-sync sends), or nothing — in the catalog and in discovery; other values are refused.
+func TestReadinessIsSaid(t *testing.T) {
+	f := newFixture(t, registry.Config{})
+	ctx := context.Background()
+	none := request("plain-1", "plain")
+	runtime := request("kube-1", "kube")
+	runtime.Readiness = apiv1.ReadinessRuntime
+	probed := request("probed-1", "probed")
+	three := apiv1.Number("3")
+	probed.Manifest = &apiv1.Manifest{FARP: "1.0", Service: apiv1.ManifestService{Name: "probed", Instance: "probed-1", Version: "0.1.3"},
+		Health: &apiv1.ManifestHealth{Path: "/healthz", Interval: "10s", UnhealthyAfter: &three}, Routes: []apiv1.ManifestRoute{}}
+	for _, req := range []*apiv1.RegisterRequest{none, runtime, probed} {
+		mustRegister(t, f, req)
+	}
+	for id, want := range map[string]string{"plain-1": apiv1.ReadinessNone, "kube-1": apiv1.ReadinessRuntime, "probed-1": apiv1.ReadinessProbe} {
+		in, err := f.reg.Instance(id)
+		if err != nil || in.Readiness != want {
+			t.Errorf("%s: readiness %q (%v), want %q", id, in.Readiness, err, want)
+		}
+	}
+	bad := request("bad-1", "bad")
+	bad.Readiness = apiv1.ReadinessProbe
+	if _, err := f.reg.Register(ctx, bad); err == nil || !strings.Contains(err.Error(), "readiness") {
+		t.Errorf("a registration saying readiness probe: %v, want refused naming readiness", err)
 	}
 }
