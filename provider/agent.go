@@ -65,6 +65,12 @@ type Config struct {
 	Clock Clock
 	// Rand returns uniform values in [0, 1) for jitter (default math/rand/v2).
 	Rand func() float64
+	// PublishWhenReady registers the instance not ready (health not_ready): the registry
+	// answers it nowhere — not even as the first member of a brand-new service — until the
+	// application calls Agent.Ready, which heartbeats ok at once. False (the default, kept
+	// for compatibility) publishes it ready from the start: a service still warming up then
+	// takes traffic as soon as its group has no admitted member.
+	PublishWhenReady bool
 }
 
 func (c *Config) setDefaults() {
@@ -126,8 +132,11 @@ type Status struct {
 	LeaseExpiresAt time.Time
 	// Registrations counts successful registrations, the first included.
 	Registrations int
-	// Health is what the heartbeats report (see SetHealth).
+	// Health is what the heartbeats report (see SetHealth); not_ready until Ready when
+	// Config.PublishWhenReady.
 	Health string
+	// Ready says the application said it is ready (always, without PublishWhenReady).
+	Ready bool
 }
 
 // Agent keeps one instance registered. Run drives it; the other methods are safe to call
@@ -137,11 +146,13 @@ type Agent struct {
 	client  *client.Client
 	metrics *metrics
 	updated chan struct{} // capacity 1: a burst of updates is one re-registration
+	readied chan struct{} // capacity 1: Ready heartbeats at once
 
 	mu               sync.Mutex
 	reg              apiv1.RegisterRequest
 	status           Status
 	health           string        // reported with every heartbeat (SetHealth)
+	ready            bool          // the application is ready (Ready), or PublishWhenReady is off
 	registryInterval time.Duration // what the last registration answer said
 }
 
@@ -159,7 +170,35 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("provider config: %w", err)
 	}
-	return &Agent{cfg: cfg, client: c, metrics: m, updated: make(chan struct{}, 1), reg: cfg.Registration, health: apiv1.HealthOK}, nil
+	return &Agent{cfg: cfg, client: c, metrics: m, updated: make(chan struct{}, 1), readied: make(chan struct{}, 1), reg: cfg.Registration,
+		health: apiv1.HealthOK, ready: !cfg.PublishWhenReady}, nil
+}
+
+// Ready says the application is ready to serve: with Config.PublishWhenReady the agent has
+// registered the instance not ready, and now heartbeats ok at once (the registry admits it:
+// at once without a health endpoint, else as soon as its probes pass). Without it, or
+// called again, it does nothing.
+func (a *Agent) Ready() {
+	a.mu.Lock()
+	was := a.ready
+	a.ready = true
+	a.mu.Unlock()
+	if was {
+		return
+	}
+	select {
+	case a.readied <- struct{}{}:
+	default:
+	}
+}
+
+// reported is the health the agent reports now: not_ready until Ready, then SetHealth's.
+// Called with a.mu held.
+func (a *Agent) reported() string {
+	if !a.ready {
+		return apiv1.HealthNotReady
+	}
+	return a.health
 }
 
 // SetHealth sets what the heartbeats report from the next one on: apiv1.HealthOK,
@@ -181,7 +220,7 @@ func (a *Agent) SetHealth(health string) error {
 func (a *Agent) Status() Status {
 	a.mu.Lock()
 	st := a.status
-	st.Health = a.health
+	st.Health, st.Ready = a.reported(), a.ready
 	a.mu.Unlock()
 	st.Registry = a.client.Registry()
 	return st
@@ -278,6 +317,9 @@ func (a *Agent) registerWithBackoff(ctx context.Context) error {
 func (a *Agent) register(ctx context.Context) error {
 	a.mu.Lock()
 	req := a.reg
+	if h := a.reported(); req.Health == "" || h != apiv1.HealthOK {
+		req.Health = h // registered as a heartbeat would report it: not ready until Ready
+	}
 	a.mu.Unlock()
 	a.metrics.registerAttempts.Inc()
 	// Not cancelled with ctx (bounded by RequestTimeout): a registration the registry may
@@ -317,6 +359,7 @@ func (a *Agent) heartbeatLoop(ctx context.Context) string {
 			return ""
 		case <-a.updated:
 			return ReasonUpdated
+		case <-a.readied: // ready: say so now, not an interval later
 		case <-a.cfg.Clock.After(wait):
 		}
 		reason, err := a.heartbeat(ctx)
@@ -342,7 +385,7 @@ func (a *Agent) heartbeatLoop(ctx context.Context) string {
 // heartbeat sends one heartbeat; a non-empty reason means: register again.
 func (a *Agent) heartbeat(ctx context.Context) (string, error) {
 	a.mu.Lock()
-	id, gen, epoch, health := a.reg.InstanceID, a.status.Generation, a.status.RegistryEpoch, a.health
+	id, gen, epoch, health := a.reg.InstanceID, a.status.Generation, a.status.RegistryEpoch, a.reported()
 	a.mu.Unlock()
 	start := a.cfg.Clock.Now()
 	resp, err := a.client.Heartbeat(ctx, id, &apiv1.HeartbeatRequest{Generation: gen, Health: health})

@@ -513,3 +513,32 @@ func TestDrainAsksAFewTimesASecond(t *testing.T) {
 		}
 	}
 }
+
+// TestPublishWhenReady: with PublishWhenReady the agent registers the instance not_ready and
+// heartbeats not_ready until the application calls Ready, which heartbeats ok at once (the
+// interval here is an hour); an agent ready before it registers registers ok; without
+// PublishWhenReady it is ready from the start.
+func TestPublishWhenReady(t *testing.T) {
+	r := newRestartable(t)
+	a, _ := startAgent(t, provider.Config{Registries: []string{r.URL}, Registration: registration("jms-1"), PublishWhenReady: true, HeartbeatInterval: time.Hour})
+	eventually(t, "registered", func() bool { return a.Status().Registered })
+	health := func() string { in, _ := r.registry().Instance("jms-1"); return in.Health }
+	if h, st := health(), a.Status(); h != apiv1.HealthNotReady || st.Ready || st.Health != apiv1.HealthNotReady {
+		t.Fatalf("before Ready: registered %q, status %+v; want not_ready", h, st)
+	}
+	a.Ready()
+	eventually(t, "Ready heartbeats ok at once", func() bool { return health() == apiv1.HealthOK })
+	if st := a.Status(); !st.Ready || st.Health != apiv1.HealthOK {
+		t.Errorf("after Ready: %+v", st)
+	}
+	// ready before its registration (or before a re-registration): it registers ok
+	b, _ := startAgent(t, provider.Config{Registries: []string{r.URL}, Registration: registration("jms-2"), PublishWhenReady: true, HeartbeatInterval: time.Hour})
+	b.Ready()
+	eventually(t, "registered", func() bool { return b.Status().Registered })
+	eventually(t, "ok", func() bool { in, _ := r.registry().Instance("jms-2"); return in.Health == apiv1.HealthOK })
+	c, _ := startAgent(t, provider.Config{Registries: []string{r.URL}, Registration: registration("jms-3"), HeartbeatInterval: time.Hour})
+	eventually(t, "registered", func() bool { return c.Status().Registered })
+	if in, _ := r.registry().Instance("jms-3"); in.Health != apiv1.HealthOK || !c.Status().Ready {
+		t.Errorf("without PublishWhenReady: registered %q, status %+v; want ok and ready from the start", in.Health, c.Status())
+	}
+}

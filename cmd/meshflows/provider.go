@@ -31,13 +31,15 @@ func newExampleProviderCmd() *cobra.Command {
 		logCfg                              telemetry.LogConfig
 		creds                               clientCreds
 		faults                              messaging.Faults
+		warmup                              time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "example-provider",
 		Short: "Run an example messaging provider (jms or rabbitmq) that registers itself",
 		Long: `Run one of the example providers: an in-memory messaging publisher that registers
 messaging.publish@1.0.0 with the registry, heartbeats, re-registers after a registry restart
-and deregisters on Ctrl-C. It serves POST /api/messaging/KIND/publish,
+and deregisters on Ctrl-C. It publishes itself when ready: registered not ready, it says
+it is ready after --warmup (default at once), and gets no request before. It serves POST /api/messaging/KIND/publish,
 GET /api/messaging/KIND/messages, the capability's validate and invoke endpoints, /healthz
 and /metrics.
 
@@ -56,7 +58,7 @@ meshflows_example_provider_injected_faults_total counts the injected errors.`,
 					return err
 				}
 				return startExampleProvider(ctx, g, exampleProviderOptions{kind: kind, advertise: advertise, zone: zone,
-					registries: registries, heartbeat: heartbeat, client: httpClient, token: creds.token, faults: faults, certs: certs, otlp: otlp}, ln, logger)
+					registries: registries, heartbeat: heartbeat, client: httpClient, token: creds.token, faults: faults, certs: certs, otlp: otlp, warmup: warmup}, ln, logger)
 			})
 		},
 	}
@@ -70,6 +72,7 @@ meshflows_example_provider_injected_faults_total counts the injected errors.`,
 	f.DurationVar(&heartbeat, "heartbeat-interval", 0, "heartbeat interval (0: the one the registry returns)")
 	f.Float64Var(&faults.ErrorRate, "error-rate", 0, "share of publishes answered 500 on purpose, 0..1 (a drill's grey failure)")
 	f.DurationVar(&faults.Latency, "latency", 0, "delay added to every publish (a drill's slow instance)")
+	f.DurationVar(&warmup, "warmup", 0, "warm up this long before saying ready: registered not ready (publish when ready), it gets no request until then, even as the first member of a new service")
 	bindLogFlags(f, &logCfg, "json")
 	bindOTLP(f, &otlp)
 	creds.bind(f)
@@ -184,6 +187,7 @@ type exampleProviderOptions struct {
 	faults                messaging.Faults
 	certs                 *auth.CertMetrics // the certificates' expiry on the provider's /metrics; nil: none
 	otlp                  string            // --otlp-endpoint
+	warmup                time.Duration     // --warmup
 }
 
 // startExampleProvider builds an example provider on ln and runs it in g until ctx ends.
@@ -221,6 +225,7 @@ func startExampleProvider(ctx context.Context, g *errgroup.Group, o exampleProvi
 		return err
 	}
 	p.SetTracer(tr.Tracer)
+	p.SetWarmup(o.warmup)
 	agentCfg := provider.Config{Registries: o.registries, HeartbeatInterval: o.heartbeat, Client: o.client, BearerToken: o.token,
 		Logger: logger.With(slog.String("provider", o.kind))}
 	logger.Info("example provider listening", slog.String("kind", o.kind), slog.String("addr", ln.Addr().String()),

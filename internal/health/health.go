@@ -142,6 +142,9 @@ type instance struct {
 	// heartbeats is not a sign that renewals are failing to reach the registry).
 	renewed  bool
 	degraded bool
+	// notReady: registered not ready (publish when ready) and no heartbeat has said ok
+	// since; never admitted until one does, and answered nowhere meanwhile.
+	notReady bool
 }
 
 // trouble is the part of an instance's record that probes, withdrawals and ejections fill
@@ -381,8 +384,19 @@ func (e *Engine) Apply(ev Event) error {
 		if e.quietRenewal(in, ev) {
 			return nil
 		}
+		first := !in.renewed // the registration's own health comes as its first heartbeat
 		e.renew(in, ev.At)
 		in.lastHealth, in.lastHealthAt = cmp.Or(ev.Health, "ok"), ev.At.UnixNano()
+		if ev.Health == "not_ready" && (!in.admitted || first && at(in.registeredAt).Equal(ev.At) && len(in.causes) == 0) {
+			// not ready since its registration: not admitted until it says ok (publish when
+			// ready), never answered meanwhile — not even in a brand-new group's panic
+			in.notReady, in.admitted = true, false
+			return nil
+		}
+		if in.notReady {
+			in.notReady = false
+			e.ready(in, ev.At)
+		}
 		switch ev.Health {
 		case "failing": // added before the other is cleared: one withdrawal, not an end and a new one
 			e.addCause(in, ev.At, ReasonSelfReportedFailing, "heartbeat health failing")
@@ -453,7 +467,7 @@ func (e *Engine) probe(in *instance, ev Event) {
 		t.badRun = 0
 		if !in.admitted {
 			e.clearCauses(in, ev.At, ReasonProbeRefused) // it answers: not the hard failure it was
-			if t.okRun >= e.cfg.AdmitAfter {
+			if t.okRun >= e.cfg.AdmitAfter && !in.notReady {
 				in.admitted, in.rotationSince = true, ev.At.UnixNano()
 				e.withdrawnByOperator(in, ev.At)
 			}
@@ -687,6 +701,7 @@ var (
 	reasonsRefused   = []string{ReasonAdmitting, ReasonProbeRefused} // never admitted, and nothing listens
 	reasonsSlowStart = []string{ReasonSlowStart}
 	reasonsDegraded  = []string{ReasonSelfReportedDegraded}
+	reasonsNotReady  = []string{ReasonAdmitting, ReasonRuntimeNotReady}
 	reasonsEvacuated = []string{ReasonEvacuated}
 	reasonsReturning = []string{ReasonReturning}
 )
@@ -704,6 +719,8 @@ func (e *Engine) verdictOf(in *instance, now time.Time) Verdict {
 		return Verdict{State: apiv1.EligibilityDraining, Reasons: reasonsDraining}
 	case in.quarantined(now):
 		return Verdict{State: apiv1.EligibilityQuarantined, Reasons: reasonsFlapping}
+	case !in.admitted && in.notReady:
+		return Verdict{State: apiv1.EligibilityWithdrawn, Reasons: reasonsNotReady}
 	case !in.admitted && in.refusedUnadmitted():
 		return Verdict{State: apiv1.EligibilityWithdrawn, Reasons: reasonsRefused}
 	case !in.admitted:
@@ -888,6 +905,8 @@ func (e *Engine) Explain(id string, now time.Time) (Verdict, []Reason) {
 			ev = Evidence{At: instant(in.lastRenewal), Detail: fmt.Sprintf("no renewal for more than %s", 2*e.cfg.HeartbeatInterval)}
 		case code == ReasonOutlierLatency:
 			ev = in.troubles().latency
+		case code == ReasonRuntimeNotReady && in.notReady:
+			ev = Evidence{At: instant(in.registeredAt), Detail: "registered not ready (publish when ready): answered nowhere until a heartbeat says ok"}
 		case code == ReasonSelfReportedDegraded:
 			ev = Evidence{At: instant(in.lastHealthAt), Detail: "heartbeat health " + in.lastHealth}
 		case code == ReasonFlapping:

@@ -299,8 +299,8 @@ func TestJournalCarriesTheFirstVerdict(t *testing.T) {
 }
 
 // TestRuntimeReadinessIsOneMoreEvidence: an instance registered not_ready (a Kubernetes
-// endpoint not ready, through kube-sync) is never in rotation, and is withdrawn with
-// RUNTIME_NOT_READY; ready again, it enters slow start; a heartbeat not_ready withdraws it
+// endpoint not ready, through kube-sync, or an SDK publishing when ready) is never in
+// rotation, and never admitted (ADMITTING, RUNTIME_NOT_READY) until it says ok; ready, it enters slow start; a heartbeat not_ready withdraws it
 // again, failing replaces the cause with SELF_REPORTED_FAILING without counting a second
 // withdrawal.
 func TestRuntimeReadinessIsOneMoreEvidence(t *testing.T) {
@@ -322,8 +322,8 @@ func TestRuntimeReadinessIsOneMoreEvidence(t *testing.T) {
 		}
 		return ex.State + " " + ex.Reasons[0].Code
 	}
-	if got := reason("pod"); got != "withdrawn RUNTIME_NOT_READY" {
-		t.Errorf("registered not_ready: %s", got)
+	if got := reason("pod"); got != "withdrawn ADMITTING" {
+		t.Errorf("registered not_ready: %s, want never admitted until ready", got)
 	}
 	heartbeat(t, f, "pod", gens["pod"], "ok")
 	if got := answer(f)["pod"]; !strings.HasPrefix(got, "slow_start/") {

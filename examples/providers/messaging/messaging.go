@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/httpapi"
@@ -86,6 +87,12 @@ type Provider struct {
 
 	faults   atomic.Pointer[Faults] // nil: none (SetFaults)
 	injected prometheus.Counter
+
+	// warm-up (SetWarmup): the provider registers not ready, and says it is ready warmup
+	// after Run starts; a publish that arrives before is answered 503 and counted
+	warmup      time.Duration
+	ready       atomic.Bool
+	beforeReady prometheus.Counter
 }
 
 // New returns a provider for cfg.
@@ -108,7 +115,10 @@ func New(cfg Config) (*Provider, error) {
 		Name: "published_total", Help: "Messages published.", ConstLabels: prometheus.Labels{"kind": cfg.Kind}})
 	p.injected = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "meshflows", Subsystem: "example_provider",
 		Name: "injected_faults_total", Help: "Publishes answered 500 on purpose (--error-rate).", ConstLabels: prometheus.Labels{"kind": cfg.Kind}})
-	p.reg.MustRegister(p.published, p.injected)
+	p.beforeReady = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "meshflows", Subsystem: "example_provider",
+		Name: "requests_before_ready_total", Help: "Publishes that arrived while the provider was still warming up (answered 503): with publish-when-ready, none should.", ConstLabels: prometheus.Labels{"kind": cfg.Kind}})
+	p.reg.MustRegister(p.published, p.injected, p.beforeReady)
+	p.ready.Store(true) // until a Run with a warm-up says otherwise
 	if reg := p.Registration(); reg.Validate() != nil {
 		err := reg.Validate()
 		return nil, fmt.Errorf("messaging provider: %w", err)
@@ -228,7 +238,24 @@ const publishSchema = `{
 // 413 PAYLOAD_TOO_LARGE.
 const MaxPublishBody = 1 << 20
 
+// SetWarmup makes the provider warm up for d when Run starts: it registers not ready
+// (publish when ready: the registry answers it nowhere, not even as the first member of a
+// brand-new service) and tells its agent it is ready once d has passed. 0, the default, is
+// ready at once. Call it before Run.
+func (p *Provider) SetWarmup(d time.Duration) { p.warmup = d }
+
+// Ready reports whether the provider has finished warming up.
+func (p *Provider) Ready() bool { return p.ready.Load() }
+
+// RequestsBeforeReady is how many publishes arrived while the provider was warming up.
+func (p *Provider) RequestsBeforeReady() int { return int(counterValue(p.beforeReady)) }
+
 func (p *Provider) handlePublish(w http.ResponseWriter, r *http.Request) {
+	if !p.ready.Load() {
+		p.beforeReady.Inc()
+		provider.WriteError(w, apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable, "warming up: not ready to publish yet"))
+		return
+	}
 	var req PublishRequest
 	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, MaxPublishBody)).Decode(&req); err != nil {
 		var mbe *http.MaxBytesError
@@ -325,12 +352,28 @@ func (p *Provider) Run(ctx context.Context, ln net.Listener, agentCfg provider.C
 	if agentCfg.Registerer == nil {
 		agentCfg.Registerer = p.reg
 	}
+	agentCfg.PublishWhenReady = true // registered not ready until the warm-up is over
 	agent, err := provider.New(agentCfg)
 	if err != nil {
 		return err
 	}
 	p.agent.Store(agent)
 	defer p.agent.Store(nil)
+	p.ready.Store(p.warmup <= 0)
+	warm := time.NewTimer(p.warmup)
+	defer warm.Stop()
+	warmed := make(chan struct{})
+	defer func() { <-warmed }()
+	go func() {
+		defer close(warmed)
+		select {
+		case <-ctx.Done():
+		case <-warm.C:
+			p.ready.Store(true)
+			agent.Ready()
+			logger.Info("example provider ready", slog.String("instance_id", p.cfg.InstanceID), slog.Duration("warmup", p.warmup))
+		}
+	}()
 	srv := &http.Server{Handler: httpapi.BodyTimeout(p.Handler(), httpapi.DefaultBodyTimeout), ReadHeaderTimeout: 10 * time.Second}
 	// Serve until the agent has deregistered and drained (it returns after ctx ends), not
 	// merely until ctx ends: traffic keeps coming while the gateways withdraw the instance.
@@ -343,4 +386,13 @@ func (p *Provider) Run(ctx context.Context, ln net.Listener, agentCfg provider.C
 	serveErr := <-served
 	logger.Info("example provider stopped", slog.String("instance_id", p.cfg.InstanceID))
 	return errors.Join(agentErr, serveErr)
+}
+
+// counterValue reads a counter's value.
+func counterValue(c prometheus.Counter) float64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil || m.Counter == nil {
+		return 0
+	}
+	return m.Counter.GetValue()
 }

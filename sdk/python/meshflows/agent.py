@@ -73,7 +73,8 @@ class Agent:
                  cert_file: Optional[str] = None, key_file: Optional[str] = None,
                  heartbeat_interval: Optional[float] = None, request_timeout: float = 5.0,
                  failure_threshold: int = 3, stop_timeout: float = 5.0, drain_timeout: float = 10.0,
-                 backoff: Optional[Backoff] = None, tls_reload_interval: float = DEFAULT_TLS_RELOAD_INTERVAL) -> None:
+                 backoff: Optional[Backoff] = None, tls_reload_interval: float = DEFAULT_TLS_RELOAD_INTERVAL,
+                 publish_when_ready: bool = False) -> None:
         self._client = RegistryClient(registries, token=token, context=tls_files(ca_file, cert_file, key_file, tls_reload_interval),
                                       timeout=request_timeout)
         self._lock = threading.Lock()
@@ -90,6 +91,10 @@ class Agent:
         self._drain_timeout = drain_timeout
         self._backoff = backoff or Backoff()
         self._health = "ok"
+        # publish when ready: registered not_ready, answered nowhere, until ready() is called;
+        # the default (ready from the start) is kept for compatibility
+        self._ready = not publish_when_ready
+        self._readied = False  # ready() was called: heartbeat ok at once
         self._generation = 0
         self._epoch = ""
         self._interval = 30.0
@@ -150,8 +155,30 @@ class Agent:
 
     @property
     def health(self) -> str:
+        """What the heartbeats report: not_ready until ready() with publish_when_ready."""
         with self._lock:
-            return self._health
+            return self._reported()
+
+    def ready(self) -> None:
+        """Says the application is ready to serve. With ``publish_when_ready`` the agent has
+        registered the instance not_ready (the registry answers it nowhere, not even as the
+        first member of a brand-new service); it now heartbeats ok at once. Otherwise, or
+        called again, it does nothing."""
+        with self._lock:
+            if self._ready:
+                return
+            self._ready = True
+            self._readied = True
+        self._wake.set()
+
+    @property
+    def is_ready(self) -> bool:
+        with self._lock:
+            return self._ready
+
+    def _reported(self) -> str:
+        # called with the lock held
+        return self._health if self._ready else "not_ready"
 
     def update_capabilities(self, capabilities: Sequence[Capability]) -> None:
         """Replaces the instance's capabilities; the agent registers again with them at once."""
@@ -234,7 +261,9 @@ class Agent:
     def _register(self) -> None:
         with self._lock:
             body = dict(self._registration)
+            body["health"] = self._reported()  # as a heartbeat would say: not_ready until ready()
             self._updated = False
+            self._readied = False
         _, resp = self._client.request("POST", "/v1/services/register", body)
         with self._lock:
             self._generation = int(resp["generation"])
@@ -253,6 +282,7 @@ class Agent:
                 return ""
             with self._lock:
                 updated = self._updated
+                self._readied = False  # whatever woke it, the heartbeat below says ready
             if updated:
                 self._registered.clear()
                 return REASON_CAPABILITIES_UPDATED
@@ -273,7 +303,7 @@ class Agent:
 
     def _heartbeat(self) -> str:
         with self._lock:
-            iid, gen, epoch, health = self._registration["instance_id"], self._generation, self._epoch, self._health
+            iid, gen, epoch, health = self._registration["instance_id"], self._generation, self._epoch, self._reported()
         try:
             _, resp = self._client.request("PUT", "/v1/services/" + urllib.parse.quote(iid, safe="") + "/heartbeat",
                                            {"generation": gen, "health": health})

@@ -82,6 +82,22 @@ class AgentTest(unittest.TestCase):
             agent.set_health("ok")
             eventually("back to serving", lambda: client.capabilities("webhook.send")[0]["eligibility"] in ("serving", "slow_start"))
 
+    def test_publish_when_ready(self):
+        # registered not_ready, the first member of a brand-new service is answered nowhere
+        # (not even in panic) until ready(), which heartbeats ok at once (the interval is long)
+        client = DiscoveryClient([self.registry.url], ttl=0)
+        agent = webhook_agent([self.registry.url], publish_when_ready=True, heartbeat_interval=60)
+        with agent:
+            self.assertTrue(agent.wait_registered(10))
+            self.assertEqual(self.registry.instance("py-webhook-1")["health"], "not_ready")
+            self.assertEqual(agent.health, "not_ready")
+            self.assertFalse(agent.is_ready)
+            self.assertEqual(client.capabilities("webhook.send"), [])
+            agent.ready()
+            eventually("in rotation once ready", lambda: [e["instance_id"] for e in client.capabilities("webhook.send")] == ["py-webhook-1"])
+            self.assertEqual(self.registry.instance("py-webhook-1")["health"], "ok")
+            self.assertTrue(agent.is_ready)
+
     def test_update_capabilities_registers_again(self):
         with webhook_agent([self.registry.url]) as agent:
             self.assertTrue(agent.wait_registered(10))
