@@ -43,6 +43,9 @@ type gatewayFlags struct {
 	upstreamTO    time.Duration
 	// allowEndpointCIDR is --allow-endpoint-cidr.
 	allowEndpointCIDR []string
+	// wrapTransport, when set, wraps the upstream transport (tests break one gateway's path
+	// to an instance with it); no flag sets it.
+	wrapTransport func(http.RoundTripper) http.RoundTripper
 }
 
 func newGatewayCmd() *cobra.Command {
@@ -185,7 +188,11 @@ func startGateway(ctx context.Context, g *errgroup.Group, f *gatewayFlags, ln ne
 	if err != nil {
 		return err
 	}
-	gw, err := gateway.New(gateway.Config{Endpoints: endpoints, ID: id, Reporter: reporter, Discovery: disc, Static: static, Policy: policy,
+	var transport http.RoundTripper // nil: the gateway's own
+	if f.wrapTransport != nil {
+		transport = f.wrapTransport(gateway.NewTransportFor(endpoints, f.upstreamTO))
+	}
+	gw, err := gateway.New(gateway.Config{Transport: transport, Endpoints: endpoints, ID: id, Reporter: reporter, Discovery: disc, Static: static, Policy: policy,
 		OutcomeWindow: outcomeWindow(f.outcomeWindow), StateDir: f.stateDir, Admin: admin, BodyTimeout: f.bodyTimeout, MaxBufferedBody: f.maxBuffered, MaxBodyBytes: f.maxBody, UpstreamTimeout: f.upstreamTO, Logger: logger, Registerer: promReg, Tracing: tr,
 		RoutesVerifyEvery: never(f.verifyEvery)})
 	if err != nil {

@@ -150,6 +150,8 @@ func bindOutlierFlags(fs *pflag.FlagSet, f *eligibilityFlags) {
 	fs.Float64Var(&o.OutlierZ, "outlier-z", d.OutlierZ, "relative outliers: z of the Wilson lower bound of an instance's error share (higher: surer, slower)")
 	fs.Float64Var(&o.OutlierRelativeFloor, "outlier-relative-floor", d.OutlierRelativeFloor, "relative outliers: the lower bound must exceed the peers' median share by this much")
 	fs.Float64Var(&o.OutlierRelativeFactor, "outlier-relative-factor", d.OutlierRelativeFactor, "relative outliers: and be this many times the peers' median share")
+	fs.Float64Var(&o.LatencyOutlierFactor, "latency-outlier-factor", d.LatencyOutlierFactor, "latency outliers: an instance whose p99 over the outlier window is this many times its peers' median p99 (and over the floor) is degraded")
+	fs.DurationVar(&o.LatencyOutlierFloor, "latency-outlier-floor", d.LatencyOutlierFloor, "latency outliers: and at least this much over its peers' median p99")
 	fs.Float64Var(&f.outcomeRate, "outcome-rate", registry.DefaultOutcomeRate, "outcome batches (POST /v1/outcomes, up to 1,000 instances each) per second allowed per reporting identity; more get 429 with Retry-After; 0 or less: no bound")
 	fs.IntVar(&f.outcomeBurst, "outcome-burst", registry.DefaultOutcomeBurst, "outcome batch burst allowed per reporting identity")
 }
@@ -249,7 +251,8 @@ func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln 
 				LeaseTTL:       f.leaseTTL, HeartbeatInterval: f.heartbeatInterval, SlowStart: f.eligibility.slowStart, PanicThreshold: f.eligibility.panicThreshold,
 				OutlierMinRequests: o.OutlierMinRequests, OutlierErrorRate: o.OutlierErrorRate, OutlierConnectFailures: o.OutlierConnectFailures,
 				EjectionBase: o.EjectionBase, MaxEjectionPercent: o.MaxEjectionPercent, OutlierWindow: o.OutlierWindow, OutlierMinVolume: o.OutlierMinVolume,
-				OutlierZ: o.OutlierZ, OutlierRelativeFloor: o.OutlierRelativeFloor, OutlierRelativeFactor: o.OutlierRelativeFactor}})
+				OutlierZ: o.OutlierZ, OutlierRelativeFloor: o.OutlierRelativeFloor, OutlierRelativeFactor: o.OutlierRelativeFactor,
+				LatencyOutlierFactor: o.LatencyOutlierFactor, LatencyOutlierFloor: o.LatencyOutlierFloor}})
 		if err != nil {
 			return err
 		}

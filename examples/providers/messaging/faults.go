@@ -2,12 +2,15 @@ package messaging
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"time"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/provider"
 )
 
 // Faults make a provider misbehave on purpose, for drills and tests (meshflows
@@ -61,4 +64,39 @@ func (p *Provider) fault(ctx context.Context) error {
 		return apiv1.Errorf(http.StatusInternalServerError, apiv1.CodeInternal, "injected fault (--error-rate %g)", f.ErrorRate)
 	}
 	return nil
+}
+
+// handleFaults changes the faults at run time, from loopback only (a drill starts and ends a
+// grey failure without restarting the provider): {"error_rate": 0.04, "latency": "200ms"};
+// {} ends them. It answers the faults now in force.
+func (p *Provider) handleFaults(w http.ResponseWriter, r *http.Request) {
+	host, _, _ := net.SplitHostPort(r.RemoteAddr)
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		provider.WriteError(w, apiv1.Errorf(http.StatusForbidden, apiv1.CodeForbidden, "/admin/faults answers loopback only"))
+		return
+	}
+	var body struct {
+		ErrorRate float64 `json:"error_rate"`
+		Latency   string  `json:"latency"`
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&body); err != nil {
+		provider.WriteError(w, apiv1.Errorf(http.StatusBadRequest, apiv1.CodeInvalidJSON, `want {"error_rate": 0..1, "latency": "200ms"}: %v`, err))
+		return
+	}
+	f := Faults{ErrorRate: body.ErrorRate}
+	if body.Latency != "" {
+		d, err := time.ParseDuration(body.Latency)
+		if err != nil {
+			provider.WriteError(w, apiv1.Errorf(http.StatusBadRequest, apiv1.CodeInvalidRequest, "latency %q: %v", body.Latency, err))
+			return
+		}
+		f.Latency = d
+	}
+	if err := p.SetFaults(f); err != nil {
+		provider.WriteError(w, apiv1.Errorf(http.StatusBadRequest, apiv1.CodeInvalidRequest, "%v", err))
+		return
+	}
+	provider.WriteJSON(w, http.StatusOK, map[string]any{"error_rate": f.ErrorRate, "latency": f.Latency.String()})
 }

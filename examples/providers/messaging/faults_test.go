@@ -44,3 +44,44 @@ func TestFaults(t *testing.T) {
 		}
 	}
 }
+
+// TestFaultsChangeAtRunTime: POST /admin/faults sets the faults from loopback, refuses
+// unknown fields and bad values, and {} ends them.
+func TestFaultsChangeAtRunTime(t *testing.T) {
+	p, err := messaging.New(messaging.Config{Kind: "jms", Endpoint: "http://127.0.0.1:7410"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(p.Handler())
+	defer srv.Close()
+	post := func(body string) int {
+		resp, err := http.Post(srv.URL+"/admin/faults", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for body, want := range map[string]int{`{"error_rate":1}`: 200, `{"eror_rate":1}`: 400, `{"error_rate":2}`: 400, `{"latency":"soon"}`: 400} {
+		if got := post(body); got != want {
+			t.Errorf("POST /admin/faults %s = %d, want %d", body, got, want)
+		}
+	}
+	publish := func() int {
+		resp, err := http.Post(srv.URL+"/api/messaging/jms/publish", "application/json", strings.NewReader(`{"destination":"d"}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := publish(); got != http.StatusInternalServerError {
+		t.Errorf("a publish at error rate 1 = %d, want 500", got)
+	}
+	if got := post(`{}`); got != 200 {
+		t.Fatalf("ending the faults = %d", got)
+	}
+	if got := publish(); got != http.StatusAccepted {
+		t.Errorf("a publish once the faults ended = %d, want 202", got)
+	}
+}

@@ -180,6 +180,7 @@ func (p *Provider) Handler() http.Handler {
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(p.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("POST /admin/health", p.handleHealth)
+	mux.HandleFunc("POST /admin/faults", p.handleFaults)
 	mux.HandleFunc("/", provider.NotRouted(mux))
 	return httpapi.Traced(p.tracer, "", mux) // the gateway's or the orchestrator's trace goes on here
 }
