@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"net/url"
@@ -18,10 +19,15 @@ import (
 	"github.com/meshflows/meshflows/client"
 )
 
+// NoStaleBound is a stale allowance without a bound: the last-known-good view is served for
+// as long as the registry is away (the default). The view is authoritative for routing; the
+// registry advises and is never in the request path.
+const NoStaleBound time.Duration = math.MaxInt64
+
 // Defaults of Config.
 const (
 	DefaultTTL            = 30 * time.Second
-	DefaultStaleAllowance = 10 * time.Minute
+	DefaultStaleAllowance = NoStaleBound
 	DefaultRetryInterval  = time.Second
 	DefaultRequestTimeout = 5 * time.Second
 	DefaultWatchWait      = 30 * time.Second
@@ -39,9 +45,15 @@ type UnavailableError struct {
 	Age time.Duration
 	// Cause is the last refresh's error.
 	Cause error
+	// MaxStale is the read's own bound when that is what the view is past (0: the client's
+	// stale allowance).
+	MaxStale time.Duration
 }
 
 func (e *UnavailableError) Error() string {
+	if e.State == StateExpired && e.MaxStale > 0 {
+		return fmt.Sprintf("discovery unavailable: last-known-good view is %s old, past this operation's max_stale %s: %v", e.Age.Round(time.Second), e.MaxStale, e.Cause)
+	}
 	if e.State == StateExpired {
 		return fmt.Sprintf("discovery unavailable: last-known-good view is %s old, past the stale allowance: %v", e.Age.Round(time.Second), e.Cause)
 	}
@@ -68,7 +80,9 @@ type Config struct {
 	// TTL is how long a view is served from cache without asking the registry (default 30 s).
 	TTL time.Duration
 	// StaleAllowance is how long the last-known-good view is served when the registry cannot
-	// be reached (default 10 min); past it, reads fail with ErrUnavailable.
+	// be reached, for the reads that declare no bound of their own (Query.MaxStale); past it,
+	// reads fail with ErrUnavailable. 0 (the default) is NoStaleBound: routing never stops on
+	// staleness. An operation that needs prompt revocation declares its own, shorter bound.
 	StaleAllowance time.Duration
 	// RetryInterval is how long after a failed refresh the next read tries again (default
 	// 1 s): a registry outage is not hammered by every read.
@@ -163,6 +177,12 @@ type Query struct {
 	// IncludeAll asks for the instances out of rotation too, with their verdicts
 	// (include=all): a consumer that judges panic on the pool it uses needs them.
 	IncludeAll bool
+	// MaxStale bounds how old a last-known-good view this read accepts while the registry
+	// is unreachable: past it the read fails with an *UnavailableError (state expired) —
+	// for an operation that needs prompt revocation (a tenant boundary, an ownership
+	// grant). 0: the client's StaleAllowance. The stricter of the two applies. It is not
+	// part of the view's key: reads with different bounds share one view.
+	MaxStale time.Duration
 }
 
 func (q Query) values() url.Values {
@@ -397,7 +417,20 @@ func (c *Client) Capabilities(ctx context.Context, q Query) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := c.tooStale(meta, q.MaxStale, v); err != nil {
+		return nil, err
+	}
 	return &Result{Meta: meta, Entries: a.body}, nil
+}
+
+// tooStale is the *UnavailableError of a read whose own bound (maxStale) a stale view is
+// past; nil when it is within it, fresh, or the read declares none.
+func (c *Client) tooStale(meta Meta, maxStale time.Duration, v interface{ cause() error }) error {
+	if maxStale <= 0 || meta.State != StateStale || meta.Age <= maxStale {
+		return nil
+	}
+	c.metrics.staleRefused.Inc()
+	return &UnavailableError{State: StateExpired, Age: meta.Age, Cause: v.cause(), MaxStale: maxStale}
 }
 
 // Refresh is Capabilities from the registry now, whatever the TTL: the view of q is asked
@@ -618,17 +651,22 @@ func (c *Client) RoutesState() (State, time.Duration) {
 func (c *Client) Cached(q Query) (*Result, error) {
 	v := c.capsView(q.values().Encode())
 	v.mu.Lock()
-	defer v.mu.Unlock()
 	st, age := v.snapshotLocked(c.cfg.Now(), c.cfg.StaleAllowance)
 	source := SourceCache
 	switch st {
 	case StateUninitialized, StateExpired:
+		v.mu.Unlock()
 		return nil, &UnavailableError{State: st, Age: age, Cause: v.lastErr}
 	case StateStale:
 		source = SourceSnapshot
 	}
 	a := v.lkg
-	return &Result{Meta: Meta{Source: source, State: st, Age: age, RegistryEpoch: a.epoch, Revision: a.revision, Complete: a.complete}, Entries: a.body}, nil
+	v.mu.Unlock()
+	meta := Meta{Source: source, State: st, Age: age, RegistryEpoch: a.epoch, Revision: a.revision, Complete: a.complete}
+	if err := c.tooStale(meta, q.MaxStale, v); err != nil {
+		return nil, err
+	}
+	return &Result{Meta: meta, Entries: a.body}, nil
 }
 
 // State returns the state of the view of q now.

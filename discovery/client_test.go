@@ -134,47 +134,77 @@ func TestNeverAnsweredIsUnavailable(t *testing.T) {
 	}
 }
 
-func TestTenMinuteOutageCompressed(t *testing.T) {
+// TestOutageCompressed: the decisive pair on an injected clock. One registry outage of an
+// hour: a read that declares nothing is answered from the last-known-good view all along
+// (routing never stops on staleness), while a read that declares MaxStale 30 s is refused
+// past 30 s and answered again the moment the registry is back. A client with a stale
+// allowance of 10 minutes (the old default, now chosen) stops every read past it.
+func TestOutageCompressed(t *testing.T) {
 	s := registrytest.NewServer(t, registry.Config{})
 	registerOne(t, s.Registry, "jms-1")
 	front, srv := newFront(t, s.Config.Handler)
 	prom := prometheus.NewRegistry()
 	c, clk := newClient(t, srv.URL, discovery.Config{Registerer: prom, Consumer: "test"})
 	ctx := context.Background()
+	revocable := publish
+	revocable.MaxStale = 30 * time.Second
 	if _, err := c.Capabilities(ctx, publish); err != nil {
 		t.Fatal(err)
 	}
 	front.set(down)
-	// one lookup every 15 s for 10 minutes: all answered from last-known-good, marked snapshot
-	for elapsed := 15 * time.Second; elapsed <= discovery.DefaultStaleAllowance; elapsed += 15 * time.Second {
+	served, refused := 0, 0
+	// one lookup of each every 15 s for an hour
+	for elapsed := 15 * time.Second; elapsed <= time.Hour; elapsed += 15 * time.Second {
 		clk.Advance(15 * time.Second)
 		res, err := c.Capabilities(ctx, publish)
-		if elapsed < discovery.DefaultTTL {
-			if err != nil || res.Source != discovery.SourceCache {
-				t.Fatalf("at %v (within the TTL): %v %+v", elapsed, err, res)
-			}
-			continue
-		}
 		if err != nil {
 			t.Fatalf("at %v: %v, want the last-known-good view", elapsed, err)
 		}
-		if res.Source != discovery.SourceSnapshot || res.State != discovery.StateStale || res.Age != elapsed || cmp.Diff([]string{"jms-1"}, ids(res.Entries)) != "" {
+		if elapsed >= discovery.DefaultTTL && (res.Source != discovery.SourceSnapshot || res.State != discovery.StateStale || res.Age != elapsed || cmp.Diff([]string{"jms-1"}, ids(res.Entries)) != "") {
 			t.Fatalf("at %v: %+v %v", elapsed, res.Meta, ids(res.Entries))
 		}
+		served++
+		_, err = c.Capabilities(ctx, revocable)
+		var ue *discovery.UnavailableError
+		switch {
+		case elapsed <= 30*time.Second && err != nil:
+			t.Fatalf("at %v, within its max_stale: %v", elapsed, err)
+		case elapsed > 30*time.Second && (!errors.As(err, &ue) || ue.State != discovery.StateExpired || ue.MaxStale != 30*time.Second):
+			t.Fatalf("at %v, past its max_stale of 30 s: %v, want ErrUnavailable (expired)", elapsed, err)
+		case err != nil:
+			refused++
+		}
 	}
-	clk.Advance(15 * time.Second)
-	_, err := c.Capabilities(ctx, publish)
-	var ue *discovery.UnavailableError
-	if !errors.As(err, &ue) || ue.State != discovery.StateExpired {
-		t.Fatalf("past the stale allowance: %v, want ErrUnavailable (expired)", err)
+	if served != 240 || refused != 238 {
+		t.Errorf("%d reads served and %d revocable ones refused, want 240 and 238", served, refused)
 	}
-	if got := testutil.ToFloat64(counter(t, prom, "meshflows_discovery_stale_served_total")); got != 39 {
-		t.Errorf("stale_served_total = %v, want 39", got)
+	if got := testutil.ToFloat64(counter(t, prom, "meshflows_discovery_stale_refused_total")); got != float64(refused) {
+		t.Errorf("stale_refused_total = %v, want %d", got, refused)
 	}
-	// back: fresh again
+	// back: both fresh again at once
 	front.set(s.Config.Handler)
+	clk.Advance(time.Second)
 	if res, err := c.Capabilities(ctx, publish); err != nil || res.Source != discovery.SourceFresh {
 		t.Errorf("after the outage: %v %+v", err, res)
+	}
+	if res, err := c.Capabilities(ctx, revocable); err != nil || res.State != discovery.StateFresh {
+		t.Errorf("the revocable read after the outage: %v %+v", err, res)
+	}
+
+	// a client that chose a stale allowance of 10 minutes stops every read past it
+	bounded, bclk := newClient(t, srv.URL, discovery.Config{StaleAllowance: 10 * time.Minute})
+	if _, err := bounded.Capabilities(ctx, publish); err != nil {
+		t.Fatal(err)
+	}
+	front.set(down)
+	bclk.Advance(10 * time.Minute)
+	if _, err := bounded.Capabilities(ctx, publish); err != nil {
+		t.Errorf("at its allowance: %v", err)
+	}
+	bclk.Advance(15 * time.Second)
+	var ue *discovery.UnavailableError
+	if _, err := bounded.Capabilities(ctx, publish); !errors.As(err, &ue) || ue.State != discovery.StateExpired {
+		t.Errorf("past its allowance: %v, want ErrUnavailable (expired)", err)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 
 type metrics struct {
 	hits, misses, staleServed prometheus.Counter
+	staleRefused              prometheus.Counter
 	deltas                    *prometheus.CounterVec
 	refused                   *prometheus.CounterVec
 	evicted                   prometheus.Counter
@@ -58,6 +59,8 @@ func newMetrics(reg prometheus.Registerer, consumer string, c *Client) (*metrics
 			Name: "cache_misses_total", Help: "Reads that asked the registry."}),
 		staleServed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "stale_served_total", Help: "Reads answered from the last-known-good view because the registry could not be reached."}),
+		staleRefused: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "stale_refused_total", Help: "Reads refused because the last-known-good view was older than the read's own max_stale while the registry could not be reached (an operation that needs prompt revocation)."}),
 		deltas: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "watch_deltas_total", Help: "Answers of delta watches, by kind: delta (the changes since the view's revision) or reset (the whole answer)."}, []string{"kind"}),
 	}
@@ -90,7 +93,7 @@ func newMetrics(reg prometheus.Registerer, consumer string, c *Client) (*metrics
 			Help: "Entries held in all cached views."},
 			func() float64 { _, _, n := c.stats(); return n }),
 	}
-	for _, col := range append(gauges, m.hits, m.misses, m.staleServed, m.deltas, m.refused, m.evicted, m.forgotten) {
+	for _, col := range append(gauges, m.hits, m.misses, m.staleServed, m.staleRefused, m.deltas, m.refused, m.evicted, m.forgotten) {
 		if err := reg.Register(col); err != nil {
 			return nil, fmt.Errorf("register discovery metrics: %w", err)
 		}

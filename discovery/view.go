@@ -248,3 +248,10 @@ func epochTime(e string) (time.Time, bool, bool) {
 	t, err := time.Parse(time.RFC3339Nano, base)
 	return t, restored, err == nil
 }
+
+// cause is the error of the view's last attempt.
+func (v *view[T]) cause() error {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return v.lastErr
+}

@@ -460,7 +460,7 @@ func sameRoute(a, b Route) bool {
 	return a.Pattern == b.Pattern && a.Method == b.Method && a.Source == b.Source && a.Upstream == b.Upstream && a.Service == b.Service &&
 		a.Version == b.Version && slices.Equal(a.Instances, b.Instances) && a.Idempotent == b.Idempotent &&
 		(a.Weight == nil) == (b.Weight == nil) && (a.Weight == nil || *a.Weight == *b.Weight) &&
-		a.MaxBodyBytes == b.MaxBodyBytes && a.Streaming == b.Streaming && a.Schema == b.Schema
+		a.MaxBodyBytes == b.MaxBodyBytes && a.Streaming == b.Streaming && a.Schema == b.Schema && a.MaxStale == b.MaxStale
 }
 
 func setOf(k *keyState) *byMethod {

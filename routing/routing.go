@@ -102,6 +102,9 @@ type Route struct {
 	Streaming bool `json:"streaming,omitempty"`
 	// Schema is the route's schema reference, as the manifest gives it.
 	Schema string `json:"schema,omitempty"`
+	// MaxStale is the route's own bound on serving from a last-known-good view, as the
+	// manifest gives it ("30s"; empty: none declared).
+	MaxStale string `json:"max_stale,omitempty"`
 }
 
 // Rejected is a manifest that was rejected whole, with the first rule it broke.
@@ -214,6 +217,7 @@ type claim struct {
 	segs         []apiv1.Segment
 	weight       int
 	schema       string
+	maxStale     string
 	methods      methodSet // the methods claimed
 	idempotent   methodSet // those of them declared idempotent
 	*origin
@@ -238,7 +242,7 @@ func sameButInstance(a, b *apiv1.Manifest) bool {
 	}
 	for i, ra := range a.Routes {
 		rb := b.Routes[i]
-		if ra.Path != rb.Path || !slices.Equal(ra.Methods, rb.Methods) || !slices.Equal(ra.Idempotent, rb.Idempotent) || !sameNumber(ra.Weight, rb.Weight) || ra.Schema != rb.Schema {
+		if ra.Path != rb.Path || !slices.Equal(ra.Methods, rb.Methods) || !slices.Equal(ra.Idempotent, rb.Idempotent) || !sameNumber(ra.Weight, rb.Weight) || ra.Schema != rb.Schema || ra.MaxStale != rb.MaxStale {
 			return false
 		}
 	}
@@ -496,7 +500,7 @@ func buildEntries(slots []*slot, block int) ([]*Entry, []Conflict, *node) {
 				n := w.newest
 				idem := n.idempotent.has(mi)
 				*e = Entry{Route: Route{Pattern: n.pattern, Method: apiv1.Methods[mi], Source: "dynamic", Service: n.service, Version: n.version,
-					Instances: w.ids, Idempotent: idem, MaxBodyBytes: n.maxBody, Streaming: n.streaming, Schema: n.schema}, Key: k, Rewrite: w.rewrite,
+					Instances: w.ids, Idempotent: idem, MaxBodyBytes: n.maxBody, Streaming: n.streaming, Schema: n.schema, MaxStale: n.maxStale}, Key: k, Rewrite: w.rewrite,
 					Upstreams: w.upstreams, weight: n.weight}
 				e.Weight = &e.weight
 				for _, r := range rs[1:] {
@@ -593,7 +597,7 @@ func claimsOf(m *apiv1.Manifest, mi ManifestInput, prefixes []string, seed mapha
 			return nil, reject(apiv1.CodePathNotAuthorized, fmt.Sprintf("path %q is outside every prefix granted to %q", r.Path, m.Service.Name))
 		}
 		key := keys.next(r.Path, infos[i].Segments)
-		c := claim{key: key, hash: maphash.String(seed, key), pattern: r.Path, segs: infos[i].Segments, weight: r.WeightOr(100), schema: r.Schema, origin: o}
+		c := claim{key: key, hash: maphash.String(seed, key), pattern: r.Path, segs: infos[i].Segments, weight: r.WeightOr(100), schema: r.Schema, maxStale: r.MaxStale, origin: o}
 		for _, meth := range r.Methods { // valid, and listed once: Analyze said so
 			c.methods |= 1 << apiv1.MethodIndex(meth)
 		}

@@ -76,6 +76,28 @@ type ManifestRoute struct {
 	// a path on the service starting with /, at most MaxSchemaRefLen bytes, an optional
 	// #fragment): shown with the route, never fetched by the gateway.
 	Schema string `json:"schema,omitempty"`
+	// MaxStale bounds how old a last-known-good view the gateways may serve this route from
+	// while the registry is unreachable ("30s"): an operation that needs prompt revocation
+	// (a tenant boundary, an ownership grant) declares it, and past it the route answers
+	// 503 STALE_VIEW_EXPIRED until the registry is back. Empty: no bound of its own (the
+	// gateway's --max-stale and policy apply; by default, no bound at all).
+	MaxStale string `json:"max_stale,omitempty"`
+}
+
+// MaxStaleBound bounds a declared max_stale.
+const MaxStaleBound = 72 * time.Hour
+
+// ParseMaxStale reads a max_stale value: a positive duration of at most MaxStaleBound; ""
+// is 0 (none declared).
+func ParseMaxStale(s string) (time.Duration, error) {
+	if s == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 || d > MaxStaleBound {
+		return 0, fmt.Errorf("max_stale %q: want a positive duration of at most %s, like 30s", s, MaxStaleBound)
+	}
+	return d, nil
 }
 
 // Number is a JSON value kept exactly as written, for fields the contract requires to be
@@ -415,6 +437,9 @@ func (m *Manifest) Analyze() ([]ManifestProblem, []RouteInfo) {
 			if msg := schemaRefProblem(r.Schema); msg != "" {
 				add(CodeInvalidRoute, at("schema", -1), "%s", msg)
 			}
+		}
+		if _, err := ParseMaxStale(r.MaxStale); err != nil {
+			add(CodeInvalidRoute, at("max_stale", -1), "%v", err)
 		}
 	}
 	return ps, infos

@@ -610,7 +610,7 @@ type OutcomeWindow struct {
 	Errors        int     `json:"errors"`
 	ErrorShare    float64 `json:"error_share"`
 	// LatencyMsP99 is the highest 99th percentile latency a reporter sent in the window
-	// (recorded and shown; no rule uses it yet).
+	// (the latency-outlier rule pools the reporters' p99s, each weighed by its requests).
 	LatencyMsP99 float64           `json:"latency_ms_p99,omitempty"`
 	Reporters    []ReporterOutcome `json:"reporters"`
 	Cohorts      []CohortBaseline  `json:"cohorts"`

@@ -121,19 +121,19 @@ Stop with Ctrl-C: the providers deregister and the components stop in order.`,
 			}
 			gwAddr := fmt.Sprintf("127.0.0.1:%d", basePort+devGatewayOffset)
 			gln := lns[devGatewayOffset]
-			gwFlags := gatewayFlags{otlp: otlp, insecure: true, registries: []string{regURL}, cacheTTL: discovery.DefaultTTL, maxStale: discovery.DefaultStaleAllowance, outcomeWindow: 10 * time.Second, verifyEvery: gateway.DefaultRoutesVerifyEvery,
+			gwFlags := gatewayFlags{otlp: otlp, insecure: true, registries: []string{regURL}, cacheTTL: discovery.DefaultTTL, outcomeWindow: 10 * time.Second, verifyEvery: gateway.DefaultRoutesVerifyEvery,
 				policy: routing.Policy{"egress-jms": {"/api/messaging/jms"}, "egress-rabbitmq": {"/api/messaging/rabbitmq"},
 					"egress-webhook": {"/api/webhook"}}} // the Python example of docs/provider-tutorial.md
 			if err := startGateway(regCtx, gReg, &gwFlags, gln, logger); err != nil {
 				return errors.Join(err, stopAll(), logOut.Flush())
 			}
 			dnsAddr := fmt.Sprintf("127.0.0.1:%d", basePort+devDNSOffset)
-			dnsFl := dnsFlags{otlp: otlp, registries: []string{regURL}, domain: nameserver.DefaultDomain, ttl: nameserver.DefaultTTL, maxStale: discovery.DefaultStaleAllowance}
+			dnsFl := dnsFlags{otlp: otlp, registries: []string{regURL}, domain: nameserver.DefaultDomain, ttl: nameserver.DefaultTTL}
 			if err := startDNS(regCtx, gReg, &dnsFl, lns[devDNSOffset], lns[devDNSMetricsOffset], logger); err != nil {
 				return errors.Join(err, stopAll(), logOut.Flush())
 			}
 			xdsAddr := fmt.Sprintf("127.0.0.1:%d", basePort+devXDSOffset)
-			xdsFl := xdsFlags{insecure: true, registries: []string{regURL}, maxStale: discovery.DefaultStaleAllowance, policy: gwFlags.policy}
+			xdsFl := xdsFlags{insecure: true, registries: []string{regURL}, policy: gwFlags.policy}
 			if err := startXDS(regCtx, gReg, &xdsFl, lns[devXDSOffset], logger); err != nil {
 				return errors.Join(err, stopAll(), logOut.Flush())
 			}

@@ -80,7 +80,7 @@ meshflows_dns_answer_source{source}) are served on --metrics-listen when given.`
 	fl.StringVar(&f.domain, "domain", nameserver.DefaultDomain, "the zone answered")
 	fl.DurationVar(&f.ttl, "ttl", nameserver.DefaultTTL, "TTL of answers (never longer than what is left of --max-stale)")
 	fl.StringVar(&f.metrics, "metrics-listen", "", "address to serve /metrics on over HTTP (default: none)")
-	fl.DurationVar(&f.maxStale, "max-stale", discovery.DefaultStaleAllowance, "how long the last-known-good view is answered while the registry is away")
+	fl.DurationVar(&f.maxStale, "max-stale", 0, "how long the last-known-good view is answered while the registry is away; past it names answer SERVFAIL until the registry answers. 0 (the default): for as long as it is away — the view is authoritative")
 	fl.BoolVar(&f.allowRemote, "allow-remote", false, "allow a --listen address other hosts reach: DNS has no identities, so anyone who reaches it reads every name; keep it cluster-private (a NetworkPolicy, a firewall)")
 	f.creds.bindRegistry(fl)
 	fl.DurationVar(&f.tlsReload, "tls-reload-interval", client.DefaultTLSReloadInterval, "how often --registry-ca, --registry-cert and --registry-key are read again (a rotated set is used by new connections)")

@@ -87,10 +87,10 @@ endpoints are intended. The gateway calls the registry with --registry-ca, --reg
 	fl.StringSliceVar(&f.registries, "registry", []string{"http://127.0.0.1:7400"}, "registry base URL; repeat or comma-separate for failover")
 	bindEnv(fl, "registry", "MESHFLOWS_REGISTRY")
 	fl.StringVar(&f.routesFile, "routes", "", "static routes file (YAML): routes: [{path, methods, upstream}]")
-	fl.StringVar(&f.policyFile, "policy", "", "path policy file (YAML): path_prefixes: {service: [prefix, …]}")
+	fl.StringVar(&f.policyFile, "policy", "", "path policy file (YAML): path_prefixes: {service: [prefix, …]}, and max_stale: {prefix: 30s, …} for the routes under a prefix that must not be served from a view older than that while the registry is away")
 	fl.BoolVar(&f.insecure, "insecure", false, "serve the admin endpoints without authentication (development only: anyone who reaches the port can read the table and make the gateway refetch)")
 	fl.DurationVar(&f.cacheTTL, "cache-ttl", discovery.DefaultTTL, "how long a routes view is used without asking the registry")
-	fl.DurationVar(&f.maxStale, "max-stale", discovery.DefaultStaleAllowance, "how long the last valid view (held since the registry went away, or saved in --state-dir) is served; past it dynamic routes answer 503 STALE_VIEW_EXPIRED with Retry-After until the registry answers, static routes are still served")
+	fl.DurationVar(&f.maxStale, "max-stale", 0, "how long the last valid view (held since the registry went away, or saved in --state-dir) is served to the routes that declare no max_stale of their own; past it they answer 503 STALE_VIEW_EXPIRED with Retry-After until the registry answers (static routes are always served). 0 (the default): for as long as the registry is away — the view is authoritative; a route that needs prompt revocation declares max_stale")
 	fl.StringVar(&f.stateDir, "state-dir", "", "keep the last routes view in this directory: a gateway restarted while the registry is away serves what it served before (X-Cache-Source: snapshot)")
 	fl.DurationVar(&f.bodyTimeout, "body-timeout", 10*time.Second, "a request body of up to --max-buffered-body must arrive within this before anything goes upstream (else 408); a larger one may pause this long between reads")
 	fl.Int64Var(&f.maxBuffered, "max-buffered-body", 1<<20, "request bodies up to this many bytes are read whole before going upstream (a slow client holds no upstream connection; idempotent requests can be retried); larger ones are streamed")
@@ -141,10 +141,14 @@ func startGateway(ctx context.Context, g *errgroup.Group, f *gatewayFlags, ln ne
 		g.Go(func() error { return rbac.Run(ctx, f.security.rbacReload) })
 	}
 	policy := func() routing.Policy { return routing.Policy{} }
+	var maxStale map[string]time.Duration // the policy file's max_stale, by path prefix
 	switch {
 	case f.policy != nil:
 		policy = func() routing.Policy { return f.policy }
 	case f.policyFile != "":
+		if maxStale, err = readPolicyMaxStale(f.policyFile); err != nil {
+			return err
+		}
 		p, err := readPolicy(f.policyFile)
 		if err != nil {
 			return err
@@ -192,7 +196,7 @@ func startGateway(ctx context.Context, g *errgroup.Group, f *gatewayFlags, ln ne
 	if f.wrapTransport != nil {
 		transport = f.wrapTransport(gateway.NewTransportFor(endpoints, f.upstreamTO))
 	}
-	gw, err := gateway.New(gateway.Config{Transport: transport, Endpoints: endpoints, ID: id, Reporter: reporter, Discovery: disc, Static: static, Policy: policy,
+	gw, err := gateway.New(gateway.Config{MaxStale: maxStale, Transport: transport, Endpoints: endpoints, ID: id, Reporter: reporter, Discovery: disc, Static: static, Policy: policy,
 		OutcomeWindow: outcomeWindow(f.outcomeWindow), StateDir: f.stateDir, Admin: admin, BodyTimeout: f.bodyTimeout, MaxBufferedBody: f.maxBuffered, MaxBodyBytes: f.maxBody, UpstreamTimeout: f.upstreamTO, Logger: logger, Registerer: promReg, Tracing: tr,
 		RoutesVerifyEvery: never(f.verifyEvery)})
 	if err != nil {

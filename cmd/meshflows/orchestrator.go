@@ -84,7 +84,7 @@ that an open API is intended. It calls the registry with --registry-ca, --regist
 	bindEnv(fl, "registry", "MESHFLOWS_REGISTRY")
 	fl.StringVar(&f.dir, "workflows-dir", "", "directory where workflows, their results, run history and trigger health, and the last discovery view persist (loaded at start: runs resolve from the saved view while the registry is away)")
 	fl.StringSliceVar(&f.allowEndpointCIDR, "allow-endpoint-cidr", nil, allowEndpointCIDRUsage)
-	fl.DurationVar(&f.maxStale, "max-stale", discovery.DefaultStaleAllowance, "how long the last valid discovery view (saved in --workflows-dir, or held since the registry went away) resolves steps; past it a step fails with 503 STALE_VIEW_EXPIRED until the registry answers")
+	fl.DurationVar(&f.maxStale, "max-stale", 0, "how long the last valid discovery view (saved in --workflows-dir, or held since the registry went away) resolves the steps that declare no max_stale of their own; past it such a step uses --static-capabilities, or fails with 503 STALE_VIEW_EXPIRED, until the registry answers. 0 (the default): for as long as the registry is away")
 	fl.StringVar(&f.staticFile, "static-capabilities", "", "YAML list of {capability_id, provider, version, endpoint}: used when the registry has never answered")
 	fl.DurationVar(&f.timeout, "provider-timeout", workflow.DefaultProviderTimeout, "timeout of each provider validation")
 	fl.StringVar(&f.scopeMode, "scope-mode", "legacy", "scope mode of workflows that name none: legacy (loops and branches share the context) or strict (default: $"+scopeEnv+", else legacy)")

@@ -56,7 +56,7 @@ func newGreyStack(t *testing.T, extraGateways int, wrap ...func(http.RoundTrippe
 	t.Cleanup(func() { stop(); s.g.Wait() })
 	for i := range extraGateways {
 		ln := s.listen()
-		f := gatewayFlags{insecure: true, registries: []string{s.reg}, cacheTTL: discovery.DefaultTTL, maxStale: discovery.DefaultStaleAllowance,
+		f := gatewayFlags{insecure: true, registries: []string{s.reg}, cacheTTL: discovery.DefaultTTL,
 			outcomeWindow: 10 * time.Second, policy: routing.Policy{"egress-jms": {"/api/messaging/jms"}}}
 		if i < len(wrap) {
 			f.wrapTransport = wrap[i]
@@ -166,6 +166,24 @@ func (s *greyStack) members() map[string]member {
 	out := map[string]member{}
 	for _, e := range d.Capabilities {
 		out[e.Endpoint] = member{e.InstanceID, e.Zone, e.Eligibility, e.Weight}
+	}
+	return out
+}
+
+// reported answers how many requests each reporter reported about id over the outlier window.
+func (s *greyStack) reported(id string) map[string]int {
+	resp, err := http.Get(s.reg + "/v1/services/" + id + "/eligibility")
+	if err != nil {
+		return nil
+	}
+	defer resp.Body.Close()
+	var ex apiv1.Explanation
+	json.NewDecoder(resp.Body).Decode(&ex)
+	out := map[string]int{}
+	if ex.Outcomes != nil {
+		for _, r := range ex.Outcomes.Reporters {
+			out[r.Reporter] = r.Requests
+		}
 	}
 	return out
 }
@@ -308,9 +326,19 @@ func TestOneGatewaysBrokenPathWithdrawsNothing(t *testing.T) {
 	s.everyGatewaySends("the three gateways send to the six jms providers", s.endpoints)
 	path.host.Store(strings.TrimPrefix(victim, "http://"))
 	s.load(50)
-	// the other gateways' reports build up (they reach outlier_min_volume about the victim
-	// within 20 s at this rate); then the path breaks
-	if s.watch(25*time.Second, "", nil); t.Failed() {
+	// the other gateways' reports build up until together they have reported 150 requests
+	// about the victim (over outlier_min_volume); then the path breaks
+	broken := "gateway@" + strings.TrimPrefix(s.gateways[1], "http://")
+	registrytest.Until(t, "the two other gateways reported 150 requests about the victim", func() bool {
+		others := 0
+		for r, n := range s.reported(s.members()[victim].id) {
+			if r != broken {
+				others += n
+			}
+		}
+		return others >= 150
+	})
+	if t.Failed() {
 		return
 	}
 	path.broken.Store(true)

@@ -1,16 +1,19 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/goccy/go-yaml"
 	"github.com/spf13/cobra"
 
+	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/routing"
 )
 
@@ -115,6 +118,26 @@ type staticFile struct {
 // policyFile is the path policy file of the gateway and of routes derive.
 type policyFile struct {
 	PathPrefixes routing.Policy `yaml:"path_prefixes" json:"path_prefixes"`
+	// MaxStale bounds, by path prefix, how old a last-known-good view the routes under the
+	// prefix are served from while the registry is away ({"/api/tenants": "30s"}).
+	MaxStale map[string]string `yaml:"max_stale" json:"max_stale"`
+}
+
+// readPolicyMaxStale reads the max_stale bounds of a policy file, by path prefix.
+func readPolicyMaxStale(path string) (map[string]time.Duration, error) {
+	var f policyFile
+	if err := readYAML(path, &f); err != nil {
+		return nil, err
+	}
+	out := map[string]time.Duration{}
+	for prefix, v := range f.MaxStale {
+		d, err := apiv1.ParseMaxStale(v)
+		if err != nil || d == 0 || !strings.HasPrefix(prefix, "/") {
+			return nil, fmt.Errorf("%s: max_stale of %q: %v (want a path prefix and a positive duration, like \"/api/tenants\": 30s)", path, prefix, cmp.Or(err, errors.New("empty")))
+		}
+		out[prefix] = d
+	}
+	return out, nil
 }
 
 func readStatic(path string) ([]routing.StaticRoute, error) {

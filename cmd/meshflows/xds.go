@@ -89,7 +89,7 @@ roles with "xds: true" (or admin) may subscribe; or --insecure (development only
 	bindEnv(fl, "registry", "MESHFLOWS_REGISTRY")
 	fl.StringVar(&f.routesFile, "routes", "", "static routes file (YAML): routes: [{path, methods, upstream}] (as the gateway's)")
 	fl.StringVar(&f.policyFile, "policy", "", "path policy file (YAML): path_prefixes: {service: [prefix, …]} (as the gateway's; without it no manifest route is served)")
-	fl.DurationVar(&f.maxStale, "max-stale", discovery.DefaultStaleAllowance, "how long the last-known-good view is kept while the registry is away")
+	fl.DurationVar(&f.maxStale, "max-stale", 0, "how long the last-known-good view is kept while the registry is away. 0 (the default): for as long as it is away")
 	fl.IntVar(&f.maxResponse, "max-response-bytes", xds.DefaultMaxResponseBytes, "largest EDS or RDS response: more endpoints go out over several responses, each acknowledged before the next (the default is gRPC's default receive limit; a client that raises its own may take a larger bound)")
 	fl.DurationVar(&f.weightDelay, "weight-delay", xds.DefaultWeightDelay, "how long a change of a cluster's endpoint weights alone (a slow start's ramp) may wait to go out with the cluster's next change; any other change sends it at once (0: send every weight at once; at most 1m)")
 	fl.StringVar(&f.debug, "debug-listen", "", "serve Go profiling (/debug/pprof/) on this address, e.g. 127.0.0.1:6062 (off by default)")

@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/discovery"
@@ -39,6 +40,9 @@ type serving struct {
 	health    *routeStat // the route's counts (nil for a table not built by derive)
 	uniform   bool
 	next      atomic.Uint64
+	// maxStale is the route's bound on serving from a last-known-good view: the strictest of
+	// its manifest's max_stale and the policy's for its prefixes (0: none of its own)
+	maxStale time.Duration
 
 	mu      sync.Mutex // smooth weighted round robin
 	current []int
@@ -80,7 +84,7 @@ type verdict struct {
 // — a route pinned to one provider is never left without upstreams because the capability's
 // wider group is not in panic. The registry's group panic still applies to its members.
 func (g *Gateway) servingFor(e *routing.Entry, verdicts map[string]verdict, gens map[string]int64, tallies map[incarnation]*tally) *serving {
-	sv := &serving{uniform: true}
+	sv := &serving{uniform: true, maxStale: g.maxStaleOf(e)}
 	var pool apiv1.Pool // the route's upstreams, by the panic rule (never-admitted ones apart)
 	for _, u := range e.Upstreams {
 		if v := verdicts[u.Instance]; !v.excluded {
@@ -158,4 +162,16 @@ func verdictsOf(r *discovery.RoutesResult) (map[string]verdict, map[string]int64
 		gens[m.InstanceID] = m.Generation
 	}
 	return vs, gens
+}
+
+// maxStaleOf is route e's bound on serving from a last-known-good view: the strictest of its
+// manifest's max_stale and the policy's for every prefix its pattern is under; 0: none.
+func (g *Gateway) maxStaleOf(e *routing.Entry) time.Duration {
+	d, _ := apiv1.ParseMaxStale(e.MaxStale) // valid: the manifest was
+	for prefix, p := range g.cfg.MaxStale {
+		if p > 0 && routing.Granted(e.Pattern, []string{prefix}) && (d == 0 || p < d) {
+			d = p
+		}
+	}
+	return d
 }

@@ -71,6 +71,12 @@ type Config struct {
 	// before anything goes upstream, by its Content-Length or once that many bytes of a
 	// chunked body arrived.
 	MaxBodyBytes int64
+	// MaxStale bounds, by path prefix, how old a last-known-good view the routes under the
+	// prefix may be served from while the registry is unreachable (the policy file's
+	// max_stale); a route's own max_stale (its manifest) applies too, and the strictest
+	// wins. Past it the route answers 503 STALE_VIEW_EXPIRED with Retry-After; every other
+	// route keeps serving.
+	MaxStale map[string]time.Duration
 	// PanicThreshold: a route with fewer than this share of its upstreams in rotation uses
 	// all of them (default 0.5, as the registry's --panic-threshold).
 	PanicThreshold float64
@@ -171,6 +177,9 @@ func goneFrom(prev *state, t *routing.Table, now time.Time) []goneTable {
 type freshness struct {
 	source discovery.Source
 	age    time.Duration
+	// validAt is when the view was last known valid (now - age at the update): a route's
+	// max_stale is judged against it at each request, on the gateway's clock
+	validAt time.Time
 	header string // X-Route-Table-Age value, when snapshot
 	// expired: the registry has been away longer than the stale allowance (--max-stale), or
 	// the view restored at start is older than that: dynamic routes answer 503.
@@ -188,6 +197,10 @@ type Gateway struct {
 	routes  atomic.Pointer[discovery.RoutesResult] // the inputs of the current table
 	fresh   atomic.Pointer[freshness]
 	ackNow  chan struct{} // capacity 1: a burst of new tables is one acknowledgement
+	// retry (capacity 1): a request refused on its route's max_stale asks Run to ask the
+	// registry again now, a second apart at most, so that the route serves again within a
+	// second of the registry's return (the watch backs off up to 5 s between tries)
+	retry chan struct{}
 
 	// deriveMu makes derivations one at a time, so that a slower one never replaces the
 	// table of a newer view.
@@ -263,7 +276,7 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.ReportInterval <= 0 {
 		cfg.ReportInterval = 5 * time.Second
 	}
-	g := &Gateway{cfg: cfg, ackNow: make(chan struct{}, 1), tallies: map[incarnation]*tally{}}
+	g := &Gateway{cfg: cfg, ackNow: make(chan struct{}, 1), retry: make(chan struct{}, 1), tallies: map[incarnation]*tally{}}
 	m, err := newMetrics(cfg.Registerer, g)
 	if err != nil {
 		return nil, err
@@ -311,6 +324,26 @@ func (g *Gateway) Run(ctx context.Context) error {
 				}
 			}
 		})
+	}()
+	retries := make(chan struct{})
+	defer func() { <-retries }()
+	go func() { // asks the registry again when a route refuses on its max_stale
+		defer close(retries)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-g.retry:
+			}
+			if err := g.refetch(ctx); err == nil {
+				g.updateFreshness()
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+		}
 	}()
 	t := time.NewTicker(g.cfg.PolicyCheck)
 	defer t.Stop()
@@ -432,7 +465,7 @@ func (g *Gateway) enter() *state {
 // updateFreshness reads the discovery view's state into the atomic the requests read.
 func (g *Gateway) updateFreshness() {
 	st, age := g.cfg.Discovery.RoutesState()
-	f := &freshness{source: discovery.SourceFresh, age: age}
+	f := &freshness{source: discovery.SourceFresh, age: age, validAt: g.cfg.Now().Add(-age)}
 	if st == discovery.StateStale || st == discovery.StateExpired {
 		f.source, f.header = discovery.SourceSnapshot, strconv.Itoa(int(age/time.Second))
 	}
@@ -657,6 +690,11 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	m := st.table.Match(r.Method, r.URL.Path)
 	if f != nil && f.expired && m.Entry != nil && m.Entry.Source != "static" {
 		g.metrics.count(m.Entry.Source, http.StatusServiceUnavailable)
+		g.metrics.stale.Inc()
+		select {
+		case g.retry <- struct{}{}:
+		default:
+		}
 		w.Header().Set("Retry-After", "5")
 		httpapi.WriteError(w, apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeStaleViewExpired,
 			"route %s %s comes from a view %s old, past the gateway's --max-stale: the registry has not answered since; static routes are still served",
@@ -688,6 +726,22 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sv := st.serving[m.Entry]
+	if f != nil && f.source == discovery.SourceSnapshot && sv.maxStale > 0 {
+		if age := g.cfg.Now().Sub(f.validAt); age > sv.maxStale {
+			g.metrics.count(m.Entry.Source, http.StatusServiceUnavailable)
+			g.metrics.stale.Inc()
+			sv.health.record(g.cfg.Now(), http.StatusServiceUnavailable)
+			select {
+			case g.retry <- struct{}{}:
+			default:
+			}
+			w.Header().Set("Retry-After", "5")
+			httpapi.WriteError(w, apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeStaleViewExpired,
+				"route %s %s declares max_stale %s and its view is %s old: the registry has not answered since, and this route needs prompt revocation; other routes are still served",
+				m.Entry.Method, m.Entry.Pattern, sv.maxStale, age.Truncate(time.Second)))
+			return
+		}
+	}
 	if len(sv.upstreams) == 0 {
 		sv.health.record(g.cfg.Now(), http.StatusServiceUnavailable)
 		w.Header().Set("Retry-After", "5")

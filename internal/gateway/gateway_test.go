@@ -513,7 +513,8 @@ func TestStaticRoutesWithoutARegistry(t *testing.T) {
 
 // TestStateDirKeepsRoutesAcrossARestart: a gateway with --state-dir saves its routes view; one
 // restarted while the registry is down serves the dynamic routes it served before, marked as
-// a snapshot with its age.
+// a snapshot with its age — an hour later too, by default; past a --max-stale it was given,
+// not.
 func TestStateDirKeepsRoutesAcrossARestart(t *testing.T) {
 	dir := t.TempDir()
 	e := newEnvWith(t, registry.Config{}, gateway.Config{StateDir: dir})
@@ -541,10 +542,23 @@ func TestStateDirKeepsRoutesAcrossARestart(t *testing.T) {
 			a.body, a.header.Get("X-Cache-Source"), a.header.Get("X-Route-Table-Age"))
 	}
 
-	// A gateway restarted later than --max-stale after the save restores the view, but its
-	// dynamic routes answer 503 STALE_VIEW_EXPIRED: a view that old is not served.
+	// By default a view an hour old is still served: the last-known-good view is
+	// authoritative for as long as the registry is away.
 	later := func() time.Time { return time.Now().Add(time.Hour) }
-	oldDisc, err := discovery.New(discovery.Config{Registries: []string{e.reg.URL + "/down"}, RetryInterval: time.Hour, Now: later})
+	hourDisc, err := discovery.New(discovery.Config{Registries: []string{e.reg.URL + "/down"}, RetryInterval: time.Hour, Now: later})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, srv1 := serveGateway(t, gateway.Config{Discovery: hourDisc, StateDir: dir, OutcomeWindow: -1, Now: later,
+		Policy: func() routing.Policy { return routing.Policy{"orders": {"/orders"}} }}, true)
+	registrytest.Until(t, "the hour-old view served by default", func() bool {
+		a = (&env{srv: srv1}).do(t, "GET", "/orders/1", "")
+		return a.status == 200 && a.header.Get("X-Cache-Source") == "snapshot"
+	})
+
+	// A gateway restarted later than a --max-stale it was given after the save restores the
+	// view, but its dynamic routes answer 503 STALE_VIEW_EXPIRED: a view that old is not served.
+	oldDisc, err := discovery.New(discovery.Config{Registries: []string{e.reg.URL + "/down"}, RetryInterval: time.Hour, Now: later, StaleAllowance: 10 * time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ type metrics struct {
 	retries     prometheus.Counter
 	derivations prometheus.Counter
 	divergence  prometheus.Counter
+	stale       prometheus.Counter // requests refused on a route's max_stale
 
 	// Resolved series for the hot path: a label lookup per request costs more than the
 	// counter itself. byCode is read only once built: a source's counters by status code,
@@ -63,6 +64,8 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) (*metrics, error) {
 			Help: "Idempotent requests retried on another instance after a connection failure."}),
 		derivations: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "table_derivations_total",
 			Help: "Routing tables derived (whole, or by applying a routes-view change to the incremental derivation)."}),
+		stale: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "stale_refused_total",
+			Help: "Requests answered 503 STALE_VIEW_EXPIRED because the routes view was older than their route's max_stale (or --max-stale) while the registry was unreachable."}),
 		divergence: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "routes_divergence_total",
 			Help: "Full derivations (every --routes-verify-every row changes) that found the incremental table different; the full table then serves."}),
 	}
@@ -79,7 +82,7 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) (*metrics, error) {
 			return 0
 		})
 	}
-	cs := []prometheus.Collector{m.requests, m.upstream, m.retries, m.derivations, m.divergence,
+	cs := []prometheus.Collector{m.requests, m.upstream, m.retries, m.derivations, m.divergence, m.stale,
 		gauge("table_age_seconds", "Age of the routes view the table was derived from (grows while the registry is unreachable).",
 			func(*state) float64 { _, age := g.source(); return age.Seconds() }),
 		gauge("table_revision", "Registry revision the table was derived from.", func(st *state) float64 { return float64(st.revision) }),

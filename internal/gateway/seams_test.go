@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -84,5 +85,73 @@ func TestAdminRefusesUnknownParameters(t *testing.T) {
 	}
 	if got := e.do(t, "GET", "/v1/gateway/routes/health?format=csv", ""); got.status != 200 {
 		t.Errorf("a known parameter: %d %s", got.status, got.body)
+	}
+}
+
+// offsetClock is the real clock moved forward by what Advance added: the gateway and its
+// discovery client judge staleness on it, while their tickers and the network run in real
+// time.
+type offsetClock struct{ off atomic.Int64 }
+
+func (c *offsetClock) Now() time.Time          { return time.Now().Add(time.Duration(c.off.Load())) }
+func (c *offsetClock) Advance(d time.Duration) { c.off.Add(int64(d)) }
+
+// TestStalePolicyIsPerOperation: the decisive pair, on an injected clock. One registry
+// outage: a route that declares nothing keeps answering 200 from the last-known-good view
+// past 10 minutes (there is no bound by default), while a route whose manifest declares
+// max_stale 30s, and one under a policy prefix with max_stale 20s, answer 503
+// STALE_VIEW_EXPIRED with Retry-After past their bounds; within a second of the registry's
+// return they answer 200 again.
+func TestStalePolicyIsPerOperation(t *testing.T) {
+	clk := &offsetClock{}
+	e := newEnvWith(t, registry.Config{}, gateway.Config{Now: clk.Now, MaxStale: map[string]time.Duration{"/orders/admin": 20 * time.Second}},
+		func(c *discovery.Config) { c.Now, c.RetryInterval = clk.Now, 50*time.Millisecond })
+	a := upstream(t, "a")
+	e.register(t, "orders-a", a.URL,
+		apiv1.ManifestRoute{Path: "/orders/{id}", Methods: []string{"GET"}},
+		apiv1.ManifestRoute{Path: "/orders/{id}/grants", Methods: []string{"GET"}, MaxStale: "30s"},
+		apiv1.ManifestRoute{Path: "/orders/admin/{id}", Methods: []string{"GET"}})
+	paths := []string{"/orders/1", "/orders/1/grants", "/orders/admin/1"}
+	registrytest.Until(t, "all three served", func() bool {
+		for _, p := range paths {
+			if e.do(t, "GET", p, "").status != 200 {
+				return false
+			}
+		}
+		return true
+	})
+	e.front.down.Store(true)
+	status := func(p string) answer { return e.do(t, "GET", p, "") }
+	registrytest.Until(t, "the gateway sees the registry gone", func() bool { return status("/orders/1").header.Get("X-Cache-Source") == "snapshot" })
+	clk.Advance(15 * time.Second)
+	for _, p := range paths {
+		if got := status(p); got.status != 200 {
+			t.Errorf("%s 15 s into the outage: %d %s, want 200 (within every bound)", p, got.status, got.body)
+		}
+	}
+	clk.Advance(16 * time.Second) // 31 s: past both bounds
+	for _, p := range paths[1:] {
+		got := status(p)
+		if got.status != 503 || !strings.Contains(got.body, apiv1.CodeStaleViewExpired) || got.header.Get("Retry-After") == "" {
+			t.Errorf("%s 31 s into the outage: %d %s, want 503 %s with Retry-After", p, got.status, got.body, apiv1.CodeStaleViewExpired)
+		}
+	}
+	for _, past := range []time.Duration{11 * time.Minute, time.Hour} {
+		clk.Advance(past - 31*time.Second)
+		if got := status("/orders/1"); got.status != 200 || !strings.HasPrefix(got.body, "a ") || got.header.Get("X-Cache-Source") != "snapshot" {
+			t.Errorf("the route without a bound %s into the outage: %d %q %v, want 200 from the last-known-good view", past, got.status, got.body, got.header)
+		}
+		clk.off.Add(int64(31*time.Second - past)) // back to 31 s
+	}
+	if got := testutil.ToFloat64(counter(t, e.prom, "meshflows_gateway_stale_refused_total")); got < 2 {
+		t.Errorf("stale_refused_total = %v, want the refusals counted", got)
+	}
+	e.front.down.Store(false)
+	back := time.Now()
+	registrytest.Until(t, "both bounded routes served again", func() bool {
+		return status("/orders/1/grants").status == 200 && status("/orders/admin/1").status == 200
+	})
+	if took := time.Since(back); took > time.Second {
+		t.Errorf("the bounded routes answered 200 again %s after the registry's return, want within a second", took)
 	}
 }

@@ -36,7 +36,7 @@ type Config struct {
 	// TTL is the TTL of answers (default 5 s); never longer than the time left of the
 	// view's stale allowance.
 	TTL time.Duration
-	// StaleAllowance is the discovery client's, for the TTL bound (default 10 min).
+	// StaleAllowance is the discovery client's, for the TTL bound (default no bound).
 	StaleAllowance time.Duration
 	Logger         *slog.Logger
 	Registerer     prometheus.Registerer
@@ -82,7 +82,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.TTL = DefaultTTL
 	}
 	if cfg.StaleAllowance == 0 {
-		cfg.StaleAllowance = 10 * time.Minute
+		cfg.StaleAllowance = discovery.NoStaleBound
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
