@@ -180,7 +180,7 @@ type freshness struct {
 	// validAt is when the view was last known valid (now - age at the update): a route's
 	// max_stale is judged against it at each request, on the gateway's clock
 	validAt time.Time
-	header string // X-Route-Table-Age value, when snapshot
+	header  string // X-Route-Table-Age value, when snapshot
 	// expired: the registry has been away longer than the stale allowance (--max-stale), or
 	// the view restored at start is older than that: dynamic routes answer 503.
 	expired bool
