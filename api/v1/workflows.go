@@ -81,6 +81,11 @@ type StepRun struct {
 	StepID     string          `json:"step_id"`
 	Status     string          `json:"status"`
 	InstanceID string          `json:"instance_id,omitempty"`
+	// Source says where a service_call step's candidates came from: "registry" (a fresh
+	// or cached answer), "snapshot" (the last-known-good view, while the registry is away)
+	// or "static" (the orchestrator's --static-capabilities, when no view within the step's
+	// max_stale exists).
+	Source     string          `json:"source,omitempty"`
 	DurationMS float64         `json:"duration_ms"`
 	Output     json.RawMessage `json:"output,omitempty"`
 	Error      *Error          `json:"error,omitempty"`

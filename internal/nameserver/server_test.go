@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os/exec"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -33,18 +36,29 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
+	return newEnvVia(t, nil)
+}
+
+// newEnvVia is newEnv with the discovery client set by opt (its registry URL, clock and stale
+// allowance; the name server takes the same allowance), when not nil.
+func newEnvVia(t *testing.T, opt func(e *env, c *discovery.Config)) *env {
+	t.Helper()
 	m, err := health.NewMonitor(health.MonitorConfig{Engine: health.Config{SlowStart: time.Nanosecond}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := &env{reg: registrytest.NewServer(t, registry.Config{Eligibility: m}), gens: map[string]int64{}, prom: prometheus.NewRegistry()}
 	e.reg.Clock.Advance(registry.DefaultLeaseTTL) // past the warm-up
-	disc, err := discovery.New(discovery.Config{Registries: []string{e.reg.URL}, WatchWait: 200 * time.Millisecond, RequestTimeout: time.Second,
-		RetryInterval: 50 * time.Millisecond})
+	dcfg := discovery.Config{Registries: []string{e.reg.URL}, WatchWait: 200 * time.Millisecond, RequestTimeout: time.Second,
+		RetryInterval: 50 * time.Millisecond}
+	if opt != nil {
+		opt(e, &dcfg)
+	}
+	disc, err := discovery.New(dcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := nameserver.New(nameserver.Config{Discovery: disc, Registerer: e.prom})
+	srv, err := nameserver.New(nameserver.Config{Discovery: disc, Registerer: e.prom, StaleAllowance: dcfg.StaleAllowance})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -406,4 +420,58 @@ func counterOf(t *testing.T, reg *prometheus.Registry, name, transport string) p
 		}
 	}
 	return prometheus.NewCounter(prometheus.CounterOpts{Name: "x"})
+}
+
+// TestStaleBoundIsChosen: the decisive pair for DNS names, on an injected clock. A registry
+// outage: a name server at the default settings answers its names from the last-known-good
+// view past 10 minutes; one given --max-stale 30s answers SERVFAIL past 30 s and answers
+// again within a second of the registry's return.
+func TestStaleBoundIsChosen(t *testing.T) {
+	var off atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(off.Load())) }
+	var down atomic.Bool
+	front := func(e *env, c *discovery.Config) {
+		f := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if down.Load() {
+				http.Error(w, "down", http.StatusServiceUnavailable)
+				return
+			}
+			e.reg.Config.Handler.ServeHTTP(w, r)
+		}))
+		t.Cleanup(f.Close)
+		c.Registries, c.Now = []string{f.URL}, now
+	}
+	open := newEnvVia(t, front)
+	bounded := newEnvVia(t, func(e *env, c *discovery.Config) { front(e, c); c.StaleAllowance = 30 * time.Second })
+	name := "egress-jms.svc.meshflows."
+	for _, e := range []*env{open, bounded} {
+		e.register(t, "jms-0", "egress-jms", "jms", "1.0.0", "http://127.0.0.1:7410", 0)
+		registrytest.Until(t, "the name answers", func() bool { return len(srvTargets(t, e.resolver(), name)) == 1 })
+	}
+	down.Store(true)
+	registrytest.Until(t, "both answer from the snapshot", func() bool {
+		for _, e := range []*env{open, bounded} {
+			txt, _ := e.resolver().LookupTXT(context.Background(), name)
+			if !strings.Contains(strings.Join(txt, " "), "source=snapshot") {
+				return false
+			}
+		}
+		return true
+	})
+	off.Add(int64(31 * time.Second))
+	if m := bounded.exchange(t, name, dns.TypeSRV); m.Rcode != dns.RcodeServerFailure {
+		t.Errorf("with --max-stale 30s, 31 s into the outage: %s, want SERVFAIL", dns.RcodeToString[m.Rcode])
+	}
+	off.Add(int64(11 * time.Minute))
+	if m := open.exchange(t, name, dns.TypeSRV); m.Rcode != dns.RcodeSuccess || len(m.Answer) != 1 {
+		t.Errorf("at the default, 11 min into the outage: %s %v, want the last-known-good answer", dns.RcodeToString[m.Rcode], m.Answer)
+	}
+	down.Store(false)
+	back := time.Now()
+	registrytest.Until(t, "the bounded server answers again", func() bool {
+		return bounded.exchange(t, name, dns.TypeSRV).Rcode == dns.RcodeSuccess
+	})
+	if took := time.Since(back); took > time.Second {
+		t.Errorf("answered again %s after the registry's return, want within a second", took)
+	}
 }

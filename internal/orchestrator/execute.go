@@ -229,8 +229,8 @@ func (ex *executor) step(ctx context.Context, sc *workflow.Scope, st *workflow.S
 	if err != nil {
 		return nil, referenceFailed(st, err)
 	}
-	out, inst, err := ex.o.step(ctx, ex.w, st, ex.runID, req, payload)
-	sr.InstanceID = inst
+	out, inst, source, err := ex.o.step(ctx, ex.w, st, ex.runID, req, payload)
+	sr.InstanceID, sr.Source = inst, source
 	if err != nil {
 		return nil, err
 	}
@@ -395,10 +395,10 @@ func kindOf(v any) string {
 
 // step resolves and invokes one step, failing over to the next candidate only when the
 // connection failed before the request was sent.
-func (o *Orchestrator) step(ctx context.Context, w *workflow.Workflow, st *workflow.Step, runID string, request, payload json.RawMessage) (json.RawMessage, string, error) {
-	cands, err := o.candidates(ctx, st)
+func (o *Orchestrator) step(ctx context.Context, w *workflow.Workflow, st *workflow.Step, runID string, request, payload json.RawMessage) (json.RawMessage, string, string, error) {
+	cands, source, err := o.candidates(ctx, st)
 	if err != nil {
-		return nil, "", err
+		return nil, "", source, err
 	}
 	req := &apiv1.InvokeRequest{WorkflowName: w.Name, RunID: runID, StepID: st.ID, StepVersion: st.StepVersion,
 		Request: request, Payload: payload}
@@ -408,11 +408,11 @@ func (o *Orchestrator) step(ctx context.Context, w *workflow.Workflow, st *workf
 		out, err := o.tracedInvoke(ctx, st, c, req)
 		o.recordOutcome(ctx, c, err, time.Since(began))
 		if err == nil {
-			return out, c.instance, nil
+			return out, c.instance, source, nil
 		}
 		lastErr = err
 		if !dialFailure(err) {
-			return nil, c.instance, err
+			return nil, c.instance, source, err
 		}
 		if !c.static {
 			// gone while the registry was down? then no answer of a restarted registry
@@ -420,8 +420,15 @@ func (o *Orchestrator) step(ctx context.Context, w *workflow.Workflow, st *workf
 			o.cfg.Discovery.Unreachable(c.instance)
 		}
 	}
-	return nil, "", fmt.Errorf("every candidate for %s was unreachable: %w", st.Capability.ID, lastErr)
+	return nil, "", source, fmt.Errorf("every candidate for %s was unreachable: %w", st.Capability.ID, lastErr)
 }
+
+// Sources of a step's candidates (apiv1.StepRun.Source).
+const (
+	SourceRegistry = "registry"
+	SourceSnapshot = "snapshot"
+	SourceStatic   = "static"
+)
 
 func dialFailure(err error) bool {
 	var op *net.OpError
@@ -448,21 +455,29 @@ func (o *Orchestrator) invoke(ctx context.Context, st *workflow.Step, c candidat
 
 // candidates resolves a step: through discovery (instances in rotation, or all of the step's
 // pool when fewer than the panic threshold of it are in rotation, or all of a group the
-// registry says is in panic), or the static capabilities when the registry has never answered; in order metadata.priority desc, capability_version desc,
-// registration order.
-func (o *Orchestrator) candidates(ctx context.Context, st *workflow.Step) ([]candidate, error) {
+// registry says is in panic), or the static capabilities whenever discovery has no view of
+// the capability within the step's max_stale (never answered, or the last-known-good view
+// too old); in order metadata.priority desc, capability_version desc, registration order.
+// It says where they came from (SourceRegistry, SourceSnapshot, SourceStatic).
+func (o *Orchestrator) candidates(ctx context.Context, st *workflow.Step) ([]candidate, string, error) {
 	cons, err := semver.NewConstraint(st.Capability.Constraint)
 	if err != nil {
-		return nil, apiv1.Errorf(http.StatusBadRequest, apiv1.CodeInvalidRequest, "step %s: %v", st.ID, err)
+		return nil, "", apiv1.Errorf(http.StatusBadRequest, apiv1.CodeInvalidRequest, "step %s: %v", st.ID, err)
 	}
 	var out []candidate
+	source := SourceRegistry
 	// Every candidate, in rotation or not: panic is judged on this step's own pool (the
 	// capability, provider and constraint it names), as Envoy judges it per cluster.
 	res, err := o.cfg.Discovery.Capabilities(ctx, discovery.Query{CapabilityID: st.Capability.ID, Provider: st.Capability.Provider,
-		Version: st.Capability.Constraint, IncludeAll: true})
+		Version: st.Capability.Constraint, IncludeAll: true, MaxStale: st.MaxStale})
 	var ue *discovery.UnavailableError
+	unavailable := errors.As(err, &ue)
+	static := o.staticFor(st, cons)
 	switch {
 	case err == nil:
+		if res.Source == discovery.SourceSnapshot {
+			source = SourceSnapshot
+		}
 		// Incarnations never admitted (unknown) are no members of the pool and no candidates
 		// beside members that were admitted; a pool of nothing else is a new service's, all of
 		// it a candidate (the panic rule).
@@ -490,27 +505,43 @@ func (o *Orchestrator) candidates(ctx context.Context, st *workflow.Step) ([]can
 			p, _ := apiv1.Priority(e.Metadata)
 			out = append(out, candidate{instance: e.InstanceID, endpoint: e.Endpoint, rank: apiv1.Rank{Priority: p, Version: v, Generation: e.Generation}})
 		}
-	case errors.As(err, &ue) && ue.State == discovery.StateUninitialized && len(o.cfg.Static) > 0:
-		for i, s := range o.cfg.Static {
-			v, verr := semver.NewVersion(s.Version)
-			if s.CapabilityID != st.Capability.ID || (st.Capability.Provider != "" && s.Provider != st.Capability.Provider) || verr != nil || !cons.Check(v) {
-				continue
-			}
-			p, _ := apiv1.Priority(s.Metadata)
-			out = append(out, candidate{instance: "static-" + strconv.Itoa(i), endpoint: s.Endpoint, rank: apiv1.Rank{Priority: p, Version: v, Generation: int64(i)}, static: true})
+	case unavailable && len(static) > 0:
+		// no view within the step's bound: the static configuration (the plan's fallback),
+		// whenever the registry cannot answer for the capability, not only before it first did
+		out, source = static, SourceStatic
+	case unavailable && ue.State == discovery.StateExpired:
+		o.metrics.staleRefused.Inc()
+		bound := "--max-stale"
+		if ue.MaxStale > 0 {
+			bound = "its max_stale " + ue.MaxStale.String()
 		}
-	case errors.As(err, &ue) && ue.State == discovery.StateExpired:
-		return nil, apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeStaleViewExpired,
-			"step %s: the last-known-good view of %s is %s old, past --max-stale, and the registry does not answer", st.ID, st.Capability.ID, ue.Age.Truncate(time.Second))
+		e := apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeStaleViewExpired,
+			"step %s: the last-known-good view of %s is %s old, past %s, and the registry does not answer (no static capability either)", st.ID, st.Capability.ID, ue.Age.Truncate(time.Second), bound)
+		e.RetryAfter = 5
+		return nil, source, e
 	default:
-		return nil, apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable, "step %s: discovery unavailable: %v", st.ID, err)
+		return nil, source, apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable, "step %s: discovery unavailable: %v", st.ID, err)
 	}
 	if len(out) == 0 {
-		return nil, apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable, "step %s: no instance offers %s %s %s",
+		return nil, source, apiv1.Errorf(http.StatusServiceUnavailable, apiv1.CodeUnavailable, "step %s: no instance offers %s %s %s",
 			st.ID, st.Capability.Provider, st.Capability.ID, st.Capability.Constraint)
 	}
 	slices.SortStableFunc(out, func(a, b candidate) int { return a.rank.Compare(b.rank) })
-	return out, nil
+	return out, source, nil
+}
+
+// staticFor is the step's candidates among the static capabilities (--static-capabilities).
+func (o *Orchestrator) staticFor(st *workflow.Step, cons *semver.Constraints) []candidate {
+	var out []candidate
+	for i, s := range o.cfg.Static {
+		v, verr := semver.NewVersion(s.Version)
+		if s.CapabilityID != st.Capability.ID || (st.Capability.Provider != "" && s.Provider != st.Capability.Provider) || verr != nil || !cons.Check(v) {
+			continue
+		}
+		p, _ := apiv1.Priority(s.Metadata)
+		out = append(out, candidate{instance: "static-" + strconv.Itoa(i), endpoint: s.Endpoint, rank: apiv1.Rank{Priority: p, Version: v, Generation: int64(i)}, static: true})
+	}
+	return out
 }
 
 // recordOutcome counts one call to c for the window's outcome report: a dial failure is a

@@ -17,6 +17,9 @@ type metrics struct {
 	runTime    *prometheus.HistogramVec
 	refusals   prometheus.Counter
 	missed     *prometheus.CounterVec
+	// staleRefused counts steps failed because the view was past their max_stale (or
+	// --max-stale) and no static capability stood in
+	staleRefused prometheus.Counter
 }
 
 // newMetrics creates the collectors and registers them with reg (none when nil).
@@ -36,6 +39,8 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}, []string{"workflow"}),
 		refusals: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "runs_refused_total",
 			Help: "Runs refused with 429 because a workflow (or the orchestrator) had its bound of runs in progress."}),
+		staleRefused: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "stale_refused_total",
+			Help: "Steps failed with 503 STALE_VIEW_EXPIRED: the registry did not answer, the last-known-good view was older than the step's max_stale (or --max-stale), and no static capability stood in."}),
 		missed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "schedule_fires_total",
 			Help: "Scheduled fires by what became of them: ran, skipped (a scheduled run still in progress), missed (the orchestrator was busy or stopped)."}, []string{"workflow", "outcome"}),
 	}
@@ -45,7 +50,7 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	if reg == nil {
 		return m, nil
 	}
-	for _, c := range []prometheus.Collector{m.validation, m.providers, m.runs, m.runTime, m.refusals, m.missed} {
+	for _, c := range []prometheus.Collector{m.validation, m.providers, m.runs, m.runTime, m.refusals, m.missed, m.staleRefused} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register orchestrator metrics: %w", err)
 		}

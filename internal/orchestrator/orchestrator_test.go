@@ -716,9 +716,13 @@ func TestProviderCallsStayUnderTheEndpoint(t *testing.T) {
 
 }
 
-// TestStaleViewExpires: with the registry gone past the stale allowance (--max-stale), a step
-// fails with 503 STALE_VIEW_EXPIRED instead of running on a view that old.
-func TestStaleViewExpires(t *testing.T) {
+// TestStalePolicyPerStep: the decisive pair for workflow steps, on an injected clock. One
+// registry outage: a step that declares nothing resolves from the last-known-good view past
+// 10 minutes (source snapshot); a step with max_stale 30s fails with 503
+// STALE_VIEW_EXPIRED past 30 s — or, when the orchestrator has a static capability for it,
+// runs on that (source static); back, the registry answers the very next run. A process
+// --max-stale (the discovery client's allowance) still stops every step past it.
+func TestStalePolicyPerStep(t *testing.T) {
 	var down atomic.Bool
 	e := newEnv(t, nil, "")
 	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -729,31 +733,71 @@ func TestStaleViewExpires(t *testing.T) {
 		e.reg.Config.Handler.ServeHTTP(w, r)
 	}))
 	t.Cleanup(front.Close)
-	disc, err := discovery.New(discovery.Config{Registries: []string{front.URL}, RequestTimeout: time.Second,
-		TTL: 10 * time.Millisecond, RetryInterval: 10 * time.Millisecond, StaleAllowance: 300 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
+	var off atomic.Int64
+	now := func() time.Time { return time.Now().Add(time.Duration(off.Load())) }
+	advance := func(d time.Duration) { off.Add(int64(d)) }
+	newOrch := func(static []orchestrator.StaticCapability, allowance time.Duration) *orchestrator.Orchestrator {
+		disc, err := discovery.New(discovery.Config{Registries: []string{front.URL}, RequestTimeout: time.Second, Now: now,
+			TTL: 10 * time.Millisecond, RetryInterval: 10 * time.Millisecond, StaleAllowance: allowance})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, err := orchestrator.New(orchestrator.Config{Discovery: disc, Static: static})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, src := range []string{"default", "revocable"} {
+			wf := "name: " + src + "\ninvocation:\n  type: [http]\nvalidation:\n  provider_strict: false\nsteps:\n" +
+				"  - id: s\n    type: service_call\n    step_version: \"1.1\"\n    capability: {id: messaging.publish, provider: jms, capability_version: \">=1.0\"}\n" +
+				"    request: {destination: d}\n"
+			if src == "revocable" {
+				wf += "    max_stale: 30s\n"
+			}
+			if _, err := o.Upload(context.Background(), []byte(wf)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := o.Publish(src); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return o
 	}
-	o, err := orchestrator.New(orchestrator.Config{Discovery: disc, Strict: true})
-	if err != nil {
-		t.Fatal(err)
+	plain := newOrch(nil, 0)
+	withStatic := newOrch([]orchestrator.StaticCapability{{CapabilityID: "messaging.publish", Provider: "jms", Version: "1.0.0", Endpoint: e.jms.Registration().Endpoint}}, 0)
+	bounded := newOrch(nil, 10*time.Minute)
+	run := func(o *orchestrator.Orchestrator, wf string) apiv1.StepRun {
+		t.Helper()
+		r, err := o.RunNow(context.Background(), wf, "http", nil)
+		if err != nil || r == nil || len(r.Steps) == 0 {
+			t.Fatalf("run %s: %+v %v", wf, r, err)
+		}
+		return r.Steps[0]
 	}
-	if _, err := o.Upload(context.Background(), workflows.OrderPublish); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := o.Publish("order-publish"); err != nil {
-		t.Fatal(err)
-	}
-	if run, err := o.RunNow(context.Background(), "order-publish", "http", json.RawMessage(`{"order":1}`)); err != nil || run.Status != apiv1.RunSucceeded {
-		t.Fatalf("run with the registry up: %+v %v", run, err)
+	for _, o := range []*orchestrator.Orchestrator{plain, withStatic, bounded} {
+		for _, wf := range []string{"default", "revocable"} {
+			if st := run(o, wf); st.Status != apiv1.RunSucceeded || st.Source != orchestrator.SourceRegistry {
+				t.Fatalf("%s with the registry up: %+v", wf, st)
+			}
+		}
 	}
 	down.Store(true)
-	var run *apiv1.Run
-	registrytest.Until(t, "a step refused on an expired view", func() bool {
-		run, _ = o.RunNow(context.Background(), "order-publish", "http", json.RawMessage(`{"order":2}`))
-		return run != nil && len(run.Steps) > 0 && run.Steps[0].Error != nil && run.Steps[0].Error.Code == apiv1.CodeStaleViewExpired
-	})
-	if run.Status != apiv1.RunFailed {
-		t.Errorf("run on an expired view: %s, want failed", run.Status)
+	advance(31 * time.Second)
+	if st := run(plain, "revocable"); st.Error == nil || st.Error.Code != apiv1.CodeStaleViewExpired {
+		t.Errorf("a step with max_stale 30s, 31 s into the outage: %+v, want %s", st, apiv1.CodeStaleViewExpired)
+	}
+	if st := run(withStatic, "revocable"); st.Status != apiv1.RunSucceeded || st.Source != orchestrator.SourceStatic {
+		t.Errorf("the same step with a static capability: %+v, want it run on the static entry", st)
+	}
+	advance(11*time.Minute - 31*time.Second)
+	if st := run(plain, "default"); st.Status != apiv1.RunSucceeded || st.Source != orchestrator.SourceSnapshot {
+		t.Errorf("a step declaring nothing 11 min into the outage: %+v, want it run from the last-known-good view", st)
+	}
+	if st := run(bounded, "default"); st.Error == nil || st.Error.Code != apiv1.CodeStaleViewExpired {
+		t.Errorf("with --max-stale 10m, 11 min into the outage: %+v, want %s", st, apiv1.CodeStaleViewExpired)
+	}
+	down.Store(false)
+	advance(time.Second) // the discovery client asks a failed registry again a RetryInterval apart
+	if st := run(plain, "revocable"); st.Status != apiv1.RunSucceeded || st.Source != orchestrator.SourceRegistry {
+		t.Errorf("the revocable step once the registry is back: %+v, want it run from the registry", st)
 	}
 }

@@ -125,6 +125,11 @@ type Step struct {
 	Request     json.RawMessage
 	PayloadFrom string
 	Timeout     time.Duration
+	// MaxStale bounds how old a last-known-good discovery view may resolve the step while
+	// the registry is unreachable (service_call; 0: the orchestrator's --max-stale, by
+	// default no bound). Past it the step uses the static capabilities, or fails with 503
+	// STALE_VIEW_EXPIRED.
+	MaxStale time.Duration
 	// Output, when set, is the context key the step's output is written to.
 	Output string
 	// set: the keys and values written, in order.
@@ -463,7 +468,7 @@ func (c *checker) step(w *Workflow, n *node, path string, index int, seen map[st
 		c.unknown(n, path, "id", "type", "branches", "outputs_map")
 		c.parallelStep(w, &st, n, path, seen, depth)
 	default:
-		c.unknown(n, path, "id", "type", "step_version", "capability", "request", "timeout", "output")
+		c.unknown(n, path, "id", "type", "step_version", "capability", "request", "timeout", "output", "max_stale")
 		c.serviceCall(&st, n, path)
 	}
 	return st
@@ -501,6 +506,13 @@ func (c *checker) serviceCall(st *Step, n *node, path string) {
 	if key, kn, ok := c.str(n, path, "output", false); ok {
 		if c.contextKey(key, path+".output", kn.pos) {
 			st.Output = key
+		}
+	}
+	if ms, msn, ok := c.str(n, path, "max_stale", false); ok {
+		if d, err := apiv1.ParseMaxStale(ms); err != nil {
+			c.add(apiv1.SeverityError, CodeInvalidValue, path+".max_stale", msn.pos, "%v", err)
+		} else {
+			st.MaxStale = d
 		}
 	}
 }
