@@ -19,10 +19,18 @@ type metrics struct {
 // stats is read when metrics are scraped: the oldest view's age, the newest revision and
 // the number of entries cached.
 func (c *Client) stats() (age float64, revision float64, entries float64) {
+	age, revision, entries, _ = c.statsStale()
+	return age, revision, entries
+}
+
+// statsStale is stats, and the age of the oldest view whose last attempt to reach the
+// registry failed (0: none): how long this consumer has routed on a last-known-good view.
+func (c *Client) statsStale() (age float64, revision float64, entries float64, stale float64) {
 	now := c.cfg.Now()
 	c.mu.Lock()
 	views := make([]interface {
 		stats() (ok bool, lkgAt time.Time, rev int64, n int)
+		cause() error
 	}, 0, len(c.caps)+1)
 	for _, v := range c.caps {
 		views = append(views, v)
@@ -37,8 +45,11 @@ func (c *Client) stats() (age float64, revision float64, entries float64) {
 		age = max(age, now.Sub(at).Seconds())
 		revision = max(revision, float64(rev))
 		entries += float64(n)
+		if v.cause() != nil {
+			stale = max(stale, now.Sub(at).Seconds())
+		}
 	}
-	return age, revision, entries
+	return age, revision, entries, stale
 }
 
 func (v *view[T]) stats() (bool, time.Time, int64, int) {
@@ -86,6 +97,9 @@ func newMetrics(reg prometheus.Registerer, consumer string, c *Client) (*metrics
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "age_seconds",
 			Help: "Time since the oldest cached view's last successful refresh."},
 			func() float64 { a, _, _ := c.stats(); return a }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "stale_seconds",
+			Help: "Age of the oldest view served from last-known-good because the registry could not be reached at its last try (0: every view's last try reached it). Over twice the heartbeat interval, the registry is unreachable from this consumer."},
+			func() float64 { _, _, _, s := c.statsStale(); return s }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub, Name: "revision",
 			Help: "Newest registry revision held."},
 			func() float64 { _, r, _ := c.stats(); return r }),

@@ -122,15 +122,17 @@ class _View:
 
 class DiscoveryClient:
     """Answers capability queries through the registry, caching each query's answer for ttl
-    seconds and serving the last-known-good answer for max_stale seconds while the registry
-    cannot be reached. An answer never replaces a newer one of the same epoch; an incomplete
+    seconds and serving the last-known-good answer while the registry cannot be reached: for
+    as long as it is away by default (max_stale None: the view is authoritative for routing),
+    or for max_stale seconds. A query may declare its own, stricter max_stale (an operation
+    that needs prompt revocation); the stricter bound applies to it alone. An answer never replaces a newer one of the same epoch; an incomplete
     answer (a registry still warming up after a restart) is merged into what the view held,
     minus what the registry says it removed. Semver constraints are evaluated by the registry.
     At most max_views queries' views are kept (default 1,000): past it the least recently read
     one is dropped (never one a watch() keeps), and evicted counts them.
     """
 
-    def __init__(self, registries: Sequence[str], ttl: float = 30.0, max_stale: float = 600.0,
+    def __init__(self, registries: Sequence[str], ttl: float = 30.0, max_stale: Optional[float] = None,
                  token: Optional[str] = None, ca_file: Optional[str] = None, cert_file: Optional[str] = None,
                  key_file: Optional[str] = None, request_timeout: float = 5.0, max_views: int = 1000,
                  tls_reload_interval: float = DEFAULT_TLS_RELOAD_INTERVAL) -> None:
@@ -154,13 +156,14 @@ class DiscoveryClient:
         with self._lock:
             return self._last_state
 
-    def _state_of(self, v: _View) -> str:
+    def _state_of(self, v: _View, max_stale: Optional[float] = None) -> str:
         if v.entries is None:
             return UNINITIALIZED
         age = time.monotonic() - v.fetched_at
         if v.error is None and age <= self.ttl:
             return AUTHORITATIVE_EMPTY if not v.entries and v.complete else FRESH
-        return STALE if age <= self.max_stale else EXPIRED
+        bounds = [b for b in (self.max_stale, max_stale) if b is not None and b > 0]
+        return STALE if not bounds or age <= min(bounds) else EXPIRED
 
     def invalidate(self) -> None:
         """Drops the freshness of every view: the next query asks the registry."""
@@ -193,10 +196,11 @@ class DiscoveryClient:
             return q, v
 
     def capabilities(self, capability_id: str, constraint: Optional[str] = None, provider: Optional[str] = None,
-                     zone: Optional[str] = None) -> List[Dict[str, Any]]:
+                     zone: Optional[str] = None, max_stale: Optional[float] = None) -> List[Dict[str, Any]]:
         """The entries of the instances that offer capability_id (with the version constraint,
         provider and zone when given), in the registry's order. Raises RegistryUnavailable when
-        there is nothing to serve."""
+        there is nothing to serve, or when the registry is away and the last-known-good view is
+        older than max_stale seconds (this query's own bound; the client's applies too)."""
         q, v = self._view_of(capability_id, constraint, provider, zone)
         with self._lock:
             if v.entries is not None and v.error is None and time.monotonic() - v.fetched_at <= self.ttl:
@@ -209,7 +213,7 @@ class DiscoveryClient:
         except (APIError, TransportError) as e:
             with self._lock:
                 v.error = e
-                st = self._last_state = self._state_of(v)
+                st = self._last_state = self._state_of(v, max_stale)
                 if st == STALE:
                     return list(v.entries or [])
                 raise RegistryUnavailable(st, e) from None

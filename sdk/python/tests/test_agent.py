@@ -138,6 +138,24 @@ class DiscoveryTest(unittest.TestCase):
                 client.capabilities("webhook.send")
             self.assertEqual(cm.exception.state, "expired")
 
+    def test_stale_policy_per_query(self):
+        # by default the last-known-good view is served for as long as the registry is away;
+        # a query that declares max_stale stops at its bound, the others go on
+        registry = Registry()
+        self.addCleanup(registry.stop)
+        client = DiscoveryClient([registry.url], ttl=0.05)
+        with webhook_agent([registry.url], drain_timeout=0.2) as agent:
+            self.assertTrue(agent.wait_registered(10))
+            eventually("discovered", lambda: len(client.capabilities("webhook.send")) == 1)
+            registry.stop()
+            time.sleep(0.6)
+            with self.assertRaises(RegistryUnavailable) as cm:
+                client.capabilities("webhook.send", max_stale=0.3)
+            self.assertEqual(cm.exception.state, "expired")
+            entries = client.capabilities("webhook.send")
+            self.assertEqual([e["instance_id"] for e in entries], ["py-webhook-1"])
+            self.assertEqual(client.state, "stale")
+
     def test_authoritative_empty(self):
         registry = Registry()
         self.addCleanup(registry.stop)
