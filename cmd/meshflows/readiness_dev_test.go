@@ -19,6 +19,7 @@ import (
 // before ready stays 0), and publishes succeed once it is. Without publish-when-ready the
 // panic answer of a brand-new service would send it traffic at its registration.
 func TestAWarmingProviderGetsNoRequestBeforeItIsReady(t *testing.T) {
+	t.Parallel()
 	regPort, gwPort, provPort := freeport.Port(t), freeport.Port(t), freeport.Port(t)
 	reg := "http://127.0.0.1:" + strconv.Itoa(regPort)
 	gw := "http://127.0.0.1:" + strconv.Itoa(gwPort)
