@@ -22,6 +22,9 @@ const (
 	// pool's panic would serve the instance again; the details name the pools (force
 	// overrides it).
 	CodeOverrideUnsafe = "OVERRIDE_UNSAFE"
+	// CodeNothingToRelease: a release of an instance with no active withdrawal and no
+	// quarantine (it would record an action that changed nothing).
+	CodeNothingToRelease = "NOTHING_TO_RELEASE"
 )
 
 // MaxOperatorDuration bounds an evacuation's or an override's duration.

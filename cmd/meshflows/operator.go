@@ -204,11 +204,15 @@ at once.`
 // describeRefusal adds what the registry said about each field or capability to an error.
 func describeRefusal(err error) error {
 	var ae *apiv1.Error
-	if !errors.As(err, &ae) || len(ae.Details) == 0 {
+	if !errors.As(err, &ae) {
 		return err
 	}
 	var b strings.Builder
-	b.WriteString(err.Error())
+	msg := err.Error()
+	if ae.Code == apiv1.CodeEvacuationUnsafe || ae.Code == apiv1.CodeOverrideUnsafe {
+		msg = strings.ReplaceAll(msg, "force: true", "--force") // said through the command line
+	}
+	b.WriteString(msg)
 	for _, d := range ae.Details {
 		fmt.Fprintf(&b, "\n  %s: %s", d.Path, d.Message)
 	}

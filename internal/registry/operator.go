@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -74,6 +75,41 @@ func actor(ctx context.Context) string {
 	return "anonymous (open mode)"
 }
 
+// MaxReasonBytes bounds an operator action's reason: it goes into the journal, the audit log
+// and every explanation of the instances it touches.
+const MaxReasonBytes = 1024
+
+// reasonDetail says what is wrong with an operator action's reason; nil when nothing is.
+func reasonDetail(reason string) *apiv1.Detail {
+	switch {
+	case strings.TrimSpace(reason) == "":
+		return &apiv1.Detail{Path: "reason", Message: "is required: say why, for the journal and whoever is on call next"}
+	case len(reason) > MaxReasonBytes:
+		return &apiv1.Detail{Path: "reason", Message: fmt.Sprintf("is %d bytes, at most %d allowed: link a ticket for the long story", len(reason), MaxReasonBytes)}
+	}
+	return nil
+}
+
+// durationDetail is parseOperatorDuration's complaint about a duration field, as a detail.
+func durationDetail(field, s string) (time.Duration, *apiv1.Detail) {
+	d, err := parseOperatorDuration(field, s)
+	var ae *apiv1.Error
+	if err != nil && errors.As(err, &ae) && len(ae.Details) > 0 {
+		return 0, &ae.Details[0]
+	}
+	return d, nil
+}
+
+// collect appends the details that are not nil.
+func collect(ds []apiv1.Detail, more ...*apiv1.Detail) []apiv1.Detail {
+	for _, d := range more {
+		if d != nil {
+			ds = append(ds, *d)
+		}
+	}
+	return ds
+}
+
 // parseOperatorDuration reads a duration field: positive, at most 72 h.
 func parseOperatorDuration(field, s string) (time.Duration, error) {
 	d, err := time.ParseDuration(s)
@@ -130,15 +166,13 @@ func (r *Registry) operate(ctx context.Context, typ, subject string, act func(no
 func (r *Registry) Evacuate(ctx context.Context, req *apiv1.EvacuationRequest) (*apiv1.Evacuation, error) {
 	var out *apiv1.Evacuation
 	err := r.operate(ctx, apiv1.EventEvacuation, "zone/"+req.Zone, func(now time.Time, by string) (string, error) {
-		d, err := parseOperatorDuration("duration", req.Duration)
-		if err != nil {
-			return "", err
-		}
+		var zone *apiv1.Detail
 		if strings.TrimSpace(req.Zone) == "" {
-			return "", apiv1.InvalidRequest([]apiv1.Detail{{Path: "zone", Message: "is required"}})
+			zone = &apiv1.Detail{Path: "zone", Message: "is required: the zone to evacuate"}
 		}
-		if strings.TrimSpace(req.Reason) == "" {
-			return "", apiv1.InvalidRequest([]apiv1.Detail{{Path: "reason", Message: "is required: say why, for the journal and whoever is on call next"}})
+		d, dd := durationDetail("duration", req.Duration)
+		if ds := collect(nil, zone, dd, reasonDetail(req.Reason)); len(ds) > 0 {
+			return "", apiv1.InvalidRequest(ds) // every missing or wrong field at once
 		}
 		remaining, known := r.evacuationImpact(req.Zone, req.CapabilityID)
 		if !known {
@@ -517,12 +551,29 @@ func (r *Registry) EndEvacuation(ctx context.Context, id string) (*apiv1.Evacuat
 func (r *Registry) Override(ctx context.Context, req *apiv1.OverrideRequest) (*apiv1.Override, error) {
 	var out *apiv1.Override
 	err := r.operate(ctx, apiv1.EventOverride, req.InstanceID, func(now time.Time, by string) (string, error) {
+		var id, action, dur *apiv1.Detail
+		if strings.TrimSpace(req.InstanceID) == "" {
+			id = &apiv1.Detail{Path: "instance_id", Message: "is required: the instance to withdraw or release"}
+		}
+		switch req.Action {
+		case apiv1.OverrideWithdraw:
+			_, dur = durationDetail("duration", req.Duration)
+		case apiv1.OverrideRelease:
+		case "":
+			action = &apiv1.Detail{Path: "action", Message: "is required: withdraw or release"}
+		default:
+			action = &apiv1.Detail{Path: "action", Message: fmt.Sprintf("%q: want withdraw or release", req.Action)}
+		}
+		if ds := collect(nil, id, action, dur, reasonDetail(req.Reason)); len(ds) > 0 {
+			return "", apiv1.InvalidRequest(ds) // every missing or wrong field at once
+		}
 		rec, ok := r.store.Get(req.InstanceID)
 		if !ok {
 			return "", apiv1.Errorf(http.StatusNotFound, apiv1.CodeInstanceNotFound, "no instance %q is registered", req.InstanceID)
 		}
-		if strings.TrimSpace(req.Reason) == "" {
-			return "", apiv1.InvalidRequest([]apiv1.Detail{{Path: "reason", Message: "is required: say why"}})
+		if req.Action == apiv1.OverrideRelease && !r.releasable(req.InstanceID) {
+			return "", apiv1.Errorf(http.StatusConflict, apiv1.CodeNothingToRelease,
+				"instance %s has nothing to release: no active withdrawal, and it is not quarantined", req.InstanceID)
 		}
 		ov := &apiv1.Override{ID: newOperatorID("ov-"), InstanceID: req.InstanceID, Action: req.Action, CreatedBy: by, Reason: req.Reason, CreatedAt: now.UTC()}
 		ev := health.Event{At: now, Kind: health.KindOverride, ID: req.InstanceID, Action: req.Action, By: by, Why: req.Reason}
@@ -545,9 +596,6 @@ func (r *Registry) Override(ctx context.Context, req *apiv1.OverrideRequest) (*a
 			until := now.Add(d).UTC()
 			ev.Until, ov.ExpiresAt, ov.Active = until, &until, true
 			ev.Force, ov.Force, ov.Emptied = req.Force, req.Force, emptied
-		case apiv1.OverrideRelease:
-		default:
-			return "", apiv1.InvalidRequest([]apiv1.Detail{{Path: "action", Message: fmt.Sprintf("%q: want withdraw or release", req.Action)}})
 		}
 		if req.Action == apiv1.OverrideRelease {
 			t := now.UTC()
@@ -858,4 +906,31 @@ func (r *Registry) restoreOperators(st *OperatorState, now time.Time) error {
 		}
 	}
 	return nil
+}
+
+// releasable reports whether a release of id ends something: an active withdrawal, or a
+// quarantine (held, or just ended and waiting for its probes).
+func (r *Registry) releasable(id string) bool {
+	now := r.cfg.Now()
+	r.ops.mu.Lock()
+	for _, o := range r.ops.overrides {
+		if o.InstanceID == id && o.Active && o.Action == apiv1.OverrideWithdraw && (o.ExpiresAt == nil || now.Before(*o.ExpiresAt)) {
+			r.ops.mu.Unlock()
+			return true
+		}
+	}
+	r.ops.mu.Unlock()
+	ex, ok := r.cfg.Eligibility.Explain(id, now)
+	if !ok {
+		return false
+	}
+	if ex.State == apiv1.EligibilityQuarantined {
+		return true
+	}
+	for _, reason := range ex.Reasons {
+		if reason.Code == health.ReasonQuarantineEnded || reason.Code == health.ReasonOperatorWithdrawn {
+			return true
+		}
+	}
+	return false
 }

@@ -78,7 +78,7 @@ func UnknownParameters(v url.Values, l Listing) error {
 			continue
 		}
 		msg := "not a parameter of this endpoint (it takes " + strings.Join(known, ", ") + ")"
-		if near := nearest(k, known); near != "" {
+		if near := apiv1.Nearest(k, known); near != "" {
 			msg = fmt.Sprintf("not a parameter of this endpoint; did you mean %s?", near)
 		}
 		ds = append(ds, apiv1.Detail{Path: k, Message: msg})
@@ -93,38 +93,6 @@ func UnknownParameters(v url.Values, l Listing) error {
 	}
 	e.Details = ds
 	return e
-}
-
-// nearest returns the name of names within two edits of s, if one is.
-func nearest(s string, names []string) string {
-	best, bestD := "", 3
-	for _, n := range names {
-		if d := editDistance(s, n); d < bestD {
-			best, bestD = n, d
-		}
-	}
-	return best
-}
-
-// editDistance is the Levenshtein distance between a and b (short parameter names).
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			sub := prev[j-1]
-			if a[i-1] != b[j-1] {
-				sub++
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, sub)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }
 
 // ParseQuery reads a Query from URL parameters. A malformed min_version or version is an

@@ -483,7 +483,7 @@ func (s *Server) incidentAction(w http.ResponseWriter, r *http.Request) (any, er
 	}
 	var req apiv1.IncidentActionRequest
 	if r.ContentLength != 0 {
-		if err := s.decode(w, r, &req); err != nil {
+		if err := s.decodeStrict(w, r, &req); err != nil {
 			return nil, err
 		}
 	}
@@ -521,7 +521,7 @@ func (s *Server) bulkAcknowledge(w http.ResponseWriter, r *http.Request) (any, e
 		return nil, errNoIncidents
 	}
 	var req apiv1.BulkAcknowledgeRequest
-	if err := s.decode(w, r, &req); err != nil {
+	if err := s.decodeStrict(w, r, &req); err != nil {
 		return nil, err
 	}
 	var ds []apiv1.Detail

@@ -29,7 +29,7 @@ func (s *Server) operatorRoutes() {
 
 func (s *Server) createEvacuation(w http.ResponseWriter, r *http.Request) (any, error) {
 	var req apiv1.EvacuationRequest
-	if err := s.decode(w, r, &req); err != nil {
+	if err := s.decodeStrict(w, r, &req); err != nil {
 		return nil, err
 	}
 	ev, err := s.reg.Evacuate(r.Context(), &req)
@@ -42,7 +42,7 @@ func (s *Server) createEvacuation(w http.ResponseWriter, r *http.Request) (any, 
 
 func (s *Server) extendEvacuation(w http.ResponseWriter, r *http.Request) (any, error) {
 	var req apiv1.ExtendRequest
-	if err := s.decode(w, r, &req); err != nil {
+	if err := s.decodeStrict(w, r, &req); err != nil {
 		return nil, err
 	}
 	ev, err := s.reg.ExtendEvacuation(r.Context(), r.PathValue("id"), &req)
@@ -51,7 +51,7 @@ func (s *Server) extendEvacuation(w http.ResponseWriter, r *http.Request) (any, 
 
 func (s *Server) createOverride(w http.ResponseWriter, r *http.Request) (any, error) {
 	var req apiv1.OverrideRequest
-	if err := s.decode(w, r, &req); err != nil {
+	if err := s.decodeStrict(w, r, &req); err != nil {
 		return nil, err
 	}
 	ov, err := s.reg.Override(r.Context(), &req)

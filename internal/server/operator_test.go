@@ -360,3 +360,69 @@ func reasonCodes(ex apiv1.Explanation) []string {
 	}
 	return out
 }
+
+// TestOperatorInputIsReadStrictly: an operator action never does more than was written. A
+// misspelt field is 400 UNKNOWN_FIELD naming the nearest one (a misspelt capability_id must
+// not evacuate every capability of the zone, a misspelt practise must not make a real
+// evacuation, a misspelt force is not dropped); an empty body lists every missing field; a
+// missing instance_id is 400, not 404; a reason over 1 KiB is refused; a release with
+// nothing to release is 409. None of them changes anything.
+func TestOperatorInputIsReadStrictly(t *testing.T) {
+	m, err := health.NewMonitor(health.MonitorConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := registrytest.NewServer(t, registry.Config{Eligibility: m})
+	for i, zone := range []string{"z1", "z1", "z2", "z2"} {
+		register(t, s, zonalRegistration(fmt.Sprintf("i%d", i), zone))
+	}
+	s.Clock.Advance(31 * time.Second)
+	s.Registry.Sweep(context.Background())
+	long := strings.Repeat("x", registry.MaxReasonBytes+1)
+	for _, tt := range []struct {
+		name, method, path, body string
+		status                   int
+		code                     string
+		paths                    []string // the details' paths
+		near                     string   // a detail suggests it
+	}{
+		{"a misspelt capability_id", "POST", apiv1.PathEvacuations, `{"zone":"z2","capabilty_id":"messaging.other","duration":"1h","reason":"r"}`, 400, apiv1.CodeUnknownField, []string{"capabilty_id"}, "capability_id"},
+		{"a misspelt practice", "POST", apiv1.PathEvacuations, `{"zone":"z2","duration":"1h","reason":"r","practise":true}`, 400, apiv1.CodeUnknownField, []string{"practise"}, "practice"},
+		{"a misspelt force", "POST", apiv1.PathOverrides, `{"instance_id":"i0","action":"withdraw","duration":"1h","reason":"r","froce":true}`, 400, apiv1.CodeUnknownField, []string{"froce"}, "force"},
+		{"an empty evacuation", "POST", apiv1.PathEvacuations, ``, 400, apiv1.CodeInvalidRequest, []string{"zone", "duration", "reason"}, ""},
+		{"an empty override", "POST", apiv1.PathOverrides, `{}`, 400, apiv1.CodeInvalidRequest, []string{"instance_id", "action", "reason"}, ""},
+		{"no instance_id", "POST", apiv1.PathOverrides, `{"action":"withdraw","duration":"1h","reason":"r"}`, 400, apiv1.CodeInvalidRequest, []string{"instance_id"}, ""},
+		{"a reason over 1 KiB", "POST", apiv1.PathOverrides, `{"instance_id":"i0","action":"withdraw","duration":"1h","reason":"` + long + `"}`, 400, apiv1.CodeInvalidRequest, []string{"reason"}, ""},
+		{"nothing to release", "POST", apiv1.PathOverrides, `{"instance_id":"i0","action":"release","reason":"r"}`, 409, apiv1.CodeNothingToRelease, nil, ""},
+		{"a misspelt duration on extend", "PATCH", apiv1.PathEvacuations + "/ev-x", `{"duraton":"1h"}`, 400, apiv1.CodeUnknownField, []string{"duraton"}, "duration"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := do(t, tt.method, s.URL+tt.path, tt.body)
+			e := apiErr(t, r)
+			var paths []string
+			near := false
+			for _, d := range e.Details {
+				paths = append(paths, d.Path)
+				near = near || (tt.near != "" && strings.Contains(d.Message, `"`+tt.near+`"`))
+			}
+			if r.status != tt.status || e.Code != tt.code || strings.Join(paths, ",") != strings.Join(tt.paths, ",") || (tt.near != "" && !near) {
+				t.Errorf("%d %s %v (%s), want %d %s naming %v (and %q)", r.status, e.Code, paths, r.body, tt.status, tt.code, tt.paths, tt.near)
+			}
+		})
+	}
+	if got := verdicts(t, s.URL); got["i0"] != "serving/100" || got["i2"] != "serving/100" {
+		t.Errorf("a refused action changed something: %v", got)
+	}
+	var evs apiv1.EvacuationList
+	json.Unmarshal(do(t, "GET", s.URL+apiv1.PathEvacuations, "").body, &evs)
+	if len(evs.Evacuations) != 0 {
+		t.Errorf("refused evacuations were recorded: %+v", evs.Evacuations)
+	}
+	// a release of a real withdrawal is not refused
+	if r := do(t, "POST", s.URL+apiv1.PathOverrides, `{"instance_id":"i0","action":"withdraw","duration":"1h","reason":"r"}`); r.status != 201 {
+		t.Fatalf("withdraw = %d %s", r.status, r.body)
+	}
+	if r := do(t, "POST", s.URL+apiv1.PathOverrides, `{"instance_id":"i0","action":"release","reason":"r"}`); r.status != 201 {
+		t.Errorf("release of a withdrawal = %d %s", r.status, r.body)
+	}
+}

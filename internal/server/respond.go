@@ -131,6 +131,24 @@ func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) error {
 	return err
 }
 
+// decodeStrict is decode for the operator actions: a member v does not define is refused
+// with 400 UNKNOWN_FIELD naming the nearest field (a misspelt field must never widen an
+// action), and an empty body is an empty object, so that the action lists every field it
+// misses.
+func (s *Server) decodeStrict(w http.ResponseWriter, r *http.Request, v any) error {
+	body, err := s.readBody(w, r)
+	if err != nil {
+		return err
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil
+	}
+	if err := decodeJSON(body, v); err != nil {
+		return err
+	}
+	return apiv1.RefuseUnknownFields(body, v)
+}
+
 // decodeBody reads a JSON request body (readBody) into v and returns the body.
 func (s *Server) decodeBody(w http.ResponseWriter, r *http.Request, v any) ([]byte, error) {
 	body, err := s.readBody(w, r)
