@@ -73,6 +73,12 @@ func New(cfg Config) (*Client, error) {
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{}
 	}
+	// A redirect is an answer, never followed: a provider (or anything on the path) answering
+	// 307 to another address must not have a request, its body and its credentials re-sent
+	// there — an address nobody registered, possibly any the caller reaches.
+	hc := *cfg.HTTPClient
+	hc.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	cfg.HTTPClient = &hc
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
@@ -81,6 +87,10 @@ func New(cfg Config) (*Client, error) {
 	}
 	return &Client{cfg: cfg}, nil
 }
+
+// RedirectRefused ends the message of the error a 3xx answer gives: the client never follows
+// a redirect.
+const RedirectRefused = "redirects are never followed"
 
 // Registry returns the base URL requests go to now.
 func (c *Client) Registry() string {
@@ -175,6 +185,10 @@ func (c *Client) exchange(ctx context.Context, r Request, out any) (int, []byte,
 	if err != nil {
 		c.failover(base)
 		return resp.StatusCode, nil, fmt.Errorf("%s %s: read answer: %w", r.Method, target, err)
+	}
+	if resp.StatusCode/100 == 3 {
+		return resp.StatusCode, body, apiv1.Errorf(http.StatusBadGateway, apiv1.CodeUnavailable,
+			"%s %s answered %d redirecting to %q: %s", r.Method, target, resp.StatusCode, resp.Header.Get("Location"), RedirectRefused)
 	}
 	if resp.StatusCode/100 != 2 {
 		ae := apiv1.ErrorFromResponse(resp.StatusCode, body)

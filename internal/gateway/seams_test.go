@@ -155,3 +155,34 @@ func TestStalePolicyIsPerOperation(t *testing.T) {
 		t.Errorf("the bounded routes answered 200 again %s after the registry's return, want within a second", took)
 	}
 }
+
+// TestUpstreamRedirectsAreNotFollowed: an upstream answering 307 to another address has its
+// answer passed to the client as it is; the gateway never sends the request there itself.
+func TestUpstreamRedirectsAreNotFollowed(t *testing.T) {
+	var elsewhere atomic.Int64
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { elsewhere.Add(1) }))
+	t.Cleanup(other.Close)
+	redirecting := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, other.URL+r.URL.Path, http.StatusTemporaryRedirect)
+	}))
+	t.Cleanup(redirecting.Close)
+	e := newEnv(t)
+	e.register(t, "orders-r", redirecting.URL, ordersRoutes...)
+	noFollow := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	var got *http.Response
+	registrytest.Until(t, "the route in the table", func() bool {
+		resp, err := noFollow.Post(e.srv.URL+"/orders/1", "text/plain", strings.NewReader("secret"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		got = resp
+		return resp.StatusCode != 404 && resp.StatusCode != 503
+	})
+	if got.StatusCode != http.StatusTemporaryRedirect || got.Header.Get("Location") != other.URL+"/orders/1" {
+		t.Errorf("POST through a redirecting upstream: %d, Location %q; want the 307 passed on", got.StatusCode, got.Header.Get("Location"))
+	}
+	if n := elsewhere.Load(); n != 0 {
+		t.Errorf("%d requests reached the address the upstream redirected to, want none", n)
+	}
+}

@@ -801,3 +801,44 @@ func TestStalePolicyPerStep(t *testing.T) {
 		t.Errorf("the revocable step once the registry is back: %+v, want it run from the registry", st)
 	}
 }
+
+// TestRedirectsAreNeverFollowed: a provider answering 307 to another address gets neither
+// the step's invocation nor its validation call re-sent there; the step fails naming the
+// Location, and the validation says the provider redirected.
+func TestRedirectsAreNeverFollowed(t *testing.T) {
+	var elsewhere atomic.Int64
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		elsewhere.Add(1)
+		io.WriteString(w, `{"output":{"stolen":true},"valid":true}`)
+	}))
+	t.Cleanup(other.Close)
+	prov := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		http.Redirect(w, r, other.URL+r.URL.Path, http.StatusTemporaryRedirect)
+	}))
+	t.Cleanup(prov.Close)
+	disc, _ := discovery.New(discovery.Config{Registries: []string{"http://127.0.0.1:1"}, RequestTimeout: 100 * time.Millisecond})
+	o, err := orchestrator.New(orchestrator.Config{Discovery: disc,
+		Static: []orchestrator.StaticCapability{{CapabilityID: "messaging.publish", Provider: "jms", Version: "1.0.0", Endpoint: prov.URL,
+			Metadata: json.RawMessage(`{"validate_supported":true}`)}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := "name: redir\ninvocation:\n  type: [http]\nvalidation:\n  provider_strict: false\nsteps:\n" +
+		"  - id: s\n    type: service_call\n    step_version: \"1.1\"\n    capability: {id: messaging.publish, provider: jms, capability_version: \">=1.0\"}\n" +
+		"    request: {destination: d, payload: {secret: 1}}\n"
+	if _, err := o.Upload(context.Background(), []byte(src)); err != nil {
+		t.Fatal(err)
+	}
+	o.Publish("redir")
+	rec, err := o.RunNow(context.Background(), "redir", "http", nil)
+	if err != nil || rec == nil || len(rec.Steps) == 0 {
+		t.Fatalf("run: %+v %v", rec, err)
+	}
+	if st := rec.Steps[0]; st.Status != apiv1.RunFailed || st.Error == nil || !strings.Contains(st.Error.Message, other.URL) || !strings.Contains(st.Error.Message, "never followed") {
+		t.Errorf("the step against a redirecting provider: %+v, want it failed naming the Location", st)
+	}
+	if n := elsewhere.Load(); n != 0 {
+		t.Errorf("%d requests reached the address the provider redirected to, want none", n)
+	}
+}

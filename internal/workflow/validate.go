@@ -296,6 +296,8 @@ func callProvider(ctx context.Context, opts Options, w *Workflow, st *Step, e ap
 	case err == nil:
 	case errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout()):
 		return failure(CodeProviderTimeout, "provider %s did not answer within %s", e.InstanceID, opts.ProviderTimeout)
+	case errors.As(err, &ae) && strings.HasSuffix(ae.Message, client.RedirectRefused):
+		return failure(CodeProviderUnreachable, "provider %s: %s", e.InstanceID, ae.Message)
 	case errors.As(err, &ae):
 		return failure(CodeProviderUnreachable, "provider %s answered %d and no validation result", e.InstanceID, ae.Status)
 	case errors.Is(err, client.ErrDecode):

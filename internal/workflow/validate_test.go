@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -385,5 +386,29 @@ func TestValidateEndpointFromMetadata(t *testing.T) {
 			t.Errorf("validate_endpoint %q: provider status %s (%v), custom path asked %d times; want %s and %d",
 				tc.endpoint, res.ProviderStatus, codes(workflow.Diagnostics(res)), custom.Load(), tc.want, tc.asked)
 		}
+	}
+}
+
+// TestProviderRedirectsAreNotFollowed: a provider whose validate endpoint answers 307 to
+// another address does not get the step re-sent there: the validation fails, saying so.
+func TestProviderRedirectsAreNotFollowed(t *testing.T) {
+	var elsewhere atomic.Int64
+	other := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		elsewhere.Add(1)
+		io.WriteString(w, `{"valid":true}`)
+	}))
+	defer other.Close()
+	redirecting := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		http.Redirect(w, r, other.URL+r.URL.Path, http.StatusTemporaryRedirect)
+	}))
+	defer redirecting.Close()
+	_, res := workflow.Validate(context.Background(), workflowYAML("", step(0, "jms", ">=1.0", "d")), workflow.Options{Resolver: newResolver(t, redirecting.URL), Strict: true})
+	ds := workflow.Diagnostics(res)
+	if res.ProviderStatus != apiv1.StatusFailed || len(ds) != 1 || !strings.Contains(ds[0].Message, "never followed") {
+		t.Errorf("validation against a redirecting provider: %s %+v, want failed saying the redirect was not followed", res.ProviderStatus, ds)
+	}
+	if n := elsewhere.Load(); n != 0 {
+		t.Errorf("%d validation calls reached the address the provider redirected to, want none", n)
 	}
 }
