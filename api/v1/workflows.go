@@ -78,9 +78,9 @@ type Run struct {
 
 // StepRun is one step of a run.
 type StepRun struct {
-	StepID     string          `json:"step_id"`
-	Status     string          `json:"status"`
-	InstanceID string          `json:"instance_id,omitempty"`
+	StepID     string `json:"step_id"`
+	Status     string `json:"status"`
+	InstanceID string `json:"instance_id,omitempty"`
 	// Source says where a service_call step's candidates came from: "registry" (a fresh
 	// or cached answer), "snapshot" (the last-known-good view, while the registry is away)
 	// or "static" (the orchestrator's --static-capabilities, when no view within the step's
