@@ -79,7 +79,7 @@ The console reads the components with its own credentials (--upstream-ca, --upst
 	bindEnv(fl, "registry", "MESHFLOWS_REGISTRY")
 	fl.StringVar(&f.orchestrator, "orchestrator", "http://127.0.0.1:7401", "orchestrator base URL")
 	fl.StringVar(&f.gateway, "gateway", "http://127.0.0.1:7402", "gateway base URL")
-	fl.StringVar(&f.tokenFile, "admin-token-file", "", "file holding the admin token: signs in with every permission")
+	fl.StringVar(&f.tokenFile, "admin-token-file", "", "file holding the admin token: signs in with every permission; read again every --tls-reload-interval, and a new token ends the sessions the old one signed")
 	fl.BoolVar(&f.insecure, "insecure", false, "let anyone who reaches the console see everything and use every action (development only)")
 	fl.DurationVar(&f.sessionTTL, "session-ttl", dashboard.DefaultSessionTTL, "how long a sign-in lasts")
 	fl.StringVar(&f.traceURL, "trace-url-template", "", "link every run, and every event naming a trace, to it: {trace_id} is replaced, e.g. 'https://tempo.example/trace/{trace_id}' or 'http://jaeger:16686/trace/{trace_id}'")
@@ -151,6 +151,9 @@ func startDashboard(ctx context.Context, g *errgroup.Group, f *dashboardFlags, l
 	if err != nil {
 		return err
 	}
+	if f.tokenFile != "" && sec.tlsReload > 0 {
+		g.Go(func() error { return watchTokenFile(ctx, f.tokenFile, token, sec.tlsReload, d.SetAdminToken, logger) })
+	}
 	switch {
 	case f.insecure:
 		logger.Warn("INSECURE: the console is open: anyone who reaches " + ln.Addr().String() + " sees the catalog, the routes and the workflows and can use every action. Never use --insecure outside development.")
@@ -196,4 +199,29 @@ func (p policyViewers) Allows(identity, perm string) bool {
 func isLoopback(addr net.Addr) bool {
 	ta, ok := addr.(*net.TCPAddr)
 	return ok && ta.IP.IsLoopback()
+}
+
+// watchTokenFile reads the admin token file again every interval, as the certificates are:
+// a new token is handed to set (which ends the sessions the old one signed); an empty or
+// unreadable file is refused and logged, and the token in force stays.
+func watchTokenFile(ctx context.Context, path, current string, every time.Duration, set func(string), logger *slog.Logger) error {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+		b, err := os.ReadFile(path)
+		tok := strings.TrimSpace(string(b))
+		switch {
+		case err != nil || tok == "":
+			logger.Warn("the admin token file could not be read again, or is empty: the token in force stays", slog.String("file", path), slog.Any("error", err))
+		case tok != current:
+			current = tok
+			set(tok)
+			logger.Warn("the admin token changed: the sessions signed in with the old one are ended", slog.String("file", path))
+		}
+	}
 }

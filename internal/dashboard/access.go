@@ -2,17 +2,15 @@ package dashboard
 
 import (
 	"context"
-	"crypto/hmac"
 	"crypto/rand"
-	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -107,7 +105,8 @@ func (d *Dashboard) identify(r *http.Request) (viewer, error) {
 }
 
 func (d *Dashboard) isAdminToken(tok string) bool {
-	return d.cfg.AdminToken != "" && subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), []byte(d.cfg.AdminToken)) == 1
+	admin := d.adminToken.Load()
+	return admin != nil && *admin != "" && subtle.ConstantTimeCompare([]byte(strings.TrimSpace(tok)), []byte(*admin)) == 1
 }
 
 // read guards a page, a fragment or an export with perm: an unidentified caller is sent to
@@ -216,49 +215,94 @@ func (d *Dashboard) login(w http.ResponseWriter, r *http.Request) {
 	d.render(w, r, "login", "Sign in", data, nil)
 }
 
-// logout ends the sign-in.
+// logout ends the sign-in: the session itself, not only the cookie.
 func (d *Dashboard) logout(w http.ResponseWriter, r *http.Request) {
+	if c, err := r.Cookie(sessionCookie); err == nil {
+		d.endSession(c.Value)
+	}
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/", HttpOnly: true, Secure: r.TLS != nil, SameSite: http.SameSiteStrictMode, MaxAge: -1})
 	http.Redirect(w, r, "/login", http.StatusSeeOther)
 }
 
-// newSession returns a cookie value naming identity until the session TTL: the identity and
-// the expiry, signed with the process's key (a restart signs everyone out).
+// sessions are the console's sign-ins, held by the server: a cookie carries a random id
+// and nothing else, so that logout ends a session at once, and a rotated admin token ends
+// every session it signed. A restart signs everyone out.
+type sessions struct {
+	mu   sync.Mutex
+	byID map[string]session
+}
+
+// session is one sign-in: who, until when, and — signed in with the admin token — which
+// token (its generation: SetAdminToken moves it).
+type session struct {
+	identity string
+	until    time.Time
+	adminGen uint64
+}
+
+// maxSessions bounds the sessions held: past it the one ending first goes.
+const maxSessions = 10_000
+
+// newSession starts a session of identity until the session TTL and returns its cookie value.
 func (d *Dashboard) newSession(identity string) string {
-	payload := base64.RawURLEncoding.EncodeToString([]byte(identity)) + "." + strconv.FormatInt(d.cfg.Now().Add(d.cfg.SessionTTL).Unix(), 10)
-	return payload + "." + d.sign(payload)
+	b := make([]byte, 32)
+	rand.Read(b) // never fails (crypto/rand)
+	id := base64.RawURLEncoding.EncodeToString(b)
+	now := d.cfg.Now()
+	d.sessions.mu.Lock()
+	defer d.sessions.mu.Unlock()
+	if d.sessions.byID == nil {
+		d.sessions.byID = map[string]session{}
+	}
+	if len(d.sessions.byID) >= maxSessions {
+		var first string
+		for k, s := range d.sessions.byID {
+			if !now.Before(s.until) {
+				delete(d.sessions.byID, k)
+				continue
+			}
+			if first == "" || s.until.Before(d.sessions.byID[first].until) {
+				first = k
+			}
+		}
+		if len(d.sessions.byID) >= maxSessions {
+			delete(d.sessions.byID, first)
+		}
+	}
+	d.sessions.byID[id] = session{identity: identity, until: now.Add(d.cfg.SessionTTL), adminGen: d.adminGen.Load()}
+	return id
 }
 
-// openSession returns the identity of a valid, unexpired session value.
+// openSession returns the identity of a live session: unexpired, not ended, and — signed in
+// with the admin token — signed with the token in force.
 func (d *Dashboard) openSession(value string) (string, bool) {
-	i := strings.LastIndexByte(value, '.')
-	if i < 0 || !hmac.Equal([]byte(value[i+1:]), []byte(d.sign(value[:i]))) {
+	d.sessions.mu.Lock()
+	defer d.sessions.mu.Unlock()
+	s, ok := d.sessions.byID[value]
+	switch {
+	case !ok:
+		return "", false
+	case !d.cfg.Now().Before(s.until) || (s.identity == adminViewer && s.adminGen != d.adminGen.Load()):
+		delete(d.sessions.byID, value)
 		return "", false
 	}
-	enc, exp, ok := strings.Cut(value[:i], ".")
-	if !ok {
-		return "", false
-	}
-	until, err := strconv.ParseInt(exp, 10, 64)
-	if err != nil || !d.cfg.Now().Before(time.Unix(until, 0)) {
-		return "", false
-	}
-	id, err := base64.RawURLEncoding.DecodeString(enc)
-	if err != nil || len(id) == 0 {
-		return "", false
-	}
-	return string(id), true
+	return s.identity, true
 }
 
-func (d *Dashboard) sign(payload string) string {
-	m := hmac.New(sha256.New, d.sessionKey)
-	m.Write([]byte(payload))
-	return base64.RawURLEncoding.EncodeToString(m.Sum(nil))
+// endSession ends the session of a cookie value (logout).
+func (d *Dashboard) endSession(value string) {
+	d.sessions.mu.Lock()
+	delete(d.sessions.byID, value)
+	d.sessions.mu.Unlock()
 }
 
-// newSessionKey is a process's random key for signing sessions.
-func newSessionKey() []byte {
-	k := make([]byte, 32)
-	rand.Read(k) // never fails (crypto/rand)
-	return k
+// SetAdminToken replaces the admin token (the token file was read again): a new token ends
+// every session the old one signed. An empty token signs nobody in.
+func (d *Dashboard) SetAdminToken(tok string) {
+	tok = strings.TrimSpace(tok)
+	if old := d.adminToken.Load(); old != nil && *old == tok {
+		return
+	}
+	d.adminToken.Store(&tok)
+	d.adminGen.Add(1)
 }

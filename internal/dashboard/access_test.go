@@ -235,6 +235,73 @@ func TestSignInSessionsAndWrites(t *testing.T) {
 	}
 }
 
+// TestSessionsEnd: a session ends at logout — the cookie kept and sent again is no sign-in —
+// and a new admin token (the token file read again) ends every session the old token
+// signed, while sessions of other identities go on.
+func TestSessionsEnd(t *testing.T) {
+	d, err := dashboard.New(dashboard.Config{AdminToken: "s3cret", Viewers: viewers, SessionTTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(d.Handler())
+	defer srv.Close()
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	signIn := func(token string) *http.Cookie {
+		resp, err := noRedirect.PostForm(srv.URL+"/login", url.Values{"token": {token}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		for _, c := range resp.Cookies() {
+			if c.Name == "meshflows_session" {
+				return c
+			}
+		}
+		t.Fatalf("sign-in with %q set no session", token)
+		return nil
+	}
+	do := func(method, path string, c *http.Cookie) int {
+		req, _ := http.NewRequest(method, srv.URL+path, nil)
+		req.AddCookie(c)
+		resp, err := noRedirect.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	admin := signIn("s3cret")
+	if got := do("GET", "/capabilities", admin); got != 200 {
+		t.Fatalf("/capabilities signed in = %d", got)
+	}
+	if got := do("POST", "/logout", admin); got != http.StatusSeeOther {
+		t.Fatalf("logout = %d", got)
+	}
+	if got := do("GET", "/capabilities", admin); got != http.StatusSeeOther {
+		t.Errorf("/capabilities with the cookie of a session logged out = %d, want the sign-in page", got)
+	}
+	admin, catalog := signIn("s3cret"), signIn("as:catalog")
+	d.SetAdminToken("n3w")
+	if got := do("GET", "/capabilities", admin); got != http.StatusSeeOther {
+		t.Errorf("/capabilities with a session of the rotated admin token = %d, want the sign-in page", got)
+	}
+	if got := do("GET", "/capabilities", catalog); got != 200 {
+		t.Errorf("/capabilities with another identity's session after the rotation = %d, want it to go on", got)
+	}
+	if got := do("GET", "/capabilities", signIn("n3w")); got != 200 {
+		t.Errorf("/capabilities signed in with the new token = %d", got)
+	}
+	resp, err := noRedirect.PostForm(srv.URL+"/login", url.Values{"token": {"s3cret"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("the old token signs in after the rotation: %d", resp.StatusCode)
+	}
+	noRedirect.CloseIdleConnections()
+}
+
 // TestSignInRedirectsOnlyWithinTheConsole: next is a path of the console, never another site.
 func TestSignInRedirectsOnlyWithinTheConsole(t *testing.T) {
 	d, err := dashboard.New(dashboard.Config{AdminToken: "s3cret"})

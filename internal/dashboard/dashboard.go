@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
@@ -73,8 +74,10 @@ type Config struct {
 type Dashboard struct {
 	cfg                    Config
 	tmpl                   *template.Template
-	sessionKey             []byte
-	registry, gateway, orc *client.Client // typed clients of the components (see source)
+	sessions               sessions
+	adminToken             atomic.Pointer[string] // Config.AdminToken, then SetAdminToken's
+	adminGen               atomic.Uint64          // moves with every new admin token
+	registry, gateway, orc *client.Client         // typed clients of the components (see source)
 }
 
 // New returns a Dashboard.
@@ -147,7 +150,8 @@ func New(cfg Config) (*Dashboard, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &Dashboard{cfg: cfg, tmpl: t, sessionKey: newSessionKey()}
+	d := &Dashboard{cfg: cfg, tmpl: t}
+	d.adminToken.Store(&cfg.AdminToken)
 	registries := cfg.RegistryURLs
 	if len(registries) == 0 && cfg.RegistryURL != "" {
 		registries = []string{cfg.RegistryURL}
