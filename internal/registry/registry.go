@@ -241,6 +241,12 @@ func (r *Registry) stateAt(rev int64) State {
 	return State{Epoch: ep.ID, Revision: rev, Complete: complete}
 }
 
+// RegisterRefused counts a registration refused before it reached Register (the server's
+// decoding, rate limit and checks), by reason (register_fail_total).
+func (r *Registry) RegisterRefused(reason string) {
+	r.metrics.registerFail.WithLabelValues(reason).Inc()
+}
+
 // Register validates req and stores it as the current incarnation of its instance.
 func (r *Registry) Register(ctx context.Context, req *apiv1.RegisterRequest) (*apiv1.RegisterResponse, error) {
 	if err := req.Validate(); err != nil {

@@ -202,3 +202,38 @@ func TestConcurrentColdQueriesShareOneAnswer(t *testing.T) {
 		t.Errorf("16 concurrent identical requests built the answer %v times, want once", n)
 	}
 }
+
+// TestEveryRegistrationRefusalIsCounted: register_fail_total counts the refusals at the
+// decoding layer too — malformed JSON, a duplicate key, a wrong type, a body too large —
+// not only those the registry's rules make.
+func TestEveryRegistrationRefusalIsCounted(t *testing.T) {
+	prom := prometheus.NewRegistry()
+	reg := registrytest.NewServerWith(t, registry.Config{Registerer: prom}, server.Config{MaxBodyBytes: 4 << 10}, registrytest.Epoch0)
+	bodies := map[string]int{
+		`{"instance_id": "x",`: 400, // malformed
+		`{"instance_id":"a","instance_id":"b","service_name":"s","service_version":"1.0.0","endpoint":"http://127.0.0.1:1","capabilities":[]}`: 400, // duplicate key
+		`{"instance_id": 7}`: 400, // wrong type
+		`{"instance_id": "` + strings.Repeat("x", 5<<10) + `"}`: 413,
+		`{"instance_id": "y"}`: 400, // the registry's own rules
+	}
+	for body, want := range bodies {
+		if r := do(t, "POST", reg.URL+"/v1/services/register", body); r.status != want {
+			t.Errorf("register %.40q… = %d, want %d", body, r.status, want)
+		}
+	}
+	mfs, err := prom.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]float64{}
+	for _, mf := range mfs {
+		if mf.GetName() == "meshflows_registry_register_fail_total" {
+			for _, m := range mf.GetMetric() {
+				got[m.GetLabel()[0].GetValue()] = m.GetCounter().GetValue()
+			}
+		}
+	}
+	if got["invalid"] != 4 || got["too_large"] != 1 {
+		t.Errorf("register_fail_total = %v, want invalid 4 and too_large 1", got)
+	}
+}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -17,37 +18,73 @@ import (
 	"github.com/meshflows/meshflows/internal/registry"
 )
 
+// register is registerOnce, counting every refusal in register_fail_total: those of the
+// registry count themselves, those before it (a body too large, malformed JSON, a
+// duplicate key, a wrong type, a rate limit, a shape or a permission the server checks)
+// are counted here, by reason.
 func (s *Server) register(w http.ResponseWriter, r *http.Request) (any, error) {
+	out, counted, err := s.registerOnce(w, r)
+	if err != nil && !counted {
+		s.reg.RegisterRefused(refusalReason(err))
+	}
+	return out, err
+}
+
+// refusalReason is the register_fail_total reason of a refusal.
+func refusalReason(err error) string {
+	var ae *apiv1.Error
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe):
+		return "too_large"
+	case !errors.As(err, &ae):
+		return "invalid"
+	}
+	switch ae.Status {
+	case http.StatusRequestEntityTooLarge:
+		return "too_large"
+	case http.StatusTooManyRequests:
+		return "rate_limited"
+	case http.StatusForbidden, http.StatusUnauthorized:
+		return "forbidden"
+	case http.StatusServiceUnavailable, http.StatusInternalServerError:
+		return "store"
+	}
+	return "invalid"
+}
+
+// registerOnce registers; counted says the registry counted its refusal itself.
+func (s *Server) registerOnce(w http.ResponseWriter, r *http.Request) (any, bool, error) {
 	body, err := s.readBody(w, r)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	var req apiv1.RegisterRequest
 	plain := parseRegistration(body, &req) // no unknown field in it then: no warning to look for
 	if !plain {
 		if err := decodeJSON(body, &req); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 	}
 	noteInstance(r.Context(), req.InstanceID)
 	if c := registry.CallerFrom(r.Context()); c.Identity != "" {
 		if s.cfg.Limiter != nil {
 			if ok, after := s.cfg.Limiter.Allow(c.Identity); !ok {
-				return nil, apiv1.Errorf(http.StatusTooManyRequests, apiv1.CodeRateLimited,
+				return nil, false, apiv1.Errorf(http.StatusTooManyRequests, apiv1.CodeRateLimited,
 					"identity %q is over its registration rate; retry in %s", c.Identity, after).WithRetryAfter(after)
 			}
 		}
 		// Shape first (400 with every problem), then permission (403 with every offence).
 		if err := req.Validate(); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 		if err := s.cfg.Policy.CanRegister(c.Identity, &req); err != nil {
-			return nil, err
+			return nil, false, err
 		}
 	}
 	resp, err := s.reg.Register(r.Context(), &req)
 	if err != nil {
-		return nil, err
+		return nil, true, err
 	}
 	if !plain {
 		if ws := apiv1.UnknownFieldsOfDecoded(body, &req); len(ws) > 0 {
@@ -62,9 +99,9 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request) (any, error) {
 	}
 	out, ok := appendRegisterAnswer(make([]byte, 0, 192), resp)
 	if !ok {
-		return resp, nil
+		return resp, true, nil
 	}
-	return answerJSON(out), nil
+	return answerJSON(out), true, nil
 }
 
 func (s *Server) deregister(_ http.ResponseWriter, r *http.Request) (any, error) {
