@@ -14,6 +14,9 @@ type RoutesAnswer struct {
 	DerivedAt        time.Time `json:"derived_at"`
 	// Reasons explain each rejected manifest, by instance.
 	Reasons map[string]string `json:"rejection_reasons"`
+	// RefusingCount is how many routes refuse requests now (503 STALE_VIEW_EXPIRED): their
+	// view is older than their max_stale while the registry is away.
+	RefusingCount int `json:"refusing_count"`
 }
 
 // RoutesSummary is the body of GET /v1/gateway/routes for a caller without the
@@ -28,6 +31,8 @@ type RoutesSummary struct {
 	RegistryRevision int64     `json:"registry_revision"`
 	RegistryEpoch    string    `json:"registry_epoch"`
 	DerivedAt        time.Time `json:"derived_at"`
+	// RefusingCount: see RoutesAnswer.RefusingCount.
+	RefusingCount int `json:"refusing_count"`
 	// FullTable says why the routes are not shown.
 	FullTable string `json:"full_table"`
 }

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"net/http"
 	"os"
 	"os/exec"
@@ -121,5 +123,43 @@ func TestARegistryKilledForTwoMinutesLosesNoRequest(t *testing.T) {
 	t.Logf("registry killed for 2 minutes: %d publishes sent, %d failed, %d answered from the last-known-good view", sent.Load(), failed.Load(), snapshot.Load())
 	if failed.Load() != 0 {
 		t.Errorf("%d of %d publishes failed across a two-minute registry outage, want none", failed.Load(), sent.Load())
+	}
+}
+
+// TestStatusSpeaksForTheGateway: with the registry down, meshflows status still asks the
+// gateway and says how old its table is and how many routes refuse requests on their
+// max_stale (the policy file bounds /api/messaging/jms to 1 s here).
+func TestStatusSpeaksForTheGateway(t *testing.T) {
+	t.Parallel()
+	regPort, gwPort, provPort := freeport.Port(t), freeport.Port(t), freeport.Port(t)
+	reg := "http://127.0.0.1:" + strconv.Itoa(regPort)
+	gw := "http://127.0.0.1:" + strconv.Itoa(gwPort)
+	kill := registryProcess(t, regPort)
+	policy := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(policy, []byte("path_prefixes: {egress-jms: [/api/messaging/jms]}\nmax_stale: {/api/messaging/jms/publish: 1s}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	startCommand(t, gw+"/v1/gateway/routes", "gateway", "--insecure", "--registry", reg, "--listen", "127.0.0.1:"+strconv.Itoa(gwPort),
+		"--policy", policy, "--log-level", "error")
+	startCommand(t, "http://127.0.0.1:"+strconv.Itoa(provPort)+"/metrics", "example-provider", "--kind", "jms", "--registry", reg,
+		"--listen", "127.0.0.1:"+strconv.Itoa(provPort), "--log-level", "error")
+	publish := func() int {
+		resp, err := http.Post(gw+"/api/messaging/jms/publish", "application/json", strings.NewReader(`{"destination":"d","payload":1}`))
+		if err != nil {
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	registrytest.Until(t, "publishes go through", func() bool { return publish() == http.StatusAccepted })
+	kill()
+	registrytest.Until(t, "the bounded route refuses", func() bool { return publish() == http.StatusServiceUnavailable })
+	out, err := run(context.Background(), "status", "--registry", reg, "--gateway", gw)
+	var ee *exitError
+	if !errors.As(err, &ee) || ee.code != 2 {
+		t.Errorf("status with the registry down: %v, want exit 2", err)
+	}
+	if !strings.Contains(out, "UNREACHABLE") || !strings.Contains(out, "table snapshot") || !strings.Contains(out, "1 refusing") {
+		t.Errorf("status with the registry down says nothing of the gateway's refusing route:\n%s", out)
 	}
 }

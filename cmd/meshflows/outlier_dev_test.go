@@ -128,13 +128,13 @@ func (s *greyStack) everyGatewaySends(what string, eps map[string]string) {
 // load publishes about perSecond a second, spread over the gateways in turn, until the test
 // ends.
 func (s *greyStack) load(perSecond int) {
-	const workers = 4
+	workers := max(4, perSecond/5) // each at 5 a second at most: a slow answer holds up little
 	lctx, stop := context.WithCancel(s.ctx)
 	var wg sync.WaitGroup
 	s.t.Cleanup(func() { stop(); wg.Wait() })
 	for w := range workers {
 		wg.Go(func() {
-			tick := time.NewTicker(time.Second * workers / time.Duration(perSecond))
+			tick := time.NewTicker(time.Second * time.Duration(workers) / time.Duration(perSecond))
 			defer tick.Stop()
 			for i := 0; ; i++ {
 				select {

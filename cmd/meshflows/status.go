@@ -192,7 +192,9 @@ type gatewayStatus struct {
 	Source     string `json:"source,omitempty"`
 	AgeSeconds int64  `json:"age_seconds"`
 	Routes     int    `json:"routes"`
-	Error      string `json:"error,omitempty"`
+	// Refusing is how many routes refuse requests on staleness (past their max_stale).
+	Refusing int    `json:"refusing_routes"`
+	Error    string `json:"error,omitempty"`
 }
 
 func newStatusCmd() *cobra.Command {
@@ -255,6 +257,11 @@ func (r *remoteFlags) status(ctx context.Context, withGateway bool) (*statusRepo
 	err = tries(len(r.registries), func() (err error) { h, err = c.DiscoveryHealth(ctx); return err })
 	if err != nil {
 		rep.Verdict, rep.Error = "unreachable", err.Error()
+		if withGateway { // the registry away, what matters is whether the gateway still routes
+			if err := r.gatewayStatus(ctx, rep, func(string) {}); err != nil {
+				return nil, err
+			}
+		}
 		return rep, nil
 	}
 	rep.Reachable, rep.Health = true, h
@@ -304,31 +311,43 @@ func (r *remoteFlags) status(ctx context.Context, withGateway bool) (*statusRepo
 		}
 	}
 	if withGateway {
-		g := &gatewayStatus{URL: r.gateway}
-		rep.Gateway = g
-		gc, err := r.client("gateway")
-		if err != nil {
+		if err := r.gatewayStatus(ctx, rep, degraded); err != nil {
 			return nil, err
-		}
-		// the full table or, without gateway_admin, its summary: both say source and age
-		var ans struct {
-			routing.RoutesSummary
-			Routes []json.RawMessage `json:"routes"`
-		}
-		if err := gc.GatewayRoutes(ctx, &ans); err != nil {
-			g.Error = err.Error()
-			degraded("gateway: " + err.Error())
-		} else {
-			g.Source, g.AgeSeconds, g.Routes = ans.Source, ans.AgeSeconds, ans.RouteCount
-			if !ans.Summary {
-				g.Routes = len(ans.Routes)
-			}
-			if g.Source != "fresh" {
-				degraded(fmt.Sprintf("gateway routes on a %s table, %d s old", g.Source, g.AgeSeconds))
-			}
 		}
 	}
 	return rep, nil
+}
+
+// gatewayStatus asks the gateway where its table comes from, how old it is and how many
+// routes refuse requests on staleness, and says what is wrong with degraded.
+func (r *remoteFlags) gatewayStatus(ctx context.Context, rep *statusReport, degraded func(string)) error {
+	g := &gatewayStatus{URL: r.gateway}
+	rep.Gateway = g
+	gc, err := r.client("gateway")
+	if err != nil {
+		return err
+	}
+	// the full table or, without gateway_admin, its summary: both say source, age and refusals
+	var ans struct {
+		routing.RoutesSummary
+		Routes []json.RawMessage `json:"routes"`
+	}
+	if err := gc.GatewayRoutes(ctx, &ans); err != nil {
+		g.Error = err.Error()
+		degraded("gateway: " + err.Error())
+		return nil
+	}
+	g.Source, g.AgeSeconds, g.Routes, g.Refusing = ans.Source, ans.AgeSeconds, ans.RouteCount, ans.RefusingCount
+	if !ans.Summary {
+		g.Routes = len(ans.Routes)
+	}
+	if g.Source != "fresh" {
+		degraded(fmt.Sprintf("gateway routes on a %s table, %d s old", g.Source, g.AgeSeconds))
+	}
+	if g.Refusing > 0 {
+		degraded(fmt.Sprintf("gateway: %d routes refuse requests (503 STALE_VIEW_EXPIRED): their view is past their max_stale", g.Refusing))
+	}
+	return nil
 }
 
 func (r *statusReport) text(w io.Writer) error {
@@ -336,6 +355,7 @@ func (r *statusReport) text(w io.Writer) error {
 	fmt.Fprintf(&b, "Registry:     %s\n", r.Registry)
 	if !r.Reachable {
 		fmt.Fprintf(&b, "Status:       UNREACHABLE: %s\n", r.Error)
+		r.Gateway.line(&b)
 		_, err := io.WriteString(w, b.String())
 		return err
 	}
@@ -368,13 +388,7 @@ func (r *statusReport) text(w io.Writer) error {
 				ev.ExpiresAt.Format(time.RFC3339), ev.CreatedBy, ev.Reason)
 		}
 	}
-	if g := r.Gateway; g != nil {
-		if g.Error != "" {
-			fmt.Fprintf(&b, "Gateway:      %s: %s\n", g.URL, g.Error)
-		} else {
-			fmt.Fprintf(&b, "Gateway:      %s: %d routes, table %s, %d s old\n", g.URL, g.Routes, g.Source, g.AgeSeconds)
-		}
-	}
+	r.Gateway.line(&b)
 	if c := r.ServerCertificate; c != nil {
 		fmt.Fprintf(&b, "Certificate:  %s, serial %s, expires %s (in %s)\n", c.Subject, c.Serial, c.NotAfter.Format(time.RFC3339),
 			(time.Duration(c.LeftSeconds) * time.Second).Round(time.Minute))
@@ -398,4 +412,19 @@ func readinessSaid(r string) string {
 		return "none (no health endpoint and no runtime: in rotation on its registration and heartbeats alone)"
 	}
 	return "-"
+}
+
+// line writes the gateway's line of status (nothing without one).
+func (g *gatewayStatus) line(b *strings.Builder) {
+	switch {
+	case g == nil:
+	case g.Error != "":
+		fmt.Fprintf(b, "Gateway:      %s: %s\n", g.URL, g.Error)
+	default:
+		fmt.Fprintf(b, "Gateway:      %s: %d routes, table %s, %d s old", g.URL, g.Routes, g.Source, g.AgeSeconds)
+		if g.Refusing > 0 {
+			fmt.Fprintf(b, ", %d refusing (past their max_stale)", g.Refusing)
+		}
+		b.WriteString("\n")
+	}
 }

@@ -764,6 +764,26 @@ func (g *Gateway) source() (discovery.Source, time.Duration) {
 	return f.source, f.age
 }
 
+// refusing counts the routes of st that refuse requests now on staleness: every dynamic one
+// past --max-stale, else those past their own max_stale while the view is last-known-good.
+func (g *Gateway) refusing(st *state) int {
+	f := g.fresh.Load()
+	if f == nil || f.source != discovery.SourceSnapshot {
+		return 0
+	}
+	age := g.cfg.Now().Sub(f.validAt)
+	n := 0
+	for _, e := range st.table.Entries() {
+		if e.Source == "static" {
+			continue
+		}
+		if sv := st.serving[e]; f.expired || (sv != nil && sv.maxStale > 0 && age > sv.maxStale) {
+			n++
+		}
+	}
+	return n
+}
+
 func (g *Gateway) serveRoutes(w http.ResponseWriter, r *http.Request) {
 	st := g.state.Load()
 	if st == nil {
@@ -773,7 +793,7 @@ func (g *Gateway) serveRoutes(w http.ResponseWriter, r *http.Request) {
 	source, age := g.source()
 	if g.cfg.Admin != nil {
 		if _, err := g.cfg.Admin.Authorize(r, auth.GatewayAdmin); err != nil {
-			httpapi.WriteJSON(w, http.StatusOK, routing.RoutesSummary{Summary: true, RouteCount: len(st.table.Entries()), RejectedCount: len(st.table.Rejected()),
+			httpapi.WriteJSON(w, http.StatusOK, routing.RoutesSummary{Summary: true, RefusingCount: g.refusing(st), RouteCount: len(st.table.Entries()), RejectedCount: len(st.table.Rejected()),
 				ConflictCount: len(st.table.Conflicts()), Source: string(source), AgeSeconds: int64(age / time.Second), RegistryRevision: st.revision,
 				RegistryEpoch: st.epoch, DerivedAt: st.derivedAt.UTC(), FullTable: "the routes are shown to the gateway_admin permission only: " + httpapi.AsError(err).Message})
 			return
@@ -781,7 +801,7 @@ func (g *Gateway) serveRoutes(w http.ResponseWriter, r *http.Request) {
 	}
 	canonical := st.table.Canonical() // made for this answer: the routes page is rare, a table change is not
 	ans := routing.RoutesAnswer{Canonical: canonical, Source: string(source), AgeSeconds: int64(age / time.Second), RegistryRevision: st.revision,
-		RegistryEpoch: st.epoch, DerivedAt: st.derivedAt.UTC(), Reasons: map[string]string{}}
+		RegistryEpoch: st.epoch, DerivedAt: st.derivedAt.UTC(), Reasons: map[string]string{}, RefusingCount: g.refusing(st)}
 	for _, rj := range canonical.Rejected {
 		ans.Reasons[rj.Instance] = rj.Reason
 	}
