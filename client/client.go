@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -146,13 +147,26 @@ func (c *Client) Raw(ctx context.Context, r Request) ([]byte, error) {
 // exchange is Do that also returns the answer's status and body (those of an error answer
 // included).
 func (c *Client) exchange(ctx context.Context, r Request, out any) (int, []byte, error) {
-	base := c.Registry()
 	timeout := r.Timeout
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	// A request that could not even connect sent nothing: it goes to the next registry at
+	// once, each of them once at most, so that the first request of a client whose first
+	// registry is down is answered by the next (later ones start there).
+	for tries := 1; ; tries++ {
+		status, body, err := c.attempt(ctx, c.Registry(), r, out)
+		var op *net.OpError
+		if err == nil || tries >= len(c.cfg.Registries) || !errors.As(err, &op) || op.Op != "dial" || ctx.Err() != nil {
+			return status, body, err
+		}
+	}
+}
+
+// attempt sends r to base once.
+func (c *Client) attempt(ctx context.Context, base string, r Request, out any) (int, []byte, error) {
 	target, err := joinURL(base, r.Path, r.Query)
 	if err != nil {
 		return 0, nil, err

@@ -351,7 +351,7 @@ func TestOneGatewaysBrokenPathWithdrawsNothing(t *testing.T) {
 }
 
 // TestALatencyOutlierLosesWeight: a registry (outlier window 20 s), one gateway reporting
-// every 2 s, five jms providers and a sixth answering 200 ms late, about 50 publishes a
+// every 2 s, five jms providers and a sixth answering 200 ms late, about 100 publishes a
 // second: the gateway reports each instance's p99 and the slow one is degraded with
 // OUTLIER_LATENCY (weight 50 at most) within 30 s of the traffic starting, never withdrawn,
 // no other one touched. Once its latency is gone it serves at full weight again.
@@ -381,7 +381,7 @@ func TestALatencyOutlierLosesWeight(t *testing.T) {
 		start("0s")
 	}
 	s.everyGatewaySends("the gateway sends to the six jms providers", s.endpoints)
-	s.load(50)
+	s.load(100)
 	var withdrawn error
 	degraded := s.watch(60*time.Second, slow, func(m member) bool {
 		if outOfRotation(m.state) {
