@@ -615,7 +615,7 @@ func (r *Registry) logSummary(ctx context.Context) {
 		return
 	}
 	n, c := r.store.Counts()
-	r.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "registry activity", slog.Duration("over", r.cfg.SummaryInterval),
+	r.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "registry activity", slog.Float64("over_seconds", r.cfg.SummaryInterval.Seconds()),
 		slog.Int64("registered", reg), slog.Int64("heartbeats", hb), slog.Int64("deregistered", dereg), slog.Int64("evicted", ev),
 		slog.Int("instances", n), slog.Int("capabilities", c), slog.Int64("revision", r.revision()))
 }

@@ -739,6 +739,9 @@ func TestActivityIsSummarised(t *testing.T) {
 	if len(lines) != 1 || !strings.Contains(lines[0], `"registered":100`) || !strings.Contains(lines[0], `"heartbeats":100`) {
 		t.Fatalf("summary lines %q, want one with 100 registrations and 100 heartbeats", lines)
 	}
+	if !strings.Contains(lines[0], `"over_seconds":0.005,`) {
+		t.Errorf("summary line %q, want its period in seconds (over_seconds 0.005), not raw nanoseconds", lines[0])
+	}
 }
 
 // TestReadinessIsSaid: an instance says what tells the registry it is ready — its probes

@@ -79,6 +79,9 @@ func TestHostileAliases(t *testing.T) {
 	}{
 		{"a billion laughs in 81 aliases", laughs, workflow.CodeYAMLLimit, "", 0},
 		{"a key set twice", "name: a\nsteps: []\nname: b\n", workflow.CodeYAMLSyntax, "", 3},
+		{"an unclosed flow mapping on line 7", "name: a\ninvocation:\n  type: [http]\nsteps:\n  - id: s\n    type: service_call\n" +
+			"    capability: {id: messaging.publish, provider: jms\n    request: {destination: d}\n", workflow.CodeYAMLSyntax, "", 7},
+		{"an unclosed flow sequence on line 3", "name: a\nsteps: []\ninvocation: {type: [http}\n", workflow.CodeYAMLSyntax, "", 3},
 		{"a bad capability by alias", "name: a\ninvocation: {type: http}\nsteps:\n" +
 			"  - id: first\n    type: service_call\n    capability: &cap\n      id: Bad\n" +
 			"  - {id: second, type: service_call, capability: *cap}\n", workflow.CodeInvalidCapabilityID, "steps[1].capability.id", 7},

@@ -132,10 +132,21 @@ func syntaxErr(err error) error {
 func syntaxPos(err error) Pos {
 	if m := syntaxLine.FindStringSubmatch(err.Error()); m != nil {
 		if n, perr := strconv.Atoi(m[1]); perr == nil {
+			if unclosedFlow(err.Error()) {
+				// the parser names an unclosed flow collection by the line of its start
+				// counted from 0 (a scanner's errors, and the others, from 1): the line the
+				// '{' or '[' is on is the next one
+				n++
+			}
 			return Pos{n, 1}
 		}
 	}
 	return Pos{1, 1}
+}
+
+// unclosedFlow reports a parser error about a flow mapping or sequence left open.
+func unclosedFlow(msg string) bool {
+	return strings.HasSuffix(msg, "did not find expected ',' or '}'") || strings.HasSuffix(msg, "did not find expected ',' or ']'")
 }
 
 // converter turns parser nodes into a tree, counting the nodes it makes against budget: an
