@@ -228,8 +228,8 @@ func (r *ReportRequest) Validate() error {
 	} else {
 		for i, c := range r.Conditions {
 			p := fmt.Sprintf("conditions[%d]", i)
-			if c.Kind != IncidentTrigger && c.Kind != IncidentRoute {
-				ds = append(ds, Detail{Path: p + ".kind", Message: fmt.Sprintf("must be trigger or route, got %q", c.Kind)})
+			if c.Kind != IncidentTrigger && c.Kind != IncidentRoute && c.Kind != IncidentValidation {
+				ds = append(ds, Detail{Path: p + ".kind", Message: fmt.Sprintf("must be trigger, route or validation, got %q", c.Kind)})
 			}
 			if c.Subject == "" || len(c.Subject) > maxReportSubject {
 				ds = append(ds, Detail{Path: p + ".subject", Message: fmt.Sprintf("required, at most %d bytes", maxReportSubject)})
@@ -237,7 +237,7 @@ func (r *ReportRequest) Validate() error {
 			if len(c.Summary) > maxReportMessage {
 				ds = append(ds, Detail{Path: p + ".summary", Message: fmt.Sprintf("at most %d bytes", maxReportMessage)})
 			}
-			if c.Kind == IncidentTrigger && c.Active && !slices.Contains(r.Workflows, c.Subject) {
+			if (c.Kind == IncidentTrigger || c.Kind == IncidentValidation) && c.Active && !slices.Contains(r.Workflows, c.Subject) {
 				ds = append(ds, Detail{Path: p + ".subject", Message: fmt.Sprintf("workflow %q is not in the report's workflows list: a trigger is raised only for a workflow the reporting orchestrator holds", c.Subject)})
 			}
 		}

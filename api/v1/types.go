@@ -477,6 +477,10 @@ const (
 	IncidentTrigger = "trigger"
 	// IncidentRoute: a route has had no eligible upstream for a minute (reported by a gateway).
 	IncidentRoute = "route"
+	// IncidentValidation: a published workflow that validated passed no longer does — a
+	// scheduled re-validation found its contract or its providers failing (reported by the
+	// orchestrator; subject the workflow). It clears when the workflow validates again.
+	IncidentValidation = "validation"
 	// IncidentZoneOutlier: a zone of a capability fails as a whole against its other zones
 	// (subject "capability/zone"); the summary names the evacuation command.
 	IncidentZoneOutlier = "zone_outlier"

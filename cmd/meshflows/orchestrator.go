@@ -39,6 +39,7 @@ type orchestratorFlags struct {
 	// allowEndpointCIDR is --allow-endpoint-cidr.
 	allowEndpointCIDR []string
 	maxStale          time.Duration
+	revalidateEvery   time.Duration
 	maxRuns           int
 	maxRunsTotal      int
 	maxStepTimeout    time.Duration
@@ -84,6 +85,7 @@ that an open API is intended. It calls the registry with --registry-ca, --regist
 	bindEnv(fl, "registry", "MESHFLOWS_REGISTRY")
 	fl.StringVar(&f.dir, "workflows-dir", "", "directory where workflows, their results, run history and trigger health, and the last discovery view persist (loaded at start: runs resolve from the saved view while the registry is away)")
 	fl.StringSliceVar(&f.allowEndpointCIDR, "allow-endpoint-cidr", nil, allowEndpointCIDRUsage)
+	fl.DurationVar(&f.revalidateEvery, "revalidate-every", time.Hour, "validate every published workflow again against its providers this often (0: never): the results show in the validation console and the journal, and a workflow that stopped validating raises its validation incident")
 	fl.DurationVar(&f.maxStale, "max-stale", 0, "how long the last valid discovery view (saved in --workflows-dir, or held since the registry went away) resolves the steps that declare no max_stale of their own; past it such a step uses --static-capabilities, or fails with 503 STALE_VIEW_EXPIRED, until the registry answers. 0 (the default): for as long as the registry is away")
 	fl.StringVar(&f.staticFile, "static-capabilities", "", "YAML list of {capability_id, provider, version, endpoint}: used when the registry has never answered")
 	fl.DurationVar(&f.timeout, "provider-timeout", workflow.DefaultProviderTimeout, "timeout of each provider validation")
@@ -171,7 +173,11 @@ func startOrchestrator(ctx context.Context, g *errgroup.Group, f *orchestratorFl
 	if err != nil {
 		return err
 	}
-	o, err := orchestrator.New(orchestrator.Config{Endpoints: endpoints, Reporter: reporter, ReporterID: "orchestrator@" + ln.Addr().String(), Discovery: disc, Static: static, Dir: f.dir, ProviderTimeout: f.timeout, Strict: strict, ScopeMode: mode, MaxParallel: f.maxParallel,
+	revalidate := f.revalidateEvery
+	if revalidate == 0 {
+		revalidate = -1 // the flag's 0 is never; the Config's default is an hour
+	}
+	o, err := orchestrator.New(orchestrator.Config{RevalidateEvery: revalidate, Endpoints: endpoints, Reporter: reporter, ReporterID: "orchestrator@" + ln.Addr().String(), Discovery: disc, Static: static, Dir: f.dir, ProviderTimeout: f.timeout, Strict: strict, ScopeMode: mode, MaxParallel: f.maxParallel,
 		MaxConcurrentRuns: f.maxRuns, MaxConcurrentRunsTotal: f.maxRunsTotal, MaxStepTimeout: f.maxStepTimeout, MaxRunDuration: f.maxRunDuration,
 		MaxRunRecordBytes: f.maxRecordBytes, MaxRunHistoryBytes: f.maxHistoryBytes, TriggerWarning: f.triggerWarn, TriggerCritical: f.triggerCrit, Authorizer: authz, Registerer: promReg, Logger: logger, Tracing: tr})
 	if err != nil {

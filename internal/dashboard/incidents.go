@@ -133,7 +133,7 @@ func incidentRunbook(in apiv1.Incident) string {
 	switch in.Kind {
 	case apiv1.IncidentQuarantine, apiv1.IncidentPanic, apiv1.IncidentSelfPreservation:
 		return "/runbooks/eligibility"
-	case apiv1.IncidentTrigger:
+	case apiv1.IncidentTrigger, apiv1.IncidentValidation:
 		return "/runbooks/workflow-failing"
 	case apiv1.IncidentRoute:
 		return "/runbooks/route-unavailable"

@@ -206,7 +206,7 @@ func (d *Dashboard) investigate(w http.ResponseWriter, r *http.Request) {
 	}
 	subject := incidentSubject(*in)
 	q := apiv1.EventsQuery{From: data.From, Until: data.Until, Limit: 200}
-	if in.Kind == apiv1.IncidentTrigger || in.Kind == apiv1.IncidentRoute {
+	if in.Kind == apiv1.IncidentTrigger || in.Kind == apiv1.IncidentRoute || in.Kind == apiv1.IncidentValidation {
 		q.Text = subject // reported events name it in their subject or message
 	} else {
 		q.Subject = subject
@@ -235,7 +235,7 @@ func incidentSubject(in apiv1.Incident) string {
 
 // incidentLogs is the Logs view of an incident's subject over its evidence window.
 func incidentLogs(in apiv1.Incident, from, until time.Time) string {
-	if in.Kind == apiv1.IncidentTrigger || in.Kind == apiv1.IncidentRoute {
+	if in.Kind == apiv1.IncidentTrigger || in.Kind == apiv1.IncidentRoute || in.Kind == apiv1.IncidentValidation {
 		v := url.Values{"q": {in.Subject}, "from": {from.UTC().Format(time.RFC3339)}, "until": {until.UTC().Format(time.RFC3339)}}
 		return "/logs?" + v.Encode()
 	}

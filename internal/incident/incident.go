@@ -64,7 +64,7 @@ func New(cfg Config) (*Log, error) {
 	}
 	l := &Log{cfg: cfg, open: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "meshflows_incidents_open",
 		Help: "Incidents not resolved (open or acknowledged), by kind."}, []string{"kind"})}
-	for _, k := range []string{apiv1.IncidentQuarantine, apiv1.IncidentPanic, apiv1.IncidentSelfPreservation, apiv1.IncidentTrigger, apiv1.IncidentRoute, apiv1.IncidentZoneOutlier} {
+	for _, k := range []string{apiv1.IncidentQuarantine, apiv1.IncidentPanic, apiv1.IncidentSelfPreservation, apiv1.IncidentTrigger, apiv1.IncidentRoute, apiv1.IncidentZoneOutlier, apiv1.IncidentValidation} {
 		l.open.WithLabelValues(k)
 	}
 	if cfg.Registerer != nil {

@@ -51,6 +51,7 @@ meshflows_incidents_open{kind="quarantine"} 1
 meshflows_incidents_open{kind="route"} 0
 meshflows_incidents_open{kind="self_preservation"} 0
 meshflows_incidents_open{kind="trigger"} 0
+meshflows_incidents_open{kind="validation"} 0
 meshflows_incidents_open{kind="zone_outlier"} 0
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "meshflows_incidents_open"); err != nil {
@@ -191,6 +192,7 @@ meshflows_incidents_open{kind="quarantine"} 1
 meshflows_incidents_open{kind="route"} 0
 meshflows_incidents_open{kind="self_preservation"} 0
 meshflows_incidents_open{kind="trigger"} 0
+meshflows_incidents_open{kind="validation"} 0
 meshflows_incidents_open{kind="zone_outlier"} 0
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "meshflows_incidents_open"); err != nil {

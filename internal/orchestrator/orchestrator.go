@@ -97,6 +97,12 @@ type Config struct {
 	// instance (POST /v1/outcomes, as the gateways do: the registry pools both); default
 	// 10 s, negative: never. The orchestrator's identity needs the gateway permission.
 	OutcomeWindow time.Duration
+	// RevalidateEvery is how often Run validates every published workflow again against its
+	// providers (default 1 h; negative: never): a provider that changed its contract under a
+	// published workflow is found before a run fails on it. The results land where an
+	// upload's do (the validation console, the journal); a verdict that changed from passed
+	// to failed raises the workflow's validation incident, and passing again clears it.
+	RevalidateEvery time.Duration
 	// ReporterID names the orchestrator as a reporter of outcomes in open mode (with a
 	// credential the registry takes the caller's identity); default "orchestrator".
 	ReporterID string
@@ -209,6 +215,7 @@ func New(cfg Config) (*Orchestrator, error) {
 	}
 	orDefault(&cfg.OutcomeWindow, 10*time.Second)
 	orDefault(&cfg.ReporterID, "orchestrator")
+	orDefault(&cfg.RevalidateEvery, time.Hour)
 	orDefault(&cfg.MaxConcurrentRuns, DefaultMaxConcurrentRuns)
 	orDefault(&cfg.MaxConcurrentRunsTotal, DefaultMaxConcurrentRunsTotal)
 	orDefault(&cfg.MaxStepTimeout, workflow.DefaultMaxStepTimeout)

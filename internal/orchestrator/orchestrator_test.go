@@ -842,3 +842,75 @@ func TestRedirectsAreNeverFollowed(t *testing.T) {
 		t.Errorf("%d requests reached the address the provider redirected to, want none", n)
 	}
 }
+
+// TestScheduledRevalidation: RevalidatePublished validates every published workflow again
+// against its providers; a provider whose validation starts failing under a published
+// workflow changes its verdict, which raises the workflow's validation incident, and
+// passing again clears it.
+func TestScheduledRevalidation(t *testing.T) {
+	var failing atomic.Bool
+	prov := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		if failing.Load() {
+			io.WriteString(w, `{"valid":false,"diagnostics":[{"severity":"error","code":"DESTINATION_GONE","message":"the destination was removed","path":"request.destination"}]}`)
+			return
+		}
+		io.WriteString(w, `{"valid":true}`)
+	}))
+	t.Cleanup(prov.Close)
+	reg := registrytest.NewServer(t, registry.Config{})
+	reg.Clock.Advance(registry.DefaultLeaseTTL)
+	req := apiv1.RegisterRequest{InstanceID: "toggle-1", ServiceName: "toggle", ServiceVersion: "1.0.0", Endpoint: prov.URL,
+		Capabilities: []apiv1.Capability{{CapabilityID: "toggle.send", CapabilityVersion: "1.0.0", ContractSchemaVersion: "1.0", Provider: "toggle",
+			Metadata: json.RawMessage(`{"validate_supported":true}`)}}}
+	if _, err := reg.Registry.Register(context.Background(), &req); err != nil {
+		t.Fatal(err)
+	}
+	disc, _ := discovery.New(discovery.Config{Registries: []string{reg.URL}, RequestTimeout: time.Second, TTL: time.Millisecond})
+	var mu sync.Mutex
+	var conds []apiv1.Condition
+	rep, err := report.New(report.Config{Reporter: "o", Send: func(_ context.Context, r *apiv1.ReportRequest) error {
+		mu.Lock()
+		conds = append(conds, r.Conditions...)
+		mu.Unlock()
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := orchestrator.New(orchestrator.Config{Discovery: disc, Reporter: rep, Strict: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := "name: send\ninvocation:\n  type: [http]\nsteps:\n  - id: s\n    type: service_call\n    step_version: \"1.1\"\n" +
+		"    capability: {id: toggle.send, provider: toggle, capability_version: \">=1.0\"}\n    request: {destination: d}\n"
+	if _, err := o.Upload(context.Background(), []byte(src)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.Publish("send"); err != nil {
+		t.Fatal(err)
+	}
+	if changed := o.RevalidatePublished(context.Background()); len(changed) != 0 {
+		t.Errorf("nothing changed, yet %v", changed)
+	}
+	failing.Store(true)
+	if changed := o.RevalidatePublished(context.Background()); fmt.Sprint(changed) != "[send]" {
+		t.Errorf("the provider fails validation now: changed %v, want [send]", changed)
+	}
+	rep.Flush(context.Background())
+	failing.Store(false)
+	o.RevalidatePublished(context.Background())
+	rep.Flush(context.Background())
+	mu.Lock()
+	defer mu.Unlock()
+	var states []bool
+	for _, c := range conds {
+		if c.Kind == apiv1.IncidentValidation && c.Subject == "send" {
+			states = append(states, c.Active)
+		}
+	}
+	if fmt.Sprint(states) != "[true false]" {
+		t.Errorf("validation conditions reported: %v, want the incident raised then cleared", states)
+	}
+}

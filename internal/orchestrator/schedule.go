@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,6 +35,9 @@ func (o *Orchestrator) Run(ctx context.Context) error {
 	defer runs.Wait()
 	if o.cfg.OutcomeWindow > 0 {
 		runs.Go(func() { o.reportOutcomes(ctx) })
+	}
+	if o.cfg.RevalidateEvery > 0 {
+		runs.Go(func() { o.revalidateEvery(ctx) })
 	}
 	for {
 		now := o.cfg.Now()
@@ -191,4 +196,55 @@ func containsStr(ss []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// revalidateEvery validates every published workflow again each RevalidateEvery until ctx
+// ends (RevalidatePublished).
+func (o *Orchestrator) revalidateEvery(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-o.cfg.After(o.cfg.RevalidateEvery):
+		}
+		o.RevalidatePublished(ctx)
+	}
+}
+
+// RevalidatePublished validates every published workflow again against its providers and
+// stores each result (the validation console and the journal show it). A workflow whose
+// verdict went from passed to failed raises its validation incident; one that passes
+// again clears it. It returns the workflows whose verdict changed.
+func (o *Orchestrator) RevalidatePublished(ctx context.Context) []string {
+	o.mu.Lock()
+	type was struct{ name, contract, providers string }
+	var names []was
+	for name, e := range o.workflows {
+		if e.published != nil && e.latest != nil && e.latest.result != nil {
+			names = append(names, was{name, e.latest.result.ContractStatus, e.latest.result.ProviderStatus})
+		}
+	}
+	o.mu.Unlock()
+	slices.SortFunc(names, func(a, b was) int { return strings.Compare(a.name, b.name) })
+	var changed []string
+	for _, w := range names {
+		if ctx.Err() != nil {
+			break
+		}
+		res, err := o.Revalidate(ctx, w.name)
+		if err != nil || res == nil {
+			continue
+		}
+		failed := res.ContractStatus == apiv1.StatusFailed || res.ProviderStatus == apiv1.StatusFailed
+		if res.ContractStatus == w.contract && res.ProviderStatus == w.providers {
+			continue
+		}
+		changed = append(changed, w.name)
+		if o.cfg.Reporter != nil {
+			o.cfg.Reporter.Condition(apiv1.Condition{Kind: apiv1.IncidentValidation, Subject: w.name, Active: failed,
+				Summary: fmt.Sprintf("workflow %s re-validated: contract %s (was %s), providers %s (was %s)", w.name,
+					res.ContractStatus, w.contract, res.ProviderStatus, w.providers)})
+		}
+	}
+	return changed
 }

@@ -33,6 +33,9 @@ type Target struct {
 	URL string
 	// Interval is the manifest's health.interval: never replaced by a default.
 	Interval time.Duration
+	// Service names the instance's service: the probe latency histogram is by service (a
+	// slow health endpoint is a service's signal; never by instance).
+	Service string
 }
 
 // Result is one probe's outcome for the registry.
@@ -165,11 +168,11 @@ func New(cfg Config) (*Prober, error) {
 		total: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meshflows_probes_total",
 			Help: "Active health probes, by result (ok, fail, timeout, refused)."}, []string{"result"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "meshflows_probe_duration_seconds",
-			Help: "Latency of active health probes, by result.", Buckets: prometheus.ExponentialBuckets(0.0005, 4, 9)}, []string{"result"}),
+			Help: "Latency of active health probes, by result and service.", Buckets: prometheus.ExponentialBuckets(0.0005, 4, 9)}, []string{"result", "service"}),
 	}
 	for _, r := range []string{health.ProbeOK, health.ProbeFail, health.ProbeTimeout, health.ProbeRefused} { // every series exists from the start
 		p.total.WithLabelValues(r)
-		p.duration.WithLabelValues(r)
+		p.duration.WithLabelValues(r, "") // the family exists before the first probe
 	}
 	if cfg.Registerer != nil {
 		for _, c := range []prometheus.Collector{p.total, p.duration} {
@@ -305,7 +308,7 @@ func (p *Prober) probe(ctx context.Context, t Target) Result {
 	res.Latency = time.Since(start)
 	res.At = p.cfg.Now()
 	p.total.WithLabelValues(res.Result).Inc()
-	p.duration.WithLabelValues(res.Result).Observe(res.Latency.Seconds())
+	p.duration.WithLabelValues(res.Result, res.Target.Service).Observe(res.Latency.Seconds())
 	return res
 }
 

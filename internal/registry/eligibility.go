@@ -411,7 +411,7 @@ func (r *Registry) ProbeTargets() []prober.Target {
 			continue // validation refuses these at registration
 		}
 		out = append(out, prober.Target{ID: rec.InstanceID, Generation: rec.Generation,
-			URL: strings.TrimSuffix(rec.Endpoint, "/") + m.Health.Path, Interval: iv})
+			URL: strings.TrimSuffix(rec.Endpoint, "/") + m.Health.Path, Interval: iv, Service: rec.ServiceName})
 	}
 	pt.epoch, pt.rev, pt.targets = epoch, rev, out
 	return out

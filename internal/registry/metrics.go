@@ -62,6 +62,17 @@ func newMetrics(reg prometheus.Registerer, r *Registry) (*metrics, error) {
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "active_capabilities", Help: "Capabilities of the instances with a live registration."},
 			func() float64 { _, c := r.store.Counts(); return float64(c) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
+			Name: "instances_missing_heartbeats", Help: "Instances that missed two heartbeats or more in a row (no renewal for over twice the heartbeat interval): the registry's own signal, for every instance, those kube-sync keeps included, without scraping a provider. GET /v1/services lists them (reason SILENT)."},
+			func() float64 {
+				now, n := r.cfg.Now(), 0
+				for _, rec := range r.store.Records() {
+					if last := rec.LeaseExpiresAt().Add(-r.cfg.LeaseTTL); now.Sub(last) > 2*r.cfg.HeartbeatInterval {
+						n++
+					}
+				}
+				return float64(n)
+			}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns,
 			Name: "instances_without_readiness", Help: "Instances nothing says are ready to serve: no probe class (the manifest declares no health endpoint) and no runtime reporting readiness; they are in rotation on their registration and heartbeats alone (readiness none)."},
 			func() float64 {
