@@ -89,6 +89,21 @@ func New(cfg Config) (*Client, error) {
 	return &Client{cfg: cfg}, nil
 }
 
+// actingForKey carries ActingFor's viewer in a context.
+type actingForKey struct{}
+
+type actingFor struct {
+	viewer string
+	admin  bool
+}
+
+// ActingFor returns a context whose requests say they act on behalf of viewer (the console
+// passing its viewer on; admin: the viewer signed in with the console's admin token). The
+// registry takes it only from an identity it was told is the console's.
+func ActingFor(ctx context.Context, viewer string, admin bool) context.Context {
+	return context.WithValue(ctx, actingForKey{}, actingFor{viewer, admin})
+}
+
 // RedirectRefused ends the message of the error a 3xx answer gives: the client never follows
 // a redirect.
 const RedirectRefused = "redirects are never followed"
@@ -188,6 +203,12 @@ func (c *Client) attempt(ctx context.Context, base string, r Request, out any) (
 	}
 	if c.cfg.BearerToken != "" {
 		req.Header.Set("Authorization", "Bearer "+c.cfg.BearerToken)
+	}
+	if a, ok := ctx.Value(actingForKey{}).(actingFor); ok && a.viewer != "" {
+		req.Header.Set(apiv1.HeaderActingFor, a.viewer)
+		if a.admin {
+			req.Header.Set(apiv1.HeaderActingAdmin, "true")
+		}
 	}
 	resp, err := c.cfg.HTTPClient.Do(req)
 	if err != nil {

@@ -467,6 +467,15 @@ type WithdrawalResponse struct {
 	Reason string `json:"reason,omitempty"`
 }
 
+// Headers of an action on an incident taken on behalf of a viewer: the console, acting with
+// its own identity, names the viewer (HeaderActingFor), and says when the viewer signed in
+// with the console's admin token (HeaderActingAdmin). The registry takes them only from the
+// identities it was told are the console's (--console-identity).
+const (
+	HeaderActingFor   = "X-MeshFlows-Acting-For"
+	HeaderActingAdmin = "X-MeshFlows-Acting-Admin"
+)
+
 // Incident kinds and statuses (GET /v1/incidents).
 const (
 	IncidentQuarantine       = "quarantine"

@@ -31,6 +31,9 @@ const logFlushInterval = 100 * time.Millisecond
 
 // registryFlags are the flags of 'meshflows registry'.
 type registryFlags struct {
+	// consoleIdentities are the console's identities (--console-identity): they may act on
+	// incidents on behalf of the viewer they name
+	consoleIdentities []string
 	otlp              string
 	listen            string
 	allowEndpointCIDR []string
@@ -114,6 +117,7 @@ func (f *registryFlags) bind(fs *pflag.FlagSet) {
 	fs.BoolVar(&f.insecure, "insecure", false, "serve without authentication (development only: anyone who reaches the port can register and deregister)")
 	f.security.bind(fs, "RBAC policy file (YAML); reloaded when it changes, an invalid new version is refused")
 	fs.StringVar(&f.security.auditLog, "audit-log", "", "audit log: a file to append JSON lines to, or - for stdout (default: none)")
+	fs.StringSliceVar(&f.consoleIdentities, "console-identity", nil, "the console's identity (repeatable): it may act on incidents on behalf of its viewer, whom the registry then judges (an admin, or the incident's owner) and records")
 	fs.Float64Var(&f.security.registerRate, "register-rate", 10, "registrations per second allowed per identity")
 	fs.IntVar(&f.security.registerBurst, "register-burst", 20, "registration burst allowed per identity")
 	fs.StringVar(&f.etcd.store, "store", "memory", "where the state lives: memory (this process) or etcd (replicas over an etcd cluster)")
@@ -296,7 +300,7 @@ func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln 
 	if err != nil {
 		return err
 	}
-	srv, err := server.New(reg, sec.apply(server.Config{MaxBodyBytes: f.maxBodyBytes, GzipMinBytes: never(f.gzipMinBytes), PollSpacing: never(f.pollSpacing), MaxAnswerInstances: never(f.maxAnswer), MaxDeltaBytes: f.maxDeltaBytes, Logger: logger, Registerer: promReg, Gatherer: promReg, Incidents: incidents, Journal: events, History: hist, Tracing: tr}))
+	srv, err := server.New(reg, sec.apply(server.Config{MaxBodyBytes: f.maxBodyBytes, GzipMinBytes: never(f.gzipMinBytes), PollSpacing: never(f.pollSpacing), MaxAnswerInstances: never(f.maxAnswer), MaxDeltaBytes: f.maxDeltaBytes, Logger: logger, Registerer: promReg, Gatherer: promReg, Incidents: incidents, Journal: events, History: hist, Tracing: tr, Delegators: f.consoleIdentities}))
 	if err != nil {
 		return err
 	}

@@ -2,15 +2,18 @@ package dashboard_test
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/internal/dashboard"
 )
 
@@ -320,5 +323,48 @@ func TestSignInRedirectsOnlyWithinTheConsole(t *testing.T) {
 		if got := resp.Header.Get("Location"); got != want {
 			t.Errorf("next %q: redirected to %q, want %q", next, got, want)
 		}
+	}
+}
+
+// TestIncidentActionsNameTheViewer: the console acts on an incident for its viewer, naming
+// them to the registry (which judges them, not the console), and passes the registry's
+// refusal on.
+func TestIncidentActionsNameTheViewer(t *testing.T) {
+	var mu sync.Mutex
+	var named []string
+	reg := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		named = append(named, r.Header.Get(apiv1.HeaderActingFor)+"/"+r.Header.Get(apiv1.HeaderActingAdmin))
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusForbidden)
+		io.WriteString(w, `{"error":{"code":"FORBIDDEN","message":"identity \"catalog\" may not act on incident 1"}}`)
+	}))
+	defer reg.Close()
+	d, err := dashboard.New(dashboard.Config{RegistryURL: reg.URL, AdminToken: "s3cret", Viewers: viewers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(d.Handler())
+	defer srv.Close()
+	act := func(auth string) int {
+		req, _ := http.NewRequest("POST", srv.URL+"/incidents/1/acknowledge", strings.NewReader("comment=x"))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Authorization", auth)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := act("Bearer as:catalog"); got != http.StatusForbidden {
+		t.Errorf("a viewer the registry refuses: %d, want its 403 passed on", got)
+	}
+	act("Bearer s3cret")
+	mu.Lock()
+	defer mu.Unlock()
+	if fmt.Sprint(named) != "[catalog/ admin (token)/true]" {
+		t.Errorf("the registry was told %v, want the viewer catalog, then the admin token's viewer as an admin", named)
 	}
 }

@@ -1,12 +1,16 @@
 package dashboard
 
 import (
+	"cmp"
+	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
 	"time"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/client"
 	"github.com/meshflows/meshflows/routing"
 )
 
@@ -97,8 +101,8 @@ func (d *Dashboard) incidents(w http.ResponseWriter, r *http.Request) {
 // the form's comment.
 func (d *Dashboard) incidentAction(w http.ResponseWriter, r *http.Request) {
 	action := r.URL.Path[strings.LastIndexByte(r.URL.Path, '/')+1:]
-	if _, err := d.registry.IncidentAction(r.Context(), r.PathValue("id"), action, strings.TrimSpace(r.PostFormValue("comment"))); err != nil {
-		http.Error(w, action+": "+err.Error(), upstreamStatus(err))
+	if _, err := d.registry.IncidentAction(d.actingFor(r), r.PathValue("id"), action, strings.TrimSpace(r.PostFormValue("comment"))); err != nil {
+		http.Error(w, action+": "+err.Error(), viewerStatus(err))
 		return
 	}
 	http.Redirect(w, r, "/incidents#incident-"+r.PathValue("id"), http.StatusSeeOther)
@@ -121,8 +125,8 @@ func (d *Dashboard) bulkAcknowledge(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "tick at least one incident", http.StatusBadRequest)
 		return
 	}
-	if _, err := d.registry.AcknowledgeIncidents(r.Context(), ids, strings.TrimSpace(r.PostFormValue("comment"))); err != nil {
-		http.Error(w, "acknowledge: "+err.Error(), upstreamStatus(err))
+	if _, err := d.registry.AcknowledgeIncidents(d.actingFor(r), ids, strings.TrimSpace(r.PostFormValue("comment"))); err != nil {
+		http.Error(w, "acknowledge: "+err.Error(), viewerStatus(err))
 		return
 	}
 	http.Redirect(w, r, "/incidents", http.StatusSeeOther)
@@ -279,4 +283,28 @@ func triggerStrips(h *apiv1.TriggerHealthResponse, now time.Time) (map[string]tr
 		out[wf.Workflow] = st
 	}
 	return out, g.width(), g.first
+}
+
+// actingFor is r's context saying to the registry which viewer the console acts for: the
+// registry judges an incident action by the viewer's identity (an admin, or the incident's
+// owner), not the console's, and records the viewer (through the console).
+func (d *Dashboard) actingFor(r *http.Request) context.Context {
+	v := viewerOf(r)
+	switch {
+	case d.cfg.Insecure:
+		return client.ActingFor(r.Context(), "console viewer", false)
+	case v.all:
+		return client.ActingFor(r.Context(), cmp.Or(v.identity, adminViewer), true)
+	}
+	return client.ActingFor(r.Context(), v.identity, false)
+}
+
+// viewerStatus is upstreamStatus for an action the registry judged by the viewer: its 403 is
+// the viewer's, said as the registry said it.
+func viewerStatus(err error) int {
+	var ae *apiv1.Error
+	if errors.As(err, &ae) && ae.Status == http.StatusForbidden {
+		return http.StatusForbidden
+	}
+	return upstreamStatus(err)
 }

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"slices"
 	"context"
 	"errors"
 	"fmt"
@@ -540,12 +541,36 @@ func (s *Server) mayActOn(r *http.Request, id string) (string, error) {
 	}
 	c := registry.CallerFrom(r.Context())
 	if s.cfg.Authenticator == nil {
+		if viewer := r.Header.Get(apiv1.HeaderActingFor); viewer != "" {
+			return viewer + " (open mode)", nil
+		}
 		return "anonymous (open mode)", nil
 	}
-	if !c.Admin && (in.Owner == "" || in.Owner != c.Identity) {
-		return "", apiv1.Errorf(http.StatusForbidden, apiv1.CodeForbidden, "identity %q may not act on incident %s: it is neither an admin nor the incident's owner", c.Identity, id)
+	identity, admin, by, err := s.actingAs(r, c)
+	if err != nil {
+		return "", err
 	}
-	return c.Identity, nil
+	if !admin && (in.Owner == "" || in.Owner != identity) {
+		return "", apiv1.Errorf(http.StatusForbidden, apiv1.CodeForbidden, "identity %q may not act on incident %s: it is neither an admin nor the incident's owner", identity, id)
+	}
+	return by, nil
+}
+
+// actingAs is who a request acts as on an incident: the caller, or — from a delegator (the
+// console's identity) naming one in apiv1.HeaderActingFor — the viewer it acts for, judged
+// by the viewer's own roles (or as an admin when the delegator says it signed in with the
+// admin token); by is what the incident records.
+func (s *Server) actingAs(r *http.Request, c registry.Caller) (identity string, admin bool, by string, err error) {
+	viewer := r.Header.Get(apiv1.HeaderActingFor)
+	if viewer == "" {
+		return c.Identity, c.Admin, c.Identity, nil
+	}
+	if !slices.Contains(s.cfg.Delegators, c.Identity) {
+		return "", false, "", apiv1.Errorf(http.StatusForbidden, apiv1.CodeForbidden,
+			"identity %q may not act on behalf of another (%s): only the console's identity (--console-identity) may", c.Identity, apiv1.HeaderActingFor)
+	}
+	admin = s.cfg.Policy.IsAdmin(viewer) || r.Header.Get(apiv1.HeaderActingAdmin) == "true"
+	return viewer, admin, viewer + " (through " + c.Identity + ")", nil
 }
 
 // maxBulk bounds the incidents of one bulk acknowledgement.

@@ -65,6 +65,12 @@ type secure struct {
 
 func newSecure(t *testing.T, limiter server.Limiter) *secure {
 	t.Helper()
+	return newSecureWith(t, limiter, nil)
+}
+
+// newSecureWith is newSecure with opt applied to the server's configuration.
+func newSecureWith(t *testing.T, limiter server.Limiter, opt func(*server.Config)) *secure {
+	t.Helper()
 	now := time.Now()
 	ca, err := auth.NewDevCA(now)
 	if err != nil {
@@ -100,6 +106,9 @@ func newSecure(t *testing.T, limiter server.Limiter) *secure {
 		Audit: auth.NewAuditLog(audit), Incidents: incidents, Journal: journal.New(0, nil)}
 	if limiter != nil {
 		cfg.Limiter = limiter
+	}
+	if opt != nil {
+		opt(&cfg)
 	}
 	srv, err := server.New(reg, cfg)
 	if err != nil {
@@ -371,5 +380,52 @@ func TestRegistrationRateLimit(t *testing.T) {
 	// heartbeats are not limited
 	if code, _, _, _ := s.do(t, jms, call{"PUT", "/v1/services/jms-1/heartbeat", `{"generation":2}`, ""}); code != 200 {
 		t.Errorf("heartbeat while registrations are limited = %d", code)
+	}
+}
+
+// TestConsoleActsForItsViewer: the console acts on incidents with its own identity, naming
+// its viewer; the registry judges the viewer (the incident's owner, or an admin) and records
+// it, and takes the naming only from the console's identity (--console-identity).
+func TestConsoleActsForItsViewer(t *testing.T) {
+	s := newSecureWith(t, nil, func(c *server.Config) { c.Delegators = []string{"gateway"} }) // the console's identity here
+	hour := time.Now().Add(time.Hour)
+	console, intruder := s.client(t, "gateway", nil, hour), s.client(t, "intruder", nil, hour)
+	s.incidents.Raise(apiv1.IncidentQuarantine, "jms-1", "egress-jms", "flapping") // 1, egress-jms's
+	s.incidents.Raise(apiv1.IncidentPanic, "messaging.publish/a", "", "panic")      // 2, nobody's
+	act := func(c *http.Client, id, viewer string, admin bool) (int, string) {
+		req, _ := http.NewRequest("POST", s.url+"/v1/incidents/"+id+"/acknowledge", nil)
+		if viewer != "" {
+			req.Header.Set(apiv1.HeaderActingFor, viewer)
+		}
+		if admin {
+			req.Header.Set(apiv1.HeaderActingAdmin, "true")
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var in apiv1.Incident
+		json.NewDecoder(resp.Body).Decode(&in)
+		by := ""
+		if n := len(in.Actions); n > 0 {
+			by = in.Actions[n-1].By
+		}
+		return resp.StatusCode, by
+	}
+	if code, _ := act(console, "1", "lonely", false); code != http.StatusForbidden {
+		t.Errorf("the console acting for a viewer who is neither owner nor admin: %d, want 403", code)
+	}
+	if code, by := act(console, "1", "egress-jms", false); code != 200 || by != "egress-jms (through gateway)" {
+		t.Errorf("the console acting for the incident's owner: %d by %q, want 200 by the owner through the console", code, by)
+	}
+	if code, _ := act(console, "2", "egress-jms", false); code != http.StatusForbidden {
+		t.Errorf("the console acting for the owner of another incident: %d, want 403", code)
+	}
+	if code, by := act(console, "2", "admin (token)", true); code != 200 || by != "admin (token) (through gateway)" {
+		t.Errorf("the console acting for its admin-token viewer: %d by %q", code, by)
+	}
+	if code, _ := act(intruder, "1", "ops", false); code != http.StatusForbidden {
+		t.Errorf("an identity that is not the console naming a viewer: %d, want 403", code)
 	}
 }

@@ -99,6 +99,10 @@ type Config struct {
 	// registry open (--insecure).
 	Authenticator Authenticator
 	Policy        Policy
+	// Delegators are the identities that may act on incidents on behalf of another (the
+	// console's, --console-identity): the registry then judges, and records, the identity
+	// they name (apiv1.HeaderActingFor). Anyone else naming one is refused.
+	Delegators []string
 	// Limiter rate-limits registrations per identity (nil: unlimited).
 	Limiter Limiter
 	// Audit, when set, receives one line per request to every /v1 endpoint.
