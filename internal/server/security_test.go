@@ -391,7 +391,7 @@ func TestConsoleActsForItsViewer(t *testing.T) {
 	hour := time.Now().Add(time.Hour)
 	console, intruder := s.client(t, "gateway", nil, hour), s.client(t, "intruder", nil, hour)
 	s.incidents.Raise(apiv1.IncidentQuarantine, "jms-1", "egress-jms", "flapping") // 1, egress-jms's
-	s.incidents.Raise(apiv1.IncidentPanic, "messaging.publish/a", "", "panic")      // 2, nobody's
+	s.incidents.Raise(apiv1.IncidentPanic, "messaging.publish/a", "", "panic")     // 2, nobody's
 	act := func(c *http.Client, id, viewer string, admin bool) (int, string) {
 		req, _ := http.NewRequest("POST", s.url+"/v1/incidents/"+id+"/acknowledge", nil)
 		if viewer != "" {
