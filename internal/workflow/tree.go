@@ -93,14 +93,14 @@ func parseTree(src []byte) (root *node, at Pos, err error) {
 		if errors.Is(err, io.EOF) {
 			return &node{kind: kindNull, pos: Pos{1, 1}}, Pos{}, nil
 		}
-		return nil, syntaxPos(err), syntaxErr(err)
+		return nil, syntaxPos(err, src), syntaxErr(err)
 	}
 	var next yaml.Node
 	switch err := dec.Decode(&next); {
 	case err == nil:
 		return nil, Pos{next.Line, next.Column}, errors.New("the file holds more than one YAML document; one workflow per file")
 	case !errors.Is(err, io.EOF):
-		return nil, syntaxPos(err), syntaxErr(err)
+		return nil, syntaxPos(err, src), syntaxErr(err)
 	}
 	body := &doc
 	if doc.Kind == yaml.DocumentNode {
@@ -129,14 +129,11 @@ func syntaxErr(err error) error {
 	return errors.New(msg)
 }
 
-func syntaxPos(err error) Pos {
+func syntaxPos(err error, src []byte) Pos {
 	if m := syntaxLine.FindStringSubmatch(err.Error()); m != nil {
 		if n, perr := strconv.Atoi(m[1]); perr == nil {
-			if unclosedFlow(err.Error()) {
-				// the parser names an unclosed flow collection by the line of its start
-				// counted from 0 (a scanner's errors, and the others, from 1): the line the
-				// '{' or '[' is on is the next one
-				n++
+			if opener := unclosedFlow(err.Error()); opener != 0 {
+				n = flowStart(src, n, opener)
 			}
 			return Pos{n, 1}
 		}
@@ -144,9 +141,31 @@ func syntaxPos(err error) Pos {
 	return Pos{1, 1}
 }
 
-// unclosedFlow reports a parser error about a flow mapping or sequence left open.
-func unclosedFlow(msg string) bool {
-	return strings.HasSuffix(msg, "did not find expected ',' or '}'") || strings.HasSuffix(msg, "did not find expected ',' or ']'")
+// unclosedFlow returns the opener of the flow collection a parser error says was left open
+// ('{' or '['), or 0.
+func unclosedFlow(msg string) byte {
+	switch {
+	case strings.HasSuffix(msg, "did not find expected ',' or '}'"):
+		return '{'
+	case strings.HasSuffix(msg, "did not find expected ',' or ']'"):
+		return '['
+	}
+	return 0
+}
+
+// flowStart is the line an unclosed flow collection starts on, from the line the parser
+// gave (n). The parser names the collection by its start counted from 0 — the line after n —
+// unless it starts on the first line, when it names where it noticed, counted from 0 too:
+// the line after n is taken when it holds the opener, else the closest line before it that
+// does.
+func flowStart(src []byte, n int, opener byte) int {
+	lines := bytes.Split(src, []byte("\n"))
+	for l := min(n+1, len(lines)); l >= 1; l-- {
+		if bytes.IndexByte(lines[l-1], opener) >= 0 {
+			return l
+		}
+	}
+	return n
 }
 
 // converter turns parser nodes into a tree, counting the nodes it makes against budget: an
