@@ -53,12 +53,7 @@ func TestARegistryKilledForTwoMinutesLosesNoRequest(t *testing.T) {
 	gw := "http://127.0.0.1:" + strconv.Itoa(gwPort)
 	prov := "http://127.0.0.1:" + strconv.Itoa(provPort)
 	kill := registryProcess(t, regPort)
-	policy := filepath.Join(t.TempDir(), "policy.yaml")
-	if err := os.WriteFile(policy, []byte("path_prefixes: {egress-jms: [/api/messaging/jms]}\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	startCommand(t, gw+"/v1/gateway/routes", "gateway", "--insecure", "--registry", reg, "--listen", "127.0.0.1:"+strconv.Itoa(gwPort),
-		"--policy", policy, "--log-level", "error")
+	startPolicyGateway(t, reg, gwPort, "path_prefixes: {egress-jms: [/api/messaging/jms]}\n")
 	startCommand(t, prov+"/metrics", "example-provider", "--kind", "jms", "--registry", reg, "--listen", "127.0.0.1:"+strconv.Itoa(provPort), "--log-level", "error")
 	publish := func() (int, string) {
 		resp, err := http.Post(gw+"/api/messaging/jms/publish", "application/json", strings.NewReader(`{"destination":"outage","payload":1}`))
@@ -135,12 +130,7 @@ func TestStatusSpeaksForTheGateway(t *testing.T) {
 	reg := "http://127.0.0.1:" + strconv.Itoa(regPort)
 	gw := "http://127.0.0.1:" + strconv.Itoa(gwPort)
 	kill := registryProcess(t, regPort)
-	policy := filepath.Join(t.TempDir(), "policy.yaml")
-	if err := os.WriteFile(policy, []byte("path_prefixes: {egress-jms: [/api/messaging/jms]}\nmax_stale: {/api/messaging/jms/publish: 1s}\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	startCommand(t, gw+"/v1/gateway/routes", "gateway", "--insecure", "--registry", reg, "--listen", "127.0.0.1:"+strconv.Itoa(gwPort),
-		"--policy", policy, "--log-level", "error")
+	startPolicyGateway(t, reg, gwPort, "path_prefixes: {egress-jms: [/api/messaging/jms]}\nmax_stale: {/api/messaging/jms/publish: 1s}\n")
 	startCommand(t, "http://127.0.0.1:"+strconv.Itoa(provPort)+"/metrics", "example-provider", "--kind", "jms", "--registry", reg,
 		"--listen", "127.0.0.1:"+strconv.Itoa(provPort), "--log-level", "error")
 	publish := func() int {
@@ -162,4 +152,16 @@ func TestStatusSpeaksForTheGateway(t *testing.T) {
 	if !strings.Contains(out, "UNREACHABLE") || !strings.Contains(out, "table snapshot") || !strings.Contains(out, "1 refusing") {
 		t.Errorf("status with the registry down says nothing of the gateway's refusing route:\n%s", out)
 	}
+}
+
+// startPolicyGateway starts a gateway on port, over the registry reg, with the policy file
+// policy (YAML) and the flags extra, until the test ends.
+func startPolicyGateway(t *testing.T, reg string, port int, policy string, extra ...string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "policy.yaml")
+	if err := os.WriteFile(path, []byte(policy), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := append([]string{"gateway", "--insecure", "--registry", reg, "--listen", "127.0.0.1:" + strconv.Itoa(port), "--policy", path, "--log-level", "error"}, extra...)
+	startCommand(t, "http://127.0.0.1:"+strconv.Itoa(port)+"/v1/gateway/routes", args...)
 }

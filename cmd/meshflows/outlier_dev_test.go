@@ -9,8 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -156,13 +154,8 @@ type member struct {
 
 // members answers the jms providers of messaging.publish by endpoint (include=all).
 func (s *greyStack) members() map[string]member {
-	resp, err := http.Get(s.reg + "/v1/discovery/capabilities?capability_id=messaging.publish&provider=jms&include=all")
-	if err != nil {
-		return nil
-	}
-	defer resp.Body.Close()
 	var d apiv1.DiscoveryResponse
-	json.NewDecoder(resp.Body).Decode(&d)
+	getJSON(s.t, s.reg+"/v1/discovery/capabilities?capability_id=messaging.publish&provider=jms&include=all", &d)
 	out := map[string]member{}
 	for _, e := range d.Capabilities {
 		out[e.Endpoint] = member{e.InstanceID, e.Zone, e.Eligibility, e.Weight}
@@ -170,17 +163,17 @@ func (s *greyStack) members() map[string]member {
 	return out
 }
 
+// explain answers the eligibility of instance id.
+func (s *greyStack) explain(id string) apiv1.Explanation {
+	var ex apiv1.Explanation
+	getJSON(s.t, s.reg+"/v1/services/"+id+"/eligibility", &ex)
+	return ex
+}
+
 // reported answers how many requests each reporter reported about id over the outlier window.
 func (s *greyStack) reported(id string) map[string]int {
-	resp, err := http.Get(s.reg + "/v1/services/" + id + "/eligibility")
-	if err != nil {
-		return nil
-	}
-	defer resp.Body.Close()
-	var ex apiv1.Explanation
-	json.NewDecoder(resp.Body).Decode(&ex)
 	out := map[string]int{}
-	if ex.Outcomes != nil {
+	if ex := s.explain(id); ex.Outcomes != nil {
 		for _, r := range ex.Outcomes.Reporters {
 			out[r.Reporter] = r.Requests
 		}
@@ -189,15 +182,8 @@ func (s *greyStack) reported(id string) map[string]int {
 }
 
 func (s *greyStack) reasons(id string) []string {
-	resp, err := http.Get(s.reg + "/v1/services/" + id + "/eligibility")
-	if err != nil {
-		return nil
-	}
-	defer resp.Body.Close()
-	var ex apiv1.Explanation
-	json.NewDecoder(resp.Body).Decode(&ex)
 	var out []string
-	for _, r := range ex.Reasons {
+	for _, r := range s.explain(id).Reasons {
 		out = append(out, r.Code)
 	}
 	return out
@@ -361,12 +347,7 @@ func TestALatencyOutlierLosesWeight(t *testing.T) {
 	gw := "http://127.0.0.1:" + strconv.Itoa(gwPort)
 	startCommand(t, reg+"/healthz", "registry", "--insecure", "--listen", "127.0.0.1:"+strconv.Itoa(regPort), "--sweep-interval", "100ms",
 		"--outlier-window", "20s", "--log-level", "error")
-	policy := filepath.Join(t.TempDir(), "policy.yaml")
-	if err := os.WriteFile(policy, []byte("path_prefixes: {egress-jms: [/api/messaging/jms]}\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	startCommand(t, gw+"/v1/gateway/routes", "gateway", "--insecure", "--registry", reg, "--listen", "127.0.0.1:"+strconv.Itoa(gwPort),
-		"--policy", policy, "--outcome-window", "2s", "--log-level", "error")
+	startPolicyGateway(t, reg, gwPort, "path_prefixes: {egress-jms: [/api/messaging/jms]}\n", "--outcome-window", "2s")
 	s := &greyStack{t: t, reg: reg, gateways: []string{gw}, endpoints: map[string]string{}, ctx: context.Background()}
 	start := func(latency string) string {
 		port := freeport.Port(t)

@@ -2,8 +2,6 @@ package main
 
 import (
 	"net/http"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -25,12 +23,7 @@ func TestAWarmingProviderGetsNoRequestBeforeItIsReady(t *testing.T) {
 	gw := "http://127.0.0.1:" + strconv.Itoa(gwPort)
 	prov := "http://127.0.0.1:" + strconv.Itoa(provPort)
 	startCommand(t, reg+"/healthz", "registry", "--insecure", "--listen", "127.0.0.1:"+strconv.Itoa(regPort), "--sweep-interval", "100ms", "--log-level", "error")
-	policy := filepath.Join(t.TempDir(), "policy.yaml")
-	if err := os.WriteFile(policy, []byte("path_prefixes: {egress-jms: [/api/messaging/jms]}\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	startCommand(t, gw+"/v1/gateway/routes", "gateway", "--insecure", "--registry", reg, "--listen", "127.0.0.1:"+strconv.Itoa(gwPort),
-		"--policy", policy, "--log-level", "error")
+	startPolicyGateway(t, reg, gwPort, "path_prefixes: {egress-jms: [/api/messaging/jms]}\n")
 	started := time.Now()
 	startCommand(t, prov+"/metrics", "example-provider", "--kind", "jms", "--registry", reg, "--listen", "127.0.0.1:"+strconv.Itoa(provPort),
 		"--warmup", "3s", "--log-level", "error")

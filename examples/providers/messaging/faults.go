@@ -70,9 +70,7 @@ func (p *Provider) fault(ctx context.Context) error {
 // grey failure without restarting the provider): {"error_rate": 0.04, "latency": "200ms"};
 // {} ends them. It answers the faults now in force.
 func (p *Provider) handleFaults(w http.ResponseWriter, r *http.Request) {
-	host, _, _ := net.SplitHostPort(r.RemoteAddr)
-	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
-		provider.WriteError(w, apiv1.Errorf(http.StatusForbidden, apiv1.CodeForbidden, "/admin/faults answers loopback only"))
+	if !loopbackOnly(w, r) {
 		return
 	}
 	var body struct {
@@ -99,4 +97,15 @@ func (p *Provider) handleFaults(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	provider.WriteJSON(w, http.StatusOK, map[string]any{"error_rate": f.ErrorRate, "latency": f.Latency.String()})
+}
+
+// loopbackOnly refuses (403) a request to an admin endpoint that does not come from
+// loopback, and says whether it may go on.
+func loopbackOnly(w http.ResponseWriter, r *http.Request) bool {
+	host, _, _ := net.SplitHostPort(r.RemoteAddr)
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		provider.WriteError(w, apiv1.Errorf(http.StatusForbidden, apiv1.CodeForbidden, "%s answers loopback only", r.URL.Path))
+		return false
+	}
+	return true
 }

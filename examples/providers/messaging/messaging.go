@@ -193,9 +193,7 @@ func (p *Provider) SetTracer(tracer trace.Tracer) { p.tracer = tracer }
 // "failing"}), from loopback only: a user flips it to watch the registry lower the
 // instance's weight (degraded) or withdraw it (failing).
 func (p *Provider) handleHealth(w http.ResponseWriter, r *http.Request) {
-	host, _, _ := net.SplitHostPort(r.RemoteAddr)
-	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
-		provider.WriteError(w, apiv1.Errorf(http.StatusForbidden, apiv1.CodeForbidden, "/admin/health answers loopback only"))
+	if !loopbackOnly(w, r) {
 		return
 	}
 	var body struct {
