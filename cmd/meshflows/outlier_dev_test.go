@@ -302,6 +302,7 @@ func (b *brokenPath) RoundTrip(req *http.Request) (*http.Response, error) {
 // that gateway it does not, and the other two reported plenty about it: nothing is
 // withdrawn for 40 s, by the relative rule or the absolute one.
 func TestOneGatewaysBrokenPathWithdrawsNothing(t *testing.T) {
+	t.Parallel() // it waits on reports, not on the CPU: beside the other waiting tests
 	path := &brokenPath{}
 	s := newGreyStack(t, 2, func(next http.RoundTripper) http.RoundTripper { path.next = next; return path })
 	s.provider("a", messaging.Faults{})
