@@ -290,12 +290,13 @@ func TestKubeSyncAgainstARealAPIServer(t *testing.T) {
 	k.applySlice(slice("orders", "orders-a", ready("orders-a1"), notReady("orders-a2")))
 	step("ready and not ready registered", "shop.orders-a1 ok kube-sync", "shop.orders-a2 not_ready kube-sync")
 	ex, err := m.reg.Explain("shop.orders-a2")
-	if err != nil || ex.State != "withdrawn" || len(ex.Reasons) == 0 || ex.Reasons[0].Code != "RUNTIME_NOT_READY" {
-		t.Errorf("a not-ready endpoint's verdict: %+v %v, want withdrawn RUNTIME_NOT_READY", ex, err)
+	// not ready since its registration: never admitted, answered nowhere, until ready
+	if err != nil || ex.State != "withdrawn" || len(ex.Reasons) < 2 || ex.Reasons[0].Code != "ADMITTING" || ex.Reasons[1].Code != "RUNTIME_NOT_READY" {
+		t.Errorf("a not-ready endpoint's verdict: %+v %v, want withdrawn ADMITTING, RUNTIME_NOT_READY", ex, err)
 	}
 	in, err := m.client(t, "ops").Instance(ctx, "shop.orders-a1")
-	if err != nil || in.Endpoint != "http://"+address("orders-a1")+":8080" || in.Zone != "zone-a" || in.ServiceVersion != "1.4.0" {
-		t.Errorf("shop.orders-a1 = %+v, %v", in, err)
+	if err != nil || in.Endpoint != "http://"+address("orders-a1")+":8080" || in.Zone != "zone-a" || in.ServiceVersion != "1.4.0" || in.Readiness != apiv1.ReadinessRuntime {
+		t.Errorf("shop.orders-a1 = %+v, %v, want readiness runtime", in, err)
 	}
 
 	k.applySlice(slice("orders", "orders-a", ready("orders-a1"), ready("orders-a2")))
