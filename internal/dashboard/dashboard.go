@@ -465,8 +465,10 @@ func (d *Dashboard) capabilities(w http.ResponseWriter, r *http.Request) {
 func (d *Dashboard) capabilitiesFragment(w http.ResponseWriter, r *http.Request) {
 	v := r.URL.Query()
 	if idx, err := strconv.ParseInt(v.Get("index"), 10, 64); err == nil {
-		// a long poll on the registry, then the fresh catalog
-		d.registry.Capabilities(r.Context(), noCapability, client.Poll{Index: idx, Wait: 25 * time.Second})
+		// a long poll on the registry, then the fresh catalog: a delta watch of the whole
+		// fleet, so that any registration wakes it (a poll on one capability wakes only on
+		// that capability's changes), answering the changes since idx alone
+		d.registry.Capabilities(r.Context(), fleetDelta, client.Poll{Index: idx, Wait: 25 * time.Second})
 	}
 	start := d.cfg.Now()
 	data, err := d.catalog(r.Context(), v)

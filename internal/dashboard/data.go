@@ -15,6 +15,10 @@ var errNotConfigured = errors.New("not configured")
 // noCapability selects no entry: a discovery query asked for the answer's state alone.
 var noCapability = url.Values{"capability_id": {"none.none"}}
 
+// fleetDelta asks for the changes of the whole fleet since a revision: a long poll on it
+// wakes at any change, and answers only what changed.
+var fleetDelta = url.Values{"delta": {"true"}}
+
 // source returns the typed client of the component at base, through hc; without a base, a
 // client whose every call fails with errNotConfigured.
 func source(bases []string, hc *http.Client) (*client.Client, error) {
