@@ -19,6 +19,7 @@ import (
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/registry/registrytest"
 	"github.com/meshflows/meshflows/internal/report"
+	"github.com/meshflows/meshflows/internal/testtool"
 )
 
 // TestStalePolicyPerStep: the decisive pair for workflow steps, on an injected clock. One
@@ -38,11 +39,10 @@ func TestStalePolicyPerStep(t *testing.T) {
 		e.reg.Config.Handler.ServeHTTP(w, r)
 	}))
 	t.Cleanup(front.Close)
-	var off atomic.Int64
-	now := func() time.Time { return time.Now().Add(time.Duration(off.Load())) }
-	advance := func(d time.Duration) { off.Add(int64(d)) }
+	clk := &testtool.OffsetClock{}
+	advance := clk.Advance
 	newOrch := func(static []orchestrator.StaticCapability, allowance time.Duration) *orchestrator.Orchestrator {
-		disc, err := discovery.New(discovery.Config{Registries: []string{front.URL}, RequestTimeout: time.Second, Now: now,
+		disc, err := discovery.New(discovery.Config{Registries: []string{front.URL}, RequestTimeout: time.Second, Now: clk.Now,
 			TTL: 10 * time.Millisecond, RetryInterval: 10 * time.Millisecond, StaleAllowance: allowance})
 		if err != nil {
 			t.Fatal(err)
