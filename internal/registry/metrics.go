@@ -3,6 +3,8 @@ package registry
 import (
 	"fmt"
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -64,26 +66,10 @@ func newMetrics(reg prometheus.Registerer, r *Registry) (*metrics, error) {
 			func() float64 { _, c := r.store.Counts(); return float64(c) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "instances_missing_heartbeats", Help: "Instances that missed two heartbeats or more in a row (no renewal for over twice the heartbeat interval): the registry's own signal, for every instance, those kube-sync keeps included, without scraping a provider. GET /v1/services lists them (reason SILENT)."},
-			func() float64 {
-				now, n := r.cfg.Now(), 0
-				for _, rec := range r.store.Records() {
-					if last := rec.LeaseExpiresAt().Add(-r.cfg.LeaseTTL); now.Sub(last) > 2*r.cfg.HeartbeatInterval {
-						n++
-					}
-				}
-				return float64(n)
-			}),
+			func() float64 { missing, _ := r.fleetCounts(); return float64(missing) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns,
 			Name: "instances_without_readiness", Help: "Instances nothing says are ready to serve: no probe class (the manifest declares no health endpoint) and no runtime reporting readiness; they are in rotation on their registration and heartbeats alone (readiness none)."},
-			func() float64 {
-				n := 0
-				for _, rec := range r.store.Records() {
-					if rec.Readiness() == apiv1.ReadinessNone {
-						n++
-					}
-				}
-				return float64(n)
-			}),
+			func() float64 { _, none := r.fleetCounts(); return float64(none) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: ns, Subsystem: sub,
 			Name: "watchers", Help: "Discovery requests waiting in a long poll."},
 			func() float64 { return float64(r.watchers.Load()) }),
@@ -105,4 +91,33 @@ func newMetrics(reg prometheus.Registerer, r *Registry) (*metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// fleetCounts counts, in one walk of the records, the instances that missed two heartbeats
+// or more and those without readiness: the two gauges of one scrape share it (it is kept a
+// second), instead of walking the fleet once each.
+func (r *Registry) fleetCounts() (missing, noReadiness int) {
+	r.counts.mu.Lock()
+	defer r.counts.mu.Unlock()
+	now := r.cfg.Now()
+	if c := &r.counts; !c.at.IsZero() && now.Sub(c.at) < time.Second && !now.Before(c.at) {
+		return c.missing, c.noReadiness
+	}
+	for _, rec := range r.store.Records() {
+		if last := rec.LeaseExpiresAt().Add(-r.cfg.LeaseTTL); now.Sub(last) > 2*r.cfg.HeartbeatInterval {
+			missing++
+		}
+		if rec.Readiness() == apiv1.ReadinessNone {
+			noReadiness++
+		}
+	}
+	r.counts.at, r.counts.missing, r.counts.noReadiness = now, missing, noReadiness
+	return missing, noReadiness
+}
+
+// fleetCountsCache is fleetCounts' last answer.
+type fleetCountsCache struct {
+	mu                   sync.Mutex
+	at                   time.Time
+	missing, noReadiness int
 }

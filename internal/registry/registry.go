@@ -134,6 +134,7 @@ var _ Eligibility = (*health.Monitor)(nil)
 
 // Registry is the registry core over a Store.
 type Registry struct {
+	counts   fleetCountsCache // fleetCounts, for the gauges of one scrape
 	cfg      Config
 	store    Store
 	started  time.Time // when New ran: the registry knows every live gateway GatewayTTL later
