@@ -21,6 +21,7 @@ type alertRules struct {
 		Rules []struct {
 			Alert       string            `yaml:"alert"`
 			Expr        string            `yaml:"expr"`
+			Labels      map[string]string `yaml:"labels"`
 			Annotations map[string]string `yaml:"annotations"`
 		} `yaml:"rules"`
 	} `yaml:"groups"`
@@ -53,6 +54,9 @@ func TestAlertRulesMatchTheStack(t *testing.T) {
 						t.Errorf("queries %s, which no component of meshflows dev exports", m)
 					}
 				}
+				if !alarmActions[r.Labels["action"]] {
+					t.Errorf("action label %q: want one of the four alarms (page-withdrawal, page-capacity, ticket-owner, page-authority)", r.Labels["action"])
+				}
 				for _, a := range []string{"summary", "description", "runbook_url"} {
 					if strings.TrimSpace(r.Annotations[a]) == "" {
 						t.Errorf("no %s annotation", a)
@@ -76,6 +80,10 @@ func TestAlertRulesMatchTheStack(t *testing.T) {
 		t.Fatal("alerts.yml holds no rules")
 	}
 }
+
+// alarmActions are the four actions an alert's action label names: what the one it reaches
+// does, and who that is (docs/failure-classes.md).
+var alarmActions = map[string]bool{"page-withdrawal": true, "page-capacity": true, "ticket-owner": true, "page-authority": true}
 
 // outlierOnly are the metrics a healthy dev stack does not export: the gauges that have
 // series only while something is an outlier (the server tests
