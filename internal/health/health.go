@@ -79,6 +79,9 @@ type Event struct {
 	Kind   string
 	Health string // heartbeat: ok, degraded or failing
 	Result string // probe: ok, fail, timeout or refused
+	// Impostor, on a refused probe: the instance the health endpoint answered as instead (a
+	// process that took the registered address is not the registered instance)
+	Impostor string
 	// outcome: one gateway reporting window, and who reported it (default "gw")
 	OK, Errors, ConnectFailures int
 	Reporter                    string
@@ -496,7 +499,11 @@ func (e *Engine) probe(in *instance, ev Event) {
 			return
 		}
 		if ev.Result == ProbeRefused {
-			e.addCause(in, ev.At, ReasonProbeRefused, "probe refused: connection refused or reset")
+			detail := "probe refused: connection refused or reset"
+			if ev.Impostor != "" {
+				detail = fmt.Sprintf("probe refused: the health endpoint answers as instance %q, not as this one (another process took its address)", ev.Impostor)
+			}
+			e.addCause(in, ev.At, ReasonProbeRefused, detail)
 		}
 		if n := e.unhealthyAfter(in); t.badRun >= n {
 			e.addCause(in, ev.At, ReasonProbeFailing, fmt.Sprintf("%d consecutive failed probes (unhealthy_after %d), the last %s", t.badRun, n, ev.Result))

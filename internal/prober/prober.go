@@ -2,6 +2,7 @@ package prober
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -45,6 +46,9 @@ type Result struct {
 	Result  string // ok, fail, timeout or refused
 	Latency time.Duration
 	Detail  string
+	// Impostor is the instance a 2xx health answer named when it was not the target: the
+	// probe is refused, since what answers at the address is not the registered instance.
+	Impostor string
 }
 
 // Config configures a Prober.
@@ -283,7 +287,10 @@ func (p *Prober) Step(ctx context.Context, now time.Time) int {
 }
 
 // probe sends one GET and classifies the answer: 2xx is ok; another status fail; a refused
-// or reset connection refused; no answer within the timeout timeout; anything else fail.
+// or reset connection refused; no answer within the timeout timeout; anything else fail. A
+// 2xx JSON answer that names an instance_id other than the target's is refused too: another
+// process answers at the registered address (a zombie registration), so the instance is not
+// there, as surely as when the port is closed.
 func (p *Prober) probe(ctx context.Context, t Target) Result {
 	timeout := min(p.cfg.Timeout, t.Interval)
 	ctx, cancel := context.WithTimeout(ctx, timeout)
@@ -295,10 +302,14 @@ func (p *Prober) probe(ctx context.Context, t Target) Result {
 		req.Header.Set("User-Agent", "meshflows-prober")
 		var resp *http.Response
 		if resp, err = p.cfg.Client.Do(req); err == nil {
-			io.Copy(io.Discard, io.LimitReader(resp.Body, 4<<10))
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 4<<10))
 			resp.Body.Close()
-			if resp.StatusCode < 200 || resp.StatusCode > 299 {
+			switch id := answeredAs(body); {
+			case resp.StatusCode < 200 || resp.StatusCode > 299:
 				res.Result, res.Detail = health.ProbeFail, "status "+resp.Status
+			case id != "" && id != t.ID:
+				res.Result, res.Impostor = health.ProbeRefused, id
+				res.Detail = fmt.Sprintf("the health endpoint answers as instance %q", id)
 			}
 		}
 	}
@@ -310,6 +321,17 @@ func (p *Prober) probe(ctx context.Context, t Target) Result {
 	p.total.WithLabelValues(res.Result).Inc()
 	p.duration.WithLabelValues(res.Result, res.Target.Service).Observe(res.Latency.Seconds())
 	return res
+}
+
+// answeredAs is the instance_id a JSON health answer names ("" when it names none).
+func answeredAs(body []byte) string {
+	var named struct {
+		InstanceID string `json:"instance_id"`
+	}
+	if len(body) == 0 || body[0] != '{' || json.Unmarshal(body, &named) != nil {
+		return ""
+	}
+	return named.InstanceID
 }
 
 // classify names a transport error: refused (connection refused or reset), timeout, or fail.

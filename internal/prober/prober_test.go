@@ -258,3 +258,34 @@ func TestProberKeepsTheDeclaredIntervalFromTheStart(t *testing.T) {
 		t.Errorf("jitter ranges %v: want the first within 1 s and the steady one a fifth of the interval", jitters)
 	}
 }
+
+// TestProberRefusesAnImpostor: a health answer that names another instance is a refused
+// probe — another process took the registered address — while one that names the target,
+// or names nobody, is ok.
+func TestProberRefusesAnImpostor(t *testing.T) {
+	tests := []struct {
+		name, body string
+		want       string
+		impostor   string
+	}{
+		{"names the target", `{"status":"ok","instance_id":"a"}`, health.ProbeOK, ""},
+		{"names nobody", `{"status":"ok"}`, health.ProbeOK, ""},
+		{"not JSON", `ok`, health.ProbeOK, ""},
+		{"names another", `{"status":"ok","instance_id":"b"}`, health.ProbeRefused, "b"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.Write([]byte(tt.body)) }))
+			defer srv.Close()
+			var got Result
+			p, err := New(Config{Targets: func() []Target { return nil }, Report: func(Result) {}, Timeout: time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = p.probe(context.Background(), Target{ID: "a", URL: srv.URL, Interval: time.Second})
+			if got.Result != tt.want || got.Impostor != tt.impostor {
+				t.Errorf("%s: result %q impostor %q, want %q %q (%s)", tt.body, got.Result, got.Impostor, tt.want, tt.impostor, got.Detail)
+			}
+		})
+	}
+}
