@@ -45,9 +45,11 @@ func (e *Engine) latencyOver(p99, median float64) bool {
 
 // judgeLatency applies the latency-outlier rule to a cohort's comparable members (in
 // rotation, with outlier_min_volume requests): a member whose pooled p99 is over the rule
-// against the median of the others' is degraded with OUTLIER_LATENCY until no judgment has
-// found it over for one outlier_window (latencyUntil). Those it degrades anew are told at
-// the next TakeEjected; the end comes by itself (nextChange).
+// against the median of the others' is degraded with OUTLIER_LATENCY until a judgment finds
+// its pooled p99 (over one outlier_window) back under both, or, judged no more (too few
+// requests), until one outlier_window after the last judgment that found it over
+// (latencyUntil). Those it degrades anew are told at the next TakeEjected; the end by
+// itself comes at latencyUntil (nextChange).
 func (e *Engine) judgeLatency(ms []member, capability, zone string, now time.Time) {
 	type timed struct {
 		in  *instance
@@ -70,6 +72,9 @@ func (e *Engine) judgeLatency(ms []member, capability, zone string, now time.Tim
 	for _, t := range ts {
 		median := medianWithout(sorted, t.p99)
 		if !e.latencyOver(t.p99, median) {
+			if tr := t.in.tr; tr != nil && now.Before(tr.latencyUntil) {
+				tr.latencyUntil = now // its p99 over the window is back under both: no longer an outlier
+			}
 			continue
 		}
 		tr := t.in.trouble()
