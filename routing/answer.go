@@ -17,6 +17,10 @@ type RoutesAnswer struct {
 	// RefusingCount is how many routes refuse requests now (503 STALE_VIEW_EXPIRED): their
 	// view is older than their max_stale while the registry is away.
 	RefusingCount int `json:"refusing_count"`
+	// Serving is what each dynamic route sends requests to now, by "METHOD pattern": its
+	// upstreams in rotation with their weights (an instance withdrawn, ejected or evacuated
+	// is listed in the route's instances but not here).
+	Serving map[string]map[string]int `json:"serving,omitempty"`
 }
 
 // RoutesSummary is the body of GET /v1/gateway/routes for a caller without the

@@ -805,6 +805,7 @@ func (g *Gateway) serveRoutes(w http.ResponseWriter, r *http.Request) {
 	for _, rj := range canonical.Rejected {
 		ans.Reasons[rj.Instance] = rj.Reason
 	}
+	ans.Serving = servingAnswer(st)
 	httpapi.WriteJSON(w, http.StatusOK, ans)
 }
 
@@ -821,6 +822,22 @@ func (g *Gateway) serveInvalidate(w http.ResponseWriter, r *http.Request) {
 	}
 	st := g.state.Load()
 	httpapi.WriteJSON(w, http.StatusOK, map[string]any{"registry_revision": st.revision, "routes": len(st.table.Entries())})
+}
+
+// servingAnswer is what each dynamic route of st sends to now, with the weights.
+func servingAnswer(st *state) map[string]map[string]int {
+	out := map[string]map[string]int{}
+	for e, sv := range st.serving {
+		if sv == nil || e.Source != "dynamic" {
+			continue
+		}
+		ups := make(map[string]int, len(sv.upstreams))
+		for _, u := range sv.upstreams {
+			ups[u.instance] = u.weight
+		}
+		out[e.Method+" "+e.Pattern] = ups
+	}
+	return out
 }
 
 func joinComma(ss []string) string {
