@@ -176,13 +176,18 @@ func (p *Provider) Handler() http.Handler {
 		io.WriteString(w, publishSchema)
 	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		provider.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		provider.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok", "instance_id": p.cfg.InstanceID})
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(p.reg, promhttp.HandlerOpts{}))
 	mux.HandleFunc("POST /admin/health", p.handleHealth)
 	mux.HandleFunc("POST /admin/faults", p.handleFaults)
 	mux.HandleFunc("/", provider.NotRouted(mux))
-	return httpapi.Traced(p.tracer, "", mux) // the gateway's or the orchestrator's trace goes on here
+	named := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// every answer names the instance that gave it: a consumer (or a drill) sees who served
+		w.Header().Set("X-Instance", p.cfg.InstanceID)
+		mux.ServeHTTP(w, r)
+	})
+	return httpapi.Traced(p.tracer, "", named) // the gateway's or the orchestrator's trace goes on here
 }
 
 // SetTracer makes Handler serve every request in a server span of tracer, continuing the
