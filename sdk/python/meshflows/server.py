@@ -19,7 +19,7 @@ _CAPABILITY_PATH = re.compile(r"^/v1/capabilities/([^/]+)/(validate|invoke)$")
 
 class ProviderServer:
     """Serves POST /v1/capabilities/{id}/validate and /invoke for the capabilities given,
-    GET health_path, and extra routes ``{("POST", "/api/webhook/send"): fn}`` (fn gets the JSON
+    GET health_path (naming instance_id, when given), and extra routes ``{("POST", "/api/webhook/send"): fn}`` (fn gets the JSON
     body and returns the JSON answer, or raises :class:`ValueError` for a 400).
 
     A validate function gets the request (workflow_name, step_id, step…) and returns a list of
@@ -34,8 +34,11 @@ class ProviderServer:
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, validate: Optional[Dict[str, Handler]] = None,
                  invoke: Optional[Dict[str, Handler]] = None, health_path: str = "/healthz",
-                 routes: Optional[Dict[Tuple[str, str], Handler]] = None) -> None:
+                 routes: Optional[Dict[Tuple[str, str], Handler]] = None, instance_id: Optional[str] = None) -> None:
         self.validate = dict(validate or {})
+        # named in the health answer: the registry's probe then refuses another process that
+        # took this address (a zombie registration) instead of trusting its "ok"
+        self.instance_id = instance_id
         self.invoke = dict(invoke or {})
         self.health_path = health_path
         self.routes = dict(routes or {})
@@ -143,7 +146,10 @@ class ProviderServer:
             if path == self.health_path:
                 if method != "GET":
                     return self._error(h, 405, "METHOD_NOT_ALLOWED", f"{method} is not allowed on {path}", "GET")
-                return self._write(h, 200, {"status": "ok"})
+                body = {"status": "ok"}
+                if self.instance_id:
+                    body["instance_id"] = self.instance_id
+                return self._write(h, 200, body)
             m = _CAPABILITY_PATH.match(path)
             if m:
                 if method != "POST":

@@ -225,3 +225,14 @@ class WatchTest(unittest.TestCase):
 def get_full(reg):
     with urllib.request.urlopen(reg.url + "/v1/discovery/capabilities?capability_id=x.y", timeout=5) as resp:
         return json.loads(resp.read())["capabilities"]
+
+
+class HealthNamesTheInstanceTest(unittest.TestCase):
+    def test_health_answer_names_the_instance_when_given(self):
+        for instance_id, want in (("py-1", {"status": "ok", "instance_id": "py-1"}), (None, {"status": "ok"})):
+            server = ProviderServer(port=0, instance_id=instance_id).start()
+            try:
+                with urllib.request.urlopen(server.url + "/healthz", timeout=5) as resp:
+                    self.assertEqual(json.loads(resp.read()), want)
+            finally:
+                server.stop()
