@@ -17,6 +17,7 @@ func TestMain(m *testing.M) {
 		main()
 		os.Exit(0)
 	}
+	drillChildEnv = []string{asMeshflows + "=1"} // the drill's processes are this binary, run as meshflows
 	// gRPC builds the TLS channel credentials of an xDS bootstrap (TestXDSBehindAnIdentity's)
 	// when it parses the bootstrap, with a file watcher that a bootstrap given for testing
 	// never stops.

@@ -156,6 +156,8 @@ func bindOutlierFlags(fs *pflag.FlagSet, f *eligibilityFlags) {
 	fs.Float64Var(&o.OutlierRelativeFactor, "outlier-relative-factor", d.OutlierRelativeFactor, "relative outliers: and be this many times the peers' median share")
 	fs.Float64Var(&o.LatencyOutlierFactor, "latency-outlier-factor", d.LatencyOutlierFactor, "latency outliers: an instance whose p99 over the outlier window is this many times its peers' median p99 (and over the floor) is degraded")
 	fs.DurationVar(&o.LatencyOutlierFloor, "latency-outlier-floor", d.LatencyOutlierFloor, "latency outliers: and at least this much over its peers' median p99")
+	fs.DurationVar(&o.ReturnDwell, "return-dwell", d.ReturnDwell, "the way back from an evacuation: how long the zone's instances stay at each weight step (10, 25, 50) before the next")
+	fs.DurationVar(&o.FlapWindow, "flap-window", d.FlapWindow, "an instance withdrawn 3 times within this window is quarantined (flapping)")
 	fs.Float64Var(&f.outcomeRate, "outcome-rate", registry.DefaultOutcomeRate, "outcome batches (POST /v1/outcomes, up to 1,000 instances each) per second allowed per reporting identity; more get 429 with Retry-After; 0 or less: no bound")
 	fs.IntVar(&f.outcomeBurst, "outcome-burst", registry.DefaultOutcomeBurst, "outcome batch burst allowed per reporting identity")
 }
@@ -256,7 +258,7 @@ func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln 
 				OutlierMinRequests: o.OutlierMinRequests, OutlierErrorRate: o.OutlierErrorRate, OutlierConnectFailures: o.OutlierConnectFailures,
 				EjectionBase: o.EjectionBase, MaxEjectionPercent: o.MaxEjectionPercent, OutlierWindow: o.OutlierWindow, OutlierMinVolume: o.OutlierMinVolume,
 				OutlierZ: o.OutlierZ, OutlierRelativeFloor: o.OutlierRelativeFloor, OutlierRelativeFactor: o.OutlierRelativeFactor,
-				LatencyOutlierFactor: o.LatencyOutlierFactor, LatencyOutlierFloor: o.LatencyOutlierFloor}})
+				LatencyOutlierFactor: o.LatencyOutlierFactor, LatencyOutlierFloor: o.LatencyOutlierFloor, ReturnDwell: o.ReturnDwell, FlapWindow: o.FlapWindow}})
 		if err != nil {
 			return err
 		}

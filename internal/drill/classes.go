@@ -1,0 +1,472 @@
+package drill
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/internal/faultproxy"
+)
+
+// class is one failure class: its injection and measurement (Run, once per trial).
+type class struct {
+	Number int
+	Name   string
+	// Alarm is the action the class must raise ("" none).
+	Alarm string
+	// Missing names the mechanism the class waits for, when it does not exist yet.
+	Missing             string
+	Trials, QuickTrials int
+	bound               func(Config) string
+	Run                 func(ctx context.Context, d *drill, trial int) (Trial, error)
+}
+
+// Classes are the twelve failure classes, in order.
+var Classes = []*class{
+	{Number: 1, Name: "crash, port closed", Trials: 20, QuickTrials: 3, Run: crash,
+		bound: func(c Config) string {
+			return fmt.Sprintf("out ≤ 2 s; failed ≤ %d (rate × 0.1 s)", failedInFlight(c))
+		}},
+	{Number: 2, Name: "hang, blackhole", Trials: 20, QuickTrials: 3, Run: hang,
+		bound: func(Config) string { return "out ≤ 5 s with traffic" }},
+	{Number: 3, Name: "grey failure (1 gateway)", Alarm: "ticket-owner", Trials: 20, QuickTrials: 1, Run: grey,
+		bound: func(Config) string { return "out ≤ 30 s; 0 healthy withdrawn" }},
+	{Number: 4, Name: "latency-only degradation", Trials: 20, QuickTrials: 1, Run: latency,
+		bound: func(Config) string { return "weight ≤ 50 ≤ 30 s, never out; back ≤ 60 s" }},
+	{Number: 5, Name: "flapping health check", Alarm: "ticket-owner", Trials: 20, QuickTrials: 1, Run: flapping,
+		Missing: "owner notification and cohort-wide flapping as one incident",
+		bound:   func(Config) string { return "quarantined ≤ flap window; owner told ≤ 30 s" }},
+	{Number: 6, Name: "correlated zone failure", Alarm: "page-capacity", Trials: 20, QuickTrials: 1, Run: zone,
+		bound: func(Config) string { return "incident ≤ 60 s; evacuated out ≤ 2 s" }},
+	{Number: 7, Name: "zombie registration", Trials: 20, QuickTrials: 1, Run: zombie,
+		Missing: "the probe checking the instance's identity",
+		bound: func(c Config) string {
+			return fmt.Sprintf("out ≤ %s (lease TTL + 5 s); 0 answered by the impostor", (c.LeaseTTL + 5*time.Second).String())
+		}},
+	{Number: 8, Name: "control-plane outage", Alarm: "page-authority", Trials: 1, QuickTrials: 1, Run: outage,
+		bound: func(c Config) string { return "0 failed over " + c.Outage.String() + "; new instance in ≤ 5 s" }},
+	{Number: 9, Name: "reconnect storm", Trials: 3, QuickTrials: 1, Run: herd,
+		Missing: "a server-side admission cap",
+		bound:   func(Config) string { return "all back ≤ N / cap + 10 s; 0 give up" }},
+	{Number: 10, Name: "recovery overload", Trials: 3, QuickTrials: 1, Run: recovery,
+		bound: func(Config) string { return "each step's share ± 2 pp of its weight" }},
+	{Number: 11, Name: "forged or out-of-scope signal", Trials: 20, QuickTrials: 3, Run: forged,
+		bound: func(Config) string { return "0 verdict changes; every refusal audited" }},
+	{Number: 12, Name: "operator error", Trials: 20, QuickTrials: 1, Run: operatorError,
+		bound: func(Config) string { return "0 pools emptied; every attempt audited" }},
+}
+
+func classByNumber(n int) *class {
+	for _, k := range Classes {
+		if k.Number == n {
+			return k
+		}
+	}
+	return nil
+}
+
+// failedInFlight is the bound on failed requests of a crash: those in flight, rate × 0.1 s.
+func failedInFlight(c Config) int { return max(1, c.Rate*2/10) }
+
+// pick returns the instances of kind in zone.
+func (d *drill) pick(kind, zone string) []*instance {
+	var out []*instance
+	for _, in := range d.s.Instances {
+		if in.Kind == kind && (zone == "" || in.Zone == zone) {
+			out = append(out, in)
+		}
+	}
+	return out
+}
+
+// rotate returns the trial-th of the instances of kind in zones, round robin, passing over
+// those not in rotation everywhere now (a class before may have left one ejected).
+func (d *drill) rotate(kind string, trial int, zones ...string) *instance {
+	var all []*instance
+	for _, z := range zones {
+		all = append(all, d.pick(kind, z)...)
+	}
+	for i := range all {
+		in := all[(trial+i)%len(all)]
+		if _, everywhere, _ := d.obs.state(in.ID); everywhere {
+			return in
+		}
+	}
+	return all[trial%len(all)]
+}
+
+// waitOut waits until every consumer has in out of rotation and returns how long after t0
+// the last of them took it out (the last request the proxy saw counts too).
+func (d *drill) waitOut(ctx context.Context, in *instance, t0 time.Time, limit time.Duration) (time.Duration, bool) {
+	for {
+		if out, _, since := d.obs.state(in.ID); out {
+			for _, t := range in.Proxy.Stats().LastTraffic {
+				if t.After(since) && t.After(t0) {
+					since = t
+				}
+			}
+			return max(0, since.Sub(t0)), true
+		}
+		if time.Since(t0) > limit || sleep(ctx, 25*time.Millisecond) != nil {
+			return time.Since(t0), false
+		}
+	}
+}
+
+// waitIn waits until every consumer has in back in rotation, returning how long after t0.
+func (d *drill) waitIn(ctx context.Context, in *instance, t0 time.Time, limit time.Duration) (time.Duration, bool) {
+	for {
+		if _, all, since := d.obs.state(in.ID); all {
+			return max(0, since.Sub(t0)), true
+		}
+		if time.Since(t0) > limit || sleep(ctx, 50*time.Millisecond) != nil {
+			return time.Since(t0), false
+		}
+	}
+}
+
+// stillIn names the consumers that kept in after waitOut gave up ("" when it did not).
+func (d *drill) stillIn(in *instance, out bool) string {
+	if out {
+		return ""
+	}
+	return fmt.Sprintf("still in at %v; ", d.obs.holders(in.ID))
+}
+
+func set(in *instance, f faultproxy.Fault) {
+	if err := in.Proxy.Set(f); err != nil {
+		panic(err) // the classes only inject valid faults
+	}
+}
+
+// restore ends the fault on in and waits for it to be back (at most limit), for the note.
+func (d *drill) restore(ctx context.Context, in *instance, limit time.Duration) string {
+	set(in, faultproxy.Fault{})
+	t := time.Now()
+	if back, ok := d.waitIn(ctx, in, t, limit); ok {
+		return fmt.Sprintf("back in %.1f s", back.Seconds())
+	}
+	return fmt.Sprintf("not back after %s", limit)
+}
+
+func seconds(d time.Duration) float64 { return float64(d.Milliseconds()) / 1000 }
+
+// crash: the proxy refuses connections, as a crashed process's port does.
+func crash(ctx context.Context, d *drill, trial int) (Trial, error) {
+	in := d.rotate("jms", trial, "a", "b")
+	t0 := time.Now()
+	set(in, faultproxy.Fault{Mode: faultproxy.Refuse})
+	out, ok := d.waitOut(ctx, in, t0, 60*time.Second)
+	note := d.stillIn(in, ok)
+	sleep(ctx, time.Second)
+	tl := d.load.between(t0, t0.Add(out+time.Second))
+	note += d.restore(ctx, in, 60*time.Second)
+	return Trial{Measured: seconds(out), Unit: "s", Failed: tl.failed, Sent: tl.sent, Note: note,
+		Held: ok && out <= 2*time.Second && tl.failed <= failedInFlight(d.cfg)}, nil
+}
+
+// hang: the proxy accepts and never answers.
+func hang(ctx context.Context, d *drill, trial int) (Trial, error) {
+	in := d.rotate("jms", trial+1, "a", "b")
+	t0 := time.Now()
+	set(in, faultproxy.Fault{Mode: faultproxy.Blackhole})
+	out, ok := d.waitOut(ctx, in, t0, 60*time.Second)
+	note := d.stillIn(in, ok) + d.restore(ctx, in, 60*time.Second)
+	d.load.settle(ctx)
+	tl := d.load.between(t0, t0.Add(out+time.Second))
+	note = fmt.Sprintf("%d requests held over 150 ms; ", tl.slow) + note
+	return Trial{Measured: seconds(out), Unit: "s", Failed: tl.failed, Sent: tl.sent, Note: note,
+		Held: ok && out <= 5*time.Second}, nil
+}
+
+// grey: one instance answers 4 % of its requests 500, its peers 0.1 %; the load goes
+// through one gateway alone, at 50 requests a second per instance of the pool.
+func grey(ctx context.Context, d *drill, trial int) (Trial, error) {
+	in := d.rotate("jms", trial, "b")
+	peers := d.pick("jms", "")
+	for _, p := range peers {
+		if p != in {
+			set(p, faultproxy.Fault{ErrorShare: 0.001})
+		}
+	}
+	d.load.Only(1)
+	perGateway := 50 * len(peers) * 5 / 4 // a fifth of the load goes to the other pool
+	d.load.SetRate(perGateway)
+	defer func() { d.load.SetRate(d.cfg.Rate); d.load.Only(0) }()
+	sleep(ctx, 10*time.Second) // a baseline for the peers
+	t0 := time.Now()
+	set(in, faultproxy.Fault{ErrorShare: 0.04})
+	out, ok := d.waitOut(ctx, in, t0, 90*time.Second)
+	tl := d.load.between(t0, t0.Add(out))
+	healthyOut := 0
+	for _, p := range peers {
+		if p != in {
+			if o, _, _ := d.obs.state(p.ID); o {
+				healthyOut++
+			}
+			set(p, faultproxy.Fault{})
+		}
+	}
+	d.load.SetRate(d.cfg.Rate)
+	d.load.Only(0)
+	back := "its ejection runs out by itself (not waited for in a quick run)"
+	if !d.cfg.Quick { // the next trial starts on a fleet at rest
+		back = d.restore(ctx, in, 3*time.Minute)
+	} else {
+		set(in, faultproxy.Fault{})
+	}
+	note := fmt.Sprintf("%d req/s per instance through gateway-1; %d healthy withdrawn; %s", perGateway*4/5/len(peers), healthyOut, back)
+	return Trial{Measured: seconds(out), Unit: "s", Failed: tl.failed, Sent: tl.sent, Note: note,
+		Held: ok && out <= 30*time.Second && healthyOut == 0}, nil
+}
+
+// latency: every request of one instance takes 200 ms more; its probes stay fast.
+func latency(ctx context.Context, d *drill, trial int) (Trial, error) {
+	in := d.rotate("jms", trial, "a")
+	t0 := time.Now()
+	set(in, faultproxy.Fault{Delay: 200 * time.Millisecond})
+	var degraded time.Duration
+	withdrawn := false
+	for degraded == 0 && time.Since(t0) < 90*time.Second {
+		w := d.obs.weights(in.ID)
+		if o, _, _ := d.obs.state(in.ID); o {
+			withdrawn = true
+		}
+		if len(w) > 0 && maxWeight(w) <= 50 {
+			degraded = time.Since(t0)
+		}
+		if sleep(ctx, 100*time.Millisecond) != nil {
+			break
+		}
+	}
+	tl := d.load.between(t0, time.Now())
+	set(in, faultproxy.Fault{})
+	t1 := time.Now()
+	var back time.Duration
+	for back == 0 && time.Since(t1) < 3*time.Minute {
+		if w := d.obs.weights(in.ID); len(w) > 0 && minWeight(w) >= 100 {
+			back = time.Since(t1)
+		}
+		if sleep(ctx, 100*time.Millisecond) != nil {
+			break
+		}
+	}
+	note := fmt.Sprintf("weight restored %.1f s after the fault ended", back.Seconds())
+	if withdrawn {
+		note += "; WITHDRAWN"
+	}
+	return Trial{Measured: seconds(degraded), Unit: "s", Failed: tl.failed, Sent: tl.sent, Note: note,
+		Held: degraded > 0 && degraded <= 30*time.Second && !withdrawn && back > 0 && back <= 60*time.Second}, nil
+}
+
+func maxWeight(w map[string]int) int {
+	m := 0
+	for _, v := range w {
+		m = max(m, v)
+	}
+	return m
+}
+
+func minWeight(w map[string]int) int {
+	m := 1 << 30
+	for _, v := range w {
+		m = min(m, v)
+	}
+	return m
+}
+
+// flapping: the health endpoint alternates ok and failing (20 s each; 6 s in a quick run).
+func flapping(ctx context.Context, d *drill, trial int) (Trial, error) {
+	in := d.rotate("rabbitmq", trial, "b")
+	phase := 20 * time.Second
+	if d.cfg.Quick {
+		phase = 6 * time.Second
+	}
+	t0 := time.Now()
+	var quarantined time.Duration
+	for cycle := 0; quarantined == 0 && cycle < 6; cycle++ {
+		set(in, faultproxy.Fault{HealthFailing: true})
+		for end := time.Now().Add(phase); time.Now().Before(end); sleep(ctx, 250*time.Millisecond) {
+			if e, _ := d.eligibility(ctx, in.ID); e == apiv1.EligibilityQuarantined {
+				quarantined = time.Since(t0)
+				break
+			}
+		}
+		set(in, faultproxy.Fault{})
+		if quarantined == 0 {
+			sleep(ctx, phase)
+		}
+	}
+	note := "owner told: no notification exists yet"
+	if quarantined > 0 {
+		if a := d.alarms.await(ctx, "ticket-owner", t0, 30*time.Second); a != "" {
+			note += "; alarm " + a
+		}
+	}
+	tl := d.load.between(t0, time.Now())
+	if quarantined > 0 {
+		d.override(ctx, apiv1.OverrideRequest{InstanceID: in.ID, Action: apiv1.OverrideRelease, Reason: "drill: end of the flapping class"})
+		note += "; released: " + d.restore(ctx, in, time.Minute)
+	}
+	return Trial{Measured: seconds(quarantined), Unit: "s", Failed: tl.failed, Sent: tl.sent, Note: note,
+		Held: false}, nil // the owner is not told: the row waits for that mechanism
+}
+
+// zone: every jms instance of zone c answers 5 % of its requests 500.
+func zone(ctx context.Context, d *drill, trial int) (Trial, error) {
+	ins := d.pick("jms", "c")
+	t0 := time.Now()
+	for _, in := range ins {
+		set(in, faultproxy.Fault{ErrorShare: 0.05})
+	}
+	defer func() {
+		for _, in := range ins {
+			set(in, faultproxy.Fault{})
+		}
+	}()
+	var incident time.Duration
+	for incident == 0 && time.Since(t0) < 2*time.Minute {
+		if d.openIncident(ctx, apiv1.IncidentZoneOutlier, t0) {
+			incident = time.Since(t0)
+		}
+		if sleep(ctx, 250*time.Millisecond) != nil {
+			break
+		}
+	}
+	if incident == 0 {
+		tl := d.load.between(t0, time.Now())
+		return Trial{Measured: seconds(time.Since(t0)), Unit: "s", Failed: tl.failed, Sent: tl.sent, Note: "no zone-outlier incident"}, nil
+	}
+	alarm := d.alarms.await(ctx, "page-capacity", t0, 60*time.Second) // an operator acts on the page
+	t1 := time.Now()
+	id, err := d.evacuate(ctx, "c", false)
+	if err != nil {
+		return Trial{}, err
+	}
+	var out time.Duration
+	allOut := true
+	for _, in := range ins {
+		o, ok := d.waitOut(ctx, in, t1, 30*time.Second)
+		allOut = allOut && ok
+		out = max(out, o)
+	}
+	tl := d.load.between(t0, time.Now())
+	for _, in := range ins {
+		set(in, faultproxy.Fault{})
+	}
+	d.endEvacuation(ctx, id)
+	note := fmt.Sprintf("incident after %.1f s; evacuated zone c out at every consumer %.2f s after the command", incident.Seconds(), out.Seconds())
+	if alarm != "" {
+		note += "; alarm " + alarm
+	}
+	for _, in := range ins { // the way back is class 10's
+		d.waitIn(ctx, in, time.Now(), 5*time.Minute)
+	}
+	return Trial{Measured: seconds(incident), Unit: "s", Failed: tl.failed, Sent: tl.sent, Note: note,
+		Held: incident <= 60*time.Second && allOut && out <= 2*time.Second}, nil
+}
+
+// zombie: a provider is killed and another process takes its place behind its port.
+func zombie(ctx context.Context, d *drill, trial int) (Trial, error) {
+	in := d.rotate("jms", trial, "b", "c")
+	before := in.Proxy.Stats().Traffic
+	t0 := time.Now()
+	in.proc.kill()
+	port := d.s.cfg.BasePort + portImpostor
+	imp, err := d.s.spawnProvider(ctx, "impostor", "jms", in.Zone, port, fmt.Sprintf("http://127.0.0.1:%d", port))
+	if err != nil {
+		return Trial{}, err
+	}
+	in.Proxy.SetUpstream(fmt.Sprintf("127.0.0.1:%d", port))
+	out, ok := d.waitOut(ctx, in, t0, d.cfg.LeaseTTL+time.Minute)
+	impostor := in.Proxy.Stats().Traffic - before
+	tl := d.load.between(t0, t0.Add(out))
+	imp.stop()
+	in.Proxy.SetUpstream(fmt.Sprintf("127.0.0.1:%d", in.port))
+	in.proc, err = d.s.spawnProvider(ctx, in.ID, in.Kind, in.Zone, in.port, "http://"+in.Proxy.Addr())
+	note := fmt.Sprintf("%d requests answered by the impostor as %s", impostor, in.ID)
+	if err == nil {
+		back, _ := d.waitIn(ctx, in, time.Now(), 2*time.Minute)
+		note += fmt.Sprintf("; the real one back in %.1f s", back.Seconds())
+	}
+	return Trial{Measured: seconds(out), Unit: "s", Failed: tl.failed, Sent: tl.sent, Note: note,
+		Held: ok && out <= d.cfg.LeaseTTL+5*time.Second && impostor == 0}, err
+}
+
+// eligibility is the registry's verdict on instance id.
+func (d *drill) eligibility(ctx context.Context, id string) (string, error) {
+	var inst struct {
+		Eligibility string `json:"eligibility"`
+	}
+	err := d.call(ctx, http.MethodGet, d.s.Registry+apiv1.InstancePath(id), nil, &inst)
+	return inst.Eligibility, err
+}
+
+// openIncident says whether an incident of kind opened after t0.
+func (d *drill) openIncident(ctx context.Context, kind string, t0 time.Time) bool {
+	var list apiv1.IncidentsResponse
+	if err := d.call(ctx, http.MethodGet, d.s.Registry+apiv1.PathIncidents, nil, &list); err != nil {
+		return false
+	}
+	for _, in := range list.Incidents {
+		if in.Kind == kind && in.Status != apiv1.IncidentResolved && !in.OpenedAt.Before(t0.Add(-time.Second)) {
+			return true
+		}
+	}
+	return false
+}
+
+func (d *drill) evacuate(ctx context.Context, zone string, force bool) (string, error) {
+	var ev apiv1.Evacuation
+	err := d.call(ctx, http.MethodPost, d.s.Registry+apiv1.PathEvacuations, apiv1.EvacuationRequest{Zone: zone,
+		CapabilityID: "messaging.publish", Duration: "1h", Reason: "drill", Force: force}, &ev)
+	return ev.ID, err
+}
+
+func (d *drill) endEvacuation(ctx context.Context, id string) error {
+	return d.call(ctx, http.MethodDelete, d.s.Registry+apiv1.PathEvacuations+"/"+id, nil, nil)
+}
+
+func (d *drill) override(ctx context.Context, req apiv1.OverrideRequest) (int, error) {
+	return d.callStatus(ctx, d.s.Admin, http.MethodPost, d.s.Registry+apiv1.PathOverrides, req, nil)
+}
+
+// call sends body as JSON with the drill's identity and decodes a 2xx answer into out.
+func (d *drill) call(ctx context.Context, method, url string, body, out any) error {
+	code, err := d.callStatus(ctx, d.s.Admin, method, url, body, out)
+	if err == nil && code/100 != 2 {
+		err = fmt.Errorf("%s %s: %d", method, url, code)
+	}
+	return err
+}
+
+func (d *drill) callStatus(ctx context.Context, c *http.Client, method, url string, body, out any) (int, error) {
+	var r io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return 0, err
+		}
+		r = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, r)
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	if out != nil && resp.StatusCode/100 == 2 {
+		return resp.StatusCode, json.NewDecoder(resp.Body).Decode(out)
+	}
+	io.Copy(io.Discard, resp.Body)
+	return resp.StatusCode, nil
+}
