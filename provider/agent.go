@@ -249,8 +249,8 @@ func (a *Agent) UpdateCapabilities(caps []apiv1.Capability) error {
 // StopTimeout) and returns nil. It returns early only with ErrInvalidRegistration.
 func (a *Agent) Run(ctx context.Context) error {
 	defer a.deregister(ctx)
-	for ctx.Err() == nil {
-		if err := a.registerWithBackoff(ctx); err != nil {
+	for rejoin := false; ctx.Err() == nil; rejoin = true {
+		if err := a.registerWithBackoff(ctx, rejoin); err != nil {
 			if errors.Is(err, ErrInvalidRegistration) {
 				return err
 			}
@@ -289,8 +289,13 @@ func (a *Agent) interval() time.Duration {
 	return a.registryInterval
 }
 
-// registerWithBackoff registers, retrying until it succeeds or ctx ends.
-func (a *Agent) registerWithBackoff(ctx context.Context) error {
+// registerWithBackoff registers, retrying until it succeeds or ctx ends. Rejoining (it was
+// registered before: the registry restarted or was away), it retries at least once a
+// heartbeat interval, at a random point of the second half of it: a restarted registry waits
+// one lease TTL (three intervals) for its fleet before it answers without the instances that
+// did not come back, so a retry five minutes away (the backoff's cap) would drop the instance
+// from every consumer's view. Retry-After still wins.
+func (a *Agent) registerWithBackoff(ctx context.Context, rejoin bool) error {
 	for attempt := 0; ; attempt++ {
 		err := a.register(ctx)
 		if err == nil {
@@ -300,6 +305,9 @@ func (a *Agent) registerWithBackoff(ctx context.Context) error {
 			return err
 		}
 		wait := a.cfg.Backoff.Delay(attempt, a.cfg.Rand)
+		if iv := a.interval(); rejoin && wait > iv {
+			wait = iv/2 + time.Duration(a.cfg.Rand()*float64(iv/2))
+		}
 		var ra *client.RetryAfterError
 		if errors.As(err, &ra) && ra.After > wait {
 			wait = ra.After

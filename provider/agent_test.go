@@ -430,6 +430,57 @@ func TestFiveMinuteOutageCompressed(t *testing.T) {
 	}
 }
 
+// TestRejoiningRetriesEveryInterval: an agent that was registered and lost the registry for
+// 15 minutes retries at least once a heartbeat interval (never at the backoff's 5-minute
+// cap), so it is back within one interval of the registry's return — inside the lease TTL a
+// restarted registry waits for its fleet.
+func TestRejoiningRetriesEveryInterval(t *testing.T) {
+	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
+	downAt, upAt := clock.now.Add(30*time.Second), clock.now.Add(15*time.Minute+30*time.Second)
+	r := newRestartable(t)
+	var mu sync.Mutex
+	var back time.Time // when the first registration after the outage arrived
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		now := clock.Now()
+		if !now.Before(downAt) && now.Before(upAt) {
+			provider.WriteError(w, apiv1.Errorf(503, apiv1.CodeUnavailable, "down"))
+			return
+		}
+		mu.Lock()
+		if !now.Before(upAt) && back.IsZero() && req.Method == http.MethodPost {
+			back = now
+		}
+		mu.Unlock()
+		r.Config.Handler.ServeHTTP(w, req)
+	}))
+	defer front.Close()
+	const interval = 10 * time.Second
+	a, err := provider.New(provider.Config{Registries: []string{front.URL}, Registration: registration("jms-1"),
+		Clock: clock, Rand: func() float64 { return 0.5 }, HeartbeatInterval: interval, DrainTimeout: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	eventually(t, "registered again after the outage", func() bool {
+		in, err := r.registry().Instance("jms-1")
+		return err == nil && in.Generation >= 2
+	})
+	cancel()
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	if late := back.Sub(upAt); late > interval {
+		t.Errorf("registered again %v after the registry came back, want within the %v interval", late, interval)
+	}
+	for i, w := range clock.recorded() {
+		if w > interval {
+			t.Errorf("wait %d = %v: over the heartbeat interval while rejoining", i, w)
+		}
+	}
+}
+
 func TestRetryAfterIsHonoured(t *testing.T) {
 	clock := &fakeClock{now: time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)}
 	var calls atomic.Int64

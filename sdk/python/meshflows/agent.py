@@ -217,9 +217,11 @@ class Agent:
 
     def _run(self) -> None:
         try:
+            rejoin = False
             while not self._stopping.is_set():
-                if not self._register_with_backoff():
+                if not self._register_with_backoff(rejoin):
                     break
+                rejoin = True
                 reason = self._heartbeat_loop()
                 if reason in (REASON_NOT_FOUND, REASON_EPOCH_CHANGED):
                     # A registry that lost its state: the fleet must not arrive at once.
@@ -235,7 +237,11 @@ class Agent:
     def _current_interval(self) -> float:
         return self._heartbeat_override or self._interval
 
-    def _register_with_backoff(self) -> bool:
+    def _register_with_backoff(self, rejoin: bool = False) -> bool:
+        """Registers, retrying with the backoff. Rejoining (registered before: the registry
+        restarted or was away), it retries at least once a heartbeat interval, in its second
+        half: a restarted registry waits one lease TTL (three intervals) for its fleet, and a
+        retry minutes away would drop the instance from every consumer. Retry-After wins."""
         attempt = 0
         while not self._stopping.is_set():
             self._set_state("registering")
@@ -247,16 +253,22 @@ class Agent:
                     log.error("registration refused as invalid; the agent stops: %s", e)
                     self._stopping.set()
                     return False
-                wait = max(self._backoff.delay(attempt), e.retry_after or 0.0)
+                wait = max(self._capped(self._backoff.delay(attempt), rejoin), e.retry_after or 0.0)
                 log.warning("registration failed (attempt %d, retry in %.2fs): %s", attempt + 1, wait, e)
             except TransportError as e:
-                wait = self._backoff.delay(attempt)
+                wait = self._capped(self._backoff.delay(attempt), rejoin)
                 log.warning("registration failed (attempt %d, retry in %.2fs): %s", attempt + 1, wait, e)
             self._set_state("backing_off")
             attempt += 1
             if self._sleep(wait):
                 return False
         return False
+
+    def _capped(self, wait: float, rejoin: bool) -> float:
+        interval = self._current_interval()
+        if rejoin and wait > interval:
+            return interval / 2 + random.uniform(0, interval / 2)
+        return wait
 
     def _register(self) -> None:
         with self._lock:

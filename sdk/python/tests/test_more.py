@@ -236,3 +236,14 @@ class HealthNamesTheInstanceTest(unittest.TestCase):
                     self.assertEqual(json.loads(resp.read()), want)
             finally:
                 server.stop()
+
+
+class RejoinTest(unittest.TestCase):
+    def test_rejoining_retries_within_a_heartbeat_interval(self):
+        agent = Agent(registries=["http://127.0.0.1:1"], instance_id="py-1", service_name="s", service_version="1.0.0",
+                      endpoint="http://127.0.0.1:2", capabilities=[], heartbeat_interval=10.0)
+        for _ in range(50):
+            wait = agent._capped(300.0, True)
+            self.assertTrue(5.0 <= wait <= 10.0, wait)
+        self.assertEqual(agent._capped(300.0, False), 300.0)  # a first registration keeps the backoff's cap
+        self.assertEqual(agent._capped(2.0, True), 2.0)
