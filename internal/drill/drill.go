@@ -14,6 +14,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/meshflows/meshflows/internal/deadline"
 )
 
 // Config configures a drill.
@@ -299,13 +301,5 @@ func (d *drill) waitSteady(ctx context.Context) error {
 	}
 }
 
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
+// sleep waits d or until ctx ends (then its error).
+var sleep = deadline.Sleep

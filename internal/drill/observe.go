@@ -139,9 +139,11 @@ func (o *Observer) weights(id string) map[string]int {
 func (o *Observer) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for i, gw := range o.s.Gateways {
-		wg.Go(func() { o.pollGateway(ctx, fmt.Sprintf("gateway-%d", i+1), gw) })
+		wg.Go(func() {
+			o.poll(ctx, fmt.Sprintf("gateway-%d", i+1), func(ctx context.Context) (map[string]int, error) { return o.gatewayView(ctx, gw) })
+		})
 	}
-	wg.Go(func() { o.pollDNS(ctx) })
+	wg.Go(func() { o.poll(ctx, "dns", o.dnsView()) })
 	wg.Go(func() { o.watchXDS(ctx) })
 	wg.Wait()
 	return nil
@@ -149,7 +151,8 @@ func (o *Observer) Run(ctx context.Context) error {
 
 const observeEvery = 100 * time.Millisecond
 
-func (o *Observer) pollGateway(ctx context.Context, name, base string) {
+// poll asks view every observeEvery until ctx ends and records what consumer routes to.
+func (o *Observer) poll(ctx context.Context, consumer string, view func(context.Context) (map[string]int, error)) {
 	tick := time.NewTicker(observeEvery)
 	defer tick.Stop()
 	for {
@@ -158,12 +161,12 @@ func (o *Observer) pollGateway(ctx context.Context, name, base string) {
 			return
 		case <-tick.C:
 		}
-		present, err := o.gatewayView(ctx, base)
+		present, err := view(ctx)
 		if err != nil {
-			o.failed(name, err)
+			o.failed(consumer, err)
 			continue
 		}
-		o.update(name, present)
+		o.update(consumer, present)
 	}
 }
 
@@ -199,7 +202,9 @@ func (o *Observer) gatewayView(ctx context.Context, base string) (map[string]int
 // srvName is the DNS name of messaging.publish (every provider).
 const srvName = "messaging.publish.cap.meshflows."
 
-func (o *Observer) pollDNS(ctx context.Context) {
+// dnsView returns what answers the SRV question of messaging.publish: the instances, by
+// the port of their endpoint, with their SRV weights.
+func (o *Observer) dnsView() func(context.Context) (map[string]int, error) {
 	byPort := map[uint16]string{}
 	for _, in := range o.s.Instances {
 		_, port, _ := net.SplitHostPort(in.Proxy.Addr())
@@ -207,24 +212,15 @@ func (o *Observer) pollDNS(ctx context.Context) {
 		byPort[uint16(p)] = in.ID
 	}
 	c := &dns.Client{Net: "tcp", Timeout: time.Second}
-	tick := time.NewTicker(observeEvery)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
+	return func(ctx context.Context) (map[string]int, error) {
 		m := new(dns.Msg)
 		m.SetQuestion(srvName, dns.TypeSRV)
 		ans, _, err := c.ExchangeContext(ctx, m, o.s.DNS)
 		if err != nil {
-			o.failed("dns", err)
-			continue
+			return nil, err
 		}
 		if ans.Rcode != dns.RcodeSuccess && ans.Rcode != dns.RcodeNameError {
-			o.failed("dns", fmt.Errorf("rcode %s", dns.RcodeToString[ans.Rcode]))
-			continue
+			return nil, fmt.Errorf("rcode %s", dns.RcodeToString[ans.Rcode])
 		}
 		present := map[string]int{}
 		for _, rr := range ans.Answer {
@@ -234,7 +230,7 @@ func (o *Observer) pollDNS(ctx context.Context) {
 				}
 			}
 		}
-		o.update("dns", present)
+		return present, nil
 	}
 }
 
