@@ -15,6 +15,7 @@ import (
 type request struct {
 	at       time.Time
 	gateway  int
+	path     string
 	code     int    // 0: no answer (transport error, timeout)
 	instance string // the X-Instance of the answer
 	took     time.Duration
@@ -93,7 +94,7 @@ func (l *Load) send(ctx context.Context, gw int, path string) {
 	req, _ := http.NewRequestWithContext(context.WithoutCancel(ctx), http.MethodPost, l.s.Gateways[gw]+path,
 		strings.NewReader(`{"destination":"drill","payload":1}`))
 	req.Header.Set("Content-Type", "application/json")
-	r := request{at: start, gateway: gw}
+	r := request{at: start, gateway: gw, path: path}
 	resp, err := l.clients[gw].Do(req)
 	if err == nil {
 		io.Copy(io.Discard, resp.Body)
@@ -139,6 +140,19 @@ func (l *Load) between(from, to time.Time) tally {
 		}
 	}
 	return t
+}
+
+// answeredBy counts the requests for path started in [from, to) that instance answered.
+func (l *Load) answeredBy(instance, path string, from, to time.Time) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, r := range l.reqs {
+		if r.instance == instance && r.path == path && !r.at.Before(from) && r.at.Before(to) {
+			n++
+		}
+	}
+	return n
 }
 
 // lastServed is when instance last answered a request started after from (zero: never).

@@ -845,3 +845,33 @@ meshflows_gateway_requests_total{code="405",source="none"} 1
 		t.Error(err)
 	}
 }
+
+// TestAnAnswerNamingAnotherInstanceIsRefused: an upstream whose answer names another
+// instance in X-Instance is not the instance the request went to (another process took its
+// address): the gateway answers 502 and counts it; an answer naming the instance, or naming
+// none, passes.
+func TestAnAnswerNamingAnotherInstanceIsRefused(t *testing.T) {
+	e := newEnv(t)
+	var names atomic.Value
+	names.Store("orders-a")
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if n := names.Load().(string); n != "" {
+			w.Header().Set(gateway.InstanceHeader, n)
+		}
+		fmt.Fprintf(w, "answered %s", r.URL.Path)
+	}))
+	t.Cleanup(up.Close)
+	e.register(t, "orders-a", up.URL, ordersRoutes...)
+	registrytest.Until(t, "the route is served", func() bool { return e.do(t, "GET", "/orders/1", "").status == 200 })
+	for _, tt := range []struct {
+		names  string
+		status int
+	}{{"orders-a", 200}, {"", 200}, {"orders-zombie", 502}} {
+		names.Store(tt.names)
+		if got := e.do(t, "GET", "/orders/1", ""); got.status != tt.status {
+			t.Errorf("an answer naming %q: %d %q, want %d", tt.names, got.status, got.body, tt.status)
+		} else if tt.status == 502 && !strings.Contains(got.body, "another process took its address") {
+			t.Errorf("the 502 does not say why: %q", got.body)
+		}
+	}
+}

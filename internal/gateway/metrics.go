@@ -16,6 +16,7 @@ type metrics struct {
 	derivations prometheus.Counter
 	divergence  prometheus.Counter
 	stale       prometheus.Counter // requests refused on a route's max_stale
+	impostors   prometheus.Counter // answers refused for naming another instance
 
 	// Resolved series for the hot path: a label lookup per request costs more than the
 	// counter itself. byCode is read only once built: a source's counters by status code,
@@ -66,6 +67,8 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) (*metrics, error) {
 			Help: "Routing tables derived (whole, or by applying a routes-view change to the incremental derivation)."}),
 		stale: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "stale_refused_total",
 			Help: "Requests answered 503 STALE_VIEW_EXPIRED because the routes view was older than their route's max_stale (or --max-stale) while the registry was unreachable."}),
+		impostors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "impostor_answers_total",
+			Help: "Upstream answers refused (502) because their X-Instance named another instance than the one the request was sent to: another process took its address."}),
 		divergence: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "routes_divergence_total",
 			Help: "Full derivations (every --routes-verify-every row changes) that found the incremental table different; the full table then serves."}),
 	}
@@ -82,7 +85,7 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) (*metrics, error) {
 			return 0
 		})
 	}
-	cs := []prometheus.Collector{m.requests, m.upstream, m.retries, m.derivations, m.divergence, m.stale,
+	cs := []prometheus.Collector{m.requests, m.upstream, m.retries, m.derivations, m.divergence, m.stale, m.impostors,
 		gauge("table_age_seconds", "Age of the routes view the table was derived from (grows while the registry is unreachable).",
 			func(*state) float64 { _, age := g.source(); return age.Seconds() }),
 		gauge("table_revision", "Registry revision the table was derived from.", func(st *state) float64 { return float64(st.revision) }),

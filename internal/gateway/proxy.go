@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -46,6 +47,7 @@ type target struct {
 	upstreams [2]*url.URL // the chosen instance and the one a retry goes to
 	tallies   [2]*tally   // their outcome counters (nil for static upstreams)
 	served    int         // which of the two the answer came from
+	instances [2]string   // their instance ids ("" for static upstreams)
 	sent      time.Time   // when the request went to it
 	path      string
 	retry     bool // more than one upstream, and a body that can be sent again
@@ -104,6 +106,12 @@ func newProxy(rt http.RoundTripper, maxBuffered int64, bodyTimeout time.Duration
 		},
 		ModifyResponse: func(resp *http.Response) error {
 			t := resp.Request.Context().Value(targetKey{}).(*target)
+			if named := resp.Header.Get(InstanceHeader); named != "" && t.instances[t.served] != "" && named != t.instances[t.served] {
+				// another process answers at the instance's address (a zombie registration):
+				// its answer is not the instance's, whatever it says (502, counted as failed)
+				m.impostors.Inc()
+				return fmt.Errorf("the upstream at %s answered as instance %q, not %q: another process took its address", t.upstreams[t.served].Host, named, t.instances[t.served])
+			}
 			m.count(t.source, resp.StatusCode)
 			t.outcome(t.served, false, resp.StatusCode >= 500)
 			t.route.record(p.now(), resp.StatusCode)
@@ -112,6 +120,11 @@ func newProxy(rt http.RoundTripper, maxBuffered int64, bodyTimeout time.Duration
 	}
 	return p
 }
+
+// InstanceHeader is the response header an upstream may name its instance in. An answer
+// that names another instance than the one the gateway sent the request to is refused with
+// 502: another process took the instance's address.
+const InstanceHeader = "X-Instance"
 
 // upstreamPath is where a request for p (decoded, as routing matched it) goes on upstream
 // u: p under u's path prefix, joined by url.JoinPath (never by concatenation), as a path and
@@ -141,6 +154,7 @@ func (p *proxy) serve(w http.ResponseWriter, r *http.Request, m routing.Match, s
 	first, second := sv.pick()
 	a, b := &sv.upstreams[first], &sv.upstreams[second]
 	t.upstreams, t.tallies = [2]*url.URL{a.url, b.url}, [2]*tally{a.tally, b.tally}
+	t.instances = [2]string{a.instance, b.instance}
 	if p.tracer != nil {
 		r = p.startServerSpan(w, r, e, t, a, b)
 		defer t.traced.end()
