@@ -17,7 +17,7 @@ import (
 )
 
 // startPrometheus starts a Prometheus, when one is installed, scraping every process of the
-// stack each second with the alert rules of deploy/prometheus, so the drill sees which
+// stack every 2 s with the alert rules of deploy/prometheus, so the drill sees which
 // alarm each class raises.
 func (s *Stack) startPrometheus(ctx context.Context) error {
 	bin, err := exec.LookPath("prometheus")
@@ -36,7 +36,7 @@ func (s *Stack) startPrometheus(ctx context.Context) error {
 	for _, in := range s.Instances {
 		providers = append(providers, fmt.Sprintf("%q", fmt.Sprintf("127.0.0.1:%d", in.port)))
 	}
-	cfg := fmt.Sprintf(`global: {scrape_interval: 1s, evaluation_interval: 1s}
+	cfg := fmt.Sprintf(`global: {scrape_interval: 2s, scrape_timeout: 2s, evaluation_interval: 1s}
 rule_files: [alerts.yml]
 scrape_configs:
   - job_name: meshflows-registry

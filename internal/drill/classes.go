@@ -202,6 +202,7 @@ func grey(ctx context.Context, d *drill, trial int) (Trial, error) {
 	set(in, faultproxy.Fault{ErrorShare: 0.04})
 	out, ok := d.waitOut(ctx, in, t0, 90*time.Second)
 	tl := d.load.between(t0, t0.Add(out))
+	alarm := d.alarms.await(ctx, "ticket-owner", t0, 30*time.Second) // before the fault ends
 	healthyOut := 0
 	for _, p := range peers {
 		if p != in {
@@ -220,6 +221,9 @@ func grey(ctx context.Context, d *drill, trial int) (Trial, error) {
 		set(in, faultproxy.Fault{})
 	}
 	note := fmt.Sprintf("%d req/s per instance through gateway-1; %d healthy withdrawn; %s", perGateway*4/5/len(peers), healthyOut, back)
+	if alarm != "" {
+		note += "; alarm " + alarm
+	}
 	return Trial{Measured: seconds(out), Unit: "s", Failed: tl.failed, Sent: tl.sent, Note: note,
 		Held: ok && out <= 30*time.Second && healthyOut == 0}, nil
 }
@@ -303,7 +307,7 @@ func flapping(ctx context.Context, d *drill, trial int) (Trial, error) {
 	}
 	note := "owner told: no notification exists yet"
 	if quarantined > 0 {
-		if a := d.alarms.await(ctx, "ticket-owner", t0, 30*time.Second); a != "" {
+		if a := d.alarms.await(ctx, "ticket-owner", t0, 45*time.Second); a != "" {
 			note += "; alarm " + a
 		}
 	}
