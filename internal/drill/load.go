@@ -155,20 +155,6 @@ func (l *Load) answeredBy(instance, path string, from, to time.Time) int {
 	return n
 }
 
-// lastServed is when instance last answered a request started after from (zero: never).
-func (l *Load) lastServed(instance string, from time.Time) time.Time {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var last time.Time
-	for i := len(l.reqs) - 1; i >= 0; i-- {
-		r := l.reqs[i]
-		if r.instance == instance && r.at.After(from) && r.at.After(last) {
-			last = r.at
-		}
-	}
-	return last
-}
-
 // settle waits until every request started before t has ended (at most the request timeout).
 func (l *Load) settle(ctx context.Context) {
 	select {

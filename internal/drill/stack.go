@@ -302,9 +302,6 @@ func (p *process) kill() {
 	<-p.done
 }
 
-// signal sends sig (SIGSTOP, SIGCONT).
-func (p *process) signal(sig os.Signal) error { return p.cmd.Process.Signal(sig) }
-
 // stop sends SIGTERM and kills the process if it has not ended 10 s later.
 func (p *process) stop() {
 	select {
