@@ -101,7 +101,7 @@ docs/failure-classes.md explains each class, its bound and the alarm it raises.`
 	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", 0, "the registry's heartbeat interval (default 30s, --quick 5s)")
 	f.IntVar(&cfg.Rate, "rate", 50, "requests a second sent through each gateway")
 	f.BoolVar(&cfg.Keep, "keep", false, "keep the stack's directory (certificates, RBAC file, audit log, every process's log) and say where")
-	f.IntSliceVar(&expectShort, "expect-short", nil, "classes that may fall short without failing the run (their mechanism is not built yet), e.g. 5,7,9")
+	f.IntSliceVar(&expectShort, "expect-short", nil, "classes that may fall short without failing the run (the mechanism they need does not exist yet), e.g. 5,9")
 	return cmd
 }
 
