@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"net"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -38,6 +40,13 @@ func TestDrillRefusesWhatItCannotRun(t *testing.T) {
 // consumer's view within its bound, forged signals change nothing and are refused and
 // audited, and every process is gone afterwards (its ports bind again).
 func TestDrillRunsACrashAndAForgedSignal(t *testing.T) {
+	// the stack runs a meshflows built without the race detector (the drill itself runs here)
+	bin := filepath.Join(t.TempDir(), "meshflows")
+	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	drillExecutable = bin
+	t.Cleanup(func() { drillExecutable = "" })
 	base := freeport.Block(t, 50)
 	out, err := run(context.Background(), "drill", "--class", "1,11", "--trials", "1", "--quick", "-o", "json", "--base-port", strconv.Itoa(base))
 	i := strings.Index(out, "{")

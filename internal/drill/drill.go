@@ -277,7 +277,7 @@ func (d *drill) progress(format string, args ...any) {
 
 // waitSteady waits until every instance is in rotation at every consumer.
 func (d *drill) waitSteady(ctx context.Context) error {
-	deadline := time.Now().Add(90 * time.Second)
+	deadline := time.Now().Add(3 * time.Minute)
 	for {
 		all := true
 		for _, in := range d.s.Instances {
@@ -293,7 +293,7 @@ func (d *drill) waitSteady(ctx context.Context) error {
 			d.obs.mu.Lock()
 			errs := fmt.Sprint(d.obs.errs)
 			d.obs.mu.Unlock()
-			return fmt.Errorf("the stack did not put every instance in rotation at every consumer within 90 s (observer errors: %s; logs in %s)", errs, d.s.Dir())
+			return fmt.Errorf("the stack did not put every instance in rotation at every consumer within 3 minutes (observer errors: %s; logs in %s)", errs, d.s.Dir())
 		}
 		if err := sleep(ctx, 200*time.Millisecond); err != nil {
 			return err
