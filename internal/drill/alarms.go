@@ -88,11 +88,14 @@ type firing struct {
 type alarms struct {
 	s    *Stack
 	mu   sync.Mutex
-	seen map[string]bool // alert name + labels, firing now or before
+	seen map[string]bool   // alert name + labels, firing now or before
+	now  map[string]firing // firing now, by the same key (since when, first seen)
 	log  []firing
 }
 
-func newAlarms(s *Stack) *alarms { return &alarms{s: s, seen: map[string]bool{}} }
+func newAlarms(s *Stack) *alarms {
+	return &alarms{s: s, seen: map[string]bool{}, now: map[string]firing{}}
+}
 
 // Run polls every second until ctx ends (at once when no Prometheus runs).
 func (a *alarms) Run(ctx context.Context) error {
@@ -140,12 +143,15 @@ func (a *alarms) poll(ctx context.Context) {
 		firingNow[key] = true
 		if !a.seen[key] {
 			a.seen[key] = true
-			a.log = append(a.log, firing{at: now, name: al.Labels["alertname"], action: al.Labels["action"]})
+			f := firing{at: now, name: al.Labels["alertname"], action: al.Labels["action"]}
+			a.log = append(a.log, f)
+			a.now[key] = f
 		}
 	}
 	for k := range a.seen { // resolved: a later firing counts again
 		if !firingNow[k] {
 			delete(a.seen, k)
+			delete(a.now, k)
 		}
 	}
 }
@@ -167,6 +173,13 @@ func (a *alarms) first(start time.Time, want string) (string, float64) {
 			any = &a.log[i]
 		}
 	}
+	if want != "" {
+		for _, f := range a.now {
+			if f.action == want { // firing since before the class, and still
+				return f.action + " (" + f.name + ", firing since before)", 0
+			}
+		}
+	}
 	if any == nil {
 		return "", 0
 	}
@@ -185,6 +198,14 @@ func (a *alarms) await(ctx context.Context, action string, since time.Time, limi
 			if f.at.After(since) && f.action == action {
 				a.mu.Unlock()
 				return fmt.Sprintf("%s (%s) after %.0f s", f.action, f.name, f.at.Sub(since).Seconds())
+			}
+		}
+		// an alert grouped by component (quarantines, outliers) may already fire for an
+		// earlier instance: it covers this one too
+		for _, f := range a.now {
+			if f.action == action {
+				a.mu.Unlock()
+				return fmt.Sprintf("%s (%s, firing since before)", f.action, f.name)
 			}
 		}
 		a.mu.Unlock()
