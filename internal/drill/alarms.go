@@ -156,9 +156,9 @@ func (a *alarms) poll(ctx context.Context) {
 	}
 }
 
-// first is the first alarm of action want that fired after start, or else the first of any
-// action: "action (alert)", and seconds after start.
-func (a *alarms) first(start time.Time, want string) (string, float64) {
+// first is the first alarm of action want that fired after start, or alert firing since
+// before, or else the first of any action: "action (alert)", and seconds after start.
+func (a *alarms) first(start time.Time, want, alert string) (string, float64) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	var any *firing
@@ -175,7 +175,7 @@ func (a *alarms) first(start time.Time, want string) (string, float64) {
 	}
 	if want != "" {
 		for _, f := range a.now {
-			if f.action == want { // firing since before the class, and still
+			if f.action == want && f.name == alert { // firing since before the class, and still
 				return f.action + " (" + f.name + ", firing since before)", 0
 			}
 		}
@@ -186,9 +186,10 @@ func (a *alarms) first(start time.Time, want string) (string, float64) {
 	return any.action + " (" + any.name + ")", any.at.Sub(start).Seconds()
 }
 
-// await waits, at most limit, until an alarm of action fires after since (at once when no
-// Prometheus runs), and says after how long ("" when none did).
-func (a *alarms) await(ctx context.Context, action string, since time.Time, limit time.Duration) string {
+// await waits, at most limit, until an alarm of action fires after since, or alert (of that
+// action) is firing, from before (at once when no Prometheus runs), and says after how long
+// ("" when none did).
+func (a *alarms) await(ctx context.Context, action, alert string, since time.Time, limit time.Duration) string {
 	if a.s.Prometheus == "" {
 		return ""
 	}
@@ -203,7 +204,7 @@ func (a *alarms) await(ctx context.Context, action string, since time.Time, limi
 		// an alert grouped by component (quarantines, outliers) may already fire for an
 		// earlier instance: it covers this one too
 		for _, f := range a.now {
-			if f.action == action {
+			if f.action == action && f.name == alert {
 				a.mu.Unlock()
 				return fmt.Sprintf("%s (%s, firing since before)", f.action, f.name)
 			}

@@ -17,8 +17,9 @@ import (
 type class struct {
 	Number int
 	Name   string
-	// Alarm is the action the class must raise ("" none).
-	Alarm string
+	// Alarm is the action the class must raise ("" none), AlarmAlert the alert that raises it
+	// (an alert grouped by component may be firing already, for an earlier instance).
+	Alarm, AlarmAlert string
 	// Missing names the mechanism the class waits for, when it does not exist yet.
 	Missing             string
 	Trials, QuickTrials int
@@ -34,20 +35,20 @@ var Classes = []*class{
 		}},
 	{Number: 2, Name: "hang, blackhole", Trials: 20, QuickTrials: 3, Run: hang,
 		bound: func(Config) string { return "out ≤ 5 s with traffic" }},
-	{Number: 3, Name: "grey failure (1 gateway)", Alarm: "ticket-owner", Trials: 20, QuickTrials: 1, Run: grey,
+	{Number: 3, Name: "grey failure (1 gateway)", Alarm: "ticket-owner", AlarmAlert: "MeshFlowsReplicaOutlier", Trials: 20, QuickTrials: 1, Run: grey,
 		bound: func(Config) string { return "out ≤ 30 s; 0 healthy withdrawn" }},
 	{Number: 4, Name: "latency-only degradation", Trials: 20, QuickTrials: 1, Run: latency,
 		bound: func(Config) string { return "weight ≤ 50 ≤ 30 s, never out; back ≤ 60 s" }},
-	{Number: 5, Name: "flapping health check", Alarm: "ticket-owner", Trials: 20, QuickTrials: 1, Run: flapping,
+	{Number: 5, Name: "flapping health check", Alarm: "ticket-owner", AlarmAlert: "MeshFlowsInstanceQuarantined", Trials: 20, QuickTrials: 1, Run: flapping,
 		Missing: "owner notification and cohort-wide flapping as one incident",
 		bound:   func(Config) string { return "quarantined ≤ flap window; owner told ≤ 30 s" }},
-	{Number: 6, Name: "correlated zone failure", Alarm: "page-capacity", Trials: 20, QuickTrials: 1, Run: zone,
+	{Number: 6, Name: "correlated zone failure", Alarm: "page-capacity", AlarmAlert: "MeshFlowsZoneOutlier", Trials: 20, QuickTrials: 1, Run: zone,
 		bound: func(Config) string { return "incident ≤ 60 s; evacuated out ≤ 2 s" }},
 	{Number: 7, Name: "zombie registration", Trials: 20, QuickTrials: 3, Run: zombie,
 		bound: func(c Config) string {
 			return fmt.Sprintf("out ≤ %s (lease TTL + 5 s); 0 answered by the impostor", (c.LeaseTTL + 5*time.Second).String())
 		}},
-	{Number: 8, Name: "control-plane outage", Alarm: "page-authority", Trials: 1, QuickTrials: 1, Run: outage,
+	{Number: 8, Name: "control-plane outage", Alarm: "page-authority", AlarmAlert: "MeshFlowsRegistryDown", Trials: 1, QuickTrials: 1, Run: outage,
 		bound: func(c Config) string { return "0 failed over " + c.Outage.String() + "; new instance in ≤ 5 s" }},
 	{Number: 9, Name: "reconnect storm", Trials: 3, QuickTrials: 1, Run: herd,
 		Missing: "a server-side admission cap",
@@ -202,7 +203,7 @@ func grey(ctx context.Context, d *drill, trial int) (Trial, error) {
 	set(in, faultproxy.Fault{ErrorShare: 0.04})
 	out, ok := d.waitOut(ctx, in, t0, 90*time.Second)
 	tl := d.load.between(t0, t0.Add(out))
-	alarm := d.alarms.await(ctx, "ticket-owner", t0, 30*time.Second) // before the fault ends
+	alarm := d.alarms.await(ctx, "ticket-owner", "MeshFlowsReplicaOutlier", t0, 30*time.Second) // before the fault ends
 	healthyOut := 0
 	for _, p := range peers {
 		if p != in {
@@ -307,7 +308,7 @@ func flapping(ctx context.Context, d *drill, trial int) (Trial, error) {
 	}
 	note := "owner told: no notification exists yet"
 	if quarantined > 0 {
-		if a := d.alarms.await(ctx, "ticket-owner", t0, 45*time.Second); a != "" {
+		if a := d.alarms.await(ctx, "ticket-owner", "MeshFlowsInstanceQuarantined", t0, 45*time.Second); a != "" {
 			note += "; alarm " + a
 		}
 	}
@@ -345,7 +346,7 @@ func zone(ctx context.Context, d *drill, trial int) (Trial, error) {
 		tl := d.load.between(t0, time.Now())
 		return Trial{Measured: seconds(time.Since(t0)), Unit: "s", Failed: tl.failed, Sent: tl.sent, Note: "no zone-outlier incident"}, nil
 	}
-	alarm := d.alarms.await(ctx, "page-capacity", t0, 60*time.Second) // an operator acts on the page
+	alarm := d.alarms.await(ctx, "page-capacity", "MeshFlowsZoneOutlier", t0, 60*time.Second) // an operator acts on the page
 	t1 := time.Now()
 	id, err := d.evacuate(ctx, "c", false)
 	if err != nil {

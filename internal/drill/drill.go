@@ -216,7 +216,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 			row.Trials = append(row.Trials, t)
 			d.progress("class %d %s, trial %d/%d: %s", k.Number, k.Name, i+1, trials, t.line())
 		}
-		row.Alarm, row.AlarmSeconds = d.alarms.first(start, k.Alarm)
+		row.Alarm, row.AlarmSeconds = d.alarms.first(start, k.Alarm, k.AlarmAlert)
 		row.Seconds = time.Since(start).Seconds()
 		row.judge(rep.Prometheus)
 		rep.Rows = append(rep.Rows, row)

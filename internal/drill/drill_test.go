@@ -9,7 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/goccy/go-yaml"
 	"github.com/google/go-cmp/cmp"
+
+	promdeploy "github.com/meshflows/meshflows/deploy/prometheus"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files")
@@ -131,6 +134,36 @@ func TestEveryClassIsDefined(t *testing.T) {
 		}
 		if k.Alarm != "" && !map[string]bool{"page-withdrawal": true, "page-capacity": true, "ticket-owner": true, "page-authority": true}[k.Alarm] {
 			t.Errorf("class %d expects alarm %q, not one of the four actions", k.Number, k.Alarm)
+		}
+	}
+}
+
+// TestTheAlarmsTheClassesWaitForExist: each alert a class waits for is in alerts.yml with the
+// action the class must raise.
+func TestTheAlarmsTheClassesWaitForExist(t *testing.T) {
+	var rules struct {
+		Groups []struct {
+			Rules []struct {
+				Alert  string            `yaml:"alert"`
+				Labels map[string]string `yaml:"labels"`
+			} `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	if err := yaml.Unmarshal(promdeploy.Alerts, &rules); err != nil {
+		t.Fatal(err)
+	}
+	actions := map[string]string{}
+	for _, g := range rules.Groups {
+		for _, r := range g.Rules {
+			actions[r.Alert] = r.Labels["action"]
+		}
+	}
+	for _, k := range Classes {
+		if (k.Alarm == "") != (k.AlarmAlert == "") {
+			t.Errorf("class %d: alarm %q, alert %q: both or neither", k.Number, k.Alarm, k.AlarmAlert)
+		}
+		if k.AlarmAlert != "" && actions[k.AlarmAlert] != k.Alarm {
+			t.Errorf("class %d waits for %s, whose action is %q in alerts.yml, want %q", k.Number, k.AlarmAlert, actions[k.AlarmAlert], k.Alarm)
 		}
 	}
 }
