@@ -199,6 +199,11 @@ func grey(ctx context.Context, d *drill, trial int) (Trial, error) {
 	d.load.SetRate(perGateway)
 	defer func() { d.load.SetRate(d.cfg.Rate); d.load.Only(0) }()
 	sleep(ctx, 10*time.Second) // a baseline for the peers
+	inBefore := map[*instance]bool{} // a peer a class before left out (an ejection running out) is not this class's doing
+	for _, p := range peers {
+		_, everywhere, _ := d.obs.state(p.ID)
+		inBefore[p] = everywhere
+	}
 	t0 := time.Now()
 	set(in, faultproxy.Fault{ErrorShare: 0.04})
 	out, ok := d.waitOut(ctx, in, t0, 90*time.Second)
@@ -207,7 +212,7 @@ func grey(ctx context.Context, d *drill, trial int) (Trial, error) {
 	healthyOut := 0
 	for _, p := range peers {
 		if p != in {
-			if o, _, _ := d.obs.state(p.ID); o {
+			if o, _, _ := d.obs.state(p.ID); o && inBefore[p] {
 				healthyOut++
 			}
 			set(p, faultproxy.Fault{})
