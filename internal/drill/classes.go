@@ -198,7 +198,7 @@ func grey(ctx context.Context, d *drill, trial int) (Trial, error) {
 	perGateway := 50 * len(peers) * 5 / 4 // a fifth of the load goes to the other pool
 	d.load.SetRate(perGateway)
 	defer func() { d.load.SetRate(d.cfg.Rate); d.load.Only(0) }()
-	sleep(ctx, 10*time.Second) // a baseline for the peers
+	sleep(ctx, 10*time.Second)       // a baseline for the peers
 	inBefore := map[*instance]bool{} // a peer a class before left out (an ejection running out) is not this class's doing
 	for _, p := range peers {
 		_, everywhere, _ := d.obs.state(p.ID)
