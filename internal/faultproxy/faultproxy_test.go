@@ -151,9 +151,9 @@ func TestDelayAndAttribution(t *testing.T) {
 	if resp.Header.Get("X-Instance") != "a" {
 		t.Errorf("answered by %q", resp.Header.Get("X-Instance"))
 	}
-	begin = time.Now()
-	if get(http.DefaultClient, base+"/healthz").code != 200 || time.Since(begin) > 150*time.Millisecond {
-		t.Errorf("a probe was delayed too (%v)", time.Since(begin))
+	// a probe is not delayed: with a client deadline under the delay, it still answers
+	if got := get(&http.Client{Timeout: 150 * time.Millisecond}, base+"/healthz"); got.code != 200 {
+		t.Errorf("a probe under a 200 ms delay of traffic: %+v, want 200 within 150 ms", got)
 	}
 	s := p.Stats()
 	if s.Traffic != 1 || s.Probes != 1 || s.LastTraffic["gw-1"].IsZero() {
