@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -184,7 +185,7 @@ func recovery(ctx context.Context, d *drill, _ int) (Trial, error) {
 		}
 		want := float64(len(ins)*s.weight) / float64(len(ins)*s.weight+(jms-len(ins))*100)
 		got := float64(zoneC) / float64(all)
-		worst = max(worst, abs(got-want)*100)
+		worst = max(worst, math.Abs(got-want)*100)
 		parts = append(parts, fmt.Sprintf("weight %d: %.1f %% of %d (want %.1f %%)", s.weight, got*100, all, want*100))
 	}
 	tl := d.load.between(t0, time.Now())
@@ -193,13 +194,6 @@ func recovery(ctx context.Context, d *drill, _ int) (Trial, error) {
 	}
 	return Trial{Measured: worst, Unit: "pp off", Failed: tl.failed, Sent: tl.sent, Note: strings.Join(parts, "; "),
 		Held: worst <= 2}, nil
-}
-
-func abs(f float64) float64 {
-	if f < 0 {
-		return -f
-	}
-	return f
 }
 
 // forged: a provider's identity reports outcomes and health about an instance not its own,

@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -162,7 +163,6 @@ type drill struct {
 	obs    *Observer
 	load   *Load
 	alarms *alarms
-	used   map[string]bool // instances a class broke and did not leave as it found them
 }
 
 // Run starts the stack, runs the classes of cfg in order and stops everything it started,
@@ -172,7 +172,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 		return Report{}, err
 	}
 	rep := Report{Started: time.Now().UTC(), Quick: cfg.Quick, Store: cfg.Store, Rate: cfg.Rate, LeaseTTL: cfg.LeaseTTL.String()}
-	d := &drill{cfg: cfg, used: map[string]bool{}}
+	d := &drill{cfg: cfg}
 	d.progress("starting the stack: registry (mTLS, RBAC), 2 gateways, dns, xds, orchestrator, 15 providers behind fault proxies")
 	s, err := Start(ctx, cfg)
 	if err != nil {
@@ -244,7 +244,7 @@ func (r *Row) judge(watched bool) {
 	switch {
 	case r.ExpectedAlarm != "" && r.Alarm == "":
 		r.Verdict, r.Why = "short", joinWhy(r.Why, "no alarm fired, want "+r.ExpectedAlarm)
-	case r.ExpectedAlarm != "" && !hasPrefix(r.Alarm, r.ExpectedAlarm):
+	case r.ExpectedAlarm != "" && !strings.HasPrefix(r.Alarm, r.ExpectedAlarm):
 		r.Verdict, r.Why = "short", joinWhy(r.Why, "alarm "+r.Alarm+", want "+r.ExpectedAlarm)
 	}
 }
@@ -255,8 +255,6 @@ func joinWhy(a, b string) string {
 	}
 	return a + "; " + b
 }
-
-func hasPrefix(s, p string) bool { return len(s) >= len(p) && s[:len(p)] == p }
 
 func (t Trial) line() string {
 	s := fmt.Sprintf("%.2f %s, %d of %d requests failed", t.Measured, t.Unit, t.Failed, t.Sent)

@@ -2,7 +2,6 @@ package drill
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -161,8 +160,4 @@ func (l *Load) settle(ctx context.Context) {
 	case <-ctx.Done():
 	case <-time.After(l.timeout + 100*time.Millisecond):
 	}
-}
-
-func (t tally) String() string {
-	return fmt.Sprintf("%d sent, %d failed", t.sent, t.failed)
 }

@@ -17,7 +17,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
-	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -415,6 +414,3 @@ func addrOf(hostport string) net.Addr {
 	}
 	return a
 }
-
-// URL is the proxy's base URL (http://Listen).
-func (p *Proxy) URL() *url.URL { return &url.URL{Scheme: "http", Host: p.cfg.Listen} }
