@@ -14,8 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/miekg/dns"
-
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/client"
 )
@@ -58,7 +56,6 @@ func outage(ctx context.Context, d *drill, _ int) (Trial, error) {
 // waitNewcomer waits until both gateways route to id and DNS answers port.
 func (d *drill) waitNewcomer(ctx context.Context, id string, port uint16, limit time.Duration) (time.Duration, error) {
 	t0 := time.Now()
-	c := &dns.Client{Net: "tcp", Timeout: time.Second}
 	for time.Since(t0) < limit {
 		all := true
 		for _, gw := range d.s.Gateways {
@@ -67,16 +64,8 @@ func (d *drill) waitNewcomer(ctx context.Context, id string, port uint16, limit 
 				all = false
 			}
 		}
-		m := new(dns.Msg)
-		m.SetQuestion(srvName, dns.TypeSRV)
-		found := false
-		if ans, _, err := c.ExchangeContext(ctx, m, d.s.DNS); err == nil {
-			for _, rr := range ans.Answer {
-				if srv, ok := rr.(*dns.SRV); ok && srv.Port == port {
-					found = true
-				}
-			}
-		}
+		ports, _ := d.obs.srvWeights(ctx)
+		_, found := ports[port]
 		if all && found {
 			return time.Since(t0), nil
 		}

@@ -34,6 +34,7 @@ type seen struct {
 type Observer struct {
 	s   *Stack
 	now func() time.Time
+	dns *dns.Client
 
 	mu    sync.Mutex
 	views map[string]map[string]*seen // consumer → instance → view
@@ -51,7 +52,7 @@ func (o *Observer) Consumers() []string {
 }
 
 func newObserver(s *Stack) *Observer {
-	return &Observer{s: s, now: time.Now, views: map[string]map[string]*seen{}, last: map[string]time.Time{}, errs: map[string]string{}}
+	return &Observer{s: s, now: time.Now, dns: &dns.Client{Net: "tcp", Timeout: time.Second}, views: map[string]map[string]*seen{}, last: map[string]time.Time{}, errs: map[string]string{}}
 }
 
 // update records that consumer routes to exactly the instances of present (with weights).
@@ -202,6 +203,27 @@ func (o *Observer) gatewayView(ctx context.Context, base string) (map[string]int
 // srvName is the DNS name of messaging.publish (every provider).
 const srvName = "messaging.publish.cap.meshflows."
 
+// srvWeights asks the DNS server the SRV question of messaging.publish: the weight of each
+// port answered.
+func (o *Observer) srvWeights(ctx context.Context) (map[uint16]int, error) {
+	m := new(dns.Msg)
+	m.SetQuestion(srvName, dns.TypeSRV)
+	ans, _, err := o.dns.ExchangeContext(ctx, m, o.s.DNS)
+	if err != nil {
+		return nil, err
+	}
+	if ans.Rcode != dns.RcodeSuccess && ans.Rcode != dns.RcodeNameError {
+		return nil, fmt.Errorf("rcode %s", dns.RcodeToString[ans.Rcode])
+	}
+	ports := map[uint16]int{}
+	for _, rr := range ans.Answer {
+		if srv, ok := rr.(*dns.SRV); ok {
+			ports[srv.Port] = int(srv.Weight)
+		}
+	}
+	return ports, nil
+}
+
 // dnsView returns what answers the SRV question of messaging.publish: the instances, by
 // the port of their endpoint, with their SRV weights.
 func (o *Observer) dnsView() func(context.Context) (map[string]int, error) {
@@ -211,23 +233,15 @@ func (o *Observer) dnsView() func(context.Context) (map[string]int, error) {
 		p, _ := strconv.Atoi(port)
 		byPort[uint16(p)] = in.ID
 	}
-	c := &dns.Client{Net: "tcp", Timeout: time.Second}
 	return func(ctx context.Context) (map[string]int, error) {
-		m := new(dns.Msg)
-		m.SetQuestion(srvName, dns.TypeSRV)
-		ans, _, err := c.ExchangeContext(ctx, m, o.s.DNS)
+		ports, err := o.srvWeights(ctx)
 		if err != nil {
 			return nil, err
 		}
-		if ans.Rcode != dns.RcodeSuccess && ans.Rcode != dns.RcodeNameError {
-			return nil, fmt.Errorf("rcode %s", dns.RcodeToString[ans.Rcode])
-		}
 		present := map[string]int{}
-		for _, rr := range ans.Answer {
-			if srv, ok := rr.(*dns.SRV); ok {
-				if id, ok := byPort[srv.Port]; ok {
-					present[id] = int(srv.Weight)
-				}
+		for port, w := range ports {
+			if id, ok := byPort[port]; ok {
+				present[id] = w
 			}
 		}
 		return present, nil
