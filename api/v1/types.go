@@ -493,6 +493,9 @@ const (
 	// IncidentZoneOutlier: a zone of a capability fails as a whole against its other zones
 	// (subject "capability/zone"); the summary names the evacuation command.
 	IncidentZoneOutlier = "zone_outlier"
+	// IncidentCohortFlapping: more than flap_cohort_share of a (capability, zone) cohort left
+	// rotation within one flap window (subject "capability/zone") — one event, no quarantines.
+	IncidentCohortFlapping = "cohort_flapping"
 
 	IncidentOpen         = "open"
 	IncidentAcknowledged = "acknowledged"

@@ -158,6 +158,10 @@ func bindOutlierFlags(fs *pflag.FlagSet, f *eligibilityFlags) {
 	fs.DurationVar(&o.LatencyOutlierFloor, "latency-outlier-floor", d.LatencyOutlierFloor, "latency outliers: and at least this much over its peers' median p99")
 	fs.DurationVar(&o.ReturnDwell, "return-dwell", d.ReturnDwell, "the way back from an evacuation: how long the zone's instances stay at each weight step (10, 25, 50) before the next")
 	fs.DurationVar(&o.FlapWindow, "flap-window", d.FlapWindow, "an instance withdrawn 3 times within this window is quarantined (flapping)")
+	fs.Float64Var(&o.FlapCohortShare, "flap-cohort-share", d.FlapCohortShare, "when more than this share of a (capability, zone) cohort (and two instances at least) leaves rotation within one flap window, that is one cohort event (incident cohort_flapping): none of them is quarantined")
+	fs.DurationVar(&o.ProbeScoreHalfLife, "probe-score-half-life", d.ProbeScoreHalfLife, "the failure score (1 a failed probe or a consumer's window with connect failures) halves every this long")
+	fs.Float64Var(&o.ProbeScoreOut, "probe-score-out", d.ProbeScoreOut, "a failed probe that brings the failure score to this withdraws the instance (PROBE_SCORE: it fails intermittently)")
+	fs.Float64Var(&o.ProbeScoreIn, "probe-score-in", d.ProbeScoreIn, "an instance withdrawn by PROBE_SCORE comes back once its probes pass and its score is under this (under --probe-score-out: re-entry is slower than removal)")
 	fs.Float64Var(&f.outcomeRate, "outcome-rate", registry.DefaultOutcomeRate, "outcome batches (POST /v1/outcomes, up to 1,000 instances each) per second allowed per reporting identity; more get 429 with Retry-After; 0 or less: no bound")
 	fs.IntVar(&f.outcomeBurst, "outcome-burst", registry.DefaultOutcomeBurst, "outcome batch burst allowed per reporting identity")
 }
@@ -258,7 +262,8 @@ func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln 
 				OutlierMinRequests: o.OutlierMinRequests, OutlierErrorRate: o.OutlierErrorRate, OutlierConnectFailures: o.OutlierConnectFailures,
 				EjectionBase: o.EjectionBase, MaxEjectionPercent: o.MaxEjectionPercent, OutlierWindow: o.OutlierWindow, OutlierMinVolume: o.OutlierMinVolume,
 				OutlierZ: o.OutlierZ, OutlierRelativeFloor: o.OutlierRelativeFloor, OutlierRelativeFactor: o.OutlierRelativeFactor,
-				LatencyOutlierFactor: o.LatencyOutlierFactor, LatencyOutlierFloor: o.LatencyOutlierFloor, ReturnDwell: o.ReturnDwell, FlapWindow: o.FlapWindow}})
+				LatencyOutlierFactor: o.LatencyOutlierFactor, LatencyOutlierFloor: o.LatencyOutlierFloor, ReturnDwell: o.ReturnDwell, FlapWindow: o.FlapWindow,
+				FlapCohortShare: o.FlapCohortShare, ProbeScoreHalfLife: o.ProbeScoreHalfLife, ProbeScoreOut: o.ProbeScoreOut, ProbeScoreIn: o.ProbeScoreIn}})
 		if err != nil {
 			return err
 		}

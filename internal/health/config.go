@@ -18,6 +18,19 @@ type Config struct {
 	FlapWindow        time.Duration // default 10 min
 	Quarantine        time.Duration // first quarantine, doubling each time (default 5 min)
 	QuarantineMax     time.Duration // default 1 h
+	// FlapCohortShare: when more than this share of a (capability, zone) cohort, and at
+	// least two of its instances, entered withdrawn within one FlapWindow, their withdrawals
+	// are one cohort event and quarantine none of them (default 0.3).
+	FlapCohortShare float64
+
+	// The decaying failure score (score.go): a failed or timed-out probe, or a consumer's
+	// window with connect failures, adds 1; the score halves every ProbeScoreHalfLife
+	// (default 60 s); a failed probe that brings it to ProbeScoreOut (default 2.5) withdraws
+	// with PROBE_SCORE, and the instance comes back when its probes passed as for
+	// PROBE_FAILING and the score fell under ProbeScoreIn (default 1).
+	ProbeScoreHalfLife time.Duration
+	ProbeScoreOut      float64
+	ProbeScoreIn       float64
 
 	OutlierMinRequests     int           // requests in an outcome for the error rate to count (default 20)
 	OutlierErrorRate       float64       // error share that ejects (default 0.5)
@@ -76,6 +89,10 @@ func (c Config) WithDefaults() Config {
 	orDefault(&c.FlapWindow, 10*time.Minute)
 	orDefault(&c.Quarantine, 5*time.Minute)
 	orDefault(&c.QuarantineMax, time.Hour)
+	orDefault(&c.FlapCohortShare, 0.3)
+	orDefault(&c.ProbeScoreHalfLife, time.Minute)
+	orDefault(&c.ProbeScoreOut, 2.5)
+	orDefault(&c.ProbeScoreIn, 1.0)
 	orDefault(&c.OutlierMinRequests, 20)
 	orDefault(&c.OutlierErrorRate, 0.5)
 	orDefault(&c.OutlierConnectFailures, 5)
@@ -120,6 +137,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("health config: degraded_weight %d is outside 0..100", c.DegradedWeight)
 	case c.OutlierErrorRate < 0 || c.OutlierErrorRate > 1 || c.MaxEjectionPercent < 0 || c.MaxEjectionPercent > 100:
 		return fmt.Errorf("health config: outlier_error_rate must be within 0..1 and max_ejection_percent within 0..100")
+	case c.FlapCohortShare < 0 || c.FlapCohortShare > 1:
+		return fmt.Errorf("health config: flap_cohort_share %v is outside 0..1", c.FlapCohortShare)
+	case c.ProbeScoreHalfLife < 0 || c.ProbeScoreIn < 0 || c.ProbeScoreOut < 0 || (c.ProbeScoreOut > 0 && c.ProbeScoreIn >= c.ProbeScoreOut):
+		return fmt.Errorf("health config: probe_score_half_life must not be negative and 0 < probe_score_in (%v) < probe_score_out (%v): re-entry is slower than removal", c.ProbeScoreIn, c.ProbeScoreOut)
 	case c.PanicThreshold < 0 || c.PanicThreshold > 1:
 		return fmt.Errorf("health config: panic_threshold %v is outside 0..1", c.PanicThreshold)
 	case c.OutlierWindow < 0 || c.EjectionBase < 0 || c.OutlierMinRequests < 0 || c.OutlierConnectFailures < 0 || c.OutlierMinVolume < 0:

@@ -169,6 +169,10 @@ type trouble struct {
 	// outlier_window after the last judgment that found it over
 	latencySince, latencyUntil time.Time
 	latency                    Evidence
+
+	// the decaying failure score (score.go): its value at scoreAt
+	score   float64
+	scoreAt time.Time
 }
 
 // sinceNanos returns how long before now the instant at (Unix nanoseconds) was.
@@ -255,6 +259,10 @@ type Engine struct {
 	ticked         time.Time                            // the last Tick
 	// reporters names the reporters of outcomes; an outcome record holds its index.
 	reporters reporterNames
+	// flaps are the recent entries into withdrawn of each cohort (cohortflap.go), and
+	// cohortChanges the cohort events since TakeCohortChanges.
+	flaps         map[cohortKey]*cohortFlap
+	cohortChanges []CohortChange
 }
 
 // SelfPreservationDecision is what the last Tick saw and decided about self-preservation:
@@ -479,6 +487,7 @@ func (e *Engine) probe(in *instance, ev Event) {
 		if t.okRun >= e.unhealthyAfter(in)+2 {
 			e.clearCauses(in, ev.At, ReasonProbeFailing, ReasonProbeRefused, ReasonSilentCorroborated, ReasonQuarantineEnded)
 		}
+		e.scoreCleared(in, ev.At)
 	case ProbeFail, ProbeTimeout, ProbeRefused:
 		t.okRun = 0
 		if ev.Result != ProbeRefused {
@@ -508,6 +517,9 @@ func (e *Engine) probe(in *instance, ev Event) {
 		if n := e.unhealthyAfter(in); t.badRun >= n {
 			e.addCause(in, ev.At, ReasonProbeFailing, fmt.Sprintf("%d consecutive failed probes (unhealthy_after %d), the last %s", t.badRun, n, ev.Result))
 		}
+		if ev.Result != ProbeRefused {
+			e.scoreProbe(in, ev.At, ev.Result)
+		}
 		if e.silent(in, ev.At) {
 			e.addCause(in, ev.At, ReasonSilentCorroborated, fmt.Sprintf("probe %s while silent since %s", ev.Result, instant(in.lastRenewal).Format(time.RFC3339)))
 		}
@@ -532,6 +544,9 @@ func (e *Engine) advance(in *instance, now time.Time) {
 // marks its cohorts for the next Tick's relative-outlier judgment.
 func (e *Engine) outcome(in *instance, ev Event) {
 	reporter := cmp.Or(ev.Reporter, DefaultReporter)
+	if ev.ConnectFailures > 0 && in.Probe {
+		e.addScore(in, ev.At, 1) // passive evidence: a failed probe confirms it (score.go)
+	}
 	if ev.OK+ev.Errors > 0 {
 		in.outcomes = append(in.outcomes, outcomeRec{at: ev.At.UnixNano(), reporter: e.reporters.index(reporter),
 			ok: int32(min(ev.OK, math.MaxInt32)), errs: int32(min(ev.Errors, math.MaxInt32)), p99: float32(ev.LatencyMsP99)})
@@ -583,6 +598,9 @@ func (e *Engine) addCause(in *instance, now time.Time, cause, detail string) {
 	}
 	if !entering || in.quarantined(now) {
 		return
+	}
+	if e.cohortFlapping(in, now) {
+		return // one cohort event, not this instance's flap
 	}
 	tr := in.trouble()
 	recent := tr.withdrawals[:0]
@@ -776,6 +794,7 @@ func (e *Engine) Tick(now time.Time) {
 	}
 	e.ticked = now
 	e.judgeOutliers(now)
+	e.endCohortFlaps(now)
 	if e.cfg.ExternalLeases {
 		e.renewals.reset()
 		e.ratio, e.decision = 1, SelfPreservationDecision{Ratio: 1}

@@ -21,6 +21,7 @@ type monitorMetrics struct {
 	ejections   prometheus.Counter
 	quarantines prometheus.Counter
 	disputed    prometheus.Counter
+	cohorts     prometheus.Counter
 }
 
 // monitorCollector reports the monitor's gauges at scrape time.
@@ -71,6 +72,8 @@ func newMonitorMetrics(reg prometheus.Registerer, m *Monitor) (*monitorMetrics, 
 			Help: "Outcomes ignored because other reporters saw the instance healthy in the outlier window."}),
 		quarantines: prometheus.NewCounter(prometheus.CounterOpts{Name: "meshflows_eligibility_quarantines_total",
 			Help: "Instances quarantined for flapping."}),
+		cohorts: prometheus.NewCounter(prometheus.CounterOpts{Name: "meshflows_eligibility_cohort_flaps_total",
+			Help: "Cohort flap events: more than flap_cohort_share of a (capability, zone) left rotation within one flap window (one event, no quarantines)."}),
 	}
 	if reg == nil {
 		return mm, nil
@@ -84,7 +87,7 @@ func newMonitorMetrics(reg prometheus.Registerer, m *Monitor) (*monitorMetrics, 
 		zoneOutliers: prometheus.NewDesc("meshflows_zone_outlier_error_share", "The error share over the outlier window of a zone that is a zone outlier of a capability (failing as a whole against the other zones); only such zones have a series.",
 			[]string{"capability", "zone"}, nil),
 	}
-	for _, col := range []prometheus.Collector{mm.transitions, mm.ejections, mm.quarantines, mm.disputed, c} {
+	for _, col := range []prometheus.Collector{mm.transitions, mm.ejections, mm.quarantines, mm.disputed, mm.cohorts, c} {
 		if err := reg.Register(col); err != nil {
 			return nil, fmt.Errorf("register eligibility metrics: %w", err)
 		}
@@ -107,5 +110,12 @@ func (mm *monitorMetrics) transition(t Transition) {
 	c.Inc()
 	if t.To == apiv1.EligibilityQuarantined {
 		mm.quarantines.Inc()
+	}
+}
+
+// cohortFlaps counts a cohort that started flapping together.
+func (mm *monitorMetrics) cohortFlaps(c CohortChange) {
+	if c.Flapping {
+		mm.cohorts.Inc()
 	}
 }

@@ -63,6 +63,12 @@ const (
 	TransitionZoneOutlier          = "zone_outlier"
 	TransitionZoneOutlierOver      = "zone_outlier_over"
 	TransitionSelfPreservationOver = "self_preservation_over"
+	// TransitionCohortFlapping: more than flap_cohort_share of a (capability, zone) cohort
+	// left rotation within one flap_window — one cohort event, no quarantines (Reasons: the
+	// capability, the zone, the figures); TransitionCohortFlappingOver: a flap_window passed
+	// with no member leaving.
+	TransitionCohortFlapping     = "cohort_flapping"
+	TransitionCohortFlappingOver = "cohort_flapping_over"
 )
 
 // Transition is one change of an instance's state (the wire type).
@@ -404,6 +410,7 @@ func (m *Monitor) apply(v *view, ev Event) (bool, error) {
 	if n := m.engine.Ejections() - ejected; n > 0 {
 		m.metrics.ejections.Add(float64(n))
 	}
+	m.cohortTransitions()
 	if ev.Kind == KindHeartbeat {
 		v.lastRenewal, v.health = ev.At.UnixNano(), cmp.Or(ev.Health, "ok")
 	}
@@ -525,6 +532,7 @@ func (m *Monitor) tickAndPublish(now time.Time, full bool) {
 			m.cfg.OnTransition(zoneTransition(zc))
 		}
 	}
+	m.cohortTransitions()
 	spChanged := m.engine.SelfPreservation() != wasSP
 	if sp := m.engine.SelfPreservation(); spChanged {
 		// Everything said comes from the decision itself: the numbers it used, and why.
@@ -832,6 +840,23 @@ func (m *Monitor) counts() (map[string]int, int, bool) {
 		out[v.state]++
 	}
 	return out, len(m.panics), m.engine.SelfPreservation()
+}
+
+// cohortTransitions tells OnTransition about the cohorts that started or stopped flapping
+// together since the last call (the cohort flap guard). Entries into withdrawn come with
+// evidence as well as at ticks, so this runs after both.
+func (m *Monitor) cohortTransitions() {
+	for _, c := range m.engine.TakeCohortChanges() {
+		m.metrics.cohortFlaps(c)
+		if m.cfg.OnTransition == nil {
+			continue
+		}
+		to := TransitionCohortFlapping
+		if !c.Flapping {
+			to = TransitionCohortFlappingOver
+		}
+		m.cfg.OnTransition(Transition{At: c.At.UTC(), To: to, Reasons: []string{c.Capability, c.Zone, c.Detail(m.engine.cfg.FlapWindow)}})
+	}
 }
 
 // zoneTransition is the transition OnTransition hears for a zone outlier change.

@@ -64,7 +64,7 @@ func New(cfg Config) (*Log, error) {
 	}
 	l := &Log{cfg: cfg, open: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "meshflows_incidents_open",
 		Help: "Incidents not resolved (open or acknowledged), by kind."}, []string{"kind"})}
-	for _, k := range []string{apiv1.IncidentQuarantine, apiv1.IncidentPanic, apiv1.IncidentSelfPreservation, apiv1.IncidentTrigger, apiv1.IncidentRoute, apiv1.IncidentZoneOutlier, apiv1.IncidentValidation} {
+	for _, k := range []string{apiv1.IncidentQuarantine, apiv1.IncidentPanic, apiv1.IncidentSelfPreservation, apiv1.IncidentTrigger, apiv1.IncidentRoute, apiv1.IncidentZoneOutlier, apiv1.IncidentValidation, apiv1.IncidentCohortFlapping} {
 		l.open.WithLabelValues(k)
 	}
 	if cfg.Registerer != nil {
@@ -87,7 +87,7 @@ var ErrBadAction = errors.New("bad incident action")
 // group serves on — a warning. There is no third severity.
 func Severity(kind string) string {
 	switch kind {
-	case apiv1.IncidentPanic, apiv1.IncidentSelfPreservation, apiv1.IncidentTrigger, apiv1.IncidentRoute, apiv1.IncidentZoneOutlier:
+	case apiv1.IncidentPanic, apiv1.IncidentSelfPreservation, apiv1.IncidentTrigger, apiv1.IncidentRoute, apiv1.IncidentZoneOutlier, apiv1.IncidentCohortFlapping:
 		return apiv1.IncidentCritical
 	default:
 		return apiv1.IncidentWarning

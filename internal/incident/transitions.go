@@ -35,6 +35,11 @@ func FromTransitions(l *Log, owner func(instanceID string) string) func(health.T
 			l.Raise(apiv1.IncidentZoneOutlier, capability+"/"+zone, "", t.Reasons[2]+
 				". The zone fails as a whole; nothing is evacuated automatically. If its failures are the zone's (not a bad release everywhere), evacuate it: "+
 				EvacuateCommand(capability, zone))
+		case t.To == health.TransitionCohortFlapping && len(t.Reasons) == 3:
+			l.Raise(apiv1.IncidentCohortFlapping, t.Reasons[0]+"/"+t.Reasons[1], "", t.Reasons[2]+
+				". Look for what the cohort shares (a dependency, the health check's timeout under load) before blaming its instances: docs/runbooks/eligibility.md")
+		case t.To == health.TransitionCohortFlappingOver && len(t.Reasons) == 3:
+			l.Clear(apiv1.IncidentCohortFlapping, t.Reasons[0]+"/"+t.Reasons[1])
 		case t.To == health.TransitionZoneOutlierOver && len(t.Reasons) == 3:
 			l.Clear(apiv1.IncidentZoneOutlier, t.Reasons[0]+"/"+t.Reasons[1])
 		}

@@ -242,6 +242,21 @@ func scenarioConfig(m map[string]any) (health.Config, error) {
 			}
 		case "latency_outlier_floor":
 			c.LatencyOutlierFloor, err = durationSetting(v)
+		case "probe_score_half_life":
+			c.ProbeScoreHalfLife, err = durationSetting(v)
+		case "probe_score_out", "probe_score_in", "flap_cohort_share":
+			f, ok := v.(float64)
+			if !ok || f <= 0 {
+				err = fmt.Errorf("want a positive number")
+			}
+			switch k {
+			case "probe_score_out":
+				c.ProbeScoreOut = f
+			case "probe_score_in":
+				c.ProbeScoreIn = f
+			default:
+				c.FlapCohortShare = f
+			}
 		case "return_dwell":
 			c.ReturnDwell, err = durationSetting(v)
 		case "evacuation_max":
