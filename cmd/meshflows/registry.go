@@ -68,6 +68,7 @@ type eligibilityFlags struct {
 	panicThreshold   float64
 	probeConcurrency int
 	probeTimeout     time.Duration
+	confirmLost      int
 	probeCA          string
 	probeCert        string
 	probeKey         string
@@ -135,6 +136,7 @@ func (f *registryFlags) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&f.eligibility.probeCert, "probe-cert", "", "client certificate the prober presents to https health endpoints that ask for one")
 	fs.StringVar(&f.eligibility.probeKey, "probe-key", "", "key of --probe-cert")
 	fs.DurationVar(&f.eligibility.probeTimeout, "probe-timeout", prober.DefaultTimeout, "timeout of one active health probe (never more than the instance's declared interval)")
+	fs.IntVar(&f.eligibility.confirmLost, "probe-confirm-lost", prober.DefaultConfirmLost, "unanswered probes in a row (the first and its re-probes, 100 ms apart) that confirm an instance no longer answers; fewer, then an ok, were lost and count for nothing (1: report every unanswered probe)")
 	bindOutlierFlags(fs, &f.eligibility)
 	bindLogFlags(fs, &f.log, "json")
 	bindOTLP(fs, &f.otlp)
@@ -276,7 +278,13 @@ func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln 
 	if err != nil {
 		return err
 	}
+	var probes *prober.Prober // set before the registry serves; re-probes what consumers report
 	reg, err = registry.New(store, registry.Config{
+		Suspect: func(id string) {
+			if probes != nil {
+				probes.Suspect(id)
+			}
+		},
 		Endpoints:         endpoints,
 		OutcomeRate:       never(f.eligibility.outcomeRate),
 		OutcomeBurst:      max(f.eligibility.outcomeBurst, 1),
@@ -321,12 +329,13 @@ func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln 
 		}
 		probeClient := client.HTTPClient(probeTLS)
 		probeClient.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse } // a redirect is an answer
-		prober, err := prober.New(prober.Config{Targets: reg.ProbeTargets, Report: reg.ReportProbe, Leader: reg.Leader, Client: probeClient,
-			Concurrency: f.eligibility.probeConcurrency, Timeout: f.eligibility.probeTimeout, Logger: logger, Registerer: promReg})
+		probes, err = prober.New(prober.Config{Targets: reg.ProbeTargets, Report: reg.ReportProbe, Leader: reg.Leader, Client: probeClient,
+			Concurrency: f.eligibility.probeConcurrency, Timeout: f.eligibility.probeTimeout, ConfirmLost: f.eligibility.confirmLost,
+			Logger: logger, Registerer: promReg})
 		if err != nil {
 			return err
 		}
-		g.Go(func() error { return prober.Run(ctx) })
+		g.Go(func() error { return probes.Run(ctx) })
 	}
 	if err := serveDebug(ctx, g, f.debug); err != nil {
 		return err

@@ -86,7 +86,9 @@ func TestProberClassifiesAndRecovers(t *testing.T) {
 		{ID: "gone", Generation: 1, URL: refusedURL, Interval: 5 * time.Second},
 	}
 	reg := prometheus.NewPedanticRegistry()
-	p, res := newTestProber(t, func() []Target { return targets }, Config{Registerer: reg})
+	// ConfirmLost 1: every unanswered probe is reported at once (TestProberConfirmsLostProbes
+	// tests the confirmation)
+	p, res := newTestProber(t, func() []Target { return targets }, Config{Registerer: reg, ConfirmLost: 1})
 	ctx := context.Background()
 	now := t0
 	round := func() {
@@ -282,7 +284,7 @@ func TestProberRefusesAnImpostor(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got = p.probe(context.Background(), Target{ID: "a", URL: srv.URL, Interval: time.Second})
+			got = p.probe(context.Background(), Target{ID: "a", URL: srv.URL, Interval: time.Second}, time.Second)
 			if got.Result != tt.want || got.Impostor != tt.impostor {
 				t.Errorf("%s: result %q impostor %q, want %q %q (%s)", tt.body, got.Result, got.Impostor, tt.want, tt.impostor, got.Detail)
 			}

@@ -352,6 +352,9 @@ func (r *Registry) applyOutcomes(req *apiv1.OutcomesRequest) (*apiv1.OutcomesRes
 			LatencyMsP99: o.LatencyMsP99, Reporter: req.GatewayID}); err != nil {
 			return nil, fmt.Errorf("outcome of %s: %w", o.InstanceID, err)
 		}
+		if o.ConnectFailures > 0 && r.cfg.Suspect != nil {
+			r.cfg.Suspect(o.InstanceID)
+		}
 	}
 	return out, nil
 }

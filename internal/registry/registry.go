@@ -91,6 +91,10 @@ type Config struct {
 	// rate sets no bound.
 	OutcomeRate  float64
 	OutcomeBurst int
+	// Suspect, when set, hears the instances a consumer reported connect failures to, as
+	// they are applied: the prober re-probes them at once (a suspect is confirmed or cleared
+	// within seconds, whatever its declared interval).
+	Suspect func(instanceID string)
 }
 
 // Eligibility is what the registry asks of the eligibility monitor (a *health.Monitor):
