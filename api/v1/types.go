@@ -100,6 +100,10 @@ type RegisterRequest struct {
 	// readiness (meshflows kube-sync registers Kubernetes endpoints so); empty otherwise. The
 	// registry derives "probe" and "none" itself.
 	Readiness string `json:"readiness,omitempty"`
+	// Team names the team that owns the instance: it is told of the instance's defects (a
+	// quarantine, an outlier ejection, a failing self-report) through the webhook the
+	// registry's --owners file gives it. Empty: the identity that registers it.
+	Team string `json:"team,omitempty"`
 }
 
 // Readiness values: what tells the registry an instance is ready to serve. ReadinessProbe:
@@ -158,6 +162,8 @@ type Instance struct {
 	Manifest       *Manifest    `json:"manifest,omitempty"`
 	// Owner is the identity that registered the instance (empty when the registry runs open).
 	Owner string `json:"owner,omitempty"`
+	// Team is the team its registration named as owning it (RegisterRequest.Team).
+	Team string `json:"team,omitempty"`
 	// Restored is set while the instance is known only from a snapshot the registry was
 	// restored from: it has not heartbeated since, and may have gone away meanwhile. A
 	// consumer merging an incomplete answer keeps such an instance only if it knew it already.

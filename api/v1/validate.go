@@ -42,6 +42,9 @@ func (r *RegisterRequest) Validate() error {
 	if !validHealthValues[r.Health] {
 		add("health", "must be ok, degraded, failing or not_ready, got %q", r.Health)
 	}
+	if r.Team != "" && !isDNSLabel(r.Team) {
+		add("team", "not a DNS label (lower-case letters, digits and '-', 1-63 chars): %q", r.Team)
+	}
 	if r.Readiness != "" && r.Readiness != ReadinessRuntime {
 		add("readiness", "must be runtime or left out (the registry says probe or none itself), got %q", r.Readiness)
 	}

@@ -36,6 +36,9 @@ const (
 	// AnnotationAddressType is the address family of the slices synced: IPv4 (default) or
 	// IPv6 (a dual-stack Service has a slice of each; one family makes one instance a pod).
 	AnnotationAddressType = "meshflows.io/address-type"
+	// AnnotationTeam names the team that owns the Service's instances: it is told of their
+	// defects (the registration's team; default kube-sync's own identity).
+	AnnotationTeam = "meshflows.io/team"
 	// LabelVersion is the Service label read for the version when the annotation is absent.
 	LabelVersion = "app.kubernetes.io/version"
 	// LabelServiceName is the label an EndpointSlice names its Service by.
@@ -50,6 +53,7 @@ type Spec struct {
 	Port                        string // a name or a number; "" the first
 	Scheme                      string
 	AddressType                 discoveryv1.AddressType
+	Team                        string
 }
 
 // Annotated reports whether svc asks to be synced.
@@ -62,7 +66,7 @@ func Annotated(svc *corev1.Service) bool {
 func ParseSpec(svc *corev1.Service) (Spec, error) {
 	a := svc.Annotations
 	s := Spec{ServiceName: svc.Name, ServiceVersion: svc.Labels[LabelVersion], Port: strings.TrimSpace(a[AnnotationPort]),
-		Scheme: "http", AddressType: discoveryv1.AddressTypeIPv4}
+		Scheme: "http", AddressType: discoveryv1.AddressTypeIPv4, Team: strings.TrimSpace(a[AnnotationTeam])}
 	var errs []error
 	if v, ok := a[AnnotationServiceName]; ok {
 		s.ServiceName = strings.TrimSpace(v)
@@ -113,7 +117,7 @@ func ParseSpec(svc *corev1.Service) (Spec, error) {
 		}
 	}
 	// the registration's own rules, on a request of the Service's shape
-	probe := apiv1.RegisterRequest{InstanceID: "probe", ServiceName: s.ServiceName, ServiceVersion: s.ServiceVersion,
+	probe := apiv1.RegisterRequest{InstanceID: "probe", ServiceName: s.ServiceName, ServiceVersion: s.ServiceVersion, Team: s.Team,
 		Endpoint: s.Scheme + "://127.0.0.1:80", Capabilities: s.Capabilities, Manifest: forInstance(s.Manifest, "probe")}
 	if err := probe.Validate(); err != nil {
 		return Spec{}, err
@@ -161,7 +165,7 @@ func Endpoints(svc *corev1.Service, spec Spec, slices []*discoveryv1.EndpointSli
 					Terminating: ep.Conditions.Terminating != nil && *ep.Conditions.Terminating}
 				e.Request = apiv1.RegisterRequest{InstanceID: instanceID(svc, ep.TargetRef, addr, len(ep.Addresses) > 1),
 					ServiceName: spec.ServiceName, ServiceVersion: spec.ServiceVersion, Endpoint: spec.Scheme + "://" + net.JoinHostPort(addr, strconv.Itoa(int(port))),
-					Capabilities: spec.Capabilities, Readiness: apiv1.ReadinessRuntime}
+					Capabilities: spec.Capabilities, Readiness: apiv1.ReadinessRuntime, Team: spec.Team}
 				e.Request.Manifest = forInstance(spec.Manifest, e.Request.InstanceID)
 				if ep.Zone != nil {
 					e.Request.Zone = *ep.Zone

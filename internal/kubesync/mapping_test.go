@@ -36,8 +36,9 @@ func TestParseSpec(t *testing.T) {
 	}{
 		{name: "defaults", want: Spec{ServiceName: "orders", ServiceVersion: "1.2.0", Scheme: "http", AddressType: discoveryv1.AddressTypeIPv4}},
 		{name: "every annotation", annotations: map[string]string{AnnotationServiceName: "order-service", AnnotationPort: "http",
-			AnnotationScheme: "https", AnnotationAddressType: "IPv6", AnnotationManifest: `{"farp":"1.0","routes":[],"x-extension":1}`},
-			want: Spec{ServiceName: "order-service", ServiceVersion: "1.2.0", Port: "http", Scheme: "https", AddressType: discoveryv1.AddressTypeIPv6}},
+			AnnotationScheme: "https", AnnotationAddressType: "IPv6", AnnotationManifest: `{"farp":"1.0","routes":[],"x-extension":1}`, AnnotationTeam: "team-orders"},
+			want: Spec{ServiceName: "order-service", ServiceVersion: "1.2.0", Port: "http", Scheme: "https", AddressType: discoveryv1.AddressTypeIPv6, Team: "team-orders"}},
+		{name: "a team that is no DNS label", annotations: map[string]string{AnnotationTeam: "Team Orders"}, wantErr: "team"},
 		{name: "version from the label", annotations: map[string]string{AnnotationVersion: "-"}, labels: map[string]string{LabelVersion: "2.0.0"},
 			want: Spec{ServiceName: "orders", ServiceVersion: "2.0.0", Scheme: "http", AddressType: discoveryv1.AddressTypeIPv4}},
 		{name: "no version", annotations: map[string]string{AnnotationVersion: "-"}, wantErr: "no version"},

@@ -55,6 +55,8 @@ type Record struct {
 	// Owner is the identity that registered the instance ("" in open mode); only it may
 	// heartbeat or re-register the instance.
 	Owner string
+	// Team is the team the registration named as owning the instance ("": Owner's).
+	Team string
 	// Runtime says the runtime that runs the instance reports its readiness (a kube-sync
 	// registration with readiness "runtime").
 	Runtime bool
@@ -180,6 +182,7 @@ func newRecord(req *apiv1.RegisterRequest, now time.Time, lease time.Duration) *
 		Manifest:       req.Manifest,
 		RegisteredAt:   now.UTC(),
 		Runtime:        req.Readiness == apiv1.ReadinessRuntime,
+		Team:           intern(req.Team),
 	}
 	l := capabilities(req.Capabilities)
 	rec.Capabilities, rec.capList = l.caps, l
@@ -245,6 +248,7 @@ func (r *Record) Instance() apiv1.Instance {
 		Capabilities:   caps,
 		Manifest:       r.Manifest,
 		Owner:          r.Owner,
+		Team:           r.Team,
 		Restored:       r.Restored(),
 	}
 }
@@ -262,6 +266,7 @@ func RecordFromInstance(in apiv1.Instance, leaseEnd time.Time) *Record {
 		Generation:     in.Generation,
 		RegisteredAt:   in.RegisteredAt,
 		Owner:          in.Owner,
+		Team:           intern(in.Team),
 		Runtime:        in.Readiness == apiv1.ReadinessRuntime,
 	}
 	l := capabilities(in.Capabilities)
