@@ -50,6 +50,13 @@ const (
 	// (POST /v1/reports): a workload of the runtime it does not register, and why (a
 	// Kubernetes Service's annotations invalid); its subject is "kubernetes/NAMESPACE/NAME".
 	EventRuntimeRejected = "runtime.rejected"
+
+	// EventOwnerNotified: an instance's owner was told of a defect (a quarantine, an outlier,
+	// a failing self-report) — by its webhook (attribute delivery "webhook") or, with no
+	// webhook for it, by this event alone ("journal"); EventOwnerNotifyFailed: its webhook
+	// refused every attempt.
+	EventOwnerNotified     = "owner.notified"
+	EventOwnerNotifyFailed = "owner.notify_failed"
 )
 
 // ReportedEventTypes are the event types a gateway or an orchestrator may report.
@@ -62,7 +69,8 @@ var RuntimeEventTypes = []string{EventRuntimeRejected}
 var EventTypes = []string{EventRegistered, EventReregistered, EventDeregistered, EventExpired, EventEligibility,
 	EventPanic, EventSelfPreservation, EventSnapshot, EventIncidentOpened, EventIncidentAcked, EventIncidentResolved,
 	EventIncidentIgnored, EventJournalGap, EventRouteConflict, EventRouteRejected, EventRouteNoUpstream, EventWorkflowValidation,
-	EventWorkflowRunFailed, EventEvacuation, EventOverride, EventOutcomeDisputed, EventZoneOutlier, EventRuntimeRejected, EventRouteRequestFailed}
+	EventWorkflowRunFailed, EventEvacuation, EventOverride, EventOutcomeDisputed, EventZoneOutlier, EventRuntimeRejected, EventRouteRequestFailed,
+	EventOwnerNotified, EventOwnerNotifyFailed}
 
 // Event is one entry of the registry's journal: something that changed what consumers see.
 type Event struct {

@@ -525,6 +525,26 @@ const (
 	IncidentActionIgnore      = "ignore"
 )
 
+// OwnerNotice is one notification of an instance's owner about a defect.
+type OwnerNotice struct {
+	At         time.Time `json:"at"`
+	Owner      string    `json:"owner"`
+	InstanceID string    `json:"instance_id"`
+	Cause      string    `json:"cause"`
+	// Delivery is webhook (its webhook answered 2xx), journal (no webhook for this owner:
+	// the journal's owner.notified event is the notification) or failed (every attempt
+	// refused).
+	Delivery string `json:"delivery"`
+	Attempts int    `json:"attempts,omitempty"`
+}
+
+// Deliveries of an OwnerNotice.
+const (
+	DeliveryWebhook = "webhook"
+	DeliveryJournal = "journal"
+	DeliveryFailed  = "failed"
+)
+
 // IncidentActionRequest is the optional body of an action on one incident.
 type IncidentActionRequest struct {
 	// Comment says why (at most 1,000 characters); it is kept on the incident and in the
@@ -557,8 +577,10 @@ type Incident struct {
 	// or "METHOD pattern" (route).
 	Subject string `json:"subject"`
 	// Owner is the identity that registered the instance (quarantine), when known.
-	Owner   string `json:"owner,omitempty"`
-	Summary string `json:"summary"`
+	Owner string `json:"owner,omitempty"`
+	// Notified says who was told of it, when, and how (owner notifications).
+	Notified []OwnerNotice `json:"notified,omitempty"`
+	Summary  string        `json:"summary"`
 	// Severity is critical, warning or info.
 	Severity string `json:"severity"`
 	// Status is open, acknowledged, resolved or ignored.

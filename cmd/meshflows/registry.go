@@ -11,6 +11,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 	"golang.org/x/sync/errgroup"
@@ -20,6 +21,7 @@ import (
 	"github.com/meshflows/meshflows/internal/history"
 	"github.com/meshflows/meshflows/internal/incident"
 	"github.com/meshflows/meshflows/internal/journal"
+	"github.com/meshflows/meshflows/internal/notify"
 	"github.com/meshflows/meshflows/internal/prober"
 	"github.com/meshflows/meshflows/internal/registry"
 	"github.com/meshflows/meshflows/internal/server"
@@ -53,6 +55,7 @@ type registryFlags struct {
 	snapshotInterval  time.Duration
 	snapshotKeep      int
 	eventsMax         int
+	owners            string
 	restoreSnapshot   string
 	insecure          bool
 	log               telemetry.LogConfig
@@ -112,6 +115,7 @@ func (f *registryFlags) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&f.snapshotDir, "snapshot-dir", "", "directory for snapshot files (POST /v1/admin/snapshot and --snapshot-interval)")
 	fs.DurationVar(&f.snapshotInterval, "snapshot-interval", 0, "write a snapshot to --snapshot-dir this often (0: only on demand)")
 	fs.IntVar(&f.snapshotKeep, "snapshot-keep", registry.DefaultSnapshotKeep, "how many snapshot files to keep in --snapshot-dir (the newest)")
+	fs.StringVar(&f.owners, "owners", "", "a YAML file mapping owners (the team a registration names, or the identity that registers) to webhooks, with optional HMAC secrets: each is told of its instances' quarantines, outlier ejections and failing self-reports (docs/reference/owner-notifications.md); without it, the journal's owner.notified events are the notifications")
 	fs.IntVar(&f.eventsMax, "events-max", journal.DefaultMax, "how many events the journal (GET /v1/events, the console's Events page) keeps; the oldest go first, and a reader they overtook is told how many it missed")
 	fs.StringVar(&f.restoreSnapshot, "restore-snapshot", "", "load a snapshot at start: a file, or 'auto' for the newest valid one in --snapshot-dir (none: start empty and say so)")
 	fs.StringSliceVar(&f.allowEndpointCIDR, "allow-endpoint-cidr", nil, allowEndpointCIDRUsage)
@@ -238,6 +242,7 @@ func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln 
 	}
 	var (
 		monitor   *health.Monitor
+		notifier  *notify.Notifier
 		incidents *incident.Log
 		reg       *registry.Registry
 		events    = journal.New(f.eventsMax, nil)
@@ -256,9 +261,19 @@ func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln 
 		}
 		owner := func(id string) string { return reg.Owner(id) } // called only once reg serves
 		raise, record := incident.FromTransitions(incidents, owner), journal.FromTransitions(events)
+		if notifier, err = newNotifier(f.owners, events, incidents, logger, promReg); err != nil {
+			return err
+		}
+		tell := notify.FromTransitions(notifier, func(id string) notify.Instance {
+			o, s, z := reg.Team(id)
+			return notify.Instance{Owner: o, Service: s, Zone: z}
+		}, func(kind, subject string) (string, bool) {
+			in, ok := incidents.Find(kind, subject)
+			return in.ID, ok
+		})
 		o := f.eligibility.outlier
 		monitor, err = health.NewMonitor(health.MonitorConfig{Logger: logger, Registerer: promReg, RampStep: f.sweepInterval,
-			OnTransition: func(t health.Transition) { record(t); raise(t) }, Engine: health.Config{
+			OnTransition: func(t health.Transition) { record(t); raise(t); tell(t) }, Engine: health.Config{
 				ExternalLeases: registry.ExpiresLeases(store),
 				LeaseTTL:       f.leaseTTL, HeartbeatInterval: f.heartbeatInterval, SlowStart: f.eligibility.slowStart, PanicThreshold: f.eligibility.panicThreshold,
 				OutlierMinRequests: o.OutlierMinRequests, OutlierErrorRate: o.OutlierErrorRate, OutlierConnectFailures: o.OutlierConnectFailures,
@@ -336,6 +351,7 @@ func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln 
 			return err
 		}
 		g.Go(func() error { return probes.Run(ctx) })
+		g.Go(func() error { return notifier.Run(ctx) })
 	}
 	if err := serveDebug(ctx, g, f.debug); err != nil {
 		return err
@@ -395,4 +411,17 @@ func never[T int | int64 | float64](v T) T {
 		return -1
 	}
 	return v
+}
+
+// newNotifier returns the owner notifier of --owners (none: journal events only).
+func newNotifier(path string, events *journal.Journal, incidents *incident.Log, logger *slog.Logger, reg prometheus.Registerer) (*notify.Notifier, error) {
+	var owners *notify.Owners
+	if path != "" {
+		var err error
+		if owners, err = notify.LoadOwners(path); err != nil {
+			return nil, fmt.Errorf("--owners: %w", err)
+		}
+		logger.Info("owner notifications by webhook", slog.String("owners_file", path), slog.Int("owners", owners.Len()))
+	}
+	return notify.New(notify.Config{Owners: owners, Journal: events, Incidents: incidents, Logger: logger, Registerer: reg})
 }

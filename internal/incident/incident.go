@@ -157,6 +157,31 @@ func (l *Log) SetTrace(kind, subject, traceID string) {
 	}
 }
 
+// Find returns the standing (unresolved) incident of (kind, subject).
+func (l *Log) Find(kind, subject string) (apiv1.Incident, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if in := l.standing(kind, subject); in != nil {
+		return *in, true
+	}
+	return apiv1.Incident{}, false
+}
+
+// Told records on the incident id that an owner was told of it (the console shows who);
+// false when no such incident is kept.
+func (l *Log) Told(id string, n apiv1.OwnerNotice) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, in := range l.incidents {
+		if in.ID == id {
+			// a copy handed out by List keeps its own slice: never append in place
+			in.Notified = append(slices.Clip(in.Notified), n)
+			return true
+		}
+	}
+	return false
+}
+
 // Clear resolves the standing incident of (kind, subject): its condition ended.
 func (l *Log) Clear(kind, subject string) {
 	l.mu.Lock()

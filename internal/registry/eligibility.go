@@ -452,6 +452,15 @@ func (r *Registry) Timeline() (apiv1.TimelineResponse, error) {
 	return r.cfg.Eligibility.Timeline(), nil
 }
 
+// Team returns the owner told of an instance's defects: the team its registration named, or
+// the identity that registered it; with its service and zone ("" each when unknown).
+func (r *Registry) Team(id string) (owner, service, zone string) {
+	if rec, ok := r.store.Get(id); ok {
+		return cmp.Or(rec.Team, rec.Owner), rec.ServiceName, rec.Zone
+	}
+	return "", "", ""
+}
+
 // Owner returns the identity that registered an instance ("" when unknown or in open mode).
 func (r *Registry) Owner(id string) string {
 	if rec, ok := r.store.Get(id); ok {
