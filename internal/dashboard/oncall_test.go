@@ -1,12 +1,14 @@
 package dashboard_test
 
 import (
+	"html"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/internal/dashboard"
@@ -167,5 +169,28 @@ func TestSliceAndCompareRefuseWhatTheyCannotDraw(t *testing.T) {
 	// a registry without the eligibility engine keeps no timeline: said as the registry's
 	if status, page := get(t, base+"/slice?capability=messaging.publish&from=0"); status != 502 || !strings.Contains(page, "eligibility engine") {
 		t.Errorf("a slice without a timeline: %d %s", status, page)
+	}
+}
+
+// The incidents page says who was told of an incident, how and when.
+func TestIncidentSaysWhoWasTold(t *testing.T) {
+	j := journal.New(0, nil)
+	log, err := incident.New(incident.Config{Journal: j})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := log.Raise("quarantine", "q-1", "", "q-1 flaps")
+	log.Told(in.ID, apiv1.OwnerNotice{At: time.Date(2026, 12, 7, 12, 0, 5, 0, time.UTC), Owner: "team-messaging", InstanceID: "q-1",
+		Cause: "FLAPPING", Delivery: apiv1.DeliveryWebhook, Attempts: 2})
+	reg := registrytest.NewServerWith(t, registry.Config{Journal: j}, server.Config{Incidents: log, Journal: j}, registrytest.Epoch0)
+	d, err := dashboard.New(dashboard.Config{RegistryURL: reg.URL, Insecure: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(d.Handler())
+	defer srv.Close()
+	code, page := get(t, srv.URL+"/incidents")
+	if want := "told team-messaging (FLAPPING, webhook after 2 attempts) 2026-12-07 12:00:05Z"; code != http.StatusOK || !strings.Contains(html.UnescapeString(page), want) {
+		t.Errorf("status %d; the incidents page lacks %q", code, want)
 	}
 }
