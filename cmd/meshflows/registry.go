@@ -164,7 +164,7 @@ func bindOutlierFlags(fs *pflag.FlagSet, f *eligibilityFlags) {
 	fs.DurationVar(&o.LatencyOutlierFloor, "latency-outlier-floor", d.LatencyOutlierFloor, "latency outliers: and at least this much over its peers' median p99")
 	fs.DurationVar(&o.ReturnDwell, "return-dwell", d.ReturnDwell, "the way back from an evacuation: how long the zone's instances stay at each weight step (10, 25, 50) before the next")
 	fs.DurationVar(&o.FlapWindow, "flap-window", d.FlapWindow, "an instance withdrawn 3 times within this window is quarantined (flapping)")
-	fs.Float64Var(&o.FlapCohortShare, "flap-cohort-share", d.FlapCohortShare, "when more than this share of a (capability, zone) cohort (and two instances at least) leaves rotation within one flap window, that is one cohort event (incident cohort_flapping): none of them is quarantined")
+	fs.Float64Var(&o.FlapCohortShare, "flap-cohort-share", d.FlapCohortShare, "when more than this share of a (capability, zone) cohort (and two instances at least) leaves rotation twice or more within one flap window, that is one cohort event (incident cohort_flapping): none of them is quarantined")
 	fs.DurationVar(&o.ProbeScoreHalfLife, "probe-score-half-life", d.ProbeScoreHalfLife, "the failure score (1 a failed probe or a consumer's window with connect failures) halves every this long")
 	fs.Float64Var(&o.ProbeScoreOut, "probe-score-out", d.ProbeScoreOut, "a failed probe that brings the failure score to this withdraws the instance (PROBE_SCORE: it fails intermittently)")
 	fs.Float64Var(&o.ProbeScoreIn, "probe-score-in", d.ProbeScoreIn, "an instance withdrawn by PROBE_SCORE comes back once its probes pass and its score is under this (under --probe-score-out: re-entry is slower than removal)")

@@ -8,8 +8,8 @@ import (
 
 // The cohort flap guard (docs/reference/eligibility.md, "A cohort flapping together"): when
 // more than flap_cohort_share of a (capability, zone) cohort — and at least two of its
-// instances — entered withdrawn within one flap_window, their withdrawals are one cohort
-// event: a shared dependency wobbling, or a health check wrong for all of them, not N broken
+// instances — flap within one flap_window (each entered withdrawn twice or more), their
+// withdrawals are one cohort event: a shared dependency wobbling, or a health check wrong for all of them, not N broken
 // instances. None of those withdrawals counts towards its instance's quarantine (which would
 // take capacity away exactly when it is short); the cohort event is said once, and ends when a
 // flap_window passes with no member entering withdrawn.
@@ -32,7 +32,7 @@ type CohortChange struct {
 	At                time.Time
 	Capability, Zone  string
 	Flapping          bool
-	Withdrawn, Cohort int // members that entered withdrawn within the window, and the cohort's size
+	Withdrawn, Cohort int // members that flapped within the window, and the cohort's size
 }
 
 // cohortFlapping records in's entry into withdrawn at now in each of its cohorts and reports
@@ -51,18 +51,23 @@ func (e *Engine) cohortFlapping(in *instance, now time.Time) bool {
 		}
 		f.prune(now, e.cfg.FlapWindow)
 		f.entries = append(f.entries, flapEntry{at: now, in: in})
-		members := map[*instance]struct{}{}
+		// a member flaps when it entered withdrawn twice or more within the window: one
+		// withdrawal each (a crash here, an ejection there) is no cohort flapping
+		entries := map[*instance]int{}
+		flapping := 0
 		for _, en := range f.entries {
-			members[en.in] = struct{}{}
+			if entries[en.in]++; entries[en.in] == 2 {
+				flapping++
+			}
 		}
 		size := len(e.cohorts[k])
-		if len(members) < 2 || float64(len(members)) <= e.cfg.FlapCohortShare*float64(size) {
+		if flapping < 2 || float64(flapping) <= e.cfg.FlapCohortShare*float64(size) {
 			continue
 		}
 		together = true
 		if !f.flapping {
 			f.flapping, f.since = true, now
-			e.cohortChanges = append(e.cohortChanges, CohortChange{At: now, Capability: c, Zone: in.Zone, Flapping: true, Withdrawn: len(members), Cohort: size})
+			e.cohortChanges = append(e.cohortChanges, CohortChange{At: now, Capability: c, Zone: in.Zone, Flapping: true, Withdrawn: flapping, Cohort: size})
 		}
 	}
 	return together
@@ -112,6 +117,6 @@ func (c CohortChange) Detail(window time.Duration) string {
 	if !c.Flapping {
 		return fmt.Sprintf("the cohort %s in zone %s no longer flaps together: no member left rotation for %s", c.Capability, c.Zone, window)
 	}
-	return fmt.Sprintf("%d of the %d instances of %s in zone %s left rotation within %s: one cohort event (a shared dependency or a health check wrong for all of them), no quarantines",
+	return fmt.Sprintf("%d of the %d instances of %s in zone %s left rotation twice or more within %s: one cohort event (a shared dependency or a health check wrong for all of them), no quarantines",
 		c.Withdrawn, c.Cohort, c.Capability, c.Zone, window)
 }

@@ -19,8 +19,8 @@ type Config struct {
 	Quarantine        time.Duration // first quarantine, doubling each time (default 5 min)
 	QuarantineMax     time.Duration // default 1 h
 	// FlapCohortShare: when more than this share of a (capability, zone) cohort, and at
-	// least two of its instances, entered withdrawn within one FlapWindow, their withdrawals
-	// are one cohort event and quarantine none of them (default 0.3).
+	// least two of its instances, flap within one FlapWindow (enter withdrawn twice or more),
+	// their withdrawals are one cohort event and quarantine none of them (default 0.3).
 	FlapCohortShare float64
 
 	// The decaying failure score (score.go): a failed or timed-out probe, or a consumer's
