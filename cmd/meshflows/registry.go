@@ -56,6 +56,7 @@ type registryFlags struct {
 	snapshotKeep      int
 	eventsMax         int
 	owners            string
+	notifyEvery       time.Duration
 	restoreSnapshot   string
 	insecure          bool
 	log               telemetry.LogConfig
@@ -116,6 +117,7 @@ func (f *registryFlags) bind(fs *pflag.FlagSet) {
 	fs.DurationVar(&f.snapshotInterval, "snapshot-interval", 0, "write a snapshot to --snapshot-dir this often (0: only on demand)")
 	fs.IntVar(&f.snapshotKeep, "snapshot-keep", registry.DefaultSnapshotKeep, "how many snapshot files to keep in --snapshot-dir (the newest)")
 	fs.StringVar(&f.owners, "owners", "", "a YAML file mapping owners (the team a registration names, or the identity that registers) to webhooks, with optional HMAC secrets: each is told of its instances' quarantines, outlier ejections and failing self-reports (docs/reference/owner-notifications.md); without it, the journal's owner.notified events are the notifications")
+	fs.DurationVar(&f.notifyEvery, "notify-every", notify.DefaultEvery, "an owner is told of one (instance, cause) at most this often")
 	fs.IntVar(&f.eventsMax, "events-max", journal.DefaultMax, "how many events the journal (GET /v1/events, the console's Events page) keeps; the oldest go first, and a reader they overtook is told how many it missed")
 	fs.StringVar(&f.restoreSnapshot, "restore-snapshot", "", "load a snapshot at start: a file, or 'auto' for the newest valid one in --snapshot-dir (none: start empty and say so)")
 	fs.StringSliceVar(&f.allowEndpointCIDR, "allow-endpoint-cidr", nil, allowEndpointCIDRUsage)
@@ -261,7 +263,7 @@ func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln 
 		}
 		owner := func(id string) string { return reg.Owner(id) } // called only once reg serves
 		raise, record := incident.FromTransitions(incidents, owner), journal.FromTransitions(events)
-		if notifier, err = newNotifier(f.owners, events, incidents, logger, promReg); err != nil {
+		if notifier, err = newNotifier(f.owners, f.notifyEvery, events, incidents, logger, promReg); err != nil {
 			return err
 		}
 		tell := notify.FromTransitions(notifier, func(id string) notify.Instance {
@@ -414,7 +416,7 @@ func never[T int | int64 | float64](v T) T {
 }
 
 // newNotifier returns the owner notifier of --owners (none: journal events only).
-func newNotifier(path string, events *journal.Journal, incidents *incident.Log, logger *slog.Logger, reg prometheus.Registerer) (*notify.Notifier, error) {
+func newNotifier(path string, every time.Duration, events *journal.Journal, incidents *incident.Log, logger *slog.Logger, reg prometheus.Registerer) (*notify.Notifier, error) {
 	var owners *notify.Owners
 	if path != "" {
 		var err error
@@ -423,5 +425,5 @@ func newNotifier(path string, events *journal.Journal, incidents *incident.Log, 
 		}
 		logger.Info("owner notifications by webhook", slog.String("owners_file", path), slog.Int("owners", owners.Len()))
 	}
-	return notify.New(notify.Config{Owners: owners, Journal: events, Incidents: incidents, Logger: logger, Registerer: reg})
+	return notify.New(notify.Config{Owners: owners, Every: every, Journal: events, Incidents: incidents, Logger: logger, Registerer: reg})
 }

@@ -11,6 +11,7 @@ import (
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/internal/faultproxy"
+	"github.com/meshflows/meshflows/internal/health"
 )
 
 // class is one failure class: its injection and measurement (Run, once per trial).
@@ -40,8 +41,9 @@ var Classes = []*class{
 	{Number: 4, Name: "latency-only degradation", Trials: 20, QuickTrials: 1, Run: latency,
 		bound: func(Config) string { return "weight ≤ 50 ≤ 30 s, never out; back ≤ 60 s" }},
 	{Number: 5, Name: "flapping health check", Alarm: "ticket-owner", AlarmAlert: "MeshFlowsInstanceQuarantined", Trials: 20, QuickTrials: 1, Run: flapping,
-		Missing: "owner notification and cohort-wide flapping as one incident",
-		bound:   func(Config) string { return "quarantined ≤ flap window; owner told ≤ 30 s" }},
+		bound: func(Config) string {
+			return "quarantined ≤ flap window; owner told ≤ 30 s; 0 quarantines in the cohort case"
+		}},
 	{Number: 6, Name: "correlated zone failure", Alarm: "page-capacity", AlarmAlert: "MeshFlowsZoneOutlier", Trials: 20, QuickTrials: 1, Run: zone,
 		bound: func(Config) string { return "incident ≤ 60 s; evacuated out ≤ 2 s" }},
 	{Number: 7, Name: "zombie registration", Trials: 20, QuickTrials: 3, Run: zombie,
@@ -291,28 +293,33 @@ func minWeight(w map[string]int) int {
 
 // flapping: the health endpoint alternates ok and failing (20 s each; 6 s in a quick run).
 func flapping(ctx context.Context, d *drill, trial int) (Trial, error) {
-	in := d.rotate("rabbitmq", trial, "b")
+	// zone c: the zone the crash, hang and grey classes leave alone, so that no other
+	// member of the cohort flaps meanwhile (which would make this a cohort event)
+	in := d.rotate("rabbitmq", trial, "c")
 	phase := 20 * time.Second
 	if d.cfg.Quick {
 		phase = 6 * time.Second
 	}
 	t0 := time.Now()
-	var quarantined time.Duration
-	for cycle := 0; quarantined == 0 && cycle < 6; cycle++ {
-		set(in, faultproxy.Fault{HealthFailing: true})
-		for end := time.Now().Add(phase); time.Now().Before(end); sleep(ctx, 250*time.Millisecond) {
-			if e, _ := d.eligibility(ctx, in.ID); e == apiv1.EligibilityQuarantined {
-				quarantined = time.Since(t0)
-				break
-			}
-		}
-		set(in, faultproxy.Fault{})
-		if quarantined == 0 {
-			sleep(ctx, phase)
-		}
-	}
-	note := "owner told: no notification exists yet"
+	quarantined := d.flap(ctx, phase, 6, func() bool {
+		e, _ := d.eligibility(ctx, in.ID)
+		return e == apiv1.EligibilityQuarantined
+	}, in)
+	var note string
+	told, toldOK := time.Duration(0), false
 	if quarantined > 0 {
+		at := t0.Add(quarantined)
+		for deadline := at.Add(45 * time.Second); time.Now().Before(deadline) && len(d.s.hook.since(t0, in.ID, health.ReasonFlapping)) == 0; {
+			sleep(ctx, 250*time.Millisecond)
+		}
+		switch got := d.s.hook.since(t0, in.ID, health.ReasonFlapping); {
+		case len(got) == 0:
+			note = "owner not told within 45 s"
+		default:
+			told = max(got[0].At.Sub(at), 0)
+			toldOK = told <= 30*time.Second && got[0].Signed && len(got) == 1
+			note = fmt.Sprintf("owner %s told %.1f s after (%d notification(s), signed %t)", got[0].Notice.Owner, seconds(told), len(got), got[0].Signed)
+		}
 		if a := d.alarms.await(ctx, "ticket-owner", "MeshFlowsInstanceQuarantined", t0, 45*time.Second); a != "" {
 			note += "; alarm " + a
 		}
@@ -322,8 +329,62 @@ func flapping(ctx context.Context, d *drill, trial int) (Trial, error) {
 		d.override(ctx, apiv1.OverrideRequest{InstanceID: in.ID, Action: apiv1.OverrideRelease, Reason: "drill: end of the flapping class"})
 		note += "; released: " + d.restore(ctx, in, time.Minute)
 	}
-	return Trial{Measured: seconds(quarantined), Unit: "s", Failed: tl.failed, Sent: tl.sent, Note: note,
-		Held: false}, nil // the owner is not told: the row waits for that mechanism
+	held := quarantined > 0 && quarantined <= 10*time.Minute && toldOK
+	if trial == d.classTrials-1 { // the cohort case last: its members' flaps count for a flap window
+		quarantines, incident := d.cohortFlap(ctx, phase)
+		note += fmt.Sprintf("; cohort case: %d quarantined, cohort incident %t", quarantines, incident)
+		held = held && quarantines == 0 && incident
+	}
+	return Trial{Measured: seconds(quarantined), Unit: "s", Failed: tl.failed, Sent: tl.sent, Note: note, Held: held}, nil
+}
+
+// flap alternates the health endpoints of ins between failing and passing, phase each, for at
+// most cycles cycles or until done says so, and returns how long it took (0: never).
+func (d *drill) flap(ctx context.Context, phase time.Duration, cycles int, done func() bool, ins ...*instance) time.Duration {
+	t0 := time.Now()
+	defer func() {
+		for _, in := range ins {
+			set(in, faultproxy.Fault{})
+		}
+	}()
+	for cycle := 0; cycle < cycles && ctx.Err() == nil; cycle++ {
+		for _, failing := range []bool{true, false} {
+			for _, in := range ins {
+				set(in, faultproxy.Fault{HealthFailing: failing})
+			}
+			for end := time.Now().Add(phase); time.Now().Before(end); sleep(ctx, 250*time.Millisecond) {
+				if done() {
+					return time.Since(t0)
+				}
+			}
+		}
+	}
+	return 0
+}
+
+// cohortFlap flaps the whole rabbitmq cohort of zone c together for three cycles: none of its
+// instances may be quarantined (one cohort event, not N defects), and a cohort_flapping
+// incident must open. It returns the quarantines seen and whether the incident opened.
+func (d *drill) cohortFlap(ctx context.Context, phase time.Duration) (int, bool) {
+	cohort := d.pick("rabbitmq", "c")
+	t0 := time.Now()
+	seen := map[string]bool{}
+	d.flap(ctx, phase, 3, func() bool {
+		for _, in := range cohort {
+			if e, _ := d.eligibility(ctx, in.ID); e == apiv1.EligibilityQuarantined {
+				seen[in.ID] = true
+			}
+		}
+		return false
+	}, cohort...)
+	incident := d.openIncident(ctx, apiv1.IncidentCohortFlapping, t0)
+	for _, in := range cohort {
+		if seen[in.ID] {
+			d.override(ctx, apiv1.OverrideRequest{InstanceID: in.ID, Action: apiv1.OverrideRelease, Reason: "drill: end of the cohort case"})
+		}
+		d.restore(ctx, in, time.Minute)
+	}
+	return len(seen), incident
 }
 
 // zone: every jms instance of zone c answers 5 % of its requests 500.

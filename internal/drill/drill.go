@@ -163,6 +163,8 @@ type drill struct {
 	obs    *Observer
 	load   *Load
 	alarms *alarms
+	// classTrials is how many trials the class running runs
+	classTrials int
 }
 
 // Run starts the stack, runs the classes of cfg in order and stops everything it started,
@@ -205,6 +207,7 @@ func Run(ctx context.Context, cfg Config) (Report, error) {
 				trials = min(trials, k.QuickTrials)
 			}
 		}
+		d.classTrials = trials
 		for i := range trials {
 			if ctx.Err() != nil {
 				return rep, ctx.Err()

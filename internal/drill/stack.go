@@ -76,6 +76,8 @@ type Stack struct {
 	// Prometheus is the base URL of the Prometheus the drill started ("" when none is installed).
 	Prometheus string
 
+	hook        *webhook // the owners' webhook
+	owners      string   // the owners file the registry is given
 	proxyCtx    context.Context
 	proxyCancel context.CancelFunc
 	proxyWG     sync.WaitGroup
@@ -153,6 +155,10 @@ func Start(ctx context.Context, cfg Config) (s *Stack, err error) {
 	s.Anonymous = client.HTTPClient(anon)
 	s.Anonymous.Timeout = 5 * time.Second
 
+	s.proxyCtx, s.proxyCancel = context.WithCancel(context.WithoutCancel(ctx))
+	if s.owners, err = s.startWebhook(); err != nil {
+		return s, fmt.Errorf("owners' webhook: %w", err)
+	}
 	s.Registry = "https://" + s.addr(portRegistry)
 	if err := s.startRegistry(ctx); err != nil {
 		return s, err
@@ -182,7 +188,6 @@ func Start(ctx context.Context, cfg Config) (s *Stack, err error) {
 		"--registry", s.Registry, "--registry-ca", s.cert("ca"), "--registry-cert", s.cert("orchestrator"), "--registry-key", s.key("orchestrator")); err != nil {
 		return s, err
 	}
-	s.proxyCtx, s.proxyCancel = context.WithCancel(context.WithoutCancel(ctx))
 	zones := []string{"a", "b", "c"}
 	n := 0
 	for _, kind := range []struct {
@@ -212,7 +217,9 @@ func (s *Stack) key(id string) string  { return filepath.Join(s.certs, id+"-key.
 func (s *Stack) startRegistry(ctx context.Context) error {
 	args := []string{"registry", "--listen", s.addr(portRegistry), "--tls-cert", s.cert("server"), "--tls-key", s.key("server"),
 		"--client-ca", s.cert("ca"), "--rbac", s.rbac, "--audit-log", filepath.Join(s.dir, "audit.jsonl"),
-		"--lease-ttl", s.cfg.LeaseTTL.String(), "--heartbeat-interval", s.cfg.HeartbeatInterval.String()}
+		"--lease-ttl", s.cfg.LeaseTTL.String(), "--heartbeat-interval", s.cfg.HeartbeatInterval.String(),
+		// every trial's quarantine is told, not only the first of the hour
+		"--owners", s.owners, "--notify-every", "1s"}
 	if s.cfg.Quick { // the way back of an evacuation in 30 s, not 3 minutes
 		args = append(args, "--return-dwell", "10s")
 	}

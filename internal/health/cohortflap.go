@@ -73,6 +73,24 @@ func (e *Engine) cohortFlapping(in *instance, now time.Time) bool {
 	return together
 }
 
+// forgetFlaps drops in's entries from its cohorts' flap records (an operator released it from
+// quarantine: its flapping is handled, and counts towards no cohort event).
+func (e *Engine) forgetFlaps(in *instance) {
+	for _, c := range in.Capabilities {
+		f := e.flaps[cohortKey{c, in.Zone}]
+		if f == nil {
+			continue
+		}
+		kept := f.entries[:0]
+		for _, en := range f.entries {
+			if en.in != in {
+				kept = append(kept, en)
+			}
+		}
+		f.entries = kept
+	}
+}
+
 // prune drops the entries older than window at now.
 func (f *cohortFlap) prune(now time.Time, window time.Duration) {
 	i := 0

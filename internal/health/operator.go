@@ -91,8 +91,10 @@ func (e *Engine) override(ev Event) error {
 			if t := in.tr; t != nil && ev.At.Before(t.quarantineUntil) {
 				t.quarantineUntil = ev.At
 				t.okRun, t.badRun = 0, 0
+				t.score = 0 // the operator judged its flapping handled: its past counts no more
 			}
-			e.clearCauses(in, ev.At, ReasonOperatorWithdrawn, ReasonOperatorForced, ReasonQuarantineEnded, ReasonProbeFailing, ReasonProbeRefused, ReasonSilentCorroborated)
+			e.forgetFlaps(in)
+			e.clearCauses(in, ev.At, ReasonOperatorWithdrawn, ReasonOperatorForced, ReasonQuarantineEnded, ReasonProbeFailing, ReasonProbeScore, ReasonProbeRefused, ReasonSilentCorroborated)
 			if len(in.causes) == 0 {
 				in.rotationSince = ev.At.UnixNano() // released from quarantine: slow start from now
 			}
