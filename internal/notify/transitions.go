@@ -32,7 +32,7 @@ func FromTransitions(n *Notifier, lookup func(id string) Instance, incident func
 		in := lookup(t.InstanceID)
 		nt := Notice{At: t.At, Owner: in.Owner, InstanceID: t.InstanceID, Service: in.Service, Zone: in.Zone, Cause: cause,
 			State: t.To, Reasons: slices.Clone(t.Reasons),
-			Evidence: "GET /v1/services/" + t.InstanceID + "/eligibility explains the verdict with its evidence; meshflows describe " + t.InstanceID}
+			Evidence: "GET /v1/services/" + t.InstanceID + "/eligibility explains the verdict with its evidence; meshflows describe instance " + t.InstanceID}
 		if cause == health.ReasonFlapping && incident != nil {
 			if id, ok := incident(apiv1.IncidentQuarantine, t.InstanceID); ok {
 				nt.Incident = &IncidentRef{ID: id, Kind: apiv1.IncidentQuarantine, Path: incidentPath + id}
