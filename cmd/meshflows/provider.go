@@ -31,7 +31,7 @@ func newExampleProviderCmd() *cobra.Command {
 		logCfg                              telemetry.LogConfig
 		creds                               clientCreds
 		faults                              messaging.Faults
-		warmup                              time.Duration
+		warmup, healthInterval              time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "example-provider",
@@ -58,7 +58,7 @@ meshflows_example_provider_injected_faults_total counts the injected errors.`,
 					return err
 				}
 				return startExampleProvider(ctx, g, exampleProviderOptions{kind: kind, advertise: advertise, zone: zone,
-					registries: registries, heartbeat: heartbeat, client: httpClient, token: creds.token, faults: faults, certs: certs, otlp: otlp, warmup: warmup}, ln, logger)
+					registries: registries, heartbeat: heartbeat, client: httpClient, token: creds.token, faults: faults, certs: certs, otlp: otlp, warmup: warmup, healthInterval: healthInterval}, ln, logger)
 			})
 		},
 	}
@@ -72,6 +72,7 @@ meshflows_example_provider_injected_faults_total counts the injected errors.`,
 	f.DurationVar(&heartbeat, "heartbeat-interval", 0, "heartbeat interval (0: the one the registry returns)")
 	f.Float64Var(&faults.ErrorRate, "error-rate", 0, "share of publishes answered 500 on purpose, 0..1 (a drill's grey failure)")
 	f.DurationVar(&faults.Latency, "latency", 0, "delay added to every publish (a drill's slow instance)")
+	f.DurationVar(&healthInterval, "health-interval", time.Second, "the health.interval its manifest declares: the registry probes /healthz this often (and re-probes early only when it suspects a failure)")
 	f.DurationVar(&warmup, "warmup", 0, "warm up this long before saying ready: registered not ready (publish when ready), it gets no request until then, even as the first member of a new service")
 	bindLogFlags(f, &logCfg, "json")
 	bindOTLP(f, &otlp)
@@ -188,6 +189,7 @@ type exampleProviderOptions struct {
 	certs                 *auth.CertMetrics // the certificates' expiry on the provider's /metrics; nil: none
 	otlp                  string            // --otlp-endpoint
 	warmup                time.Duration     // --warmup
+	healthInterval        time.Duration     // --health-interval
 }
 
 // startExampleProvider builds an example provider on ln and runs it in g until ctx ends.
@@ -226,6 +228,7 @@ func startExampleProvider(ctx context.Context, g *errgroup.Group, o exampleProvi
 	}
 	p.SetTracer(tr.Tracer)
 	p.SetWarmup(o.warmup)
+	p.SetHealthInterval(o.healthInterval)
 	agentCfg := provider.Config{Registries: o.registries, HeartbeatInterval: o.heartbeat, Client: o.client, BearerToken: o.token,
 		Logger: logger.With(slog.String("provider", o.kind))}
 	logger.Info("example provider listening", slog.String("kind", o.kind), slog.String("addr", ln.Addr().String()),

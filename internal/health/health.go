@@ -627,11 +627,15 @@ func (e *Engine) addCause(in *instance, now time.Time, cause, detail string) {
 // clearCauses removes causes; when the last one goes, slow start begins at now.
 func (e *Engine) clearCauses(in *instance, now time.Time, causes ...string) {
 	had := len(in.causes) > 0
+	_, scored := in.causes[ReasonProbeScore]
 	for _, c := range causes {
 		delete(in.causes, c)
 	}
 	if had && len(in.causes) == 0 {
 		in.rotationSince = now.UnixNano()
+		if !scored && in.tr != nil {
+			in.tr.score = 0 // back from another cause: the score is for what happens in rotation
+		}
 	}
 }
 

@@ -13,7 +13,9 @@ const ReasonProbeScore = "PROBE_SCORE"
 
 // The decaying failure score (docs/reference/eligibility.md, "The failure score"): every failed
 // or timed-out probe adds 1, and so does a consumer's window with connect failures (passive
-// evidence); the score halves every probe_score_half_life. A failed probe that brings it to
+// evidence), while the instance is in rotation (or out by the score alone); the score halves
+// every probe_score_half_life, and starts again from 0 when the instance re-enters rotation
+// after a withdrawal for another cause. A failed probe that brings it to
 // probe_score_out withdraws the instance (PROBE_SCORE) unless the consecutive rule did already;
 // it comes back once its probes pass as for PROBE_FAILING and the score has decayed under
 // probe_score_in — re-entry is slower than removal by construction. A consumer's report alone
@@ -35,8 +37,23 @@ func (e *Engine) scoreNow(t *trouble, now time.Time) float64 {
 	return s
 }
 
-// addScore adds w to in's failure score at now and returns the new score.
+// scoring reports whether evidence about in counts towards its score: while it is in
+// rotation, or out by PROBE_SCORE alone. Out for another cause, its failures are that
+// cause's evidence (a crash's connect failures, a hang's timeouts), not intermittent failure.
+func scoring(in *instance) bool {
+	if len(in.causes) == 0 {
+		return true
+	}
+	_, scored := in.causes[ReasonProbeScore]
+	return scored && len(in.causes) == 1
+}
+
+// addScore adds w to in's failure score at now, when the evidence counts (scoring), and
+// returns the score.
 func (e *Engine) addScore(in *instance, now time.Time, w float64) float64 {
+	if !scoring(in) {
+		return e.scoreNow(in.troubles(), now)
+	}
 	t := in.trouble()
 	t.score = e.scoreNow(t, now) + w
 	t.scoreAt = now

@@ -436,11 +436,13 @@ func (p *Prober) judge(k probeKey, seq uint64, res Result) []Result {
 		}
 		p.failing[k] = true
 		delete(p.suspicions, k)
-		return s.held
+		p.cfg.Logger.Info("probe failure confirmed: no answer to the probe nor its re-probes", slog.String("instance_id", k.id),
+			slog.Int("unanswered", len(s.held)), slog.Time("first_unanswered_at", s.held[0].At), slog.Duration("confirmed_after", res.At.Sub(s.held[0].At)))
+		return restamp(s.held, res.At)
 	default: // a failed answer, a refusal, or an unanswered probe of a target known failing
 		var out []Result
 		if s != nil {
-			out, s.held = s.held, nil
+			out, s.held = restamp(s.held, res.At), nil
 		}
 		p.failing[k] = true
 		if res.Result == health.ProbeRefused {
@@ -450,6 +452,18 @@ func (p *Prober) judge(k probeKey, seq uint64, res Result) []Result {
 		}
 		return append(out, res)
 	}
+}
+
+// restamp dates held results at, the instant they are reported: the registry applies evidence
+// in time order (each keeps the instant it was observed in its detail).
+func restamp(held []Result, at time.Time) []Result {
+	for i := range held {
+		if !held[i].At.Equal(at) {
+			held[i].Detail = fmt.Sprintf("%s (unanswered at %s, confirmed by re-probes)", held[i].Detail, held[i].At.UTC().Format(time.RFC3339Nano))
+			held[i].At = at
+		}
+	}
+	return held
 }
 
 // suspect starts re-probing k at the next Step, budget re-probes at most.

@@ -85,6 +85,8 @@ type Provider struct {
 
 	agent atomic.Pointer[provider.Agent] // while Run keeps it registered
 
+	healthInterval time.Duration // the manifest's health.interval (SetHealthInterval; default 1 s)
+
 	faults   atomic.Pointer[Faults] // nil: none (SetFaults)
 	injected prometheus.Counter
 
@@ -154,7 +156,7 @@ func (p *Provider) Registration() apiv1.RegisterRequest {
 			Service: apiv1.ManifestService{Name: p.serviceName(), Instance: p.cfg.InstanceID, Version: ServiceVersion},
 			// A short interval: the registry probes at it from the first probe on, and two ok probes
 			// admit, so meshflows dev serves its providers within two seconds.
-			Health: &apiv1.ManifestHealth{Path: "/healthz", Interval: "1s", UnhealthyAfter: apiv1.Int(3)},
+			Health: &apiv1.ManifestHealth{Path: "/healthz", Interval: p.interval(), UnhealthyAfter: apiv1.Int(3)},
 			// The gateway refuses a larger publish itself (413), before it reaches us.
 			Capabilities: &apiv1.ManifestCapabilities{MaxBodyBytes: apiv1.Int(MaxPublishBody)},
 			Routes: []apiv1.ManifestRoute{
@@ -247,6 +249,18 @@ const MaxPublishBody = 1 << 20
 // brand-new service) and tells its agent it is ready once d has passed. 0, the default, is
 // ready at once. Call it before Run.
 func (p *Provider) SetWarmup(d time.Duration) { p.warmup = d }
+
+// SetHealthInterval sets the health.interval its manifest declares (default 1 s), before Run:
+// the registry probes at it, never at another.
+func (p *Provider) SetHealthInterval(d time.Duration) { p.healthInterval = d }
+
+// interval is the manifest's health.interval.
+func (p *Provider) interval() string {
+	if p.healthInterval <= 0 {
+		return "1s"
+	}
+	return p.healthInterval.String()
+}
 
 // Ready reports whether the provider has finished warming up.
 func (p *Provider) Ready() bool { return p.ready.Load() }
