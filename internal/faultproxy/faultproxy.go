@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"net/http/httputil"
@@ -49,6 +50,9 @@ type Fault struct {
 	ErrorShare float64 `json:"error_share,omitempty"`
 	// HealthFailing answers the health path 503 while traffic passes.
 	HealthFailing bool `json:"health_failing,omitempty"`
+	// HealthLoss leaves this share of health probes unanswered, at random (0..1): they hang
+	// until the prober gives up, as probes lost on the way do.
+	HealthLoss float64 `json:"health_loss,omitempty"`
 }
 
 // Validate reports whether f is a fault the proxy can inject.
@@ -58,8 +62,8 @@ func (f Fault) Validate() error {
 	default:
 		return fmt.Errorf("faultproxy: mode %q: want pass, refuse, reset or blackhole", f.Mode)
 	}
-	if f.ErrorShare < 0 || f.ErrorShare > 1 {
-		return fmt.Errorf("faultproxy: error share %v: want 0..1", f.ErrorShare)
+	if f.ErrorShare < 0 || f.ErrorShare > 1 || f.HealthLoss < 0 || f.HealthLoss > 1 {
+		return fmt.Errorf("faultproxy: error share %v, health loss %v: want 0..1", f.ErrorShare, f.HealthLoss)
 	}
 	if f.Delay < 0 {
 		return fmt.Errorf("faultproxy: negative delay %v", f.Delay)
@@ -356,6 +360,10 @@ func (p *Proxy) serve(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		p.mu.Unlock()
+		if probe && f.HealthLoss > 0 && rand.Float64() < f.HealthLoss {
+			<-r.Context().Done() // lost: no answer, ever
+			return
+		}
 		if probe && f.HealthFailing {
 			http.Error(w, `{"status":"failing","note":"faultproxy"}`, http.StatusServiceUnavailable)
 			return

@@ -81,6 +81,8 @@ func TestFaults(t *testing.T) {
 		{"health failing: traffic passes", faultproxy.Fault{HealthFailing: true}, "/work", result{code: 200}},
 		{"every request failing", faultproxy.Fault{ErrorShare: 1}, "/work", result{code: 500}},
 		{"every request failing: probes pass", faultproxy.Fault{ErrorShare: 1}, "/healthz", result{code: 200}},
+		{"every probe lost", faultproxy.Fault{HealthLoss: 1}, "/healthz", result{timeout: true}},
+		{"every probe lost: traffic passes", faultproxy.Fault{HealthLoss: 1}, "/work", result{code: 200}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -48,16 +48,16 @@ func TestProberConfirmsLostProbes(t *testing.T) {
 		want    []string
 		lost    float64
 	}{
-		{name: "an unanswered probe that the re-probe answers was lost: only the ok is reported",
-			steps: []string{"hang", "ok"}, want: []string{"ok"}, lost: 1},
-		{name: "three lost in a row, then an answer: still nothing but the ok",
-			steps: []string{"hang", "hang", "hang", "ok"}, want: []string{"ok"}, lost: 3},
+		{name: "an unanswered probe that the re-probe answers was lost: nothing is reported",
+			steps: []string{"hang", "ok"}, want: nil, lost: 1},
+		{name: "three lost in a row, then an answer: still nothing",
+			steps: []string{"hang", "hang", "hang", "ok"}, want: nil, lost: 3},
 		{name: "no answer to the probe and its re-probes: confirmed, every one reported",
 			steps: []string{"hang"}, want: []string{"timeout", "timeout", "timeout", "timeout"}},
-		{name: "a 500 is evidence even when the next probe passes: reported at once, re-probed",
-			steps: []string{"fail", "ok"}, want: []string{"fail", "ok"}},
+		{name: "a 500 is evidence even when the re-probe passes: reported at once; the ok re-probe is not (re-entry keeps the interval)",
+			steps: []string{"fail", "ok"}, want: []string{"fail"}},
 		{name: "a 500 after lost probes: the lost ones are reported with it",
-			steps: []string{"hang", "fail", "fail", "ok"}, want: []string{"timeout", "fail", "fail", "ok"}},
+			steps: []string{"hang", "fail", "fail", "ok"}, want: []string{"timeout", "fail", "fail"}},
 		{name: "a consumer's report re-probes at once: a hang is confirmed without waiting for the interval",
 			steps: []string{"ok", "hang"}, suspect: true, want: []string{"ok", "timeout", "timeout", "timeout", "timeout"}},
 	}

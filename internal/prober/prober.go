@@ -95,7 +95,8 @@ type Config struct {
 	// probe's latency if more), until one answers ok or ConfirmLost
 	// probes in a row went unanswered (default 12; 1 reports every unanswered probe at once).
 	// An unanswered probe that a re-probe answers ok was lost, not failed: it is never
-	// reported. A failed answer (a 5xx) is evidence and reported at once; so is a refusal.
+	// reported, nor is the ok re-probe (re-probes confirm failures; they never speed up
+	// re-entry). A failed answer (a 5xx) is evidence and reported at once; so is a refusal.
 	ConfirmLost    int
 	ReprobeEvery   time.Duration
 	ReprobeTimeout time.Duration
@@ -405,7 +406,7 @@ func (p *Prober) launch(ctx context.Context, t Target, k probeKey, seq uint64, t
 }
 
 // judge decides what one probe's result reports (p.mu held): an ok ends the suspicion, and
-// the unanswered probes it held were lost; an unanswered probe is held until ConfirmLost in a
+// the unanswered probes it held were lost (an ok re-probe itself is not reported); an unanswered probe is held until ConfirmLost in a
 // row confirm it (then all of them are reported), unless the target's failure was reported
 // already; a failed answer or a refusal is reported at once, with what was held. A re-probe of
 // a suspicion that has ended reports nothing.
@@ -424,6 +425,11 @@ func (p *Prober) judge(k probeKey, seq uint64, res Result) []Result {
 			delete(p.suspicions, k)
 		}
 		delete(p.failing, k)
+		if seq != 0 {
+			// a re-probe confirms failures, it never counts as a passing probe: re-entry
+			// goes at the declared interval, however many consumers made it suspect
+			return nil
+		}
 		return []Result{res}
 	case res.lost && !p.failing[k] && p.cfg.ConfirmLost > 1:
 		// held: an ok re-probe says it was lost, ConfirmLost in a row that nothing answers

@@ -111,7 +111,8 @@ func TestProberClassifiesAndRecovers(t *testing.T) {
 		t.Errorf("a 500: %q, want fail", got)
 	}
 	failing.Store(false)
-	round()
+	round() // the 500's re-probe: it passes, and is not reported (re-probes confirm failures only)
+	round() // the next probe at the interval
 	if got := res.last("flaky"); got != health.ProbeOK {
 		t.Errorf("recovered: %q, want ok", got)
 	}
