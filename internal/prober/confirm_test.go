@@ -3,10 +3,13 @@ package prober
 import (
 	"context"
 	"flag"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -97,7 +100,10 @@ func TestProberConfirmsLostProbes(t *testing.T) {
 
 // lossRun is how long (simulated) TestProberRandomLossWithdrawsNothing probes its targets; a
 // long run measures the false-withdrawal rate: go test ./internal/prober -run RandomLoss -lossrun 2h
-var lossRun = flag.Duration("lossrun", time.Minute, "simulated time of the random-loss test")
+var (
+	lossRun     = flag.Duration("lossrun", time.Minute, "simulated time of the random-loss test")
+	lossTargets = flag.Int("losstargets", 40, "targets of the random-loss test")
+)
 
 // TestProberRandomLossWithdrawsNothing probes 40 targets at a 1 s interval whose health
 // endpoint leaves a random 25 % (and 5 %) of probes unanswered: no probe may be reported as
@@ -107,8 +113,20 @@ var lossRun = flag.Duration("lossrun", time.Minute, "simulated time of the rando
 func TestProberRandomLossWithdrawsNothing(t *testing.T) {
 	for _, loss := range []float64{0.25, 0.05} {
 		var answered, dropped atomic.Int64
+		var mu sync.Mutex
+		run := map[string]int{} // each target's current run of unanswered probes
+		runs := map[int]int{}   // completed runs by length
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if rand.Float64() < loss {
+			lost := rand.Float64() < loss
+			mu.Lock()
+			if lost {
+				run[r.URL.Path]++
+			} else if n := run[r.URL.Path]; n > 0 {
+				runs[n]++
+				run[r.URL.Path] = 0
+			}
+			mu.Unlock()
+			if lost {
 				dropped.Add(1)
 				<-r.Context().Done()
 				return
@@ -116,8 +134,9 @@ func TestProberRandomLossWithdrawsNothing(t *testing.T) {
 			answered.Add(1)
 		}))
 		var targets []Target
-		for i := range 40 {
-			targets = append(targets, Target{ID: string(rune('a'+i%26)) + string(rune('a'+i/26)), Generation: 1, URL: srv.URL, Interval: time.Second})
+		for i := range *lossTargets {
+			id := "t" + strconv.Itoa(i)
+			targets = append(targets, Target{ID: id, Generation: 1, URL: srv.URL + "/" + id, Interval: time.Second})
 		}
 		p, res := newTestProber(t, func() []Target { return targets },
 			Config{Timeout: 20 * time.Millisecond, ReprobeTimeout: 20 * time.Millisecond})
@@ -146,8 +165,16 @@ func TestProberRandomLossWithdrawsNothing(t *testing.T) {
 		// a false withdrawal needs ConfirmLost unanswered probes in a row; a suspicion starts
 		// at every lost probe of the interval's 3,600 an hour
 		model := 3600 * math.Pow(share, DefaultConfirmLost)
-		t.Logf("loss %.0f%%: %d probes (%d dropped, %.1f%%), %v lost and not counted, %d reported failing over %.1f instance-hours; model: %.2g false withdrawals per instance-hour",
-			100*loss, dropped.Load()+answered.Load(), dropped.Load(), 100*share, testutil.ToFloat64(p.lost), failed, hours, model)
+		longest := 0
+		var hist []string
+		for n := 1; n <= DefaultConfirmLost; n++ {
+			if runs[n] > 0 {
+				longest = n
+				hist = append(hist, fmt.Sprintf("%d:%d", n, runs[n]))
+			}
+		}
+		t.Logf("loss %.0f%%: %d probes (%d dropped, %.1f%%), %v lost and not counted, %d reported failing over %.1f instance-hours; runs of unanswered probes by length %s (longest %d of the %d that confirm); model: %.2g false withdrawals per instance-hour",
+			100*loss, dropped.Load()+answered.Load(), dropped.Load(), 100*share, testutil.ToFloat64(p.lost), failed, hours, strings.Join(hist, " "), longest, DefaultConfirmLost, model)
 		if failed > 0 {
 			t.Errorf("loss %.0f%%: %d probes reported failing, want none (a lost probe is not a failure)", 100*loss, failed)
 		}

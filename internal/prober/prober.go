@@ -345,7 +345,7 @@ type suspicion struct {
 	next   time.Time // the next re-probe is due
 	sent   int       // re-probes launched
 	budget int       // re-probes it may launch
-	held []Result  // unanswered probes, not reported yet
+	held   []Result  // unanswered probes, not reported yet
 }
 
 // reprobe launches s's next re-probe when it is due, a slot is free and its budget is not
