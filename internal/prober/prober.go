@@ -360,7 +360,9 @@ func (p *Prober) reprobe(ctx context.Context, t Target, k probeKey, s *suspicion
 		}
 		return false
 	}
-	if now.Before(s.next) || p.inFlight[k] >= maxReprobesInFlight {
+	// due half a tick early: a tick that comes a hair before the instant would put every
+	// re-probe a tick late, doubling the spacing
+	if now.Add(p.cfg.Tick/2).Before(s.next) || p.inFlight[k] >= maxReprobesInFlight {
 		return false
 	}
 	select {
