@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
@@ -32,24 +31,6 @@ var (
 	freezeTrials = flag.Int("freeze.trials", 1, "providers frozen with SIGSTOP in TestAFrozenProviderIsOutWithinSeconds")
 	lossFor      = flag.Duration("loss.for", 30*time.Second, "how long TestRandomProbeLossWithdrawsNothing loses probes")
 )
-
-// syncBuffer collects a process's log lines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) lines() []string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return strings.Split(b.buf.String(), "\n")
-}
 
 // spawnMeshflows runs this test binary as meshflows with args, its log to logw (nil:
 // discarded), until the test ends (SIGKILL: a stopped process dies of it too).
@@ -102,7 +83,7 @@ func TestAFrozenProviderIsOutWithinSeconds(t *testing.T) {
 	regPort, gwPort, provBase := freeport.Port(t), freeport.Port(t), freeport.Block(t, providers)
 	reg := "http://127.0.0.1:" + strconv.Itoa(regPort)
 	gw := "http://127.0.0.1:" + strconv.Itoa(gwPort)
-	regLog := &syncBuffer{}
+	regLog := &registrytest.SyncBuffer{}
 	spawnMeshflows(t, regLog, "registry", "--insecure", "--listen", "127.0.0.1:"+strconv.Itoa(regPort), "--log-level", "info")
 	registrytest.Until(t, "the registry serves", func() bool {
 		resp, err := http.Get(reg + "/healthz")
@@ -164,7 +145,7 @@ func TestAFrozenProviderIsOutWithinSeconds(t *testing.T) {
 	// the registry's log is written in batches: its lines come within seconds
 	confirmed := map[string]map[string]any{}
 	for deadline := time.Now().Add(30 * time.Second); len(confirmed) < trials && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		for _, line := range regLog.lines() {
+		for _, line := range strings.Split(regLog.String(), "\n") {
 			var rec map[string]any
 			if json.Unmarshal([]byte(line), &rec) == nil && strings.HasPrefix(fmt.Sprint(rec["msg"]), "probe failure confirmed") {
 				if id, ok := rec["instance_id"].(string); ok {
