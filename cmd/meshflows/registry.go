@@ -275,7 +275,13 @@ func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln 
 		})
 		o := f.eligibility.outlier
 		monitor, err = health.NewMonitor(health.MonitorConfig{Logger: logger, Registerer: promReg, RampStep: f.sweepInterval,
-			OnTransition: func(t health.Transition) { record(t); raise(t); tell(t) }, Engine: health.Config{
+			OnTransition: func(t health.Transition) {
+				record(t)
+				raise(t)
+				if reg.Leader() { // over etcd, the elected replica tells owners; the others would repeat it
+					tell(t)
+				}
+			}, Engine: health.Config{
 				ExternalLeases: registry.ExpiresLeases(store),
 				LeaseTTL:       f.leaseTTL, HeartbeatInterval: f.heartbeatInterval, SlowStart: f.eligibility.slowStart, PanicThreshold: f.eligibility.panicThreshold,
 				OutlierMinRequests: o.OutlierMinRequests, OutlierErrorRate: o.OutlierErrorRate, OutlierConnectFailures: o.OutlierConnectFailures,
