@@ -109,7 +109,7 @@ func TestNotifierDeliversSignedOnceAndRetries(t *testing.T) {
 	})
 	at := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
 	hookFn(health.Transition{InstanceID: "jms-1", At: at, From: apiv1.EligibilityWithdrawn, To: apiv1.EligibilityQuarantined, Reasons: []string{health.ReasonFlapping}})
-	hookFn(health.Transition{InstanceID: "jms-1", At: at, From: apiv1.EligibilityServing, To: apiv1.EligibilityQuarantined, Reasons: []string{health.ReasonFlapping}}) // suppressed
+	hookFn(health.Transition{InstanceID: "jms-1", At: at, From: apiv1.EligibilityServing, To: apiv1.EligibilityQuarantined, Reasons: []string{health.ReasonFlapping}})   // suppressed
 	hookFn(health.Transition{InstanceID: "jms-1", At: at, From: apiv1.EligibilityServing, To: apiv1.EligibilityWithdrawn, Reasons: []string{health.ReasonProbeFailing}}) // no defect of the owner's
 	hookFn(health.Transition{InstanceID: "mq-1", At: at, From: apiv1.EligibilityServing, To: apiv1.EligibilityDegraded, Reasons: []string{health.ReasonOutlierLatency}})
 	select {
