@@ -290,11 +290,13 @@ func (p *Prober) Step(ctx context.Context, now time.Time) int {
 				p.suspect(k, p.cfg.ConfirmLost) // no probe went unanswered yet
 			}
 		}
-		if s := p.suspicions[k]; s != nil {
-			if p.reprobe(ctx, t, k, s, now) {
-				launched++
+		if len(p.suspicions) > 0 { // the usual case has none: no lookup per target per tick
+			if s := p.suspicions[k]; s != nil {
+				if p.reprobe(ctx, t, k, s, now) {
+					launched++
+				}
+				continue
 			}
-			continue
 		}
 		quick := min(t.Interval, p.cfg.AdmissionSpacing)
 		due, ok := p.next[k]
