@@ -79,6 +79,9 @@ type Event struct {
 	Kind   string
 	Health string // heartbeat: ok, degraded or failing
 	Result string // probe: ok, fail, timeout or refused
+	// Observed, when set, is when the evidence was observed, before At (the prober reports
+	// unanswered probes once re-probes confirm them): the withdrawal budget counts from it.
+	Observed time.Time
 	// Impostor, on a refused probe: the instance the health endpoint answered as instead (a
 	// process that took the registered address is not the registered instance)
 	Impostor string
@@ -145,6 +148,8 @@ type instance struct {
 	// heartbeats is not a sign that renewals are failing to reach the registry).
 	renewed  bool
 	degraded bool
+	// admittedBefore: this incarnation entered rotation once (its admission was measured)
+	admittedBefore bool
 	// notReady: registered not ready (publish when ready) and no heartbeat has said ok
 	// since; never admitted until one does, and answered nowhere meanwhile.
 	notReady bool
@@ -156,6 +161,7 @@ type instance struct {
 type trouble struct {
 	okRun     int      // consecutive ok probes
 	badRun    int      // consecutive fail/timeout probes
+	badSince  int64    // when the run's first failure was observed (Unix nanoseconds)
 	lastProbe Evidence // the last probe result
 
 	withdrawals     []time.Time // entries into withdrawn from rotation, for flap detection
@@ -170,9 +176,11 @@ type trouble struct {
 	latencySince, latencyUntil time.Time
 	latency                    Evidence
 
-	// the decaying failure score (score.go): its value at scoreAt
-	score   float64
-	scoreAt time.Time
+	// the decaying failure score (score.go): its value at scoreAt, and when the evidence
+	// that raised it from 0 was observed
+	score      float64
+	scoreAt    time.Time
+	scoreSince int64
 }
 
 // sinceNanos returns how long before now the instant at (Unix nanoseconds) was.

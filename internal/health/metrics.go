@@ -22,6 +22,8 @@ type monitorMetrics struct {
 	quarantines prometheus.Counter
 	disputed    prometheus.Counter
 	cohorts     prometheus.Counter
+	// the budgets (budget.go)
+	withdrawal, admission *prometheus.HistogramVec
 }
 
 // monitorCollector reports the monitor's gauges at scrape time.
@@ -72,9 +74,20 @@ func newMonitorMetrics(reg prometheus.Registerer, m *Monitor) (*monitorMetrics, 
 			Help: "Outcomes ignored because other reporters saw the instance healthy in the outlier window."}),
 		quarantines: prometheus.NewCounter(prometheus.CounterOpts{Name: "meshflows_eligibility_quarantines_total",
 			Help: "Instances quarantined for flapping."}),
+		withdrawal: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "meshflows_withdrawal_seconds",
+			Help:    "From the first evidence of a failure to the instance's withdrawal (the budget is 5 s), by cause class: probe, silence, passive, self_report, operator, flapping.",
+			Buckets: []float64{0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 20, 30, 60, 120}}, []string{"cause"}),
+		admission: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: "meshflows_admission_seconds",
+			Help:    "From an incarnation's registration to its entry into rotation (the budget is 30 s), by how it is admitted: probe (its probes) or none (no probe class).",
+			Buckets: []float64{0.5, 1, 2, 5, 10, 20, 30, 60, 120, 300}}, []string{"readiness"}),
 		cohorts: prometheus.NewCounter(prometheus.CounterOpts{Name: "meshflows_eligibility_cohort_flaps_total",
 			Help: "Cohort flap events: more than flap_cohort_share of a (capability, zone) left rotation within one flap window (one event, no quarantines)."}),
 	}
+	for _, c := range CauseClasses { // every series exists from the start
+		mm.withdrawal.WithLabelValues(c)
+	}
+	mm.admission.WithLabelValues("probe")
+	mm.admission.WithLabelValues("none")
 	if reg == nil {
 		return mm, nil
 	}
@@ -87,7 +100,7 @@ func newMonitorMetrics(reg prometheus.Registerer, m *Monitor) (*monitorMetrics, 
 		zoneOutliers: prometheus.NewDesc("meshflows_zone_outlier_error_share", "The error share over the outlier window of a zone that is a zone outlier of a capability (failing as a whole against the other zones); only such zones have a series.",
 			[]string{"capability", "zone"}, nil),
 	}
-	for _, col := range []prometheus.Collector{mm.transitions, mm.ejections, mm.quarantines, mm.disputed, mm.cohorts, c} {
+	for _, col := range []prometheus.Collector{mm.transitions, mm.ejections, mm.quarantines, mm.disputed, mm.cohorts, mm.withdrawal, mm.admission, c} {
 		if err := reg.Register(col); err != nil {
 			return nil, fmt.Errorf("register eligibility metrics: %w", err)
 		}

@@ -696,6 +696,9 @@ func (m *Monitor) setVerdict(v *view, nv Verdict, now time.Time) bool {
 		}
 	}
 	if nv.State != old.State {
+		if !m.following {
+			m.budgets(v, old, nv, now)
+		}
 		// its id is read only here: a weight step of a million views in slow start does not
 		// load their records
 		id := v.in.ID

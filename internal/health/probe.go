@@ -35,7 +35,9 @@ func (e *Engine) probe(in *instance, ev Event) {
 		if ev.Result != ProbeRefused {
 			// only fail and timeout count towards PROBE_FAILING; a refusal is its own,
 			// faster cause, and neither counts nor breaks the run
-			t.badRun++
+			if t.badRun++; t.badRun == 1 {
+				t.badSince = observed(ev).UnixNano()
+			}
 		}
 		if !in.admitted {
 			// The hard-failure fast path holds for every incarnation discovery may answer,
@@ -72,4 +74,12 @@ func (e *Engine) probe(in *instance, ev Event) {
 func (in *instance) refusedUnadmitted() bool {
 	_, ok := in.causes[ReasonProbeRefused]
 	return ok
+}
+
+// observed is when ev's evidence was observed: Observed, or At.
+func observed(ev Event) time.Time {
+	if !ev.Observed.IsZero() && ev.Observed.Before(ev.At) {
+		return ev.Observed
+	}
+	return ev.At
 }

@@ -55,6 +55,9 @@ func (e *Engine) addScore(in *instance, now time.Time, w float64) float64 {
 		return e.scoreNow(in.troubles(), now)
 	}
 	t := in.trouble()
+	if e.scoreNow(t, now) == 0 {
+		t.scoreSince = now.UnixNano()
+	}
 	t.score = e.scoreNow(t, now) + w
 	t.scoreAt = now
 	return t.score

@@ -60,6 +60,9 @@ type Result struct {
 	// Impostor is the instance a 2xx health answer named when it was not the target: the
 	// probe is refused, since what answers at the address is not the registered instance.
 	Impostor string
+	// Observed is when a result held for confirmation was observed (At is when it is
+	// reported); zero for one reported at once.
+	Observed time.Time
 	// lost: no answer came in time (a timeout): maybe lost on the way, unlike a refusal or
 	// an answer that failed (a 5xx, a TLS handshake refused)
 	lost bool
@@ -470,7 +473,7 @@ func restamp(held []Result, at time.Time) []Result {
 	for i := range held {
 		if !held[i].At.Equal(at) {
 			held[i].Detail = fmt.Sprintf("%s (unanswered at %s, confirmed by re-probes)", held[i].Detail, held[i].At.UTC().Format(time.RFC3339Nano))
-			held[i].At = at
+			held[i].Observed, held[i].At = held[i].At, at
 		}
 	}
 	return held

@@ -430,7 +430,7 @@ func (r *Registry) ReportProbe(res prober.Result) {
 	if rec, ok := r.store.Get(res.Target.ID); !ok || rec.Generation != res.Target.Generation {
 		return
 	}
-	if err := m.Observe(health.Event{At: res.At, ID: res.Target.ID, Kind: health.KindProbe, Result: res.Result, Impostor: res.Impostor}); err != nil {
+	if err := m.Observe(health.Event{At: res.At, Observed: res.Observed, ID: res.Target.ID, Kind: health.KindProbe, Result: res.Result, Impostor: res.Impostor}); err != nil {
 		r.cfg.Logger.Error("probe result refused", slog.String("instance_id", res.Target.ID), slog.Any("error", err))
 	}
 }

@@ -1,0 +1,75 @@
+package health
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// histogram returns the sample count and sum of the histogram series of name with label value.
+func histogram(t *testing.T, reg *prometheus.Registry, name, label string) (uint64, float64) {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if m.GetLabel()[0].GetValue() == label {
+				return m.GetHistogram().GetSampleCount(), m.GetHistogram().GetSampleSum()
+			}
+		}
+	}
+	return 0, 0
+}
+
+// The budgets are measured from what the evidence says: an admission from the registration,
+// a withdrawal from the first failure of the run that withdrew — the instant an unanswered
+// probe was observed, not the later one its confirmation was reported at.
+func TestBudgetsCountFromTheFirstEvidence(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	m := newTestMonitor(t, reg, nil)
+	m.Register(Instance{ID: "a", Zone: "z", Capabilities: []string{"c.x"}, Probe: true}, 1, t0)
+	m.Register(Instance{ID: "b", Zone: "z", Capabilities: []string{"c.x"}}, 1, t0)
+	m.Observe(probeEv("a", ProbeOK, t0.Add(time.Second)))
+	m.Observe(probeEv("a", ProbeOK, t0.Add(2500*time.Millisecond))) // admitted 2.5 s after registering
+	// three unanswered probes observed from 10 s, reported when re-probes confirmed them at 12 s
+	for i := range 3 {
+		ev := probeEv("a", ProbeTimeout, t0.Add(12*time.Second))
+		ev.Observed = t0.Add(10*time.Second + time.Duration(i)*100*time.Millisecond)
+		m.Observe(ev)
+	}
+	m.Observe(Event{At: t0.Add(20 * time.Second), ID: "b", Kind: KindHeartbeat, Health: "failing"}) // at once
+	for _, tt := range []struct {
+		name, label string
+		count       uint64
+		sum         float64
+	}{
+		{"meshflows_admission_seconds", "probe", 1, 2.5},
+		{"meshflows_admission_seconds", "none", 1, 0},
+		{"meshflows_withdrawal_seconds", "probe", 1, 2},
+		{"meshflows_withdrawal_seconds", "self_report", 1, 0},
+	} {
+		if n, sum := histogram(t, reg, tt.name, tt.label); n != tt.count || sum != tt.sum {
+			t.Errorf("%s{%s}: %d samples summing %v, want %d summing %v", tt.name, tt.label, n, sum, tt.count, tt.sum)
+		}
+	}
+	// back in rotation and out again: a second withdrawal is measured, a second admission is not
+	for i := range 5 {
+		m.Observe(probeEv("a", ProbeOK, t0.Add(time.Duration(30+i)*time.Second)))
+	}
+	m.Observe(probeEv("a", ProbeRefused, t0.Add(40*time.Second)))
+	if n, _ := histogram(t, reg, "meshflows_admission_seconds", "probe"); n != 1 {
+		t.Errorf("admissions measured %d, want 1: a return to rotation is no admission", n)
+	}
+	if n, sum := histogram(t, reg, "meshflows_withdrawal_seconds", "probe"); n != 2 || sum != 2 {
+		t.Errorf("probe withdrawals %d summing %v, want 2 summing 2 (a refusal counts 0)", n, sum)
+	}
+	if _, err := reg.Gather(); err != nil { // every series well formed
+		t.Error(err)
+	}
+}
