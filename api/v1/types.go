@@ -2,6 +2,7 @@ package apiv1
 
 import (
 	"encoding/json"
+	"fmt"
 	"time"
 )
 
@@ -388,6 +389,37 @@ type HealthResponse struct {
 	// ZoneOutliers are the zones of a capability failing as a whole against its other zones
 	// (judged every 10 s; empty when none or without the eligibility engine).
 	ZoneOutliers []ZoneOutlier `json:"zone_outliers"`
+	// Budgets are the withdrawal and admission budgets beside what the last window
+	// measured (absent without the eligibility engine).
+	Budgets *Budgets `json:"budgets,omitempty"`
+}
+
+// Budgets are the two budgets of the eligibility engine — a withdrawal within 5 s of its
+// first evidence, an admission within 30 s of the registration — with the count and the
+// 99th percentile of each over the last WindowSeconds (0 when none came).
+type Budgets struct {
+	WindowSeconds           int64   `json:"window_seconds"`
+	WithdrawalBudgetSeconds float64 `json:"withdrawal_budget_seconds"`
+	Withdrawals             int     `json:"withdrawals"`
+	WithdrawalP99Seconds    float64 `json:"withdrawal_p99_seconds"`
+	AdmissionBudgetSeconds  float64 `json:"admission_budget_seconds"`
+	Admissions              int     `json:"admissions"`
+	AdmissionP99Seconds     float64 `json:"admission_p99_seconds"`
+}
+
+// Over says which budgets the window's 99th percentiles exceed ("" when none).
+func (b *Budgets) Over() []string {
+	var out []string
+	if b == nil {
+		return nil
+	}
+	if b.Withdrawals > 0 && b.WithdrawalP99Seconds > b.WithdrawalBudgetSeconds {
+		out = append(out, fmt.Sprintf("withdrawals take %.1f s at p99, over their %.0f s budget", b.WithdrawalP99Seconds, b.WithdrawalBudgetSeconds))
+	}
+	if b.Admissions > 0 && b.AdmissionP99Seconds > b.AdmissionBudgetSeconds {
+		out = append(out, fmt.Sprintf("admissions take %.1f s at p99, over their %.0f s budget", b.AdmissionP99Seconds, b.AdmissionBudgetSeconds))
+	}
+	return out
 }
 
 // ZoneOutlier is one zone of a capability judged against the capability's other zones:

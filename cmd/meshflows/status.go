@@ -291,6 +291,9 @@ func (r *remoteFlags) status(ctx context.Context, withGateway bool) (*statusRepo
 		degraded(fmt.Sprintf("zone %s of %s is a zone outlier (%.2f%% errors against %.2f%% elsewhere): %s", z.Zone, z.CapabilityID,
 			100*z.ErrorShare, 100*z.Baseline, incident.EvacuateCommand(z.CapabilityID, z.Zone)))
 	}
+	for _, over := range h.Budgets.Over() {
+		degraded(over)
+	}
 	if in, err := c.Incidents(ctx, "unresolved"); err == nil {
 		rep.OpenIncidents = map[string]int{}
 		for _, i := range in.Incidents {
@@ -370,6 +373,11 @@ func (r *statusReport) text(w io.Writer) error {
 	for _, z := range h.ZoneOutliers {
 		fmt.Fprintf(&b, "Zone outlier: %s in %s: %d errors in %d requests (%.2f%%, lower bound %.2f%%) against the median %.2f%% of %d other zones\n",
 			z.CapabilityID, z.Zone, z.Errors, z.Requests, 100*z.ErrorShare, 100*z.LowerBound, 100*z.Baseline, z.OtherZones)
+	}
+	if bu := h.Budgets; bu != nil {
+		fmt.Fprintf(&b, "Budgets:      withdrawal p99 %.1f s of %.0f s (%d in %s), admission p99 %.1f s of %.0f s (%d)\n",
+			bu.WithdrawalP99Seconds, bu.WithdrawalBudgetSeconds, bu.Withdrawals, time.Duration(bu.WindowSeconds)*time.Second,
+			bu.AdmissionP99Seconds, bu.AdmissionBudgetSeconds, bu.Admissions)
 	}
 	if r.OpenIncidents != nil {
 		fmt.Fprintf(&b, "Incidents:    %d critical, %d warning, %d info open\n", r.OpenIncidents["critical"], r.OpenIncidents["warning"], r.OpenIncidents["info"])

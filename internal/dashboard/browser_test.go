@@ -58,6 +58,11 @@ func TestDashboardInABrowser(t *testing.T) {
 		if got := text(t, ctx, "#zone-outliers"); got != "no zone outlier" {
 			t.Errorf("zone outliers: %q", got)
 		}
+		for _, id := range []string{"#withdrawal-p99", "#admission-p99"} { // the budgets card
+			if got := text(t, ctx, id); !strings.HasSuffix(got, " s") {
+				t.Errorf("%s: %q, want seconds", id, got)
+			}
+		}
 		screenshot(t, ctx, "overview")
 	})
 

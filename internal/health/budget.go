@@ -1,6 +1,8 @@
 package health
 
 import (
+	"math"
+	"slices"
 	"time"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
@@ -78,10 +80,61 @@ func (m *Monitor) budgets(v *view, old, nv Verdict, now time.Time) {
 		if in.Probe {
 			class = "probe"
 		}
-		m.metrics.admission.WithLabelValues(class).Observe(sinceNanos(now, in.registeredAt).Seconds())
+		secs := sinceNanos(now, in.registeredAt).Seconds()
+		m.metrics.admission.WithLabelValues(class).Observe(secs)
+		m.admissions.add(now, secs)
 	case nv.State == apiv1.EligibilityWithdrawn && old.InRotation():
 		if at, class := m.engine.withdrawalEvidence(in); !at.IsZero() {
-			m.metrics.withdrawal.WithLabelValues(class).Observe(max(now.Sub(at), 0).Seconds())
+			secs := max(now.Sub(at), 0).Seconds()
+			m.metrics.withdrawal.WithLabelValues(class).Observe(secs)
+			m.withdrawals.add(now, secs)
 		}
 	}
+}
+
+// budgetWindow is how far back Budgets looks; budgetSamples bounds the samples it keeps of
+// each budget (the newest).
+const (
+	budgetWindow  = 10 * time.Minute
+	budgetSamples = 4096
+)
+
+// budgetLog keeps the recent samples of one budget, oldest first.
+type budgetLog struct {
+	at   []int64 // Unix nanoseconds
+	secs []float64
+}
+
+func (l *budgetLog) add(now time.Time, secs float64) {
+	if len(l.at) == budgetSamples {
+		l.at, l.secs = l.at[1:], l.secs[1:]
+	}
+	l.at, l.secs = append(l.at, now.UnixNano()), append(l.secs, secs)
+}
+
+// p99 returns the samples of the window ending at now and their 99th percentile.
+func (l *budgetLog) p99(now time.Time) (int, float64) {
+	from := now.Add(-budgetWindow).UnixNano()
+	i := 0
+	for i < len(l.at) && l.at[i] < from {
+		i++
+	}
+	l.at, l.secs = l.at[i:], l.secs[i:]
+	if len(l.secs) == 0 {
+		return 0, 0
+	}
+	s := slices.Clone(l.secs)
+	slices.Sort(s)
+	return len(s), s[min(len(s)-1, int(math.Ceil(0.99*float64(len(s))))-1)]
+}
+
+// Budgets returns the two budgets with what the last ten minutes measured.
+func (m *Monitor) Budgets(now time.Time) apiv1.Budgets {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	b := apiv1.Budgets{WindowSeconds: int64(budgetWindow / time.Second),
+		WithdrawalBudgetSeconds: WithdrawalBudget.Seconds(), AdmissionBudgetSeconds: AdmissionBudget.Seconds()}
+	b.Withdrawals, b.WithdrawalP99Seconds = m.withdrawals.p99(now)
+	b.Admissions, b.AdmissionP99Seconds = m.admissions.p99(now)
+	return b
 }

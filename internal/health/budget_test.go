@@ -69,6 +69,13 @@ func TestBudgetsCountFromTheFirstEvidence(t *testing.T) {
 	if n, sum := histogram(t, reg, "meshflows_withdrawal_seconds", "probe"); n != 2 || sum != 2 {
 		t.Errorf("probe withdrawals %d summing %v, want 2 summing 2 (a refusal counts 0)", n, sum)
 	}
+	b := m.Budgets(t0.Add(41 * time.Second))
+	if b.Withdrawals != 3 || b.WithdrawalP99Seconds != 2 || b.Admissions != 2 || b.AdmissionP99Seconds != 2.5 || len(b.Over()) != 0 {
+		t.Errorf("budgets %+v, want 3 withdrawals at p99 2 s and 2 admissions at p99 2.5 s, none over", b)
+	}
+	if b := m.Budgets(t0.Add(41*time.Second + budgetWindow)); b.Withdrawals != 0 || b.Admissions != 0 {
+		t.Errorf("a window later: %+v, want no sample left", b)
+	}
 	if _, err := reg.Gather(); err != nil { // every series well formed
 		t.Error(err)
 	}

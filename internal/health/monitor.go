@@ -219,11 +219,13 @@ type Monitor struct {
 	panics map[groupKey]bool
 	// panicAll holds the groups in panic whose answer includes the never-admitted
 	// incarnations: those no member of which was ever admitted.
-	panicAll   map[groupKey]bool
-	rev        int64
-	syncs      uint64
-	following  bool                // another replica judges: published verdicts are the followed ones
-	changedIDs map[string]struct{} // instances whose state changed since TakeChanged (nil until someone asks)
+	panicAll  map[groupKey]bool
+	rev       int64
+	syncs     uint64
+	following bool // another replica judges: published verdicts are the followed ones
+	// the recent samples of the two budgets (budget.go)
+	withdrawals, admissions budgetLog
+	changedIDs              map[string]struct{} // instances whose state changed since TakeChanged (nil until someone asks)
 	// rampMoved says, on the elected replica, that the weight of a slow start moved, or the
 	// slow start ended, since TakeRampMoved; judgedAt is the latest instant it judged a
 	// verdict at, and tickedAt the latest instant a sweep or an Advance weighed the views due

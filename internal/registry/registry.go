@@ -132,6 +132,7 @@ type Eligibility interface {
 	ZoneOutliers(capability string, now time.Time) []string
 	OutlierZones() []apiv1.ZoneOutlier
 	OutcomeWindow(id string, now time.Time) *apiv1.OutcomeWindow
+	Budgets(now time.Time) apiv1.Budgets
 }
 
 var _ Eligibility = (*health.Monitor)(nil)
@@ -860,6 +861,8 @@ func (r *Registry) Health(startedAt time.Time) apiv1.HealthResponse {
 		SelfPreservation: r.cfg.Eligibility != nil && r.cfg.Eligibility.SelfPreservation(), ZoneOutliers: []apiv1.ZoneOutlier{}}
 	if r.cfg.Eligibility != nil {
 		out.ZoneOutliers = r.cfg.Eligibility.OutlierZones()
+		b := r.cfg.Eligibility.Budgets(r.cfg.Now())
+		out.Budgets = &b
 	}
 	if err := r.storeErr.Load(); err != nil {
 		out.Status, out.StoreError = "store_unreachable", (*err).Error()
