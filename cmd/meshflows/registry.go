@@ -166,6 +166,7 @@ func bindOutlierFlags(fs *pflag.FlagSet, f *eligibilityFlags) {
 	fs.DurationVar(&o.LatencyOutlierFloor, "latency-outlier-floor", d.LatencyOutlierFloor, "latency outliers: and at least this much over its peers' median p99")
 	fs.DurationVar(&o.ReturnDwell, "return-dwell", d.ReturnDwell, "the way back from an evacuation: how long the zone's instances stay at each weight step (10, 25, 50) before the next")
 	fs.DurationVar(&o.FlapWindow, "flap-window", d.FlapWindow, "an instance withdrawn 3 times within this window is quarantined (flapping)")
+	fs.Float64Var(&o.AdmitRate, "admit-rate", d.AdmitRate, "admission budget: at most this many instances a second leave unknown for rotation per (capability, zone), with a burst of as many; the rest wait, oldest first, marked ADMISSION_QUEUED (withdrawals never wait)")
 	fs.Float64Var(&o.FlapCohortShare, "flap-cohort-share", d.FlapCohortShare, "when more than this share of a (capability, zone) cohort (and two instances at least) leaves rotation twice or more within one flap window, that is one cohort event (incident cohort_flapping): none of them is quarantined")
 	fs.DurationVar(&o.ProbeScoreHalfLife, "probe-score-half-life", d.ProbeScoreHalfLife, "the failure score (1 a failed probe or a consumer's window with connect failures) halves every this long")
 	fs.Float64Var(&o.ProbeScoreOut, "probe-score-out", d.ProbeScoreOut, "a failed probe that brings the failure score to this withdraws the instance (PROBE_SCORE: it fails intermittently)")
@@ -288,7 +289,7 @@ func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln 
 				EjectionBase: o.EjectionBase, MaxEjectionPercent: o.MaxEjectionPercent, OutlierWindow: o.OutlierWindow, OutlierMinVolume: o.OutlierMinVolume,
 				OutlierZ: o.OutlierZ, OutlierRelativeFloor: o.OutlierRelativeFloor, OutlierRelativeFactor: o.OutlierRelativeFactor,
 				LatencyOutlierFactor: o.LatencyOutlierFactor, LatencyOutlierFloor: o.LatencyOutlierFloor, ReturnDwell: o.ReturnDwell, FlapWindow: o.FlapWindow,
-				FlapCohortShare: o.FlapCohortShare, ProbeScoreHalfLife: o.ProbeScoreHalfLife, ProbeScoreOut: o.ProbeScoreOut, ProbeScoreIn: o.ProbeScoreIn}})
+				FlapCohortShare: o.FlapCohortShare, AdmitRate: o.AdmitRate, ProbeScoreHalfLife: o.ProbeScoreHalfLife, ProbeScoreOut: o.ProbeScoreOut, ProbeScoreIn: o.ProbeScoreIn}})
 		if err != nil {
 			return err
 		}

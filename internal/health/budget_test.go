@@ -1,8 +1,12 @@
 package health
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 	"time"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -78,5 +82,50 @@ func TestBudgetsCountFromTheFirstEvidence(t *testing.T) {
 	}
 	if _, err := reg.Gather(); err != nil { // every series well formed
 		t.Error(err)
+	}
+}
+
+// A flood of admissions queues; a withdrawal in the middle of it takes effect at once. The
+// withdrawal's own cost is logged (measured, not asserted): it does not grow with the queue.
+func TestAdmissionsQueueWithdrawalsDoNot(t *testing.T) {
+	m, err := NewMonitor(MonitorConfig{Engine: Config{AdmitRate: 50}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 10000
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("i-%05d", i)
+		m.Register(Instance{ID: ids[i], Zone: "z", Capabilities: []string{"c.x"}, Probe: true}, 1, t0)
+	}
+	for _, at := range []time.Time{t0.Add(time.Second), t0.Add(2 * time.Second)} {
+		for _, id := range ids {
+			m.Observe(probeEv(id, ProbeOK, at))
+		}
+	}
+	at := t0.Add(2 * time.Second)
+	if v := m.engine.Verdict(ids[0], at); v.State != apiv1.EligibilitySlowStart {
+		t.Fatalf("the first admitted: %+v", v)
+	}
+	if got := m.engine.AdmissionsQueued(); got != n-50 {
+		t.Fatalf("%d queued, want %d: a burst of 50 admitted, the rest waiting", got, n-50)
+	}
+	start := time.Now()
+	m.Observe(probeEv(ids[0], ProbeRefused, at))
+	took := time.Since(start)
+	if v := m.engine.Verdict(ids[0], at); v.State != apiv1.EligibilityWithdrawn {
+		t.Errorf("withdrawn behind %d queued admissions? %+v", n-50, v)
+	}
+	t.Logf("a withdrawal with %d admissions queued: %v", n-50, took)
+	// a second later, 50 more (oldest first): the 51st registered is in
+	m.Advance(t0.Add(3 * time.Second))
+	if v := m.engine.Verdict(ids[50], t0.Add(3*time.Second)); v.State != apiv1.EligibilitySlowStart {
+		t.Errorf("the oldest waiting after a second: %+v", v)
+	}
+	if state, _, _ := m.Verdict(ids[50]); state != apiv1.EligibilitySlowStart {
+		t.Errorf("the monitor publishes the admission from the queue: %s", state)
+	}
+	if v := m.engine.Verdict(ids[n-1], t0.Add(3*time.Second)); v.State != apiv1.EligibilityUnknown || !slices.Contains(v.Reasons, ReasonAdmissionQueued) {
+		t.Errorf("the newest: %+v, want queued", v)
 	}
 }

@@ -10,14 +10,17 @@ type Config struct {
 	HeartbeatInterval time.Duration // default 30 s
 	LeaseTTL          time.Duration // default 90 s
 	AdmitAfter        int           // consecutive ok probes to admit (default 2)
-	UnhealthyAfter    int           // default 3; an instance's manifest may set its own
-	SlowStart         time.Duration // default 30 s
-	DegradedWeight    int           // default 50
-	PanicThreshold    float64       // default 0.5
-	FlapLimit         int           // withdrawals within FlapWindow that quarantine (default 3)
-	FlapWindow        time.Duration // default 10 min
-	Quarantine        time.Duration // first quarantine, doubling each time (default 5 min)
-	QuarantineMax     time.Duration // default 1 h
+	// AdmitRate bounds the instances with a probe class admitted per second per (capability,
+	// zone), with a burst of as many (default 50, at least 1); the rest wait, oldest first.
+	AdmitRate      float64
+	UnhealthyAfter int           // default 3; an instance's manifest may set its own
+	SlowStart      time.Duration // default 30 s
+	DegradedWeight int           // default 50
+	PanicThreshold float64       // default 0.5
+	FlapLimit      int           // withdrawals within FlapWindow that quarantine (default 3)
+	FlapWindow     time.Duration // default 10 min
+	Quarantine     time.Duration // first quarantine, doubling each time (default 5 min)
+	QuarantineMax  time.Duration // default 1 h
 	// FlapCohortShare: when more than this share of a (capability, zone) cohort, and at
 	// least two of its instances, flap within one FlapWindow (enter withdrawn twice or more),
 	// their withdrawals are one cohort event and quarantine none of them (default 0.3).
@@ -81,6 +84,7 @@ func (c Config) WithDefaults() Config {
 	orDefault(&c.HeartbeatInterval, 30*time.Second)
 	orDefault(&c.LeaseTTL, 90*time.Second)
 	orDefault(&c.AdmitAfter, 2)
+	orDefault(&c.AdmitRate, 50)
 	orDefault(&c.UnhealthyAfter, 3)
 	orDefault(&c.SlowStart, 30*time.Second)
 	orDefault(&c.DegradedWeight, 50)
@@ -137,6 +141,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("health config: degraded_weight %d is outside 0..100", c.DegradedWeight)
 	case c.OutlierErrorRate < 0 || c.OutlierErrorRate > 1 || c.MaxEjectionPercent < 0 || c.MaxEjectionPercent > 100:
 		return fmt.Errorf("health config: outlier_error_rate must be within 0..1 and max_ejection_percent within 0..100")
+	case c.AdmitRate != 0 && c.AdmitRate < 1:
+		return fmt.Errorf("health config: admit_rate %v is under 1 a second", c.AdmitRate)
 	case c.FlapCohortShare < 0 || c.FlapCohortShare > 1:
 		return fmt.Errorf("health config: flap_cohort_share %v is outside 0..1", c.FlapCohortShare)
 	case c.ProbeScoreHalfLife < 0 || c.ProbeScoreIn < 0 || c.ProbeScoreOut < 0 || (c.ProbeScoreOut > 0 && c.ProbeScoreIn >= c.ProbeScoreOut):

@@ -150,6 +150,8 @@ type instance struct {
 	degraded bool
 	// admittedBefore: this incarnation entered rotation once (its admission was measured)
 	admittedBefore bool
+	// admitQueued: its probes admit it and it waits for its cohort's admission budget
+	admitQueued bool
 	// notReady: registered not ready (publish when ready) and no heartbeat has said ok
 	// since; never admitted until one does, and answered nowhere meanwhile.
 	notReady bool
@@ -271,6 +273,10 @@ type Engine struct {
 	// cohortChanges the cohort events since TakeCohortChanges.
 	flaps         map[cohortKey]*cohortFlap
 	cohortChanges []CohortChange
+	// admitQ are the cohorts' admission budgets and queues (admission.go); admittedIDs the
+	// instances admitted from them since TakeAdmitted.
+	admitQ      map[cohortKey]*admitQueue
+	admittedIDs []string
 }
 
 // SelfPreservationDecision is what the last Tick saw and decided about self-preservation:
@@ -673,6 +679,7 @@ var (
 	reasonsSlowStart = []string{ReasonSlowStart}
 	reasonsDegraded  = []string{ReasonSelfReportedDegraded}
 	reasonsNotReady  = []string{ReasonAdmitting, ReasonRuntimeNotReady}
+	reasonsQueued    = []string{ReasonAdmitting, ReasonAdmissionQueued}
 	reasonsEvacuated = []string{ReasonEvacuated}
 	reasonsReturning = []string{ReasonReturning}
 )
@@ -694,6 +701,8 @@ func (e *Engine) verdictOf(in *instance, now time.Time) Verdict {
 		return Verdict{State: apiv1.EligibilityWithdrawn, Reasons: reasonsNotReady}
 	case !in.admitted && in.refusedUnadmitted():
 		return Verdict{State: apiv1.EligibilityWithdrawn, Reasons: reasonsRefused}
+	case !in.admitted && in.admitQueued:
+		return Verdict{State: apiv1.EligibilityUnknown, Reasons: reasonsQueued}
 	case !in.admitted:
 		return Verdict{State: apiv1.EligibilityUnknown, Reasons: reasonsAdmitting}
 	case len(in.causes) > 0:
@@ -741,6 +750,9 @@ func (e *Engine) Tick(now time.Time) {
 	e.ticked = now
 	e.judgeOutliers(now)
 	e.endCohortFlaps(now)
+	if len(e.admitQ) > 0 {
+		e.admitQueued(now)
+	}
 	if e.cfg.ExternalLeases {
 		e.renewals.reset()
 		e.ratio, e.decision = 1, SelfPreservationDecision{Ratio: 1}

@@ -31,6 +31,7 @@ type monitorCollector struct {
 	m                          *Monitor
 	instances, panics, preserv *prometheus.Desc
 	outliers, zoneOutliers     *prometheus.Desc
+	queued                     *prometheus.Desc
 }
 
 func (c *monitorCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -39,6 +40,7 @@ func (c *monitorCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.preserv
 	ch <- c.outliers
 	ch <- c.zoneOutliers
+	ch <- c.queued
 }
 
 func (c *monitorCollector) Collect(ch chan<- prometheus.Metric) {
@@ -61,6 +63,7 @@ func (c *monitorCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, z := range zones {
 		ch <- prometheus.MustNewConstMetric(c.zoneOutliers, prometheus.GaugeValue, z.ErrorShare, z.CapabilityID, z.Zone)
 	}
+	ch <- prometheus.MustNewConstMetric(c.queued, prometheus.GaugeValue, float64(c.m.admissionsQueued()))
 }
 
 func newMonitorMetrics(reg prometheus.Registerer, m *Monitor) (*monitorMetrics, error) {
@@ -97,6 +100,7 @@ func newMonitorMetrics(reg prometheus.Registerer, m *Monitor) (*monitorMetrics, 
 		preserv:   prometheus.NewDesc("meshflows_eligibility_self_preservation", "1 while self-preservation suspends lease-expiry eviction.", nil, nil),
 		outliers: prometheus.NewDesc("meshflows_outlier_instances", "Instances ejected as relative outliers (failing clearly more than their peers), by capability and zone; only cohorts with one have a series.",
 			[]string{"capability", "zone"}, nil),
+		queued: prometheus.NewDesc("meshflows_eligibility_admissions_queued", "Instances whose probes admit them waiting for their cohort's admission budget (--admit-rate), ADMISSION_QUEUED.", nil, nil),
 		zoneOutliers: prometheus.NewDesc("meshflows_zone_outlier_error_share", "The error share over the outlier window of a zone that is a zone outlier of a capability (failing as a whole against the other zones); only such zones have a series.",
 			[]string{"capability", "zone"}, nil),
 	}

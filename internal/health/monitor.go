@@ -523,11 +523,14 @@ func (m *Monitor) reconcileMember(now time.Time, fleet Fleet, i int) {
 func (m *Monitor) tickAndPublish(now time.Time, full bool) {
 	wasSP := m.engine.SelfPreservation()
 	m.engine.Tick(now)
-	ejected := false
+	rejudged := false             // verdicts the Tick changed: ejected as outliers, or admitted from a queue
 	ids := m.engine.TakeEjected() // relative outliers the Tick's cohort judgments ejected
 	m.metrics.ejections.Add(float64(len(ids)))
 	for _, id := range ids {
-		ejected = m.refresh(id, now) || ejected
+		rejudged = m.refresh(id, now) || rejudged
+	}
+	for _, id := range m.engine.TakeAdmitted() { // admitted from their cohorts' queues
+		rejudged = m.refresh(id, now) || rejudged
 	}
 	for _, zc := range m.engine.TakeZoneChanges() {
 		if m.cfg.OnTransition != nil {
@@ -601,7 +604,7 @@ func (m *Monitor) tickAndPublish(now time.Time, full bool) {
 	} else {
 		m.movedSinceSample = m.movedSinceSample || moved
 	}
-	m.publish(changed || spChanged || ejected)
+	m.publish(changed || spChanged || rejudged)
 }
 
 // schedule puts v in the due queue at its nextDue, unless an entry at that instant or

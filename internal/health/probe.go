@@ -21,8 +21,7 @@ func (e *Engine) probe(in *instance, ev Event) {
 		if !in.admitted {
 			e.clearCauses(in, ev.At, ReasonProbeRefused) // it answers: not the hard failure it was
 			if t.okRun >= e.cfg.AdmitAfter && !in.notReady {
-				in.admitted, in.rotationSince = true, ev.At.UnixNano()
-				e.withdrawnByOperator(in, ev.At)
+				e.admit(in, ev.At) // at once, or queued for its cohort's admission budget
 			}
 			return
 		}

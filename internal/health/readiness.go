@@ -11,6 +11,5 @@ func (e *Engine) ready(in *instance, now time.Time) {
 	if in.admitted || (in.Probe && in.troubles().okRun < e.cfg.AdmitAfter) {
 		return
 	}
-	in.admitted, in.rotationSince = true, now.UnixNano()
-	e.withdrawnByOperator(in, now)
+	e.admit(in, now)
 }

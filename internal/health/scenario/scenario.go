@@ -242,6 +242,12 @@ func scenarioConfig(m map[string]any) (health.Config, error) {
 			}
 		case "latency_outlier_floor":
 			c.LatencyOutlierFloor, err = durationSetting(v)
+		case "admit_rate":
+			f, ok := v.(float64)
+			if !ok || f < 1 {
+				err = fmt.Errorf("want a number of at least 1")
+			}
+			c.AdmitRate = f
 		case "probe_score_half_life":
 			c.ProbeScoreHalfLife, err = durationSetting(v)
 		case "probe_score_out", "probe_score_in", "flap_cohort_share":
