@@ -294,7 +294,7 @@ func (a *Agent) interval() time.Duration {
 // heartbeat interval, at a random point of the second half of it: a restarted registry waits
 // one lease TTL (three intervals) for its fleet before it answers without the instances that
 // did not come back, so a retry five minutes away (the backoff's cap) would drop the instance
-// from every consumer's view. Retry-After still wins.
+// from every consumer's view. Retry-After still wins, with as much again of jitter.
 func (a *Agent) registerWithBackoff(ctx context.Context, rejoin bool) error {
 	for attempt := 0; ; attempt++ {
 		err := a.register(ctx)
@@ -309,8 +309,11 @@ func (a *Agent) registerWithBackoff(ctx context.Context, rejoin bool) error {
 			wait = iv/2 + time.Duration(a.cfg.Rand()*float64(iv/2))
 		}
 		var ra *client.RetryAfterError
-		if errors.As(err, &ra) && ra.After > wait {
-			wait = ra.After
+		if errors.As(err, &ra) && ra.After > 0 {
+			// the registry's Retry-After is the time it needs to serve the registrations shed
+			// before this one: wait it, and up to as much again at random, so that a herd shed
+			// together comes back spread over that time
+			wait = max(wait, ra.After+time.Duration(a.cfg.Rand()*float64(ra.After)))
 		}
 		a.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "registration failed", slog.Any("error", err),
 			slog.Int("attempt", attempt+1), slog.String("retry_in", wait.String()))

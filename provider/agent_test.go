@@ -494,16 +494,24 @@ func TestRetryAfterIsHonoured(t *testing.T) {
 		r.Config.Handler.ServeHTTP(w, req)
 	}))
 	defer front.Close()
-	a, _ := provider.New(provider.Config{Registries: []string{front.URL}, Registration: registration("jms-1"), Clock: clock, HeartbeatInterval: time.Hour,
-		DrainTimeout: 100 * time.Millisecond})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- a.Run(ctx) }()
-	eventually(t, "registered", func() bool { return a.Status().Registered })
-	cancel()
-	<-done
-	if w := clock.recorded()[0]; w != 7*time.Second {
-		t.Errorf("first retry waited %v, want the 7s of Retry-After", w)
+	for _, tt := range []struct {
+		rand float64
+		want time.Duration
+	}{{0, 7 * time.Second}, {0.5, 10500 * time.Millisecond}, {0.999, 13993 * time.Millisecond}} {
+		calls.Store(0)
+		clock := &fakeClock{now: clock.now}
+		a, _ := provider.New(provider.Config{Registries: []string{front.URL}, Registration: registration("jms-1"), Clock: clock, HeartbeatInterval: time.Hour,
+			DrainTimeout: 100 * time.Millisecond, Rand: func() float64 { return tt.rand }})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- a.Run(ctx) }()
+		eventually(t, "registered", func() bool { return a.Status().Registered })
+		cancel()
+		<-done
+		// Retry-After and up to as much again: a herd shed together comes back spread
+		if w := clock.recorded()[0]; w != tt.want {
+			t.Errorf("rand %v: the first retry waited %v, want %v (the 7 s of Retry-After, jittered up to as much again)", tt.rand, w, tt.want)
+		}
 	}
 }
 

@@ -56,6 +56,8 @@ type registryFlags struct {
 	snapshotKeep      int
 	eventsMax         int
 	owners            string
+	reconnectRate     float64
+	reconnectBurst    int
 	notifyEvery       time.Duration
 	restoreSnapshot   string
 	insecure          bool
@@ -116,6 +118,8 @@ func (f *registryFlags) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&f.snapshotDir, "snapshot-dir", "", "directory for snapshot files (POST /v1/admin/snapshot and --snapshot-interval)")
 	fs.DurationVar(&f.snapshotInterval, "snapshot-interval", 0, "write a snapshot to --snapshot-dir this often (0: only on demand)")
 	fs.IntVar(&f.snapshotKeep, "snapshot-keep", registry.DefaultSnapshotKeep, "how many snapshot files to keep in --snapshot-dir (the newest)")
+	fs.Float64Var(&f.reconnectRate, "reconnect-rate", registry.DefaultReconnectRate, "registrations accepted a second (a token bucket): after a restart or a failover the whole fleet registers at once, and the excess is answered 429 with a Retry-After spread over the backlog (the SDKs add jitter); heartbeats are never shed; 0 or less: no bound")
+	fs.IntVar(&f.reconnectBurst, "reconnect-burst", registry.DefaultReconnectBurst, "registrations accepted at once above --reconnect-rate")
 	fs.StringVar(&f.owners, "owners", "", "a YAML file mapping owners (the team a registration names, or the identity that registers) to webhooks, with optional HMAC secrets: each is told of its instances' quarantines, outlier ejections and failing self-reports (docs/reference/owner-notifications.md); without it, the journal's owner.notified events are the notifications")
 	fs.DurationVar(&f.notifyEvery, "notify-every", notify.DefaultEvery, "an owner is told of one (instance, cause) at most this often")
 	fs.IntVar(&f.eventsMax, "events-max", journal.DefaultMax, "how many events the journal (GET /v1/events, the console's Events page) keeps; the oldest go first, and a reader they overtook is told how many it missed")
@@ -312,6 +316,8 @@ func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln 
 		Endpoints:         endpoints,
 		OutcomeRate:       never(f.eligibility.outcomeRate),
 		OutcomeBurst:      max(f.eligibility.outcomeBurst, 1),
+		ReconnectRate:     f.reconnectRate,
+		ReconnectBurst:    f.reconnectBurst,
 		Eligibility:       eligibility,
 		LeaseTTL:          f.leaseTTL,
 		HeartbeatInterval: f.heartbeatInterval,

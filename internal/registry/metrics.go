@@ -30,7 +30,7 @@ func newMetrics(reg prometheus.Registerer, r *Registry) (*metrics, error) {
 		registerSuccess: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "register_success_total", Help: "Registrations accepted."}),
 		registerFail: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
-			Name: "register_fail_total", Help: "Registrations refused, by reason: invalid (malformed JSON, a duplicate key, a wrong type, a field that breaks the rules), too_large (413), rate_limited (429), forbidden, store."}, []string{"reason"}),
+			Name: "register_fail_total", Help: "Registrations refused, by reason: invalid (malformed JSON, a duplicate key, a wrong type, a field that breaks the rules), too_large (413), rate_limited (429), shed (429: over --reconnect-rate), forbidden, store."}, []string{"reason"}),
 		heartbeatSuccess: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "heartbeat_success_total", Help: "Heartbeats accepted."}),
 		heartbeatFail: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
@@ -48,7 +48,7 @@ func newMetrics(reg prometheus.Registerer, r *Registry) (*metrics, error) {
 	for _, result := range []string{outcomeAccepted, outcomeUnknown, outcomeStale, outcomeInvalid, outcomeRateLimited} {
 		m.outcomes.WithLabelValues(result)
 	}
-	for _, reason := range []string{"invalid", "too_large", "rate_limited", "forbidden", "store"} {
+	for _, reason := range []string{"invalid", "too_large", "rate_limited", "shed", "forbidden", "store"} {
 		m.registerFail.WithLabelValues(reason)
 	}
 	for _, reason := range []string{"invalid", "not_found", "generation_mismatch", "forbidden", "store"} {

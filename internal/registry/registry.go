@@ -91,6 +91,12 @@ type Config struct {
 	// rate sets no bound.
 	OutcomeRate  float64
 	OutcomeBurst int
+	// ReconnectRate and ReconnectBurst bound the registrations accepted a second (a token
+	// bucket): the excess is answered 429 with a Retry-After spread over the backlog.
+	// Heartbeats are never shed. Zero or negative: no bound (meshflows registry sets
+	// DefaultReconnectRate).
+	ReconnectRate  float64
+	ReconnectBurst int
 	// Suspect, when set, hears the instances a consumer reported connect failures to, as
 	// they are applied: the prober re-probes them at once (a suspect is confirmed or cleared
 	// within seconds, whatever its declared interval).
@@ -168,6 +174,7 @@ type Registry struct {
 	changes2    changeLog         // the instances each revision changed (ChangesSince)
 	ops         operators         // evacuations and overrides (operator.go)
 	outcomeRate *auth.RateLimiter // per reporter; nil: unbounded
+	reconnect   *reconnectCap     // registrations a second; nil: unbounded
 }
 
 // New returns a Registry over store.
@@ -179,6 +186,9 @@ func New(store Store, cfg Config) (*Registry, error) {
 	r := &Registry{cfg: cfg, store: store, started: cfg.Now(), topics: newTopics()}
 	if cfg.OutcomeRate > 0 {
 		r.outcomeRate = auth.NewRateLimiter(cfg.OutcomeRate, cfg.OutcomeBurst, cfg.Now)
+	}
+	if cfg.ReconnectRate > 0 {
+		r.reconnect = newReconnectCap(cfg.ReconnectRate, cfg.ReconnectBurst)
 	}
 	r.followTopics()
 	r.reconcile.Store(true)
@@ -268,6 +278,11 @@ func (r *Registry) Register(ctx context.Context, req *apiv1.RegisterRequest) (*a
 		return nil, err
 	}
 	now := r.cfg.Now()
+	if r.reconnect != nil {
+		if ok, wait := r.reconnect.admit(now); !ok {
+			return nil, r.shedRegistration(wait)
+		}
+	}
 	rec := newRecord(req, now, r.cfg.LeaseTTL)
 	rec.Owner = CallerFrom(ctx).Identity
 	var prev *Record

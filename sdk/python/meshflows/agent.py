@@ -39,6 +39,15 @@ class Capability:
                 "contract_schema_version": self.contract_schema_version, "provider": self.provider, "metadata": self.metadata}
 
 
+def jittered_retry_after(retry_after, rand: Callable[[], float] = random.random) -> float:
+    """The wait a Retry-After asks for, and up to as much again at random: the registry's
+    Retry-After is the time it needs to serve the registrations it shed before this one, so
+    that a herd shed together comes back spread over that time (0 without one)."""
+    if not retry_after or retry_after <= 0:
+        return 0.0
+    return retry_after + rand() * retry_after
+
+
 class Backoff:
     """The registration retry schedule: initial, ×multiplier, at most max_delay, plus up to
     jitter seconds (the Go SDK's DefaultBackoff: 100 ms, ×2, 5 min, 100 ms)."""
@@ -241,7 +250,8 @@ class Agent:
         """Registers, retrying with the backoff. Rejoining (registered before: the registry
         restarted or was away), it retries at least once a heartbeat interval, in its second
         half: a restarted registry waits one lease TTL (three intervals) for its fleet, and a
-        retry minutes away would drop the instance from every consumer. Retry-After wins."""
+        retry minutes away would drop the instance from every consumer. Retry-After wins,
+        with as much again of jitter."""
         attempt = 0
         while not self._stopping.is_set():
             self._set_state("registering")
@@ -253,7 +263,7 @@ class Agent:
                     log.error("registration refused as invalid; the agent stops: %s", e)
                     self._stopping.set()
                     return False
-                wait = max(self._capped(self._backoff.delay(attempt), rejoin), e.retry_after or 0.0)
+                wait = max(self._capped(self._backoff.delay(attempt), rejoin), jittered_retry_after(e.retry_after))
                 log.warning("registration failed (attempt %d, retry in %.2fs): %s", attempt + 1, wait, e)
             except TransportError as e:
                 wait = self._capped(self._backoff.delay(attempt), rejoin)

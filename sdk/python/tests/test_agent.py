@@ -268,3 +268,15 @@ class BadInputTest(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class RetryAfterTest(unittest.TestCase):
+    """A shed registration waits the registry's Retry-After and up to as much again at random:
+    a herd shed together comes back spread over the time the registry asked for."""
+
+    def test_jittered_retry_after(self):
+        from meshflows.agent import jittered_retry_after
+        for rand, want in ((0.0, 7.0), (0.5, 10.5), (0.999, 13.993)):
+            self.assertAlmostEqual(jittered_retry_after(7, lambda: rand), want)
+        self.assertEqual(jittered_retry_after(None), 0.0)
+        self.assertEqual(jittered_retry_after(0), 0.0)
