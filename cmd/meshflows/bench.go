@@ -11,6 +11,7 @@ import (
 
 	"github.com/meshflows/meshflows/internal/bench"
 	"github.com/meshflows/meshflows/internal/health/greysim"
+	"github.com/meshflows/meshflows/internal/registry"
 )
 
 func newBenchCmd() *cobra.Command {
@@ -167,7 +168,8 @@ func newBenchHerdCmd() *cobra.Command {
 		Short: "Restart a registry under N provider agents and measure the re-registration wave",
 		Long: `Start --providers provider SDK agents in this process, wait until all are registered,
 restart the registry with empty state, and report how long until every agent is back, the
-peak and mean registrations per second, and the registration latency.
+peak and mean registrations per second, the registration latency, and how many attempts the
+registry's reconnection cap shed (--reconnect-rate; 0 compares with none).
 
 Without --registry the registry runs in this process (on --listen) and the command restarts
 it itself; with --registry URL it waits for you to restart that registry.`,
@@ -196,6 +198,8 @@ it itself; with --registry URL it waits for you to restart that registry.`,
 	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:0", "address of the in-process registry")
 	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", 5*time.Second, "heartbeat interval of the in-process registry (whole seconds)")
 	f.DurationVar(&cfg.LeaseTTL, "lease-ttl", 0, "lease TTL of the in-process registry (default 3 heartbeat intervals)")
+	f.Float64Var(&cfg.ReconnectRate, "reconnect-rate", registry.DefaultReconnectRate, "the in-process registry's reconnection cap: registrations a second, past which it sheds with 429 and a Retry-After (0: none, to compare)")
+	f.IntVar(&cfg.ReconnectBurst, "reconnect-burst", registry.DefaultReconnectBurst, "registrations the in-process registry accepts at once above --reconnect-rate")
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "deadline of the whole run")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	f.MarkDeprecated("json", "use -o json")

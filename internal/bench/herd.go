@@ -34,6 +34,11 @@ type HerdConfig struct {
 	// HeartbeatInterval and LeaseTTL of the in-process registry (default 5 s and 15 s).
 	HeartbeatInterval time.Duration
 	LeaseTTL          time.Duration
+	// ReconnectRate and ReconnectBurst are the in-process registry's reconnection cap
+	// (--reconnect-rate): registrations a second past which it sheds with 429 and a
+	// Retry-After. Zero or less: none.
+	ReconnectRate  float64
+	ReconnectBurst int
 	// Notify receives progress lines for the operator (default: none).
 	Notify func(format string, args ...any)
 }
@@ -57,6 +62,10 @@ type HerdReport struct {
 	LatencyP99 time.Duration `json:"latency_p99_ns"`
 	Attempts   int           `json:"attempts"`
 	Failures   int           `json:"failed_attempts"`
+	// ReconnectRate is the in-process registry's cap (0: none); Shed the attempts it
+	// answered 429.
+	ReconnectRate float64 `json:"reconnect_rate"`
+	Shed          int     `json:"shed_attempts"`
 }
 
 // observer is an http.RoundTripper that records every registration the agents send.
@@ -70,6 +79,7 @@ type regEvent struct {
 	at      time.Time // when the answer arrived
 	latency time.Duration
 	ok      bool
+	shed    bool // answered 429
 }
 
 func (o *observer) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -77,7 +87,8 @@ func (o *observer) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := o.next.RoundTrip(req)
 	if req.Method == http.MethodPost && strings.HasSuffix(req.URL.Path, apiv1.PathRegister) {
 		o.mu.Lock()
-		o.regs = append(o.regs, regEvent{at: time.Now(), latency: time.Since(start), ok: err == nil && resp.StatusCode == http.StatusOK})
+		o.regs = append(o.regs, regEvent{at: time.Now(), latency: time.Since(start), ok: err == nil && resp.StatusCode == http.StatusOK,
+			shed: err == nil && resp.StatusCode == http.StatusTooManyRequests})
 		o.mu.Unlock()
 	}
 	return resp, err
@@ -187,13 +198,16 @@ func RunHerd(ctx context.Context, cfg HerdConfig) (*HerdReport, error) {
 }
 
 func herdReport(cfg HerdConfig, evs []regEvent, restartAt time.Time) *HerdReport {
-	rep := &HerdReport{Providers: cfg.Providers, HeartbeatInterval: cfg.HeartbeatInterval, Attempts: len(evs)}
+	rep := &HerdReport{Providers: cfg.Providers, HeartbeatInterval: cfg.HeartbeatInterval, Attempts: len(evs), ReconnectRate: max(cfg.ReconnectRate, 0)}
 	perSecond := map[int64]int{}
 	var lat []time.Duration
 	var last time.Time
 	for _, e := range evs {
 		if !e.ok {
 			rep.Failures++
+			if e.shed {
+				rep.Shed++
+			}
 			continue
 		}
 		perSecond[int64(e.at.Sub(restartAt)/time.Second)]++
@@ -226,10 +240,19 @@ all back after           %s (%.2f heartbeat intervals)
 peak registrations/s     %d (%.1f per 100 providers)
 mean registrations/s     %.1f
 registration latency     p50 %s, p99 %s
-attempts (failed)        %d (%d)
+attempts (failed, shed)  %d (%d, %d)
+reconnection cap         %s
 `, r.Providers, r.HeartbeatInterval, round(r.AllBackAfter), r.AllBackIntervals, r.PeakPerSecond, r.PeakPer100,
-		r.MeanPerSecond, round(r.LatencyP50), round(r.LatencyP99), r.Attempts, r.Failures)
+		r.MeanPerSecond, round(r.LatencyP50), round(r.LatencyP99), r.Attempts, r.Failures, r.Shed, capString(r.ReconnectRate))
 	return err
+}
+
+// capString says a reconnection cap.
+func capString(rate float64) string {
+	if rate <= 0 {
+		return "none"
+	}
+	return fmt.Sprintf("%g registrations/s", rate)
 }
 
 func waitFor(ctx context.Context, cond func() bool) error {
@@ -266,7 +289,8 @@ func startRestartable(ctx context.Context, cfg HerdConfig) (*restartableRegistry
 }
 
 func (r *restartableRegistry) serve(ctx context.Context, cfg HerdConfig, ln net.Listener) error {
-	reg, err := registry.New(memstore.New(nil), registry.Config{LeaseTTL: cfg.LeaseTTL, HeartbeatInterval: cfg.HeartbeatInterval})
+	reg, err := registry.New(memstore.New(nil), registry.Config{LeaseTTL: cfg.LeaseTTL, HeartbeatInterval: cfg.HeartbeatInterval,
+		ReconnectRate: cfg.ReconnectRate, ReconnectBurst: cfg.ReconnectBurst})
 	if err != nil {
 		return err
 	}
