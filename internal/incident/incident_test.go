@@ -46,6 +46,7 @@ func TestLifecycle(t *testing.T) {
 	want := `
 # HELP meshflows_incidents_open Incidents not resolved (open or acknowledged), by kind.
 # TYPE meshflows_incidents_open gauge
+meshflows_incidents_open{kind="cohort_flapping"} 0
 meshflows_incidents_open{kind="panic"} 1
 meshflows_incidents_open{kind="quarantine"} 1
 meshflows_incidents_open{kind="route"} 0
@@ -140,6 +141,43 @@ func TestFromTransitions(t *testing.T) {
 	}
 }
 
+// A whole cohort flapping together raises one critical cohort_flapping incident, quarantines
+// nobody, and resolves once a flap window passes with nobody leaving rotation.
+func TestCohortFlappingIsOneIncident(t *testing.T) {
+	l, _ := newLog(t, 0)
+	m, err := health.NewMonitor(health.MonitorConfig{OnTransition: incident.FromTransitions(l, func(string) string { return "" }),
+		Engine: health.Config{FlapWindow: 2 * time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{"a", "b", "c"}
+	var fleet health.Members
+	for _, id := range ids {
+		m.Register(health.Instance{ID: id, Zone: "z", Capabilities: []string{"c.x"}}, 1, t0)
+		fleet = append(fleet, health.Member{Instance: health.Instance{ID: id, Zone: "z", Capabilities: []string{"c.x"}}, Generation: 1, RegisteredAt: t0})
+	}
+	at := t0
+	for range 3 {
+		for _, h := range []string{"failing", "ok"} {
+			at = at.Add(10 * time.Second)
+			for _, id := range ids {
+				m.Observe(health.Event{At: at, ID: id, Kind: health.KindHeartbeat, Health: h})
+			}
+		}
+	}
+	got := l.List(apiv1.IncidentOpen)
+	if len(got) != 1 || got[0].Kind != apiv1.IncidentCohortFlapping || got[0].Subject != "c.x/z" || got[0].Severity != apiv1.IncidentCritical {
+		t.Fatalf("the cohort flapping together: %+v, want one critical cohort_flapping incident for c.x/z and no quarantine", got)
+	}
+	for i := range fleet {
+		fleet[i].LastRenewal, fleet[i].Health = at.Add(3*time.Minute), "ok"
+	}
+	m.Sync(at.Add(3*time.Minute), fleet) // a quiet flap window later
+	if got := l.List(apiv1.IncidentOpen); len(got) != 0 {
+		t.Errorf("a flap window without a withdrawal: %+v, want it resolved", got)
+	}
+}
+
 func TestActions(t *testing.T) {
 	j := journal.New(0, func() time.Time { return t0 })
 	reg := prometheus.NewPedanticRegistry()
@@ -187,6 +225,7 @@ func TestActions(t *testing.T) {
 	want := `
 # HELP meshflows_incidents_open Incidents not resolved (open or acknowledged), by kind.
 # TYPE meshflows_incidents_open gauge
+meshflows_incidents_open{kind="cohort_flapping"} 0
 meshflows_incidents_open{kind="panic"} 0
 meshflows_incidents_open{kind="quarantine"} 1
 meshflows_incidents_open{kind="route"} 0
