@@ -281,6 +281,11 @@ func (n *Notifier) deliver(ctx context.Context, nt Notice) {
 				wait *= 2
 			}
 		}
+		if attempts == 0 && lastErr == nil { // the registry stops: nothing was sent
+			n.total.WithLabelValues(resultDropped).Inc()
+			n.cfg.Logger.Warn("owner notification not sent: the registry stops", slog.String("owner", nt.Owner), slog.String("instance_id", nt.InstanceID))
+			return
+		}
 		delivery = apiv1.DeliveryWebhook
 		if lastErr != nil {
 			delivery = apiv1.DeliveryFailed

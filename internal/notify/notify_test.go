@@ -193,6 +193,22 @@ func TestNotifierGivesUpAndSaysSo(t *testing.T) {
 	}
 }
 
+func TestNotifierSendsNothingOnceStopped(t *testing.T) {
+	srv := httptest.NewServer(newHook(0))
+	defer srv.Close()
+	j := &fakeJournal{}
+	n, err := New(Config{Owners: writeOwners(t, srv.URL), Journal: j})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	n.deliver(ctx, Notice{Owner: "team-messaging", InstanceID: "a", Cause: health.ReasonFlapping})
+	if len(j.events) != 0 || testutil.ToFloat64(n.total.WithLabelValues(resultDropped)) != 1 {
+		t.Errorf("journal %v, dropped %v: a notification not sent is not told as delivered", j.events, testutil.ToFloat64(n.total.WithLabelValues(resultDropped)))
+	}
+}
+
 func TestNotifyNeverBlocks(t *testing.T) {
 	n, err := New(Config{Queue: 2})
 	if err != nil {
