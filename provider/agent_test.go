@@ -486,7 +486,8 @@ func TestRetryAfterIsHonoured(t *testing.T) {
 	var calls atomic.Int64
 	r := newRestartable(t)
 	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if calls.Add(1) == 1 {
+		// only registrations count: the previous agent's deregistration may still arrive
+		if req.Method == http.MethodPost && strings.HasSuffix(req.URL.Path, apiv1.PathRegister) && calls.Add(1) == 1 {
 			w.Header().Set("Retry-After", "7")
 			provider.WriteError(w, apiv1.Errorf(429, apiv1.CodeRateLimited, "slow down"))
 			return
