@@ -24,7 +24,6 @@ type flapEntry struct {
 type cohortFlap struct {
 	entries  []flapEntry // within the last flap_window, oldest first
 	flapping bool        // the cohort event stands
-	since    time.Time
 }
 
 // CohortChange is a cohort that started or stopped flapping together (TakeCohortChanges).
@@ -66,7 +65,7 @@ func (e *Engine) cohortFlapping(in *instance, now time.Time) bool {
 		}
 		together = true
 		if !f.flapping {
-			f.flapping, f.since = true, now
+			f.flapping = true
 			e.cohortChanges = append(e.cohortChanges, CohortChange{At: now, Capability: c, Zone: in.Zone, Flapping: true, Withdrawn: flapping, Cohort: size})
 		}
 	}

@@ -94,12 +94,3 @@ func (e *Engine) scoreCleared(in *instance, now time.Time) {
 		e.clearCauses(in, now, ReasonProbeScore)
 	}
 }
-
-// Score returns id's failure score at now (0 for an instance without one).
-func (e *Engine) Score(id string, now time.Time) float64 {
-	in, ok := e.instances[id]
-	if !ok || in.tr == nil {
-		return 0
-	}
-	return e.scoreNow(in.tr, now)
-}
