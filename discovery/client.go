@@ -583,9 +583,14 @@ func watch[T any](ctx context.Context, c *Client, v *view[T], fetch func(context
 
 // backOff logs a watch's failure and waits before its next try: 100 ms doubling to 5 s with
 // the failures in a row, with full jitter, so that a fleet of consumers reconnecting after a
-// registry restart does not arrive at once.
+// registry restart does not arrive at once. A registry that shed the watch (429, over its
+// reconnection cap) said when to come back: then the wait is its Retry-After and up to as
+// much again at random, so that watchers shed together come back spread over that time.
 func (c *Client) backOff(ctx context.Context, msg string, err error, failures int) {
 	d := time.Duration(c.cfg.Rand() * float64(min(100*time.Millisecond<<min(failures-1, 6), 5*time.Second)))
+	if ra, ok := errors.AsType[*client.RetryAfterError](err); ok && ra.After > 0 {
+		d = ra.After + time.Duration(c.cfg.Rand()*float64(ra.After))
+	}
 	c.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, msg, slog.Any("error", err), slog.String("retry_in", d.String()))
 	c.cfg.Sleep(ctx, d)
 }

@@ -42,6 +42,9 @@ type xdsFlags struct {
 	maxResponse int
 	// weightDelay is --weight-delay.
 	weightDelay time.Duration
+	// reconnectRate and reconnectBurst are --reconnect-rate and --reconnect-burst: the new-stream cap.
+	reconnectRate  float64
+	reconnectBurst int
 }
 
 func newXDSCmd() *cobra.Command {
@@ -92,6 +95,8 @@ roles with "xds: true" (or admin) may subscribe; or --insecure (development only
 	fl.DurationVar(&f.maxStale, "max-stale", 0, "how long the last-known-good view is kept while the registry is away. 0 (the default): for as long as it is away")
 	fl.IntVar(&f.maxResponse, "max-response-bytes", xds.DefaultMaxResponseBytes, "largest EDS or RDS response: more endpoints go out over several responses, each acknowledged before the next (the default is gRPC's default receive limit; a client that raises its own may take a larger bound)")
 	fl.DurationVar(&f.weightDelay, "weight-delay", xds.DefaultWeightDelay, "how long a change of a cluster's endpoint weights alone (a slow start's ramp) may wait to go out with the cluster's next change; any other change sends it at once (0: send every weight at once; at most 1m)")
+	fl.Float64Var(&f.reconnectRate, "reconnect-rate", xds.DefaultStreamRate, "new ADS streams accepted a second (a token bucket): after a restart every Envoy reconnects at once and each new stream costs a whole state; the excess is refused RESOURCE_EXHAUSTED with the wait in grpc-retry-pushback-ms, spread over the backlog; open streams are never cut; 0 or less: no bound")
+	fl.IntVar(&f.reconnectBurst, "reconnect-burst", xds.DefaultStreamBurst, "new streams accepted at once above --reconnect-rate")
 	fl.StringVar(&f.debug, "debug-listen", "", "serve Go profiling (/debug/pprof/) on this address, e.g. 127.0.0.1:6062 (off by default)")
 	bindEnv(fl, "debug-listen", "MESHFLOWS_XDS_DEBUG_LISTEN")
 	fl.StringVar(&f.metrics, "metrics-listen", "", "address to serve /metrics on over HTTP (the discovery client's and the certificates' series; default: none)")
@@ -131,7 +136,8 @@ func startXDS(ctx context.Context, g *errgroup.Group, f *xdsFlags, ln net.Listen
 			return err
 		}
 	}
-	cfg := xds.Config{Discovery: disc, Logger: logger, Static: static, Policy: policy, MaxResponseBytes: f.maxResponse, WeightDelay: f.weightDelay}
+	cfg := xds.Config{Discovery: disc, Logger: logger, Static: static, Policy: policy, MaxResponseBytes: f.maxResponse, WeightDelay: f.weightDelay,
+		StreamRate: f.reconnectRate, StreamBurst: f.reconnectBurst, Registerer: promReg}
 	if f.weightDelay == 0 {
 		cfg.WeightDelay = -1 // the flag's 0 is "at once", the Config's "the default"
 	}

@@ -70,6 +70,9 @@ func (e *Engine) withdrawalEvidence(in *instance) (time.Time, string) {
 // into withdrawn).
 func (m *Monitor) budgets(v *view, old, nv Verdict, now time.Time) {
 	in := v.in
+	if in != nil && nv.State == apiv1.EligibilityWithdrawn && old.InRotation() && m.withdrawnAt.IsZero() {
+		m.withdrawnAt = now // the next publication carries a withdrawal (OnWithdrawalPublished)
+	}
 	if in == nil || m.metrics.withdrawal == nil {
 		return
 	}

@@ -249,7 +249,11 @@ type Monitor struct {
 	onPublish  func(rev int64, touched []Instance, all bool)
 	touched    []Instance
 	touchedAll bool
-	timeline   map[string][]apiv1.TimelineBucket // by capability, oldest first
+	// onWithdrawal hears the publications that carry a withdrawal (OnWithdrawalPublished);
+	// withdrawnAt is the first withdrawal verdict since the last publication (zero: none).
+	onWithdrawal func(rev int64, verdictAt time.Time)
+	withdrawnAt  time.Time
+	timeline     map[string][]apiv1.TimelineBucket // by capability, oldest first
 	// panicSince holds when each group in panic entered it, until TransitionPanicSustained is said
 	panicSince map[groupKey]time.Time
 	// due holds the views by the instant their verdict may next change by itself, so that a

@@ -40,6 +40,12 @@ func (m *Monitor) publish(changed bool) {
 		return
 	}
 	m.rev++
+	if !m.withdrawnAt.IsZero() {
+		if m.onWithdrawal != nil {
+			m.onWithdrawal(m.rev, m.withdrawnAt)
+		}
+		m.withdrawnAt = time.Time{}
+	}
 	if m.onPublish != nil {
 		m.onPublish(m.rev, m.touched, m.touchedAll)
 		clear(m.touched) // the strings they hold
@@ -58,4 +64,14 @@ func (m *Monitor) OnPublish(fn func(rev int64, touched []Instance, all bool)) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.onPublish = fn
+}
+
+// OnWithdrawalPublished has fn called, under the monitor's lock (fn must be quick), at every
+// publication that carries a withdrawal verdict (an instance in rotation turned withdrawn),
+// with its revision and the instant of its first such verdict: the registry times from it
+// until each watcher is answered (meshflows_withdrawal_propagation_seconds).
+func (m *Monitor) OnWithdrawalPublished(fn func(rev int64, verdictAt time.Time)) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.onWithdrawal = fn
 }

@@ -20,6 +20,8 @@ type metrics struct {
 	// registration would be refused for.
 	refusableEndpoints prometheus.Gauge
 	outcomes           *prometheus.CounterVec
+	watchesShed        prometheus.Counter
+	propagation        prometheus.Histogram
 }
 
 // newMetrics creates the registry's collectors and registers them with reg (none when nil).
@@ -44,6 +46,11 @@ func newMetrics(reg prometheus.Registerer, r *Registry) (*metrics, error) {
 			Name: "refusable_endpoints", Help: "Registrations held at start (restored or shared) whose endpoint breaks the endpoint rules; each is logged."}),
 		outcomes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
 			Name: "outcomes_total", Help: "Outcomes reported (POST /v1/outcomes), one per instance of a batch, by result: accepted, unknown_instance and stale_generation (ignored), invalid (the batch was refused with 400), rate_limited (429)."}, []string{"result"}),
+		watchesShed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub,
+			Name: "watches_shed_total", Help: "Watches that needed a whole answer (index 0, or an epoch of before a restart or a failover) answered 429 over --reconnect-rate."}),
+		propagation: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns,
+			Name: "withdrawal_propagation_seconds", Help: "The second half of the withdrawal budget: from a withdrawal verdict to a watcher (a long poll that held an answer before it) answered with it, one observation per watcher and withdrawal; its top is the slowest watcher. The first half, evidence to verdict, is meshflows_withdrawal_seconds.",
+			Buckets: []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}}),
 	}
 	for _, result := range []string{outcomeAccepted, outcomeUnknown, outcomeStale, outcomeInvalid, outcomeRateLimited} {
 		m.outcomes.WithLabelValues(result)
@@ -85,7 +92,7 @@ func newMetrics(reg prometheus.Registerer, r *Registry) (*metrics, error) {
 				return 0
 			}),
 	}
-	for _, c := range append(gauges, m.registerSuccess, m.registerFail, m.heartbeatSuccess, m.heartbeatFail, m.evictions, m.sweep, m.refusableEndpoints, m.outcomes) {
+	for _, c := range append(gauges, m.registerSuccess, m.registerFail, m.heartbeatSuccess, m.heartbeatFail, m.evictions, m.sweep, m.refusableEndpoints, m.outcomes, m.watchesShed, m.propagation) {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register registry metrics: %w", err)
 		}

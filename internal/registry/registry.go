@@ -17,6 +17,7 @@ import (
 	"github.com/meshflows/meshflows/internal/endpoint"
 	"github.com/meshflows/meshflows/internal/health"
 	"github.com/meshflows/meshflows/internal/journal"
+	"github.com/meshflows/meshflows/internal/reconnect"
 )
 
 // verdictPublishDelay gathers a burst of verdict changes into one publication.
@@ -174,7 +175,9 @@ type Registry struct {
 	changes2    changeLog         // the instances each revision changed (ChangesSince)
 	ops         operators         // evacuations and overrides (operator.go)
 	outcomeRate *auth.RateLimiter // per reporter; nil: unbounded
-	reconnect   *reconnectCap     // registrations a second; nil: unbounded
+	reconnect   *reconnect.Cap    // registrations a second; nil: unbounded
+	arms        *reconnect.Cap    // watches that need a whole answer a second; nil: unbounded
+	withdrawn   withdrawalLog     // recent publications carrying a withdrawal (propagation.go)
 }
 
 // New returns a Registry over store.
@@ -188,7 +191,8 @@ func New(store Store, cfg Config) (*Registry, error) {
 		r.outcomeRate = auth.NewRateLimiter(cfg.OutcomeRate, cfg.OutcomeBurst, cfg.Now)
 	}
 	if cfg.ReconnectRate > 0 {
-		r.reconnect = newReconnectCap(cfg.ReconnectRate, cfg.ReconnectBurst)
+		r.reconnect = reconnect.New(cfg.ReconnectRate, cfg.ReconnectBurst)
+		r.arms = reconnect.New(cfg.ReconnectRate, cfg.ReconnectBurst)
 	}
 	r.followTopics()
 	r.reconcile.Store(true)
@@ -278,10 +282,8 @@ func (r *Registry) Register(ctx context.Context, req *apiv1.RegisterRequest) (*a
 		return nil, err
 	}
 	now := r.cfg.Now()
-	if r.reconnect != nil {
-		if ok, wait := r.reconnect.admit(now); !ok {
-			return nil, r.shedRegistration(wait)
-		}
+	if ok, wait := r.reconnect.Admit(now); !ok {
+		return nil, r.shedRegistration(wait)
 	}
 	rec := newRecord(req, now, r.cfg.LeaseTTL)
 	rec.Owner = CallerFrom(ctx).Identity
@@ -751,6 +753,11 @@ func (r *Registry) followTopics() {
 		clear(n.capabilities)
 		clear(n.instances)
 	})
+	if wp, ok := m.(withdrawalPublisher); ok {
+		wp.OnWithdrawalPublished(func(rev int64, at time.Time) {
+			r.withdrawn.add(r.topics.storeRev.Load()+rev, at)
+		})
+	}
 	mrev, _ := m.Watch()
 	storeMax(&r.topics.judgedRev, mrev)
 }

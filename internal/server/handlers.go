@@ -268,11 +268,15 @@ func (s *Server) longPoll(ctx context.Context, v url.Values, endpoint string, to
 	if len(ds) > 0 {
 		return apiv1.InvalidRequest(ds)
 	}
+	if err := s.reg.AdmitWatch(v.Get("epoch"), index); err != nil {
+		return err
+	}
 	end := s.cfg.Now().Add(wait)
 	s.reg.WaitOn(ctx, topic, v.Get("epoch"), index, wait)
 	if key != "" {
 		s.space(ctx, endpoint, key, end)
 	}
+	s.reg.Answered(v.Get("epoch"), index)
 	return nil
 }
 

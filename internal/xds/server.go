@@ -16,13 +16,16 @@ import (
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/meshflows/meshflows/discovery"
+	"github.com/meshflows/meshflows/internal/reconnect"
 	"github.com/meshflows/meshflows/routing"
 )
 
@@ -57,9 +60,26 @@ type Config struct {
 	// much later, and a cluster is sent about once per change instead of once more per ramp
 	// step.
 	WeightDelay time.Duration
-	// Now is the clock of WeightDelay (default time.Now).
+	// StreamRate and StreamBurst bound the new streams accepted a second (a token bucket):
+	// after this server or the registry restarts, every Envoy reconnects at once, and each
+	// new stream costs a whole state. The excess is refused RESOURCE_EXHAUSTED with the wait
+	// in the trailers (grpc-retry-pushback-ms, retry-after), spread over the backlog. Open
+	// streams are never cut. Zero or negative: no bound (meshflows xds sets
+	// DefaultStreamRate).
+	StreamRate  float64
+	StreamBurst int
+	// Registerer receives meshflows_xds_streams_shed_total (nil: none).
+	Registerer prometheus.Registerer
+	// Now is the clock of WeightDelay and the stream cap (default time.Now).
 	Now func() time.Time
 }
+
+// DefaultStreamRate and DefaultStreamBurst are meshflows xds's --reconnect-rate and
+// --reconnect-burst.
+const (
+	DefaultStreamRate  = 1000
+	DefaultStreamBurst = 1000
+)
 
 // DefaultWeightDelay is Config.WeightDelay's default: the registry moves a service's ramps
 // once per sweep interval (1 s) already.
@@ -104,6 +124,9 @@ type Server struct {
 	// held holds the clusters whose endpoint weights alone changed since their assignment
 	// was last built, with when the first such change came (Config.WeightDelay).
 	held map[string]time.Time
+	// streams caps new streams (Config.StreamRate); nil: no bound.
+	streams *reconnect.Cap
+	shed    prometheus.Counter
 }
 
 // servedTypes are the resource types served; a stream asking for another type gets an error.
@@ -133,7 +156,14 @@ func New(cfg Config) (*Server, error) {
 	// a resource is marshalled once however many streams hold it, and a change of the view
 	// re-sends only the resources that changed.
 	s := &Server{cfg: cfg, caches: map[resourcev3.Type]*cachev3.LinearCache{}, index: newCapsIndex(), caps: emptyResources(), pending: map[string]struct{}{},
-		held: map[string]time.Time{}}
+		held: map[string]time.Time{}, streams: reconnect.New(cfg.StreamRate, cfg.StreamBurst),
+		shed: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "meshflows", Subsystem: "xds", Name: "streams_shed_total",
+			Help: "New ADS streams refused RESOURCE_EXHAUSTED over --reconnect-rate."})}
+	if cfg.Registerer != nil {
+		if err := cfg.Registerer.Register(s.shed); err != nil {
+			return nil, fmt.Errorf("xds: metrics: %w", err)
+		}
+	}
 	mux := &cachev3.MuxCache{Classify: func(r *cachev3.Request) string { return r.GetTypeUrl() },
 		ClassifyDelta: func(r *cachev3.DeltaRequest) string { return r.GetTypeUrl() }, Caches: map[string]cachev3.Cache{}}
 	for _, typ := range servedTypes {
@@ -365,17 +395,21 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	if s.cfg.TLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(s.cfg.TLS)))
 	}
-	if authz := s.cfg.Authorize; authz != nil {
-		opts = append(opts, grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	authz := s.cfg.Authorize
+	opts = append(opts, grpc.StreamInterceptor(func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if authz != nil {
 			if err := authz(ss.Context()); err != nil {
 				if _, ok := status.FromError(err); !ok {
 					err = status.Error(codes.PermissionDenied, err.Error())
 				}
 				return err
 			}
-			return handler(srv, ss)
-		}))
-	}
+		}
+		if err := s.admitStream(ss); err != nil {
+			return err
+		}
+		return handler(srv, ss)
+	}))
 	gs := grpc.NewServer(opts...)
 	discoverygrpc.RegisterAggregatedDiscoveryServiceServer(gs, serverv3.NewServer(ctx, s.mux, s.callbacks()))
 	var wg sync.WaitGroup
@@ -426,4 +460,19 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	wg.Wait()
 	close(errs)
 	return <-errs
+}
+
+// admitStream takes a token of the stream cap for a new stream, or refuses it with
+// RESOURCE_EXHAUSTED and the wait in its trailers: grpc-retry-pushback-ms (gRPC's own hint)
+// and retry-after (seconds). Envoy's backoff adds its own jitter.
+func (s *Server) admitStream(ss grpc.ServerStream) error {
+	ok, wait := s.streams.Admit(s.cfg.Now())
+	if ok {
+		return nil
+	}
+	s.shed.Inc()
+	ss.SetTrailer(metadata.Pairs("grpc-retry-pushback-ms", strconv.FormatInt(wait.Milliseconds(), 10),
+		"retry-after", strconv.Itoa(int(wait/time.Second))))
+	return status.Errorf(codes.ResourceExhausted, "the xDS server accepts %g new streams a second (--reconnect-rate) and more are coming in: retry in %s, with jitter",
+		s.cfg.StreamRate, wait)
 }

@@ -19,9 +19,11 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	grpchealth "google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	grpcstatus "google.golang.org/grpc/status"
 	grpcxds "google.golang.org/grpc/xds"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
@@ -393,5 +395,49 @@ func TestResponsesStayUnderTheBound(t *testing.T) {
 		if got[n] != 10 {
 			t.Errorf("cluster %s: %d endpoints, want 10", n, got[n])
 		}
+	}
+}
+
+// The stream cap: past the burst a new stream is refused RESOURCE_EXHAUSTED with the wait in
+// gRPC's pushback trailer, while the streams already open keep being served; the bucket
+// refills at its rate.
+func TestNewStreamsPastTheCapAreRefusedWithAPushback(t *testing.T) {
+	clock := registrytest.NewClock(time.Now())
+	e := newEnv(t, time.Nanosecond, func(c *xds.Config) { c.StreamRate, c.StreamBurst, c.Now = 1, 2, clock.Now })
+	e.register(t, "jms-1", "jms", startBackend(t))
+	c := e.ads(t)
+	ctx := t.Context()
+	var open []discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesClient
+	clusters := 0
+	for i := range 2 {
+		st := adsStream(t, ctx, c, fmt.Sprintf("n%d", i), resourcev3.ClusterType)
+		resp, err := st.Recv()
+		if err != nil {
+			t.Fatalf("stream %d of the burst: %v", i, err)
+		}
+		clusters = len(resp.GetResources())
+		if err := st.Send(&discoveryv3.DiscoveryRequest{TypeUrl: resp.GetTypeUrl(), VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce()}); err != nil {
+			t.Fatal(err)
+		}
+		open = append(open, st)
+	}
+	st := adsStream(t, ctx, c, "n-past", resourcev3.ClusterType)
+	_, err := st.Recv()
+	if grpcstatus.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a stream past the burst: %v, want RESOURCE_EXHAUSTED", err)
+	}
+	if got := st.Trailer().Get("grpc-retry-pushback-ms"); len(got) != 1 || got[0] != "1000" {
+		t.Errorf("pushback trailer %q, want [1000]", got)
+	}
+	e.register(t, "rmq-1", "rabbitmq", startBackend(t)) // a new cluster reaches the open streams
+	for i, st := range open {
+		if resp, err := st.Recv(); err != nil || len(resp.GetResources()) <= clusters {
+			t.Fatalf("open stream %d after a refusal: %d clusters, %v; want more than %d", i, len(resp.GetResources()), err, clusters)
+		}
+	}
+	clock.Advance(time.Second)
+	st = adsStream(t, ctx, c, "n-later", resourcev3.ClusterType)
+	if _, err := st.Recv(); err != nil {
+		t.Fatalf("a stream after the bucket refilled: %v", err)
 	}
 }

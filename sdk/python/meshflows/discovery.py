@@ -230,7 +230,7 @@ class DiscoveryClient:
         changes since the answer the view holds, rebuild the registry's answer from them and
         apply it as capabilities() applies an answer (merged while the registry warms up).
         on_change gets the entries after every change. Failures are retried after a jittered
-        backoff (0.1 s doubling to 5 s); meanwhile capabilities() serves the last-known-good
+        backoff (0.1 s doubling to 5 s; a 429's Retry-After and up to as much again); meanwhile capabilities() serves the last-known-good
         view by the usual rules. A registry that refuses delta=true is watched with whole
         answers."""
         stop = stop or threading.Event()
@@ -293,7 +293,13 @@ class DiscoveryClient:
         with self._lock:
             v.error = e
         failures += 1
-        stop.wait(random.random() * min(0.1 * 2 ** min(failures - 1, 6), 5.0))
+        retry_after = getattr(e, "retry_after", None)
+        if retry_after and retry_after > 0:
+            # shed over the registry's reconnection cap: its Retry-After and up to as much
+            # again at random, so that watchers shed together come back spread out
+            stop.wait(retry_after + random.random() * retry_after)
+        else:
+            stop.wait(random.random() * min(0.1 * 2 ** min(failures - 1, 6), 5.0))
         return failures
 
     def _apply(self, v: _View, ans: Dict[str, Any]) -> None:

@@ -247,3 +247,23 @@ class RejoinTest(unittest.TestCase):
             self.assertTrue(5.0 <= wait <= 10.0, wait)
         self.assertEqual(agent._capped(300.0, False), 300.0)  # a first registration keeps the backoff's cap
         self.assertEqual(agent._capped(2.0, True), 2.0)
+
+
+class ShedWatchTest(unittest.TestCase):
+    """A watch the registry shed over its reconnection cap (429 with a Retry-After) waits the
+    Retry-After and up to as much again at random; any other failure the short backoff."""
+
+    def test_a_shed_watch_waits_the_retry_after(self):
+        from meshflows.errors import APIError
+        c = DiscoveryClient(["http://127.0.0.1:9"])
+        _, v = c._view_of("x.y", None, None, None)
+        waits = []
+
+        class Stop:
+            def wait(self, d):
+                waits.append(d)
+
+        c._watch_failed(v, APIError(429, "RATE_LIMITED", "shed", None, 3.0), 0, Stop())
+        c._watch_failed(v, APIError(503, "UNAVAILABLE", "down"), 0, Stop())
+        self.assertTrue(3.0 <= waits[0] < 6.0, waits)
+        self.assertTrue(0.0 <= waits[1] < 0.1, waits)
