@@ -159,21 +159,29 @@ func newBenchFloorServerCmd() *cobra.Command {
 func newBenchHerdCmd() *cobra.Command {
 	var cfg bench.HerdConfig
 	var (
-		asJSON  bool // the old spelling of -o json
-		out     outputFlag
-		timeout time.Duration
+		inProcess bool
+		asJSON    bool // the old spelling of -o json
+		out       outputFlag
+		timeout   time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "herd",
 		Short: "Restart a registry under N provider agents and measure the re-registration wave",
-		Long: `Start --providers provider SDK agents in this process, wait until all are registered,
-restart the registry with empty state, and report how long until every agent is back, the
-peak and mean registrations per second, the registration latency, and how many attempts the
-registry's reconnection cap shed (--reconnect-rate; 0 compares with none).
+		Long: `Start --providers provider SDK agents in this process, and --watchers consumers that
+each keep a delta watch on a few canary instances; wait until all are registered, restart the
+registry with empty state, and report how long until every agent is back (and how many were
+not when --timeout ended the run), the peak and mean registrations per second, the
+registration latency, how many attempts the registry's reconnection cap shed
+(--reconnect-rate; 0 compares with none), the registry's CPU a second at a time, and the
+withdrawals timed in the middle of the wave: a canary deregistered every --withdraw-every,
+timed until no watcher's view holds it.
 
-Without --registry the registry runs in this process (on --listen) and the command restarts
-it itself; with --registry URL it waits for you to restart that registry.`,
-		Example: "  meshflows bench herd --providers 1000\n  meshflows bench herd --providers 1000 --heartbeat-interval 30s",
+By default the registry runs as a child process of this binary ('meshflows registry
+--insecure' on loopback), so that its CPU is its own; a restart kills it (its state is in
+memory: gone) and starts it again on the same address. --in-process runs it in this process
+instead (the CPU figures then include the agents'); with --registry URL the command waits for
+you to restart that registry.`,
+		Example: "  meshflows bench herd --providers 1000\n  meshflows bench herd --providers 50000 --watchers 1000 --heartbeat-interval 30s\n  meshflows bench herd --providers 10000 --reconnect-rate 0   # no cap, to compare",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
@@ -182,6 +190,13 @@ it itself; with --registry URL it waits for you to restart that registry.`,
 				return err
 			}
 			cfg.Notify = func(format string, args ...any) { fmt.Fprintf(cmd.ErrOrStderr(), format+"\n", args...) }
+			if cfg.Registry == "" && !inProcess {
+				exe, err := os.Executable()
+				if err != nil {
+					return fmt.Errorf("herd: find this binary to run the registry: %w (or use --in-process)", err)
+				}
+				cfg.RegistryCommand = []string{exe, "registry", "--insecure", "--store", "memory", "--log-level", "warn"}
+			}
 			rep, err := bench.RunHerd(ctx, cfg)
 			if err != nil {
 				return err
@@ -194,12 +209,18 @@ it itself; with --registry URL it waits for you to restart that registry.`,
 	}
 	f := cmd.Flags()
 	f.IntVar(&cfg.Providers, "providers", 1000, "provider agents to run")
-	f.StringVar(&cfg.Registry, "registry", "", "external registry URL (default: run one in this process and restart it)")
-	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:0", "address of the in-process registry")
-	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", 5*time.Second, "heartbeat interval of the in-process registry (whole seconds)")
-	f.DurationVar(&cfg.LeaseTTL, "lease-ttl", 0, "lease TTL of the in-process registry (default 3 heartbeat intervals)")
-	f.Float64Var(&cfg.ReconnectRate, "reconnect-rate", registry.DefaultReconnectRate, "the in-process registry's reconnection cap: registrations a second, past which it sheds with 429 and a Retry-After (0: none, to compare)")
-	f.IntVar(&cfg.ReconnectBurst, "reconnect-burst", registry.DefaultReconnectBurst, "registrations the in-process registry accepts at once above --reconnect-rate")
+	f.StringVar(&cfg.Registry, "registry", "", "external registry URL, restarted by you when told (default: run one and restart it)")
+	f.BoolVar(&inProcess, "in-process", false, "run the registry in this process rather than as a child process (its CPU is then not told apart from the agents')")
+	f.StringVar(&cfg.Listen, "listen", "127.0.0.1:0", "address of the registry the command runs")
+	f.DurationVar(&cfg.HeartbeatInterval, "heartbeat-interval", 5*time.Second, "heartbeat interval of the registry the command runs (whole seconds)")
+	f.DurationVar(&cfg.LeaseTTL, "lease-ttl", 0, "lease TTL of the registry the command runs (default 3 heartbeat intervals)")
+	f.Float64Var(&cfg.ReconnectRate, "reconnect-rate", registry.DefaultReconnectRate, "the reconnection cap of the registry the command runs: registrations (and new watches) a second, past which it sheds with 429 and a Retry-After (0: none, to compare)")
+	f.IntVar(&cfg.ReconnectBurst, "reconnect-burst", registry.DefaultReconnectBurst, "registrations the registry the command runs accepts at once above --reconnect-rate")
+	f.IntVar(&cfg.Watchers, "watchers", 0, "consumers keeping a delta watch on the canaries through the wave (0: none, and no withdrawals timed)")
+	f.IntVar(&cfg.Canaries, "canaries", 0, "canary instances the watchers watch and the bench withdraws (default 20 with --watchers)")
+	f.DurationVar(&cfg.WithdrawEvery, "withdraw-every", 500*time.Millisecond, "how often a canary is withdrawn (deregistered) during the wave")
+	f.IntVar(&cfg.MaxConns, "max-conns", 4096, "connections the agents share to the registry (the loopback's ephemeral ports and the open-file limit are far below one per agent at 50,000)")
+	f.IntVar(&cfg.StartRate, "start-rate", 5000, "agents started a second before the restart (the wave after it is the agents' own timing)")
 	f.DurationVar(&timeout, "timeout", 10*time.Minute, "deadline of the whole run")
 	f.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	f.MarkDeprecated("json", "use -o json")

@@ -47,3 +47,34 @@ func TestRunHerd(t *testing.T) {
 		t.Errorf("WriteHerd = %q, %v", out.String(), err)
 	}
 }
+
+// TestRestartUnderAHerdStillWithdrawsInBudget restarts a registry under 2,000 in-process
+// agents and 100 watchers with a reconnection cap that makes the wave last several seconds,
+// and withdraws canaries in the middle of it: every agent comes back (none gives up), the
+// cap sheds, and every withdrawal reaches every watcher within its 5 s budget.
+func TestRestartUnderAHerdStillWithdrawsInBudget(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs for about 20 seconds")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rep, err := bench.RunHerd(ctx, bench.HerdConfig{Providers: 2000, HeartbeatInterval: 3 * time.Second,
+		ReconnectRate: 300, ReconnectBurst: 300, Watchers: 100, Canaries: 10, WithdrawEvery: 250 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("RunHerd: %v", err)
+	}
+	t.Logf("back after %s, shed %d, withdrawals %d (missed %d): p50 %s, p99 %s", rep.AllBackAfter, rep.Shed, rep.Withdrawals,
+		rep.WithdrawalsMissed, rep.WithdrawalP50, rep.WithdrawalP99)
+	if rep.NotBack != 0 {
+		t.Errorf("%d agents not back", rep.NotBack)
+	}
+	if rep.Shed == 0 {
+		t.Error("the cap shed nothing: the wave was not capped")
+	}
+	if rep.Withdrawals == 0 || rep.WithdrawalsMissed != 0 {
+		t.Errorf("withdrawals timed %d, missed %d: want some, none missed", rep.Withdrawals, rep.WithdrawalsMissed)
+	}
+	if rep.WithdrawalMax > 5*time.Second {
+		t.Errorf("a withdrawal in the wave took %s, over its 5 s budget", rep.WithdrawalMax)
+	}
+}

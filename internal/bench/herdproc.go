@@ -1,0 +1,198 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// herdRegistry is the registry a herd runs against: restarted with empty state by the
+// bench, or by the operator (external).
+type herdRegistry interface {
+	url() string
+	restart(ctx context.Context) error
+	// pid is the process whose CPU is sampled (this one for an in-process registry).
+	pid() int
+	stop()
+}
+
+// spawnedRegistry is a registry in a child process started from RegistryCommand: its CPU
+// is its own, apart from the agents', and a restart kills it (SIGKILL: a crash, its state
+// gone) and starts it again on the same address.
+type spawnedRegistry struct {
+	argv []string
+	addr string
+	cmd  *exec.Cmd
+	done chan struct{}
+	p    atomic.Int64 // the pid of cmd, read by the CPU sampler
+}
+
+func startSpawned(ctx context.Context, cfg HerdConfig) (*spawnedRegistry, error) {
+	addr := cfg.Listen
+	if strings.HasSuffix(addr, ":0") {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("herd: pick a port: %w", err)
+		}
+		addr = ln.Addr().String()
+		ln.Close()
+	}
+	argv := append(slices0(cfg.RegistryCommand), "--listen", addr,
+		"--heartbeat-interval", cfg.HeartbeatInterval.String(), "--lease-ttl", cfg.LeaseTTL.String(),
+		"--reconnect-rate", strconv.FormatFloat(max(cfg.ReconnectRate, 0), 'g', -1, 64),
+		"--reconnect-burst", strconv.Itoa(max(cfg.ReconnectBurst, 1)))
+	s := &spawnedRegistry{argv: argv, addr: addr}
+	return s, s.start(ctx)
+}
+
+func slices0(s []string) []string { return append([]string(nil), s...) }
+
+func (s *spawnedRegistry) start(ctx context.Context) error {
+	cmd := exec.Command(s.argv[0], s.argv[1:]...)
+	cmd.Stderr = &tail{max: 4096}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("herd: start the registry: %w", err)
+	}
+	s.cmd, s.done = cmd, make(chan struct{})
+	s.p.Store(int64(cmd.Process.Pid))
+	go func() { cmd.Wait(); close(s.done) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get("http://" + s.addr + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			return nil
+		}
+		select {
+		case <-s.done:
+			return fmt.Errorf("herd: the registry exited: %s", cmd.Stderr.(*tail).String())
+		case <-ctx.Done():
+			s.stop()
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			s.stop()
+			return errors.New("herd: the registry did not answer /healthz within 30s")
+		}
+	}
+}
+
+func (s *spawnedRegistry) url() string { return "http://" + s.addr }
+func (s *spawnedRegistry) pid() int    { return int(s.p.Load()) }
+
+func (s *spawnedRegistry) restart(ctx context.Context) error {
+	s.stop()
+	return s.start(ctx)
+}
+
+func (s *spawnedRegistry) stop() {
+	s.cmd.Process.Kill()
+	<-s.done
+}
+
+// tail keeps the last bytes written to it.
+type tail struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.b = append(t.b, p...)
+	if len(t.b) > t.max {
+		t.b = t.b[len(t.b)-t.max:]
+	}
+	return len(p), nil
+}
+
+func (t *tail) String() string { t.mu.Lock(); defer t.mu.Unlock(); return string(t.b) }
+
+// externalRegistry is restarted by the operator.
+type externalRegistry struct {
+	u      string
+	notify func(string, ...any)
+}
+
+func (e externalRegistry) url() string { return e.u }
+func (e externalRegistry) pid() int    { return 0 }
+func (e externalRegistry) stop()       {}
+func (e externalRegistry) restart(context.Context) error {
+	e.notify("restart the registry at %s now; waiting for the providers to come back", e.u)
+	return nil
+}
+
+// cpuSampler records, once a second, the share of one core a process used in that second.
+type cpuSampler struct {
+	mu      sync.Mutex
+	samples []float64 // percent of one core, a second each, from start
+}
+
+// run samples pid() until ctx ends; a pid of 0 (an external registry) samples nothing. pid
+// is asked every second: a restarted registry is a new process.
+func (c *cpuSampler) run(ctx context.Context, pid func() int) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	p := pid()
+	if p == 0 {
+		return
+	}
+	last, _ := procCPU(p)
+	lastAt := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := time.Now()
+		if q := pid(); q != p { // restarted: the new process from 0
+			p, last = q, 0
+		}
+		used, err := procCPU(p)
+		if err != nil {
+			continue
+		}
+		c.mu.Lock()
+		c.samples = append(c.samples, 100*float64(used-last)/float64(now.Sub(lastAt)))
+		c.mu.Unlock()
+		last, lastAt = used, now
+	}
+}
+
+func (c *cpuSampler) since(start int) []float64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if start >= len(c.samples) {
+		return nil
+	}
+	return append([]float64(nil), c.samples[start:]...)
+}
+
+func (c *cpuSampler) count() int { c.mu.Lock(); defer c.mu.Unlock(); return len(c.samples) }
+
+// longestPinned is the longest run of seconds at or above 90% of every core of the machine.
+func longestPinned(samples []float64) int {
+	limit := 90 * float64(runtime.NumCPU())
+	run, best := 0, 0
+	for _, s := range samples {
+		if s >= limit {
+			run++
+			best = max(best, run)
+		} else {
+			run = 0
+		}
+	}
+	return best
+}
