@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -59,6 +61,10 @@ func slices0(s []string) []string { return append([]string(nil), s...) }
 func (s *spawnedRegistry) start(ctx context.Context) error {
 	cmd := exec.Command(s.argv[0], s.argv[1:]...)
 	cmd.Stderr = &tail{max: 4096}
+	// the registry runs with its own defaults, whatever this process's GC settings
+	cmd.Env = slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		return strings.HasPrefix(kv, "GOGC=") || strings.HasPrefix(kv, "GOMEMLIMIT=") || strings.HasPrefix(kv, "GODEBUG=")
+	})
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("herd: start the registry: %w", err)
 	}
@@ -133,6 +139,34 @@ func (e externalRegistry) restart(context.Context) error {
 	return nil
 }
 
+// threadsCPU returns the CPU time process pid's threads have run, the sum of the first
+// field of each /proc/PID/task/TID/schedstat (nanoseconds). /proc/PID/stat's utime and stime
+// are scaled to stay monotonic and move in steps: read a second apart they show seconds of
+// 0 % and 300 % on two cores.
+func threadsCPU(pid int) (time.Duration, error) {
+	dir := fmt.Sprintf("/proc/%d/task", pid)
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	var sum int64
+	for _, t := range tasks {
+		b, err := os.ReadFile(dir + "/" + t.Name() + "/schedstat")
+		if err != nil {
+			continue // the thread ended
+		}
+		f := strings.Fields(string(b))
+		if len(f) == 0 {
+			continue
+		}
+		ns, err := strconv.ParseInt(f[0], 10, 64)
+		if err == nil {
+			sum += ns
+		}
+	}
+	return time.Duration(sum), nil
+}
+
 // cpuSampler records, once a second, the share of one core a process used in that second.
 type cpuSampler struct {
 	mu      sync.Mutex
@@ -148,7 +182,7 @@ func (c *cpuSampler) run(ctx context.Context, pid func() int) {
 	if p == 0 {
 		return
 	}
-	last, _ := procCPU(p)
+	last, _ := threadsCPU(p)
 	lastAt := time.Now()
 	for {
 		select {
@@ -160,7 +194,7 @@ func (c *cpuSampler) run(ctx context.Context, pid func() int) {
 		if q := pid(); q != p { // restarted: the new process from 0
 			p, last = q, 0
 		}
-		used, err := procCPU(p)
+		used, err := threadsCPU(p)
 		if err != nil {
 			continue
 		}

@@ -1,0 +1,39 @@
+package bench
+
+import (
+	"os"
+	"runtime"
+	"testing"
+)
+
+// threadsCPU reads this process's threads' run time, and it grows with work done.
+func TestThreadsCPUGrows(t *testing.T) {
+	before, err := threadsCPU(os.Getpid())
+	if err != nil || before <= 0 {
+		t.Fatalf("threadsCPU = %s, %v", before, err)
+	}
+	x := 0
+	for i := range 50_000_000 {
+		x += i % 7
+	}
+	after, err := threadsCPU(os.Getpid())
+	if err != nil || after <= before {
+		t.Fatalf("after work: %s (before %s), %v (%d)", after, before, err, x)
+	}
+}
+
+func TestLongestPinned(t *testing.T) {
+	full := 90 * float64(runtime.NumCPU())
+	for _, tc := range []struct {
+		samples []float64
+		want    int
+	}{
+		{nil, 0},
+		{[]float64{full - 1, full, full, 0, full}, 2},
+		{[]float64{full, full, full}, 3},
+	} {
+		if got := longestPinned(tc.samples); got != tc.want {
+			t.Errorf("longestPinned(%v) = %d, want %d", tc.samples, got, tc.want)
+		}
+	}
+}
