@@ -102,10 +102,10 @@ type HerdReport struct {
 	// (the whole process's, agents included, when the registry runs in this process:
 	// CPUOwn false); PeakCPU its highest second, PinnedSeconds the longest run of seconds
 	// at 90% of every core of the machine or more.
-	CPU           []float64 `json:"cpu_percent_per_second,omitempty"`
-	CPUOwn        bool      `json:"cpu_own_process"`
-	PeakCPU       float64   `json:"peak_cpu_percent"`
-	PinnedSeconds int       `json:"pinned_seconds"`
+	CPU           []CPUSecond `json:"cpu,omitempty"`
+	CPUOwn        bool        `json:"cpu_own_process"`
+	PeakCPU       float64     `json:"peak_cpu_percent"`
+	PinnedSeconds float64     `json:"pinned_seconds"`
 	// Watchers, and the withdrawals timed during the wave: from the deregistration sent to
 	// no watcher holding the canary.
 	Watchers          int           `json:"watchers"`
@@ -114,6 +114,13 @@ type HerdReport struct {
 	WithdrawalP50     time.Duration `json:"withdrawal_p50_ns"`
 	WithdrawalP99     time.Duration `json:"withdrawal_p99_ns"`
 	WithdrawalMax     time.Duration `json:"withdrawal_max_ns"`
+}
+
+// CPUSecond is the registry's CPU over about a second (a sample a second, longer when the
+// sampler ran late) ending At seconds after the restart, in percent of one core.
+type CPUSecond struct {
+	At      float64 `json:"at_s"`
+	Percent float64 `json:"percent"`
 }
 
 // observer is an http.RoundTripper that records every registration the agents send.
@@ -281,11 +288,13 @@ func RunHerd(ctx context.Context, cfg HerdConfig) (*HerdReport, error) {
 	if waitErr != nil && rep.NotBack == 0 {
 		return nil, waitErr
 	}
-	rep.CPU, rep.CPUOwn = cpu.since(cpuFrom), len(cfg.RegistryCommand) > 0
-	for _, c := range rep.CPU {
-		rep.PeakCPU = max(rep.PeakCPU, c)
+	samples := cpu.since(cpuFrom)
+	rep.CPUOwn = len(cfg.RegistryCommand) > 0
+	for _, c := range samples {
+		rep.CPU = append(rep.CPU, CPUSecond{At: c.end.Sub(restartAt).Seconds(), Percent: c.percent})
+		rep.PeakCPU = max(rep.PeakCPU, c.percent)
 	}
-	rep.PinnedSeconds = longestPinned(rep.CPU)
+	rep.PinnedSeconds = longestPinned(samples)
 	rep.Watchers, rep.Withdrawals, rep.WithdrawalsMissed = cfg.Watchers, len(times), missed
 	if n := len(times); n > 0 {
 		slices.Sort(times)
@@ -422,9 +431,9 @@ reconnection cap         %s
 		if !r.CPUOwn {
 			whose = "this process: registry and agents"
 		}
-		fmt.Fprintf(&b, "registry CPU             peak %.0f%% of a core, pinned %d s in a row (%s)\nCPU per second (%% of a core, from the restart):\n", r.PeakCPU, r.PinnedSeconds, whose)
-		for i, c := range r.CPU {
-			fmt.Fprintf(&b, "  %3d s  %4.0f%%  %s\n", i+1, c, strings.Repeat("#", int(c/10)))
+		fmt.Fprintf(&b, "registry CPU             peak %.0f%% of a core, pinned %.0f s in a row (%s)\nCPU a second at a time (%% of a core, seconds after the restart):\n", r.PeakCPU, r.PinnedSeconds, whose)
+		for _, c := range r.CPU {
+			fmt.Fprintf(&b, "  %5.1f s  %4.0f%%  %s\n", c.At, c.Percent, strings.Repeat("#", int(max(c.Percent, 0)/10)))
 		}
 	}
 	_, err := io.WriteString(w, b.String())

@@ -170,7 +170,7 @@ func threadsCPU(pid int) (time.Duration, error) {
 // cpuSampler records, once a second, the share of one core a process used in that second.
 type cpuSampler struct {
 	mu      sync.Mutex
-	samples []float64 // percent of one core, a second each, from start
+	samples []cpuSample
 }
 
 // run samples pid() until ctx ends; a pid of 0 (an external registry) samples nothing. pid
@@ -194,35 +194,47 @@ func (c *cpuSampler) run(ctx context.Context, pid func() int) {
 		if q := pid(); q != p { // restarted: the new process from 0
 			p, last = q, 0
 		}
+		if now.Sub(lastAt) < 900*time.Millisecond {
+			continue // a tick that came late and one right after: a thread's run time moves in scheduler ticks
+		}
 		used, err := threadsCPU(p)
 		if err != nil {
 			continue
 		}
 		c.mu.Lock()
-		c.samples = append(c.samples, 100*float64(used-last)/float64(now.Sub(lastAt)))
+		c.samples = append(c.samples, cpuSample{end: now, secs: now.Sub(lastAt).Seconds(), percent: 100 * float64(used-last) / float64(now.Sub(lastAt))})
 		c.mu.Unlock()
 		last, lastAt = used, now
 	}
 }
 
-func (c *cpuSampler) since(start int) []float64 {
+func (c *cpuSampler) since(start int) []cpuSample {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if start >= len(c.samples) {
 		return nil
 	}
-	return append([]float64(nil), c.samples[start:]...)
+	return append([]cpuSample(nil), c.samples[start:]...)
 }
 
 func (c *cpuSampler) count() int { c.mu.Lock(); defer c.mu.Unlock(); return len(c.samples) }
 
-// longestPinned is the longest run of seconds at or above 90% of every core of the machine.
-func longestPinned(samples []float64) int {
+// cpuSample is the CPU a process used over secs (about a second) ending at end, in percent
+// of one core.
+type cpuSample struct {
+	end     time.Time
+	secs    float64
+	percent float64
+}
+
+// longestPinned is the longest run of time, in seconds, at or above 90% of every core of
+// the machine.
+func longestPinned(samples []cpuSample) float64 {
 	limit := 90 * float64(runtime.NumCPU())
-	run, best := 0, 0
+	var run, best float64
 	for _, s := range samples {
-		if s >= limit {
-			run++
+		if s.percent >= limit {
+			run += s.secs
 			best = max(best, run)
 		} else {
 			run = 0

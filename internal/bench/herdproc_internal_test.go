@@ -24,16 +24,23 @@ func TestThreadsCPUGrows(t *testing.T) {
 
 func TestLongestPinned(t *testing.T) {
 	full := 90 * float64(runtime.NumCPU())
+	s := func(percents ...float64) []cpuSample {
+		var out []cpuSample
+		for _, p := range percents {
+			out = append(out, cpuSample{secs: 1.5, percent: p})
+		}
+		return out
+	}
 	for _, tc := range []struct {
-		samples []float64
-		want    int
+		samples []cpuSample
+		want    float64
 	}{
 		{nil, 0},
-		{[]float64{full - 1, full, full, 0, full}, 2},
-		{[]float64{full, full, full}, 3},
+		{s(full-1, full, full, 0, full), 3},
+		{s(full, full, full), 4.5},
 	} {
 		if got := longestPinned(tc.samples); got != tc.want {
-			t.Errorf("longestPinned(%v) = %d, want %d", tc.samples, got, tc.want)
+			t.Errorf("longestPinned(%v) = %g, want %g", tc.samples, got, tc.want)
 		}
 	}
 }
