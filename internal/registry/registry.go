@@ -728,7 +728,7 @@ func (r *Registry) followTopics() {
 	r.topics.attributed = true
 	cp.OnPublish(func(rev int64, c Changes) {
 		r.topics.markStore(rev, c)
-		r.changes2.add(rev+r.topics.judgedRev.Load(), c.Instances, c.All)
+		r.changes2.add(rev+r.topics.judgedRev.Load(), c.Instances, c.Services, c.Capabilities, c.All)
 	})
 	rev, _ := r.store.Watch()
 	storeMax(&r.topics.storeRev, rev)
@@ -748,7 +748,7 @@ func (r *Registry) followTopics() {
 			routed = routed || in.Routed
 		}
 		r.topics.markJudged(rev, n.services, n.capabilities, routed, all)
-		r.changes2.add(r.topics.storeRev.Load()+rev, n.instances, all)
+		r.changes2.add(r.topics.storeRev.Load()+rev, n.instances, n.services, n.capabilities, all)
 		clear(n.services)
 		clear(n.capabilities)
 		clear(n.instances)

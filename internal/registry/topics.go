@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -214,8 +215,31 @@ type changeLog struct {
 }
 
 type loggedChange struct {
-	rev int64
-	id  string
+	rev   int64
+	id    string
+	batch *changeBatch // the services and capabilities the change it was part of touched
+}
+
+// changeBatch names what one publication touched — the services and capabilities of every
+// instance it changed, before and after, as the long polls' topics are woken from them — so
+// that a delta watch of one service or capability is answered with the instances whose
+// change may touch its answer, not with every instance the fleet changed meanwhile.
+type changeBatch struct {
+	services, capabilities []string
+}
+
+// touches says whether the batch may change the answers of topic t (the fleet's and the
+// routes' topics: always).
+func (b *changeBatch) touches(t Topic) bool {
+	switch {
+	case b == nil:
+		return true
+	case t.kind == 's':
+		return slices.Contains(b.services, t.name)
+	case t.kind == 'c':
+		return slices.Contains(b.capabilities, t.name)
+	}
+	return true
 }
 
 // maxLogged is how many instance changes the log keeps: at 667 changes a second (each a
@@ -223,7 +247,7 @@ type loggedChange struct {
 // variable for the tests.
 var maxLogged = 1 << 16
 
-func (l *changeLog) add(rev int64, ids []string, all bool) {
+func (l *changeLog) add(rev int64, ids, services, capabilities []string, all bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.ring == nil {
@@ -233,6 +257,10 @@ func (l *changeLog) add(rev int64, ids []string, all bool) {
 		l.all = max(l.all, rev)
 		return
 	}
+	if len(ids) == 0 {
+		return
+	}
+	batch := &changeBatch{services: slices.Clone(services), capabilities: slices.Clone(capabilities)}
 	for _, id := range ids {
 		if l.n == len(l.ring) {
 			l.since = max(l.since, l.ring[l.start].rev) // the oldest goes
@@ -240,7 +268,7 @@ func (l *changeLog) add(rev int64, ids []string, all bool) {
 			l.start = (l.start + 1) % len(l.ring)
 			l.n--
 		}
-		l.ring[(l.start+l.n)%len(l.ring)] = loggedChange{rev: rev, id: id}
+		l.ring[(l.start+l.n)%len(l.ring)] = loggedChange{rev: rev, id: id, batch: batch}
 		l.n++
 	}
 }
@@ -249,6 +277,12 @@ func (l *changeLog) add(rev int64, ids []string, all bool) {
 // false when the log cannot tell them: index is older than what it keeps, or every
 // instance changed since.
 func (r *Registry) ChangesSince(index int64) (ids []string, ok bool) {
+	return r.ChangesOf(index, Topic{})
+}
+
+// ChangesOf is ChangesSince for the answers of topic t: the instances changed after index by
+// a change that touched t's service or capability (TopicOf), each once.
+func (r *Registry) ChangesOf(index int64, t Topic) (ids []string, ok bool) {
 	l := &r.changes2
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -261,6 +295,9 @@ func (r *Registry) ChangesSince(index int64) (ids []string, ok bool) {
 		c := l.ring[(l.start+i)%len(l.ring)]
 		if c.rev <= index {
 			break
+		}
+		if !c.batch.touches(t) {
+			continue
 		}
 		if _, dup := seen[c.id]; !dup {
 			seen[c.id] = struct{}{}

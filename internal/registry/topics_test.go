@@ -298,3 +298,32 @@ func TestChangesSince(t *testing.T) {
 		t.Errorf("ChangesSince(%d) = %v across a panic; want it cannot tell", before, ids)
 	}
 }
+
+// TestChangesOfATopic: a delta watch of one service or capability is told the instances
+// whose change touched it — an instance that moved to another capability included, since
+// the watcher holds it — and not the rest of the fleet's changes.
+func TestChangesOfATopic(t *testing.T) {
+	f := newJudgedFixture(t)
+	mail := capability("mail.send", "smtp", "1.0.0", "")
+	mustRegister(t, f, request("a-1", "svc-a"))
+	mustRegister(t, f, request("m-1", "svc-m", mail))
+	base := f.reg.State().Revision
+	mustRegister(t, f, request("b-1", "svc-b"))
+	mustRegister(t, f, request("m-2", "svc-m", mail))
+	mustRegister(t, f, request("m-1", "svc-m")) // m-1 leaves mail.send for messaging.publish
+	for _, tc := range []struct {
+		topic registry.Topic
+		want  string
+	}{
+		{registry.CapabilityTopic("mail.send"), "[m-1 m-2]"},
+		{registry.CapabilityTopic("messaging.publish"), "[m-1 b-1]"},
+		{registry.ServiceTopic("svc-b"), "[b-1]"},
+		{registry.ServiceTopic("svc-a"), "[]"},
+		{registry.Topic{}, "[m-1 m-2 b-1]"},
+	} {
+		ids, ok := f.reg.ChangesOf(base, tc.topic)
+		if !ok || fmt.Sprint(ids) != tc.want {
+			t.Errorf("ChangesOf(%d, %v) = %v, %v; want %s", base, tc.topic, ids, ok, tc.want)
+		}
+	}
+}

@@ -193,7 +193,7 @@ func appendReset(b []byte, ans *registry.Answer) ([]byte, error) {
 // deltaAnswer answers a delta watch of q (its key) at index (of epoch): the changes since
 // the answer at index, or the whole answer as a reset.
 func (s *Server) deltaAnswer(w http.ResponseWriter, key string, q *registry.Query, index int64, epoch string) (any, error) {
-	return s.answerDelta(w, key, index, epoch, func() ([]byte, error) {
+	return s.answerDelta(w, key, registry.TopicOf(q), index, epoch, func() ([]byte, error) {
 		s.metrics.encodes.WithLabelValues("capabilities").Inc()
 		ans := s.reg.Query(q)
 		return appendReset(nil, &ans)
@@ -206,7 +206,7 @@ func (s *Server) deltaAnswer(w http.ResponseWriter, key string, q *registry.Quer
 
 // routesDeltaAnswer answers a delta watch of the routes view at index (of epoch).
 func (s *Server) routesDeltaAnswer(w http.ResponseWriter, index int64, epoch string) (any, error) {
-	return s.answerDelta(w, routesKey, index, epoch, func() ([]byte, error) {
+	return s.answerDelta(w, routesKey, registry.RoutesTopic, index, epoch, func() ([]byte, error) {
 		s.metrics.encodes.WithLabelValues("routes").Inc()
 		r := s.reg.Routes()
 		return marshalLine(apiv1.RoutesDelta{RegistryEpoch: r.RegistryEpoch, Revision: r.Revision, Complete: r.Complete, Reset: true,
@@ -218,16 +218,16 @@ func (s *Server) routesDeltaAnswer(w http.ResponseWriter, index int64, epoch str
 	})
 }
 
-// answerDelta writes the answer of a delta watch (its key) at index (of epoch): the delta
-// of the instances changed since index (delta), or the whole answer as a reset (reset) when
+// answerDelta writes the answer of a delta watch (its key, of topic) at index (of epoch): the
+// delta of the instances changed since index by a change that touched topic (delta), or the whole answer as a reset (reset) when
 // the registry cannot tell them. Watchers of one key at one state share the bodies.
-func (s *Server) answerDelta(w http.ResponseWriter, key string, index int64, epoch string, reset func() ([]byte, error),
+func (s *Server) answerDelta(w http.ResponseWriter, key string, topic registry.Topic, index int64, epoch string, reset func() ([]byte, error),
 	delta func(st registry.State, ids []string) ([]byte, error)) (any, error) {
 	st := s.reg.State()
 	var ids []string
 	ok := false
 	if index > 0 && index <= st.Revision && (epoch == "" || epoch == st.Epoch) { // index 0: the watcher holds nothing yet
-		ids, ok = s.reg.ChangesSince(index)
+		ids, ok = s.reg.ChangesOf(index, topic)
 	}
 	kind := "delta"
 	var body []byte

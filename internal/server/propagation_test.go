@@ -42,21 +42,29 @@ func TestWithdrawalPropagationIsTimedPerWatcher(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := s.Registry.State()
-	poll := func(index int64, wait string) (int, int64) {
-		t.Helper()
+	// pollE long-polls the capability from index; it may run in a goroutine of its own
+	pollE := func(index int64, wait string) (int, int64, error) {
 		r, err := http.Get(fmt.Sprintf("%s/v1/discovery/capabilities?capability_id=messaging.publish&index=%d&epoch=%s&wait=%s", s.URL, index, st.Epoch, wait))
 		if err != nil {
-			t.Fatal(err)
+			return 0, 0, err
 		}
 		defer r.Body.Close()
 		var ans apiv1.DiscoveryResponse
 		if err := json.NewDecoder(r.Body).Decode(&ans); err != nil {
+			return 0, 0, err
+		}
+		return len(ans.Capabilities), ans.Revision, nil
+	}
+	poll := func(index int64, wait string) (int, int64) {
+		t.Helper()
+		n, rev, err := pollE(index, wait)
+		if err != nil {
 			t.Fatal(err)
 		}
-		return len(ans.Capabilities), ans.Revision
+		return n, rev
 	}
 	parked := make(chan int64, 1)
-	go func() { _, rev := poll(st.Revision, "5s"); parked <- rev }()
+	go func() { _, rev, _ := pollE(st.Revision, "5s"); parked <- rev }()
 	registrytest.Until(t, "the watcher is parked", func() bool { return s.Registry.Watchers() == 1 })
 	if _, err := s.Registry.Heartbeat(ctx, "jms-1", &apiv1.HeartbeatRequest{Generation: resp.Generation, Health: "failing"}); err != nil {
 		t.Fatal(err)
@@ -74,7 +82,7 @@ func TestWithdrawalPropagationIsTimedPerWatcher(t *testing.T) {
 	if count != 2 || sum != 2 {
 		t.Fatalf("after the late watcher: %d observations, sum %gs; want 2, 2s", count, sum)
 	}
-	go poll(after, "300ms") // holds the withdrawal already: parks, observes nothing
+	go pollE(after, "300ms") // holds the withdrawal already: parks, observes nothing
 	registrytest.Until(t, "the up-to-date watcher is parked", func() bool { return s.Registry.Watchers() == 1 })
 	if count, _ = histogram(t, metrics, "meshflows_withdrawal_propagation_seconds"); count != 2 {
 		t.Fatalf("an up-to-date watcher observed: %d observations", count)
