@@ -748,7 +748,14 @@ func (r *Registry) followTopics() {
 			routed = routed || in.Routed
 		}
 		r.topics.markJudged(rev, n.services, n.capabilities, routed, all)
-		r.changes2.add(r.topics.storeRev.Load()+rev, n.instances, n.services, n.capabilities, all)
+		at := r.topics.storeRev.Load() + rev
+		if all {
+			r.changes2.add(at, nil, nil, nil, true)
+		}
+		for i := range touched { // each with its own service and capabilities: a batch of verdicts spans the fleet
+			in := &touched[i]
+			r.changes2.add(at, []string{in.ID}, []string{in.Service}, in.Capabilities, false)
+		}
 		clear(n.services)
 		clear(n.capabilities)
 		clear(n.instances)

@@ -3,6 +3,7 @@ package server
 import (
 	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -224,19 +225,22 @@ func (s *Server) routesDeltaAnswer(w http.ResponseWriter, index int64, epoch str
 func (s *Server) answerDelta(w http.ResponseWriter, key string, topic registry.Topic, index int64, epoch string, reset func() ([]byte, error),
 	delta func(st registry.State, ids []string) ([]byte, error)) (any, error) {
 	st := s.reg.State()
-	var ids []string
-	ok := false
-	if index > 0 && index <= st.Revision && (epoch == "" || epoch == st.Epoch) { // index 0: the watcher holds nothing yet
-		ids, ok = s.reg.ChangesOf(index, topic)
-	}
 	kind := "delta"
 	var body []byte
-	var err error
-	if !ok {
+	err := errCannotTell
+	if index > 0 && index <= st.Revision && (epoch == "" || epoch == st.Epoch) { // index 0: the watcher holds nothing yet
+		// the watchers of one query at one state share the body: the log is read once
+		body, err = s.deltas.load(key, st, index, func() ([]byte, error) {
+			ids, ok := s.reg.ChangesOf(index, topic)
+			if !ok {
+				return nil, errCannotTell
+			}
+			return delta(st, ids)
+		})
+	}
+	if errors.Is(err, errCannotTell) {
 		kind = "reset"
 		body, err = s.deltas.load(key, st, -1, reset)
-	} else {
-		body, err = s.deltas.load(key, st, index, func() ([]byte, error) { return delta(st, ids) })
 	}
 	if err != nil {
 		return nil, err
@@ -247,6 +251,9 @@ func (s *Server) answerDelta(w http.ResponseWriter, key string, topic registry.T
 	httpapi.WriteEncoded(w, http.StatusOK, body)
 	return written{}, nil
 }
+
+// errCannotTell says the change log cannot tell the changes since a delta watch's index.
+var errCannotTell = errors.New("the change log cannot tell the changes since index")
 
 // removals names each instance of ids at the generation the registry holds of it, or at
 // every generation when it holds none, in instance order: what a delta drops before it puts
