@@ -171,7 +171,7 @@ type Registry struct {
 	// topics wakes each long poll at a change of what it asked for (WaitOn); judgedNames is
 	// the monitor's publications' scratch space (they come one at a time, under its lock).
 	topics      *topics
-	judgedNames struct{ services, capabilities, instances []string }
+	judgedNames struct{ services, capabilities []string }
 	changes2    changeLog         // the instances each revision changed (ChangesSince)
 	ops         operators         // evacuations and overrides (operator.go)
 	outcomeRate *auth.RateLimiter // per reporter; nil: unbounded
@@ -738,27 +738,18 @@ func (r *Registry) followTopics() {
 	}
 	m.OnPublish(func(rev int64, touched []health.Instance, all bool) {
 		n := &r.judgedNames
-		n.services, n.capabilities, n.instances = n.services[:0], n.capabilities[:0], n.instances[:0]
+		n.services, n.capabilities = n.services[:0], n.capabilities[:0]
 		routed := false
 		for i := range touched {
 			in := &touched[i]
 			n.services = append(n.services, in.Service)
-			n.instances = append(n.instances, in.ID)
 			n.capabilities = append(n.capabilities, in.Capabilities...)
 			routed = routed || in.Routed
 		}
 		r.topics.markJudged(rev, n.services, n.capabilities, routed, all)
-		at := r.topics.storeRev.Load() + rev
-		if all {
-			r.changes2.add(at, nil, nil, nil, true)
-		}
-		for i := range touched { // each with its own service and capabilities: a batch of verdicts spans the fleet
-			in := &touched[i]
-			r.changes2.add(at, []string{in.ID}, []string{in.Service}, in.Capabilities, false)
-		}
+		r.changes2.addVerdicts(r.topics.storeRev.Load()+rev, touched, all)
 		clear(n.services)
 		clear(n.capabilities)
-		clear(n.instances)
 	})
 	if wp, ok := m.(withdrawalPublisher); ok {
 		wp.OnWithdrawalPublished(func(rev int64, at time.Time) {

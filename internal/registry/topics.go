@@ -4,6 +4,8 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+
+	"github.com/meshflows/meshflows/internal/health"
 )
 
 // Changes is what one move of a store's revision changed: the services and capabilities of
@@ -250,17 +252,34 @@ var maxLogged = 1 << 16
 func (l *changeLog) add(rev int64, ids, services, capabilities []string, all bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.ring == nil {
-		l.ring = make([]loggedChange, maxLogged)
-	}
 	if all {
 		l.all = max(l.all, rev)
 		return
 	}
-	if len(ids) == 0 {
-		return
+	if len(ids) > 0 {
+		l.addLocked(rev, ids, &changeBatch{services: slices.Clone(services), capabilities: slices.Clone(capabilities)})
 	}
-	batch := &changeBatch{services: slices.Clone(services), capabilities: slices.Clone(capabilities)}
+}
+
+// addVerdicts logs the instances a publication of verdicts changed, each with its own service
+// and capabilities (a batch of verdicts spans the fleet), under one hold of the lock.
+func (l *changeLog) addVerdicts(rev int64, touched []health.Instance, all bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if all {
+		l.all = max(l.all, rev)
+	}
+	for i := range touched {
+		in := &touched[i]
+		l.addLocked(rev, []string{in.ID}, &changeBatch{services: []string{in.Service}, capabilities: slices.Clone(in.Capabilities)})
+	}
+}
+
+// addLocked appends ids, changed at rev by batch, dropping the oldest past maxLogged.
+func (l *changeLog) addLocked(rev int64, ids []string, batch *changeBatch) {
+	if l.ring == nil {
+		l.ring = make([]loggedChange, maxLogged)
+	}
 	for _, id := range ids {
 		if l.n == len(l.ring) {
 			l.since = max(l.since, l.ring[l.start].rev) // the oldest goes
