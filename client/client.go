@@ -129,6 +129,18 @@ func (e *RetryAfterError) Error() string { return e.Err.Error() }
 // Unwrap returns the registry's error.
 func (e *RetryAfterError) Unwrap() error { return e.Err }
 
+// JitteredRetryAfter returns, when err carries a Retry-After, the wait it asks for and up to
+// as much again at random (rand returns uniform values in [0, 1)). A registry that sheds
+// over its reconnection cap says the time it needs to serve those shed before: a herd shed
+// together comes back spread over that time, not at once again.
+func JitteredRetryAfter(err error, rand func() float64) (time.Duration, bool) {
+	ra, ok := errors.AsType[*RetryAfterError](err)
+	if !ok || ra.After <= 0 {
+		return 0, false
+	}
+	return ra.After + time.Duration(rand()*float64(ra.After)), true
+}
+
 // Request is one call.
 type Request struct {
 	Method string

@@ -588,8 +588,8 @@ func watch[T any](ctx context.Context, c *Client, v *view[T], fetch func(context
 // much again at random, so that watchers shed together come back spread over that time.
 func (c *Client) backOff(ctx context.Context, msg string, err error, failures int) {
 	d := time.Duration(c.cfg.Rand() * float64(min(100*time.Millisecond<<min(failures-1, 6), 5*time.Second)))
-	if ra, ok := errors.AsType[*client.RetryAfterError](err); ok && ra.After > 0 {
-		d = ra.After + time.Duration(c.cfg.Rand()*float64(ra.After))
+	if ra, ok := client.JitteredRetryAfter(err, c.cfg.Rand); ok {
+		d = ra
 	}
 	c.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, msg, slog.Any("error", err), slog.String("retry_in", d.String()))
 	c.cfg.Sleep(ctx, d)

@@ -308,12 +308,8 @@ func (a *Agent) registerWithBackoff(ctx context.Context, rejoin bool) error {
 		if iv := a.interval(); rejoin && wait > iv {
 			wait = iv/2 + time.Duration(a.cfg.Rand()*float64(iv/2))
 		}
-		var ra *client.RetryAfterError
-		if errors.As(err, &ra) && ra.After > 0 {
-			// the registry's Retry-After is the time it needs to serve the registrations shed
-			// before this one: wait it, and up to as much again at random, so that a herd shed
-			// together comes back spread over that time
-			wait = max(wait, ra.After+time.Duration(a.cfg.Rand()*float64(ra.After)))
+		if ra, ok := client.JitteredRetryAfter(err, a.cfg.Rand); ok {
+			wait = max(wait, ra) // the registry's Retry-After, with as much again of jitter
 		}
 		a.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "registration failed", slog.Any("error", err),
 			slog.Int("attempt", attempt+1), slog.String("retry_in", wait.String()))

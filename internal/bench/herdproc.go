@@ -48,15 +48,13 @@ func startSpawned(ctx context.Context, cfg HerdConfig) (*spawnedRegistry, error)
 		addr = ln.Addr().String()
 		ln.Close()
 	}
-	argv := append(slices0(cfg.RegistryCommand), "--listen", addr,
+	argv := append(slices.Clone(cfg.RegistryCommand), "--listen", addr,
 		"--heartbeat-interval", cfg.HeartbeatInterval.String(), "--lease-ttl", cfg.LeaseTTL.String(),
 		"--reconnect-rate", strconv.FormatFloat(max(cfg.ReconnectRate, 0), 'g', -1, 64),
 		"--reconnect-burst", strconv.Itoa(max(cfg.ReconnectBurst, 1)))
 	s := &spawnedRegistry{argv: argv, addr: addr}
 	return s, s.start(ctx)
 }
-
-func slices0(s []string) []string { return append([]string(nil), s...) }
 
 func (s *spawnedRegistry) start(ctx context.Context) error {
 	cmd := exec.Command(s.argv[0], s.argv[1:]...)

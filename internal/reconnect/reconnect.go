@@ -38,14 +38,6 @@ func New(perSecond float64, burst int) *Cap {
 	return &Cap{rate: perSecond, lim: rate.NewLimiter(rate.Limit(perSecond), max(burst, 1))}
 }
 
-// Rate is the arrivals admitted a second (0 for a nil cap).
-func (c *Cap) Rate() float64 {
-	if c == nil {
-		return 0
-	}
-	return c.rate
-}
-
 // Admit takes a token at now, or says how long the caller should wait: the time the bucket
 // needs to serve the backlog refused before it (whole seconds, at least one), to which the
 // caller adds as much again at random.

@@ -219,7 +219,7 @@ type changeLog struct {
 type loggedChange struct {
 	rev   int64
 	id    string
-	batch *changeBatch // the services and capabilities the change it was part of touched
+	batch changeBatch // what the change it was part of touched (its names shared by the batch)
 }
 
 // changeBatch names what one publication touched — the services and capabilities of every
@@ -227,19 +227,24 @@ type loggedChange struct {
 // that a delta watch of one service or capability is answered with the instances whose
 // change may touch its answer, not with every instance the fleet changed meanwhile.
 type changeBatch struct {
-	services, capabilities []string
+	names     []string // the services, then the capabilities
+	nServices int
+}
+
+// newChangeBatch copies services and capabilities (their callers reuse them) into one slice.
+func newChangeBatch(services []string, capabilities ...string) changeBatch {
+	names := make([]string, 0, len(services)+len(capabilities))
+	return changeBatch{names: append(append(names, services...), capabilities...), nServices: len(services)}
 }
 
 // touches says whether the batch may change the answers of topic t (the fleet's and the
 // routes' topics: always).
 func (b *changeBatch) touches(t Topic) bool {
-	switch {
-	case b == nil:
-		return true
-	case t.kind == 's':
-		return slices.Contains(b.services, t.name)
-	case t.kind == 'c':
-		return slices.Contains(b.capabilities, t.name)
+	switch t.kind {
+	case 's':
+		return slices.Contains(b.names[:b.nServices], t.name)
+	case 'c':
+		return slices.Contains(b.names[b.nServices:], t.name)
 	}
 	return true
 }
@@ -257,7 +262,7 @@ func (l *changeLog) add(rev int64, ids, services, capabilities []string, all boo
 		return
 	}
 	if len(ids) > 0 {
-		l.addLocked(rev, ids, &changeBatch{services: slices.Clone(services), capabilities: slices.Clone(capabilities)})
+		l.addLocked(rev, ids, newChangeBatch(services, capabilities...))
 	}
 }
 
@@ -271,12 +276,12 @@ func (l *changeLog) addVerdicts(rev int64, touched []health.Instance, all bool) 
 	}
 	for i := range touched {
 		in := &touched[i]
-		l.addLocked(rev, []string{in.ID}, &changeBatch{services: []string{in.Service}, capabilities: slices.Clone(in.Capabilities)})
+		l.addLocked(rev, []string{in.ID}, newChangeBatch([]string{in.Service}, in.Capabilities...))
 	}
 }
 
 // addLocked appends ids, changed at rev by batch, dropping the oldest past maxLogged.
-func (l *changeLog) addLocked(rev int64, ids []string, batch *changeBatch) {
+func (l *changeLog) addLocked(rev int64, ids []string, batch changeBatch) {
 	if l.ring == nil {
 		l.ring = make([]loggedChange, maxLogged)
 	}

@@ -220,8 +220,9 @@ func (s *Server) routesDeltaAnswer(w http.ResponseWriter, index int64, epoch str
 }
 
 // answerDelta writes the answer of a delta watch (its key, of topic) at index (of epoch): the
-// delta of the instances changed since index by a change that touched topic (delta), or the whole answer as a reset (reset) when
-// the registry cannot tell them. Watchers of one key at one state share the bodies.
+// delta of the instances changed since index by a change that touched topic (delta), or the
+// whole answer as a reset (reset) when the registry cannot tell them. Watchers of one key at
+// one state share the bodies.
 func (s *Server) answerDelta(w http.ResponseWriter, key string, topic registry.Topic, index int64, epoch string, reset func() ([]byte, error),
 	delta func(st registry.State, ids []string) ([]byte, error)) (any, error) {
 	st := s.reg.State()
