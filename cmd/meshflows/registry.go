@@ -166,8 +166,9 @@ func bindOutlierFlags(fs *pflag.FlagSet, f *eligibilityFlags) {
 	fs.Float64Var(&o.OutlierZ, "outlier-z", d.OutlierZ, "relative outliers: z of the Wilson lower bound of an instance's error share (higher: surer, slower)")
 	fs.Float64Var(&o.OutlierRelativeFloor, "outlier-relative-floor", d.OutlierRelativeFloor, "relative outliers: the lower bound must exceed the peers' median share by this much")
 	fs.Float64Var(&o.OutlierRelativeFactor, "outlier-relative-factor", d.OutlierRelativeFactor, "relative outliers: and be this many times the peers' median share")
-	fs.Float64Var(&o.LatencyOutlierFactor, "latency-outlier-factor", d.LatencyOutlierFactor, "latency outliers: an instance whose p99 over the outlier window is this many times its peers' median p99 (and over the floor) is degraded")
+	fs.Float64Var(&o.LatencyOutlierFactor, "latency-outlier-factor", d.LatencyOutlierFactor, "latency outliers: an instance whose p99 over the latency window is this many times its peers' median p99 (and over the floor) is degraded")
 	fs.DurationVar(&o.LatencyOutlierFloor, "latency-outlier-floor", d.LatencyOutlierFloor, "latency outliers: and at least this much over its peers' median p99")
+	fs.DurationVar(&o.LatencyWindow, "latency-window", 0, "latency outliers: the window of reported p99s an instance is judged on, entering and leaving (default 20s, or --outlier-window when shorter); who is comparable is still judged over --outlier-window")
 	fs.DurationVar(&o.ReturnDwell, "return-dwell", d.ReturnDwell, "the way back from an evacuation: how long the zone's instances stay at each weight step (10, 25, 50) before the next")
 	fs.DurationVar(&o.FlapWindow, "flap-window", d.FlapWindow, "an instance withdrawn 3 times within this window is quarantined (flapping)")
 	fs.Float64Var(&o.AdmitRate, "admit-rate", d.AdmitRate, "admission budget: at most this many instances a second leave unknown for rotation per (capability, zone), with a burst of as many; the rest wait, oldest first, marked ADMISSION_QUEUED (withdrawals never wait)")
@@ -292,7 +293,7 @@ func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln 
 				OutlierMinRequests: o.OutlierMinRequests, OutlierErrorRate: o.OutlierErrorRate, OutlierConnectFailures: o.OutlierConnectFailures,
 				EjectionBase: o.EjectionBase, MaxEjectionPercent: o.MaxEjectionPercent, OutlierWindow: o.OutlierWindow, OutlierMinVolume: o.OutlierMinVolume,
 				OutlierZ: o.OutlierZ, OutlierRelativeFloor: o.OutlierRelativeFloor, OutlierRelativeFactor: o.OutlierRelativeFactor,
-				LatencyOutlierFactor: o.LatencyOutlierFactor, LatencyOutlierFloor: o.LatencyOutlierFloor, ReturnDwell: o.ReturnDwell, FlapWindow: o.FlapWindow,
+				LatencyOutlierFactor: o.LatencyOutlierFactor, LatencyOutlierFloor: o.LatencyOutlierFloor, LatencyWindow: o.LatencyWindow, ReturnDwell: o.ReturnDwell, FlapWindow: o.FlapWindow,
 				FlapCohortShare: o.FlapCohortShare, AdmitRate: o.AdmitRate, ProbeScoreHalfLife: o.ProbeScoreHalfLife, ProbeScoreOut: o.ProbeScoreOut, ProbeScoreIn: o.ProbeScoreIn}})
 		if err != nil {
 			return err

@@ -52,12 +52,14 @@ type Config struct {
 	OutlierRelativeFloor  float64
 	OutlierRelativeFactor float64
 
-	// Latency outliers: a comparable instance whose pooled p99 is above LatencyOutlierFactor
-	// (default 3) times the median p99 of its comparable peers and above that median plus
-	// LatencyOutlierFloor (default 50 ms) is degraded until it is under both for one
-	// OutlierWindow.
+	// Latency outliers: a comparable instance (OutlierMinVolume requests over OutlierWindow)
+	// whose pooled p99 over the last LatencyWindow (default 20 s, two of the gateways' 10 s
+	// report windows, or OutlierWindow when shorter) is above LatencyOutlierFactor (default 3) times the median p99 of its
+	// comparable peers and above that median plus LatencyOutlierFloor (default 50 ms) is
+	// degraded until its pooled p99 over LatencyWindow is under both again.
 	LatencyOutlierFactor float64
 	LatencyOutlierFloor  time.Duration
+	LatencyWindow        time.Duration
 
 	SelfPreservationEnter        float64       // renewal ratio under which expiry stops evicting (default 0.6)
 	SelfPreservationExit         float64       // renewal ratio that ends the mode (default 0.8)
@@ -109,6 +111,7 @@ func (c Config) WithDefaults() Config {
 	orDefault(&c.OutlierRelativeFactor, 3.0)
 	orDefault(&c.LatencyOutlierFactor, 3.0)
 	orDefault(&c.LatencyOutlierFloor, 50*time.Millisecond)
+	orDefault(&c.LatencyWindow, min(20*time.Second, c.OutlierWindow))
 	orDefault(&c.SelfPreservationEnter, 0.6)
 	orDefault(&c.SelfPreservationExit, 0.8)
 	orDefault(&c.SelfPreservationMinInstances, 10)
@@ -155,6 +158,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("health config: outlier_z must not be negative, outlier_relative_floor must be within 0..1 and outlier_relative_factor at least 1")
 	case c.LatencyOutlierFloor < 0 || (c.LatencyOutlierFactor != 0 && c.LatencyOutlierFactor < 1):
 		return fmt.Errorf("health config: latency_outlier_floor must not be negative and latency_outlier_factor at least 1")
+	case c.LatencyWindow < 0 || (c.OutlierWindow > 0 && c.LatencyWindow > c.OutlierWindow):
+		return fmt.Errorf("health config: latency_window %s must not be negative nor longer than outlier_window (%s)", c.LatencyWindow, c.OutlierWindow)
 	case c.ReturnDwell < 0 || c.EvacuationMax < 0 || c.EvacuationMinRemaining < 0 || c.EvacuationMinRemaining > 1:
 		return fmt.Errorf("health config: return_dwell and evacuation_max must be positive, evacuation_min_remaining within 0..1")
 	}

@@ -12,11 +12,14 @@ import (
 // dependency reduces weight, it does not drain.
 const ReasonOutlierLatency = "OUTLIER_LATENCY"
 
-// pooledP99 is the 99th percentile latency reported about in over the window ending at now:
-// the mean of the reporters' p99s, each weighed by the requests of its window (a reporter
-// that sent none does not count). ok is false when no outcome in the window carried one.
+// pooledP99 is the 99th percentile latency reported about in over the latency window ending
+// at now: the mean of the reporters' p99s, each weighed by the requests of its window (a
+// reporter that sent none does not count). ok is false when no outcome in the window carried
+// one. The latency window is shorter than the outlier window that decides who is comparable:
+// a mean of p99s over a minute moves a sixth of the way a window, so a slowdown took three or
+// four report windows to be seen and as long to be forgotten.
 func (e *Engine) pooledP99(in *instance, now time.Time) (p99 float64, ok bool) {
-	from, to := now.Add(-e.cfg.OutlierWindow).UnixNano(), now.UnixNano()
+	from, to := now.Add(-e.cfg.LatencyWindow).UnixNano(), now.UnixNano()
 	var sum, weight float64
 	for _, o := range in.outcomes {
 		if o.at <= from || o.at > to || o.p99 <= 0 {
@@ -44,11 +47,11 @@ func (e *Engine) latencyOver(p99, median float64) bool {
 }
 
 // judgeLatency applies the latency-outlier rule to a cohort's comparable members (in
-// rotation, with outlier_min_volume requests): a member whose pooled p99 is over the rule
-// against the median of the others' is degraded with OUTLIER_LATENCY until a judgment finds
-// its pooled p99 (over one outlier_window) back under both, or, judged no more (too few
-// requests), until one outlier_window after the last judgment that found it over
-// (latencyUntil). Those it degrades anew are told at the next TakeEjected; the end by
+// rotation, with outlier_min_volume requests over the outlier window): a member whose pooled
+// p99 (over the latency window) is over the rule against the median of the others' is
+// degraded with OUTLIER_LATENCY until a judgment finds its pooled p99 back under both, or,
+// judged no more (too few requests), until one outlier_window after the last judgment that
+// found it over (latencyUntil). Those it degrades anew are told at the next TakeEjected; the end by
 // itself comes at latencyUntil (nextChange).
 func (e *Engine) judgeLatency(ms []member, capability, zone string, now time.Time) {
 	type timed struct {
@@ -83,9 +86,9 @@ func (e *Engine) judgeLatency(ms []member, capability, zone string, now time.Tim
 			e.relEjected = append(e.relEjected, t.in.ID)
 		}
 		tr.latencyUntil = now.Add(e.cfg.OutlierWindow)
-		tr.latency = Evidence{At: now, Detail: fmt.Sprintf("p99 %.1f ms over %s (mean of the reporters' p99s) against %.1f ms, the median of %d comparable peers of %s in %s (over %g × it and it + %s); degraded since %s until it is under both for %s",
-			t.p99, e.cfg.OutlierWindow, median, len(ts)-1, capability, zone, e.cfg.LatencyOutlierFactor, e.cfg.LatencyOutlierFloor,
-			tr.latencySince.UTC().Format(time.RFC3339), e.cfg.OutlierWindow)}
+		tr.latency = Evidence{At: now, Detail: fmt.Sprintf("p99 %.1f ms over the last %s (mean of the reporters' p99s) against %.1f ms, the median of %d comparable peers of %s in %s (over %g × it and it + %s); degraded since %s until its p99 over %s is under both",
+			t.p99, e.cfg.LatencyWindow, median, len(ts)-1, capability, zone, e.cfg.LatencyOutlierFactor, e.cfg.LatencyOutlierFloor,
+			tr.latencySince.UTC().Format(time.RFC3339), e.cfg.LatencyWindow)}
 	}
 }
 

@@ -242,6 +242,8 @@ func scenarioConfig(m map[string]any) (health.Config, error) {
 			}
 		case "latency_outlier_floor":
 			c.LatencyOutlierFloor, err = durationSetting(v)
+		case "latency_window":
+			c.LatencyWindow, err = durationSetting(v)
 		case "admit_rate":
 			f, ok := v.(float64)
 			if !ok || f < 1 {
