@@ -238,6 +238,16 @@ func grey(ctx context.Context, d *drill, trial int) (Trial, error) {
 // latency: every request of one instance takes 200 ms more; its probes stay fast.
 func latency(ctx context.Context, d *drill, trial int) (Trial, error) {
 	in := d.rotate("jms", trial, "a")
+	// at full weight first: an instance still in slow start (a drill of this class alone
+	// starts right after the stack) is under 50 already, and would read as degraded at once
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); {
+		if w := d.obs.weights(in.ID); len(w) > 0 && minWeight(w) >= 100 {
+			break
+		}
+		if sleep(ctx, 100*time.Millisecond) != nil {
+			return Trial{}, ctx.Err()
+		}
+	}
 	t0 := time.Now()
 	set(in, faultproxy.Fault{Delay: 200 * time.Millisecond})
 	var degraded time.Duration
