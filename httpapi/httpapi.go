@@ -115,8 +115,8 @@ type Shutdown struct {
 	CancelRequests bool
 }
 
-// Serve serves srv on ln until ctx ends, then shuts it down gracefully as sd says. It sets
-// srv's BaseContext. A serving error other than the shutdown is returned.
+// Serve serves srv on ln until ctx ends, then shuts it down gracefully as sd says, and closes
+// the connections still busy when the wait ends. It sets srv's BaseContext. A serving error other than the shutdown is returned.
 func Serve(ctx context.Context, srv *http.Server, ln net.Listener, sd Shutdown) error {
 	if sd.Timeout <= 0 {
 		sd.Timeout = DefaultShutdownTimeout
@@ -137,6 +137,11 @@ func Serve(ctx context.Context, srv *http.Server, ln net.Listener, sd Shutdown) 
 	sctx, cancel := context.WithTimeout(context.Background(), sd.Timeout)
 	defer cancel()
 	err := srv.Shutdown(sctx)
+	if err != nil {
+		// past the wait, connections still busy are closed: left open, each kept its
+		// goroutines (and its client waiting) after Serve had returned
+		srv.Close()
+	}
 	if serr := <-errc; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
 		err = errors.Join(err, serr)
 	}

@@ -120,6 +120,48 @@ func TestServeShutdown(t *testing.T) {
 	}
 }
 
+// TestServeClosesWhatOutlivesTheWait: a request that ignores its context and is still busy
+// when the shutdown's wait ends has its connection closed: Serve returns the timeout, and
+// the client is told at once rather than when the handler gives up.
+func TestServeClosesWhatOutlivesTheWait(t *testing.T) {
+	entered, finish := make(chan struct{}), make(chan struct{})
+	defer close(finish)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(entered)
+		<-finish // deaf to its context
+	})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() {
+		served <- httpapi.Serve(ctx, srv, ln, httpapi.Shutdown{Timeout: 100 * time.Millisecond, CancelRequests: true})
+	}()
+	failed := make(chan error, 1)
+	go func() {
+		resp, err := http.Get("http://" + ln.Addr().String())
+		if err == nil {
+			resp.Body.Close()
+		}
+		failed <- err
+	}()
+	<-entered
+	stop()
+	if err := <-served; !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Serve = %v, want the shutdown's deadline", err)
+	}
+	select {
+	case err := <-failed:
+		if err == nil {
+			t.Error("the request was answered; want its connection closed")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the busy connection was left open after Serve returned")
+	}
+}
+
 // TestWriteCSV: a download with the header row first, every cell a spreadsheet would run
 // as a formula quoted, and plain cells as they are.
 func TestWriteCSV(t *testing.T) {
