@@ -83,7 +83,7 @@ The console reads the components with its own credentials (--upstream-ca, --upst
 	fl.BoolVar(&f.insecure, "insecure", false, "let anyone who reaches the console see everything and use every action (development only)")
 	fl.DurationVar(&f.sessionTTL, "session-ttl", dashboard.DefaultSessionTTL, "how long a sign-in lasts")
 	fl.StringVar(&f.traceURL, "trace-url-template", "", "link every run, and every event naming a trace, to it: {trace_id} is replaced, e.g. 'https://tempo.example/trace/{trace_id}' or 'http://jaeger:16686/trace/{trace_id}'")
-	fl.StringVar(&f.scaleCommand, "scale-command", "", "command an incident's Scale provider button runs (admin), arguments separated by spaces, no shell: e.g. 'kubectl scale deployment/{service} --replicas=+1'")
+	fl.StringVar(&f.scaleCommand, "scale-command", "", "command an incident's Scale provider button runs (admin), arguments separated by spaces, no shell: e.g. '"+dashboard.ScaleCommandExample+"' (adds one replica to a Deployment; kubectl scale --replicas alone is absolute)")
 	fl.StringVar(&f.scaleWebhook, "scale-webhook", "", "URL an incident's Scale provider button POSTs {service, zone, incident, by} to (admin): e.g. 'https://autoscaler.example/scale/{service}?zone={zone}'")
 	fl.StringVar(&f.grafanaURL, "grafana-url", "", "base URL of a Grafana with deploy/grafana's dashboards imported: each page then links its metrics (e.g. https://grafana.example.com)")
 	bindLogFlags(fl, &f.log, "json")

@@ -253,6 +253,12 @@ func incidentLogsAt(in apiv1.Incident, now time.Time) string {
 
 // --- incidents: scale provider ---
 
+// ScaleCommandExample is the --scale-command the help and the console guide show: the
+// repository's script that adds one replica to a Deployment (kubectl scale --replicas is
+// absolute: "--replicas=+1" would set one). TestScaleCommandExampleAddsOne runs it against a
+// fake kubectl.
+const ScaleCommandExample = "deploy/scale/add-replica {service}"
+
 // scaleTimeout bounds a scale hook: the button answers within it.
 const scaleTimeout = 5 * time.Second
 

@@ -2,8 +2,9 @@
 // through the discovery client, derives a routing.Table on every change (and when its path
 // policy changes), swaps it atomically — requests in flight finish on the table they
 // started with — and proxies requests by it: round robin across the winning group's
-// instances, one retry on another instance after a connection failure for idempotent routes
-// only, and the last valid table while the registry cannot be reached, every response
+// instances, one retry on another instance after a failure to connect (nothing was sent, so
+// any method goes again, when its body can be sent again; no other failure is retried, and a
+// route's idempotent list does not change that), and the last valid table while the registry cannot be reached, every response
 // saying so (X-Cache-Source, X-Route-Table-Age).
 //
 // Requests go upstream through httputil.ReverseProxy over the package's Transport

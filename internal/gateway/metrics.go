@@ -62,7 +62,7 @@ func newMetrics(reg prometheus.Registerer, g *Gateway) (*metrics, error) {
 			Help: "Time from forwarding a request to the end of its response, by route source.", Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)},
 			[]string{"source"}),
 		retries: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "retries_total",
-			Help: "Idempotent requests retried on another instance after a connection failure."}),
+			Help: "Requests (any method) retried on another instance after a failure to connect, when nothing had been sent."}),
 		derivations: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "table_derivations_total",
 			Help: "Routing tables derived (whole, or by applying a routes-view change to the incremental derivation)."}),
 		stale: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Subsystem: sub, Name: "stale_refused_total",
