@@ -89,6 +89,13 @@ The console reads the components with its own credentials (--upstream-ca, --upst
 	bindLogFlags(fl, &f.log, "json")
 	bindOTLP(fl, &f.otlp)
 	f.creds.bindPrefixed(fl, "upstream", "the registry, the gateway and the orchestrator")
+	// Before the console served TLS itself, its upstream credentials were --ca, --token and
+	// --token-file: they still work, and say so. (--tls-cert and --tls-key now name the
+	// console's own server certificate: docs/upgrading.md.)
+	for old, now := range map[string]*string{"ca": &f.creds.ca, "token": &f.creds.token, "token-file": &f.creds.tokenFile} {
+		fl.StringVar(now, old, "", "deprecated: use --upstream-"+old)
+		fl.MarkDeprecated(old, "use --upstream-"+old)
+	}
 	f.security.bind(fl, "RBAC policy file (the registry's): what each identity of a client certificate or bearer token may see and do")
 	return cmd
 }
