@@ -3,13 +3,16 @@ package dashboard_test
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -196,6 +199,13 @@ func browser(t *testing.T) context.Context {
 // shots is where the screenshots go: a temporary folder, never the repository.
 var shots = filepath.Join(os.TempDir(), "meshflows-dashboard-screenshots")
 
+// update rewrites the console guide's screenshots (docs/images) from this run, as -update
+// rewrites golden files elsewhere.
+var update = flag.Bool("update", false, "rewrite docs/images/console-*.jpg, the console guide's screenshots, from the browser test")
+
+// guideShots are the pages whose screenshots the console guide shows, as docs/images/console-NAME.jpg.
+var guideShots = []string{"overview", "capabilities", "validation", "routemap", "incidents", "investigate", "logs", "workflows", "metrics", "evacuations"}
+
 func screenshot(t *testing.T, ctx context.Context, name string) {
 	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	if err != nil {
@@ -206,6 +216,40 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 	p := filepath.Join(shots, name+".png")
 	os.WriteFile(p, png, 0o644)
 	t.Logf("screenshot: %s", p)
+	if *update && slices.Contains(guideShots, name) {
+		jpg, err := chromedp.Run(ctx, chromedp.FullScreenshot(80)) // JPEG: a tenth of the PNG's bytes
+		if err != nil {
+			t.Fatalf("screenshot %s for the guide: %v", name, err)
+		}
+		p := filepath.Join("..", "..", "docs", "images", "console-"+name+".jpg")
+		if err := os.WriteFile(p, jpg, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("rewrote %s", p)
+	}
+}
+
+// TestConsoleGuideShowsEveryScreenshot: each screenshot the browser test takes for the guide
+// exists, is a JPEG, and is shown by docs/console.md (run the browser test with -update to
+// take them again).
+func TestConsoleGuideShowsEveryScreenshot(t *testing.T) {
+	guide, err := os.ReadFile(filepath.Join("..", "..", "docs", "console.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range guideShots {
+		file := "console-" + name + ".jpg"
+		b, err := os.ReadFile(filepath.Join("..", "..", "docs", "images", file))
+		switch {
+		case err != nil:
+			t.Errorf("%s: %v (go test ./internal/dashboard/ -run TestDashboardInABrowser -update)", file, err)
+		case len(b) < 3 || b[0] != 0xff || b[1] != 0xd8 || b[2] != 0xff:
+			t.Errorf("%s is not a JPEG", file)
+		}
+		if !strings.Contains(string(guide), "](images/"+file+")") {
+			t.Errorf("docs/console.md does not show images/%s", file)
+		}
+	}
 }
 
 func text(t *testing.T, ctx context.Context, sel string) string {
