@@ -77,3 +77,38 @@ func TestLinksResolve(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestFrontPagesStayShort: the README is read in one sitting and the performance page is a
+// summary; their detail belongs in the pages they point to.
+func TestFrontPagesStayShort(t *testing.T) {
+	for _, tt := range []struct {
+		file string
+		max  int
+	}{{"../README.md", 250}, {"performance.md", 300}} {
+		b, err := os.ReadFile(tt.file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(string(b), "\n"); n >= tt.max {
+			t.Errorf("%s has %d lines: keep it under %d (move the detail into docs/)", tt.file, n, tt.max)
+		}
+	}
+}
+
+// TestDocsMapListsEveryPage: docs/README.md, the map of the documentation, links every page.
+func TestDocsMapListsEveryPage(t *testing.T) {
+	b, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages, _ := filepath.Glob("*.md")
+	more, _ := filepath.Glob("reference/*.md")
+	for _, p := range append(pages, more...) {
+		if p == "README.md" {
+			continue
+		}
+		if !strings.Contains(string(b), "]("+filepath.ToSlash(p)+")") {
+			t.Errorf("docs/README.md does not list %s", p)
+		}
+	}
+}

@@ -10,7 +10,7 @@ import (
 )
 
 // Set at build time with -ldflags "-X main.version=… -X main.commit=… -X main.buildDate=…"
-// (README: "Install"); otherwise read from the build information Go records.
+// (docs/getting-started.md: "Install"); otherwise read from the build information Go records.
 var (
 	version   = ""
 	commit    = ""

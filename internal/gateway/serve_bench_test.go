@@ -22,7 +22,7 @@ import (
 // time and allocations per forwarded request. Neither end allocates: the client side is a
 // ResponseWriter that keeps nothing, the upstream a loop that answers every request on its
 // connection with the same bytes. The wrk rounds against Caddy and nginx measure the same
-// path over the network (docs/performance.md).
+// path over the network (docs/performance.md, docs/performance-log.md).
 func BenchmarkGatewayServeHTTP(b *testing.B) {
 	upstream := fixedUpstream(b, "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 3\r\n\r\nok\n")
 	disc, err := discovery.New(discovery.Config{Registries: []string{upstream}}) // never asked: the gateway does not Run

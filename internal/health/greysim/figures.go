@@ -8,7 +8,7 @@ import (
 	"time"
 )
 
-// Figures are the grey-failure figures of docs/performance.md.
+// Figures are the grey-failure figures of docs/performance-log.md ("Grey failure").
 type Figures struct {
 	Seeds      int           `json:"seeds"`
 	EjectLimit time.Duration `json:"-"`
@@ -61,7 +61,7 @@ var (
 )
 
 // Compute runs every figure with seeds seeds each; hours is the length of the false-ejection
-// runs (24 in docs/performance.md).
+// runs (24 in docs/performance-log.md ("Grey failure")).
 func Compute(seeds int, hours float64) (*Figures, error) {
 	const limit = 10 * time.Minute
 	out := &Figures{Seeds: seeds, EjectLimit: limit}
@@ -117,7 +117,7 @@ func summarise(ds []time.Duration) Summary {
 	return Summary{Caught: len(ds), Median: ds[len(ds)/2].Seconds(), Max: ds[len(ds)-1].Seconds()}
 }
 
-// Write prints f as the tables of docs/performance.md.
+// Write prints f as the tables of docs/performance-log.md ("Grey failure").
 func (f *Figures) Write(w io.Writer) error {
 	var b strings.Builder
 	secs := func(s Summary) string {
