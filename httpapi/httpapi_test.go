@@ -67,6 +67,20 @@ func TestNotRouted(t *testing.T) {
 	}
 }
 
+// serve runs httpapi.Serve of srv on a loopback port until stop is called; served says how
+// Serve ended.
+func serve(t *testing.T, srv *http.Server, sd httpapi.Shutdown) (addr string, stop context.CancelFunc, served <-chan error) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- httpapi.Serve(ctx, srv, ln, sd) }()
+	return ln.Addr().String(), stop, done
+}
+
 // TestServeShutdown: with CancelRequests a waiting request ends at once when the server
 // stops; without it, it runs to its end.
 func TestServeShutdown(t *testing.T) {
@@ -82,18 +96,10 @@ func TestServeShutdown(t *testing.T) {
 					w.Write([]byte("finished"))
 				}
 			})}
-			ln, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, stop := context.WithCancel(context.Background())
-			served := make(chan error, 1)
-			go func() {
-				served <- httpapi.Serve(ctx, srv, ln, httpapi.Shutdown{Timeout: 5 * time.Second, CancelRequests: cancelRequests})
-			}()
+			addr, stop, served := serve(t, srv, httpapi.Shutdown{Timeout: 5 * time.Second, CancelRequests: cancelRequests})
 			got := make(chan string, 1)
 			go func() {
-				resp, err := http.Get("http://" + ln.Addr().String())
+				resp, err := http.Get("http://" + addr)
 				if err != nil {
 					got <- err.Error()
 					return
@@ -130,18 +136,10 @@ func TestServeClosesWhatOutlivesTheWait(t *testing.T) {
 		close(entered)
 		<-finish // deaf to its context
 	})}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, stop := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() {
-		served <- httpapi.Serve(ctx, srv, ln, httpapi.Shutdown{Timeout: 100 * time.Millisecond, CancelRequests: true})
-	}()
+	addr, stop, served := serve(t, srv, httpapi.Shutdown{Timeout: 100 * time.Millisecond, CancelRequests: true})
 	failed := make(chan error, 1)
 	go func() {
-		resp, err := http.Get("http://" + ln.Addr().String())
+		resp, err := http.Get("http://" + addr)
 		if err == nil {
 			resp.Body.Close()
 		}
