@@ -101,6 +101,33 @@ func (d *drill) rotate(kind string, trial int, zones ...string) *instance {
 	return all[trial%len(all)]
 }
 
+// steady returns an instance of kind in zones as rotate does, but one that is serving (past
+// slow start) and in every consumer's view: a class that must see no verdict change takes
+// none that an earlier class just brought back, whose late evidence (the gateways' outcome
+// window about its fault) may still arrive. It waits up to a minute for one, then falls back
+// to rotate's choice.
+func (d *drill) steady(ctx context.Context, kind string, trial int, zones ...string) *instance {
+	var all []*instance
+	for _, z := range zones {
+		all = append(all, d.pick(kind, z)...)
+	}
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); {
+		for i := range all {
+			in := all[(trial+i)%len(all)]
+			if _, everywhere, _ := d.obs.state(in.ID); !everywhere {
+				continue
+			}
+			if e, err := d.eligibility(ctx, in.ID); err == nil && e == apiv1.EligibilityServing {
+				return in
+			}
+		}
+		if sleep(ctx, 250*time.Millisecond) != nil {
+			break
+		}
+	}
+	return d.rotate(kind, trial, zones...)
+}
+
 // waitOut waits until every consumer has in out of rotation and returns how long after t0
 // the last of them took it out (the last request the proxy saw counts too).
 func (d *drill) waitOut(ctx context.Context, in *instance, t0 time.Time, limit time.Duration) (time.Duration, bool) {

@@ -195,7 +195,7 @@ func recovery(ctx context.Context, d *drill, _ int) (Trial, error) {
 // forged: a provider's identity reports outcomes and health about an instance not its own,
 // and an anonymous caller posts outcomes.
 func forged(ctx context.Context, d *drill, trial int) (Trial, error) {
-	target := d.rotate("jms", trial, "a")
+	target := d.steady(ctx, "jms", trial, "a", "b", "c")
 	before, err := d.eligibility(ctx, target.ID)
 	if err != nil {
 		return Trial{}, err
