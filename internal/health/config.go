@@ -54,9 +54,10 @@ type Config struct {
 
 	// Latency outliers: a comparable instance (OutlierMinVolume requests over OutlierWindow)
 	// whose pooled p99 over the last LatencyWindow (default 20 s, two of the gateways' 10 s
-	// report windows, or OutlierWindow when shorter) is above LatencyOutlierFactor (default 3) times the median p99 of its
-	// comparable peers and above that median plus LatencyOutlierFloor (default 50 ms) is
-	// degraded until its pooled p99 over LatencyWindow is under both again.
+	// report windows, or OutlierWindow when shorter) is above LatencyOutlierFactor (default
+	// 3) times the median p99 of its comparable peers and above that median plus
+	// LatencyOutlierFloor (default 50 ms) is degraded until its pooled p99 over LatencyWindow
+	// is under both again.
 	LatencyOutlierFactor float64
 	LatencyOutlierFloor  time.Duration
 	LatencyWindow        time.Duration

@@ -51,8 +51,8 @@ func (e *Engine) latencyOver(p99, median float64) bool {
 // p99 (over the latency window) is over the rule against the median of the others' is
 // degraded with OUTLIER_LATENCY until a judgment finds its pooled p99 back under both, or,
 // judged no more (too few requests), until one outlier_window after the last judgment that
-// found it over (latencyUntil). Those it degrades anew are told at the next TakeEjected; the end by
-// itself comes at latencyUntil (nextChange).
+// found it over (latencyUntil). Those it degrades anew are told at the next TakeEjected; the
+// end by itself comes at latencyUntil (nextChange).
 func (e *Engine) judgeLatency(ms []member, capability, zone string, now time.Time) {
 	type timed struct {
 		in  *instance
