@@ -57,7 +57,9 @@ func (l *withdrawalLog) since(index, rev int64, fn func(time.Time)) {
 // every withdrawal published since index is in that answer, and the time since its verdict
 // is observed.
 func (r *Registry) Answered(epoch string, index int64) {
-	if r.metrics.propagation == nil || epoch != r.store.Epoch().ID {
+	// every long poll passes here: the common case (nothing withdrawn since index) is one
+	// atomic load, before the epoch's and the revision's reads
+	if r.metrics.propagation == nil || r.withdrawn.latest.Load() <= index || epoch != r.store.Epoch().ID {
 		return
 	}
 	rev := r.revision()

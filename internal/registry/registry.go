@@ -172,7 +172,7 @@ type Registry struct {
 	// the monitor's publications' scratch space (they come one at a time, under its lock).
 	topics      *topics
 	judgedNames struct{ services, capabilities []string }
-	changes2    changeLog         // the instances each revision changed (ChangesSince)
+	changes2    changeLog         // the instances each revision changed (ChangesOf)
 	ops         operators         // evacuations and overrides (operator.go)
 	outcomeRate *auth.RateLimiter // per reporter; nil: unbounded
 	reconnect   *reconnect.Cap    // registrations a second; nil: unbounded

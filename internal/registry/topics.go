@@ -202,7 +202,7 @@ func (ts *topics) markAll(at int64) {
 
 // changeLog keeps the instances each revision changed, the newest maxLogged of them, so that
 // a delta watch from revision N is answered from the instances changed since N alone
-// (ChangesSince), whatever the size of the answer. A change it cannot attribute (a panic
+// (ChangesOf), whatever the size of the answer. A change it cannot attribute (a panic
 // flag, a restore) is logged as every instance.
 type changeLog struct {
 	mu sync.Mutex
@@ -297,15 +297,10 @@ func (l *changeLog) addLocked(rev int64, ids []string, batch changeBatch) {
 	}
 }
 
-// ChangesSince returns the instances that changed after revision index (each once), or ok
-// false when the log cannot tell them: index is older than what it keeps, or every
+// ChangesOf returns the instances changed after index by a change that touched topic t's
+// service or capability (TopicOf; the fleet's topic, Topic{}, takes every change), each once,
+// or false when the log cannot tell them: index is older than what it keeps, or every
 // instance changed since.
-func (r *Registry) ChangesSince(index int64) (ids []string, ok bool) {
-	return r.ChangesOf(index, Topic{})
-}
-
-// ChangesOf is ChangesSince for the answers of topic t: the instances changed after index by
-// a change that touched t's service or capability (TopicOf), each once.
 func (r *Registry) ChangesOf(index int64, t Topic) (ids []string, ok bool) {
 	l := &r.changes2
 	l.mu.Lock()

@@ -256,33 +256,33 @@ func TestNoMissedWake(t *testing.T) {
 	})
 }
 
-// TestChangesSince: the change log tells the instances changed since a revision, each once,
-// and says it cannot once the revision is older than what it keeps or a change of every
+// TestChangesOfTheFleet: the change log tells the instances changed since a revision, each
+// once, and says it cannot once the revision is older than what it keeps or a change of every
 // instance (a restore) came since.
-func TestChangesSince(t *testing.T) {
+func TestChangesOfTheFleet(t *testing.T) {
 	registry.LimitChangeLog(t, 8)
 	f := newJudgedFixture(t)
 	mustRegister(t, f, request("a-1", "svc-a"))
 	base := f.reg.State().Revision
 	mustRegister(t, f, request("b-1", "svc-b"))
 	heartbeat(t, f, "b-1", 2, "failing")
-	ids, ok := f.reg.ChangesSince(base)
+	ids, ok := f.reg.ChangesOf(base, registry.Topic{})
 	if !ok || fmt.Sprint(ids) != "[b-1]" {
-		t.Errorf("ChangesSince(%d) = %v, %v; want [b-1]", base, ids, ok)
+		t.Errorf("ChangesOf(%d) = %v, %v; want [b-1]", base, ids, ok)
 	}
-	if ids, ok := f.reg.ChangesSince(f.reg.State().Revision); !ok || len(ids) != 0 {
-		t.Errorf("ChangesSince(now) = %v, %v; want none", ids, ok)
+	if ids, ok := f.reg.ChangesOf(f.reg.State().Revision, registry.Topic{}); !ok || len(ids) != 0 {
+		t.Errorf("ChangesOf(now) = %v, %v; want none", ids, ok)
 	}
 	for i := range 8 { // more changes than the log keeps
 		mustRegister(t, f, request(fmt.Sprintf("c-%d", i), "svc-c"))
 	}
-	if ids, ok := f.reg.ChangesSince(base); ok {
-		t.Errorf("ChangesSince(%d) = %v after the log moved past it; want it cannot tell", base, ids)
+	if ids, ok := f.reg.ChangesOf(base, registry.Topic{}); ok {
+		t.Errorf("ChangesOf(%d) = %v after the log moved past it; want it cannot tell", base, ids)
 	}
 	recent := f.reg.State().Revision
 	mustRegister(t, f, request("d-1", "svc-d"))
-	if ids, ok := f.reg.ChangesSince(recent); !ok || fmt.Sprint(ids) != "[d-1]" {
-		t.Errorf("ChangesSince(%d) = %v, %v; want [d-1]", recent, ids, ok)
+	if ids, ok := f.reg.ChangesOf(recent, registry.Topic{}); !ok || fmt.Sprint(ids) != "[d-1]" {
+		t.Errorf("ChangesOf(%d) = %v, %v; want [d-1]", recent, ids, ok)
 	}
 
 	// a panic flag changes every entry of its group: the log cannot name them
@@ -294,8 +294,8 @@ func TestChangesSince(t *testing.T) {
 	if got := answer(g)["p-1"]; !strings.HasSuffix(got, "panic=true") {
 		t.Fatalf("p-1 is answered %s, want its group in panic", got)
 	}
-	if ids, ok := g.reg.ChangesSince(before); ok {
-		t.Errorf("ChangesSince(%d) = %v across a panic; want it cannot tell", before, ids)
+	if ids, ok := g.reg.ChangesOf(before, registry.Topic{}); ok {
+		t.Errorf("ChangesOf(%d) = %v across a panic; want it cannot tell", before, ids)
 	}
 }
 

@@ -18,7 +18,7 @@ import (
 )
 
 // Delta watches (GET /v1/discovery/capabilities?index=N&delta=true) are answered from the
-// registry's log of the instances each revision changed (Registry.ChangesSince): for each
+// registry's log of the instances each revision changed (Registry.ChangesOf): for each
 // instance changed since N, the delta removes what the watcher holds of its incarnations up
 // to the current one (all of them when it is gone) and adds its entries in the answer now.
 // A change of one instance costs that instance, whatever the size of the answer — the whole
