@@ -88,17 +88,33 @@ func (d *drill) pick(kind, zone string) []*instance {
 // rotate returns the trial-th of the instances of kind in zones, round robin, passing over
 // those not in rotation everywhere now (a class before may have left one ejected).
 func (d *drill) rotate(kind string, trial int, zones ...string) *instance {
+	if in := d.first(kind, trial, zones, func(*instance) bool { return true }); in != nil {
+		return in
+	}
+	all := d.inZones(kind, zones)
+	return all[trial%len(all)]
+}
+
+// inZones returns the instances of kind in zones, zone after zone.
+func (d *drill) inZones(kind string, zones []string) []*instance {
 	var all []*instance
 	for _, z := range zones {
 		all = append(all, d.pick(kind, z)...)
 	}
+	return all
+}
+
+// first returns the first instance of kind in zones, round robin from the trial-th, that is
+// in rotation everywhere now and keeps ok; nil when none does.
+func (d *drill) first(kind string, trial int, zones []string, ok func(*instance) bool) *instance {
+	all := d.inZones(kind, zones)
 	for i := range all {
 		in := all[(trial+i)%len(all)]
-		if _, everywhere, _ := d.obs.state(in.ID); everywhere {
+		if _, everywhere, _ := d.obs.state(in.ID); everywhere && ok(in) {
 			return in
 		}
 	}
-	return all[trial%len(all)]
+	return nil
 }
 
 // steady returns an instance of kind in zones as rotate does, but one that is serving (past
@@ -107,19 +123,13 @@ func (d *drill) rotate(kind string, trial int, zones ...string) *instance {
 // window about its fault) may still arrive. It waits up to a minute for one, then falls back
 // to rotate's choice.
 func (d *drill) steady(ctx context.Context, kind string, trial int, zones ...string) *instance {
-	var all []*instance
-	for _, z := range zones {
-		all = append(all, d.pick(kind, z)...)
+	serving := func(in *instance) bool {
+		e, err := d.eligibility(ctx, in.ID)
+		return err == nil && e == apiv1.EligibilityServing
 	}
 	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); {
-		for i := range all {
-			in := all[(trial+i)%len(all)]
-			if _, everywhere, _ := d.obs.state(in.ID); !everywhere {
-				continue
-			}
-			if e, err := d.eligibility(ctx, in.ID); err == nil && e == apiv1.EligibilityServing {
-				return in
-			}
+		if in := d.first(kind, trial, zones, serving); in != nil {
+			return in
 		}
 		if sleep(ctx, 250*time.Millisecond) != nil {
 			break
