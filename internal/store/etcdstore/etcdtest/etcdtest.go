@@ -4,6 +4,7 @@ package etcdtest
 import (
 	"fmt"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -78,4 +79,90 @@ func Config(t testing.TB, name string, client, peer url.URL) *embed.Config {
 func LoopbackURL(t testing.TB) *url.URL {
 	t.Helper()
 	return &url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", freeport.Port(t))}
+}
+
+// Cluster is an etcd cluster of several members in this process.
+type Cluster struct {
+	Members   []*embed.Etcd // nil once killed
+	Endpoints []string      // the members' client URLs, in member order
+}
+
+// StartCluster starts an n-member cluster until the test ends, again on other ports should
+// another process take one between freeport's probe and etcd's bind (freeport.Retry).
+func StartCluster(t testing.TB, n int) *Cluster {
+	t.Helper()
+	var c *Cluster
+	err := freeport.Retry(func() error {
+		var err error
+		c, err = tryStartCluster(t, n)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func tryStartCluster(t testing.TB, n int) (*Cluster, error) {
+	t.Helper()
+	names := make([]string, n)
+	cus, pus := make([]url.URL, n), make([]url.URL, n)
+	var initial []string
+	for i := range n {
+		names[i] = fmt.Sprintf("m%d", i)
+		cus[i], pus[i] = *LoopbackURL(t), *LoopbackURL(t)
+		initial = append(initial, names[i]+"="+pus[i].String())
+	}
+	c := &Cluster{Members: make([]*embed.Etcd, n)}
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		cfg := Config(t, names[i], cus[i], pus[i])
+		cfg.InitialCluster = strings.Join(initial, ",")
+		cfg.InitialClusterToken = "meshflows-test"
+		c.Endpoints = append(c.Endpoints, cus[i].String())
+		wg.Go(func() {
+			e, err := embed.StartEtcd(cfg)
+			c.Members[i], errs[i] = e, err
+		})
+	}
+	wg.Wait()
+	closeAll := func() {
+		for _, m := range c.Members {
+			if m != nil {
+				m.Close()
+			}
+		}
+	}
+	for i, err := range errs {
+		if err != nil {
+			closeAll()
+			return nil, fmt.Errorf("member %d: %w", i, err)
+		}
+	}
+	t.Cleanup(closeAll)
+	for _, m := range c.Members {
+		select {
+		case <-m.Server.ReadyNotify():
+		case <-time.After(60 * time.Second):
+			t.Fatal("cluster not ready")
+		}
+	}
+	return c, nil
+}
+
+// Leader returns the index of the member that leads, or -1.
+func (c *Cluster) Leader() int {
+	for i, m := range c.Members {
+		if m != nil && m.Server.Leader() == m.Server.MemberID() {
+			return i
+		}
+	}
+	return -1
+}
+
+// Kill stops member i.
+func (c *Cluster) Kill(i int) {
+	c.Members[i].Close()
+	c.Members[i] = nil
 }
