@@ -76,3 +76,7 @@ func InvokePath(capabilityID string) string {
 
 // PathGatewayRouteHealth is the gateway's per-route availability over 24 hours.
 const PathGatewayRouteHealth = PathGatewayRoutes + "/health"
+
+// PathGatewayRegions is a regional gateway's view of its regions: the routing control's
+// signal as it holds it, each region's share (the capped way back) and view.
+const PathGatewayRegions = "/v1/gateway/regions"

@@ -65,3 +65,50 @@ type RegionStatus struct {
 	Interval int64                   `json:"change_min_interval_seconds"`
 	Audit    []RegionAudit           `json:"audit,omitempty"`
 }
+
+// GatewayRegions is the answer of GET /v1/gateway/regions: how a regional gateway sends
+// requests among its regions.
+type GatewayRegions struct {
+	Home string `json:"home"`
+	// Priority is the order regions are tried in: home first, then --region-priority.
+	Priority []string   `json:"priority"`
+	Signal   SignalView `json:"signal"`
+	// Regions are in Priority order.
+	Regions []RegionRoute `json:"regions"`
+}
+
+// SignalView is a consumer's copy of the routing control.
+type SignalView struct {
+	// Configured: the consumer follows a routing control (--routing-control); without
+	// one every region counts as on.
+	Configured bool `json:"configured"`
+	// Read: the routing control answered at least once since the consumer started.
+	Read     bool      `json:"read"`
+	Stale    bool      `json:"stale"`
+	Revision int64     `json:"revision,omitempty"`
+	ReadAt   time.Time `json:"read_at,omitzero"`
+	Error    string    `json:"error,omitempty"`
+}
+
+// RegionRoute is one region as a regional consumer sees it.
+type RegionRoute struct {
+	Region string `json:"region"`
+	On     bool   `json:"on"`
+	// Share is the part of what the region would get that it gets now: 1, or a step of
+	// its way back while Ramping.
+	Share   float64 `json:"share"`
+	Ramping bool    `json:"ramping,omitempty"`
+	// Step is the ramp's step (0 for its first), StepSince when it began; Held: the step
+	// is not advanced while the region is an outlier against the others.
+	Step      int       `json:"step,omitempty"`
+	StepSince time.Time `json:"step_since,omitzero"`
+	Held      bool      `json:"held,omitempty"`
+	// Requests and Errors (5xx answers) sent to the region over the outlier window.
+	Requests int  `json:"requests"`
+	Errors   int  `json:"errors"`
+	Outlier  bool `json:"outlier,omitempty"`
+	// ViewSource is fresh or snapshot (the region's registry is not answering), ViewAge
+	// the view's age in seconds.
+	ViewSource string `json:"view_source"`
+	ViewAge    int64  `json:"view_age_seconds"`
+}

@@ -173,9 +173,11 @@ type Instance struct {
 
 // CatalogResponse is the answer of GET /v1/services.
 type CatalogResponse struct {
-	RegistryEpoch string     `json:"registry_epoch"`
-	Revision      int64      `json:"revision"`
-	Instances     []Instance `json:"instances"`
+	RegistryEpoch string `json:"registry_epoch"`
+	// Region is the registry's region (--region), when it has one.
+	Region    string     `json:"region,omitempty"`
+	Revision  int64      `json:"revision"`
+	Instances []Instance `json:"instances"`
 	// NextPageToken, on a paged answer (limit) with more instances, asks for the next page
 	// (page_token); every page of one listing is cut from the same revision.
 	NextPageToken string `json:"next_page_token,omitempty"`
@@ -190,7 +192,9 @@ const MaxLimit = 10_000
 // at a fleet of a million instances never carries the fleet.
 type CatalogSummary struct {
 	RegistryEpoch string `json:"registry_epoch"`
-	Revision      int64  `json:"revision"`
+	// Region is the registry's region (--region), when it has one.
+	Region   string `json:"region,omitempty"`
+	Revision int64  `json:"revision"`
 	// Total counts every instance of the catalog; Matching those the filters keep
 	// (service_name, capability_id, provider). Expired and ExpiringSoon count among Matching
 	// the instances whose lease has ended (an instance the registry holds past its lease:
@@ -247,7 +251,9 @@ type CapabilityEntry struct {
 // DiscoveryResponse is the answer of GET /v1/discovery/capabilities.
 type DiscoveryResponse struct {
 	RegistryEpoch string `json:"registry_epoch"`
-	Revision      int64  `json:"revision"`
+	// Region is the registry's region (--region), when it has one.
+	Region   string `json:"region,omitempty"`
+	Revision int64  `json:"revision"`
 	// Complete is false while a registry whose state started empty is inside its warm-up
 	// window: instances that are alive may be missing, so consumers must not drop endpoints.
 	Complete     bool              `json:"complete"`
@@ -282,8 +288,10 @@ type DiscoveryResponse struct {
 // the answer at N, which a watcher that merges incomplete answers drops from what it kept.
 type DiscoveryDelta struct {
 	RegistryEpoch string `json:"registry_epoch"`
-	Revision      int64  `json:"revision"`
-	Complete      bool   `json:"complete"`
+	// Region is the registry's region (--region), when it has one.
+	Region   string `json:"region,omitempty"`
+	Revision int64  `json:"revision"`
+	Complete bool   `json:"complete"`
 	// Reset: this is the whole answer (Capabilities), not a change.
 	Reset        bool              `json:"reset,omitempty"`
 	Capabilities []CapabilityEntry `json:"capabilities,omitempty"`
@@ -335,11 +343,13 @@ type PublicPath struct {
 // RoutesResponse is the answer of GET /v1/discovery/routes: the inputs from which every
 // gateway derives its own routing table.
 type RoutesResponse struct {
-	RegistryEpoch string          `json:"registry_epoch"`
-	Revision      int64           `json:"revision"`
-	Complete      bool            `json:"complete"`
-	Manifests     []ManifestEntry `json:"manifests"`
-	PublicPaths   []PublicPath    `json:"public_paths"`
+	RegistryEpoch string `json:"registry_epoch"`
+	// Region is the registry's region (--region), when it has one.
+	Region      string          `json:"region,omitempty"`
+	Revision    int64           `json:"revision"`
+	Complete    bool            `json:"complete"`
+	Manifests   []ManifestEntry `json:"manifests"`
+	PublicPaths []PublicPath    `json:"public_paths"`
 	// Removed is DiscoveryResponse.Removed, of the route inputs (the instances with a
 	// manifest or a public path): a routes view holds those alone.
 	Removed []Removal `json:"removed,omitempty"`
@@ -358,8 +368,10 @@ type RoutesResponse struct {
 // highest generation), so a delta restates the route inputs of each, or drops them.
 type RoutesDelta struct {
 	RegistryEpoch string `json:"registry_epoch"`
-	Revision      int64  `json:"revision"`
-	Complete      bool   `json:"complete"`
+	// Region is the registry's region (--region), when it has one.
+	Region   string `json:"region,omitempty"`
+	Revision int64  `json:"revision"`
+	Complete bool   `json:"complete"`
 	// Reset: this is the whole answer, not a change.
 	Reset       bool            `json:"reset,omitempty"`
 	Manifests   []ManifestEntry `json:"manifests"`
@@ -371,8 +383,10 @@ type RoutesDelta struct {
 type HealthResponse struct {
 	// Status is "ok", or "store_unreachable" while the registry cannot reach its store
 	// (StoreError says why): writes then fail with 503 STORE_UNAVAILABLE.
-	Status             string `json:"status"`
-	RegistryEpoch      string `json:"registry_epoch"`
+	Status        string `json:"status"`
+	RegistryEpoch string `json:"registry_epoch"`
+	// Region is the registry's region (--region), when it has one.
+	Region             string `json:"region,omitempty"`
 	Revision           int64  `json:"revision"`
 	ActiveInstances    int    `json:"active_instances"`
 	ActiveCapabilities int    `json:"active_capabilities"`

@@ -47,7 +47,7 @@ Start everything on loopback with 'meshflows dev'.`,
 	}
 	root.SetVersionTemplate(`{{printf "meshflows %s" .Version}}
 `)
-	root.AddCommand(newVersionCmd(), newRegistryCmd(), newDevCmd(), newExampleProviderCmd(), newGatewayCmd(), newOrchestratorCmd(), newDashboardCmd(), newCertsCmd(), newRoutesCmd(), newValidateCmd(), newBenchCmd(), newEligibilityCmd(), newGetCmd(), newDescribeCmd(), newStatusCmd(), newDNSCmd(), newXDSCmd(), newEvacuateCmd(), newOverrideCmd(), newDrillCmd())
+	root.AddCommand(newVersionCmd(), newRegistryCmd(), newDevCmd(), newExampleProviderCmd(), newGatewayCmd(), newOrchestratorCmd(), newDashboardCmd(), newCertsCmd(), newRoutesCmd(), newValidateCmd(), newBenchCmd(), newEligibilityCmd(), newGetCmd(), newDescribeCmd(), newStatusCmd(), newDNSCmd(), newXDSCmd(), newEvacuateCmd(), newOverrideCmd(), newDrillCmd(), newRegionCmd())
 	// Usage errors — an unknown flag, a bad flag value, missing or extra arguments — exit 2.
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{code: 2, err: err} })
 	var usage func(*cobra.Command)

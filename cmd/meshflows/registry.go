@@ -41,6 +41,7 @@ type registryFlags struct {
 	allowEndpointCIDR []string
 	debug             string
 	memoryLimit       memoryLimit
+	region            string
 	leaseTTL          time.Duration
 	heartbeatInterval time.Duration
 	sweepInterval     time.Duration
@@ -105,6 +106,7 @@ func (f *registryFlags) bind(fs *pflag.FlagSet) {
 	fs.StringVar(&f.debug, "debug-listen", "", "serve Go profiling (/debug/pprof/) on this address, e.g. 127.0.0.1:6060 (off by default)")
 	f.memoryLimit = memoryLimit{auto: true}
 	fs.Var(&f.memoryLimit, "memory-limit", "soft limit of the Go heap, e.g. 2800MiB: the collector works harder as the heap nears it, so a large fleet stays under the limit at some CPU; auto: 90% of the container's memory limit when there is one (GOMEMLIMIT, when set, wins); none: none set here (GOMEMLIMIT still applies)")
+	fs.StringVar(&f.region, "region", "", "the region this registry serves (a DNS label): every instance registered here belongs to it, and every answer names it; consumers of other regions reach it as a --peer-registry")
 	fs.DurationVar(&f.leaseTTL, "lease-ttl", registry.DefaultLeaseTTL, "lease TTL: an instance without a heartbeat for this long is evicted; also the warm-up window after an empty start")
 	fs.DurationVar(&f.heartbeatInterval, "heartbeat-interval", registry.DefaultHeartbeatInterval, "heartbeat interval told to providers (must be shorter than --lease-ttl)")
 	fs.DurationVar(&f.sweepInterval, "sweep-interval", registry.DefaultSweepInterval, "how often expired leases are evicted; weights in slow start move once per interval, each service's at its own fiftieth of it (the same on every replica over etcd)")
@@ -320,6 +322,7 @@ func startRegistry(ctx context.Context, g *errgroup.Group, f *registryFlags, ln 
 		ReconnectRate:     f.reconnectRate,
 		ReconnectBurst:    f.reconnectBurst,
 		Eligibility:       eligibility,
+		Region:            f.region,
 		LeaseTTL:          f.leaseTTL,
 		HeartbeatInterval: f.heartbeatInterval,
 		SweepInterval:     f.sweepInterval,

@@ -237,6 +237,10 @@ func InstanceValue(b []byte, in apiv1.Instance) ([]byte, error) { return Instanc
 func CatalogHead(b []byte, c *apiv1.CatalogResponse) []byte {
 	b = append(b, `{"registry_epoch":`...)
 	b = String(b, c.RegistryEpoch)
+	if c.Region != "" {
+		b = append(b, `,"region":`...)
+		b = String(b, c.Region)
+	}
 	b = append(b, `,"revision":`...)
 	b = strconv.AppendInt(b, c.Revision, 10)
 	return append(b, `,"instances":`...)

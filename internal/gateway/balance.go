@@ -43,6 +43,9 @@ type serving struct {
 	// maxStale is the route's bound on serving from a last-known-good view: the strictest of
 	// its manifest's max_stale and the policy's for its prefixes (0: none of its own)
 	maxStale time.Duration
+	// panic: the route's pool is under the panic threshold (or the registry says a group of
+	// it is in panic), so its upstreams are all of its members (PoolState)
+	panic bool
 
 	mu      sync.Mutex // smooth weighted round robin
 	current []int
@@ -92,6 +95,7 @@ func (g *Gateway) servingFor(e *routing.Entry, verdicts map[string]verdict, gens
 		}
 	}
 	newPool, poolPanic := pool.New(), pool.Panic(g.cfg.PanicThreshold)
+	sv.panic = poolPanic
 	for _, u := range e.Upstreams {
 		pu, err := url.Parse(u.Endpoint)
 		if err != nil || pu.Host == "" {
@@ -106,6 +110,7 @@ func (g *Gateway) servingFor(e *routing.Entry, verdicts map[string]verdict, gens
 				weight = max(v.weight, 1)
 			case apiv1.InRotation(v.eligibility), v.panic && v.eligibility != apiv1.EligibilityDraining:
 				// in rotation under panic, or out of rotation in a group the registry says is in panic
+				sv.panic = sv.panic || v.panic
 			case v.eligibility == apiv1.EligibilityEvacuated:
 				continue // its zone is evacuated: not even in panic
 			case v.eligibility == apiv1.EligibilityUnknown && !newPool:

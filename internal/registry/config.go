@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"time"
 )
 
@@ -44,9 +45,15 @@ func (c *Config) setDefaults() {
 	}
 }
 
+// regionName is what a region may be called: a DNS label.
+var regionName = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$`)
+
 // Validate reports a configuration that cannot work.
 func (c *Config) Validate() error {
 	var errs []error
+	if c.Region != "" && !regionName.MatchString(c.Region) {
+		errs = append(errs, fmt.Errorf("region %q: want a DNS label (lower-case letters, digits, '-')", c.Region))
+	}
 	if c.LeaseTTL < time.Second {
 		errs = append(errs, fmt.Errorf("lease ttl %s is under 1s", c.LeaseTTL))
 	}

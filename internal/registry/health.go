@@ -10,7 +10,7 @@ import (
 // Health returns the answer of /v1/discovery/health.
 func (r *Registry) Health(startedAt time.Time) apiv1.HealthResponse {
 	n, c := r.store.Counts()
-	out := apiv1.HealthResponse{Status: "ok", RegistryEpoch: r.store.Epoch().ID, Revision: r.revision(),
+	out := apiv1.HealthResponse{Status: "ok", RegistryEpoch: r.store.Epoch().ID, Region: r.cfg.Region, Revision: r.revision(),
 		ActiveInstances: n, ActiveCapabilities: c, Store: r.store.Name(),
 		UptimeSeconds: int64(r.cfg.Now().Sub(startedAt) / time.Second), LeaseTTLSeconds: int64(r.cfg.LeaseTTL / time.Second),
 		SelfPreservation: r.cfg.Eligibility != nil && r.cfg.Eligibility.SelfPreservation(), ZoneOutliers: []apiv1.ZoneOutlier{}}

@@ -43,6 +43,9 @@ const (
 
 // Config configures a Registry. The zero value gets the defaults.
 type Config struct {
+	// Region names the region the registry serves (--region): every instance registered
+	// with it belongs to it, and every answer says so. Empty: no region.
+	Region string
 	// LeaseTTL is how long a lease lives without a heartbeat (default 90 s); it is also the
 	// warm-up window after an empty start.
 	LeaseTTL time.Duration
@@ -248,6 +251,8 @@ type State struct {
 	Revision int64
 	// Complete is false inside the warm-up window after an empty start.
 	Complete bool
+	// Region is the registry's region (Config.Region).
+	Region string
 }
 
 // State returns the current epoch, revision and completeness.
@@ -258,7 +263,7 @@ func (r *Registry) State() State {
 func (r *Registry) stateAt(rev int64) State {
 	ep := r.store.Epoch()
 	complete := !ep.WarmUp || !r.cfg.Now().Before(ep.Start.Add(r.cfg.LeaseTTL))
-	return State{Epoch: ep.ID, Revision: rev, Complete: complete}
+	return State{Epoch: ep.ID, Revision: rev, Complete: complete, Region: r.cfg.Region}
 }
 
 // RegisterRefused counts a registration refused before it reached Register (the server's
@@ -792,7 +797,7 @@ func (r *Registry) Catalog() apiv1.CatalogResponse {
 // large fleet can be written as it is made, never held whole.
 func (r *Registry) CatalogStream() (apiv1.CatalogResponse, int, iter.Seq[apiv1.Instance]) {
 	st, recs := r.CatalogRecords()
-	head := apiv1.CatalogResponse{RegistryEpoch: st.Epoch, Revision: st.Revision}
+	head := apiv1.CatalogResponse{RegistryEpoch: st.Epoch, Region: st.Region, Revision: st.Revision}
 	return head, len(recs), func(yield func(apiv1.Instance) bool) {
 		for _, rec := range recs {
 			if !yield(r.Wire(rec)) {
@@ -820,7 +825,7 @@ func sortedRecords(recs []*Record) []*Record {
 // in instance order. It walks only the records that publish either (Store.RoutedRecords).
 func (r *Registry) Routes() apiv1.RoutesResponse {
 	st := r.State()
-	out := apiv1.RoutesResponse{RegistryEpoch: st.Epoch, Revision: st.Revision, Complete: st.Complete,
+	out := apiv1.RoutesResponse{RegistryEpoch: st.Epoch, Region: st.Region, Revision: st.Revision, Complete: st.Complete,
 		Manifests: []apiv1.ManifestEntry{}, PublicPaths: []apiv1.PublicPath{}, Removed: r.drain.routedRemoved(st.Epoch, st.Complete)}
 	refused := r.routesOf(sortedRecords(r.store.RoutedRecords()), &out)
 	if !st.Complete {
@@ -833,7 +838,7 @@ func (r *Registry) Routes() apiv1.RoutesResponse {
 // state it was read at: what a routes delta watch sends of the instances that changed.
 func (r *Registry) RoutesOf(ids []string) apiv1.RoutesResponse {
 	st := r.State()
-	out := apiv1.RoutesResponse{RegistryEpoch: st.Epoch, Revision: st.Revision, Complete: st.Complete,
+	out := apiv1.RoutesResponse{RegistryEpoch: st.Epoch, Region: st.Region, Revision: st.Revision, Complete: st.Complete,
 		Manifests: []apiv1.ManifestEntry{}, PublicPaths: []apiv1.PublicPath{}}
 	recs := make([]*Record, 0, len(ids))
 	for _, id := range ids {

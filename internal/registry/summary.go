@@ -50,7 +50,7 @@ func (r *Registry) Summary(q SummaryQuery) apiv1.CatalogSummary {
 	now := r.cfg.Now().UnixNano()
 	within := q.ExpiringWithin.Nanoseconds()
 	recs := r.store.Records()
-	out := apiv1.CatalogSummary{RegistryEpoch: st.Epoch, Revision: st.Revision, Total: len(recs)}
+	out := apiv1.CatalogSummary{RegistryEpoch: st.Epoch, Region: st.Region, Revision: st.Revision, Total: len(recs)}
 	providers, capIDs := map[string]struct{}{}, map[string]struct{}{}
 	// The replicas of a service mostly share one capability list (intern.go): its values
 	// are taken once. A fleet whose lists are not shared (metadata of each instance's own)

@@ -210,11 +210,11 @@ func (s *Server) routesDeltaAnswer(w http.ResponseWriter, index int64, epoch str
 	return s.answerDelta(w, routesKey, registry.RoutesTopic, index, epoch, func() ([]byte, error) {
 		s.metrics.encodes.WithLabelValues("routes").Inc()
 		r := s.reg.Routes()
-		return marshalLine(apiv1.RoutesDelta{RegistryEpoch: r.RegistryEpoch, Revision: r.Revision, Complete: r.Complete, Reset: true,
+		return marshalLine(apiv1.RoutesDelta{RegistryEpoch: r.RegistryEpoch, Region: r.Region, Revision: r.Revision, Complete: r.Complete, Reset: true,
 			Manifests: r.Manifests, PublicPaths: r.PublicPaths, Removed: r.Removed})
 	}, func(st registry.State, ids []string) ([]byte, error) {
 		r := s.reg.RoutesOf(ids)
-		return marshalLine(apiv1.RoutesDelta{RegistryEpoch: st.Epoch, Revision: st.Revision, Complete: st.Complete,
+		return marshalLine(apiv1.RoutesDelta{RegistryEpoch: st.Epoch, Region: st.Region, Revision: st.Revision, Complete: st.Complete,
 			Manifests: r.Manifests, PublicPaths: r.PublicPaths, Removed: s.removals(ids)})
 	})
 }

@@ -55,7 +55,12 @@ func appendState(b []byte, st registry.State) []byte {
 	b = append(b, `,"revision":`...)
 	b = strconv.AppendInt(b, st.Revision, 10)
 	b = append(b, `,"complete":`...)
-	return strconv.AppendBool(b, st.Complete)
+	b = strconv.AppendBool(b, st.Complete)
+	if st.Region != "" {
+		b = append(b, `,"region":`...)
+		b = apijson.String(b, st.Region)
+	}
+	return b
 }
 
 // appendRemovals appends rs as a JSON array of {"instance_id", "generation"}.

@@ -145,7 +145,7 @@ func (s *Server) catalog(w http.ResponseWriter, r *http.Request) (any, error) {
 		for i, rec := range recs {
 			page[i] = s.reg.Wire(rec)
 		}
-		return catalogJSON(&apiv1.CatalogResponse{RegistryEpoch: l.state.Epoch, Revision: l.state.Revision, Instances: page, NextPageToken: next})
+		return catalogJSON(&apiv1.CatalogResponse{RegistryEpoch: l.state.Epoch, Region: l.state.Region, Revision: l.state.Revision, Instances: page, NextPageToken: next})
 	})
 }
 
@@ -357,7 +357,7 @@ func (s *Server) capabilities(w http.ResponseWriter, r *http.Request) (any, erro
 			for i, e := range entries {
 				page[i] = e.Wire()
 			}
-			return apiv1.DiscoveryResponse{RegistryEpoch: l.state.Epoch, Revision: l.state.Revision, Complete: l.state.Complete,
+			return apiv1.DiscoveryResponse{RegistryEpoch: l.state.Epoch, Region: l.state.Region, Revision: l.state.Revision, Complete: l.state.Complete,
 				Capabilities: page, Removed: l.removed, NextPageToken: next}, nil
 		})
 	}
@@ -406,7 +406,7 @@ func (s *Server) discoveryRoutes(w http.ResponseWriter, r *http.Request) (any, e
 	return s.cache.load(routesKey, s.reg.State(), func() (*encoded, error) {
 		s.metrics.encodes.WithLabelValues("routes").Inc()
 		resp := s.reg.Routes()
-		e, err := newEncoded(registry.State{Epoch: resp.RegistryEpoch, Revision: resp.Revision, Complete: resp.Complete}, resp)
+		e, err := newEncoded(registry.State{Epoch: resp.RegistryEpoch, Revision: resp.Revision, Complete: resp.Complete, Region: resp.Region}, resp)
 		if err != nil {
 			return nil, fmt.Errorf("encode routes answer: %w", err)
 		}

@@ -177,6 +177,7 @@ func (s *Server) page(query string, pg paging, build func() *listing, answer fun
 	st, offset := s.reg.State(), 0
 	if pg.token != nil {
 		st, offset = pg.token.state(), pg.token.Offset
+		st.Region = s.reg.State().Region
 	}
 	l := s.pages.load(query, st, st == s.reg.State(), build)
 	if l == nil {

@@ -1,0 +1,282 @@
+package main
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/user"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/client"
+	"github.com/meshflows/meshflows/internal/routingcontrol"
+)
+
+// routingControlFlags select the routing-control cluster and the credentials to reach it:
+// the same flags on `meshflows region` and on every consumer that follows the signal.
+type routingControlFlags struct {
+	endpoints        []string
+	ca, cert, key    string
+	prefix           string
+	insecure         bool
+	dialTimeout      time.Duration
+	check, staleness time.Duration
+}
+
+func (f *routingControlFlags) bind(fs *pflag.FlagSet, consumer bool) {
+	fs.StringSliceVar(&f.endpoints, "routing-control", nil, "client URLs of the routing-control etcd cluster (comma-separated; one member per region), which holds each region's on/off switch")
+	fs.StringVar(&f.ca, "routing-control-ca", "", "CA file that signed the routing-control cluster's certificates")
+	fs.StringVar(&f.cert, "routing-control-cert", "", "client certificate for the routing-control cluster (its CN is who is recorded for a change)")
+	fs.StringVar(&f.key, "routing-control-key", "", "key of --routing-control-cert")
+	fs.StringVar(&f.prefix, "routing-control-prefix", routingcontrol.DefaultPrefix, "key prefix of the routing control in its cluster")
+	fs.BoolVar(&f.insecure, "routing-control-insecure", false, "reach the routing-control cluster without a client certificate (tests and demos only: anyone who reaches the cluster can switch regions off)")
+	fs.DurationVar(&f.dialTimeout, "routing-control-dial-timeout", 5*time.Second, "how long to wait for the routing-control cluster to answer a connection")
+	if consumer {
+		fs.DurationVar(&f.check, "routing-control-check", time.Second, "how often to read the routing control besides watching it (a read needs the cluster's quorum)")
+		fs.DurationVar(&f.staleness, "routing-control-stale-after", 3*time.Second, "when no read has succeeded for this long, the signal is said stale (its last value is kept)")
+	}
+}
+
+func (f *routingControlFlags) set() bool { return len(f.endpoints) > 0 }
+
+// dial connects to the cluster and says who the credentials are: the client certificate's
+// CN, or "insecure:USER" with --routing-control-insecure.
+func (f *routingControlFlags) dial(logger *slog.Logger) (*clientv3.Client, string, error) {
+	if !f.set() {
+		return nil, "", errors.New("--routing-control is required: the client URLs of the routing-control etcd cluster")
+	}
+	cfg := clientv3.Config{Endpoints: f.endpoints, DialTimeout: f.dialTimeout, Logger: zap.NewNop()}
+	var who string
+	switch {
+	case f.cert != "" || f.key != "" || f.ca != "":
+		if f.cert == "" || f.key == "" || f.ca == "" {
+			return nil, "", errors.New("--routing-control-ca, --routing-control-cert and --routing-control-key go together")
+		}
+		tlsCfg, err := client.TLSConfig(f.ca, f.cert, f.key)
+		if err != nil {
+			return nil, "", fmt.Errorf("routing control TLS: %w", err)
+		}
+		cfg.TLS = tlsCfg
+		if who, err = certCN(f.cert); err != nil {
+			return nil, "", err
+		}
+	case f.insecure:
+		who = "insecure:" + osUser()
+		if logger != nil {
+			logger.Warn("INSECURE: the routing control is reached without a client certificate; anyone who reaches its cluster can switch regions off (--routing-control-insecure is for tests and demos)")
+		}
+	default:
+		return nil, "", errors.New("the routing control needs a client certificate (--routing-control-ca, --routing-control-cert, --routing-control-key); --routing-control-insecure goes without one, for tests and demos only")
+	}
+	for _, e := range f.endpoints {
+		if strings.HasPrefix(e, "http://") && cfg.TLS != nil {
+			return nil, "", fmt.Errorf("--routing-control %s: an http:// URL with a client certificate; use https://", e)
+		}
+	}
+	cli, err := clientv3.New(cfg)
+	if err != nil {
+		return nil, "", fmt.Errorf("routing control at %v: %w", f.endpoints, err)
+	}
+	return cli, who, nil
+}
+
+// watcher returns a Watcher of the cluster for a consumer.
+func (f *routingControlFlags) watcher(logger *slog.Logger, reg prometheus.Registerer) (*routingcontrol.Watcher, func(), error) {
+	cli, _, err := f.dial(logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	w, err := routingcontrol.NewWatcher(routingcontrol.WatcherConfig{Client: cli, Prefix: f.prefix, Check: f.check,
+		StaleAfter: f.staleness, Logger: logger, Registerer: reg})
+	if err != nil {
+		cli.Close()
+		return nil, nil, err
+	}
+	return w, func() { cli.Close() }, nil
+}
+
+func certCN(file string) (string, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("routing control certificate: %w", err)
+	}
+	blk, _ := pem.Decode(b)
+	if blk == nil {
+		return "", fmt.Errorf("routing control certificate %s: no PEM block", file)
+	}
+	c, err := x509.ParseCertificate(blk.Bytes)
+	if err != nil {
+		return "", fmt.Errorf("routing control certificate %s: %w", file, err)
+	}
+	if c.Subject.CommonName == "" {
+		return "", fmt.Errorf("routing control certificate %s has no CN: the CN is who a change is recorded as", file)
+	}
+	return c.Subject.CommonName, nil
+}
+
+func osUser() string {
+	if u, err := user.Current(); err == nil && u.Username != "" {
+		return u.Username
+	}
+	return "unknown"
+}
+
+// newRegionCmd is 'meshflows region': the routing control's switches.
+func newRegionCmd() *cobra.Command {
+	var (
+		rc      routingControlFlags
+		out     outputFlag
+		reason  string
+		force   bool
+		audit   int
+		minOn   int
+		spacing time.Duration
+	)
+	withControl := func(cmd *cobra.Command, do func(ctx context.Context, c *routingcontrol.Control, who string) error) error {
+		cli, who, err := rc.dial(nil)
+		if err != nil {
+			return &exitError{code: 2, err: err}
+		}
+		defer cli.Close()
+		c, err := routingcontrol.New(routingcontrol.Config{Client: cli, Prefix: rc.prefix})
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithTimeout(cmd.Context(), 15*time.Second)
+		defer cancel()
+		return do(ctx, c, who)
+	}
+	set := func(on bool) func(cmd *cobra.Command, args []string) error {
+		return func(cmd *cobra.Command, args []string) error {
+			if err := out.check("table", "json", "yaml"); err != nil {
+				return err
+			}
+			return withControl(cmd, func(ctx context.Context, c *routingcontrol.Control, who string) error {
+				sw, err := c.Set(ctx, routingcontrol.Change{Region: args[0], On: on, Reason: reason, By: who, Force: force})
+				if err != nil {
+					return describeRefusal(err)
+				}
+				if out.value == "json" || out.value == "yaml" {
+					return out.write(cmd.OutOrStdout(), map[string]any{"region": args[0], "switch": sw})
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "region %s is %s (by %s at %s: %s)\n", args[0], sw.State, sw.By, sw.At.Format(time.RFC3339), sw.Reason)
+				return nil
+			})
+		}
+	}
+	cmd := &cobra.Command{
+		Use:   "region",
+		Short: "Switch a region out of traffic and back (the routing control)",
+		Long: `Each region routes on its own, from its own registry. What takes a whole region out of traffic
+is a switch per region held in the routing-control cluster: a small etcd cluster with a member
+in each of at least three regions, never any region's registry. Every consumer (gateways,
+orchestrators, DNS and xDS servers) watches it directly and keeps the last value it read when
+the cluster is unreachable or without quorum: unreachable never means off.
+
+'region off' is refused (REGION_UNSAFE, naming what would remain) when it would leave fewer
+regions on than min_regions_on (default 1); --force goes below that, never to no region at
+all. A region changes at most once per change_min_interval (default 30 s; RATE_LIMITED).
+Every action, refused ones too, is audited in the cluster with who (the CN of your
+--routing-control-cert), why (--reason) and when. A region switched back on gets its traffic
+back in steps at each consumer (1, 5, 25, 50 %, then all), not at once.`,
+		Example: `  meshflows region status --routing-control https://rc1:2379,https://rc2:2379,https://rc3:2379 \
+    --routing-control-ca ca.pem --routing-control-cert op.pem --routing-control-key op-key.pem
+  meshflows region off eu-west --reason "eu-west loses 30% of requests (INC-412)" ...
+  meshflows region on eu-west --reason "INC-412 mitigated" ...`,
+		Args: cobra.NoArgs,
+	}
+	rc.bind(cmd.PersistentFlags(), false)
+	off := &cobra.Command{
+		Use:   "off REGION",
+		Short: "Take a region out of traffic (every consumer in every region stops sending to it)",
+		Args:  cobra.ExactArgs(1),
+		RunE:  set(false),
+	}
+	off.Flags().BoolVar(&force, "force", false, "switch off below min_regions_on (never the last region on)")
+	on := &cobra.Command{
+		Use:   "on REGION",
+		Short: "Put a region back in traffic (declares it on first use); its share ramps back at each consumer",
+		Args:  cobra.ExactArgs(1),
+		RunE:  set(true),
+	}
+	for _, c := range []*cobra.Command{off, on} {
+		c.Flags().StringVar(&reason, "reason", "", "why (required; kept with the change and in the audit)")
+		out.bind(c, "table")
+	}
+	status := &cobra.Command{
+		Use:   "status",
+		Short: "Show each region's switch, with who changed it, why and when, and the recent actions",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.check("table", "json", "yaml"); err != nil {
+				return err
+			}
+			return withControl(cmd, func(ctx context.Context, c *routingcontrol.Control, _ string) error {
+				st, err := c.Status(ctx, audit)
+				if err != nil {
+					return err
+				}
+				if out.value == "json" || out.value == "yaml" {
+					return out.write(cmd.OutOrStdout(), st)
+				}
+				return printRegionStatus(cmd, st)
+			})
+		},
+	}
+	status.Flags().IntVar(&audit, "audit", 10, "how many of the recent actions to show (0: none)")
+	out.bind(status, "table")
+	configure := &cobra.Command{
+		Use:   "configure",
+		Short: "Set the safety rules: min_regions_on and change_min_interval (audited)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withControl(cmd, func(ctx context.Context, c *routingcontrol.Control, who string) error {
+				if err := c.Configure(ctx, routingcontrol.Settings{MinRegionsOn: minOn, ChangeMinInterval: spacing, Reason: reason, By: who}); err != nil {
+					return describeRefusal(err)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "min_regions_on %d, change_min_interval %s\n", minOn, spacing)
+				return nil
+			})
+		},
+	}
+	configure.Flags().IntVar(&minOn, "min-regions-on", routingcontrol.DefaultMinRegionsOn, "'region off' is refused when it would leave fewer regions on (without --force)")
+	configure.Flags().DurationVar(&spacing, "change-min-interval", routingcontrol.DefaultChangeMinInterval, "at most one change per region per this interval (whole seconds)")
+	configure.Flags().StringVar(&reason, "reason", "", "why (required)")
+	cmd.AddCommand(off, on, status, configure)
+	return cmd
+}
+
+func printRegionStatus(cmd *cobra.Command, st apiv1.RegionStatus) error {
+	w := cmd.OutOrStdout()
+	t := &table{header: []string{"REGION", "STATE", "SINCE", "BY", "REASON"}}
+	for _, name := range append(append([]string{}, st.On...), st.Off...) {
+		r := st.Regions[name]
+		t.rows = append(t.rows, []string{name, r.State, r.At.Format(time.RFC3339), r.By, r.Reason})
+	}
+	if len(t.rows) == 0 {
+		fmt.Fprintln(w, "no region declared yet: every region counts as on ('meshflows region on REGION --reason ...' declares one)")
+	} else if err := t.write(w); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "\nmin_regions_on %d, change_min_interval %ds, revision %d\n", st.MinOn, st.Interval, st.Revision)
+	if len(st.Audit) > 0 {
+		fmt.Fprintln(w, "\nRecent actions:")
+		a := &table{header: []string{"AT", "BY", "ACTION", "REGION", "OUTCOME", "REASON", "WHY REFUSED"}}
+		for _, r := range st.Audit {
+			a.rows = append(a.rows, []string{r.At.Format(time.RFC3339), r.By, r.Action, r.Region, r.Outcome, r.Reason, r.Code})
+		}
+		return a.write(w)
+	}
+	return nil
+}
