@@ -37,6 +37,9 @@ type RegionSwitch struct {
 	Reason string    `json:"reason"`
 	By     string    `json:"by"`
 	At     time.Time `json:"at"`
+	// ReturnedAt is when the region last went from off to on (not when it was declared):
+	// a consumer that starts within the way back after it starts the way back again.
+	ReturnedAt time.Time `json:"returned_at,omitzero"`
 }
 
 // RegionAudit is one routing-control action, done or refused, as kept in the cluster.

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"path/filepath"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -43,6 +44,7 @@ type gatewayFlags struct {
 	upstreamTO    time.Duration
 	// allowEndpointCIDR is --allow-endpoint-cidr.
 	allowEndpointCIDR []string
+	regions           regionFlags
 	// wrapTransport, when set, wraps the upstream transport (tests break one gateway's path
 	// to an instance with it); no flag sets it.
 	wrapTransport func(http.RoundTripper) http.RoundTripper
@@ -103,6 +105,7 @@ endpoints are intended. The gateway calls the registry with --registry-ca, --reg
 	bindLogFlags(fl, &f.log, "json")
 	bindOTLP(fl, &f.otlp)
 	f.creds.bindRegistry(fl)
+	f.regions.bind(fl)
 	f.security.bind(fl, "the registry's RBAC file (YAML): who may use the admin endpoints, and the path policy when --policy is not given (roles' path_prefixes); reloaded when it changes")
 	return cmd
 }
@@ -174,16 +177,10 @@ func startGateway(ctx context.Context, g *errgroup.Group, f *gatewayFlags, ln ne
 	if err := sa.register(promReg); err != nil {
 		return err
 	}
-	disc, err := discovery.New(discovery.Config{Registries: f.registries, Consumer: "gateway", Client: httpClient, BearerToken: f.creds.token,
-		TTL: f.cacheTTL, StaleAllowance: f.maxStale, Logger: logger, Registerer: promReg})
-	if err != nil {
-		return err
+	if err := f.regions.validate(); err != nil {
+		return &exitError{code: 2, err: err}
 	}
 	id := "gateway@" + ln.Addr().String()
-	reporter, err := report.New(report.Config{Reporter: id, Send: disc.Report, Logger: logger})
-	if err != nil {
-		return err
-	}
 	endpoints, err := endpointPolicy(f.allowEndpointCIDR)
 	if err != nil {
 		return err
@@ -196,23 +193,54 @@ func startGateway(ctx context.Context, g *errgroup.Group, f *gatewayFlags, ln ne
 	if f.wrapTransport != nil {
 		transport = f.wrapTransport(gateway.NewTransportFor(endpoints, f.upstreamTO))
 	}
-	gw, err := gateway.New(gateway.Config{MaxStale: maxStale, Transport: transport, Endpoints: endpoints, ID: id, Reporter: reporter, Discovery: disc, Static: static, Policy: policy,
-		OutcomeWindow: outcomeWindow(f.outcomeWindow), StateDir: f.stateDir, Admin: admin, BodyTimeout: f.bodyTimeout, MaxBufferedBody: f.maxBuffered, MaxBodyBytes: f.maxBody, UpstreamTimeout: f.upstreamTO, Logger: logger, Registerer: promReg, Tracing: tr,
-		RoutesVerifyEvery: never(f.verifyEvery)})
+	// one gateway per region (only home's without --region), each on its own registry's view
+	build := func(region string, registries []string) (*gateway.Gateway, error) {
+		reg, stateDir, rlog := prometheus.Registerer(promReg), f.stateDir, logger
+		if f.regions.home != "" {
+			reg = prometheus.WrapRegistererWith(prometheus.Labels{"region": region}, promReg)
+			rlog = logger.With(slog.String("region", region))
+			if stateDir != "" {
+				stateDir = filepath.Join(stateDir, region)
+			}
+		}
+		disc, err := discovery.New(discovery.Config{Registries: registries, Consumer: "gateway", Client: httpClient, BearerToken: f.creds.token,
+			TTL: f.cacheTTL, StaleAllowance: f.maxStale, Logger: rlog, Registerer: reg})
+		if err != nil {
+			return nil, err
+		}
+		reporter, err := report.New(report.Config{Reporter: id, Send: disc.Report, Logger: rlog})
+		if err != nil {
+			return nil, err
+		}
+		gw, err := gateway.New(gateway.Config{MaxStale: maxStale, Transport: transport, Endpoints: endpoints, ID: id, Reporter: reporter, Discovery: disc, Static: static, Policy: policy,
+			OutcomeWindow: outcomeWindow(f.outcomeWindow), StateDir: stateDir, Admin: admin, BodyTimeout: f.bodyTimeout, MaxBufferedBody: f.maxBuffered, MaxBodyBytes: f.maxBody, UpstreamTimeout: f.upstreamTO, Logger: rlog, Registerer: reg, Tracing: tr,
+			RoutesVerifyEvery: never(f.verifyEvery)})
+		if err != nil {
+			return nil, err
+		}
+		g.Go(func() error { return reporter.Run(ctx) })
+		g.Go(func() error { return gw.Run(ctx) })
+		return gw, nil
+	}
+	gw, err := build(f.regions.home, f.registries)
 	if err != nil {
 		return err
 	}
-	g.Go(func() error { return reporter.Run(ctx) })
+	var handler http.Handler = gw
+	if f.regions.home != "" {
+		if handler, err = f.regions.router(ctx, g, gw, build, promReg, logger); err != nil {
+			return err
+		}
+	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promHandler(promReg))
-	mux.Handle("/", gw)
+	mux.Handle("/", handler)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 		ErrorLog: slog.NewLogLogger(logger.Handler(), slog.LevelWarn)}
-	logger.Info("gateway listening", slog.String("addr", ln.Addr().String()), slog.Any("registries", f.registries))
+	logger.Info("gateway listening", slog.String("addr", ln.Addr().String()), slog.Any("registries", f.registries), slog.String("region", f.regions.home))
 	if err := serveDebug(ctx, g, f.debug); err != nil {
 		return err
 	}
-	g.Go(func() error { return gw.Run(ctx) })
 	g.Go(func() error { return serveUntil(ctx, srv, ln) })
 	return nil
 }

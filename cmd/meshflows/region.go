@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/user"
 	"strings"
@@ -17,9 +18,12 @@ import (
 	"github.com/spf13/pflag"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/client"
+	"github.com/meshflows/meshflows/internal/gateway"
+	"github.com/meshflows/meshflows/internal/region"
 	"github.com/meshflows/meshflows/internal/routingcontrol"
 )
 
@@ -279,4 +283,117 @@ func printRegionStatus(cmd *cobra.Command, st apiv1.RegionStatus) error {
 		return a.write(w)
 	}
 	return nil
+}
+
+// regionFlags make a consumer regional: its home region, its peers' registries, the order
+// it spills in, the routing control it follows and the way back.
+type regionFlags struct {
+	home     string
+	peers    []string // NAME=URL[,URL…]
+	priority []string
+	dwell    time.Duration
+	steps    []int // percent
+	rc       routingControlFlags
+}
+
+func (f *regionFlags) bind(fs *pflag.FlagSet) {
+	fs.StringVar(&f.home, "region", "", "this consumer's home region: --registry is its registry; requests go to it while it is on and its pool is ready, else to the next region of --region-priority that is")
+	fs.StringArrayVar(&f.peers, "peer-registry", nil, "a peer region and its registry, NAME=URL[,URL…] (repeat per region): watched separately, with a last-known-good view of its own, never merged into another region's")
+	fs.StringSliceVar(&f.priority, "region-priority", nil, "the order peer regions are tried in after home (default: the order of --peer-registry)")
+	fs.DurationVar(&f.dwell, "region-return-dwell", time.Minute, "how long each step of a region's way back holds at least (its share comes back in --region-return-steps)")
+	fs.IntSliceVar(&f.steps, "region-return-steps", []int{1, 5, 25, 50}, "the shares, in percent, a region switched back on gets in turn before all of its traffic")
+	f.rc.bind(fs, true)
+}
+
+// peerRegistries parses --peer-registry in its order.
+func (f *regionFlags) peerRegistries() ([]string, map[string][]string, error) {
+	var names []string
+	out := map[string][]string{}
+	for _, p := range f.peers {
+		name, urls, ok := strings.Cut(p, "=")
+		if !ok || urls == "" {
+			return nil, nil, fmt.Errorf("--peer-registry %q: want NAME=URL[,URL…]", p)
+		}
+		if err := routingcontrol.ValidRegion(name); err != nil {
+			return nil, nil, fmt.Errorf("--peer-registry: %w", err)
+		}
+		if name == f.home {
+			return nil, nil, fmt.Errorf("--peer-registry %s: that is the home region (--region); its registry is --registry", name)
+		}
+		if _, dup := out[name]; dup {
+			return nil, nil, fmt.Errorf("--peer-registry %s given twice: give one flag per region, its URLs comma-separated", name)
+		}
+		names = append(names, name)
+		out[name] = strings.Split(urls, ",")
+	}
+	return names, out, nil
+}
+
+func (f *regionFlags) validate() error {
+	if f.home == "" {
+		if len(f.peers) > 0 || f.rc.set() || len(f.priority) > 0 {
+			return errors.New("--peer-registry, --region-priority and --routing-control need --region (this consumer's home region)")
+		}
+		return nil
+	}
+	if err := routingcontrol.ValidRegion(f.home); err != nil {
+		return fmt.Errorf("--region: %w", err)
+	}
+	if _, _, err := f.peerRegistries(); err != nil {
+		return err
+	}
+	for _, s := range f.steps {
+		if s <= 0 || s >= 100 {
+			return fmt.Errorf("--region-return-steps %d: want percentages between 1 and 99", s)
+		}
+	}
+	return nil
+}
+
+// router builds the regional router over home's gateway and one built per peer, with the
+// routing control's watcher when one is given; both run in g.
+func (f *regionFlags) router(ctx context.Context, g *errgroup.Group, home *gateway.Gateway,
+	build func(region string, registries []string) (*gateway.Gateway, error), reg prometheus.Registerer, logger *slog.Logger) (http.Handler, error) {
+	names, peers, err := f.peerRegistries()
+	if err != nil {
+		return nil, err
+	}
+	pools := map[string]region.Pool{f.home: home}
+	for _, name := range names {
+		gw, err := build(name, peers[name])
+		if err != nil {
+			return nil, fmt.Errorf("region %s: %w", name, err)
+		}
+		pools[name] = gw
+	}
+	priority := f.priority
+	if len(priority) == 0 {
+		priority = names
+	}
+	steps := make([]float64, len(f.steps))
+	for i, s := range f.steps {
+		steps[i] = float64(s) / 100
+	}
+	cfg := region.Config{Home: f.home, Regions: pools, Priority: priority, Steps: steps, Dwell: f.dwell, Admin: home, Logger: logger, Registerer: reg}
+	if f.rc.set() {
+		w, closeClient, err := f.rc.watcher(logger, reg)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Signal = w
+		g.Go(func() error {
+			defer closeClient()
+			return w.Run(ctx)
+		})
+	} else {
+		logger.Warn("no --routing-control: every region counts as on; a region cannot be switched out of traffic")
+	}
+	r, err := region.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	g.Go(func() error { return r.Run(ctx) })
+	logger.Info("regional", slog.String("home", f.home), slog.Any("priority", append([]string{f.home}, priority...)),
+		slog.Bool("routing_control", f.rc.set()))
+	return r, nil
 }

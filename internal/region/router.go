@@ -255,7 +255,7 @@ func (r *Router) update() {
 			// A consumer that starts while a region is on its way back starts the way back
 			// from its first step.
 			if view != nil && view.Read {
-				if sw, ok := view.Signal.Regions[g.name]; ok && now.Sub(sw.At) < whole {
+				if sw, ok := view.Signal.Regions[g.name]; ok && !sw.ReturnedAt.IsZero() && now.Sub(sw.ReturnedAt) < whole {
 					r.startRamp(g, now)
 				}
 			}

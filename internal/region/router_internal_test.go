@@ -66,7 +66,7 @@ func (s *fakeSignal) on(r string, at time.Time) {
 	for k, x := range s.v.Load().Signal.Regions {
 		v.Signal.Regions[k] = x
 	}
-	v.Signal.Regions[r] = apiv1.RegionSwitch{State: apiv1.RegionOn, At: at}
+	v.Signal.Regions[r] = apiv1.RegionSwitch{State: apiv1.RegionOn, At: at, ReturnedAt: at}
 	s.v.Store(&v)
 }
 
@@ -160,6 +160,13 @@ func TestTheWayBackIsCapped(t *testing.T) {
 	r2, _ := New(Config{Home: "a", Signal: sig, Now: clock.Now, Dwell: time.Minute, Regions: map[string]Pool{"a": a, "b": b}})
 	if got := r2.Status().Regions[0]; !got.Ramping || got.Share != 0.01 {
 		t.Errorf("restarted mid-ramp: %+v", got)
+	}
+	// a region declared a moment ago (never off) is not on a way back
+	sig.set(clock.Now())
+	sig.v.Load().Signal.Regions["a"] = apiv1.RegionSwitch{State: apiv1.RegionOn, At: clock.Now()}
+	r3, _ := New(Config{Home: "a", Signal: sig, Now: clock.Now, Dwell: time.Minute, Regions: map[string]Pool{"a": a, "b": b}})
+	if got := r3.Status().Regions[0]; got.Ramping || got.Share != 1 {
+		t.Errorf("a region just declared: %+v", got)
 	}
 }
 

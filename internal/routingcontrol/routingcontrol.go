@@ -237,7 +237,11 @@ func decide(sig apiv1.RoutingSignal, ch Change, now time.Time) (apiv1.RoutingSig
 	}
 	next := sig
 	next.Regions = maps.Clone(sig.Regions)
-	next.Regions[ch.Region] = apiv1.RegionSwitch{State: want, Reason: ch.Reason, By: ch.By, At: now}
+	sw := apiv1.RegionSwitch{State: want, Reason: ch.Reason, By: ch.By, At: now}
+	if known && want == apiv1.RegionOn {
+		sw.ReturnedAt = now
+	}
+	next.Regions[ch.Region] = sw
 	return next, "done", nil
 }
 
