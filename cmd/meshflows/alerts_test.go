@@ -90,8 +90,10 @@ var alarmActions = map[string]bool{"page-withdrawal": true, "page-capacity": tru
 // TestAReplicaFailingFourPercentIsEjectedAndCounted and TestAZoneFailingAsAWholeIsReported
 // gather them), and the certificates' (dev runs open; TestTheRegistryRotatesItsCertificate…
 // reads them from a registry in mTLS), and kube-sync's, a binary of its own
-// (TestTheAlertsQueryWhatTheSyncerExports in internal/kubesync checks them).
-var outlierOnly = map[string]bool{"meshflows_outlier_instances": true, "meshflows_zone_outlier_error_share": true,
+// (TestTheAlertsQueryWhatTheSyncerExports in internal/kubesync checks them), and the
+// routing control's, which only a regional consumer exports (internal/routingcontrol's
+// TestWatcherKeepsTheLastSignalWithoutQuorum gathers it).
+var outlierOnly = map[string]bool{"meshflows_routing_control_stale": true, "meshflows_outlier_instances": true, "meshflows_zone_outlier_error_share": true,
 	"meshflows_certificate_expiry_timestamp_seconds": true, "meshflows_certificate_reload_failures_total": true,
 	"meshflows_kubesync_last_reconcile_timestamp_seconds": true}
 

@@ -194,25 +194,37 @@ all. A region changes at most once per change_min_interval (default 30 s; RATE_L
 Every action, refused ones too, is audited in the cluster with who (the CN of your
 --routing-control-cert), why (--reason) and when. A region switched back on gets its traffic
 back in steps at each consumer (1, 5, 25, 50 %, then all), not at once.`,
-		Example: `  meshflows region status --routing-control https://rc1:2379,https://rc2:2379,https://rc3:2379 \
-    --routing-control-ca ca.pem --routing-control-cert op.pem --routing-control-key op-key.pem
-  meshflows region off eu-west --reason "eu-west loses 30% of requests (INC-412)" ...
-  meshflows region on eu-west --reason "INC-412 mitigated" ...`,
+		Example: `  export RC="--routing-control https://rc1:2379,https://rc2:2379,https://rc3:2379 --routing-control-ca ca.pem --routing-control-cert op.pem --routing-control-key op-key.pem"
+  meshflows region status $RC
+  meshflows region off eu-west --reason "eu-west loses 30% of requests (INC-412)" $RC
+  meshflows region on eu-west --reason "INC-412 mitigated" $RC`,
 		Args: cobra.NoArgs,
 	}
 	rc.bind(cmd.PersistentFlags(), false)
 	off := &cobra.Command{
 		Use:   "off REGION",
 		Short: "Take a region out of traffic (every consumer in every region stops sending to it)",
-		Args:  cobra.ExactArgs(1),
-		RunE:  set(false),
+		Long: `Switch REGION off in the routing control, with --reason. Every regional gateway stops sending
+to it within a second, and its own gateway sends its traffic to the next region of its
+--region-priority that is on. Refused, changing nothing but the audit: a region never declared
+(UNKNOWN_REGION), a second change within change_min_interval (RATE_LIMITED), and one that would
+leave fewer regions on than min_regions_on (REGION_UNSAFE; --force goes below it, never to no
+region at all).`,
+		Example: `  meshflows region off eu-west --reason "eu-west loses 30% of requests (INC-412)" --routing-control https://rc1:2379 --routing-control-ca ca.pem --routing-control-cert op.pem --routing-control-key op-key.pem`,
+		Args:    cobra.ExactArgs(1),
+		RunE:    set(false),
 	}
 	off.Flags().BoolVar(&force, "force", false, "switch off below min_regions_on (never the last region on)")
 	on := &cobra.Command{
 		Use:   "on REGION",
 		Short: "Put a region back in traffic (declares it on first use); its share ramps back at each consumer",
-		Args:  cobra.ExactArgs(1),
-		RunE:  set(true),
+		Long: `Switch REGION on in the routing control, with --reason. The first 'region on' of a region
+declares it (it was already counted on). A region that was off gets its traffic back at each
+gateway in steps (--region-return-steps, 1 5 25 50 % by default, then all), each held for at
+least --region-return-dwell and for as long as the region fails more than the others.`,
+		Example: `  meshflows region on eu-west --reason "INC-412 mitigated" --routing-control https://rc1:2379 --routing-control-ca ca.pem --routing-control-cert op.pem --routing-control-key op-key.pem`,
+		Args:    cobra.ExactArgs(1),
+		RunE:    set(true),
 	}
 	for _, c := range []*cobra.Command{off, on} {
 		c.Flags().StringVar(&reason, "reason", "", "why (required; kept with the change and in the audit)")
@@ -221,7 +233,11 @@ back in steps at each consumer (1, 5, 25, 50 %, then all), not at once.`,
 	status := &cobra.Command{
 		Use:   "status",
 		Short: "Show each region's switch, with who changed it, why and when, and the recent actions",
-		Args:  cobra.NoArgs,
+		Long: `Read the routing control (a linearizable read: it fails when the cluster has lost quorum)
+and print each region's state with who changed it last, why and when, the safety settings,
+and the last --audit actions, refused ones included.`,
+		Example: `  meshflows region status --routing-control https://rc1:2379 --routing-control-ca ca.pem --routing-control-cert op.pem --routing-control-key op-key.pem -o json`,
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := out.check("table", "json", "yaml"); err != nil {
 				return err
@@ -243,7 +259,11 @@ back in steps at each consumer (1, 5, 25, 50 %, then all), not at once.`,
 	configure := &cobra.Command{
 		Use:   "configure",
 		Short: "Set the safety rules: min_regions_on and change_min_interval (audited)",
-		Args:  cobra.NoArgs,
+		Long: `Set how many regions must stay on (a 'region off' that would leave fewer is refused without
+--force) and how often one region may change. Kept in the routing control with the signal,
+so that every operator's command checks the same rules; audited with --reason.`,
+		Example: `  meshflows region configure --min-regions-on 2 --change-min-interval 30s --reason "two regions carry the load" --routing-control https://rc1:2379 --routing-control-ca ca.pem --routing-control-cert op.pem --routing-control-key op-key.pem`,
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withControl(cmd, func(ctx context.Context, c *routingcontrol.Control, who string) error {
 				if err := c.Configure(ctx, routingcontrol.Settings{MinRegionsOn: minOn, ChangeMinInterval: spacing, Reason: reason, By: who}); err != nil {

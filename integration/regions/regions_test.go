@@ -602,7 +602,7 @@ func TestThreeRegions(t *testing.T) {
 					t.Errorf("gateway %s: region %s taken as off without quorum", r, reg.Region)
 				}
 			}
-			if r != "a" && failed(recs) > 0 {
+			if failed(recs) > 0 {
 				t.Errorf("gateway %s: %d failed", r, failed(recs))
 			}
 		}
