@@ -19,6 +19,8 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/internal/freeport"
 	"github.com/meshflows/meshflows/internal/store/etcdstore/etcdtest"
@@ -65,8 +67,22 @@ func (p *proc) kill() {
 type stack struct {
 	t   *testing.T
 	bin string
-	rc  []string // the routing-control flags
+	rc  []string // the routing control's client URLs
 	dir string
+	pki string // the CA and the certificates (meshflows certs)
+}
+
+// rcFlags are the routing-control flags of identity: its own client certificate.
+func (s *stack) rcFlags(identity string) []string {
+	s.t.Helper()
+	cert := filepath.Join(s.pki, identity+".pem")
+	if _, err := os.Stat(cert); err != nil {
+		if out, err := exec.Command(s.bin, "certs", "issue", "--dir", s.pki, "--identity", identity).CombinedOutput(); err != nil {
+			s.t.Fatalf("certs issue %s: %v\n%s", identity, err, out)
+		}
+	}
+	return []string{"--routing-control", strings.Join(s.rc, ","), "--routing-control-ca", filepath.Join(s.pki, "ca.pem"),
+		"--routing-control-cert", cert, "--routing-control-key", filepath.Join(s.pki, identity+"-key.pem")}
 }
 
 // start runs the binary with args until the test ends, and waits for url to answer.
@@ -115,13 +131,13 @@ func (s *stack) gateway(home string, reg string, port int, peers map[string]stri
 	for _, p := range priority {
 		args = append(args, "--peer-registry", p+"="+peers[p])
 	}
-	args = append(args, s.rc...)
+	args = append(args, s.rcFlags("gateway-"+home)...)
 	return s.start(url(port)+apiv1.PathGatewayRegions, args...)
 }
 
 // region runs `meshflows region ARGS` against the routing control.
 func (s *stack) region(args ...string) (string, error) {
-	cmd := exec.Command(s.bin, append(append([]string{"region"}, args...), s.rc...)...)
+	cmd := exec.Command(s.bin, append(append([]string{"region"}, args...), s.rcFlags("operator")...)...)
 	out, err := cmd.CombinedOutput()
 	return string(out), err
 }
@@ -288,8 +304,15 @@ func TestThreeRegions(t *testing.T) {
 	if d := os.Getenv("MESHFLOWS_REGIONS_LOGS"); d != "" { // keep the processes' logs there
 		s.dir = d
 	}
-	cl := etcdtest.StartCluster(t, 3)
-	s.rc = []string{"--routing-control", strings.Join(cl.Endpoints, ","), "--routing-control-insecure"}
+	// the routing control takes clients with a certificate of the CA only (mTLS): operators
+	// and gateways each have their own
+	s.pki = filepath.Join(s.dir, "pki")
+	if out, err := exec.Command(s.bin, "certs", "init", "--dir", s.pki).CombinedOutput(); err != nil {
+		t.Fatalf("certs init: %v\n%s", err, out)
+	}
+	cl := etcdtest.StartCluster(t, 3, etcdtest.ClientTLS(transport.TLSInfo{CertFile: filepath.Join(s.pki, "server.pem"),
+		KeyFile: filepath.Join(s.pki, "server-key.pem"), TrustedCAFile: filepath.Join(s.pki, "ca.pem"), ClientCertAuth: true}))
+	s.rc = cl.Endpoints
 	for _, r := range []string{"a", "b", "c"} {
 		if out, err := s.region("on", r, "--reason", "setup"); err != nil {
 			t.Fatalf("region on %s: %v\n%s", r, err, out)
@@ -512,7 +535,8 @@ func TestThreeRegions(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &st); err != nil {
 			t.Fatalf("%v\n%s", err, out)
 		}
-		if !slices.Equal(st.On, []string{"a"}) || len(st.Audit) != 2 || st.Audit[0].Outcome != "refused" || st.Audit[1].Outcome != "refused" || !st.Audit[1].Force {
+		if !slices.Equal(st.On, []string{"a"}) || len(st.Audit) != 2 || st.Audit[0].Outcome != "refused" || st.Audit[1].Outcome != "refused" || !st.Audit[1].Force ||
+			st.Audit[1].By != "operator" || st.Regions["b"].By != "operator" {
 			t.Errorf("status after the refusals: %+v", st)
 		}
 		time.Sleep(1100 * time.Millisecond)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -88,13 +89,14 @@ type Cluster struct {
 }
 
 // StartCluster starts an n-member cluster until the test ends, again on other ports should
-// another process take one between freeport's probe and etcd's bind (freeport.Retry).
-func StartCluster(t testing.TB, n int) *Cluster {
+// another process take one between freeport's probe and etcd's bind (freeport.Retry). Each
+// option changes every member's configuration (ClientTLS, say).
+func StartCluster(t testing.TB, n int, options ...func(*embed.Config)) *Cluster {
 	t.Helper()
 	var c *Cluster
 	err := freeport.Retry(func() error {
 		var err error
-		c, err = tryStartCluster(t, n)
+		c, err = tryStartCluster(t, n, options)
 		return err
 	})
 	if err != nil {
@@ -103,7 +105,20 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	return c
 }
 
-func tryStartCluster(t testing.TB, n int) (*Cluster, error) {
+// ClientTLS makes the members serve clients over TLS with info (https:// client URLs); with
+// info.ClientCertAuth, only clients with a certificate the CA signed.
+func ClientTLS(info transport.TLSInfo) func(*embed.Config) {
+	return func(cfg *embed.Config) {
+		cfg.ClientTLSInfo = info
+		for _, us := range [][]url.URL{cfg.ListenClientUrls, cfg.AdvertiseClientUrls} {
+			for i := range us {
+				us[i].Scheme = "https"
+			}
+		}
+	}
+}
+
+func tryStartCluster(t testing.TB, n int, options []func(*embed.Config)) (*Cluster, error) {
 	t.Helper()
 	names := make([]string, n)
 	cus, pus := make([]url.URL, n), make([]url.URL, n)
@@ -120,7 +135,10 @@ func tryStartCluster(t testing.TB, n int) (*Cluster, error) {
 		cfg := Config(t, names[i], cus[i], pus[i])
 		cfg.InitialCluster = strings.Join(initial, ",")
 		cfg.InitialClusterToken = "meshflows-test"
-		c.Endpoints = append(c.Endpoints, cus[i].String())
+		for _, o := range options {
+			o(cfg)
+		}
+		c.Endpoints = append(c.Endpoints, cfg.AdvertiseClientUrls[0].String())
 		wg.Go(func() {
 			e, err := embed.StartEtcd(cfg)
 			c.Members[i], errs[i] = e, err
