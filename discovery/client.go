@@ -209,6 +209,8 @@ type Meta struct {
 	Revision      int64
 	// Complete is false while the view holds answers of a registry still warming up.
 	Complete bool
+	// Region is the region that answered a read through Regions (empty otherwise).
+	Region string
 }
 
 // Result is a capabilities view.
