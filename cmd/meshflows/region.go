@@ -394,7 +394,8 @@ func (f *regionFlags) router(ctx context.Context, g *errgroup.Group, home *gatew
 	for i, s := range f.steps {
 		steps[i] = float64(s) / 100
 	}
-	cfg := region.Config{Home: f.home, Regions: pools, Priority: priority, Steps: steps, Dwell: f.dwell, Admin: home, Logger: logger, Registerer: reg}
+	cfg := region.Config{PlanConfig: region.PlanConfig{Home: f.home, Steps: steps, Dwell: f.dwell, Logger: logger, Registerer: reg},
+		Regions: pools, Priority: priority, Admin: home}
 	if f.rc.set() {
 		w, closeClient, err := f.rc.watcher(logger, reg)
 		if err != nil {

@@ -25,7 +25,9 @@ type fakePool struct {
 	failEvery int64
 }
 
-func (p *fakePool) PoolState(*http.Request) gateway.PoolState { return gateway.PoolState(p.state.Load()) }
+func (p *fakePool) PoolState(*http.Request) gateway.PoolState {
+	return gateway.PoolState(p.state.Load())
+}
 func (p *fakePool) ViewSource() (discovery.Source, time.Duration) {
 	return discovery.SourceFresh, 0
 }
@@ -45,7 +47,9 @@ func ready() *fakePool {
 }
 
 // fakeSignal is the routing control as a consumer holds it.
-type fakeSignal struct{ v atomic.Pointer[routingcontrol.View] }
+type fakeSignal struct {
+	v atomic.Pointer[routingcontrol.View]
+}
 
 func (s *fakeSignal) View() *routingcontrol.View { return s.v.Load() }
 
@@ -105,8 +109,7 @@ func TestWhereARequestGoes(t *testing.T) {
 			pools["a"].state.Store(int64(tc.a))
 			pools["b"].state.Store(int64(tc.b))
 			pools["c"].state.Store(int64(tc.c))
-			r, err := New(Config{Home: "a", Priority: []string{"c", "b"}, Signal: sig, Now: clock.Now,
-				Regions: map[string]Pool{"a": pools["a"], "b": pools["b"], "c": pools["c"]}})
+			r, err := New(Config{PlanConfig: PlanConfig{Home: "a", Signal: sig, Now: clock.Now}, Priority: []string{"c", "b"}, Regions: map[string]Pool{"a": pools["a"], "b": pools["b"], "c": pools["c"]}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -125,8 +128,7 @@ func TestTheWayBackIsCapped(t *testing.T) {
 	sig.set(clock.Now(), "a")
 	a, b := ready(), ready()
 	rnd := rand.New(rand.NewPCG(1, 2))
-	r, err := New(Config{Home: "a", Signal: sig, Now: clock.Now, Dwell: time.Minute, Rand: rnd.Float64,
-		Regions: map[string]Pool{"a": a, "b": b}})
+	r, err := New(Config{PlanConfig: PlanConfig{Home: "a", Signal: sig, Now: clock.Now, Dwell: time.Minute, Rand: rnd.Float64}, Regions: map[string]Pool{"a": a, "b": b}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,29 +144,29 @@ func TestTheWayBackIsCapped(t *testing.T) {
 		t.Fatalf("a off: share %v", s)
 	}
 	sig.on("a", clock.Now())
-	r.update()
+	r.plan.Update()
 	for _, want := range []float64{0.01, 0.05, 0.25, 0.50, 1} {
 		if got := share(); got < want-0.02 || got > want+0.02 {
 			t.Errorf("step %v: share %.4f", want, got)
 		}
 		clock.Advance(30 * time.Second)
-		r.update()
+		r.plan.Update()
 		if got := r.Status().Regions[0].Share; got != want {
 			t.Errorf("the step moved before its dwell: %v, want %v", got, want)
 		}
 		clock.Advance(30 * time.Second)
-		r.update()
+		r.plan.Update()
 	}
 	// a new consumer, a minute and a half into the way back: from the first step
 	sig.on("a", clock.Now().Add(-90*time.Second))
-	r2, _ := New(Config{Home: "a", Signal: sig, Now: clock.Now, Dwell: time.Minute, Regions: map[string]Pool{"a": a, "b": b}})
+	r2, _ := New(Config{PlanConfig: PlanConfig{Home: "a", Signal: sig, Now: clock.Now, Dwell: time.Minute}, Regions: map[string]Pool{"a": a, "b": b}})
 	if got := r2.Status().Regions[0]; !got.Ramping || got.Share != 0.01 {
 		t.Errorf("restarted mid-ramp: %+v", got)
 	}
 	// a region declared a moment ago (never off) is not on a way back
 	sig.set(clock.Now())
 	sig.v.Load().Signal.Regions["a"] = apiv1.RegionSwitch{State: apiv1.RegionOn, At: clock.Now()}
-	r3, _ := New(Config{Home: "a", Signal: sig, Now: clock.Now, Dwell: time.Minute, Regions: map[string]Pool{"a": a, "b": b}})
+	r3, _ := New(Config{PlanConfig: PlanConfig{Home: "a", Signal: sig, Now: clock.Now, Dwell: time.Minute}, Regions: map[string]Pool{"a": a, "b": b}})
 	if got := r3.Status().Regions[0]; got.Ramping || got.Share != 1 {
 		t.Errorf("a region just declared: %+v", got)
 	}
@@ -178,18 +180,17 @@ func TestTheWayBackIsHeldWhileAnOutlier(t *testing.T) {
 	sig.set(clock.Now(), "a")
 	a, b := ready(), ready()
 	a.failEvery = 2
-	r, err := New(Config{Home: "a", Signal: sig, Now: clock.Now, Dwell: time.Minute, Window: 2 * time.Minute, Steps: []float64{0.25, 0.5},
-		Regions: map[string]Pool{"a": a, "b": b}})
+	r, err := New(Config{PlanConfig: PlanConfig{Home: "a", Signal: sig, Now: clock.Now, Dwell: time.Minute, Window: 2 * time.Minute, Steps: []float64{0.25, 0.5}}, Regions: map[string]Pool{"a": a, "b": b}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	sig.on("a", clock.Now())
-	r.update()
+	r.plan.Update()
 	for range 2000 {
 		serve(t, r)
 	}
 	clock.Advance(time.Minute)
-	r.update()
+	r.plan.Update()
 	st := r.Status().Regions[0]
 	if !st.Held || st.Share != 0.25 || !st.Outlier {
 		t.Fatalf("not held: %+v", st)
@@ -199,7 +200,7 @@ func TestTheWayBackIsHeldWhileAnOutlier(t *testing.T) {
 	for range 2000 {
 		serve(t, r)
 	}
-	r.update()
+	r.plan.Update()
 	if st := r.Status().Regions[0]; st.Held || st.Share != 0.5 {
 		t.Fatalf("still held: %+v", st)
 	}
@@ -214,7 +215,7 @@ func TestStatusSaysTheSignal(t *testing.T) {
 	v := *sig.View()
 	v.Stale, v.Error = true, "context deadline exceeded"
 	sig.v.Store(&v)
-	r, _ := New(Config{Home: "a", Signal: sig, Now: clock.Now, Regions: map[string]Pool{"a": ready(), "b": ready()}})
+	r, _ := New(Config{PlanConfig: PlanConfig{Home: "a", Signal: sig, Now: clock.Now}, Regions: map[string]Pool{"a": ready(), "b": ready()}})
 	rec := httptest.NewRecorder()
 	r.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, apiv1.PathGatewayRegions, nil))
 	var got apiv1.GatewayRegions
