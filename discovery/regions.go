@@ -22,6 +22,12 @@ type RegionsConfig struct {
 	// On says whether a region takes traffic (the routing control's signal, which the
 	// caller follows); nil: every region is on.
 	On func(region string) bool
+	// Admit draws whether a read that region is ready for goes to it: a region on its way
+	// back after it was off gets only a share of the reads (the caller's ramp); nil: always.
+	Admit func(region string) bool
+	// Ready says whether a region's answer is ready to take traffic (default Ready; a
+	// consumer that reads include=all and judges panic itself gives its own).
+	Ready func([]apiv1.CapabilityEntry) bool
 }
 
 // Regions reads discovery views region by region: one Client per region, each with its own
@@ -56,6 +62,9 @@ func NewRegions(cfg RegionsConfig) (*Regions, error) {
 		}
 	}
 	slices.Sort(rest)
+	if cfg.Ready == nil {
+		cfg.Ready = Ready
+	}
 	return &Regions{cfg: cfg, order: append(order, rest...)}, nil
 }
 
@@ -88,7 +97,7 @@ func (rs *Regions) Capabilities(ctx context.Context, q Query) (*Result, error) {
 		if !rs.on(r) {
 			continue
 		}
-		if rd := get(i); rd.err == nil && Ready(rd.res.Entries) {
+		if rd := get(i); rd.err == nil && rs.cfg.Ready(rd.res.Entries) && (rs.cfg.Admit == nil || rs.cfg.Admit(r)) {
 			return rd.res, nil
 		}
 	}

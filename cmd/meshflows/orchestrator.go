@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 
@@ -22,6 +23,7 @@ import (
 )
 
 type orchestratorFlags struct {
+	regions                  regionFlags
 	otlp                     string
 	listen, dir, staticFile  string
 	registries               []string
@@ -103,6 +105,7 @@ that an open API is intended. It calls the registry with --registry-ca, --regist
 	bindOTLP(fl, &f.otlp)
 	fl.BoolVar(&f.insecure, "insecure", false, "serve the API without authentication (development only: anyone who reaches the port can upload and run workflows, which call the providers)")
 	f.creds.bindRegistry(fl)
+	f.regions.bind(fl)
 	f.security.bind(fl, "the registry's RBAC file (YAML): roles' workflows verbs say who may read, write and run workflows; reloaded when it changes")
 	return cmd
 }
@@ -156,10 +159,28 @@ func startOrchestrator(ctx context.Context, g *errgroup.Group, f *orchestratorFl
 	if err := sa.register(promReg); err != nil {
 		return err
 	}
-	disc, err := discovery.New(discovery.Config{Registries: f.registries, Consumer: "orchestrator", Client: httpClient, BearerToken: f.creds.token, StaleAllowance: f.maxStale,
-		Logger: logger, Registerer: promReg})
+	if err := f.regions.validate(); err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	// one discovery client per region (only home's without --region), each on its own
+	// registry, its series labelled with its region
+	newClient := func(region string, registries []string) (*discovery.Client, error) {
+		reg, rlog := prometheus.Registerer(promReg), logger
+		if f.regions.home != "" {
+			reg, rlog = prometheus.WrapRegistererWith(prometheus.Labels{"region": region}, promReg), logger.With(slog.String("region", region))
+		}
+		return discovery.New(discovery.Config{Registries: registries, Consumer: "orchestrator", Client: httpClient, BearerToken: f.creds.token, StaleAllowance: f.maxStale,
+			Logger: rlog, Registerer: reg})
+	}
+	disc, err := newClient(f.regions.home, f.registries)
 	if err != nil {
 		return err
+	}
+	var regions *discovery.Regions
+	if f.regions.home != "" {
+		if regions, err = f.regions.discovery(ctx, g, disc, newClient, orchestrator.ReadyPool(0.5), promReg, logger); err != nil {
+			return err
+		}
 	}
 	reporter, err := report.New(report.Config{Reporter: "orchestrator@" + ln.Addr().String(), Send: disc.Report, Logger: logger})
 	if err != nil {
@@ -177,7 +198,7 @@ func startOrchestrator(ctx context.Context, g *errgroup.Group, f *orchestratorFl
 	if revalidate == 0 {
 		revalidate = -1 // the flag's 0 is never; the Config's default is an hour
 	}
-	o, err := orchestrator.New(orchestrator.Config{RevalidateEvery: revalidate, Endpoints: endpoints, Reporter: reporter, ReporterID: "orchestrator@" + ln.Addr().String(), Discovery: disc, Static: static, Dir: f.dir, ProviderTimeout: f.timeout, Strict: strict, ScopeMode: mode, MaxParallel: f.maxParallel,
+	o, err := orchestrator.New(orchestrator.Config{RevalidateEvery: revalidate, Endpoints: endpoints, Reporter: reporter, ReporterID: "orchestrator@" + ln.Addr().String(), Discovery: disc, Regions: regions, Static: static, Dir: f.dir, ProviderTimeout: f.timeout, Strict: strict, ScopeMode: mode, MaxParallel: f.maxParallel,
 		MaxConcurrentRuns: f.maxRuns, MaxConcurrentRunsTotal: f.maxRunsTotal, MaxStepTimeout: f.maxStepTimeout, MaxRunDuration: f.maxRunDuration,
 		MaxRunRecordBytes: f.maxRecordBytes, MaxRunHistoryBytes: f.maxHistoryBytes, TriggerWarning: f.triggerWarn, TriggerCritical: f.triggerCrit, Authorizer: authz, Registerer: promReg, Logger: logger, Tracing: tr})
 	if err != nil {

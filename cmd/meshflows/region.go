@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/user"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,6 +23,7 @@ import (
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/client"
+	"github.com/meshflows/meshflows/discovery"
 	"github.com/meshflows/meshflows/internal/gateway"
 	"github.com/meshflows/meshflows/internal/region"
 	"github.com/meshflows/meshflows/internal/routingcontrol"
@@ -370,8 +372,47 @@ func (f *regionFlags) validate() error {
 	return nil
 }
 
-// router builds the regional router over home's gateway and one built per peer, with the
-// routing control's watcher when one is given; both run in g.
+// planConfig is the plan's configuration of the flags, with the routing control's watcher
+// started in g when one is given, and the priority order of the peers.
+func (f *regionFlags) planConfig(ctx context.Context, g *errgroup.Group, reg prometheus.Registerer, logger *slog.Logger) (region.PlanConfig, []string, error) {
+	names, _, err := f.peerRegistries()
+	if err != nil {
+		return region.PlanConfig{}, nil, err
+	}
+	priority := f.priority
+	if len(priority) == 0 {
+		priority = names
+	}
+	for _, p := range priority {
+		if p != f.home && !slices.Contains(names, p) {
+			return region.PlanConfig{}, nil, fmt.Errorf("--region-priority names %q, which is neither --region nor a --peer-registry", p)
+		}
+	}
+	steps := make([]float64, len(f.steps))
+	for i, s := range f.steps {
+		steps[i] = float64(s) / 100
+	}
+	pc := region.PlanConfig{Home: f.home, Others: region.Order(f.home, priority, names)[1:], Steps: steps, Dwell: f.dwell, Logger: logger, Registerer: reg}
+	if f.rc.set() {
+		w, closeClient, err := f.rc.watcher(logger, reg)
+		if err != nil {
+			return region.PlanConfig{}, nil, err
+		}
+		pc.Signal = w
+		g.Go(func() error {
+			defer closeClient()
+			return w.Run(ctx)
+		})
+	} else {
+		logger.Warn("no --routing-control: every region counts as on; a region cannot be switched out of traffic")
+	}
+	logger.Info("regional", slog.String("home", f.home), slog.Any("order", append([]string{f.home}, pc.Others...)),
+		slog.Bool("routing_control", f.rc.set()))
+	return pc, priority, nil
+}
+
+// router builds the regional router over home's gateway and one built per peer; it and the
+// routing control's watcher run in g.
 func (f *regionFlags) router(ctx context.Context, g *errgroup.Group, home *gateway.Gateway,
 	build func(region string, registries []string) (*gateway.Gateway, error), reg prometheus.Registerer, logger *slog.Logger) (http.Handler, error) {
 	names, peers, err := f.peerRegistries()
@@ -386,35 +427,44 @@ func (f *regionFlags) router(ctx context.Context, g *errgroup.Group, home *gatew
 		}
 		pools[name] = gw
 	}
-	priority := f.priority
-	if len(priority) == 0 {
-		priority = names
+	pc, priority, err := f.planConfig(ctx, g, reg, logger)
+	if err != nil {
+		return nil, err
 	}
-	steps := make([]float64, len(f.steps))
-	for i, s := range f.steps {
-		steps[i] = float64(s) / 100
-	}
-	cfg := region.Config{PlanConfig: region.PlanConfig{Home: f.home, Steps: steps, Dwell: f.dwell, Logger: logger, Registerer: reg},
-		Regions: pools, Priority: priority, Admin: home}
-	if f.rc.set() {
-		w, closeClient, err := f.rc.watcher(logger, reg)
-		if err != nil {
-			return nil, err
-		}
-		cfg.Signal = w
-		g.Go(func() error {
-			defer closeClient()
-			return w.Run(ctx)
-		})
-	} else {
-		logger.Warn("no --routing-control: every region counts as on; a region cannot be switched out of traffic")
-	}
-	r, err := region.New(cfg)
+	r, err := region.New(region.Config{PlanConfig: pc, Regions: pools, Priority: priority, Admin: home})
 	if err != nil {
 		return nil, err
 	}
 	g.Go(func() error { return r.Run(ctx) })
-	logger.Info("regional", slog.String("home", f.home), slog.Any("priority", append([]string{f.home}, priority...)),
-		slog.Bool("routing_control", f.rc.set()))
 	return r, nil
+}
+
+// discovery builds a discovery client per peer region with newClient, and the regional
+// reader over them and home's, following the plan (on, and the way back's shares); the plan
+// and the routing control's watcher run in g.
+func (f *regionFlags) discovery(ctx context.Context, g *errgroup.Group, home *discovery.Client, newClient func(region string, registries []string) (*discovery.Client, error),
+	ready func([]apiv1.CapabilityEntry) bool, reg prometheus.Registerer, logger *slog.Logger) (*discovery.Regions, error) {
+	names, peers, err := f.peerRegistries()
+	if err != nil {
+		return nil, err
+	}
+	clients := map[string]*discovery.Client{f.home: home}
+	for _, name := range names {
+		c, err := newClient(name, peers[name])
+		if err != nil {
+			return nil, fmt.Errorf("region %s: %w", name, err)
+		}
+		clients[name] = c
+	}
+	pc, priority, err := f.planConfig(ctx, g, reg, logger)
+	if err != nil {
+		return nil, err
+	}
+	plan, err := region.NewPlan(pc)
+	if err != nil {
+		return nil, err
+	}
+	g.Go(func() error { return plan.Run(ctx) })
+	return discovery.NewRegions(discovery.RegionsConfig{Home: f.home, Clients: clients, Priority: priority,
+		On: plan.OnNamed, Admit: plan.AdmitNamed, Ready: ready})
 }

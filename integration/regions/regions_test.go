@@ -7,6 +7,7 @@ package regions_test
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -133,6 +134,61 @@ func (s *stack) gateway(home string, reg string, port int, peers map[string]stri
 	}
 	args = append(args, s.rcFlags("gateway-"+home)...)
 	return s.start(url(port)+apiv1.PathGatewayRegions, args...)
+}
+
+// regionalPublish is a one-step workflow: publish to the jms provider of whichever region.
+const regionalPublish = `name: regional-publish
+invocation: {type: http}
+validation: {provider_strict: false}
+steps:
+  - id: publish
+    type: service_call
+    step_version: "1.1"
+    capability: {id: messaging.publish, provider: jms, capability_version: ">=1.0 <2.0"}
+    request: {destination: regions, payload_from: input}
+    timeout: 5s
+`
+
+// orchestrator runs a regional orchestrator of home with regionalPublish published.
+func (s *stack) orchestrator(home, reg string, port int, peers map[string]string, priority []string) string {
+	args := []string{"orchestrator", "--insecure", "--registry", reg, "--listen", addr(port), "--log-level", "warn", "--workflows-dir", filepath.Join(s.dir, "orchestrator-"+home),
+		"--region", home, "--region-priority", strings.Join(priority, ",")}
+	for _, p := range priority {
+		args = append(args, "--peer-registry", p+"="+peers[p])
+	}
+	args = append(args, s.rcFlags("orchestrator-"+home)...)
+	s.start(url(port)+"/v1/workflows", args...)
+	for _, call := range []struct{ path, ctype, body string }{
+		{"/v1/workflows", "application/yaml", regionalPublish},
+		{"/v1/workflows/regional-publish/publish", "", ""},
+	} {
+		resp, err := client.Post(url(port)+call.path, call.ctype, strings.NewReader(call.body))
+		if err != nil {
+			s.t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode >= 300 {
+			s.t.Fatalf("POST %s: %s %s", call.path, resp.Status, body)
+		}
+	}
+	return url(port)
+}
+
+// runOn runs regionalPublish on the orchestrator orch, and returns the instance its step
+// called.
+func runOn(t *testing.T, orch string) string {
+	t.Helper()
+	resp, err := client.Post(orch+"/v1/workflows/regional-publish/run", "application/json", strings.NewReader(`{"n":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var run apiv1.Run
+	if err := json.NewDecoder(resp.Body).Decode(&run); err != nil || resp.StatusCode != http.StatusOK || len(run.Steps) != 1 {
+		t.Fatalf("run: %s %v %+v", resp.Status, err, run)
+	}
+	return run.Steps[0].InstanceID
 }
 
 // region runs `meshflows region ARGS` against the routing control.
@@ -328,6 +384,8 @@ func TestThreeRegions(t *testing.T) {
 	regProcs := map[string]*proc{}
 	regPorts := map[string]int{}
 	provs := map[string][]*proc{}
+	instances := map[string][]string{} // each region's providers' instance ids
+
 	for _, r := range []string{"a", "b", "c"} {
 		regPorts[r] = freeport.Port(t)
 		regs[r] = url(regPorts[r])
@@ -337,7 +395,9 @@ func TestThreeRegions(t *testing.T) {
 		}
 		regProcs[r] = s.registry(r, regPorts[r], extra...)
 		for range 2 {
-			provs[r] = append(provs[r], s.provider(regs[r], freeport.Port(t)))
+			port := freeport.Port(t)
+			provs[r] = append(provs[r], s.provider(regs[r], port))
+			instances[r] = append(instances[r], "egress-jms-"+strconv.Itoa(port))
 		}
 	}
 	priority := map[string][]string{"a": {"b", "c"}, "b": {"c", "a"}, "c": {"a", "b"}}
@@ -347,6 +407,7 @@ func TestThreeRegions(t *testing.T) {
 		s.gateway(r, regs[r], port, regs, priority[r])
 		gws[r] = url(port)
 	}
+	orch := s.orchestrator("a", regs["a"], freeport.Port(t), regs, priority["a"])
 	loads := map[string]*load{}
 	for _, r := range []string{"a", "b", "c"} {
 		until(t, 30*time.Second, "gateway "+r+" publishes in its region", func() bool {
@@ -378,6 +439,9 @@ func TestThreeRegions(t *testing.T) {
 	time.Sleep(2 * time.Second)
 
 	t.Run("each region serves its own traffic", func(t *testing.T) {
+		// the orchestrator reads through its cache (30 s): a's pool, not ready while its
+		// providers were admitted, may have been read before they were
+		until(t, 45*time.Second, "the orchestrator of a calling a's providers", func() bool { return slices.Contains(instances["a"], runOn(t, orch)) })
 		from := time.Now().Add(-2 * time.Second)
 		for r, l := range loads {
 			recs := l.since(from)
@@ -446,6 +510,9 @@ func TestThreeRegions(t *testing.T) {
 		}
 		if got := byRegion(loads["a"].since(off.Add(2 * time.Second))); got["a"] > 0 || got["b"] == 0 || got["c"] > 0 {
 			t.Errorf("gateway a after region off: %v, want b only", got)
+		}
+		if id := runOn(t, orch); !slices.Contains(instances["b"], id) {
+			t.Errorf("with a off, the orchestrator of a called %s, not one of b's %v", id, instances["b"])
 		}
 	})
 

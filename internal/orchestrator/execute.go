@@ -39,6 +39,7 @@ type StaticCapability struct {
 // candidate is an instance a step may be sent to.
 type candidate struct {
 	instance, endpoint string
+	region             string // a peer region's instance (Config.Regions); empty: home's
 	rank               apiv1.Rank
 	static             bool // from the static fallback: no registry incarnation to report on
 }
@@ -417,7 +418,7 @@ func (o *Orchestrator) step(ctx context.Context, w *workflow.Workflow, st *workf
 		if !c.static {
 			// gone while the registry was down? then no answer of a restarted registry
 			// will remove it, and the view drops it now
-			o.cfg.Discovery.Unreachable(c.instance)
+			o.discoveryOf(c.region).Unreachable(c.instance)
 		}
 	}
 	return nil, "", source, fmt.Errorf("every candidate for %s was unreachable: %w", st.Capability.ID, lastErr)
@@ -468,8 +469,16 @@ func (o *Orchestrator) candidates(ctx context.Context, st *workflow.Step) ([]can
 	source := SourceRegistry
 	// Every candidate, in rotation or not: panic is judged on this step's own pool (the
 	// capability, provider and constraint it names), as Envoy judges it per cluster.
-	res, err := o.cfg.Discovery.Capabilities(ctx, discovery.Query{CapabilityID: st.Capability.ID, Provider: st.Capability.Provider,
+	read := o.cfg.Discovery.Capabilities
+	if o.cfg.Regions != nil {
+		read = o.cfg.Regions.Capabilities
+	}
+	res, err := read(ctx, discovery.Query{CapabilityID: st.Capability.ID, Provider: st.Capability.Provider,
 		Version: st.Capability.Constraint, IncludeAll: true, MaxStale: st.MaxStale})
+	var region string // a peer's answer
+	if err == nil && o.cfg.Regions != nil && res.Region != o.cfg.Regions.Order()[0] {
+		region = res.Region
+	}
 	var ue *discovery.UnavailableError
 	unavailable := errors.As(err, &ue)
 	static := o.staticFor(st, cons)
@@ -503,7 +512,7 @@ func (o *Orchestrator) candidates(ctx context.Context, st *workflow.Step) ([]can
 			}
 			v, _ := semver.NewVersion(e.CapabilityVersion)
 			p, _ := apiv1.Priority(e.Metadata)
-			out = append(out, candidate{instance: e.InstanceID, endpoint: e.Endpoint, rank: apiv1.Rank{Priority: p, Version: v, Generation: e.Generation}})
+			out = append(out, candidate{instance: e.InstanceID, endpoint: e.Endpoint, region: region, rank: apiv1.Rank{Priority: p, Version: v, Generation: e.Generation}})
 		}
 	case unavailable && len(static) > 0:
 		// no view within the step's bound: the static configuration (the plan's fallback),
@@ -554,18 +563,31 @@ func (o *Orchestrator) recordOutcome(ctx context.Context, c candidate, err error
 	}
 	var ae *apiv1.Error
 	failed := err != nil && (!errors.As(err, &ae) || ae.Status >= 500)
-	o.outcomes.Record(outcome.Incarnation{ID: c.instance, Generation: c.rank.Generation}, dialFailure(err), failed, took)
+	t := &o.outcomes
+	if c.region != "" {
+		t = o.peerOutcomes[c.region]
+	}
+	if t != nil {
+		t.Record(outcome.Incarnation{ID: c.instance, Generation: c.rank.Generation}, dialFailure(err), failed, took)
+	}
+}
+
+// discoveryOf is the client of region (home's: empty).
+func (o *Orchestrator) discoveryOf(region string) *discovery.Client {
+	if region != "" && o.cfg.Regions != nil {
+		if c := o.cfg.Regions.Client(region); c != nil {
+			return c
+		}
+	}
+	return o.cfg.Discovery
 }
 
 // ReportOutcomes sends the window's per-instance outcomes of service_call steps to the
 // registry and starts a new window (Run calls it every OutcomeWindow).
 func (o *Orchestrator) ReportOutcomes(ctx context.Context) {
-	out := o.outcomes.Take()
-	var err error
-	for len(out) > 0 && err == nil {
-		n := min(len(out), apiv1.MaxOutcomes)
-		err = o.cfg.Discovery.ReportOutcomes(ctx, &apiv1.OutcomesRequest{GatewayID: o.cfg.ReporterID, Outcomes: out[:n]})
-		out = out[n:]
+	err := o.reportTo(ctx, o.cfg.Discovery, o.outcomes.Take())
+	for region, t := range o.peerOutcomes { // each region's instances to their own registry
+		err = errors.Join(err, o.reportTo(ctx, o.discoveryOf(region), t.Take()))
 	}
 	switch {
 	case err != nil && ctx.Err() == nil && !o.reportFailing:
@@ -578,6 +600,16 @@ func (o *Orchestrator) ReportOutcomes(ctx context.Context) {
 	}
 }
 
+func (o *Orchestrator) reportTo(ctx context.Context, d *discovery.Client, out []apiv1.Outcome) error {
+	var err error
+	for len(out) > 0 && err == nil {
+		n := min(len(out), apiv1.MaxOutcomes)
+		err = d.ReportOutcomes(ctx, &apiv1.OutcomesRequest{GatewayID: o.cfg.ReporterID, Outcomes: out[:n]})
+		out = out[n:]
+	}
+	return err
+}
+
 // reportOutcomes calls ReportOutcomes every OutcomeWindow until ctx ends.
 func (o *Orchestrator) reportOutcomes(ctx context.Context) {
 	for {
@@ -587,5 +619,23 @@ func (o *Orchestrator) reportOutcomes(ctx context.Context) {
 		case <-o.cfg.After(o.cfg.OutcomeWindow):
 			o.ReportOutcomes(ctx)
 		}
+	}
+}
+
+// ReadyPool is discovery.RegionsConfig's Ready for an orchestrator that reads include=all:
+// a region's pool is ready when it has an instance in rotation and is not in panic by
+// threshold (or by the registry's say).
+func ReadyPool(threshold float64) func([]apiv1.CapabilityEntry) bool {
+	return func(entries []apiv1.CapabilityEntry) bool {
+		var pool apiv1.Pool
+		in := false
+		for _, e := range entries {
+			if e.Excluded {
+				continue
+			}
+			pool.Add(e.Eligibility, e.Panic)
+			in = in || apiv1.InRotation(e.Eligibility)
+		}
+		return in && !pool.Panic(threshold)
 	}
 }

@@ -32,6 +32,10 @@ import (
 type Config struct {
 	// Discovery resolves capabilities (and is invalidated by /v1/discovery/invalidate).
 	Discovery *discovery.Client
+	// Regions, when set, resolves steps region by region (home is Discovery's region):
+	// home's candidates while home is on and its pool ready, else the next region's; each
+	// candidate's outcomes go to its own region's registry.
+	Regions *discovery.Regions
 	// Static is the fallback when the registry has never answered.
 	Static []StaticCapability
 	// Dir, when set, persists workflows (NAME.yaml) and their state (NAME.json); they are
@@ -134,6 +138,8 @@ type Orchestrator struct {
 	active    int // runs in progress, of every workflow
 
 	outcomes outcome.Tallies // what the steps saw of each instance in this window
+	// peerOutcomes are the outcomes of the other regions' instances, by region (Regions)
+	peerOutcomes map[string]*outcome.Tallies
 	// reportFailing is set while outcome reports fail: the first failure and the recovery
 	// are logged, not every window.
 	reportFailing bool
@@ -244,6 +250,12 @@ func New(cfg Config) (*Orchestrator, error) {
 		return nil, err
 	}
 	o := &Orchestrator{cfg: cfg, metrics: m, workflows: map[string]*entry{}, wake: make(chan struct{}, 1)}
+	if cfg.Regions != nil {
+		o.peerOutcomes = map[string]*outcome.Tallies{}
+		for _, r := range cfg.Regions.Order()[1:] {
+			o.peerOutcomes[r] = &outcome.Tallies{}
+		}
+	}
 	cfg.Reporter.SetWorkflows(o.names) // a raised trigger names a workflow this orchestrator holds
 	return o, nil
 }
