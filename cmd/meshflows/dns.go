@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 
@@ -20,6 +21,7 @@ import (
 
 // dnsFlags are the flags of 'meshflows dns'.
 type dnsFlags struct {
+	regions    regionFlags
 	otlp       string
 	listen     string
 	registries []string
@@ -83,6 +85,7 @@ meshflows_dns_answer_source{source}) are served on --metrics-listen when given.`
 	fl.DurationVar(&f.maxStale, "max-stale", 0, "how long the last-known-good view is answered while the registry is away; past it names answer SERVFAIL until the registry answers. 0 (the default): for as long as it is away — the view is authoritative")
 	fl.BoolVar(&f.allowRemote, "allow-remote", false, "allow a --listen address other hosts reach: DNS has no identities, so anyone who reaches it reads every name; keep it cluster-private (a NetworkPolicy, a firewall)")
 	f.creds.bindRegistry(fl)
+	f.regions.bind(fl)
 	fl.DurationVar(&f.tlsReload, "tls-reload-interval", client.DefaultTLSReloadInterval, "how often --registry-ca, --registry-cert and --registry-key are read again (a rotated set is used by new connections)")
 	bindLogFlags(fl, &f.log, "json")
 	bindOTLP(fl, &f.otlp)
@@ -120,21 +123,39 @@ func startDNS(ctx context.Context, g *errgroup.Group, f *dnsFlags, ln, mln net.L
 		pc.Close()
 		return err
 	}
-	disc, err := discovery.New(discovery.Config{Registries: f.registries, Consumer: "dns", Client: httpClient, BearerToken: f.creds.token,
-		StaleAllowance: f.maxStale, Logger: logger, Registerer: promReg})
-	if err != nil {
+	if err := f.regions.validate(); err != nil {
 		pc.Close()
-		return err
+		return &exitError{code: 2, err: err}
 	}
 	tr, err := startTracing(ctx, g, f.otlp, "dns", logger)
 	if err != nil {
 		pc.Close()
 		return err
 	}
-	srv, err := nameserver.New(nameserver.Config{Tracer: tr.Tracer, Discovery: disc, Domain: f.domain, TTL: f.ttl, StaleAllowance: f.maxStale, Logger: logger, Registerer: promReg})
+	// one name server per region (only home's without --region), each over its own
+	// registry, its series labelled with its region
+	build := func(region string, registries []string) (*nameserver.Server, error) {
+		reg, rlog := prometheus.Registerer(promReg), logger
+		if f.regions.home != "" {
+			reg, rlog = prometheus.WrapRegistererWith(prometheus.Labels{"region": region}, promReg), logger.With(slog.String("region", region))
+		}
+		disc, err := discovery.New(discovery.Config{Registries: registries, Consumer: "dns", Client: httpClient, BearerToken: f.creds.token,
+			StaleAllowance: f.maxStale, Logger: rlog, Registerer: reg})
+		if err != nil {
+			return nil, err
+		}
+		return nameserver.New(nameserver.Config{Tracer: tr.Tracer, Discovery: disc, Domain: f.domain, TTL: f.ttl, StaleAllowance: f.maxStale, Logger: rlog, Registerer: reg})
+	}
+	srv, err := build(f.regions.home, f.registries)
 	if err != nil {
 		pc.Close()
 		return err
+	}
+	if f.regions.home != "" {
+		if err := f.regions.nameservers(ctx, g, srv, build, promReg, logger); err != nil {
+			pc.Close()
+			return err
+		}
 	}
 	if mln != nil {
 		mux := http.NewServeMux()

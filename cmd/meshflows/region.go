@@ -25,6 +25,7 @@ import (
 	"github.com/meshflows/meshflows/client"
 	"github.com/meshflows/meshflows/discovery"
 	"github.com/meshflows/meshflows/internal/gateway"
+	"github.com/meshflows/meshflows/internal/nameserver"
 	"github.com/meshflows/meshflows/internal/region"
 	"github.com/meshflows/meshflows/internal/routingcontrol"
 )
@@ -467,4 +468,35 @@ func (f *regionFlags) discovery(ctx context.Context, g *errgroup.Group, home *di
 	g.Go(func() error { return plan.Run(ctx) })
 	return discovery.NewRegions(discovery.RegionsConfig{Home: f.home, Clients: clients, Priority: priority,
 		On: plan.OnNamed, Admit: plan.AdmitNamed, Ready: ready})
+}
+
+// nameservers builds a name server per peer region with build, and makes home's serve
+// through a regional front over them; the peers' watches, the plan and the routing control's
+// watcher run in g.
+func (f *regionFlags) nameservers(ctx context.Context, g *errgroup.Group, home *nameserver.Server,
+	build func(region string, registries []string) (*nameserver.Server, error), reg prometheus.Registerer, logger *slog.Logger) error {
+	names, peers, err := f.peerRegistries()
+	if err != nil {
+		return err
+	}
+	servers := map[string]*nameserver.Server{f.home: home}
+	for _, name := range names {
+		s, err := build(name, peers[name])
+		if err != nil {
+			return fmt.Errorf("region %s: %w", name, err)
+		}
+		servers[name] = s
+		g.Go(func() error { return s.Run(ctx, nil, nil) })
+	}
+	pc, _, err := f.planConfig(ctx, g, reg, logger)
+	if err != nil {
+		return err
+	}
+	plan, err := region.NewPlan(pc)
+	if err != nil {
+		return err
+	}
+	g.Go(func() error { return plan.Run(ctx) })
+	home.ServeThrough(nameserver.NewRegional(plan, servers))
+	return nil
 }

@@ -70,7 +70,13 @@ type Server struct {
 	index *index
 
 	lastTruncLog atomic.Int64 // unix nanoseconds of the last truncation logged
+
+	front dns.Handler // answers what Run serves, when set (ServeThrough)
 }
+
+// ServeThrough makes Run serve its connections through h — a Regional front over this
+// server and its peers'. Call it before Run.
+func (s *Server) ServeThrough(h dns.Handler) { s.front = h }
 
 // New returns a Server.
 func New(cfg Config) (*Server, error) {
@@ -114,11 +120,15 @@ func (s *Server) Run(ctx context.Context, pc net.PacketConn, ln net.Listener) er
 	errs := make(chan error, 3)
 	wg.Go(func() { errs <- s.cfg.Discovery.WatchDeltas(ctx, query, s.apply) })
 	var servers []*dns.Server
+	var h dns.Handler = s
+	if s.front != nil {
+		h = s.front
+	}
 	if pc != nil {
-		servers = append(servers, &dns.Server{PacketConn: pc, Handler: s})
+		servers = append(servers, &dns.Server{PacketConn: pc, Handler: h})
 	}
 	if ln != nil {
-		servers = append(servers, &dns.Server{Listener: ln, Handler: s, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second})
+		servers = append(servers, &dns.Server{Listener: ln, Handler: h, ReadTimeout: 5 * time.Second, WriteTimeout: 5 * time.Second})
 	}
 	for _, srv := range servers {
 		wg.Go(func() {
