@@ -30,7 +30,7 @@ func TestPythonSDK(t *testing.T) {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
 	cmd := exec.Command(py, "-m", "unittest", "discover", "-s", "tests", "-t", "tests", "-v")
-	const ports = 32 // the suites start about fifteen servers
+	const ports = 48 // the suites start about twenty servers
 	first := freeport.Block(t, ports)
 	cmd.Env = append(os.Environ(), "MESHFLOWS_BIN="+bin, "PYTHONPATH=.", "PYTHONDONTWRITEBYTECODE=1",
 		fmt.Sprintf("MESHFLOWS_TEST_PORTS=%d-%d", first, first+ports-1))

@@ -9,12 +9,14 @@
 - :mod:`meshflows.tracecontext` carries a caller's W3C trace through a provider's handlers.
 - :class:`DiscoveryClient` answers capability queries from a cache with a last-known-good
   view that survives a registry outage.
+- :class:`RegionalDiscoveryClient` answers them region by region: one DiscoveryClient per
+  region, never merged; home while it is on and ready, else the next region that is.
 """
 
 from .agent import Agent, Capability
-from .discovery import DiscoveryClient, RegistryUnavailable
+from .discovery import DiscoveryClient, RegionalDiscoveryClient, RegistryUnavailable
 from .errors import APIError
 from .server import ProviderServer
 from . import tracecontext
 
-__all__ = ["Agent", "APIError", "Capability", "DiscoveryClient", "ProviderServer", "RegistryUnavailable", "tracecontext"]
+__all__ = ["Agent", "APIError", "Capability", "DiscoveryClient", "ProviderServer", "RegionalDiscoveryClient", "RegistryUnavailable", "tracecontext"]

@@ -318,3 +318,73 @@ class DiscoveryClient:
             entries = entries + kept
         v.epoch, v.revision, v.complete, v.entries = epoch, revision, complete, entries
         v.fetched_at, v.error = time.monotonic(), None
+
+
+IN_ROTATION = ("serving", "slow_start", "degraded", "returning")
+
+
+def ready(entries: List[Dict[str, Any]]) -> bool:
+    """Whether a region's answer is ready to take traffic: an instance in rotation, and no
+    group of it in panic."""
+    if any(e.get("panic") for e in entries):
+        return False
+    return any(e.get("eligibility") in IN_ROTATION for e in entries)
+
+
+class RegionalDiscoveryClient:
+    """Answers capability queries region by region: one DiscoveryClient per region (home's
+    included), each with its own cache and last-known-good view of its own region's registry,
+    never merged. A query is answered by the home region while it is on and ready (an
+    instance in rotation, no panic), else by the next region of priority that is; when none
+    is, by home's own answer, or, with home off, by the first region on that has any instance.
+    on(region) says whether a region takes traffic: the routing control's signal, which the
+    caller follows (default: every region on). capabilities() returns the region that
+    answered with the entries."""
+
+    def __init__(self, home: str, clients: Dict[str, "DiscoveryClient"], priority: Optional[Sequence[str]] = None,
+                 on: Optional[Callable[[str], bool]] = None) -> None:
+        if home not in clients:
+            raise ValueError(f"no client for the home region {home!r}")
+        order = [home]
+        for r in priority or []:
+            if r not in clients:
+                raise ValueError(f"the priority names region {r!r}, which has no client")
+            if r not in order:
+                order.append(r)
+        order += sorted(r for r in clients if r not in order)
+        self.home = home
+        self.order = order
+        self.clients = dict(clients)
+        self._on = on or (lambda region: True)
+
+    def capabilities(self, capability_id: str, constraint: Optional[str] = None, provider: Optional[str] = None,
+                     zone: Optional[str] = None, max_stale: Optional[float] = None) -> Tuple[str, List[Dict[str, Any]]]:
+        """(region, entries) for the query, by the rule above. Raises RegistryUnavailable
+        when no region that is on can answer."""
+        answers: Dict[str, Any] = {}
+
+        def get(region: str) -> Any:
+            if region not in answers:
+                try:
+                    answers[region] = self.clients[region].capabilities(capability_id, constraint, provider, zone, max_stale)
+                except RegistryUnavailable as e:
+                    answers[region] = e
+            return answers[region]
+
+        for r in self.order:
+            if self._on(r):
+                a = get(r)
+                if not isinstance(a, RegistryUnavailable) and ready(a):
+                    return r, a
+        candidates = [self.home] if self._on(self.home) else [r for r in self.order if self._on(r)]
+        last: Optional[RegistryUnavailable] = None
+        for r in candidates:
+            a = get(r)
+            if isinstance(a, RegistryUnavailable):
+                last = a
+                continue
+            if a or r == self.home:
+                return r, a
+        if last is not None:
+            raise last
+        return self.home, []
