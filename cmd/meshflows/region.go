@@ -28,6 +28,7 @@ import (
 	"github.com/meshflows/meshflows/internal/nameserver"
 	"github.com/meshflows/meshflows/internal/region"
 	"github.com/meshflows/meshflows/internal/routingcontrol"
+	"github.com/meshflows/meshflows/internal/xds"
 )
 
 // routingControlFlags select the routing-control cluster and the credentials to reach it:
@@ -498,5 +499,33 @@ func (f *regionFlags) nameservers(ctx context.Context, g *errgroup.Group, home *
 	}
 	g.Go(func() error { return plan.Run(ctx) })
 	home.ServeThrough(nameserver.NewRegional(plan, servers))
+	return nil
+}
+
+// xds makes cfg regional: a discovery client per peer region (newClient), in the plan's
+// order, and the plan's switches; the plan and the routing control's watcher run in g.
+func (f *regionFlags) xds(ctx context.Context, g *errgroup.Group, cfg *xds.Config, newClient func(region string, registries []string) (*discovery.Client, error),
+	reg prometheus.Registerer, logger *slog.Logger) error {
+	_, peers, err := f.peerRegistries()
+	if err != nil {
+		return err
+	}
+	pc, _, err := f.planConfig(ctx, g, reg, logger)
+	if err != nil {
+		return err
+	}
+	plan, err := region.NewPlan(pc)
+	if err != nil {
+		return err
+	}
+	g.Go(func() error { return plan.Run(ctx) })
+	cfg.Home, cfg.RegionOn = f.home, plan.OnNamed
+	for _, name := range pc.Others {
+		c, err := newClient(name, peers[name])
+		if err != nil {
+			return fmt.Errorf("region %s: %w", name, err)
+		}
+		cfg.Peers = append(cfg.Peers, xds.Peer{Region: name, Discovery: c})
+	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc/codes"
@@ -26,6 +27,7 @@ import (
 
 // xdsFlags are the flags of 'meshflows xds'.
 type xdsFlags struct {
+	regions    regionFlags
 	listen     string
 	registries []string
 	maxStale   time.Duration
@@ -101,6 +103,7 @@ roles with "xds: true" (or admin) may subscribe; or --insecure (development only
 	bindEnv(fl, "debug-listen", "MESHFLOWS_XDS_DEBUG_LISTEN")
 	fl.StringVar(&f.metrics, "metrics-listen", "", "address to serve /metrics on over HTTP (the discovery client's and the certificates' series; default: none)")
 	f.creds.bindRegistry(fl)
+	f.regions.bind(fl)
 	f.security.bind(fl, "RBAC policy file: identities with a role granting xds: true (or admin) may subscribe")
 	fl.BoolVar(&f.insecure, "insecure", false, "serve plaintext gRPC to anyone who reaches --listen (development only)")
 	bindLogFlags(fl, &f.log, "json")
@@ -121,8 +124,20 @@ func startXDS(ctx context.Context, g *errgroup.Group, f *xdsFlags, ln net.Listen
 	if err != nil {
 		return err
 	}
-	disc, err := discovery.New(discovery.Config{Registries: f.registries, Consumer: "xds", Client: httpClient, BearerToken: f.creds.token,
-		StaleAllowance: f.maxStale, Logger: logger, Registerer: promReg})
+	if err := f.regions.validate(); err != nil {
+		return &exitError{code: 2, err: err}
+	}
+	// one discovery client per region (only home's without --region), each on its own
+	// registry, its series labelled with its region
+	newClient := func(region string, registries []string) (*discovery.Client, error) {
+		reg, rlog := prometheus.Registerer(promReg), logger
+		if f.regions.home != "" {
+			reg, rlog = prometheus.WrapRegistererWith(prometheus.Labels{"region": region}, promReg), logger.With(slog.String("region", region))
+		}
+		return discovery.New(discovery.Config{Registries: registries, Consumer: "xds", Client: httpClient, BearerToken: f.creds.token,
+			StaleAllowance: f.maxStale, Logger: rlog, Registerer: reg})
+	}
+	disc, err := newClient(f.regions.home, f.registries)
 	if err != nil {
 		return err
 	}
@@ -140,6 +155,11 @@ func startXDS(ctx context.Context, g *errgroup.Group, f *xdsFlags, ln net.Listen
 		StreamRate: f.reconnectRate, StreamBurst: f.reconnectBurst, Registerer: promReg}
 	if f.weightDelay == 0 {
 		cfg.WeightDelay = -1 // the flag's 0 is "at once", the Config's "the default"
+	}
+	if f.regions.home != "" {
+		if err := f.regions.xds(ctx, g, &cfg, newClient, promReg, logger); err != nil {
+			return err
+		}
 	}
 	if sa.authenticator == nil {
 		logger.Warn("INSECURE: the xDS server runs without authentication over plaintext gRPC; anyone who reaches " + ln.Addr().String() +

@@ -5,6 +5,7 @@
 package regions_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -20,7 +21,13 @@ import (
 	"testing"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
 	"github.com/meshflows/meshflows/internal/freeport"
@@ -189,6 +196,76 @@ func runOn(t *testing.T, orch string) string {
 		t.Fatalf("run: %s %v %+v", resp.Status, err, run)
 	}
 	return run.Steps[0].InstanceID
+}
+
+// xds runs a regional xDS server of home.
+func (s *stack) xds(home, reg string, port int, peers map[string]string, priority []string) string {
+	args := []string{"xds", "--insecure", "--registry", reg, "--listen", addr(port), "--log-level", "warn",
+		"--region", home, "--region-priority", strings.Join(priority, ",")}
+	for _, p := range priority {
+		args = append(args, "--peer-registry", p+"="+peers[p])
+	}
+	args = append(args, s.rcFlags("xds-"+home)...)
+	cmd := exec.Command(s.bin, args...)
+	logf, err := os.Create(filepath.Join(s.dir, fmt.Sprintf("xds-%d.log", time.Now().UnixNano())))
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		s.t.Fatal(err)
+	}
+	p := &proc{cmd: cmd}
+	s.t.Cleanup(func() { p.kill(); logf.Close() })
+	return addr(port)
+}
+
+// eds asks the xDS server at target for the assignment of messaging.publish over one ADS
+// stream and returns its localities as "PRIORITY REGION", in order, once want says they are
+// what it waits for (or the last ones after 20 s).
+func eds(t *testing.T, target string, want func([]string) bool) []string {
+	t.Helper()
+	cc, err := grpc.NewClient(target, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	var got []string
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		got = func() []string {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			st, err := discoveryv3.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(ctx)
+			if err != nil {
+				return nil
+			}
+			if err := st.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "regions-test"}, TypeUrl: resourcev3.EndpointType,
+				ResourceNames: []string{"messaging.publish"}}); err != nil {
+				return nil
+			}
+			resp, err := st.Recv()
+			if err != nil {
+				return nil
+			}
+			var out []string
+			for _, r := range resp.GetResources() {
+				var cla endpointv3.ClusterLoadAssignment
+				if err := r.UnmarshalTo(&cla); err != nil {
+					t.Fatal(err)
+				}
+				for _, l := range cla.GetEndpoints() {
+					out = append(out, fmt.Sprintf("%d %s", l.GetPriority(), l.GetLocality().GetRegion()))
+				}
+			}
+			return out
+		}()
+		if want(got) {
+			return got
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return got
 }
 
 // region runs `meshflows region ARGS` against the routing control.
@@ -408,6 +485,7 @@ func TestThreeRegions(t *testing.T) {
 		gws[r] = url(port)
 	}
 	orch := s.orchestrator("a", regs["a"], freeport.Port(t), regs, priority["a"])
+	xdsA := s.xds("a", regs["a"], freeport.Port(t), regs, priority["a"])
 	loads := map[string]*load{}
 	for _, r := range []string{"a", "b", "c"} {
 		until(t, 30*time.Second, "gateway "+r+" publishes in its region", func() bool {
@@ -442,6 +520,11 @@ func TestThreeRegions(t *testing.T) {
 		// the orchestrator reads through its cache (30 s): a's pool, not ready while its
 		// providers were admitted, may have been read before they were
 		until(t, 45*time.Second, "the orchestrator of a calling a's providers", func() bool { return slices.Contains(instances["a"], runOn(t, orch)) })
+		// the xDS server of a: a's endpoints at priority 0, then b's, then c's
+		want := []string{"0 a", "0 a", "1 b", "1 b", "2 c", "2 c"}
+		if got := eds(t, xdsA, func(got []string) bool { return slices.Equal(got, want) }); !slices.Equal(got, want) {
+			t.Errorf("xDS of a: localities %v, want %v", got, want)
+		}
 		from := time.Now().Add(-2 * time.Second)
 		for r, l := range loads {
 			recs := l.since(from)
@@ -513,6 +596,10 @@ func TestThreeRegions(t *testing.T) {
 		}
 		if id := runOn(t, orch); !slices.Contains(instances["b"], id) {
 			t.Errorf("with a off, the orchestrator of a called %s, not one of b's %v", id, instances["b"])
+		}
+		want := []string{"0 b", "0 b", "1 c", "1 c"}
+		if got := eds(t, xdsA, func(got []string) bool { return slices.Equal(got, want) }); !slices.Equal(got, want) {
+			t.Errorf("xDS of a with a off: localities %v, want %v", got, want)
 		}
 	})
 

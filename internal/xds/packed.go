@@ -42,7 +42,7 @@ func packedAssignment(name string, eps, prev []endpoint, prevParts []part) (*end
 	var prio uint32
 	j := 0
 	for i, ep := range eps {
-		if i > 0 && ep.priority != eps[i-1].priority {
+		if i > 0 && (ep.priority != eps[i-1].priority || ep.rank != eps[i-1].rank) {
 			prio++
 		}
 		for j < len(prev) && prev[j] != ep && compareEndpoints(prev[j], ep) < 0 {

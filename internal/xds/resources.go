@@ -48,6 +48,10 @@ func HealthStatus(eligibility string, panic bool) corev3.HealthStatus {
 
 // endpoint is one instance in one cluster.
 type endpoint struct {
+	// region and its rank in the server's order (home 0), in a regional server; "" and 0
+	// otherwise
+	region   string
+	rank     int
 	instance string
 	host     string
 	port     uint16
@@ -139,7 +143,7 @@ func loadAssignment(name string, eps []endpoint) *endpointv3.ClusterLoadAssignme
 	cla := &endpointv3.ClusterLoadAssignment{ClusterName: name, Endpoints: make([]*endpointv3.LocalityLbEndpoints, 0, len(eps))}
 	var prio uint32
 	for i, ep := range eps {
-		if i > 0 && ep.priority != eps[i-1].priority {
+		if i > 0 && (ep.priority != eps[i-1].priority || ep.rank != eps[i-1].rank) {
 			prio++
 		}
 		cla.Endpoints = append(cla.Endpoints, localityOf(ep, prio))
@@ -150,7 +154,7 @@ func loadAssignment(name string, eps []endpoint) *endpointv3.ClusterLoadAssignme
 // localityOf is the locality of one endpoint, at xDS priority prio.
 func localityOf(ep endpoint, prio uint32) *endpointv3.LocalityLbEndpoints {
 	return &endpointv3.LocalityLbEndpoints{
-		Locality:            &corev3.Locality{Zone: ep.zone, SubZone: ep.instance},
+		Locality:            &corev3.Locality{Region: ep.region, Zone: ep.zone, SubZone: ep.instance},
 		LoadBalancingWeight: wrapperspb.UInt32(ep.weight),
 		Priority:            prio,
 		LbEndpoints: []*endpointv3.LbEndpoint{{
@@ -170,7 +174,7 @@ func localityOf(ep endpoint, prio uint32) *endpointv3.LocalityLbEndpoints {
 func sortEndpoints(eps []endpoint) { slices.SortFunc(eps, compareEndpoints) }
 
 func compareEndpoints(a, b endpoint) int {
-	return cmp.Or(cmp.Compare(b.priority, a.priority), cmp.Compare(a.zone, b.zone), cmp.Compare(a.instance, b.instance),
+	return cmp.Or(cmp.Compare(a.rank, b.rank), cmp.Compare(b.priority, a.priority), cmp.Compare(a.region, b.region), cmp.Compare(a.zone, b.zone), cmp.Compare(a.instance, b.instance),
 		cmp.Compare(a.host, b.host), cmp.Compare(a.port, b.port), cmp.Compare(a.weight, b.weight), cmp.Compare(a.health, b.health))
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"strconv"
 	"sync"
@@ -33,6 +34,15 @@ import (
 type Config struct {
 	// Discovery is the registry view the server serves.
 	Discovery *discovery.Client
+	// Home, when set, makes the server regional: Discovery is the home region's registry,
+	// Peers the other regions' in their priority order. Every cluster's assignment holds
+	// home's endpoints at the first xDS priorities and each peer's after those of the regions
+	// before it (Envoy fails over by priority), each region's view kept apart (instances
+	// are named REGION/ID, the locality's region is the region). A region RegionOn says is
+	// off has no endpoint in any assignment.
+	Home     string
+	Peers    []Peer
+	RegionOn func(region string) bool
 	// Logger receives NACKs and stream events (default: discarded).
 	Logger *slog.Logger
 	// ShutdownGrace bounds how long Run lets streams end after its context ends (default 5 s).
@@ -175,7 +185,76 @@ func New(cfg Config) (*Server, error) {
 		}
 	}
 	s.mux = mux
+	if cfg.Home != "" {
+		s.index.rank, s.index.off = map[string]int{cfg.Home: 0}, map[string]bool{}
+		for i, p := range cfg.Peers {
+			s.index.rank[p.Region] = i + 1
+		}
+	}
 	return s, nil
+}
+
+// updateIn is update for the deltas of region's registry in a regional server (home's
+// included); in a server that is not, update itself.
+func (s *Server) updateIn(region string) func(*discovery.Delta) {
+	if s.cfg.Home == "" {
+		return s.update
+	}
+	return func(d *discovery.Delta) {
+		s.updateWith(d, func() (map[string]struct{}, map[string]struct{}) { return s.index.applyIn(region, d) })
+	}
+}
+
+// setOff makes the regions of off absent from every assignment, and rebuilds them all.
+func (s *Server) setOff(off map[string]bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.index.off = off
+	built := map[string]struct{}{}
+	for n := range s.index.clusters {
+		delete(s.pending, n)
+		delete(s.held, n)
+		if s.buildLocked(n, "regions") {
+			built[n] = struct{}{}
+		}
+	}
+	changed := s.installNamesLocked(built)
+	s.cfg.Logger.Info("regions switched: assignments rebuilt", slog.Any("off", off), slog.Int("resources_changed", changed))
+}
+
+// followRegions applies RegionOn to the assignments whenever its answer changes, checked
+// every 100 ms, until ctx ends.
+func (s *Server) followRegions(ctx context.Context) {
+	regions := []string{s.cfg.Home}
+	for _, p := range s.cfg.Peers {
+		regions = append(regions, p.Region)
+	}
+	last := map[string]bool{}
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		off := map[string]bool{}
+		for _, r := range regions {
+			if !s.cfg.RegionOn(r) {
+				off[r] = true
+			}
+		}
+		if !maps.Equal(off, last) {
+			s.setOff(off)
+			last = off
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Peer is a peer region of a regional server and its registry's view.
+type Peer struct {
+	Region    string
+	Discovery *discovery.Client
 }
 
 // query is the view served: every instance with its verdict, so that out-of-rotation ones
@@ -196,10 +275,15 @@ func emptyResources() map[resourcev3.Type]map[string]types.Resource {
 // only marked pending (interest.go); that of a cluster whose endpoints' weights alone
 // changed waits up to Config.WeightDelay for another change (flushWeights).
 func (s *Server) update(d *discovery.Delta) {
+	s.updateWith(d, func() (map[string]struct{}, map[string]struct{}) { return s.index.apply(d) })
+}
+
+// updateWith is update with the delta folded in by apply.
+func (s *Server) updateWith(d *discovery.Delta, apply func() (dirty, moved map[string]struct{})) {
 	version := d.Epoch + "/" + strconv.FormatInt(d.Revision, 10)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	dirty, moved := s.index.apply(d)
+	dirty, moved := apply()
 	deferred, weighed := 0, 0
 	now := s.cfg.Now()
 	for _, n := range sortedNames(dirty) {
@@ -413,14 +497,26 @@ func (s *Server) Run(ctx context.Context, ln net.Listener) error {
 	gs := grpc.NewServer(opts...)
 	discoverygrpc.RegisterAggregatedDiscoveryServiceServer(gs, serverv3.NewServer(ctx, s.mux, s.callbacks()))
 	var wg sync.WaitGroup
-	errs := make(chan error, 3)
+	errs := make(chan error, 3+len(s.cfg.Peers))
 	wg.Go(func() {
-		err := s.cfg.Discovery.WatchDeltas(ctx, query, s.update)
+		err := s.cfg.Discovery.WatchDeltas(ctx, query, s.updateIn(s.cfg.Home))
 		if ctx.Err() == nil {
 			errs <- fmt.Errorf("xds: discovery watch: %w", err)
 			cancel()
 		}
 	})
+	for _, p := range s.cfg.Peers {
+		wg.Go(func() {
+			err := p.Discovery.WatchDeltas(ctx, query, s.updateIn(p.Region))
+			if ctx.Err() == nil {
+				errs <- fmt.Errorf("xds: discovery watch of region %s: %w", p.Region, err)
+				cancel()
+			}
+		})
+	}
+	if s.cfg.Home != "" && s.cfg.RegionOn != nil {
+		wg.Go(func() { s.followRegions(ctx) })
+	}
 	if s.cfg.WeightDelay > 0 {
 		wg.Go(func() {
 			t := time.NewTicker(max(s.cfg.WeightDelay/4, time.Millisecond))

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"slices"
 	"sort"
+	"strings"
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -44,6 +45,11 @@ type capsIndex struct {
 	// moved, while a delta is applied (apply), notes the clusters it changed other than by
 	// the weights of members that stay: the others' changes can wait (Config.WeightDelay).
 	moved map[string]struct{}
+	// rank is each region's place in a regional server's order (home 0): its endpoints'
+	// xDS priorities come after those of the regions before it. off are the regions
+	// switched off: their endpoints are in no assignment.
+	rank map[string]int
+	off  map[string]bool
 }
 
 func newCapsIndex() *capsIndex {
@@ -57,10 +63,10 @@ func (x *capsIndex) reset(entries []apiv1.CapabilityEntry) map[string]struct{} {
 	for n := range x.clusters {
 		dirty[n] = struct{}{}
 	}
-	served, parts, moved := x.served, x.parts, x.moved
+	served, parts, moved, rank, off := x.served, x.parts, x.moved, x.rank, x.off
 	*x = *newCapsIndex()
 	x.served, x.parts = served, parts // what the resources were built from stays true of them
-	x.moved = moved
+	x.moved, x.rank, x.off = moved, rank, off
 	for _, e := range entries {
 		x.put(e, dirty)
 	}
@@ -176,9 +182,15 @@ func clustersOf(k entryKey) [2]string {
 }
 
 func (x *capsIndex) put(e apiv1.CapabilityEntry, dirty map[string]struct{}) {
+	x.putIn("", e, dirty)
+}
+
+// putIn is put of an entry of region (its instance id already prefixed with the region).
+func (x *capsIndex) putIn(region string, e apiv1.CapabilityEntry, dirty map[string]struct{}) {
 	k := keyOf(&e)
 	m := member{key: k}
 	m.ep, m.ok = endpointOf(e)
+	m.ep.region, m.ep.rank = region, x.rank[region]
 	h := held{generation: e.Generation, m: m}
 	if old, ok := x.entries[k]; ok {
 		if x.replace(old.m, m, dirty) {
@@ -285,7 +297,7 @@ func (x *capsIndex) build(res map[resourcev3.Type]map[string]types.Resource, n s
 	ms := x.clusters[n]
 	eps := make([]endpoint, 0, len(ms))
 	for i := range ms {
-		if ms[i].ok {
+		if ms[i].ok && !x.off[ms[i].ep.region] {
 			eps = append(eps, ms[i].ep)
 		}
 	}
@@ -327,4 +339,60 @@ func sortedNames(m map[string]struct{}) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// regionKeeper is the index as the discovery.Keeper of one region's deltas, in a regional
+// server: its instances are named REGION/ID in the index (instance ids are unique within a
+// registry only), and a reset replaces that region's entries alone.
+type regionKeeper struct {
+	t      *touching
+	region string
+}
+
+func (k regionKeeper) prefix() string { return k.region + "/" }
+
+func (k regionKeeper) Len() int {
+	n := 0
+	for id, keys := range k.t.x.byInst {
+		if strings.HasPrefix(id, k.prefix()) {
+			n += len(keys)
+		}
+	}
+	return n
+}
+
+func (k regionKeeper) Reset(entries []apiv1.CapabilityEntry) {
+	k.t.flush()
+	x := k.t.x
+	for id, keys := range x.byInst {
+		if strings.HasPrefix(id, k.prefix()) {
+			for key := range keys {
+				x.remove(key, k.t.dirty)
+			}
+		}
+	}
+	for _, e := range entries {
+		e.InstanceID = k.prefix() + e.InstanceID
+		x.putIn(k.region, e, k.t.dirty)
+	}
+}
+
+func (k regionKeeper) Drop(id string, generation int64) { k.t.Drop(k.prefix()+id, generation) }
+
+func (k regionKeeper) Put(e apiv1.CapabilityEntry) {
+	e.InstanceID = k.prefix() + e.InstanceID
+	if _, ok := k.t.drops[e.InstanceID]; ok {
+		k.t.kept[keyOf(&e)] = struct{}{}
+	}
+	k.t.x.putIn(k.region, e, k.t.dirty)
+}
+
+// applyIn is apply for a delta of region's registry (regionKeeper).
+func (x *capsIndex) applyIn(region string, d *discovery.Delta) (dirty, moved map[string]struct{}) {
+	t := touching{x: x, dirty: map[string]struct{}{}}
+	x.moved = map[string]struct{}{}
+	defer func() { x.moved = nil }()
+	d.Apply(regionKeeper{t: &t, region: region})
+	t.flush()
+	return t.dirty, x.moved
 }
