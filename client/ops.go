@@ -309,6 +309,13 @@ func (c *Client) GatewayRouteHealth(ctx context.Context) (*apiv1.RouteHealthResp
 	return &out, c.call(ctx, http.MethodGet, apiv1.PathGatewayRouteHealth, nil, nil, &out)
 }
 
+// GatewayRegions returns a regional gateway's view of its regions (a gateway without
+// --region answers 404).
+func (c *Client) GatewayRegions(ctx context.Context) (*apiv1.GatewayRegions, error) {
+	var out apiv1.GatewayRegions
+	return &out, c.call(ctx, http.MethodGet, apiv1.PathGatewayRegions, nil, nil, &out)
+}
+
 // GatewayRouteHealthCSV returns the same as CSV: a header, then a row per route and slice.
 func (c *Client) GatewayRouteHealthCSV(ctx context.Context) ([]byte, error) {
 	return c.Raw(ctx, Request{Method: http.MethodGet, Path: apiv1.PathGatewayRouteHealth, Query: url.Values{"format": {"csv"}}})

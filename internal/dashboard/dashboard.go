@@ -516,6 +516,11 @@ func (d *Dashboard) routes(w http.ResponseWriter, r *http.Request) {
 		data.Health, data.Width, data.From = routeStrips(h, d.cfg.Now())
 		data.To = d.cfg.Now().UTC()
 	}
+	if rg, err := d.gateway.GatewayRegions(r.Context()); err == nil && rg.Home != "" {
+		data.Regions = rg
+	} else if ae := (*apiv1.Error)(nil); !errors.As(err, &ae) || ae.Status != http.StatusNotFound {
+		errs = append(errs, errString("gateway regions", err)...)
+	}
 	d.render(w, r, "routes", "Routes", data, errs)
 }
 

@@ -168,6 +168,39 @@ func TestRoutesPageSaysWhenTheGatewayShowsOnlyASummary(t *testing.T) {
 	}
 }
 
+// TestRoutesPageShowsTheRegions: a regional gateway's regions are on the routes page: each
+// region's state and share, a way back's step and whether it is held, and a stale signal.
+func TestRoutesPageShowsTheRegions(t *testing.T) {
+	gw := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		if r.URL.Path == apiv1.PathGatewayRegions {
+			fmt.Fprint(w, `{"home":"a","priority":["a","b"],"signal":{"configured":true,"read":true,"stale":true,"error":"context deadline exceeded"},
+				"regions":[{"region":"a","on":true,"share":0.05,"ramping":true,"step":1,"held":true,"requests":120,"errors":30,"view_source":"fresh"},
+				{"region":"b","on":false,"share":0,"requests":0,"errors":0,"view_source":"snapshot","view_age_seconds":12}]}`)
+			return
+		}
+		fmt.Fprint(w, `{"summary":true,"route_count":7,"full_table":"identity \"dashboard\" may not do this"}`)
+	}))
+	defer gw.Close()
+	d, err := dashboard.New(dashboard.Config{GatewayURL: gw.URL, Insecure: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(d.Handler())
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/routes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{`id="region-a" data-share="0.05"`, "step 1", "<b>held</b>", `id="region-b"`, "<b>off</b>", "snapshot, 12 s old", "<b class=\"sev-error\">stale</b>"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("the routes page lacks %q", want)
+		}
+	}
+}
+
 // TestCapabilitiesTableOfALargeFleet: the capabilities page lists at most TableLimit
 // instances of those the filters keep and says how many more match; its counts, and the
 // filters' lists of providers and capabilities (each name once, sorted), cover the whole

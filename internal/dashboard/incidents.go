@@ -157,6 +157,8 @@ const (
 // routesData is the Routes page: the gateway's table and each route's 24-hour strip.
 type routesData struct {
 	*routing.RoutesAnswer
+	// Regions is the gateway's view of its regions (nil: a gateway without regions)
+	Regions  *apiv1.GatewayRegions
 	Health   map[string]routeStrip // by "METHOD pattern"
 	Width    int
 	From, To time.Time
