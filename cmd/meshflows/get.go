@@ -195,7 +195,7 @@ func (f *getFlags) catalog(ctx context.Context, c *client.Client) (*apiv1.Catalo
 		var ae *apiv1.Error
 		switch {
 		case err == nil && len(sum.Instances) == sum.Matching:
-			return &apiv1.CatalogResponse{RegistryEpoch: sum.RegistryEpoch, Revision: sum.Revision, Instances: sum.Instances}, nil
+			return &apiv1.CatalogResponse{RegistryEpoch: sum.RegistryEpoch, Region: sum.Region, Revision: sum.Revision, Instances: sum.Instances}, nil
 		case err != nil && !(errors.As(err, &ae) && ae.Status == http.StatusNotFound):
 			return nil, err
 		}
@@ -233,7 +233,7 @@ func (f *getFlags) fetchOnce(ctx context.Context, kind string, poll client.Poll)
 		}
 		insts := cat.Instances
 		if kind == "instances" {
-			return cat, instancesTable(insts, wide), cat.Revision, cat.RegistryEpoch, nil
+			return cat, instancesTable(insts, wide, cat.Region), cat.Revision, cat.RegistryEpoch, nil
 		}
 		return cat, servicesTable(insts, wide), cat.Revision, cat.RegistryEpoch, nil
 	case "capabilities":
@@ -421,10 +421,12 @@ func until(t time.Time) string {
 	return d.String()
 }
 
-func instancesTable(insts []apiv1.Instance, wide bool) *table {
+// instancesTable lists insts; wide adds their region (the registry's, when it has one),
+// zone, readiness, generation, health, owner and capabilities.
+func instancesTable(insts []apiv1.Instance, wide bool, region string) *table {
 	t := &table{header: []string{"INSTANCE", "SERVICE", "VERSION", "ENDPOINT", "ELIGIBILITY", "WEIGHT", "LEASE"}}
 	if wide {
-		t.header = append(t.header, "ZONE", "READINESS", "GENERATION", "HEALTH", "OWNER", "CAPABILITIES")
+		t.header = append(t.header, "REGION", "ZONE", "READINESS", "GENERATION", "HEALTH", "OWNER", "CAPABILITIES")
 	}
 	for _, in := range insts {
 		r := []string{in.InstanceID, in.ServiceName, in.ServiceVersion, in.Endpoint, in.Eligibility, strconv.Itoa(in.Weight), until(in.LeaseExpiresAt)}
@@ -433,7 +435,7 @@ func instancesTable(insts []apiv1.Instance, wide bool) *table {
 			for _, c := range in.Capabilities {
 				caps = append(caps, c.CapabilityID+"@"+c.CapabilityVersion)
 			}
-			r = append(r, dash(in.Zone), dash(in.Readiness), strconv.FormatInt(in.Generation, 10), in.Health, dash(in.Owner), strings.Join(caps, ","))
+			r = append(r, dash(region), dash(in.Zone), dash(in.Readiness), strconv.FormatInt(in.Generation, 10), in.Health, dash(in.Owner), strings.Join(caps, ","))
 		}
 		t.rows = append(t.rows, r)
 	}

@@ -336,3 +336,26 @@ func TestGetAFilteredCatalog(t *testing.T) {
 		})
 	}
 }
+
+// TestARegionalRegistrySaysItsRegion: `get instances -o wide` shows the region of a registry
+// started with --region, filtered or not, and `status` says it.
+func TestARegionalRegistrySaysItsRegion(t *testing.T) {
+	reg := registrytest.NewServer(t, registry.Config{Region: "eu-west"})
+	r := registrytest.Orders("orders-1", "http://127.0.0.1:9001")
+	if _, err := reg.Registry.Register(context.Background(), &r); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"get", "instances", "-o", "wide", "--registry", reg.URL},
+		{"get", "instances", "-o", "wide", "--service", "orders", "--registry", reg.URL},
+		{"status", "--no-gateway", "--registry", reg.URL},
+	} {
+		out, err := run(context.Background(), args...)
+		if err != nil && args[0] != "status" { // status says degraded: the registry warms up
+			t.Fatalf("%v: %v\n%s", args, err, out)
+		}
+		if !strings.Contains(out, "eu-west") {
+			t.Errorf("%v does not say the region:\n%s", args, out)
+		}
+	}
+}

@@ -369,6 +369,9 @@ func (r *statusReport) text(w io.Writer) error {
 	}
 	fmt.Fprintf(&b, "Status:       %s, store %s, up %s\nEpoch:        %s, revision %d, answers %s\n", h.Status, h.Store,
 		(time.Duration(h.UptimeSeconds) * time.Second).String(), h.RegistryEpoch, h.Revision, complete)
+	if h.Region != "" {
+		fmt.Fprintf(&b, "Region:       %s\n", h.Region)
+	}
 	fmt.Fprintf(&b, "Holds:        %d instances, %d capabilities\nSelf-preservation: %v\n", h.ActiveInstances, h.ActiveCapabilities, h.SelfPreservation)
 	for _, z := range h.ZoneOutliers {
 		fmt.Fprintf(&b, "Zone outlier: %s in %s: %d errors in %d requests (%.2f%%, lower bound %.2f%%) against the median %.2f%% of %d other zones\n",
