@@ -121,3 +121,30 @@ func manifestDocs(t *testing.T, component string) []manifestDoc {
 	t.Helper()
 	return testtool.YAMLDocs[manifestDoc](t, filepath.Join("..", "..", "deploy", "k8s", component+".yaml"))
 }
+
+// TestRegionalManifests: the regional gateway's manifest (one Kubernetes cluster per region)
+// gives meshflows a command line that parses, with its region, peers and routing control.
+func TestRegionalManifests(t *testing.T) {
+	docs := testtool.YAMLDocs[manifestDoc](t, filepath.Join("..", "..", "deploy", "k8s", "regions", "gateway.yaml"))
+	found := false
+	for _, doc := range docs {
+		for _, ct := range doc.Spec.Template.Spec.Containers {
+			if !strings.HasPrefix(ct.Image, "meshflows/meshflows") {
+				continue
+			}
+			found = true
+			checkArgs(t, "deploy/k8s/regions/gateway.yaml", "gateway", ct.Args)
+			for _, flag := range []string{"--region=", "--peer-registry=", "--routing-control=", "--routing-control-cert="} {
+				if !strings.Contains(strings.Join(ct.Args, " "), flag) {
+					t.Errorf("no %s", flag)
+				}
+			}
+		}
+	}
+	if !found {
+		t.Error("no meshflows container")
+	}
+	if rc := testtool.YAMLDocs[manifestDoc](t, filepath.Join("..", "..", "deploy", "k8s", "regions", "routing-control.yaml")); len(rc) != 2 {
+		t.Errorf("routing-control.yaml: %d objects, want the StatefulSet and its Service", len(rc))
+	}
+}
