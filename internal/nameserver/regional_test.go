@@ -18,7 +18,9 @@ import (
 	"github.com/meshflows/meshflows/internal/routingcontrol"
 )
 
-type signal struct{ v atomic.Pointer[routingcontrol.View] }
+type signal struct {
+	v atomic.Pointer[routingcontrol.View]
+}
 
 func (s *signal) View() *routingcontrol.View { return s.v.Load() }
 
