@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 
@@ -135,10 +134,7 @@ func startDNS(ctx context.Context, g *errgroup.Group, f *dnsFlags, ln, mln net.L
 	// one name server per region (only home's without --region), each over its own
 	// registry, its series labelled with its region
 	build := func(region string, registries []string) (*nameserver.Server, error) {
-		reg, rlog := prometheus.Registerer(promReg), logger
-		if f.regions.home != "" {
-			reg, rlog = prometheus.WrapRegistererWith(prometheus.Labels{"region": region}, promReg), logger.With(slog.String("region", region))
-		}
+		reg, rlog := f.regions.scoped(region, promReg, logger)
 		disc, err := discovery.New(discovery.Config{Registries: registries, Consumer: "dns", Client: httpClient, BearerToken: f.creds.token,
 			StaleAllowance: f.maxStale, Logger: rlog, Registerer: reg})
 		if err != nil {

@@ -195,13 +195,10 @@ func startGateway(ctx context.Context, g *errgroup.Group, f *gatewayFlags, ln ne
 	}
 	// one gateway per region (only home's without --region), each on its own registry's view
 	build := func(region string, registries []string) (*gateway.Gateway, error) {
-		reg, stateDir, rlog := prometheus.Registerer(promReg), f.stateDir, logger
-		if f.regions.home != "" {
-			reg = prometheus.WrapRegistererWith(prometheus.Labels{"region": region}, promReg)
-			rlog = logger.With(slog.String("region", region))
-			if stateDir != "" {
-				stateDir = filepath.Join(stateDir, region)
-			}
+		reg, rlog := f.regions.scoped(region, promReg, logger)
+		stateDir := f.stateDir
+		if f.regions.home != "" && stateDir != "" {
+			stateDir = filepath.Join(stateDir, region)
 		}
 		disc, err := discovery.New(discovery.Config{Registries: registries, Consumer: "gateway", Client: httpClient, BearerToken: f.creds.token,
 			TTL: f.cacheTTL, StaleAllowance: f.maxStale, Logger: rlog, Registerer: reg})

@@ -10,7 +10,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 
@@ -165,10 +164,7 @@ func startOrchestrator(ctx context.Context, g *errgroup.Group, f *orchestratorFl
 	// one discovery client per region (only home's without --region), each on its own
 	// registry, its series labelled with its region
 	newClient := func(region string, registries []string) (*discovery.Client, error) {
-		reg, rlog := prometheus.Registerer(promReg), logger
-		if f.regions.home != "" {
-			reg, rlog = prometheus.WrapRegistererWith(prometheus.Labels{"region": region}, promReg), logger.With(slog.String("region", region))
-		}
+		reg, rlog := f.regions.scoped(region, promReg, logger)
 		return discovery.New(discovery.Config{Registries: registries, Consumer: "orchestrator", Client: httpClient, BearerToken: f.creds.token, StaleAllowance: f.maxStale,
 			Logger: rlog, Registerer: reg})
 	}

@@ -417,16 +417,12 @@ func (f *regionFlags) planConfig(ctx context.Context, g *errgroup.Group, reg pro
 // routing control's watcher run in g.
 func (f *regionFlags) router(ctx context.Context, g *errgroup.Group, home *gateway.Gateway,
 	build func(region string, registries []string) (*gateway.Gateway, error), reg prometheus.Registerer, logger *slog.Logger) (http.Handler, error) {
-	names, peers, err := f.peerRegistries()
+	gws, err := perRegion(f, home, build)
 	if err != nil {
 		return nil, err
 	}
-	pools := map[string]region.Pool{f.home: home}
-	for _, name := range names {
-		gw, err := build(name, peers[name])
-		if err != nil {
-			return nil, fmt.Errorf("region %s: %w", name, err)
-		}
+	pools := map[string]region.Pool{}
+	for name, gw := range gws {
 		pools[name] = gw
 	}
 	pc, priority, err := f.planConfig(ctx, g, reg, logger)
@@ -446,27 +442,14 @@ func (f *regionFlags) router(ctx context.Context, g *errgroup.Group, home *gatew
 // and the routing control's watcher run in g.
 func (f *regionFlags) discovery(ctx context.Context, g *errgroup.Group, home *discovery.Client, newClient func(region string, registries []string) (*discovery.Client, error),
 	ready func([]apiv1.CapabilityEntry) bool, reg prometheus.Registerer, logger *slog.Logger) (*discovery.Regions, error) {
-	names, peers, err := f.peerRegistries()
+	clients, err := perRegion(f, home, newClient)
 	if err != nil {
 		return nil, err
 	}
-	clients := map[string]*discovery.Client{f.home: home}
-	for _, name := range names {
-		c, err := newClient(name, peers[name])
-		if err != nil {
-			return nil, fmt.Errorf("region %s: %w", name, err)
-		}
-		clients[name] = c
-	}
-	pc, priority, err := f.planConfig(ctx, g, reg, logger)
+	plan, priority, err := f.plan(ctx, g, reg, logger)
 	if err != nil {
 		return nil, err
 	}
-	plan, err := region.NewPlan(pc)
-	if err != nil {
-		return nil, err
-	}
-	g.Go(func() error { return plan.Run(ctx) })
 	return discovery.NewRegions(discovery.RegionsConfig{Home: f.home, Clients: clients, Priority: priority,
 		On: plan.OnNamed, Admit: plan.AdmitNamed, Ready: ready})
 }
@@ -476,28 +459,19 @@ func (f *regionFlags) discovery(ctx context.Context, g *errgroup.Group, home *di
 // watcher run in g.
 func (f *regionFlags) nameservers(ctx context.Context, g *errgroup.Group, home *nameserver.Server,
 	build func(region string, registries []string) (*nameserver.Server, error), reg prometheus.Registerer, logger *slog.Logger) error {
-	names, peers, err := f.peerRegistries()
+	servers, err := perRegion(f, home, build)
 	if err != nil {
 		return err
 	}
-	servers := map[string]*nameserver.Server{f.home: home}
-	for _, name := range names {
-		s, err := build(name, peers[name])
-		if err != nil {
-			return fmt.Errorf("region %s: %w", name, err)
+	for name, s := range servers {
+		if name != f.home {
+			g.Go(func() error { return s.Run(ctx, nil, nil) }) // its watch: home's front answers
 		}
-		servers[name] = s
-		g.Go(func() error { return s.Run(ctx, nil, nil) })
 	}
-	pc, _, err := f.planConfig(ctx, g, reg, logger)
+	plan, _, err := f.plan(ctx, g, reg, logger)
 	if err != nil {
 		return err
 	}
-	plan, err := region.NewPlan(pc)
-	if err != nil {
-		return err
-	}
-	g.Go(func() error { return plan.Run(ctx) })
 	home.ServeThrough(nameserver.NewRegional(plan, servers))
 	return nil
 }
@@ -510,17 +484,12 @@ func (f *regionFlags) xds(ctx context.Context, g *errgroup.Group, cfg *xds.Confi
 	if err != nil {
 		return err
 	}
-	pc, _, err := f.planConfig(ctx, g, reg, logger)
+	plan, _, err := f.plan(ctx, g, reg, logger)
 	if err != nil {
 		return err
 	}
-	plan, err := region.NewPlan(pc)
-	if err != nil {
-		return err
-	}
-	g.Go(func() error { return plan.Run(ctx) })
 	cfg.Home, cfg.RegionOn = f.home, plan.OnNamed
-	for _, name := range pc.Others {
+	for _, name := range plan.Names()[1:] {
 		c, err := newClient(name, peers[name])
 		if err != nil {
 			return fmt.Errorf("region %s: %w", name, err)
@@ -528,4 +497,46 @@ func (f *regionFlags) xds(ctx context.Context, g *errgroup.Group, cfg *xds.Confi
 		cfg.Peers = append(cfg.Peers, xds.Peer{Region: name, Discovery: c})
 	}
 	return nil
+}
+
+// perRegion is home's T and one built per peer region (--peer-registry) with build, by
+// region.
+func perRegion[T any](f *regionFlags, home T, build func(region string, registries []string) (T, error)) (map[string]T, error) {
+	names, peers, err := f.peerRegistries()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]T{f.home: home}
+	for _, name := range names {
+		t, err := build(name, peers[name])
+		if err != nil {
+			return nil, fmt.Errorf("region %s: %w", name, err)
+		}
+		out[name] = t
+	}
+	return out, nil
+}
+
+// plan is the plan of the flags, running in g with the routing control's watcher, and the
+// priority order of the peers.
+func (f *regionFlags) plan(ctx context.Context, g *errgroup.Group, reg prometheus.Registerer, logger *slog.Logger) (*region.Plan, []string, error) {
+	pc, priority, err := f.planConfig(ctx, g, reg, logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	plan, err := region.NewPlan(pc)
+	if err != nil {
+		return nil, nil, err
+	}
+	g.Go(func() error { return plan.Run(ctx) })
+	return plan, priority, nil
+}
+
+// scoped is what a component of region registers its series on and logs to: with --region,
+// reg with the label region and logger with the attribute; without, both as they are.
+func (f *regionFlags) scoped(region string, reg prometheus.Registerer, logger *slog.Logger) (prometheus.Registerer, *slog.Logger) {
+	if f.home == "" {
+		return reg, logger
+	}
+	return prometheus.WrapRegistererWith(prometheus.Labels{"region": region}, reg), logger.With(slog.String("region", region))
 }

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc/codes"
@@ -130,10 +129,7 @@ func startXDS(ctx context.Context, g *errgroup.Group, f *xdsFlags, ln net.Listen
 	// one discovery client per region (only home's without --region), each on its own
 	// registry, its series labelled with its region
 	newClient := func(region string, registries []string) (*discovery.Client, error) {
-		reg, rlog := prometheus.Registerer(promReg), logger
-		if f.regions.home != "" {
-			reg, rlog = prometheus.WrapRegistererWith(prometheus.Labels{"region": region}, promReg), logger.With(slog.String("region", region))
-		}
+		reg, rlog := f.regions.scoped(region, promReg, logger)
 		return discovery.New(discovery.Config{Registries: registries, Consumer: "xds", Client: httpClient, BearerToken: f.creds.token,
 			StaleAllowance: f.maxStale, Logger: rlog, Registerer: reg})
 	}

@@ -762,8 +762,52 @@ func TestThreeRegions(t *testing.T) {
 		}
 	})
 
+	t.Run("region on a while a fails: the way back is held", func(t *testing.T) {
+		// a's providers are gone (the case before); two that answer 500 to half their
+		// publishes take their place
+		for range 2 {
+			port := freeport.Port(t)
+			s.start(url(port)+"/healthz", "example-provider", "--kind", "jms", "--registry", regs["a"], "--listen", addr(port),
+				"--log-level", "warn", "--error-rate", "0.5")
+		}
+		until(t, 30*time.Second, "gateway a serving in a again", func() bool {
+			recs := loads["a"].since(time.Now().Add(-500 * time.Millisecond))
+			return byRegion(recs)["a"] > 0
+		})
+		if out, err := s.region("off", "a", "--reason", "drill: a fails"); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		time.Sleep(1100 * time.Millisecond)
+		heavy := startLoad(gws["a"], 6, 0)
+		defer heavy.halt()
+		if out, err := s.region("on", "a", "--reason", "drill: back too early"); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		until(t, 5*time.Second, "a on its way back at gateway a", func() bool { return status(t, gws["a"]).Regions[0].Ramping })
+		time.Sleep(2*dwell + time.Second)
+		st := status(t, gws["a"]).Regions[0]
+		t.Logf("a after %s on its way back: share %v, step %d, held %v, outlier %v, %d requests, %d errors", 2*dwell+time.Second, st.Share, st.Step, st.Held, st.Outlier, st.Requests, st.Errors)
+		if !st.Held || st.Step != 0 || st.Share != 0.01 {
+			t.Errorf("a's way back was not held at its first step: %+v", st)
+		}
+		// out again, for the next case: nothing goes to a
+		time.Sleep(time.Second)
+		if out, err := s.region("off", "a", "--reason", "drill over"); err != nil {
+			t.Fatalf("%v\n%s", err, out)
+		}
+		until(t, 5*time.Second, "gateway a sees a off", func() bool { return !status(t, gws["a"]).Regions[0].On })
+	})
+
 	t.Run("the routing control loses two of three members", func(t *testing.T) {
+		before := map[string]map[string]bool{} // each gateway's switches before
+		for r, gw := range gws {
+			before[r] = map[string]bool{}
+			for _, reg := range status(t, gw).Regions {
+				before[r][reg.Region] = reg.On
+			}
+		}
 		lead := cl.Leader()
+		time.Sleep(time.Second) // past the requests a's last way back still had
 		from := time.Now()
 		cl.Kill((lead + 1) % 3)
 		cl.Kill((lead + 2) % 3)
@@ -776,8 +820,8 @@ func TestThreeRegions(t *testing.T) {
 			st := status(t, gws[r])
 			t.Logf("gateway %s without quorum: %v, %d failed, stale %v (%s)", r, byRegion(recs), failed(recs), st.Signal.Stale, st.Signal.Error)
 			for _, reg := range st.Regions {
-				if !reg.On {
-					t.Errorf("gateway %s: region %s taken as off without quorum", r, reg.Region)
+				if reg.On != before[r][reg.Region] {
+					t.Errorf("gateway %s: region %s on %v without quorum, %v before", r, reg.Region, reg.On, before[r][reg.Region])
 				}
 			}
 			if failed(recs) > 0 {

@@ -144,10 +144,10 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	name := r.plan.names[i]
 	r.requests.WithLabelValues(name, why).Inc()
-	sw := &statusWriter{ResponseWriter: w}
+	sw := &httpapi.StatusWriter{ResponseWriter: w}
 	w.Header().Set("X-MeshFlows-Region", name)
 	r.pools[i].ServeHTTP(sw, req)
-	r.plan.Record(i, sw.status >= 500)
+	r.plan.Record(i, sw.Status >= 500)
 }
 
 // choose picks the region of a request: the first of the order that is on, ready for it
@@ -226,26 +226,3 @@ func (r *Router) Status() apiv1.GatewayRegions {
 
 // Run keeps the plan current until ctx ends.
 func (r *Router) Run(ctx context.Context) error { return r.plan.Run(ctx) }
-
-// statusWriter keeps the status of the answer.
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return w.ResponseWriter.Write(b)
-}
-
-// Unwrap lets http.ResponseController reach the connection (flushes, deadlines).
-func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

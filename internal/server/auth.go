@@ -9,6 +9,7 @@ import (
 	"time"
 
 	apiv1 "github.com/meshflows/meshflows/api/v1"
+	"github.com/meshflows/meshflows/httpapi"
 	"github.com/meshflows/meshflows/internal/auth"
 	"github.com/meshflows/meshflows/internal/registry"
 )
@@ -65,26 +66,6 @@ func noteInstance(ctx context.Context, id string) {
 	}
 }
 
-// statusWriter remembers the status a handler wrote.
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (w *statusWriter) WriteHeader(code int) {
-	if w.status == 0 {
-		w.status = code
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *statusWriter) Write(b []byte) (int, error) {
-	if w.status == 0 {
-		w.status = http.StatusOK
-	}
-	return w.ResponseWriter.Write(b)
-}
-
 // guard authenticates and authorises a request for a route that requires acc, and audits
 // it. It returns the request to serve, or false when it has answered already.
 func (s *Server) guard(w http.ResponseWriter, r *http.Request, acc access) (*http.Request, bool) {
@@ -124,7 +105,7 @@ func (s *Server) audited(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		info := &requestInfo{instanceID: r.PathValue("instance_id")}
-		sw := &statusWriter{ResponseWriter: w}
+		sw := &httpapi.StatusWriter{ResponseWriter: w}
 		h(sw, r.WithContext(context.WithValue(r.Context(), infoKey{}, info)))
 		identity := registry.CallerFrom(r.Context()).Identity
 		if identity == "" && s.cfg.Authenticator != nil {
@@ -132,7 +113,7 @@ func (s *Server) audited(h http.HandlerFunc) http.HandlerFunc {
 		}
 		host, _, _ := net.SplitHostPort(r.RemoteAddr)
 		if err := s.cfg.Audit.Record(auth.AuditEntry{Time: start, Identity: identity, Method: r.Method, Path: r.URL.Path,
-			InstanceID: info.instanceID, Status: sw.status, Latency: time.Since(start), Remote: host}); err != nil {
+			InstanceID: info.instanceID, Status: sw.Status, Latency: time.Since(start), Remote: host}); err != nil {
 			s.cfg.Logger.Error("audit log write failed", "error", err)
 		}
 	}
