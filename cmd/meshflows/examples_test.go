@@ -26,7 +26,8 @@ import (
 // runs the syncer against a real API server); Jaeger (docs/observability.md:
 // TestTracesFollowARequestAndARunIntoTheProviders checks the traces against an OTLP
 // receiver); the provider tutorial's commands, which ExampleAgent and TestTutorialPython run
-// end to end; and releasing a quarantine (ticket-owner.md), which needs one.
+// end to end; releasing a quarantine (ticket-owner.md), which needs one; and several regions
+// with a routing-control cluster (docs/regions.md: integration/regions runs them).
 // TestEveryDocIsRun keeps new documents from escaping this list.
 //
 // They run in this order on one stack: the README's tour, then the pages its longer sections
@@ -37,7 +38,7 @@ var runnableDocs = []string{"README.md", "docs/getting-started.md", "docs/regist
 	"docs/runbooks/certificate-rotation.md", "docs/runbooks/chase-errors-from-one-replica.md", "docs/runbooks/discovery-staleness.md", "docs/runbooks/eligibility.md", "docs/runbooks/evacuate-a-zone.md", "docs/runbooks/incident-spike.md",
 	"docs/runbooks/provider-reregistering.md", "docs/runbooks/registry-restart.md", "docs/runbooks/route-conflicts.md",
 	"docs/runbooks/route-unavailable.md", "docs/runbooks/validation-timeouts.md", "docs/runbooks/workflow-failing.md", "docs/runbooks/ticket-owner.md",
-	"docs/provider-tutorial.md", "docs/performance.md", "docs/performance-log.md", "docs/deploy-etcd.md", "docs/reference/dns.md", "docs/reference/routing.md", "docs/reference/api.md", "docs/reference/xds.md", "docs/security.md", "docs/kubernetes.md", "docs/observability.md"}
+	"docs/provider-tutorial.md", "docs/performance.md", "docs/performance-log.md", "docs/deploy-etcd.md", "docs/reference/dns.md", "docs/reference/routing.md", "docs/reference/api.md", "docs/reference/xds.md", "docs/security.md", "docs/kubernetes.md", "docs/observability.md", "docs/regions.md"}
 
 // exampleFiles are the repository's files the examples name by relative path; they are
 // copied into the examples' working directory (the repository itself is never written to).

@@ -71,6 +71,12 @@ func TestWithdrawalPropagationIsTimedPerWatcher(t *testing.T) {
 	}
 	after := <-parked
 	count, sum := histogram(t, metrics, "meshflows_withdrawal_propagation_seconds")
+	for tries := 0; count == 0 && tries < 10; tries++ {
+		// the heartbeat's own change of the record may release the watcher before the
+		// monitor publishes the withdrawal: the watcher, back at once, gets it next
+		_, after = poll(after, "5s")
+		count, sum = histogram(t, metrics, "meshflows_withdrawal_propagation_seconds")
+	}
 	if count != 1 || sum != 0 {
 		t.Fatalf("after the parked watcher: %d observations, sum %gs; want 1, 0s (the fake clock did not move)", count, sum)
 	}
