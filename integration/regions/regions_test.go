@@ -795,7 +795,16 @@ func TestThreeRegions(t *testing.T) {
 		if out, err := s.region("off", "a", "--reason", "drill over"); err != nil {
 			t.Fatalf("%v\n%s", err, out)
 		}
-		until(t, 5*time.Second, "gateway a sees a off", func() bool { return !status(t, gws["a"]).Regions[0].On })
+		for r, gw := range gws {
+			until(t, 5*time.Second, "gateway "+r+" sees a off", func() bool {
+				for _, reg := range status(t, gw).Regions {
+					if reg.Region == "a" {
+						return !reg.On
+					}
+				}
+				return false
+			})
+		}
 	})
 
 	t.Run("the routing control loses two of three members", func(t *testing.T) {
