@@ -84,6 +84,11 @@ func newProxy(rt http.RoundTripper, maxBuffered int64, bodyTimeout time.Duration
 			if t, ok := r.Context().Value(targetKey{}).(*target); ok {
 				t.outcome(t.served, connectFailure(err), true)
 			}
+			if d := DeclineFrom(r.Context()); d != nil && connectFailure(err) && (r.Body == nil || r.Body == http.NoBody || r.GetBody != nil) {
+				// nothing was sent and the body can be sent again: the caller takes it elsewhere
+				d.Declined, d.Body, d.Err = true, r.GetBody, err
+				return
+			}
 			var mbe *http.MaxBytesError
 			if errors.As(err, &mbe) { // the client's body passed the route's limit while it streamed
 				t, _ := r.Context().Value(targetKey{}).(*target)

@@ -107,7 +107,7 @@ func New(cfg Config) (*Router, error) {
 		r.pools = append(r.pools, cfg.Regions[name])
 	}
 	r.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meshflows_region_requests_total",
-		Help: "Requests a regional gateway sent to each region, by why: home (its home region, ready), spill (home off, not ready or on its way back: the next region on and ready), panic (no region on was ready: home's panic answer, or the first on region with any pool)."},
+		Help: "Requests a regional gateway sent to each region, by why: home (its home region, ready), spill (home off, not ready or on its way back: the next region on and ready), panic (no region on was ready: home's panic answer, or the first on region with any pool), retry (every upstream of the region chosen first refused the connection: sent once more to the next region on and ready)."},
 		[]string{"region", "why"})
 	if cfg.Registerer != nil {
 		if err := cfg.Registerer.Register(r.requests); err != nil {
@@ -146,8 +146,53 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	r.requests.WithLabelValues(name, why).Inc()
 	sw := &httpapi.StatusWriter{ResponseWriter: w}
 	w.Header().Set("X-MeshFlows-Region", name)
+	var d *gateway.Decline
+	if len(r.pools) > 1 {
+		var ctx context.Context
+		ctx, d = gateway.WithDecline(req.Context())
+		req = req.WithContext(ctx)
+	}
 	r.pools[i].ServeHTTP(sw, req)
-	r.plan.Record(i, sw.Status >= 500)
+	if d == nil || !d.Declined {
+		r.plan.Record(i, sw.Status >= 500)
+		return
+	}
+	// Every upstream of region i refused the connection and nothing was sent: one more
+	// try, in the next region that is on and ready (a region whose last instances just died,
+	// before its registry withdrew them).
+	r.plan.Record(i, true)
+	j := r.alternative(req, i)
+	if j < 0 {
+		httpapi.WriteError(w, apiv1.Errorf(http.StatusBadGateway, apiv1.CodeUnavailable,
+			"upstream failed: %v; no other region is on and ready for %s %s", d.Err, req.Method, req.URL.Path))
+		return
+	}
+	if d.Body != nil {
+		b, err := d.Body()
+		if err != nil {
+			httpapi.WriteError(w, apiv1.Errorf(http.StatusBadGateway, apiv1.CodeUnavailable, "upstream failed: %v", d.Err))
+			return
+		}
+		req.Body = b
+	}
+	req = req.WithContext(gateway.WithoutDecline(req.Context())) // this one answers, whatever happens
+	name = r.plan.names[j]
+	r.requests.WithLabelValues(name, "retry").Inc()
+	w.Header().Set("X-MeshFlows-Region", name)
+	sw.Status = 0
+	r.pools[j].ServeHTTP(sw, req)
+	r.plan.Record(j, sw.Status >= 500)
+}
+
+// alternative is the first region other than i that is on and ready for req, ignoring the
+// way back's draws (-1: none).
+func (r *Router) alternative(req *http.Request, i int) int {
+	for j := range r.pools {
+		if j != i && r.plan.On(j) && r.pools[j].PoolState(req) == gateway.PoolReady {
+			return j
+		}
+	}
+	return -1
 }
 
 // choose picks the region of a request: the first of the order that is on, ready for it

@@ -1,10 +1,14 @@
 package region
 
 import (
+	"bytes"
 	"encoding/json"
+	"errors"
+	"io"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -228,4 +232,53 @@ func TestStatusSaysTheSignal(t *testing.T) {
 	if !got.Signal.Stale || !got.Signal.Configured || got.Regions[1].On || !got.Regions[0].On {
 		t.Errorf("%+v", got)
 	}
+}
+
+// TestARefusedRequestGoesToTheNextRegion: a request every upstream of home refused before
+// anything was sent is sent, body and all, to the next region that is on and ready; with no
+// such region it is a 502.
+func TestARefusedRequestGoesToTheNextRegion(t *testing.T) {
+	clock := &testtool.OffsetClock{}
+	sig := &fakeSignal{}
+	sig.set(clock.Now())
+	a := &declining{}
+	a.state.Store(int64(gateway.PoolReady))
+	b := &echo{}
+	b.state.Store(int64(gateway.PoolReady))
+	r, err := New(Config{PlanConfig: PlanConfig{Home: "a", Signal: sig, Now: clock.Now}, Regions: map[string]Pool{"a": a, "b": b}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := httptest.NewRecorder()
+	r.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader("payload")))
+	if rec.Code != http.StatusOK || rec.Body.String() != "b got payload" || rec.Header().Get("X-MeshFlows-Region") != "b" {
+		t.Errorf("answered %d %q by %q", rec.Code, rec.Body, rec.Header().Get("X-MeshFlows-Region"))
+	}
+	b.state.Store(int64(gateway.PoolNone))
+	rec = httptest.NewRecorder()
+	r.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/orders", strings.NewReader("payload")))
+	if rec.Code != http.StatusBadGateway || !strings.Contains(rec.Body.String(), "no other region") {
+		t.Errorf("with no other region ready: %d %q", rec.Code, rec.Body)
+	}
+}
+
+// declining is a region whose upstreams all refuse: it declines when asked, else 502.
+type declining struct{ fakePool }
+
+func (p *declining) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	body, _ := io.ReadAll(req.Body)
+	if d := gateway.DeclineFrom(req.Context()); d != nil {
+		d.Declined, d.Err = true, errors.New("connection refused")
+		d.Body = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+		return
+	}
+	w.WriteHeader(http.StatusBadGateway)
+}
+
+// echo is a region that answers with what it got.
+type echo struct{ fakePool }
+
+func (p *echo) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	body, _ := io.ReadAll(req.Body)
+	io.WriteString(w, "b got "+string(body))
 }
