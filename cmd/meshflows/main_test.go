@@ -151,6 +151,26 @@ func waitDevReady(t *testing.T, base int) {
 		json.NewDecoder(resp.Body).Decode(&r)
 		return r.Status == "succeeded"
 	})
+	// the pool of a new service serves before its first probe (the panic rule); the docs'
+	// tour withdraws an instance beside dev's own, which must be in rotation by then
+	services := "http://127.0.0.1:" + strconv.Itoa(base+devRegistryOffset) + apiv1.PathServices
+	registrytest.Until(t, "dev's providers are in rotation", func() bool {
+		resp, err := http.Get(services)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		var c apiv1.CatalogResponse
+		if json.NewDecoder(resp.Body).Decode(&c) != nil || len(c.Instances) < 2 {
+			return false
+		}
+		for _, in := range c.Instances {
+			if !apiv1.InRotation(in.Eligibility) {
+				return false
+			}
+		}
+		return true
+	})
 	// dev publishes its example workflows one after the other: order-batch follows the one
 	// that just ran
 	list := "http://127.0.0.1:" + strconv.Itoa(base+devOrchestratorOffset) + "/v1/workflows"
