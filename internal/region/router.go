@@ -81,6 +81,9 @@ type Router struct {
 	pools    []Pool // in the plan's order
 	admin    http.Handler
 	requests *prometheus.CounterVec
+	// counted are requests' series by why, then region index: resolved once, not by label
+	// on every request
+	counted map[string][]prometheus.Counter
 }
 
 // New returns a Router; Run keeps its plan current.
@@ -109,6 +112,12 @@ func New(cfg Config) (*Router, error) {
 	r.requests = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "meshflows_region_requests_total",
 		Help: "Requests a regional gateway sent to each region, by why: home (its home region, ready), spill (home off, not ready or on its way back: the next region on and ready), panic (no region on was ready: home's panic answer, or the first on region with any pool), retry (every upstream of the region chosen first refused the connection: sent once more to the next region on and ready)."},
 		[]string{"region", "why"})
+	r.counted = map[string][]prometheus.Counter{}
+	for _, why := range []string{"home", "spill", "panic", "retry"} {
+		for _, name := range order {
+			r.counted[why] = append(r.counted[why], r.requests.WithLabelValues(name, why))
+		}
+	}
 	if cfg.Registerer != nil {
 		if err := cfg.Registerer.Register(r.requests); err != nil {
 			return nil, fmt.Errorf("register region metrics: %w", err)
@@ -143,7 +152,7 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	name := r.plan.names[i]
-	r.requests.WithLabelValues(name, why).Inc()
+	r.counted[why][i].Inc()
 	sw := &httpapi.StatusWriter{ResponseWriter: w}
 	w.Header().Set("X-MeshFlows-Region", name)
 	var d *gateway.Decline
@@ -177,7 +186,7 @@ func (r *Router) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	}
 	req = req.WithContext(gateway.WithoutDecline(req.Context())) // this one answers, whatever happens
 	name = r.plan.names[j]
-	r.requests.WithLabelValues(name, "retry").Inc()
+	r.counted["retry"][j].Inc()
 	w.Header().Set("X-MeshFlows-Region", name)
 	sw.Status = 0
 	r.pools[j].ServeHTTP(sw, req)
